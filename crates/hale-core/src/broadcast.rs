@@ -1,0 +1,112 @@
+//! The queue of news to piggyback on packets: most urgent and least sent first.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, HashMap};
+
+use crate::identity::Identity;
+use crate::wire::Message;
+
+/// Urgency classes: lower goes first. Alive (refutations, joins) before
+/// leaves, before deaths, before suspicions, so that a refutation is never
+/// starved by the accusations it answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) enum Class {
+    Alive = 0,
+    Left = 1,
+    Dead = 2,
+    Suspect = 3,
+}
+
+/// Order: class, then fewest transmissions, then newest.
+type Order = (Class, u32, Reverse<u64>);
+
+/// A news key: the member it is about, and the accuser for suspicions (so
+/// that independent confirmations travel separately).
+pub(crate) type Key<I> = (I, Option<I>);
+
+#[derive(Debug)]
+struct Item<I> {
+    key: Key<I>,
+    msg: Message<I>,
+    len: usize,
+}
+
+#[derive(Debug)]
+pub(crate) struct Broadcasts<I: Identity> {
+    queue: BTreeMap<Order, Item<I>>,
+    index: HashMap<Key<I>, Order, rustc_hash::FxBuildHasher>,
+    next_id: u64,
+    max: usize,
+    pub(crate) dropped: u64,
+}
+
+impl<I: Identity> Broadcasts<I> {
+    pub(crate) fn new(max: usize) -> Self {
+        Broadcasts {
+            queue: BTreeMap::new(),
+            index: HashMap::default(),
+            next_id: 0,
+            max,
+            dropped: 0,
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.queue.len()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    /// Queues `msg`, replacing older news with the same key.
+    pub(crate) fn push(&mut self, class: Class, key: Key<I>, msg: Message<I>) {
+        self.remove(&key);
+        self.next_id += 1;
+        let order = (class, 0, Reverse(self.next_id));
+        let len = msg.encoded_len();
+        self.index.insert(key.clone(), order);
+        self.queue.insert(order, Item { key, msg, len });
+        while self.queue.len() > self.max {
+            // Drop the least urgent, most transmitted, oldest.
+            if let Some((_, item)) = self.queue.pop_last() {
+                self.index.remove(&item.key);
+                self.dropped += 1;
+            }
+        }
+    }
+
+    pub(crate) fn remove(&mut self, key: &Key<I>) {
+        if let Some(order) = self.index.remove(key) {
+            self.queue.remove(&order);
+        }
+    }
+
+    /// Takes news that fits in `budget` bytes, in order, counting one
+    /// transmission each; news sent `limit` times is retired.
+    pub(crate) fn take(&mut self, mut budget: usize, limit: u32, out: &mut Vec<Message<I>>) {
+        let mut picked: Vec<Order> = Vec::new();
+        for (order, item) in &self.queue {
+            if budget < 3 || out.len() + picked.len() >= 250 {
+                break;
+            }
+            if item.len <= budget {
+                budget -= item.len;
+                picked.push(*order);
+            }
+        }
+        for order in picked {
+            if let Some(item) = self.queue.remove(&order) {
+                out.push(item.msg.clone());
+                let sent = order.1 + 1;
+                if sent >= limit {
+                    self.index.remove(&item.key);
+                } else {
+                    let new = (order.0, sent, order.2);
+                    self.index.insert(item.key.clone(), new);
+                    self.queue.insert(new, item);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,288 @@
+//! Every knob of the failure detector, with the `lan`, `wan` and `local` profiles.
+
+use std::time::Duration;
+
+use crate::wire::MAX_META;
+
+/// A preset of timing knobs for a kind of network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Profile {
+    /// One datacenter: probe every 1 s, probe timeout 500 ms (the default).
+    #[default]
+    Lan,
+    /// Across datacenters: probe every 5 s, timeout 3 s, slower suspicion.
+    Wan,
+    /// One machine or rack: probe every 1 s, timeout 200 ms, faster suspicion.
+    Local,
+}
+
+impl std::str::FromStr for Profile {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "lan" => Ok(Profile::Lan),
+            "wan" => Ok(Profile::Wan),
+            "local" => Ok(Profile::Local),
+            other => Err(ConfigError::new(
+                "profile",
+                format!("unknown profile {other:?}; expected lan, wan or local"),
+            )),
+        }
+    }
+}
+
+/// Test-only deliberate faults, to prove that tests catch real bugs.
+#[cfg(feature = "fault-injection")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The second incident's bug: every probe period visits the first member
+    /// of the walk instead of the next one, so one sibling is probed N times
+    /// per round and the others never.
+    RepeatFirstTarget,
+}
+
+/// Configuration of a [`crate::Node`]. Build it from a profile with
+/// [`Config::new`], change fields, and [`Config::validate`] (done by
+/// `Node::new`).
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Cluster name; packets from other clusters are rejected.
+    pub cluster: String,
+    /// Seed of the node's random generator (probe order, gossip targets).
+    /// Give every node a different one.
+    pub rng_seed: u64,
+    /// Time between probe periods. Each period visits the next member of the
+    /// randomized round-robin walk and every quiet monitored member.
+    pub probe_interval: Duration,
+    /// How long a direct ping waits for its ack before indirect probes start.
+    pub probe_timeout: Duration,
+    /// Members asked to ping the target on our behalf when the direct ping fails.
+    pub indirect_probes: usize,
+    /// Also ping over the stream channel (TCP) when the direct ping fails,
+    /// so that datagram-only loss does not make a member look dead.
+    pub stream_fallback_probe: bool,
+    /// Members each node watches every period, chosen on a hash ring so that
+    /// every member has exactly this many watchers. They bound the time to the
+    /// first probe of a crashed member to one period, whatever the size.
+    pub monitors: usize,
+    /// Skip probing a member heard from (any packet or application traffic)
+    /// within the last probe interval: the saving under load.
+    pub skip_fresh: bool,
+    /// Lifeguard local health maximum: probe interval and timeout are scaled
+    /// by up to this factor when this node misses acks and nacks.
+    pub awareness_max: u8,
+    /// Shortest suspicion time for an observer that itself failed to reach
+    /// the suspect (reached with enough independent confirmations).
+    pub suspicion_min: Duration,
+    /// Longest suspicion time; also the time after which an observer with no
+    /// direct evidence accepts a corroborated suspicion on its own.
+    pub suspicion_max: Duration,
+    /// Lifeguard's K: independent confirmations that shrink the suspicion
+    /// time from its maximum to its minimum.
+    pub expected_confirmations: usize,
+    /// Independent healthy accusers needed before anyone declares a member
+    /// dead (fewer when the cluster is too small to have that many).
+    pub corroboration: usize,
+    /// Accusations from an observer whose local health score is at least
+    /// this are discounted: an unhealthy node is likely the problem itself.
+    pub health_discount: u8,
+    /// Window over which accusations per accuser are counted.
+    pub accusation_window: Duration,
+    /// An accuser that suspects more than this share of the cluster (and at
+    /// least three members) within the window is discounted.
+    pub accusation_burst: f64,
+    /// Time between gossip rounds while there is news to spread.
+    pub gossip_interval: Duration,
+    /// Members each gossip round sends to.
+    pub gossip_fanout: usize,
+    /// Gossip also goes to members declared dead for this long, so that a
+    /// wrongly declared member learns it and refutes.
+    pub gossip_to_dead: Duration,
+    /// Each piece of news is sent `retransmit_mult * ceil(log10(N + 1))` times.
+    pub retransmit_mult: usize,
+    /// Most pieces of news queued; the least urgent are dropped beyond it.
+    pub max_broadcasts: usize,
+    /// Base interval of full-state push/pull with a random member.
+    pub push_pull_interval: Duration,
+    /// The push/pull interval is multiplied by `ceil(N / push_pull_scale)`,
+    /// which keeps its bandwidth per node flat as the cluster grows.
+    pub push_pull_scale: usize,
+    /// Most full-state replies this node sends per second (joins included).
+    pub sync_replies_per_sec: u32,
+    /// How often a node with no live member contacts its seeds again.
+    pub seed_retry_interval: Duration,
+    /// How often to try a push/pull with a random member declared dead, so
+    /// that partitions heal.
+    pub reconnect_interval: Duration,
+    /// How long dead and left members are remembered before being forgotten.
+    pub tombstone_ttl: Duration,
+    /// A gap this much larger than the next timer means this node was paused
+    /// (stop-the-world, SIGSTOP): probes in flight are dropped unjudged.
+    pub pause_threshold: Duration,
+    /// This node's metadata (at most 512 bytes).
+    pub meta: Vec<u8>,
+    /// Emit an [`crate::Event::ProbeVisit`] for every round-robin visit.
+    pub trace_probes: bool,
+    /// Most events kept before the oldest are dropped (and counted).
+    pub max_events: usize,
+    /// Test-only deliberate fault.
+    #[cfg(feature = "fault-injection")]
+    pub fault: Option<Fault>,
+}
+
+/// A configuration value that is out of range. Nothing was built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid config field `{field}`: {problem}")]
+pub struct ConfigError {
+    /// The field's name.
+    pub field: &'static str,
+    /// What is wrong with it.
+    pub problem: String,
+}
+
+impl ConfigError {
+    fn new(field: &'static str, problem: impl Into<String>) -> Self {
+        ConfigError {
+            field,
+            problem: problem.into(),
+        }
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config::new(Profile::Lan)
+    }
+}
+
+impl Config {
+    /// The knobs of `profile`, with cluster `"hale"` and RNG seed 0.
+    pub fn new(profile: Profile) -> Config {
+        let ms = Duration::from_millis;
+        let (interval, timeout, smin, smax, gossip, pp, dead_gossip) = match profile {
+            Profile::Lan => (ms(1000), ms(500), ms(1500), ms(9000), ms(200), 30, ms(30_000)),
+            Profile::Wan => (ms(5000), ms(3000), ms(9000), ms(54_000), ms(500), 60, ms(60_000)),
+            Profile::Local => (ms(1000), ms(200), ms(1200), ms(6000), ms(100), 15, ms(15_000)),
+        };
+        Config {
+            cluster: "hale".to_owned(),
+            rng_seed: 0,
+            probe_interval: interval,
+            probe_timeout: timeout,
+            indirect_probes: 3,
+            stream_fallback_probe: true,
+            monitors: 3,
+            skip_fresh: true,
+            awareness_max: 8,
+            suspicion_min: smin,
+            suspicion_max: smax,
+            expected_confirmations: 2,
+            corroboration: 2,
+            health_discount: 2,
+            accusation_window: ms(10_000),
+            accusation_burst: 0.1,
+            gossip_interval: gossip,
+            gossip_fanout: 3,
+            gossip_to_dead: dead_gossip,
+            retransmit_mult: 4,
+            max_broadcasts: 4096,
+            push_pull_interval: Duration::from_secs(pp),
+            push_pull_scale: 200,
+            sync_replies_per_sec: 20,
+            seed_retry_interval: ms(5000),
+            reconnect_interval: ms(10_000),
+            tombstone_ttl: Duration::from_secs(15 * 60),
+            pause_threshold: ms(700),
+            meta: Vec::new(),
+            trace_probes: false,
+            max_events: 65_536,
+            #[cfg(feature = "fault-injection")]
+            fault: None,
+        }
+    }
+
+    /// Checks every field; the error names the first bad one.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let nonzero = |field, d: Duration| {
+            if d.is_zero() {
+                Err(ConfigError::new(field, "must be greater than zero"))
+            } else {
+                Ok(())
+            }
+        };
+        if self.cluster.is_empty() || self.cluster.len() > 64 {
+            return Err(ConfigError::new("cluster", "must be 1 to 64 bytes long"));
+        }
+        nonzero("probe_interval", self.probe_interval)?;
+        nonzero("probe_timeout", self.probe_timeout)?;
+        nonzero("gossip_interval", self.gossip_interval)?;
+        nonzero("push_pull_interval", self.push_pull_interval)?;
+        nonzero("seed_retry_interval", self.seed_retry_interval)?;
+        nonzero("reconnect_interval", self.reconnect_interval)?;
+        nonzero("suspicion_min", self.suspicion_min)?;
+        if self.probe_timeout >= self.probe_interval {
+            return Err(ConfigError::new(
+                "probe_timeout",
+                format!(
+                    "{:?} must be shorter than probe_interval ({:?})",
+                    self.probe_timeout, self.probe_interval
+                ),
+            ));
+        }
+        if self.suspicion_max < self.suspicion_min {
+            return Err(ConfigError::new(
+                "suspicion_max",
+                "must be at least suspicion_min",
+            ));
+        }
+        if self.awareness_max == 0 || self.awareness_max > 32 {
+            return Err(ConfigError::new("awareness_max", "must be 1 to 32"));
+        }
+        if self.indirect_probes > 16 {
+            return Err(ConfigError::new("indirect_probes", "must be at most 16"));
+        }
+        if self.monitors > 16 {
+            return Err(ConfigError::new("monitors", "must be at most 16"));
+        }
+        if self.gossip_fanout == 0 || self.gossip_fanout > 16 {
+            return Err(ConfigError::new("gossip_fanout", "must be 1 to 16"));
+        }
+        if self.retransmit_mult == 0 {
+            return Err(ConfigError::new("retransmit_mult", "must be at least 1"));
+        }
+        if self.corroboration == 0 || self.corroboration > 16 {
+            return Err(ConfigError::new("corroboration", "must be 1 to 16"));
+        }
+        if self.expected_confirmations == 0 {
+            return Err(ConfigError::new(
+                "expected_confirmations",
+                "must be at least 1",
+            ));
+        }
+        if !(self.accusation_burst > 0.0 && self.accusation_burst <= 1.0) {
+            return Err(ConfigError::new("accusation_burst", "must be in (0, 1]"));
+        }
+        if self.push_pull_scale == 0 {
+            return Err(ConfigError::new("push_pull_scale", "must be at least 1"));
+        }
+        if self.sync_replies_per_sec == 0 {
+            return Err(ConfigError::new(
+                "sync_replies_per_sec",
+                "must be at least 1",
+            ));
+        }
+        if self.max_broadcasts < 16 {
+            return Err(ConfigError::new("max_broadcasts", "must be at least 16"));
+        }
+        if self.max_events == 0 {
+            return Err(ConfigError::new("max_events", "must be at least 1"));
+        }
+        if self.meta.len() > MAX_META {
+            return Err(ConfigError::new(
+                "meta",
+                format!("{} bytes; at most {MAX_META}", self.meta.len()),
+            ));
+        }
+        Ok(())
+    }
+}

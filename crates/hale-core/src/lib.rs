@@ -1,0 +1,51 @@
+//! # hale-core
+//!
+//! A sans-IO SWIM + Lifeguard failure detector and membership protocol.
+//!
+//! The [`Node`] state machine never reads a clock, opens a socket or asks the
+//! operating system for randomness: inputs are `handle_*(now, ..)` calls,
+//! outputs are drained with [`Node::poll_transmit`] and [`Node::poll_event`],
+//! and [`Node::poll_timeout`] says when to call [`Node::handle_timeout`].
+//! This is what lets `hale-sim` run thousands of nodes on virtual time,
+//! exactly and reproducibly, and `hale-agent` run the very same code over
+//! UDP and TCP.
+//!
+//! What it guarantees, and how:
+//!
+//! * **No eviction of a healthy member at any traffic level.** Probing is a
+//!   randomized round-robin walk (every live member once per round, by every
+//!   node), with ring monitors so that each member is watched by
+//!   [`Config::monitors`] nodes every period. Traffic (`note_traffic`, any
+//!   packet) only *spares* a probe; silence never accuses by itself.
+//! * **Deaths are corroborated.** A verdict needs [`Config::corroboration`]
+//!   independent healthy accusers; accusers with poor local health, or that
+//!   suspect a large share of the cluster at once, are discounted. A node
+//!   that can send but not receive cannot get anyone declared dead.
+//! * **Refutation is fast.** Suspicions travel with probes to the suspect
+//!   (buddy system) and refutations go first in every packet.
+//! * **Every datagram is at most [`wire::MAX_DATAGRAM`] bytes**, and decoding
+//!   is total.
+
+#![forbid(unsafe_code)]
+
+mod broadcast;
+pub mod config;
+pub mod event;
+pub mod identity;
+pub mod member;
+mod node;
+mod probe;
+mod state;
+pub mod stats;
+mod sync;
+pub mod time;
+pub mod wire;
+
+pub use config::{Config, ConfigError, Profile};
+pub use event::{DeathEvidence, Event, ProbeVisit};
+pub use identity::{Identity, NodeId, NodeIdError};
+pub use member::{Member, MemberState};
+pub use node::{LeaveError, MetadataError, Node, ReceiveError, Transmit};
+pub use stats::{DropReason, Stats};
+pub use time::Time;
+pub use wire::{Channel, DecodeError, MemberRecord};

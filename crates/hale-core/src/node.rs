@@ -1,0 +1,656 @@
+//! The [`Node`]: one member's SWIM + Lifeguard state machine.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::time::Duration;
+
+use rand::{Rng, SeedableRng};
+use rand_xoshiro::Xoshiro256PlusPlus;
+use rustc_hash::FxBuildHasher;
+
+use crate::broadcast::{Broadcasts, Class};
+use crate::config::{Config, ConfigError};
+use crate::event::Event;
+use crate::identity::Identity;
+use crate::member::{Member, MemberState};
+use crate::probe::{Probe, Relay};
+use crate::state::{AccuserWindow, Suspicion};
+use crate::stats::{DropReason, Stats};
+use crate::time::Time;
+use crate::wire::{
+    cluster_id, fnv1a, Channel, DecodeError, Header, Message, Packet, MAX_DATAGRAM, MAX_META,
+};
+
+pub(crate) type FxMap<K, V> = HashMap<K, V, FxBuildHasher>;
+
+/// Bytes to send to a member, and on which channel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transmit<I> {
+    /// The destination.
+    pub to: I,
+    /// Datagram (UDP) or stream (TCP).
+    pub channel: Channel,
+    /// The encoded packet.
+    pub bytes: Vec<u8>,
+}
+
+/// Why a received packet was not processed. The node's state is unchanged
+/// and the drop is counted in [`Stats::dropped`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReceiveError {
+    /// The bytes did not decode.
+    #[error("dropped undecodable packet: {0}")]
+    Decode(#[from] DecodeError),
+    /// The packet claims to come from this node.
+    #[error("dropped packet claiming to come from this node")]
+    FromSelf,
+    /// This node has left the cluster.
+    #[error("dropped packet: this node has left the cluster")]
+    Left,
+}
+
+/// Why [`Node::leave`] did nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LeaveError {
+    /// The node had already left; nothing was sent again.
+    #[error("already left the cluster")]
+    AlreadyLeft,
+}
+
+/// Why [`Node::set_metadata`] did nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MetadataError {
+    /// The metadata was too large; the old metadata stays.
+    #[error("metadata is {0} bytes; the limit is {MAX_META}")]
+    TooLarge(usize),
+    /// The node has left; metadata can no longer change.
+    #[error("the node has left the cluster")]
+    Left,
+}
+
+/// One member's failure detector and membership view, sans IO.
+///
+/// # Call order
+///
+/// 1. [`Node::new`] with the current time, then [`Node::join`] with seeds
+///    (or none, for the first node).
+/// 2. Whenever a datagram arrives: [`Node::handle_datagram`]; a stream
+///    frame: [`Node::handle_stream`]; application traffic from a member:
+///    [`Node::note_traffic`].
+/// 3. When the time returned by [`Node::poll_timeout`] is reached:
+///    [`Node::handle_timeout`]. Calling it early, or twice, does nothing.
+/// 4. After every call above, drain [`Node::poll_transmit`] (send each
+///    packet) and [`Node::poll_event`], then ask [`Node::poll_timeout`] again.
+///
+/// Time is whatever the caller says it is: it must not go backwards. The
+/// node never reads a clock, opens a socket or uses OS randomness; all its
+/// randomness comes from [`Config::rng_seed`].
+#[derive(Debug)]
+pub struct Node<I: Identity> {
+    pub(crate) cfg: Config,
+    pub(crate) cluster: u64,
+    pub(crate) me: I,
+    pub(crate) my_ring: u64,
+    pub(crate) incarnation: u32,
+    pub(crate) meta: Box<[u8]>,
+    pub(crate) left: bool,
+    pub(crate) rng: Xoshiro256PlusPlus,
+    pub(crate) members: FxMap<I, Member<I>>,
+    /// Alive or suspect members, not counting this node.
+    pub(crate) live: usize,
+    // Probing.
+    pub(crate) walk: Vec<I>,
+    pub(crate) walk_pos: usize,
+    pub(crate) walk_round: u64,
+    pub(crate) monitored: Vec<I>,
+    pub(crate) monitor_horizon: u64,
+    pub(crate) probes: Vec<Probe<I>>,
+    pub(crate) relays: Vec<Relay<I>>,
+    pub(crate) next_seq: u32,
+    pub(crate) next_probe: Time,
+    pub(crate) health: u8,
+    // Suspicion.
+    pub(crate) suspicions: FxMap<I, Suspicion<I>>,
+    pub(crate) deadlines: BTreeSet<(Time, I)>,
+    pub(crate) accusers: FxMap<I, AccuserWindow>,
+    // Gossip.
+    pub(crate) broadcasts: Broadcasts<I>,
+    pub(crate) next_gossip: Time,
+    // Sync and recovery.
+    pub(crate) seeds: Vec<I>,
+    pub(crate) next_push_pull: Time,
+    pub(crate) next_seed_retry: Time,
+    pub(crate) in_fallback: bool,
+    pub(crate) next_reconnect: Time,
+    pub(crate) next_reap: Time,
+    pub(crate) sync_tokens: f64,
+    pub(crate) sync_tokens_at: Time,
+    pub(crate) tombstones: Vec<I>,
+    pub(crate) dead_notices: FxMap<I, Time>,
+    // Output.
+    pub(crate) transmits: VecDeque<Transmit<I>>,
+    pub(crate) events: VecDeque<Event<I>>,
+    pub(crate) stats: Stats,
+    pub(crate) last_now: Time,
+}
+
+impl<I: Identity> Node<I> {
+    /// A node named `me`, alone in its cluster until it joins.
+    pub fn new(me: I, cfg: Config, now: Time) -> Result<Self, ConfigError> {
+        cfg.validate()?;
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(cfg.rng_seed);
+        let cluster = cluster_id(&cfg.cluster);
+        let my_ring = ring_position(cluster, &me);
+        // Random phases so that nodes started together do not probe in lockstep.
+        let probe_phase = rng.random_range(0..cfg.probe_interval.as_nanos() as u64);
+        let pp_phase = rng.random_range(0..cfg.push_pull_interval.as_nanos() as u64);
+        let rc_phase = rng.random_range(0..cfg.reconnect_interval.as_nanos() as u64);
+        Ok(Node {
+            cluster,
+            my_ring,
+            incarnation: 0,
+            meta: cfg.meta.clone().into_boxed_slice(),
+            left: false,
+            rng,
+            members: FxMap::default(),
+            live: 0,
+            walk: Vec::new(),
+            walk_pos: 0,
+            walk_round: 0,
+            monitored: Vec::new(),
+            monitor_horizon: u64::MAX,
+            probes: Vec::new(),
+            relays: Vec::new(),
+            next_seq: 1,
+            next_probe: now + Duration::from_nanos(probe_phase),
+            health: 0,
+            suspicions: FxMap::default(),
+            deadlines: BTreeSet::new(),
+            accusers: FxMap::default(),
+            broadcasts: Broadcasts::new(cfg.max_broadcasts),
+            next_gossip: Time::NEVER,
+            seeds: Vec::new(),
+            next_push_pull: now + Duration::from_nanos(pp_phase),
+            next_seed_retry: now + cfg.seed_retry_interval,
+            in_fallback: false,
+            next_reconnect: now + Duration::from_nanos(rc_phase),
+            next_reap: now + Duration::from_secs(10),
+            sync_tokens: f64::from(cfg.sync_replies_per_sec),
+            sync_tokens_at: now,
+            tombstones: Vec::new(),
+            dead_notices: FxMap::default(),
+            transmits: VecDeque::new(),
+            events: VecDeque::new(),
+            stats: Stats::default(),
+            last_now: now,
+            me,
+            cfg,
+        })
+    }
+
+    /// This node's identity.
+    pub fn id(&self) -> &I {
+        &self.me
+    }
+
+    /// This node's incarnation.
+    pub fn incarnation(&self) -> u32 {
+        self.incarnation
+    }
+
+    /// This node's Lifeguard local health score: 0 is healthy, up to
+    /// `awareness_max - 1`; probe interval and timeout are scaled by score + 1.
+    pub fn local_health(&self) -> u8 {
+        self.health
+    }
+
+    /// Whether [`Node::leave`] was called.
+    pub fn has_left(&self) -> bool {
+        self.left
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Every member this node knows of, this node excluded, in no particular order.
+    pub fn members(&self) -> impl Iterator<Item = &Member<I>> {
+        self.members.values()
+    }
+
+    /// One member, if known.
+    pub fn member(&self, id: &I) -> Option<&Member<I>> {
+        self.members.get(id)
+    }
+
+    /// Alive or suspected members, this node excluded.
+    pub fn num_live(&self) -> usize {
+        self.live
+    }
+
+    /// The members this node watches every period (its ring predecessors).
+    pub fn monitored(&self) -> &[I] {
+        &self.monitored
+    }
+
+    /// News waiting to be gossiped.
+    pub fn pending_broadcasts(&self) -> usize {
+        self.broadcasts.len()
+    }
+
+    /// This node's metadata.
+    pub fn metadata(&self) -> &[u8] {
+        &self.meta
+    }
+
+    /// Application traffic was received from `peer`: proof of life that
+    /// spares a probe. Unknown peers are ignored.
+    pub fn note_traffic(&mut self, now: Time, peer: &I) {
+        self.last_now = self.last_now.max(now);
+        if let Some(m) = self.members.get_mut(peer) {
+            if m.state.is_live() {
+                m.last_heard = now;
+                self.withdraw_accusation(peer);
+            }
+        }
+    }
+
+    /// Publishes new metadata (raising the incarnation so it wins everywhere).
+    pub fn set_metadata(&mut self, now: Time, meta: Vec<u8>) -> Result<(), MetadataError> {
+        if self.left {
+            return Err(MetadataError::Left);
+        }
+        if meta.len() > MAX_META {
+            return Err(MetadataError::TooLarge(meta.len()));
+        }
+        self.meta = meta.into_boxed_slice();
+        self.incarnation += 1;
+        self.broadcast_self_alive(now);
+        Ok(())
+    }
+
+    /// Leaves gracefully: announces it to the cluster so peers record it as
+    /// left, not dead. Keep driving the node for a moment so the news spreads.
+    pub fn leave(&mut self, now: Time) -> Result<(), LeaveError> {
+        if self.left {
+            return Err(LeaveError::AlreadyLeft);
+        }
+        self.left = true;
+        self.incarnation += 1;
+        self.probes.clear();
+        self.relays.clear();
+        let msg = Message::Left {
+            member: self.me.clone(),
+            incarnation: self.incarnation,
+        };
+        self.broadcasts
+            .push(Class::Left, (self.me.clone(), None), msg.clone());
+        let targets = self.random_live(2 * self.cfg.gossip_fanout, None);
+        for t in targets {
+            self.send(t, Channel::Datagram, vec![msg.clone()]);
+        }
+        self.next_gossip = now;
+        Ok(())
+    }
+
+    /// Processes a datagram. Bad input is dropped, counted, and changes nothing.
+    pub fn handle_datagram(&mut self, now: Time, bytes: &[u8]) -> Result<(), ReceiveError> {
+        self.stats.datagrams_in += 1;
+        self.stats.datagram_bytes_in += bytes.len() as u64;
+        self.receive(now, bytes, Channel::Datagram)
+    }
+
+    /// Processes a stream frame (state sync, fallback ping).
+    pub fn handle_stream(&mut self, now: Time, bytes: &[u8]) -> Result<(), ReceiveError> {
+        self.stats.streams_in += 1;
+        self.stats.stream_bytes_in += bytes.len() as u64;
+        self.receive(now, bytes, Channel::Stream)
+    }
+
+    fn receive(&mut self, now: Time, bytes: &[u8], channel: Channel) -> Result<(), ReceiveError> {
+        let pkt = match Packet::<I>::decode(bytes, channel, self.cluster) {
+            Ok(p) => p,
+            Err(e) => {
+                self.stats.drop(DropReason::of(&e));
+                return Err(e.into());
+            }
+        };
+        if pkt.header.sender == self.me {
+            self.stats.drop(DropReason::FromSelf);
+            return Err(ReceiveError::FromSelf);
+        }
+        if self.left {
+            self.stats.drop(DropReason::AfterLeave);
+            return Err(ReceiveError::Left);
+        }
+        self.check_pause(now);
+        self.note_header(now, &pkt.header);
+        let from = pkt.header.sender;
+        for msg in pkt.messages {
+            self.dispatch(now, &from, channel, msg);
+        }
+        Ok(())
+    }
+
+    fn dispatch(&mut self, now: Time, from: &I, channel: Channel, msg: Message<I>) {
+        match msg {
+            Message::Ping {
+                seq,
+                target,
+                suspected,
+            } => {
+                if target != self.me {
+                    return;
+                }
+                if let Some(inc) = suspected {
+                    if inc >= self.incarnation {
+                        self.refute(now, inc, Some(from.clone()), false);
+                    }
+                }
+                self.send(from.clone(), channel, vec![Message::Ack { seq }]);
+            }
+            Message::Ack { seq } => self.handle_ack(now, seq, channel),
+            Message::Nack { seq } => self.handle_nack(seq),
+            Message::PingReq {
+                seq,
+                target,
+                suspected,
+            } => self.handle_ping_req(now, from, seq, target, suspected),
+            Message::Alive {
+                member,
+                incarnation,
+                meta,
+            } => self.apply_alive(now, &member, incarnation, Some(meta), true),
+            Message::Suspect {
+                member,
+                incarnation,
+                accuser,
+                accuser_health,
+            } => self.apply_suspect(now, &member, incarnation, &accuser, accuser_health),
+            Message::Dead {
+                member,
+                incarnation,
+                declarer,
+                accusers,
+            } => self.apply_dead(now, &member, incarnation, &declarer, accusers, true),
+            Message::Left {
+                member,
+                incarnation,
+            } => self.apply_left(now, &member, incarnation, true),
+            Message::PushPull {
+                join,
+                reply,
+                members,
+            } => self.handle_push_pull(now, from, join, reply, members),
+        }
+    }
+
+    /// What a packet's header tells about its sender: it is alive at that
+    /// incarnation, with that local health.
+    fn note_header(&mut self, now: Time, h: &Header<I>) {
+        let Some(m) = self.members.get_mut(&h.sender) else {
+            return;
+        };
+        m.last_heard = now;
+        m.health = h.health;
+        let (state, inc) = (m.state, m.incarnation);
+        match state {
+            _ if h.incarnation > inc => {
+                self.apply_alive(now, &h.sender.clone(), h.incarnation, None, true);
+            }
+            MemberState::Dead => {
+                // It does not know it was declared dead: tell it, at most once a period.
+                let last = self.dead_notices.get(&h.sender).copied();
+                if last.is_none_or(|t| now.saturating_since(t) >= self.cfg.probe_interval) {
+                    self.dead_notices.insert(h.sender.clone(), now);
+                    let notice = Message::Dead {
+                        member: h.sender.clone(),
+                        incarnation: inc,
+                        declarer: self.me.clone(),
+                        accusers: self.cfg.corroboration as u8,
+                    };
+                    self.send(h.sender.clone(), Channel::Datagram, vec![notice]);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Processes every timer that is due. Spurious calls do nothing.
+    pub fn handle_timeout(&mut self, now: Time) {
+        self.check_pause(now);
+        if now >= self.next_probe {
+            self.probe_tick(now);
+        }
+        self.probe_deadlines(now);
+        self.suspicion_deadlines(now);
+        if now >= self.next_gossip {
+            self.gossip_tick(now);
+        }
+        if now >= self.next_push_pull {
+            self.push_pull_tick(now);
+        }
+        if now >= self.next_seed_retry {
+            self.seed_tick(now);
+        }
+        if now >= self.next_reconnect {
+            self.reconnect_tick(now);
+        }
+        if now >= self.next_reap {
+            self.reap(now);
+        }
+    }
+
+    /// The next time [`Node::handle_timeout`] has work, if any.
+    pub fn poll_timeout(&self) -> Option<Time> {
+        let t = self.next_deadline();
+        (t != Time::NEVER).then_some(t)
+    }
+
+    fn next_deadline(&self) -> Time {
+        let mut t = self
+            .next_probe
+            .min(self.next_push_pull)
+            .min(self.next_reconnect)
+            .min(self.next_reap);
+        if !self.broadcasts.is_empty() {
+            t = t.min(self.next_gossip);
+        }
+        if self.live == 0 && !self.seeds.is_empty() {
+            t = t.min(self.next_seed_retry);
+        }
+        for p in &self.probes {
+            t = t.min(p.next_deadline());
+        }
+        for r in &self.relays {
+            t = t.min(r.next_deadline());
+        }
+        if let Some((d, _)) = self.deadlines.first() {
+            t = t.min(*d);
+        }
+        t
+    }
+
+    /// Detects that this node itself was paused (stop-the-world, SIGSTOP):
+    /// the caller is far later than the next timer. What was in flight cannot
+    /// be judged, and suspicions get time for refutations to arrive.
+    fn check_pause(&mut self, now: Time) {
+        let expected = self.next_deadline().max(self.last_now);
+        self.last_now = self.last_now.max(now);
+        if expected == Time::NEVER || now <= expected + self.cfg.pause_threshold {
+            return;
+        }
+        self.stats.pauses += 1;
+        self.stats.probes_abandoned += self.probes.len() as u64;
+        self.probes.clear();
+        self.relays.clear();
+        self.bump_health(1);
+        let floor = now + self.cfg.suspicion_min;
+        let late: Vec<(Time, I)> = self.deadlines.range(..(floor, self.me.clone())).cloned().collect();
+        for (d, id) in late {
+            self.deadlines.remove(&(d, id.clone()));
+            self.deadlines.insert((floor, id));
+        }
+        self.next_probe = self.next_probe.max(now);
+        self.push_event(Event::Paused {
+            gap_ms: now.saturating_since(expected).as_millis() as u64,
+        });
+    }
+
+    /// The next packet to send.
+    pub fn poll_transmit(&mut self) -> Option<Transmit<I>> {
+        self.transmits.pop_front()
+    }
+
+    /// The next event.
+    pub fn poll_event(&mut self) -> Option<Event<I>> {
+        self.events.pop_front()
+    }
+
+    pub(crate) fn push_event(&mut self, e: Event<I>) {
+        if self.events.len() >= self.cfg.max_events {
+            self.events.pop_front();
+            self.stats.events_dropped += 1;
+        }
+        self.events.push_back(e);
+    }
+
+    fn header(&self) -> Header<I> {
+        Header {
+            cluster: self.cluster,
+            sender: self.me.clone(),
+            incarnation: self.incarnation,
+            health: self.health,
+        }
+    }
+
+    /// Sends `primary` to `to`; datagrams are topped up with queued news up
+    /// to [`MAX_DATAGRAM`] bytes.
+    pub(crate) fn send(&mut self, to: I, channel: Channel, mut primary: Vec<Message<I>>) {
+        let header = self.header();
+        if channel == Channel::Datagram {
+            let used = header.encoded_len() + primary.iter().map(Message::encoded_len).sum::<usize>();
+            let limit = self.retransmit_limit();
+            self.broadcasts
+                .take(MAX_DATAGRAM.saturating_sub(used), limit, &mut primary);
+        }
+        if primary.is_empty() {
+            return;
+        }
+        let bytes = Packet {
+            header,
+            messages: primary,
+        }
+        .encode();
+        match channel {
+            Channel::Datagram => {
+                debug_assert!(bytes.len() <= MAX_DATAGRAM);
+                self.stats.datagrams_out += 1;
+                self.stats.datagram_bytes_out += bytes.len() as u64;
+                self.stats.largest_datagram = self.stats.largest_datagram.max(bytes.len() as u64);
+            }
+            Channel::Stream => {
+                self.stats.streams_out += 1;
+                self.stats.stream_bytes_out += bytes.len() as u64;
+            }
+        }
+        self.transmits.push_back(Transmit { to, channel, bytes });
+    }
+
+    pub(crate) fn retransmit_limit(&self) -> u32 {
+        let n = (self.live + 2) as f64;
+        (self.cfg.retransmit_mult as f64 * n.log10().ceil()).max(1.0) as u32
+    }
+
+    /// A gossip round: queued news to `gossip_fanout` random live members,
+    /// and to one member recently declared dead.
+    fn gossip_tick(&mut self, now: Time) {
+        if self.broadcasts.is_empty() {
+            self.next_gossip = Time::NEVER;
+            return;
+        }
+        self.next_gossip = now + self.cfg.gossip_interval;
+        let targets = self.random_live(self.cfg.gossip_fanout, None);
+        for t in targets {
+            self.send(t, Channel::Datagram, Vec::new());
+        }
+        if let Some(dead) = self.random_recent_dead(now) {
+            self.send(dead, Channel::Datagram, Vec::new());
+        }
+    }
+
+    /// Queues news and gossips it right away.
+    pub(crate) fn broadcast(&mut self, now: Time, class: Class, key: (I, Option<I>), msg: Message<I>) {
+        self.broadcasts.push(class, key, msg);
+        self.stats.broadcasts_dropped = self.broadcasts.dropped;
+        self.next_gossip = self.next_gossip.min(now);
+    }
+
+    /// Up to `k` distinct random live members, never `except`.
+    pub(crate) fn random_live(&mut self, k: usize, except: Option<&I>) -> Vec<I> {
+        let mut out: Vec<I> = Vec::with_capacity(k);
+        if self.walk.is_empty() || k == 0 {
+            return out;
+        }
+        for _ in 0..k * 4 {
+            if out.len() >= k.min(self.live) {
+                break;
+            }
+            let c = &self.walk[self.rng.random_range(0..self.walk.len())];
+            let ok = self.members.get(c).is_some_and(|m| m.state.is_live())
+                && Some(c) != except
+                && !out.contains(c);
+            if ok {
+                out.push(c.clone());
+            }
+        }
+        out
+    }
+
+    fn random_recent_dead(&mut self, now: Time) -> Option<I> {
+        if self.tombstones.is_empty() {
+            return None;
+        }
+        let c = &self.tombstones[self.rng.random_range(0..self.tombstones.len())];
+        let m = self.members.get(c)?;
+        (m.state == MemberState::Dead
+            && now.saturating_since(m.state_since) < self.cfg.gossip_to_dead)
+            .then(|| c.clone())
+    }
+
+    pub(crate) fn bump_health(&mut self, delta: i32) {
+        let max = i32::from(self.cfg.awareness_max) - 1;
+        self.health = (i32::from(self.health) + delta).clamp(0, max) as u8;
+    }
+
+    /// `d` scaled by the local health multiplier.
+    pub(crate) fn scaled(&self, d: Duration) -> Duration {
+        d * (u32::from(self.health) + 1)
+    }
+
+    pub(crate) fn broadcast_self_alive(&mut self, now: Time) {
+        let msg = Message::Alive {
+            member: self.me.clone(),
+            incarnation: self.incarnation,
+            meta: self.meta.to_vec(),
+        };
+        self.broadcast(now, Class::Alive, (self.me.clone(), None), msg);
+    }
+}
+
+/// A member's position on the monitoring ring: stable across nodes.
+pub(crate) fn ring_position<I: Identity>(cluster: u64, id: &I) -> u64 {
+    let mut buf = Vec::with_capacity(id.encoded_len() + 8);
+    buf.extend_from_slice(&cluster.to_le_bytes());
+    id.encode(&mut buf);
+    // Finalise with a splitmix step so that similar names spread over the ring.
+    let mut z = fnv1a(&buf).wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}

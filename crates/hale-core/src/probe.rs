@@ -1,0 +1,372 @@
+//! Probing: the randomized round-robin walk, ring monitors, direct and
+//! indirect probes, and Lifeguard's local health.
+
+use std::time::Duration;
+
+use rand::seq::SliceRandom;
+use rand::Rng;
+
+use crate::event::{Event, ProbeVisit};
+use crate::identity::Identity;
+use crate::member::MemberState;
+use crate::node::Node;
+use crate::time::Time;
+use crate::wire::{Channel, Message};
+
+/// A probe in flight.
+#[derive(Debug, Clone)]
+pub(crate) struct Probe<I> {
+    pub(crate) seq: u32,
+    pub(crate) target: I,
+    pub(crate) target_inc: u32,
+    pub(crate) direct_deadline: Time,
+    pub(crate) final_deadline: Time,
+    pub(crate) indirect: bool,
+    pub(crate) expected_nacks: u32,
+    pub(crate) nacks: u32,
+}
+
+impl<I> Probe<I> {
+    pub(crate) fn next_deadline(&self) -> Time {
+        if self.indirect {
+            self.final_deadline
+        } else {
+            self.direct_deadline
+        }
+    }
+}
+
+/// A ping we send on behalf of another member's indirect probe.
+#[derive(Debug, Clone)]
+pub(crate) struct Relay<I> {
+    pub(crate) seq: u32,
+    pub(crate) origin: I,
+    pub(crate) origin_seq: u32,
+    pub(crate) nack_at: Time,
+    pub(crate) expires: Time,
+    pub(crate) nacked: bool,
+}
+
+impl<I> Relay<I> {
+    pub(crate) fn next_deadline(&self) -> Time {
+        if self.nacked {
+            self.expires
+        } else {
+            self.nack_at
+        }
+    }
+}
+
+impl<I: Identity> Node<I> {
+    /// One probe period: the next member of the walk, and every quiet monitored member.
+    pub(crate) fn probe_tick(&mut self, now: Time) {
+        self.next_probe = now + self.scaled(self.cfg.probe_interval);
+        if self.left {
+            return;
+        }
+        if let Some(target) = self.next_walk_target() {
+            let outcome = if self.is_fresh(&target, now) {
+                self.stats.probes_skipped_fresh += 1;
+                ProbeVisit::SkippedFresh
+            } else {
+                self.start_probe(now, &target);
+                ProbeVisit::Probed
+            };
+            if self.cfg.trace_probes {
+                let round = self.walk_round;
+                self.push_event(Event::ProbeVisit {
+                    target,
+                    outcome,
+                    round,
+                });
+            }
+        }
+        for i in 0..self.monitored.len() {
+            let target = self.monitored[i].clone();
+            let live = self.members.get(&target).is_some_and(|m| m.state.is_live());
+            if live && !self.is_fresh(&target, now) && !self.probes.iter().any(|p| p.target == target) {
+                self.start_probe(now, &target);
+            }
+        }
+    }
+
+    /// Heard from within the last probe interval, alive, and not itself
+    /// reporting poor health (a node that cannot receive still sends).
+    fn is_fresh(&self, id: &I, now: Time) -> bool {
+        self.cfg.skip_fresh
+            && self.members.get(id).is_some_and(|m| {
+                m.state == MemberState::Alive
+                    && m.health < self.cfg.health_discount
+                    && m.last_heard > Time::ZERO
+                    && now.saturating_since(m.last_heard) < self.cfg.probe_interval
+            })
+    }
+
+    /// The next live member of the walk; the walk is rebuilt and reshuffled
+    /// when it wraps, so each live member is visited once per round.
+    fn next_walk_target(&mut self) -> Option<I> {
+        for _ in 0..=self.walk.len() + 1 {
+            if self.walk_pos >= self.walk.len() {
+                self.rebuild_walk();
+                if self.walk.is_empty() {
+                    return None;
+                }
+            }
+            #[cfg(feature = "fault-injection")]
+            let idx = match self.cfg.fault {
+                Some(crate::config::Fault::RepeatFirstTarget) => 0,
+                None => self.walk_pos,
+            };
+            #[cfg(not(feature = "fault-injection"))]
+            let idx = self.walk_pos;
+            self.walk_pos += 1;
+            let c = &self.walk[idx];
+            if self.members.get(c).is_some_and(|m| m.state.is_live()) {
+                return Some(c.clone());
+            }
+        }
+        None
+    }
+
+    fn rebuild_walk(&mut self) {
+        self.walk.clear();
+        for m in self.members.values_mut() {
+            m.in_walk = m.state.is_live();
+            if m.in_walk {
+                self.walk.push(m.id.clone());
+            }
+        }
+        // The map's order is deterministic but not meaningful: sort, then shuffle.
+        self.walk.sort_unstable();
+        self.walk.shuffle(&mut self.rng);
+        self.walk_pos = 0;
+        self.walk_round += 1;
+    }
+
+    /// Puts a member that became live into the not-yet-visited part of the walk.
+    pub(crate) fn walk_insert(&mut self, id: &I) {
+        let Some(m) = self.members.get_mut(id) else {
+            return;
+        };
+        if m.in_walk {
+            return;
+        }
+        m.in_walk = true;
+        let pos = self.rng.random_range(self.walk_pos..=self.walk.len());
+        self.walk.push(id.clone());
+        let last = self.walk.len() - 1;
+        self.walk.swap(pos, last);
+    }
+
+    /// Recomputes the monitored set if a change of `id` can affect it.
+    pub(crate) fn monitors_changed(&mut self, id: &I) {
+        let Some(m) = self.members.get(id) else {
+            return;
+        };
+        let dist = self.my_ring.wrapping_sub(m.ring);
+        let relevant = if m.state.is_live() {
+            self.monitored.len() < self.cfg.monitors || dist < self.monitor_horizon
+        } else {
+            self.monitored.contains(id)
+        };
+        if relevant {
+            self.recompute_monitors();
+        }
+    }
+
+    /// The `monitors` live members closest before this node on the ring.
+    fn recompute_monitors(&mut self) {
+        let k = self.cfg.monitors;
+        let mut best: Vec<(u64, I)> = Vec::with_capacity(k + 1);
+        for m in self.members.values() {
+            if !m.state.is_live() {
+                continue;
+            }
+            let d = self.my_ring.wrapping_sub(m.ring);
+            if best.len() < k || best.last().is_some_and(|(bd, _)| d < *bd) {
+                let pos = best.partition_point(|(bd, _)| *bd <= d);
+                best.insert(pos, (d, m.id.clone()));
+                best.truncate(k);
+            }
+        }
+        self.monitor_horizon = if best.len() < k {
+            u64::MAX
+        } else {
+            best.last().map_or(u64::MAX, |(d, _)| *d)
+        };
+        self.monitored = best.into_iter().map(|(_, id)| id).collect();
+    }
+
+    fn start_probe(&mut self, now: Time, target: &I) {
+        let Some(m) = self.members.get(target) else {
+            return;
+        };
+        let suspected = (m.state == MemberState::Suspect).then_some(m.incarnation);
+        let target_inc = m.incarnation;
+        let seq = self.next_seq();
+        self.stats.probes += 1;
+        self.probes.push(Probe {
+            seq,
+            target: target.clone(),
+            target_inc,
+            direct_deadline: now + self.scaled(self.cfg.probe_timeout),
+            final_deadline: now + self.scaled(self.cfg.probe_interval),
+            indirect: false,
+            expected_nacks: 0,
+            nacks: 0,
+        });
+        let ping = Message::Ping {
+            seq,
+            target: target.clone(),
+            suspected,
+        };
+        self.send(target.clone(), Channel::Datagram, vec![ping]);
+    }
+
+    pub(crate) fn fresh_seq(&mut self) -> u32 {
+        self.next_seq()
+    }
+
+    fn next_seq(&mut self) -> u32 {
+        let s = self.next_seq;
+        self.next_seq = self.next_seq.wrapping_add(1).max(1);
+        s
+    }
+
+    /// Moves probes and relays whose deadlines passed.
+    pub(crate) fn probe_deadlines(&mut self, now: Time) {
+        let mut i = 0;
+        while i < self.probes.len() {
+            let p = &self.probes[i];
+            if !p.indirect && now >= p.direct_deadline {
+                self.start_indirect(i);
+            }
+            if now >= self.probes[i].final_deadline {
+                let p = self.probes.swap_remove(i);
+                self.probe_failed(now, p);
+                continue;
+            }
+            i += 1;
+        }
+        let mut i = 0;
+        while i < self.relays.len() {
+            let r = &mut self.relays[i];
+            if !r.nacked && now >= r.nack_at {
+                r.nacked = true;
+                let (origin, seq) = (r.origin.clone(), r.origin_seq);
+                self.send(origin, Channel::Datagram, vec![Message::Nack { seq }]);
+            }
+            if now >= self.relays[i].expires {
+                self.relays.swap_remove(i);
+                continue;
+            }
+            i += 1;
+        }
+    }
+
+    fn start_indirect(&mut self, i: usize) {
+        let target = self.probes[i].target.clone();
+        let seq = self.probes[i].seq;
+        let suspected = self
+            .members
+            .get(&target)
+            .and_then(|m| (m.state == MemberState::Suspect).then_some(m.incarnation));
+        let relays = self.random_live(self.cfg.indirect_probes, Some(&target));
+        self.probes[i].indirect = true;
+        self.probes[i].expected_nacks = relays.len() as u32;
+        for r in relays {
+            let req = Message::PingReq {
+                seq,
+                target: target.clone(),
+                suspected,
+            };
+            self.send(r, Channel::Datagram, vec![req]);
+        }
+        if self.cfg.stream_fallback_probe {
+            let ping = Message::Ping {
+                seq,
+                target: target.clone(),
+                suspected,
+            };
+            self.send(target, Channel::Stream, vec![ping]);
+        }
+    }
+
+    fn probe_failed(&mut self, now: Time, p: Probe<I>) {
+        self.stats.probe_failures += 1;
+        // Lifeguard: missing nacks mean *we* may be the problem.
+        let delta = if p.expected_nacks > 0 {
+            p.expected_nacks.saturating_sub(p.nacks) as i32
+        } else {
+            1
+        };
+        self.bump_health(delta);
+        let Some(m) = self.members.get(&p.target) else {
+            return;
+        };
+        if m.state.is_live() && m.incarnation == p.target_inc {
+            let (target, inc, health) = (p.target.clone(), m.incarnation, self.health);
+            let me = self.me.clone();
+            self.apply_suspect(now, &target, inc, &me, health);
+        }
+    }
+
+    pub(crate) fn handle_ack(&mut self, now: Time, seq: u32, channel: Channel) {
+        if let Some(i) = self.probes.iter().position(|p| p.seq == seq) {
+            let p = self.probes.swap_remove(i);
+            self.stats.acks += 1;
+            if channel == Channel::Stream {
+                self.stats.fallback_acks += 1;
+            }
+            self.bump_health(-1);
+            if let Some(m) = self.members.get_mut(&p.target) {
+                m.last_heard = m.last_heard.max(now);
+            }
+            self.withdraw_accusation(&p.target);
+        } else if let Some(i) = self.relays.iter().position(|r| r.seq == seq) {
+            let r = self.relays.swap_remove(i);
+            self.send(r.origin, Channel::Datagram, vec![Message::Ack { seq: r.origin_seq }]);
+        }
+    }
+
+    pub(crate) fn handle_nack(&mut self, seq: u32) {
+        if let Some(p) = self.probes.iter_mut().find(|p| p.seq == seq && p.indirect) {
+            p.nacks += 1;
+            self.stats.nacks += 1;
+        }
+    }
+
+    pub(crate) fn handle_ping_req(
+        &mut self,
+        now: Time,
+        from: &I,
+        origin_seq: u32,
+        target: I,
+        suspected: Option<u32>,
+    ) {
+        if target == self.me {
+            self.send(from.clone(), Channel::Datagram, vec![Message::Ack { seq: origin_seq }]);
+            return;
+        }
+        if self.relays.len() >= 64 {
+            return; // Bounded: an overloaded relay stays silent; the prober counts a missing nack.
+        }
+        self.stats.relays += 1;
+        let seq = self.next_seq();
+        let timeout = self.cfg.probe_timeout;
+        self.relays.push(Relay {
+            seq,
+            origin: from.clone(),
+            origin_seq,
+            nack_at: now + timeout.mul_f64(0.8),
+            expires: now + self.cfg.probe_interval + Duration::from_millis(1),
+            nacked: false,
+        });
+        let ping = Message::Ping {
+            seq,
+            target: target.clone(),
+            suspected,
+        };
+        self.send(target, Channel::Datagram, vec![ping]);
+    }
+}

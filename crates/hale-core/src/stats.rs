@@ -1,0 +1,134 @@
+//! Counters a node keeps about itself, for metrics and reports.
+
+use crate::wire::DecodeError;
+
+/// Why an incoming packet was dropped without being processed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DropReason {
+    /// Larger than the channel allows.
+    Oversize,
+    /// Not hale's magic bytes.
+    BadMagic,
+    /// A wire version this build does not speak.
+    Version,
+    /// Another cluster's identifier.
+    ForeignCluster,
+    /// Truncated or malformed.
+    Malformed,
+    /// Sent by this node itself.
+    FromSelf,
+    /// Arrived after this node left the cluster.
+    AfterLeave,
+}
+
+impl DropReason {
+    /// Every reason, in a stable order.
+    pub const ALL: [DropReason; 7] = [
+        DropReason::Oversize,
+        DropReason::BadMagic,
+        DropReason::Version,
+        DropReason::ForeignCluster,
+        DropReason::Malformed,
+        DropReason::FromSelf,
+        DropReason::AfterLeave,
+    ];
+
+    /// Label used in metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DropReason::Oversize => "oversize",
+            DropReason::BadMagic => "bad_magic",
+            DropReason::Version => "version",
+            DropReason::ForeignCluster => "foreign_cluster",
+            DropReason::Malformed => "malformed",
+            DropReason::FromSelf => "from_self",
+            DropReason::AfterLeave => "after_leave",
+        }
+    }
+
+    pub(crate) fn of(e: &DecodeError) -> DropReason {
+        match e {
+            DecodeError::Oversize(_) => DropReason::Oversize,
+            DecodeError::BadMagic => DropReason::BadMagic,
+            DecodeError::Version(_) => DropReason::Version,
+            DecodeError::ForeignCluster => DropReason::ForeignCluster,
+            DecodeError::Truncated | DecodeError::Invalid(_) | DecodeError::Trailing => {
+                DropReason::Malformed
+            }
+        }
+    }
+}
+
+/// Monotonic counters (never reset).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Datagrams received (before decoding).
+    pub datagrams_in: u64,
+    /// Datagram bytes received.
+    pub datagram_bytes_in: u64,
+    /// Datagrams sent.
+    pub datagrams_out: u64,
+    /// Datagram bytes sent.
+    pub datagram_bytes_out: u64,
+    /// Stream frames received.
+    pub streams_in: u64,
+    /// Stream bytes received.
+    pub stream_bytes_in: u64,
+    /// Stream frames sent.
+    pub streams_out: u64,
+    /// Stream bytes sent.
+    pub stream_bytes_out: u64,
+    /// Largest datagram sent.
+    pub largest_datagram: u64,
+    /// Probes started (direct pings).
+    pub probes: u64,
+    /// Round-robin visits skipped because the member was heard from recently.
+    pub probes_skipped_fresh: u64,
+    /// Probes answered.
+    pub acks: u64,
+    /// Probes answered only over the stream fallback.
+    pub fallback_acks: u64,
+    /// Nacks received from indirect probers.
+    pub nacks: u64,
+    /// Probes that failed.
+    pub probe_failures: u64,
+    /// Probes dropped unjudged because this node was paused.
+    pub probes_abandoned: u64,
+    /// Ping-reqs relayed for others.
+    pub relays: u64,
+    /// Suspicions started here (of any member, by any accuser).
+    pub suspicions: u64,
+    /// Accusations discounted (unhealthy or over-eager accuser).
+    pub discounted_accusations: u64,
+    /// Times this node refuted a suspicion or death of itself.
+    pub refutations: u64,
+    /// Members this node declared dead on its own verdict.
+    pub deaths_declared: u64,
+    /// Death verdicts of others accepted here.
+    pub deaths_accepted: u64,
+    /// Suspicions that expired without a verdict (not enough accusers).
+    pub suspicions_expired: u64,
+    /// Full-state syncs started.
+    pub syncs: u64,
+    /// Full-state sync replies refused by the rate limit.
+    pub sync_replies_refused: u64,
+    /// News dropped because the broadcast queue was full.
+    pub broadcasts_dropped: u64,
+    /// Events dropped because nobody polled them.
+    pub events_dropped: u64,
+    /// Pauses detected.
+    pub pauses: u64,
+    /// Packets dropped, by reason (indexed like [`DropReason::ALL`]).
+    pub dropped: [u64; 7],
+}
+
+impl Stats {
+    /// Packets dropped for `reason`.
+    pub fn dropped(&self, reason: DropReason) -> u64 {
+        self.dropped[reason as usize]
+    }
+
+    pub(crate) fn drop(&mut self, reason: DropReason) {
+        self.dropped[reason as usize] += 1;
+    }
+}

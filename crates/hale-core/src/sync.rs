@@ -1,0 +1,196 @@
+//! Anti-entropy: full-state push/pull over the stream channel, joining
+//! through seeds, falling back to seeds when alone, and reconnecting to
+//! members declared dead so that partitions heal.
+
+use std::time::Duration;
+
+use rand::Rng;
+
+use crate::event::Event;
+use crate::identity::Identity;
+use crate::member::MemberState;
+use crate::node::Node;
+use crate::time::Time;
+use crate::wire::{Channel, MemberRecord, Message, WireState};
+
+impl<I: Identity> Node<I> {
+    /// Joins the cluster through `seeds` (their identities). Contacts every
+    /// seed at once and again every `seed_retry_interval` while no member is
+    /// live. Passing no seeds starts a new cluster.
+    pub fn join(&mut self, now: Time, seeds: impl IntoIterator<Item = I>) {
+        self.seeds = seeds.into_iter().filter(|s| *s != self.me).collect();
+        self.seeds.sort_unstable();
+        self.seeds.dedup();
+        self.contact_seeds(now);
+    }
+
+    /// Loads a member list from a trusted snapshot (a saved state, or a
+    /// simulator's warm start): every record is merged as if received in a
+    /// full-state sync, without gossiping it.
+    pub fn restore(&mut self, now: Time, records: impl IntoIterator<Item = MemberRecord<I>>) {
+        for r in records {
+            self.merge_record(now, None, r);
+        }
+    }
+
+    /// Every member known here, this node first, as sent in a full-state sync.
+    pub fn state_records(&self) -> Vec<MemberRecord<I>> {
+        let mut out = Vec::with_capacity(self.members.len() + 1);
+        out.push(MemberRecord {
+            id: self.me.clone(),
+            incarnation: self.incarnation,
+            state: if self.left {
+                WireState::Left
+            } else {
+                WireState::Alive
+            },
+            meta: self.meta.to_vec(),
+        });
+        for m in self.members.values() {
+            out.push(MemberRecord {
+                id: m.id.clone(),
+                incarnation: m.incarnation,
+                state: m.state.wire(),
+                meta: m.meta.to_vec(),
+            });
+        }
+        out
+    }
+
+    fn contact_seeds(&mut self, now: Time) {
+        self.next_seed_retry = now + self.jitter(self.cfg.seed_retry_interval);
+        if self.seeds.is_empty() || self.left {
+            return;
+        }
+        let records = self.state_records();
+        for seed in self.seeds.clone() {
+            self.stats.syncs += 1;
+            let msg = Message::PushPull {
+                join: true,
+                reply: true,
+                members: records.clone(),
+            };
+            self.send(seed, Channel::Stream, vec![msg]);
+        }
+    }
+
+    /// `d` plus or minus up to 10%, so that nodes drift apart.
+    fn jitter(&mut self, d: Duration) -> Duration {
+        d.mul_f64(self.rng.random_range(0.9..1.1))
+    }
+
+    pub(crate) fn seed_tick(&mut self, now: Time) {
+        if self.live == 0 && !self.seeds.is_empty() && !self.left {
+            if !self.in_fallback && self.members.values().any(|m| !m.state.is_live()) {
+                self.in_fallback = true;
+                self.push_event(Event::SeedFallback);
+            }
+            self.contact_seeds(now);
+        } else {
+            self.next_seed_retry = now + self.cfg.seed_retry_interval;
+        }
+    }
+
+    pub(crate) fn push_pull_interval(&self) -> Duration {
+        let scale = (self.live + 1).div_ceil(self.cfg.push_pull_scale).max(1);
+        self.cfg.push_pull_interval * scale as u32
+    }
+
+    pub(crate) fn push_pull_tick(&mut self, now: Time) {
+        // Spread over half to one and a half intervals, so that nodes started
+        // together do not sync in waves.
+        let interval = self.push_pull_interval().mul_f64(self.rng.random_range(0.5..1.5));
+        self.next_push_pull = now + interval;
+        if self.left {
+            return;
+        }
+        if let Some(peer) = self.random_live(1, None).pop() {
+            self.stats.syncs += 1;
+            let msg = Message::PushPull {
+                join: false,
+                reply: true,
+                members: self.state_records(),
+            };
+            self.send(peer, Channel::Stream, vec![msg]);
+        }
+    }
+
+    /// Pings a random member declared dead. If it is alive on the other side
+    /// of a healed partition, the dead notices both sides send each other make
+    /// both refute, and the refutations spread on each side. A ping, not a
+    /// full-state sync: every node does this, and the target is usually
+    /// really dead.
+    pub(crate) fn reconnect_tick(&mut self, now: Time) {
+        self.next_reconnect = now + self.jitter(self.cfg.reconnect_interval);
+        if self.left || self.tombstones.is_empty() {
+            return;
+        }
+        let c = self.tombstones[self.rng.random_range(0..self.tombstones.len())].clone();
+        if self.members.get(&c).is_some_and(|m| m.state == MemberState::Dead) {
+            let seq = self.fresh_seq();
+            let ping = Message::Ping {
+                seq,
+                target: c.clone(),
+                suspected: None,
+            };
+            self.send(c, Channel::Datagram, vec![ping]);
+        }
+    }
+
+    pub(crate) fn handle_push_pull(
+        &mut self,
+        now: Time,
+        from: &I,
+        _join: bool,
+        reply: bool,
+        members: Vec<MemberRecord<I>>,
+    ) {
+        for r in members {
+            self.merge_record(now, Some(from), r);
+        }
+        if reply {
+            // Bounded: a token bucket caps full-state replies per second.
+            let rate = f64::from(self.cfg.sync_replies_per_sec);
+            let elapsed = now.saturating_since(self.sync_tokens_at).as_secs_f64();
+            self.sync_tokens = (self.sync_tokens + elapsed * rate).min(rate);
+            self.sync_tokens_at = now;
+            if self.sync_tokens >= 1.0 {
+                self.sync_tokens -= 1.0;
+                let msg = Message::PushPull {
+                    join: false,
+                    reply: false,
+                    members: self.state_records(),
+                };
+                self.send(from.clone(), Channel::Stream, vec![msg]);
+            } else {
+                self.stats.sync_replies_refused += 1;
+            }
+        }
+    }
+
+    /// Merges one record of a full-state sync from `from` (None: a restore).
+    /// Only news about the sender itself is re-gossiped: bulk state is old
+    /// news to everyone else, and gossiping it would flood the cluster on joins.
+    fn merge_record(&mut self, now: Time, from: Option<&I>, r: MemberRecord<I>) {
+        let about_sender = from == Some(&r.id);
+        let declarer = from.cloned().unwrap_or_else(|| self.me.clone());
+        match r.state {
+            WireState::Alive | WireState::Suspect => {
+                self.apply_alive(now, &r.id, r.incarnation, Some(r.meta), about_sender);
+            }
+            WireState::Dead => {
+                if !self.members.contains_key(&r.id) && r.id != self.me {
+                    return; // Never learn of a member through its death.
+                }
+                let accusers = self.cfg.corroboration as u8;
+                self.apply_dead(now, &r.id, r.incarnation, &declarer, accusers, false);
+            }
+            WireState::Left => {
+                if !self.members.contains_key(&r.id) && r.id != self.me {
+                    return;
+                }
+                self.apply_left(now, &r.id, r.incarnation, about_sender);
+            }
+        }
+    }
+}

@@ -1,0 +1,633 @@
+//! The wire format: versioned, compact, total decoding.
+//!
+//! Every datagram and stream frame starts with a header:
+//!
+//! ```text
+//! magic "HL" | version u8 | cluster id u64 LE | sender Identity
+//!   | sender incarnation varint | sender local health u8 | message count u8
+//! ```
+//!
+//! followed by `count` messages, each a tag byte and its fields. Integers
+//! are LEB128 varints unless noted. Decoding never panics and never
+//! allocates more than a small multiple of the input's length: every count
+//! is checked against the bytes that remain before anything is reserved.
+
+use crate::identity::Identity;
+
+/// First two bytes of every packet.
+pub const MAGIC: [u8; 2] = *b"HL";
+/// The wire version this build speaks.
+pub const VERSION: u8 = 1;
+/// Largest datagram hale ever sends (fits a 1280-byte IPv6 minimum MTU with
+/// headers to spare).
+pub const MAX_DATAGRAM: usize = 1200;
+/// Largest user metadata a member may carry.
+pub const MAX_META: usize = 512;
+/// Largest stream frame accepted (a full-state sync of a very large cluster).
+pub const MAX_STREAM_FRAME: usize = 32 * 1024 * 1024;
+/// Most messages in one packet.
+pub const MAX_MESSAGES: usize = 255;
+
+/// Why bytes could not be decoded. Nothing is changed by a failed decode.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    /// The input ended inside a field.
+    #[error("packet truncated")]
+    Truncated,
+    /// The first bytes were not hale's magic.
+    #[error("not a hale packet (bad magic)")]
+    BadMagic,
+    /// The packet speaks a wire version this build does not.
+    #[error("unsupported wire version {0}")]
+    Version(u8),
+    /// The packet belongs to another cluster.
+    #[error("packet from another cluster")]
+    ForeignCluster,
+    /// A field held a value outside its range.
+    #[error("invalid field: {0}")]
+    Invalid(&'static str),
+    /// The packet was larger than allowed for its channel.
+    #[error("packet of {0} bytes exceeds the limit")]
+    Oversize(usize),
+    /// Bytes were left over after the last message.
+    #[error("trailing bytes after the last message")]
+    Trailing,
+}
+
+/// A cursor over input bytes; every read is bounds-checked.
+#[derive(Debug)]
+pub struct Reader<'a> {
+    buf: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    /// A reader over `buf`.
+    pub fn new(buf: &'a [u8]) -> Self {
+        Reader { buf }
+    }
+    /// Bytes not yet read.
+    pub fn remaining(&self) -> usize {
+        self.buf.len()
+    }
+    /// Reads one byte.
+    pub fn u8(&mut self) -> Result<u8, DecodeError> {
+        let (&b, rest) = self.buf.split_first().ok_or(DecodeError::Truncated)?;
+        self.buf = rest;
+        Ok(b)
+    }
+    /// Reads `n` bytes.
+    pub fn bytes(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
+        if n > self.buf.len() {
+            return Err(DecodeError::Truncated);
+        }
+        let (head, rest) = self.buf.split_at(n);
+        self.buf = rest;
+        Ok(head)
+    }
+    /// Reads a fixed-size array.
+    pub fn array<const N: usize>(&mut self) -> Result<[u8; N], DecodeError> {
+        let b = self.bytes(N)?;
+        let mut out = [0u8; N];
+        out.copy_from_slice(b);
+        Ok(out)
+    }
+    /// Reads a LEB128 varint of at most 64 bits.
+    pub fn varint(&mut self) -> Result<u64, DecodeError> {
+        let mut out = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = self.u8()?;
+            out |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                if shift == 63 && b > 1 {
+                    return Err(DecodeError::Invalid("varint overflow"));
+                }
+                return Ok(out);
+            }
+        }
+        Err(DecodeError::Invalid("varint too long"))
+    }
+    /// Reads a varint that must fit a `u32`.
+    pub fn varint32(&mut self) -> Result<u32, DecodeError> {
+        u32::try_from(self.varint()?).map_err(|_| DecodeError::Invalid("varint exceeds u32"))
+    }
+}
+
+/// Appends a LEB128 varint.
+pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// Bytes `put_varint` writes for `v`.
+pub fn varint_len(v: u64) -> usize {
+    let bits = 64 - v.max(1).leading_zeros() as usize;
+    bits.div_ceil(7).max(1)
+}
+
+/// What every packet says about its sender.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Header<I> {
+    /// The cluster the packet belongs to.
+    pub cluster: u64,
+    /// Who sent it.
+    pub sender: I,
+    /// The sender's current incarnation (its own word on its liveness).
+    pub incarnation: u32,
+    /// The sender's Lifeguard local health score (0 = healthy).
+    pub health: u8,
+}
+
+/// A state of a member as carried in a full-state sync.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum WireState {
+    /// Alive.
+    Alive = 0,
+    /// Suspected.
+    Suspect = 1,
+    /// Declared dead.
+    Dead = 2,
+    /// Left gracefully.
+    Left = 3,
+}
+
+/// One member in a full-state sync.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberRecord<I> {
+    /// The member.
+    pub id: I,
+    /// Its incarnation.
+    pub incarnation: u32,
+    /// Its state in the sender's view.
+    pub state: WireState,
+    /// Its metadata.
+    pub meta: Vec<u8>,
+}
+
+/// One protocol message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Message<I> {
+    /// Are you alive? `suspected` carries the buddy-system notice: the prober
+    /// suspects the target at that incarnation, so it can refute at once.
+    Ping {
+        /// Sequence number echoed by the ack.
+        seq: u32,
+        /// Who the ping is for (a misdirected ping is ignored).
+        target: I,
+        /// The incarnation at which the prober suspects the target.
+        suspected: Option<u32>,
+    },
+    /// Answer to a ping (possibly forwarded by an indirect prober).
+    Ack {
+        /// Sequence number of the ping.
+        seq: u32,
+    },
+    /// An indirect prober could not reach the target in time.
+    Nack {
+        /// Sequence number of the ping-req.
+        seq: u32,
+    },
+    /// Please ping `target` for me and forward its ack.
+    PingReq {
+        /// Sequence number to answer with.
+        seq: u32,
+        /// Who to ping.
+        target: I,
+        /// Buddy-system notice passed on to the target.
+        suspected: Option<u32>,
+    },
+    /// A member is alive at an incarnation, with its metadata.
+    Alive {
+        /// The member.
+        member: I,
+        /// Its incarnation.
+        incarnation: u32,
+        /// Its metadata.
+        meta: Vec<u8>,
+    },
+    /// `accuser` suspects `member`.
+    Suspect {
+        /// The suspected member.
+        member: I,
+        /// Its incarnation as the accuser knows it.
+        incarnation: u32,
+        /// Who suspects it.
+        accuser: I,
+        /// The accuser's local health when it accused.
+        accuser_health: u8,
+    },
+    /// `declarer` reached a death verdict on evidence from `accusers` healthy observers.
+    Dead {
+        /// The dead member.
+        member: I,
+        /// Its incarnation.
+        incarnation: u32,
+        /// Who reached the verdict.
+        declarer: I,
+        /// How many independent healthy accusers the verdict rested on.
+        accusers: u8,
+    },
+    /// A member left gracefully.
+    Left {
+        /// The member.
+        member: I,
+        /// Its final incarnation.
+        incarnation: u32,
+    },
+    /// Full-state sync (stream only).
+    PushPull {
+        /// The sender is joining and wants the state back even if rate limited.
+        join: bool,
+        /// The receiver should answer with its own state.
+        reply: bool,
+        /// The sender's whole member list.
+        members: Vec<MemberRecord<I>>,
+    },
+}
+
+const TAG_PING: u8 = 1;
+const TAG_ACK: u8 = 2;
+const TAG_NACK: u8 = 3;
+const TAG_PING_REQ: u8 = 4;
+const TAG_ALIVE: u8 = 5;
+const TAG_SUSPECT: u8 = 6;
+const TAG_DEAD: u8 = 7;
+const TAG_LEFT: u8 = 8;
+const TAG_PUSH_PULL: u8 = 9;
+
+impl<I: Identity> Message<I> {
+    /// Appends the wire form to `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Message::Ping {
+                seq,
+                target,
+                suspected,
+            }
+            | Message::PingReq {
+                seq,
+                target,
+                suspected,
+            } => {
+                out.push(if matches!(self, Message::Ping { .. }) {
+                    TAG_PING
+                } else {
+                    TAG_PING_REQ
+                });
+                put_varint(out, u64::from(*seq));
+                target.encode(out);
+                match suspected {
+                    None => out.push(0),
+                    Some(inc) => {
+                        out.push(1);
+                        put_varint(out, u64::from(*inc));
+                    }
+                }
+            }
+            Message::Ack { seq } => {
+                out.push(TAG_ACK);
+                put_varint(out, u64::from(*seq));
+            }
+            Message::Nack { seq } => {
+                out.push(TAG_NACK);
+                put_varint(out, u64::from(*seq));
+            }
+            Message::Alive {
+                member,
+                incarnation,
+                meta,
+            } => {
+                out.push(TAG_ALIVE);
+                member.encode(out);
+                put_varint(out, u64::from(*incarnation));
+                put_varint(out, meta.len() as u64);
+                out.extend_from_slice(meta);
+            }
+            Message::Suspect {
+                member,
+                incarnation,
+                accuser,
+                accuser_health,
+            } => {
+                out.push(TAG_SUSPECT);
+                member.encode(out);
+                put_varint(out, u64::from(*incarnation));
+                accuser.encode(out);
+                out.push(*accuser_health);
+            }
+            Message::Dead {
+                member,
+                incarnation,
+                declarer,
+                accusers,
+            } => {
+                out.push(TAG_DEAD);
+                member.encode(out);
+                put_varint(out, u64::from(*incarnation));
+                declarer.encode(out);
+                out.push(*accusers);
+            }
+            Message::Left {
+                member,
+                incarnation,
+            } => {
+                out.push(TAG_LEFT);
+                member.encode(out);
+                put_varint(out, u64::from(*incarnation));
+            }
+            Message::PushPull {
+                join,
+                reply,
+                members,
+            } => {
+                out.push(TAG_PUSH_PULL);
+                out.push(u8::from(*join) | (u8::from(*reply) << 1));
+                put_varint(out, members.len() as u64);
+                for m in members {
+                    m.id.encode(out);
+                    put_varint(out, u64::from(m.incarnation));
+                    out.push(m.state as u8);
+                    put_varint(out, m.meta.len() as u64);
+                    out.extend_from_slice(&m.meta);
+                }
+            }
+        }
+    }
+
+    /// Bytes `encode` writes.
+    pub fn encoded_len(&self) -> usize {
+        let v = |x: u32| varint_len(u64::from(x));
+        match self {
+            Message::Ping {
+                seq,
+                target,
+                suspected,
+            }
+            | Message::PingReq {
+                seq,
+                target,
+                suspected,
+            } => 1 + v(*seq) + target.encoded_len() + 1 + suspected.map_or(0, v),
+            Message::Ack { seq } | Message::Nack { seq } => 1 + v(*seq),
+            Message::Alive {
+                member,
+                incarnation,
+                meta,
+            } => {
+                1 + member.encoded_len()
+                    + v(*incarnation)
+                    + varint_len(meta.len() as u64)
+                    + meta.len()
+            }
+            Message::Suspect {
+                member,
+                incarnation,
+                accuser,
+                ..
+            } => 1 + member.encoded_len() + v(*incarnation) + accuser.encoded_len() + 1,
+            Message::Dead {
+                member,
+                incarnation,
+                declarer,
+                ..
+            } => 1 + member.encoded_len() + v(*incarnation) + declarer.encoded_len() + 1,
+            Message::Left {
+                member,
+                incarnation,
+            } => 1 + member.encoded_len() + v(*incarnation),
+            Message::PushPull { members, .. } => {
+                let body: usize = members
+                    .iter()
+                    .map(|m| {
+                        m.id.encoded_len()
+                            + v(m.incarnation)
+                            + 1
+                            + varint_len(m.meta.len() as u64)
+                            + m.meta.len()
+                    })
+                    .sum();
+                2 + varint_len(members.len() as u64) + body
+            }
+        }
+    }
+
+    fn decode(r: &mut Reader<'_>, stream: bool) -> Result<Self, DecodeError> {
+        let tag = r.u8()?;
+        Ok(match tag {
+            TAG_PING | TAG_PING_REQ => {
+                let seq = r.varint32()?;
+                let target = I::decode(r)?;
+                let suspected = match r.u8()? {
+                    0 => None,
+                    1 => Some(r.varint32()?),
+                    _ => return Err(DecodeError::Invalid("suspected flag")),
+                };
+                if tag == TAG_PING {
+                    Message::Ping {
+                        seq,
+                        target,
+                        suspected,
+                    }
+                } else {
+                    Message::PingReq {
+                        seq,
+                        target,
+                        suspected,
+                    }
+                }
+            }
+            TAG_ACK => Message::Ack {
+                seq: r.varint32()?,
+            },
+            TAG_NACK => Message::Nack {
+                seq: r.varint32()?,
+            },
+            TAG_ALIVE => Message::Alive {
+                member: I::decode(r)?,
+                incarnation: r.varint32()?,
+                meta: read_meta(r)?,
+            },
+            TAG_SUSPECT => Message::Suspect {
+                member: I::decode(r)?,
+                incarnation: r.varint32()?,
+                accuser: I::decode(r)?,
+                accuser_health: r.u8()?,
+            },
+            TAG_DEAD => Message::Dead {
+                member: I::decode(r)?,
+                incarnation: r.varint32()?,
+                declarer: I::decode(r)?,
+                accusers: r.u8()?,
+            },
+            TAG_LEFT => Message::Left {
+                member: I::decode(r)?,
+                incarnation: r.varint32()?,
+            },
+            TAG_PUSH_PULL if stream => {
+                let flags = r.u8()?;
+                if flags > 3 {
+                    return Err(DecodeError::Invalid("push-pull flags"));
+                }
+                let count = r.varint()?;
+                // Each record takes at least 4 bytes: never reserve more than the input could hold.
+                if count > (r.remaining() / 4) as u64 {
+                    return Err(DecodeError::Invalid("member count exceeds packet"));
+                }
+                let mut members = Vec::with_capacity(count as usize);
+                for _ in 0..count {
+                    let id = I::decode(r)?;
+                    let incarnation = r.varint32()?;
+                    let state = match r.u8()? {
+                        0 => WireState::Alive,
+                        1 => WireState::Suspect,
+                        2 => WireState::Dead,
+                        3 => WireState::Left,
+                        _ => return Err(DecodeError::Invalid("member state")),
+                    };
+                    let meta = read_meta(r)?;
+                    members.push(MemberRecord {
+                        id,
+                        incarnation,
+                        state,
+                        meta,
+                    });
+                }
+                Message::PushPull {
+                    join: flags & 1 != 0,
+                    reply: flags & 2 != 0,
+                    members,
+                }
+            }
+            TAG_PUSH_PULL => return Err(DecodeError::Invalid("push-pull in a datagram")),
+            _ => return Err(DecodeError::Invalid("message tag")),
+        })
+    }
+}
+
+fn read_meta(r: &mut Reader<'_>) -> Result<Vec<u8>, DecodeError> {
+    let len = r.varint()?;
+    if len > MAX_META as u64 {
+        return Err(DecodeError::Invalid("metadata too long"));
+    }
+    Ok(r.bytes(len as usize)?.to_vec())
+}
+
+impl<I: Identity> Header<I> {
+    /// Bytes the header takes on the wire.
+    pub fn encoded_len(&self) -> usize {
+        2 + 1 + 8 + self.sender.encoded_len() + varint_len(u64::from(self.incarnation)) + 1 + 1
+    }
+
+    fn encode(&self, out: &mut Vec<u8>, count: u8) {
+        out.extend_from_slice(&MAGIC);
+        out.push(VERSION);
+        out.extend_from_slice(&self.cluster.to_le_bytes());
+        self.sender.encode(out);
+        put_varint(out, u64::from(self.incarnation));
+        out.push(self.health);
+        out.push(count);
+    }
+}
+
+/// A decoded packet: its header and messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Packet<I> {
+    /// Who sent it and in which state.
+    pub header: Header<I>,
+    /// Its messages, in order.
+    pub messages: Vec<Message<I>>,
+}
+
+/// Which path a packet travels on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Channel {
+    /// An unreliable datagram of at most [`MAX_DATAGRAM`] bytes (UDP).
+    Datagram,
+    /// A reliable stream frame of at most [`MAX_STREAM_FRAME`] bytes (TCP).
+    Stream,
+}
+
+impl<I: Identity> Packet<I> {
+    /// Encodes header and messages.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.encoded_len());
+        self.header
+            .encode(&mut out, self.messages.len().min(MAX_MESSAGES) as u8);
+        for m in self.messages.iter().take(MAX_MESSAGES) {
+            m.encode(&mut out);
+        }
+        out
+    }
+
+    /// Bytes `encode` writes.
+    pub fn encoded_len(&self) -> usize {
+        self.header.encoded_len() + self.messages.iter().map(Message::encoded_len).sum::<usize>()
+    }
+
+    /// Decodes a packet received on `channel`, rejecting any cluster but
+    /// `cluster`. Total: any input gives a packet or an error.
+    pub fn decode(bytes: &[u8], channel: Channel, cluster: u64) -> Result<Self, DecodeError> {
+        let limit = match channel {
+            Channel::Datagram => MAX_DATAGRAM,
+            Channel::Stream => MAX_STREAM_FRAME,
+        };
+        if bytes.len() > limit {
+            return Err(DecodeError::Oversize(bytes.len()));
+        }
+        let mut r = Reader::new(bytes);
+        if r.array::<2>()? != MAGIC {
+            return Err(DecodeError::BadMagic);
+        }
+        let version = r.u8()?;
+        if version != VERSION {
+            return Err(DecodeError::Version(version));
+        }
+        let their_cluster = u64::from_le_bytes(r.array()?);
+        if their_cluster != cluster {
+            return Err(DecodeError::ForeignCluster);
+        }
+        let sender = I::decode(&mut r)?;
+        let incarnation = r.varint32()?;
+        let health = r.u8()?;
+        let count = usize::from(r.u8()?);
+        // A message takes at least two bytes: bound the allocation by the input.
+        if count > r.remaining() / 2 + 1 {
+            return Err(DecodeError::Invalid("message count exceeds packet"));
+        }
+        let mut messages = Vec::with_capacity(count);
+        let stream = channel == Channel::Stream;
+        for _ in 0..count {
+            messages.push(Message::decode(&mut r, stream)?);
+        }
+        if r.remaining() != 0 {
+            return Err(DecodeError::Trailing);
+        }
+        Ok(Packet {
+            header: Header {
+                cluster: their_cluster,
+                sender,
+                incarnation,
+                health,
+            },
+            messages,
+        })
+    }
+}
+
+/// The cluster identifier for a cluster name: FNV-1a 64, stable across
+/// builds and platforms.
+pub fn cluster_id(name: &str) -> u64 {
+    fnv1a(name.as_bytes())
+}
+
+/// FNV-1a 64 over `bytes`; stable, used where a hash must agree across nodes.
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}

@@ -1,0 +1,657 @@
+//! The simulation engine: N `hale-core` nodes on one virtual clock.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::time::Duration;
+
+use rand::{Rng, SeedableRng};
+use rand_xoshiro::Xoshiro256PlusPlus;
+
+use hale_core::wire::MemberRecord;
+use hale_core::wire::WireState;
+use hale_core::{Channel, Config, Node, Time};
+
+use crate::id::SimId;
+use crate::net::Network;
+use crate::observe::Observer;
+
+/// How the simulated cluster starts.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// Nodes at the start.
+    pub nodes: u32,
+    /// The one seed everything derives from.
+    pub seed: u64,
+    /// Node configuration; each node gets its own RNG seed derived from `seed`.
+    pub node: Config,
+    /// Start with every node knowing every other (true), or have them join
+    /// through node 0 (false).
+    pub warm_start: bool,
+    /// The network.
+    pub net: Network,
+    /// Application messages each node sends per second to random peers.
+    pub traffic_rate: f64,
+    /// Queue at most this many packets for a frozen node (a socket buffer).
+    pub frozen_queue: usize,
+    /// Record every round-robin probe visit (costly; for coverage checks).
+    pub trace_probes: bool,
+    /// Sample bandwidth every this often (for plots).
+    pub sample_every: Duration,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            nodes: 10,
+            seed: 1,
+            node: Config::default(),
+            warm_start: true,
+            net: Network::default(),
+            traffic_rate: 0.0,
+            frozen_queue: 1024,
+            trace_probes: false,
+            sample_every: Duration::from_secs(10),
+        }
+    }
+}
+
+/// What a node is doing, as the simulator knows it (the ground truth).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// Running.
+    Up,
+    /// Crashed: gone, silent.
+    Crashed,
+    /// Frozen until the given time: half-dead, processes nothing (queued input).
+    Frozen(Time),
+    /// A short stop-the-world stall until the given time: still a healthy
+    /// node that must not be declared dead.
+    Stalled(Time),
+    /// Left gracefully.
+    Left,
+}
+
+/// A scheduled change to the world.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Crash a node.
+    Crash(u32),
+    /// Freeze a node for a duration (half-dead), then resume it.
+    Freeze(u32, Duration),
+    /// Stall a node for a duration (stop-the-world pause of a healthy node).
+    Stall(u32, Duration),
+    /// Delay every packet a node processes by this much (0 to undo).
+    Slow(u32, Duration),
+    /// Restart a crashed node with fresh state; it rejoins through seeds.
+    Restart(u32),
+    /// A node leaves gracefully.
+    Leave(u32),
+    /// A new node joins through random live seeds.
+    Join(u32),
+    /// Global datagram loss.
+    Loss(f64),
+    /// Extra ingress loss of one node (flaky node).
+    IngressLoss(u32, f64),
+    /// Extra egress loss of one node.
+    EgressLoss(u32, f64),
+    /// Node receives nothing (true) or everything again (false).
+    BlockIngress(u32, bool),
+    /// Node sends nothing (true) or everything again (false).
+    BlockEgress(u32, bool),
+    /// Every path to and from the node fails at once (true), or heals (false).
+    CutOff(u32, bool),
+    /// Split the nodes into groups (nodes not listed stay in group 0).
+    Partition(Vec<Vec<u32>>),
+    /// Remove every partition, block and extra loss.
+    Heal,
+    /// Application traffic rate per node (messages per second).
+    Traffic(f64),
+}
+
+#[derive(Debug)]
+enum Ev {
+    Deliver {
+        to: u32,
+        channel: Channel,
+        bytes: Vec<u8>,
+    },
+    Timer {
+        node: u32,
+        gen: u64,
+    },
+    Traffic {
+        node: u32,
+        gen: u64,
+    },
+    Resume {
+        node: u32,
+    },
+    Act(Action),
+    Sample,
+}
+
+struct Slot {
+    node: Option<Node<SimId>>,
+    status: Status,
+    timer_gen: u64,
+    timer_at: Time,
+    traffic_gen: u64,
+    queued: Vec<(Channel, Vec<u8>)>,
+    slow: Duration,
+}
+
+/// A simulated cluster.
+pub struct Sim {
+    cfg: SimConfig,
+    now: Time,
+    seq: u64,
+    queue: BinaryHeap<Reverse<(Time, u64, usize)>>,
+    payloads: Vec<Option<Ev>>,
+    free: Vec<usize>,
+    slots: Vec<Slot>,
+    rng: Xoshiro256PlusPlus,
+    /// What the nodes reported, against the ground truth.
+    pub observer: Observer,
+    /// The network, changeable at any time.
+    pub net: Network,
+    traffic_rate: f64,
+}
+
+impl Sim {
+    /// Builds the cluster at time zero.
+    pub fn new(cfg: SimConfig) -> Sim {
+        let mut sim = Sim {
+            now: Time::ZERO,
+            seq: 0,
+            queue: BinaryHeap::new(),
+            payloads: Vec::new(),
+            free: Vec::new(),
+            slots: Vec::new(),
+            rng: Xoshiro256PlusPlus::seed_from_u64(cfg.seed),
+            observer: Observer::new(cfg.nodes as usize),
+            net: cfg.net.clone(),
+            traffic_rate: 0.0,
+            cfg,
+        };
+        let n = sim.cfg.nodes;
+        let records: Vec<MemberRecord<SimId>> = (0..n)
+            .map(|i| MemberRecord {
+                id: SimId(i),
+                incarnation: 0,
+                state: WireState::Alive,
+                meta: Vec::new(),
+            })
+            .collect();
+        for i in 0..n {
+            let mut node = sim.make_node(i);
+            if sim.cfg.warm_start {
+                node.restore(Time::ZERO, records.iter().cloned());
+                while node.poll_event().is_some() {}
+            } else if i > 0 {
+                node.join(Time::ZERO, [SimId(0)]);
+            }
+            sim.slots.push(Slot {
+                node: Some(node),
+                status: Status::Up,
+                timer_gen: 0,
+                timer_at: Time::NEVER,
+                traffic_gen: 0,
+                queued: Vec::new(),
+                slow: Duration::ZERO,
+            });
+            sim.observer.node_added(i, Time::ZERO);
+            sim.after_io(i);
+        }
+        let rate = sim.cfg.traffic_rate;
+        sim.set_traffic(rate);
+        let every = sim.cfg.sample_every;
+        sim.push(Time::ZERO + every, Ev::Sample);
+        sim
+    }
+
+    fn make_node(&self, i: u32) -> Node<SimId> {
+        let mut c = self.cfg.node.clone();
+        c.rng_seed = self
+            .cfg
+            .seed
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            .wrapping_add(u64::from(i).wrapping_mul(0xbf58_476d_1ce4_e5b9))
+            ^ u64::from(i);
+        c.trace_probes = self.cfg.trace_probes;
+        Node::new(SimId(i), c, self.now).expect("simulator node config is valid")
+    }
+
+    /// The current virtual time.
+    pub fn now(&self) -> Time {
+        self.now
+    }
+
+    /// Nodes ever created.
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Whether there are no nodes.
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// A node's state machine, unless it crashed.
+    pub fn node(&self, i: u32) -> Option<&Node<SimId>> {
+        self.slots.get(i as usize).and_then(|s| s.node.as_ref())
+    }
+
+    /// A node's ground-truth status.
+    pub fn status(&self, i: u32) -> Status {
+        self.slots[i as usize].status
+    }
+
+    /// Schedules `action` at `at`.
+    pub fn schedule(&mut self, at: Time, action: Action) {
+        self.push(at.max(self.now), Ev::Act(action));
+    }
+
+    fn push(&mut self, at: Time, ev: Ev) {
+        let idx = match self.free.pop() {
+            Some(i) => {
+                self.payloads[i] = Some(ev);
+                i
+            }
+            None => {
+                self.payloads.push(Some(ev));
+                self.payloads.len() - 1
+            }
+        };
+        self.seq += 1;
+        self.queue.push(Reverse((at, self.seq, idx)));
+    }
+
+    /// Runs every event up to and including `until`.
+    pub fn run_until(&mut self, until: Time) {
+        while let Some(Reverse((t, _, idx))) = self.queue.peek().copied() {
+            if t > until {
+                break;
+            }
+            self.queue.pop();
+            let ev = self.payloads[idx].take().expect("event payload present");
+            self.free.push(idx);
+            self.now = t;
+            self.step(ev);
+        }
+        self.now = self.now.max(until);
+    }
+
+    /// Runs for `d` of virtual time.
+    pub fn run_for(&mut self, d: Duration) {
+        let until = self.now + d;
+        self.run_until(until);
+    }
+
+    fn step(&mut self, ev: Ev) {
+        match ev {
+            Ev::Deliver { to, channel, bytes } => self.deliver(to, channel, bytes),
+            Ev::Timer { node, gen } => {
+                let s = &self.slots[node as usize];
+                if s.timer_gen != gen || s.status != Status::Up {
+                    return;
+                }
+                let now = self.now;
+                if let Some(n) = self.slots[node as usize].node.as_mut() {
+                    n.handle_timeout(now);
+                }
+                self.after_io(node);
+            }
+            Ev::Traffic { node, gen } => self.traffic(node, gen),
+            Ev::Resume { node } => self.resume(node),
+            Ev::Act(a) => self.act(a),
+            Ev::Sample => {
+                let view: Vec<Option<&Node<SimId>>> = self
+                    .slots
+                    .iter()
+                    .map(|s| if s.status == Status::Up { s.node.as_ref() } else { None })
+                    .collect();
+                self.observer.sample(self.now, &view);
+                let every = self.cfg.sample_every;
+                self.push(self.now + every, Ev::Sample);
+            }
+        }
+    }
+
+    fn deliver(&mut self, to: u32, channel: Channel, bytes: Vec<u8>) {
+        let now = self.now;
+        let cap = self.cfg.frozen_queue;
+        let slot = &mut self.slots[to as usize];
+        match slot.status {
+            Status::Up => {}
+            Status::Frozen(_) | Status::Stalled(_) => {
+                if slot.queued.len() < cap {
+                    slot.queued.push((channel, bytes));
+                }
+                return;
+            }
+            Status::Crashed | Status::Left => return,
+        }
+        let Some(n) = slot.node.as_mut() else {
+            return;
+        };
+        let _ = match channel {
+            Channel::Datagram => n.handle_datagram(now, &bytes),
+            Channel::Stream => n.handle_stream(now, &bytes),
+        };
+        self.after_io(to);
+    }
+
+    /// Routes what node `i` wants to send, records its events, re-arms its timer.
+    fn after_io(&mut self, i: u32) {
+        let now = self.now;
+        let Some(mut node) = self.slots[i as usize].node.take() else {
+            return;
+        };
+        while let Some(t) = node.poll_transmit() {
+            let to = t.to.0;
+            if to as usize >= self.slots.len() {
+                continue;
+            }
+            if let Some(delay) = self.net.route(&mut self.rng, i, to, t.channel) {
+                let extra = self.slots[to as usize].slow;
+                self.push(
+                    now + delay + extra,
+                    Ev::Deliver {
+                        to,
+                        channel: t.channel,
+                        bytes: t.bytes,
+                    },
+                );
+            }
+        }
+        while let Some(e) = node.poll_event() {
+            let truth = Truth {
+                statuses: &self.slots,
+                net: &self.net,
+            };
+            self.observer.record(now, i, &e, &truth);
+        }
+        let next = node.poll_timeout().unwrap_or(Time::NEVER);
+        self.slots[i as usize].node = Some(node);
+        let slot = &mut self.slots[i as usize];
+        if next != slot.timer_at {
+            slot.timer_at = next;
+            slot.timer_gen += 1;
+            let gen = slot.timer_gen;
+            if next != Time::NEVER {
+                self.push(next.max(now), Ev::Timer { node: i, gen });
+            }
+        }
+    }
+
+    fn truth(&self) -> Truth<'_> {
+        Truth {
+            statuses: &self.slots,
+            net: &self.net,
+        }
+    }
+
+    /// Sets the application traffic rate (messages per second per node).
+    pub fn set_traffic(&mut self, rate: f64) {
+        self.traffic_rate = rate.max(0.0);
+        for i in 0..self.slots.len() as u32 {
+            self.slots[i as usize].traffic_gen += 1;
+            if self.traffic_rate > 0.0 {
+                let gen = self.slots[i as usize].traffic_gen;
+                let at = self.now + self.exp_interval();
+                self.push(at, Ev::Traffic { node: i, gen });
+            }
+        }
+    }
+
+    fn exp_interval(&mut self) -> Duration {
+        let u: f64 = self.rng.random_range(1e-12..1.0);
+        Duration::from_secs_f64(-u.ln() / self.traffic_rate)
+    }
+
+    /// One application request from `i` to a random peer, and its response.
+    fn traffic(&mut self, i: u32, gen: u64) {
+        if self.slots[i as usize].traffic_gen != gen || self.traffic_rate <= 0.0 {
+            return;
+        }
+        let at = self.now + self.exp_interval();
+        self.push(at, Ev::Traffic { node: i, gen });
+        if self.slots[i as usize].status != Status::Up || self.slots.len() < 2 {
+            return;
+        }
+        let mut j = self.rng.random_range(0..self.slots.len() as u32 - 1);
+        if j >= i {
+            j += 1;
+        }
+        if self.slots[j as usize].status != Status::Up {
+            return;
+        }
+        let now = self.now;
+        if self.net.route(&mut self.rng, i, j, Channel::Datagram).is_some() {
+            if let Some(n) = self.slots[j as usize].node.as_mut() {
+                n.note_traffic(now, &SimId(i));
+            }
+            if self.net.route(&mut self.rng, j, i, Channel::Datagram).is_some() {
+                if let Some(n) = self.slots[i as usize].node.as_mut() {
+                    n.note_traffic(now, &SimId(j));
+                }
+            }
+        }
+    }
+
+    fn resume(&mut self, i: u32) {
+        let slot = &mut self.slots[i as usize];
+        match slot.status {
+            Status::Frozen(until) | Status::Stalled(until) if until <= self.now => {}
+            _ => return,
+        }
+        slot.status = Status::Up;
+        self.observer.resumed(i, self.now);
+        let queued = std::mem::take(&mut self.slots[i as usize].queued);
+        let now = self.now;
+        for (channel, bytes) in queued {
+            if let Some(n) = self.slots[i as usize].node.as_mut() {
+                let _ = match channel {
+                    Channel::Datagram => n.handle_datagram(now, &bytes),
+                    Channel::Stream => n.handle_stream(now, &bytes),
+                };
+            }
+            self.after_io(i);
+        }
+        // Force a timer check: the node's timers are all overdue.
+        self.slots[i as usize].timer_at = Time::NEVER;
+        if let Some(n) = self.slots[i as usize].node.as_mut() {
+            n.handle_timeout(now);
+        }
+        self.after_io(i);
+    }
+
+    fn live_seeds(&mut self, except: u32, k: usize) -> Vec<SimId> {
+        let up: Vec<u32> = (0..self.slots.len() as u32)
+            .filter(|&j| j != except && self.slots[j as usize].status == Status::Up)
+            .collect();
+        let mut out = Vec::new();
+        for _ in 0..k.min(up.len()) {
+            let j = up[self.rng.random_range(0..up.len())];
+            if !out.contains(&SimId(j)) {
+                out.push(SimId(j));
+            }
+        }
+        out
+    }
+
+    fn act(&mut self, a: Action) {
+        let now = self.now;
+        self.observer.action(now, &a);
+        match a {
+            Action::Crash(i) => {
+                let s = &mut self.slots[i as usize];
+                s.status = Status::Crashed;
+                s.node = None;
+                s.queued.clear();
+            }
+            Action::Freeze(i, d) | Action::Stall(i, d) => {
+                let until = now + d;
+                let s = &mut self.slots[i as usize];
+                if s.status != Status::Up {
+                    return;
+                }
+                s.status = if matches!(a, Action::Freeze(..)) {
+                    Status::Frozen(until)
+                } else {
+                    Status::Stalled(until)
+                };
+                self.push(until, Ev::Resume { node: i });
+            }
+            Action::Slow(i, d) => self.slots[i as usize].slow = d,
+            Action::Restart(i) => {
+                if self.slots[i as usize].status != Status::Crashed {
+                    return;
+                }
+                let seeds = self.live_seeds(i, 3);
+                let mut node = self.make_node(i);
+                node.join(now, seeds);
+                let s = &mut self.slots[i as usize];
+                s.node = Some(node);
+                s.status = Status::Up;
+                s.timer_at = Time::NEVER;
+                self.after_io(i);
+            }
+            Action::Leave(i) => {
+                if let Some(n) = self.slots[i as usize].node.as_mut() {
+                    let _ = n.leave(now);
+                }
+                self.after_io(i);
+                // The process exits shortly after announcing its departure.
+                self.slots[i as usize].status = Status::Left;
+            }
+            Action::Join(i) => {
+                let i = i.max(self.slots.len() as u32);
+                let seeds = self.live_seeds(i, 3);
+                let mut node = self.make_node(i);
+                node.join(now, seeds);
+                while self.slots.len() <= i as usize {
+                    self.slots.push(Slot {
+                        node: None,
+                        status: Status::Crashed,
+                        timer_gen: 0,
+                        timer_at: Time::NEVER,
+                        traffic_gen: 0,
+                        queued: Vec::new(),
+                        slow: Duration::ZERO,
+                    });
+                }
+                let s = &mut self.slots[i as usize];
+                s.node = Some(node);
+                s.status = Status::Up;
+                self.observer.node_added(i, now);
+                self.after_io(i);
+                if self.traffic_rate > 0.0 {
+                    let gen = self.slots[i as usize].traffic_gen;
+                    let at = now + self.exp_interval();
+                    self.push(at, Ev::Traffic { node: i, gen });
+                }
+            }
+            Action::Loss(p) => self.net.loss = p,
+            Action::IngressLoss(i, p) => {
+                self.net.ingress_loss.insert(i, p);
+            }
+            Action::EgressLoss(i, p) => {
+                self.net.egress_loss.insert(i, p);
+            }
+            Action::BlockIngress(i, on) => set_flag(&mut self.net.ingress_blocked, i, on),
+            Action::BlockEgress(i, on) => set_flag(&mut self.net.egress_blocked, i, on),
+            Action::CutOff(i, on) => {
+                set_flag(&mut self.net.ingress_blocked, i, on);
+                set_flag(&mut self.net.egress_blocked, i, on);
+            }
+            Action::Partition(groups) => {
+                self.net.group.clear();
+                for (g, members) in groups.iter().enumerate() {
+                    for &m in members {
+                        self.net.group.insert(m, g as u32 + 1);
+                    }
+                }
+            }
+            Action::Heal => {
+                let keep_latency = (self.net.latency, self.net.jitter, self.net.loss);
+                self.net = Network {
+                    latency: keep_latency.0,
+                    jitter: keep_latency.1,
+                    loss: keep_latency.2,
+                    ..Network::default()
+                };
+            }
+            Action::Traffic(r) => self.set_traffic(r),
+        }
+    }
+
+    /// Nodes that are up (not crashed, frozen, stalled or gone).
+    pub fn up_nodes(&self) -> Vec<u32> {
+        (0..self.slots.len() as u32)
+            .filter(|&i| self.slots[i as usize].status == Status::Up)
+            .collect()
+    }
+
+    /// Statuses of every node, for checks.
+    pub fn statuses(&self) -> Vec<Status> {
+        self.slots.iter().map(|s| s.status).collect()
+    }
+
+    /// Whether a node is cut off from the network in some way right now.
+    pub fn is_impaired(&self, i: u32) -> bool {
+        self.truth().impaired(i)
+    }
+}
+
+fn set_flag(set: &mut rustc_hash::FxHashSet<u32>, i: u32, on: bool) {
+    if on {
+        set.insert(i);
+    } else {
+        set.remove(&i);
+    }
+}
+
+/// The ground truth at one instant, for classifying what nodes report.
+pub struct Truth<'a> {
+    statuses: &'a [Slot],
+    net: &'a Network,
+}
+
+impl Truth<'_> {
+    /// Ground-truth status of node `i`.
+    pub fn status(&self, i: u32) -> Status {
+        self.statuses
+            .get(i as usize)
+            .map_or(Status::Crashed, |s| s.status)
+    }
+
+    /// Whether the network treats node `i` specially (blocked or lossy beyond the global loss).
+    pub fn impaired(&self, i: u32) -> bool {
+        self.net.ingress_blocked.contains(&i)
+            || self.net.egress_blocked.contains(&i)
+            || self.net.ingress_loss.get(&i).is_some_and(|p| *p > 0.5)
+            || self.net.egress_loss.get(&i).is_some_and(|p| *p > 0.5)
+    }
+
+    /// Whether node `i` should be considered healthy: up or in a short
+    /// stall, and not cut off by the network.
+    pub fn healthy(&self, i: u32) -> bool {
+        matches!(self.status(i), Status::Up | Status::Stalled(_)) && !self.impaired(i)
+    }
+
+    /// Whether two nodes are in the same partition group.
+    pub fn same_side(&self, a: u32, b: u32) -> bool {
+        self.net.group.get(&a).copied().unwrap_or(0) == self.net.group.get(&b).copied().unwrap_or(0)
+    }
+}
+
+impl std::fmt::Debug for Sim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sim")
+            .field("now", &self.now)
+            .field("nodes", &self.slots.len())
+            .finish()
+    }
+}
+

@@ -1,0 +1,296 @@
+//! What the nodes report, compared with the ground truth as it happens.
+
+use std::collections::BTreeMap;
+
+use rustc_hash::FxHashMap;
+
+use hale_core::{Event, Node, Time};
+
+use crate::engine::{Action, Truth};
+use crate::id::SimId;
+
+/// Which fault was injected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FaultKind {
+    /// Crash.
+    Crash,
+    /// Freeze (half-dead).
+    Freeze,
+    /// Every path to the node failed.
+    CutOff,
+    /// The node receives nothing (it can still send).
+    IngressBlocked,
+}
+
+impl FaultKind {
+    /// Lower-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FaultKind::Crash => "crash",
+            FaultKind::Freeze => "freeze",
+            FaultKind::CutOff => "cut-off",
+            FaultKind::IngressBlocked => "ingress-blocked",
+        }
+    }
+}
+
+/// One injected fault that the cluster must detect.
+#[derive(Debug, Clone)]
+pub struct FaultRecord {
+    /// The faulty node.
+    pub node: u32,
+    /// What happened to it.
+    pub kind: FaultKind,
+    /// When.
+    pub at: Time,
+    /// When the fault ended (a freeze resumed, a block lifted), if it did.
+    pub ended: Option<Time>,
+    /// First time each observer held it dead.
+    pub dead_at: FxHashMap<u32, Time>,
+}
+
+/// A healthy member declared dead: the one thing that must never happen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FalseDeath {
+    /// When.
+    pub at: Time,
+    /// Who declared (or accepted) it.
+    pub observer: u32,
+    /// The healthy member.
+    pub member: u32,
+}
+
+/// A new member joining.
+#[derive(Debug, Clone)]
+pub struct JoinRecord {
+    /// The node.
+    pub node: u32,
+    /// When it started joining.
+    pub at: Time,
+    /// When each observer learned of it.
+    pub seen_at: FxHashMap<u32, Time>,
+}
+
+/// Bandwidth over one sampling interval, averaged over the nodes that were up.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sample {
+    /// End of the interval.
+    pub at: Time,
+    /// Bytes sent per node per second (datagrams and streams).
+    pub bytes_per_node_sec: f64,
+    /// Datagram bytes sent per node per second.
+    pub datagram_bytes_per_node_sec: f64,
+    /// Packets sent per node per second.
+    pub msgs_per_node_sec: f64,
+}
+
+/// Everything observed during a run.
+#[derive(Debug, Default)]
+pub struct Observer {
+    /// Injected faults and who detected them when.
+    pub faults: Vec<FaultRecord>,
+    /// Healthy members declared dead.
+    pub false_deaths: Vec<FalseDeath>,
+    /// Deaths declared across a partition (expected, not false).
+    pub partition_deaths: u64,
+    /// Every suspicion reported.
+    pub suspicions: u64,
+    /// Suspicions of healthy members (refuted, but they cost traffic).
+    pub healthy_suspicions: u64,
+    /// Joins and who saw them.
+    pub joins: Vec<JoinRecord>,
+    /// Bandwidth time series.
+    pub samples: Vec<Sample>,
+    /// Round-robin visits per observer and round (with `trace_probes`).
+    pub visits: FxHashMap<u32, BTreeMap<u64, Vec<u32>>>,
+    /// Events recorded.
+    pub events: u64,
+    /// Every event, when logging is on (see [`Observer::keep_log`]).
+    pub log: Option<Vec<(Time, u32, Event<SimId>)>>,
+    hash: u64,
+    prev: Vec<Option<(u64, u64, u64)>>,
+    last_sample: Time,
+    open: FxHashMap<u32, usize>,
+}
+
+impl Observer {
+    /// An observer for `n` initial nodes.
+    pub fn new(n: usize) -> Observer {
+        Observer {
+            hash: 0xcbf2_9ce4_8422_2325,
+            prev: vec![None; n],
+            ..Observer::default()
+        }
+    }
+
+    /// Keeps every event from now on (for debugging a seed).
+    pub fn keep_log(&mut self) {
+        self.log.get_or_insert_with(Vec::new);
+    }
+
+    /// A digest of every event in order: equal for equal runs.
+    pub fn digest(&self) -> u64 {
+        self.hash
+    }
+
+    fn mix(&mut self, v: u64) {
+        self.hash ^= v;
+        self.hash = self.hash.wrapping_mul(0x0100_0000_01b3);
+    }
+
+    pub(crate) fn node_added(&mut self, i: u32, at: Time) {
+        if self.prev.len() <= i as usize {
+            self.prev.resize(i as usize + 1, None);
+        }
+        if at > Time::ZERO {
+            self.joins.push(JoinRecord {
+                node: i,
+                at,
+                seen_at: FxHashMap::default(),
+            });
+        }
+    }
+
+    pub(crate) fn action(&mut self, now: Time, a: &Action) {
+        let fault = match *a {
+            Action::Crash(i) => Some((i, FaultKind::Crash)),
+            Action::Freeze(i, _) => Some((i, FaultKind::Freeze)),
+            Action::CutOff(i, true) => Some((i, FaultKind::CutOff)),
+            Action::BlockIngress(i, true) => Some((i, FaultKind::IngressBlocked)),
+            Action::CutOff(i, false) | Action::BlockIngress(i, false) => {
+                self.end_fault(i, now);
+                None
+            }
+            Action::Heal => {
+                let open: Vec<u32> = self.open.keys().copied().collect();
+                for i in open {
+                    if self.faults[self.open[&i]].kind != FaultKind::Crash {
+                        self.end_fault(i, now);
+                    }
+                }
+                None
+            }
+            _ => None,
+        };
+        if let Some((node, kind)) = fault {
+            self.open.insert(node, self.faults.len());
+            self.faults.push(FaultRecord {
+                node,
+                kind,
+                at: now,
+                ended: None,
+                dead_at: FxHashMap::default(),
+            });
+        }
+    }
+
+    fn end_fault(&mut self, i: u32, now: Time) {
+        if let Some(idx) = self.open.remove(&i) {
+            self.faults[idx].ended = Some(now);
+        }
+    }
+
+    pub(crate) fn resumed(&mut self, i: u32, now: Time) {
+        if self
+            .open
+            .get(&i)
+            .is_some_and(|&f| self.faults[f].kind == FaultKind::Freeze)
+        {
+            self.end_fault(i, now);
+        }
+    }
+
+    pub(crate) fn record(&mut self, now: Time, observer: u32, e: &Event<SimId>, truth: &Truth<'_>) {
+        self.events += 1;
+        self.mix(now.as_nanos());
+        self.mix(u64::from(observer));
+        let (code, member) = match e {
+            Event::Joined { member, .. } => (1, member.0),
+            Event::Suspected { member, .. } => (2, member.0),
+            Event::Dead { member, .. } => (3, member.0),
+            Event::Recovered { member, .. } => (4, member.0),
+            Event::Left { member, .. } => (5, member.0),
+            Event::MetadataUpdated { member, .. } => (6, member.0),
+            Event::Refuted { incarnation, .. } => (7, *incarnation),
+            Event::SeedFallback => (8, 0),
+            Event::Paused { .. } => (9, 0),
+            Event::ProbeVisit { target, .. } => (10, target.0),
+        };
+        self.mix(code);
+        self.mix(u64::from(member));
+        if let Some(log) = self.log.as_mut() {
+            log.push((now, observer, e.clone()));
+        }
+        match e {
+            Event::Dead { member, .. } => {
+                let m = member.0;
+                if let Some(&f) = self.open.get(&m) {
+                    self.faults[f].dead_at.entry(observer).or_insert(now);
+                } else if !truth.same_side(observer, m) {
+                    self.partition_deaths += 1;
+                } else if truth.healthy(m) {
+                    self.false_deaths.push(FalseDeath {
+                        at: now,
+                        observer,
+                        member: m,
+                    });
+                }
+            }
+            Event::Suspected { member, .. } => {
+                self.suspicions += 1;
+                if truth.healthy(member.0) && truth.same_side(observer, member.0) {
+                    self.healthy_suspicions += 1;
+                }
+            }
+            Event::Joined { member, .. } | Event::Recovered { member, .. } => {
+                if let Some(j) = self.joins.iter_mut().rev().find(|j| j.node == member.0) {
+                    j.seen_at.entry(observer).or_insert(now);
+                }
+            }
+            Event::ProbeVisit { target, round, .. } => {
+                self.visits
+                    .entry(observer)
+                    .or_default()
+                    .entry(*round)
+                    .or_default()
+                    .push(target.0);
+            }
+            _ => {}
+        }
+    }
+
+    pub(crate) fn sample(&mut self, now: Time, nodes: &[Option<&Node<SimId>>]) {
+        if self.prev.len() < nodes.len() {
+            self.prev.resize(nodes.len(), None);
+        }
+        let secs = now.saturating_since(self.last_sample).as_secs_f64();
+        let (mut bytes, mut dgram, mut msgs, mut count) = (0u64, 0u64, 0u64, 0u64);
+        for (i, n) in nodes.iter().enumerate() {
+            let cur = n.map(|n| {
+                let s = n.stats();
+                (
+                    s.datagram_bytes_out + s.stream_bytes_out,
+                    s.datagram_bytes_out,
+                    s.datagrams_out + s.streams_out,
+                )
+            });
+            if let (Some(c), Some(p)) = (cur, self.prev[i]) {
+                bytes += c.0.saturating_sub(p.0);
+                dgram += c.1.saturating_sub(p.1);
+                msgs += c.2.saturating_sub(p.2);
+                count += 1;
+            }
+            self.prev[i] = cur;
+        }
+        if count > 0 && secs > 0.0 {
+            let per = |v: u64| v as f64 / count as f64 / secs;
+            self.samples.push(Sample {
+                at: now,
+                bytes_per_node_sec: per(bytes),
+                datagram_bytes_per_node_sec: per(dgram),
+                msgs_per_node_sec: per(msgs),
+            });
+        }
+        self.last_sample = now;
+    }
+}
