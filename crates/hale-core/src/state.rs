@@ -253,7 +253,11 @@ impl<I: Identity> Node<I> {
         if list.len() < MAX_ACCUSERS {
             list.push(accuser.clone());
         }
+        let spread = fresh_suspicion || list.len() <= self.cfg.expected_confirmations + 1;
         self.rearm(member);
+        if !spread {
+            return; // Lifeguard: enough confirmations are already travelling.
+        }
         let msg = Message::Suspect {
             member: member.clone(),
             incarnation,

@@ -8,6 +8,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod check;
 pub mod engine;
 pub mod id;
 pub mod net;

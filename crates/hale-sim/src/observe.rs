@@ -109,6 +109,7 @@ pub struct Observer {
     pub log: Option<Vec<(Time, u32, Event<SimId>)>>,
     hash: u64,
     prev: Vec<Option<(u64, u64, u64)>>,
+    added: FxHashMap<u32, Time>,
     last_sample: Time,
     open: FxHashMap<u32, usize>,
 }
@@ -138,7 +139,13 @@ impl Observer {
         self.hash = self.hash.wrapping_mul(0x0100_0000_01b3);
     }
 
+    /// Whether node `i` existed at `t`.
+    pub fn added_before(&self, i: u32, t: Time) -> bool {
+        self.added.get(&i).is_some_and(|a| *a <= t)
+    }
+
     pub(crate) fn node_added(&mut self, i: u32, at: Time) {
+        self.added.entry(i).or_insert(at);
         if self.prev.len() <= i as usize {
             self.prev.resize(i as usize + 1, None);
         }
