@@ -57,6 +57,9 @@ pub struct Member<I> {
     pub(crate) ring: u64,
     /// Whether the member is in the probe walk.
     pub(crate) in_walk: bool,
+    /// The incarnation was raised by a packet header, so the metadata of
+    /// that incarnation has not been seen yet.
+    pub(crate) meta_pending: bool,
 }
 
 impl<I> Member<I> {

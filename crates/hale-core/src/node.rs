@@ -401,7 +401,9 @@ impl<I: Identity> Node<I> {
         let (state, inc) = (m.state, m.incarnation);
         match state {
             _ if h.incarnation > inc => {
-                self.apply_alive(now, &h.sender.clone(), h.incarnation, None, true);
+                // The sender's own word that it is alive at this incarnation. Not
+                // re-gossiped: its metadata comes with its own Alive message.
+                self.apply_alive(now, &h.sender.clone(), h.incarnation, None, false);
             }
             MemberState::Dead => {
                 // It does not know it was declared dead: tell it, at most once a period.

@@ -115,11 +115,12 @@ impl<I: Identity> Node<I> {
                         incarnation,
                         state: MemberState::Dead,
                         health: 0,
-                        meta: meta.unwrap_or_default().into_boxed_slice(),
+                        meta: meta.clone().unwrap_or_default().into_boxed_slice(),
                         last_heard: Time::ZERO,
                         state_since: now,
                         ring,
                         in_walk: false,
+                        meta_pending: meta.is_none(),
                     },
                 );
                 self.set_state(now, member, MemberState::Alive);
@@ -128,9 +129,27 @@ impl<I: Identity> Node<I> {
                     incarnation,
                 });
             }
+            Some((_, inc))
+                if incarnation == inc
+                    && meta.is_some()
+                    && self.members[member].meta_pending =>
+            {
+                // The header told us of this incarnation; here is its metadata.
+                let m = self.members.get_mut(member).expect("known member");
+                m.meta_pending = false;
+                let new = meta.unwrap_or_default();
+                if *new != *m.meta {
+                    m.meta = new.into_boxed_slice();
+                    self.push_event(Event::MetadataUpdated {
+                        member: member.clone(),
+                        incarnation,
+                    });
+                }
+            }
             Some((state, inc)) if incarnation > inc => {
                 let m = self.members.get_mut(member).expect("known member");
                 m.incarnation = incarnation;
+                m.meta_pending = meta.is_none();
                 let meta_changed = meta.as_ref().is_some_and(|new| **new != *m.meta);
                 if let Some(new) = meta {
                     m.meta = new.into_boxed_slice();

@@ -586,6 +586,15 @@ impl Sim {
         }
     }
 
+    /// Runs `f` on node `i` (if it has state) at the current time, then
+    /// routes what it sent. For driving API calls such as `set_metadata`.
+    pub fn with_node<R>(&mut self, i: u32, f: impl FnOnce(&mut Node<SimId>, Time) -> R) -> Option<R> {
+        let now = self.now;
+        let r = self.slots.get_mut(i as usize)?.node.as_mut().map(|n| f(n, now));
+        self.after_io(i);
+        r
+    }
+
     /// Nodes that are up (not crashed, frozen, stalled or gone).
     pub fn up_nodes(&self) -> Vec<u32> {
         (0..self.slots.len() as u32)

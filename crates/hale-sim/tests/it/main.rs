@@ -1,0 +1,3 @@
+//! Integration tests of hale-sim (one binary).
+
+mod membership;

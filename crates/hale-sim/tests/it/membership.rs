@@ -1,0 +1,304 @@
+//! The membership core's behaviour, on virtual time: each test states what
+//! must hold and a check that would fail if it did not.
+
+use std::time::Duration;
+
+use hale_core::{Config, Event, MemberState, Time};
+use hale_sim::check::{every_fault_detected, no_false_death, probe_coverage, views_converged};
+use hale_sim::{Action, Sim, SimConfig, SimId};
+
+fn cluster(nodes: u32, seed: u64) -> SimConfig {
+    SimConfig {
+        nodes,
+        seed,
+        ..SimConfig::default()
+    }
+}
+
+/// Time for every healthy member to agree after faults: the longest
+/// suspicion plus dissemination, with room.
+const SETTLE: Duration = Duration::from_secs(30);
+
+fn state_seen(sim: &Sim, observer: u32, member: u32) -> Option<MemberState> {
+    sim.node(observer)?.member(&SimId(member)).map(|m| m.state())
+}
+
+fn idle_cluster_run(cfg: SimConfig, hours: u64) -> Sim {
+    let mut sim = Sim::new(cfg);
+    sim.run_until(Time::from_secs(hours * 3600));
+    sim
+}
+
+#[test]
+fn an_idle_cluster_of_50_never_evicts_anyone_and_probes_everyone_every_round() {
+    let mut cfg = cluster(50, 11);
+    cfg.trace_probes = true;
+    let sim = idle_cluster_run(cfg, 2);
+    no_false_death(&sim.observer).unwrap();
+    probe_coverage(&sim.observer, 50).unwrap();
+    views_converged(&sim).unwrap();
+    assert_eq!(sim.observer.suspicions, 0, "no suspicion at all in a healthy idle cluster");
+    // About 7200 / 49 rounds per node: the walk really ran.
+    let rounds = sim.observer.visits[&0].len();
+    assert!(rounds > 100, "only {rounds} rounds recorded");
+}
+
+#[test]
+fn the_incidents_scheduler_bug_is_caught_by_the_coverage_check() {
+    let mut cfg = cluster(50, 11);
+    cfg.trace_probes = true;
+    cfg.node.fault = Some(hale_core::config::Fault::RepeatFirstTarget);
+    let mut sim = Sim::new(cfg);
+    sim.run_until(Time::from_secs(600));
+    let err = probe_coverage(&sim.observer, 50).expect_err("the buggy scheduler must be caught");
+    assert!(err.to_string().contains("never visited"), "{err}");
+}
+
+#[test]
+fn a_crashed_node_is_declared_dead_by_every_member() {
+    let mut sim = Sim::new(cluster(30, 2));
+    sim.schedule(Time::from_secs(20), Action::Crash(7));
+    sim.run_until(Time::from_secs(20) + SETTLE);
+    every_fault_detected(&sim).unwrap();
+    no_false_death(&sim.observer).unwrap();
+    views_converged(&sim).unwrap();
+    let f = &sim.observer.faults[0];
+    assert_eq!(f.dead_at.len(), 29);
+    // In virtual time the bound is exact: every member within 5 s.
+    let last = f.dead_at.values().max().unwrap().saturating_since(f.at);
+    assert!(last <= Duration::from_secs(5), "took {last:?}");
+}
+
+#[test]
+fn every_death_verdict_carries_its_evidence() {
+    let mut sim = Sim::new(cluster(10, 3));
+    sim.observer.keep_log();
+    sim.schedule(Time::from_secs(10), Action::Crash(4));
+    sim.run_until(Time::from_secs(40));
+    let log = sim.observer.log.as_ref().unwrap();
+    let verdicts: Vec<_> = log
+        .iter()
+        .filter_map(|(_, o, e)| match e {
+            Event::Dead {
+                member, evidence, ..
+            } if *member == SimId(4) => Some((*o, evidence.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(verdicts.len(), 9);
+    for (observer, ev) in verdicts {
+        assert!(ev.confirmations >= 2, "node {observer}: {ev:?}");
+        assert!(ev.last_heard < Time::from_secs(10) + Duration::from_secs(1));
+        assert!(ev.declared_at > Time::from_secs(10));
+    }
+}
+
+#[test]
+fn a_frozen_node_is_declared_dead_then_refutes_and_rejoins_when_it_resumes() {
+    let mut sim = Sim::new(cluster(20, 4));
+    sim.observer.keep_log();
+    sim.schedule(Time::from_secs(10), Action::Freeze(5, Duration::from_secs(20)));
+    sim.run_until(Time::from_secs(29));
+    for o in sim.up_nodes() {
+        assert_eq!(state_seen(&sim, o, 5), Some(MemberState::Dead), "node {o}");
+    }
+    sim.run_until(Time::from_secs(30) + SETTLE);
+    views_converged(&sim).unwrap();
+    no_false_death(&sim.observer).unwrap();
+    let log = sim.observer.log.as_ref().unwrap();
+    assert!(log
+        .iter()
+        .any(|(_, o, e)| *o == 5 && matches!(e, Event::Refuted { .. })));
+    let recovered = log
+        .iter()
+        .filter(|(_, _, e)| {
+            matches!(e, Event::Recovered { member: SimId(5), was_dead: true, .. })
+        })
+        .count();
+    assert_eq!(recovered, 19, "every other member saw it come back from the dead");
+    let inc = sim.node(5).unwrap().incarnation();
+    assert!(inc >= 1);
+    for o in sim.up_nodes().into_iter().filter(|&o| o != 5) {
+        assert_eq!(sim.node(o).unwrap().member(&SimId(5)).unwrap().incarnation(), inc);
+    }
+}
+
+#[test]
+fn a_two_second_stall_is_refuted_and_never_declared_dead() {
+    let mut sim = Sim::new(cluster(50, 5));
+    for k in 0..20u64 {
+        sim.schedule(
+            Time::from_secs(20 + 17 * k),
+            Action::Stall((k * 7 % 50) as u32, Duration::from_secs(2)),
+        );
+    }
+    sim.run_until(Time::from_secs(400));
+    no_false_death(&sim.observer).unwrap();
+    views_converged(&sim).unwrap();
+    assert!(sim.observer.healthy_suspicions > 0, "stalls must at least be suspected");
+}
+
+#[test]
+fn a_node_that_can_send_but_not_receive_gets_no_healthy_member_killed_and_is_itself_declared_dead() {
+    let mut sim = Sim::new(cluster(30, 6));
+    sim.observer.keep_log();
+    sim.schedule(Time::from_secs(10), Action::BlockIngress(3, true));
+    sim.run_until(Time::from_secs(120));
+    no_false_death(&sim.observer).unwrap();
+    every_fault_detected(&sim).unwrap();
+    // The isolated node itself convicted nobody.
+    let log = sim.observer.log.as_ref().unwrap();
+    assert!(!log
+        .iter()
+        .any(|(_, o, e)| *o == 3 && matches!(e, Event::Dead { .. })));
+    // Heal: it learns it was declared dead, rejoins, and views converge.
+    sim.schedule(sim.now(), Action::BlockIngress(3, false));
+    sim.run_for(SETTLE);
+    views_converged(&sim).unwrap();
+}
+
+#[test]
+fn five_percent_loss_causes_no_false_death() {
+    let mut cfg = cluster(50, 7);
+    cfg.net.loss = 0.05;
+    let sim = idle_cluster_run(cfg, 1);
+    no_false_death(&sim.observer).unwrap();
+    views_converged(&sim).unwrap();
+}
+
+#[test]
+fn heavy_traffic_spares_probes_and_still_detects_crashes() {
+    let mut cfg = cluster(30, 8);
+    cfg.traffic_rate = 50.0;
+    let mut sim = Sim::new(cfg);
+    sim.schedule(Time::from_secs(60), Action::Crash(9));
+    sim.run_until(Time::from_secs(60) + SETTLE);
+    every_fault_detected(&sim).unwrap();
+    no_false_death(&sim.observer).unwrap();
+    let skipped: u64 = sim
+        .up_nodes()
+        .iter()
+        .map(|&i| sim.node(i).unwrap().stats().probes_skipped_fresh)
+        .sum();
+    assert!(skipped > 100, "traffic should spare probes, skipped {skipped}");
+}
+
+#[test]
+fn traffic_stopping_at_night_evicts_nobody() {
+    let mut cfg = cluster(40, 9);
+    cfg.traffic_rate = 100.0;
+    let mut sim = Sim::new(cfg);
+    sim.schedule(Time::from_secs(300), Action::Traffic(0.0));
+    sim.schedule(Time::from_secs(3600), Action::Traffic(100.0));
+    sim.run_until(Time::from_secs(3900));
+    no_false_death(&sim.observer).unwrap();
+    views_converged(&sim).unwrap();
+}
+
+#[test]
+fn joins_through_a_seed_reach_every_member() {
+    let mut cfg = cluster(20, 10);
+    cfg.warm_start = false;
+    let mut sim = Sim::new(cfg);
+    sim.run_until(Time::from_secs(60));
+    views_converged(&sim).unwrap();
+    for k in 0..5 {
+        sim.schedule(Time::from_secs(60 + k), Action::Join(20 + k as u32));
+    }
+    sim.run_until(Time::from_secs(120));
+    views_converged(&sim).unwrap();
+    for j in &sim.observer.joins {
+        assert_eq!(j.seen_at.len(), 24, "join of {} seen by {}", j.node, j.seen_at.len());
+    }
+}
+
+#[test]
+fn a_graceful_leave_is_recorded_as_left_not_dead() {
+    let mut sim = Sim::new(cluster(20, 11));
+    sim.schedule(Time::from_secs(10), Action::Leave(6));
+    sim.run_until(Time::from_secs(40));
+    for o in sim.up_nodes() {
+        assert_eq!(state_seen(&sim, o, 6), Some(MemberState::Left), "node {o}");
+    }
+    assert!(sim.observer.faults.is_empty());
+    no_false_death(&sim.observer).unwrap();
+}
+
+#[test]
+fn a_restarted_node_rejoins_with_a_higher_incarnation() {
+    let mut sim = Sim::new(cluster(20, 12));
+    sim.schedule(Time::from_secs(10), Action::Crash(8));
+    sim.schedule(Time::from_secs(40), Action::Restart(8));
+    sim.run_until(Time::from_secs(80));
+    views_converged(&sim).unwrap();
+    assert!(sim.node(8).unwrap().incarnation() >= 1);
+}
+
+#[test]
+fn metadata_changes_reach_every_member() {
+    let mut sim = Sim::new(cluster(25, 13));
+    sim.run_until(Time::from_secs(5));
+    sim.with_node(3, |n, now| n.set_metadata(now, b"role=db-primary".to_vec()))
+        .unwrap()
+        .unwrap();
+    sim.run_for(Duration::from_secs(5));
+    for o in sim.up_nodes().into_iter().filter(|&o| o != 3) {
+        let m = sim.node(o).unwrap().member(&SimId(3)).unwrap();
+        assert_eq!(m.meta(), b"role=db-primary", "node {o}");
+        assert_eq!(m.incarnation(), 1);
+    }
+}
+
+#[test]
+fn a_partition_heals_and_views_converge() {
+    let mut sim = Sim::new(cluster(20, 14));
+    let (a, b): (Vec<u32>, Vec<u32>) = (0..20).partition(|i| i % 2 == 0);
+    sim.schedule(Time::from_secs(10), Action::Partition(vec![a, b]));
+    sim.schedule(Time::from_secs(60), Action::Heal);
+    sim.run_until(Time::from_secs(60) + Duration::from_secs(60));
+    views_converged(&sim).unwrap();
+    assert!(sim.observer.partition_deaths > 0);
+}
+
+#[test]
+fn a_node_alone_falls_back_to_its_seeds() {
+    let mut cfg = cluster(6, 15);
+    cfg.warm_start = false;
+    let mut sim = Sim::new(cfg);
+    sim.run_until(Time::from_secs(30));
+    // Node 5 loses every path for long enough to declare everyone dead; then heals.
+    sim.schedule(Time::from_secs(30), Action::CutOff(5, true));
+    sim.schedule(Time::from_secs(90), Action::CutOff(5, false));
+    sim.run_until(Time::from_secs(150));
+    views_converged(&sim).unwrap();
+}
+
+#[test]
+fn every_datagram_stays_within_1200_bytes_when_news_piles_up() {
+    let mut sim = Sim::new(cluster(200, 16));
+    sim.run_until(Time::from_secs(5));
+    // Forty members publish 300-byte metadata at once while ten crash.
+    for k in 0..40u32 {
+        sim.with_node(k * 5, |n, now| n.set_metadata(now, vec![k as u8; 300]))
+            .unwrap()
+            .unwrap();
+    }
+    for k in 0..10u32 {
+        sim.schedule(Time::from_secs(6), Action::Crash(k * 5 + 1));
+    }
+    sim.run_until(Time::from_secs(60));
+    let largest = sim
+        .up_nodes()
+        .iter()
+        .map(|&i| sim.node(i).unwrap().stats().largest_datagram)
+        .max()
+        .unwrap();
+    assert!(largest <= 1200, "largest datagram {largest}");
+    assert!(largest > 900, "news should fill packets: largest {largest}");
+    every_fault_detected(&sim).unwrap();
+    no_false_death(&sim.observer).unwrap();
+    for o in sim.up_nodes().into_iter().filter(|&o| o != 5) {
+        let m = sim.node(o).unwrap().member(&SimId(5)).unwrap();
+        assert_eq!(m.meta(), &[1u8; 300][..], "node {o}");
+    }
+}
