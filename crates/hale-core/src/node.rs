@@ -269,7 +269,7 @@ impl<I: Identity> Node<I> {
             return Err(MetadataError::TooLarge(meta.len()));
         }
         self.meta = meta.into_boxed_slice();
-        self.incarnation += 1;
+        self.incarnation = self.incarnation.saturating_add(1);
         self.broadcast_self_alive(now);
         Ok(())
     }
@@ -281,7 +281,7 @@ impl<I: Identity> Node<I> {
             return Err(LeaveError::AlreadyLeft);
         }
         self.left = true;
-        self.incarnation += 1;
+        self.incarnation = self.incarnation.saturating_add(1);
         self.probes.clear();
         self.relays.clear();
         let msg = Message::Left {

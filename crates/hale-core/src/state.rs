@@ -460,7 +460,7 @@ impl<I: Identity> Node<I> {
     /// `observed`: raise the incarnation above it and tell everyone, the
     /// accuser first.
     pub(crate) fn refute(&mut self, now: Time, observed: u32, accuser: Option<I>, was_dead: bool) {
-        self.incarnation = self.incarnation.max(observed) + 1;
+        self.incarnation = self.incarnation.max(observed).saturating_add(1);
         self.stats.refutations += 1;
         self.bump_health(1);
         self.broadcast_self_alive(now);

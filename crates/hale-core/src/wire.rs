@@ -101,6 +101,10 @@ impl<'a> Reader<'a> {
                 if shift == 63 && b > 1 {
                     return Err(DecodeError::Invalid("varint overflow"));
                 }
+                if b == 0 && shift > 0 {
+                    // Canonical encoding only: every value has exactly one form.
+                    return Err(DecodeError::Invalid("overlong varint"));
+                }
                 return Ok(out);
             }
         }

@@ -1,0 +1,402 @@
+//! The node's outputs, asserted as data.
+
+use std::time::Duration;
+
+use hale_core::wire::{Header, Message, Packet, MAX_DATAGRAM};
+use hale_core::{Channel, DropReason, Event, LeaveError, MemberState, Node, NodeId, Time};
+
+use crate::support::*;
+
+fn cluster_of(n: usize) -> (Vec<NodeId>, Vec<Node<NodeId>>) {
+    let all = ids(n);
+    let nodes = all
+        .iter()
+        .enumerate()
+        .map(|(i, me)| node(me, &all, config(i as u64 + 1)))
+        .collect();
+    (all, nodes)
+}
+
+fn packet_from(from: &NodeId, inc: u32, health: u8, messages: Vec<Message<NodeId>>) -> Vec<u8> {
+    Packet {
+        header: Header {
+            cluster: hale_core::wire::cluster_id("hale"),
+            sender: from.clone(),
+            incarnation: inc,
+            health,
+        },
+        messages,
+    }
+    .encode()
+}
+
+#[test]
+fn a_probe_period_sends_one_ping_and_the_ack_closes_it() {
+    let (all, mut nodes) = cluster_of(2);
+    let t = nodes[0].poll_timeout().unwrap();
+    nodes[0].handle_timeout(t);
+    let sent = drain(&mut nodes[0]);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].to, all[1]);
+    assert_eq!(sent[0].channel, Channel::Datagram);
+    let ping = decode(&sent[0]);
+    let Message::Ping {
+        seq,
+        ref target,
+        suspected: None,
+    } = ping.messages[0]
+    else {
+        panic!("expected a ping, got {:?}", ping.messages);
+    };
+    assert_eq!(target, &all[1]);
+    deliver(&mut nodes[1], &sent[0], t);
+    let reply = drain(&mut nodes[1]);
+    assert_eq!(reply.len(), 1);
+    assert_eq!(decode(&reply[0]).messages, vec![Message::Ack { seq }]);
+    deliver(&mut nodes[0], &reply[0], t + Duration::from_millis(1));
+    assert_eq!(nodes[0].stats().acks, 1);
+    // The probe is closed: no indirect probe follows at its timeout.
+    let later = run_timers(&mut nodes[0], t + Duration::from_millis(999));
+    assert!(later.iter().all(|x| !matches!(decode(x).messages[0], Message::PingReq { .. })));
+    assert_eq!(nodes[0].stats().probe_failures, 0);
+}
+
+#[test]
+fn an_unanswered_ping_asks_three_others_and_a_stream_ping_then_suspects() {
+    let (all, mut nodes) = cluster_of(5);
+    let a = &mut nodes[0];
+    let t = a.poll_timeout().unwrap();
+    a.handle_timeout(t);
+    let ping = drain(a).remove(0);
+    let target = ping.to.clone();
+    // No ack. At the probe timeout: ping-reqs to three relays, and a stream ping.
+    let out = run_timers(a, t + Duration::from_millis(500));
+    let reqs: Vec<_> = out.iter().filter(|x| x.channel == Channel::Datagram).collect();
+    let streams: Vec<_> = out.iter().filter(|x| x.channel == Channel::Stream).collect();
+    assert_eq!(reqs.len(), 3);
+    assert!(reqs.iter().all(|r| r.to != target && r.to != all[0]));
+    for r in &reqs {
+        assert!(matches!(decode(r).messages[0], Message::PingReq { target: ref tg, .. } if *tg == target));
+    }
+    assert_eq!(streams.len(), 1);
+    assert_eq!(streams[0].to, target);
+    // Every relay answers with a nack: the target is the problem, not us.
+    let Message::PingReq { seq, .. } = decode(reqs[0]).messages[0] else {
+        unreachable!()
+    };
+    for r in &reqs {
+        let nack = packet_from(&r.to, 0, 0, vec![Message::Nack { seq }]);
+        a.handle_datagram(t + Duration::from_millis(900), &nack).unwrap();
+    }
+    let out = run_timers(a, t + Duration::from_millis(1000));
+    let events = drain_events(a);
+    assert!(events.contains(&Event::Suspected {
+        member: target.clone(),
+        incarnation: 0,
+        accuser: all[0].clone(),
+    }));
+    assert_eq!(a.member(&target).unwrap().state(), MemberState::Suspect);
+    assert_eq!(a.local_health(), 0, "all nacks arrived: our health is fine");
+    // The suspicion is gossiped at once.
+    assert!(out.iter().any(|x| decode(x).messages.iter().any(
+        |m| matches!(m, Message::Suspect { member, .. } if *member == target)
+    )));
+}
+
+#[test]
+fn missing_nacks_raise_local_health_and_slow_probing() {
+    let (_, mut nodes) = cluster_of(5);
+    let a = &mut nodes[0];
+    let t = a.poll_timeout().unwrap();
+    a.handle_timeout(t);
+    drain(a);
+    run_timers(a, t + Duration::from_millis(1000));
+    assert_eq!(a.local_health(), 3, "three nacks missing");
+    let next = a.poll_timeout().unwrap();
+    // The next period is scaled by health + 1.
+    assert!(next >= t + Duration::from_millis(1000) && next <= t + Duration::from_millis(4000));
+}
+
+#[test]
+fn a_suspected_node_refutes_at_once_with_a_higher_incarnation() {
+    let (all, mut nodes) = cluster_of(3);
+    let b = &mut nodes[1];
+    let accusation = packet_from(
+        &all[0],
+        0,
+        0,
+        vec![Message::Suspect {
+            member: all[1].clone(),
+            incarnation: 0,
+            accuser: all[0].clone(),
+            accuser_health: 0,
+        }],
+    );
+    b.handle_datagram(secs(0.1), &accusation).unwrap();
+    assert_eq!(b.incarnation(), 1);
+    assert!(drain_events(b).contains(&Event::Refuted {
+        incarnation: 1,
+        was_dead: false
+    }));
+    let out = drain(b);
+    let to_accuser = out.iter().find(|x| x.to == all[0]).expect("refutation sent to the accuser");
+    assert_eq!(
+        decode(to_accuser).messages[0],
+        Message::Alive {
+            member: all[1].clone(),
+            incarnation: 1,
+            meta: vec![]
+        }
+    );
+}
+
+#[test]
+fn a_ping_carrying_a_suspicion_is_answered_with_the_refutation_first() {
+    let (all, mut nodes) = cluster_of(3);
+    let b = &mut nodes[1];
+    let ping = packet_from(
+        &all[0],
+        0,
+        0,
+        vec![Message::Ping {
+            seq: 9,
+            target: all[1].clone(),
+            suspected: Some(0),
+        }],
+    );
+    b.handle_datagram(secs(0.1), &ping).unwrap();
+    let out = drain(b);
+    let ack = out
+        .iter()
+        .map(decode)
+        .find(|p| p.messages.contains(&Message::Ack { seq: 9 }))
+        .unwrap();
+    assert_eq!(ack.header.incarnation, 1, "the ack itself carries the new incarnation");
+}
+
+fn suspect(member: &NodeId, accuser: &NodeId, health: u8) -> Vec<u8> {
+    packet_from(
+        accuser,
+        0,
+        health,
+        vec![Message::Suspect {
+            member: member.clone(),
+            incarnation: 0,
+            accuser: accuser.clone(),
+            accuser_health: health,
+        }],
+    )
+}
+
+/// An observer that does not probe during the test, so that only the
+/// accusations the test injects count.
+fn bystander(all: &[NodeId]) -> Node<NodeId> {
+    let cfg = hale_core::Config {
+        probe_interval: Duration::from_secs(3600),
+        probe_timeout: Duration::from_secs(1800),
+        ..config(77)
+    };
+    node(&all[5], all, cfg)
+}
+
+fn deaths(events: &[Event<NodeId>]) -> usize {
+    events
+        .iter()
+        .filter(|e| matches!(e, Event::Dead { .. }))
+        .count()
+}
+
+#[test]
+fn one_accuser_alone_never_gets_a_member_declared_dead() {
+    let all = ids(6);
+    let x = &mut bystander(&all);
+    x.handle_datagram(secs(0.0), &suspect(&all[2], &all[0], 0)).unwrap();
+    let mut events = Vec::new();
+    for s in 1..60 {
+        x.handle_timeout(secs(f64::from(s)));
+        events.extend(drain_events(x));
+    }
+    assert_eq!(deaths(&events), 0);
+    assert_eq!(x.member(&all[2]).unwrap().state(), MemberState::Alive, "the suspicion expired");
+    assert_eq!(x.stats().suspicions_expired, 1);
+}
+
+#[test]
+fn two_healthy_accusers_get_a_member_declared_dead_with_evidence() {
+    let all = ids(6);
+    let x = &mut bystander(&all);
+    x.handle_datagram(secs(0.0), &suspect(&all[2], &all[0], 0)).unwrap();
+    x.handle_datagram(secs(0.5), &suspect(&all[2], &all[1], 0)).unwrap();
+    let mut events = Vec::new();
+    for s in 1..30 {
+        x.handle_timeout(secs(f64::from(s)));
+        events.extend(drain_events(x));
+    }
+    let dead: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Dead { member, evidence, .. } => Some((member, evidence)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].0, &all[2]);
+    assert_eq!(dead[0].1.accusers, vec![all[0].clone(), all[1].clone()]);
+    assert_eq!(dead[0].1.confirmations, 2);
+    assert_eq!(dead[0].1.suspected_at, Some(secs(0.0)));
+}
+
+#[test]
+fn an_unhealthy_accuser_is_discounted() {
+    let all = ids(6);
+    let x = &mut bystander(&all);
+    x.handle_datagram(secs(0.0), &suspect(&all[2], &all[0], 0)).unwrap();
+    x.handle_datagram(secs(0.5), &suspect(&all[2], &all[1], 6)).unwrap();
+    let mut events = Vec::new();
+    for s in 1..60 {
+        x.handle_timeout(secs(f64::from(s)));
+        events.extend(drain_events(x));
+    }
+    assert_eq!(deaths(&events), 0);
+    assert_eq!(x.stats().discounted_accusations, 1);
+}
+
+#[test]
+fn a_death_verdict_resting_on_one_accuser_is_rejected() {
+    let all = ids(6);
+    let x = &mut bystander(&all);
+    let verdict = packet_from(
+        &all[0],
+        0,
+        0,
+        vec![Message::Dead {
+            member: all[2].clone(),
+            incarnation: 0,
+            declarer: all[0].clone(),
+            accusers: 1,
+        }],
+    );
+    x.handle_datagram(secs(0.0), &verdict).unwrap();
+    assert_eq!(x.member(&all[2]).unwrap().state(), MemberState::Alive);
+    assert_eq!(deaths(&drain_events(x)), 0);
+}
+
+#[test]
+fn garbage_oversize_and_foreign_packets_are_dropped_counted_and_change_nothing() {
+    let (all, mut nodes) = cluster_of(3);
+    let x = &mut nodes[0];
+    let before = x.members().count();
+    assert!(x.handle_datagram(secs(0.0), b"hello world").is_err());
+    assert!(x.handle_datagram(secs(0.0), &[0u8; MAX_DATAGRAM + 1]).is_err());
+    let mut foreign = packet_from(&all[1], 0, 0, vec![Message::Ack { seq: 1 }]);
+    foreign[3] ^= 0xff; // cluster id
+    assert!(x.handle_datagram(secs(0.0), &foreign).is_err());
+    let mut truncated = packet_from(&all[1], 0, 0, vec![Message::Ack { seq: 1 }]);
+    truncated.pop();
+    assert!(x.handle_datagram(secs(0.0), &truncated).is_err());
+    let own = packet_from(&all[0], 0, 0, vec![Message::Ack { seq: 1 }]);
+    assert!(x.handle_datagram(secs(0.0), &own).is_err());
+    assert_eq!(x.stats().dropped(DropReason::BadMagic), 1);
+    assert_eq!(x.stats().dropped(DropReason::Oversize), 1);
+    assert_eq!(x.stats().dropped(DropReason::ForeignCluster), 1);
+    assert_eq!(x.stats().dropped(DropReason::Malformed), 1);
+    assert_eq!(x.stats().dropped(DropReason::FromSelf), 1);
+    assert_eq!(x.members().count(), before);
+    assert!(drain(x).is_empty());
+    assert!(drain_events(x).is_empty());
+}
+
+#[test]
+fn a_spurious_timeout_does_nothing() {
+    let (_, mut nodes) = cluster_of(3);
+    let x = &mut nodes[0];
+    let next = x.poll_timeout().unwrap();
+    x.handle_timeout(Time::ZERO);
+    x.handle_timeout(Time::ZERO);
+    assert!(drain(x).is_empty());
+    assert_eq!(x.poll_timeout(), Some(next));
+}
+
+#[test]
+fn leaving_announces_left_once() {
+    let (all, mut nodes) = cluster_of(4);
+    let x = &mut nodes[0];
+    x.leave(secs(1.0)).unwrap();
+    let out = drain(x);
+    assert!(!out.is_empty());
+    for t in &out {
+        assert_eq!(
+            decode(t).messages[0],
+            Message::Left {
+                member: all[0].clone(),
+                incarnation: 1
+            }
+        );
+    }
+    assert_eq!(x.leave(secs(2.0)), Err(LeaveError::AlreadyLeft));
+    let mut peer = node(&all[1], &all, config(9));
+    deliver(&mut peer, &out[0], secs(1.0));
+    assert_eq!(peer.member(&all[0]).unwrap().state(), MemberState::Left);
+}
+
+#[test]
+fn application_traffic_spares_the_probe_of_a_fresh_member() {
+    let (all, mut nodes) = cluster_of(2);
+    let x = &mut nodes[0];
+    let t = x.poll_timeout().unwrap();
+    x.note_traffic(t - Duration::from_millis(100), &all[1]);
+    x.handle_timeout(t);
+    assert!(drain(x).is_empty(), "no ping: traffic proved it alive");
+    assert_eq!(x.stats().probes_skipped_fresh, 1);
+    // Quiet for a period: the next visit probes.
+    let t2 = x.poll_timeout().unwrap();
+    x.handle_timeout(t2 + Duration::from_secs(2));
+    assert_eq!(x.stats().probes, 1);
+}
+
+#[test]
+fn a_node_declared_dead_is_told_so_when_it_speaks_and_rejoins() {
+    let (all, mut nodes) = cluster_of(4);
+    let verdict = packet_from(
+        &all[1],
+        0,
+        0,
+        vec![Message::Dead {
+            member: all[2].clone(),
+            incarnation: 0,
+            declarer: all[1].clone(),
+            accusers: 2,
+        }],
+    );
+    nodes[0].handle_datagram(secs(1.0), &verdict).unwrap();
+    assert_eq!(nodes[0].member(&all[2]).unwrap().state(), MemberState::Dead);
+    drain(&mut nodes[0]);
+    // The "dead" node pings us: we tell it it was declared dead.
+    let hello = packet_from(&all[2], 0, 0, vec![Message::Ack { seq: 77 }]);
+    nodes[0].handle_datagram(secs(2.0), &hello).unwrap();
+    let out = drain(&mut nodes[0]);
+    let notice = out.iter().find(|t| t.to == all[2]).expect("dead notice");
+    let (head, rest) = nodes.split_at_mut(2);
+    deliver(&mut rest[0], notice, secs(2.0));
+    assert_eq!(rest[0].incarnation(), 1);
+    assert!(drain_events(&mut rest[0]).contains(&Event::Refuted {
+        incarnation: 1,
+        was_dead: true
+    }));
+    let back = drain(&mut rest[0]);
+    let to_us = back.iter().find(|t| t.to == all[0]).unwrap();
+    deliver(&mut head[0], to_us, secs(2.1));
+    assert_eq!(head[0].member(&all[2]).unwrap().state(), MemberState::Alive);
+}
+
+#[test]
+fn identical_inputs_give_identical_outputs() {
+    let run = || {
+        let (_, mut nodes) = cluster_of(5);
+        run_timers(&mut nodes[0], secs(30.0))
+            .into_iter()
+            .map(|t| (t.to, t.bytes))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(run(), run());
+}

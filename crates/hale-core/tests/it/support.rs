@@ -1,0 +1,76 @@
+//! Helpers: a few nodes wired by hand, so tests see every packet.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use hale_core::wire::{MemberRecord, Packet, WireState};
+use hale_core::{Channel, Config, Event, Node, NodeId, Time, Transmit};
+
+pub fn id(name: &str, port: u16) -> NodeId {
+    NodeId::new(name, SocketAddr::from(([127, 0, 0, 1], port))).unwrap()
+}
+
+pub fn ids(n: usize) -> Vec<NodeId> {
+    (0..n).map(|i| id(&format!("n{i}"), 7000 + i as u16)).collect()
+}
+
+pub fn config(seed: u64) -> Config {
+    Config {
+        rng_seed: seed,
+        // One member watched by round robin only, to keep packet flows simple.
+        monitors: 0,
+        ..Config::default()
+    }
+}
+
+/// A node that knows `all` as alive (warm start), at time zero.
+pub fn node(me: &NodeId, all: &[NodeId], cfg: Config) -> Node<NodeId> {
+    let mut n = Node::new(me.clone(), cfg, Time::ZERO).unwrap();
+    n.restore(
+        Time::ZERO,
+        all.iter().map(|i| MemberRecord {
+            id: i.clone(),
+            incarnation: 0,
+            state: WireState::Alive,
+            meta: Vec::new(),
+        }),
+    );
+    drain_events(&mut n);
+    n
+}
+
+pub fn drain(n: &mut Node<NodeId>) -> Vec<Transmit<NodeId>> {
+    std::iter::from_fn(|| n.poll_transmit()).collect()
+}
+
+pub fn drain_events(n: &mut Node<NodeId>) -> Vec<Event<NodeId>> {
+    std::iter::from_fn(|| n.poll_event()).collect()
+}
+
+pub fn decode(t: &Transmit<NodeId>) -> Packet<NodeId> {
+    Packet::decode(&t.bytes, t.channel, hale_core::wire::cluster_id("hale")).unwrap()
+}
+
+/// Runs the node's timers up to `until`, collecting what it sends.
+pub fn run_timers(n: &mut Node<NodeId>, until: Time) -> Vec<Transmit<NodeId>> {
+    let mut out = Vec::new();
+    while let Some(t) = n.poll_timeout() {
+        if t > until {
+            break;
+        }
+        n.handle_timeout(t);
+        out.extend(drain(n));
+    }
+    out
+}
+
+pub fn deliver(to: &mut Node<NodeId>, t: &Transmit<NodeId>, now: Time) {
+    match t.channel {
+        Channel::Datagram => to.handle_datagram(now, &t.bytes).unwrap(),
+        Channel::Stream => to.handle_stream(now, &t.bytes).unwrap(),
+    }
+}
+
+pub fn secs(s: f64) -> Time {
+    Time::ZERO + Duration::from_secs_f64(s)
+}
