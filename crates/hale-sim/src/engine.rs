@@ -308,7 +308,13 @@ impl Sim {
                 let view: Vec<Option<&Node<SimId>>> = self
                     .slots
                     .iter()
-                    .map(|s| if s.status == Status::Up { s.node.as_ref() } else { None })
+                    .map(|s| {
+                        if s.status == Status::Up {
+                            s.node.as_ref()
+                        } else {
+                            None
+                        }
+                    })
                     .collect();
                 self.observer.sample(self.now, &view);
                 let every = self.cfg.sample_every;
@@ -427,11 +433,19 @@ impl Sim {
             return;
         }
         let now = self.now;
-        if self.net.route(&mut self.rng, i, j, Channel::Datagram).is_some() {
+        if self
+            .net
+            .route(&mut self.rng, i, j, Channel::Datagram)
+            .is_some()
+        {
             if let Some(n) = self.slots[j as usize].node.as_mut() {
                 n.note_traffic(now, &SimId(i));
             }
-            if self.net.route(&mut self.rng, j, i, Channel::Datagram).is_some() {
+            if self
+                .net
+                .route(&mut self.rng, j, i, Channel::Datagram)
+                .is_some()
+            {
                 if let Some(n) = self.slots[i as usize].node.as_mut() {
                     n.note_traffic(now, &SimId(j));
                 }
@@ -588,9 +602,18 @@ impl Sim {
 
     /// Runs `f` on node `i` (if it has state) at the current time, then
     /// routes what it sent. For driving API calls such as `set_metadata`.
-    pub fn with_node<R>(&mut self, i: u32, f: impl FnOnce(&mut Node<SimId>, Time) -> R) -> Option<R> {
+    pub fn with_node<R>(
+        &mut self,
+        i: u32,
+        f: impl FnOnce(&mut Node<SimId>, Time) -> R,
+    ) -> Option<R> {
         let now = self.now;
-        let r = self.slots.get_mut(i as usize)?.node.as_mut().map(|n| f(n, now));
+        let r = self
+            .slots
+            .get_mut(i as usize)?
+            .node
+            .as_mut()
+            .map(|n| f(n, now));
         self.after_io(i);
         r
     }
@@ -663,4 +686,3 @@ impl std::fmt::Debug for Sim {
             .finish()
     }
 }
-

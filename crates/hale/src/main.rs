@@ -1,1 +1,3 @@
+//! The `hale` command-line tool.
+
 fn main() {}

@@ -1,5 +1,8 @@
 //! Integration tests of hale-core (one binary).
 
+// In tests a panic is the failure report: unwrapping is how a test fails.
+#![allow(clippy::unwrap_used)]
+
 mod config;
 mod node;
 mod support;

@@ -57,7 +57,9 @@ fn a_probe_period_sends_one_ping_and_the_ack_closes_it() {
     assert_eq!(nodes[0].stats().acks, 1);
     // The probe is closed: no indirect probe follows at its timeout.
     let later = run_timers(&mut nodes[0], t + Duration::from_millis(999));
-    assert!(later.iter().all(|x| !matches!(decode(x).messages[0], Message::PingReq { .. })));
+    assert!(later
+        .iter()
+        .all(|x| !matches!(decode(x).messages[0], Message::PingReq { .. })));
     assert_eq!(nodes[0].stats().probe_failures, 0);
 }
 
@@ -71,12 +73,20 @@ fn an_unanswered_ping_asks_three_others_and_a_stream_ping_then_suspects() {
     let target = ping.to.clone();
     // No ack. At the probe timeout: ping-reqs to three relays, and a stream ping.
     let out = run_timers(a, t + Duration::from_millis(500));
-    let reqs: Vec<_> = out.iter().filter(|x| x.channel == Channel::Datagram).collect();
-    let streams: Vec<_> = out.iter().filter(|x| x.channel == Channel::Stream).collect();
+    let reqs: Vec<_> = out
+        .iter()
+        .filter(|x| x.channel == Channel::Datagram)
+        .collect();
+    let streams: Vec<_> = out
+        .iter()
+        .filter(|x| x.channel == Channel::Stream)
+        .collect();
     assert_eq!(reqs.len(), 3);
     assert!(reqs.iter().all(|r| r.to != target && r.to != all[0]));
     for r in &reqs {
-        assert!(matches!(decode(r).messages[0], Message::PingReq { target: ref tg, .. } if *tg == target));
+        assert!(
+            matches!(decode(r).messages[0], Message::PingReq { target: ref tg, .. } if *tg == target)
+        );
     }
     assert_eq!(streams.len(), 1);
     assert_eq!(streams[0].to, target);
@@ -86,7 +96,8 @@ fn an_unanswered_ping_asks_three_others_and_a_stream_ping_then_suspects() {
     };
     for r in &reqs {
         let nack = packet_from(&r.to, 0, 0, vec![Message::Nack { seq }]);
-        a.handle_datagram(t + Duration::from_millis(900), &nack).unwrap();
+        a.handle_datagram(t + Duration::from_millis(900), &nack)
+            .unwrap();
     }
     let out = run_timers(a, t + Duration::from_millis(1000));
     let events = drain_events(a);
@@ -98,9 +109,10 @@ fn an_unanswered_ping_asks_three_others_and_a_stream_ping_then_suspects() {
     assert_eq!(a.member(&target).unwrap().state(), MemberState::Suspect);
     assert_eq!(a.local_health(), 0, "all nacks arrived: our health is fine");
     // The suspicion is gossiped at once.
-    assert!(out.iter().any(|x| decode(x).messages.iter().any(
-        |m| matches!(m, Message::Suspect { member, .. } if *member == target)
-    )));
+    assert!(out.iter().any(|x| decode(x)
+        .messages
+        .iter()
+        .any(|m| matches!(m, Message::Suspect { member, .. } if *member == target))));
 }
 
 #[test]
@@ -139,7 +151,10 @@ fn a_suspected_node_refutes_at_once_with_a_higher_incarnation() {
         was_dead: false
     }));
     let out = drain(b);
-    let to_accuser = out.iter().find(|x| x.to == all[0]).expect("refutation sent to the accuser");
+    let to_accuser = out
+        .iter()
+        .find(|x| x.to == all[0])
+        .expect("refutation sent to the accuser");
     assert_eq!(
         decode(to_accuser).messages[0],
         Message::Alive {
@@ -171,7 +186,10 @@ fn a_ping_carrying_a_suspicion_is_answered_with_the_refutation_first() {
         .map(decode)
         .find(|p| p.messages.contains(&Message::Ack { seq: 9 }))
         .unwrap();
-    assert_eq!(ack.header.incarnation, 1, "the ack itself carries the new incarnation");
+    assert_eq!(
+        ack.header.incarnation, 1,
+        "the ack itself carries the new incarnation"
+    );
 }
 
 fn suspect(member: &NodeId, accuser: &NodeId, health: u8) -> Vec<u8> {
@@ -210,14 +228,19 @@ fn deaths(events: &[Event<NodeId>]) -> usize {
 fn one_accuser_alone_never_gets_a_member_declared_dead() {
     let all = ids(6);
     let x = &mut bystander(&all);
-    x.handle_datagram(secs(0.0), &suspect(&all[2], &all[0], 0)).unwrap();
+    x.handle_datagram(secs(0.0), &suspect(&all[2], &all[0], 0))
+        .unwrap();
     let mut events = Vec::new();
     for s in 1..60 {
         x.handle_timeout(secs(f64::from(s)));
         events.extend(drain_events(x));
     }
     assert_eq!(deaths(&events), 0);
-    assert_eq!(x.member(&all[2]).unwrap().state(), MemberState::Alive, "the suspicion expired");
+    assert_eq!(
+        x.member(&all[2]).unwrap().state(),
+        MemberState::Alive,
+        "the suspicion expired"
+    );
     assert_eq!(x.stats().suspicions_expired, 1);
 }
 
@@ -225,8 +248,10 @@ fn one_accuser_alone_never_gets_a_member_declared_dead() {
 fn two_healthy_accusers_get_a_member_declared_dead_with_evidence() {
     let all = ids(6);
     let x = &mut bystander(&all);
-    x.handle_datagram(secs(0.0), &suspect(&all[2], &all[0], 0)).unwrap();
-    x.handle_datagram(secs(0.5), &suspect(&all[2], &all[1], 0)).unwrap();
+    x.handle_datagram(secs(0.0), &suspect(&all[2], &all[0], 0))
+        .unwrap();
+    x.handle_datagram(secs(0.5), &suspect(&all[2], &all[1], 0))
+        .unwrap();
     let mut events = Vec::new();
     for s in 1..30 {
         x.handle_timeout(secs(f64::from(s)));
@@ -235,7 +260,9 @@ fn two_healthy_accusers_get_a_member_declared_dead_with_evidence() {
     let dead: Vec<_> = events
         .iter()
         .filter_map(|e| match e {
-            Event::Dead { member, evidence, .. } => Some((member, evidence)),
+            Event::Dead {
+                member, evidence, ..
+            } => Some((member, evidence)),
             _ => None,
         })
         .collect();
@@ -250,8 +277,10 @@ fn two_healthy_accusers_get_a_member_declared_dead_with_evidence() {
 fn an_unhealthy_accuser_is_discounted() {
     let all = ids(6);
     let x = &mut bystander(&all);
-    x.handle_datagram(secs(0.0), &suspect(&all[2], &all[0], 0)).unwrap();
-    x.handle_datagram(secs(0.5), &suspect(&all[2], &all[1], 6)).unwrap();
+    x.handle_datagram(secs(0.0), &suspect(&all[2], &all[0], 0))
+        .unwrap();
+    x.handle_datagram(secs(0.5), &suspect(&all[2], &all[1], 6))
+        .unwrap();
     let mut events = Vec::new();
     for s in 1..60 {
         x.handle_timeout(secs(f64::from(s)));
@@ -287,7 +316,9 @@ fn garbage_oversize_and_foreign_packets_are_dropped_counted_and_change_nothing()
     let x = &mut nodes[0];
     let before = x.members().count();
     assert!(x.handle_datagram(secs(0.0), b"hello world").is_err());
-    assert!(x.handle_datagram(secs(0.0), &[0u8; MAX_DATAGRAM + 1]).is_err());
+    assert!(x
+        .handle_datagram(secs(0.0), &[0u8; MAX_DATAGRAM + 1])
+        .is_err());
     let mut foreign = packet_from(&all[1], 0, 0, vec![Message::Ack { seq: 1 }]);
     foreign[3] ^= 0xff; // cluster id
     assert!(x.handle_datagram(secs(0.0), &foreign).is_err());

@@ -11,7 +11,9 @@ pub fn id(name: &str, port: u16) -> NodeId {
 }
 
 pub fn ids(n: usize) -> Vec<NodeId> {
-    (0..n).map(|i| id(&format!("n{i}"), 7000 + i as u16)).collect()
+    (0..n)
+        .map(|i| id(&format!("n{i}"), 7000 + i as u16))
+        .collect()
 }
 
 pub fn config(seed: u64) -> Config {

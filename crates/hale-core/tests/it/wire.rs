@@ -4,13 +4,17 @@ use std::net::SocketAddr;
 
 use proptest::prelude::*;
 
-use hale_core::wire::{
-    cluster_id, Header, MemberRecord, Message, Packet, WireState, MAX_DATAGRAM,
-};
+use hale_core::wire::{cluster_id, Header, MemberRecord, Message, Packet, WireState, MAX_DATAGRAM};
 use hale_core::{Channel, NodeId};
 
 fn arb_id() -> impl Strategy<Value = NodeId> {
-    ("[a-z0-9._-]{1,64}", any::<[u8; 4]>(), any::<u16>(), any::<bool>(), any::<[u8; 16]>())
+    (
+        "[a-z0-9._-]{1,64}",
+        any::<[u8; 4]>(),
+        any::<u16>(),
+        any::<bool>(),
+        any::<[u8; 16]>(),
+    )
         .prop_map(|(name, v4, port, six, v6)| {
             let addr = if six {
                 SocketAddr::from((v6, port))
@@ -50,22 +54,26 @@ fn arb_message() -> impl Strategy<Value = Message<NodeId>> {
                 meta,
             }
         }),
-        (arb_id(), any::<u32>(), arb_id(), any::<u8>()).prop_map(|(member, incarnation, accuser, accuser_health)| {
-            Message::Suspect {
-                member,
-                incarnation,
-                accuser,
-                accuser_health,
+        (arb_id(), any::<u32>(), arb_id(), any::<u8>()).prop_map(
+            |(member, incarnation, accuser, accuser_health)| {
+                Message::Suspect {
+                    member,
+                    incarnation,
+                    accuser,
+                    accuser_health,
+                }
             }
-        }),
-        (arb_id(), any::<u32>(), arb_id(), any::<u8>()).prop_map(|(member, incarnation, declarer, accusers)| {
-            Message::Dead {
-                member,
-                incarnation,
-                declarer,
-                accusers,
+        ),
+        (arb_id(), any::<u32>(), arb_id(), any::<u8>()).prop_map(
+            |(member, incarnation, declarer, accusers)| {
+                Message::Dead {
+                    member,
+                    incarnation,
+                    declarer,
+                    accusers,
+                }
             }
-        }),
+        ),
         (arb_id(), any::<u32>()).prop_map(|(member, incarnation)| Message::Left {
             member,
             incarnation
@@ -74,11 +82,18 @@ fn arb_message() -> impl Strategy<Value = Message<NodeId>> {
 }
 
 fn arb_record() -> impl Strategy<Value = MemberRecord<NodeId>> {
-    (arb_id(), any::<u32>(), 0u8..4, arb_meta()).prop_map(|(id, incarnation, s, meta)| MemberRecord {
-        id,
-        incarnation,
-        state: [WireState::Alive, WireState::Suspect, WireState::Dead, WireState::Left][s as usize],
-        meta,
+    (arb_id(), any::<u32>(), 0u8..4, arb_meta()).prop_map(|(id, incarnation, s, meta)| {
+        MemberRecord {
+            id,
+            incarnation,
+            state: [
+                WireState::Alive,
+                WireState::Suspect,
+                WireState::Dead,
+                WireState::Left,
+            ][s as usize],
+            meta,
+        }
     })
 }
 

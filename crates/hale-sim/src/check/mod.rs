@@ -16,7 +16,9 @@ use hale_core::Time;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Violation {
     /// A healthy member was declared dead.
-    #[error("{count} healthy member(s) declared dead; first: node {member} by node {observer} at {at}")]
+    #[error(
+        "{count} healthy member(s) declared dead; first: node {member} by node {observer} at {at}"
+    )]
     FalseDeath {
         /// How many times.
         count: usize,

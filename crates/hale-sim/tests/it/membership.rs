@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use hale_core::{Config, Event, MemberState, Time};
+use hale_core::{Event, MemberState, Time};
 use hale_sim::check::{every_fault_detected, no_false_death, probe_coverage, views_converged};
 use hale_sim::{Action, Sim, SimConfig, SimId};
 
@@ -20,7 +20,9 @@ fn cluster(nodes: u32, seed: u64) -> SimConfig {
 const SETTLE: Duration = Duration::from_secs(30);
 
 fn state_seen(sim: &Sim, observer: u32, member: u32) -> Option<MemberState> {
-    sim.node(observer)?.member(&SimId(member)).map(|m| m.state())
+    sim.node(observer)?
+        .member(&SimId(member))
+        .map(|m| m.state())
 }
 
 fn idle_cluster_run(cfg: SimConfig, hours: u64) -> Sim {
@@ -37,7 +39,10 @@ fn an_idle_cluster_of_50_never_evicts_anyone_and_probes_everyone_every_round() {
     no_false_death(&sim.observer).unwrap();
     probe_coverage(&sim.observer, 50).unwrap();
     views_converged(&sim).unwrap();
-    assert_eq!(sim.observer.suspicions, 0, "no suspicion at all in a healthy idle cluster");
+    assert_eq!(
+        sim.observer.suspicions, 0,
+        "no suspicion at all in a healthy idle cluster"
+    );
     // About 7200 / 49 rounds per node: the walk really ran.
     let rounds = sim.observer.visits[&0].len();
     assert!(rounds > 100, "only {rounds} rounds recorded");
@@ -97,7 +102,10 @@ fn every_death_verdict_carries_its_evidence() {
 fn a_frozen_node_is_declared_dead_then_refutes_and_rejoins_when_it_resumes() {
     let mut sim = Sim::new(cluster(20, 4));
     sim.observer.keep_log();
-    sim.schedule(Time::from_secs(10), Action::Freeze(5, Duration::from_secs(20)));
+    sim.schedule(
+        Time::from_secs(10),
+        Action::Freeze(5, Duration::from_secs(20)),
+    );
     sim.run_until(Time::from_secs(29));
     for o in sim.up_nodes() {
         assert_eq!(state_seen(&sim, o, 5), Some(MemberState::Dead), "node {o}");
@@ -112,14 +120,31 @@ fn a_frozen_node_is_declared_dead_then_refutes_and_rejoins_when_it_resumes() {
     let recovered = log
         .iter()
         .filter(|(_, _, e)| {
-            matches!(e, Event::Recovered { member: SimId(5), was_dead: true, .. })
+            matches!(
+                e,
+                Event::Recovered {
+                    member: SimId(5),
+                    was_dead: true,
+                    ..
+                }
+            )
         })
         .count();
-    assert_eq!(recovered, 19, "every other member saw it come back from the dead");
+    assert_eq!(
+        recovered, 19,
+        "every other member saw it come back from the dead"
+    );
     let inc = sim.node(5).unwrap().incarnation();
     assert!(inc >= 1);
     for o in sim.up_nodes().into_iter().filter(|&o| o != 5) {
-        assert_eq!(sim.node(o).unwrap().member(&SimId(5)).unwrap().incarnation(), inc);
+        assert_eq!(
+            sim.node(o)
+                .unwrap()
+                .member(&SimId(5))
+                .unwrap()
+                .incarnation(),
+            inc
+        );
     }
 }
 
@@ -135,11 +160,15 @@ fn a_two_second_stall_is_refuted_and_never_declared_dead() {
     sim.run_until(Time::from_secs(400));
     no_false_death(&sim.observer).unwrap();
     views_converged(&sim).unwrap();
-    assert!(sim.observer.healthy_suspicions > 0, "stalls must at least be suspected");
+    assert!(
+        sim.observer.healthy_suspicions > 0,
+        "stalls must at least be suspected"
+    );
 }
 
 #[test]
-fn a_node_that_can_send_but_not_receive_gets_no_healthy_member_killed_and_is_itself_declared_dead() {
+fn a_node_that_can_send_but_not_receive_gets_no_healthy_member_killed_and_is_itself_declared_dead()
+{
     let mut sim = Sim::new(cluster(30, 6));
     sim.observer.keep_log();
     sim.schedule(Time::from_secs(10), Action::BlockIngress(3, true));
@@ -180,7 +209,10 @@ fn heavy_traffic_spares_probes_and_still_detects_crashes() {
         .iter()
         .map(|&i| sim.node(i).unwrap().stats().probes_skipped_fresh)
         .sum();
-    assert!(skipped > 100, "traffic should spare probes, skipped {skipped}");
+    assert!(
+        skipped > 100,
+        "traffic should spare probes, skipped {skipped}"
+    );
 }
 
 #[test]
@@ -208,7 +240,13 @@ fn joins_through_a_seed_reach_every_member() {
     sim.run_until(Time::from_secs(120));
     views_converged(&sim).unwrap();
     for j in &sim.observer.joins {
-        assert_eq!(j.seen_at.len(), 24, "join of {} seen by {}", j.node, j.seen_at.len());
+        assert_eq!(
+            j.seen_at.len(),
+            24,
+            "join of {} seen by {}",
+            j.node,
+            j.seen_at.len()
+        );
     }
 }
 
