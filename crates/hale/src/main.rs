@@ -1,3 +1,72 @@
-//! The `hale` command-line tool.
+//! `hale`: the command-line tool of the hale cluster-health layer.
 
-fn main() {}
+#![forbid(unsafe_code)]
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod agent_cmd;
+mod client_cmd;
+mod demo_cmd;
+
+/// hale: cluster health (SWIM + Lifeguard failure detection).
+#[derive(Debug, Parser)]
+#[command(name = "hale", version, about)]
+struct Cli {
+    #[command(flatten)]
+    api: client_cmd::ApiArgs,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the agent (a single-node loopback cluster without a config file).
+    Agent(agent_cmd::AgentArgs),
+    /// List the members the local agent knows, with the evidence behind deaths.
+    Members(client_cmd::MembersArgs),
+    /// Ask the local agent to join a cluster through these addresses.
+    Join {
+        /// Gossip addresses of members (host:port).
+        #[arg(required = true)]
+        addrs: Vec<String>,
+    },
+    /// Ask the local agent to leave the cluster gracefully.
+    Leave,
+    /// Print membership events (and follow them live with --follow).
+    Events(client_cmd::EventsArgs),
+    /// Print a new random cluster key (base64).
+    Keygen,
+    /// Start a 5-node cluster on loopback, freeze one node and kill another.
+    Demo(demo_cmd::DemoArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Command::Agent(a) => agent_cmd::run(a).map(|()| ExitCode::SUCCESS),
+        Command::Members(a) => client_cmd::members(&cli.api, a).map(|()| ExitCode::SUCCESS),
+        Command::Join { addrs } => client_cmd::join(&cli.api, addrs).map(|()| ExitCode::SUCCESS),
+        Command::Leave => client_cmd::leave(&cli.api).map(|()| ExitCode::SUCCESS),
+        Command::Events(a) => client_cmd::events(&cli.api, a).map(|()| ExitCode::SUCCESS),
+        Command::Keygen => {
+            agent_cmd::keygen();
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Demo(a) => demo_cmd::run(a).map(|ok| {
+            if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,368 @@
+//! `hale.toml`: every knob of the agent, environment overrides, validation.
+//!
+//! ```toml
+//! [agent]
+//! name = "db-1"                  # unique in the cluster; [A-Za-z0-9._-]{1,64}
+//! bind = "0.0.0.0:7946"          # gossip: UDP and TCP on the same port
+//! advertise = "10.0.0.5:7946"    # address others reach us at (default: bind)
+//! http = "127.0.0.1:7947"        # HTTP API, dashboard and /metrics
+//! seeds = ["10.0.0.6:7946"]      # members to join through
+//! api_token = "secret"           # required by mutating endpoints, if set
+//!
+//! [cluster]
+//! name = "prod"                  # packets of other clusters are rejected
+//! profile = "lan"                # lan | wan | local
+//! keys = ["<base64 32 bytes>"]   # first encrypts; all decrypt (rotation)
+//!
+//! [membership]                   # optional overrides of the profile
+//! probe_interval = "1s"
+//! ```
+//!
+//! Environment variables override the file: `HALE_NAME`, `HALE_BIND`,
+//! `HALE_ADVERTISE`, `HALE_HTTP`, `HALE_SEEDS` (comma-separated),
+//! `HALE_CLUSTER`, `HALE_PROFILE`, `HALE_KEYS` (comma-separated),
+//! `HALE_API_TOKEN`.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use hale_core::{Config as CoreConfig, NodeId, Profile};
+
+use crate::keyring::{Key, Keyring};
+
+/// The agent's configuration file, as written.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// `[agent]`.
+    #[serde(default)]
+    pub agent: AgentSection,
+    /// `[cluster]`.
+    #[serde(default)]
+    pub cluster: ClusterSection,
+    /// `[membership]`.
+    #[serde(default)]
+    pub membership: MembershipSection,
+}
+
+/// `[agent]`: this node.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentSection {
+    /// Unique node name (default: `hale-<port>`).
+    pub name: Option<String>,
+    /// Gossip bind address, UDP and TCP (default `127.0.0.1:7946`).
+    pub bind: Option<String>,
+    /// Address other members use to reach this one (default: `bind`).
+    pub advertise: Option<String>,
+    /// HTTP API address (default `127.0.0.1:7947`).
+    pub http: Option<String>,
+    /// Addresses of members to join through.
+    #[serde(default)]
+    pub seeds: Vec<String>,
+    /// Token required by mutating HTTP endpoints.
+    pub api_token: Option<String>,
+    /// Metadata published with this member (at most 512 bytes, UTF-8).
+    pub meta: Option<String>,
+}
+
+/// `[cluster]`: what all members share.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterSection {
+    /// Cluster name (default `hale`).
+    pub name: Option<String>,
+    /// Timing profile: `lan` (default), `wan` or `local`.
+    pub profile: Option<String>,
+    /// Base64 keys of 32 bytes; the first encrypts, all decrypt.
+    #[serde(default)]
+    pub keys: Vec<String>,
+    /// Send cluster traffic unencrypted (only for debugging on loopback).
+    #[serde(default)]
+    pub insecure_plaintext: bool,
+}
+
+/// `[membership]`: optional overrides of the profile's knobs (see
+/// `hale_core::Config` for what each does).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(missing_docs)] // Each field is documented on hale_core::Config, which it overrides.
+pub struct MembershipSection {
+    #[serde(default, with = "humantime_serde")]
+    pub probe_interval: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    pub probe_timeout: Option<Duration>,
+    pub indirect_probes: Option<usize>,
+    pub stream_fallback_probe: Option<bool>,
+    pub monitors: Option<usize>,
+    pub skip_fresh: Option<bool>,
+    pub awareness_max: Option<u8>,
+    #[serde(default, with = "humantime_serde")]
+    pub suspicion_min: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    pub suspicion_max: Option<Duration>,
+    pub expected_confirmations: Option<usize>,
+    pub corroboration: Option<usize>,
+    pub health_discount: Option<u8>,
+    #[serde(default, with = "humantime_serde")]
+    pub gossip_interval: Option<Duration>,
+    pub gossip_fanout: Option<usize>,
+    pub retransmit_mult: Option<usize>,
+    #[serde(default, with = "humantime_serde")]
+    pub push_pull_interval: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    pub seed_retry_interval: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    pub tombstone_ttl: Option<Duration>,
+}
+
+/// A configuration problem. Nothing was started.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML for this schema (unknown key, wrong type).
+    #[error("{path}: {message}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// The parser's message, naming the key.
+        message: String,
+    },
+    /// A value is out of range.
+    #[error("invalid `{field}`: {problem}")]
+    Invalid {
+        /// The field, as `section.key`.
+        field: String,
+        /// What is wrong.
+        problem: String,
+    },
+}
+
+fn invalid(field: &str, problem: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        field: field.to_owned(),
+        problem: problem.into(),
+    }
+}
+
+/// The validated configuration the agent runs with.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// This node's identity (name and advertised address).
+    pub id: NodeId,
+    /// Gossip bind address.
+    pub bind: SocketAddr,
+    /// HTTP API address.
+    pub http: SocketAddr,
+    /// Addresses to join through.
+    pub seeds: Vec<SocketAddr>,
+    /// Token for mutating endpoints.
+    pub api_token: Option<String>,
+    /// Encryption keys (None: plaintext, only when asked for).
+    pub keyring: Option<Keyring>,
+    /// Whether the key was generated because none was configured.
+    pub ephemeral_key: bool,
+    /// The membership core's configuration.
+    pub core: CoreConfig,
+    /// The profile in use.
+    pub profile: Profile,
+}
+
+impl FileConfig {
+    /// Parses TOML text; `origin` names it in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<FileConfig, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: origin.to_owned(),
+            message: e.to_string(),
+        })
+    }
+
+    /// Reads and parses a file.
+    pub fn load(path: &Path) -> Result<FileConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        FileConfig::parse(&text, &path.display().to_string())
+    }
+
+    /// Applies `HALE_*` environment overrides read through `get`.
+    pub fn apply_env(&mut self, get: impl Fn(&str) -> Option<String>) {
+        let list = |v: String| -> Vec<String> {
+            v.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .collect()
+        };
+        if let Some(v) = get("HALE_NAME") {
+            self.agent.name = Some(v);
+        }
+        if let Some(v) = get("HALE_BIND") {
+            self.agent.bind = Some(v);
+        }
+        if let Some(v) = get("HALE_ADVERTISE") {
+            self.agent.advertise = Some(v);
+        }
+        if let Some(v) = get("HALE_HTTP") {
+            self.agent.http = Some(v);
+        }
+        if let Some(v) = get("HALE_SEEDS") {
+            self.agent.seeds = list(v);
+        }
+        if let Some(v) = get("HALE_API_TOKEN") {
+            self.agent.api_token = Some(v);
+        }
+        if let Some(v) = get("HALE_CLUSTER") {
+            self.cluster.name = Some(v);
+        }
+        if let Some(v) = get("HALE_PROFILE") {
+            self.cluster.profile = Some(v);
+        }
+        if let Some(v) = get("HALE_KEYS") {
+            self.cluster.keys = list(v);
+        }
+    }
+
+    /// Validates everything and builds the agent's configuration.
+    pub fn validate(&self) -> Result<AgentConfig, ConfigError> {
+        let addr =
+            |field: &str, v: &Option<String>, default: &str| -> Result<SocketAddr, ConfigError> {
+                let s = v.as_deref().unwrap_or(default);
+                s.parse().map_err(|_| {
+                    invalid(
+                        field,
+                        format!("{s:?} is not an address like 127.0.0.1:7946"),
+                    )
+                })
+            };
+        let bind = addr("agent.bind", &self.agent.bind, "127.0.0.1:7946")?;
+        let advertise = match &self.agent.advertise {
+            Some(_) => addr("agent.advertise", &self.agent.advertise, "")?,
+            None => bind,
+        };
+        if advertise.ip().is_unspecified() {
+            return Err(invalid(
+                "agent.advertise",
+                "bind is a wildcard address: set advertise to the address others reach this node at",
+            ));
+        }
+        let http = addr("agent.http", &self.agent.http, "127.0.0.1:7947")?;
+        let name = self
+            .agent
+            .name
+            .clone()
+            .unwrap_or_else(|| format!("hale-{}", advertise.port()));
+        let id = NodeId::new(name, advertise).map_err(|e| invalid("agent.name", e.to_string()))?;
+        let seeds = self
+            .agent
+            .seeds
+            .iter()
+            .map(|s| {
+                s.parse::<SocketAddr>()
+                    .map_err(|_| invalid("agent.seeds", format!("{s:?} is not an address")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if self.agent.api_token.as_deref() == Some("") {
+            return Err(invalid(
+                "agent.api_token",
+                "is empty; remove it or set a value",
+            ));
+        }
+        let profile: Profile = self
+            .cluster
+            .profile
+            .as_deref()
+            .unwrap_or("lan")
+            .parse()
+            .map_err(|e: hale_core::ConfigError| invalid("cluster.profile", e.problem))?;
+        let mut core = CoreConfig::new(profile);
+        if let Some(c) = &self.cluster.name {
+            core.cluster = c.clone();
+        }
+        if let Some(m) = &self.agent.meta {
+            core.meta = m.as_bytes().to_vec();
+        }
+        self.membership.apply(&mut core);
+        core.validate().map_err(|e| {
+            let section = if e.field == "cluster" {
+                "cluster.name".to_owned()
+            } else if e.field == "meta" {
+                "agent.meta".to_owned()
+            } else {
+                format!("membership.{}", e.field)
+            };
+            invalid(&section, e.problem)
+        })?;
+        let (keyring, ephemeral_key) = if self.cluster.insecure_plaintext {
+            if !self.cluster.keys.is_empty() {
+                return Err(invalid(
+                    "cluster.insecure_plaintext",
+                    "keys are set too: choose encryption or plaintext",
+                ));
+            }
+            (None, false)
+        } else if self.cluster.keys.is_empty() {
+            (Some(Keyring::new(Key::generate(), Vec::new())), true)
+        } else {
+            let mut keys = Vec::new();
+            for (i, k) in self.cluster.keys.iter().enumerate() {
+                keys.push(
+                    Key::from_base64(k)
+                        .map_err(|e| invalid(&format!("cluster.keys[{i}]"), e.to_string()))?,
+                );
+            }
+            let primary = keys.remove(0);
+            (Some(Keyring::new(primary, keys)), false)
+        };
+        Ok(AgentConfig {
+            id,
+            bind,
+            http,
+            seeds,
+            api_token: self.agent.api_token.clone(),
+            keyring,
+            ephemeral_key,
+            core,
+            profile,
+        })
+    }
+}
+
+impl MembershipSection {
+    fn apply(&self, c: &mut CoreConfig) {
+        macro_rules! set {
+            ($($f:ident),*) => { $( if let Some(v) = self.$f { c.$f = v; } )* };
+        }
+        set!(
+            probe_interval,
+            probe_timeout,
+            indirect_probes,
+            stream_fallback_probe,
+            monitors,
+            skip_fresh,
+            awareness_max,
+            suspicion_min,
+            suspicion_max,
+            expected_confirmations,
+            corroboration,
+            health_discount,
+            gossip_interval,
+            gossip_fanout,
+            retransmit_mult,
+            push_pull_interval,
+            seed_retry_interval,
+            tombstone_ttl
+        );
+    }
+}

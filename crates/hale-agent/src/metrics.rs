@@ -1,0 +1,133 @@
+//! `/metrics` in the Prometheus text exposition format.
+
+use std::fmt::Write;
+use std::sync::atomic::Ordering;
+
+use hale_core::DropReason;
+
+use crate::runtime::{Shared, Snapshot};
+
+/// Renders every metric.
+pub fn render(s: &Snapshot, shared: &Shared) -> String {
+    let mut out = String::with_capacity(4096);
+    let node = shared.id.name();
+    let mut counter = |name: &str, help: &str, v: u64| {
+        let _ = writeln!(out, "# HELP hale_{name} {help}\n# TYPE hale_{name} counter");
+        let _ = writeln!(out, "hale_{name}{{node=\"{node}\"}} {v}");
+    };
+    let st = &s.stats;
+    counter("probes_total", "Direct probes started.", st.probes);
+    counter(
+        "probes_skipped_fresh_total",
+        "Probe visits skipped because the member was heard from recently.",
+        st.probes_skipped_fresh,
+    );
+    counter("acks_total", "Probes answered.", st.acks);
+    counter(
+        "fallback_acks_total",
+        "Probes answered only over the TCP fallback.",
+        st.fallback_acks,
+    );
+    counter(
+        "nacks_total",
+        "Nacks received from indirect probers.",
+        st.nacks,
+    );
+    counter(
+        "probe_failures_total",
+        "Probes that failed.",
+        st.probe_failures,
+    );
+    counter("suspicions_total", "Suspicions started.", st.suspicions);
+    counter(
+        "discounted_accusations_total",
+        "Accusations discounted (unhealthy or over-eager accuser).",
+        st.discounted_accusations,
+    );
+    counter(
+        "refutations_total",
+        "Times this node refuted a suspicion or death of itself.",
+        st.refutations,
+    );
+    counter(
+        "deaths_declared_total",
+        "Members declared dead on this node's verdict.",
+        st.deaths_declared,
+    );
+    counter(
+        "deaths_accepted_total",
+        "Death verdicts of others accepted.",
+        st.deaths_accepted,
+    );
+    counter("datagrams_in_total", "Datagrams received.", st.datagrams_in);
+    counter("datagrams_out_total", "Datagrams sent.", st.datagrams_out);
+    counter(
+        "datagram_bytes_in_total",
+        "Datagram payload bytes received (before decryption).",
+        st.datagram_bytes_in,
+    );
+    counter(
+        "datagram_bytes_out_total",
+        "Datagram payload bytes sent (before encryption).",
+        st.datagram_bytes_out,
+    );
+    counter("streams_in_total", "Stream frames received.", st.streams_in);
+    counter("streams_out_total", "Stream frames sent.", st.streams_out);
+    counter(
+        "stream_bytes_in_total",
+        "Stream bytes received.",
+        st.stream_bytes_in,
+    );
+    counter(
+        "stream_bytes_out_total",
+        "Stream bytes sent.",
+        st.stream_bytes_out,
+    );
+    counter(
+        "pauses_total",
+        "Local pauses detected (stop-the-world, SIGSTOP).",
+        st.pauses,
+    );
+    let _ = writeln!(out, "# HELP hale_dropped_packets_total Packets dropped, by reason.\n# TYPE hale_dropped_packets_total counter");
+    for r in DropReason::ALL {
+        let _ = writeln!(
+            out,
+            "hale_dropped_packets_total{{node=\"{node}\",reason=\"{}\"}} {}",
+            r.as_str(),
+            st.dropped(r)
+        );
+    }
+    let c = &shared.counters;
+    for (reason, v) in [
+        ("auth_failed", &c.auth_failed),
+        ("seal_malformed", &c.seal_malformed),
+        ("oversize_datagram", &c.oversize),
+    ] {
+        let _ = writeln!(
+            out,
+            "hale_dropped_packets_total{{node=\"{node}\",reason=\"{reason}\"}} {}",
+            v.load(Ordering::Relaxed)
+        );
+    }
+    let _ = writeln!(out, "# HELP hale_stream_errors_total Stream connections that failed or were refused.\n# TYPE hale_stream_errors_total counter");
+    for (kind, v) in [
+        ("error", &c.stream_errors),
+        ("out_dropped", &c.streams_out_dropped),
+        ("in_refused", &c.streams_in_refused),
+    ] {
+        let _ = writeln!(
+            out,
+            "hale_stream_errors_total{{node=\"{node}\",kind=\"{kind}\"}} {}",
+            v.load(Ordering::Relaxed)
+        );
+    }
+    let _ = writeln!(out, "# HELP hale_local_health Lifeguard local health score (0 is healthy).\n# TYPE hale_local_health gauge\nhale_local_health{{node=\"{node}\"}} {}", s.local_health);
+    let _ = writeln!(out, "# HELP hale_incarnation This node's incarnation.\n# TYPE hale_incarnation gauge\nhale_incarnation{{node=\"{node}\"}} {}", s.incarnation);
+    let _ = writeln!(out, "# HELP hale_members Members by state, as this node sees them (itself included).\n# TYPE hale_members gauge");
+    for state in ["alive", "suspect", "dead", "left"] {
+        let n = s.members.iter().filter(|m| m.state == state).count();
+        let _ = writeln!(out, "hale_members{{node=\"{node}\",state=\"{state}\"}} {n}");
+    }
+    let _ = writeln!(out, "# HELP hale_pending_broadcasts News waiting to be gossiped.\n# TYPE hale_pending_broadcasts gauge\nhale_pending_broadcasts{{node=\"{node}\"}} {}", s.pending_broadcasts);
+    out
+}

@@ -1,0 +1,461 @@
+//! The driver: one task owns the membership core and its sockets.
+//!
+//! UDP carries probes and gossip; TCP carries full-state syncs and the
+//! fallback ping, one length-prefixed sealed frame per connection. Every
+//! buffer is bounded: inbound and outbound connections by semaphores, the
+//! inbound frame queue by its capacity, the event history by a ring.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tokio::sync::{broadcast, mpsc, oneshot, Semaphore};
+use tokio::time::Instant;
+
+use hale_core::wire::{MAX_DATAGRAM, MAX_STREAM_FRAME};
+use hale_core::{Channel, Event, Node, NodeId, Stats, Time};
+
+use crate::keyring::{Keyring, OVERHEAD};
+use crate::view::{event_view, evidence_view, member_view, EventView, EvidenceView, MemberView};
+
+/// Events kept for `/v1/events` history.
+const EVENT_HISTORY: usize = 2048;
+/// Concurrent outbound stream connections.
+const MAX_OUT_STREAMS: usize = 32;
+/// Concurrent inbound stream connections.
+const MAX_IN_STREAMS: usize = 64;
+/// Inbound stream frames waiting for the core.
+const STREAM_QUEUE: usize = 256;
+/// How long a stream connection may take to connect, or to deliver its frame.
+const STREAM_TIMEOUT: Duration = Duration::from_secs(3);
+/// Longest a graceful leave waits for its announcement to spread.
+pub const LEAVE_DRAIN: Duration = Duration::from_secs(2);
+
+/// Counters kept by the runtime, outside the core.
+#[derive(Debug, Default)]
+pub struct RuntimeCounters {
+    /// Packets that failed authentication (wrong key, tampering).
+    pub auth_failed: AtomicU64,
+    /// Packets too short or of an unknown seal version.
+    pub seal_malformed: AtomicU64,
+    /// Datagrams larger than any hale datagram.
+    pub oversize: AtomicU64,
+    /// Outbound streams dropped because too many were open.
+    pub streams_out_dropped: AtomicU64,
+    /// Inbound streams refused because too many were open.
+    pub streams_in_refused: AtomicU64,
+    /// Stream connections that failed (connect, read, write, timeout).
+    pub stream_errors: AtomicU64,
+    /// Datagrams that could not be sent.
+    pub send_errors: AtomicU64,
+}
+
+/// Everything the API needs, taken at one instant.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// This node first, then every member.
+    pub members: Vec<MemberView>,
+    /// Core counters.
+    pub stats: Stats,
+    /// This node's local health score.
+    pub local_health: u8,
+    /// This node's incarnation.
+    pub incarnation: u32,
+    /// News waiting to be gossiped.
+    pub pending_broadcasts: usize,
+    /// Whether this node has left.
+    pub left: bool,
+}
+
+/// Requests to the driver task.
+#[derive(Debug)]
+pub enum Command {
+    /// Take a snapshot.
+    Snapshot(oneshot::Sender<Snapshot>),
+    /// Application traffic from a member (by name).
+    NoteTraffic(String),
+    /// Join through these addresses.
+    Join(Vec<SocketAddr>, oneshot::Sender<()>),
+    /// Leave gracefully and stop.
+    Leave(oneshot::Sender<()>),
+}
+
+/// Shared between the driver and the API.
+#[derive(Debug)]
+pub struct Shared {
+    /// This node.
+    pub id: NodeId,
+    /// Runtime counters.
+    pub counters: RuntimeCounters,
+    /// Live events.
+    pub events: broadcast::Sender<EventView>,
+    /// Recent events.
+    pub history: std::sync::Mutex<VecDeque<EventView>>,
+}
+
+/// A seed known only by its address: the core addresses it by a placeholder
+/// identity; only the address is used to reach it, and the real member
+/// replaces it once it answers.
+pub fn seed_id(addr: SocketAddr) -> NodeId {
+    let name = format!("seed-{}-{}", addr.ip(), addr.port()).replace(':', ".");
+    NodeId::new(name, addr).expect("seed placeholder names are valid")
+}
+
+pub(crate) struct Driver {
+    pub(crate) node: Node<NodeId>,
+    pub(crate) origin: Instant,
+    pub(crate) udp: Arc<UdpSocket>,
+    pub(crate) keyring: Option<Keyring>,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) out_streams: Arc<Semaphore>,
+    pub(crate) evidence: HashMap<String, EvidenceView>,
+    pub(crate) seq: u64,
+}
+
+impl Driver {
+    fn now(&self) -> Time {
+        Time::from_nanos(self.origin.elapsed().as_nanos() as u64)
+    }
+
+    fn instant(&self, t: Time) -> Instant {
+        self.origin + Duration::from_nanos(t.as_nanos())
+    }
+
+    /// Runs until `stop` fires or a leave command completes.
+    pub(crate) async fn run(
+        mut self,
+        mut cmds: mpsc::Receiver<Command>,
+        mut frames: mpsc::Receiver<Vec<u8>>,
+        mut stop: tokio::sync::watch::Receiver<bool>,
+    ) {
+        let mut buf = vec![0u8; 65_536];
+        let udp = self.udp.clone();
+        loop {
+            let deadline = self.node.poll_timeout().map_or_else(
+                || Instant::now() + Duration::from_secs(3600),
+                |t| self.instant(t),
+            );
+            tokio::select! {
+                _ = stop.changed() => {
+                    self.leave_and_drain(&mut frames, &udp, &mut buf).await;
+                    return;
+                }
+                r = udp.recv_from(&mut buf) => {
+                    if let Ok((n, _from)) = r {
+                        self.on_datagram(&buf[..n]);
+                    }
+                }
+                Some(frame) = frames.recv() => self.on_frame(&frame),
+                cmd = cmds.recv() => match cmd {
+                    Some(Command::Leave(done)) => {
+                        self.leave_and_drain(&mut frames, &udp, &mut buf).await;
+                        let _ = done.send(());
+                        return;
+                    }
+                    Some(c) => self.on_command(c),
+                    None => return,
+                },
+                _ = tokio::time::sleep_until(deadline) => {
+                    let now = self.now();
+                    self.node.handle_timeout(now);
+                }
+            }
+            self.flush();
+        }
+    }
+
+    async fn leave_and_drain(
+        &mut self,
+        frames: &mut mpsc::Receiver<Vec<u8>>,
+        udp: &UdpSocket,
+        buf: &mut [u8],
+    ) {
+        let now = self.now();
+        if self.node.leave(now).is_err() {
+            return;
+        }
+        self.flush();
+        let until = Instant::now() + LEAVE_DRAIN;
+        while self.node.pending_broadcasts() > 0 && Instant::now() < until {
+            let next = self
+                .node
+                .poll_timeout()
+                .map_or(until, |t| self.instant(t).min(until));
+            tokio::select! {
+                r = udp.recv_from(buf) => { if let Ok((n, _)) = r { self.on_datagram(&buf[..n]); } }
+                Some(f) = frames.recv() => self.on_frame(&f),
+                _ = tokio::time::sleep_until(next) => { let now = self.now(); self.node.handle_timeout(now); }
+            }
+            self.flush();
+        }
+    }
+
+    fn open(&self, sealed: &[u8]) -> Option<Vec<u8>> {
+        let Some(k) = &self.keyring else {
+            return Some(sealed.to_vec());
+        };
+        match k.open(sealed) {
+            Ok(p) => Some(p),
+            Err(crate::keyring::OpenError::Auth) => {
+                self.shared
+                    .counters
+                    .auth_failed
+                    .fetch_add(1, Ordering::Relaxed);
+                None
+            }
+            Err(crate::keyring::OpenError::Malformed) => {
+                self.shared
+                    .counters
+                    .seal_malformed
+                    .fetch_add(1, Ordering::Relaxed);
+                None
+            }
+        }
+    }
+
+    fn on_datagram(&mut self, bytes: &[u8]) {
+        if bytes.len() > MAX_DATAGRAM + OVERHEAD {
+            self.shared
+                .counters
+                .oversize
+                .fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        if let Some(plain) = self.open(bytes) {
+            let now = self.now();
+            let _ = self.node.handle_datagram(now, &plain);
+        }
+    }
+
+    fn on_frame(&mut self, frame: &[u8]) {
+        if let Some(plain) = self.open(frame) {
+            let now = self.now();
+            let _ = self.node.handle_stream(now, &plain);
+        }
+    }
+
+    fn on_command(&mut self, c: Command) {
+        let now = self.now();
+        match c {
+            Command::Snapshot(reply) => {
+                let _ = reply.send(self.snapshot(now));
+            }
+            Command::NoteTraffic(name) => {
+                let peer = self
+                    .node
+                    .members()
+                    .find(|m| m.id().name() == name)
+                    .map(|m| m.id().clone());
+                if let Some(p) = peer {
+                    self.node.note_traffic(now, &p);
+                }
+            }
+            Command::Join(addrs, done) => {
+                self.node.join(now, addrs.into_iter().map(seed_id));
+                let _ = done.send(());
+            }
+            Command::Leave(_) => {}
+        }
+    }
+
+    fn snapshot(&self, now: Time) -> Snapshot {
+        let me = &self.shared.id;
+        let mut members = vec![MemberView {
+            name: me.name().to_owned(),
+            addr: me.addr().to_string(),
+            state: if self.node.has_left() {
+                "left"
+            } else {
+                "alive"
+            }
+            .to_owned(),
+            incarnation: self.node.incarnation(),
+            health: self.node.local_health(),
+            last_heard_ms_ago: Some(0),
+            state_for_ms: now.saturating_since(Time::ZERO).as_millis() as u64,
+            meta: String::from_utf8_lossy(self.node.metadata()).into_owned(),
+            is_self: true,
+            evidence: None,
+        }];
+        let mut others: Vec<MemberView> = self
+            .node
+            .members()
+            .map(|m| {
+                let ev = (m.state() == hale_core::MemberState::Dead)
+                    .then(|| self.evidence.get(m.id().name()).cloned())
+                    .flatten();
+                member_view(m, now, ev)
+            })
+            .collect();
+        others.sort_by(|a, b| a.name.cmp(&b.name));
+        members.extend(others);
+        Snapshot {
+            members,
+            stats: self.node.stats().clone(),
+            local_health: self.node.local_health(),
+            incarnation: self.node.incarnation(),
+            pending_broadcasts: self.node.pending_broadcasts(),
+            left: self.node.has_left(),
+        }
+    }
+
+    /// Sends what the core produced and publishes its events.
+    fn flush(&mut self) {
+        while let Some(t) = self.node.poll_transmit() {
+            let bytes = match &self.keyring {
+                Some(k) => k.seal(&t.bytes),
+                None => t.bytes,
+            };
+            let to = t.to.addr();
+            match t.channel {
+                Channel::Datagram => {
+                    if self.udp.try_send_to(&bytes, to).is_err() {
+                        self.shared
+                            .counters
+                            .send_errors
+                            .fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                Channel::Stream => self.send_stream(to, bytes),
+            }
+        }
+        while let Some(e) = self.node.poll_event() {
+            if let Event::Dead {
+                member, evidence, ..
+            } = &e
+            {
+                self.evidence
+                    .insert(member.name().to_owned(), evidence_view(evidence));
+            }
+            self.seq += 1;
+            if let Some(v) = event_view(self.seq, &self.shared.id, &e) {
+                tracing::info!(kind = %v.kind, member = ?v.member, "membership event");
+                let mut h = self.shared.history.lock().expect("history lock");
+                if h.len() >= EVENT_HISTORY {
+                    h.pop_front();
+                }
+                h.push_back(v.clone());
+                drop(h);
+                let _ = self.shared.events.send(v);
+            }
+        }
+    }
+
+    fn send_stream(&self, to: SocketAddr, bytes: Vec<u8>) {
+        let Ok(permit) = self.out_streams.clone().try_acquire_owned() else {
+            self.shared
+                .counters
+                .streams_out_dropped
+                .fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let shared = self.shared.clone();
+        tokio::spawn(async move {
+            let r = tokio::time::timeout(STREAM_TIMEOUT, async {
+                let mut s = TcpStream::connect(to).await?;
+                s.write_all(&(bytes.len() as u32).to_be_bytes()).await?;
+                s.write_all(&bytes).await?;
+                s.shutdown().await
+            })
+            .await;
+            if !matches!(r, Ok(Ok(()))) {
+                shared
+                    .counters
+                    .stream_errors
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            drop(permit);
+        });
+    }
+}
+
+/// Accepts stream connections and queues their frames for the driver.
+pub(crate) async fn accept_streams(
+    listener: TcpListener,
+    frames: mpsc::Sender<Vec<u8>>,
+    shared: Arc<Shared>,
+    sealed: bool,
+) {
+    let slots = Arc::new(Semaphore::new(MAX_IN_STREAMS));
+    let limit = MAX_STREAM_FRAME + if sealed { OVERHEAD } else { 0 };
+    loop {
+        let Ok((mut sock, _)) = listener.accept().await else {
+            continue;
+        };
+        let Ok(permit) = slots.clone().try_acquire_owned() else {
+            shared
+                .counters
+                .streams_in_refused
+                .fetch_add(1, Ordering::Relaxed);
+            continue;
+        };
+        let (frames, shared) = (frames.clone(), shared.clone());
+        tokio::spawn(async move {
+            let r = tokio::time::timeout(STREAM_TIMEOUT, async {
+                let mut len = [0u8; 4];
+                sock.read_exact(&mut len).await?;
+                let len = u32::from_be_bytes(len) as usize;
+                if len > limit {
+                    return Err(std::io::Error::other("frame too large"));
+                }
+                let mut body = vec![0u8; len];
+                sock.read_exact(&mut body).await?;
+                Ok(body)
+            })
+            .await;
+            match r {
+                Ok(Ok(body)) => {
+                    if frames.try_send(body).is_err() {
+                        shared
+                            .counters
+                            .streams_in_refused
+                            .fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                _ => {
+                    shared
+                        .counters
+                        .stream_errors
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            drop(permit);
+        });
+    }
+}
+
+pub(crate) fn new_shared(id: NodeId) -> Arc<Shared> {
+    Arc::new(Shared {
+        id,
+        counters: RuntimeCounters::default(),
+        events: broadcast::channel(1024).0,
+        history: std::sync::Mutex::new(VecDeque::new()),
+    })
+}
+
+/// The driver's inputs: commands, and frames from stream connections.
+pub(crate) struct Channels {
+    pub(crate) cmd_tx: mpsc::Sender<Command>,
+    pub(crate) cmd_rx: mpsc::Receiver<Command>,
+    pub(crate) frame_tx: mpsc::Sender<Vec<u8>>,
+    pub(crate) frame_rx: mpsc::Receiver<Vec<u8>>,
+}
+
+pub(crate) fn channels() -> Channels {
+    let (cmd_tx, cmd_rx) = mpsc::channel(256);
+    let (frame_tx, frame_rx) = mpsc::channel(STREAM_QUEUE);
+    Channels {
+        cmd_tx,
+        cmd_rx,
+        frame_tx,
+        frame_rx,
+    }
+}
+
+pub(crate) fn out_streams() -> Arc<Semaphore> {
+    Arc::new(Semaphore::new(MAX_OUT_STREAMS))
+}

@@ -1,0 +1,265 @@
+//! `hale demo`: a five-node cluster of real agent processes on loopback.
+//! One node is frozen (SIGSTOP, a half-dead host) and another killed
+//! (SIGKILL, a crashed host); the demo shows who noticed what and when, then
+//! resumes the frozen node and shows it refute and rejoin. Exit status 0
+//! when everything went as expected.
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use clap::Args;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+use hale_agent::{Key, MemberView};
+
+use crate::client_cmd::members_table;
+
+/// Arguments of `hale demo`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Number of agents (at least 4).
+    #[arg(long, default_value_t = 5)]
+    pub nodes: usize,
+    /// Keep the agents' logs in this directory (default: a temporary one).
+    #[arg(long)]
+    pub logs: Option<PathBuf>,
+}
+
+/// Kills every agent it started, whatever happens.
+struct Cluster {
+    children: Vec<Child>,
+    http: Vec<SocketAddr>,
+    names: Vec<String>,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = kill(Pid::from_raw(c.id() as i32), Signal::SIGCONT);
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A free port on loopback for both UDP and TCP.
+fn free_port() -> anyhow::Result<u16> {
+    for _ in 0..100 {
+        let t = TcpListener::bind("127.0.0.1:0")?;
+        let port = t.local_addr()?.port();
+        if UdpSocket::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    bail!("no free port on 127.0.0.1")
+}
+
+fn signal(child: &Child, sig: Signal) -> anyhow::Result<()> {
+    kill(Pid::from_raw(child.id() as i32), sig).with_context(|| format!("sending {sig}"))
+}
+
+async fn members(client: &reqwest::Client, http: SocketAddr) -> Option<Vec<MemberView>> {
+    client
+        .get(format!("http://{http}/v1/members"))
+        .timeout(Duration::from_millis(800))
+        .send()
+        .await
+        .ok()?
+        .json()
+        .await
+        .ok()
+}
+
+fn state_of<'a>(list: &'a [MemberView], name: &str) -> Option<&'a MemberView> {
+    list.iter().find(|m| m.name == name)
+}
+
+/// Runs the demo.
+pub fn run(args: &DemoArgs) -> anyhow::Result<bool> {
+    if args.nodes < 4 {
+        bail!("--nodes must be at least 4");
+    }
+    let exe = std::env::current_exe().context("locating the hale binary")?;
+    let logs = match &args.logs {
+        Some(d) => d.clone(),
+        None => std::env::temp_dir().join(format!("hale-demo-{}", std::process::id())),
+    };
+    std::fs::create_dir_all(&logs)?;
+    let key = Key::generate().to_base64();
+    let mut cluster = Cluster {
+        children: Vec::new(),
+        http: Vec::new(),
+        names: Vec::new(),
+    };
+    let mut seed = None;
+    println!(
+        "Starting {} hale agents on 127.0.0.1 (logs in {}) ...",
+        args.nodes,
+        logs.display()
+    );
+    for i in 0..args.nodes {
+        let gossip = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+        let http = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+        let name = format!("demo-{i}");
+        let log = std::fs::File::create(logs.join(format!("{name}.log")))?;
+        let mut cmd = Command::new(&exe);
+        cmd.arg("agent")
+            .env_remove("HALE_CONFIG")
+            .env("HALE_NAME", &name)
+            .env("HALE_BIND", gossip.to_string())
+            .env("HALE_HTTP", http.to_string())
+            .env("HALE_CLUSTER", "demo")
+            .env("HALE_KEYS", &key)
+            .env("HALE_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        if let Some(s) = seed {
+            cmd.env("HALE_SEEDS", format!("{s}"));
+        } else {
+            cmd.env_remove("HALE_SEEDS");
+        }
+        cluster
+            .children
+            .push(cmd.spawn().context("starting an agent")?);
+        cluster.http.push(http);
+        cluster.names.push(name);
+        seed.get_or_insert(gossip);
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(scenario(&cluster))
+}
+
+async fn scenario(c: &Cluster) -> anyhow::Result<bool> {
+    let client = reqwest::Client::new();
+    let n = c.names.len();
+    let start = Instant::now();
+    // 1. Everyone sees everyone.
+    loop {
+        let mut ok = true;
+        for &h in &c.http {
+            let alive = members(&client, h)
+                .await
+                .map_or(0, |l| l.iter().filter(|m| m.state == "alive").count());
+            ok &= alive == n;
+        }
+        if ok {
+            break;
+        }
+        if start.elapsed() > Duration::from_secs(20) {
+            bail!("the cluster did not form within 20 s");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    println!(
+        "\nCluster formed in {:.1}s. As {} sees it:\n",
+        start.elapsed().as_secs_f64(),
+        c.names[0]
+    );
+    if let Some(l) = members(&client, c.http[0]).await {
+        print!("{}", members_table(&l));
+    }
+    let (frozen, killed) = (n - 2, n - 1);
+    let observers: Vec<usize> = (0..n - 2).collect();
+    println!(
+        "\nFreezing {} (SIGSTOP: a half-dead host) and killing {} (SIGKILL: a crashed host) ...",
+        c.names[frozen], c.names[killed]
+    );
+    signal(&c.children[frozen], Signal::SIGSTOP)?;
+    signal(&c.children[killed], Signal::SIGKILL)?;
+    let t0 = Instant::now();
+    let mut seen: BTreeMap<(usize, usize, &str), f64> = BTreeMap::new();
+    let mut all_dead = false;
+    while t0.elapsed() < Duration::from_secs(20) {
+        for &o in &observers {
+            let Some(list) = members(&client, c.http[o]).await else {
+                continue;
+            };
+            for target in [frozen, killed] {
+                if let Some(m) = state_of(&list, &c.names[target]) {
+                    for st in ["suspect", "dead"] {
+                        if m.state == st || (st == "suspect" && m.state == "dead") {
+                            seen.entry((o, target, st))
+                                .or_insert(t0.elapsed().as_secs_f64());
+                        }
+                    }
+                }
+            }
+        }
+        all_dead = observers.iter().all(|&o| {
+            seen.contains_key(&(o, frozen, "dead")) && seen.contains_key(&(o, killed, "dead"))
+        });
+        if all_dead {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!("\nWho noticed what, and when (seconds after the faults, polled every 100 ms):\n");
+    for target in [frozen, killed] {
+        for &o in &observers {
+            let s = seen
+                .get(&(o, target, "suspect"))
+                .map_or("-".into(), |t| format!("{t:.1}s"));
+            let d = seen
+                .get(&(o, target, "dead"))
+                .map_or("never".into(), |t| format!("{t:.1}s"));
+            println!(
+                "  {:<8} saw {:<8} suspect at {:>6}, dead at {:>6}",
+                c.names[o], c.names[target], s, d
+            );
+        }
+    }
+    if let Some(l) = members(&client, c.http[0]).await {
+        println!("\nAs {} sees it now:\n", c.names[0]);
+        print!("{}", members_table(&l));
+    }
+    if !all_dead {
+        println!("\nFAILED: not every observer declared both nodes dead within 20 s");
+        return Ok(false);
+    }
+    println!("\nResuming {} (SIGCONT) ...", c.names[frozen]);
+    signal(&c.children[frozen], Signal::SIGCONT)?;
+    let t1 = Instant::now();
+    let mut back = false;
+    while t1.elapsed() < Duration::from_secs(20) {
+        let mut ok = true;
+        for &o in &observers {
+            let alive = members(&client, c.http[o]).await.and_then(|l| {
+                state_of(&l, &c.names[frozen]).map(|m| m.state == "alive" && m.incarnation > 0)
+            });
+            ok &= alive == Some(true);
+        }
+        if ok {
+            back = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let inc = members(&client, c.http[frozen])
+        .await
+        .and_then(|l| l.first().map(|m| m.incarnation));
+    if back {
+        println!(
+            "{} learned it had been declared dead, refuted with incarnation {} and rejoined: \
+             every observer sees it alive again after {:.1}s.",
+            c.names[frozen],
+            inc.unwrap_or(0),
+            t1.elapsed().as_secs_f64()
+        );
+    } else {
+        println!("FAILED: {} did not rejoin within 20 s", c.names[frozen]);
+    }
+    if let Some(l) = members(&client, c.http[0]).await {
+        println!("\nFinal view from {}:\n", c.names[0]);
+        print!("{}", members_table(&l));
+    }
+    println!("\nDemo finished in {:.1}s.", start.elapsed().as_secs_f64());
+    Ok(back)
+}
