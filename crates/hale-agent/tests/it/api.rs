@@ -1,0 +1,234 @@
+//! Agents embedded in one process: they form a cluster, and the HTTP API
+//! answers with members, events and metrics, and refuses bad requests.
+
+use std::time::Duration;
+
+use hale_agent::{Agent, FileConfig, Key, MemberView};
+use tokio::time::Instant;
+
+fn config(name: &str, key: &str, token: Option<&str>) -> hale_agent::AgentConfig {
+    let mut f = FileConfig::default();
+    f.agent.name = Some(name.to_owned());
+    f.agent.bind = Some("127.0.0.1:0".to_owned());
+    f.agent.http = Some("127.0.0.1:0".to_owned());
+    f.agent.api_token = token.map(str::to_owned);
+    f.cluster.name = Some("api-test".to_owned());
+    f.cluster.keys = vec![key.to_owned()];
+    f.validate().unwrap()
+}
+
+async fn wait_until<F, Fut>(what: &str, limit: Duration, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + limit;
+    while !f().await {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn alive_count(a: &Agent) -> usize {
+    a.members()
+        .await
+        .unwrap()
+        .iter()
+        .filter(|m| m.state == "alive")
+        .count()
+}
+
+#[tokio::test]
+async fn three_agents_join_through_a_seed_and_see_each_other() {
+    let key = Key::generate().to_base64();
+    let a = Agent::start(config("a", &key, None)).await.unwrap();
+    let b = Agent::start(config("b", &key, None)).await.unwrap();
+    let c = Agent::start(config("c", &key, None)).await.unwrap();
+    b.join(vec![a.gossip_addr()]).await.unwrap();
+    c.join(vec![a.gossip_addr()]).await.unwrap();
+    for x in [&a, &b, &c] {
+        wait_until(
+            "all three are alive everywhere",
+            Duration::from_secs(10),
+            || async { alive_count(x).await == 3 },
+        )
+        .await;
+    }
+    // A graceful shutdown is recorded as left, not dead.
+    c.shutdown().await;
+    wait_until("c is recorded as left", Duration::from_secs(10), || async {
+        a.members()
+            .await
+            .unwrap()
+            .iter()
+            .any(|m| m.name == "c" && m.state == "left")
+    })
+    .await;
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_agent_with_another_key_cannot_join_and_its_packets_are_counted() {
+    let a = Agent::start(config("a", &Key::generate().to_base64(), None))
+        .await
+        .unwrap();
+    let x = Agent::start(config("x", &Key::generate().to_base64(), None))
+        .await
+        .unwrap();
+    x.join(vec![a.gossip_addr()]).await.unwrap();
+    let client = reqwest::Client::new();
+    let url = format!("http://{}/metrics", a.http_addr());
+    wait_until(
+        "a counts authentication failures",
+        Duration::from_secs(10),
+        || async {
+            let text = client.get(&url).send().await.unwrap().text().await.unwrap();
+            text.lines().any(|l| {
+                l.starts_with("hale_dropped_packets_total")
+                    && l.contains("auth_failed")
+                    && !l.ends_with(" 0")
+            })
+        },
+    )
+    .await;
+    assert_eq!(
+        alive_count(&a).await,
+        1,
+        "the foreign agent never became a member"
+    );
+    assert_eq!(alive_count(&x).await, 1);
+    a.shutdown().await;
+    x.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_api_serves_members_health_events_metrics_and_openapi() {
+    let a = Agent::start(config("solo", &Key::generate().to_base64(), None))
+        .await
+        .unwrap();
+    let base = format!("http://{}", a.http_addr());
+    let c = reqwest::Client::new();
+    let members: Vec<MemberView> = c
+        .get(format!("{base}/v1/members"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(members.len(), 1);
+    assert!(members[0].is_self);
+    assert_eq!(members[0].name, "solo");
+    let health: serde_json::Value = c
+        .get(format!("{base}/v1/health"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(health["status"], "ok");
+    assert_eq!(health["members"]["alive"], 1);
+    let events = c
+        .get(format!("{base}/v1/events?since=0"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(events.status(), 200);
+    let metrics = c
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(metrics.contains("# TYPE hale_probes_total counter"));
+    assert!(metrics.contains("hale_members{node=\"solo\",state=\"alive\"} 1"));
+    let spec: serde_json::Value = c
+        .get(format!("{base}/v1/openapi.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(spec["openapi"], "3.0.3");
+    a.shutdown().await;
+}
+
+#[tokio::test]
+async fn bad_requests_get_a_4xx_with_a_message() {
+    let a = Agent::start(config("t", &Key::generate().to_base64(), Some("tok")))
+        .await
+        .unwrap();
+    let base = format!("http://{}", a.http_addr());
+    let c = reqwest::Client::new();
+    let r = c
+        .post(format!("{base}/v1/join"))
+        .json(&serde_json::json!({"addrs": ["127.0.0.1:1"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401, "mutating endpoints need the token");
+    let r = c
+        .post(format!("{base}/v1/join"))
+        .bearer_auth("tok")
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert!(body["error"].as_str().unwrap().contains("addrs"));
+    let r = c
+        .post(format!("{base}/v1/join"))
+        .bearer_auth("tok")
+        .json(&serde_json::json!({"addrs": ["nope"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let r = c
+        .get(format!("{base}/v1/events?since=minus"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let r = c.get(format!("{base}/v1/nothing")).send().await.unwrap();
+    assert_eq!(r.status(), 404);
+    let r = c
+        .post(format!("{base}/v1/join"))
+        .bearer_auth("tok")
+        .json(&serde_json::json!({"addrs": ["127.0.0.1:9"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    a.shutdown().await;
+}
+
+#[tokio::test]
+async fn events_stream_live_over_server_sent_events() {
+    let key = Key::generate().to_base64();
+    let a = Agent::start(config("a", &key, None)).await.unwrap();
+    let mut sub = a.subscribe();
+    let b = Agent::start(config("b", &key, None)).await.unwrap();
+    b.join(vec![a.gossip_addr()]).await.unwrap();
+    let e = tokio::time::timeout(Duration::from_secs(10), sub.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(e.kind, "joined");
+    assert_eq!(e.member.as_deref(), Some("b"));
+    // The same through HTTP.
+    let r = reqwest::Client::new()
+        .get(format!("http://{}/v1/events/stream", a.http_addr()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers()["content-type"], "text/event-stream");
+    a.shutdown().await;
+    b.shutdown().await;
+}

@@ -1,0 +1,137 @@
+//! hale.toml: errors name the field; environment overrides the file.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use hale_agent::{ConfigError, FileConfig};
+use hale_core::Profile;
+
+fn field_of(e: ConfigError) -> String {
+    match e {
+        ConfigError::Invalid { field, .. } => field,
+        other => panic!("expected an invalid field, got {other}"),
+    }
+}
+
+#[test]
+fn no_configuration_at_all_gives_a_single_node_on_loopback() {
+    let c = FileConfig::default().validate().unwrap();
+    assert_eq!(c.bind.to_string(), "127.0.0.1:7946");
+    assert_eq!(c.http.to_string(), "127.0.0.1:7947");
+    assert!(c.seeds.is_empty());
+    assert!(
+        c.keyring.is_some() && c.ephemeral_key,
+        "encrypted even by default"
+    );
+    assert_eq!(c.profile, Profile::Lan);
+}
+
+#[test]
+fn a_full_file_is_read() {
+    let key = hale_agent::Key::generate().to_base64();
+    let text = format!(
+        r#"
+        [agent]
+        name = "db-1"
+        bind = "127.0.0.1:8000"
+        http = "127.0.0.1:8001"
+        seeds = ["127.0.0.1:9000", "127.0.0.1:9001"]
+        api_token = "s3cret"
+        meta = "rack=a"
+        [cluster]
+        name = "prod"
+        profile = "wan"
+        keys = ["{key}"]
+        [membership]
+        probe_interval = "2s"
+        probe_timeout = "700ms"
+        corroboration = 3
+        "#
+    );
+    let c = FileConfig::parse(&text, "hale.toml")
+        .unwrap()
+        .validate()
+        .unwrap();
+    assert_eq!(c.id.name(), "db-1");
+    assert_eq!(c.seeds.len(), 2);
+    assert_eq!(c.api_token.as_deref(), Some("s3cret"));
+    assert_eq!(c.core.cluster, "prod");
+    assert_eq!(c.core.probe_interval, Duration::from_secs(2));
+    assert_eq!(c.core.probe_timeout, Duration::from_millis(700));
+    assert_eq!(c.core.corroboration, 3);
+    assert_eq!(c.core.meta, b"rack=a");
+    assert!(!c.ephemeral_key);
+}
+
+#[test]
+fn an_unknown_key_is_an_error_naming_it() {
+    let e = FileConfig::parse("[agent]\nnmae = \"x\"\n", "hale.toml").unwrap_err();
+    let msg = e.to_string();
+    assert!(msg.contains("nmae"), "{msg}");
+    assert!(msg.contains("hale.toml"), "{msg}");
+}
+
+#[test]
+fn a_value_of_the_wrong_type_is_an_error_naming_it() {
+    let e = FileConfig::parse("[membership]\nprobe_interval = 5\n", "hale.toml").unwrap_err();
+    assert!(e.to_string().contains("probe_interval"), "{e}");
+}
+
+#[test]
+fn bad_values_name_their_field() {
+    let cases = [
+        ("[agent]\nbind = \"nowhere\"\n", "agent.bind"),
+        ("[agent]\nname = \"has space\"\n", "agent.name"),
+        ("[agent]\nseeds = [\"x\"]\n", "agent.seeds"),
+        ("[agent]\nbind = \"0.0.0.0:7946\"\n", "agent.advertise"),
+        ("[cluster]\nprofile = \"moon\"\n", "cluster.profile"),
+        ("[cluster]\nkeys = [\"c2hvcnQ=\"]\n", "cluster.keys[0]"),
+        (
+            "[membership]\nprobe_timeout = \"5s\"\n",
+            "membership.probe_timeout",
+        ),
+        (
+            "[membership]\ngossip_fanout = 0\n",
+            "membership.gossip_fanout",
+        ),
+    ];
+    for (text, field) in cases {
+        let e = FileConfig::parse(text, "t")
+            .unwrap()
+            .validate()
+            .unwrap_err();
+        assert_eq!(field_of(e), field, "for {text:?}");
+    }
+}
+
+#[test]
+fn environment_variables_override_the_file() {
+    let mut f = FileConfig::parse("[agent]\nname = \"a\"\n[cluster]\nname = \"x\"\n", "t").unwrap();
+    let env: HashMap<&str, &str> = [
+        ("HALE_NAME", "b"),
+        ("HALE_CLUSTER", "y"),
+        ("HALE_SEEDS", "127.0.0.1:1, 127.0.0.1:2"),
+        ("HALE_PROFILE", "local"),
+    ]
+    .into();
+    f.apply_env(|k| env.get(k).map(|v| (*v).to_owned()));
+    let c = f.validate().unwrap();
+    assert_eq!(c.id.name(), "b");
+    assert_eq!(c.core.cluster, "y");
+    assert_eq!(c.seeds.len(), 2);
+    assert_eq!(c.profile, Profile::Local);
+}
+
+#[test]
+fn the_documented_example_file_is_valid() {
+    let text = include_str!("../../../../hale.toml.example").replace(
+        "REPLACE-WITH-OUTPUT-OF-hale-keygen",
+        &hale_agent::Key::generate().to_base64(),
+    );
+    let c = FileConfig::parse(&text, "hale.toml.example")
+        .unwrap()
+        .validate()
+        .unwrap();
+    assert_eq!(c.id.name(), "db-1");
+    assert_eq!(c.core.suspicion_min, Duration::from_millis(2500));
+}

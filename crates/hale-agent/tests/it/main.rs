@@ -1,0 +1,8 @@
+//! Integration tests of hale-agent (one binary).
+
+// In tests a panic is the failure report: unwrapping is how a test fails.
+#![allow(clippy::unwrap_used)]
+
+mod api;
+mod config;
+mod keyring;
