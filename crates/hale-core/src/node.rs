@@ -97,6 +97,8 @@ pub struct Node<I: Identity> {
     pub(crate) members: FxMap<I, Member<I>>,
     /// Alive or suspect members, not counting this node.
     pub(crate) live: usize,
+    /// Suspected members.
+    pub(crate) suspects: usize,
     // Probing.
     pub(crate) walk: Vec<I>,
     pub(crate) walk_pos: usize,
@@ -153,6 +155,7 @@ impl<I: Identity> Node<I> {
             rng,
             members: FxMap::default(),
             live: 0,
+            suspects: 0,
             walk: Vec::new(),
             walk_pos: 0,
             walk_round: 0,
@@ -255,7 +258,7 @@ impl<I: Identity> Node<I> {
         if let Some(m) = self.members.get_mut(peer) {
             if m.state.is_live() {
                 m.last_heard = now;
-                self.withdraw_accusation(peer);
+                self.withdraw_accusation(peer, now);
             }
         }
     }

@@ -325,7 +325,7 @@ impl<I: Identity> Node<I> {
             if let Some(m) = self.members.get_mut(&p.target) {
                 m.last_heard = m.last_heard.max(now);
             }
-            self.withdraw_accusation(&p.target);
+            self.withdraw_accusation(&p.target, now);
         } else if let Some(i) = self.relays.iter().position(|r| r.seq == seq) {
             let r = self.relays.swap_remove(i);
             self.send(

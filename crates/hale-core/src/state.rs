@@ -56,8 +56,17 @@ impl<I: Identity> Node<I> {
             return;
         };
         let was_live = m.state.is_live();
+        let was_suspect = m.state == MemberState::Suspect;
         m.state = state;
         m.state_since = now;
+        let is_suspect = state == MemberState::Suspect;
+        if was_suspect != is_suspect {
+            if is_suspect {
+                self.suspects += 1;
+            } else {
+                self.suspects -= 1;
+            }
+        }
         match (was_live, state.is_live()) {
             (true, false) => {
                 self.live -= 1;
@@ -75,6 +84,18 @@ impl<I: Identity> Node<I> {
         if state != MemberState::Suspect {
             self.clear_suspicion(id);
         }
+        if was_suspect != is_suspect && self.alive_witnesses() < self.cfg.corroboration {
+            // Few witnesses are left: what a verdict needs may have changed.
+            let ids: Vec<I> = self.suspicions.keys().cloned().collect();
+            for s in ids {
+                self.rearm(&s, now);
+            }
+        }
+    }
+
+    /// Live members that are not suspected (this node excluded).
+    pub(crate) fn alive_witnesses(&self) -> usize {
+        self.live - self.suspects
     }
 
     fn clear_suspicion(&mut self, id: &I) {
@@ -276,7 +297,7 @@ impl<I: Identity> Node<I> {
             list.push(accuser.clone());
         }
         let spread = fresh_suspicion || list.len() <= self.cfg.expected_confirmations + 1;
-        self.rearm(member);
+        self.rearm(member, now);
         if !spread {
             return; // Lifeguard: enough confirmations are already travelling.
         }
@@ -294,14 +315,49 @@ impl<I: Identity> Node<I> {
         );
     }
 
-    /// Independent healthy accusers needed for a verdict here.
+    /// Whether this node has heard from no live, unsuspected member other
+    /// than `target` within `suspicion_max`: it is cut off, or the others
+    /// are all gone.
+    fn alone(&self, target: &I, now: Time) -> bool {
+        if self.alive_witnesses() == 0 {
+            return true;
+        }
+        let window = self.cfg.suspicion_max;
+        !self.members.values().any(|m| {
+            m.state == MemberState::Alive
+                && m.id != *target
+                && m.last_heard > Time::ZERO
+                && now.saturating_since(m.last_heard) < window
+        })
+    }
+
+    /// Independent healthy accusers needed for a verdict here: the
+    /// configured corroboration, or fewer when the cluster has fewer
+    /// unsuspected members that could confirm.
     pub(crate) fn required_accusers(&self) -> usize {
-        self.cfg.corroboration.min(self.live).max(1)
+        self.cfg
+            .corroboration
+            .min(self.alive_witnesses() + 1)
+            .max(1)
+    }
+
+    /// Whether the suspicion of `target` is enough for a verdict. Besides
+    /// enough independent healthy accusers, a node that is alone (nobody
+    /// heard from lately) may conclude on its own failed probes, whatever its
+    /// health: nobody else could confirm, and holding every member suspect
+    /// forever would keep it from falling back to its seeds. Such a verdict
+    /// rests on one accuser, so other members do not accept it.
+    fn verdict_allowed(&self, target: &I, s: &Suspicion<I>, now: Time) -> bool {
+        s.accusers.len() >= self.required_accusers()
+            || (s.accused_at.is_some() && self.alone(target, now))
     }
 
     /// When the suspicion of `member` should next be looked at.
-    fn rearm(&mut self, member: &I) {
-        let required = self.required_accusers();
+    fn rearm(&mut self, member: &I, now: Time) {
+        let allowed = match self.suspicions.get(member) {
+            Some(s) => self.verdict_allowed(member, s, now),
+            None => return,
+        };
         let (min, max, k) = (
             self.cfg.suspicion_min,
             self.cfg.suspicion_max,
@@ -323,7 +379,7 @@ impl<I: Identity> Node<I> {
             // No evidence of our own: wait for a verdict from an accuser, or the maximum.
             None => s.started + max,
         };
-        s.deadline = if s.accusers.len() >= required {
+        s.deadline = if allowed {
             verdict_at.min(expiry)
         } else {
             expiry
@@ -338,19 +394,22 @@ impl<I: Identity> Node<I> {
                 break;
             }
             self.deadlines.remove(&(t, id.clone()));
-            let required = self.required_accusers();
-            let Some(s) = self.suspicions.get_mut(&id) else {
+            let Some(s) = self.suspicions.get(&id) else {
                 continue;
             };
-            s.deadline = Time::NEVER;
-            if s.accusers.len() >= required {
+            let allowed = self.verdict_allowed(&id, s, now);
+            let started = s.started;
+            if let Some(s) = self.suspicions.get_mut(&id) {
+                s.deadline = Time::NEVER;
+            }
+            if allowed {
                 self.declare_dead(now, &id);
-            } else if now >= s.started + self.cfg.suspicion_max * 2 {
+            } else if now >= started + self.cfg.suspicion_max * 2 {
                 // Never corroborated: let it go rather than hold it forever.
                 self.stats.suspicions_expired += 1;
                 self.set_state(now, &id, MemberState::Alive);
             } else {
-                self.rearm(&id);
+                self.rearm(&id, now);
             }
         }
     }
@@ -361,7 +420,9 @@ impl<I: Identity> Node<I> {
             declared_by,
             accusers: s.map(|s| s.accusers.clone()).unwrap_or_default(),
             discounted: s.map_or(0, |s| s.discounted.len()),
-            confirmations: s.map_or(0, |s| s.accusers.len()),
+            confirmations: s.map_or(0, |s| {
+                s.accusers.len().max(usize::from(s.accused_at.is_some()))
+            }),
             suspected_at: s.map(|s| s.started),
             last_heard: self.members.get(id).map_or(Time::ZERO, |m| m.last_heard),
             declared_at: now,
@@ -411,7 +472,9 @@ impl<I: Identity> Node<I> {
             return;
         }
         // Never let one observer convict: the verdict must rest on enough accusers.
-        if usize::from(accusers) < self.cfg.corroboration.min(self.live).max(1) {
+        let target_alive = usize::from(m.state == MemberState::Alive);
+        let witnesses = self.alive_witnesses() - target_alive;
+        if usize::from(accusers) < self.cfg.corroboration.min(witnesses + 1).max(1) {
             self.stats.discounted_accusations += 1;
             return;
         }
@@ -487,14 +550,14 @@ impl<I: Identity> Node<I> {
     }
 
     /// We have fresh proof that `id` is alive: our own accusation no longer stands.
-    pub(crate) fn withdraw_accusation(&mut self, id: &I) {
+    pub(crate) fn withdraw_accusation(&mut self, id: &I, now: Time) {
         let me = self.me.clone();
         let Some(s) = self.suspicions.get_mut(id) else {
             return;
         };
         if s.accused_at.take().is_some() {
             s.accusers.retain(|a| *a != me);
-            self.rearm(id);
+            self.rearm(id, now);
         }
     }
 

@@ -93,6 +93,10 @@ pub struct Observer {
     pub false_deaths: Vec<FalseDeath>,
     /// Deaths declared across a partition (expected, not false).
     pub partition_deaths: u64,
+    /// Deaths in the view of an observer that is itself impaired (cut off,
+    /// unable to receive): its own view, which the protocol keeps others
+    /// from accepting; not counted as false deaths.
+    pub impaired_observer_deaths: u64,
     /// Every suspicion reported.
     pub suspicions: u64,
     /// Suspicions of healthy members (refuted, but they cost traffic).
@@ -235,6 +239,8 @@ impl Observer {
                     self.faults[f].dead_at.entry(observer).or_insert(now);
                 } else if !truth.same_side(observer, m) {
                     self.partition_deaths += 1;
+                } else if !truth.healthy(observer) {
+                    self.impaired_observer_deaths += 1;
                 } else if truth.healthy(m) {
                     self.false_deaths.push(FalseDeath {
                         at: now,

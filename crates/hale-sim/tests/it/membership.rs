@@ -175,11 +175,17 @@ fn a_node_that_can_send_but_not_receive_gets_no_healthy_member_killed_and_is_its
     sim.run_until(Time::from_secs(120));
     no_false_death(&sim.observer).unwrap();
     every_fault_detected(&sim).unwrap();
-    // The isolated node itself convicted nobody.
-    let log = sim.observer.log.as_ref().unwrap();
-    assert!(!log
-        .iter()
-        .any(|(_, o, e)| *o == 3 && matches!(e, Event::Dead { .. })));
+    // Whatever the isolated node concluded in its own view, no healthy
+    // member accepted it: every healthy node still sees every other alive.
+    for o in sim.up_nodes().into_iter().filter(|&o| o != 3) {
+        for m in sim.up_nodes().into_iter().filter(|&m| m != 3 && m != o) {
+            assert_eq!(
+                state_seen(&sim, o, m),
+                Some(MemberState::Alive),
+                "{o} sees {m}"
+            );
+        }
+    }
     // Heal: it learns it was declared dead, rejoins, and views converge.
     sim.schedule(sim.now(), Action::BlockIngress(3, false));
     sim.run_for(SETTLE);
@@ -299,19 +305,6 @@ fn a_partition_heals_and_views_converge() {
 }
 
 #[test]
-fn a_node_alone_falls_back_to_its_seeds() {
-    let mut cfg = cluster(6, 15);
-    cfg.warm_start = false;
-    let mut sim = Sim::new(cfg);
-    sim.run_until(Time::from_secs(30));
-    // Node 5 loses every path for long enough to declare everyone dead; then heals.
-    sim.schedule(Time::from_secs(30), Action::CutOff(5, true));
-    sim.schedule(Time::from_secs(90), Action::CutOff(5, false));
-    sim.run_until(Time::from_secs(150));
-    views_converged(&sim).unwrap();
-}
-
-#[test]
 fn every_datagram_stays_within_1200_bytes_when_news_piles_up() {
     let mut sim = Sim::new(cluster(200, 16));
     sim.run_until(Time::from_secs(5));
@@ -339,4 +332,45 @@ fn every_datagram_stays_within_1200_bytes_when_news_piles_up() {
         let m = sim.node(o).unwrap().member(&SimId(5)).unwrap();
         assert_eq!(m.meta(), &[1u8; 300][..], "node {o}");
     }
+}
+
+#[test]
+fn the_survivor_of_a_three_node_cluster_declares_both_crashed_peers_dead() {
+    let mut sim = Sim::new(cluster(3, 17));
+    sim.schedule(Time::from_secs(10), Action::Crash(1));
+    sim.schedule(Time::from_secs(10), Action::Crash(2));
+    sim.run_until(Time::from_secs(40));
+    every_fault_detected(&sim).unwrap();
+    let n = sim.node(0).unwrap();
+    assert_eq!(n.num_live(), 0);
+    for f in &sim.observer.faults {
+        let t = f.dead_at[&0].saturating_since(f.at);
+        assert!(t < Duration::from_secs(15), "took {t:?}");
+    }
+}
+
+#[test]
+fn a_node_cut_off_for_long_falls_back_to_its_seeds_and_rejoins() {
+    let mut cfg = cluster(8, 18);
+    cfg.warm_start = false; // joined through node 0, which is its seed
+    let mut sim = Sim::new(cfg);
+    sim.observer.keep_log();
+    sim.run_until(Time::from_secs(10));
+    views_converged(&sim).unwrap();
+    sim.schedule(Time::from_secs(10), Action::CutOff(5, true));
+    sim.schedule(Time::from_secs(300), Action::CutOff(5, false));
+    sim.run_until(Time::from_secs(299));
+    assert_eq!(
+        sim.node(5).unwrap().num_live(),
+        0,
+        "alone, it holds everyone dead"
+    );
+    no_false_death(&sim.observer).unwrap();
+    assert!(sim.observer.impaired_observer_deaths > 0);
+    sim.run_until(Time::from_secs(300) + SETTLE);
+    views_converged(&sim).unwrap();
+    let log = sim.observer.log.as_ref().unwrap();
+    assert!(log
+        .iter()
+        .any(|(_, o, e)| *o == 5 && matches!(e, Event::SeedFallback)));
 }
