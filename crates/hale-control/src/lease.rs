@@ -1,0 +1,295 @@
+//! Role leases with fencing epochs: the replicated table, the grantor that
+//! runs on the control-plane leader, and the holder's own view of its lease.
+//!
+//! # Why this cannot give two primaries
+//!
+//! * Every grant is a committed entry of the replicated log, and its epoch
+//!   is exactly one more than the role's last epoch: epochs strictly increase
+//!   and are the fencing token downstream systems check.
+//! * The holder times its lease from when it *sent* a renewal that was then
+//!   committed, and demotes itself `drift_margin` before `lease` runs out. The
+//!   leader saw that commit after it was sent, so on any clock that runs at
+//!   most `drift_margin / lease` slower or faster, the holder has stopped
+//!   before the leader's view of the lease has run out.
+//! * The grantor gives the role to another candidate only once the last
+//!   renewal it saw committed is a full `lease` old on its own monotonic
+//!   clock; and a newly elected leader, which may have missed renewals, first
+//!   waits a full `lease`.
+//!
+//! Everything here takes time as an argument ([`Time`]) and does no IO, so
+//! the same code runs in the simulator's histories and in the agent.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use hale_core::Time;
+
+/// A request to the replicated lease table (a log entry).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LeaseRequest {
+    /// Give `role` to `holder` at `epoch` (proposed by the leader's grantor).
+    Grant {
+        /// The role.
+        role: String,
+        /// The new holder.
+        holder: String,
+        /// Must be the role's last epoch plus one.
+        epoch: u64,
+    },
+    /// The holder keeps `role` at `epoch`.
+    Renew {
+        /// The role.
+        role: String,
+        /// The holder.
+        holder: String,
+        /// Its epoch.
+        epoch: u64,
+    },
+    /// The holder gives `role` up (graceful handover).
+    Release {
+        /// The role.
+        role: String,
+        /// The holder.
+        holder: String,
+        /// Its epoch.
+        epoch: u64,
+    },
+}
+
+/// What applying a [`LeaseRequest`] did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LeaseResponse {
+    /// The role now belongs to the requested holder at this epoch.
+    Granted {
+        /// The new epoch.
+        epoch: u64,
+    },
+    /// The lease was renewed.
+    Renewed {
+        /// Its epoch.
+        epoch: u64,
+    },
+    /// The role has no holder any more.
+    Released,
+    /// Nothing changed.
+    Rejected(LeaseRejection),
+}
+
+/// Why a lease request changed nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum LeaseRejection {
+    /// A grant's epoch was not the last epoch plus one.
+    #[error("epoch {got} is not the next epoch ({expected})")]
+    NotNextEpoch {
+        /// The epoch the grant carried.
+        got: u64,
+        /// The epoch it needed.
+        expected: u64,
+    },
+    /// A renewal or release came from a node that does not hold the role at that epoch.
+    #[error("{holder} does not hold the role at epoch {epoch}")]
+    NotHolder {
+        /// Who asked.
+        holder: String,
+        /// At which epoch.
+        epoch: u64,
+    },
+}
+
+/// One role in the replicated table.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoleLease {
+    /// Who holds it, if anyone.
+    pub holder: Option<String>,
+    /// The last epoch granted (0: never granted).
+    pub epoch: u64,
+}
+
+/// The replicated lease table: applied in log order on every control-plane server.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseTable {
+    roles: BTreeMap<String, RoleLease>,
+}
+
+impl LeaseTable {
+    /// Applies one committed request. Deterministic: no clock, no randomness.
+    pub fn apply(&mut self, req: &LeaseRequest) -> LeaseResponse {
+        match req {
+            LeaseRequest::Grant {
+                role,
+                holder,
+                epoch,
+            } => {
+                let r = self.roles.entry(role.clone()).or_default();
+                if *epoch != r.epoch + 1 {
+                    return LeaseResponse::Rejected(LeaseRejection::NotNextEpoch {
+                        got: *epoch,
+                        expected: r.epoch + 1,
+                    });
+                }
+                r.epoch = *epoch;
+                r.holder = Some(holder.clone());
+                LeaseResponse::Granted { epoch: *epoch }
+            }
+            LeaseRequest::Renew {
+                role,
+                holder,
+                epoch,
+            }
+            | LeaseRequest::Release {
+                role,
+                holder,
+                epoch,
+            } => {
+                let r = self.roles.entry(role.clone()).or_default();
+                if r.epoch != *epoch || r.holder.as_deref() != Some(holder) {
+                    return LeaseResponse::Rejected(LeaseRejection::NotHolder {
+                        holder: holder.clone(),
+                        epoch: *epoch,
+                    });
+                }
+                if matches!(req, LeaseRequest::Release { .. }) {
+                    r.holder = None;
+                    LeaseResponse::Released
+                } else {
+                    LeaseResponse::Renewed { epoch: *epoch }
+                }
+            }
+        }
+    }
+
+    /// A role's state.
+    pub fn role(&self, role: &str) -> Option<&RoleLease> {
+        self.roles.get(role)
+    }
+
+    /// Every role.
+    pub fn roles(&self) -> impl Iterator<Item = (&String, &RoleLease)> {
+        self.roles.iter()
+    }
+}
+
+/// Lease timing, shared by grantor and holders.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseTiming {
+    /// How long a lease lasts (default 2 s).
+    pub lease: Duration,
+    /// How often the holder renews (default 500 ms).
+    pub renew_every: Duration,
+    /// How much earlier than `lease` the holder stops (default 400 ms:
+    /// tolerates clocks running 20% apart over one lease).
+    pub drift_margin: Duration,
+}
+
+impl Default for LeaseTiming {
+    fn default() -> Self {
+        LeaseTiming {
+            lease: Duration::from_secs(2),
+            renew_every: Duration::from_millis(500),
+            drift_margin: Duration::from_millis(400),
+        }
+    }
+}
+
+/// Why the grantor will not grant a role yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum GrantDelay {
+    /// This leader was elected less than a lease ago: renewals it never saw
+    /// may still be in force.
+    #[error("new control-plane leader: no grant before {0}")]
+    NewLeader(Time),
+    /// The current holder's lease may still run until then on this clock.
+    #[error("the current lease may run until {0}")]
+    HolderLease(Time),
+}
+
+/// Runs on the control-plane leader: decides when a role may change hands.
+#[derive(Debug, Clone)]
+pub struct Grantor {
+    timing: LeaseTiming,
+    leader_since: Time,
+    last_seen: BTreeMap<String, Time>,
+}
+
+impl Grantor {
+    /// A grantor for a leader elected at `now`.
+    pub fn new(timing: LeaseTiming, now: Time) -> Grantor {
+        Grantor {
+            timing,
+            leader_since: now,
+            last_seen: BTreeMap::new(),
+        }
+    }
+
+    /// A grant or renewal of `role` committed; this leader saw it at `now`.
+    pub fn observe(&mut self, role: &str, now: Time) {
+        self.last_seen.insert(role.to_owned(), now);
+    }
+
+    /// Whether `role` may be granted to a new holder at `now`, given the table.
+    pub fn may_grant(&self, table: &LeaseTable, role: &str, now: Time) -> Result<(), GrantDelay> {
+        let settled = self.leader_since + self.timing.lease;
+        if now < settled {
+            return Err(GrantDelay::NewLeader(settled));
+        }
+        if table.role(role).is_some_and(|r| r.holder.is_some()) {
+            if let Some(seen) = self.last_seen.get(role) {
+                let until = *seen + self.timing.lease;
+                if now < until {
+                    return Err(GrantDelay::HolderLease(until));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The grant request for `holder` (epoch = last + 1).
+    pub fn grant(&self, table: &LeaseTable, role: &str, holder: &str) -> LeaseRequest {
+        LeaseRequest::Grant {
+            role: role.to_owned(),
+            holder: holder.to_owned(),
+            epoch: table.role(role).map_or(0, |r| r.epoch) + 1,
+        }
+    }
+}
+
+/// The holder's own view of its lease: when it must have stopped acting as primary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldLease {
+    timing: LeaseTiming,
+    /// The role.
+    pub role: String,
+    /// The fencing epoch.
+    pub epoch: u64,
+    valid_until: Time,
+}
+
+impl HeldLease {
+    /// A lease granted by a request this node sent at `sent_at`.
+    pub fn granted(timing: LeaseTiming, role: &str, epoch: u64, sent_at: Time) -> HeldLease {
+        HeldLease {
+            timing,
+            role: role.to_owned(),
+            epoch,
+            valid_until: sent_at + timing.lease - timing.drift_margin,
+        }
+    }
+
+    /// A renewal sent at `sent_at` was committed.
+    pub fn renewed(&mut self, sent_at: Time) {
+        let until = sent_at + self.timing.lease - self.timing.drift_margin;
+        self.valid_until = self.valid_until.max(until);
+    }
+
+    /// The last instant at which this node may still act as holder.
+    pub fn valid_until(&self) -> Time {
+        self.valid_until
+    }
+
+    /// Whether the holder must demote itself now.
+    pub fn expired(&self, now: Time) -> bool {
+        now >= self.valid_until
+    }
+}

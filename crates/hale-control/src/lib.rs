@@ -1,0 +1,21 @@
+//! # hale-control
+//!
+//! The control plane's safety core for roles and failover: role leases with
+//! strictly increasing fencing epochs ([`lease`]), and the history checker
+//! that proves from promote/demote timelines that no two nodes ever acted as
+//! holder of a role at once ([`history`]).
+//!
+//! Everything here is deterministic and takes time as an argument; the
+//! replicated log that orders [`lease::LeaseRequest`]s (openraft) and the
+//! agent-side hooks and watchdog build on it.
+
+#![forbid(unsafe_code)]
+
+pub mod history;
+pub mod lease;
+
+pub use history::{check, HistoryViolation, HookEvent, HookKind};
+pub use lease::{
+    GrantDelay, Grantor, HeldLease, LeaseRejection, LeaseRequest, LeaseResponse, LeaseTable,
+    LeaseTiming, RoleLease,
+};

@@ -1,0 +1,8 @@
+//! Integration tests of hale-control (one binary).
+
+// In tests a panic is the failure report: unwrapping is how a test fails.
+#![allow(clippy::unwrap_used)]
+
+mod checker;
+mod lease_histories;
+mod table;
