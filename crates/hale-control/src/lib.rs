@@ -13,6 +13,7 @@
 
 pub mod history;
 pub mod lease;
+pub mod raft;
 
 pub use history::{check, HistoryViolation, HookEvent, HookKind};
 pub use lease::{

@@ -5,4 +5,5 @@
 
 mod checker;
 mod lease_histories;
+mod raft;
 mod table;

@@ -1,0 +1,361 @@
+//! The replicated control plane: openraft over HTTP, with a durable redb
+//! store, ordering [`LeaseRequest`]s. The leader runs the [`Grantor`]: a
+//! role changes hands only when the grantor allows it on the leader's own
+//! monotonic clock, and a newly elected leader first waits one full lease.
+//! No consensus code of our own: openraft does elections and replication.
+
+mod network;
+mod store;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::routing::post;
+use axum::{Json, Router};
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::{BasicNode, Raft};
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+
+use crate::lease::{GrantDelay, Grantor, LeaseRequest, LeaseResponse, LeaseTable, LeaseTiming};
+use hale_core::Time;
+
+pub use network::{raft_routes, Network};
+pub use store::{open_db, LogStore, StateData, StateMachine};
+
+openraft::declare_raft_types!(
+    /// hale's Raft type configuration.
+    pub TypeConfig:
+        D = LeaseRequest,
+        R = LeaseResponse,
+        NodeId = u64,
+        Node = BasicNode,
+        Entry = openraft::Entry<TypeConfig>,
+        SnapshotData = std::io::Cursor<Vec<u8>>,
+        AsyncRuntime = openraft::TokioRuntime,
+);
+
+/// Why a control-plane operation failed. The lease table is unchanged
+/// unless the variant says otherwise.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    /// The store could not be opened.
+    #[error("cannot open the control-plane store: {0}")]
+    Store(String),
+    /// Raft refused to start.
+    #[error("cannot start raft: {0}")]
+    Start(String),
+    /// No leader is known (election in progress, or no quorum).
+    #[error("no control-plane leader right now")]
+    NoLeader,
+    /// The leader could not be reached or failed the request.
+    #[error("control-plane request failed: {0}")]
+    Request(String),
+    /// The grantor will not hand the role over yet.
+    #[error("not yet: {0}")]
+    NotYet(GrantDelay),
+}
+
+/// One control-plane server.
+#[derive(Clone)]
+pub struct ControlPlane {
+    /// This server's id.
+    pub id: u64,
+    raft: Raft<TypeConfig>,
+    sm: StateMachine,
+    grantor: Arc<Mutex<Option<Grantor>>>,
+    timing: LeaseTiming,
+    origin: Instant,
+    client: reqwest::Client,
+}
+
+impl std::fmt::Debug for ControlPlane {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControlPlane")
+            .field("id", &self.id)
+            .finish()
+    }
+}
+
+/// A request to the leader to grant a role (sent by candidates).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AcquireRequest {
+    /// The role.
+    pub role: String,
+    /// The candidate asking for it.
+    pub holder: String,
+}
+
+impl ControlPlane {
+    /// Opens the store in `data_dir` and starts a server with id `id`.
+    /// Serve [`ControlPlane::routes`] on the address peers know it by.
+    pub async fn start(
+        id: u64,
+        data_dir: &Path,
+        timing: LeaseTiming,
+    ) -> Result<ControlPlane, ControlError> {
+        let db = open_db(data_dir).map_err(|e| ControlError::Store(e.to_string()))?;
+        let origin = Instant::now();
+        let grantor: Arc<Mutex<Option<Grantor>>> = Arc::new(Mutex::new(None));
+        let g = grantor.clone();
+        let hook: store::ApplyHook = Arc::new(move |req, resp| {
+            if matches!(
+                resp,
+                LeaseResponse::Granted { .. } | LeaseResponse::Renewed { .. }
+            ) {
+                let role = match req {
+                    LeaseRequest::Grant { role, .. }
+                    | LeaseRequest::Renew { role, .. }
+                    | LeaseRequest::Release { role, .. } => role,
+                };
+                if let Some(gr) = g.lock().expect("grantor lock").as_mut() {
+                    gr.observe(role, Time::from_nanos(origin.elapsed().as_nanos() as u64));
+                }
+            }
+        });
+        let sm = StateMachine::new(db.clone(), Some(hook))
+            .map_err(|e| ControlError::Store(e.to_string()))?;
+        let config = openraft::Config {
+            cluster_name: "hale".into(),
+            heartbeat_interval: 100,
+            election_timeout_min: 400,
+            election_timeout_max: 800,
+            ..Default::default()
+        };
+        let config = Arc::new(
+            config
+                .validate()
+                .map_err(|e| ControlError::Start(e.to_string()))?,
+        );
+        let raft = Raft::new(id, config, Network::new(), LogStore::new(db), sm.clone())
+            .await
+            .map_err(|e| ControlError::Start(e.to_string()))?;
+        let cp = ControlPlane {
+            id,
+            raft,
+            sm,
+            grantor,
+            timing,
+            origin,
+            client: reqwest::Client::new(),
+        };
+        cp.watch_leadership();
+        Ok(cp)
+    }
+
+    fn now(&self) -> Time {
+        Time::from_nanos(self.origin.elapsed().as_nanos() as u64)
+    }
+
+    /// Keeps the grantor in step with leadership: a fresh grantor (which
+    /// waits one lease) whenever this server becomes leader, none otherwise.
+    fn watch_leadership(&self) {
+        let mut rx = self.raft.metrics();
+        let (id, grantor, timing, origin) =
+            (self.id, self.grantor.clone(), self.timing, self.origin);
+        tokio::spawn(async move {
+            let mut was_leader = false;
+            loop {
+                let m = rx.borrow_and_update().clone();
+                let is_leader = m.current_leader == Some(id);
+                if is_leader != was_leader {
+                    let now = Time::from_nanos(origin.elapsed().as_nanos() as u64);
+                    *grantor.lock().expect("grantor lock") =
+                        is_leader.then(|| Grantor::new(timing, now));
+                    was_leader = is_leader;
+                }
+                if rx.changed().await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+
+    /// Routes to serve: Raft RPCs, and `/control/acquire` and `/control/write`
+    /// for requests forwarded to the leader.
+    pub fn routes(&self) -> Router {
+        raft_routes(self.raft.clone()).merge(
+            Router::new()
+                .route("/control/acquire", post(acquire_route))
+                .route("/control/write", post(write_route))
+                .with_state(self.clone()),
+        )
+    }
+
+    /// Makes this server the first member of a new control plane, with
+    /// `members` (id → HTTP address) as the voters. Call on one server only.
+    pub async fn bootstrap(&self, members: BTreeMap<u64, SocketAddr>) -> Result<(), ControlError> {
+        let nodes: BTreeMap<u64, BasicNode> = members
+            .into_iter()
+            .map(|(id, a)| {
+                (
+                    id,
+                    BasicNode {
+                        addr: a.to_string(),
+                    },
+                )
+            })
+            .collect();
+        match self.raft.initialize(nodes).await {
+            Ok(()) => Ok(()),
+            Err(RaftError::APIError(openraft::error::InitializeError::NotAllowed(_))) => Ok(()),
+            Err(e) => Err(ControlError::Start(e.to_string())),
+        }
+    }
+
+    /// Adds a server (as a voter) to the control plane. Leader only.
+    pub async fn add_server(&self, id: u64, addr: SocketAddr) -> Result<(), ControlError> {
+        self.raft
+            .add_learner(
+                id,
+                BasicNode {
+                    addr: addr.to_string(),
+                },
+                true,
+            )
+            .await
+            .map_err(|e| ControlError::Request(e.to_string()))?;
+        let mut voters: BTreeSet<u64> = self
+            .raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .voter_ids()
+            .collect();
+        voters.insert(id);
+        self.raft
+            .change_membership(voters, false)
+            .await
+            .map_err(|e| ControlError::Request(e.to_string()))?;
+        Ok(())
+    }
+
+    /// Removes a server from the control plane. Leader only.
+    pub async fn remove_server(&self, id: u64) -> Result<(), ControlError> {
+        let voters: BTreeSet<u64> = self
+            .raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .voter_ids()
+            .filter(|v| *v != id)
+            .collect();
+        self.raft
+            .change_membership(voters, false)
+            .await
+            .map_err(|e| ControlError::Request(e.to_string()))?;
+        Ok(())
+    }
+
+    /// The current leader, if known.
+    pub fn leader(&self) -> Option<u64> {
+        self.raft.metrics().borrow().current_leader
+    }
+
+    /// This server's copy of the lease table (may lag the leader).
+    pub fn table(&self) -> LeaseTable {
+        self.sm
+            .data
+            .lock()
+            .expect("state machine lock")
+            .table
+            .clone()
+    }
+
+    fn leader_addr(&self) -> Option<String> {
+        let m = self.raft.metrics().borrow().clone();
+        let leader = m.current_leader?;
+        m.membership_config
+            .membership()
+            .get_node(&leader)
+            .map(|n| n.addr.clone())
+    }
+
+    /// Proposes `req` through the leader and returns what applying it did.
+    pub async fn write(&self, req: LeaseRequest) -> Result<LeaseResponse, ControlError> {
+        match self.raft.client_write(req.clone()).await {
+            Ok(r) => Ok(r.data),
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => {
+                self.forward("write", &req).await
+            }
+            Err(e) => Err(ControlError::Request(e.to_string())),
+        }
+    }
+
+    /// Asks the leader to grant `role` to `holder`: granted only when the
+    /// leader's grantor allows it (see [`Grantor::may_grant`]).
+    pub async fn acquire(&self, role: &str, holder: &str) -> Result<LeaseResponse, ControlError> {
+        if self.leader() != Some(self.id) {
+            let req = AcquireRequest {
+                role: role.to_owned(),
+                holder: holder.to_owned(),
+            };
+            return self.forward("acquire", &req).await;
+        }
+        let table = self.table();
+        let grant = {
+            let g = self.grantor.lock().expect("grantor lock");
+            let Some(g) = g.as_ref() else {
+                return Err(ControlError::NoLeader);
+            };
+            g.may_grant(&table, role, self.now())
+                .map_err(ControlError::NotYet)?;
+            g.grant(&table, role, holder)
+        };
+        self.write(grant).await
+    }
+
+    async fn forward<T: Serialize>(
+        &self,
+        what: &str,
+        body: &T,
+    ) -> Result<LeaseResponse, ControlError> {
+        let addr = self.leader_addr().ok_or(ControlError::NoLeader)?;
+        let r = self
+            .client
+            .post(format!("http://{addr}/control/{what}"))
+            .timeout(Duration::from_secs(2))
+            .json(body)
+            .send()
+            .await
+            .map_err(|e| ControlError::Request(e.to_string()))?;
+        let res: Result<LeaseResponse, String> = r
+            .json()
+            .await
+            .map_err(|e| ControlError::Request(e.to_string()))?;
+        res.map_err(ControlError::Request)
+    }
+
+    /// Stops this server.
+    pub async fn shutdown(&self) {
+        let _ = self.raft.shutdown().await;
+    }
+}
+
+async fn acquire_route(
+    State(cp): State<ControlPlane>,
+    Json(req): Json<AcquireRequest>,
+) -> Json<Result<LeaseResponse, String>> {
+    Json(
+        cp.acquire(&req.role, &req.holder)
+            .await
+            .map_err(|e| e.to_string()),
+    )
+}
+
+async fn write_route(
+    State(cp): State<ControlPlane>,
+    Json(req): Json<LeaseRequest>,
+) -> Json<Result<LeaseResponse, String>> {
+    let r = match cp.raft.client_write(req).await {
+        Ok(r) => Ok(r.data),
+        Err(e) => Err(e.to_string()),
+    };
+    Json(r)
+}

@@ -1,0 +1,152 @@
+//! Raft RPCs over HTTP (JSON), and the routes that receive them.
+
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::routing::post;
+use axum::{Json, Router};
+use openraft::error::{
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use openraft::{BasicNode, Raft};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use super::TypeConfig;
+
+/// Opens connections to peers.
+#[derive(Debug, Clone)]
+pub struct Network {
+    client: reqwest::Client,
+}
+
+impl Network {
+    /// A network with its own HTTP client.
+    pub fn new() -> Network {
+        Network {
+            client: reqwest::Client::builder()
+                .connect_timeout(Duration::from_millis(500))
+                .build()
+                .expect("a plain HTTP client builds"),
+        }
+    }
+}
+
+impl Default for Network {
+    fn default() -> Self {
+        Network::new()
+    }
+}
+
+/// A connection to one peer.
+#[derive(Debug, Clone)]
+pub struct Conn {
+    client: reqwest::Client,
+    target: u64,
+    addr: String,
+}
+
+impl RaftNetworkFactory<TypeConfig> for Network {
+    type Network = Conn;
+
+    async fn new_client(&mut self, target: u64, node: &BasicNode) -> Conn {
+        Conn {
+            client: self.client.clone(),
+            target,
+            addr: node.addr.clone(),
+        }
+    }
+}
+
+impl Conn {
+    async fn call<Req, Resp, E>(
+        &self,
+        path: &str,
+        req: &Req,
+        ttl: Duration,
+    ) -> Result<Resp, RPCError<u64, BasicNode, RaftError<u64, E>>>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
+        let url = format!("http://{}/raft/{path}", self.addr);
+        let r = self
+            .client
+            .post(url)
+            .timeout(ttl)
+            .json(req)
+            .send()
+            .await
+            .map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
+        let res: Result<Resp, RaftError<u64, E>> = r
+            .json()
+            .await
+            .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        res.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+    }
+}
+
+impl RaftNetwork<TypeConfig> for Conn {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
+        self.call("append", &rpc, option.hard_ttl()).await
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<
+        InstallSnapshotResponse<u64>,
+        RPCError<u64, BasicNode, RaftError<u64, InstallSnapshotError>>,
+    > {
+        self.call("snapshot", &rpc, option.hard_ttl()).await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<u64>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
+        self.call("vote", &rpc, option.hard_ttl()).await
+    }
+}
+
+async fn append(
+    State(raft): State<Raft<TypeConfig>>,
+    Json(req): Json<AppendEntriesRequest<TypeConfig>>,
+) -> Json<Result<AppendEntriesResponse<u64>, RaftError<u64>>> {
+    Json(raft.append_entries(req).await)
+}
+
+async fn vote(
+    State(raft): State<Raft<TypeConfig>>,
+    Json(req): Json<VoteRequest<u64>>,
+) -> Json<Result<VoteResponse<u64>, RaftError<u64>>> {
+    Json(raft.vote(req).await)
+}
+
+async fn snapshot(
+    State(raft): State<Raft<TypeConfig>>,
+    Json(req): Json<InstallSnapshotRequest<TypeConfig>>,
+) -> Json<Result<InstallSnapshotResponse<u64>, RaftError<u64, InstallSnapshotError>>> {
+    Json(raft.install_snapshot(req).await)
+}
+
+/// The routes peers call (`/raft/append`, `/raft/vote`, `/raft/snapshot`).
+pub fn raft_routes(raft: Raft<TypeConfig>) -> Router {
+    Router::new()
+        .route("/raft/append", post(append))
+        .route("/raft/vote", post(vote))
+        .route("/raft/snapshot", post(snapshot))
+        .with_state(raft)
+}

@@ -1,0 +1,361 @@
+//! Durable Raft log and state machine on redb.
+//!
+//! One database file per server (`control.redb` in the data directory):
+//! the log entries, the vote, the committed and purged log ids, and the
+//! last snapshot of the lease table. The state machine itself lives in
+//! memory and is rebuilt on start from the snapshot plus the log.
+
+// openraft's storage traits fix `StorageError` (large) as the error type; our helpers return
+// the same type so that `?` works across them. Boxing would only move the allocation.
+#![allow(clippy::result_large_err)]
+
+use std::fmt::Debug;
+use std::io::Cursor;
+use std::ops::{Bound, RangeBounds};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use openraft::storage::{LogFlushed, LogState, RaftLogStorage, RaftStateMachine, Snapshot};
+use openraft::{
+    AnyError, Entry, EntryPayload, LogId, OptionalSend, RaftLogReader, RaftSnapshotBuilder,
+    SnapshotMeta, StorageError, StorageIOError, StoredMembership, Vote,
+};
+use redb::{Database, ReadableTable, TableDefinition};
+use serde::{Deserialize, Serialize};
+
+use super::TypeConfig;
+use crate::lease::{LeaseResponse, LeaseTable};
+
+const LOGS: TableDefinition<u64, &[u8]> = TableDefinition::new("logs");
+const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+
+type SErr = StorageError<u64>;
+
+fn read_err(e: impl std::error::Error + 'static) -> SErr {
+    StorageIOError::read(AnyError::new(&e)).into()
+}
+
+fn write_err(e: impl std::error::Error + 'static) -> SErr {
+    StorageIOError::write(AnyError::new(&e)).into()
+}
+
+/// Opens (or creates) the control plane's database.
+pub fn open_db(dir: &Path) -> Result<Arc<Database>, redb::DatabaseError> {
+    std::fs::create_dir_all(dir).map_err(|e| redb::DatabaseError::Storage(e.into()))?;
+    Ok(Arc::new(Database::create(dir.join("control.redb"))?))
+}
+
+fn get_meta<T: for<'a> Deserialize<'a>>(db: &Database, key: &str) -> Result<Option<T>, SErr> {
+    let tx = db.begin_read().map_err(read_err)?;
+    let table = match tx.open_table(META) {
+        Ok(t) => t,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+        Err(e) => return Err(read_err(e)),
+    };
+    match table.get(key).map_err(read_err)? {
+        Some(v) => Ok(Some(serde_json::from_slice(v.value()).map_err(read_err)?)),
+        None => Ok(None),
+    }
+}
+
+fn put_meta<T: Serialize>(db: &Database, key: &str, v: &T) -> Result<(), SErr> {
+    let bytes = serde_json::to_vec(v).map_err(write_err)?;
+    let tx = db.begin_write().map_err(write_err)?;
+    {
+        let mut t = tx.open_table(META).map_err(write_err)?;
+        t.insert(key, bytes.as_slice()).map_err(write_err)?;
+    }
+    tx.commit().map_err(write_err)
+}
+
+/// The Raft log.
+#[derive(Debug, Clone)]
+pub struct LogStore {
+    db: Arc<Database>,
+}
+
+impl LogStore {
+    /// A log store over `db`.
+    pub fn new(db: Arc<Database>) -> LogStore {
+        LogStore { db }
+    }
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry<TypeConfig>>, SErr> {
+        let tx = self.db.begin_read().map_err(read_err)?;
+        let table = match tx.open_table(LOGS) {
+            Ok(t) => t,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+            Err(e) => return Err(read_err(e)),
+        };
+        let start = match range.start_bound() {
+            Bound::Included(&s) => s,
+            Bound::Excluded(&s) => s + 1,
+            Bound::Unbounded => 0,
+        };
+        let mut out = Vec::new();
+        for item in table.range(start..).map_err(read_err)? {
+            let (k, v) = item.map_err(read_err)?;
+            if !range.contains(&k.value()) {
+                break;
+            }
+            out.push(serde_json::from_slice(v.value()).map_err(read_err)?);
+        }
+        Ok(out)
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = LogStore;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, SErr> {
+        let last_purged: Option<LogId<u64>> = get_meta(&self.db, "purged")?;
+        let tx = self.db.begin_read().map_err(read_err)?;
+        let last = match tx.open_table(LOGS) {
+            Ok(t) => match t.last().map_err(read_err)? {
+                Some((_, v)) => {
+                    let e: Entry<TypeConfig> =
+                        serde_json::from_slice(v.value()).map_err(read_err)?;
+                    Some(e.log_id)
+                }
+                None => None,
+            },
+            Err(redb::TableError::TableDoesNotExist(_)) => None,
+            Err(e) => return Err(read_err(e)),
+        };
+        Ok(LogState {
+            last_purged_log_id: last_purged,
+            last_log_id: last.or(last_purged),
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote<u64>) -> Result<(), SErr> {
+        put_meta(&self.db, "vote", vote)
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote<u64>>, SErr> {
+        get_meta(&self.db, "vote")
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId<u64>>) -> Result<(), SErr> {
+        put_meta(&self.db, "committed", &committed)
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId<u64>>, SErr> {
+        Ok(get_meta::<Option<LogId<u64>>>(&self.db, "committed")?.flatten())
+    }
+
+    async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> Result<(), SErr>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let tx = self.db.begin_write().map_err(write_err)?;
+        {
+            let mut t = tx.open_table(LOGS).map_err(write_err)?;
+            for e in entries {
+                let bytes = serde_json::to_vec(&e).map_err(write_err)?;
+                t.insert(e.log_id.index, bytes.as_slice())
+                    .map_err(write_err)?;
+            }
+        }
+        tx.commit().map_err(write_err)?;
+        callback.log_io_completed(Ok(()));
+        Ok(())
+    }
+
+    async fn truncate(&mut self, log_id: LogId<u64>) -> Result<(), SErr> {
+        let tx = self.db.begin_write().map_err(write_err)?;
+        {
+            let mut t = tx.open_table(LOGS).map_err(write_err)?;
+            t.retain(|k, _| k < log_id.index).map_err(write_err)?;
+        }
+        tx.commit().map_err(write_err)
+    }
+
+    async fn purge(&mut self, log_id: LogId<u64>) -> Result<(), SErr> {
+        put_meta(&self.db, "purged", &log_id)?;
+        let tx = self.db.begin_write().map_err(write_err)?;
+        {
+            let mut t = tx.open_table(LOGS).map_err(write_err)?;
+            t.retain(|k, _| k > log_id.index).map_err(write_err)?;
+        }
+        tx.commit().map_err(write_err)
+    }
+}
+
+/// The replicated state: the lease table and what Raft needs to know about it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct StateData {
+    /// The last log entry applied.
+    pub last_applied: Option<LogId<u64>>,
+    /// The last membership applied.
+    pub membership: StoredMembership<u64, openraft::BasicNode>,
+    /// The leases.
+    pub table: LeaseTable,
+}
+
+/// Called with each applied response (role changes for the grantor and events).
+pub type ApplyHook = Arc<dyn Fn(&crate::lease::LeaseRequest, &LeaseResponse) + Send + Sync>;
+
+/// The state machine: the lease table in memory, snapshots in redb.
+#[derive(Clone)]
+pub struct StateMachine {
+    db: Arc<Database>,
+    /// The current state, shared with readers.
+    pub data: Arc<Mutex<StateData>>,
+    hook: Option<ApplyHook>,
+}
+
+impl std::fmt::Debug for StateMachine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StateMachine").finish_non_exhaustive()
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct StoredSnapshot {
+    meta: SnapshotMeta<u64, openraft::BasicNode>,
+    data: Vec<u8>,
+}
+
+impl StateMachine {
+    /// A state machine over `db`, restored from its last snapshot.
+    pub fn new(db: Arc<Database>, hook: Option<ApplyHook>) -> Result<StateMachine, SErr> {
+        let data = match get_meta::<StoredSnapshot>(&db, "snapshot")? {
+            Some(s) => serde_json::from_slice(&s.data).map_err(read_err)?,
+            None => StateData::default(),
+        };
+        Ok(StateMachine {
+            db,
+            data: Arc::new(Mutex::new(data)),
+            hook,
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, StateData> {
+        self.data.lock().expect("state machine lock")
+    }
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, SErr> {
+        let data = self.lock().clone();
+        let bytes = serde_json::to_vec(&data).map_err(write_err)?;
+        let id = data.last_applied.map_or_else(
+            || "empty".to_owned(),
+            |l| format!("{}-{}", l.leader_id, l.index),
+        );
+        let meta = SnapshotMeta {
+            last_log_id: data.last_applied,
+            last_membership: data.membership.clone(),
+            snapshot_id: id,
+        };
+        put_meta(
+            &self.db,
+            "snapshot",
+            &StoredSnapshot {
+                meta: meta.clone(),
+                data: bytes.clone(),
+            },
+        )?;
+        Ok(Snapshot {
+            meta,
+            snapshot: Box::new(Cursor::new(bytes)),
+        })
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotBuilder = StateMachine;
+
+    async fn applied_state(
+        &mut self,
+    ) -> Result<
+        (
+            Option<LogId<u64>>,
+            StoredMembership<u64, openraft::BasicNode>,
+        ),
+        SErr,
+    > {
+        let d = self.lock();
+        Ok((d.last_applied, d.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<LeaseResponse>, SErr>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut out = Vec::new();
+        let mut applied = Vec::new();
+        {
+            let mut d = self.lock();
+            for e in entries {
+                d.last_applied = Some(e.log_id);
+                match e.payload {
+                    EntryPayload::Blank => out.push(LeaseResponse::Released),
+                    EntryPayload::Normal(req) => {
+                        let r = d.table.apply(&req);
+                        applied.push((req, r.clone()));
+                        out.push(r);
+                    }
+                    EntryPayload::Membership(m) => {
+                        d.membership = StoredMembership::new(Some(e.log_id), m);
+                        out.push(LeaseResponse::Released);
+                    }
+                }
+            }
+        }
+        if let Some(h) = &self.hook {
+            for (req, r) in &applied {
+                h(req, r);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.clone()
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, SErr> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta<u64, openraft::BasicNode>,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), SErr> {
+        let bytes = snapshot.into_inner();
+        let data: StateData = serde_json::from_slice(&bytes).map_err(read_err)?;
+        put_meta(
+            &self.db,
+            "snapshot",
+            &StoredSnapshot {
+                meta: meta.clone(),
+                data: bytes,
+            },
+        )?;
+        *self.lock() = data;
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, SErr> {
+        Ok(
+            get_meta::<StoredSnapshot>(&self.db, "snapshot")?.map(|s| Snapshot {
+                meta: s.meta,
+                snapshot: Box::new(Cursor::new(s.data)),
+            }),
+        )
+    }
+}

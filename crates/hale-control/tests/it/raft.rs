@@ -1,0 +1,191 @@
+//! The replicated control plane: three servers over HTTP on loopback.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use hale_control::raft::{ControlError, ControlPlane};
+use hale_control::{LeaseRequest, LeaseResponse, LeaseTiming};
+use tokio::net::TcpListener;
+use tokio::time::Instant;
+
+struct Server {
+    cp: ControlPlane,
+    addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+async fn serve(id: u64, dir: &std::path::Path, listener: TcpListener) -> Server {
+    let addr = listener.local_addr().unwrap();
+    let cp = ControlPlane::start(id, &dir.join(format!("s{id}")), LeaseTiming::default())
+        .await
+        .unwrap();
+    let app = cp.routes();
+    let task = tokio::spawn(async move {
+        axum::serve(listener, app).await.unwrap();
+    });
+    Server { cp, addr, task }
+}
+
+async fn cluster(dir: &std::path::Path) -> Vec<Server> {
+    let mut servers = Vec::new();
+    for id in 1..=3 {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        servers.push(serve(id, dir, l).await);
+    }
+    let members: BTreeMap<u64, SocketAddr> = servers.iter().map(|s| (s.cp.id, s.addr)).collect();
+    servers[0].cp.bootstrap(members).await.unwrap();
+    servers
+}
+
+async fn until<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn acquire_eventually(cp: &ControlPlane, role: &str, holder: &str) -> (u64, Instant) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        match cp.acquire(role, holder).await {
+            Ok(LeaseResponse::Granted { epoch }) => return (epoch, Instant::now()),
+            Ok(other) => panic!("unexpected {other:?}"),
+            Err(ControlError::NotYet(_) | ControlError::NoLeader | ControlError::Request(_)) => {}
+            Err(e) => panic!("{e}"),
+        }
+        assert!(Instant::now() < deadline, "never granted");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_servers_elect_a_leader_and_grant_with_increasing_epochs() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = cluster(dir.path()).await;
+    let leader = until("a leader is elected", Duration::from_secs(10), || {
+        s[1].cp.leader()
+    })
+    .await;
+    assert!((1..=3).contains(&leader));
+    // Any server can ask; the request is forwarded to the leader.
+    let (e1, _) = acquire_eventually(&s[2].cp, "db", "node-a").await;
+    assert_eq!(e1, 1);
+    let renew = LeaseRequest::Renew {
+        role: "db".into(),
+        holder: "node-a".into(),
+        epoch: 1,
+    };
+    assert_eq!(
+        s[1].cp.write(renew).await.unwrap(),
+        LeaseResponse::Renewed { epoch: 1 }
+    );
+    // While node-a renews, nobody else gets the role.
+    let denied = s[0].cp.acquire("db", "node-b").await;
+    assert!(
+        matches!(
+            denied,
+            Err(ControlError::NotYet(_)) | Err(ControlError::Request(_))
+        ),
+        "{denied:?}"
+    );
+    // Once its lease has run out on the leader's clock, node-b gets epoch 2.
+    let (e2, _) = acquire_eventually(&s[0].cp, "db", "node-b").await;
+    assert_eq!(e2, 2);
+    for x in &s {
+        until(
+            "every server applied epoch 2",
+            Duration::from_secs(5),
+            || (x.cp.table().role("db").map(|r| r.epoch) == Some(2)).then_some(()),
+        )
+        .await;
+    }
+    for x in s {
+        x.cp.shutdown().await;
+        x.task.abort();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_leader_waits_a_full_lease_before_granting() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = cluster(dir.path()).await;
+    let leader = until("a leader is elected", Duration::from_secs(10), || {
+        s[0].cp.leader()
+    })
+    .await;
+    let (e1, _) = acquire_eventually(&s[0].cp, "auth", "node-a").await;
+    assert_eq!(e1, 1);
+    // The leader dies.
+    let l = &s[(leader - 1) as usize];
+    l.cp.shutdown().await;
+    l.task.abort();
+    let others: Vec<&Server> = s.iter().filter(|x| x.cp.id != leader).collect();
+    let start = Instant::now();
+    let new = until("a new leader is elected", Duration::from_secs(10), || {
+        others[0].cp.leader().filter(|&n| n != leader)
+    })
+    .await;
+    let elected = Instant::now();
+    let (e2, granted) = acquire_eventually(&others[0].cp, "auth", "node-b").await;
+    assert_eq!(e2, 2);
+    assert_ne!(new, leader);
+    let waited = granted.duration_since(elected);
+    assert!(
+        waited >= LeaseTiming::default().lease - Duration::from_millis(100),
+        "granted {waited:?} after the election (failover started {:?} before)",
+        elected.duration_since(start)
+    );
+    for x in others {
+        x.cp.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lease_table_survives_a_restart_from_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = cluster(dir.path()).await;
+    until("a leader is elected", Duration::from_secs(10), || {
+        s[0].cp.leader()
+    })
+    .await;
+    acquire_eventually(&s[0].cp, "db", "node-a").await;
+    for x in &s {
+        until("applied", Duration::from_secs(5), || {
+            (x.cp.table().role("db").map(|r| r.epoch) == Some(1)).then_some(())
+        })
+        .await;
+    }
+    let addrs: Vec<SocketAddr> = s.iter().map(|x| x.addr).collect();
+    for x in s {
+        x.cp.shutdown().await;
+        x.task.abort();
+        let _ = x.task.await;
+    }
+    // Restart all three on the same addresses and data.
+    let mut again = Vec::new();
+    for (i, a) in addrs.iter().enumerate() {
+        let l = TcpListener::bind(a).await.unwrap();
+        again.push(serve(i as u64 + 1, dir.path(), l).await);
+    }
+    until("a leader is re-elected", Duration::from_secs(10), || {
+        again[0].cp.leader()
+    })
+    .await;
+    for x in &again {
+        until("the table is back", Duration::from_secs(10), || {
+            let t = x.cp.table();
+            let r = t.role("db")?;
+            (r.epoch == 1 && r.holder.as_deref() == Some("node-a")).then_some(())
+        })
+        .await;
+    }
+    for x in again {
+        x.cp.shutdown().await;
+        x.task.abort();
+    }
+}
