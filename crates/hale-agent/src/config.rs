@@ -46,6 +46,14 @@ pub struct FileConfig {
     /// `[membership]`.
     #[serde(default)]
     pub membership: MembershipSection,
+    /// `[control]`: the control plane for roles.
+    pub control: Option<crate::roles::ControlSection>,
+    /// `[[service]]`: this node's services and their checks.
+    #[serde(default, rename = "service")]
+    pub services: Vec<crate::services::ServiceSection>,
+    /// `[[role]]`: this node's candidacies.
+    #[serde(default, rename = "role")]
+    pub roles: Vec<crate::roles::RoleSection>,
 }
 
 /// `[agent]`: this node.
@@ -67,6 +75,8 @@ pub struct AgentSection {
     pub api_token: Option<String>,
     /// Metadata published with this member (at most 512 bytes, UTF-8).
     pub meta: Option<String>,
+    /// The `hale` executable used to start role watchdogs (default: this program).
+    pub watchdog: Option<std::path::PathBuf>,
 }
 
 /// `[cluster]`: what all members share.
@@ -176,6 +186,14 @@ pub struct AgentConfig {
     pub core: CoreConfig,
     /// The profile in use.
     pub profile: Profile,
+    /// This node's services.
+    pub services: Vec<crate::services::ServiceSpec>,
+    /// This node's candidacies.
+    pub roles: Vec<crate::roles::RoleSpec>,
+    /// The control plane, if roles are used.
+    pub control: Option<crate::roles::ControlPlan>,
+    /// The `hale` executable that runs role watchdogs.
+    pub watchdog_exe: std::path::PathBuf,
 }
 
 impl FileConfig {
@@ -325,7 +343,35 @@ impl FileConfig {
             let primary = keys.remove(0);
             (Some(Keyring::new(primary, keys)), false)
         };
+        let services = self
+            .services
+            .iter()
+            .enumerate()
+            .map(|(i, s)| s.validate(i))
+            .collect::<Result<Vec<_>, _>>()?;
+        let names: Vec<String> = services.iter().map(|s| s.name.clone()).collect();
+        let roles = self
+            .roles
+            .iter()
+            .enumerate()
+            .map(|(i, r)| r.validate(i, &names))
+            .collect::<Result<Vec<_>, _>>()?;
+        let control = crate::roles::ControlSection::plan(
+            self.control.as_ref(),
+            id.name(),
+            !roles.is_empty(),
+        )?;
+        let watchdog_exe = match &self.agent.watchdog {
+            Some(p) => p.clone(),
+            None => std::env::current_exe().map_err(|e| {
+                invalid("agent.watchdog", format!("cannot locate this program: {e}"))
+            })?,
+        };
         Ok(AgentConfig {
+            watchdog_exe,
+            services,
+            roles,
+            control,
             id,
             bind,
             http,

@@ -15,8 +15,12 @@ pub mod api;
 pub mod config;
 pub mod keyring;
 pub mod metrics;
+pub mod roles;
+mod roles_api;
 pub mod runtime;
+pub mod services;
 pub mod view;
+pub mod watchdog;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -52,6 +56,9 @@ pub enum StartError {
     /// The membership core rejected the configuration.
     #[error("invalid membership configuration: {0}")]
     Config(#[from] hale_core::ConfigError),
+    /// The control plane could not start.
+    #[error("control plane: {0}")]
+    Control(#[from] hale_control::raft::ControlError),
 }
 
 /// The agent has stopped; the request was not carried out.
@@ -68,6 +75,10 @@ pub struct Agent {
     gossip_addr: SocketAddr,
     http_addr: SocketAddr,
     tasks: JoinSet<()>,
+    roles_stop: watch::Sender<bool>,
+    role_tasks: Vec<tokio::task::JoinHandle<()>>,
+    check_tasks: Vec<tokio::task::JoinHandle<()>>,
+    control: Option<hale_control::raft::ControlPlane>,
 }
 
 impl Agent {
@@ -129,7 +140,6 @@ impl Agent {
             shared: shared.clone(),
             out_streams: runtime::out_streams(),
             evidence: Default::default(),
-            seq: 0,
         };
         tasks.spawn(driver.run(cmd_rx, frame_rx, stop_rx.clone()));
         tasks.spawn(runtime::accept_streams(
@@ -138,11 +148,27 @@ impl Agent {
             shared.clone(),
             cfg.keyring.is_some(),
         ));
+        let roles = start_roles(
+            &cfg,
+            &shared,
+            &cmd_tx,
+            http_addr,
+            &mut tasks,
+            stop_rx.clone(),
+        )
+        .await?;
         let app = api::router(api::ApiState {
             cmds: cmd_tx.clone(),
             shared: shared.clone(),
             token: cfg.api_token.clone(),
-        });
+        })
+        .merge(roles_api::router(roles_api::RolesState {
+            views: roles.views.clone(),
+            services: roles.services.clone(),
+            control: roles.client.clone(),
+            handovers: roles.handovers.clone(),
+            token: cfg.api_token.clone(),
+        }));
         let mut http_stop = stop_rx;
         tasks.spawn(async move {
             let _ = axum::serve(http, app)
@@ -158,6 +184,10 @@ impl Agent {
             gossip_addr,
             http_addr,
             tasks,
+            roles_stop: roles.stop,
+            role_tasks: roles.tasks,
+            check_tasks: roles.check_tasks,
+            control: roles.server,
         };
         if !cfg.seeds.is_empty() {
             agent.join(cfg.seeds.clone()).await.ok();
@@ -219,7 +249,19 @@ impl Agent {
     /// Leaves gracefully (peers record this node as left, not dead) and
     /// stops, within [`runtime::LEAVE_DRAIN`] plus a moment.
     pub async fn shutdown(mut self) {
+        // Hand roles over first (demote hooks, releases), while the control
+        // plane and membership are still up.
+        let _ = self.roles_stop.send(true);
+        for t in std::mem::take(&mut self.role_tasks) {
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(15), t).await;
+        }
+        for t in &self.check_tasks {
+            t.abort();
+        }
         let _ = self.stop.send(true);
+        if let Some(cp) = self.control.take() {
+            cp.shutdown().await;
+        }
         let deadline = runtime::LEAVE_DRAIN + std::time::Duration::from_secs(1);
         let _ = tokio::time::timeout(deadline, async {
             // The driver and the HTTP server end on the stop signal; the
@@ -248,4 +290,173 @@ pub async fn run(cfg: AgentConfig, shutdown: impl Future<Output = ()>) -> Result
     tracing::info!("leaving the cluster");
     agent.shutdown().await;
     Ok(())
+}
+
+/// What [`start_roles`] started.
+struct RolesRunning {
+    views: roles::RoleViews,
+    services: services::Services,
+    client: Option<roles::ControlClient>,
+    handovers: std::collections::BTreeMap<String, mpsc::Sender<()>>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    check_tasks: Vec<tokio::task::JoinHandle<()>>,
+    server: Option<hale_control::raft::ControlPlane>,
+}
+
+/// Starts service checks, the control-plane server (if this agent is one)
+/// and a manager per role this node is a candidate for.
+async fn start_roles(
+    cfg: &AgentConfig,
+    shared: &Arc<Shared>,
+    cmds: &mpsc::Sender<Command>,
+    http_addr: SocketAddr,
+    tasks: &mut JoinSet<()>,
+    stop: watch::Receiver<bool>,
+) -> Result<RolesRunning, StartError> {
+    use std::collections::BTreeMap;
+    use std::sync::Mutex;
+
+    let (services, check_tasks) = services::start(cfg.services.clone());
+    let views: roles::RoleViews = Arc::new(Mutex::new(BTreeMap::new()));
+    let (roles_stop, roles_stop_rx) = watch::channel(false);
+    let mut out = RolesRunning {
+        views,
+        services,
+        client: None,
+        handovers: BTreeMap::new(),
+        stop: roles_stop,
+        tasks: Vec::new(),
+        check_tasks,
+        server: None,
+    };
+    let Some(plan) = &cfg.control else {
+        return Ok(out);
+    };
+    let mut servers = plan.servers.clone();
+    if let Some((id, bind)) = plan.server {
+        let listener = TcpListener::bind(bind)
+            .await
+            .map_err(|source| StartError::Bind {
+                what: "control plane",
+                addr: bind,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| StartError::Bind {
+            what: "control plane",
+            addr: bind,
+            source,
+        })?;
+        servers.entry(id).or_insert(addr);
+        let cp = hale_control::raft::ControlPlane::start(
+            id,
+            &plan.data_dir,
+            hale_control::LeaseTiming::default(),
+        )
+        .await?;
+        let app = cp.routes();
+        let mut stop = stop;
+        tasks.spawn(async move {
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = stop.changed().await;
+                })
+                .await;
+        });
+        if plan.bootstrap {
+            cp.bootstrap(servers.clone()).await?;
+        }
+        out.server = Some(cp);
+    }
+    let client = roles::ControlClient::new(servers.values().copied().collect());
+    // Candidacies are published in this member's metadata, so that standbys
+    // defer to better candidates that are alive and ready.
+    let candidacy: Arc<Mutex<BTreeMap<String, (i64, bool)>>> = Arc::new(Mutex::new(
+        cfg.roles
+            .iter()
+            .map(|r| (r.name.clone(), (r.priority, false)))
+            .collect(),
+    ));
+    let user_meta = String::from_utf8_lossy(&cfg.core.meta).into_owned();
+    let me = cfg.id.name().to_owned();
+    let publish_meta = {
+        let (candidacy, cmds) = (candidacy.clone(), cmds.clone());
+        move || {
+            let roles: serde_json::Map<String, serde_json::Value> = candidacy
+                .lock()
+                .expect("candidacy lock")
+                .iter()
+                .map(|(r, (p, e))| (r.clone(), serde_json::json!([p, e])))
+                .collect();
+            let meta = serde_json::json!({ "meta": user_meta, "http": http_addr.to_string(), "roles": roles });
+            let _ = cmds.try_send(Command::SetMeta(meta.to_string().into_bytes()));
+        }
+    };
+    if !cfg.roles.is_empty() {
+        publish_meta();
+    }
+    let on_change: roles::OnRoleChange = {
+        let (shared, candidacy, me) = (shared.clone(), candidacy.clone(), me.clone());
+        Arc::new(move |kind: &str, detail: serde_json::Value| {
+            if kind == "eligible" {
+                let role = detail["role"].as_str().unwrap_or_default().to_owned();
+                let eligible = detail["eligible"].as_bool().unwrap_or(false);
+                if let Some(c) = candidacy.lock().expect("candidacy lock").get_mut(&role) {
+                    c.1 = eligible;
+                }
+                publish_meta();
+                return;
+            }
+            tracing::info!(kind, %detail, "role event");
+            shared.publish(EventView {
+                seq: shared.next_seq(),
+                unix_ms: view::unix_ms(),
+                observer: me.clone(),
+                kind: kind.to_owned(),
+                member: None,
+                incarnation: None,
+                detail: Some(detail),
+            });
+        })
+    };
+    let better_candidate: roles::BetterCandidate = {
+        let (shared, me) = (shared.clone(), me.clone());
+        Arc::new(move |role: &str, prio: i64| {
+            let peers = shared.peers.lock().expect("peers lock");
+            peers.iter().any(|(name, (alive, meta))| {
+                if !*alive {
+                    return false;
+                }
+                let Ok(v) = serde_json::from_slice::<serde_json::Value>(meta) else {
+                    return false;
+                };
+                let c = &v["roles"][role];
+                let (p, ready) = (c[0].as_i64(), c[1].as_bool());
+                match (p, ready) {
+                    (Some(p), Some(true)) => p > prio || (p == prio && name.as_str() < me.as_str()),
+                    _ => false,
+                }
+            })
+        })
+    };
+    for spec in &cfg.roles {
+        let (tx, rx) = mpsc::channel(1);
+        out.handovers.insert(spec.name.clone(), tx);
+        let mgr = roles::RoleManager {
+            spec: spec.clone(),
+            node: me.clone(),
+            control: client.clone(),
+            services: out.services.clone(),
+            timing: hale_control::LeaseTiming::default(),
+            views: out.views.clone(),
+            watchdog_exe: cfg.watchdog_exe.clone(),
+            on_change: on_change.clone(),
+            better_candidate: better_candidate.clone(),
+            stop: roles_stop_rx.clone(),
+            handover: rx,
+        };
+        out.tasks.push(tokio::spawn(mgr.run()));
+    }
+    out.client = Some(client);
+    Ok(out)
 }

@@ -82,6 +82,8 @@ pub enum Command {
     Join(Vec<SocketAddr>, oneshot::Sender<()>),
     /// Leave gracefully and stop.
     Leave(oneshot::Sender<()>),
+    /// Publish new metadata for this node.
+    SetMeta(Vec<u8>),
 }
 
 /// Shared between the driver and the API.
@@ -95,6 +97,28 @@ pub struct Shared {
     pub events: broadcast::Sender<EventView>,
     /// Recent events.
     pub history: std::sync::Mutex<VecDeque<EventView>>,
+    /// Event sequence numbers (membership and role events share them).
+    pub seq: AtomicU64,
+    /// Every other member's liveness and metadata, kept current from events.
+    pub peers: std::sync::Mutex<HashMap<String, (bool, Vec<u8>)>>,
+}
+
+impl Shared {
+    /// Records an event in the history and sends it to subscribers.
+    pub fn publish(&self, v: EventView) {
+        let mut h = self.history.lock().expect("history lock");
+        if h.len() >= EVENT_HISTORY {
+            h.pop_front();
+        }
+        h.push_back(v.clone());
+        drop(h);
+        let _ = self.events.send(v);
+    }
+
+    /// The next event sequence number.
+    pub fn next_seq(&self) -> u64 {
+        self.seq.fetch_add(1, Ordering::Relaxed) + 1
+    }
 }
 
 /// A seed known only by its address: the core addresses it by a placeholder
@@ -113,7 +137,6 @@ pub(crate) struct Driver {
     pub(crate) shared: Arc<Shared>,
     pub(crate) out_streams: Arc<Semaphore>,
     pub(crate) evidence: HashMap<String, EvidenceView>,
-    pub(crate) seq: u64,
 }
 
 impl Driver {
@@ -258,6 +281,9 @@ impl Driver {
                 self.node.join(now, addrs.into_iter().map(seed_id));
                 let _ = done.send(());
             }
+            Command::SetMeta(meta) => {
+                let _ = self.node.set_metadata(now, meta);
+            }
             Command::Leave(_) => {}
         }
     }
@@ -324,6 +350,7 @@ impl Driver {
             }
         }
         while let Some(e) = self.node.poll_event() {
+            self.track_peer(&e);
             if let Event::Dead {
                 member, evidence, ..
             } = &e
@@ -331,18 +358,33 @@ impl Driver {
                 self.evidence
                     .insert(member.name().to_owned(), evidence_view(evidence));
             }
-            self.seq += 1;
-            if let Some(v) = event_view(self.seq, &self.shared.id, &e) {
+            let seq = self.shared.seq.fetch_add(1, Ordering::Relaxed) + 1;
+            if let Some(v) = event_view(seq, &self.shared.id, &e) {
                 tracing::info!(kind = %v.kind, member = ?v.member, "membership event");
-                let mut h = self.shared.history.lock().expect("history lock");
-                if h.len() >= EVENT_HISTORY {
-                    h.pop_front();
-                }
-                h.push_back(v.clone());
-                drop(h);
-                let _ = self.shared.events.send(v);
+                self.shared.publish(v);
             }
         }
+    }
+
+    /// Keeps [`Shared::peers`] current.
+    fn track_peer(&self, e: &Event<NodeId>) {
+        let (member, alive) = match e {
+            Event::Joined { member, .. }
+            | Event::Recovered { member, .. }
+            | Event::MetadataUpdated { member, .. } => (member, true),
+            Event::Dead { member, .. } | Event::Left { member, .. } => (member, false),
+            _ => return,
+        };
+        let meta = self
+            .node
+            .member(member)
+            .map(|m| m.meta().to_vec())
+            .unwrap_or_default();
+        self.shared
+            .peers
+            .lock()
+            .expect("peers lock")
+            .insert(member.name().to_owned(), (alive, meta));
     }
 
     fn send_stream(&self, to: SocketAddr, bytes: Vec<u8>) {
@@ -434,6 +476,8 @@ pub(crate) fn new_shared(id: NodeId) -> Arc<Shared> {
         counters: RuntimeCounters::default(),
         events: broadcast::channel(1024).0,
         history: std::sync::Mutex::new(VecDeque::new()),
+        peers: std::sync::Mutex::new(HashMap::new()),
+        seq: AtomicU64::new(0),
     })
 }
 

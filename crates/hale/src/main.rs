@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 mod agent_cmd;
 mod client_cmd;
 mod demo_cmd;
+mod roles_cmd;
 
 /// hale: cluster health (SWIM + Lifeguard failure detection).
 #[derive(Debug, Parser)]
@@ -40,6 +41,17 @@ enum Command {
     Keygen,
     /// Start a 5-node cluster on loopback, freeze one node and kill another.
     Demo(demo_cmd::DemoArgs),
+    /// Show role holders, epochs and this node's candidacies; hand a role over.
+    Roles(roles_cmd::RolesArgs),
+    /// Show this node's services and their checks.
+    Services {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Internal: the fencing watchdog the agent starts for each held role.
+    #[command(hide = true)]
+    Watchdog(roles_cmd::WatchdogArgs),
 }
 
 fn main() -> ExitCode {
@@ -54,6 +66,11 @@ fn main() -> ExitCode {
             agent_cmd::keygen();
             Ok(ExitCode::SUCCESS)
         }
+        Command::Roles(a) => roles_cmd::roles(&cli.api, a).map(|()| ExitCode::SUCCESS),
+        Command::Services { json } => {
+            roles_cmd::services(&cli.api, *json).map(|()| ExitCode::SUCCESS)
+        }
+        Command::Watchdog(a) => Ok(roles_cmd::watchdog(a)),
         Command::Demo(a) => demo_cmd::run(a).map(|ok| {
             if ok {
                 ExitCode::SUCCESS

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::extract::State;
-use axum::routing::post;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, Raft};
@@ -182,6 +182,7 @@ impl ControlPlane {
             Router::new()
                 .route("/control/acquire", post(acquire_route))
                 .route("/control/write", post(write_route))
+                .route("/control/table", get(table_route))
                 .with_state(self.clone()),
         )
     }
@@ -353,9 +354,9 @@ async fn write_route(
     State(cp): State<ControlPlane>,
     Json(req): Json<LeaseRequest>,
 ) -> Json<Result<LeaseResponse, String>> {
-    let r = match cp.raft.client_write(req).await {
-        Ok(r) => Ok(r.data),
-        Err(e) => Err(e.to_string()),
-    };
-    Json(r)
+    Json(cp.write(req).await.map_err(|e| e.to_string()))
+}
+
+async fn table_route(State(cp): State<ControlPlane>) -> Json<LeaseTable> {
+    Json(cp.table())
 }

@@ -1,0 +1,116 @@
+//! HTTP endpoints for roles and services: `GET /v1/roles`, `GET /v1/services`,
+//! `POST /v1/roles/{role}/handover`.
+
+use std::collections::BTreeMap;
+
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use tokio::sync::mpsc;
+
+use crate::roles::{ControlClient, RoleViews};
+use crate::services::{views, Services};
+
+#[derive(Clone)]
+pub(crate) struct RolesState {
+    pub(crate) views: RoleViews,
+    pub(crate) services: Services,
+    pub(crate) control: Option<ControlClient>,
+    pub(crate) handovers: BTreeMap<String, mpsc::Sender<()>>,
+    pub(crate) token: Option<String>,
+}
+
+fn error(status: StatusCode, msg: impl Into<String>) -> Response {
+    (status, Json(serde_json::json!({ "error": msg.into() }))).into_response()
+}
+
+pub(crate) fn router(state: RolesState) -> Router {
+    Router::new()
+        .route("/v1/roles", get(roles))
+        .route("/v1/services", get(services))
+        .route("/v1/roles/{role}/handover", post(handover))
+        .with_state(state)
+}
+
+async fn roles(State(st): State<RolesState>) -> Response {
+    let leases = match &st.control {
+        Some(c) => c.table().await.map(|t| {
+            t.roles()
+                .map(|(r, l)| {
+                    (
+                        r.clone(),
+                        serde_json::json!({ "holder": l.holder, "epoch": l.epoch }),
+                    )
+                })
+                .collect::<serde_json::Map<_, _>>()
+        }),
+        None => None,
+    };
+    let local: Vec<_> = st
+        .views
+        .lock()
+        .expect("role views lock")
+        .values()
+        .cloned()
+        .collect();
+    Json(serde_json::json!({
+        "control_plane": st.control.is_some(),
+        "leases": leases,
+        "local": local,
+    }))
+    .into_response()
+}
+
+async fn services(State(st): State<RolesState>) -> Response {
+    Json(views(&st.services)).into_response()
+}
+
+async fn handover(
+    State(st): State<RolesState>,
+    Path(role): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    if let Some(want) = &st.token {
+        let got = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        if got != Some(want.as_str()) {
+            return error(
+                StatusCode::UNAUTHORIZED,
+                "this endpoint needs `Authorization: Bearer <api_token>`",
+            );
+        }
+    }
+    let Some(tx) = st.handovers.get(&role) else {
+        return error(
+            StatusCode::NOT_FOUND,
+            format!("this node is not a candidate for role {role:?}"),
+        );
+    };
+    let holding = st
+        .views
+        .lock()
+        .expect("role views lock")
+        .get(&role)
+        .is_some_and(|v| v.state == "holder");
+    if !holding {
+        return error(
+            StatusCode::CONFLICT,
+            format!("this node does not hold {role:?}; ask the holder's agent"),
+        );
+    }
+    match tx.try_send(()) {
+        Ok(()) => (
+            StatusCode::ACCEPTED,
+            Json(serde_json::json!({ "handover": role })),
+        )
+            .into_response(),
+        Err(_) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "a handover is already under way",
+        ),
+    }
+}
