@@ -1,0 +1,353 @@
+//! Roles and failover with real agent processes on loopback: three agents,
+//! each a control-plane server and a candidate for role `db` (priorities
+//! 100, 50, 10). Hooks append to one log with the machine's clock; every
+//! test ends by running the history checker over it.
+
+use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use hale_control::{check, HookEvent, HookKind};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+fn free_port() -> u16 {
+    loop {
+        let t = TcpListener::bind("127.0.0.1:0").unwrap();
+        let p = t.local_addr().unwrap().port();
+        if UdpSocket::bind(("127.0.0.1", p)).is_ok() {
+            return p;
+        }
+    }
+}
+
+struct Node {
+    name: String,
+    http: SocketAddr,
+    child: Option<Child>,
+}
+
+/// Three agents; every process (and watchdog) is killed on drop.
+struct Cluster {
+    dir: tempfile::TempDir,
+    nodes: Vec<Node>,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for n in &mut self.nodes {
+            if let Some(c) = n.child.as_mut() {
+                let _ = kill(Pid::from_raw(c.id() as i32), Signal::SIGCONT);
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+        // Watchdogs of this cluster (started with this cluster's hook paths).
+        let _ = Command::new("pkill")
+            .args(["-f", &self.dir.path().display().to_string()])
+            .status();
+    }
+}
+
+const PRIORITIES: [i64; 3] = [100, 50, 10];
+
+impl Cluster {
+    fn start(extra: &str) -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let key = String::from_utf8(
+            Command::new(env!("CARGO_BIN_EXE_hale"))
+                .arg("keygen")
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .unwrap();
+        let gossip: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        let control: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        let servers: Vec<String> = control
+            .iter()
+            .enumerate()
+            .map(|(i, p)| format!("\"{}=127.0.0.1:{p}\"", i + 1))
+            .collect();
+        let log = dir.path().join("hooks.log");
+        let mut nodes = Vec::new();
+        for i in 0..3 {
+            let name = format!("n{i}");
+            let http = SocketAddr::from(([127, 0, 0, 1], free_port()));
+            let healthy = dir.path().join(format!("healthy-{name}"));
+            std::fs::write(&healthy, "").unwrap();
+            let hook = |kind: &str| {
+                format!(
+                    "[\"sh\", \"-c\", \"echo $(date +%s%N) {name} {kind} $HALE_EPOCH $HALE_REASON >> {}\"]",
+                    log.display()
+                )
+            };
+            let seeds = if i == 0 {
+                String::new()
+            } else {
+                format!("seeds = [\"127.0.0.1:{}\"]", gossip[0])
+            };
+            let cfg = format!(
+                r#"
+[agent]
+name = "{name}"
+bind = "127.0.0.1:{g}"
+http = "{http}"
+{seeds}
+watchdog = "{exe}"
+[cluster]
+name = "failover-{port}"
+keys = ["{key}"]
+[control]
+id = {id}
+bind = "127.0.0.1:{c}"
+servers = [{servers}]
+bootstrap = {boot}
+data_dir = "{data}"
+[[service]]
+name = "pg"
+essential = true
+[[service.check]]
+command = ["test", "-f", "{healthy}"]
+interval = "200ms"
+timeout = "1s"
+[[role]]
+name = "db"
+service = "pg"
+priority = {prio}
+promote = {promote}
+demote = {demote}
+fail_after = "1s"
+{extra}
+"#,
+                g = gossip[i],
+                exe = env!("CARGO_BIN_EXE_hale"),
+                port = gossip[0],
+                key = key.trim(),
+                id = i + 1,
+                c = control[i],
+                servers = servers.join(", "),
+                boot = i == 0,
+                data = dir.path().join(format!("data-{name}")).display(),
+                healthy = healthy.display(),
+                prio = PRIORITIES[i],
+                promote = hook("promote"),
+                demote = hook("demote"),
+            );
+            let path = dir.path().join(format!("{name}.toml"));
+            std::fs::write(&path, cfg).unwrap();
+            let out = std::fs::File::create(dir.path().join(format!("{name}.log"))).unwrap();
+            let child = Command::new(env!("CARGO_BIN_EXE_hale"))
+                .args(["agent", "-c"])
+                .arg(&path)
+                .env("HALE_LOG", "info")
+                .stdin(Stdio::null())
+                .stdout(out.try_clone().unwrap())
+                .stderr(out)
+                .spawn()
+                .unwrap();
+            nodes.push(Node {
+                name,
+                http,
+                child: Some(child),
+            });
+        }
+        Cluster { dir, nodes }
+    }
+
+    fn path(&self, f: &str) -> PathBuf {
+        self.dir.path().join(f)
+    }
+
+    fn roles(&self, i: usize) -> Option<serde_json::Value> {
+        let out = Command::new(env!("CARGO_BIN_EXE_hale"))
+            .args(["--http", &self.nodes[i].http.to_string(), "roles", "--json"])
+            .output()
+            .ok()?;
+        serde_json::from_slice(&out.stdout).ok()
+    }
+
+    /// The holder and epoch of `db`, as the first live node that answers sees it.
+    fn holder(&self) -> Option<(String, u64)> {
+        (0..3)
+            .filter(|&i| self.nodes[i].child.is_some())
+            .find_map(|i| {
+                let v = self.roles(i)?;
+                let l = &v["leases"]["db"];
+                Some((l["holder"].as_str()?.to_owned(), l["epoch"].as_u64()?))
+            })
+    }
+
+    fn index(&self, name: &str) -> usize {
+        self.nodes.iter().position(|n| n.name == name).unwrap()
+    }
+
+    fn signal(&self, i: usize, s: Signal) {
+        let c = self.nodes[i].child.as_ref().unwrap();
+        kill(Pid::from_raw(c.id() as i32), s).unwrap();
+    }
+
+    fn history(&self) -> Vec<HookEvent> {
+        read_history(&self.path("hooks.log"))
+    }
+}
+
+fn read_history(log: &Path) -> Vec<HookEvent> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            Some(HookEvent {
+                at_nanos: f.first()?.parse().ok()?,
+                node: f.get(1)?.to_string(),
+                role: "db".into(),
+                epoch: f.get(3)?.parse().ok()?,
+                kind: if *f.get(2)? == "promote" {
+                    HookKind::Promote
+                } else {
+                    HookKind::Demote
+                },
+            })
+        })
+        .collect()
+}
+
+fn wait_for<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn first_holder(c: &Cluster) -> (String, u64) {
+    wait_for(
+        "the best candidate holds db",
+        Duration::from_secs(30),
+        || c.holder().filter(|(h, _)| h == "n0"),
+    )
+}
+
+fn promote_time(h: &[HookEvent], node: &str, epoch: u64) -> Option<u64> {
+    h.iter()
+        .find(|e| e.node == node && e.epoch == epoch && e.kind == HookKind::Promote)
+        .map(|e| e.at_nanos)
+}
+
+fn demote_time(h: &[HookEvent], node: &str, epoch: u64) -> Option<u64> {
+    h.iter()
+        .find(|e| e.node == node && e.epoch == epoch && e.kind == HookKind::Demote)
+        .map(|e| e.at_nanos)
+}
+
+#[test]
+fn killing_the_holders_agent_fences_it_before_a_standby_is_promoted() {
+    let mut c = Cluster::start("");
+    let (holder, epoch) = first_holder(&c);
+    let i = c.index(&holder);
+    c.signal(i, Signal::SIGKILL);
+    let _ = c.nodes[i].child.take().unwrap().wait();
+    let (next, e2) = wait_for("a standby takes db", Duration::from_secs(20), || {
+        c.holder().filter(|(h, _)| *h != holder)
+    });
+    assert_eq!(next, "n1", "the next-best healthy candidate");
+    assert!(e2 > epoch);
+    let h = wait_for("hooks logged", Duration::from_secs(5), || {
+        let h = c.history();
+        promote_time(&h, &next, e2).map(|_| h)
+    });
+    let fenced =
+        demote_time(&h, &holder, epoch).expect("the watchdog fenced the dead agent's service");
+    assert!(fenced < promote_time(&h, &next, e2).unwrap());
+    check(&h).unwrap();
+}
+
+#[test]
+fn a_holder_frozen_longer_than_its_lease_is_fenced_and_stays_demoted_after_resuming() {
+    let c = Cluster::start("");
+    let (holder, epoch) = first_holder(&c);
+    let i = c.index(&holder);
+    c.signal(i, Signal::SIGSTOP);
+    let (next, e2) = wait_for("a standby takes db", Duration::from_secs(20), || {
+        c.holder().filter(|(h, _)| *h != holder)
+    });
+    c.signal(i, Signal::SIGCONT);
+    // Back from the freeze, it sees its lease lost and does not act as holder.
+    let v = wait_for("the resumed agent answers", Duration::from_secs(10), || {
+        c.roles(i)
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let v2 = c.roles(i).unwrap_or(v);
+    let local = &v2["local"][0];
+    assert_ne!(local["state"], "holder", "{v2}");
+    let h = c.history();
+    let fenced = demote_time(&h, &holder, epoch).expect("fenced while frozen");
+    assert!(fenced < promote_time(&h, &next, e2).expect("promoted"));
+    check(&h).unwrap();
+}
+
+#[test]
+fn a_hung_essential_service_hands_the_role_over() {
+    let c = Cluster::start("");
+    let (holder, epoch) = first_holder(&c);
+    std::fs::remove_file(c.path(&format!("healthy-{holder}"))).unwrap();
+    let (next, e2) = wait_for("a standby takes db", Duration::from_secs(20), || {
+        c.holder().filter(|(h, _)| *h != holder)
+    });
+    assert_eq!(next, "n1");
+    let h = c.history();
+    assert!(demote_time(&h, &holder, epoch).unwrap() < promote_time(&h, &next, e2).unwrap());
+    check(&h).unwrap();
+}
+
+#[test]
+fn a_standby_with_failing_checks_is_never_promoted() {
+    let c = Cluster::start("");
+    let (holder, _) = first_holder(&c);
+    std::fs::remove_file(c.path("healthy-n1")).unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    std::fs::remove_file(c.path(&format!("healthy-{holder}"))).unwrap();
+    let (next, _) = wait_for("a standby takes db", Duration::from_secs(20), || {
+        c.holder().filter(|(h, _)| *h != holder)
+    });
+    assert_eq!(next, "n2", "n1 is unhealthy, so n2 takes over");
+    check(&c.history()).unwrap();
+}
+
+#[test]
+fn a_hanging_non_essential_service_changes_nothing() {
+    let extra = r#"
+[[service]]
+name = "sentry"
+essential = false
+[[service.check]]
+command = ["sleep", "5"]
+timeout = "200ms"
+"#;
+    let c = Cluster::start(extra);
+    let (holder, epoch) = first_holder(&c);
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(
+        c.holder(),
+        Some((holder, epoch)),
+        "no failover for a non-essential service"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_hale"))
+        .args(["--http", &c.nodes[0].http.to_string(), "members", "--json"])
+        .output()
+        .unwrap();
+    let members: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        members
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|m| m["state"] == "alive"),
+        "{members}"
+    );
+    check(&c.history()).unwrap();
+}
