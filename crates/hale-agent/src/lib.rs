@@ -369,8 +369,9 @@ async fn start_roles(
         out.server = Some(cp);
     }
     let client = roles::ControlClient::new(servers.values().copied().collect());
-    // Candidacies are published in this member's metadata, so that standbys
-    // defer to better candidates that are alive and ready.
+    // Candidacies are published in this member's metadata (priority and
+    // readiness per role), for operators and dashboards; which candidate
+    // wins is decided by the control-plane leader from their requests.
     let candidacy: Arc<Mutex<BTreeMap<String, (i64, bool)>>> = Arc::new(Mutex::new(
         cfg.roles
             .iter()
@@ -419,26 +420,6 @@ async fn start_roles(
             });
         })
     };
-    let better_candidate: roles::BetterCandidate = {
-        let (shared, me) = (shared.clone(), me.clone());
-        Arc::new(move |role: &str, prio: i64| {
-            let peers = shared.peers.lock().expect("peers lock");
-            peers.iter().any(|(name, (alive, meta))| {
-                if !*alive {
-                    return false;
-                }
-                let Ok(v) = serde_json::from_slice::<serde_json::Value>(meta) else {
-                    return false;
-                };
-                let c = &v["roles"][role];
-                let (p, ready) = (c[0].as_i64(), c[1].as_bool());
-                match (p, ready) {
-                    (Some(p), Some(true)) => p > prio || (p == prio && name.as_str() < me.as_str()),
-                    _ => false,
-                }
-            })
-        })
-    };
     for spec in &cfg.roles {
         let (tx, rx) = mpsc::channel(1);
         out.handovers.insert(spec.name.clone(), tx);
@@ -451,7 +432,6 @@ async fn start_roles(
             views: out.views.clone(),
             watchdog_exe: cfg.watchdog_exe.clone(),
             on_change: on_change.clone(),
-            better_candidate: better_candidate.clone(),
             stop: roles_stop_rx.clone(),
             handover: rx,
         };

@@ -234,16 +234,18 @@ impl ControlClient {
         None
     }
 
-    /// Asks for `role` for `holder`.
+    /// Asks for `role` for `holder` at `priority`.
     pub async fn acquire(
         &self,
         role: &str,
         holder: &str,
+        priority: i64,
         limit: Duration,
     ) -> Option<LeaseResponse> {
         let body = hale_control::raft::AcquireRequest {
             role: role.to_owned(),
             holder: holder.to_owned(),
+            priority,
         };
         self.post("/control/acquire", &body, limit).await
     }
@@ -298,9 +300,6 @@ pub struct RoleView {
 /// Reports a role change: its kind (`promoted`, `demoted`, `eligible`) and detail.
 pub type OnRoleChange = Arc<dyn Fn(&str, serde_json::Value) + Send + Sync>;
 
-/// Whether a better candidate than (role, priority) is alive and ready.
-pub type BetterCandidate = Arc<dyn Fn(&str, i64) -> bool + Send + Sync>;
-
 /// Shared role views.
 pub type RoleViews = Arc<Mutex<BTreeMap<String, RoleView>>>;
 
@@ -338,8 +337,6 @@ pub struct RoleManager {
     pub watchdog_exe: PathBuf,
     /// Reports role changes as (kind, detail).
     pub on_change: OnRoleChange,
-    /// Whether a better candidate than this node is healthy and alive.
-    pub better_candidate: BetterCandidate,
     /// Fires when the agent stops: hand the role over at once.
     pub stop: tokio::sync::watch::Receiver<bool>,
     /// Operator handovers: step down and let the next candidate take over.
@@ -397,7 +394,10 @@ impl RoleManager {
         let mut hold_off_until: Option<Instant> = None;
         let now = || Time::from_nanos(origin.elapsed().as_nanos() as u64);
         let mut held: Option<(HeldLease, Option<Watchdog>)> = None;
-        let mut tick = tokio::time::interval(self.timing.renew_every);
+        // Standbys poll twice per renewal period, so that a grantable role is
+        // taken quickly; holders renew once per period.
+        let mut tick = tokio::time::interval(self.timing.renew_every / 2);
+        let mut last_renewal: Option<Instant> = None;
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
@@ -439,6 +439,10 @@ impl RoleManager {
                     self.demote(epoch, wd, reason).await;
                     continue;
                 }
+                if last_renewal.is_some_and(|t| t.elapsed() < self.timing.renew_every) {
+                    continue;
+                }
+                last_renewal = Some(Instant::now());
                 let sent = now();
                 let req = LeaseRequest::Renew {
                     role: self.spec.name.clone(),
@@ -493,13 +497,15 @@ impl RoleManager {
                 continue;
             }
             self.view(|v| v.state = "standby".into());
-            if (self.better_candidate)(&self.spec.name, self.spec.priority) {
-                continue;
-            }
             let sent = now();
             let r = self
                 .control
-                .acquire(&self.spec.name, &self.node, Duration::from_millis(1500))
+                .acquire(
+                    &self.spec.name,
+                    &self.node,
+                    self.spec.priority,
+                    Duration::from_millis(1500),
+                )
                 .await;
             if let Some(LeaseResponse::Granted { epoch }) = r {
                 let lease = HeldLease::granted(self.timing, &self.spec.name, epoch, sent);

@@ -194,7 +194,7 @@ impl Default for LeaseTiming {
 }
 
 /// Why the grantor will not grant a role yet.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum GrantDelay {
     /// This leader was elected less than a lease ago: renewals it never saw
     /// may still be in force.
@@ -203,14 +203,24 @@ pub enum GrantDelay {
     /// The current holder's lease may still run until then on this clock.
     #[error("the current lease may run until {0}")]
     HolderLease(Time),
+    /// Contenders are still being heard from before choosing the best.
+    #[error("collecting contenders until {0}")]
+    Arbitrating(Time),
+    /// Another contender has a higher priority.
+    #[error("{0} is a better candidate")]
+    BetterCandidate(String),
 }
 
-/// Runs on the control-plane leader: decides when a role may change hands.
+/// Runs on the control-plane leader: decides when a role may change hands,
+/// and to whom.
 #[derive(Debug, Clone)]
 pub struct Grantor {
     timing: LeaseTiming,
     leader_since: Time,
     last_seen: BTreeMap<String, Time>,
+    /// Per role: contenders heard from (name → priority, last request), and
+    /// since when this round of contention has been tracked.
+    contenders: BTreeMap<String, (Time, BTreeMap<String, (i64, Time)>)>,
 }
 
 impl Grantor {
@@ -220,6 +230,7 @@ impl Grantor {
             timing,
             leader_since: now,
             last_seen: BTreeMap::new(),
+            contenders: BTreeMap::new(),
         }
     }
 
@@ -243,6 +254,50 @@ impl Grantor {
             }
         }
         Ok(())
+    }
+
+    /// A candidate asks for `role` at `now` with `priority`: the role may go
+    /// to it only when the role is grantable ([`Grantor::may_grant`]), the
+    /// contenders have been heard from for at least one poll period, and no
+    /// contender heard from lately has a higher priority (ties go to the
+    /// smaller name). Candidates poll every `renew_every` while they wait.
+    pub fn contend(
+        &mut self,
+        table: &LeaseTable,
+        role: &str,
+        holder: &str,
+        priority: i64,
+        now: Time,
+    ) -> Result<LeaseRequest, GrantDelay> {
+        let poll = self.timing.renew_every;
+        let fresh = poll * 2 + poll / 2;
+        let entry = self
+            .contenders
+            .entry(role.to_owned())
+            .or_insert_with(|| (now, BTreeMap::new()));
+        entry
+            .1
+            .retain(|_, (_, t)| now.saturating_since(*t) <= fresh);
+        if entry.1.is_empty() {
+            entry.0 = now;
+        }
+        entry.1.insert(holder.to_owned(), (priority, now));
+        self.may_grant(table, role, now)?;
+        let (since, contenders) = &self.contenders[role];
+        let settled = *since + poll + poll / 5;
+        if now < settled {
+            return Err(GrantDelay::Arbitrating(settled));
+        }
+        let best = contenders
+            .iter()
+            .max_by(|a, b| a.1 .0.cmp(&b.1 .0).then_with(|| b.0.cmp(a.0)))
+            .map(|(n, _)| n.clone())
+            .unwrap_or_default();
+        if best != holder {
+            return Err(GrantDelay::BetterCandidate(best));
+        }
+        self.contenders.remove(role);
+        Ok(self.grant(table, role, holder))
     }
 
     /// The grant request for `holder` (epoch = last + 1).

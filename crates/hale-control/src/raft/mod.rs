@@ -88,6 +88,9 @@ pub struct AcquireRequest {
     pub role: String,
     /// The candidate asking for it.
     pub holder: String,
+    /// Its priority (higher wins among contenders).
+    #[serde(default)]
+    pub priority: i64,
 }
 
 impl ControlPlane {
@@ -122,8 +125,8 @@ impl ControlPlane {
         let config = openraft::Config {
             cluster_name: "hale".into(),
             heartbeat_interval: 100,
-            election_timeout_min: 400,
-            election_timeout_max: 800,
+            election_timeout_min: 300,
+            election_timeout_max: 600,
             ..Default::default()
         };
         let config = Arc::new(
@@ -289,25 +292,30 @@ impl ControlPlane {
         }
     }
 
-    /// Asks the leader to grant `role` to `holder`: granted only when the
-    /// leader's grantor allows it (see [`Grantor::may_grant`]).
-    pub async fn acquire(&self, role: &str, holder: &str) -> Result<LeaseResponse, ControlError> {
+    /// Asks the leader to grant `role` to `holder` (with `priority`): granted
+    /// only when the leader's grantor allows it (see [`Grantor::contend`]).
+    pub async fn acquire(
+        &self,
+        role: &str,
+        holder: &str,
+        priority: i64,
+    ) -> Result<LeaseResponse, ControlError> {
         if self.leader() != Some(self.id) {
             let req = AcquireRequest {
                 role: role.to_owned(),
                 holder: holder.to_owned(),
+                priority,
             };
             return self.forward("acquire", &req).await;
         }
         let table = self.table();
         let grant = {
-            let g = self.grantor.lock().expect("grantor lock");
-            let Some(g) = g.as_ref() else {
+            let mut g = self.grantor.lock().expect("grantor lock");
+            let Some(g) = g.as_mut() else {
                 return Err(ControlError::NoLeader);
             };
-            g.may_grant(&table, role, self.now())
-                .map_err(ControlError::NotYet)?;
-            g.grant(&table, role, holder)
+            g.contend(&table, role, holder, priority, self.now())
+                .map_err(ControlError::NotYet)?
         };
         self.write(grant).await
     }
@@ -344,7 +352,7 @@ async fn acquire_route(
     Json(req): Json<AcquireRequest>,
 ) -> Json<Result<LeaseResponse, String>> {
     Json(
-        cp.acquire(&req.role, &req.holder)
+        cp.acquire(&req.role, &req.holder, req.priority)
             .await
             .map_err(|e| e.to_string()),
     )

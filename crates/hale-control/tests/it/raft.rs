@@ -17,9 +17,20 @@ struct Server {
 
 async fn serve(id: u64, dir: &std::path::Path, listener: TcpListener) -> Server {
     let addr = listener.local_addr().unwrap();
-    let cp = ControlPlane::start(id, &dir.join(format!("s{id}")), LeaseTiming::default())
-        .await
-        .unwrap();
+    // A server restarted in the same process may find its store still held
+    // for a moment by the previous instance's tasks: retry with a deadline.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let cp = loop {
+        match ControlPlane::start(id, &dir.join(format!("s{id}")), LeaseTiming::default()).await {
+            Ok(cp) => break cp,
+            Err(ControlError::Store(e))
+                if Instant::now() < deadline && e.contains("already open") =>
+            {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    };
     let app = cp.routes();
     let task = tokio::spawn(async move {
         axum::serve(listener, app).await.unwrap();
@@ -52,7 +63,7 @@ async fn until<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>)
 async fn acquire_eventually(cp: &ControlPlane, role: &str, holder: &str) -> (u64, Instant) {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        match cp.acquire(role, holder).await {
+        match cp.acquire(role, holder, 0).await {
             Ok(LeaseResponse::Granted { epoch }) => return (epoch, Instant::now()),
             Ok(other) => panic!("unexpected {other:?}"),
             Err(ControlError::NotYet(_) | ControlError::NoLeader | ControlError::Request(_)) => {}
@@ -85,7 +96,7 @@ async fn three_servers_elect_a_leader_and_grant_with_increasing_epochs() {
         LeaseResponse::Renewed { epoch: 1 }
     );
     // While node-a renews, nobody else gets the role.
-    let denied = s[0].cp.acquire("db", "node-b").await;
+    let denied = s[0].cp.acquire("db", "node-b", 0).await;
     assert!(
         matches!(
             denied,
