@@ -84,25 +84,7 @@ pub struct Agent {
 impl Agent {
     /// Binds the gossip (UDP + TCP) and HTTP sockets and starts the agent.
     pub async fn start(cfg: AgentConfig) -> Result<Agent, StartError> {
-        let udp = UdpSocket::bind(cfg.bind)
-            .await
-            .map_err(|source| StartError::Bind {
-                what: "gossip UDP",
-                addr: cfg.bind,
-                source,
-            })?;
-        let gossip_addr = udp.local_addr().map_err(|source| StartError::Bind {
-            what: "gossip UDP",
-            addr: cfg.bind,
-            source,
-        })?;
-        let tcp = TcpListener::bind(gossip_addr)
-            .await
-            .map_err(|source| StartError::Bind {
-                what: "gossip TCP",
-                addr: gossip_addr,
-                source,
-            })?;
+        let (udp, gossip_addr, tcp) = bind_gossip(cfg.bind).await?;
         let http = TcpListener::bind(cfg.http)
             .await
             .map_err(|source| StartError::Bind {
@@ -122,7 +104,13 @@ impl Agent {
         } else {
             cfg.id.clone()
         };
-        let node = Node::new(id.clone(), cfg.core.clone(), Time::ZERO)?;
+        let mut core = cfg.core.clone();
+        if core.rng_seed == 0 {
+            // Every node needs its own random stream (probe order, gossip
+            // targets, timer phases); seed 0 is the profile's placeholder.
+            core.rng_seed = fresh_seed();
+        }
+        let node = Node::new(id.clone(), core, Time::ZERO)?;
         let shared = runtime::new_shared(id);
         let runtime::Channels {
             cmd_tx,
@@ -275,6 +263,46 @@ impl Agent {
         .await;
         self.tasks.abort_all();
     }
+}
+
+/// Binds the gossip UDP socket and the TCP listener on the same port. With
+/// port 0 the kernel picks the UDP port, which TCP may already use (a
+/// client's ephemeral port): then it tries other ports.
+async fn bind_gossip(bind: SocketAddr) -> Result<(UdpSocket, SocketAddr, TcpListener), StartError> {
+    let udp_err = |source| StartError::Bind {
+        what: "gossip UDP",
+        addr: bind,
+        source,
+    };
+    let mut attempts = if bind.port() == 0 { 32 } else { 1 };
+    loop {
+        let udp = UdpSocket::bind(bind).await.map_err(udp_err)?;
+        let addr = udp.local_addr().map_err(udp_err)?;
+        match TcpListener::bind(addr).await {
+            Ok(tcp) => return Ok((udp, addr, tcp)),
+            Err(e) if attempts > 1 && e.kind() == std::io::ErrorKind::AddrInUse => attempts -= 1,
+            Err(source) => {
+                return Err(StartError::Bind {
+                    what: "gossip TCP",
+                    addr,
+                    source,
+                })
+            }
+        }
+    }
+}
+
+/// A random, non-zero seed from the standard library's per-process random
+/// hash keys (seeded by the operating system).
+fn fresh_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.finish().max(1)
 }
 
 /// Runs an agent until `shutdown` completes, then leaves gracefully.

@@ -1,6 +1,11 @@
-//! Integration tests of the `hale` binary: real agent processes (one binary).
+//! Real-process tests of the `hale` binary: agents on loopback, hostile
+//! input, hosts in network namespaces, and roles with failover.
 
 // In tests a panic is the failure report: unwrapping is how a test fails.
 #![allow(clippy::unwrap_used)]
 
+mod bad_input;
 mod failover;
+mod loopback;
+mod netns;
+mod support;

@@ -1,0 +1,438 @@
+//! Benchmarks of real `hale agent` processes on loopback (see `bench/agent.sh`
+//! and BENCHMARKS.md, "Agent (real processes)").
+//!
+//! * `agent_bench detect --nodes N --trials T --signal kill|stop`: detection
+//!   time of a SIGKILLed or SIGSTOPped agent, from the signal to the `dead`
+//!   event (its `unix_ms`, stamped by each observer) at the first observer
+//!   and at the last one.
+//! * `agent_bench idle --nodes N --secs S`: bytes sent per node per second,
+//!   resident memory and CPU of an idle cluster.
+
+#![allow(clippy::unwrap_used)] // A benchmark harness: a failure is a panic with its message.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use clap::{Parser, ValueEnum};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+/// Benchmarks of real agent processes on loopback.
+#[derive(Debug, Parser)]
+struct Args {
+    /// `detect` or `idle`.
+    #[arg(value_enum)]
+    mode: Mode,
+    /// Agents in the cluster.
+    #[arg(long, default_value_t = 10)]
+    nodes: usize,
+    /// Detection trials.
+    #[arg(long, default_value_t = 20)]
+    trials: usize,
+    /// The fault of a detection trial.
+    #[arg(long, value_enum, default_value_t = Fault::Kill)]
+    signal: Fault,
+    /// Length of the idle measurement, in seconds.
+    #[arg(long, default_value_t = 120)]
+    secs: u64,
+    /// Timing profile of the agents.
+    #[arg(long, default_value = "lan")]
+    profile: String,
+    /// The hale binary (default: next to this one's directory).
+    #[arg(long)]
+    hale: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Mode {
+    Detect,
+    Idle,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+enum Fault {
+    Kill,
+    Stop,
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).ok()?;
+    let (head, body) = raw.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.1 200").then(|| body.to_owned())
+}
+
+fn json(addr: SocketAddr, path: &str) -> Option<serde_json::Value> {
+    serde_json::from_str(&http_get(addr, path)?).ok()
+}
+
+struct Agent {
+    child: Child,
+    name: String,
+    gossip: SocketAddr,
+    http: SocketAddr,
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = kill(Pid::from_raw(self.child.id() as i32), Signal::SIGCONT);
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Agent {
+    fn signal(&self, sig: Signal) {
+        kill(Pid::from_raw(self.child.id() as i32), sig).unwrap();
+    }
+
+    fn proc_file(&self, f: &str) -> String {
+        std::fs::read_to_string(format!("/proc/{}/{f}", self.child.id())).unwrap_or_default()
+    }
+
+    fn rss_kib(&self) -> u64 {
+        self.proc_file("status")
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// utime + stime, in clock ticks.
+    fn cpu_ticks(&self) -> u64 {
+        let stat = self.proc_file("stat");
+        let after = &stat[stat.rfind(')').unwrap() + 2..];
+        let f: Vec<&str> = after.split_whitespace().collect();
+        // Fields 14 and 15 of stat; `after` starts at field 3.
+        f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+    }
+
+    fn members(&self) -> Vec<(String, String)> {
+        json(self.http, "/v1/members")
+            .and_then(|v| {
+                v.as_array().map(|l| {
+                    l.iter()
+                        .map(|m| {
+                            (
+                                m["name"].as_str().unwrap_or("").to_owned(),
+                                m["state"].as_str().unwrap_or("").to_owned(),
+                            )
+                        })
+                        .collect()
+                })
+            })
+            .unwrap_or_default()
+    }
+}
+
+struct Bench {
+    hale: PathBuf,
+    logs: PathBuf,
+    key: String,
+    cluster: String,
+    profile: String,
+    agents: Vec<Agent>,
+}
+
+fn logged_addr(log: &Path, key: &str) -> Option<SocketAddr> {
+    let text = std::fs::read_to_string(log).ok()?;
+    let line = text.lines().find(|l| l.contains("hale agent running"))?;
+    let at = line.find(&format!(" {key}="))? + key.len() + 2;
+    line[at..].split_whitespace().next()?.parse().ok()
+}
+
+fn wait_until(deadline: Duration, what: &str, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(start.elapsed() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+impl Bench {
+    fn spawn(&self, name: &str) -> Agent {
+        let log_path = self.logs.join(format!("{name}.log"));
+        let log = std::fs::File::create(&log_path).unwrap();
+        let mut cmd = Command::new(&self.hale);
+        cmd.arg("agent")
+            .env_remove("HALE_CONFIG")
+            .env("HALE_NAME", name)
+            .env("HALE_BIND", "127.0.0.1:0")
+            .env("HALE_HTTP", "127.0.0.1:0")
+            .env("HALE_CLUSTER", &self.cluster)
+            .env("HALE_KEYS", &self.key)
+            .env("HALE_PROFILE", &self.profile)
+            .env("HALE_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log);
+        match self.agents.first() {
+            Some(seed) => cmd.env("HALE_SEEDS", seed.gossip.to_string()),
+            None => cmd.env_remove("HALE_SEEDS"),
+        };
+        let child = cmd.spawn().unwrap();
+        let mut addrs = None;
+        wait_until(Duration::from_secs(20), "an agent to start", || {
+            addrs = logged_addr(&log_path, "gossip").zip(logged_addr(&log_path, "http"));
+            addrs.is_some()
+        });
+        let (gossip, http) = addrs.unwrap();
+        Agent {
+            child,
+            name: name.to_owned(),
+            gossip,
+            http,
+        }
+    }
+
+    /// Every agent sees every current agent alive.
+    fn formed(&self) -> bool {
+        self.agents.iter().all(|a| {
+            let m = a.members();
+            self.agents
+                .iter()
+                .all(|b| m.iter().any(|(n, s)| *n == b.name && s == "alive"))
+        })
+    }
+
+    /// Every agent reports local health 0 and no suspect.
+    fn settled(&self) -> bool {
+        self.agents.iter().all(|a| {
+            json(a.http, "/v1/health")
+                .is_some_and(|h| h["local_health"] == 0 && h["members"]["suspect"] == 0)
+        })
+    }
+}
+
+fn percentile(sorted: &[u64], p: f64) -> u64 {
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn summary(label: &str, v: &mut [u64]) -> String {
+    v.sort_unstable();
+    format!(
+        "{label}: p50 {:.2}s  p99 {:.2}s  min {:.2}s  max {:.2}s  (n={})",
+        percentile(v, 50.0) as f64 / 1000.0,
+        percentile(v, 99.0) as f64 / 1000.0,
+        v[0] as f64 / 1000.0,
+        v[v.len() - 1] as f64 / 1000.0,
+        v.len()
+    )
+}
+
+fn detect(b: &mut Bench, trials: usize, fault: Fault) {
+    let n = b.agents.len();
+    let (mut first, mut all) = (Vec::new(), Vec::new());
+    for t in 0..trials {
+        wait_until(Duration::from_secs(60), "the cluster to form", || {
+            b.formed()
+        });
+        // Settle (a resumed node's peers lower their health again), bounded.
+        let start = Instant::now();
+        while !b.settled() && start.elapsed() < Duration::from_secs(20) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let v = 1 + t % (n - 1);
+        let since: Vec<u64> = b
+            .agents
+            .iter()
+            .map(|a| {
+                json(a.http, "/v1/events")
+                    .and_then(|e| e.as_array()?.last()?["seq"].as_u64())
+                    .unwrap_or(0)
+            })
+            .collect();
+        let victim = b.agents[v].name.clone();
+        let t0 = unix_ms();
+        b.agents[v].signal(match fault {
+            Fault::Kill => Signal::SIGKILL,
+            Fault::Stop => Signal::SIGSTOP,
+        });
+        let mut seen: Vec<Option<u64>> = vec![None; n];
+        seen[v] = Some(0);
+        let start = Instant::now();
+        while seen.iter().any(Option::is_none) {
+            assert!(
+                start.elapsed() < Duration::from_secs(90),
+                "trial {t}: not every observer declared {victim} dead: {seen:?}"
+            );
+            for (i, a) in b.agents.iter().enumerate() {
+                if seen[i].is_some() {
+                    continue;
+                }
+                let Some(evs) = json(a.http, &format!("/v1/events?since={}", since[i])) else {
+                    continue;
+                };
+                for e in evs.as_array().into_iter().flatten() {
+                    if e["kind"] == "dead" && e["member"] == victim.as_str() {
+                        seen[i] = Some(e["unix_ms"].as_u64().unwrap().saturating_sub(t0));
+                        break;
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let times: Vec<u64> = seen
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| i != v)
+            .map(|(_, s)| s.unwrap())
+            .collect();
+        let (lo, hi) = (*times.iter().min().unwrap(), *times.iter().max().unwrap());
+        println!(
+            "trial {t:>2}: {victim:<10} first {:.2}s all {:.2}s",
+            lo as f64 / 1000.0,
+            hi as f64 / 1000.0
+        );
+        first.push(lo);
+        all.push(hi);
+        match fault {
+            Fault::Stop => b.agents[v].signal(Signal::SIGCONT),
+            Fault::Kill => {
+                let fresh = b.spawn(&format!("n{v}-t{t}"));
+                b.agents[v] = fresh;
+            }
+        }
+    }
+    println!(
+        "RESULT detect nodes={n} signal={fault:?} profile={}",
+        b.profile
+    );
+    println!("RESULT   {}", summary("first observer", &mut first));
+    println!("RESULT   {}", summary("all observers ", &mut all));
+}
+
+fn metrics_sum(text: &str, names: &[&str]) -> u64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| names.iter().any(|n| l.split(['{', ' ']).next() == Some(n)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+fn idle(b: &Bench, secs: u64) {
+    let n = b.agents.len();
+    wait_until(Duration::from_secs(60), "the cluster to form", || {
+        b.formed()
+    });
+    // Let joins and their gossip die down.
+    std::thread::sleep(Duration::from_secs(10));
+    let sample = || -> Vec<(u64, u64, u64, u64)> {
+        b.agents
+            .iter()
+            .map(|a| {
+                let m = http_get(a.http, "/metrics").unwrap();
+                (
+                    metrics_sum(
+                        &m,
+                        &[
+                            "hale_datagram_bytes_out_total",
+                            "hale_stream_bytes_out_total",
+                        ],
+                    ),
+                    metrics_sum(&m, &["hale_datagrams_out_total"]),
+                    metrics_sum(&m, &["hale_streams_out_total"]),
+                    a.cpu_ticks(),
+                )
+            })
+            .collect()
+    };
+    let before = sample();
+    let t = Instant::now();
+    std::thread::sleep(Duration::from_secs(secs));
+    let after = sample();
+    let el = t.elapsed().as_secs_f64();
+    let ticks: f64 = String::from_utf8(
+        Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap()
+    .trim()
+    .parse()
+    .unwrap_or(100.0);
+    let mut bytes = Vec::new();
+    let mut wire = Vec::new();
+    let mut cpu = Vec::new();
+    for (x, y) in before.iter().zip(&after) {
+        let payload = (y.0 - x.0) as f64;
+        let dgrams = (y.1 - x.1) as f64;
+        let streams = (y.2 - x.2) as f64;
+        bytes.push(payload / el);
+        // Sealing adds 29 bytes, UDP/IPv4 headers 28, a stream's length prefix 4.
+        wire.push((payload + dgrams * (29.0 + 28.0) + streams * (29.0 + 4.0)) / el);
+        cpu.push((y.3 - x.3) as f64 / ticks / el * 100.0);
+    }
+    let mut rss: Vec<f64> = b
+        .agents
+        .iter()
+        .map(|a| a.rss_kib() as f64 / 1024.0)
+        .collect();
+    let stat = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        (v[v.len() / 2], v[v.len() - 1])
+    };
+    let (bm, bx) = stat(&mut bytes);
+    let (wm, wx) = stat(&mut wire);
+    let (cm, cx) = stat(&mut cpu);
+    let (rm, rx) = stat(&mut rss);
+    println!("RESULT idle nodes={n} profile={} secs={el:.0}", b.profile);
+    println!("RESULT   payload bytes out per node per second: median {bm:.0}, max {bx:.0}");
+    println!("RESULT   on the wire (sealed + UDP/IP headers): median {wm:.0}, max {wx:.0}");
+    println!("RESULT   CPU per agent (% of one core): median {cm:.2}, max {cx:.2}");
+    println!("RESULT   RSS per agent (MiB): median {rm:.1}, max {rx:.1}");
+}
+
+fn main() {
+    let args = Args::parse();
+    let hale = args.hale.clone().unwrap_or_else(|| {
+        let me = std::env::current_exe().unwrap();
+        me.parent().unwrap().parent().unwrap().join("hale")
+    });
+    assert!(hale.exists(), "no hale binary at {}", hale.display());
+    let logs = std::env::temp_dir().join(format!("hale-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&logs).unwrap();
+    let key = String::from_utf8(Command::new(&hale).arg("keygen").output().unwrap().stdout)
+        .unwrap()
+        .trim()
+        .to_owned();
+    let mut b = Bench {
+        hale,
+        logs: logs.clone(),
+        key,
+        cluster: format!("bench-{}", std::process::id()),
+        profile: args.profile.clone(),
+        agents: Vec::new(),
+    };
+    for i in 0..args.nodes {
+        let a = b.spawn(&format!("n{i}"));
+        b.agents.push(a);
+    }
+    match args.mode {
+        Mode::Detect => detect(&mut b, args.trials, args.signal),
+        Mode::Idle => idle(&b, args.secs),
+    }
+    drop(b);
+    let _ = std::fs::remove_dir_all(logs);
+}

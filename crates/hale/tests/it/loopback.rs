@@ -1,0 +1,233 @@
+//! Real agent processes on 127.0.0.1: crashes, freezes, idleness, wrong
+//! keys, graceful leaves and the CLI's JSON.
+
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+
+use crate::support::{dead_events, during, metric, spawn, view, wait_until, Cluster};
+
+use hale_agent::Key;
+
+const FORM: Duration = Duration::from_secs(30);
+/// Detection takes about 5 s on the lan profile; leave room for a loaded machine.
+const DETECT: Duration = Duration::from_secs(30);
+
+#[test]
+fn a_sigkilled_node_is_declared_dead_by_all_others() {
+    let mut c = Cluster::start("sigkill", 5);
+    c.wait_formed(FORM);
+    let victim = c.agents.pop().unwrap();
+    victim.signal(Signal::SIGKILL);
+    let name = victim.name.clone();
+    drop(victim);
+    wait_until(
+        DETECT,
+        "every other agent to declare the killed node dead",
+        || {
+            c.agents
+                .iter()
+                .all(|a| a.state_of(&name).as_deref() == Some("dead"))
+        },
+    );
+    for a in &c.agents {
+        let deaths = dead_events(a);
+        assert!(
+            deaths.iter().all(|e| e.member.as_deref() == Some(&name)),
+            "{} declared someone else dead: {deaths:?}",
+            a.name
+        );
+    }
+}
+
+#[test]
+fn a_sigstopped_node_is_declared_dead_and_after_sigcont_rejoins_with_a_higher_incarnation() {
+    let c = Cluster::start("sigstop", 5);
+    c.wait_formed(FORM);
+    let (frozen, others) = c.agents.split_last().unwrap();
+    frozen.signal(Signal::SIGSTOP);
+    wait_until(
+        DETECT,
+        "every other agent to declare the frozen node dead",
+        || {
+            others
+                .iter()
+                .all(|a| a.state_of(&frozen.name).as_deref() == Some("dead"))
+        },
+    );
+    frozen.signal(Signal::SIGCONT);
+    wait_until(
+        DETECT,
+        "every agent to see the resumed node alive at a higher incarnation",
+        || {
+            others.iter().all(|a| {
+                a.members().is_some_and(|l| {
+                    l.iter()
+                        .any(|m| m.name == frozen.name && m.state == "alive" && m.incarnation > 0)
+                })
+            })
+        },
+    );
+    // It refuted its own death: its own view says so, and its events record it.
+    let me = frozen.members().unwrap();
+    assert!(me[0].is_self && me[0].incarnation > 0, "{me:?}");
+    let refuted = frozen
+        .events()
+        .unwrap()
+        .into_iter()
+        .any(|e| e.kind == "refuted");
+    assert!(refuted, "the resumed node has no `refuted` event");
+    c.wait_formed(FORM);
+}
+
+#[test]
+fn an_idle_cluster_has_no_false_deaths_for_60_seconds() {
+    let c = Cluster::start("idle", 5);
+    c.wait_formed(FORM);
+    let names = c.names();
+    during(Duration::from_secs(60), Duration::from_secs(1), || {
+        for a in &c.agents {
+            let Some(v) = view(a) else {
+                panic!("{} stopped answering", a.name)
+            };
+            for n in &names {
+                let st = v.get(n).map(String::as_str);
+                assert!(
+                    matches!(st, Some("alive" | "suspect")),
+                    "{} sees {n} as {st:?}",
+                    a.name
+                );
+            }
+        }
+    });
+    for a in &c.agents {
+        let deaths = dead_events(a);
+        assert!(deaths.is_empty(), "{}: {deaths:?}", a.name);
+        assert_eq!(crate::support::alive_count(a), Some(names.len()));
+    }
+}
+
+#[test]
+fn a_node_with_the_wrong_key_cannot_join_and_its_packets_are_counted_as_dropped() {
+    let mut c = Cluster::start("wrongkey", 3);
+    c.wait_formed(FORM);
+    let auth_failed = |a: &crate::support::AgentProc| {
+        metric(
+            &a.metrics().unwrap(),
+            "hale_dropped_packets_total",
+            &["reason=\"auth_failed\""],
+        )
+    };
+    let before: Vec<f64> = c.agents.iter().map(auth_failed).collect();
+    let mut spec = c.spec("intruder");
+    spec.key = Key::generate().to_base64();
+    // Seed it with every member, so that every member receives its packets.
+    spec.seeds = c.agents.iter().map(|a| a.gossip).collect();
+    let intruder = spawn(&spec);
+    wait_until(
+        Duration::from_secs(20),
+        "auth_failed to rise on every member",
+        || {
+            c.agents
+                .iter()
+                .zip(&before)
+                .all(|(a, b)| auth_failed(a) > *b)
+        },
+    );
+    // Give it a few of its seed retries; it never gets in.
+    during(Duration::from_secs(3), Duration::from_millis(500), || {
+        for a in &c.agents {
+            let v = view(a).unwrap();
+            assert!(!v.contains_key("intruder"), "{} lists the intruder", a.name);
+            assert_eq!(v.len(), 3, "{} sees {v:?}", a.name);
+        }
+        let own = intruder.members().unwrap();
+        assert!(
+            own.iter().all(|m| m.is_self || m.state != "alive"),
+            "the intruder sees live members: {own:?}"
+        );
+    });
+    c.agents.push(intruder);
+}
+
+#[test]
+fn sigterm_makes_peers_record_the_node_as_left_not_dead() {
+    let mut c = Cluster::start("sigterm", 4);
+    c.wait_formed(FORM);
+    let mut leaver = c.agents.pop().unwrap();
+    leaver.signal(Signal::SIGTERM);
+    wait_until(
+        Duration::from_secs(10),
+        "the agent to exit on SIGTERM",
+        || leaver.exited(),
+    );
+    wait_until(
+        Duration::from_secs(10),
+        "every peer to record the node as left",
+        || {
+            c.agents
+                .iter()
+                .all(|a| a.state_of(&leaver.name).as_deref() == Some("left"))
+        },
+    );
+    // Stay long enough that a missed leave would have become a death.
+    during(Duration::from_secs(8), Duration::from_secs(1), || {
+        for a in &c.agents {
+            assert_eq!(a.state_of(&leaver.name).as_deref(), Some("left"));
+        }
+    });
+    for a in &c.agents {
+        let events = a.events().unwrap();
+        assert!(
+            events
+                .iter()
+                .any(|e| e.kind == "left" && e.member.as_deref() == Some(&leaver.name)),
+            "{} has no `left` event",
+            a.name
+        );
+        assert!(dead_events(a).is_empty(), "{}: {events:?}", a.name);
+    }
+}
+
+#[test]
+fn hale_members_json_parses_as_the_documented_shape() {
+    let c = Cluster::start("json", 3);
+    c.wait_formed(FORM);
+    let a = &c.agents[1];
+    let out = a.cli(&["members", "--json"]);
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let list = v.as_array().unwrap();
+    assert_eq!(list.len(), 3);
+    for (i, m) in list.iter().enumerate() {
+        let o = m.as_object().unwrap();
+        assert!(o["name"].is_string(), "{m}");
+        assert!(
+            o["addr"]
+                .as_str()
+                .unwrap()
+                .parse::<std::net::SocketAddr>()
+                .is_ok(),
+            "{m}"
+        );
+        let state = o["state"].as_str().unwrap();
+        assert!(["alive", "suspect", "dead", "left"].contains(&state), "{m}");
+        assert!(o["incarnation"].is_u64(), "{m}");
+        assert!(o["health"].is_u64(), "{m}");
+        assert!(
+            o["last_heard_ms_ago"].is_u64() || o["last_heard_ms_ago"].is_null(),
+            "{m}"
+        );
+        assert!(o["evidence"].is_null() || o["evidence"].is_object(), "{m}");
+        assert_eq!(
+            o["is_self"].as_bool(),
+            Some(i == 0),
+            "self comes first: {m}"
+        );
+    }
+    assert_eq!(list[0]["name"], "n1");
+    assert_eq!(list[0]["addr"], a.gossip.to_string());
+    let mut names: Vec<&str> = list.iter().map(|m| m["name"].as_str().unwrap()).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["n0", "n1", "n2"]);
+}

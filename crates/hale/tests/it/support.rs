@@ -1,0 +1,437 @@
+//! Shared helpers: start real `hale agent` processes, kill them whatever
+//! happens, talk to their HTTP API, and poll for conditions with deadlines.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+use hale_agent::{EventView, Key, MemberView};
+
+/// The `hale` binary under test.
+pub const HALE: &str = env!("CARGO_BIN_EXE_hale");
+
+/// How often the polling helpers look again.
+const POLL: Duration = Duration::from_millis(100);
+
+/// Polls `cond` until it holds; panics naming `what` if `deadline` passes first.
+pub fn wait_until(deadline: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    wait_for(deadline, what, || cond().then_some(()));
+}
+
+/// Polls `f` until it gives a value; panics naming `what` if `deadline` passes first.
+pub fn wait_for<T>(deadline: Duration, what: &str, f: impl FnMut() -> Option<T>) -> T {
+    wait_for_every(POLL, deadline, what, f)
+}
+
+/// [`wait_for`], looking again every `poll`.
+pub fn wait_for_every<T>(
+    poll: Duration,
+    deadline: Duration,
+    what: &str,
+    mut f: impl FnMut() -> Option<T>,
+) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            start.elapsed() < deadline,
+            "timed out after {deadline:?} waiting for: {what}"
+        );
+        std::thread::sleep(poll);
+    }
+}
+
+/// Calls `f` every `every` for `length`: for checks that must hold throughout a period.
+pub fn during(length: Duration, every: Duration, mut f: impl FnMut()) {
+    let start = Instant::now();
+    while start.elapsed() < length {
+        f();
+        std::thread::sleep(every);
+    }
+}
+
+/// A test's log directory: removed when the test passes, kept (and named)
+/// when it fails.
+pub struct LogDir(PathBuf);
+
+impl LogDir {
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for LogDir {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("agent logs kept in {}", self.0.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.0);
+            if let Some(parent) = self.0.parent() {
+                let _ = std::fs::remove_dir(parent); // Only once empty.
+            }
+        }
+    }
+}
+
+/// A directory for this test's logs, under the system temporary directory.
+pub fn log_dir(test: &str) -> LogDir {
+    let d = std::env::temp_dir()
+        .join(format!("hale-it-{}", std::process::id()))
+        .join(test);
+    std::fs::create_dir_all(&d).unwrap();
+    LogDir(d)
+}
+
+/// A cluster name no other test (or run) uses.
+pub fn cluster_name(test: &str) -> String {
+    format!("it-{test}-{}", std::process::id())
+}
+
+/// How to start one agent.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    /// Node name.
+    pub name: String,
+    /// Gossip bind address (port 0: any free port).
+    pub bind: SocketAddr,
+    /// HTTP address (port 0: any free port).
+    pub http: SocketAddr,
+    /// Addresses to join through.
+    pub seeds: Vec<SocketAddr>,
+    /// Cluster name.
+    pub cluster: String,
+    /// Base64 cluster key.
+    pub key: String,
+    /// Run inside this network namespace (`ip netns exec`).
+    pub netns: Option<String>,
+    /// Where the agent's log goes.
+    pub log: PathBuf,
+}
+
+/// A running agent process. Dropping it resumes (SIGCONT) and kills (SIGKILL) it.
+pub struct AgentProc {
+    child: Child,
+    /// Node name.
+    pub name: String,
+    /// Gossip address, as bound.
+    pub gossip: SocketAddr,
+    /// HTTP address, as bound.
+    pub http: SocketAddr,
+    /// The network namespace it runs in, if any.
+    pub netns: Option<String>,
+    /// Its log file.
+    pub log: PathBuf,
+}
+
+impl Drop for AgentProc {
+    fn drop(&mut self) {
+        let _ = kill(self.pid(), Signal::SIGCONT);
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("---- last lines of {} ----", self.log.display());
+            let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            for l in &lines[lines.len().saturating_sub(15)..] {
+                eprintln!("{l}");
+            }
+        }
+    }
+}
+
+fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The value of `key=` on the "hale agent running" line of an agent's log.
+fn logged_addr(log: &Path, key: &str) -> Option<SocketAddr> {
+    let text = strip_ansi(&std::fs::read_to_string(log).ok()?);
+    let line = text.lines().find(|l| l.contains("hale agent running"))?;
+    let at = line.find(&format!(" {key}="))? + key.len() + 2;
+    line[at..].split_whitespace().next()?.parse().ok()
+}
+
+/// Starts an agent and waits until it logs the addresses it bound.
+pub fn spawn(spec: &Spec) -> AgentProc {
+    let log = std::fs::File::create(&spec.log).unwrap();
+    let mut cmd = match &spec.netns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, HALE]);
+            c
+        }
+        None => Command::new(HALE),
+    };
+    cmd.arg("agent");
+    for (k, _) in std::env::vars() {
+        if k.starts_with("HALE_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env("HALE_NAME", &spec.name)
+        .env("HALE_BIND", spec.bind.to_string())
+        .env("HALE_HTTP", spec.http.to_string())
+        .env("HALE_CLUSTER", &spec.cluster)
+        .env("HALE_KEYS", &spec.key)
+        .env("HALE_PROFILE", "lan")
+        .env("HALE_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log);
+    if !spec.seeds.is_empty() {
+        let s: Vec<String> = spec.seeds.iter().map(ToString::to_string).collect();
+        cmd.env("HALE_SEEDS", s.join(","));
+    }
+    let mut child = cmd.spawn().unwrap();
+    let started = wait_for(Duration::from_secs(20), "the agent to start", || {
+        if let Ok(Some(status)) = child.try_wait() {
+            let text = std::fs::read_to_string(&spec.log).unwrap_or_default();
+            panic!("agent {} exited with {status} at start:\n{text}", spec.name);
+        }
+        Some((
+            logged_addr(&spec.log, "gossip")?,
+            logged_addr(&spec.log, "http")?,
+        ))
+    });
+    AgentProc {
+        child,
+        name: spec.name.clone(),
+        gossip: started.0,
+        http: started.1,
+        netns: spec.netns.clone(),
+        log: spec.log.clone(),
+    }
+}
+
+impl AgentProc {
+    /// The agent's process id.
+    pub fn pid(&self) -> Pid {
+        Pid::from_raw(self.child.id() as i32)
+    }
+
+    /// Sends `sig` to the agent.
+    pub fn signal(&self, sig: Signal) {
+        kill(self.pid(), sig).unwrap();
+    }
+
+    /// Whether the process has exited (and reaps it).
+    pub fn exited(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_some()
+    }
+
+    /// Runs `hale --http <api> ARGS` next to the agent (in its namespace).
+    pub fn cli(&self, args: &[&str]) -> Output {
+        let http = self.http.to_string();
+        let mut cmd = match &self.netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, HALE]);
+                c
+            }
+            None => Command::new(HALE),
+        };
+        cmd.args(["--http", &http]).args(args).output().unwrap()
+    }
+
+    /// The agent's member list, or None if it does not answer.
+    pub fn members(&self) -> Option<Vec<MemberView>> {
+        if self.netns.is_some() {
+            let out = self.cli(&["members", "--json"]);
+            return serde_json::from_slice(&out.stdout).ok();
+        }
+        serde_json::from_str(&http_get(self.http, "/v1/members")?).ok()
+    }
+
+    /// The agent's event history, or None if it does not answer.
+    pub fn events(&self) -> Option<Vec<EventView>> {
+        if self.netns.is_some() {
+            let out = self.cli(&["events", "--json"]);
+            if !out.status.success() {
+                return None;
+            }
+            return String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .map(|l| serde_json::from_str(l).ok())
+                .collect();
+        }
+        serde_json::from_str(&http_get(self.http, "/v1/events")?).ok()
+    }
+
+    /// The state this agent gives `name`, if it knows it.
+    pub fn state_of(&self, name: &str) -> Option<String> {
+        self.members()?
+            .into_iter()
+            .find(|m| m.name == name)
+            .map(|m| m.state)
+    }
+
+    /// The agent's `/metrics` text (loopback agents only).
+    pub fn metrics(&self) -> Option<String> {
+        http_get(self.http, "/metrics")
+    }
+
+    /// Resident memory of the agent in KiB (VmRSS).
+    pub fn rss_kib(&self) -> u64 {
+        let s = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let line = s.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    }
+}
+
+/// Sum of the samples of metric `name` whose labels contain every `label="value"` in `labels`.
+pub fn metric(text: &str, name: &str, labels: &[&str]) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| l.split(['{', ' ']).next() == Some(name))
+        .filter(|l| labels.iter().all(|want| l.contains(want)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// A plain HTTP/1.1 GET; the body if the answer is 200.
+pub fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
+    http(addr, "GET", path, "")
+}
+
+fn http(addr: SocketAddr, method: &str, path: &str, body: &str) -> Option<String> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    s.set_write_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .ok()?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).ok()?;
+    let text = String::from_utf8(raw).ok()?;
+    let (head, rest) = text.split_once("\r\n\r\n")?;
+    let status: u16 = head.split_whitespace().nth(1)?.parse().ok()?;
+    if !(200..300).contains(&status) {
+        return None;
+    }
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        let mut out = String::new();
+        let mut rest = rest;
+        loop {
+            let (size, after) = rest.split_once("\r\n")?;
+            let size = usize::from_str_radix(size.trim(), 16).ok()?;
+            if size == 0 {
+                return Some(out);
+            }
+            out.push_str(after.get(..size)?);
+            rest = after.get(size + 2..)?;
+        }
+    }
+    Some(rest.to_owned())
+}
+
+/// Agents started together, with their shared key and cluster name.
+pub struct Cluster {
+    /// The agents; dropping the cluster kills them all.
+    pub agents: Vec<AgentProc>,
+    /// The shared base64 key.
+    pub key: String,
+    /// The cluster name.
+    pub cluster: String,
+    /// Where the logs go (declared last: dropped after the agents).
+    pub logs: LogDir,
+}
+
+impl Cluster {
+    /// Starts `n` agents on loopback with any free ports, each joining through the first.
+    pub fn start(test: &str, n: usize) -> Cluster {
+        let mut c = Cluster {
+            agents: Vec::new(),
+            key: Key::generate().to_base64(),
+            cluster: cluster_name(test),
+            logs: log_dir(test),
+        };
+        for i in 0..n {
+            let name = format!("n{i}");
+            let spec = c.spec(&name);
+            c.agents.push(spawn(&spec));
+        }
+        c
+    }
+
+    /// A spec for one more loopback agent of this cluster, seeded with the first.
+    pub fn spec(&self, name: &str) -> Spec {
+        let any = SocketAddr::from(([127, 0, 0, 1], 0));
+        Spec {
+            name: name.to_owned(),
+            bind: any,
+            http: any,
+            seeds: self.agents.first().map(|a| a.gossip).into_iter().collect(),
+            cluster: self.cluster.clone(),
+            key: self.key.clone(),
+            netns: None,
+            log: self.logs.path().join(format!("{name}.log")),
+        }
+    }
+
+    /// Names of every agent.
+    pub fn names(&self) -> Vec<String> {
+        self.agents.iter().map(|a| a.name.clone()).collect()
+    }
+
+    /// Waits until every agent sees every agent (itself included) alive.
+    pub fn wait_formed(&self, deadline: Duration) {
+        let n = self.agents.len();
+        wait_until(deadline, "every agent to see every agent alive", || {
+            self.agents.iter().all(|a| alive_count(a) == Some(n))
+        });
+    }
+}
+
+/// How many members `a` sees alive (itself included).
+pub fn alive_count(a: &AgentProc) -> Option<usize> {
+    Some(a.members()?.iter().filter(|m| m.state == "alive").count())
+}
+
+/// `name -> state` as agent `a` sees it.
+pub fn view(a: &AgentProc) -> Option<HashMap<String, String>> {
+    Some(
+        a.members()?
+            .into_iter()
+            .map(|m| (m.name, m.state))
+            .collect(),
+    )
+}
+
+/// The `dead` events in `a`'s history.
+pub fn dead_events(a: &AgentProc) -> Vec<EventView> {
+    a.events()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| e.kind == "dead")
+        .collect()
+}
