@@ -47,8 +47,12 @@ impl Default for BreakerConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     Closed,
-    Open { until: Instant },
-    HalfOpen { probing: bool },
+    Open {
+        until: Instant,
+    },
+    HalfOpen {
+        probing: bool,
+    },
     /// Forced open by a membership verdict: no probe until allowed.
     Held,
 }

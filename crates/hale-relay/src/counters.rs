@@ -224,7 +224,10 @@ impl Counters {
 
     /// Events dropped for `reason`, all categories.
     pub fn dropped(&self, reason: DropReason) -> u64 {
-        Category::ALL.iter().map(|c| self.dropped_in(reason, *c)).sum()
+        Category::ALL
+            .iter()
+            .map(|c| self.dropped_in(reason, *c))
+            .sum()
     }
 
     /// Events dropped for `reason` in category `cat`.
@@ -438,7 +441,5 @@ pub(crate) fn client_report_json(
     if items.is_empty() {
         return None;
     }
-    Some(
-        serde_json::json!({ "timestamp": timestamp_secs, "discarded_events": items }).to_string(),
-    )
+    Some(serde_json::json!({ "timestamp": timestamp_secs, "discarded_events": items }).to_string())
 }

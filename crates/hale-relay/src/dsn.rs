@@ -137,13 +137,16 @@ mod tests {
             "https://o1.ingest.example.com/api/42/envelope/"
         );
         let d: Dsn = "http://k:secret@127.0.0.1:9000/sentry/7".parse().unwrap();
-        assert_eq!(d.envelope_url(), "http://127.0.0.1:9000/sentry/api/7/envelope/");
         assert_eq!(
-            "ftp://k@h/1".parse::<Dsn>().unwrap_err(),
-            DsnError::Scheme
+            d.envelope_url(),
+            "http://127.0.0.1:9000/sentry/api/7/envelope/"
         );
+        assert_eq!("ftp://k@h/1".parse::<Dsn>().unwrap_err(), DsnError::Scheme);
         assert_eq!("http://h/1".parse::<Dsn>().unwrap_err(), DsnError::NoKey);
-        assert_eq!("http://k@h/x".parse::<Dsn>().unwrap_err(), DsnError::Project);
+        assert_eq!(
+            "http://k@h/x".parse::<Dsn>().unwrap_err(),
+            DsnError::Project
+        );
         assert_eq!("http://k@h:x/1".parse::<Dsn>().unwrap_err(), DsnError::Host);
     }
 }

@@ -195,7 +195,11 @@ pub fn new_event_id() -> String {
         (a, h.finish())
     });
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    format!("{:016x}{:016x}", splitmix(a ^ n), splitmix(b.wrapping_add(n)))
+    format!(
+        "{:016x}{:016x}",
+        splitmix(a ^ n),
+        splitmix(b.wrapping_add(n))
+    )
 }
 
 pub(crate) fn splitmix(mut z: u64) -> u64 {
@@ -260,9 +264,15 @@ mod tests {
         assert_eq!(parse_envelope(b"{}\n").unwrap_err(), EnvelopeError::NoItems);
         assert!(matches!(
             parse_envelope(b"{}\n{\"type\":\"event\",\"length\":99}\n{}"),
-            Err(EnvelopeError::Truncated { index: 0, length: 99 })
+            Err(EnvelopeError::Truncated {
+                index: 0,
+                length: 99
+            })
         ));
-        assert!(matches!(parse_envelope(b"nope\n"), Err(EnvelopeError::Header(_))));
+        assert!(matches!(
+            parse_envelope(b"nope\n"),
+            Err(EnvelopeError::Header(_))
+        ));
         let (e, id) = store_to_envelope(b"{\"message\":\"x\"}").unwrap();
         assert_eq!(id.len(), 32);
         assert_eq!(parse_envelope(&e).unwrap().event_id.unwrap(), id);

@@ -27,11 +27,12 @@ pub mod breaker;
 pub mod counters;
 pub mod dsn;
 pub mod envelope;
+pub mod fake;
 pub mod limits;
 pub mod pipeline;
+mod queue;
 pub mod relay;
 pub mod reporter;
-mod queue;
 mod spool;
 mod worker;
 

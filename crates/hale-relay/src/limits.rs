@@ -102,7 +102,12 @@ mod tests {
         assert!(l.is_limited(Category::Error, now));
         assert!(!l.is_limited(Category::Error, now + Duration::from_secs(3)));
         let mut l = RateLimits::default();
-        assert!(l.update(now, 200, None, Some("60:transaction;foo:organization, 5::key")));
+        assert!(l.update(
+            now,
+            200,
+            None,
+            Some("60:transaction;foo:organization, 5::key")
+        ));
         assert!(l.is_limited(Category::Transaction, now + Duration::from_secs(30)));
         assert!(!l.is_limited(Category::Error, now + Duration::from_secs(6)));
         assert!(l.is_limited(Category::Error, now + Duration::from_secs(4)));

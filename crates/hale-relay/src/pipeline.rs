@@ -239,7 +239,9 @@ impl<T: Payload> Pipeline<T> {
         let slots = (cfg.queue_bytes / 256).clamp(64, 1 << 16);
         let (producer, consumer) = queue::bounded::<T>(cfg.queue_bytes, slots);
         let now = Instant::now();
-        let seed = crate::envelope::splitmix(now.elapsed().as_nanos() as u64 ^ u64::from(std::process::id()));
+        let seed = crate::envelope::splitmix(
+            now.elapsed().as_nanos() as u64 ^ u64::from(std::process::id()),
+        );
         let shared = Arc::new(Shared {
             counters: Counters::default(),
             finished: AtomicU64::new(0),
@@ -258,7 +260,10 @@ impl<T: Payload> Pipeline<T> {
             waiters: AtomicU64::new(0),
         });
         if let Some(s) = &spool {
-            shared.counters.spool_bytes.store(s.bytes(), Ordering::Relaxed);
+            shared
+                .counters
+                .spool_bytes
+                .store(s.bytes(), Ordering::Relaxed);
             shared
                 .counters
                 .spool_files

@@ -111,6 +111,11 @@ impl Relay {
             .with_state(self.clone())
     }
 
+    /// Whether the worker has stopped (after `close`), every event counted.
+    pub fn is_stopped(&self) -> bool {
+        self.inner.p.is_stopped()
+    }
+
     /// The counters.
     pub fn counters(&self) -> &Counters {
         self.inner.p.counters()
@@ -171,7 +176,10 @@ impl Relay {
         });
         match from_header.or(from_query) {
             Some(k) if self.inner.keys.iter().any(|want| want == k) => Ok(()),
-            Some(_) => Err(Refusal(StatusCode::UNAUTHORIZED, "unknown sentry_key".into())),
+            Some(_) => Err(Refusal(
+                StatusCode::UNAUTHORIZED,
+                "unknown sentry_key".into(),
+            )),
             None => Err(Refusal(
                 StatusCode::UNAUTHORIZED,
                 "missing sentry_key (X-Sentry-Auth header or sentry_key query parameter)".into(),
@@ -196,7 +204,9 @@ impl Relay {
                 return Err(too_big());
             }
         }
-        let raw = axum::body::to_bytes(body, limit).await.map_err(|_| too_big())?;
+        let raw = axum::body::to_bytes(body, limit)
+            .await
+            .map_err(|_| too_big())?;
         let encoding = headers
             .get(header::CONTENT_ENCODING)
             .and_then(|v| v.to_str().ok())

@@ -74,7 +74,11 @@ impl Event {
     }
 
     /// Adds a tag.
-    pub fn tag(mut self, k: impl Into<Cow<'static, str>>, v: impl Into<Cow<'static, str>>) -> Event {
+    pub fn tag(
+        mut self,
+        k: impl Into<Cow<'static, str>>,
+        v: impl Into<Cow<'static, str>>,
+    ) -> Event {
         self.tags.push((k.into(), v.into()));
         self
     }
@@ -185,6 +189,11 @@ impl Reporter {
     /// returns by then; what is left is counted as `shutdown` drops.
     pub fn close(&self, timeout: Duration) -> Result<(), CloseError> {
         self.inner.p.close(timeout)
+    }
+
+    /// Whether the worker has stopped (after `close`), every event counted.
+    pub fn is_stopped(&self) -> bool {
+        self.inner.p.is_stopped()
     }
 
     /// The counters.

@@ -56,6 +56,9 @@ struct InFlight {
     env: Envelope,
     kind: Kind,
     since: Instant,
+    /// Sent as the half-open probe: its failure does not count against the
+    /// envelope's attempts (it would otherwise be spent on probing).
+    probe: bool,
 }
 
 struct Target {
@@ -207,7 +210,11 @@ impl<T: Payload> Worker<T> {
             let o = &mut oldest[f.up];
             *o = Some(o.map_or(f.since, |t: Instant| t.min(f.since)));
         }
-        let mut b = self.shared.breakers.lock().unwrap_or_else(|e| e.into_inner());
+        let mut b = self
+            .shared
+            .breakers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         for (i, o) in oldest.iter().enumerate() {
             if b[i].check_stall(now, *o) {
                 tracing::warn!(upstream = i, "upstream stalled: circuit breaker opened");
@@ -227,9 +234,15 @@ impl<T: Payload> Worker<T> {
             self.in_flight_to(PRIMARY) >= self.cfg.max_in_flight,
             self.in_flight_to(STANDBY) >= self.cfg.max_in_flight,
         ];
-        let mut b = self.shared.breakers.lock().unwrap_or_else(|e| e.into_inner());
-        if !self.limits[PRIMARY].is_limited(cat, now) && (busy[PRIMARY] || b[PRIMARY].can_send(now))
-        {
+        let mut b = self
+            .shared
+            .breakers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        // Closed but busy: wait for it. Open: only a probe, when a slot is free.
+        let primary = !self.limits[PRIMARY].is_limited(cat, now)
+            && (b[PRIMARY].is_closed() || (!busy[PRIMARY] && b[PRIMARY].can_send(now)));
+        if primary {
             return (!busy[PRIMARY]).then_some(PRIMARY);
         }
         if self.targets[STANDBY].is_some()
@@ -274,7 +287,11 @@ impl<T: Payload> Worker<T> {
                         self.tokens -= 1.0;
                         self.send(up, env, Kind::Event { bytes: 0 }, now);
                     }
-                    Some(Err(cat)) => self.shared.counters.drop_event(DropReason::SpoolFull, cat, 1),
+                    Some(Err(cat)) => {
+                        self.shared
+                            .counters
+                            .drop_event(DropReason::SpoolFull, cat, 1)
+                    }
                     None => break,
                 }
             }
@@ -303,13 +320,21 @@ impl<T: Payload> Worker<T> {
             return;
         };
         if up == STANDBY {
-            self.shared.counters.failovers.fetch_add(1, Ordering::Relaxed);
+            self.shared
+                .counters
+                .failovers
+                .fetch_add(1, Ordering::Relaxed);
         }
-        self.shared
-            .breakers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())[up]
-            .on_send();
+        let probe = {
+            let mut b = self
+                .shared
+                .breakers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            let probe = !b[up].is_closed();
+            b[up].on_send();
+            probe
+        };
         self.seq += 1;
         let seq = self.seq;
         let req = self
@@ -319,7 +344,10 @@ impl<T: Payload> Worker<T> {
             .header("content-type", "application/x-sentry-envelope")
             .body(env.body.clone());
         self.tasks.spawn(async move { (seq, outcome(req).await) });
-        self.shared.counters.requests.fetch_add(1, Ordering::Relaxed);
+        self.shared
+            .counters
+            .requests
+            .fetch_add(1, Ordering::Relaxed);
         self.inflight.insert(
             seq,
             InFlight {
@@ -327,18 +355,30 @@ impl<T: Payload> Worker<T> {
                 env,
                 kind,
                 since: now,
+                probe,
             },
         );
     }
 
     fn complete(&mut self, seq: u64, outcome: Outcome) {
-        let Some(InFlight { up, mut env, kind, .. }) = self.inflight.remove(&seq) else {
+        let Some(InFlight {
+            up,
+            mut env,
+            kind,
+            probe,
+            ..
+        }) = self.inflight.remove(&seq)
+        else {
             return;
         };
         let now = Instant::now();
         let c = &self.shared.counters;
         let (ok, retry_reason) = {
-            let mut b = self.shared.breakers.lock().unwrap_or_else(|e| e.into_inner());
+            let mut b = self
+                .shared
+                .breakers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
             match &outcome {
                 Outcome::Status {
                     code,
@@ -383,7 +423,9 @@ impl<T: Payload> Worker<T> {
                     c.forwarded.fetch_add(1, Ordering::Relaxed);
                     self.finish(&env, bytes);
                 } else if let Some(reason) = retry_reason {
-                    env.attempts = env.attempts.saturating_add(1);
+                    if !probe {
+                        env.attempts = env.attempts.saturating_add(1);
+                    }
                     if let Some(name) = &env.spool_name {
                         // Still on disk: it will be read again.
                         if let Some(s) = self.spool.as_mut() {
@@ -392,7 +434,8 @@ impl<T: Payload> Worker<T> {
                     } else if env.attempts >= self.cfg.max_attempts
                         && reason != DropReason::RateLimited
                     {
-                        self.drop_env(env, bytes, reason);
+                        // With a spool it waits there; without, it is dropped.
+                        self.to_spool(env, bytes, reason);
                     } else {
                         self.pending.push_front((env, bytes));
                     }
@@ -481,7 +524,11 @@ impl<T: Payload> Worker<T> {
         };
         let mut kept = VecDeque::with_capacity(self.pending.len());
         let reason = {
-            let b = self.shared.breakers.lock().unwrap_or_else(|e| e.into_inner());
+            let b = self
+                .shared
+                .breakers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
             if (0..2).any(|i| self.targets[i].is_some() && b[i].is_closed()) {
                 DropReason::Timeout
             } else {
@@ -508,7 +555,11 @@ impl<T: Payload> Worker<T> {
     fn publish(&self) {
         let c = &self.shared.counters;
         {
-            let b = self.shared.breakers.lock().unwrap_or_else(|e| e.into_inner());
+            let b = self
+                .shared
+                .breakers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
             for (i, br) in b.iter().enumerate() {
                 c.breaker[i].store(br.gauge() as u8, Ordering::Relaxed);
             }
