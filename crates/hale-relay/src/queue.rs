@@ -12,7 +12,7 @@
 //! memory by the reporter never exceed the cap.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError, TrySendError};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
 
 use tokio::sync::Notify;
@@ -165,9 +165,6 @@ impl<T> Consumer<T> {
     /// The next item and its accounted bytes, if any. The bytes stay
     /// reserved until the caller releases them.
     pub(crate) fn pop(&self) -> Option<(T, usize)> {
-        match self.rx.try_recv() {
-            Ok(v) => Some(v),
-            Err(TryRecvError::Empty | TryRecvError::Disconnected) => None,
-        }
+        self.rx.try_recv().ok()
     }
 }

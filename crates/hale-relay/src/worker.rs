@@ -435,7 +435,7 @@ impl<T: Payload> Worker<T> {
                         && reason != DropReason::RateLimited
                     {
                         // With a spool it waits there; without, it is dropped.
-                        self.to_spool(env, bytes, reason);
+                        self.spool_or_drop(env, bytes, reason);
                     } else {
                         self.pending.push_front((env, bytes));
                     }
@@ -493,7 +493,7 @@ impl<T: Payload> Worker<T> {
 
     /// Moves a memory envelope to the spool (or drops it if the spool is
     /// full). Evictions are counted.
-    fn to_spool(&mut self, env: Envelope, bytes: usize, otherwise: DropReason) {
+    fn spool_or_drop(&mut self, env: Envelope, bytes: usize, otherwise: DropReason) {
         let Some(spool) = self.spool.as_mut() else {
             self.drop_env(env, bytes, otherwise);
             return;
@@ -544,7 +544,7 @@ impl<T: Payload> Worker<T> {
         }
         while let Some((env, bytes)) = self.pending.pop_front() {
             if now.saturating_duration_since(env.since) >= limit {
-                self.to_spool(env, bytes, reason);
+                self.spool_or_drop(env, bytes, reason);
             } else {
                 kept.push_back((env, bytes));
             }
@@ -587,7 +587,7 @@ impl<T: Payload> Worker<T> {
                             s.put_back(name);
                         }
                     }
-                    None => self.to_spool(f.env, bytes, DropReason::Shutdown),
+                    None => self.spool_or_drop(f.env, bytes, DropReason::Shutdown),
                 },
             }
         }
@@ -596,7 +596,7 @@ impl<T: Payload> Worker<T> {
         for _ in 0..2 {
             self.take_queued();
             while let Some((env, bytes)) = self.pending.pop_front() {
-                self.to_spool(env, bytes, DropReason::Shutdown);
+                self.spool_or_drop(env, bytes, DropReason::Shutdown);
             }
             tokio::task::yield_now().await;
         }

@@ -42,6 +42,17 @@ async fn post(
     (r.status().as_u16(), r.text().await.unwrap())
 }
 
+/// What, path, key, content-encoding, body, expected status, expected reason.
+type Case<'a> = (
+    &'a str,
+    &'a str,
+    Option<&'a str>,
+    Option<&'a str>,
+    Vec<u8>,
+    u16,
+    &'a str,
+);
+
 fn gzip(data: &[u8]) -> Vec<u8> {
     let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
     e.write_all(data).unwrap();
@@ -54,7 +65,7 @@ async fn every_bad_input_is_refused_with_a_reason() {
     let env = "/api/1/envelope/";
     let ok = event_envelope("0123456789abcdef0123456789abcdef");
 
-    let cases: Vec<(&str, &str, Option<&str>, Option<&str>, Vec<u8>, u16, &str)> = vec![
+    let cases: Vec<Case> = vec![
         (
             "empty body",
             env,
