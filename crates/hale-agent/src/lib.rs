@@ -21,6 +21,7 @@ pub mod view;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::net::{TcpListener, UdpSocket};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
@@ -52,6 +53,9 @@ pub enum StartError {
     /// The membership core rejected the configuration.
     #[error("invalid membership configuration: {0}")]
     Config(#[from] hale_core::ConfigError),
+    /// The relay could not start (spool directory, HTTP client).
+    #[error("cannot start the relay: {0}")]
+    Relay(#[from] hale_relay::StartError),
 }
 
 /// The agent has stopped; the request was not carried out.
@@ -68,6 +72,7 @@ pub struct Agent {
     gossip_addr: SocketAddr,
     http_addr: SocketAddr,
     tasks: JoinSet<()>,
+    relay: Option<hale_relay::Relay>,
 }
 
 impl Agent {
@@ -112,6 +117,10 @@ impl Agent {
             cfg.id.clone()
         };
         let node = Node::new(id.clone(), cfg.core.clone(), Time::ZERO)?;
+        let relay = match &cfg.relay {
+            Some(r) => Some(hale_relay::Relay::start(r.clone())?),
+            None => None,
+        };
         let shared = runtime::new_shared(id);
         let runtime::Channels {
             cmd_tx,
@@ -138,11 +147,39 @@ impl Agent {
             shared.clone(),
             cfg.keyring.is_some(),
         ));
-        let app = api::router(api::ApiState {
+        let mut app = api::router(api::ApiState {
             cmds: cmd_tx.clone(),
             shared: shared.clone(),
             token: cfg.api_token.clone(),
+            relay: relay.clone(),
         });
+        if let Some(r) = &relay {
+            app = app.merge(r.router());
+            // Membership verdicts on the members hosting the upstreams open
+            // (dead) or probe (joined, recovered) their breakers at once.
+            let mut events = shared.events.subscribe();
+            let r = r.clone();
+            let mut stop = stop_rx.clone();
+            tasks.spawn(async move {
+                loop {
+                    tokio::select! {
+                        e = events.recv() => match e {
+                            Ok(e) => {
+                                let Some(m) = e.member.as_deref() else { continue };
+                                match e.kind.as_str() {
+                                    "dead" => r.member_dead(m),
+                                    "joined" | "recovered" => r.member_alive(m),
+                                    _ => {}
+                                }
+                            }
+                            Err(broadcast::error::RecvError::Lagged(_)) => {}
+                            Err(broadcast::error::RecvError::Closed) => return,
+                        },
+                        _ = stop.changed() => return,
+                    }
+                }
+            });
+        }
         let mut http_stop = stop_rx;
         tasks.spawn(async move {
             let _ = axum::serve(http, app)
@@ -158,6 +195,7 @@ impl Agent {
             gossip_addr,
             http_addr,
             tasks,
+            relay,
         };
         if !cfg.seeds.is_empty() {
             agent.join(cfg.seeds.clone()).await.ok();
@@ -195,6 +233,11 @@ impl Agent {
         Ok(self.snapshot().await?.members)
     }
 
+    /// The relay, if configured.
+    pub fn relay(&self) -> Option<&hale_relay::Relay> {
+        self.relay.as_ref()
+    }
+
     /// Live membership events.
     pub fn subscribe(&self) -> broadcast::Receiver<EventView> {
         self.shared.events.subscribe()
@@ -220,7 +263,7 @@ impl Agent {
     /// stops, within [`runtime::LEAVE_DRAIN`] plus a moment.
     pub async fn shutdown(mut self) {
         let _ = self.stop.send(true);
-        let deadline = runtime::LEAVE_DRAIN + std::time::Duration::from_secs(1);
+        let deadline = runtime::LEAVE_DRAIN + Duration::from_secs(1);
         let _ = tokio::time::timeout(deadline, async {
             // The driver and the HTTP server end on the stop signal; the
             // acceptor never does, so stop once the driver is gone.
@@ -232,6 +275,10 @@ impl Agent {
         })
         .await;
         self.tasks.abort_all();
+        if let Some(r) = self.relay.take() {
+            // Spools (or counts) what is pending; bounded, never a join.
+            let _ = tokio::task::spawn_blocking(move || r.close(Duration::from_secs(1))).await;
+        }
     }
 }
 
