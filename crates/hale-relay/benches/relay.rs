@@ -25,13 +25,26 @@ fn envelope(i: u64) -> Vec<u8> {
     .into_bytes()
 }
 
+/// The relay's HTTP server runs on its own runtime (as in the agent), apart
+/// from the load generator's.
+fn server() -> &'static tokio::runtime::Runtime {
+    static RT: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("runtime")
+    })
+}
+
 async fn serve(relay: &Relay) -> std::net::SocketAddr {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.set_nonblocking(true).expect("nonblocking");
     let addr = l.local_addr().expect("addr");
     let app = relay.router();
-    tokio::spawn(async move {
+    server().spawn(async move {
+        let l = tokio::net::TcpListener::from_std(l).expect("listener");
         let _ = axum::serve(l, app).await;
     });
     addr
@@ -158,7 +171,7 @@ fn main() {
         return;
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(1)
         .enable_all()
         .build()
         .expect("runtime");
