@@ -29,6 +29,7 @@ pub(crate) struct ApiState {
     pub(crate) cmds: mpsc::Sender<Command>,
     pub(crate) shared: Arc<Shared>,
     pub(crate) token: Option<String>,
+    pub(crate) relay: Option<hale_relay::Relay>,
 }
 
 /// An API error: a status and a message.
@@ -211,6 +212,9 @@ async fn openapi() -> Response {
 
 async fn metrics(State(st): State<ApiState>) -> Result<Response, ApiError> {
     let s = snapshot(&st).await?;
-    let text = crate::metrics::render(&s, &st.shared);
+    let mut text = crate::metrics::render(&s, &st.shared);
+    if let Some(r) = &st.relay {
+        text.push_str(&r.render_metrics());
+    }
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
 }

@@ -16,6 +16,11 @@
 //!
 //! [membership]                   # optional overrides of the profile
 //! probe_interval = "1s"
+//!
+//! [relay]                        # optional: no section, no relay
+//! primary = { dsn = "https://key@sentry-a.internal/1", member = "sentry-a" }
+//! standby = { dsn = "https://key@sentry-b.internal/1" }
+//! spool_dir = "/var/lib/hale/spool"
 //! ```
 //!
 //! Environment variables override the file: `HALE_NAME`, `HALE_BIND`,
@@ -54,6 +59,49 @@ pub struct FileConfig {
     /// `[[role]]`: this node's candidacies.
     #[serde(default, rename = "role")]
     pub roles: Vec<crate::roles::RoleSection>,
+    /// `[relay]`: the Sentry-compatible relay (absent: disabled).
+    #[serde(default)]
+    pub relay: Option<RelaySection>,
+}
+
+/// `[relay]`: a Sentry-compatible relay mounted on the HTTP API, forwarding
+/// to a primary upstream Sentry (and a standby while the primary is down).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RelaySection {
+    /// The primary upstream (required when the section is present).
+    pub primary: Option<UpstreamSection>,
+    /// The standby upstream.
+    pub standby: Option<UpstreamSection>,
+    /// Keys clients must present (`sentry_key`); empty: any.
+    #[serde(default)]
+    pub keys: Vec<String>,
+    /// Cap on bytes held in memory (default 8 MiB).
+    pub queue_bytes: Option<usize>,
+    /// Disk spool directory (default: no spool).
+    pub spool_dir: Option<String>,
+    /// Cap on the spool's bytes (default 256 MiB).
+    pub spool_bytes: Option<u64>,
+    /// Spooled envelopes older than this are deleted (default 24h).
+    #[serde(default, with = "humantime_serde")]
+    pub spool_ttl: Option<Duration>,
+    /// Envelopes per second read back from the spool (default 200).
+    pub spool_drain_per_sec: Option<u32>,
+    /// Largest request body, compressed or not (default 1 MiB).
+    pub body_limit: Option<usize>,
+    /// Path prefix of the ingestion routes (default none: `/api/{id}/envelope/`).
+    pub path_prefix: Option<String>,
+}
+
+/// One upstream Sentry of the relay.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamSection {
+    /// Its DSN: `https://KEY@host/PROJECT_ID`.
+    pub dsn: String,
+    /// The hale member hosting it: when it is declared dead the relay stops
+    /// sending to it at once.
+    pub member: Option<String>,
 }
 
 /// `[agent]`: this node.
@@ -194,6 +242,8 @@ pub struct AgentConfig {
     pub control: Option<crate::roles::ControlPlan>,
     /// The `hale` executable that runs role watchdogs.
     pub watchdog_exe: std::path::PathBuf,
+    /// The relay, if configured.
+    pub relay: Option<hale_relay::RelayConfig>,
 }
 
 impl FileConfig {
@@ -367,11 +417,16 @@ impl FileConfig {
                 invalid("agent.watchdog", format!("cannot locate this program: {e}"))
             })?,
         };
+        let relay = match &self.relay {
+            Some(r) => Some(r.validate()?),
+            None => None,
+        };
         Ok(AgentConfig {
             watchdog_exe,
             services,
             roles,
             control,
+            relay,
             id,
             bind,
             http,
@@ -382,6 +437,84 @@ impl FileConfig {
             core,
             profile,
         })
+    }
+}
+
+impl UpstreamSection {
+    fn validate(&self, field: &str) -> Result<hale_relay::UpstreamConfig, ConfigError> {
+        let dsn = self
+            .dsn
+            .parse()
+            .map_err(|e: hale_relay::DsnError| invalid(&format!("{field}.dsn"), e.to_string()))?;
+        if self.member.as_deref() == Some("") {
+            return Err(invalid(&format!("{field}.member"), "is empty"));
+        }
+        Ok(hale_relay::UpstreamConfig {
+            dsn,
+            member: self.member.clone(),
+        })
+    }
+}
+
+impl RelaySection {
+    fn validate(&self) -> Result<hale_relay::RelayConfig, ConfigError> {
+        let primary = self
+            .primary
+            .as_ref()
+            .ok_or_else(|| invalid("relay.primary", "is required when [relay] is present"))?
+            .validate("relay.primary")?;
+        let mut p = hale_relay::PipelineConfig::new(primary);
+        if let Some(s) = &self.standby {
+            p.standby = Some(s.validate("relay.standby")?);
+        }
+        if let Some(q) = self.queue_bytes {
+            if q < 4096 {
+                return Err(invalid("relay.queue_bytes", "must be at least 4096"));
+            }
+            p.queue_bytes = q;
+        }
+        if let Some(dir) = &self.spool_dir {
+            if dir.is_empty() {
+                return Err(invalid("relay.spool_dir", "is empty"));
+            }
+            let mut s = hale_relay::SpoolConfig::new(dir);
+            if let Some(b) = self.spool_bytes {
+                s.max_bytes = b;
+            }
+            if let Some(t) = self.spool_ttl {
+                s.ttl = t;
+            }
+            if let Some(r) = self.spool_drain_per_sec {
+                if r == 0 {
+                    return Err(invalid("relay.spool_drain_per_sec", "must be positive"));
+                }
+                s.drain_per_sec = r;
+            }
+            p.spool = Some(s);
+        } else if self.spool_bytes.is_some() || self.spool_ttl.is_some() {
+            return Err(invalid(
+                "relay.spool_dir",
+                "spool_bytes or spool_ttl is set without it",
+            ));
+        }
+        let mut r = hale_relay::RelayConfig::new(p);
+        r.keys = self.keys.clone();
+        if let Some(b) = self.body_limit {
+            if b == 0 {
+                return Err(invalid("relay.body_limit", "must be positive"));
+            }
+            r.body_limit = b;
+        }
+        if let Some(prefix) = &self.path_prefix {
+            if !prefix.is_empty() && (!prefix.starts_with('/') || prefix.contains('{')) {
+                return Err(invalid(
+                    "relay.path_prefix",
+                    "must start with / (like /sentry)",
+                ));
+            }
+            r.prefix = prefix.clone();
+        }
+        Ok(r)
     }
 }
 

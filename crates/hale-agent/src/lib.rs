@@ -25,6 +25,7 @@ pub mod watchdog;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::net::{TcpListener, UdpSocket};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
@@ -59,6 +60,9 @@ pub enum StartError {
     /// The control plane could not start.
     #[error("control plane: {0}")]
     Control(#[from] hale_control::raft::ControlError),
+    /// The relay could not start (spool directory, HTTP client).
+    #[error("cannot start the relay: {0}")]
+    Relay(#[from] hale_relay::StartError),
 }
 
 /// The agent has stopped; the request was not carried out.
@@ -79,6 +83,7 @@ pub struct Agent {
     role_tasks: Vec<tokio::task::JoinHandle<()>>,
     check_tasks: Vec<tokio::task::JoinHandle<()>>,
     control: Option<hale_control::raft::ControlPlane>,
+    relay: Option<hale_relay::Relay>,
 }
 
 impl Agent {
@@ -111,6 +116,10 @@ impl Agent {
             core.rng_seed = fresh_seed();
         }
         let node = Node::new(id.clone(), core, Time::ZERO)?;
+        let relay = match &cfg.relay {
+            Some(r) => Some(hale_relay::Relay::start(r.clone())?),
+            None => None,
+        };
         let shared = runtime::new_shared(id);
         let runtime::Channels {
             cmd_tx,
@@ -145,10 +154,11 @@ impl Agent {
             stop_rx.clone(),
         )
         .await?;
-        let app = api::router(api::ApiState {
+        let mut app = api::router(api::ApiState {
             cmds: cmd_tx.clone(),
             shared: shared.clone(),
             token: cfg.api_token.clone(),
+            relay: relay.clone(),
         })
         .merge(roles_api::router(roles_api::RolesState {
             views: roles.views.clone(),
@@ -157,6 +167,33 @@ impl Agent {
             handovers: roles.handovers.clone(),
             token: cfg.api_token.clone(),
         }));
+        if let Some(r) = &relay {
+            app = app.merge(r.router());
+            // Membership verdicts on the members hosting the upstreams open
+            // (dead) or probe (joined, recovered) their breakers at once.
+            let mut events = shared.events.subscribe();
+            let r = r.clone();
+            let mut stop = stop_rx.clone();
+            tasks.spawn(async move {
+                loop {
+                    tokio::select! {
+                        e = events.recv() => match e {
+                            Ok(e) => {
+                                let Some(m) = e.member.as_deref() else { continue };
+                                match e.kind.as_str() {
+                                    "dead" => r.member_dead(m),
+                                    "joined" | "recovered" => r.member_alive(m),
+                                    _ => {}
+                                }
+                            }
+                            Err(broadcast::error::RecvError::Lagged(_)) => {}
+                            Err(broadcast::error::RecvError::Closed) => return,
+                        },
+                        _ = stop.changed() => return,
+                    }
+                }
+            });
+        }
         let mut http_stop = stop_rx;
         tasks.spawn(async move {
             let _ = axum::serve(http, app)
@@ -176,6 +213,7 @@ impl Agent {
             role_tasks: roles.tasks,
             check_tasks: roles.check_tasks,
             control: roles.server,
+            relay,
         };
         if !cfg.seeds.is_empty() {
             agent.join(cfg.seeds.clone()).await.ok();
@@ -213,6 +251,11 @@ impl Agent {
         Ok(self.snapshot().await?.members)
     }
 
+    /// The relay, if configured.
+    pub fn relay(&self) -> Option<&hale_relay::Relay> {
+        self.relay.as_ref()
+    }
+
     /// Live membership events.
     pub fn subscribe(&self) -> broadcast::Receiver<EventView> {
         self.shared.events.subscribe()
@@ -241,7 +284,7 @@ impl Agent {
         // plane and membership are still up.
         let _ = self.roles_stop.send(true);
         for t in std::mem::take(&mut self.role_tasks) {
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(15), t).await;
+            let _ = tokio::time::timeout(Duration::from_secs(15), t).await;
         }
         for t in &self.check_tasks {
             t.abort();
@@ -250,7 +293,7 @@ impl Agent {
         if let Some(cp) = self.control.take() {
             cp.shutdown().await;
         }
-        let deadline = runtime::LEAVE_DRAIN + std::time::Duration::from_secs(1);
+        let deadline = runtime::LEAVE_DRAIN + Duration::from_secs(1);
         let _ = tokio::time::timeout(deadline, async {
             // The driver and the HTTP server end on the stop signal; the
             // acceptor never does, so stop once the driver is gone.
@@ -262,6 +305,10 @@ impl Agent {
         })
         .await;
         self.tasks.abort_all();
+        if let Some(r) = self.relay.take() {
+            // Spools (or counts) what is pending; bounded, never a join.
+            let _ = tokio::task::spawn_blocking(move || r.close(Duration::from_secs(1))).await;
+        }
     }
 }
 

@@ -220,8 +220,12 @@ pub struct Grantor {
     last_seen: BTreeMap<String, Time>,
     /// Per role: contenders heard from (name → priority, last request), and
     /// since when this round of contention has been tracked.
-    contenders: BTreeMap<String, (Time, BTreeMap<String, (i64, Time)>)>,
+    contenders: BTreeMap<String, Contention>,
 }
+
+/// One role's contention: since when it is tracked, and each contender's
+/// priority and last request.
+type Contention = (Time, BTreeMap<String, (i64, Time)>);
 
 impl Grantor {
     /// A grantor for a leader elected at `now`.

@@ -135,3 +135,44 @@ fn the_documented_example_file_is_valid() {
     assert_eq!(c.id.name(), "db-1");
     assert_eq!(c.core.suspicion_min, Duration::from_millis(2500));
 }
+
+#[test]
+fn the_relay_section_is_optional_and_validated() {
+    assert!(FileConfig::default().validate().unwrap().relay.is_none());
+    let ok = FileConfig::parse(
+        r#"
+        [relay]
+        primary = { dsn = "http://k@127.0.0.1:9000/3", member = "sentry-host" }
+        queue_bytes = 65536
+        "#,
+        "t",
+    )
+    .unwrap()
+    .validate()
+    .unwrap();
+    let r = ok.relay.unwrap();
+    assert_eq!(r.pipeline.queue_bytes, 65536);
+    assert_eq!(r.pipeline.primary.member.as_deref(), Some("sentry-host"));
+    for (text, field) in [
+        ("[relay]\nqueue_bytes = 65536", "relay.primary"),
+        (
+            "[relay]\nprimary = { dsn = \"http://nokey/1\" }",
+            "relay.primary.dsn",
+        ),
+        (
+            "[relay]\nprimary = { dsn = \"http://k@h/1\" }\nstandby = { dsn = \"ftp://k@h/1\" }",
+            "relay.standby.dsn",
+        ),
+        (
+            "[relay]\nprimary = { dsn = \"http://k@h/1\" }\nspool_ttl = \"1h\"",
+            "relay.spool_dir",
+        ),
+    ] {
+        let e = FileConfig::parse(text, "t")
+            .unwrap()
+            .validate()
+            .unwrap_err();
+        assert_eq!(field_of(e), field, "{text}");
+    }
+    assert!(FileConfig::parse("[relay]\nnope = 1", "t").is_err());
+}

@@ -6,3 +6,4 @@
 mod api;
 mod config;
 mod keyring;
+mod relay;

@@ -1,0 +1,445 @@
+//! Exact counters: what was offered, accepted, forwarded and dropped (per
+//! reason and category), rendered as Prometheus text and as Sentry client
+//! reports.
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+
+/// Why an event was dropped. Every drop is counted under exactly one reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DropReason {
+    /// The in-memory queue was full (bytes or slots) when the event was
+    /// offered: the newest event is dropped, the caller is never blocked.
+    Overflow,
+    /// The reporter or relay was closed (or closing) before the event was
+    /// delivered or spooled.
+    Shutdown,
+    /// Requests carrying the event timed out at every attempt.
+    Timeout,
+    /// Requests carrying the event failed (connection refused or reset, 5xx)
+    /// at every attempt.
+    UpstreamError,
+    /// The upstream answered with a 4xx other than 429: the event itself was
+    /// refused and is not retried.
+    Rejected,
+    /// The event waited in memory longer than its maximum age while every
+    /// upstream's circuit breaker was open (and no spool took it).
+    BreakerOpen,
+    /// The upstream asked us to back off (429, `Retry-After`,
+    /// `X-Sentry-Rate-Limits`) and no other upstream could take the event.
+    RateLimited,
+    /// The disk spool was full: the oldest spooled event was evicted, or a
+    /// new one could not be written.
+    SpoolFull,
+    /// The event stayed in the disk spool longer than its time to live.
+    Expired,
+}
+
+impl DropReason {
+    /// Every reason, in a fixed order.
+    pub const ALL: [DropReason; 9] = [
+        DropReason::Overflow,
+        DropReason::Shutdown,
+        DropReason::Timeout,
+        DropReason::UpstreamError,
+        DropReason::Rejected,
+        DropReason::BreakerOpen,
+        DropReason::RateLimited,
+        DropReason::SpoolFull,
+        DropReason::Expired,
+    ];
+
+    /// The metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DropReason::Overflow => "overflow",
+            DropReason::Shutdown => "shutdown",
+            DropReason::Timeout => "timeout",
+            DropReason::UpstreamError => "upstream_error",
+            DropReason::Rejected => "rejected",
+            DropReason::BreakerOpen => "breaker_open",
+            DropReason::RateLimited => "rate_limited",
+            DropReason::SpoolFull => "spool_full",
+            DropReason::Expired => "expired",
+        }
+    }
+
+    /// The reason as Sentry's client reports name it.
+    pub fn sentry_reason(self) -> &'static str {
+        match self {
+            DropReason::Overflow => "queue_overflow",
+            DropReason::Shutdown => "internal_sdk_error",
+            DropReason::Timeout
+            | DropReason::UpstreamError
+            | DropReason::BreakerOpen
+            | DropReason::Expired => "network_error",
+            DropReason::Rejected => "send_error",
+            DropReason::RateLimited => "ratelimit_backoff",
+            DropReason::SpoolFull => "cache_overflow",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// What kind of data an envelope carries, as Sentry's rate limits and
+/// client reports categorise it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Category {
+    /// An error event (`event` item).
+    Error,
+    /// A performance transaction.
+    Transaction,
+    /// Release-health sessions.
+    Session,
+    /// An attachment.
+    Attachment,
+    /// A client report or other bookkeeping: never itself reported as lost.
+    Internal,
+    /// Anything else.
+    Default,
+}
+
+impl Category {
+    /// Every category, in a fixed order.
+    pub const ALL: [Category; 6] = [
+        Category::Error,
+        Category::Transaction,
+        Category::Session,
+        Category::Attachment,
+        Category::Internal,
+        Category::Default,
+    ];
+
+    /// The category of an envelope item type.
+    pub fn of_item_type(ty: &str) -> Category {
+        match ty {
+            "event" => Category::Error,
+            "transaction" => Category::Transaction,
+            "session" | "sessions" => Category::Session,
+            "attachment" => Category::Attachment,
+            "client_report" => Category::Internal,
+            _ => Category::Default,
+        }
+    }
+
+    /// Sentry's name for the category.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Category::Error => "error",
+            Category::Transaction => "transaction",
+            Category::Session => "session",
+            Category::Attachment => "attachment",
+            Category::Internal => "internal",
+            Category::Default => "default",
+        }
+    }
+
+    /// Parses Sentry's name; unknown names are `None`.
+    pub fn parse(s: &str) -> Option<Category> {
+        Category::ALL.into_iter().find(|c| c.as_str() == s)
+    }
+
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+}
+
+const REASONS: usize = DropReason::ALL.len();
+const CATEGORIES: usize = Category::ALL.len();
+
+/// The state of an upstream's circuit breaker, for metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum BreakerGauge {
+    /// Requests flow.
+    Closed = 0,
+    /// No requests until a probe is due.
+    Open = 1,
+    /// One probe request is allowed.
+    HalfOpen = 2,
+}
+
+/// Counters shared by the callers, the HTTP handlers and the worker.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Events accepted into the queue.
+    pub(crate) accepted: AtomicU64,
+    /// Events the upstream acknowledged (2xx).
+    pub(crate) forwarded: AtomicU64,
+    /// Events written to the spool (each time; a spooled event read back and
+    /// forwarded also counts as forwarded).
+    pub(crate) spooled: AtomicU64,
+    /// Requests sent upstream, and how they ended.
+    pub(crate) requests: AtomicU64,
+    pub(crate) request_failures: AtomicU64,
+    pub(crate) failovers: AtomicU64,
+    pub(crate) client_reports_sent: AtomicU64,
+    /// Bytes currently spooled, and files.
+    pub(crate) spool_bytes: AtomicU64,
+    pub(crate) spool_files: AtomicU64,
+    /// Requests in flight.
+    pub(crate) in_flight: AtomicU64,
+    /// Breaker state per upstream (0 primary, 1 standby).
+    pub(crate) breaker: [AtomicU8; 2],
+    dropped: [[AtomicU64; CATEGORIES]; REASONS],
+    /// Overflow drops happen on callers' threads, often many at once: one
+    /// cache line per stripe keeps the reject path free of contention.
+    overflow: [Padded<[AtomicU64; CATEGORIES]>; STRIPES],
+}
+
+const STRIPES: usize = 16;
+
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Padded<T>(T);
+
+fn stripe() -> usize {
+    use std::cell::Cell;
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static STRIPE: Cell<usize> = const { Cell::new(usize::MAX) };
+    }
+    STRIPE.with(|s| {
+        let v = s.get();
+        if v != usize::MAX {
+            return v;
+        }
+        let v = NEXT.fetch_add(1, Ordering::Relaxed) % STRIPES;
+        s.set(v);
+        v
+    })
+}
+
+impl Counters {
+    pub(crate) fn drop_event(&self, reason: DropReason, cat: Category, n: u64) {
+        if reason == DropReason::Overflow {
+            self.overflow[stripe()].0[cat.index()].fetch_add(n, Ordering::Relaxed);
+        } else {
+            self.dropped[reason.index()][cat.index()].fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    /// Events dropped for `reason`, all categories.
+    pub fn dropped(&self, reason: DropReason) -> u64 {
+        Category::ALL
+            .iter()
+            .map(|c| self.dropped_in(reason, *c))
+            .sum()
+    }
+
+    /// Events dropped for `reason` in category `cat`.
+    pub fn dropped_in(&self, reason: DropReason, cat: Category) -> u64 {
+        let plain = self.dropped[reason.index()][cat.index()].load(Ordering::Relaxed);
+        if reason == DropReason::Overflow {
+            plain
+                + self
+                    .overflow
+                    .iter()
+                    .map(|s| s.0[cat.index()].load(Ordering::Relaxed))
+                    .sum::<u64>()
+        } else {
+            plain
+        }
+    }
+
+    /// Events dropped for any reason.
+    pub fn dropped_total(&self) -> u64 {
+        DropReason::ALL.iter().map(|r| self.dropped(*r)).sum()
+    }
+
+    /// Events accepted into the queue.
+    pub fn accepted(&self) -> u64 {
+        self.accepted.load(Ordering::Relaxed)
+    }
+
+    /// Events acknowledged by an upstream.
+    pub fn forwarded(&self) -> u64 {
+        self.forwarded.load(Ordering::Relaxed)
+    }
+
+    /// Events written to the spool (cumulative).
+    pub fn spooled(&self) -> u64 {
+        self.spooled.load(Ordering::Relaxed)
+    }
+
+    /// Bytes in the spool now.
+    pub fn spool_bytes(&self) -> u64 {
+        self.spool_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Times a request went to the standby because the primary was unavailable.
+    pub fn failovers(&self) -> u64 {
+        self.failovers.load(Ordering::Relaxed)
+    }
+
+    /// Client reports delivered upstream.
+    pub fn client_reports_sent(&self) -> u64 {
+        self.client_reports_sent.load(Ordering::Relaxed)
+    }
+
+    /// The breaker state of upstream `i` (0 primary, 1 standby).
+    pub fn breaker(&self, i: usize) -> BreakerGauge {
+        match self.breaker[i].load(Ordering::Relaxed) {
+            1 => BreakerGauge::Open,
+            2 => BreakerGauge::HalfOpen,
+            _ => BreakerGauge::Closed,
+        }
+    }
+
+    /// A snapshot of the drop matrix, for client reports: `(reason, category, count)`.
+    pub(crate) fn drop_matrix(&self) -> [[u64; CATEGORIES]; REASONS] {
+        let mut m = [[0; CATEGORIES]; REASONS];
+        for (r, reason) in DropReason::ALL.iter().enumerate() {
+            for (c, cat) in Category::ALL.iter().enumerate() {
+                m[r][c] = self.dropped_in(*reason, *cat);
+            }
+        }
+        m
+    }
+
+    /// Prometheus text for every counter, names prefixed with `prefix`
+    /// (e.g. `hale_relay`), queue gauges included.
+    pub(crate) fn render(&self, prefix: &str, queue_bytes: usize, queue_cap: usize) -> String {
+        let mut out = String::with_capacity(4096);
+        let mut simple = |name: &str, kind: &str, help: &str, v: u64| {
+            let _ = writeln!(
+                out,
+                "# HELP {prefix}_{name} {help}\n# TYPE {prefix}_{name} {kind}\n{prefix}_{name} {v}"
+            );
+        };
+        simple(
+            "accepted_total",
+            "counter",
+            "Events accepted into the queue.",
+            self.accepted(),
+        );
+        simple(
+            "forwarded_total",
+            "counter",
+            "Events acknowledged by an upstream.",
+            self.forwarded(),
+        );
+        simple(
+            "spooled_total",
+            "counter",
+            "Events written to the disk spool.",
+            self.spooled(),
+        );
+        simple(
+            "requests_total",
+            "counter",
+            "Requests sent upstream.",
+            self.requests.load(Ordering::Relaxed),
+        );
+        simple(
+            "request_failures_total",
+            "counter",
+            "Requests that timed out or failed.",
+            self.request_failures.load(Ordering::Relaxed),
+        );
+        simple(
+            "failovers_total",
+            "counter",
+            "Requests sent to the standby because the primary was unavailable.",
+            self.failovers(),
+        );
+        simple(
+            "client_reports_total",
+            "counter",
+            "Client reports of dropped events delivered upstream.",
+            self.client_reports_sent(),
+        );
+        simple(
+            "in_flight",
+            "gauge",
+            "Requests in flight.",
+            self.in_flight.load(Ordering::Relaxed),
+        );
+        simple(
+            "queue_bytes",
+            "gauge",
+            "Bytes held in memory.",
+            queue_bytes as u64,
+        );
+        simple(
+            "queue_bytes_cap",
+            "gauge",
+            "Cap on bytes held in memory.",
+            queue_cap as u64,
+        );
+        simple(
+            "spool_bytes",
+            "gauge",
+            "Bytes in the disk spool.",
+            self.spool_bytes(),
+        );
+        simple(
+            "spool_files",
+            "gauge",
+            "Envelopes in the disk spool.",
+            self.spool_files.load(Ordering::Relaxed),
+        );
+        let _ = writeln!(
+            out,
+            "# HELP {prefix}_dropped_total Events dropped, by reason and category.\n# TYPE {prefix}_dropped_total counter"
+        );
+        for r in DropReason::ALL {
+            for c in Category::ALL {
+                let v = self.dropped_in(r, c);
+                if v > 0 || c == Category::Error {
+                    let _ = writeln!(
+                        out,
+                        "{prefix}_dropped_total{{reason=\"{}\",category=\"{}\"}} {v}",
+                        r.as_str(),
+                        c.as_str()
+                    );
+                }
+            }
+        }
+        let _ = writeln!(
+            out,
+            "# HELP {prefix}_breaker_state Circuit breaker: 0 closed, 1 open, 2 half-open.\n# TYPE {prefix}_breaker_state gauge"
+        );
+        for (i, name) in ["primary", "standby"].iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "{prefix}_breaker_state{{upstream=\"{name}\"}} {}",
+                self.breaker(i) as u8
+            );
+        }
+        out
+    }
+}
+
+/// Builds the JSON payload of a client report from the drops not yet
+/// reported (`now - already`), or `None` if there are none. Internal
+/// items (client reports themselves) are never reported.
+pub(crate) fn client_report_json(
+    now: &[[u64; CATEGORIES]; REASONS],
+    already: &[[u64; CATEGORIES]; REASONS],
+    timestamp_secs: u64,
+) -> Option<String> {
+    let mut items = Vec::new();
+    for (r, reason) in DropReason::ALL.iter().enumerate() {
+        for (c, cat) in Category::ALL.iter().enumerate() {
+            if *cat == Category::Internal {
+                continue;
+            }
+            let q = now[r][c].saturating_sub(already[r][c]);
+            if q > 0 {
+                items.push(serde_json::json!({
+                    "reason": reason.sentry_reason(),
+                    "category": cat.as_str(),
+                    "quantity": q,
+                }));
+            }
+        }
+    }
+    if items.is_empty() {
+        return None;
+    }
+    Some(serde_json::json!({ "timestamp": timestamp_secs, "discarded_events": items }).to_string())
+}

@@ -1,0 +1,118 @@
+//! Upstream rate limits: `429` with `Retry-After`, and Sentry's
+//! `X-Sentry-Rate-Limits` (`retry_after:categories:scope[:reason], ...`,
+//! categories separated by `;`, empty meaning all).
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::counters::Category;
+
+/// Used when a 429 carries no parsable `Retry-After` (Sentry SDKs use 60 s).
+pub const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(60);
+
+/// When each category may be sent again.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct RateLimits {
+    all: Option<Instant>,
+    per: [Option<Instant>; Category::ALL.len()],
+}
+
+impl RateLimits {
+    /// Whether `cat` is limited at `now`.
+    pub(crate) fn is_limited(&self, cat: Category, now: Instant) -> bool {
+        let active = |t: Option<Instant>| t.is_some_and(|t| now < t);
+        active(self.all) || active(self.per[cat.index()])
+    }
+
+    /// Records the limits a response carries. Returns whether it had any.
+    pub(crate) fn update(
+        &mut self,
+        now: Instant,
+        status: u16,
+        retry_after: Option<&str>,
+        sentry_limits: Option<&str>,
+    ) -> bool {
+        if let Some(h) = sentry_limits {
+            let mut any = false;
+            for (cats, secs) in parse_sentry_limits(h) {
+                let until = now + secs;
+                any = true;
+                if cats.is_empty() {
+                    self.all = Some(self.all.map_or(until, |t| t.max(until)));
+                }
+                for c in cats {
+                    let slot = &mut self.per[c.index()];
+                    *slot = Some(slot.map_or(until, |t| t.max(until)));
+                }
+            }
+            if any {
+                return true;
+            }
+        }
+        if status == 429 {
+            let secs = retry_after
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .filter(|s| s.is_finite() && *s >= 0.0)
+                .map(|s| Duration::from_secs_f64(s.min(86_400.0)))
+                .unwrap_or(DEFAULT_RETRY_AFTER);
+            let until = now + secs;
+            self.all = Some(self.all.map_or(until, |t| t.max(until)));
+            return true;
+        }
+        false
+    }
+}
+
+/// Parses `X-Sentry-Rate-Limits`; unknown categories are ignored (a limit
+/// naming only unknown categories does not limit everything).
+pub(crate) fn parse_sentry_limits(h: &str) -> Vec<(Vec<Category>, Duration)> {
+    let mut out = Vec::new();
+    for limit in h.split(',') {
+        let mut parts = limit.trim().split(':');
+        let Some(secs) = parts.next().and_then(|s| s.trim().parse::<f64>().ok()) else {
+            continue;
+        };
+        if !secs.is_finite() || secs < 0.0 {
+            continue;
+        }
+        let cats_text = parts.next().unwrap_or("").trim();
+        let cats: Vec<Category> = cats_text
+            .split(';')
+            .filter(|s| !s.is_empty())
+            .filter_map(Category::parse)
+            .collect();
+        if !cats_text.is_empty() && cats.is_empty() {
+            continue;
+        }
+        out.push((cats, Duration::from_secs_f64(secs.min(86_400.0))));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_both_headers() {
+        let now = Instant::now();
+        let mut l = RateLimits::default();
+        assert!(l.update(now, 429, Some("3"), None));
+        assert!(l.is_limited(Category::Error, now));
+        assert!(!l.is_limited(Category::Error, now + Duration::from_secs(3)));
+        let mut l = RateLimits::default();
+        assert!(l.update(
+            now,
+            200,
+            None,
+            Some("60:transaction;foo:organization, 5::key")
+        ));
+        assert!(l.is_limited(Category::Transaction, now + Duration::from_secs(30)));
+        assert!(!l.is_limited(Category::Error, now + Duration::from_secs(6)));
+        assert!(l.is_limited(Category::Error, now + Duration::from_secs(4)));
+        let mut l = RateLimits::default();
+        assert!(!l.update(now, 200, None, Some("10:nonsense:org")));
+        assert!(!l.is_limited(Category::Error, now));
+    }
+}

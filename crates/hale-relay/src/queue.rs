@@ -1,0 +1,170 @@
+//! The bounded hand-off from callers to the worker: a byte budget reserved
+//! with a compare-and-swap before a `std::sync::mpsc::sync_channel` slot is
+//! taken. Both checks fail without allocating, blocking or syscalls.
+//!
+//! Drop policy: **drop newest**. When the budget or the slots are exhausted
+//! the offered event is refused (and counted by the caller as `overflow`);
+//! what is already queued is kept, because it is older and, in an incident,
+//! usually the first and most useful report.
+//!
+//! The budget covers an event from the moment it is offered until the worker
+//! is done with it (delivered, dropped or spooled), so the bytes held in
+//! memory by the reporter never exceed the cap.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::Arc;
+
+use tokio::sync::Notify;
+
+/// Why an offer was refused. Nothing was queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// No room (bytes or slots).
+    Full,
+    /// The queue is closed.
+    Closed,
+}
+
+/// The state both ends share.
+#[derive(Debug)]
+pub(crate) struct Budget {
+    used: AtomicUsize,
+    cap: usize,
+    closed: AtomicBool,
+    /// Set by the worker while it waits for work; producers only notify then.
+    idle: AtomicBool,
+    pub(crate) notify: Notify,
+}
+
+impl Budget {
+    /// Reserves `n` bytes, or fails if that would pass the cap.
+    fn reserve(&self, n: usize) -> bool {
+        let mut cur = self.used.load(Ordering::Relaxed);
+        loop {
+            let Some(next) = cur.checked_add(n) else {
+                return false;
+            };
+            if next > self.cap {
+                return false;
+            }
+            match self
+                .used
+                .compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Relaxed)
+            {
+                Ok(_) => return true,
+                Err(now) => cur = now,
+            }
+        }
+    }
+
+    /// Gives back `n` bytes reserved earlier.
+    pub(crate) fn release(&self, n: usize) {
+        self.used.fetch_sub(n, Ordering::AcqRel);
+    }
+
+    /// Bytes reserved now.
+    pub(crate) fn used(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// The cap.
+    pub(crate) fn cap(&self) -> usize {
+        self.cap
+    }
+
+    /// Refuses every later offer and wakes the worker.
+    pub(crate) fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        self.notify.notify_one();
+    }
+
+    /// Wakes the worker (e.g. for a flush).
+    pub(crate) fn wake(&self) {
+        self.notify.notify_one();
+    }
+
+    /// Marks the worker idle (true) or busy (false).
+    pub(crate) fn set_idle(&self, idle: bool) {
+        self.idle.store(idle, Ordering::SeqCst);
+    }
+}
+
+/// The producer side; cheap to clone.
+#[derive(Debug)]
+pub(crate) struct Producer<T> {
+    tx: SyncSender<(T, usize)>,
+    pub(crate) budget: Arc<Budget>,
+}
+
+impl<T> Clone for Producer<T> {
+    fn clone(&self) -> Self {
+        Producer {
+            tx: self.tx.clone(),
+            budget: self.budget.clone(),
+        }
+    }
+}
+
+/// The consumer side, owned by the worker.
+#[derive(Debug)]
+pub(crate) struct Consumer<T> {
+    rx: Receiver<(T, usize)>,
+    pub(crate) budget: Arc<Budget>,
+}
+
+/// A queue of at most `cap` bytes and `slots` entries.
+pub(crate) fn bounded<T>(cap: usize, slots: usize) -> (Producer<T>, Consumer<T>) {
+    let (tx, rx) = sync_channel(slots.max(1));
+    let budget = Arc::new(Budget {
+        used: AtomicUsize::new(0),
+        cap,
+        closed: AtomicBool::new(false),
+        idle: AtomicBool::new(false),
+        notify: Notify::new(),
+    });
+    (
+        Producer {
+            tx,
+            budget: budget.clone(),
+        },
+        Consumer { rx, budget },
+    )
+}
+
+impl<T> Producer<T> {
+    /// Offers `item`, accounted as `bytes`. On refusal the item is given
+    /// back so the caller decides where it is dropped; nothing allocates.
+    pub(crate) fn offer(&self, item: T, bytes: usize) -> Result<(), (T, Refused)> {
+        if self.budget.closed.load(Ordering::Relaxed) {
+            return Err((item, Refused::Closed));
+        }
+        if !self.budget.reserve(bytes) {
+            return Err((item, Refused::Full));
+        }
+        match self.tx.try_send((item, bytes)) {
+            Ok(()) => {
+                if self.budget.idle.load(Ordering::SeqCst) {
+                    self.budget.notify.notify_one();
+                }
+                Ok(())
+            }
+            Err(TrySendError::Full((item, _))) => {
+                self.budget.release(bytes);
+                Err((item, Refused::Full))
+            }
+            Err(TrySendError::Disconnected((item, _))) => {
+                self.budget.release(bytes);
+                Err((item, Refused::Closed))
+            }
+        }
+    }
+}
+
+impl<T> Consumer<T> {
+    /// The next item and its accounted bytes, if any. The bytes stay
+    /// reserved until the caller releases them.
+    pub(crate) fn pop(&self) -> Option<(T, usize)> {
+        self.rx.try_recv().ok()
+    }
+}

@@ -1,0 +1,333 @@
+//! The Sentry-compatible relay: an axum [`Router`] for Sentry's ingestion
+//! endpoints that answers at once after queueing, and forwards upstream
+//! under the pipeline's policies.
+//!
+//! * `POST {prefix}/api/{project_id}/envelope/` — an envelope.
+//! * `POST {prefix}/api/{project_id}/store/` — a bare event (JSON object),
+//!   wrapped into an envelope.
+//!
+//! Answers: `200 {"id": "<event id>"}` once queued — and also when the
+//! event was dropped because memory and spool are full (it is counted, and
+//! reported upstream in a client report): the client never waits for, and
+//! never gets a 5xx because of, the upstream. `400` for a malformed body
+//! (with the reason), `401` for a missing or wrong key when keys are
+//! configured, `413` for a body (or its decompressed form) over the limit.
+//!
+//! Everything goes to the project of the configured upstream DSN.
+
+use std::io::Read;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+
+use crate::counters::Counters;
+use crate::envelope::{self, Envelope};
+use crate::pipeline::{CloseError, FlushError, Pipeline, PipelineConfig, StartError};
+
+/// The relay's configuration.
+#[derive(Debug, Clone)]
+pub struct RelayConfig {
+    /// Upstreams, queue, breaker, spool.
+    pub pipeline: PipelineConfig,
+    /// Keys clients must present (`X-Sentry-Auth: Sentry sentry_key=...` or
+    /// `?sentry_key=`); empty: any key, or none, is accepted.
+    pub keys: Vec<String>,
+    /// Largest body, compressed or decompressed. 1 MiB.
+    pub body_limit: usize,
+    /// Path prefix the routes are mounted under (`""` or like `/sentry`).
+    pub prefix: String,
+}
+
+impl RelayConfig {
+    /// Defaults around a pipeline.
+    pub fn new(pipeline: PipelineConfig) -> RelayConfig {
+        RelayConfig {
+            pipeline,
+            keys: Vec::new(),
+            body_limit: 1 << 20,
+            prefix: String::new(),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Inner {
+    p: Pipeline<Envelope>,
+    keys: Vec<String>,
+    body_limit: usize,
+    prefix: String,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let _ = self.p.close(Duration::ZERO);
+    }
+}
+
+/// A running relay. Cheap to clone; dropping the last clone stops its
+/// worker without waiting (memory is spooled if a spool is configured).
+#[derive(Debug, Clone)]
+pub struct Relay {
+    inner: Arc<Inner>,
+}
+
+/// A refused request: status and reason.
+struct Refusal(StatusCode, String);
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        (self.0, Json(serde_json::json!({ "detail": self.1 }))).into_response()
+    }
+}
+
+impl Relay {
+    /// Opens the spool and starts the worker.
+    pub fn start(cfg: RelayConfig) -> Result<Relay, StartError> {
+        let prefix = cfg.prefix.trim_end_matches('/').to_owned();
+        Ok(Relay {
+            inner: Arc::new(Inner {
+                p: Pipeline::start(cfg.pipeline)?,
+                keys: cfg.keys,
+                body_limit: cfg.body_limit,
+                prefix,
+            }),
+        })
+    }
+
+    /// The routes, to merge into an HTTP app.
+    pub fn router(&self) -> Router {
+        let p = &self.inner.prefix;
+        Router::new()
+            .route(&format!("{p}/api/{{project_id}}/envelope/"), post(envelope))
+            .route(&format!("{p}/api/{{project_id}}/envelope"), post(envelope))
+            .route(&format!("{p}/api/{{project_id}}/store/"), post(store))
+            .route(&format!("{p}/api/{{project_id}}/store"), post(store))
+            .with_state(self.clone())
+    }
+
+    /// Whether the worker has stopped (after `close`), every event counted.
+    pub fn is_stopped(&self) -> bool {
+        self.inner.p.is_stopped()
+    }
+
+    /// The counters.
+    pub fn counters(&self) -> &Counters {
+        self.inner.p.counters()
+    }
+
+    /// Bytes held in memory now.
+    pub fn queue_bytes(&self) -> usize {
+        self.inner.p.queue_bytes()
+    }
+
+    /// The cap on bytes held in memory.
+    pub fn queue_cap(&self) -> usize {
+        self.inner.p.queue_cap()
+    }
+
+    /// See [`Pipeline::flush`]. Blocks the calling thread up to `timeout`:
+    /// from async code, call it through `spawn_blocking`.
+    pub fn flush(&self, timeout: Duration) -> Result<(), FlushError> {
+        self.inner.p.flush(timeout)
+    }
+
+    /// See [`Pipeline::close`]. Blocks the calling thread up to `timeout`.
+    pub fn close(&self, timeout: Duration) -> Result<(), CloseError> {
+        self.inner.p.close(timeout)
+    }
+
+    /// The hale member `name` was declared dead: open the breakers of the
+    /// upstreams it hosts at once.
+    pub fn member_dead(&self, name: &str) {
+        self.inner.p.member_dead(name);
+    }
+
+    /// The hale member `name` joined or recovered: probe its upstreams now.
+    pub fn member_alive(&self, name: &str) {
+        self.inner.p.member_alive(name);
+    }
+
+    /// Prometheus text, metric names prefixed `hale_relay_`.
+    pub fn render_metrics(&self) -> String {
+        let p = &self.inner.p;
+        p.counters()
+            .render("hale_relay", p.queue_bytes(), p.queue_cap())
+    }
+
+    fn authorize(&self, headers: &HeaderMap, query: Option<&str>) -> Result<(), Refusal> {
+        if self.inner.keys.is_empty() {
+            return Ok(());
+        }
+        let from_header = headers
+            .get("x-sentry-auth")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| auth_param(v, "sentry_key"));
+        let from_query = query.and_then(|q| {
+            q.split('&')
+                .filter_map(|kv| kv.split_once('='))
+                .find(|(k, _)| *k == "sentry_key")
+                .map(|(_, v)| v)
+        });
+        match from_header.or(from_query) {
+            Some(k) if self.inner.keys.iter().any(|want| want == k) => Ok(()),
+            Some(_) => Err(Refusal(
+                StatusCode::UNAUTHORIZED,
+                "unknown sentry_key".into(),
+            )),
+            None => Err(Refusal(
+                StatusCode::UNAUTHORIZED,
+                "missing sentry_key (X-Sentry-Auth header or sentry_key query parameter)".into(),
+            )),
+        }
+    }
+
+    async fn read_body(&self, headers: &HeaderMap, body: Body) -> Result<Vec<u8>, Refusal> {
+        let limit = self.inner.body_limit;
+        let too_big = || {
+            Refusal(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("the body is over the limit of {limit} bytes"),
+            )
+        };
+        if let Some(len) = headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            if len > limit as u64 {
+                return Err(too_big());
+            }
+        }
+        let raw = axum::body::to_bytes(body, limit)
+            .await
+            .map_err(|_| too_big())?;
+        let encoding = headers
+            .get(header::CONTENT_ENCODING)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("identity")
+            .trim()
+            .to_ascii_lowercase();
+        decode(&raw, &encoding, limit)
+    }
+}
+
+/// Decompresses with a cap: more than `limit` bytes out is a 413, however
+/// small the input (no zip bombs).
+fn decode(raw: &Bytes, encoding: &str, limit: usize) -> Result<Vec<u8>, Refusal> {
+    let capped = |r: &mut dyn Read, what: &str| -> Result<Vec<u8>, Refusal> {
+        let mut out = Vec::new();
+        r.take(limit as u64 + 1)
+            .read_to_end(&mut out)
+            .map_err(|e| Refusal(StatusCode::BAD_REQUEST, format!("bad {what} body: {e}")))?;
+        if out.len() > limit {
+            return Err(Refusal(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("the decompressed body is over the limit of {limit} bytes"),
+            ));
+        }
+        Ok(out)
+    };
+    match encoding {
+        "" | "identity" => Ok(raw.to_vec()),
+        "gzip" | "x-gzip" => capped(&mut flate2::read::GzDecoder::new(&raw[..]), "gzip"),
+        // HTTP's "deflate" is zlib-wrapped; some clients send it raw.
+        "deflate" => {
+            if raw.len() >= 2 && (u16::from(raw[0]) << 8 | u16::from(raw[1])) % 31 == 0 {
+                capped(&mut flate2::read::ZlibDecoder::new(&raw[..]), "deflate")
+            } else {
+                capped(&mut flate2::read::DeflateDecoder::new(&raw[..]), "deflate")
+            }
+        }
+        other => Err(Refusal(
+            StatusCode::BAD_REQUEST,
+            format!("unsupported content-encoding {other:?} (gzip, deflate or none)"),
+        )),
+    }
+}
+
+/// A parameter of `X-Sentry-Auth: Sentry k=v, k=v`.
+fn auth_param<'a>(header: &'a str, name: &str) -> Option<&'a str> {
+    let rest = header.trim().strip_prefix("Sentry").unwrap_or(header);
+    rest.split(',')
+        .filter_map(|kv| kv.trim().split_once('='))
+        .find(|(k, _)| k.trim() == name)
+        .map(|(_, v)| v.trim())
+}
+
+fn bad(e: impl std::fmt::Display) -> Refusal {
+    Refusal(StatusCode::BAD_REQUEST, e.to_string())
+}
+
+fn check_project(project_id: &str) -> Result<(), Refusal> {
+    if project_id.is_empty() || !project_id.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad("the project id must be numeric"));
+    }
+    Ok(())
+}
+
+fn queued(relay: &Relay, env: Envelope, id: Option<String>) -> Response {
+    let bytes = env.body.len() + std::mem::size_of::<Envelope>();
+    // Dropped or not, the answer is the same: the drop is counted and
+    // reported upstream; the client must never wait on the upstream.
+    let _ = relay.inner.p.offer(env, bytes);
+    Json(match id {
+        Some(id) => serde_json::json!({ "id": id }),
+        None => serde_json::json!({}),
+    })
+    .into_response()
+}
+
+async fn envelope(
+    State(relay): State<Relay>,
+    Path(project_id): Path<String>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let run = async {
+        check_project(&project_id)?;
+        relay.authorize(&headers, query.as_deref())?;
+        let body = relay.read_body(&headers, body).await?;
+        let parsed = envelope::parse_envelope(&body).map_err(bad)?;
+        let env = Envelope::new(Bytes::from(body), parsed.category);
+        Ok::<_, Refusal>(queued(&relay, env, parsed.event_id))
+    };
+    run.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn store(
+    State(relay): State<Relay>,
+    Path(project_id): Path<String>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let run = async {
+        check_project(&project_id)?;
+        relay.authorize(&headers, query.as_deref())?;
+        let body = relay.read_body(&headers, body).await?;
+        let (env, id) = envelope::store_to_envelope(&body).map_err(bad)?;
+        let parsed = envelope::parse_envelope(&env).map_err(bad)?;
+        let env = Envelope::new(Bytes::from(env), parsed.category);
+        Ok::<_, Refusal>(queued(&relay, env, Some(id)))
+    };
+    run.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auth_header_parameters() {
+        let h = "Sentry sentry_key=abc, sentry_version=7, sentry_client=x/1";
+        assert_eq!(auth_param(h, "sentry_key"), Some("abc"));
+        assert_eq!(auth_param(h, "nope"), None);
+    }
+}

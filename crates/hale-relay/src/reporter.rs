@@ -1,0 +1,225 @@
+//! The in-process reporter for Rust services.
+//!
+//! [`Reporter::report`] costs a compare-and-swap on the byte budget and a
+//! slot in a bounded channel: it never blocks, never does I/O or
+//! serialisation, and never allocates when it refuses (the refused event is
+//! dropped where it stands and counted as `overflow`). Everything else
+//! happens on the reporter's own worker thread.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+
+use crate::counters::{Category, Counters};
+use crate::envelope::{self, Envelope};
+use crate::pipeline::{
+    CloseError, FlushError, Payload, Pipeline, PipelineConfig, Rejected, StartError,
+};
+
+/// Severity, as Sentry names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    /// Debugging detail.
+    Debug,
+    /// Information.
+    Info,
+    /// A warning.
+    Warning,
+    /// An error.
+    Error,
+    /// A fatal error.
+    Fatal,
+}
+
+impl Level {
+    fn as_str(self) -> &'static str {
+        match self {
+            Level::Debug => "debug",
+            Level::Info => "info",
+            Level::Warning => "warning",
+            Level::Error => "error",
+            Level::Fatal => "fatal",
+        }
+    }
+}
+
+/// An error event. Build it on the caller's thread (the only allocations
+/// are the caller's own strings); it is serialised on the worker thread.
+#[derive(Debug, Clone)]
+pub struct Event {
+    /// Severity.
+    pub level: Level,
+    /// The message.
+    pub message: Cow<'static, str>,
+    /// The logger or module that reports it.
+    pub logger: Option<&'static str>,
+    /// Tags: indexed key/value pairs.
+    pub tags: Vec<(Cow<'static, str>, Cow<'static, str>)>,
+    /// When it happened.
+    pub timestamp: SystemTime,
+}
+
+impl Event {
+    /// An error with a message, timestamped now.
+    pub fn error(message: impl Into<Cow<'static, str>>) -> Event {
+        Event {
+            level: Level::Error,
+            message: message.into(),
+            logger: None,
+            tags: Vec::new(),
+            timestamp: SystemTime::now(),
+        }
+    }
+
+    /// Adds a tag.
+    pub fn tag(
+        mut self,
+        k: impl Into<Cow<'static, str>>,
+        v: impl Into<Cow<'static, str>>,
+    ) -> Event {
+        self.tags.push((k.into(), v.into()));
+        self
+    }
+
+    /// The bytes this event is accounted for in the queue: its struct and
+    /// its heap strings (computed without allocating).
+    pub fn accounted_bytes(&self) -> usize {
+        let heap = |c: &Cow<'static, str>| match c {
+            Cow::Borrowed(_) => 0,
+            Cow::Owned(s) => s.capacity(),
+        };
+        std::mem::size_of::<Event>()
+            + heap(&self.message)
+            + self.tags.capacity() * std::mem::size_of::<(Cow<'static, str>, Cow<'static, str>)>()
+            + self
+                .tags
+                .iter()
+                .map(|(k, v)| heap(k) + heap(v))
+                .sum::<usize>()
+    }
+
+    fn to_json(&self, event_id: &str) -> Vec<u8> {
+        let ts = self
+            .timestamp
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs_f64();
+        let tags: serde_json::Map<String, serde_json::Value> = self
+            .tags
+            .iter()
+            .map(|(k, v)| (k.to_string(), serde_json::Value::from(v.as_ref())))
+            .collect();
+        let mut v = serde_json::json!({
+            "event_id": event_id,
+            "timestamp": ts,
+            "level": self.level.as_str(),
+            "platform": "other",
+            "message": self.message.as_ref(),
+            "sdk": { "name": "hale-relay.reporter", "version": env!("CARGO_PKG_VERSION") },
+        });
+        if let Some(l) = self.logger {
+            v["logger"] = l.into();
+        }
+        if !tags.is_empty() {
+            v["tags"] = tags.into();
+        }
+        serde_json::to_vec(&v).unwrap_or_default()
+    }
+}
+
+impl Payload for Event {
+    fn category(&self) -> Category {
+        Category::Error
+    }
+
+    fn into_envelope(self) -> Envelope {
+        let id = envelope::new_event_id();
+        let body = envelope::build(&id, "event", &self.to_json(&id));
+        Envelope::new(Bytes::from(body), Category::Error)
+    }
+}
+
+#[derive(Debug)]
+struct Inner {
+    p: Pipeline<Event>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Never join: tell the worker to stop now and return at once.
+        let _ = self.p.close(Duration::ZERO);
+    }
+}
+
+/// The in-process reporter. Cheap to clone; dropping the last clone stops
+/// the worker without waiting for it.
+#[derive(Debug, Clone)]
+pub struct Reporter {
+    inner: Arc<Inner>,
+}
+
+impl Reporter {
+    /// Starts the worker thread.
+    pub fn start(cfg: PipelineConfig) -> Result<Reporter, StartError> {
+        Ok(Reporter {
+            inner: Arc::new(Inner {
+                p: Pipeline::start(cfg)?,
+            }),
+        })
+    }
+
+    /// Queues an event for delivery, or drops it (counted) if the queue is
+    /// full or closed. Never blocks, does no I/O, and never allocates when
+    /// it refuses.
+    #[inline]
+    pub fn report(&self, event: Event) -> Result<(), Rejected> {
+        let bytes = event.accounted_bytes();
+        self.inner.p.offer(event, bytes)
+    }
+
+    /// Waits until what was accepted before the call is delivered or
+    /// dropped, returning by `timeout` whatever the upstream does.
+    pub fn flush(&self, timeout: Duration) -> Result<(), FlushError> {
+        self.inner.p.flush(timeout)
+    }
+
+    /// Refuses new events, delivers what it can within `timeout` and
+    /// returns by then; what is left is counted as `shutdown` drops.
+    pub fn close(&self, timeout: Duration) -> Result<(), CloseError> {
+        self.inner.p.close(timeout)
+    }
+
+    /// Whether the worker has stopped (after `close`), every event counted.
+    pub fn is_stopped(&self) -> bool {
+        self.inner.p.is_stopped()
+    }
+
+    /// The counters.
+    pub fn counters(&self) -> &Counters {
+        self.inner.p.counters()
+    }
+
+    /// Bytes held in memory now.
+    pub fn queue_bytes(&self) -> usize {
+        self.inner.p.queue_bytes()
+    }
+
+    /// See [`Pipeline::member_dead`].
+    pub fn member_dead(&self, name: &str) {
+        self.inner.p.member_dead(name);
+    }
+
+    /// See [`Pipeline::member_alive`].
+    pub fn member_alive(&self, name: &str) {
+        self.inner.p.member_alive(name);
+    }
+
+    /// Prometheus text, metric names prefixed `hale_reporter_`.
+    pub fn render_metrics(&self) -> String {
+        let p = &self.inner.p;
+        p.counters()
+            .render("hale_reporter", p.queue_bytes(), p.queue_cap())
+    }
+}
