@@ -192,11 +192,15 @@ pub fn parse_servers(list: &[String]) -> Result<BTreeMap<u64, SocketAddr>, Confi
     Ok(out)
 }
 
-/// Talks to whichever control-plane server answers (they forward to the leader).
+/// Talks to whichever control-plane server answers (they forward to the
+/// leader). It sticks to the last server that answered, so that a frozen
+/// server (which still accepts connections) costs one timeout, not one per
+/// request.
 #[derive(Debug, Clone)]
 pub struct ControlClient {
     servers: Vec<SocketAddr>,
     http: reqwest::Client,
+    preferred: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl ControlClient {
@@ -208,6 +212,7 @@ impl ControlClient {
                 .connect_timeout(Duration::from_millis(300))
                 .build()
                 .expect("a plain HTTP client builds"),
+            preferred: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
         }
     }
 
@@ -217,17 +222,26 @@ impl ControlClient {
         body: &T,
         limit: Duration,
     ) -> Option<LeaseResponse> {
-        for s in &self.servers {
+        use std::sync::atomic::Ordering;
+        let n = self.servers.len();
+        let first = self.preferred.load(Ordering::Relaxed) % n.max(1);
+        // Each server gets a share of the time, the preferred one the most.
+        let share = (limit / 2).max(Duration::from_millis(200));
+        for k in 0..n {
+            let i = (first + k) % n;
             let r = self
                 .http
-                .post(format!("http://{s}{path}"))
-                .timeout(limit)
+                .post(format!("http://{}{path}", self.servers[i]))
+                .timeout(share)
                 .json(body)
                 .send()
                 .await;
             if let Ok(r) = r {
-                if let Ok(Ok(resp)) = r.json::<Result<LeaseResponse, String>>().await {
-                    return Some(resp);
+                if let Ok(res) = r.json::<Result<LeaseResponse, String>>().await {
+                    self.preferred.store(i, Ordering::Relaxed);
+                    // An error from a live server (no leader yet, not yet
+                    // grantable) is an answer too: no need to ask the others.
+                    return res.ok();
                 }
             }
         }
@@ -257,15 +271,20 @@ impl ControlClient {
 
     /// Reads the lease table from the first server that answers.
     pub async fn table(&self) -> Option<hale_control::LeaseTable> {
-        for s in &self.servers {
+        use std::sync::atomic::Ordering;
+        let n = self.servers.len();
+        let first = self.preferred.load(Ordering::Relaxed) % n.max(1);
+        for k in 0..n {
+            let i = (first + k) % n;
             if let Ok(r) = self
                 .http
-                .get(format!("http://{s}/control/table"))
-                .timeout(Duration::from_secs(1))
+                .get(format!("http://{}/control/table", self.servers[i]))
+                .timeout(Duration::from_millis(500))
                 .send()
                 .await
             {
                 if let Ok(t) = r.json().await {
+                    self.preferred.store(i, Ordering::Relaxed);
                     return Some(t);
                 }
             }

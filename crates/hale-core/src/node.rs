@@ -572,9 +572,13 @@ impl<I: Identity> Node<I> {
         self.transmits.push_back(Transmit { to, channel, bytes });
     }
 
+    /// Times each piece of news is sent: `retransmit_mult * ceil(log10(N + 2))`,
+    /// and never fewer than three gossip rounds' worth, so that small
+    /// clusters (where the logarithm gives 4) do not leave a member out.
     pub(crate) fn retransmit_limit(&self) -> u32 {
         let n = (self.live + 2) as f64;
-        (self.cfg.retransmit_mult as f64 * n.log10().ceil()).max(1.0) as u32
+        let by_size = self.cfg.retransmit_mult as f64 * n.log10().ceil();
+        by_size.max((3 * self.cfg.gossip_fanout) as f64) as u32
     }
 
     /// A gossip round: queued news to `gossip_fanout` random live members,

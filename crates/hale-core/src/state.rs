@@ -376,8 +376,16 @@ impl<I: Identity> Node<I> {
                 let span = max.saturating_sub(min).mul_f64(frac.min(1.0));
                 t0 + max.saturating_sub(span).max(min)
             }
-            // No evidence of our own: wait for a verdict from an accuser, or the maximum.
-            None => s.started + max,
+            // No evidence of our own: an accuser's verdict usually arrives
+            // first; if it was lost, conclude a second after an accuser would
+            // have (Lifeguard's time from when we heard, plus one second, so a
+            // refutation has even more time to reach us than it has to reach
+            // the accusers).
+            None => {
+                let frac = ((s.accusers.len().max(1)) as f64).ln() / ((k + 1) as f64).ln();
+                let span = max.saturating_sub(min).mul_f64(frac.min(1.0));
+                s.started + max.saturating_sub(span).max(min) + Duration::from_secs(1)
+            }
         };
         s.deadline = if allowed {
             verdict_at.min(expiry)

@@ -251,7 +251,7 @@ fn killing_the_holders_agent_fences_it_before_a_standby_is_promoted() {
     let i = c.index(&holder);
     c.signal(i, Signal::SIGKILL);
     let _ = c.nodes[i].child.take().unwrap().wait();
-    let (next, e2) = wait_for("a standby takes db", Duration::from_secs(20), || {
+    let (next, e2) = wait_for("a standby takes db", Duration::from_secs(30), || {
         c.holder().filter(|(h, _)| *h != holder)
     });
     assert_eq!(next, "n1", "the next-best healthy candidate");
@@ -272,7 +272,7 @@ fn a_holder_frozen_longer_than_its_lease_is_fenced_and_stays_demoted_after_resum
     let (holder, epoch) = first_holder(&c);
     let i = c.index(&holder);
     c.signal(i, Signal::SIGSTOP);
-    let (next, e2) = wait_for("a standby takes db", Duration::from_secs(20), || {
+    let (next, e2) = wait_for("a standby takes db", Duration::from_secs(30), || {
         c.holder().filter(|(h, _)| *h != holder)
     });
     c.signal(i, Signal::SIGCONT);
@@ -284,7 +284,10 @@ fn a_holder_frozen_longer_than_its_lease_is_fenced_and_stays_demoted_after_resum
     let v2 = c.roles(i).unwrap_or(v);
     let local = &v2["local"][0];
     assert_ne!(local["state"], "holder", "{v2}");
-    let h = c.history();
+    let h = wait_for("the promote hook ran", Duration::from_secs(10), || {
+        let h = c.history();
+        promote_time(&h, &next, e2).map(|_| h)
+    });
     let fenced = demote_time(&h, &holder, epoch).expect("fenced while frozen");
     assert!(fenced < promote_time(&h, &next, e2).expect("promoted"));
     check(&h).unwrap();
@@ -295,11 +298,14 @@ fn a_hung_essential_service_hands_the_role_over() {
     let c = Cluster::start("");
     let (holder, epoch) = first_holder(&c);
     std::fs::remove_file(c.path(&format!("healthy-{holder}"))).unwrap();
-    let (next, e2) = wait_for("a standby takes db", Duration::from_secs(20), || {
+    let (next, e2) = wait_for("a standby takes db", Duration::from_secs(30), || {
         c.holder().filter(|(h, _)| *h != holder)
     });
     assert_eq!(next, "n1");
-    let h = c.history();
+    let h = wait_for("the promote hook ran", Duration::from_secs(10), || {
+        let h = c.history();
+        promote_time(&h, &next, e2).map(|_| h)
+    });
     assert!(demote_time(&h, &holder, epoch).unwrap() < promote_time(&h, &next, e2).unwrap());
     check(&h).unwrap();
 }
