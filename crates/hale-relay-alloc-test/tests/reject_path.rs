@@ -78,14 +78,25 @@ fn rejecting_an_event_allocates_nothing_on_the_callers_thread() {
             }
         })
         .collect();
+    // The worker keeps draining the queue (the breaker is open, so it drops
+    // what it takes), so a few reports may be accepted: count allocations per
+    // call, and sum them over the refused calls only.
     let mut refused = 0u32;
-    let before = allocations();
+    let mut allocated_while_refusing = 0u64;
     for e in events {
-        refused += u32::from(r.report(e) == Err(Rejected::Overflow));
+        let before = allocations();
+        let outcome = r.report(e);
+        let after = allocations();
+        if outcome == Err(Rejected::Overflow) {
+            refused += 1;
+            allocated_while_refusing += after - before;
+        }
     }
-    let after = allocations();
-    assert_eq!(refused, 20_000);
-    assert_eq!(after - before, 0, "the reject path allocated");
+    assert!(
+        refused >= 10_000,
+        "only {refused} of 20000 refused: the queue was not full"
+    );
+    assert_eq!(allocated_while_refusing, 0, "the reject path allocated");
     // The accept path may allocate (the caller's event is moved into a
     // preallocated slot; nothing else) — not asserted.
 }
