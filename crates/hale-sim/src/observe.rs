@@ -105,6 +105,9 @@ pub struct Observer {
     pub visits: FxHashMap<u32, BTreeMap<u64, Vec<u32>>>,
     /// Events recorded.
     pub events: u64,
+    /// Largest datagram any node sent, as of the last bandwidth sample
+    /// (kept here so that nodes that crash later still count).
+    pub largest_datagram: u64,
     /// Every event, when logging is on (see [`Observer::keep_log`]).
     pub log: Option<Vec<(Time, u32, Event<SimId>)>>,
     hash: u64,
@@ -144,6 +147,15 @@ impl Observer {
         self.added.get(&i).is_some_and(|a| *a <= t)
     }
 
+    /// Whether node `i` was itself the subject of an injected fault at some
+    /// point in `[from, to]` (such an observer learns of others' faults
+    /// late through no fault of the protocol).
+    pub fn faulty_during(&self, i: u32, from: Time, to: Time) -> bool {
+        self.faults
+            .iter()
+            .any(|g| g.node == i && g.at <= to && g.ended.is_none_or(|e| e > from))
+    }
+
     pub(crate) fn node_added(&mut self, i: u32, at: Time) {
         self.added.entry(i).or_insert(at);
         if self.prev.len() <= i as usize {
@@ -164,7 +176,7 @@ impl Observer {
             Action::Freeze(i, _) => Some((i, FaultKind::Freeze)),
             Action::CutOff(i, true) => Some((i, FaultKind::CutOff)),
             Action::BlockIngress(i, true) => Some((i, FaultKind::IngressBlocked)),
-            Action::CutOff(i, false) | Action::BlockIngress(i, false) => {
+            Action::CutOff(i, false) | Action::BlockIngress(i, false) | Action::Restart(i) => {
                 self.end_fault(i, now);
                 None
             }
@@ -275,6 +287,7 @@ impl Observer {
         for (i, n) in nodes.iter().enumerate() {
             let cur = n.map(|n| {
                 let s = n.stats();
+                self.largest_datagram = self.largest_datagram.max(s.largest_datagram);
                 (
                     s.datagram_bytes_out + s.stream_bytes_out,
                     s.datagram_bytes_out,

@@ -6,7 +6,7 @@ mod no_false_death;
 mod probe_coverage;
 
 pub use convergence::views_converged;
-pub use detection::every_fault_detected;
+pub use detection::{every_fault_detected, OBSERVER_GRACE};
 pub use no_false_death::no_false_death;
 pub use probe_coverage::probe_coverage;
 
@@ -16,7 +16,9 @@ use hale_core::Time;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Violation {
     /// A healthy member was declared dead.
-    #[error("{count} healthy member(s) declared dead; first: node {member} by node {observer} at {at}")]
+    #[error(
+        "{count} healthy member(s) declared dead; first: node {member} by node {observer} at {at}"
+    )]
     FalseDeath {
         /// How many times.
         count: usize,
