@@ -109,6 +109,8 @@ pub struct RunReport {
     pub virtual_secs: f64,
     /// Wall-clock seconds the run took.
     pub wall_secs: f64,
+    /// Of which building the cluster (the warm start).
+    pub setup_secs: f64,
     /// Digest of the event log (equal for equal runs).
     pub digest: String,
     /// Events the nodes reported.
@@ -231,6 +233,7 @@ impl RunReport {
             nodes: sc.nodes,
             virtual_secs: sim.now().as_secs_f64(),
             wall_secs: f.wall.as_secs_f64(),
+            setup_secs: f.setup.as_secs_f64(),
             digest: format!("{:016x}", o.digest()),
             events: o.events,
             faults,
@@ -278,6 +281,7 @@ impl RunReport {
     pub fn without_timing(&self) -> RunReport {
         RunReport {
             wall_secs: 0.0,
+            setup_secs: 0.0,
             ..self.clone()
         }
     }

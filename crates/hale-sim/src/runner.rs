@@ -45,6 +45,8 @@ pub struct Finished {
     pub checks: Vec<CheckResult>,
     /// Wall-clock time of the run.
     pub wall: Duration,
+    /// Wall-clock time of building the cluster (the warm start), included in `wall`.
+    pub setup: Duration,
 }
 
 /// The simulator configuration of a scenario run with `seed`.
@@ -83,6 +85,7 @@ pub fn simulate(
     let started = Instant::now();
     let plan = sc.plan(seed)?;
     let mut sim = Sim::new(sim_config(sc, seed, &plan)?);
+    let setup = started.elapsed();
     for (t, a) in &plan.actions {
         sim.schedule(*t, a.clone());
     }
@@ -115,6 +118,7 @@ pub fn simulate(
         seed,
         checks,
         wall: started.elapsed(),
+        setup,
     })
 }
 

@@ -67,8 +67,8 @@ impl Display for Report {
         let _ = writeln!(out, "\nruns");
         let _ = writeln!(
             out,
-            "  {:>20} {:>10} {:>10} {:>8} {:>11} {:>8}  checks",
-            "seed", "wall", "events", "faults", "false dead", "susp."
+            "  {:>20} {:>10} {:>10} {:>10} {:>8} {:>11} {:>8}  checks",
+            "seed", "wall", "(setup)", "events", "faults", "false dead", "susp."
         );
         for r in &self.runs {
             let checks = if r.passed() {
@@ -84,9 +84,10 @@ impl Display for Report {
             };
             let _ = writeln!(
                 out,
-                "  {:>20} {:>9.1}s {:>10} {:>8} {:>11} {:>8}  {checks}",
+                "  {:>20} {:>9.1}s {:>9.1}s {:>10} {:>8} {:>11} {:>8}  {checks}",
                 r.seed,
                 r.wall_secs,
+                r.setup_secs,
                 r.events,
                 r.faults.len(),
                 r.false_deaths,
