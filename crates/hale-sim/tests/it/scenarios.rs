@@ -140,7 +140,9 @@ fn an_undetected_fault_fails_the_run_and_names_the_seed() {
     assert!(!report.summary.passed);
     let seeds: Vec<u64> = report.summary.failures.iter().map(|f| f.seed).collect();
     assert_eq!(seeds, vec![41, 42]);
-    assert!(report.summary.failures[0].violation.contains("freeze of node 3"));
+    assert!(report.summary.failures[0]
+        .violation
+        .contains("freeze of node 3"));
     assert!(report.to_string().contains("FAIL"));
 }
 
@@ -159,7 +161,9 @@ fn every_scenario_file_parses_and_plans() {
         "soak-24h",
     ] {
         assert!(
-            files.iter().any(|f| f.file_stem().is_some_and(|s| s == required)),
+            files
+                .iter()
+                .any(|f| f.file_stem().is_some_and(|s| s == required)),
             "scenarios/{required}.toml is missing"
         );
     }
@@ -195,29 +199,35 @@ fn an_unknown_key_is_an_error_naming_it() {
     assert!(e.contains("unknown field `lossy`"), "{e}");
     let e = parse_error(&with("[config]\nprobe_intervall = \"1s\"\n"));
     assert!(e.contains("unknown field `probe_intervall`"), "{e}");
-    let e = parse_error(&with("[[step]]\nat = \"1m\"\naction = \"crash\"\nnodez = 3\n"));
+    let e = parse_error(&with(
+        "[[step]]\nat = \"1m\"\naction = \"crash\"\nnodez = 3\n",
+    ));
     assert!(e.contains("unknown field `nodez`"), "{e}");
-    let e = parse_error(&with("[[step]]\nat = \"1m\"\naction = \"explode\"\nnode = 3\n"));
+    let e = parse_error(&with(
+        "[[step]]\nat = \"1m\"\naction = \"explode\"\nnode = 3\n",
+    ));
     assert!(e.contains("unknown variant `explode`"), "{e}");
 }
 
 #[test]
 fn a_bad_value_is_an_error_naming_the_key() {
-    let e = parse_error(
-        "name = \"x\"\ndescription = \"x\"\nnodes = \"many\"\nduration = \"1m\"\n",
-    );
+    let e = parse_error("name = \"x\"\ndescription = \"x\"\nnodes = \"many\"\nduration = \"1m\"\n");
     assert!(e.contains("nodes"), "{e}");
-    let e = parse_error(
-        "name = \"x\"\ndescription = \"x\"\nnodes = 3\nduration = \"10 parsecs\"\n",
+    let e =
+        parse_error("name = \"x\"\ndescription = \"x\"\nnodes = 3\nduration = \"10 parsecs\"\n");
+    assert!(
+        e.contains("duration") && e.contains("invalid duration"),
+        "{e}"
     );
-    assert!(e.contains("duration") && e.contains("invalid duration"), "{e}");
     let e = parse_error(&with("profile = \"moon\"\n"));
     assert!(e.contains("profile") && e.contains("moon"), "{e}");
     let e = parse_error(&with("[network]\nloss = 1.5\n"));
     assert!(e.contains("`network.loss`"), "{e}");
     let e = parse_error(&with("[config]\nprobe_timeout = \"2s\"\n"));
     assert!(e.contains("`config.probe_timeout`"), "{e}");
-    let e = parse_error(&with("[[step]]\nat = \"1m\"\naction = \"freeze\"\nnode = 3\n"));
+    let e = parse_error(&with(
+        "[[step]]\nat = \"1m\"\naction = \"freeze\"\nnode = 3\n",
+    ));
     assert!(e.contains("`step[0].duration`"), "{e}");
     let e = parse_error(&with(
         "[[step]]\nat = \"1m\"\naction = \"loss\"\nvalue = 2.0\n",
@@ -226,20 +236,31 @@ fn a_bad_value_is_an_error_naming_the_key() {
     let e = parse_error(&with(
         "[[step]]\nat = \"1m\"\naction = \"crash\"\nnode = 3\nvalue = 0.5\n",
     ));
-    assert!(e.contains("`step[0].value`") && e.contains("does not apply"), "{e}");
-    let e = parse_error(&with("[[step]]\nat = \"5m\"\naction = \"crash\"\nnode = 3\n"));
+    assert!(
+        e.contains("`step[0].value`") && e.contains("does not apply"),
+        "{e}"
+    );
+    let e = parse_error(&with(
+        "[[step]]\nat = \"5m\"\naction = \"crash\"\nnode = 3\n",
+    ));
     assert!(e.contains("`step[0].at`"), "{e}");
 }
 
 #[test]
 fn a_target_outside_the_cluster_is_an_error_naming_the_key() {
-    let sc = Scenario::from_toml(&with("[[step]]\nat = \"1m\"\naction = \"crash\"\nnode = 30\n"))
-        .expect("parses: the size can be overridden");
+    let sc = Scenario::from_toml(&with(
+        "[[step]]\nat = \"1m\"\naction = \"crash\"\nnode = 30\n",
+    ))
+    .expect("parses: the size can be overridden");
     let e = sc.plan(1).expect_err("node 30 does not exist").to_string();
     assert!(e.contains("`step[0].node`"), "{e}");
-    let sc = Scenario::from_toml(&with("[[step]]\nat = \"1m\"\naction = \"crash\"\ncount = 11\n"))
-        .expect("parses");
-    assert!(matches!(sc.plan(1), Err(ScenarioError::Invalid { key, .. }) if key == "step[0].count"));
+    let sc = Scenario::from_toml(&with(
+        "[[step]]\nat = \"1m\"\naction = \"crash\"\ncount = 11\n",
+    ))
+    .expect("parses");
+    assert!(
+        matches!(sc.plan(1), Err(ScenarioError::Invalid { key, .. }) if key == "step[0].count")
+    );
 }
 
 #[test]
