@@ -1,6 +1,7 @@
 //! What the nodes report, compared with the ground truth as it happens.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use rustc_hash::FxHashMap;
 
@@ -8,6 +9,12 @@ use hale_core::{Event, Node, Time};
 
 use crate::engine::{Action, Truth};
 use crate::id::SimId;
+
+/// A death verdict reached by a node that was on the other side of a
+/// partition from the member, less than this after the partition ended, is
+/// the partition's doing (its suspicion started while they were separated),
+/// not a false death.
+pub const PARTITION_GRACE: Duration = Duration::from_secs(30);
 
 /// Which fault was injected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -91,7 +98,9 @@ pub struct Observer {
     pub faults: Vec<FaultRecord>,
     /// Healthy members declared dead.
     pub false_deaths: Vec<FalseDeath>,
-    /// Deaths declared across a partition (expected, not false).
+    /// Deaths declared across a partition, or on the verdict of a node that
+    /// was across one that just ended (see [`PARTITION_GRACE`]): expected,
+    /// not false.
     pub partition_deaths: u64,
     /// Every suspicion reported.
     pub suspicions: u64,
@@ -111,6 +120,10 @@ pub struct Observer {
     /// Every event, when logging is on (see [`Observer::keep_log`]).
     pub log: Option<Vec<(Time, u32, Event<SimId>)>>,
     hash: u64,
+    /// Partition groups in force (from the actions), and those of the last
+    /// partition that ended, with when it ended.
+    groups: FxHashMap<u32, u32>,
+    healed: Option<(FxHashMap<u32, u32>, Time)>,
     prev: Vec<Option<(u64, u64, u64)>>,
     added: FxHashMap<u32, Time>,
     last_sample: Time,
@@ -180,7 +193,17 @@ impl Observer {
                 self.end_fault(i, now);
                 None
             }
+            Action::Partition(ref groups) => {
+                self.end_partition(now);
+                for (g, members) in groups.iter().enumerate() {
+                    for &m in members {
+                        self.groups.insert(m, g as u32 + 1);
+                    }
+                }
+                None
+            }
             Action::Heal => {
+                self.end_partition(now);
                 let open: Vec<u32> = self.open.keys().copied().collect();
                 for i in open {
                     if self.faults[self.open[&i]].kind != FaultKind::Crash {
@@ -201,6 +224,21 @@ impl Observer {
                 dead_at: FxHashMap::default(),
             });
         }
+    }
+
+    fn end_partition(&mut self, now: Time) {
+        if !self.groups.is_empty() {
+            self.healed = Some((std::mem::take(&mut self.groups), now));
+        }
+    }
+
+    /// Whether `a` and `b` were on different sides of a partition that
+    /// ended less than [`PARTITION_GRACE`] before `now`.
+    fn recently_separated(&self, a: u32, b: u32, now: Time) -> bool {
+        self.healed.as_ref().is_some_and(|(g, ended)| {
+            now.saturating_since(*ended) < PARTITION_GRACE
+                && g.get(&a).copied().unwrap_or(0) != g.get(&b).copied().unwrap_or(0)
+        })
     }
 
     fn end_fault(&mut self, i: u32, now: Time) {
@@ -241,11 +279,15 @@ impl Observer {
             log.push((now, observer, e.clone()));
         }
         match e {
-            Event::Dead { member, .. } => {
+            Event::Dead {
+                member, evidence, ..
+            } => {
                 let m = member.0;
                 if let Some(&f) = self.open.get(&m) {
                     self.faults[f].dead_at.entry(observer).or_insert(now);
-                } else if !truth.same_side(observer, m) {
+                } else if !truth.same_side(observer, m)
+                    || self.recently_separated(evidence.declared_by.0, m, now)
+                {
                     self.partition_deaths += 1;
                 } else if truth.healthy(m) {
                     self.false_deaths.push(FalseDeath {

@@ -444,6 +444,8 @@ pub struct Summary {
     pub healthy_suspicions_per_node_hour: f64,
     /// Suspicions of anyone.
     pub suspicions: u64,
+    /// Deaths declared across a partition (expected).
+    pub partition_deaths: u64,
     /// Protocol bytes per node per second: steady mean and idle mean
     /// (means over runs), peaks (maxima over runs).
     pub bytes_per_node_sec: Bandwidth,
@@ -531,6 +533,7 @@ impl Report {
             healthy_suspicions,
             healthy_suspicions_per_node_hour: healthy_suspicions as f64 / node_hours,
             suspicions: runs.iter().map(|r| r.suspicions).sum(),
+            partition_deaths: runs.iter().map(|r| r.partition_deaths).sum(),
             bytes_per_node_sec: mean_bw(&runs, |r| r.bytes_per_node_sec),
             msgs_per_node_sec: mean_bw(&runs, |r| r.msgs_per_node_sec),
             largest_datagram: runs.iter().map(|r| r.largest_datagram).max().unwrap_or(0),

@@ -37,7 +37,7 @@ pub struct SimArgs {
 
 impl SimArgs {
     /// The command line that reruns one seed.
-    fn reproduce(&self, seed: u64) -> String {
+    pub(crate) fn reproduce(&self, seed: u64) -> String {
         let mut cmd = format!("hale sim {} --seed {seed}", self.scenario.display());
         if let Some(n) = self.nodes {
             cmd.push_str(&format!(" --nodes {n}"));

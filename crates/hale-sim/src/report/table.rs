@@ -133,6 +133,13 @@ impl Display for Report {
             "  suspicions of healthy members: {} ({:.2e} per node-hour); all suspicions: {}",
             sm.healthy_suspicions, sm.healthy_suspicions_per_node_hour, sm.suspicions
         );
+        if sm.partition_deaths > 0 {
+            let _ = writeln!(
+                out,
+                "  deaths declared across a partition (expected): {}",
+                sm.partition_deaths
+            );
+        }
         let _ = writeln!(out, "\nbandwidth per node per second");
         let _ = writeln!(
             out,

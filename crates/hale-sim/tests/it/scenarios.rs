@@ -276,3 +276,28 @@ fn the_report_renders_as_json_and_svg() {
     let table = report.to_string();
     assert!(table.contains("all observers") && table.contains("bandwidth"));
 }
+
+#[test]
+fn a_partition_costs_expected_deaths_but_no_false_ones() {
+    let sc = Scenario::from_toml(
+        r#"
+name = "split"
+description = "Two halves for 30 s, then heal."
+nodes = 16
+duration = "3m"
+
+[phases]
+heal = "1m"
+
+[[step]]
+at = "30s"
+action = "partition"
+sides = 2
+duration = "30s"
+"#,
+    )
+    .expect("valid");
+    let report = hale_sim::run_many(&sc, &[1, 2, 3], &mut |_, _| {}).expect("runs");
+    assert!(report.summary.passed, "{:?}", report.summary.failures);
+    assert!(report.summary.partition_deaths > 0);
+}
