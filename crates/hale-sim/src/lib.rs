@@ -13,8 +13,15 @@ pub mod engine;
 pub mod id;
 pub mod net;
 pub mod observe;
+pub mod plot;
+pub mod report;
+pub mod runner;
+pub mod scenario;
 
 pub use engine::{Action, Sim, SimConfig, Status, Truth};
 pub use id::SimId;
 pub use net::Network;
 pub use observe::{FalseDeath, FaultKind, FaultRecord, Observer, Sample};
+pub use report::{Report, RunReport};
+pub use runner::{run, run_many};
+pub use scenario::{Scenario, ScenarioError};

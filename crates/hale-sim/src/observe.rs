@@ -1,6 +1,7 @@
 //! What the nodes report, compared with the ground truth as it happens.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use rustc_hash::FxHashMap;
 
@@ -8,6 +9,12 @@ use hale_core::{Event, Node, Time};
 
 use crate::engine::{Action, Truth};
 use crate::id::SimId;
+
+/// A death verdict reached by a node that was on the other side of a
+/// partition from the member, less than this after the partition ended, is
+/// the partition's doing (its suspicion started while they were separated),
+/// not a false death.
+pub const PARTITION_GRACE: Duration = Duration::from_secs(30);
 
 /// Which fault was injected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -91,7 +98,9 @@ pub struct Observer {
     pub faults: Vec<FaultRecord>,
     /// Healthy members declared dead.
     pub false_deaths: Vec<FalseDeath>,
-    /// Deaths declared across a partition (expected, not false).
+    /// Deaths declared across a partition, or on the verdict of a node that
+    /// was across one that just ended (see [`PARTITION_GRACE`]): expected,
+    /// not false.
     pub partition_deaths: u64,
     /// Deaths in the view of an observer that is itself impaired (cut off,
     /// unable to receive): its own view, which the protocol keeps others
@@ -109,9 +118,16 @@ pub struct Observer {
     pub visits: FxHashMap<u32, BTreeMap<u64, Vec<u32>>>,
     /// Events recorded.
     pub events: u64,
+    /// Largest datagram any node sent, as of the last bandwidth sample
+    /// (kept here so that nodes that crash later still count).
+    pub largest_datagram: u64,
     /// Every event, when logging is on (see [`Observer::keep_log`]).
     pub log: Option<Vec<(Time, u32, Event<SimId>)>>,
     hash: u64,
+    /// Partition groups in force (from the actions), and those of the last
+    /// partition that ended, with when it ended.
+    groups: FxHashMap<u32, u32>,
+    healed: Option<(FxHashMap<u32, u32>, Time)>,
     prev: Vec<Option<(u64, u64, u64)>>,
     added: FxHashMap<u32, Time>,
     last_sample: Time,
@@ -148,6 +164,15 @@ impl Observer {
         self.added.get(&i).is_some_and(|a| *a <= t)
     }
 
+    /// Whether node `i` was itself the subject of an injected fault at some
+    /// point in `[from, to]` (such an observer learns of others' faults
+    /// late through no fault of the protocol).
+    pub fn faulty_during(&self, i: u32, from: Time, to: Time) -> bool {
+        self.faults
+            .iter()
+            .any(|g| g.node == i && g.at <= to && g.ended.is_none_or(|e| e > from))
+    }
+
     pub(crate) fn node_added(&mut self, i: u32, at: Time) {
         self.added.entry(i).or_insert(at);
         if self.prev.len() <= i as usize {
@@ -168,11 +193,21 @@ impl Observer {
             Action::Freeze(i, _) => Some((i, FaultKind::Freeze)),
             Action::CutOff(i, true) => Some((i, FaultKind::CutOff)),
             Action::BlockIngress(i, true) => Some((i, FaultKind::IngressBlocked)),
-            Action::CutOff(i, false) | Action::BlockIngress(i, false) => {
+            Action::CutOff(i, false) | Action::BlockIngress(i, false) | Action::Restart(i) => {
                 self.end_fault(i, now);
                 None
             }
+            Action::Partition(ref groups) => {
+                self.end_partition(now);
+                for (g, members) in groups.iter().enumerate() {
+                    for &m in members {
+                        self.groups.insert(m, g as u32 + 1);
+                    }
+                }
+                None
+            }
             Action::Heal => {
+                self.end_partition(now);
                 let open: Vec<u32> = self.open.keys().copied().collect();
                 for i in open {
                     if self.faults[self.open[&i]].kind != FaultKind::Crash {
@@ -193,6 +228,21 @@ impl Observer {
                 dead_at: FxHashMap::default(),
             });
         }
+    }
+
+    fn end_partition(&mut self, now: Time) {
+        if !self.groups.is_empty() {
+            self.healed = Some((std::mem::take(&mut self.groups), now));
+        }
+    }
+
+    /// Whether `a` and `b` were on different sides of a partition that
+    /// ended less than [`PARTITION_GRACE`] before `now`.
+    fn recently_separated(&self, a: u32, b: u32, now: Time) -> bool {
+        self.healed.as_ref().is_some_and(|(g, ended)| {
+            now.saturating_since(*ended) < PARTITION_GRACE
+                && g.get(&a).copied().unwrap_or(0) != g.get(&b).copied().unwrap_or(0)
+        })
     }
 
     fn end_fault(&mut self, i: u32, now: Time) {
@@ -233,11 +283,15 @@ impl Observer {
             log.push((now, observer, e.clone()));
         }
         match e {
-            Event::Dead { member, .. } => {
+            Event::Dead {
+                member, evidence, ..
+            } => {
                 let m = member.0;
                 if let Some(&f) = self.open.get(&m) {
                     self.faults[f].dead_at.entry(observer).or_insert(now);
-                } else if !truth.same_side(observer, m) {
+                } else if !truth.same_side(observer, m)
+                    || self.recently_separated(evidence.declared_by.0, m, now)
+                {
                     self.partition_deaths += 1;
                 } else if !truth.healthy(observer) {
                     self.impaired_observer_deaths += 1;
@@ -281,6 +335,7 @@ impl Observer {
         for (i, n) in nodes.iter().enumerate() {
             let cur = n.map(|n| {
                 let s = n.stats();
+                self.largest_datagram = self.largest_datagram.max(s.largest_datagram);
                 (
                     s.datagram_bytes_out + s.stream_bytes_out,
                     s.datagram_bytes_out,

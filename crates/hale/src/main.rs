@@ -10,6 +10,7 @@ mod agent_cmd;
 mod client_cmd;
 mod demo_cmd;
 mod roles_cmd;
+mod sim_cmd;
 
 /// hale: cluster health (SWIM + Lifeguard failure detection).
 #[derive(Debug, Parser)]
@@ -52,11 +53,14 @@ enum Command {
     /// Internal: the fencing watchdog the agent starts for each held role.
     #[command(hide = true)]
     Watchdog(roles_cmd::WatchdogArgs),
+    /// Run a scenario in the deterministic simulator and report on it.
+    Sim(sim_cmd::SimArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
+        Command::Sim(args) => sim_cmd::run(args),
         Command::Agent(a) => agent_cmd::run(a).map(|()| ExitCode::SUCCESS),
         Command::Members(a) => client_cmd::members(&cli.api, a).map(|()| ExitCode::SUCCESS),
         Command::Join { addrs } => client_cmd::join(&cli.api, addrs).map(|()| ExitCode::SUCCESS),
@@ -85,5 +89,36 @@ fn main() -> ExitCode {
             eprintln!("error: {e:#}");
             ExitCode::from(2)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, Parser};
+
+    use super::{Cli, Command};
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn sim_takes_a_scenario_and_its_options() {
+        let cli = Cli::parse_from([
+            "hale", "sim", "s.toml", "--seed", "9", "--runs", "3", "--nodes", "50", "--json",
+            "r.json", "--plot", "p.svg",
+        ]);
+        let Command::Sim(a) = cli.command else {
+            panic!("not the sim command");
+        };
+        assert_eq!(a.scenario.to_str(), Some("s.toml"));
+        assert_eq!((a.seed, a.runs, a.nodes), (Some(9), 3, Some(50)));
+        assert_eq!(a.reproduce(9), "hale sim s.toml --seed 9 --nodes 50");
+    }
+
+    #[test]
+    fn zero_runs_are_refused() {
+        assert!(Cli::try_parse_from(["hale", "sim", "s.toml", "--runs", "0"]).is_err());
     }
 }

@@ -6,7 +6,7 @@ mod no_false_death;
 mod probe_coverage;
 
 pub use convergence::views_converged;
-pub use detection::every_fault_detected;
+pub use detection::{every_fault_detected, OBSERVER_GRACE};
 pub use no_false_death::no_false_death;
 pub use probe_coverage::probe_coverage;
 

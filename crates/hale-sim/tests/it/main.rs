@@ -1,6 +1,7 @@
-//! Integration tests of hale-sim (one binary).
+//! Integration tests of hale-sim: one test binary, one module per subject.
 
 // In tests a panic is the failure report: unwrapping is how a test fails.
 #![allow(clippy::unwrap_used)]
 
 mod membership;
+mod scenarios;
