@@ -133,6 +133,10 @@ pub struct Node<I: Identity> {
     pub(crate) events: VecDeque<Event<I>>,
     pub(crate) stats: Stats,
     pub(crate) last_now: Time,
+    /// Scratch space for encoding (ring positions).
+    pub(crate) scratch: Vec<u8>,
+    /// No events while loading a snapshot.
+    pub(crate) quiet: bool,
 }
 
 impl<I: Identity> Node<I> {
@@ -141,7 +145,8 @@ impl<I: Identity> Node<I> {
         cfg.validate()?;
         let mut rng = Xoshiro256PlusPlus::seed_from_u64(cfg.rng_seed);
         let cluster = cluster_id(&cfg.cluster);
-        let my_ring = ring_position(cluster, &me);
+        let mut scratch = Vec::with_capacity(128);
+        let my_ring = ring_position(cluster, &me, &mut scratch);
         // Random phases so that nodes started together do not probe in lockstep.
         let probe_phase = rng.random_range(0..cfg.probe_interval.as_nanos() as u64);
         let pp_phase = rng.random_range(0..cfg.push_pull_interval.as_nanos() as u64);
@@ -185,6 +190,8 @@ impl<I: Identity> Node<I> {
             events: VecDeque::new(),
             stats: Stats::default(),
             last_now: now,
+            scratch,
+            quiet: false,
             me,
             cfg,
         })
@@ -485,6 +492,12 @@ impl<I: Identity> Node<I> {
     /// the caller is far later than the next timer. What was in flight cannot
     /// be judged, and suspicions get time for refutations to arrive.
     fn check_pause(&mut self, now: Time) {
+        // The next deadline is never before the last input, so an input soon
+        // after the previous one cannot reveal a pause: skip the work.
+        if now <= self.last_now + self.cfg.pause_threshold {
+            self.last_now = self.last_now.max(now);
+            return;
+        }
         let expected = self.next_deadline().max(self.last_now);
         self.last_now = self.last_now.max(now);
         if expected == Time::NEVER || now <= expected + self.cfg.pause_threshold {
@@ -522,6 +535,9 @@ impl<I: Identity> Node<I> {
     }
 
     pub(crate) fn push_event(&mut self, e: Event<I>) {
+        if self.quiet {
+            return;
+        }
         if self.events.len() >= self.cfg.max_events {
             self.events.pop_front();
             self.stats.events_dropped += 1;
@@ -573,12 +589,17 @@ impl<I: Identity> Node<I> {
     }
 
     /// Times each piece of news is sent: `retransmit_mult * ceil(log10(N + 2))`,
-    /// and never fewer than three gossip rounds' worth, so that small
-    /// clusters (where the logarithm gives 4) do not leave a member out.
+    /// and never fewer than the eager burst plus four more gossip rounds
+    /// (`5 * fanout + 2`). The eager burst informs all but a few percent of
+    /// the cluster within milliseconds; each later round misses a given
+    /// member with probability about `e^-fanout`, so four rounds leave it
+    /// uninformed with probability around 1e-7. (With memberlist's
+    /// `4 * log10(N)` alone, the burst and one round used the whole budget
+    /// and about one member in 300 never heard a verdict; found in `hale sim`.)
     pub(crate) fn retransmit_limit(&self) -> u32 {
         let n = (self.live + 2) as f64;
         let by_size = self.cfg.retransmit_mult as f64 * n.log10().ceil();
-        by_size.max((3 * self.cfg.gossip_fanout) as f64) as u32
+        by_size.max((5 * self.cfg.gossip_fanout + 2) as f64) as u32
     }
 
     /// A gossip round: queued news to `gossip_fanout` random live members,
@@ -593,8 +614,14 @@ impl<I: Identity> Node<I> {
         for t in targets {
             self.send(t, Channel::Datagram, Vec::new());
         }
-        if let Some(dead) = self.random_recent_dead(now) {
-            self.send(dead, Channel::Datagram, Vec::new());
+        // One round in three also goes to a member declared dead lately, so a
+        // member wrongly declared dead learns it (it also learns from dead
+        // notices as soon as it speaks); every round would spend a quarter of
+        // the retransmit budget on members that are usually really dead.
+        if self.rng.random_ratio(1, 3) {
+            if let Some(dead) = self.random_recent_dead(now) {
+                self.send(dead, Channel::Datagram, Vec::new());
+            }
         }
     }
 
@@ -664,12 +691,13 @@ impl<I: Identity> Node<I> {
 }
 
 /// A member's position on the monitoring ring: stable across nodes.
-pub(crate) fn ring_position<I: Identity>(cluster: u64, id: &I) -> u64 {
-    let mut buf = Vec::with_capacity(id.encoded_len() + 8);
+/// `buf` is scratch space, reused across calls.
+pub(crate) fn ring_position<I: Identity>(cluster: u64, id: &I, buf: &mut Vec<u8>) -> u64 {
+    buf.clear();
     buf.extend_from_slice(&cluster.to_le_bytes());
-    id.encode(&mut buf);
+    id.encode(buf);
     // Finalise with a splitmix step so that similar names spread over the ring.
-    let mut z = fnv1a(&buf).wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = fnv1a(buf).wrapping_add(0x9e37_79b9_7f4a_7c15);
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)

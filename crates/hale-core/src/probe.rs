@@ -65,7 +65,7 @@ impl<I: Identity> Node<I> {
             return;
         }
         if let Some(target) = self.next_walk_target() {
-            let outcome = if self.is_fresh(&target, now) {
+            let outcome = if self.is_fresh(&target, now, self.cfg.probe_interval) {
                 self.stats.probes_skipped_fresh += 1;
                 ProbeVisit::SkippedFresh
             } else {
@@ -85,7 +85,7 @@ impl<I: Identity> Node<I> {
             let target = self.monitored[i].clone();
             let live = self.members.get(&target).is_some_and(|m| m.state.is_live());
             if live
-                && !self.is_fresh(&target, now)
+                && !self.is_fresh(&target, now, self.cfg.probe_interval / 2)
                 && !self.probes.iter().any(|p| p.target == target)
             {
                 self.start_probe(now, &target);
@@ -93,15 +93,17 @@ impl<I: Identity> Node<I> {
         }
     }
 
-    /// Heard from within the last probe interval, alive, and not itself
-    /// reporting poor health (a node that cannot receive still sends).
-    fn is_fresh(&self, id: &I, now: Time) -> bool {
+    /// Heard from within `window`, alive, and not itself reporting poor
+    /// health (a node that cannot receive still sends). The round-robin walk
+    /// uses a whole probe interval; monitors use half, so that a member that
+    /// froze right after speaking is probed within half a period.
+    fn is_fresh(&self, id: &I, now: Time, window: std::time::Duration) -> bool {
         self.cfg.skip_fresh
             && self.members.get(id).is_some_and(|m| {
                 m.state == MemberState::Alive
                     && m.health < self.cfg.health_discount
                     && m.last_heard > Time::ZERO
-                    && now.saturating_since(m.last_heard) < self.cfg.probe_interval
+                    && now.saturating_since(m.last_heard) < window
             })
     }
 
@@ -200,7 +202,7 @@ impl<I: Identity> Node<I> {
         self.monitored = best.into_iter().map(|(_, id)| id).collect();
     }
 
-    fn start_probe(&mut self, now: Time, target: &I) {
+    pub(crate) fn start_probe(&mut self, now: Time, target: &I) {
         let Some(m) = self.members.get(target) else {
             return;
         };
@@ -311,6 +313,7 @@ impl<I: Identity> Node<I> {
             let (target, inc, health) = (p.target.clone(), m.incarnation, self.health);
             let me = self.me.clone();
             self.apply_suspect(now, &target, inc, &me, health);
+            self.verification_failed(now, &target);
         }
     }
 

@@ -39,6 +39,8 @@ pub(crate) struct Suspicion<I> {
     pub(crate) accusers: Vec<I>,
     pub(crate) discounted: Vec<I>,
     pub(crate) deadline: Time,
+    /// A verification probe was started before a verdict on others' word.
+    pub(crate) verifying: bool,
 }
 
 /// Accusations made by one accuser in the current window.
@@ -128,7 +130,7 @@ impl<I: Identity> Node<I> {
         let known = self.members.get(member).map(|m| (m.state, m.incarnation));
         match known {
             None => {
-                let ring = ring_position(self.cluster, member);
+                let ring = ring_position(self.cluster, member, &mut self.scratch);
                 self.members.insert(
                     member.clone(),
                     Member {
@@ -248,6 +250,9 @@ impl<I: Identity> Node<I> {
         let Some(m) = self.members.get(member) else {
             return;
         };
+        if m.state.is_live() && incarnation < m.incarnation {
+            self.stats.stale_news += 1;
+        }
         if !m.state.is_live() || incarnation < m.incarnation {
             return;
         }
@@ -276,6 +281,7 @@ impl<I: Identity> Node<I> {
                     accusers: Vec::new(),
                     discounted: Vec::new(),
                     deadline: Time::NEVER,
+                    verifying: false,
                 },
             );
             self.push_event(Event::Suspected {
@@ -387,7 +393,11 @@ impl<I: Identity> Node<I> {
                 s.started + max.saturating_sub(span).max(min) + Duration::from_secs(1)
             }
         };
-        s.deadline = if allowed {
+        s.deadline = if s.verifying && s.accused_at.is_none() {
+            // A verification probe is under way or did not fail: its outcome,
+            // news, or expiry decides.
+            expiry
+        } else if allowed {
             verdict_at.min(expiry)
         } else {
             expiry
@@ -407,18 +417,55 @@ impl<I: Identity> Node<I> {
             };
             let allowed = self.verdict_allowed(&id, s, now);
             let started = s.started;
+            let own_evidence = s.accused_at.is_some();
+            let verifying = s.verifying;
             if let Some(s) = self.suspicions.get_mut(&id) {
                 s.deadline = Time::NEVER;
             }
-            if allowed {
+            if allowed && !own_evidence && !verifying {
+                // Never convict on others' word alone: probe it ourselves
+                // first (the ping carries the suspicion, so a live member
+                // refutes in its ack). A failed probe concludes at once.
+                self.start_verification(now, &id);
+            } else if allowed && own_evidence {
                 self.declare_dead(now, &id);
             } else if now >= started + self.cfg.suspicion_max * 2 {
                 // Never corroborated: let it go rather than hold it forever.
                 self.stats.suspicions_expired += 1;
                 self.set_state(now, &id, MemberState::Alive);
+            } else if verifying {
+                // Our own probe did not fail: wait for news, or let it expire.
+                let expiry = started + self.cfg.suspicion_max * 2;
+                if let Some(s) = self.suspicions.get_mut(&id) {
+                    s.deadline = expiry;
+                }
+                self.deadlines.insert((expiry, id.clone()));
             } else {
                 self.rearm(&id, now);
             }
+        }
+    }
+
+    fn start_verification(&mut self, now: Time, id: &I) {
+        let wait = self.scaled(self.cfg.probe_interval) + Duration::from_millis(50);
+        if let Some(s) = self.suspicions.get_mut(id) {
+            s.verifying = true;
+            s.deadline = now + wait;
+            self.deadlines.insert((s.deadline, id.clone()));
+        }
+        if !self.probes.iter().any(|p| p.target == *id) {
+            self.start_probe(now, id);
+        }
+    }
+
+    /// Our verification probe of `id` failed: conclude now if the evidence allows.
+    pub(crate) fn verification_failed(&mut self, now: Time, id: &I) {
+        let Some(s) = self.suspicions.get(id) else {
+            return;
+        };
+        if s.verifying && self.verdict_allowed(id, s, now) {
+            self.deadlines.remove(&(s.deadline, id.clone()));
+            self.declare_dead(now, id);
         }
     }
 
@@ -476,6 +523,9 @@ impl<I: Identity> Node<I> {
         let Some(m) = self.members.get(member) else {
             return;
         };
+        if m.state.is_live() && incarnation < m.incarnation {
+            self.stats.stale_news += 1;
+        }
         if !m.state.is_live() || incarnation < m.incarnation {
             return;
         }

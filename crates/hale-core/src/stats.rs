@@ -108,6 +108,8 @@ pub struct Stats {
     pub deaths_accepted: u64,
     /// Suspicions that expired without a verdict (not enough accusers).
     pub suspicions_expired: u64,
+    /// Suspicions or deaths ignored because they named an older incarnation.
+    pub stale_news: u64,
     /// Full-state syncs started.
     pub syncs: u64,
     /// Full-state sync replies refused by the rate limit.

@@ -26,11 +26,18 @@ impl<I: Identity> Node<I> {
 
     /// Loads a member list from a trusted snapshot (a saved state, or a
     /// simulator's warm start): every record is merged as if received in a
-    /// full-state sync, without gossiping it.
+    /// full-state sync, without gossiping it and without events.
     pub fn restore(&mut self, now: Time, records: impl IntoIterator<Item = MemberRecord<I>>) {
+        // A snapshot is not news: no events (read `members()`), and the first
+        // full-state sync is spread over the interval for the new size, so
+        // that nodes restored together do not all sync at once.
+        self.quiet = true;
         for r in records {
             self.merge_record(now, None, r);
         }
+        self.quiet = false;
+        let interval = self.push_pull_interval().as_nanos() as u64;
+        self.next_push_pull = now + Duration::from_nanos(self.rng.random_range(0..interval.max(1)));
     }
 
     /// Every member known here, this node first, as sent in a full-state sync.

@@ -155,7 +155,11 @@ pub struct Sim {
     /// The network, changeable at any time.
     pub net: Network,
     traffic_rate: f64,
+    tap: Option<Tap>,
 }
+
+/// Sees every packet a node sends: (time, from, to, channel, bytes).
+pub type Tap = Box<dyn FnMut(Time, u32, u32, Channel, &[u8]) + Send + Sync>;
 
 impl Sim {
     /// Builds the cluster at time zero.
@@ -171,6 +175,7 @@ impl Sim {
             observer: Observer::new(cfg.nodes as usize),
             net: cfg.net.clone(),
             traffic_rate: 0.0,
+            tap: None,
             cfg,
         };
         let n = sim.cfg.nodes;
@@ -390,6 +395,9 @@ impl Sim {
         };
         while let Some(t) = node.poll_transmit() {
             let to = t.to.0;
+            if let Some(tap) = self.tap.as_mut() {
+                tap(now, i, to, t.channel, &t.bytes);
+            }
             if to as usize >= self.slots.len() {
                 continue;
             }
@@ -633,6 +641,11 @@ impl Sim {
             }
             Action::Traffic(r) => self.set_traffic(r),
         }
+    }
+
+    /// Watches every packet sent from now on (for debugging a seed).
+    pub fn set_tap(&mut self, tap: Tap) {
+        self.tap = Some(tap);
     }
 
     /// Runs `f` on node `i` (if it has state) at the current time, then
