@@ -160,33 +160,9 @@ impl Config {
     pub fn new(profile: Profile) -> Config {
         let ms = Duration::from_millis;
         let (interval, timeout, smin, smax, gossip, pp, dead_gossip) = match profile {
-            Profile::Lan => (
-                ms(1000),
-                ms(500),
-                ms(2500),
-                ms(10_000),
-                ms(200),
-                30,
-                ms(30_000),
-            ),
-            Profile::Wan => (
-                ms(5000),
-                ms(3000),
-                ms(9000),
-                ms(54_000),
-                ms(500),
-                60,
-                ms(60_000),
-            ),
-            Profile::Local => (
-                ms(1000),
-                ms(200),
-                ms(2200),
-                ms(8000),
-                ms(100),
-                15,
-                ms(15_000),
-            ),
+            Profile::Lan => (ms(1000), ms(500), ms(2500), ms(10_000), ms(200), 30, ms(30_000)),
+            Profile::Wan => (ms(5000), ms(3000), ms(9000), ms(54_000), ms(500), 60, ms(60_000)),
+            Profile::Local => (ms(1000), ms(200), ms(2200), ms(8000), ms(100), 15, ms(15_000)),
         };
         Config {
             cluster: "hale".to_owned(),

@@ -491,11 +491,7 @@ impl<I: Identity> Node<I> {
         self.relays.clear();
         self.bump_health(1);
         let floor = now + self.cfg.suspicion_min;
-        let late: Vec<(Time, I)> = self
-            .deadlines
-            .range(..(floor, self.me.clone()))
-            .cloned()
-            .collect();
+        let late: Vec<(Time, I)> = self.deadlines.range(..(floor, self.me.clone())).cloned().collect();
         for (d, id) in late {
             self.deadlines.remove(&(d, id.clone()));
             self.deadlines.insert((floor, id));
@@ -538,8 +534,7 @@ impl<I: Identity> Node<I> {
     pub(crate) fn send(&mut self, to: I, channel: Channel, mut primary: Vec<Message<I>>) {
         let header = self.header();
         if channel == Channel::Datagram {
-            let used =
-                header.encoded_len() + primary.iter().map(Message::encoded_len).sum::<usize>();
+            let used = header.encoded_len() + primary.iter().map(Message::encoded_len).sum::<usize>();
             let limit = self.retransmit_limit();
             self.broadcasts
                 .take(MAX_DATAGRAM.saturating_sub(used), limit, &mut primary);
@@ -590,13 +585,7 @@ impl<I: Identity> Node<I> {
     }
 
     /// Queues news and gossips it right away.
-    pub(crate) fn broadcast(
-        &mut self,
-        now: Time,
-        class: Class,
-        key: (I, Option<I>),
-        msg: Message<I>,
-    ) {
+    pub(crate) fn broadcast(&mut self, now: Time, class: Class, key: (I, Option<I>), msg: Message<I>) {
         self.broadcasts.push(class, key, msg);
         self.stats.broadcasts_dropped = self.broadcasts.dropped;
         self.next_gossip = self.next_gossip.min(now);

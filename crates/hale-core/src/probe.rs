@@ -84,10 +84,7 @@ impl<I: Identity> Node<I> {
         for i in 0..self.monitored.len() {
             let target = self.monitored[i].clone();
             let live = self.members.get(&target).is_some_and(|m| m.state.is_live());
-            if live
-                && !self.is_fresh(&target, now)
-                && !self.probes.iter().any(|p| p.target == target)
-            {
+            if live && !self.is_fresh(&target, now) && !self.probes.iter().any(|p| p.target == target) {
                 self.start_probe(now, &target);
             }
         }
@@ -328,11 +325,7 @@ impl<I: Identity> Node<I> {
             self.withdraw_accusation(&p.target);
         } else if let Some(i) = self.relays.iter().position(|r| r.seq == seq) {
             let r = self.relays.swap_remove(i);
-            self.send(
-                r.origin,
-                Channel::Datagram,
-                vec![Message::Ack { seq: r.origin_seq }],
-            );
+            self.send(r.origin, Channel::Datagram, vec![Message::Ack { seq: r.origin_seq }]);
         }
     }
 
@@ -352,11 +345,7 @@ impl<I: Identity> Node<I> {
         suspected: Option<u32>,
     ) {
         if target == self.me {
-            self.send(
-                from.clone(),
-                Channel::Datagram,
-                vec![Message::Ack { seq: origin_seq }],
-            );
+            self.send(from.clone(), Channel::Datagram, vec![Message::Ack { seq: origin_seq }]);
             return;
         }
         if self.relays.len() >= 64 {

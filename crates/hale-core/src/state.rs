@@ -172,13 +172,10 @@ impl<I: Identity> Node<I> {
     /// health, or it has accused too large a share of the cluster lately.
     fn discounted(&mut self, now: Time, accuser: &I, health: u8) -> bool {
         let window = self.cfg.accusation_window;
-        let w = self
-            .accusers
-            .entry(accuser.clone())
-            .or_insert(AccuserWindow {
-                start: now,
-                count: 0,
-            });
+        let w = self.accusers.entry(accuser.clone()).or_insert(AccuserWindow {
+            start: now,
+            count: 0,
+        });
         if now.saturating_since(w.start) > window {
             *w = AccuserWindow {
                 start: now,
@@ -186,9 +183,7 @@ impl<I: Identity> Node<I> {
             };
         }
         w.count += 1;
-        let limit = (self.cfg.accusation_burst * (self.live + 1) as f64)
-            .ceil()
-            .max(3.0) as u32;
+        let limit = (self.cfg.accusation_burst * (self.live + 1) as f64).ceil().max(3.0) as u32;
         health >= self.cfg.health_discount || w.count > limit
     }
 
@@ -269,12 +264,7 @@ impl<I: Identity> Node<I> {
             accuser: accuser.clone(),
             accuser_health,
         };
-        self.broadcast(
-            now,
-            Class::Suspect,
-            (member.clone(), Some(accuser.clone())),
-            msg,
-        );
+        self.broadcast(now, Class::Suspect, (member.clone(), Some(accuser.clone())), msg);
     }
 
     /// Independent healthy accusers needed for a verdict here.

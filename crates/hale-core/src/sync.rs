@@ -99,9 +99,7 @@ impl<I: Identity> Node<I> {
     pub(crate) fn push_pull_tick(&mut self, now: Time) {
         // Spread over half to one and a half intervals, so that nodes started
         // together do not sync in waves.
-        let interval = self
-            .push_pull_interval()
-            .mul_f64(self.rng.random_range(0.5..1.5));
+        let interval = self.push_pull_interval().mul_f64(self.rng.random_range(0.5..1.5));
         self.next_push_pull = now + interval;
         if self.left {
             return;
@@ -128,11 +126,7 @@ impl<I: Identity> Node<I> {
             return;
         }
         let c = self.tombstones[self.rng.random_range(0..self.tombstones.len())].clone();
-        if self
-            .members
-            .get(&c)
-            .is_some_and(|m| m.state == MemberState::Dead)
-        {
+        if self.members.get(&c).is_some_and(|m| m.state == MemberState::Dead) {
             let seq = self.fresh_seq();
             let ping = Message::Ping {
                 seq,

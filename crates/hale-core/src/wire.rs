@@ -438,8 +438,12 @@ impl<I: Identity> Message<I> {
                     }
                 }
             }
-            TAG_ACK => Message::Ack { seq: r.varint32()? },
-            TAG_NACK => Message::Nack { seq: r.varint32()? },
+            TAG_ACK => Message::Ack {
+                seq: r.varint32()?,
+            },
+            TAG_NACK => Message::Nack {
+                seq: r.varint32()?,
+            },
             TAG_ALIVE => Message::Alive {
                 member: I::decode(r)?,
                 incarnation: r.varint32()?,
@@ -559,12 +563,7 @@ impl<I: Identity> Packet<I> {
 
     /// Bytes `encode` writes.
     pub fn encoded_len(&self) -> usize {
-        self.header.encoded_len()
-            + self
-                .messages
-                .iter()
-                .map(Message::encoded_len)
-                .sum::<usize>()
+        self.header.encoded_len() + self.messages.iter().map(Message::encoded_len).sum::<usize>()
     }
 
     /// Decodes a packet received on `channel`, rejecting any cluster but
