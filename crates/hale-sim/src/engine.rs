@@ -137,7 +137,6 @@ struct Slot {
     timer_at: Time,
     traffic_gen: u64,
     queued: Vec<(Channel, Vec<u8>)>,
-    slow: Duration,
 }
 
 /// A simulated cluster.
@@ -156,6 +155,10 @@ pub struct Sim {
     pub net: Network,
     traffic_rate: f64,
     tap: Option<Tap>,
+    /// Extra processing delay of each node (Slow), indexed by node.
+    slow: Vec<Duration>,
+    /// Reused buffer for a node's events between polling and recording.
+    event_buf: Vec<hale_core::Event<SimId>>,
 }
 
 /// Sees every packet a node sends: (time, from, to, channel, bytes).
@@ -176,6 +179,8 @@ impl Sim {
             net: cfg.net.clone(),
             traffic_rate: 0.0,
             tap: None,
+            slow: Vec::new(),
+            event_buf: Vec::new(),
             cfg,
         };
         let n = sim.cfg.nodes;
@@ -196,7 +201,6 @@ impl Sim {
                 timer_at: Time::NEVER,
                 traffic_gen: 0,
                 queued: Vec::new(),
-                slow: Duration::ZERO,
             });
             sim.observer.node_added(i, Time::ZERO);
             sim.after_io(i);
@@ -292,18 +296,14 @@ impl Sim {
     }
 
     fn push(&mut self, at: Time, ev: Ev) {
-        let idx = match self.free.pop() {
-            Some(i) => {
-                self.payloads[i] = Some(ev);
-                i
-            }
-            None => {
-                self.payloads.push(Some(ev));
-                self.payloads.len() - 1
-            }
-        };
-        self.seq += 1;
-        self.queue.push(Reverse((at, self.seq, idx)));
+        push_event(
+            &mut self.queue,
+            &mut self.payloads,
+            &mut self.free,
+            &mut self.seq,
+            at,
+            ev,
+        );
     }
 
     /// Runs every event up to and including `until`.
@@ -387,10 +387,25 @@ impl Sim {
         self.after_io(to);
     }
 
-    /// Routes what node `i` wants to send, records its events, re-arms its timer.
+    /// Routes what node `i` wants to send, records its events, re-arms its
+    /// timer. The node is borrowed in place (moving it out and back would
+    /// copy its 1.2 KB state twice per event).
     fn after_io(&mut self, i: u32) {
         let now = self.now;
-        let Some(mut node) = self.slots[i as usize].node.take() else {
+        let Sim {
+            slots,
+            net,
+            rng,
+            queue,
+            payloads,
+            free,
+            seq,
+            slow,
+            event_buf,
+            ..
+        } = self;
+        let n_slots = slots.len();
+        let Some(node) = slots[i as usize].node.as_mut() else {
             return;
         };
         while let Some(t) = node.poll_transmit() {
@@ -398,30 +413,32 @@ impl Sim {
             if let Some(tap) = self.tap.as_mut() {
                 tap(now, i, to, t.channel, &t.bytes);
             }
-            if to as usize >= self.slots.len() {
+            if to as usize >= n_slots {
                 continue;
             }
-            if let Some(delay) = self.net.route(&mut self.rng, i, to, t.channel) {
-                let extra = self.slots[to as usize].slow;
-                self.push(
-                    now + delay + extra,
-                    Ev::Deliver {
-                        to,
-                        channel: t.channel,
-                        bytes: t.bytes,
-                    },
-                );
+            if let Some(delay) = net.route(rng, i, to, t.channel) {
+                let extra = slow.get(to as usize).copied().unwrap_or_default();
+                let ev = Ev::Deliver {
+                    to,
+                    channel: t.channel,
+                    bytes: t.bytes,
+                };
+                push_event(queue, payloads, free, seq, now + delay + extra, ev);
             }
         }
-        while let Some(e) = node.poll_event() {
+        event_buf.extend(std::iter::from_fn(|| node.poll_event()));
+        let next = node.poll_timeout().unwrap_or(Time::NEVER);
+        if !event_buf.is_empty() {
+            let mut events = std::mem::take(&mut self.event_buf);
             let truth = Truth {
                 statuses: &self.slots,
                 net: &self.net,
             };
-            self.observer.record(now, i, &e, &truth);
+            for e in events.drain(..) {
+                self.observer.record(now, i, &e, &truth);
+            }
+            self.event_buf = events;
         }
-        let next = node.poll_timeout().unwrap_or(Time::NEVER);
-        self.slots[i as usize].node = Some(node);
         let slot = &mut self.slots[i as usize];
         if next != slot.timer_at {
             slot.timer_at = next;
@@ -560,7 +577,12 @@ impl Sim {
                 };
                 self.push(until, Ev::Resume { node: i });
             }
-            Action::Slow(i, d) => self.slots[i as usize].slow = d,
+            Action::Slow(i, d) => {
+                if self.slow.len() <= i as usize {
+                    self.slow.resize(i as usize + 1, Duration::ZERO);
+                }
+                self.slow[i as usize] = d;
+            }
             Action::Restart(i) => {
                 if self.slots[i as usize].status != Status::Crashed {
                     return;
@@ -595,7 +617,6 @@ impl Sim {
                         timer_at: Time::NEVER,
                         traffic_gen: 0,
                         queued: Vec::new(),
-                        slow: Duration::ZERO,
                     });
                 }
                 let s = &mut self.slots[i as usize];
@@ -682,6 +703,30 @@ impl Sim {
     pub fn is_impaired(&self, i: u32) -> bool {
         self.truth().impaired(i)
     }
+}
+
+/// Queues `ev` at `at` (a free function so that it can run while a node is
+/// borrowed from the slots).
+fn push_event(
+    queue: &mut BinaryHeap<Reverse<(Time, u64, usize)>>,
+    payloads: &mut Vec<Option<Ev>>,
+    free: &mut Vec<usize>,
+    seq: &mut u64,
+    at: Time,
+    ev: Ev,
+) {
+    let idx = match free.pop() {
+        Some(i) => {
+            payloads[i] = Some(ev);
+            i
+        }
+        None => {
+            payloads.push(Some(ev));
+            payloads.len() - 1
+        }
+    };
+    *seq += 1;
+    queue.push(Reverse((at, *seq, idx)));
 }
 
 fn set_flag(set: &mut rustc_hash::FxHashSet<u32>, i: u32, on: bool) {

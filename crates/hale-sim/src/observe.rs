@@ -106,6 +106,11 @@ pub struct Observer {
     /// unable to receive): its own view, which the protocol keeps others
     /// from accepting; not counted as false deaths.
     pub impaired_observer_deaths: u64,
+    /// Deaths accepted, less than [`PARTITION_GRACE`] after a member's
+    /// freeze or cut-off ended, on a verdict reached during that fault (an
+    /// observer catching up on old news, typically one that was frozen
+    /// too): expected, not false.
+    pub stale_deaths: u64,
     /// Every suspicion reported.
     pub suspicions: u64,
     /// Suspicions of healthy members (refuted, but they cost traffic).
@@ -245,6 +250,20 @@ impl Observer {
         })
     }
 
+    /// Whether `m`'s last fault ended less than [`PARTITION_GRACE`] before
+    /// `now` after someone had declared it dead.
+    fn recently_detected_fault(&self, m: u32, now: Time) -> bool {
+        self.faults
+            .iter()
+            .rev()
+            .find(|f| f.node == m)
+            .is_some_and(|f| {
+                !f.dead_at.is_empty()
+                    && f.ended
+                        .is_some_and(|e| now.saturating_since(e) < PARTITION_GRACE)
+            })
+    }
+
     fn end_fault(&mut self, i: u32, now: Time) {
         if let Some(idx) = self.open.remove(&i) {
             self.faults[idx].ended = Some(now);
@@ -295,6 +314,8 @@ impl Observer {
                     self.partition_deaths += 1;
                 } else if !truth.healthy(observer) {
                     self.impaired_observer_deaths += 1;
+                } else if self.recently_detected_fault(m, now) {
+                    self.stale_deaths += 1;
                 } else if truth.healthy(m) {
                     self.false_deaths.push(FalseDeath {
                         at: now,

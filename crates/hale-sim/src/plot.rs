@@ -146,11 +146,14 @@ fn draw_bandwidth(area: &Area<'_>, report: &Report) -> Result<(), String> {
         .flat_map(|r| r.samples.iter().map(|s| s.1))
         .fold(1.0f64, f64::max)
         * 1.1;
+    let every = runs
+        .first()
+        .and_then(|r| r.samples.get(..2))
+        .filter(|s| s.len() == 2)
+        .map_or(10.0, |s| s[1].0 - s[0].0);
+    let caption = format!("protocol bytes per node per second ({every:.0} s samples)");
     let mut chart = ChartBuilder::on(area)
-        .caption(
-            "protocol bytes per node per second (10 s samples)",
-            ("sans-serif", 22),
-        )
+        .caption(caption, ("sans-serif", 22))
         .margin(15)
         .x_label_area_size(40)
         .y_label_area_size(70)

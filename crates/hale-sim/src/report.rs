@@ -125,6 +125,9 @@ pub struct RunReport {
     pub false_death_examples: Vec<FalseDeathReport>,
     /// Deaths declared across a partition (expected).
     pub partition_deaths: u64,
+    /// Deaths accepted just after a detected freeze or cut-off ended, on a
+    /// verdict reached during it (expected).
+    pub stale_deaths: u64,
     /// Suspicions of any member.
     pub suspicions: u64,
     /// Suspicions of healthy members (refuted, but costly).
@@ -250,6 +253,7 @@ impl RunReport {
                 })
                 .collect(),
             partition_deaths: o.partition_deaths,
+            stale_deaths: o.stale_deaths,
             suspicions: o.suspicions,
             healthy_suspicions: o.healthy_suspicions,
             node_hours: f64::from(sc.nodes) * hours,
@@ -446,6 +450,8 @@ pub struct Summary {
     pub suspicions: u64,
     /// Deaths declared across a partition (expected).
     pub partition_deaths: u64,
+    /// Deaths accepted just after a detected freeze or cut-off (expected).
+    pub stale_deaths: u64,
     /// Protocol bytes per node per second: steady mean and idle mean
     /// (means over runs), peaks (maxima over runs).
     pub bytes_per_node_sec: Bandwidth,
@@ -534,6 +540,7 @@ impl Report {
             healthy_suspicions_per_node_hour: healthy_suspicions as f64 / node_hours,
             suspicions: runs.iter().map(|r| r.suspicions).sum(),
             partition_deaths: runs.iter().map(|r| r.partition_deaths).sum(),
+            stale_deaths: runs.iter().map(|r| r.stale_deaths).sum(),
             bytes_per_node_sec: mean_bw(&runs, |r| r.bytes_per_node_sec),
             msgs_per_node_sec: mean_bw(&runs, |r| r.msgs_per_node_sec),
             largest_datagram: runs.iter().map(|r| r.largest_datagram).max().unwrap_or(0),

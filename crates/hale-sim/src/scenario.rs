@@ -315,7 +315,7 @@ fn default_true() -> bool {
 #[derive(Debug, thiserror::Error)]
 pub enum ScenarioError {
     /// The file could not be read.
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}")]
     Io {
         /// The file.
         path: String,
@@ -324,7 +324,7 @@ pub enum ScenarioError {
     },
     /// Not valid TOML, an unknown key, or a value of the wrong type (the
     /// message names the key and shows the line).
-    #[error("{0}")]
+    #[error(transparent)]
     Parse(#[from] toml::de::Error),
     /// A value of the right type that makes no sense.
     #[error("invalid `{key}`: {problem}")]

@@ -140,6 +140,13 @@ impl Display for Report {
                 sm.partition_deaths
             );
         }
+        if sm.stale_deaths > 0 {
+            let _ = writeln!(
+                out,
+                "  deaths accepted just after a detected freeze or cut-off ended (expected): {}",
+                sm.stale_deaths
+            );
+        }
         let _ = writeln!(out, "\nbandwidth per node per second");
         let _ = writeln!(
             out,

@@ -301,3 +301,18 @@ duration = "30s"
     assert!(report.summary.passed, "{:?}", report.summary.failures);
     assert!(report.summary.partition_deaths > 0);
 }
+
+#[test]
+fn a_frozen_observer_catching_up_on_a_verdict_is_not_a_false_death() {
+    // Two members freeze together; each is declared dead while the other is
+    // frozen, and learns of the other's death from its queue on resuming,
+    // at the very instant the other resumes too.
+    let sc = Scenario::from_toml(&with(
+        "[[step]]\nat = \"20s\"\naction = \"freeze\"\nnodes = [2, 7]\nduration = \"40s\"\n",
+    ))
+    .expect("valid");
+    let report = hale_sim::run(&sc, 1, &mut |_| {}).expect("runs");
+    assert_eq!(report.false_deaths, 0, "{:?}", report.false_death_examples);
+    assert!(report.stale_deaths > 0, "the case was not exercised");
+    assert!(report.passed(), "{:?}", report.checks);
+}
