@@ -216,36 +216,47 @@ impl ControlClient {
         }
     }
 
+    /// Sends one request to each server in turn, starting with the one that
+    /// answered last, and returns the first answer (remembering who gave it).
+    async fn first_answer<T: serde::de::DeserializeOwned>(
+        &self,
+        limit: Duration,
+        request: impl Fn(&reqwest::Client, SocketAddr) -> reqwest::RequestBuilder,
+    ) -> Option<T> {
+        use std::sync::atomic::Ordering;
+        let n = self.servers.len();
+        let first = self.preferred.load(Ordering::Relaxed) % n.max(1);
+        for k in 0..n {
+            let i = (first + k) % n;
+            let Ok(r) = request(&self.http, self.servers[i])
+                .timeout(limit)
+                .send()
+                .await
+            else {
+                continue;
+            };
+            if let Ok(v) = r.json::<T>().await {
+                self.preferred.store(i, Ordering::Relaxed);
+                return Some(v);
+            }
+        }
+        None
+    }
+
     async fn post<T: Serialize>(
         &self,
         path: &str,
         body: &T,
         limit: Duration,
     ) -> Option<LeaseResponse> {
-        use std::sync::atomic::Ordering;
-        let n = self.servers.len();
-        let first = self.preferred.load(Ordering::Relaxed) % n.max(1);
-        // Each server gets a share of the time, the preferred one the most.
+        // Each server gets a share of the time. An error from a live server
+        // (no leader yet, not grantable yet) is an answer too.
         let share = (limit / 2).max(Duration::from_millis(200));
-        for k in 0..n {
-            let i = (first + k) % n;
-            let r = self
-                .http
-                .post(format!("http://{}{path}", self.servers[i]))
-                .timeout(share)
-                .json(body)
-                .send()
-                .await;
-            if let Ok(r) = r {
-                if let Ok(res) = r.json::<Result<LeaseResponse, String>>().await {
-                    self.preferred.store(i, Ordering::Relaxed);
-                    // An error from a live server (no leader yet, not yet
-                    // grantable) is an answer too: no need to ask the others.
-                    return res.ok();
-                }
-            }
-        }
-        None
+        self.first_answer::<Result<LeaseResponse, String>>(share, |c, s| {
+            c.post(format!("http://{s}{path}")).json(body)
+        })
+        .await
+        .and_then(Result::ok)
     }
 
     /// Asks for `role` for `holder` at `priority`.
@@ -271,25 +282,10 @@ impl ControlClient {
 
     /// Reads the lease table from the first server that answers.
     pub async fn table(&self) -> Option<hale_control::LeaseTable> {
-        use std::sync::atomic::Ordering;
-        let n = self.servers.len();
-        let first = self.preferred.load(Ordering::Relaxed) % n.max(1);
-        for k in 0..n {
-            let i = (first + k) % n;
-            if let Ok(r) = self
-                .http
-                .get(format!("http://{}/control/table", self.servers[i]))
-                .timeout(Duration::from_millis(500))
-                .send()
-                .await
-            {
-                if let Ok(t) = r.json().await {
-                    self.preferred.store(i, Ordering::Relaxed);
-                    return Some(t);
-                }
-            }
-        }
-        None
+        self.first_answer(Duration::from_millis(500), |c, s| {
+            c.get(format!("http://{s}/control/table"))
+        })
+        .await
     }
 }
 

@@ -45,7 +45,11 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("starting the async runtime")
 }
 
-async fn get_json<T: serde::de::DeserializeOwned>(api: &ApiArgs, path: &str) -> anyhow::Result<T> {
+/// GETs `path` from the agent as JSON.
+pub(crate) async fn get_json<T: serde::de::DeserializeOwned>(
+    api: &ApiArgs,
+    path: &str,
+) -> anyhow::Result<T> {
     let r = client()?
         .get(api.url(path))
         .timeout(Duration::from_secs(5))
@@ -155,7 +159,9 @@ pub fn members_table(list: &[MemberView]) -> String {
     out
 }
 
-async fn post(
+/// POSTs `body` to the agent (with the token, if any); 4xx/5xx become errors
+/// carrying the agent's message.
+pub(crate) async fn post(
     api: &ApiArgs,
     path: &str,
     body: serde_json::Value,

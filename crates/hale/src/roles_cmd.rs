@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 
 use crate::client_cmd::ApiArgs;
@@ -35,36 +34,19 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 }
 
 async fn get(api: &ApiArgs, path: &str) -> anyhow::Result<serde_json::Value> {
-    let r = reqwest::Client::new()
-        .get(format!("http://{}{}", api.http, path))
-        .timeout(Duration::from_secs(5))
-        .send()
-        .await
-        .with_context(|| format!("cannot reach the agent at {}", api.http))?;
-    Ok(r.json().await?)
+    crate::client_cmd::get_json(api, path).await
 }
 
 /// `hale roles`.
 pub fn roles(api: &ApiArgs, args: &RolesArgs) -> anyhow::Result<()> {
     runtime()?.block_on(async {
         if let Some(RolesAction::Handover { role }) = &args.action {
-            let mut req = reqwest::Client::new()
-                .post(format!("http://{}/v1/roles/{role}/handover", api.http));
-            if let Some(t) = &api.token {
-                req = req.bearer_auth(t);
-            }
-            let r = req
-                .send()
-                .await
-                .with_context(|| format!("cannot reach the agent at {}", api.http))?;
-            let status = r.status();
-            let v: serde_json::Value = r.json().await.unwrap_or_default();
-            if !status.is_success() {
-                bail!(
-                    "agent answered {status}: {}",
-                    v["error"].as_str().unwrap_or("no detail")
-                );
-            }
+            crate::client_cmd::post(
+                api,
+                &format!("/v1/roles/{role}/handover"),
+                serde_json::json!({}),
+            )
+            .await?;
             println!("handing {role} over to the next candidate");
             return Ok(());
         }
