@@ -30,6 +30,8 @@ pub(crate) struct ApiState {
     pub(crate) shared: Arc<Shared>,
     pub(crate) token: Option<String>,
     pub(crate) relay: Option<hale_relay::Relay>,
+    pub(crate) roles: crate::roles::RoleViews,
+    pub(crate) services: crate::services::Services,
 }
 
 /// An API error: a status and a message.
@@ -213,6 +215,11 @@ async fn openapi() -> Response {
 async fn metrics(State(st): State<ApiState>) -> Result<Response, ApiError> {
     let s = snapshot(&st).await?;
     let mut text = crate::metrics::render(&s, &st.shared);
+    text.push_str(&crate::metrics::render_roles(
+        st.shared.id.name(),
+        &st.roles,
+        &st.services,
+    ));
     if let Some(r) = &st.relay {
         text.push_str(&r.render_metrics());
     }

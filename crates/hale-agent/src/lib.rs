@@ -159,6 +159,8 @@ impl Agent {
             shared: shared.clone(),
             token: cfg.api_token.clone(),
             relay: relay.clone(),
+            roles: roles.views.clone(),
+            services: roles.services.clone(),
         })
         .merge(roles_api::router(roles_api::RolesState {
             views: roles.views.clone(),

@@ -131,3 +131,108 @@ pub fn render(s: &Snapshot, shared: &Shared) -> String {
     let _ = writeln!(out, "# HELP hale_pending_broadcasts News waiting to be gossiped.\n# TYPE hale_pending_broadcasts gauge\nhale_pending_broadcasts{{node=\"{node}\"}} {}", s.pending_broadcasts);
     out
 }
+
+/// Roles (holder, epoch, lease left, promotions, demotions, renewals) and
+/// service checks (runs, failures, health, readiness) of this node.
+pub fn render_roles(
+    node: &str,
+    roles: &crate::roles::RoleViews,
+    services: &crate::services::Services,
+) -> String {
+    let mut out = String::new();
+    let roles = roles.lock().expect("role views lock");
+    if !roles.is_empty() {
+        let _ = writeln!(out, "# HELP hale_role_holder Whether this node holds the role (1) or not (0).\n# TYPE hale_role_holder gauge");
+        for r in roles.values() {
+            let _ = writeln!(
+                out,
+                "hale_role_holder{{node=\"{node}\",role=\"{}\"}} {}",
+                r.role,
+                u8::from(r.state == "holder")
+            );
+        }
+        let _ = writeln!(out, "# HELP hale_role_epoch Fencing epoch held (0 when not holder).\n# TYPE hale_role_epoch gauge");
+        for r in roles.values() {
+            let _ = writeln!(
+                out,
+                "hale_role_epoch{{node=\"{node}\",role=\"{}\"}} {}",
+                r.role,
+                r.epoch.unwrap_or(0)
+            );
+        }
+        let _ = writeln!(out, "# HELP hale_role_lease_left_seconds Lease time left on this node's clock (0 when not holder).\n# TYPE hale_role_lease_left_seconds gauge");
+        for r in roles.values() {
+            let _ = writeln!(
+                out,
+                "hale_role_lease_left_seconds{{node=\"{node}\",role=\"{}\"}} {:.3}",
+                r.role,
+                r.lease_left_ms.unwrap_or(0) as f64 / 1000.0
+            );
+        }
+        for (name, help, get) in [
+            (
+                "promotions",
+                "Times this node became holder (failovers and handovers to it).",
+                (|r: &crate::roles::RoleView| r.promotions) as fn(&crate::roles::RoleView) -> u64,
+            ),
+            ("demotions", "Times this node stopped being holder.", |r| {
+                r.demotions
+            }),
+            ("renewals", "Lease renewals committed.", |r| r.renewals),
+        ] {
+            let _ = writeln!(
+                out,
+                "# HELP hale_role_{name}_total {help}\n# TYPE hale_role_{name}_total counter"
+            );
+            for r in roles.values() {
+                let _ = writeln!(
+                    out,
+                    "hale_role_{name}_total{{node=\"{node}\",role=\"{}\"}} {}",
+                    r.role,
+                    get(r)
+                );
+            }
+        }
+    }
+    let services = crate::services::views(services);
+    if !services.is_empty() {
+        let _ = writeln!(out, "# HELP hale_service_healthy Whether every liveness check passed last time.\n# TYPE hale_service_healthy gauge");
+        for s in &services {
+            let _ = writeln!(
+                out,
+                "hale_service_healthy{{node=\"{node}\",service=\"{}\",essential=\"{}\"}} {}",
+                s.name,
+                s.essential,
+                u8::from(s.healthy)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP hale_check_runs_total Check runs.\n# TYPE hale_check_runs_total counter"
+        );
+        for s in &services {
+            for c in &s.checks {
+                let _ = writeln!(
+                    out,
+                    "hale_check_runs_total{{node=\"{node}\",service=\"{}\",check=\"{}\"}} {}",
+                    s.name,
+                    c.name.replace('"', "'"),
+                    c.runs
+                );
+            }
+        }
+        let _ = writeln!(out, "# HELP hale_check_failures_total Failed check runs (timeouts included).\n# TYPE hale_check_failures_total counter");
+        for s in &services {
+            for c in &s.checks {
+                let _ = writeln!(
+                    out,
+                    "hale_check_failures_total{{node=\"{node}\",service=\"{}\",check=\"{}\"}} {}",
+                    s.name,
+                    c.name.replace('"', "'"),
+                    c.failures
+                );
+            }
+        }
+    }
+    out
+}

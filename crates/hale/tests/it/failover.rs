@@ -339,7 +339,7 @@ timeout = "200ms"
     std::thread::sleep(Duration::from_secs(4));
     assert_eq!(
         c.holder(),
-        Some((holder, epoch)),
+        Some((holder.clone(), epoch)),
         "no failover for a non-essential service"
     );
     let out = Command::new(env!("CARGO_BIN_EXE_hale"))
@@ -354,6 +354,31 @@ timeout = "200ms"
             .iter()
             .all(|m| m["state"] == "alive"),
         "{members}"
+    );
+    // Both show in the holder's metrics: the role held, the hanging sink reported.
+    let i = c.index(&holder);
+    let text = crate::support::http_get(c.nodes[i].http, "/metrics").unwrap();
+    let node = format!("node=\"{holder}\"");
+    let m = |name: &str, labels: &[&str]| crate::support::metric(&text, name, labels);
+    assert_eq!(
+        m("hale_role_holder", &[&node, "role=\"db\""]),
+        1.0,
+        "{text}"
+    );
+    assert_eq!(
+        m("hale_service_healthy", &[&node, "service=\"sentry\""]),
+        0.0,
+        "{text}"
+    );
+    assert_eq!(
+        m("hale_service_healthy", &[&node, "service=\"pg\""]),
+        1.0,
+        "{text}"
+    );
+    assert!(m("hale_role_renewals_total", &[&node]) > 0.0, "{text}");
+    assert!(
+        m("hale_check_failures_total", &[&node, "service=\"sentry\""]) > 0.0,
+        "{text}"
     );
     check(&c.history()).unwrap();
 }
