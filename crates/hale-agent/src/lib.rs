@@ -374,7 +374,7 @@ struct RolesRunning {
     views: roles::RoleViews,
     services: services::Services,
     client: Option<roles::ControlClient>,
-    handovers: std::collections::BTreeMap<String, mpsc::Sender<()>>,
+    handovers: std::collections::BTreeMap<String, mpsc::Sender<Option<String>>>,
     stop: watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     check_tasks: Vec<tokio::task::JoinHandle<()>>,

@@ -354,8 +354,9 @@ pub struct RoleManager {
     pub on_change: OnRoleChange,
     /// Fires when the agent stops: hand the role over at once.
     pub stop: tokio::sync::watch::Receiver<bool>,
-    /// Operator handovers: step down and let the next candidate take over.
-    pub handover: tokio::sync::mpsc::Receiver<()>,
+    /// Operator handovers: step down and let the next candidate (or the
+    /// named one) take over.
+    pub handover: tokio::sync::mpsc::Receiver<Option<String>>,
 }
 
 impl RoleManager {
@@ -423,9 +424,9 @@ impl RoleManager {
                     }
                     return;
                 }
-                Some(()) = self.handover.recv() => {
+                Some(to) = self.handover.recv() => {
                     if let Some((lease, wd)) = held.take() {
-                        self.demote(lease.epoch, wd, "handover").await;
+                        self.demote_to(lease.epoch, wd, "handover", to).await;
                         // Let the next candidate take it.
                         hold_off_until = Some(Instant::now() + self.timing.lease);
                     }
@@ -557,6 +558,16 @@ impl RoleManager {
     }
 
     async fn demote(&self, epoch: u64, wd: Option<Watchdog>, reason: &'static str) {
+        self.demote_to(epoch, wd, reason, None).await;
+    }
+
+    async fn demote_to(
+        &self,
+        epoch: u64,
+        wd: Option<Watchdog>,
+        reason: &'static str,
+        next: Option<String>,
+    ) {
         let ok = self.hook(self.spec.demote.clone(), epoch, reason).await;
         if let Some(w) = wd {
             let _ = tokio::task::spawn_blocking(move || w.release()).await;
@@ -565,6 +576,7 @@ impl RoleManager {
             role: self.spec.name.clone(),
             holder: self.node.clone(),
             epoch,
+            next,
         };
         // Best effort: if the release is lost, the lease lapses on its own.
         let _ = self.control.write(&req, Duration::from_millis(500)).await;

@@ -18,7 +18,7 @@ pub(crate) struct RolesState {
     pub(crate) views: RoleViews,
     pub(crate) services: Services,
     pub(crate) control: Option<ControlClient>,
-    pub(crate) handovers: BTreeMap<String, mpsc::Sender<()>>,
+    pub(crate) handovers: BTreeMap<String, mpsc::Sender<Option<String>>>,
     pub(crate) token: Option<String>,
 }
 
@@ -71,6 +71,7 @@ async fn handover(
     State(st): State<RolesState>,
     Path(role): Path<String>,
     headers: HeaderMap,
+    body: axum::body::Bytes,
 ) -> Response {
     if let Some(want) = &st.token {
         let got = headers
@@ -102,7 +103,23 @@ async fn handover(
             format!("this node does not hold {role:?}; ask the holder's agent"),
         );
     }
-    match tx.try_send(()) {
+    // Optional body: {"to": "node"} names the candidate to hand over to.
+    let to = if body.is_empty() {
+        None
+    } else {
+        match serde_json::from_slice::<serde_json::Value>(&body) {
+            Ok(v) if v.get("to").is_none_or(|t| t.is_string() || t.is_null()) => {
+                v.get("to").and_then(|t| t.as_str()).map(str::to_owned)
+            }
+            _ => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    r#"expected {"to": "node-name"} or an empty body"#,
+                )
+            }
+        }
+    };
+    match tx.try_send(to) {
         Ok(()) => (
             StatusCode::ACCEPTED,
             Json(serde_json::json!({ "handover": role })),

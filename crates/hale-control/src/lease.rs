@@ -55,6 +55,10 @@ pub enum LeaseRequest {
         holder: String,
         /// Its epoch.
         epoch: u64,
+        /// The candidate the holder hands over to, if it names one: the
+        /// grantor prefers it for one lease period.
+        #[serde(default)]
+        next: Option<String>,
     },
 }
 
@@ -142,6 +146,7 @@ impl LeaseTable {
                 role,
                 holder,
                 epoch,
+                ..
             } => {
                 let r = self.roles.entry(role.clone()).or_default();
                 if r.epoch != *epoch || r.holder.as_deref() != Some(holder) {
@@ -221,6 +226,8 @@ pub struct Grantor {
     /// Per role: contenders heard from (name → priority, last request), and
     /// since when this round of contention has been tracked.
     contenders: BTreeMap<String, Contention>,
+    /// Per role: a candidate named by an operator handover, until when.
+    preferred: BTreeMap<String, (String, Time)>,
 }
 
 /// One role's contention: since when it is tracked, and each contender's
@@ -235,7 +242,15 @@ impl Grantor {
             leader_since: now,
             last_seen: BTreeMap::new(),
             contenders: BTreeMap::new(),
+            preferred: BTreeMap::new(),
         }
+    }
+
+    /// A handover named `next` for `role`: prefer it over priority for one
+    /// lease from `now`, if it asks.
+    pub fn prefer(&mut self, role: &str, next: &str, now: Time) {
+        self.preferred
+            .insert(role.to_owned(), (next.to_owned(), now + self.timing.lease));
     }
 
     /// A grant or renewal of `role` committed; this leader saw it at `now`.
@@ -288,6 +303,16 @@ impl Grantor {
         entry.1.insert(holder.to_owned(), (priority, now));
         self.may_grant(table, role, now)?;
         let (since, contenders) = &self.contenders[role];
+        if let Some((next, until)) = self.preferred.get(role) {
+            if now < *until {
+                if next == holder {
+                    self.preferred.remove(role);
+                    self.contenders.remove(role);
+                    return Ok(self.grant(table, role, holder));
+                }
+                return Err(GrantDelay::BetterCandidate(next.clone()));
+            }
+        }
         let settled = *since + poll + poll / 5;
         if now < settled {
             return Err(GrantDelay::Arbitrating(settled));

@@ -24,6 +24,9 @@ pub enum RolesAction {
     Handover {
         /// The role.
         role: String,
+        /// Hand it to this candidate (by node name) rather than the next by priority.
+        #[arg(long)]
+        to: Option<String>,
     },
 }
 
@@ -40,14 +43,17 @@ async fn get(api: &ApiArgs, path: &str) -> anyhow::Result<serde_json::Value> {
 /// `hale roles`.
 pub fn roles(api: &ApiArgs, args: &RolesArgs) -> anyhow::Result<()> {
     runtime()?.block_on(async {
-        if let Some(RolesAction::Handover { role }) = &args.action {
+        if let Some(RolesAction::Handover { role, to }) = &args.action {
             crate::client_cmd::post(
                 api,
                 &format!("/v1/roles/{role}/handover"),
-                serde_json::json!({}),
+                serde_json::json!({ "to": to }),
             )
             .await?;
-            println!("handing {role} over to the next candidate");
+            match to {
+                Some(n) => println!("handing {role} over to {n}"),
+                None => println!("handing {role} over to the next candidate"),
+            }
             return Ok(());
         }
         let v = get(api, "/v1/roles").await?;

@@ -106,6 +106,23 @@ impl ControlPlane {
         let grantor: Arc<Mutex<Option<Grantor>>> = Arc::new(Mutex::new(None));
         let g = grantor.clone();
         let hook: store::ApplyHook = Arc::new(move |req, resp| {
+            if let (
+                LeaseRequest::Release {
+                    role,
+                    next: Some(next),
+                    ..
+                },
+                LeaseResponse::Released,
+            ) = (req, resp)
+            {
+                if let Some(gr) = g.lock().expect("grantor lock").as_mut() {
+                    gr.prefer(
+                        role,
+                        next,
+                        Time::from_nanos(origin.elapsed().as_nanos() as u64),
+                    );
+                }
+            }
             if matches!(
                 resp,
                 LeaseResponse::Granted { .. } | LeaseResponse::Renewed { .. }

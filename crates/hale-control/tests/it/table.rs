@@ -48,6 +48,7 @@ fn only_the_holder_at_its_epoch_renews_or_releases() {
         role: "db".into(),
         holder: "b".into(),
         epoch: 2,
+        next: None,
     };
     assert_eq!(t.apply(&release), LeaseResponse::Released);
     assert_eq!(t.role("db").unwrap().holder, None);

@@ -382,3 +382,38 @@ timeout = "200ms"
     );
     check(&c.history()).unwrap();
 }
+
+#[test]
+fn an_operator_handover_goes_to_the_named_standby() {
+    let c = Cluster::start("");
+    let (holder, epoch) = first_holder(&c);
+    let i = c.index(&holder);
+    // n2 has the lowest priority; named, it still gets the role.
+    let out = Command::new(env!("CARGO_BIN_EXE_hale"))
+        .args([
+            "--http",
+            &c.nodes[i].http.to_string(),
+            "roles",
+            "handover",
+            "db",
+            "--to",
+            "n2",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (next, e2) = wait_for("n2 takes db", Duration::from_secs(20), || {
+        c.holder().filter(|(h, _)| h == "n2")
+    });
+    assert!(e2 > epoch);
+    let h = wait_for("the promote hook ran", Duration::from_secs(10), || {
+        let h = c.history();
+        promote_time(&h, &next, e2).map(|_| h)
+    });
+    assert!(demote_time(&h, &holder, epoch).unwrap() < promote_time(&h, &next, e2).unwrap());
+    check(&h).unwrap();
+}
