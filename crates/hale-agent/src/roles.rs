@@ -280,6 +280,36 @@ impl ControlClient {
         self.post("/control/write", req, limit).await
     }
 
+    /// The control-plane leader's id, as the first server that answers knows it.
+    pub async fn leader(&self) -> Option<u64> {
+        self.first_answer::<Option<u64>>(Duration::from_millis(500), |c, s| {
+            c.get(format!("http://{s}/control/leader"))
+        })
+        .await
+        .flatten()
+    }
+
+    /// Adds (`add = Some((id, addr))`) or removes (`remove = Some(id)`) a
+    /// control-plane server, through whichever server answers.
+    pub async fn change_servers(
+        &self,
+        add: Option<(u64, SocketAddr)>,
+        remove: Option<u64>,
+    ) -> Result<(), String> {
+        let r = self
+            .first_answer::<Result<(), String>>(Duration::from_secs(10), |c, s| {
+                match (add, remove) {
+                    (Some((id, addr)), _) => c
+                        .post(format!("http://{s}/control/servers"))
+                        .json(&hale_control::raft::AddServer { id, addr }),
+                    (None, Some(id)) => c.post(format!("http://{s}/control/servers/{id}/remove")),
+                    (None, None) => c.get(format!("http://{s}/control/leader")),
+                }
+            })
+            .await;
+        r.unwrap_or_else(|| Err("no control-plane server answered".into()))
+    }
+
     /// Reads the lease table from the first server that answers.
     pub async fn table(&self) -> Option<hale_control::LeaseTable> {
         self.first_answer(Duration::from_millis(500), |c, s| {

@@ -31,6 +31,8 @@ pub(crate) fn router(state: RolesState) -> Router {
         .route("/v1/roles", get(roles))
         .route("/v1/services", get(services))
         .route("/v1/roles/{role}/handover", post(handover))
+        .route("/v1/control/servers", post(add_server))
+        .route("/v1/control/servers/{id}/remove", post(remove_server))
         .with_state(state)
 }
 
@@ -48,6 +50,10 @@ async fn roles(State(st): State<RolesState>) -> Response {
         }),
         None => None,
     };
+    let leader = match &st.control {
+        Some(c) => c.leader().await,
+        None => None,
+    };
     let local: Vec<_> = st
         .views
         .lock()
@@ -57,6 +63,7 @@ async fn roles(State(st): State<RolesState>) -> Response {
         .collect();
     Json(serde_json::json!({
         "control_plane": st.control.is_some(),
+        "leader": leader,
         "leases": leases,
         "local": local,
     }))
@@ -73,17 +80,11 @@ async fn handover(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    if let Some(want) = &st.token {
-        let got = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        if got != Some(want.as_str()) {
-            return error(
-                StatusCode::UNAUTHORIZED,
-                "this endpoint needs `Authorization: Bearer <api_token>`",
-            );
-        }
+    if !authorized(&st, &headers) {
+        return error(
+            StatusCode::UNAUTHORIZED,
+            "this endpoint needs `Authorization: Bearer <api_token>`",
+        );
     }
     let Some(tx) = st.handovers.get(&role) else {
         return error(
@@ -129,5 +130,68 @@ async fn handover(
             StatusCode::SERVICE_UNAVAILABLE,
             "a handover is already under way",
         ),
+    }
+}
+
+fn authorized(st: &RolesState, headers: &HeaderMap) -> bool {
+    let Some(want) = &st.token else {
+        return true;
+    };
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        == Some(want.as_str())
+}
+
+async fn add_server(
+    State(st): State<RolesState>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    if !authorized(&st, &headers) {
+        return error(
+            StatusCode::UNAUTHORIZED,
+            "this endpoint needs `Authorization: Bearer <api_token>`",
+        );
+    }
+    let Ok(req) = serde_json::from_slice::<hale_control::raft::AddServer>(&body) else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            r#"expected {"id": 4, "addr": "10.0.0.8:7948"}"#,
+        );
+    };
+    let Some(c) = &st.control else {
+        return error(
+            StatusCode::CONFLICT,
+            "this agent has no control plane configured",
+        );
+    };
+    match c.change_servers(Some((req.id, req.addr)), None).await {
+        Ok(()) => Json(serde_json::json!({ "added": req.id })).into_response(),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e),
+    }
+}
+
+async fn remove_server(
+    State(st): State<RolesState>,
+    Path(id): Path<u64>,
+    headers: HeaderMap,
+) -> Response {
+    if !authorized(&st, &headers) {
+        return error(
+            StatusCode::UNAUTHORIZED,
+            "this endpoint needs `Authorization: Bearer <api_token>`",
+        );
+    }
+    let Some(c) = &st.control else {
+        return error(
+            StatusCode::CONFLICT,
+            "this agent has no control plane configured",
+        );
+    };
+    match c.change_servers(None, Some(id)).await {
+        Ok(()) => Json(serde_json::json!({ "removed": id })).into_response(),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e),
     }
 }

@@ -203,6 +203,9 @@ impl ControlPlane {
                 .route("/control/acquire", post(acquire_route))
                 .route("/control/write", post(write_route))
                 .route("/control/table", get(table_route))
+                .route("/control/leader", get(leader_route))
+                .route("/control/servers", post(add_server_route))
+                .route("/control/servers/{id}/remove", post(remove_server_route))
                 .with_state(self.clone()),
         )
     }
@@ -272,6 +275,53 @@ impl ControlPlane {
             .await
             .map_err(|e| ControlError::Request(e.to_string()))?;
         Ok(())
+    }
+
+    /// Adds or removes a server through the leader (forwarding if needed).
+    pub async fn change_servers(
+        &self,
+        add: Option<AddServer>,
+        remove: Option<u64>,
+    ) -> Result<(), ControlError> {
+        if self.leader() != Some(self.id) {
+            let addr = self.leader_addr().ok_or(ControlError::NoLeader)?;
+            let req = match (&add, remove) {
+                (Some(a), _) => self
+                    .client
+                    .post(format!("http://{addr}/control/servers"))
+                    .json(a),
+                (None, Some(id)) => self
+                    .client
+                    .post(format!("http://{addr}/control/servers/{id}/remove")),
+                (None, None) => return Ok(()),
+            };
+            let r = req
+                .timeout(Duration::from_secs(10))
+                .send()
+                .await
+                .map_err(|e| ControlError::Request(e.to_string()))?;
+            let res: Result<(), String> = r
+                .json()
+                .await
+                .map_err(|e| ControlError::Request(e.to_string()))?;
+            return res.map_err(ControlError::Request);
+        }
+        if let Some(a) = add {
+            self.add_server(a.id, a.addr).await?;
+        }
+        if let Some(id) = remove {
+            self.remove_server(id).await?;
+        }
+        Ok(())
+    }
+
+    /// The voters of the control plane.
+    pub fn servers(&self) -> BTreeMap<u64, String> {
+        let m = self.raft.metrics().borrow().clone();
+        let mem = m.membership_config.membership();
+        mem.voter_ids()
+            .filter_map(|id| mem.get_node(&id).map(|n| (id, n.addr.clone())))
+            .collect()
     }
 
     /// The current leader, if known.
@@ -384,4 +434,39 @@ async fn write_route(
 
 async fn table_route(State(cp): State<ControlPlane>) -> Json<LeaseTable> {
     Json(cp.table())
+}
+
+async fn leader_route(State(cp): State<ControlPlane>) -> Json<Option<u64>> {
+    Json(cp.leader())
+}
+
+/// A request to add a control-plane server.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AddServer {
+    /// The new server's id.
+    pub id: u64,
+    /// Its Raft/HTTP address.
+    pub addr: SocketAddr,
+}
+
+async fn add_server_route(
+    State(cp): State<ControlPlane>,
+    Json(req): Json<AddServer>,
+) -> Json<Result<(), String>> {
+    Json(
+        cp.change_servers(Some(req), None)
+            .await
+            .map_err(|e| e.to_string()),
+    )
+}
+
+async fn remove_server_route(
+    State(cp): State<ControlPlane>,
+    axum::extract::Path(id): axum::extract::Path<u64>,
+) -> Json<Result<(), String>> {
+    Json(
+        cp.change_servers(None, Some(id))
+            .await
+            .map_err(|e| e.to_string()),
+    )
 }

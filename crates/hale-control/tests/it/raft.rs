@@ -200,3 +200,49 @@ async fn the_lease_table_survives_a_restart_from_disk() {
         x.task.abort();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn servers_are_added_and_removed_through_any_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = cluster(dir.path()).await;
+    let leader = until("a leader is elected", Duration::from_secs(10), || {
+        s[0].cp.leader()
+    })
+    .await;
+    let follower = s.iter().find(|x| x.cp.id != leader).unwrap();
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let fourth = serve(4, dir.path(), l).await;
+    follower
+        .cp
+        .change_servers(
+            Some(hale_control::raft::AddServer {
+                id: 4,
+                addr: fourth.addr,
+            }),
+            None,
+        )
+        .await
+        .unwrap();
+    until("four voters everywhere", Duration::from_secs(10), || {
+        (s.iter().all(|x| x.cp.servers().len() == 4) && fourth.cp.servers().len() == 4)
+            .then_some(())
+    })
+    .await;
+    // The new server has the replicated state.
+    acquire_eventually(&s[0].cp, "db", "node-a").await;
+    until(
+        "the new server applied the grant",
+        Duration::from_secs(10),
+        || (fourth.cp.table().role("db").map(|r| r.epoch) == Some(1)).then_some(()),
+    )
+    .await;
+    follower.cp.change_servers(None, Some(4)).await.unwrap();
+    until("three voters again", Duration::from_secs(10), || {
+        s.iter().all(|x| x.cp.servers().len() == 3).then_some(())
+    })
+    .await;
+    for x in s.into_iter().chain([fourth]) {
+        x.cp.shutdown().await;
+        x.task.abort();
+    }
+}

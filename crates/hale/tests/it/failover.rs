@@ -417,3 +417,30 @@ fn an_operator_handover_goes_to_the_named_standby() {
     assert!(demote_time(&h, &holder, epoch).unwrap() < promote_time(&h, &next, e2).unwrap());
     check(&h).unwrap();
 }
+
+#[test]
+fn losing_the_control_plane_leader_during_a_failover_still_promotes_a_standby() {
+    let mut c = Cluster::start("");
+    let (holder, epoch) = first_holder(&c);
+    let leader = wait_for(
+        "the control-plane leader is known",
+        Duration::from_secs(10),
+        || c.roles(0)?["leader"].as_u64(),
+    );
+    let leader_node = (leader - 1) as usize;
+    // The holder's service hangs (a handover starts) and, at once, the
+    // control-plane leader's host dies (it may be the holder's own).
+    std::fs::remove_file(c.path(&format!("healthy-{holder}"))).unwrap();
+    c.signal(leader_node, Signal::SIGKILL);
+    let _ = c.nodes[leader_node].child.take().unwrap().wait();
+    let gone = c.nodes[leader_node].name.clone();
+    let (next, e2) = wait_for("a standby takes db", Duration::from_secs(30), || {
+        c.holder().filter(|(h, _)| *h != holder && *h != gone)
+    });
+    assert!(e2 > epoch);
+    let h = wait_for("the promote hook ran", Duration::from_secs(10), || {
+        let h = c.history();
+        promote_time(&h, &next, e2).map(|_| h)
+    });
+    check(&h).unwrap();
+}
