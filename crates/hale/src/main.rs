@@ -44,6 +44,9 @@ enum Command {
     Demo(demo_cmd::DemoArgs),
     /// Show role holders, epochs and this node's candidacies; hand a role over.
     Roles(roles_cmd::RolesArgs),
+    /// Add or remove control-plane servers.
+    #[command(subcommand)]
+    Control(roles_cmd::ControlAction),
     /// Show this node's services and their checks.
     Services {
         /// Print JSON.
@@ -71,6 +74,7 @@ fn main() -> ExitCode {
             Ok(ExitCode::SUCCESS)
         }
         Command::Roles(a) => roles_cmd::roles(&cli.api, a).map(|()| ExitCode::SUCCESS),
+        Command::Control(a) => roles_cmd::control(&cli.api, a).map(|()| ExitCode::SUCCESS),
         Command::Services { json } => {
             roles_cmd::services(&cli.api, *json).map(|()| ExitCode::SUCCESS)
         }

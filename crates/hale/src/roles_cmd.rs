@@ -168,3 +168,47 @@ pub fn watchdog(args: &WatchdogArgs) -> std::process::ExitCode {
         _ => std::process::ExitCode::from(3),
     }
 }
+
+/// `hale control ...`: change the control plane's servers.
+#[derive(Debug, clap::Subcommand)]
+pub enum ControlAction {
+    /// Add a server (start its agent with `[control] id = ID` first).
+    AddServer {
+        /// The new server's id.
+        id: u64,
+        /// Its Raft/HTTP address (host:port).
+        addr: String,
+    },
+    /// Remove a server from the control plane.
+    RemoveServer {
+        /// The server's id.
+        id: u64,
+    },
+}
+
+/// `hale control add-server | remove-server`.
+pub fn control(api: &ApiArgs, action: &ControlAction) -> anyhow::Result<()> {
+    runtime()?.block_on(async {
+        match action {
+            ControlAction::AddServer { id, addr } => {
+                crate::client_cmd::post(
+                    api,
+                    "/v1/control/servers",
+                    serde_json::json!({ "id": id, "addr": addr }),
+                )
+                .await?;
+                println!("server {id} ({addr}) added to the control plane");
+            }
+            ControlAction::RemoveServer { id } => {
+                crate::client_cmd::post(
+                    api,
+                    &format!("/v1/control/servers/{id}/remove"),
+                    serde_json::json!({}),
+                )
+                .await?;
+                println!("server {id} removed from the control plane");
+            }
+        }
+        Ok(())
+    })
+}
