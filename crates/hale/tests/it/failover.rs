@@ -193,7 +193,7 @@ fail_after = "1s"
     }
 }
 
-fn read_history(log: &Path) -> Vec<HookEvent> {
+pub fn read_history(log: &Path) -> Vec<HookEvent> {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     text.lines()
         .filter_map(|l| {

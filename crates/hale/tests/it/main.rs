@@ -9,3 +9,8 @@ mod failover;
 mod loopback;
 mod netns;
 mod support;
+
+/// Reads a promote/demote hook log (`nanos node kind epoch ...` lines).
+pub fn failover_history(log: &std::path::Path) -> Vec<hale_control::HookEvent> {
+    failover::read_history(log)
+}

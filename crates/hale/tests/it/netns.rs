@@ -393,3 +393,147 @@ fn a_partition_that_heals_converges_to_everyone_alive() {
         "every agent to see every other alive after the partition heals",
     );
 }
+
+/// Three hosts, each an agent that is a control-plane server and a candidate
+/// for role `db` (priorities 100, 50, 10); hooks log with the shared clock.
+fn start_role_agents(lab: &Lab, test: &str) -> Vec<std::process::Child> {
+    let key = Key::generate().to_base64();
+    let dir = lab.logs.path();
+    let servers: Vec<String> = lab
+        .ips
+        .iter()
+        .enumerate()
+        .map(|(i, ip)| format!("\"{}={ip}:7948\"", i + 1))
+        .collect();
+    let mut children = Vec::new();
+    for (i, (ns, ip)) in lab.hosts.iter().zip(&lab.ips).enumerate() {
+        let name = format!("h{i}");
+        std::fs::write(dir.join(format!("healthy-{name}")), "").unwrap();
+        let hook = |kind: &str| {
+            format!(
+                "[\"sh\", \"-c\", \"echo $(date +%s%N) {name} {kind} $HALE_EPOCH >> {}\"]",
+                dir.join("hooks.log").display()
+            )
+        };
+        let seeds = if i == 0 {
+            String::new()
+        } else {
+            format!("seeds = [\"{}:{GOSSIP_PORT}\"]", lab.ips[0])
+        };
+        let cfg = format!(
+            "[agent]\nname = \"{name}\"\nbind = \"{ip}:{GOSSIP_PORT}\"\nhttp = \"127.0.0.1:{HTTP_PORT}\"\n{seeds}\nwatchdog = \"{exe}\"\n\
+             [cluster]\nname = \"{cluster}\"\nkeys = [\"{key}\"]\n\
+             [control]\nid = {id}\nbind = \"{ip}:7948\"\nservers = [{servers}]\nbootstrap = {boot}\ndata_dir = \"{data}\"\n\
+             [[service]]\nname = \"pg\"\nessential = true\n[[service.check]]\ncommand = [\"test\", \"-f\", \"{healthy}\"]\ninterval = \"200ms\"\n\
+             [[role]]\nname = \"db\"\nservice = \"pg\"\npriority = {prio}\npromote = {promote}\ndemote = {demote}\n",
+            exe = env!("CARGO_BIN_EXE_hale"),
+            cluster = cluster_name(test),
+            id = i + 1,
+            servers = servers.join(", "),
+            boot = i == 0,
+            data = dir.join(format!("data-{name}")).display(),
+            healthy = dir.join(format!("healthy-{name}")).display(),
+            prio = [100, 50, 10][i],
+            promote = hook("promote"),
+            demote = hook("demote"),
+        );
+        let path = dir.join(format!("{name}.toml"));
+        std::fs::write(&path, cfg).unwrap();
+        let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
+        children.push(
+            Command::new("ip")
+                .args([
+                    "netns",
+                    "exec",
+                    ns,
+                    env!("CARGO_BIN_EXE_hale"),
+                    "agent",
+                    "-c",
+                ])
+                .arg(&path)
+                .stdin(Stdio::null())
+                .stdout(log.try_clone().unwrap())
+                .stderr(log)
+                .spawn()
+                .unwrap(),
+        );
+    }
+    children
+}
+
+/// `db`'s holder and epoch as host `i` sees it.
+fn db_holder(lab: &Lab, i: usize) -> Option<(String, u64)> {
+    let out = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &lab.hosts[i],
+            env!("CARGO_BIN_EXE_hale"),
+            "--http",
+        ])
+        .arg(format!("127.0.0.1:{HTTP_PORT}"))
+        .args(["roles", "--json"])
+        .output()
+        .ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    let l = &v["leases"]["db"];
+    Some((l["holder"].as_str()?.to_owned(), l["epoch"].as_u64()?))
+}
+
+#[test]
+fn a_holder_cut_off_from_the_control_plane_majority_steps_down_before_a_standby_takes_over() {
+    if let Some(why) = unsupported() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let lab = Lab::new("roles_cut", 3);
+    let mut children = start_role_agents(&lab, "roles_cut");
+    let kill_all = |children: &mut Vec<std::process::Child>| {
+        for c in children.iter_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = Command::new("pkill")
+            .args(["-f", &lab.logs.path().display().to_string()])
+            .status();
+    };
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut first = None;
+        wait_until(Duration::from_secs(40), "h0 holds db", || {
+            first = db_holder(&lab, 1).filter(|(h, _)| h == "h0");
+            first.is_some()
+        });
+        let (_, epoch) = first.unwrap();
+        // h0 hears nothing from h1 and h2, and they hear nothing from it.
+        let (ip0, ip1, ip2) = (lab.ips[0], lab.ips[1], lab.ips[2]);
+        lab.filter(0, &format!("ip saddr {{ {ip1}, {ip2} }} counter drop"));
+        lab.filter(1, &format!("ip saddr {ip0} counter drop"));
+        lab.filter(2, &format!("ip saddr {ip0} counter drop"));
+        let mut next = None;
+        wait_until(
+            Duration::from_secs(40),
+            "a standby on the majority side takes db",
+            || {
+                next = db_holder(&lab, 1).filter(|(h, _)| h == "h1");
+                next.is_some()
+            },
+        );
+        let (_, e2) = next.unwrap();
+        assert!(e2 > epoch);
+        assert!(lab.dropped(0) > 0, "the cut dropped nothing");
+        let log = lab.logs.path().join("hooks.log");
+        let mut h = Vec::new();
+        wait_until(Duration::from_secs(10), "both hooks logged", || {
+            h = crate::failover_history(&log);
+            h.iter()
+                .any(|e| e.node == "h0" && e.kind == hale_control::HookKind::Demote)
+                && h.iter()
+                    .any(|e| e.node == "h1" && e.kind == hale_control::HookKind::Promote)
+        });
+        hale_control::check(&h).unwrap();
+    }));
+    kill_all(&mut children);
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+}
