@@ -7,13 +7,16 @@
 #
 #   examples/host-loss/run.sh            # one run, with the timeline
 #   examples/host-loss/run.sh --trials 20 --quiet   # benchmark: prints one line per trial
+#   examples/host-loss/run.sh --fault hang          # instead, host A's services hang
+#                                                   # (checks fail; fail_after = 3 s)
 set -euo pipefail
 HALE=${HALE:-"$(cd "$(dirname "$0")/../.." && pwd)/target/release/hale"}
-TRIALS=1; QUIET=0
+TRIALS=1; QUIET=0; FAULT=kill
 while [ $# -gt 0 ]; do
   case "$1" in
     --trials) TRIALS=$2; shift 2 ;;
     --quiet) QUIET=1; shift ;;
+    --fault) FAULT=$2; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -70,12 +73,14 @@ interval = "200ms"
 name = "db"
 service = "postgres"
 priority = ${prio[$i]}
+fail_after = "3s"
 promote = ["sh", "-c", "echo \$(date +%s%N) host-$n promote \$HALE_ROLE \$HALE_EPOCH >> $dir/hooks.log"]
 demote = ["sh", "-c", "echo \$(date +%s%N) host-$n demote \$HALE_ROLE \$HALE_EPOCH \$HALE_REASON >> $dir/hooks.log"]
 [[role]]
 name = "auth"
 service = "auth"
 priority = ${prio[$i]}
+fail_after = "3s"
 promote = ["sh", "-c", "echo \$(date +%s%N) host-$n promote \$HALE_ROLE \$HALE_EPOCH >> $dir/hooks.log"]
 demote = ["sh", "-c", "echo \$(date +%s%N) host-$n demote \$HALE_ROLE \$HALE_EPOCH \$HALE_REASON >> $dir/hooks.log"]
 TOML
@@ -90,11 +95,16 @@ TOML
   done
   sleep 2 # steady state: renewals flowing
   [ "$QUIET" = 1 ] || { echo "Host A holds db and auth. As host B sees it:"; "$HALE" --http "127.0.0.1:${h[1]}" roles; echo; }
-  # Host A dies: its agent and everything it started.
   local t0; t0=$(now_ns)
-  pkill -9 -P "${pids[0]}" 2>/dev/null || true
-  kill -9 "${pids[0]}"
-  pkill -9 -f "$dir/A.toml" 2>/dev/null || true
+  if [ "$FAULT" = hang ]; then
+    # Host A's database and auth hang: their checks fail from now on.
+    rm -f "$dir/db-up-A" "$dir/auth-up-A"
+  else
+    # Host A dies: its agent and everything it started.
+    pkill -9 -P "${pids[0]}" 2>/dev/null || true
+    kill -9 "${pids[0]}"
+    pkill -9 -f "$dir/A.toml" 2>/dev/null || true
+  fi
   t_end=$(( $(date +%s) + 30 ))
   until [ "$(awk -v t="$t0" '$1 > t && $3 == "promote"' "$dir/hooks.log" | wc -l)" -ge 2 ]; do
     [ "$(date +%s)" -lt "$t_end" ] || { echo "no failover within 30 s" >&2; cat "$dir/hooks.log" >&2; return 1; }
@@ -104,7 +114,7 @@ TOML
   if [ "$QUIET" = 1 ]; then
     echo "$lines" | awk '{ printf "%s=%s ", $1, $4 } END { print "" }'
   else
-    echo "Host A killed at t=0. Failover timeline (promote hook started):"
+    echo "Host A's fault ($FAULT) at t=0. Failover timeline (promote hook started):"
     echo "$lines" | awk '{ printf "  t=+%6.3fs  %-5s -> %s (fencing epoch %s)\n", $4, $1, $2, $3 }'
     echo
     "$HALE" --http "127.0.0.1:${h[1]}" roles
