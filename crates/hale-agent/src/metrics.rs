@@ -142,52 +142,51 @@ pub fn render_roles(
     let mut out = String::new();
     let roles = roles.lock().expect("role views lock");
     if !roles.is_empty() {
-        let _ = writeln!(out, "# HELP hale_role_holder Whether this node holds the role (1) or not (0).\n# TYPE hale_role_holder gauge");
-        for r in roles.values() {
-            let _ = writeln!(
-                out,
-                "hale_role_holder{{node=\"{node}\",role=\"{}\"}} {}",
-                r.role,
-                u8::from(r.state == "holder")
-            );
-        }
-        let _ = writeln!(out, "# HELP hale_role_epoch Fencing epoch held (0 when not holder).\n# TYPE hale_role_epoch gauge");
-        for r in roles.values() {
-            let _ = writeln!(
-                out,
-                "hale_role_epoch{{node=\"{node}\",role=\"{}\"}} {}",
-                r.role,
-                r.epoch.unwrap_or(0)
-            );
-        }
-        let _ = writeln!(out, "# HELP hale_role_lease_left_seconds Lease time left on this node's clock (0 when not holder).\n# TYPE hale_role_lease_left_seconds gauge");
-        for r in roles.values() {
-            let _ = writeln!(
-                out,
-                "hale_role_lease_left_seconds{{node=\"{node}\",role=\"{}\"}} {:.3}",
-                r.role,
-                r.lease_left_ms.unwrap_or(0) as f64 / 1000.0
-            );
-        }
-        for (name, help, get) in [
+        type Get = fn(&crate::roles::RoleView) -> String;
+        let series: [(&str, &str, &str, Get); 6] = [
             (
-                "promotions",
-                "Times this node became holder (failovers and handovers to it).",
-                (|r: &crate::roles::RoleView| r.promotions) as fn(&crate::roles::RoleView) -> u64,
+                "hale_role_holder",
+                "gauge",
+                "Whether this node holds the role (1) or not (0).",
+                |r| u8::from(r.state == "holder").to_string(),
             ),
-            ("demotions", "Times this node stopped being holder.", |r| {
-                r.demotions
-            }),
-            ("renewals", "Lease renewals committed.", |r| r.renewals),
-        ] {
-            let _ = writeln!(
-                out,
-                "# HELP hale_role_{name}_total {help}\n# TYPE hale_role_{name}_total counter"
-            );
+            (
+                "hale_role_epoch",
+                "gauge",
+                "Fencing epoch held (0 when not holder).",
+                |r| r.epoch.unwrap_or(0).to_string(),
+            ),
+            (
+                "hale_role_lease_left_seconds",
+                "gauge",
+                "Lease time left on this node's clock (0 when not holder).",
+                |r| format!("{:.3}", r.lease_left_ms.unwrap_or(0) as f64 / 1000.0),
+            ),
+            (
+                "hale_role_promotions_total",
+                "counter",
+                "Times this node became holder (failovers and handovers to it).",
+                |r| r.promotions.to_string(),
+            ),
+            (
+                "hale_role_demotions_total",
+                "counter",
+                "Times this node stopped being holder.",
+                |r| r.demotions.to_string(),
+            ),
+            (
+                "hale_role_renewals_total",
+                "counter",
+                "Lease renewals committed.",
+                |r| r.renewals.to_string(),
+            ),
+        ];
+        for (name, kind, help, get) in series {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
             for r in roles.values() {
                 let _ = writeln!(
                     out,
-                    "hale_role_{name}_total{{node=\"{node}\",role=\"{}\"}} {}",
+                    "{name}{{node=\"{node}\",role=\"{}\"}} {}",
                     r.role,
                     get(r)
                 );
