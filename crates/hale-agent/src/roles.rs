@@ -326,7 +326,7 @@ pub struct RoleView {
     pub role: String,
     /// This node's priority.
     pub priority: i64,
-    /// `holder`, `standby` or `ineligible`.
+    /// `holder`, `promoting` (granted, promote hook running), `standby` or `ineligible`.
     pub state: String,
     /// The fencing epoch held, if holder.
     pub epoch: Option<u64>,
@@ -560,6 +560,12 @@ impl RoleManager {
                 }
                 let left = lease.valid_until().saturating_since(now());
                 let wd = self.start_watchdog(epoch, left);
+                // Granted: promoting until the hook has run. A handover asked
+                // for meanwhile is taken once the promotion completes.
+                self.view(|v| {
+                    v.state = "promoting".into();
+                    v.epoch = Some(epoch);
+                });
                 let ok = self.hook(self.spec.promote.clone(), epoch, "promote").await;
                 self.view(|v| {
                     v.state = "holder".into();

@@ -97,7 +97,7 @@ async fn handover(
         .lock()
         .expect("role views lock")
         .get(&role)
-        .is_some_and(|v| v.state == "holder");
+        .is_some_and(|v| v.state == "holder" || v.state == "promoting");
     if !holding {
         return error(
             StatusCode::CONFLICT,
