@@ -340,11 +340,15 @@ impl<I: Identity> Node<I> {
     /// Independent healthy accusers needed for a verdict here: the
     /// configured corroboration, or fewer when the cluster has fewer
     /// unsuspected members that could confirm.
-    pub(crate) fn required_accusers(&self) -> usize {
-        self.cfg
-            .corroboration
-            .min(self.alive_witnesses() + 1)
-            .max(1)
+    pub(crate) fn required_accusers(&self, target: &I) -> usize {
+        // The target itself is no witness (it is suspect or dead in a verdict
+        // we reach, possibly still alive in one we are told about).
+        let target_alive = self
+            .members
+            .get(target)
+            .is_some_and(|m| m.state == MemberState::Alive);
+        let witnesses = self.alive_witnesses() - usize::from(target_alive);
+        self.cfg.corroboration.min(witnesses + 1).max(1)
     }
 
     /// Whether the suspicion of `target` is enough for a verdict. Besides
@@ -354,7 +358,7 @@ impl<I: Identity> Node<I> {
     /// forever would keep it from falling back to its seeds. Such a verdict
     /// rests on one accuser, so other members do not accept it.
     fn verdict_allowed(&self, target: &I, s: &Suspicion<I>, now: Time) -> bool {
-        s.accusers.len() >= self.required_accusers()
+        s.accusers.len() >= self.required_accusers(target)
             || (s.accused_at.is_some() && self.alone(target, now))
     }
 
@@ -530,9 +534,7 @@ impl<I: Identity> Node<I> {
             return;
         }
         // Never let one observer convict: the verdict must rest on enough accusers.
-        let target_alive = usize::from(m.state == MemberState::Alive);
-        let witnesses = self.alive_witnesses() - target_alive;
-        if usize::from(accusers) < self.cfg.corroboration.min(witnesses + 1).max(1) {
+        if usize::from(accusers) < self.required_accusers(member) {
             self.stats.discounted_accusations += 1;
             return;
         }
