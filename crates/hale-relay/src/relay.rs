@@ -187,6 +187,21 @@ impl Relay {
         }
     }
 
+    /// What every ingestion request goes through before its body is parsed:
+    /// a valid project id, an accepted key, and a body read within the limit
+    /// (decompressed with a bound).
+    async fn admit(
+        &self,
+        project_id: &str,
+        headers: &HeaderMap,
+        query: Option<&str>,
+        body: Body,
+    ) -> Result<Vec<u8>, Refusal> {
+        check_project(project_id)?;
+        self.authorize(headers, query)?;
+        self.read_body(headers, body).await
+    }
+
     async fn read_body(&self, headers: &HeaderMap, body: Body) -> Result<Vec<u8>, Refusal> {
         let limit = self.inner.body_limit;
         let too_big = || {
@@ -291,9 +306,9 @@ async fn envelope(
     body: Body,
 ) -> Response {
     let run = async {
-        check_project(&project_id)?;
-        relay.authorize(&headers, query.as_deref())?;
-        let body = relay.read_body(&headers, body).await?;
+        let body = relay
+            .admit(&project_id, &headers, query.as_deref(), body)
+            .await?;
         let parsed = envelope::parse_envelope(&body).map_err(bad)?;
         let env = Envelope::new(Bytes::from(body), parsed.category);
         Ok::<_, Refusal>(queued(&relay, env, parsed.event_id))
@@ -309,9 +324,9 @@ async fn store(
     body: Body,
 ) -> Response {
     let run = async {
-        check_project(&project_id)?;
-        relay.authorize(&headers, query.as_deref())?;
-        let body = relay.read_body(&headers, body).await?;
+        let body = relay
+            .admit(&project_id, &headers, query.as_deref(), body)
+            .await?;
         let (env, id) = envelope::store_to_envelope(&body).map_err(bad)?;
         let parsed = envelope::parse_envelope(&env).map_err(bad)?;
         let env = Envelope::new(Bytes::from(env), parsed.category);
