@@ -15,6 +15,7 @@ pub mod api;
 pub mod config;
 pub mod keyring;
 pub mod metrics;
+pub mod relay_api;
 pub mod roles;
 mod roles_api;
 pub mod runtime;
@@ -36,6 +37,7 @@ use hale_core::{Node, NodeId, Time};
 
 pub use config::{AgentConfig, ConfigError, FileConfig};
 pub use keyring::{Key, Keyring};
+pub use relay_api::{RelayView, UpstreamView};
 pub use runtime::Snapshot;
 pub use view::{EventView, EvidenceView, MemberView};
 
@@ -169,6 +171,16 @@ impl Agent {
             handovers: roles.handovers.clone(),
             token: cfg.api_token.clone(),
         }));
+        let relay_cfg = cfg.relay.clone().map(Arc::new);
+        app = app.merge(relay_api::router(relay.clone().zip(relay_cfg.clone())));
+        if let (Some(r), Some(c)) = (&relay, &relay_cfg) {
+            tasks.spawn(relay_api::watch_breakers(
+                r.clone(),
+                c.clone(),
+                shared.clone(),
+                stop_rx.clone(),
+            ));
+        }
         if let Some(r) = &relay {
             app = app.merge(r.router());
             // Membership verdicts on the members hosting the upstreams open

@@ -7,3 +7,4 @@ mod api;
 mod config;
 mod keyring;
 mod relay;
+mod relay_view;

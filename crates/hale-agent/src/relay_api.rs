@@ -1,0 +1,173 @@
+//! `GET /v1/relay`: the relay's state (queue and spool bytes, breaker per
+//! upstream, counters, drops by reason), and the watcher that turns breaker
+//! changes into `breaker` events on the event stream.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::routing::get;
+use axum::{Json, Router};
+use hale_relay::{BreakerGauge, DropReason, Relay, RelayConfig};
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use crate::runtime::Shared;
+use crate::view::{unix_ms, EventView};
+
+/// One upstream Sentry, as `/v1/relay` shows it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct UpstreamView {
+    /// `primary` or `standby`.
+    pub role: String,
+    /// Where events go (`scheme://host:port/path/project`, no key).
+    pub target: String,
+    /// The hale member hosting it, if one is named.
+    pub member: Option<String>,
+    /// `closed` (requests flow), `open` (none until a probe) or `half-open`.
+    pub breaker: String,
+}
+
+/// The relay's state, as served by `GET /v1/relay`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RelayView {
+    /// Bytes held in memory now, and the cap.
+    pub queue_bytes: u64,
+    /// The cap on bytes held in memory.
+    pub queue_cap: u64,
+    /// Bytes in the disk spool now (0 without a spool).
+    pub spool_bytes: u64,
+    /// Whether a disk spool is configured.
+    pub spool: bool,
+    /// Requests to upstreams in flight now.
+    pub in_flight: u64,
+    /// Events accepted, forwarded (2xx upstream), written to the spool.
+    pub accepted: u64,
+    /// Events an upstream acknowledged.
+    pub forwarded: u64,
+    /// Events written to the spool.
+    pub spooled: u64,
+    /// Switches from the primary to the standby.
+    pub failovers: u64,
+    /// The upstreams, primary first.
+    pub upstreams: Vec<UpstreamView>,
+    /// Events dropped, per reason (every reason listed, zeros included).
+    pub dropped: std::collections::BTreeMap<String, u64>,
+    /// Sum of `dropped`.
+    pub dropped_total: u64,
+}
+
+fn breaker_str(g: BreakerGauge) -> &'static str {
+    match g {
+        BreakerGauge::Closed => "closed",
+        BreakerGauge::Open => "open",
+        BreakerGauge::HalfOpen => "half-open",
+    }
+}
+
+fn target(dsn: &hale_relay::Dsn) -> String {
+    // The DSN's text is scheme://key@host...: show it without the key.
+    let s = dsn.to_string();
+    match (s.find("://"), s.find('@')) {
+        (Some(i), Some(j)) if j > i => format!("{}{}", &s[..i + 3], &s[j + 1..]),
+        _ => s,
+    }
+}
+
+/// The relay's state now.
+pub fn relay_view(relay: &Relay, cfg: &RelayConfig) -> RelayView {
+    let c = relay.counters();
+    let mut upstreams = vec![(&cfg.pipeline.primary, "primary")];
+    if let Some(s) = &cfg.pipeline.standby {
+        upstreams.push((s, "standby"));
+    }
+    let dropped: std::collections::BTreeMap<_, _> = DropReason::ALL
+        .iter()
+        .map(|r| (r.as_str().to_owned(), c.dropped(*r)))
+        .collect();
+    RelayView {
+        queue_bytes: relay.queue_bytes() as u64,
+        queue_cap: relay.queue_cap() as u64,
+        spool_bytes: c.spool_bytes(),
+        spool: cfg.pipeline.spool.is_some(),
+        in_flight: c.in_flight(),
+        accepted: c.accepted(),
+        forwarded: c.forwarded(),
+        spooled: c.spooled(),
+        failovers: c.failovers(),
+        upstreams: upstreams
+            .into_iter()
+            .enumerate()
+            .map(|(i, (u, role))| UpstreamView {
+                role: role.to_owned(),
+                target: target(&u.dsn),
+                member: u.member.clone(),
+                breaker: breaker_str(c.breaker(i)).to_owned(),
+            })
+            .collect(),
+        dropped_total: dropped.values().sum(),
+        dropped,
+    }
+}
+
+#[derive(Clone)]
+struct RelayState {
+    relay: Option<(Relay, Arc<RelayConfig>)>,
+}
+
+/// `GET /v1/relay`: the view, or `null` when no relay is configured.
+pub(crate) fn router(relay: Option<(Relay, Arc<RelayConfig>)>) -> Router {
+    Router::new()
+        .route("/v1/relay", get(status))
+        .with_state(RelayState { relay })
+}
+
+async fn status(State(st): State<RelayState>) -> Json<Option<RelayView>> {
+    Json(st.relay.as_ref().map(|(r, c)| relay_view(r, c)))
+}
+
+/// How often breaker states are sampled for events.
+const BREAKER_POLL: Duration = Duration::from_millis(100);
+
+/// Publishes a `breaker` event (member: none; detail: upstream, role,
+/// from, to) whenever an upstream's breaker changes state.
+pub(crate) async fn watch_breakers(
+    relay: Relay,
+    cfg: Arc<RelayConfig>,
+    shared: Arc<Shared>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let n = if cfg.pipeline.standby.is_some() { 2 } else { 1 };
+    let mut last: Vec<BreakerGauge> = (0..n).map(|i| relay.counters().breaker(i)).collect();
+    let mut tick = tokio::time::interval(BREAKER_POLL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => return,
+        }
+        let view = relay_view(&relay, &cfg);
+        for (i, prev) in last.iter_mut().enumerate() {
+            let now = relay.counters().breaker(i);
+            if now == *prev {
+                continue;
+            }
+            let u = &view.upstreams[i];
+            shared.publish(EventView {
+                seq: shared.next_seq(),
+                unix_ms: unix_ms(),
+                observer: shared.id.name().to_owned(),
+                kind: "breaker".to_owned(),
+                member: u.member.clone(),
+                incarnation: None,
+                detail: Some(serde_json::json!({
+                    "upstream": u.target,
+                    "role": u.role,
+                    "from": breaker_str(*prev),
+                    "to": breaker_str(now),
+                })),
+            });
+            *prev = now;
+        }
+    }
+}

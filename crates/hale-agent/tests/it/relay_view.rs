@@ -1,0 +1,81 @@
+//! `GET /v1/relay` shows the relay's queue, breakers and drops, and breaker
+//! changes reach the event stream.
+
+use std::time::Duration;
+
+use hale_agent::{Agent, EventView, FileConfig, Key, RelayView};
+use hale_relay::fake::{FakeSentry, Mode};
+
+async fn get_json<T: serde::de::DeserializeOwned>(http: &reqwest::Client, url: String) -> T {
+    http.get(url).send().await.unwrap().json().await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relay_status_shows_upstreams_and_a_dead_host_opens_its_breaker_with_an_event() {
+    let primary = FakeSentry::start(Mode::Up).await.unwrap();
+    let standby = FakeSentry::start(Mode::Up).await.unwrap();
+    let text = format!(
+        "[agent]\nname = \"r\"\nbind = \"127.0.0.1:0\"\nhttp = \"127.0.0.1:0\"\n\
+         [cluster]\nkeys = [\"{}\"]\n\
+         [relay]\nprimary = {{ dsn = \"{}\", member = \"sentry-host\" }}\n\
+         standby = {{ dsn = \"{}\" }}\n",
+        Key::generate().to_base64(),
+        primary.dsn(),
+        standby.dsn()
+    );
+    let cfg = FileConfig::parse(&text, "t").unwrap().validate().unwrap();
+    let agent = Agent::start(cfg).await.unwrap();
+    let http = reqwest::Client::new();
+    let base = format!("http://{}", agent.http_addr());
+
+    let v: RelayView = get_json(&http, format!("{base}/v1/relay")).await;
+    assert_eq!(v.upstreams.len(), 2);
+    assert_eq!(v.upstreams[0].role, "primary");
+    assert_eq!(v.upstreams[0].member.as_deref(), Some("sentry-host"));
+    assert_eq!(v.upstreams[0].breaker, "closed");
+    assert!(
+        !v.upstreams[0].target.contains('@'),
+        "no key in {}",
+        v.upstreams[0].target
+    );
+    assert_eq!(v.queue_cap, 8 << 20);
+    assert_eq!(v.dropped.len(), 9, "every reason listed: {:?}", v.dropped);
+    assert_eq!(v.dropped_total, 0);
+
+    agent.relay().unwrap().member_dead("sentry-host");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let v: RelayView = get_json(&http, format!("{base}/v1/relay")).await;
+        let events: Vec<EventView> = get_json(&http, format!("{base}/v1/events")).await;
+        let ev = events.iter().find(|e| e.kind == "breaker");
+        if v.upstreams[0].breaker == "open" {
+            if let Some(e) = ev {
+                let d = e.detail.as_ref().unwrap();
+                assert_eq!(d["role"], "primary");
+                assert_eq!(d["from"], "closed");
+                assert_eq!(d["to"], "open");
+                assert_eq!(e.member.as_deref(), Some("sentry-host"));
+                break;
+            }
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{v:?} {events:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    agent.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relay_status_is_null_without_a_relay() {
+    let text = format!(
+        "[agent]\nname = \"n\"\nbind = \"127.0.0.1:0\"\nhttp = \"127.0.0.1:0\"\n\
+         [cluster]\nkeys = [\"{}\"]\n",
+        Key::generate().to_base64()
+    );
+    let cfg = FileConfig::parse(&text, "t").unwrap().validate().unwrap();
+    let agent = Agent::start(cfg).await.unwrap();
+    let http = reqwest::Client::new();
+    let v: Option<RelayView> =
+        get_json(&http, format!("http://{}/v1/relay", agent.http_addr())).await;
+    assert!(v.is_none());
+    agent.shutdown().await;
+}
