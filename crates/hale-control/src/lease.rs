@@ -12,9 +12,20 @@
 //!   most `drift_margin / lease` slower or faster, the holder has stopped
 //!   before the leader's view of the lease has run out.
 //! * The grantor gives the role to another candidate only once the last
-//!   renewal it saw committed is a full `lease` old on its own monotonic
-//!   clock; and a newly elected leader, which may have missed renewals, first
-//!   waits a full `lease`.
+//!   grant or renewal of that role *appended to its own log* is a full
+//!   `lease` old on its own monotonic clock ([`AppendClock`]). Every server
+//!   notes, per role, when it appended such an entry; an entry reaches a
+//!   server after its sender sent it, so this bound is never earlier than the
+//!   holder's own. A newly elected leader holds every committed entry (Raft's
+//!   election restriction), each with the time *it* appended it, so it needs
+//!   no blanket wait: it waits one full lease after the last renewal it holds,
+//!   which is at least one full lease after any renewal the old holder could
+//!   still count on. Entries whose append time a server cannot know (its log
+//!   read back after a restart, or a snapshot installed from the leader)
+//!   count as appended when that happened ([`AppendClock::unknown_before`]).
+//! * A grant is computed from the applied table; if entries appended under
+//!   the previous leader are not applied yet, its epoch is not the next one
+//!   and the table refuses it when it is applied.
 //!
 //! Everything here takes time as an argument ([`Time`]) and does no IO, so
 //! the same code runs in the simulator's histories and in the agent.
@@ -198,13 +209,52 @@ impl Default for LeaseTiming {
     }
 }
 
+/// When this control-plane server last appended a grant or renewal of each
+/// role to its log, on its own monotonic clock. Kept by every server, leader
+/// or not; a newly elected leader's [`Grantor`] starts from it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AppendClock {
+    /// Entries appended before this instant may be unknown (log read back
+    /// at start, snapshot installed): every role counts as renewed here.
+    floor: Time,
+    roles: BTreeMap<String, Time>,
+}
+
+impl AppendClock {
+    /// A clock for a server that started at `start` (its log on disk, if
+    /// any, counts as appended then).
+    pub fn new(start: Time) -> AppendClock {
+        AppendClock {
+            floor: start,
+            roles: BTreeMap::new(),
+        }
+    }
+
+    /// `req` was appended to this server's log at `now`.
+    pub fn appended(&mut self, req: &LeaseRequest, now: Time) {
+        if let LeaseRequest::Grant { role, .. } | LeaseRequest::Renew { role, .. } = req {
+            let t = self.roles.entry(role.clone()).or_insert(now);
+            *t = (*t).max(now);
+        }
+    }
+
+    /// Entries this server did not append itself arrived at `now` (a
+    /// snapshot was installed): every role counts as renewed at `now`.
+    pub fn unknown_before(&mut self, now: Time) {
+        self.floor = self.floor.max(now);
+    }
+
+    /// The last instant a grant or renewal of `role` may have been appended.
+    pub fn last(&self, role: &str) -> Time {
+        self.roles
+            .get(role)
+            .map_or(self.floor, |t| (*t).max(self.floor))
+    }
+}
+
 /// Why the grantor will not grant a role yet.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum GrantDelay {
-    /// This leader was elected less than a lease ago: renewals it never saw
-    /// may still be in force.
-    #[error("new control-plane leader: no grant before {0}")]
-    NewLeader(Time),
     /// The current holder's lease may still run until then on this clock.
     #[error("the current lease may run until {0}")]
     HolderLease(Time),
@@ -221,8 +271,7 @@ pub enum GrantDelay {
 #[derive(Debug, Clone)]
 pub struct Grantor {
     timing: LeaseTiming,
-    leader_since: Time,
-    last_seen: BTreeMap<String, Time>,
+    appends: AppendClock,
     /// Per role: contenders heard from (name → priority, last request), and
     /// since when this round of contention has been tracked.
     contenders: BTreeMap<String, Contention>,
@@ -235,12 +284,12 @@ pub struct Grantor {
 type Contention = (Time, BTreeMap<String, (i64, Time)>);
 
 impl Grantor {
-    /// A grantor for a leader elected at `now`.
-    pub fn new(timing: LeaseTiming, now: Time) -> Grantor {
+    /// A grantor for a newly elected leader whose log was appended as
+    /// `appends` says.
+    pub fn new(timing: LeaseTiming, appends: AppendClock) -> Grantor {
         Grantor {
             timing,
-            leader_since: now,
-            last_seen: BTreeMap::new(),
+            appends,
             contenders: BTreeMap::new(),
             preferred: BTreeMap::new(),
         }
@@ -253,23 +302,22 @@ impl Grantor {
             .insert(role.to_owned(), (next.to_owned(), now + self.timing.lease));
     }
 
-    /// A grant or renewal of `role` committed; this leader saw it at `now`.
-    pub fn observe(&mut self, role: &str, now: Time) {
-        self.last_seen.insert(role.to_owned(), now);
+    /// This leader appended `req` to its log at `now`.
+    pub fn appended(&mut self, req: &LeaseRequest, now: Time) {
+        self.appends.appended(req, now);
+    }
+
+    /// Entries this leader did not append itself arrived at `now`.
+    pub fn unknown_before(&mut self, now: Time) {
+        self.appends.unknown_before(now);
     }
 
     /// Whether `role` may be granted to a new holder at `now`, given the table.
     pub fn may_grant(&self, table: &LeaseTable, role: &str, now: Time) -> Result<(), GrantDelay> {
-        let settled = self.leader_since + self.timing.lease;
-        if now < settled {
-            return Err(GrantDelay::NewLeader(settled));
-        }
         if table.role(role).is_some_and(|r| r.holder.is_some()) {
-            if let Some(seen) = self.last_seen.get(role) {
-                let until = *seen + self.timing.lease;
-                if now < until {
-                    return Err(GrantDelay::HolderLease(until));
-                }
+            let until = self.appends.last(role) + self.timing.lease;
+            if now < until {
+                return Err(GrantDelay::HolderLease(until));
             }
         }
         Ok(())

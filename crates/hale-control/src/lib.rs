@@ -17,6 +17,6 @@ pub mod raft;
 
 pub use history::{check, HistoryViolation, HookEvent, HookKind};
 pub use lease::{
-    GrantDelay, Grantor, HeldLease, LeaseRejection, LeaseRequest, LeaseResponse, LeaseTable,
-    LeaseTiming, RoleLease,
+    AppendClock, GrantDelay, Grantor, HeldLease, LeaseRejection, LeaseRequest, LeaseResponse,
+    LeaseTable, LeaseTiming, RoleLease,
 };

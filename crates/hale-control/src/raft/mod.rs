@@ -1,7 +1,9 @@
 //! The replicated control plane: openraft over HTTP, with a durable redb
 //! store, ordering [`LeaseRequest`]s. The leader runs the [`Grantor`]: a
 //! role changes hands only when the grantor allows it on the leader's own
-//! monotonic clock, and a newly elected leader first waits one full lease.
+//! monotonic clock: one full lease after the last grant or renewal of the
+//! role appended to its own log (see [`crate::lease`] for why that covers a
+//! newly elected leader too).
 //! No consensus code of our own: openraft does elections and replication.
 
 mod network;
@@ -21,7 +23,9 @@ use openraft::{BasicNode, Raft};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
-use crate::lease::{GrantDelay, Grantor, LeaseRequest, LeaseResponse, LeaseTable, LeaseTiming};
+use crate::lease::{
+    AppendClock, GrantDelay, Grantor, LeaseRequest, LeaseResponse, LeaseTable, LeaseTiming,
+};
 use hale_core::Time;
 
 pub use network::{raft_routes, Network};
@@ -68,6 +72,7 @@ pub struct ControlPlane {
     raft: Raft<TypeConfig>,
     sm: StateMachine,
     grantor: Arc<Mutex<Option<Grantor>>>,
+    appends: Arc<Mutex<AppendClock>>,
     timing: LeaseTiming,
     origin: Instant,
     client: reqwest::Client,
@@ -123,21 +128,32 @@ impl ControlPlane {
                     );
                 }
             }
-            if matches!(
-                resp,
-                LeaseResponse::Granted { .. } | LeaseResponse::Renewed { .. }
-            ) {
-                let role = match req {
-                    LeaseRequest::Grant { role, .. }
-                    | LeaseRequest::Renew { role, .. }
-                    | LeaseRequest::Release { role, .. } => role,
-                };
-                if let Some(gr) = g.lock().expect("grantor lock").as_mut() {
-                    gr.observe(role, Time::from_nanos(origin.elapsed().as_nanos() as u64));
+        });
+        // Every server notes when it appended each grant or renewal (and
+        // when a snapshot brought entries it never appended); a leader's
+        // grantor hears of its own appends too. Lock order: grantor, then
+        // appends (see `watch_leadership`); this hook never holds both.
+        let appends = Arc::new(Mutex::new(AppendClock::new(Time::from_nanos(
+            origin.elapsed().as_nanos() as u64,
+        ))));
+        let (a, g) = (appends.clone(), grantor.clone());
+        let on_append: store::AppendHook = Arc::new(move |req| {
+            let now = Time::from_nanos(origin.elapsed().as_nanos() as u64);
+            {
+                let mut a = a.lock().expect("appends lock");
+                match req {
+                    Some(req) => a.appended(req, now),
+                    None => a.unknown_before(now),
+                }
+            }
+            if let Some(gr) = g.lock().expect("grantor lock").as_mut() {
+                match req {
+                    Some(req) => gr.appended(req, now),
+                    None => gr.unknown_before(now),
                 }
             }
         });
-        let sm = StateMachine::new(db.clone(), Some(hook))
+        let sm = StateMachine::new(db.clone(), Some(hook), Some(on_append.clone()))
             .map_err(|e| ControlError::Store(e.to_string()))?;
         let config = openraft::Config {
             cluster_name: "hale".into(),
@@ -151,14 +167,21 @@ impl ControlPlane {
                 .validate()
                 .map_err(|e| ControlError::Start(e.to_string()))?,
         );
-        let raft = Raft::new(id, config, Network::new(), LogStore::new(db), sm.clone())
-            .await
-            .map_err(|e| ControlError::Start(e.to_string()))?;
+        let raft = Raft::new(
+            id,
+            config,
+            Network::new(),
+            LogStore::new(db, Some(on_append)),
+            sm.clone(),
+        )
+        .await
+        .map_err(|e| ControlError::Start(e.to_string()))?;
         let cp = ControlPlane {
             id,
             raft,
             sm,
             grantor,
+            appends,
             timing,
             origin,
             client: reqwest::Client::new(),
@@ -171,21 +194,27 @@ impl ControlPlane {
         Time::from_nanos(self.origin.elapsed().as_nanos() as u64)
     }
 
-    /// Keeps the grantor in step with leadership: a fresh grantor (which
-    /// waits one lease) whenever this server becomes leader, none otherwise.
+    /// Keeps the grantor in step with leadership: a fresh grantor, starting
+    /// from this server's append clock, whenever it becomes leader; none
+    /// otherwise.
     fn watch_leadership(&self) {
         let mut rx = self.raft.metrics();
-        let (id, grantor, timing, origin) =
-            (self.id, self.grantor.clone(), self.timing, self.origin);
+        let (id, grantor, appends, timing) = (
+            self.id,
+            self.grantor.clone(),
+            self.appends.clone(),
+            self.timing,
+        );
         tokio::spawn(async move {
             let mut was_leader = false;
             loop {
                 let m = rx.borrow_and_update().clone();
                 let is_leader = m.current_leader == Some(id);
                 if is_leader != was_leader {
-                    let now = Time::from_nanos(origin.elapsed().as_nanos() as u64);
-                    *grantor.lock().expect("grantor lock") =
-                        is_leader.then(|| Grantor::new(timing, now));
+                    let mut g = grantor.lock().expect("grantor lock");
+                    *g = is_leader.then(|| {
+                        Grantor::new(timing, appends.lock().expect("appends lock").clone())
+                    });
                     was_leader = is_leader;
                 }
                 if rx.changed().await.is_err() {

@@ -68,16 +68,29 @@ fn put_meta<T: Serialize>(db: &Database, key: &str, v: &T) -> Result<(), SErr> {
     tx.commit().map_err(write_err)
 }
 
+/// Called when lease requests reach this server's log: `Some(req)` for each
+/// entry appended, `None` when a snapshot installed entries this server never
+/// appended itself. Feeds the [`AppendClock`](crate::lease::AppendClock).
+pub type AppendHook = Arc<dyn Fn(Option<&crate::lease::LeaseRequest>) + Send + Sync>;
+
 /// The Raft log.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct LogStore {
     db: Arc<Database>,
+    on_append: Option<AppendHook>,
+}
+
+impl std::fmt::Debug for LogStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LogStore").finish_non_exhaustive()
+    }
 }
 
 impl LogStore {
-    /// A log store over `db`.
-    pub fn new(db: Arc<Database>) -> LogStore {
-        LogStore { db }
+    /// A log store over `db`, telling `on_append` about each lease request
+    /// appended.
+    pub fn new(db: Arc<Database>, on_append: Option<AppendHook>) -> LogStore {
+        LogStore { db, on_append }
     }
 }
 
@@ -162,6 +175,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         {
             let mut t = tx.open_table(LOGS).map_err(write_err)?;
             for e in entries {
+                // Noted as it arrives, before the write: the entry's sender
+                // sent it earlier still, which is all the grantor relies on.
+                if let (Some(h), EntryPayload::Normal(req)) = (&self.on_append, &e.payload) {
+                    h(Some(req));
+                }
                 let bytes = serde_json::to_vec(&e).map_err(write_err)?;
                 t.insert(e.log_id.index, bytes.as_slice())
                     .map_err(write_err)?;
@@ -213,6 +231,7 @@ pub struct StateMachine {
     /// The current state, shared with readers.
     pub data: Arc<Mutex<StateData>>,
     hook: Option<ApplyHook>,
+    on_install: Option<AppendHook>,
 }
 
 impl std::fmt::Debug for StateMachine {
@@ -228,8 +247,14 @@ struct StoredSnapshot {
 }
 
 impl StateMachine {
-    /// A state machine over `db`, restored from its last snapshot.
-    pub fn new(db: Arc<Database>, hook: Option<ApplyHook>) -> Result<StateMachine, SErr> {
+    /// A state machine over `db`, restored from its last snapshot. `hook`
+    /// hears every applied request; `on_install` hears of installed
+    /// snapshots (called with `None`).
+    pub fn new(
+        db: Arc<Database>,
+        hook: Option<ApplyHook>,
+        on_install: Option<AppendHook>,
+    ) -> Result<StateMachine, SErr> {
         let data = match get_meta::<StoredSnapshot>(&db, "snapshot")? {
             Some(s) => serde_json::from_slice(&s.data).map_err(read_err)?,
             None => StateData::default(),
@@ -238,6 +263,7 @@ impl StateMachine {
             db,
             data: Arc::new(Mutex::new(data)),
             hook,
+            on_install,
         })
     }
 
@@ -346,6 +372,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 data: bytes,
             },
         )?;
+        if let Some(h) = &self.on_install {
+            h(None);
+        }
         *self.lock() = data;
         Ok(())
     }

@@ -1,12 +1,16 @@
 //! Randomized fault schedules against the lease protocol, on virtual time.
 //!
-//! Three candidates contend for a role through a control plane whose
-//! leader may crash (a new one is elected after a delay). Clocks drift
-//! (each node's runs 2% fast or slow), messages take random time, holders
-//! freeze (SIGSTOP: the watchdog fences them when their lease runs out) and
-//! get cut off from the control plane. Every promote and demote goes into a
-//! history, and the history checker must find nothing, over many seeds.
-//! The same model with a deliberately unsafe variant must be caught.
+//! Three candidates contend for a role through a control plane of three
+//! servers that replicate a log the way Raft does: the leader appends a
+//! request, followers append it when it reaches them, it commits once a
+//! majority holds it, and followers learn of the commit later. Leaders
+//! crash (the most up-to-date live server is elected after a delay, and
+//! commits what its log holds; the crashed one restarts later), clocks
+//! drift (each node's runs 2% fast or slow), messages take random time,
+//! holders freeze (SIGSTOP: the watchdog fences them when their lease runs
+//! out) and get cut off from the control plane. Every promote and demote goes
+//! into a history, and the history checker must find nothing over many
+//! seeds. The same model with deliberately unsafe variants must be caught.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -16,52 +20,58 @@ use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
 use hale_control::{
-    check, Grantor, HeldLease, HookEvent, HookKind, LeaseRequest, LeaseResponse, LeaseTable,
-    LeaseTiming,
+    check, AppendClock, Grantor, HeldLease, HookEvent, HookKind, LeaseRequest, LeaseResponse,
+    LeaseTable, LeaseTiming,
 };
 use hale_core::Time;
 
 const ROLE: &str = "db";
 const N: usize = 3;
+const SERVERS: usize = 3;
+
+/// What a newly elected leader's grantor starts from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Knowledge {
+    /// When it appended each entry of its log (safe: what hale does).
+    Appends,
+    /// When it learned that entries were committed (unsafe: a renewal that
+    /// committed just before the old leader died is counted too late).
+    Commits,
+    /// Nothing: it grants at once (unsafe).
+    Nothing,
+}
 
 #[derive(Debug, Clone, Copy)]
 struct Variant {
-    /// A new leader waits one lease before granting (safe: true).
-    new_leader_waits: bool,
+    knowledge: Knowledge,
     /// A frozen holder is fenced by its watchdog when its lease runs out
     /// (safe: true); otherwise it demotes only when it resumes.
     watchdog: bool,
 }
 
 const SAFE: Variant = Variant {
-    new_leader_waits: true,
+    knowledge: Knowledge::Appends,
     watchdog: true,
 };
 
 #[derive(Debug)]
 enum Ev {
     Tick(usize),
-    ToLeader {
-        from: usize,
-        req: LeaseRequest,
-        sent_local: Time,
-    },
-    Commit {
-        from: usize,
-        req: LeaseRequest,
-        sent_local: Time,
-        term: u64,
-    },
-    Reply {
-        to: usize,
-        resp: LeaseResponse,
-        sent_local: Time,
-    },
+    ToLeader(usize, u64, LeaseRequest, Time),
+    /// An entry (index into `entries`) reaches a follower.
+    Replicate(usize, usize, u64),
+    /// A follower's acknowledgement of its log up to an entry reaches the leader.
+    Ack(usize, u64),
+    /// A follower learns the commit index.
+    CommitNote(usize, usize),
+    Reply(usize, u64, LeaseResponse, Time),
+    RequestTimeout(usize, u64),
     Expire(usize, u64),
     Freeze(usize, Duration),
     Unfreeze(usize),
     Cut(usize, bool),
     LeaderCrash,
+    Restart(usize),
     NewLeader,
 }
 
@@ -71,8 +81,25 @@ struct Candidate {
     cut: bool,
     held: Option<HeldLease>,
     gen: u64,
-    pending: bool,
+    pending: Option<u64>,
     fence_on_resume: bool,
+}
+
+struct Entry {
+    req: LeaseRequest,
+    from: usize,
+    id: u64,
+    sent_local: Time,
+    term: u64,
+}
+
+struct Server {
+    rate: f64,
+    up: bool,
+    log: Vec<usize>,
+    appends: AppendClock,
+    commits: AppendClock,
+    commit_known: usize,
 }
 
 struct World {
@@ -84,9 +111,15 @@ struct World {
     queue: BinaryHeap<Reverse<(u64, u64, usize)>>,
     events: Vec<Option<Ev>>,
     cands: Vec<Candidate>,
-    leader_rate: f64,
-    leader_up: bool,
+    servers: Vec<Server>,
+    leader: Option<usize>,
     term: u64,
+    entries: Vec<Entry>,
+    /// Length of the committed (and applied) prefix of the log.
+    committed: usize,
+    /// Per server, when its replication stream is next free (keeps order).
+    link_free: Vec<u64>,
+    next_req: u64,
     grantor: Grantor,
     table: LeaseTable,
     history: Vec<HookEvent>,
@@ -103,11 +136,20 @@ impl World {
                 cut: false,
                 held: None,
                 gen: 0,
-                pending: false,
+                pending: None,
                 fence_on_resume: false,
             })
             .collect();
-        let leader_rate = rng.random_range(0.98..1.02);
+        let servers = (0..SERVERS)
+            .map(|_| Server {
+                rate: rng.random_range(0.98..1.02),
+                up: true,
+                log: Vec::new(),
+                appends: AppendClock::new(Time::ZERO),
+                commits: AppendClock::new(Time::ZERO),
+                commit_known: 0,
+            })
+            .collect();
         let mut w = World {
             v,
             timing,
@@ -117,10 +159,14 @@ impl World {
             queue: BinaryHeap::new(),
             events: Vec::new(),
             cands,
-            leader_rate,
-            leader_up: true,
+            servers,
+            leader: Some(0),
             term: 1,
-            grantor: Grantor::new(timing, Time::ZERO),
+            entries: Vec::new(),
+            committed: 0,
+            link_free: vec![0; SERVERS],
+            next_req: 0,
+            grantor: Grantor::new(timing, AppendClock::new(Time::ZERO)),
             table: LeaseTable::default(),
             history: Vec::new(),
         };
@@ -142,13 +188,21 @@ impl World {
         Time::from_nanos((self.now as f64 * rate) as u64)
     }
 
+    fn server_now(&self, s: usize) -> Time {
+        self.local(self.servers[s].rate)
+    }
+
     /// Real time at which a clock running at `rate` shows `t`.
     fn real(t: Time, rate: f64) -> u64 {
         (t.as_nanos() as f64 / rate).ceil() as u64
     }
 
     fn net(&mut self) -> u64 {
-        self.rng.random_range(100_000..5_000_000)
+        if self.rng.random_bool(0.05) {
+            self.rng.random_range(5_000_000..100_000_000)
+        } else {
+            self.rng.random_range(100_000..5_000_000)
+        }
     }
 
     fn record(&mut self, c: usize, epoch: u64, kind: HookKind) {
@@ -209,13 +263,63 @@ impl World {
         }
     }
 
+    /// Appends entry `e` to server `s`'s log at its position `pos`
+    /// (replacing a divergent suffix, as Raft's truncation does).
+    fn append(&mut self, s: usize, pos: usize, e: usize) {
+        let now = self.server_now(s);
+        let srv = &mut self.servers[s];
+        srv.log.truncate(pos);
+        srv.log.push(e);
+        srv.appends.appended(&self.entries[e].req, now);
+    }
+
+    /// Sends the leader's log from `from` on to follower `f`, in order.
+    fn replicate(&mut self, f: usize, from: usize) {
+        let term = self.term;
+        let Some(l) = self.leader else { return };
+        for pos in from..self.servers[l].log.len() {
+            let at = (self.now + self.net()).max(self.link_free[f]);
+            self.link_free[f] = at;
+            self.push(at, Ev::Replicate(f, pos, term));
+        }
+    }
+
+    /// The leader's log is committed up to `upto`: apply, and answer the
+    /// requests of the current term.
+    fn commit(&mut self, upto: usize) {
+        let Some(l) = self.leader else { return };
+        while self.committed < upto {
+            let e = self.servers[l].log[self.committed];
+            self.committed += 1;
+            let resp = self.table.apply(&self.entries[e].req);
+            let ent = &self.entries[e];
+            if ent.term == self.term {
+                let (from, id, sent) = (ent.from, ent.id, ent.sent_local);
+                let at = self.now + self.net();
+                self.push(at, Ev::Reply(from, id, resp, sent));
+            }
+        }
+        let now = self.server_now(l);
+        for pos in self.servers[l].commit_known..upto {
+            let e = self.servers[l].log[pos];
+            self.servers[l].commits.appended(&self.entries[e].req, now);
+        }
+        self.servers[l].commit_known = upto;
+        for f in 0..SERVERS {
+            if f != l {
+                let at = self.now + self.net();
+                self.push(at, Ev::CommitNote(f, upto));
+            }
+        }
+    }
+
     fn step(&mut self, ev: Ev) {
         match ev {
             Ev::Tick(c) => {
                 let every = (self.timing.renew_every.as_nanos() as f64 / self.cands[c].rate) as u64;
                 self.push(self.now + every, Ev::Tick(c));
                 let cand = &self.cands[c];
-                if cand.frozen || cand.cut || cand.pending {
+                if cand.frozen || cand.cut || cand.pending.is_some() {
                     return;
                 }
                 let sent_local = self.local(cand.rate);
@@ -231,83 +335,102 @@ impl World {
                         epoch: 0, // filled in by the leader's grantor
                     },
                 };
-                self.cands[c].pending = true;
+                self.next_req += 1;
+                let id = self.next_req;
+                self.cands[c].pending = Some(id);
                 let at = self.now + self.net();
-                self.push(
-                    at,
-                    Ev::ToLeader {
-                        from: c,
-                        req,
-                        sent_local,
-                    },
-                );
+                self.push(at, Ev::ToLeader(c, id, req, sent_local));
+                // The client gives up after 1.5 s (its clock).
+                let give_up = (1.5e9 / self.cands[c].rate) as u64;
+                self.push(self.now + give_up, Ev::RequestTimeout(c, id));
             }
-            Ev::ToLeader {
-                from,
-                req,
-                sent_local,
-            } => {
-                if !self.leader_up || self.cands[from].cut {
-                    self.cands[from].pending = false;
+            Ev::RequestTimeout(c, id) => {
+                if self.cands[c].pending == Some(id) {
+                    self.cands[c].pending = None;
+                }
+            }
+            Ev::ToLeader(from, id, req, sent_local) => {
+                let Some(l) = self.leader.filter(|&l| self.servers[l].up) else {
+                    return;
+                };
+                if self.cands[from].cut {
                     return;
                 }
-                let lnow = self.local(self.leader_rate);
+                let lnow = self.server_now(l);
                 let req = match req {
                     LeaseRequest::Grant { role, holder, .. } => {
                         if self.grantor.may_grant(&self.table, &role, lnow).is_err() {
-                            self.cands[from].pending = false;
+                            self.cands[from].pending = None;
                             return;
                         }
                         self.grantor.grant(&self.table, &role, &holder)
                     }
                     other => other,
                 };
-                let at = self.now + self.rng.random_range(1_000_000..30_000_000);
-                let term = self.term;
-                self.push(
-                    at,
-                    Ev::Commit {
-                        from,
-                        req,
-                        sent_local,
-                        term,
-                    },
-                );
+                self.grantor.appended(&req, lnow);
+                self.entries.push(Entry {
+                    req,
+                    from,
+                    id,
+                    sent_local,
+                    term: self.term,
+                });
+                let e = self.entries.len() - 1;
+                let pos = self.servers[l].log.len();
+                self.append(l, pos, e);
+                for f in 0..SERVERS {
+                    if f != l {
+                        let at = (self.now + self.net()).max(self.link_free[f]);
+                        self.link_free[f] = at;
+                        let term = self.term;
+                        self.push(at, Ev::Replicate(f, pos, term));
+                    }
+                }
             }
-            Ev::Commit {
-                from,
-                req,
-                sent_local,
-                term,
-            } => {
-                if !self.leader_up || term != self.term {
-                    self.cands[from].pending = false;
-                    return; // never committed
+            Ev::Replicate(f, pos, term) => {
+                let Some(l) = self.leader else { return };
+                if term != self.term || !self.servers[f].up || !self.servers[l].up {
+                    return;
                 }
-                let resp = self.table.apply(&req);
-                if matches!(
-                    resp,
-                    LeaseResponse::Granted { .. } | LeaseResponse::Renewed { .. }
-                ) {
-                    let lnow = self.local(self.leader_rate);
-                    self.grantor.observe(ROLE, lnow);
+                if self.servers[f].log.len() < pos {
+                    return; // a gap: the leader resends from the start on election
                 }
+                let e = self.servers[l].log[pos];
+                self.append(f, pos, e);
                 let at = self.now + self.net();
-                self.push(
-                    at,
-                    Ev::Reply {
-                        to: from,
-                        resp,
-                        sent_local,
-                    },
-                );
+                self.push(at, Ev::Ack(pos + 1, term));
             }
-            Ev::Reply {
-                to,
-                resp,
-                sent_local,
-            } => {
-                self.cands[to].pending = false;
+            Ev::Ack(upto, term) => {
+                let Some(l) = self.leader else { return };
+                if term != self.term || !self.servers[l].up {
+                    return;
+                }
+                // The leader and this follower hold `upto` entries: a majority.
+                // (Raft commits earlier-term entries only with one of its own.)
+                let own = self.servers[l].log[..upto]
+                    .iter()
+                    .any(|&e| self.entries[e].term == self.term);
+                if upto > self.committed && own {
+                    self.commit(upto);
+                }
+            }
+            Ev::CommitNote(f, upto) => {
+                if !self.servers[f].up {
+                    return;
+                }
+                let upto = upto.min(self.servers[f].log.len());
+                let now = self.server_now(f);
+                for pos in self.servers[f].commit_known..upto {
+                    let e = self.servers[f].log[pos];
+                    self.servers[f].commits.appended(&self.entries[e].req, now);
+                }
+                self.servers[f].commit_known = self.servers[f].commit_known.max(upto);
+            }
+            Ev::Reply(to, id, resp, sent_local) => {
+                if self.cands[to].pending != Some(id) {
+                    return; // gave up on it
+                }
+                self.cands[to].pending = None;
                 if self.cands[to].frozen || self.cands[to].cut {
                     return;
                 }
@@ -355,23 +478,66 @@ impl World {
             }
             Ev::Cut(c, on) => self.cands[c].cut = on,
             Ev::LeaderCrash => {
-                if self.leader_up {
-                    self.leader_up = false;
+                if let Some(l) = self.leader.take() {
+                    self.servers[l].up = false;
                     self.term += 1;
-                    let at = self.now + self.rng.random_range(150_000_000..600_000_000);
+                    let at = self.now + self.rng.random_range(300_000_000..900_000_000);
                     self.push(at, Ev::NewLeader);
+                    let back = self.now + self.rng.random_range(500_000_000..5_000_000_000);
+                    self.push(back, Ev::Restart(l));
                 }
             }
-            Ev::NewLeader => {
-                self.leader_up = true;
-                self.leader_rate = self.rng.random_range(0.98..1.02);
-                let lnow = self.local(self.leader_rate);
-                let since = if self.v.new_leader_waits {
-                    lnow
-                } else {
-                    Time::ZERO // pretends it has been leader forever: grants at once
-                };
-                self.grantor = Grantor::new(self.timing, since);
+            Ev::Restart(s) => {
+                // Its log is read back from disk: append times unknown.
+                let now = self.server_now(s);
+                let srv = &mut self.servers[s];
+                srv.up = true;
+                srv.appends = AppendClock::new(now);
+                srv.commits = AppendClock::new(now);
+                srv.commit_known = 0;
+                if self.leader.is_some() {
+                    self.replicate(s, 0);
+                }
+            }
+            Ev::NewLeader => self.elect(),
+        }
+    }
+
+    /// The live server with the most up-to-date log (last entry's term,
+    /// then length) wins; it commits what its log holds.
+    fn elect(&mut self) {
+        let last_term =
+            |w: &World, s: usize| w.servers[s].log.last().map_or(0, |&e| w.entries[e].term);
+        let live: Vec<usize> = (0..SERVERS).filter(|&s| self.servers[s].up).collect();
+        if live.len() < 2 {
+            let at = self.now + 200_000_000;
+            self.push(at, Ev::NewLeader);
+            return;
+        }
+        let l = *live
+            .iter()
+            .max_by_key(|&&s| (last_term(self, s), self.servers[s].log.len()))
+            .expect("live servers");
+        assert!(
+            self.servers[l].log.len() >= self.committed,
+            "the model elected a leader without every committed entry"
+        );
+        self.leader = Some(l);
+        let clock = match self.v.knowledge {
+            Knowledge::Appends => self.servers[l].appends.clone(),
+            Knowledge::Commits => self.servers[l].commits.clone(),
+            Knowledge::Nothing => AppendClock::new(Time::ZERO),
+        };
+        self.grantor = Grantor::new(self.timing, clock);
+        // Its first entry of the term commits everything before it (a
+        // blank entry, modelled as committing at once); the rest of the
+        // servers are brought in line.
+        let len = self.servers[l].log.len();
+        self.commit(len);
+        for f in 0..SERVERS {
+            if f != l && self.servers[f].up {
+                self.link_free[f] = self.now;
+                self.replicate(f, 0);
             }
         }
     }
@@ -400,13 +566,27 @@ fn no_two_holders_ever_overlap_across_many_fault_schedules() {
 #[test]
 fn a_control_plane_leader_that_grants_without_waiting_is_caught() {
     let v = Variant {
-        new_leader_waits: false,
+        knowledge: Knowledge::Nothing,
         ..SAFE
     };
     let caught = (0..200)
         .filter(|&s| check(&history(s, v, 5)).is_err())
         .count();
     assert!(caught > 0, "the unsafe leader was never caught");
+}
+
+#[test]
+fn a_new_leader_that_times_leases_from_commits_it_learned_is_caught() {
+    let v = Variant {
+        knowledge: Knowledge::Commits,
+        ..SAFE
+    };
+    // The window is narrow (a renewal committed in the last moments before
+    // the leader died): about one schedule in a hundred opens it.
+    let caught = (0..600)
+        .filter(|&s| check(&history(s, v, 5)).is_err())
+        .count();
+    assert!(caught > 0, "timing from learned commits was never caught");
 }
 
 #[test]
