@@ -70,8 +70,10 @@ impl Agents {
         let Some(me) = members.iter().find(|m| m.is_self) else {
             bail!("the agent at {} did not list itself", api.http);
         };
+        // Dead and departed members have no agent to ask.
         let mut addrs: BTreeMap<String, Option<String>> = members
             .iter()
+            .filter(|m| m.state == "alive" || m.state == "suspect")
             .map(|m| {
                 let a = if m.is_self {
                     Some(api.http.clone())

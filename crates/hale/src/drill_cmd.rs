@@ -98,6 +98,10 @@ impl DrillKind {
 /// How often the drill samples the cluster.
 const TICK: Duration = Duration::from_millis(250);
 
+/// Agents hold a fault this much longer than the drill does: the drill ends
+/// it explicitly, and the agent's own revert is the safety net.
+pub const SAFETY_MARGIN: Duration = Duration::from_secs(2);
+
 /// What must be undone if the drill is interrupted.
 #[derive(Debug, Default)]
 struct Undo {
@@ -112,6 +116,15 @@ fn check(name: impl Into<String>, passed: bool, detail: impl Into<String>) -> Ch
         name: name.into(),
         passed,
         detail: detail.into(),
+    }
+}
+
+fn names_or_none<'a>(names: impl Iterator<Item = &'a String>) -> String {
+    let v: Vec<&str> = names.map(String::as_str).collect();
+    if v.is_empty() {
+        "none".to_owned()
+    } else {
+        v.join(", ")
     }
 }
 
@@ -254,7 +267,9 @@ impl Drill {
             .post(
                 node,
                 &format!("/v1/drill/{fault}"),
-                serde_json::json!({ "duration_ms": self.args.duration.as_millis() as u64 }),
+                serde_json::json!({
+                    "duration_ms": (self.args.duration + SAFETY_MARGIN).as_millis() as u64
+                }),
             )
             .await?;
         Ok(())
@@ -563,7 +578,7 @@ fn preflight(
         "every role has a holder",
         no_holder.is_empty(),
         if no_holder.is_empty() {
-            format!("{} roles", cands.len())
+            format!("roles: {}", names_or_none(cands.keys()))
         } else {
             format!("no holder: {}", no_holder.join(", "))
         },
@@ -671,7 +686,10 @@ pub fn run(api: &ApiArgs, args: &DrillArgs) -> anyhow::Result<std::process::Exit
             args.kind.name(),
             args.kind.target(),
             &agents.local,
-            (args.duration * 1000.0) as u64,
+            match args.kind {
+                DrillKind::Handover { .. } => 0,
+                _ => (args.duration * 1000.0) as u64,
+            },
         )));
         let undo = Arc::new(Mutex::new(Undo::default()));
         let mut drill = Drill {

@@ -135,11 +135,14 @@ impl Report {
                 Outcome::Running => "RUNNING",
             }
         );
+        let held = if self.duration_ms > 0 {
+            format!(", fault held {:.1}s", self.duration_ms as f64 / 1000.0)
+        } else {
+            String::new()
+        };
         out.push_str(&format!(
-            "through {}, fault held {:.1}s, started at unix ms {}\n\n",
-            self.observer,
-            self.duration_ms as f64 / 1000.0,
-            self.started_unix_ms
+            "through {}{held}, started at unix ms {}\n\n",
+            self.observer, self.started_unix_ms
         ));
         for s in &self.steps {
             out.push_str(&format!(

@@ -199,23 +199,26 @@ impl Drill {
                 if held.is_empty() {
                     self.add(step, check(format!("{node} held no role"), true, "no failover expected"));
                 }
-                let detected = events
-                    .iter()
-                    .filter(|e| e.member.as_deref() == Some(node) && e.source != node)
-                    .find(|e| e.kind == "dead");
+                let first = |kind: &str| {
+                    events
+                        .iter()
+                        .filter(|e| e.member.as_deref() == Some(node) && e.source != node)
+                        .find(|e| e.kind == kind)
+                        .map(|e| {
+                            format!(
+                                "{kind} by {} {:.2}s after the freeze",
+                                e.source,
+                                e.unix_ms.saturating_sub(started) as f64 / 1000.0
+                            )
+                        })
+                        .unwrap_or_else(|| format!("not {kind} during the freeze"))
+                };
                 self.add(
                     step,
                     check(
                         format!("the cluster noticed {node} (informational)"),
                         true,
-                        match detected {
-                            Some(e) => format!(
-                                "declared dead by {} {:.2}s after the freeze",
-                                e.source,
-                                e.unix_ms.saturating_sub(started) as f64 / 1000.0
-                            ),
-                            None => "not declared dead during the freeze".to_owned(),
-                        },
+                        format!("{}; {}", first("suspected"), first("dead")),
                     ),
                 );
                 self.window_checks(step, &seen, &events, Some(node));

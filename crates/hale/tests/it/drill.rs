@@ -231,6 +231,11 @@ fail_after = "1s"
                 String::from_utf8_lossy(&out.stderr)
             )
         });
+        // Shown when the test fails (libtest captures it otherwise).
+        eprintln!(
+            "{}",
+            std::fs::read_to_string(dir.join("report.txt")).unwrap_or_default()
+        );
         let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(printed, report, "--json prints the report it wrote");
         (out.status.code(), report, dir)
