@@ -317,22 +317,19 @@ fn error(status: StatusCode, msg: impl Into<String>) -> Response {
     (status, Json(serde_json::json!({ "error": msg.into() }))).into_response()
 }
 
-fn authorized(st: &DrillState, headers: &HeaderMap) -> Result<(), Response> {
-    let Some(want) = &st.token else {
-        return Ok(());
-    };
+/// `None` when the request may proceed, else the 401 to answer.
+fn unauthorized(st: &DrillState, headers: &HeaderMap) -> Option<Response> {
+    let want = st.token.as_ref()?;
     let got = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
-    if got == Some(want.as_str()) {
-        Ok(())
-    } else {
-        Err(error(
+    (got != Some(want.as_str())).then(|| {
+        error(
             StatusCode::UNAUTHORIZED,
             "this endpoint needs `Authorization: Bearer <api_token>`",
-        ))
-    }
+        )
+    })
 }
 
 fn view(st: &DrillState) -> DrillView {
@@ -359,7 +356,7 @@ async fn set(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if let Err(r) = authorized(&st, &headers) {
+    if let Some(r) = unauthorized(&st, &headers) {
         return r;
     }
     let Some(f) = Fault::parse(&fault) else {
@@ -392,7 +389,7 @@ struct RestoreBody {
 }
 
 async fn restore(State(st): State<DrillState>, headers: HeaderMap, body: Bytes) -> Response {
-    if let Err(r) = authorized(&st, &headers) {
+    if let Some(r) = unauthorized(&st, &headers) {
         return r;
     }
     let which = if body.is_empty() {
@@ -428,7 +425,7 @@ struct TrafficBody {
 }
 
 async fn traffic(State(st): State<DrillState>, headers: HeaderMap, body: Bytes) -> Response {
-    if let Err(r) = authorized(&st, &headers) {
+    if let Some(r) = unauthorized(&st, &headers) {
         return r;
     }
     let Ok(req) = serde_json::from_slice::<TrafficBody>(&body) else {

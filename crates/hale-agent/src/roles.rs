@@ -235,7 +235,11 @@ impl ControlClient {
         request: impl Fn(&reqwest::Client, SocketAddr) -> reqwest::RequestBuilder,
     ) -> Option<T> {
         use std::sync::atomic::Ordering;
-        if self.gate.as_ref().is_some_and(|g| g.load(Ordering::Relaxed)) {
+        if self
+            .gate
+            .as_ref()
+            .is_some_and(|g| g.load(Ordering::Relaxed))
+        {
             return None;
         }
         let n = self.servers.len();

@@ -339,7 +339,10 @@ impl<T: Payload> Worker<T> {
         let seq = self.seq;
         // A drill's diversion (a black hole) replaces the upstream's address.
         let diverted = *self.shared.divert.lock().unwrap_or_else(|e| e.into_inner());
-        let url = diverted.map_or_else(|| t.url.to_string(), |a| format!("http://{a}/api/0/envelope/"));
+        let url = diverted.map_or_else(
+            || t.url.to_string(),
+            |a| format!("http://{a}/api/0/envelope/"),
+        );
         let req = self
             .client
             .post(url)

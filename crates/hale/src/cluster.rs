@@ -174,7 +174,10 @@ impl Agents {
             .timeout(PEER_TIMEOUT)
             .json(&serde_json::json!({ "message": "hale drill probe", "level": "info" }));
         if let Some(k) = key {
-            req = req.header("x-sentry-auth", format!("Sentry sentry_key={k}, sentry_version=7"));
+            req = req.header(
+                "x-sentry-auth",
+                format!("Sentry sentry_key={k}, sentry_version=7"),
+            );
         }
         let start = std::time::Instant::now();
         let r = req.send().await?;

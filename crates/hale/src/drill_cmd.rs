@@ -137,6 +137,8 @@ fn secs(d: Duration) -> String {
 struct Seen {
     /// (node, service) -> samples it failed in.
     essential_failing: BTreeMap<(String, String), u32>,
+    /// (node, essential service) -> slowest latest check run seen, in ms.
+    check_ms: BTreeMap<(String, String), u64>,
     /// Relay test events: (latency, status).
     probes: Vec<(Duration, u16)>,
     /// When a relay breaker was first seen not closed.
@@ -305,11 +307,20 @@ impl Drill {
                 else {
                     continue;
                 };
-                for s in svcs.iter().filter(|s| s.essential && !s.healthy) {
-                    *seen
-                        .essential_failing
-                        .entry((n.clone(), s.name.clone()))
-                        .or_default() += 1;
+                for s in svcs.iter().filter(|s| s.essential) {
+                    let key = (n.clone(), s.name.clone());
+                    if !s.healthy {
+                        *seen.essential_failing.entry(key.clone()).or_default() += 1;
+                    }
+                    let took = s
+                        .checks
+                        .iter()
+                        .filter_map(|c| c.recent.last())
+                        .map(|r| r.took_ms);
+                    if let Some(ms) = took.max() {
+                        let e = seen.check_ms.entry(key).or_default();
+                        *e = (*e).max(ms);
+                    }
                 }
             }
             if let Some((node, path)) = relay {
@@ -351,11 +362,13 @@ impl Drill {
     }
 
     /// The lease table as the first agent other than `skip` sees it.
-    async fn leases(
-        &self,
-        skip: Option<&str>,
-    ) -> Option<BTreeMap<String, (Option<String>, u64)>> {
-        for n in self.agents.addrs.keys().filter(|n| Some(n.as_str()) != skip) {
+    async fn leases(&self, skip: Option<&str>) -> Option<BTreeMap<String, (Option<String>, u64)>> {
+        for n in self
+            .agents
+            .addrs
+            .keys()
+            .filter(|n| Some(n.as_str()) != skip)
+        {
             if let Ok(v) = self.agents.get::<serde_json::Value>(n, "/v1/roles").await {
                 let nodes = [NodeState {
                     name: n.clone(),
@@ -399,13 +412,7 @@ impl Drill {
                 .iter()
                 .filter(|e| e.kind == kind)
                 .filter(|e| spared.is_none_or(|s| e.source != s && e.member.as_deref() != Some(s)))
-                .map(|e| {
-                    format!(
-                        "{} by {}",
-                        e.member.as_deref().unwrap_or("?"),
-                        e.source
-                    )
-                })
+                .map(|e| format!("{} by {}", e.member.as_deref().unwrap_or("?"), e.source))
                 .collect()
         };
         let dead = bad("dead");
@@ -552,7 +559,11 @@ fn preflight(
     ));
     let unreachable: Vec<String> = nodes
         .iter()
-        .filter(|n| members.iter().any(|m| m.name == n.name && m.state == "alive"))
+        .filter(|n| {
+            members
+                .iter()
+                .any(|m| m.name == n.name && m.state == "alive")
+        })
         .filter_map(|n| Some(format!("{}: {}", n.name, n.error.as_ref()?)))
         .collect();
     out.push(check(
@@ -637,7 +648,9 @@ fn preflight(
     match kind {
         DrillKind::NodeFreeze { node } => out.push(check(
             format!("{node} is a live member"),
-            members.iter().any(|m| &m.name == node && m.state == "alive"),
+            members
+                .iter()
+                .any(|m| &m.name == node && m.state == "alive"),
             "the node to freeze",
         )),
         DrillKind::Handover { role } => {

@@ -199,10 +199,7 @@ impl Report {
 /// Where a report goes without `--report`: a timestamped directory under the
 /// current directory, or under the temporary directory if that is not writable.
 pub fn default_dir(drill: &str) -> PathBuf {
-    let name = format!(
-        "hale-drill-{drill}-{}",
-        hale_agent::view::unix_ms() / 1000
-    );
+    let name = format!("hale-drill-{drill}-{}", hale_agent::view::unix_ms() / 1000);
     let here = PathBuf::from(&name);
     if std::fs::create_dir_all(&here).is_ok() {
         return here;

@@ -76,10 +76,11 @@ pub fn summarize(
     members: &[hale_agent::MemberView],
     nodes: &[NodeState],
 ) -> Status {
-    let mut by_state: std::collections::BTreeMap<String, Vec<String>> = ["alive", "suspect", "dead", "left"]
-        .iter()
-        .map(|s| ((*s).to_owned(), Vec::new()))
-        .collect();
+    let mut by_state: std::collections::BTreeMap<String, Vec<String>> =
+        ["alive", "suspect", "dead", "left"]
+            .iter()
+            .map(|s| ((*s).to_owned(), Vec::new()))
+            .collect();
     for m in members {
         by_state
             .entry(m.state.clone())

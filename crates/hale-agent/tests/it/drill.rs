@@ -76,7 +76,13 @@ async fn a_drill_fault_needs_the_token_and_reverts_on_its_own_when_its_duration_
         .await
         .unwrap();
     assert_eq!(r.status(), 400);
-    let r = c.post(&url).bearer_auth("tok").json(&body).send().await.unwrap();
+    let r = c
+        .post(&url)
+        .bearer_auth("tok")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(drill(&c, &a).await.active.len(), 1);
     // Traffic signals are ignored (and counted) while quiet.
@@ -88,13 +94,17 @@ async fn a_drill_fault_needs_the_token_and_reverts_on_its_own_when_its_duration_
         .await
         .unwrap();
     assert_eq!(r.status(), 202);
-    wait_until("the ignored signal is counted", Duration::from_secs(5), || async {
-        drill(&c, &a).await.traffic_ignored == 1
-    })
+    wait_until(
+        "the ignored signal is counted",
+        Duration::from_secs(5),
+        || async { drill(&c, &a).await.traffic_ignored == 1 },
+    )
     .await;
-    wait_until("quiet reverts on its own", Duration::from_secs(5), || async {
-        drill(&c, &a).await.active.is_empty()
-    })
+    wait_until(
+        "quiet reverts on its own",
+        Duration::from_secs(5),
+        || async { drill(&c, &a).await.active.is_empty() },
+    )
     .await;
     let kinds: Vec<String> = c
         .get(format!("http://{}/v1/events", a.http_addr()))
@@ -137,9 +147,11 @@ async fn a_frozen_agent_is_cut_off_the_cluster_and_comes_back_when_restored() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
-    wait_until("the others stop hearing x", Duration::from_secs(20), || async {
-        state_of(&a, "x").await.as_deref() != Some("alive")
-    })
+    wait_until(
+        "the others stop hearing x",
+        Duration::from_secs(20),
+        || async { state_of(&a, "x").await.as_deref() != Some("alive") },
+    )
     .await;
     let metrics = c
         .get(format!("http://{}/metrics", x.http_addr()))
@@ -162,11 +174,15 @@ async fn a_frozen_agent_is_cut_off_the_cluster_and_comes_back_when_restored() {
         .await
         .unwrap();
     assert_eq!(r["restored"], serde_json::json!(["freeze"]));
-    wait_until("x is alive everywhere again", Duration::from_secs(20), || async {
-        state_of(&a, "x").await.as_deref() == Some("alive")
-            && state_of(&b, "x").await.as_deref() == Some("alive")
-            && state_of(&x, "a").await.as_deref() == Some("alive")
-    })
+    wait_until(
+        "x is alive everywhere again",
+        Duration::from_secs(20),
+        || async {
+            state_of(&a, "x").await.as_deref() == Some("alive")
+                && state_of(&b, "x").await.as_deref() == Some("alive")
+                && state_of(&x, "a").await.as_deref() == Some("alive")
+        },
+    )
     .await;
     for g in [a, b, x] {
         g.shutdown().await;

@@ -34,10 +34,7 @@ impl Drill {
     }
 
     fn fault_step(&self, what: String) -> usize {
-        self.step_start(&format!(
-            "{what} for {}",
-            secs(self.args.duration)
-        ))
+        self.step_start(&format!("{what} for {}", secs(self.args.duration)))
     }
 
     async fn sink_blackhole(&mut self, nodes: &[NodeState]) {
@@ -53,7 +50,12 @@ impl Drill {
             .relay
             .as_ref()
             .and_then(|r| r.upstreams.first())
-            .and_then(|u| u.target.rsplit('/').find(|s| !s.is_empty()).map(str::to_owned))
+            .and_then(|u| {
+                u.target
+                    .rsplit('/')
+                    .find(|s| !s.is_empty())
+                    .map(str::to_owned)
+            })
             .filter(|p| p.bytes().all(|b| b.is_ascii_digit()))
             .unwrap_or_else(|| "1".to_owned());
         let path = format!("{}/api/{project}/store/", self.args.relay_prefix);
@@ -61,7 +63,12 @@ impl Drill {
         match self.set_fault(&node, "blackhole").await {
             Ok(()) => {
                 let (seen, events) = self
-                    .watch(self.args.duration, None, Some((&node, &path)), &BTreeMap::new())
+                    .watch(
+                        self.args.duration,
+                        None,
+                        Some((&node, &path)),
+                        &BTreeMap::new(),
+                    )
                     .await;
                 let n = seen.probes.len();
                 let ok = seen.probes.iter().filter(|p| p.1 == 200).count();
@@ -122,6 +129,7 @@ impl Drill {
                     ),
                 );
                 self.window_checks(step, &seen, &events, None);
+                self.add(step, slowdown(nodes, &seen));
             }
             Err(e) => self.add(step, check("the fault was set", false, format!("{e:#}"))),
         }
@@ -164,7 +172,9 @@ impl Drill {
         let held: BTreeMap<String, (String, u64)> = cluster::leases(nodes)
             .unwrap_or_default()
             .into_iter()
-            .filter_map(|(r, (h, e))| (h.as_deref() == Some(node)).then(|| (r, (node.to_owned(), e))))
+            .filter_map(|(r, (h, e))| {
+                (h.as_deref() == Some(node)).then(|| (r, (node.to_owned(), e)))
+            })
             .collect();
         for role in held.keys() {
             self.undo
@@ -191,13 +201,19 @@ impl Drill {
                         None => check(
                             format!("a standby took {role} within {}", secs(target)),
                             false,
-                            format!("no standby held it during the {} freeze", secs(self.args.duration)),
+                            format!(
+                                "no standby held it during the {} freeze",
+                                secs(self.args.duration)
+                            ),
                         ),
                     };
                     self.add(step, c);
                 }
                 if held.is_empty() {
-                    self.add(step, check(format!("{node} held no role"), true, "no failover expected"));
+                    self.add(
+                        step,
+                        check(format!("{node} held no role"), true, "no failover expected"),
+                    );
                 }
                 let first = |kind: &str| {
                     events
@@ -234,7 +250,11 @@ impl Drill {
             .iter()
             .filter(|n| n.name == node)
             .flat_map(NodeState::holding)
-            .filter(|r| leases.get(r).is_none_or(|(h, _)| h.as_deref() != Some(node)))
+            .filter(|r| {
+                leases
+                    .get(r)
+                    .is_none_or(|(h, _)| h.as_deref() != Some(node))
+            })
             .collect();
         self.add(
             step,
@@ -269,10 +289,17 @@ impl Drill {
             let eligible = members
                 .iter()
                 .find(|m| m.name == home && m.state == "alive")
-                .is_some_and(|m| cluster::published_roles(&m.meta).get(role).is_some_and(|c| c.1));
+                .is_some_and(|m| {
+                    cluster::published_roles(&m.meta)
+                        .get(role)
+                        .is_some_and(|c| c.1)
+                });
             match l.get(role) {
                 Some((Some(h), e)) if h == home => {
-                    self.add(step, check(format!("{home} holds {role}"), true, format!("epoch {e}")));
+                    self.add(
+                        step,
+                        check(format!("{home} holds {role}"), true, format!("epoch {e}")),
+                    );
                     self.undo.lock().expect("undo lock").homes.remove(role);
                     return;
                 }
@@ -287,12 +314,19 @@ impl Drill {
                 check(
                     format!("{role} can be handed back to {home}"),
                     false,
-                    format!("no holder, or {home} not eligible, within {}", secs(self.args.recover_timeout)),
+                    format!(
+                        "no holder, or {home} not eligible, within {}",
+                        secs(self.args.recover_timeout)
+                    ),
                 ),
             );
             return;
         };
-        if self.handover_to(step, role, &from, home, epoch).await.is_some() {
+        if self
+            .handover_to(step, role, &from, home, epoch)
+            .await
+            .is_some()
+        {
             self.undo.lock().expect("undo lock").homes.remove(role);
         }
     }
@@ -308,13 +342,28 @@ impl Drill {
         epoch: u64,
     ) -> Option<u64> {
         let start = Instant::now();
-        self.mark("handover", Some(to), serde_json::json!({ "role": role, "from": from }));
+        self.mark(
+            "handover",
+            Some(to),
+            serde_json::json!({ "role": role, "from": from }),
+        );
         if let Err(e) = self
             .agents
-            .post(from, &format!("/v1/roles/{role}/handover"), serde_json::json!({ "to": to }))
+            .post(
+                from,
+                &format!("/v1/roles/{role}/handover"),
+                serde_json::json!({ "to": to }),
+            )
             .await
         {
-            self.add(step, check(format!("{from} handed {role} over"), false, format!("{e:#}")));
+            self.add(
+                step,
+                check(
+                    format!("{from} handed {role} over"),
+                    false,
+                    format!("{e:#}"),
+                ),
+            );
             return None;
         }
         let target = self.args.promote_target;
@@ -379,7 +428,11 @@ impl Drill {
                     local["state"],
                     local["epoch"],
                     local["last_change"],
-                    if failing.is_empty() { "none".to_owned() } else { failing.join(", ") }
+                    if failing.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        failing.join(", ")
+                    }
                 );
                 if local["state"] == "holder"
                     && local["epoch"].as_u64() == Some(new_epoch)
@@ -404,7 +457,11 @@ impl Drill {
             check(
                 "no live member was declared dead",
                 dead.is_empty(),
-                if dead.is_empty() { "none".to_owned() } else { dead.join(", ") },
+                if dead.is_empty() {
+                    "none".to_owned()
+                } else {
+                    dead.join(", ")
+                },
             ),
         );
         ok.then_some(new_epoch)
@@ -452,7 +509,11 @@ impl Drill {
             check(
                 "the cluster is whole",
                 problems.is_empty(),
-                if problems.is_empty() { "every member alive everywhere".to_owned() } else { problems.join("; ") },
+                if problems.is_empty() {
+                    "every member alive everywhere".to_owned()
+                } else {
+                    problems.join("; ")
+                },
             ),
         );
         self.step_end(step);
@@ -461,7 +522,11 @@ impl Drill {
     async fn traffic_ignored(&self) -> u64 {
         let mut total = 0;
         for n in self.agents.addrs.keys() {
-            if let Ok(d) = self.agents.get::<hale_agent::drill::DrillView>(n, "/v1/drill").await {
+            if let Ok(d) = self
+                .agents
+                .get::<hale_agent::drill::DrillView>(n, "/v1/drill")
+                .await
+            {
                 total += d.traffic_ignored;
             }
         }
@@ -491,15 +556,54 @@ impl Drill {
                     check(
                         "application traffic was ignored (informational)",
                         true,
-                        format!("{ignored} traffic signals ignored; probes alone kept members alive"),
+                        format!(
+                            "{ignored} traffic signals ignored; probes alone kept members alive"
+                        ),
                     ),
                 );
             }
-            Err(e) => self.add(step, check("the fault was set on every agent", false, format!("{e:#}"))),
+            Err(e) => self.add(
+                step,
+                check("the fault was set on every agent", false, format!("{e:#}")),
+            ),
         }
         self.step_end(step);
         let step = self.step_start("restore: application traffic counts again");
         self.restore_and_verify(step).await;
         self.step_end(step);
     }
+}
+
+/// Whether any essential check got slower during the window than before it:
+/// slowest run during the drill against twice the slowest recent run before
+/// it, plus 200 ms of slack for a busy machine.
+fn slowdown(before: &[NodeState], seen: &super::Seen) -> super::Check {
+    let mut slowed = Vec::new();
+    let mut worst = 0;
+    for ((node, service), during) in &seen.check_ms {
+        let base = before
+            .iter()
+            .filter(|n| &n.name == node)
+            .flat_map(|n| n.services.iter().flatten())
+            .filter(|s| &s.name == service)
+            .flat_map(|s| s.checks.iter().flat_map(|c| c.recent.iter()))
+            .map(|r| r.took_ms)
+            .max()
+            .unwrap_or(0);
+        worst = worst.max(*during);
+        if *during > base * 2 + 200 {
+            slowed.push(format!(
+                "{service} on {node}: {during}ms (was at most {base}ms)"
+            ));
+        }
+    }
+    check(
+        "no essential service slowed",
+        slowed.is_empty(),
+        if slowed.is_empty() {
+            format!("slowest essential check during the drill: {worst}ms")
+        } else {
+            slowed.join(", ")
+        },
+    )
 }

@@ -93,8 +93,8 @@ impl Cluster {
             .unwrap();
         let sentry = rt.block_on(FakeSentry::start(Mode::Up)).unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let key = String::from_utf8(Command::new(HALE).arg("keygen").output().unwrap().stdout)
-            .unwrap();
+        let key =
+            String::from_utf8(Command::new(HALE).arg("keygen").output().unwrap().stdout).unwrap();
         let gossip: Vec<u16> = (0..3).map(|_| free_port()).collect();
         let control: Vec<u16> = (0..3).map(|_| free_port()).collect();
         let servers: Vec<String> = control
@@ -258,18 +258,27 @@ fail_after = "1s"
     fn assert_untouched(&self) {
         for i in 0..self.nodes.len() {
             let d = self.get(i, "/v1/drill").unwrap();
-            assert_eq!(d["active"], serde_json::json!([]), "{}: {d}", self.nodes[i].name);
+            assert_eq!(
+                d["active"],
+                serde_json::json!([]),
+                "{}: {d}",
+                self.nodes[i].name
+            );
         }
         let relay = self.get(0, "/v1/relay").unwrap();
         assert!(relay["diverted"].is_null(), "{relay}");
-        wait_until(Duration::from_secs(10), "every member alive everywhere", || {
-            (0..self.nodes.len()).all(|i| {
-                self.get(i, "/v1/members").is_some_and(|m| {
-                    let m = m.as_array().cloned().unwrap_or_default();
-                    m.len() == 3 && m.iter().all(|m| m["state"] == "alive")
+        wait_until(
+            Duration::from_secs(10),
+            "every member alive everywhere",
+            || {
+                (0..self.nodes.len()).all(|i| {
+                    self.get(i, "/v1/members").is_some_and(|m| {
+                        let m = m.as_array().cloned().unwrap_or_default();
+                        m.len() == 3 && m.iter().all(|m| m["state"] == "alive")
+                    })
                 })
-            })
-        });
+            },
+        );
         assert_eq!(self.holder().as_deref(), Some("n0"));
     }
 }
@@ -320,9 +329,7 @@ fn step_names(report: &Value) -> Vec<String> {
 
 fn timeline_has(report: &Value, source: &str, kind: &str, member: Option<&str>) -> bool {
     report["timeline"].as_array().unwrap().iter().any(|e| {
-        e["source"] == source
-            && e["kind"] == kind
-            && member.is_none_or(|m| e["member"] == m)
+        e["source"] == source && e["kind"] == kind && member.is_none_or(|m| e["member"] == m)
     })
 }
 
@@ -389,7 +396,9 @@ fn freezing_the_role_holder_promotes_a_standby_in_time_and_hands_the_role_back()
         .map(|c| c["name"].as_str().unwrap().to_owned())
         .collect();
     assert!(
-        checks.iter().any(|n| n.starts_with("a standby took db within")),
+        checks
+            .iter()
+            .any(|n| n.starts_with("a standby took db within")),
         "{checks:?}"
     );
     assert!(timeline_has(&report, "n1", "promoted", None), "n1 took db");
@@ -467,7 +476,10 @@ fn a_quiet_drill_shows_probes_alone_keep_every_member_alive() {
             metric(&text, "hale_drill_traffic_ignored_total", &[])
         })
         .sum();
-    assert!(ignored > 0.0, "traffic signals were ignored during the drill");
+    assert!(
+        ignored > 0.0,
+        "traffic signals were ignored during the drill"
+    );
     // Traffic counts again afterwards.
     let after = c.get(0, "/v1/drill").unwrap();
     assert_eq!(after["active"], serde_json::json!([]));
@@ -478,14 +490,18 @@ fn a_quiet_drill_shows_probes_alone_keep_every_member_alive() {
 fn a_drill_refuses_to_start_on_a_degraded_cluster_and_changes_nothing() {
     let mut c = Cluster::start();
     c.nodes[2].proc.take(); // Killed.
-    wait_until(Duration::from_secs(20), "n0 no longer sees n2 alive", || {
-        c.get(0, "/v1/members").is_some_and(|m| {
-            m.as_array()
-                .unwrap()
-                .iter()
-                .any(|m| m["name"] == "n2" && m["state"] != "alive")
-        })
-    });
+    wait_until(
+        Duration::from_secs(20),
+        "n0 no longer sees n2 alive",
+        || {
+            c.get(0, "/v1/members").is_some_and(|m| {
+                m.as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|m| m["name"] == "n2" && m["state"] != "alive")
+            })
+        },
+    );
     let (code, report, dir) = c.drill(&["drill", "node-freeze", "n1", "--duration", "3"]);
     assert_eq!(code, Some(3), "{report}");
     assert_eq!(report["outcome"], "refused");
@@ -564,8 +580,11 @@ fn status_shows_members_roles_failing_checks_and_the_relay_in_text_and_json() {
     let c = Cluster::start();
     std::fs::remove_file(c.dir.path().join("healthy-n2")).unwrap();
     let s = wait_for(Duration::from_secs(10), "n2's check fails", || {
-        c.status()
-            .filter(|s| s["failing_checks"].as_array().is_some_and(|f| !f.is_empty()))
+        c.status().filter(|s| {
+            s["failing_checks"]
+                .as_array()
+                .is_some_and(|f| !f.is_empty())
+        })
     });
     assert_eq!(s["observer"], "n0");
     assert_eq!(s["size"], 3);
@@ -574,7 +593,10 @@ fn status_shows_members_roles_failing_checks_and_the_relay_in_text_and_json() {
     assert_eq!(s["roles"][0]["holder"], "n0");
     assert_eq!(s["roles"][0]["standbys"][0][0], "n1");
     let f = &s["failing_checks"][0];
-    assert_eq!((f["node"].as_str(), f["service"].as_str()), (Some("n2"), Some("pg")));
+    assert_eq!(
+        (f["node"].as_str(), f["service"].as_str()),
+        (Some("n2"), Some("pg"))
+    );
     assert_eq!(f["essential"], true);
     assert_eq!(s["relays"][0][0], "n0");
     assert_eq!(s["relays"][0][1]["upstreams"][0]["breaker"], "closed");
