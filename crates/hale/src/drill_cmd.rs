@@ -502,188 +502,10 @@ async fn restore_faults(agents: &Agents, undo: &Mutex<Undo>) {
     }
 }
 
-/// What keeps the cluster from being whole: faults in force, members not
-/// alive in some agent's view, diverted relays, unreachable agents.
-fn whole(nodes: &[NodeState], expected: usize) -> Vec<String> {
-    let mut problems = Vec::new();
-    for n in nodes {
-        if let Some(e) = &n.error {
-            problems.push(format!("{} unreachable ({e})", n.name));
-            continue;
-        }
-        if let Some(d) = &n.drill {
-            if !d.active.is_empty() {
-                problems.push(format!("{} still has drill faults", n.name));
-            }
-        }
-        let not_alive: Vec<String> = n
-            .members
-            .iter()
-            .flatten()
-            .filter(|m| m.state == "suspect" || m.state == "dead")
-            .map(|m| format!("{} {}", m.name, m.state))
-            .collect();
-        if !not_alive.is_empty() {
-            problems.push(format!("{} sees {}", n.name, not_alive.join(", ")));
-        }
-        if n.relay.as_ref().is_some_and(|r| r.diverted.is_some()) {
-            problems.push(format!("{}'s relay is still diverted", n.name));
-        }
-    }
-    if nodes.len() < expected {
-        problems.push(format!("{} of {expected} agents surveyed", nodes.len()));
-    }
-    problems
-}
-
-/// The preflight verdicts: anything failing refuses the drill.
-fn preflight(
-    kind: &DrillKind,
-    members: &[hale_agent::MemberView],
-    nodes: &[NodeState],
-) -> Vec<Check> {
-    let mut out = Vec::new();
-    let degraded: Vec<String> = members
-        .iter()
-        .filter(|m| m.state == "suspect" || m.state == "dead")
-        .map(|m| format!("{} is {}", m.name, m.state))
-        .collect();
-    out.push(check(
-        "every member is alive",
-        degraded.is_empty(),
-        if degraded.is_empty() {
-            format!("{} members", members.len())
-        } else {
-            degraded.join(", ")
-        },
-    ));
-    let unreachable: Vec<String> = nodes
-        .iter()
-        .filter(|n| {
-            members
-                .iter()
-                .any(|m| m.name == n.name && m.state == "alive")
-        })
-        .filter_map(|n| Some(format!("{}: {}", n.name, n.error.as_ref()?)))
-        .collect();
-    out.push(check(
-        "every live member's agent answers",
-        unreachable.is_empty(),
-        if unreachable.is_empty() {
-            "all answered".to_owned()
-        } else {
-            unreachable.join("; ")
-        },
-    ));
-    let leases = cluster::leases(nodes);
-    let cands = cluster::candidates(members);
-    let mut no_holder = Vec::new();
-    for role in cands.keys() {
-        match leases.as_ref().map(|l| l.get(role)) {
-            None => no_holder.push(format!("{role} (control plane unreachable)")),
-            Some(Some((Some(_), _))) => {}
-            Some(_) => no_holder.push(role.clone()),
-        }
-    }
-    out.push(check(
-        "every role has a holder",
-        no_holder.is_empty(),
-        if no_holder.is_empty() {
-            format!("roles: {}", names_or_none(cands.keys()))
-        } else {
-            format!("no holder: {}", no_holder.join(", "))
-        },
-    ));
-    let failing: Vec<String> = nodes
-        .iter()
-        .flat_map(|n| {
-            n.failing_essential()
-                .into_iter()
-                .map(move |s| format!("{s} on {}", n.name))
-        })
-        .collect();
-    out.push(check(
-        "no essential check is failing",
-        failing.is_empty(),
-        if failing.is_empty() {
-            "all passing".to_owned()
-        } else {
-            failing.join(", ")
-        },
-    ));
-    let open: Vec<String> = nodes
-        .iter()
-        .flat_map(|n| {
-            n.relay.iter().flat_map(move |r| {
-                r.upstreams
-                    .iter()
-                    .filter(|u| u.breaker != "closed")
-                    .map(move |u| format!("{}'s {} upstream is {}", n.name, u.role, u.breaker))
-            })
-        })
-        .collect();
-    out.push(check(
-        "no relay breaker is open",
-        open.is_empty(),
-        if open.is_empty() {
-            "all closed".to_owned()
-        } else {
-            open.join(", ")
-        },
-    ));
-    let faults: Vec<String> = nodes
-        .iter()
-        .filter(|n| n.drill.as_ref().is_some_and(|d| !d.active.is_empty()))
-        .map(|n| n.name.clone())
-        .collect();
-    out.push(check(
-        "no drill fault is in force",
-        faults.is_empty(),
-        if faults.is_empty() {
-            "none".to_owned()
-        } else {
-            format!("faults set on {}", faults.join(", "))
-        },
-    ));
-    match kind {
-        DrillKind::NodeFreeze { node } => out.push(check(
-            format!("{node} is a live member"),
-            members
-                .iter()
-                .any(|m| &m.name == node && m.state == "alive"),
-            "the node to freeze",
-        )),
-        DrillKind::Handover { role } => {
-            let holder = leases
-                .as_ref()
-                .and_then(|l| l.get(role).cloned())
-                .and_then(|(h, _)| h);
-            let standbys = cands
-                .get(role)
-                .into_iter()
-                .flatten()
-                .filter(|c| c.2 && Some(&c.0) != holder.as_ref())
-                .count();
-            out.push(check(
-                format!("{role} has a holder and an eligible standby"),
-                holder.is_some() && standbys > 0,
-                format!(
-                    "holder {}, {standbys} eligible standbys",
-                    holder.as_deref().unwrap_or("none")
-                ),
-            ));
-        }
-        DrillKind::SinkBlackhole => out.push(check(
-            "an agent runs a relay",
-            nodes.iter().any(|n| n.relay.is_some()),
-            "the relay to divert",
-        )),
-        DrillKind::Quiet => {}
-    }
-    out
-}
-
 mod steps;
+mod verdicts;
+
+use verdicts::{preflight, whole};
 
 /// `hale drill`: returns the process exit code (0 only if every check passed).
 pub fn run(api: &ApiArgs, args: &DrillArgs) -> anyhow::Result<std::process::ExitCode> {
@@ -770,4 +592,35 @@ async fn abort_restore(d: &mut Drill) {
         d.hand_home(step, &role, &home).await;
     }
     d.step_end(step);
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::DrillKind;
+    use crate::{Cli, Command};
+
+    #[test]
+    fn drill_options_go_before_or_after_the_drill() {
+        let cli = Cli::parse_from([
+            "hale",
+            "drill",
+            "--duration",
+            "3",
+            "node-freeze",
+            "n1",
+            "--report",
+            "d",
+            "--json",
+        ]);
+        let Command::Drill(a) = cli.command else {
+            panic!("not the drill command");
+        };
+        assert!(matches!(a.kind, DrillKind::NodeFreeze { ref node } if node == "n1"));
+        assert_eq!(a.duration, 3.0);
+        assert!(a.json);
+        assert_eq!(a.report.as_deref(), Some(std::path::Path::new("d")));
+        assert_eq!(a.promote_target, 5.0, "the benchmarks' promote target");
+    }
 }
