@@ -411,9 +411,20 @@ impl<T: Payload> Pipeline<T> {
 
     /// For drills: send every request to `to` (e.g. a black hole) instead
     /// of the configured upstreams while it is set; `None` ends the
-    /// diversion. Breakers, timeouts and counters apply as usual.
+    /// diversion. Breakers, timeouts and counters apply as usual; when the
+    /// diversion ends, what it taught the breakers is set aside: they start
+    /// closed again (unless held open by a membership verdict).
     pub fn divert(&self, to: Option<std::net::SocketAddr>) {
         *self.shared.divert.lock().unwrap_or_else(|e| e.into_inner()) = to;
+        if to.is_none() {
+            let now = Instant::now();
+            let mut b = self
+                .shared
+                .breakers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            b.iter_mut().for_each(|b| b.reset(now));
+        }
         self.producer.budget.wake();
     }
 

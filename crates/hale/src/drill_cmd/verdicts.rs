@@ -120,7 +120,7 @@ pub(super) fn preflight(
             n.relay.iter().flat_map(move |r| {
                 r.upstreams
                     .iter()
-                    .filter(|u| u.breaker != "closed")
+                    .filter(|u| u.breaker == "open")
                     .map(move |u| format!("{}'s {} upstream is {}", n.name, u.role, u.breaker))
             })
         })

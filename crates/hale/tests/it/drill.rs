@@ -1,8 +1,8 @@
 //! `hale drill` and `hale status` against real local clusters: three agents
 //! on loopback, each a control-plane server and a candidate for role `db`
 //! (priorities 100, 50, 10) backed by an essential service `pg` whose check
-//! is a file; n0 also runs a relay whose upstream is a fake Sentry in this
-//! process. Drill tests run one at a time (they share two cores).
+//! is a file; n0 also runs a relay whose upstreams (primary and standby)
+//! are fake Sentries in this process. Drill tests run one at a time (they share two cores).
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
@@ -55,6 +55,7 @@ struct Node {
 struct Cluster {
     nodes: Vec<Node>,
     sentry: FakeSentry,
+    _standby: FakeSentry,
     /// Keeps the fake Sentry running (dropped after it).
     _rt: tokio::runtime::Runtime,
     dir: tempfile::TempDir,
@@ -92,6 +93,7 @@ impl Cluster {
             .build()
             .unwrap();
         let sentry = rt.block_on(FakeSentry::start(Mode::Up)).unwrap();
+        let standby = rt.block_on(FakeSentry::start(Mode::Up)).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let key =
             String::from_utf8(Command::new(HALE).arg("keygen").output().unwrap().stdout).unwrap();
@@ -121,7 +123,11 @@ impl Cluster {
                 format!("seeds = [\"127.0.0.1:{}\"]", gossip[0])
             };
             let relay = if i == 0 {
-                format!("[relay]\nprimary = {{ dsn = \"{}\" }}\n", sentry.dsn())
+                format!(
+                    "[relay]\nprimary = {{ dsn = \"{}\" }}\nstandby = {{ dsn = \"{}\" }}\n",
+                    sentry.dsn(),
+                    standby.dsn()
+                )
             } else {
                 String::new()
             };
@@ -192,6 +198,7 @@ fail_after = "1s"
         let c = Cluster {
             nodes,
             sentry,
+            _standby: standby,
             _rt: rt,
             dir,
             _serial: serial,
