@@ -10,9 +10,10 @@
 //!   stream (UDP and TCP), and the role managers' requests to the control
 //!   plane (acquire, renew, release) fail as if unreachable. Its timers keep
 //!   running: it suspects the others, and a held role's lease runs out, so
-//!   the role manager demotes itself and the fencing watchdog (a separate
-//!   process, re-armed only by renewals) fences at the deadline, exactly as
-//!   on a host whose network died. The HTTP API keeps working so the drill
+//!   the role manager demotes itself (demote hook, then a release that is
+//!   lost too), exactly as on a host whose network died; the fencing
+//!   watchdog, re-armed only by renewals, would fence at the same deadline
+//!   if the agent could not. The HTTP API keeps working so the drill
 //!   can observe and restore. A control-plane server hosted by this agent
 //!   keeps serving the other servers: the drill measures membership and
 //!   role failover, not the loss of a Raft voter (kill the process for that).

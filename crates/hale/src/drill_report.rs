@@ -147,7 +147,11 @@ impl Report {
         for s in &self.steps {
             out.push_str(&format!(
                 "[{}] {} ({} .. {})\n",
-                if s.passed() { "PASS" } else { "FAIL" },
+                match (s.ended_unix_ms, s.passed()) {
+                    (0, _) => "STOPPED",
+                    (_, true) => "PASS",
+                    (_, false) => "FAIL",
+                },
                 s.name,
                 self.secs(s.started_unix_ms),
                 if s.ended_unix_ms == 0 {

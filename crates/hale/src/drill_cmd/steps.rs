@@ -18,6 +18,29 @@ impl Drill {
         for c in preflight(&self.args.kind, &members, &nodes) {
             self.add(step, c);
         }
+        if let DrillKind::NodeFreeze { node } = &self.args.kind {
+            let holds: Vec<String> = cluster::leases(&nodes)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|(_, (h, _))| h.as_deref() == Some(node.as_str()))
+                .map(|(r, _)| r)
+                .collect();
+            if !holds.is_empty() {
+                self.add(
+                    step,
+                    check(
+                        "the freeze outlasts the promote target",
+                        self.args.duration >= self.args.promote_target,
+                        format!(
+                            "{node} holds {}: freezing it {} against a target of {}",
+                            holds.join(", "),
+                            secs(self.args.duration),
+                            secs(self.args.promote_target)
+                        ),
+                    ),
+                );
+            }
+        }
         self.step_end(step);
         let refused = !self.report.lock().expect("report lock").steps[step].passed();
         if refused {

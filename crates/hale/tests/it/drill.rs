@@ -562,6 +562,10 @@ fn interrupting_a_drill_restores_every_fault_and_marks_the_report_aborted() {
     });
     assert_eq!(status.code(), Some(130));
     let report = read_report(&dir).unwrap();
+    eprintln!(
+        "{}",
+        std::fs::read_to_string(dir.join("report.txt")).unwrap_or_default()
+    );
     assert_eq!(report["outcome"], "aborted");
     let steps = step_names(&report);
     assert_eq!(
