@@ -614,6 +614,7 @@ fn status_shows_members_roles_failing_checks_and_the_relay_in_text_and_json() {
     let out = c.hale(0, &["status"]);
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
+    eprintln!("{text}");
     for want in [
         "cluster: 3 members, as seen by n0",
         "MEMBERS  alive 3  suspect 0  dead 0  left 0",
