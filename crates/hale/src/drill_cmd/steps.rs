@@ -230,6 +230,7 @@ impl Drill {
                     .await;
                 let target = self.args.promote_target;
                 for role in held.keys() {
+                    let moved = seen.new_holder.get(role).cloned();
                     let c = match seen.new_holder.get(role) {
                         Some((t, h, e)) => check(
                             format!("a standby took {role} within {}", secs(target)),
@@ -246,6 +247,9 @@ impl Drill {
                         ),
                     };
                     self.add(step, c);
+                    if let Some((_, h, e)) = moved {
+                        self.verify_serves(step, role, &h, e).await;
+                    }
                 }
                 if held.is_empty() {
                     self.add(
@@ -437,8 +441,33 @@ impl Drill {
                 format!("epoch {epoch} -> {new_epoch} after {}", secs(t)),
             ),
         );
-        // Its own view says holder once the promote hook has run; its
-        // essential services pass.
+        let ok = self.verify_serves(step, role, to, new_epoch).await;
+        let events = self.poll_events().await;
+        let dead: Vec<String> = events
+            .iter()
+            .filter(|e| e.kind == "dead")
+            .map(|e| format!("{} by {}", e.member.as_deref().unwrap_or("?"), e.source))
+            .collect();
+        self.add(
+            step,
+            check(
+                "no live member was declared dead",
+                dead.is_empty(),
+                if dead.is_empty() {
+                    "none".to_owned()
+                } else {
+                    dead.join(", ")
+                },
+            ),
+        );
+        ok.then_some(new_epoch)
+    }
+
+    /// Checks that `to` really serves `role` at `new_epoch`: its own view
+    /// says holder once the promote hook has run, and its essential
+    /// services pass.
+    async fn verify_serves(&mut self, step: usize, role: &str, to: &str, new_epoch: u64) -> bool {
+        let target = self.args.promote_target;
         let deadline = Instant::now() + target.max(Duration::from_secs(3));
         let mut last = String::from("no answer");
         let mut ok = false;
@@ -484,25 +513,7 @@ impl Drill {
             tokio::time::sleep(TICK).await;
         }
         self.add(step, check(format!("{to} really serves {role}"), ok, last));
-        let events = self.poll_events().await;
-        let dead: Vec<String> = events
-            .iter()
-            .filter(|e| e.kind == "dead")
-            .map(|e| format!("{} by {}", e.member.as_deref().unwrap_or("?"), e.source))
-            .collect();
-        self.add(
-            step,
-            check(
-                "no live member was declared dead",
-                dead.is_empty(),
-                if dead.is_empty() {
-                    "none".to_owned()
-                } else {
-                    dead.join(", ")
-                },
-            ),
-        );
-        ok.then_some(new_epoch)
+        ok
     }
 
     async fn handover(&mut self, role: &str, nodes: &[NodeState], members: &[MemberView]) {
