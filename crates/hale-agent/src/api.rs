@@ -220,6 +220,7 @@ async fn metrics(State(st): State<ApiState>) -> Result<Response, ApiError> {
         &st.roles,
         &st.services,
     ));
+    text.push_str(&st.shared.drill.render_metrics(st.shared.id.name()));
     if let Some(r) = &st.relay {
         text.push_str(&r.render_metrics());
     }

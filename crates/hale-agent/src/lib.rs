@@ -13,6 +13,7 @@
 
 pub mod api;
 pub mod config;
+pub mod drill;
 pub mod keyring;
 pub mod metrics;
 pub mod relay_api;
@@ -170,6 +171,12 @@ impl Agent {
             control: roles.client.clone(),
             handovers: roles.handovers.clone(),
             token: cfg.api_token.clone(),
+        }));
+        app = app.merge(drill::router(drill::DrillState {
+            shared: shared.clone(),
+            relay: relay.clone(),
+            token: cfg.api_token.clone(),
+            cmds: cmd_tx.clone(),
         }));
         let relay_cfg = cfg.relay.clone().map(Arc::new);
         app = app.merge(relay_api::router(relay.clone().zip(relay_cfg.clone())));
@@ -515,7 +522,7 @@ async fn start_roles(
         let mgr = roles::RoleManager {
             spec: spec.clone(),
             node: me.clone(),
-            control: client.clone(),
+            control: client.clone().gated(shared.drill.frozen_flag()),
             services: out.services.clone(),
             timing: hale_control::LeaseTiming::default(),
             views: out.views.clone(),

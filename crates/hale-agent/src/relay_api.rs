@@ -55,6 +55,9 @@ pub struct RelayView {
     pub dropped: std::collections::BTreeMap<String, u64>,
     /// Sum of `dropped`.
     pub dropped_total: u64,
+    /// Where a drill diverts every request now (a black hole), if anywhere.
+    #[serde(default)]
+    pub diverted: Option<String>,
 }
 
 fn breaker_str(g: BreakerGauge) -> &'static str {
@@ -107,6 +110,7 @@ pub fn relay_view(relay: &Relay, cfg: &RelayConfig) -> RelayView {
             .collect(),
         dropped_total: dropped.values().sum(),
         dropped,
+        diverted: relay.diverted().map(|a| a.to_string()),
     }
 }
 

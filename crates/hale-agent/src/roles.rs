@@ -201,6 +201,9 @@ pub struct ControlClient {
     servers: Vec<SocketAddr>,
     http: reqwest::Client,
     preferred: Arc<std::sync::atomic::AtomicUsize>,
+    /// While this flag is set (a drill's freeze), every request fails as if
+    /// no server answered.
+    gate: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl ControlClient {
@@ -213,7 +216,15 @@ impl ControlClient {
                 .build()
                 .expect("a plain HTTP client builds"),
             preferred: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+            gate: None,
         }
+    }
+
+    /// This client, failing every request while `gate` is set (a drill's
+    /// freeze: the node cannot reach the control plane).
+    pub fn gated(mut self, gate: Arc<std::sync::atomic::AtomicBool>) -> ControlClient {
+        self.gate = Some(gate);
+        self
     }
 
     /// Sends one request to each server in turn, starting with the one that
@@ -224,6 +235,13 @@ impl ControlClient {
         request: impl Fn(&reqwest::Client, SocketAddr) -> reqwest::RequestBuilder,
     ) -> Option<T> {
         use std::sync::atomic::Ordering;
+        if self
+            .gate
+            .as_ref()
+            .is_some_and(|g| g.load(Ordering::Relaxed))
+        {
+            return None;
+        }
         let n = self.servers.len();
         let first = self.preferred.load(Ordering::Relaxed) % n.max(1);
         for k in 0..n {

@@ -101,6 +101,9 @@ pub struct Shared {
     pub seq: AtomicU64,
     /// Every other member's liveness and metadata, kept current from events.
     pub peers: std::sync::Mutex<HashMap<String, (bool, Vec<u8>)>>,
+    /// Drill faults in force (freeze drops cluster traffic, quiet ignores
+    /// application traffic signals).
+    pub drill: crate::drill::Faults,
 }
 
 impl Shared {
@@ -241,6 +244,9 @@ impl Driver {
     }
 
     fn on_datagram(&mut self, bytes: &[u8]) {
+        if self.shared.drill.frozen() {
+            return; // A drill's freeze: deaf to the cluster.
+        }
         if bytes.len() > MAX_DATAGRAM + OVERHEAD {
             self.shared
                 .counters
@@ -255,6 +261,9 @@ impl Driver {
     }
 
     fn on_frame(&mut self, frame: &[u8]) {
+        if self.shared.drill.frozen() {
+            return;
+        }
         if let Some(plain) = self.open(frame) {
             let now = self.now();
             let _ = self.node.handle_stream(now, &plain);
@@ -267,6 +276,7 @@ impl Driver {
             Command::Snapshot(reply) => {
                 let _ = reply.send(self.snapshot(now));
             }
+            Command::NoteTraffic(_) if self.shared.drill.ignore_traffic() => {}
             Command::NoteTraffic(name) => {
                 let peer = self
                     .node
@@ -331,7 +341,11 @@ impl Driver {
 
     /// Sends what the core produced and publishes its events.
     fn flush(&mut self) {
+        let frozen = self.shared.drill.frozen();
         while let Some(t) = self.node.poll_transmit() {
+            if frozen {
+                continue; // A drill's freeze: mute towards the cluster.
+            }
             let bytes = match &self.keyring {
                 Some(k) => k.seal(&t.bytes),
                 None => t.bytes,
@@ -478,6 +492,7 @@ pub(crate) fn new_shared(id: NodeId) -> Arc<Shared> {
         history: std::sync::Mutex::new(VecDeque::new()),
         peers: std::sync::Mutex::new(HashMap::new()),
         seq: AtomicU64::new(0),
+        drill: Default::default(),
     })
 }
 

@@ -164,6 +164,17 @@ impl Breaker {
         self.state = State::Held;
     }
 
+    /// A drill's diversion ended: forget what it taught (failures, stalls,
+    /// openings) and start closed; a membership verdict (held) stays.
+    pub(crate) fn reset(&mut self, now: Instant) {
+        if self.state != State::Held {
+            self.state = State::Closed;
+            self.consecutive = 0;
+            self.openings = 0;
+            self.last_progress = now;
+        }
+    }
+
     /// The member is alive (again): let a probe through now.
     pub(crate) fn allow_probe(&mut self, now: Instant) {
         match self.state {

@@ -195,6 +195,9 @@ pub(crate) struct Shared {
     pub(crate) progress: Condvar,
     pub(crate) lock: Mutex<()>,
     pub(crate) waiters: AtomicU64,
+    /// Drills: while set, every request goes to this address instead of
+    /// the configured upstreams (see [`Pipeline::divert`]).
+    pub(crate) divert: Mutex<Option<std::net::SocketAddr>>,
 }
 
 impl Shared {
@@ -258,6 +261,7 @@ impl<T: Payload> Pipeline<T> {
             progress: Condvar::new(),
             lock: Mutex::new(()),
             waiters: AtomicU64::new(0),
+            divert: Mutex::new(None),
         });
         if let Some(s) = &spool {
             shared
@@ -403,6 +407,30 @@ impl<T: Payload> Pipeline<T> {
         drop(g);
         self.shared.waiters.fetch_sub(1, Ordering::SeqCst);
         ok
+    }
+
+    /// For drills: send every request to `to` (e.g. a black hole) instead
+    /// of the configured upstreams while it is set; `None` ends the
+    /// diversion. Breakers, timeouts and counters apply as usual; when the
+    /// diversion ends, what it taught the breakers is set aside: they start
+    /// closed again (unless held open by a membership verdict).
+    pub fn divert(&self, to: Option<std::net::SocketAddr>) {
+        *self.shared.divert.lock().unwrap_or_else(|e| e.into_inner()) = to;
+        if to.is_none() {
+            let now = Instant::now();
+            let mut b = self
+                .shared
+                .breakers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            b.iter_mut().for_each(|b| b.reset(now));
+        }
+        self.producer.budget.wake();
+    }
+
+    /// Where requests are diverted to now, if anywhere.
+    pub fn diverted(&self) -> Option<std::net::SocketAddr> {
+        *self.shared.divert.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The member `name` was declared dead: open the breaker of every

@@ -142,6 +142,16 @@ impl Relay {
         self.inner.p.close(timeout)
     }
 
+    /// For drills: see [`Pipeline::divert`].
+    pub fn divert(&self, to: Option<std::net::SocketAddr>) {
+        self.inner.p.divert(to);
+    }
+
+    /// Where requests are diverted to now (a drill), if anywhere.
+    pub fn diverted(&self) -> Option<std::net::SocketAddr> {
+        self.inner.p.diverted()
+    }
+
     /// The hale member `name` was declared dead: open the breakers of the
     /// upstreams it hosts at once.
     pub fn member_dead(&self, name: &str) {

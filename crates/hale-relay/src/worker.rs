@@ -337,9 +337,15 @@ impl<T: Payload> Worker<T> {
         };
         self.seq += 1;
         let seq = self.seq;
+        // A drill's diversion (a black hole) replaces the upstream's address.
+        let diverted = *self.shared.divert.lock().unwrap_or_else(|e| e.into_inner());
+        let url = diverted.map_or_else(
+            || t.url.to_string(),
+            |a| format!("http://{a}/api/0/envelope/"),
+        );
         let req = self
             .client
-            .post(&*t.url)
+            .post(url)
             .header("x-sentry-auth", &*t.auth)
             .header("content-type", "application/x-sentry-envelope")
             .body(env.body.clone());

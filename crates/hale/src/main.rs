@@ -8,9 +8,13 @@ use clap::{Parser, Subcommand};
 
 mod agent_cmd;
 mod client_cmd;
+mod cluster;
 mod demo_cmd;
+mod drill_cmd;
+mod drill_report;
 mod roles_cmd;
 mod sim_cmd;
+mod status_cmd;
 
 /// hale: cluster health (SWIM + Lifeguard failure detection).
 #[derive(Debug, Parser)]
@@ -58,6 +62,10 @@ enum Command {
     Watchdog(roles_cmd::WatchdogArgs),
     /// Run a scenario in the deterministic simulator and report on it.
     Sim(sim_cmd::SimArgs),
+    /// Run a scripted, reversible outage against the cluster and report on it.
+    Drill(drill_cmd::DrillArgs),
+    /// The cluster on one screen: members, roles, failing checks, relays.
+    Status(status_cmd::StatusArgs),
 }
 
 fn main() -> ExitCode {
@@ -79,6 +87,8 @@ fn main() -> ExitCode {
             roles_cmd::services(&cli.api, *json).map(|()| ExitCode::SUCCESS)
         }
         Command::Watchdog(a) => Ok(roles_cmd::watchdog(a)),
+        Command::Drill(a) => drill_cmd::run(&cli.api, a),
+        Command::Status(a) => status_cmd::run(&cli.api, a).map(|()| ExitCode::SUCCESS),
         Command::Demo(a) => demo_cmd::run(a).map(|ok| {
             if ok {
                 ExitCode::SUCCESS

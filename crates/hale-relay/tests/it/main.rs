@@ -6,6 +6,7 @@
 
 mod bad_input;
 mod deadlines;
+mod divert;
 mod failover;
 mod flood;
 mod sdk;

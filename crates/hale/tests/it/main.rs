@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod bad_input;
+mod drill;
 mod failover;
 mod loopback;
 mod netns;

@@ -1,0 +1,475 @@
+//! Drill faults: outages an operator sets on purpose, each for a duration
+//! after which the agent reverts it on its own (so a drill whose driver is
+//! killed leaves nothing behind once the duration is over).
+//!
+//! * `blackhole` — the relay's upstream is made half-dead: the agent opens a
+//!   loopback TCP listener that accepts connections and never answers, and
+//!   diverts the relay there ([`hale_relay::Relay::divert`]).
+//! * `freeze` — this agent stops answering the cluster, as a half-dead host
+//!   would: the driver drops every inbound and outbound gossip packet and
+//!   stream (UDP and TCP), and the role managers' requests to the control
+//!   plane (acquire, renew, release) fail as if unreachable. Its timers keep
+//!   running: it suspects the others, and a held role's lease runs out, so
+//!   the role manager demotes itself (demote hook, then a release that is
+//!   lost too), exactly as on a host whose network died; the fencing
+//!   watchdog, re-armed only by renewals, would fence at the same deadline
+//!   if the agent could not. The HTTP API keeps working so the drill
+//!   can observe and restore. A control-plane server hosted by this agent
+//!   keeps serving the other servers: the drill measures membership and
+//!   role failover, not the loss of a Raft voter (kill the process for that).
+//! * `quiet` — application traffic signals (`POST /v1/traffic`,
+//!   [`crate::Agent::note_traffic`]) are ignored, so only probes keep
+//!   members alive (the night without traffic).
+//!
+//! Endpoints (token-protected when a token is configured, like join/leave):
+//! `GET /v1/drill`, `POST /v1/drill/{fault}` with `{"duration_ms": N}`,
+//! `POST /v1/drill/restore` with an optional `{"fault": "..."}`, and
+//! `POST /v1/traffic` with `{"peers": ["name", ...]}`.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+
+use crate::runtime::{Command, Shared};
+use crate::view::{unix_ms, EventView};
+
+/// Longest a drill fault may be set for.
+pub const MAX_FAULT: Duration = Duration::from_secs(3600);
+
+/// A fault a drill can set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Fault {
+    /// The relay sends to a local black hole.
+    Blackhole,
+    /// The agent stops answering the cluster.
+    Freeze,
+    /// Application traffic signals are ignored.
+    Quiet,
+}
+
+impl Fault {
+    /// Every fault.
+    pub const ALL: [Fault; 3] = [Fault::Blackhole, Fault::Freeze, Fault::Quiet];
+
+    /// Its name in the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Fault::Blackhole => "blackhole",
+            Fault::Freeze => "freeze",
+            Fault::Quiet => "quiet",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Fault> {
+        Fault::ALL.into_iter().find(|f| f.as_str() == s)
+    }
+}
+
+/// An active fault, as `GET /v1/drill` shows it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct FaultView {
+    /// The fault.
+    pub fault: Fault,
+    /// Unix time it was set, in milliseconds.
+    pub since_unix_ms: u64,
+    /// Unix time the agent reverts it on its own, in milliseconds.
+    pub until_unix_ms: u64,
+    /// Where the relay is diverted to (`blackhole` only).
+    pub divert: Option<String>,
+}
+
+/// `GET /v1/drill`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct DrillView {
+    /// This node.
+    pub node: String,
+    /// Active faults (empty: nothing is set).
+    pub active: Vec<FaultView>,
+    /// Application traffic signals ignored while `quiet` (since start).
+    pub traffic_ignored: u64,
+}
+
+#[derive(Debug)]
+struct Active {
+    view: FaultView,
+    generation: u64,
+    /// The black hole's acceptor (dropping the handle does not stop it).
+    hole: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// The drill faults of one agent; read by the driver on every packet.
+#[derive(Debug, Default)]
+pub struct Faults {
+    frozen: Arc<AtomicBool>,
+    quiet: AtomicBool,
+    traffic_ignored: AtomicU64,
+    generation: AtomicU64,
+    active: Mutex<BTreeMap<Fault, Active>>,
+}
+
+impl Faults {
+    /// Whether cluster traffic is being dropped (`freeze`).
+    pub fn frozen(&self) -> bool {
+        self.frozen.load(Ordering::Relaxed)
+    }
+
+    /// The freeze flag itself, for the control-plane client of role managers.
+    pub fn frozen_flag(&self) -> Arc<AtomicBool> {
+        self.frozen.clone()
+    }
+
+    /// Whether application traffic signals are being ignored (`quiet`);
+    /// counts the signal as ignored if so.
+    pub fn ignore_traffic(&self) -> bool {
+        let q = self.quiet.load(Ordering::Relaxed);
+        if q {
+            self.traffic_ignored.fetch_add(1, Ordering::Relaxed);
+        }
+        q
+    }
+
+    /// The active faults.
+    pub fn views(&self) -> Vec<FaultView> {
+        let a = self.active.lock().expect("drill lock");
+        a.values().map(|a| a.view.clone()).collect()
+    }
+
+    /// Prometheus text: `hale_drill_fault_active{node,fault}` and
+    /// `hale_drill_traffic_ignored_total{node}`.
+    pub fn render_metrics(&self, node: &str) -> String {
+        let active = self.active.lock().expect("drill lock");
+        let mut out = String::from(
+            "# HELP hale_drill_fault_active Whether a drill fault is set on this agent.\n\
+             # TYPE hale_drill_fault_active gauge\n",
+        );
+        for f in Fault::ALL {
+            let on = u8::from(active.contains_key(&f));
+            out.push_str(&format!(
+                "hale_drill_fault_active{{node=\"{node}\",fault=\"{}\"}} {on}\n",
+                f.as_str()
+            ));
+        }
+        out.push_str(&format!(
+            "# HELP hale_drill_traffic_ignored_total Application traffic signals ignored during quiet drills.\n\
+             # TYPE hale_drill_traffic_ignored_total counter\n\
+             hale_drill_traffic_ignored_total{{node=\"{node}\"}} {}\n",
+            self.traffic_ignored.load(Ordering::Relaxed)
+        ));
+        out
+    }
+
+    fn flag(&self, f: Fault, on: bool) {
+        match f {
+            Fault::Freeze => self.frozen.store(on, Ordering::Relaxed),
+            Fault::Quiet => self.quiet.store(on, Ordering::Relaxed),
+            Fault::Blackhole => {}
+        }
+    }
+}
+
+/// Why a fault could not be set.
+#[derive(Debug, thiserror::Error)]
+pub enum SetFaultError {
+    /// `blackhole` on an agent without a relay.
+    #[error("this agent has no relay to divert")]
+    NoRelay,
+    /// The black hole's listener could not be bound.
+    #[error("cannot open the black hole: {0}")]
+    Bind(#[from] std::io::Error),
+}
+
+#[derive(Clone)]
+pub(crate) struct DrillState {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) relay: Option<hale_relay::Relay>,
+    pub(crate) token: Option<String>,
+    pub(crate) cmds: mpsc::Sender<Command>,
+}
+
+impl DrillState {
+    fn event(&self, kind: &str, detail: serde_json::Value) {
+        let s = &self.shared;
+        tracing::warn!(kind, %detail, "drill");
+        s.publish(EventView {
+            seq: s.next_seq(),
+            unix_ms: unix_ms(),
+            observer: s.id.name().to_owned(),
+            kind: kind.to_owned(),
+            member: None,
+            incarnation: None,
+            detail: Some(detail),
+        });
+    }
+
+    /// Sets `f` for `length` (replacing the deadline if it is already set)
+    /// and schedules its revert.
+    async fn set(&self, f: Fault, length: Duration) -> Result<FaultView, SetFaultError> {
+        let faults = &self.shared.drill;
+        let mut hole = None;
+        let mut divert = None;
+        let already = faults.active.lock().expect("drill lock").contains_key(&f);
+        if f == Fault::Blackhole && !already {
+            let relay = self.relay.as_ref().ok_or(SetFaultError::NoRelay)?;
+            let (addr, task) = black_hole().await?;
+            relay.divert(Some(addr));
+            hole = Some(task);
+            divert = Some(addr.to_string());
+        }
+        let generation = faults.generation.fetch_add(1, Ordering::Relaxed) + 1;
+        let now = unix_ms();
+        let view = {
+            let mut a = faults.active.lock().expect("drill lock");
+            let e = a.entry(f).or_insert_with(|| Active {
+                view: FaultView {
+                    fault: f,
+                    since_unix_ms: now,
+                    until_unix_ms: 0,
+                    divert,
+                },
+                generation,
+                hole,
+            });
+            e.generation = generation;
+            e.view.until_unix_ms = now + length.as_millis() as u64;
+            e.view.clone()
+        };
+        faults.flag(f, true);
+        self.event(
+            "drill-set",
+            serde_json::json!({ "fault": f.as_str(), "duration_ms": length.as_millis() as u64 }),
+        );
+        let me = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(length).await;
+            me.revert(f, Some(generation), "expired");
+        });
+        Ok(view)
+    }
+
+    /// Reverts `f` if it is set (and, with `generation`, only if it was not
+    /// set again since). Returns whether anything changed.
+    fn revert(&self, f: Fault, generation: Option<u64>, why: &str) -> bool {
+        let faults = &self.shared.drill;
+        let removed = {
+            let mut a = faults.active.lock().expect("drill lock");
+            match a.get(&f) {
+                Some(e) if generation.is_none_or(|g| g == e.generation) => a.remove(&f),
+                _ => None,
+            }
+        };
+        let Some(removed) = removed else {
+            return false;
+        };
+        faults.flag(f, false);
+        if let Some(h) = removed.hole {
+            h.abort();
+        }
+        if f == Fault::Blackhole {
+            if let Some(r) = &self.relay {
+                r.divert(None);
+            }
+        }
+        self.event(
+            "drill-restored",
+            serde_json::json!({ "fault": f.as_str(), "reason": why }),
+        );
+        true
+    }
+}
+
+/// A loopback listener that accepts connections and never answers; the
+/// connections are held until the task is aborted.
+async fn black_hole() -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    let l = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
+    let addr = l.local_addr()?;
+    let task = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = l.accept().await {
+            if held.len() < 1024 {
+                held.push(s);
+            }
+        }
+    });
+    Ok((addr, task))
+}
+
+pub(crate) fn router(state: DrillState) -> Router {
+    Router::new()
+        .route("/v1/drill", get(status))
+        .route("/v1/drill/restore", post(restore))
+        .route("/v1/drill/{fault}", post(set))
+        .route("/v1/traffic", post(traffic))
+        .with_state(state)
+}
+
+fn error(status: StatusCode, msg: impl Into<String>) -> Response {
+    (status, Json(serde_json::json!({ "error": msg.into() }))).into_response()
+}
+
+/// `None` when the request may proceed, else the 401 to answer.
+fn unauthorized(st: &DrillState, headers: &HeaderMap) -> Option<Response> {
+    let want = st.token.as_ref()?;
+    let got = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    (got != Some(want.as_str())).then(|| {
+        error(
+            StatusCode::UNAUTHORIZED,
+            "this endpoint needs `Authorization: Bearer <api_token>`",
+        )
+    })
+}
+
+fn view(st: &DrillState) -> DrillView {
+    DrillView {
+        node: st.shared.id.name().to_owned(),
+        active: st.shared.drill.views(),
+        traffic_ignored: st.shared.drill.traffic_ignored.load(Ordering::Relaxed),
+    }
+}
+
+async fn status(State(st): State<DrillState>) -> Json<DrillView> {
+    Json(view(&st))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SetBody {
+    duration_ms: u64,
+}
+
+async fn set(
+    State(st): State<DrillState>,
+    Path(fault): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Some(r) = unauthorized(&st, &headers) {
+        return r;
+    }
+    let Some(f) = Fault::parse(&fault) else {
+        return error(
+            StatusCode::NOT_FOUND,
+            format!("no fault {fault:?}: blackhole, freeze or quiet"),
+        );
+    };
+    let Ok(req) = serde_json::from_slice::<SetBody>(&body) else {
+        return error(StatusCode::BAD_REQUEST, r#"expected {"duration_ms": 5000}"#);
+    };
+    let length = Duration::from_millis(req.duration_ms);
+    if length.is_zero() || length > MAX_FAULT {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("duration_ms must be 1 to {}", MAX_FAULT.as_millis()),
+        );
+    }
+    match st.set(f, length).await {
+        Ok(v) => Json(v).into_response(),
+        Err(e @ SetFaultError::NoRelay) => error(StatusCode::CONFLICT, e.to_string()),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RestoreBody {
+    fault: Option<String>,
+}
+
+async fn restore(State(st): State<DrillState>, headers: HeaderMap, body: Bytes) -> Response {
+    if let Some(r) = unauthorized(&st, &headers) {
+        return r;
+    }
+    let which = if body.is_empty() {
+        None
+    } else {
+        match serde_json::from_slice::<RestoreBody>(&body) {
+            Ok(RestoreBody { fault: None }) => None,
+            Ok(RestoreBody { fault: Some(f) }) => match Fault::parse(&f) {
+                Some(f) => Some(f),
+                None => return error(StatusCode::NOT_FOUND, format!("no fault {f:?}")),
+            },
+            Err(_) => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    r#"expected {"fault": "freeze"} or an empty body"#,
+                )
+            }
+        }
+    };
+    let restored: Vec<&str> = Fault::ALL
+        .into_iter()
+        .filter(|f| which.is_none_or(|w| w == *f))
+        .filter(|f| st.revert(*f, None, "restored"))
+        .map(Fault::as_str)
+        .collect();
+    Json(serde_json::json!({ "restored": restored, "drill": view(&st) })).into_response()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TrafficBody {
+    peers: Vec<String>,
+}
+
+async fn traffic(State(st): State<DrillState>, headers: HeaderMap, body: Bytes) -> Response {
+    if let Some(r) = unauthorized(&st, &headers) {
+        return r;
+    }
+    let Ok(req) = serde_json::from_slice::<TrafficBody>(&body) else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            r#"expected {"peers": ["node-name", ...]}"#,
+        );
+    };
+    if req.peers.len() > 1024 {
+        return error(StatusCode::BAD_REQUEST, "at most 1024 peers per request");
+    }
+    let mut noted = 0;
+    for p in req.peers {
+        // The driver applies `quiet`; a full queue drops the signal.
+        if st.cmds.try_send(Command::NoteTraffic(p)).is_ok() {
+            noted += 1;
+        }
+    }
+    (
+        StatusCode::ACCEPTED,
+        Json(serde_json::json!({ "noted": noted, "quiet": st.shared.drill.quiet.load(Ordering::Relaxed) })),
+    )
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fault_names_round_trip() {
+        for f in Fault::ALL {
+            assert_eq!(Fault::parse(f.as_str()), Some(f));
+        }
+        assert_eq!(Fault::parse("nope"), None);
+    }
+
+    #[test]
+    fn metrics_show_every_fault_inactive_at_first() {
+        let f = Faults::default();
+        let text = f.render_metrics("n1");
+        assert!(text.contains("hale_drill_fault_active{node=\"n1\",fault=\"freeze\"} 0"));
+        assert!(text.contains("hale_drill_traffic_ignored_total{node=\"n1\"} 0"));
+        assert!(!f.frozen() && !f.ignore_traffic());
+    }
+}

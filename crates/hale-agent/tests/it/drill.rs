@@ -1,0 +1,190 @@
+//! Drill faults on embedded agents: they need the token, revert on their
+//! own when their duration ends, and `freeze` cuts an agent off the cluster
+//! while its HTTP API keeps answering.
+
+use std::time::Duration;
+
+use hale_agent::drill::DrillView;
+use hale_agent::{Agent, FileConfig, Key};
+use tokio::time::Instant;
+
+fn config(name: &str, key: &str, token: Option<&str>) -> hale_agent::AgentConfig {
+    let mut f = FileConfig::default();
+    f.agent.name = Some(name.to_owned());
+    f.agent.bind = Some("127.0.0.1:0".to_owned());
+    f.agent.http = Some("127.0.0.1:0".to_owned());
+    f.agent.api_token = token.map(str::to_owned);
+    f.cluster.name = Some("drill-test".to_owned());
+    f.cluster.keys = vec![key.to_owned()];
+    f.validate().unwrap()
+}
+
+async fn wait_until<F, Fut>(what: &str, limit: Duration, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + limit;
+    while !f().await {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn drill(c: &reqwest::Client, a: &Agent) -> DrillView {
+    c.get(format!("http://{}/v1/drill", a.http_addr()))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+async fn state_of(a: &Agent, name: &str) -> Option<String> {
+    a.members()
+        .await
+        .ok()?
+        .into_iter()
+        .find(|m| m.name == name)
+        .map(|m| m.state)
+}
+
+#[tokio::test]
+async fn a_drill_fault_needs_the_token_and_reverts_on_its_own_when_its_duration_ends() {
+    let a = Agent::start(config("a", &Key::generate().to_base64(), Some("tok")))
+        .await
+        .unwrap();
+    let c = reqwest::Client::new();
+    let url = format!("http://{}/v1/drill/quiet", a.http_addr());
+    let body = serde_json::json!({ "duration_ms": 300 });
+    let r = c.post(&url).json(&body).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    let r = c
+        .post(format!("http://{}/v1/drill/blackhole", a.http_addr()))
+        .bearer_auth("tok")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 409, "no relay to divert");
+    let r = c
+        .post(&url)
+        .bearer_auth("tok")
+        .json(&serde_json::json!({ "duration_ms": 0 }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let r = c
+        .post(&url)
+        .bearer_auth("tok")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(drill(&c, &a).await.active.len(), 1);
+    // Traffic signals are ignored (and counted) while quiet.
+    let r = c
+        .post(format!("http://{}/v1/traffic", a.http_addr()))
+        .bearer_auth("tok")
+        .json(&serde_json::json!({ "peers": ["b"] }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    wait_until(
+        "the ignored signal is counted",
+        Duration::from_secs(5),
+        || async { drill(&c, &a).await.traffic_ignored == 1 },
+    )
+    .await;
+    wait_until(
+        "quiet reverts on its own",
+        Duration::from_secs(5),
+        || async { drill(&c, &a).await.active.is_empty() },
+    )
+    .await;
+    let kinds: Vec<String> = c
+        .get(format!("http://{}/v1/events", a.http_addr()))
+        .send()
+        .await
+        .unwrap()
+        .json::<Vec<hale_agent::EventView>>()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.kind)
+        .collect();
+    assert!(kinds.contains(&"drill-set".to_owned()), "{kinds:?}");
+    assert!(kinds.contains(&"drill-restored".to_owned()), "{kinds:?}");
+    a.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_frozen_agent_is_cut_off_the_cluster_and_comes_back_when_restored() {
+    let key = Key::generate().to_base64();
+    let a = Agent::start(config("a", &key, None)).await.unwrap();
+    let b = Agent::start(config("b", &key, None)).await.unwrap();
+    let x = Agent::start(config("x", &key, None)).await.unwrap();
+    b.join(vec![a.gossip_addr()]).await.unwrap();
+    x.join(vec![a.gossip_addr()]).await.unwrap();
+    wait_until("all alive", Duration::from_secs(10), || async {
+        for o in [&a, &b] {
+            if state_of(o, "x").await.as_deref() != Some("alive") {
+                return false;
+            }
+        }
+        state_of(&x, "a").await.as_deref() == Some("alive")
+    })
+    .await;
+    let c = reqwest::Client::new();
+    let r = c
+        .post(format!("http://{}/v1/drill/freeze", x.http_addr()))
+        .json(&serde_json::json!({ "duration_ms": 60_000 }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    wait_until(
+        "the others stop hearing x",
+        Duration::from_secs(20),
+        || async { state_of(&a, "x").await.as_deref() != Some("alive") },
+    )
+    .await;
+    let metrics = c
+        .get(format!("http://{}/metrics", x.http_addr()))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("hale_drill_fault_active{node=\"x\",fault=\"freeze\"} 1"),
+        "{metrics}"
+    );
+    let r: serde_json::Value = c
+        .post(format!("http://{}/v1/drill/restore", x.http_addr()))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(r["restored"], serde_json::json!(["freeze"]));
+    wait_until(
+        "x is alive everywhere again",
+        Duration::from_secs(20),
+        || async {
+            state_of(&a, "x").await.as_deref() == Some("alive")
+                && state_of(&b, "x").await.as_deref() == Some("alive")
+                && state_of(&x, "a").await.as_deref() == Some("alive")
+        },
+    )
+    .await;
+    for g in [a, b, x] {
+        g.shutdown().await;
+    }
+}

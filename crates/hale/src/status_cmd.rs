@@ -1,0 +1,267 @@
+//! `hale status`: the cluster on one screen — members by state, roles
+//! (holder, epoch, standbys), failing checks per node, relay state and any
+//! drill faults in force. Asks the local agent, and every peer's agent (short
+//! timeouts) through the addresses members publish.
+
+use clap::Args;
+use serde::Serialize;
+
+use crate::client_cmd::ApiArgs;
+use crate::cluster::{self, Agents, NodeState};
+
+/// Arguments of `hale status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// A peer's agent API address, when its metadata does not publish one
+    /// (NAME=HOST:PORT; repeatable).
+    #[arg(long = "peer")]
+    pub peers: Vec<String>,
+}
+
+/// The summary, as `--json` prints it.
+#[derive(Debug, Serialize)]
+pub struct Status {
+    /// The agent asked.
+    pub observer: String,
+    /// Members the observer knows, itself included.
+    pub size: usize,
+    /// Member names by state (`alive`, `suspect`, `dead`, `left`).
+    pub members: std::collections::BTreeMap<String, Vec<String>>,
+    /// Roles: holder, epoch, standbys (best first).
+    pub roles: Vec<RoleStatus>,
+    /// Whether the control plane answered.
+    pub control_plane: bool,
+    /// Services failing now, per node.
+    pub failing_checks: Vec<FailingCheck>,
+    /// Relays, per node running one.
+    pub relays: Vec<(String, hale_agent::RelayView)>,
+    /// Drill faults in force, per node.
+    pub drill: Vec<(String, Vec<hale_agent::drill::FaultView>)>,
+    /// Agents that did not answer (name, why).
+    pub unreachable: Vec<(String, String)>,
+}
+
+/// One role.
+#[derive(Debug, Serialize)]
+pub struct RoleStatus {
+    /// Role name.
+    pub role: String,
+    /// Holder, if any.
+    pub holder: Option<String>,
+    /// Fencing epoch.
+    pub epoch: u64,
+    /// Other candidates: (node, priority, eligible).
+    pub standbys: Vec<(String, i64, bool)>,
+}
+
+/// One failing service.
+#[derive(Debug, Serialize)]
+pub struct FailingCheck {
+    /// Node.
+    pub node: String,
+    /// Service.
+    pub service: String,
+    /// Whether it is essential.
+    pub essential: bool,
+    /// The last failing result.
+    pub detail: String,
+}
+
+/// Builds the summary from a survey.
+pub fn summarize(
+    observer: &str,
+    members: &[hale_agent::MemberView],
+    nodes: &[NodeState],
+) -> Status {
+    let mut by_state: std::collections::BTreeMap<String, Vec<String>> =
+        ["alive", "suspect", "dead", "left"]
+            .iter()
+            .map(|s| ((*s).to_owned(), Vec::new()))
+            .collect();
+    for m in members {
+        by_state
+            .entry(m.state.clone())
+            .or_default()
+            .push(m.name.clone());
+    }
+    let leases = cluster::leases(nodes);
+    let cands = cluster::candidates(members);
+    let mut roles: Vec<RoleStatus> = Vec::new();
+    let mut names: std::collections::BTreeSet<String> = cands.keys().cloned().collect();
+    names.extend(leases.iter().flat_map(|l| l.keys().cloned()));
+    for role in names {
+        let (holder, epoch) = leases
+            .as_ref()
+            .and_then(|l| l.get(&role).cloned())
+            .unwrap_or((None, 0));
+        let standbys = cands
+            .get(&role)
+            .into_iter()
+            .flatten()
+            .filter(|c| Some(&c.0) != holder.as_ref())
+            .cloned()
+            .collect();
+        roles.push(RoleStatus {
+            role,
+            holder,
+            epoch,
+            standbys,
+        });
+    }
+    let mut failing_checks = Vec::new();
+    for n in nodes {
+        for s in n.services.iter().flatten().filter(|s| !s.healthy) {
+            let detail = s
+                .checks
+                .iter()
+                .filter_map(|c| c.recent.last())
+                .find(|r| !r.ok)
+                .map_or_else(|| "failing".to_owned(), |r| r.detail.clone());
+            failing_checks.push(FailingCheck {
+                node: n.name.clone(),
+                service: s.name.clone(),
+                essential: s.essential,
+                detail,
+            });
+        }
+    }
+    Status {
+        observer: observer.to_owned(),
+        size: members.len(),
+        members: by_state,
+        control_plane: leases.is_some(),
+        roles,
+        failing_checks,
+        relays: nodes
+            .iter()
+            .filter_map(|n| Some((n.name.clone(), n.relay.clone()?)))
+            .collect(),
+        drill: nodes
+            .iter()
+            .filter_map(|n| {
+                let d = n.drill.as_ref()?;
+                (!d.active.is_empty()).then(|| (n.name.clone(), d.active.clone()))
+            })
+            .collect(),
+        unreachable: nodes
+            .iter()
+            .filter_map(|n| Some((n.name.clone(), n.error.clone()?)))
+            .collect(),
+    }
+}
+
+fn names(v: &[String]) -> String {
+    if v.is_empty() {
+        "-".into()
+    } else {
+        v.join(", ")
+    }
+}
+
+/// The summary as text (one screen).
+pub fn render(s: &Status) -> String {
+    let mut out = String::new();
+    let count = |k: &str| s.members.get(k).map_or(0, Vec::len);
+    let list = |k: &str| names(s.members.get(k).map_or(&[][..], Vec::as_slice));
+    out.push_str(&format!(
+        "cluster: {} members, as seen by {}\n",
+        s.size, s.observer
+    ));
+    out.push_str(&format!(
+        "MEMBERS  alive {}  suspect {}  dead {}  left {}\n",
+        count("alive"),
+        count("suspect"),
+        count("dead"),
+        count("left")
+    ));
+    for k in ["suspect", "dead", "left"] {
+        if count(k) > 0 {
+            out.push_str(&format!("  {k}: {}\n", list(k)));
+        }
+    }
+    out.push_str("ROLES\n");
+    if s.roles.is_empty() {
+        out.push_str("  (none)\n");
+    } else if !s.control_plane {
+        out.push_str("  (control plane unreachable: holders unknown)\n");
+    }
+    for r in &s.roles {
+        let standbys: Vec<String> = r
+            .standbys
+            .iter()
+            .map(|(n, p, e)| format!("{n} ({p}{})", if *e { "" } else { ", not eligible" }))
+            .collect();
+        out.push_str(&format!(
+            "  {:<16} holder {:<12} epoch {:<5} standbys {}\n",
+            r.role,
+            r.holder.as_deref().unwrap_or("NONE"),
+            r.epoch,
+            names(&standbys)
+        ));
+    }
+    out.push_str("CHECKS\n");
+    if s.failing_checks.is_empty() {
+        out.push_str("  every check passing\n");
+    }
+    for f in &s.failing_checks {
+        out.push_str(&format!(
+            "  {:<12} {:<16} {} {}\n",
+            f.node,
+            f.service,
+            if f.essential {
+                "ESSENTIAL failing:"
+            } else {
+                "failing:"
+            },
+            f.detail
+        ));
+    }
+    for (node, r) in &s.relays {
+        out.push_str(&format!(
+            "RELAY on {node}: queue {}/{} B, spool {} B, in flight {}, accepted {}, forwarded {}, dropped {}{}\n",
+            r.queue_bytes,
+            r.queue_cap,
+            r.spool_bytes,
+            r.in_flight,
+            r.accepted,
+            r.forwarded,
+            r.dropped_total,
+            r.diverted.as_ref().map(|d| format!(", DIVERTED to {d}")).unwrap_or_default()
+        ));
+        for u in &r.upstreams {
+            out.push_str(&format!(
+                "  {:<8} breaker {:<10} {}\n",
+                u.role, u.breaker, u.target
+            ));
+        }
+    }
+    for (node, faults) in &s.drill {
+        let f: Vec<&str> = faults.iter().map(|f| f.fault.as_str()).collect();
+        out.push_str(&format!("DRILL on {node}: {} in force\n", f.join(", ")));
+    }
+    for (node, why) in &s.unreachable {
+        out.push_str(&format!("UNREACHABLE {node}: {why}\n"));
+    }
+    out
+}
+
+/// `hale status`.
+pub fn run(api: &ApiArgs, args: &StatusArgs) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let (agents, members) = Agents::discover(api, &args.peers).await?;
+        let nodes = agents.survey().await;
+        let s = summarize(&agents.local, &members, &nodes);
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&s)?);
+        } else {
+            print!("{}", render(&s));
+        }
+        Ok(())
+    })
+}
