@@ -640,6 +640,22 @@ impl<I: Identity> Node<I> {
 
     /// Up to `k` distinct random live members, never `except`.
     pub(crate) fn random_live(&mut self, k: usize, except: Option<&I>) -> Vec<I> {
+        self.random_members(k, except, MemberState::is_live)
+    }
+
+    /// Up to `k` distinct random members that are alive and unsuspected,
+    /// never `except`: the members that can be expected to relay a probe
+    /// and nack it.
+    pub(crate) fn random_unsuspected(&mut self, k: usize, except: Option<&I>) -> Vec<I> {
+        self.random_members(k, except, |s| s == MemberState::Alive)
+    }
+
+    fn random_members(
+        &mut self,
+        k: usize,
+        except: Option<&I>,
+        wanted: impl Fn(MemberState) -> bool,
+    ) -> Vec<I> {
         let mut out: Vec<I> = Vec::with_capacity(k);
         if self.walk.is_empty() || k == 0 {
             return out;
@@ -649,7 +665,7 @@ impl<I: Identity> Node<I> {
                 break;
             }
             let c = &self.walk[self.rng.random_range(0..self.walk.len())];
-            let ok = self.members.get(c).is_some_and(|m| m.state.is_live())
+            let ok = self.members.get(c).is_some_and(|m| wanted(m.state))
                 && Some(c) != except
                 && !out.contains(c);
             if ok {

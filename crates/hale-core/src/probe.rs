@@ -276,7 +276,11 @@ impl<I: Identity> Node<I> {
             .members
             .get(&target)
             .and_then(|m| (m.state == MemberState::Suspect).then_some(m.incarnation));
-        let relays = self.random_live(self.cfg.indirect_probes, Some(&target));
+        // Relays are unsuspected members only: a suspect relay (another
+        // failed node, when two fail together) would not nack, and Lifeguard
+        // would wrongly read the missing nack as our own poor health, which
+        // discounts our accusations and stalls the verdict.
+        let relays = self.random_unsuspected(self.cfg.indirect_probes, Some(&target));
         self.probes[i].indirect = true;
         self.probes[i].expected_nacks = relays.len() as u32;
         for r in relays {

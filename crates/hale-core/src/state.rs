@@ -210,7 +210,9 @@ impl<I: Identity> Node<I> {
 
     /// Whether `accuser`'s accusations are discounted: it reports poor
     /// health, or it has accused too large a share of the cluster lately.
-    fn discounted(&mut self, now: Time, accuser: &I, health: u8) -> bool {
+    /// `new` counts this accusation towards that share (a renewed accusation
+    /// of the same member does not count twice).
+    fn discounted(&mut self, now: Time, accuser: &I, health: u8, new: bool) -> bool {
         let window = self.cfg.accusation_window;
         let w = self
             .accusers
@@ -225,7 +227,7 @@ impl<I: Identity> Node<I> {
                 count: 0,
             };
         }
-        w.count += 1;
+        w.count += u32::from(new);
         let limit = (self.cfg.accusation_burst * (self.live + 1) as f64)
             .ceil()
             .max(3.0) as u32;
@@ -257,13 +259,26 @@ impl<I: Identity> Node<I> {
             return;
         }
         let fresh_suspicion = m.state == MemberState::Alive || incarnation > m.incarnation;
+        let mut renewed = false;
         if !fresh_suspicion {
             let s = self.suspicions.get(member);
-            if s.is_some_and(|s| s.accusers.contains(accuser) || s.discounted.contains(accuser)) {
+            if s.is_some_and(|s| s.accusers.contains(accuser)) {
                 return; // Already counted.
             }
+            if s.is_some_and(|s| s.discounted.contains(accuser)) {
+                // Discounted before (its health was poor then, as when two
+                // members fail together and each one's probes miss the
+                // other's nacks): it counts once it accuses again in good
+                // standing, or the verdict could wait on it forever.
+                if self.discounted(now, accuser, accuser_health, false) {
+                    return;
+                }
+                let s = self.suspicions.get_mut(member).expect("suspicion exists");
+                s.discounted.retain(|a| a != accuser);
+                renewed = true;
+            }
         }
-        let discounted = self.discounted(now, accuser, accuser_health);
+        let discounted = !renewed && self.discounted(now, accuser, accuser_health, true);
         if discounted {
             self.stats.discounted_accusations += 1;
         }

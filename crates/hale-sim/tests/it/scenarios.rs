@@ -122,6 +122,26 @@ fn a_small_scenario_detects_its_faults_without_false_deaths() {
 }
 
 #[test]
+fn two_members_failing_together_in_a_small_cluster_are_both_convicted_promptly() {
+    let text = std::fs::read_to_string(scenario_dir().join("two-at-once.toml")).unwrap();
+    let sc = Scenario::from_toml(&text).unwrap();
+    let mut worst = 0.0f64;
+    for seed in 1..=60 {
+        let report = hale_sim::run(&sc, seed, &mut |_| {}).expect("runs");
+        assert!(report.passed(), "seed {seed}: {:?}", report.checks);
+        assert_eq!(report.false_deaths, 0, "seed {seed}");
+        for f in &report.faults {
+            let all = f.all_secs.expect("every member convicted both");
+            worst = worst.max(all);
+            // The lan profile's suspicion runs 2.5-10 s after a 1 s probe:
+            // well within 10 s, never the 20 s expiry of an uncorroborated one.
+            assert!(all < 10.0, "seed {seed}: {f:?}");
+        }
+    }
+    assert!(worst > 0.0);
+}
+
+#[test]
 fn progress_reaches_the_end_of_the_run() {
     let sc = small();
     let mut last = Time::ZERO;
