@@ -25,7 +25,7 @@ const S = {
   stateFilter: '', query: '', kindFilter: '', eventQuery: '', selected: null,
   lastOk: 0, down: false, downSince: 0, retryAt: 0, backoff: 500, failures: 0,
   dirty: new Set(), pendingApplied: [], stream: null, loaded: { members: false, roles: false },
-  detections: [],
+  detections: [], pendingFailovers: [],
 };
 window.__hale = S;
 window.__haleApplied = [];
@@ -97,6 +97,32 @@ async function loadHealth() {
   mark('header');
 }
 
+/**
+ * When a holder went silent (unix ms): from its death verdict's evidence,
+ * else from its member record if it is no longer alive; null if unknown yet.
+ */
+function silentSince(name) {
+  const verdict = [...S.events].reverse().find((e) =>
+    e.kind === 'dead' && e.member === name && e.unix_ms > Date.now() - 300000);
+  const silent = verdict?.detail?.silent_ms_before_verdict;
+  if (silent != null) return verdict.unix_ms - silent;
+  const m = S.members.get(name);
+  if (m && m.state !== 'alive' && m.last_heard_ms_ago != null) return m.fetchedAt - m.last_heard_ms_ago;
+  return null;
+}
+
+/** Records a failover's duration (holder silent -> next holder promoted) once both ends are known. */
+function resolveFailovers() {
+  S.pendingFailovers = S.pendingFailovers.filter((f) => {
+    const from = silentSince(f.detail.from);
+    if (from == null) return f.at > Date.now() - 120000; // Keep waiting, for a while.
+    f.detail.duration_ms = Math.max(0, f.at - from);
+    S.failovers.push({ at: f.at, ms: f.detail.duration_ms, label: `failover of ${f.detail.role} to ${f.detail.to}` });
+    mark('chart', 'timeline');
+    return false;
+  });
+}
+
 /** Notices a role changing holder between polls: a failover, on the timeline and the chart. */
 function noteHolders(data) {
   for (const r of data.roles) {
@@ -104,15 +130,13 @@ function noteHolders(data) {
     if (!r.holder) continue; // Lapsed: wait for the next holder.
     if (prev && prev.holder !== r.holder && r.epoch > prev.epoch) {
       const at = r.held_since_unix_ms ?? Date.now();
-      const verdict = [...S.events].reverse().find((e) =>
-        e.kind === 'dead' && e.member === prev.holder && e.unix_ms > Date.now() - 120000);
-      const after = verdict ? Math.max(0, at - verdict.unix_ms) : null;
-      addEvent({
+      const e = {
         seq: null, unix_ms: at, observer: S.node ?? '', kind: 'failover', member: r.holder,
-        detail: { role: r.role, from: prev.holder, to: r.holder, epoch: r.epoch, after_verdict_ms: after },
-      }, false);
-      if (after != null) S.failovers.push({ at, ms: after, label: `failover of ${r.role} to ${r.holder}` });
-      mark('chart');
+        detail: { role: r.role, from: prev.holder, to: r.holder, epoch: r.epoch, duration_ms: null },
+      };
+      addEvent(e, false);
+      S.pendingFailovers.push({ at, detail: e.detail });
+      resolveFailovers();
     }
     S.holders.set(r.role, { holder: r.holder, epoch: r.epoch });
   }
@@ -138,6 +162,7 @@ function addEvent(e, live) {
   if (e.kind === 'dead' && e.detail) {
     const ms = e.detail.silent_ms_before_verdict ?? e.detail.suspected_ms_before_verdict;
     if (ms != null) S.detections.push({ at: e.unix_ms, ms, label: `${e.member} declared dead` });
+    if (S.pendingFailovers.length) resolveFailovers();
     mark('chart');
   }
   mark('timeline');
@@ -430,7 +455,7 @@ function renderDetail() {
   const events = S.events.filter((e) => e.member === m.name);
   d.innerHTML = memberDetailHtml(m, Date.now(), events);
   const svc = S.services?.nodes.some((n) => n.node === m.name) ? S.services : S.memberServices;
-  d.querySelector('.member-services').innerHTML = svc ? servicesHtml(svc, m.name) : '';
+  d.querySelector('.member-services').innerHTML = svc ? servicesHtml(svc, m.name, S.members) : '';
 }
 
 function renderTimeline() {
@@ -465,7 +490,7 @@ function render() {
   }
   if (d.has('relay')) $('relay').innerHTML = relayHtml(S.relay);
   if (d.has('services')) {
-    $('services').innerHTML = servicesHtml(S.services);
+    $('services').innerHTML = servicesHtml(S.services, null, S.members);
     setText($('services-note'), S.services?.truncated ? 'first 64 live members; select a member for its own' : '');
   }
   if (d.has('kinds')) {

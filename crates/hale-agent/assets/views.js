@@ -104,7 +104,7 @@ export function eventDetail(e) {
     case 'eligible': return `${d.role}: ${d.eligible ? 'eligible' : 'not eligible'}`;
     case 'breaker': return `${d.role} upstream ${d.upstream}: ${d.from} → ${d.to}`;
     case 'failover': return `${d.role}: ${d.from ?? 'none'} → ${d.to}, epoch ${d.epoch}` +
-      (d.after_verdict_ms != null ? `, ${fmtMs(d.after_verdict_ms)} after the dead verdict` : '');
+      (d.duration_ms != null ? `, ${fmtMs(d.duration_ms)} after ${d.from} went silent` : '');
     default: return e.incarnation != null ? `incarnation ${e.incarnation}` : '';
   }
 }
@@ -129,7 +129,8 @@ export function rolesHtml(data, fetchedAt, members) {
     const rows = r.candidates.map((c) => {
       const order = c.holder ? 'holder' : `#${++standby}`;
       const ready = c.eligible ? '<span class="ok">ready</span>' : '<span class="bad">not ready</span>';
-      return `<tr data-candidate="${esc(c.node)}"><td>${order}</td><td>${esc(c.node)}</td><td>${c.priority}</td><td>${badge(c.member_state)}</td><td>${ready}</td></tr>`;
+      const state = members.get(c.node)?.state ?? c.member_state;
+      return `<tr data-candidate="${esc(c.node)}"><td>${order}</td><td>${esc(c.node)}</td><td>${c.priority}</td><td>${badge(state)}</td><td>${ready}</td></tr>`;
     }).join('');
     return `<div class="role" data-role="${esc(r.role)}" data-holder="${esc(r.holder ?? '')}" data-epoch="${r.epoch}">
       <div class="role-head"><span class="name">${esc(r.role)}</span><span>holder ${holder}</span>
@@ -167,7 +168,7 @@ function checksHtml(checks) {
 }
 
 /** Services and checks of one or more nodes. */
-export function servicesHtml(data, onlyNode) {
+export function servicesHtml(data, onlyNode, members) {
   if (!data) return '<div class="empty">Loading services…</div>';
   const nodes = data.nodes.filter((n) => !onlyNode || n.node === onlyNode);
   if (!nodes.length) return '<div class="empty">No live members.</div>';
@@ -183,7 +184,8 @@ export function servicesHtml(data, onlyNode) {
           <td>${s.ready ? '<span class="ok">ready</span>' : '<span class="bad">not ready</span>'}</td>
           <td>${checksHtml(s.checks)}</td></tr>`).join('')}</tbody></table>`;
     }
-    return `<div class="node-services" data-node="${esc(n.node)}"><h3>${esc(n.node)} ${badge(n.state)}</h3>${body}</div>`;
+    const state = members?.get(n.node)?.state ?? n.state;
+    return `<div class="node-services" data-node="${esc(n.node)}"><h3>${esc(n.node)} ${badge(state)}</h3>${body}</div>`;
   }).join('');
 }
 

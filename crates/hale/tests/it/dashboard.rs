@@ -138,6 +138,11 @@ fn the_dashboard_shows_the_failover_when_the_holder_is_killed_and_a_banner_while
         "the old holder dead",
         &format!("return ({})() === 'dead';", wrap(&state_js(&holder))),
     );
+    b.wait_js(
+        Duration::from_secs(10),
+        "the failover's duration on the chart",
+        "return !!document.querySelector('#chart circle.dot-fo');",
+    );
     b.screenshot(&artifacts(), "failover");
 
     // The page's own agent freezes: a banner says so and the data is marked stale.

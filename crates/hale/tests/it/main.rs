@@ -8,6 +8,7 @@
 mod bad_input;
 mod browser;
 mod dashboard;
+mod demo;
 mod failover;
 mod loopback;
 mod netns;
