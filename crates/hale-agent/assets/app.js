@@ -51,12 +51,15 @@ function hay(m) {
 }
 
 async function loadMembers() {
+  const started = Date.now();
   const list = await api('/v1/members');
   const now = Date.now();
   const seen = new Set();
   for (const v of list) {
     seen.add(v.name);
     const m = S.members.get(v.name);
+    // An event applied while this list was in flight is newer: keep it (a refresh follows).
+    if (m && m.patchedAt >= started) continue;
     if (!m) {
       S.members.set(v.name, { ...v, fetchedAt: now, _v: 1, _hay: hay(v) });
       continue;
@@ -66,7 +69,9 @@ async function loadMembers() {
     Object.assign(m, v, { fetchedAt: now, _hay: changed ? hay(v) : m._hay });
     m._v++;
   }
-  for (const name of [...S.members.keys()]) if (!seen.has(name)) S.members.delete(name);
+  for (const [name, m] of [...S.members]) {
+    if (!seen.has(name) && !(m.patchedAt >= started)) S.members.delete(name);
+  }
   S.loaded.members = true;
   mark('list', 'detail', 'counts');
 }
@@ -187,10 +192,14 @@ function apply(e) {
     if (e.incarnation != null) m.incarnation = e.incarnation;
     m.state_for_ms = 0;
     m.fetchedAt = Date.now();
+    m.patchedAt = m.fetchedAt;
     if (state === 'dead') m.evidence = e.detail;
     else if (state === 'alive') m.evidence = null;
     m._v++;
     mark('list', 'counts', 'detail');
+    // Other panels show member states too: redraw them only when it is one of theirs.
+    if (S.services?.nodes.some((n) => n.node === e.member)) mark('services');
+    if (S.roles?.roles.some((r) => r.candidates.some((c) => c.node === e.member))) mark('roles');
   }
   if (state || e.kind === 'metadata' || e.kind === 'refuted') later('members', loadMembers, 300);
   if (['promoted', 'demoted', 'dead', 'recovered', 'eligible', 'metadata'].includes(e.kind)) later('roles', loadRoles, 150);
@@ -331,12 +340,13 @@ function memberRow() {
   return r;
 }
 
+/** Metadata in a line: candidacies (role:priority) and the user's part; raw text otherwise. */
 function metaSummary(m) {
   if (m._metaFor === m.meta) return m._metaText;
   let text = m.meta;
   try {
     const v = JSON.parse(m.meta);
-    if (v && typeof v === 'object' && 'roles' in v) {
+    if (v && typeof v === 'object' && ('roles' in v || 'http' in v)) {
       const roles = Object.entries(v.roles ?? {}).map(([r, [p, ok]]) => `${r}:${p}${ok ? '' : ' (not ready)'}`);
       text = [roles.join(' '), v.meta].filter(Boolean).join(' · ');
     }
@@ -521,7 +531,7 @@ function debounce(f, ms) {
 }
 
 function start() {
-  memberList = new VList($('members-list'), ROW, memberRow, fillMember);
+  memberList = new VList($('members-list'), ROW, memberRow, fillMember, 19);
   eventList = new VList($('events-list'), ROW, eventRow, fillEvent);
   $('members-list').addEventListener('click', (ev) => {
     const row = ev.target.closest('[data-member]');

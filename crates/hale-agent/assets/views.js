@@ -43,8 +43,8 @@ export function setText(el, text) {
  * DOM, reused as the list scrolls. `fill(row, item)` updates one row.
  */
 export class VList {
-  constructor(root, rowHeight, make, fill) {
-    Object.assign(this, { root, h: rowHeight, make, fill, items: [], pool: [] });
+  constructor(root, rowHeight, make, fill, maxRows = 0) {
+    Object.assign(this, { root, h: rowHeight, make, fill, maxRows, items: [], pool: [] });
     this.spacer = document.createElement('div');
     this.spacer.className = 'spacer';
     this.empty = document.createElement('div');
@@ -56,6 +56,12 @@ export class VList {
   setItems(items, emptyText) {
     this.items = items;
     this.spacer.style.height = `${items.length * this.h}px`;
+    if (this.maxRows) {
+      // As tall as its rows, up to maxRows: a small cluster leaves no blank panel.
+      const rows = Math.min(this.maxRows, Math.max(items.length, 3));
+      const height = `${rows * this.h + 2}px`;
+      if (this.root.style.height !== height) this.root.style.height = height;
+    }
     setText(this.empty, items.length ? '' : emptyText);
     this.empty.hidden = items.length > 0;
     this.draw();
