@@ -5,6 +5,7 @@
 
 mod api;
 mod config;
+mod dashboard;
 mod keyring;
 mod relay;
 mod relay_view;
