@@ -138,9 +138,7 @@ fn published(m: &MemberView) -> Published {
         .as_object()
         .map(|o| {
             o.iter()
-                .filter_map(|(r, c)| {
-                    Some((r.clone(), (c.get(0)?.as_i64()?, c.get(1)?.as_bool()?)))
-                })
+                .filter_map(|(r, c)| Some((r.clone(), (c.get(0)?.as_i64()?, c.get(1)?.as_bool()?))))
                 .collect()
         })
         .unwrap_or_default();
@@ -239,10 +237,12 @@ async fn roles(State(st): State<ClusterState>) -> Response {
             http.insert(m.name.as_str(), h);
         }
         for (role, (prio, eligible)) in p.roles {
-            candidates
-                .entry(role)
-                .or_default()
-                .push((m.name.clone(), prio, eligible, m.state.clone()));
+            candidates.entry(role).or_default().push((
+                m.name.clone(),
+                prio,
+                eligible,
+                m.state.clone(),
+            ));
         }
     }
     let mut names: BTreeSet<String> = leases.keys().cloned().collect();

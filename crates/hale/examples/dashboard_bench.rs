@@ -51,7 +51,11 @@ fn member(i: usize) -> MemberView {
         health: 0,
         last_heard_ms_ago: Some((i as u64 * 37) % 1000),
         state_for_ms: 600_000,
-        meta: format!(r#"{{"meta":"rack={} zone={}","http":"10.0.0.1:7947"{roles}}}"#, i % 40, i % 3),
+        meta: format!(
+            r#"{{"meta":"rack={} zone={}","http":"10.0.0.1:7947"{roles}}}"#,
+            i % 40,
+            i % 3
+        ),
         is_self: i == 0,
         evidence: None,
     }
@@ -148,7 +152,13 @@ fn emit_death(sim: &Sim, seq: u64, i: usize) {
         silent_ms_before_verdict: Some(4200),
         declared_at_unix_ms: unix_ms(),
     };
-    if let Some(m) = sim.members.lock().unwrap().iter_mut().find(|m| m.name == name) {
+    if let Some(m) = sim
+        .members
+        .lock()
+        .unwrap()
+        .iter_mut()
+        .find(|m| m.name == name)
+    {
         m.state = "dead".into();
         m.evidence = Some(evidence.clone());
     }
@@ -215,7 +225,8 @@ fn main() {
             "the first full render",
             "return window.__haleRendered ?? null;",
         );
-        let rows = b.eval("return document.querySelectorAll('#members-list [data-member]').length;");
+        let rows =
+            b.eval("return document.querySelectorAll('#members-list [data-member]').length;");
         let load = load.as_f64().unwrap();
         b.wait_js(
             Duration::from_secs(10),
@@ -241,7 +252,11 @@ fn main() {
         let shown = b.eval(
             "return document.querySelector('#state-filter [data-state=\"dead\"]').textContent;",
         );
-        assert_eq!(shown, format!("dead {per_run}"), "the page counts every death");
+        assert_eq!(
+            shown,
+            format!("dead {per_run}"),
+            "the page counts every death"
+        );
         let mut run_lags: Vec<f64> = got
             .as_array()
             .unwrap()

@@ -196,10 +196,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<bool> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    println!(
-        "Dashboard (live; open it now): http://{}/",
-        cluster.http[0]
-    );
+    println!("Dashboard (live; open it now): http://{}/", cluster.http[0]);
     rt.block_on(scenario(&cluster, hold, linger))
 }
 
@@ -254,7 +251,10 @@ async fn scenario(c: &Cluster, hold: Duration, linger: Duration) -> anyhow::Resu
         match holder(&client, c.http[0]).await {
             Some((h, e)) if h == c.names[killed] => break (h, e),
             _ if t.elapsed() > Duration::from_secs(20) => {
-                bail!("role {ROLE} was not granted to {} within 20 s", c.names[killed])
+                bail!(
+                    "role {ROLE} was not granted to {} within 20 s",
+                    c.names[killed]
+                )
             }
             _ => tokio::time::sleep(Duration::from_millis(200)).await,
         }

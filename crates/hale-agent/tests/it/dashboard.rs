@@ -31,7 +31,10 @@ async fn every_agent_serves_the_dashboard_and_its_assets_from_the_binary() {
         assert!(html.contains(asset), "the page loads {asset}");
     }
     let js = get(&format!("{base}/assets/app.js")).await;
-    assert_eq!(js.headers()["content-type"], "text/javascript; charset=utf-8");
+    assert_eq!(
+        js.headers()["content-type"],
+        "text/javascript; charset=utf-8"
+    );
     let etag = js.headers()["etag"].to_str().unwrap().to_owned();
     let again = reqwest::Client::new()
         .get(format!("{base}/assets/views.js"))
@@ -79,15 +82,27 @@ async fn the_cluster_endpoints_answer_for_an_agent_without_roles_or_peers() {
         .json()
         .await
         .unwrap();
-    assert_eq!(none["nodes"], serde_json::json!([]), "only the nodes asked for");
+    assert_eq!(
+        none["nodes"],
+        serde_json::json!([]),
+        "only the nodes asked for"
+    );
     a.shutdown().await;
 }
 
 #[test]
 fn the_openapi_description_lists_the_dashboard_and_cluster_endpoints() {
     let spec: serde_json::Value = serde_json::from_str(hale_agent::api::OPENAPI).unwrap();
-    for path in ["/", "/assets/{file}", "/v1/cluster/roles", "/v1/cluster/services"] {
-        assert!(spec["paths"][path]["get"].is_object(), "{path} is described");
+    for path in [
+        "/",
+        "/assets/{file}",
+        "/v1/cluster/roles",
+        "/v1/cluster/services",
+    ] {
+        assert!(
+            spec["paths"][path]["get"].is_object(),
+            "{path} is described"
+        );
     }
     for schema in ["ClusterRoles", "ClusterServices"] {
         assert!(spec["components"]["schemas"][schema].is_object());

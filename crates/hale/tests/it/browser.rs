@@ -90,15 +90,17 @@ impl Browser {
             std::thread::sleep(Duration::from_millis(50));
         }
         let mut args: Vec<String> = FLAGS.iter().map(|f| (*f).to_owned()).collect();
-        args.push(format!("--user-data-dir={}", b.profile.join("data").display()));
+        args.push(format!(
+            "--user-data-dir={}",
+            b.profile.join("data").display()
+        ));
         let mut caps = serde_json::Map::new();
         caps.insert(
             "goog:chromeOptions".into(),
             serde_json::json!({ "binary": CHROMIUM, "args": args }),
         );
-        let client = b
-            .rt
-            .block_on(
+        let client =
+            b.rt.block_on(
                 ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
                     .capabilities(caps)
                     .connect(&format!("http://{addr}")),

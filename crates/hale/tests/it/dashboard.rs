@@ -39,8 +39,8 @@ fn open(c: &Cluster, i: usize) -> Browser {
 }
 
 #[test]
-fn the_dashboard_shows_members_roles_and_services_and_a_killed_node_turning_dead_with_its_evidence(
-) {
+fn the_dashboard_shows_members_roles_and_services_and_a_killed_node_turning_dead_with_its_evidence()
+{
     let c = Cluster::start("");
     let (holder, epoch) = first_holder(&c);
     let b = open(&c, 1);
@@ -115,7 +115,10 @@ fn the_dashboard_shows_the_failover_when_the_holder_is_killed_and_a_banner_while
     b.wait_js(
         Duration::from_secs(15),
         "the holder on the roles panel",
-        &format!("const db = ({})(); return db && db[0] === '{holder}';", wrap(DB)),
+        &format!(
+            "const db = ({})(); return db && db[0] === '{holder}';",
+            wrap(DB)
+        ),
     );
     c.signal(h, Signal::SIGKILL);
     let _ = c.nodes[h].child.take().map(|mut ch| ch.wait());

@@ -19,7 +19,13 @@ fn the_demo_prints_its_dashboard_detects_the_faults_fails_the_role_over_and_exit
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(text.contains("Dashboard (live; open it now): http://127.0.0.1:"), "{text}");
-    assert!(text.contains("Role db failed over from demo-4 to"), "{text}");
+    assert!(
+        text.contains("Dashboard (live; open it now): http://127.0.0.1:"),
+        "{text}"
+    );
+    assert!(
+        text.contains("Role db failed over from demo-4 to"),
+        "{text}"
+    );
     assert!(text.contains("rejoined"), "{text}");
 }
