@@ -4,7 +4,8 @@
 //! probes and gossip, TCP for state sync and fallback pings, every packet
 //! sealed with ChaCha20-Poly1305 under the cluster keyring. Serves an HTTP
 //! API (members with evidence, events as server-sent events, health,
-//! Prometheus metrics, OpenAPI) on 127.0.0.1 by default.
+//! Prometheus metrics, OpenAPI) and a live dashboard (at `/`) on
+//! 127.0.0.1 by default.
 //!
 //! Embed it in a Rust service with [`Agent::start`], or run it as a daemon
 //! with [`run`] (what `hale agent` does).
@@ -12,7 +13,9 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+mod cluster_api;
 pub mod config;
+pub mod dashboard;
 pub mod drill;
 pub mod keyring;
 pub mod metrics;
@@ -171,7 +174,15 @@ impl Agent {
             control: roles.client.clone(),
             handovers: roles.handovers.clone(),
             token: cfg.api_token.clone(),
-        }));
+        }))
+        .merge(cluster_api::router(cluster_api::ClusterState::new(
+            cmd_tx.clone(),
+            shared.id.name().to_owned(),
+            roles.views.clone(),
+            roles.services.clone(),
+            roles.client.clone(),
+        )))
+        .merge(dashboard::router());
         app = app.merge(drill::router(drill::DrillState {
             shared: shared.clone(),
             relay: relay.clone(),

@@ -352,6 +352,9 @@ pub struct RoleView {
     pub lease_left_ms: Option<u64>,
     /// Why the last change happened.
     pub last_change: Option<String>,
+    /// Unix time (ms) this node became holder, if holder.
+    #[serde(default)]
+    pub held_since_unix_ms: Option<u64>,
     /// Promotions and demotions so far.
     pub promotions: u64,
     /// Demotions so far.
@@ -588,6 +591,7 @@ impl RoleManager {
                 self.view(|v| {
                     v.state = "holder".into();
                     v.epoch = Some(epoch);
+                    v.held_since_unix_ms = Some(crate::view::unix_ms());
                     v.promotions += 1;
                     v.last_change = Some(
                         if ok {
@@ -638,6 +642,7 @@ impl RoleManager {
             v.state = "standby".into();
             v.epoch = None;
             v.lease_left_ms = None;
+            v.held_since_unix_ms = None;
             v.demotions += 1;
             v.last_change = Some(reason.into());
         });

@@ -1,10 +1,14 @@
 //! `hale demo`: a five-node cluster of real agent processes on loopback.
-//! One node is frozen (SIGSTOP, a half-dead host) and another killed
-//! (SIGKILL, a crashed host); the demo shows who noticed what and when, then
-//! resumes the frozen node and shows it refute and rejoin. Exit status 0
-//! when everything went as expected.
+//! Three of them run the control plane and every node is a candidate for
+//! role `db` (trivial hooks); the killed node holds it. One node is frozen
+//! (SIGSTOP, a half-dead host) and another killed (SIGKILL, a crashed host);
+//! the demo shows who noticed what and when, the failover of `db`, then
+//! resumes the frozen node and shows it refute and rejoin. The dashboard of
+//! the first agent shows it all live. Exit status 0 when everything went as
+//! expected.
 
 use std::collections::BTreeMap;
+use std::io::IsTerminal;
 use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -28,6 +32,54 @@ pub struct DemoArgs {
     /// Keep the agents' logs in this directory (default: a temporary one).
     #[arg(long)]
     pub logs: Option<PathBuf>,
+    /// Seconds to wait before the faults and to keep the cluster up at the
+    /// end, to watch it on the dashboard (default on a terminal: 5 before,
+    /// 30 after; otherwise 0).
+    #[arg(long, value_name = "SECS")]
+    pub hold: Option<u64>,
+}
+
+/// The role that fails over, and each node's priority for it (the last
+/// node, which is killed, holds it first).
+const ROLE: &str = "db";
+/// Control-plane servers: the first three nodes (never faulted).
+const SERVERS: usize = 3;
+
+fn priority(i: usize, n: usize) -> i64 {
+    if i == n - 1 {
+        100
+    } else {
+        50 - 10 * i as i64
+    }
+}
+
+/// The roles part of one agent's configuration.
+fn role_config(i: usize, n: usize, control: &[SocketAddr], logs: &std::path::Path) -> String {
+    let servers: Vec<String> = control
+        .iter()
+        .enumerate()
+        .map(|(id, a)| format!("\"{}={a}\"", id + 1))
+        .collect();
+    let server = if i < SERVERS {
+        format!(
+            "id = {}\nbind = \"{}\"\nbootstrap = {}\n",
+            i + 1,
+            control[i],
+            i == 0
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "[control]\n{server}servers = [{servers}]\ndata_dir = \"{data}\"\n\n\
+         [[service]]\nname = \"{ROLE}\"\nessential = true\n\
+         [[service.check]]\ncommand = [\"true\"]\ninterval = \"1s\"\n\n\
+         [[role]]\nname = \"{ROLE}\"\nservice = \"{ROLE}\"\npriority = {prio}\n\
+         promote = [\"true\"]\ndemote = [\"true\"]\n",
+        servers = servers.join(", "),
+        data = logs.join(format!("data-{i}")).display(),
+        prio = priority(i, n),
+    )
 }
 
 /// Kills every agent it started, whatever happens.
@@ -90,6 +142,12 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<bool> {
         None => std::env::temp_dir().join(format!("hale-demo-{}", std::process::id())),
     };
     std::fs::create_dir_all(&logs)?;
+    let tty = std::io::stdout().is_terminal();
+    let hold = Duration::from_secs(args.hold.unwrap_or(if tty { 5 } else { 0 }));
+    let linger = Duration::from_secs(args.hold.unwrap_or(if tty { 30 } else { 0 }));
+    let control: Vec<SocketAddr> = (0..SERVERS)
+        .map(|_| free_port().map(|p| SocketAddr::from(([127, 0, 0, 1], p))))
+        .collect::<anyhow::Result<_>>()?;
     let key = Key::generate().to_base64();
     let mut cluster = Cluster {
         children: Vec::new(),
@@ -107,8 +165,12 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<bool> {
         let http = SocketAddr::from(([127, 0, 0, 1], free_port()?));
         let name = format!("demo-{i}");
         let log = std::fs::File::create(logs.join(format!("{name}.log")))?;
+        let config = logs.join(format!("{name}.toml"));
+        std::fs::write(&config, role_config(i, args.nodes, &control, &logs))?;
         let mut cmd = Command::new(&exe);
         cmd.arg("agent")
+            .arg("--config")
+            .arg(&config)
             .env_remove("HALE_CONFIG")
             .env("HALE_NAME", &name)
             .env("HALE_BIND", gossip.to_string())
@@ -134,10 +196,26 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<bool> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    rt.block_on(scenario(&cluster))
+    println!("Dashboard (live; open it now): http://{}/", cluster.http[0]);
+    rt.block_on(scenario(&cluster, hold, linger))
 }
 
-async fn scenario(c: &Cluster) -> anyhow::Result<bool> {
+/// Who holds the role, and the fencing epoch, as `http`'s agent sees it.
+async fn holder(client: &reqwest::Client, http: SocketAddr) -> Option<(String, u64)> {
+    let v: serde_json::Value = client
+        .get(format!("http://{http}/v1/roles"))
+        .timeout(Duration::from_millis(800))
+        .send()
+        .await
+        .ok()?
+        .json()
+        .await
+        .ok()?;
+    let l = &v["leases"][ROLE];
+    Some((l["holder"].as_str()?.to_owned(), l["epoch"].as_u64()?))
+}
+
+async fn scenario(c: &Cluster, hold: Duration, linger: Duration) -> anyhow::Result<bool> {
     let client = reqwest::Client::new();
     let n = c.names.len();
     let start = Instant::now();
@@ -168,6 +246,51 @@ async fn scenario(c: &Cluster) -> anyhow::Result<bool> {
     }
     let (frozen, killed) = (n - 2, n - 1);
     let observers: Vec<usize> = (0..n - 2).collect();
+    let t = Instant::now();
+    let first = loop {
+        match holder(&client, c.http[0]).await {
+            Some((h, e)) if h == c.names[killed] => break (h, e),
+            _ if t.elapsed() > Duration::from_secs(20) => {
+                bail!(
+                    "role {ROLE} was not granted to {} within 20 s",
+                    c.names[killed]
+                )
+            }
+            _ => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    };
+    // Candidacies become eligible as checks pass, each a metadata update
+    // (a new incarnation): let those settle everywhere before the faults.
+    let t = Instant::now();
+    loop {
+        let mut views = Vec::new();
+        for &h in &c.http {
+            views.push(members(&client, h).await.unwrap_or_default());
+        }
+        let settled = views.iter().all(|l| {
+            l.len() == n
+                && l.iter().all(|m| m.meta.contains("true]"))
+                && l.iter().all(|m| {
+                    let first = views[0].iter().find(|f| f.name == m.name);
+                    first.map(|f| f.incarnation) == Some(m.incarnation)
+                })
+        });
+        if settled {
+            break;
+        }
+        if t.elapsed() > Duration::from_secs(20) {
+            bail!("the candidacies did not settle within 20 s");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    println!(
+        "\n{} holds role {ROLE} (fencing epoch {}); the others are standbys.",
+        first.0, first.1
+    );
+    if !hold.is_zero() {
+        println!("Faults in {} s: watch the dashboard.", hold.as_secs());
+        tokio::time::sleep(hold).await;
+    }
     println!(
         "\nFreezing {} (SIGSTOP: a half-dead host) and killing {} (SIGKILL: a crashed host) ...",
         c.names[frozen], c.names[killed]
@@ -177,7 +300,15 @@ async fn scenario(c: &Cluster) -> anyhow::Result<bool> {
     let t0 = Instant::now();
     let mut seen: BTreeMap<(usize, usize, &str), f64> = BTreeMap::new();
     let mut all_dead = false;
+    let mut failover: Option<(String, u64, f64)> = None;
     while t0.elapsed() < Duration::from_secs(20) {
+        if failover.is_none() {
+            if let Some((h, e)) = holder(&client, c.http[0]).await {
+                if h != first.0 && e > first.1 {
+                    failover = Some((h, e, t0.elapsed().as_secs_f64()));
+                }
+            }
+        }
         for &o in &observers {
             let Some(list) = members(&client, c.http[o]).await else {
                 continue;
@@ -196,7 +327,7 @@ async fn scenario(c: &Cluster) -> anyhow::Result<bool> {
         all_dead = observers.iter().all(|&o| {
             seen.contains_key(&(o, frozen, "dead")) && seen.contains_key(&(o, killed, "dead"))
         });
-        if all_dead {
+        if all_dead && failover.is_some() {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -219,6 +350,13 @@ async fn scenario(c: &Cluster) -> anyhow::Result<bool> {
     if let Some(l) = members(&client, c.http[0]).await {
         println!("\nAs {} sees it now:\n", c.names[0]);
         print!("{}", members_table(&l));
+    }
+    match &failover {
+        Some((h, e, at)) => println!(
+            "\nRole {ROLE} failed over from {} to {h} (epoch {} -> {e}) {at:.1}s after the crash.",
+            first.0, first.1
+        ),
+        None => println!("\nFAILED: role {ROLE} did not fail over within 20 s"),
     }
     if !all_dead {
         println!("\nFAILED: not every observer declared both nodes dead within 20 s");
@@ -261,5 +399,13 @@ async fn scenario(c: &Cluster) -> anyhow::Result<bool> {
         print!("{}", members_table(&l));
     }
     println!("\nDemo finished in {:.1}s.", start.elapsed().as_secs_f64());
-    Ok(back)
+    if !linger.is_zero() {
+        println!(
+            "The cluster stays up {} s more (Ctrl-C ends it): http://{}/",
+            linger.as_secs(),
+            c.http[0]
+        );
+        tokio::time::sleep(linger).await;
+    }
+    Ok(back && failover.is_some())
 }

@@ -5,6 +5,7 @@
 
 mod api;
 mod config;
+mod dashboard;
 mod drill;
 mod keyring;
 mod relay;

@@ -22,16 +22,16 @@ fn free_port() -> u16 {
     }
 }
 
-struct Node {
-    name: String,
-    http: SocketAddr,
-    child: Option<Child>,
+pub(crate) struct Node {
+    pub(crate) name: String,
+    pub(crate) http: SocketAddr,
+    pub(crate) child: Option<Child>,
 }
 
 /// Three agents; every process (and watchdog) is killed on drop.
-struct Cluster {
+pub(crate) struct Cluster {
     dir: tempfile::TempDir,
-    nodes: Vec<Node>,
+    pub(crate) nodes: Vec<Node>,
 }
 
 impl Drop for Cluster {
@@ -53,7 +53,7 @@ impl Drop for Cluster {
 const PRIORITIES: [i64; 3] = [100, 50, 10];
 
 impl Cluster {
-    fn start(extra: &str) -> Cluster {
+    pub(crate) fn start(extra: &str) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         let key = String::from_utf8(
             Command::new(env!("CARGO_BIN_EXE_hale"))
@@ -169,7 +169,7 @@ fail_after = "1s"
     }
 
     /// The holder and epoch of `db`, as the first live node that answers sees it.
-    fn holder(&self) -> Option<(String, u64)> {
+    pub(crate) fn holder(&self) -> Option<(String, u64)> {
         (0..3)
             .filter(|&i| self.nodes[i].child.is_some())
             .find_map(|i| {
@@ -179,11 +179,11 @@ fail_after = "1s"
             })
     }
 
-    fn index(&self, name: &str) -> usize {
+    pub(crate) fn index(&self, name: &str) -> usize {
         self.nodes.iter().position(|n| n.name == name).unwrap()
     }
 
-    fn signal(&self, i: usize, s: Signal) {
+    pub(crate) fn signal(&self, i: usize, s: Signal) {
         let c = self.nodes[i].child.as_ref().unwrap();
         kill(Pid::from_raw(c.id() as i32), s).unwrap();
     }
@@ -224,7 +224,7 @@ fn wait_for<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) ->
     }
 }
 
-fn first_holder(c: &Cluster) -> (String, u64) {
+pub(crate) fn first_holder(c: &Cluster) -> (String, u64) {
     wait_for(
         "the best candidate holds db",
         Duration::from_secs(30),

@@ -1,10 +1,14 @@
 //! Real-process tests of the `hale` binary: agents on loopback, hostile
-//! input, hosts in network namespaces, and roles with failover.
+//! input, hosts in network namespaces, roles with failover, and the
+//! dashboard in headless Chromium.
 
 // In tests a panic is the failure report: unwrapping is how a test fails.
 #![allow(clippy::unwrap_used)]
 
 mod bad_input;
+mod browser;
+mod dashboard;
+mod demo;
 mod drill;
 mod failover;
 mod loopback;

@@ -1,0 +1,345 @@
+//! Cluster-wide views for the dashboard: `GET /v1/cluster/roles` (every
+//! role's holder, epoch, lease left and candidates in order) and
+//! `GET /v1/cluster/services` (services and checks per node).
+//!
+//! An agent only knows its own services and leases; the others are asked
+//! through the HTTP address each role candidate publishes in its member
+//! metadata (`{"http": ...}`). The cost is bounded whatever the cluster
+//! size: at most [`MAX_FANOUT`] peers per request, [`FANOUT_CONCURRENCY`]
+//! at a time, each with a [`PEER_TIMEOUT`], answers cached for [`PEER_TTL`].
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::{Query, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use futures_util::stream::{self, StreamExt};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::roles::{ControlClient, RoleViews};
+use crate::runtime::Command;
+use crate::services::Services;
+use crate::view::{unix_ms, MemberView};
+
+/// Most peers asked in one request.
+pub const MAX_FANOUT: usize = 64;
+/// Peers asked at the same time.
+pub const FANOUT_CONCURRENCY: usize = 16;
+/// How long a peer may take to answer.
+pub const PEER_TIMEOUT: Duration = Duration::from_millis(300);
+/// How long a peer's answer (or failure) is reused.
+pub const PEER_TTL: Duration = Duration::from_secs(1);
+
+/// Peer answers, by URL, with when they were fetched.
+type Cache = Arc<Mutex<HashMap<String, (Instant, Result<Value, String>)>>>;
+
+#[derive(Clone)]
+pub(crate) struct ClusterState {
+    pub(crate) cmds: mpsc::Sender<Command>,
+    pub(crate) me: String,
+    pub(crate) views: RoleViews,
+    pub(crate) services: Services,
+    pub(crate) control: Option<ControlClient>,
+    pub(crate) client: reqwest::Client,
+    pub(crate) cache: Cache,
+}
+
+impl ClusterState {
+    pub(crate) fn new(
+        cmds: mpsc::Sender<Command>,
+        me: String,
+        views: RoleViews,
+        services: Services,
+        control: Option<ControlClient>,
+    ) -> ClusterState {
+        ClusterState {
+            cmds,
+            me,
+            views,
+            services,
+            control,
+            client: reqwest::Client::builder()
+                .timeout(PEER_TIMEOUT)
+                .no_proxy()
+                .build()
+                .unwrap_or_default(),
+            cache: Arc::default(),
+        }
+    }
+
+    async fn members(&self) -> Vec<MemberView> {
+        let (tx, rx) = oneshot::channel();
+        if self.cmds.send(Command::Snapshot(tx)).await.is_err() {
+            return Vec::new();
+        }
+        rx.await.map(|s| s.members).unwrap_or_default()
+    }
+
+    /// GETs `path` from the agent at `http`, through the cache.
+    async fn peer_get(&self, http: &str, path: &str) -> Result<Value, String> {
+        let url = format!("http://{http}{path}");
+        if let Some((at, v)) = self.cache.lock().expect("cache lock").get(&url) {
+            if at.elapsed() < PEER_TTL {
+                return v.clone();
+            }
+        }
+        let got = async {
+            let r = self
+                .client
+                .get(&url)
+                .send()
+                .await
+                .map_err(|e| format!("unreachable: {}", short(&e)))?;
+            if !r.status().is_success() {
+                return Err(format!("answered {}", r.status()));
+            }
+            r.json::<Value>()
+                .await
+                .map_err(|e| format!("bad answer: {}", short(&e)))
+        }
+        .await;
+        let mut c = self.cache.lock().expect("cache lock");
+        if c.len() > 4 * MAX_FANOUT {
+            c.retain(|_, (at, _)| at.elapsed() < PEER_TTL);
+        }
+        c.insert(url, (Instant::now(), got.clone()));
+        got
+    }
+}
+
+fn short(e: &reqwest::Error) -> &'static str {
+    if e.is_timeout() {
+        "timed out"
+    } else if e.is_connect() {
+        "connection refused"
+    } else {
+        "request failed"
+    }
+}
+
+/// What a member publishes in its metadata: its HTTP address and its
+/// candidacies (role -> priority, eligible).
+#[derive(Debug, Default)]
+struct Published {
+    http: Option<String>,
+    roles: BTreeMap<String, (i64, bool)>,
+}
+
+fn published(m: &MemberView) -> Published {
+    let Ok(v) = serde_json::from_str::<Value>(&m.meta) else {
+        return Published::default();
+    };
+    let roles = v["roles"]
+        .as_object()
+        .map(|o| {
+            o.iter()
+                .filter_map(|(r, c)| Some((r.clone(), (c.get(0)?.as_i64()?, c.get(1)?.as_bool()?))))
+                .collect()
+        })
+        .unwrap_or_default();
+    Published {
+        http: v["http"].as_str().map(str::to_owned),
+        roles,
+    }
+}
+
+pub(crate) fn router(state: ClusterState) -> Router {
+    Router::new()
+        .route("/v1/cluster/roles", get(roles))
+        .route("/v1/cluster/services", get(services))
+        .with_state(state)
+}
+
+#[derive(Deserialize)]
+struct ServicesQuery {
+    /// Comma-separated node names (default: every live member).
+    nodes: Option<String>,
+}
+
+async fn services(
+    State(st): State<ClusterState>,
+    q: Result<Query<ServicesQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let Query(q) = match q {
+        Ok(q) => q,
+        Err(e) => {
+            let body = json!({ "error": e.body_text() });
+            return (axum::http::StatusCode::BAD_REQUEST, Json(body)).into_response();
+        }
+    };
+    let members = st.members().await;
+    let wanted: Option<BTreeSet<&str>> = q
+        .nodes
+        .as_deref()
+        .map(|s| s.split(',').filter(|n| !n.is_empty()).collect());
+    let chosen: Vec<MemberView> = members
+        .iter()
+        .filter(|m| match &wanted {
+            Some(w) => w.contains(m.name.as_str()),
+            None => m.state == "alive" || m.state == "suspect",
+        })
+        .cloned()
+        .collect();
+    let truncated = chosen.len() > MAX_FANOUT;
+    let answers: Vec<Value> = stream::iter(chosen.into_iter().take(MAX_FANOUT))
+        .map(|m: MemberView| {
+            let st = st.clone();
+            async move {
+                let (services, error) = if m.is_self || m.name == st.me {
+                    (Some(json!(crate::services::views(&st.services))), None)
+                } else if let Some(http) = published(&m).http {
+                    match st.peer_get(&http, "/v1/services").await {
+                        Ok(v) => (Some(v), None),
+                        Err(e) => (None, Some(e)),
+                    }
+                } else {
+                    (None, Some("publishes no HTTP address".to_owned()))
+                };
+                json!({ "node": m.name, "state": m.state, "services": services, "error": error })
+            }
+        })
+        .buffered(FANOUT_CONCURRENCY)
+        .collect()
+        .await;
+    Json(json!({ "nodes": answers, "truncated": truncated })).into_response()
+}
+
+async fn roles(State(st): State<ClusterState>) -> Response {
+    let members = st.members().await;
+    let leases: BTreeMap<String, (Option<String>, u64)> = match &st.control {
+        Some(c) => c
+            .table()
+            .await
+            .map(|t| {
+                t.roles()
+                    .map(|(r, l)| (r.clone(), (l.holder.clone(), l.epoch)))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        None => BTreeMap::new(),
+    };
+    let leader = match &st.control {
+        Some(c) => c.leader().await,
+        None => None,
+    };
+    let local = st.views.lock().expect("role views lock").clone();
+    // role -> (node, priority, eligible, member state)
+    let mut candidates: BTreeMap<String, Vec<(String, i64, bool, String)>> = BTreeMap::new();
+    let mut http: HashMap<&str, String> = HashMap::new();
+    for m in &members {
+        let p = published(m);
+        if let Some(h) = p.http {
+            http.insert(m.name.as_str(), h);
+        }
+        for (role, (prio, eligible)) in p.roles {
+            candidates.entry(role).or_default().push((
+                m.name.clone(),
+                prio,
+                eligible,
+                m.state.clone(),
+            ));
+        }
+    }
+    let mut names: BTreeSet<String> = leases.keys().cloned().collect();
+    names.extend(candidates.keys().cloned());
+    names.extend(local.keys().cloned());
+    let mut out = Vec::new();
+    for role in names {
+        let (holder, epoch) = leases.get(&role).cloned().unwrap_or((None, 0));
+        // The holder's own view: lease left and since when it holds.
+        let held = match holder.as_deref() {
+            Some(h) if h == st.me => local.get(&role).map(|v| json!(v)),
+            Some(h) => match http.get(h) {
+                Some(addr) => st.peer_get(addr, "/v1/roles").await.ok().and_then(|v| {
+                    v["local"]
+                        .as_array()?
+                        .iter()
+                        .find(|r| r["role"] == role.as_str())
+                        .cloned()
+                }),
+                None => None,
+            },
+            None => None,
+        };
+        let mut cands = candidates.remove(&role).unwrap_or_default();
+        // Holder first, then who would be promoted next: live, eligible,
+        // highest priority first; then the rest.
+        cands.sort_by_key(|(n, prio, eligible, state)| {
+            (
+                Some(n) != holder.as_ref(),
+                !(*eligible && state == "alive"),
+                -prio,
+                n.clone(),
+            )
+        });
+        let cands: Vec<Value> = cands
+            .into_iter()
+            .map(|(n, prio, eligible, state)| {
+                json!({
+                    "node": n,
+                    "priority": prio,
+                    "eligible": eligible,
+                    "member_state": state,
+                    "holder": Some(&n) == holder.as_ref(),
+                })
+            })
+            .collect();
+        out.push(json!({
+            "role": role,
+            "holder": holder,
+            "epoch": epoch,
+            "holder_state": held.as_ref().map(|v| v["state"].clone()),
+            "lease_left_ms": held.as_ref().map(|v| v["lease_left_ms"].clone()),
+            "held_since_unix_ms": held.as_ref().map(|v| v["held_since_unix_ms"].clone()),
+            "candidates": cands,
+        }));
+    }
+    Json(json!({
+        "control_plane": st.control.is_some(),
+        "leader": leader,
+        "fetched_unix_ms": unix_ms(),
+        "roles": out,
+    }))
+    .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(name: &str, meta: &str) -> MemberView {
+        MemberView {
+            name: name.into(),
+            addr: "127.0.0.1:1".into(),
+            state: "alive".into(),
+            incarnation: 0,
+            health: 0,
+            last_heard_ms_ago: None,
+            state_for_ms: 0,
+            meta: meta.into(),
+            is_self: false,
+            evidence: None,
+        }
+    }
+
+    #[test]
+    fn published_metadata_gives_the_http_address_and_candidacies() {
+        let p = published(&member(
+            "a",
+            r#"{"meta":"","http":"127.0.0.1:9","roles":{"db":[50,true]}}"#,
+        ));
+        assert_eq!(p.http.as_deref(), Some("127.0.0.1:9"));
+        assert_eq!(p.roles.get("db"), Some(&(50, true)));
+    }
+
+    #[test]
+    fn plain_metadata_publishes_nothing() {
+        let p = published(&member("a", "rack=3"));
+        assert!(p.http.is_none() && p.roles.is_empty());
+    }
+}

@@ -1,0 +1,156 @@
+//! The live dashboard, served by every agent at `/` on its HTTP address.
+//!
+//! Plain HTML, CSS and JavaScript (an ES module, no build step), embedded
+//! in the binary. The page reads the agent's own API (`/v1/members`,
+//! `/v1/events/stream`, `/v1/cluster/roles`, `/v1/cluster/services`,
+//! `/v1/relay`, `/v1/health`). Assets are revalidated on every load
+//! (`Cache-Control: no-cache` with an `ETag` of their content), so an
+//! upgraded agent never serves a stale page.
+
+use axum::extract::Path;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+
+/// One embedded file.
+struct Asset {
+    name: &'static str,
+    body: &'static [u8],
+    content_type: &'static str,
+    etag: u64,
+}
+
+/// FNV-1a over the bytes: a content hash for `ETag`, computed at compile time.
+const fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut i = 0;
+    while i < bytes.len() {
+        h ^= bytes[i] as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+        i += 1;
+    }
+    h
+}
+
+macro_rules! asset {
+    ($name:literal, $ct:literal) => {{
+        const BODY: &[u8] = include_bytes!(concat!("../assets/", $name));
+        Asset {
+            name: $name,
+            body: BODY,
+            content_type: $ct,
+            etag: fnv1a(BODY),
+        }
+    }};
+}
+
+const ASSETS: &[Asset] = &[
+    asset!("index.html", "text/html; charset=utf-8"),
+    asset!("app.js", "text/javascript; charset=utf-8"),
+    asset!("views.js", "text/javascript; charset=utf-8"),
+    asset!("style.css", "text/css; charset=utf-8"),
+    asset!("favicon.svg", "image/svg+xml"),
+];
+
+/// The page may only load its own assets and talk to its own agent.
+const CSP: &str = "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; \
+                   script-src 'self'; connect-src 'self'; frame-ancestors 'none'";
+
+/// The dashboard's routes: `/`, `/assets/{file}`, `/favicon.ico`.
+pub fn router() -> Router {
+    Router::new()
+        .route(
+            "/",
+            get(|h: HeaderMap| async move { serve("index.html", &h) }),
+        )
+        .route(
+            "/favicon.ico",
+            get(|h: HeaderMap| async move { serve("favicon.svg", &h) }),
+        )
+        .route(
+            "/assets/{file}",
+            get(|Path(f): Path<String>, h: HeaderMap| async move { serve(&f, &h) }),
+        )
+}
+
+fn serve(name: &str, req: &HeaderMap) -> Response {
+    let Some(a) = ASSETS.iter().find(|a| a.name == name) else {
+        return (StatusCode::NOT_FOUND, "no such asset").into_response();
+    };
+    let etag = format!("\"{:016x}\"", a.etag);
+    let fresh = req
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|t| t.trim() == etag));
+    let mut resp = if fresh {
+        StatusCode::NOT_MODIFIED.into_response()
+    } else {
+        (
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(a.content_type),
+            )],
+            a.body,
+        )
+            .into_response()
+    };
+    let h = resp.headers_mut();
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    if let Ok(v) = HeaderValue::from_str(&etag) {
+        h.insert(header::ETAG, v);
+    }
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_asset_has_its_content_type_and_a_content_etag() {
+        let r = serve("app.js", &HeaderMap::new());
+        assert_eq!(r.status(), StatusCode::OK);
+        assert_eq!(
+            r.headers()[header::CONTENT_TYPE],
+            "text/javascript; charset=utf-8"
+        );
+        assert_eq!(r.headers()[header::CACHE_CONTROL], "no-cache");
+        let etag = r.headers()[header::ETAG].clone();
+        let mut req = HeaderMap::new();
+        req.insert(header::IF_NONE_MATCH, etag);
+        assert_eq!(
+            serve("app.js", &req).status(),
+            StatusCode::NOT_MODIFIED,
+            "a matching ETag is answered with 304"
+        );
+    }
+
+    #[test]
+    fn unknown_assets_are_not_found() {
+        assert_eq!(
+            serve("../lib.rs", &HeaderMap::new()).status(),
+            StatusCode::NOT_FOUND
+        );
+    }
+
+    #[test]
+    fn the_page_loads_only_embedded_assets() {
+        let page = std::str::from_utf8(ASSETS[0].body).unwrap_or_default();
+        assert!(page.contains("/assets/app.js") && page.contains("/assets/style.css"));
+        assert!(!page.contains("http://") && !page.contains("https://"));
+        let app = std::str::from_utf8(ASSETS[1].body).unwrap_or_default();
+        assert!(
+            app.contains("from './views.js'"),
+            "app.js imports an embedded module"
+        );
+    }
+}

@@ -1,0 +1,165 @@
+//! The live dashboard in headless Chromium against a real three-agent
+//! cluster (each agent a control-plane server and a candidate for role `db`,
+//! as in the failover tests). The page is polled with deadlines; screenshots
+//! go to `target/test-artifacts/dashboard/`.
+
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+
+use crate::browser::{artifacts, Browser};
+use crate::failover::{first_holder, Cluster};
+
+/// Every member row the page shows, as `[name, state]`.
+const ROWS: &str = "return [...document.querySelectorAll('#members-list [data-member]')]
+    .filter(r => !r.hidden).map(r => [r.dataset.member, r.dataset.state]);";
+
+/// Role `db` as the page shows it: `[holder, epoch, [candidates in order]]`.
+const DB: &str = "const r = document.querySelector('#roles [data-role=\"db\"]');
+    return r && [r.dataset.holder, Number(r.dataset.epoch),
+      [...r.querySelectorAll('[data-candidate]')].map(c => c.dataset.candidate)];";
+
+fn state_js(name: &str) -> String {
+    format!(
+        "const r = document.querySelector('#members-list [data-member=\"{name}\"]');
+         return r && !r.hidden && r.dataset.state;"
+    )
+}
+
+/// Opens agent `i`'s dashboard and waits for members and roles to render.
+fn open(c: &Cluster, i: usize) -> Browser {
+    let b = Browser::start();
+    b.goto(&format!("http://{}/", c.nodes[i].http));
+    b.wait_js(
+        Duration::from_secs(10),
+        "the first full render",
+        "return window.__haleRendered != null;",
+    );
+    b
+}
+
+#[test]
+fn the_dashboard_shows_members_roles_and_services_and_a_killed_node_turning_dead_with_its_evidence()
+{
+    let c = Cluster::start("");
+    let (holder, epoch) = first_holder(&c);
+    let b = open(&c, 1);
+    b.wait_js(
+        Duration::from_secs(15),
+        "three members alive",
+        &format!(
+            "const rows = ({})();
+             return rows.length === 3 && rows.every(r => r[1] === 'alive') && rows;",
+            wrap(ROWS)
+        ),
+    );
+    let db = b.wait_js(
+        Duration::from_secs(15),
+        "role db with its holder and standbys in order",
+        &format!(
+            "const db = ({})(); return db && db[0] === '{holder}' && db[2].length === 3 && db;",
+            wrap(DB)
+        ),
+    );
+    assert_eq!(db[1], epoch, "the page shows the fencing epoch");
+    assert_eq!(
+        db[2],
+        serde_json::json!(["n0", "n1", "n2"]),
+        "holder first, then standbys by priority"
+    );
+    b.wait_js(
+        Duration::from_secs(15),
+        "service pg of every node, essential",
+        "const s = [...document.querySelectorAll('#services [data-service=\"pg\"]')];
+         return s.length === 3 && s.every(e => e.textContent.includes('essential'));",
+    );
+    b.screenshot(&artifacts(), "cluster");
+
+    // Kill a standby: its row turns dead, and its verdict opens the evidence.
+    c.signal(2, Signal::SIGKILL);
+    b.wait_js(
+        Duration::from_secs(15),
+        "n2 dead",
+        &format!("return ({})() === 'dead';", wrap(&state_js("n2"))),
+    );
+    b.eval("document.querySelector('#members-list [data-member=\"n2\"]').click(); return true;");
+    let evidence = b.wait_js(
+        Duration::from_secs(5),
+        "the evidence behind n2's death",
+        "const e = document.querySelector('#member-detail [data-evidence=\"n2\"]'); return e && e.textContent;",
+    );
+    let text = evidence.as_str().unwrap_or_default();
+    assert!(text.contains("declared by"), "{text}");
+    assert!(text.contains("confirmations"), "{text}");
+    b.wait_js(
+        Duration::from_secs(5),
+        "the death on the timeline and the detection chart",
+        "return !!document.querySelector('#events-list [data-kind=\"dead\"]')
+            && !!document.querySelector('#chart circle.dot-det');",
+    );
+    b.screenshot(&artifacts(), "member-dead");
+}
+
+fn wrap(body: &str) -> String {
+    format!("() => {{ {body} }}")
+}
+
+#[test]
+fn the_dashboard_shows_the_failover_when_the_holder_is_killed_and_a_banner_while_its_agent_is_frozen(
+) {
+    let mut c = Cluster::start("");
+    let (holder, epoch) = first_holder(&c);
+    let h = c.index(&holder);
+    let watcher = (h + 1) % 3;
+    let b = open(&c, watcher);
+    b.wait_js(
+        Duration::from_secs(15),
+        "the holder on the roles panel",
+        &format!(
+            "const db = ({})(); return db && db[0] === '{holder}';",
+            wrap(DB)
+        ),
+    );
+    c.signal(h, Signal::SIGKILL);
+    let _ = c.nodes[h].child.take().map(|mut ch| ch.wait());
+    let db = b.wait_js(
+        Duration::from_secs(30),
+        "a new holder with a higher epoch",
+        &format!(
+            "const db = ({})(); return db && db[0] && db[0] !== '{holder}' && db[1] > {epoch} && db;",
+            wrap(DB)
+        ),
+    );
+    assert_eq!(db[0], "n1", "the next-best candidate takes over: {db}");
+    b.wait_js(
+        Duration::from_secs(10),
+        "the failover on the timeline",
+        "return !!document.querySelector('#events-list [data-kind=\"failover\"]');",
+    );
+    b.wait_js(
+        Duration::from_secs(15),
+        "the old holder dead",
+        &format!("return ({})() === 'dead';", wrap(&state_js(&holder))),
+    );
+    b.wait_js(
+        Duration::from_secs(10),
+        "the failover's duration on the chart",
+        "return !!document.querySelector('#chart circle.dot-fo');",
+    );
+    b.screenshot(&artifacts(), "failover");
+
+    // The page's own agent freezes: a banner says so and the data is marked stale.
+    c.signal(watcher, Signal::SIGSTOP);
+    b.wait_js(
+        Duration::from_secs(15),
+        "the unreachable banner",
+        "return !document.getElementById('banner').hidden && document.body.classList.contains('stale');",
+    );
+    b.screenshot(&artifacts(), "unreachable");
+    c.signal(watcher, Signal::SIGCONT);
+    b.wait_js(
+        Duration::from_secs(20),
+        "the banner gone once the agent answers again",
+        "return document.getElementById('banner').hidden && document.getElementById('conn').dataset.conn === 'live';",
+    );
+}
