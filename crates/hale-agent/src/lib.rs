@@ -438,6 +438,11 @@ async fn start_roles(
         server: None,
     };
     let Some(plan) = &cfg.control else {
+        // No roles here, but operators' tools (dashboard, `hale status`,
+        // `hale drill`) still find this agent's API through its metadata.
+        let user_meta = String::from_utf8_lossy(&cfg.core.meta).into_owned();
+        let meta = agent_meta(&user_meta, http_addr, serde_json::Map::new());
+        let _ = cmds.try_send(Command::SetMeta(meta));
         return Ok(out);
     };
     let mut servers = plan.servers.clone();
@@ -496,13 +501,10 @@ async fn start_roles(
                 .iter()
                 .map(|(r, (p, e))| (r.clone(), serde_json::json!([p, e])))
                 .collect();
-            let meta = serde_json::json!({ "meta": user_meta, "http": http_addr.to_string(), "roles": roles });
-            let _ = cmds.try_send(Command::SetMeta(meta.to_string().into_bytes()));
+            let _ = cmds.try_send(Command::SetMeta(agent_meta(&user_meta, http_addr, roles)));
         }
     };
-    if !cfg.roles.is_empty() {
-        publish_meta();
-    }
+    publish_meta();
     let on_change: roles::OnRoleChange = {
         let (shared, candidacy, me) = (shared.clone(), candidacy.clone(), me.clone());
         Arc::new(move |kind: &str, detail: serde_json::Value| {
@@ -546,4 +548,17 @@ async fn start_roles(
     }
     out.client = Some(client);
     Ok(out)
+}
+
+/// The metadata an agent publishes: the operator's own (`[agent] meta`),
+/// where its HTTP API listens, and its candidacies (role → [priority,
+/// eligible]).
+fn agent_meta(
+    user: &str,
+    http: SocketAddr,
+    roles: serde_json::Map<String, serde_json::Value>,
+) -> Vec<u8> {
+    serde_json::json!({ "meta": user, "http": http.to_string(), "roles": roles })
+        .to_string()
+        .into_bytes()
 }

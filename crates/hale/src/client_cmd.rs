@@ -138,7 +138,7 @@ pub fn members_table(list: &[MemberView]) -> String {
             } else {
                 ago(m.last_heard_ms_ago)
             },
-            m.meta
+            display_meta(&m.meta)
         ));
         if let Some(e) = &m.evidence {
             out.push_str(&format!(
@@ -269,4 +269,47 @@ pub fn events(api: &ApiArgs, args: &EventsArgs) -> anyhow::Result<()> {
         }
         Ok(())
     })
+}
+
+/// What the META column shows: an agent's own metadata is JSON
+/// (`{"meta", "http", "roles"}`); show the operator's part and the roles it
+/// is a candidate for, or the raw text from anything else.
+fn display_meta(raw: &str) -> String {
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(raw) else {
+        return raw.to_owned();
+    };
+    let Some(user) = v.get("meta").and_then(|m| m.as_str()) else {
+        return raw.to_owned();
+    };
+    let roles: Vec<&str> = v
+        .get("roles")
+        .and_then(|r| r.as_object())
+        .map(|r| r.keys().map(String::as_str).collect())
+        .unwrap_or_default();
+    match (user.is_empty(), roles.is_empty()) {
+        (_, true) => user.to_owned(),
+        (true, false) => format!("roles={}", roles.join(",")),
+        (false, false) => format!("{user} roles={}", roles.join(",")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::display_meta;
+
+    #[test]
+    fn the_meta_column_shows_the_operators_metadata_and_candidacies() {
+        assert_eq!(display_meta("rack=a"), "rack=a");
+        assert_eq!(
+            display_meta(r#"{"meta":"rack=a","http":"127.0.0.1:1","roles":{}}"#),
+            "rack=a"
+        );
+        assert_eq!(
+            display_meta(
+                r#"{"meta":"","http":"127.0.0.1:1","roles":{"db":[1,true],"auth":[2,false]}}"#
+            ),
+            "roles=auth,db"
+        );
+        assert_eq!(display_meta(r#"{"other":1}"#), r#"{"other":1}"#);
+    }
 }
