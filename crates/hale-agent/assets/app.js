@@ -25,7 +25,7 @@ const S = {
   stateFilter: '', query: '', kindFilter: '', eventQuery: '', selected: null,
   lastOk: 0, down: false, downSince: 0, retryAt: 0, backoff: 500, failures: 0,
   dirty: new Set(), pendingApplied: [], stream: null, loaded: { members: false, roles: false },
-  detections: [], pendingFailovers: [],
+  detections: [], pendingFailovers: [], failoverKeys: new Set(),
 };
 window.__hale = S;
 window.__haleApplied = [];
@@ -128,22 +128,36 @@ function resolveFailovers() {
   });
 }
 
+/**
+ * A role changed hands (from `from` to `to` at `epoch`): once per role and
+ * epoch, whether the agent's `holder` event or a poll saw it first, it goes
+ * on the chart (timed from when `from` went silent).
+ */
+function noteChange(at, detail) {
+  const key = `${detail.role}:${detail.epoch}`;
+  if (S.failoverKeys.has(key)) return false;
+  S.failoverKeys.add(key);
+  S.pendingFailovers.push({ at, detail });
+  resolveFailovers();
+  return true;
+}
+
 /** Notices a role changing holder between polls: a failover, on the timeline and the chart. */
 function noteHolders(data) {
   for (const r of data.roles) {
     const prev = S.holders.get(r.role);
     if (!r.holder) continue; // Lapsed: wait for the next holder.
-    if (prev && prev.holder !== r.holder && r.epoch > prev.epoch) {
+    if (prev && prev.holder !== r.holder && r.epoch > prev.epoch && !S.failoverKeys.has(`${r.role}:${r.epoch}`)) {
       const at = r.held_since_unix_ms ?? Date.now();
       const e = {
         seq: null, unix_ms: at, observer: S.node ?? '', kind: 'failover', member: r.holder,
         detail: { role: r.role, from: prev.holder, to: r.holder, epoch: r.epoch, duration_ms: null },
       };
       addEvent(e, false);
-      S.pendingFailovers.push({ at, detail: e.detail });
-      resolveFailovers();
+      noteChange(at, e.detail);
     }
-    S.holders.set(r.role, { holder: r.holder, epoch: r.epoch });
+    const known = S.holders.get(r.role);
+    if (!known || r.epoch >= known.epoch) S.holders.set(r.role, { holder: r.holder, epoch: r.epoch });
   }
 }
 
@@ -164,6 +178,15 @@ function addEvent(e, live) {
     for (const old of S.events.splice(0, 1000)) S.keys.delete(old.seq == null ? '' : `${old.seq}:${old.unix_ms}:${old.kind}`);
   }
   if (!S.kinds.has(e.kind)) { S.kinds.add(e.kind); mark('kinds'); }
+  if (e.kind === 'holder' && e.detail) {
+    // A control-plane server's record of a role changing hands (history
+    // included, so a page opened after a failover still shows it).
+    const d = e.detail;
+    if (d.to && d.from && d.from !== d.to) noteChange(e.unix_ms, d);
+    const known = S.holders.get(d.role);
+    if (d.to && (!known || d.epoch > known.epoch)) S.holders.set(d.role, { holder: d.to, epoch: d.epoch });
+    mark('chart');
+  }
   if (e.kind === 'dead' && e.detail) {
     const ms = e.detail.silent_ms_before_verdict ?? e.detail.suspected_ms_before_verdict;
     if (ms != null) S.detections.push({ at: e.unix_ms, ms, label: `${e.member} declared dead` });

@@ -109,6 +109,8 @@ export function eventDetail(e) {
     case 'demoted': return `${d.role} epoch ${d.epoch} (${d.reason ?? ''})`;
     case 'eligible': return `${d.role}: ${d.eligible ? 'eligible' : 'not eligible'}`;
     case 'breaker': return `${d.role} upstream ${d.upstream}: ${d.from} → ${d.to}`;
+    case 'holder': return `${d.role}: ${d.from ?? 'none'} → ${d.to ?? 'released'}, epoch ${d.epoch}` +
+      (d.duration_ms != null ? `, ${fmtMs(d.duration_ms)} after ${d.from} went silent` : '');
     case 'failover': return `${d.role}: ${d.from ?? 'none'} → ${d.to}, epoch ${d.epoch}` +
       (d.duration_ms != null ? `, ${fmtMs(d.duration_ms)} after ${d.from} went silent` : '');
     default: return e.incarnation != null ? `incarnation ${e.incarnation}` : '';

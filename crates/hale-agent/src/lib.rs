@@ -17,6 +17,7 @@ mod cluster_api;
 pub mod config;
 pub mod dashboard;
 pub mod drill;
+mod holders;
 pub mod keyring;
 pub mod metrics;
 pub mod relay_api;
@@ -467,6 +468,7 @@ async fn start_roles(
         )
         .await?;
         let app = cp.routes();
+        let stop_for_holders = stop.clone();
         let mut stop = stop;
         tasks.spawn(async move {
             let _ = axum::serve(listener, app)
@@ -478,6 +480,11 @@ async fn start_roles(
         if plan.bootstrap {
             cp.bootstrap(servers.clone()).await?;
         }
+        tasks.spawn(holders::watch_holders(
+            cp.clone(),
+            shared.clone(),
+            stop_for_holders,
+        ));
         out.server = Some(cp);
     }
     let client = roles::ControlClient::new(servers.values().copied().collect());

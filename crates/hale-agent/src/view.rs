@@ -59,8 +59,11 @@ pub struct EventView {
     pub unix_ms: u64,
     /// The agent that observed it.
     pub observer: String,
-    /// `joined`, `suspected`, `dead`, `recovered`, `left`, `metadata`,
-    /// `refuted`, `seed-fallback`, `paused`.
+    /// Membership: `joined`, `suspected`, `dead`, `recovered`, `left`,
+    /// `metadata`, `refuted`, `seed-fallback`, `paused`. Roles: `promoted`,
+    /// `demoted`, `eligible` (this node's candidacies), `holder` (a role
+    /// changed hands, seen by a control-plane server). Relay: `breaker`.
+    /// Drills: `drill-set`, `drill-restored`.
     pub kind: String,
     /// The member it is about (None for events about the observer itself).
     pub member: Option<String>,

@@ -134,7 +134,10 @@ fn the_dashboard_shows_the_failover_when_the_holder_is_killed_and_a_banner_while
     b.wait_js(
         Duration::from_secs(10),
         "the failover on the timeline",
-        "return !!document.querySelector('#events-list [data-kind=\"failover\"]');",
+        &format!(
+            "return [...document.querySelectorAll('#events-list [data-kind=\"holder\"], \
+             #events-list [data-kind=\"failover\"]')].some((r) => r.textContent.includes('{holder} → n1'));"
+        ),
     );
     b.wait_js(
         Duration::from_secs(15),
