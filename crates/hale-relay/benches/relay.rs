@@ -3,8 +3,8 @@
 //! 1. ingest latency at a fixed 10,000 events/s for 5 s, while the upstream
 //!    accepts TCP and never answers, and the bytes held vs the cap. The load
 //!    generator is a **separate process** (this binary re-run with
-//!    `--loadgen`, one thread, raw HTTP/1.1 over 32 keep-alive connections,
-//!    request `i` due at `i / rate`); it reports client-observed latency
+//!    `--loadgen`: raw HTTP/1.1 over 32 keep-alive connections, a thread
+//!    each, request `i` due at `i / rate`, paced smoothly); it reports client-observed latency
 //!    (write of the request to the end of the response). The relay process
 //!    reports its own handling time (a middleware around the handler: body
 //!    read, parse, queue, response built). Each relay run is paired with a
@@ -25,7 +25,6 @@ use axum::routing::post;
 use axum::Router;
 use hale_relay::fake::{FakeSentry, Mode};
 use hale_relay::{BreakerGauge, PipelineConfig, Relay, RelayConfig, UpstreamConfig};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const RUNS: usize = 5;
 const RATE: u64 = 10_000;
@@ -50,10 +49,48 @@ fn server() -> &'static tokio::runtime::Runtime {
     RT.get_or_init(|| {
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
+            .thread_name("relay-http")
             .enable_all()
             .build()
             .expect("runtime")
     })
+}
+
+/// CPU time (clock ticks of 10 ms, user + system) per thread of this
+/// process whose name starts with `prefix`, by thread id.
+fn thread_ticks(prefix: &str) -> std::collections::HashMap<String, u64> {
+    let mut out = std::collections::HashMap::new();
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return out;
+    };
+    for e in dir.flatten() {
+        let p = e.path();
+        let comm = std::fs::read_to_string(p.join("comm")).unwrap_or_default();
+        if !comm.starts_with(prefix) {
+            continue;
+        }
+        let stat = std::fs::read_to_string(p.join("stat")).unwrap_or_default();
+        // Fields after the ")" of the command name: state is 3rd, utime 14th.
+        let after = stat.rsplit_once(')').map_or("", |(_, a)| a);
+        let f: Vec<&str> = after.split_whitespace().collect();
+        let ticks = f.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+            + f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        out.insert(e.file_name().to_string_lossy().into_owned(), ticks);
+    }
+    out
+}
+
+/// CPU milliseconds used by the threads named `prefix*` between two
+/// [`thread_ticks`] snapshots (threads present in both).
+fn cpu_ms(
+    before: &std::collections::HashMap<String, u64>,
+    after: &std::collections::HashMap<String, u64>,
+) -> u64 {
+    after
+        .iter()
+        .filter_map(|(tid, a)| before.get(tid).map(|b| a.saturating_sub(*b)))
+        .sum::<u64>()
+        * 10
 }
 
 /// Handling times recorded by the server's middleware, in nanoseconds.
@@ -93,18 +130,19 @@ fn pct_ns(v: &[u64], p: f64) -> f64 {
 }
 
 /// The load generator (child process): `--loadgen ADDR PATH RATE SECS CONNS`.
-/// Prints one JSON line: sent, ok, client latency percentiles (ms), and how
-/// late requests were written relative to their due time.
+/// One OS thread per keep-alive connection, blocking I/O; connection `c`
+/// sends requests `c, c + CONNS, ...`, request `i` due at `i / RATE` and
+/// paced with `thread::sleep` (high-resolution timers: due times are met
+/// within tens of µs, so the load is smooth, not bunched into 1 ms timer
+/// ticks as a tokio timer would). Latency is from writing the request to
+/// the end of the response; how late each write was vs its due time is
+/// reported apart. Prints one JSON line.
 fn loadgen(args: &[String]) {
     let addr: std::net::SocketAddr = args[0].parse().expect("addr");
     let path = args[1].clone();
     let rate: u64 = args[2].parse().expect("rate");
     let secs: u64 = args[3].parse().expect("secs");
     let conns: u64 = args[4].parse().expect("conns");
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
     let reqs: Arc<Vec<Vec<u8>>> = Arc::new(
         (0..1000)
             .map(|i| {
@@ -121,46 +159,64 @@ fn loadgen(args: &[String]) {
             .collect(),
     );
     let total = rate * secs;
-    let (lat, late, ok) = rt.block_on(async move {
-        let start = tokio::time::Instant::now() + Duration::from_millis(50);
-        let mut set = tokio::task::JoinSet::new();
-        for c in 0..conns {
+    let start = Instant::now() + Duration::from_millis(50);
+    let connect = move || {
+        let s = std::net::TcpStream::connect(addr).expect("connect");
+        s.set_nodelay(true).expect("nodelay");
+        s
+    };
+    let hs: Vec<_> = (0..conns)
+        .map(|c| {
             let reqs = reqs.clone();
-            set.spawn(async move {
-                let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
-                s.set_nodelay(true).expect("nodelay");
+            let mut s = connect();
+            std::thread::spawn(move || {
                 let mut buf = vec![0u8; 8192];
                 let (mut lat, mut late, mut ok) = (Vec::new(), Vec::new(), 0u64);
                 let mut i = c;
                 while i < total {
                     let due = start + Duration::from_nanos(i * 1_000_000_000 / rate);
-                    tokio::time::sleep_until(due).await;
-                    let t = tokio::time::Instant::now();
-                    let good = exchange(&mut s, &reqs[(i % 1000) as usize], &mut buf).await;
-                    lat.push(t.elapsed().as_nanos() as u64);
+                    let now = Instant::now();
+                    if due > now {
+                        std::thread::sleep(due - now);
+                    }
+                    let t = Instant::now();
+                    let good = exchange(&mut s, &reqs[(i % 1000) as usize], &mut buf);
+                    lat.push((
+                        t.saturating_duration_since(start).as_secs() as usize,
+                        t.elapsed().as_nanos() as u64,
+                    ));
                     late.push(t.saturating_duration_since(due).as_nanos() as u64);
                     ok += u64::from(good);
                     if !good {
-                        s = tokio::net::TcpStream::connect(addr)
-                            .await
-                            .expect("reconnect");
-                        s.set_nodelay(true).expect("nodelay");
+                        s = connect();
                     }
                     i += conns;
                 }
                 (lat, late, ok)
-            });
-        }
-        let (mut lat, mut late, mut ok) = (Vec::new(), Vec::new(), 0u64);
-        while let Some(r) = set.join_next().await {
-            let (l, lt, o) = r.expect("connection task");
-            lat.extend(l);
-            late.extend(lt);
-            ok += o;
-        }
-        (lat, late, ok)
-    });
-    let (mut lat, mut late) = (lat, late);
+            })
+        })
+        .collect();
+    let (mut lat, mut late, mut ok) = (Vec::new(), Vec::new(), 0u64);
+    for h in hs {
+        let (l, lt, o) = h.join().expect("connection thread");
+        lat.extend(l);
+        late.extend(lt);
+        ok += o;
+    }
+    // p99 per second of the run: where in the run the tail is.
+    let mut per_sec = vec![Vec::new(); secs as usize + 1];
+    for &(sec, ns) in &lat {
+        per_sec[sec.min(secs as usize)].push(ns);
+    }
+    let per_sec: Vec<f64> = per_sec
+        .iter_mut()
+        .filter(|v| !v.is_empty())
+        .map(|v| {
+            v.sort_unstable();
+            (pct_ns(v, 0.99) * 1e3).round() / 1e3
+        })
+        .collect();
+    let mut lat: Vec<u64> = lat.into_iter().map(|(_, ns)| ns).collect();
     lat.sort_unstable();
     late.sort_unstable();
     println!(
@@ -170,18 +226,20 @@ fn loadgen(args: &[String]) {
             "p50": pct_ns(&lat, 0.5), "p90": pct_ns(&lat, 0.9), "p99": pct_ns(&lat, 0.99),
             "p999": pct_ns(&lat, 0.999), "max": pct_ns(&lat, 1.0),
             "late_p50": pct_ns(&late, 0.5), "late_p99": pct_ns(&late, 0.99),
+            "p99_per_second": per_sec,
         })
     );
 }
 
 /// One request and its response on a keep-alive connection; true on a 200.
-async fn exchange(s: &mut tokio::net::TcpStream, req: &[u8], buf: &mut [u8]) -> bool {
-    if s.write_all(req).await.is_err() {
+fn exchange(s: &mut std::net::TcpStream, req: &[u8], buf: &mut [u8]) -> bool {
+    use std::io::{Read, Write};
+    if s.write_all(req).is_err() {
         return false;
     }
     let mut have = 0usize;
     loop {
-        match s.read(&mut buf[have..]).await {
+        match s.read(&mut buf[have..]) {
             Ok(0) | Err(_) => return false,
             Ok(n) => have += n,
         }
@@ -229,14 +287,15 @@ fn line(what: &str, c: &serde_json::Value, h: (usize, f64, f64, f64)) -> String 
     let f = |k: &str| c[k].as_f64().unwrap_or(f64::NAN);
     format!(
         "{what:<8} client: sent {} 200s {} p50 {:.3} p90 {:.3} p99 {:.3} p99.9 {:.3} max {:.3} ms \
-         (written late vs due: p50 {:.3} p99 {:.3} ms) | server handling: n {} p50 {:.3} p99 {:.3} max {:.3} ms",
+         (written late vs due: p50 {:.3} p99 {:.3} ms) | server handling: n {} p50 {:.3} p99 {:.3} max {:.3} ms\n\
+         {:<8} client p99 per second: {}",
         c["sent"], c["ok"], f("p50"), f("p90"), f("p99"), f("p999"), f("max"),
-        f("late_p50"), f("late_p99"), h.0, h.1, h.2, h.3
+        f("late_p50"), f("late_p99"), h.0, h.1, h.2, h.3, "", c["p99_per_second"]
     )
 }
 
 /// The same load against a trivial handler: the machine's floor.
-fn control() -> f64 {
+fn control(rt: &tokio::runtime::Runtime) -> f64 {
     let app = Router::new().route(
         "/api/{project}/envelope/",
         post(|body: axum::body::Bytes| async move {
@@ -245,8 +304,20 @@ fn control() -> f64 {
         }),
     );
     let (addr, handled) = serve(app);
+    // The same 1 ms sampler the relay run has (on the same runtime).
+    let dummy = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let sampler = rt.spawn(async move {
+        loop {
+            dummy.fetch_max(1, std::sync::atomic::Ordering::Relaxed);
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    });
+    let http0 = thread_ticks("relay-http");
     let c = run_loadgen(addr, "/api/1/envelope/");
+    let http = cpu_ms(&http0, &thread_ticks("relay-http"));
+    sampler.abort();
     println!("{}", line("control", &c, handled_summary(&handled)));
+    println!("         CPU during the load: HTTP server thread {http} ms");
     c["p99"].as_f64().unwrap_or(f64::NAN)
 }
 
@@ -267,11 +338,17 @@ async fn ingest() -> f64 {
             }
         })
     };
+    let (http0, worker0) = (thread_ticks("relay-http"), thread_ticks("hale-relay"));
     let c = tokio::task::spawn_blocking(move || run_loadgen(addr, "/api/1/envelope/"))
         .await
         .expect("load generator");
+    let http = cpu_ms(&http0, &thread_ticks("relay-http"));
+    let worker = cpu_ms(&worker0, &thread_ticks("hale-relay"));
     sampler.abort();
     println!("{}", line("relay", &c, handled_summary(&handled)));
+    println!(
+        "         CPU during the load: HTTP server thread {http} ms, relay worker thread {worker} ms"
+    );
     let k = relay.counters();
     println!(
         "         relay: accepted {}, dropped {} (overflow {}), accepted + dropped = {}; \
@@ -351,7 +428,7 @@ fn main() {
     let (mut ctl, mut rel) = (Vec::new(), Vec::new());
     for run in 1..=RUNS {
         println!("run {run}");
-        ctl.push(control());
+        ctl.push(control(&rt));
         rel.push(rt.block_on(ingest()));
     }
     let (c, r) = (median(ctl.clone()), median(rel.clone()));
