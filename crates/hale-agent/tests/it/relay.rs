@@ -111,7 +111,7 @@ async fn post(http: &reqwest::Client, agent: &Agent, id: &str) {
 
 /// Three real agents on loopback: `app` runs the relay, whose primary
 /// upstream is hosted on member `sentry-host`; `witness` corroborates the
-/// verdict. The primary keeps answering until `sentry-host` dies, then hangs
+/// verdict; `sentry-host` crashes (its runtime is shut down, no leave). The primary keeps answering until `sentry-host` dies, then hangs
 /// (the host is gone); no request is in flight to it at that moment, so no
 /// timeout can be what opens the breaker: only the membership verdict.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -120,7 +120,17 @@ async fn when_membership_declares_the_upstream_host_dead_the_breaker_opens_at_on
     let primary = FakeSentry::start(Mode::Up).await.unwrap();
     let standby = FakeSentry::start(Mode::Up).await.unwrap();
     let key = Key::generate().to_base64();
-    let host = Agent::start(member_config("sentry-host", &key).validate().unwrap())
+    // The host runs on its own runtime, so that it can crash: shutting that
+    // runtime down stops its tasks where they stand (dropping the agent
+    // instead may let it leave gracefully, which is not a death).
+    let host_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let host_cfg = member_config("sentry-host", &key).validate().unwrap();
+    let host = host_rt
+        .spawn(async move { Agent::start(host_cfg).await.unwrap() })
         .await
         .unwrap();
     let witness = Agent::start(member_config("witness", &key).validate().unwrap())
@@ -166,31 +176,54 @@ async fn when_membership_declares_the_upstream_host_dead_the_breaker_opens_at_on
     )
     .await;
     let relay = app.relay().unwrap();
-    assert_eq!(relay.counters().breaker(0), BreakerGauge::Closed);
-    assert_eq!(relay.counters().in_flight(), 0);
-
-    // The host dies without leaving; the sink on it hangs with it.
-    let mut events = app.subscribe();
-    primary.set_mode(Mode::HalfDead);
-    drop(host);
     until(
-        "app declares sentry-host dead",
-        Duration::from_secs(30),
-        || {
-            let mut dead = false;
-            while let Ok(e) = events.try_recv() {
-                dead |= e.kind == "dead" && e.member.as_deref() == Some("sentry-host");
-            }
-            std::future::ready(dead)
-        },
+        "the request to the primary has completed",
+        Duration::from_secs(10),
+        || async { relay.counters().forwarded() == 1 && relay.counters().in_flight() == 0 },
     )
     .await;
+    assert_eq!(relay.counters().breaker(0), BreakerGauge::Closed);
+
+    // The host crashes (no leave); the sink on it hangs with it.
+    let mut events = app.subscribe();
+    primary.set_mode(Mode::HalfDead);
+    host_rt.shutdown_background();
+    drop(host);
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = {
+        let seen = seen.clone();
+        tokio::spawn(async move {
+            while let Ok(e) = events.recv().await {
+                seen.lock()
+                    .unwrap()
+                    .push(format!("{} {:?}", e.kind, e.member));
+            }
+        })
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let members = app.members().await.unwrap();
+        let state = members
+            .iter()
+            .find(|m| m.name == "sentry-host")
+            .map(|m| m.state.clone());
+        if state.as_deref() == Some("dead") {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "sentry-host never declared dead at app (now {state:?}); events: {:?}",
+            seen.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     until(
         "the primary's breaker is open",
         Duration::from_secs(5),
         || async { relay.counters().breaker(0) == BreakerGauge::Open },
     )
     .await;
+    log.abort();
     // Nothing timed out or failed: the verdict, not a timeout, opened it.
     assert_eq!(relay.counters().request_failures(), 0);
     assert_eq!(primary.requests(), 1);
