@@ -107,6 +107,9 @@ for mode in dict.fromkeys(m for m, _ in seen):
     if up and hd:
         p_up, p_hd = (statistics.median(r["p99_ms"] for r in x) for x in (up, hd))
         s_up, s_hd = (statistics.median(1 - r["error_rate"] for r in x) for x in (up, hd))
-        print(f"{mode:<14} half-dead vs up: p99 {p_hd:.2f} / {p_up:.2f} ms = {p_hd / p_up:.2f}x; "
+        # The same round's runs are minutes apart at most: pair them.
+        pairs = [h["p99_ms"] / u["p99_ms"] for u in up for h in hd if h["run"] == u["run"]]
+        print(f"{mode:<14} half-dead vs up: p99 {p_hd:.2f} / {p_up:.2f} ms = {p_hd / p_up:.2f}x "
+              f"(per round: {', '.join(f'{x:.2f}' for x in pairs)}; median {statistics.median(pairs):.2f}x); "
               f"success {s_hd:.4f} vs {s_up:.4f}")
 EOF

@@ -425,6 +425,9 @@ fn main() {
         "ingest: {RATE}/s for {SECS} s, {CONNS} connections, load generator in a separate process; \
          upstream half-dead; control = trivial handler, same server runtime"
     );
+    // Start the server runtime's thread (it names itself once running) so
+    // the first run's CPU snapshot finds it.
+    let _ = rt.block_on(server().spawn(async {}));
     let (mut ctl, mut rel) = (Vec::new(), Vec::new());
     for run in 1..=RUNS {
         println!("run {run}");
