@@ -9,13 +9,19 @@
 //! * a load generator at a fixed rate, with a 2 s client timeout, measuring
 //!   latency and success.
 //!
-//! Reporting is either `naive` (a synchronous HTTP report on the request
-//! path, no timeout — what the incident's auth service did) or `hale` (the
-//! in-process reporter).
+//! Reporting is `naive` (a synchronous HTTP report on the request path, no
+//! timeout — what the incident's auth service did), `hale` (the in-process
+//! reporter), or `sentry`: the unmodified Sentry SDK (the `sentry` crate,
+//! its own reqwest transport) with the DSN given by `--dsn` — pointed at a
+//! `hale agent`'s relay (whose upstream is this fake Sentry, started on
+//! `--sink-addr`), or straight at the fake Sentry. `run.sh` starts the agent.
 //!
 //! ```sh
 //! cargo run --release -p hale-relay --example auth-under-sink-outage -- \
 //!     --report hale --sink half-dead --secs 10 --rate 200
+//! cargo run --release -p hale-relay --example auth-under-sink-outage -- \
+//!     --report sentry --dsn http://public@127.0.0.1:7947/1 \
+//!     --sink-addr 127.0.0.1:9000 --sink half-dead
 //! ```
 //!
 //! Prints one line of JSON: served, error rate, latency p50/p99, RSS.
@@ -37,6 +43,7 @@ use tokio::sync::Semaphore;
 enum Report {
     Naive,
     Hale,
+    Sentry,
 }
 
 struct Args {
@@ -45,6 +52,8 @@ struct Args {
     sink_name: String,
     secs: u64,
     rate: u64,
+    dsn: Option<String>,
+    sink_addr: std::net::SocketAddr,
 }
 
 fn args() -> Result<Args> {
@@ -54,6 +63,8 @@ fn args() -> Result<Args> {
         sink_name: "half-dead".into(),
         secs: 10,
         rate: 200,
+        dsn: None,
+        sink_addr: "127.0.0.1:0".parse()?,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -63,7 +74,8 @@ fn args() -> Result<Args> {
                 a.report = match v.as_str() {
                     "naive" => Report::Naive,
                     "hale" => Report::Hale,
-                    _ => bail!("--report naive|hale"),
+                    "sentry" => Report::Sentry,
+                    _ => bail!("--report naive|hale|sentry"),
                 }
             }
             "--sink" => {
@@ -79,8 +91,13 @@ fn args() -> Result<Args> {
             }
             "--secs" => a.secs = v.parse()?,
             "--rate" => a.rate = v.parse()?,
+            "--dsn" => a.dsn = Some(v),
+            "--sink-addr" => a.sink_addr = v.parse()?,
             _ => bail!("unknown argument {k}"),
         }
+    }
+    if a.report == Report::Sentry && a.dsn.is_none() {
+        bail!("--report sentry needs --dsn");
     }
     Ok(a)
 }
@@ -115,6 +132,11 @@ async fn login(State(a): State<Arc<Auth>>) -> StatusCode {
         match a.report {
             Report::Hale => {
                 let _ = a.reporter.report(Event::error(msg));
+            }
+            Report::Sentry => {
+                // The SDK as an application uses it: serialises here, then
+                // hands the envelope to its transport thread.
+                sentry::Hub::main().capture_message(&msg, sentry::Level::Error);
             }
             Report::Naive => {
                 // The incident: a synchronous report, no timeout.
@@ -169,7 +191,16 @@ fn main() -> Result<()> {
         .worker_threads(1)
         .enable_all()
         .build()?;
-    let sink = sink_rt.block_on(FakeSentry::start(a.sink))?;
+    let sink = sink_rt.block_on(FakeSentry::start_on(a.sink_addr, a.sink))?;
+    // Unmodified SDK: its own reqwest transport, default options.
+    let _sentry = match (&a.report, &a.dsn) {
+        (Report::Sentry, Some(dsn)) => Some(sentry::init(sentry::ClientOptions {
+            dsn: Some(dsn.parse().context("--dsn")?),
+            transport: Some(Arc::new(sentry::transports::DefaultTransportFactory)),
+            ..Default::default()
+        })),
+        _ => None,
+    };
     let reporter = Reporter::start(PipelineConfig::new(UpstreamConfig::new(sink.dsn())))?;
     let secs = Duration::from_secs(a.secs);
     let auth = Arc::new(Auth {
@@ -247,7 +278,11 @@ fn main() -> Result<()> {
             "sink_events": sink.events(),
         })
     );
-    // Bounded exit: never wait for the sink.
+    // Bounded exit: never wait for the sink. (The SDK's guard would close
+    // its client on drop, waiting on a hung transport: exit without it.)
+    if a.report == Report::Sentry {
+        std::process::exit(0);
+    }
     let _ = reporter.close(Duration::from_millis(200));
     auth_rt.shutdown_timeout(Duration::from_millis(100));
     load_rt.shutdown_timeout(Duration::from_millis(100));

@@ -285,6 +285,16 @@ impl Counters {
         self.client_reports_sent.load(Ordering::Relaxed)
     }
 
+    /// Requests in flight upstream now (as of the worker's last turn).
+    pub fn in_flight(&self) -> u64 {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// Requests that failed (timeouts, connection errors, 5xx; not 429).
+    pub fn request_failures(&self) -> u64 {
+        self.request_failures.load(Ordering::Relaxed)
+    }
+
     /// The breaker state of upstream `i` (0 primary, 1 standby).
     pub fn breaker(&self, i: usize) -> BreakerGauge {
         match self.breaker[i].load(Ordering::Relaxed) {

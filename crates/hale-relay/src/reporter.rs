@@ -206,6 +206,11 @@ impl Reporter {
         self.inner.p.queue_bytes()
     }
 
+    /// The cap on bytes held in memory.
+    pub fn queue_cap(&self) -> usize {
+        self.inner.p.queue_cap()
+    }
+
     /// See [`Pipeline::member_dead`].
     pub fn member_dead(&self, name: &str) {
         self.inner.p.member_dead(name);

@@ -125,7 +125,13 @@ impl<T: Payload> Worker<T> {
             .enable_all()
             .build()
         {
-            Ok(rt) => rt.block_on(self.run()),
+            Ok(rt) => {
+                rt.block_on(self.run());
+                // Dropping a runtime waits for its blocking tasks without a
+                // bound (reqwest resolves host names on them: a hung DNS
+                // lookup would keep this thread, and `stopped`, waiting).
+                rt.shutdown_background();
+            }
             Err(e) => tracing::error!("hale-relay worker cannot start a runtime: {e}"),
         }
         *shared.stopped.lock().unwrap_or_else(|e| e.into_inner()) = true;

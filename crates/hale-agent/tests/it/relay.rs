@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use hale_agent::{Agent, FileConfig, Key};
 use hale_relay::fake::{FakeSentry, Mode};
+use hale_relay::BreakerGauge;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envelopes_posted_to_the_agent_reach_the_upstream_and_are_counted() {
@@ -64,4 +65,183 @@ async fn envelopes_posted_to_the_agent_reach_the_upstream_and_are_counted() {
     assert_eq!(r.status(), 404);
     agent.relay().unwrap().member_dead("sentry-host");
     agent.shutdown().await;
+}
+
+fn member_config(name: &str, key: &str) -> hale_agent::FileConfig {
+    let mut f = hale_agent::FileConfig::default();
+    f.agent.name = Some(name.to_owned());
+    f.agent.bind = Some("127.0.0.1:0".to_owned());
+    f.agent.http = Some("127.0.0.1:0".to_owned());
+    f.cluster.name = Some("relay-test".to_owned());
+    f.cluster.profile = Some("local".to_owned());
+    f.cluster.keys = vec![key.to_owned()];
+    f
+}
+
+/// Polls `f` every 10 ms until it holds, failing after `limit`.
+async fn until<F, Fut>(what: &str, limit: Duration, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    while !f().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting until {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn post(http: &reqwest::Client, agent: &Agent, id: &str) {
+    let payload = r#"{"message":"boom","level":"error"}"#;
+    let body = format!(
+        "{{\"event_id\":\"{id}\"}}\n{{\"type\":\"event\",\"length\":{}}}\n{payload}\n",
+        payload.len()
+    );
+    let r = http
+        .post(format!("http://{}/api/1/envelope/", agent.http_addr()))
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+}
+
+/// Three real agents on loopback: `app` runs the relay, whose primary
+/// upstream is hosted on member `sentry-host`; `witness` corroborates the
+/// verdict; `sentry-host` crashes (its runtime is shut down, no leave). The primary keeps answering until `sentry-host` dies, then hangs
+/// (the host is gone); no request is in flight to it at that moment, so no
+/// timeout can be what opens the breaker: only the membership verdict.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_membership_declares_the_upstream_host_dead_the_breaker_opens_at_once_and_events_go_to_the_standby(
+) {
+    let primary = FakeSentry::start(Mode::Up).await.unwrap();
+    let standby = FakeSentry::start(Mode::Up).await.unwrap();
+    let key = Key::generate().to_base64();
+    // The host runs on its own runtime, so that it can crash: shutting that
+    // runtime down stops its tasks where they stand (dropping the agent
+    // instead may let it leave gracefully, which is not a death).
+    let host_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let host_cfg = member_config("sentry-host", &key).validate().unwrap();
+    let host = host_rt
+        .spawn(async move { Agent::start(host_cfg).await.unwrap() })
+        .await
+        .unwrap();
+    let witness = Agent::start(member_config("witness", &key).validate().unwrap())
+        .await
+        .unwrap();
+    let mut f = member_config("app", &key);
+    f.relay = Some(hale_agent::config::RelaySection {
+        primary: Some(hale_agent::config::UpstreamSection {
+            dsn: primary.dsn().to_string(),
+            member: Some("sentry-host".to_owned()),
+        }),
+        standby: Some(hale_agent::config::UpstreamSection {
+            dsn: standby.dsn().to_string(),
+            member: None,
+        }),
+        ..Default::default()
+    });
+    let app = Agent::start(f.validate().unwrap()).await.unwrap();
+    witness.join(vec![app.gossip_addr()]).await.unwrap();
+    host.join(vec![app.gossip_addr()]).await.unwrap();
+    until(
+        "all three are alive at app",
+        Duration::from_secs(20),
+        || async {
+            app.members()
+                .await
+                .unwrap()
+                .iter()
+                .filter(|m| m.state == "alive")
+                .count()
+                == 3
+        },
+    )
+    .await;
+
+    // While the host is alive, events go to the primary.
+    let http = reqwest::Client::new();
+    post(&http, &app, "00000000000000000000000000000001").await;
+    until(
+        "the primary has the event",
+        Duration::from_secs(10),
+        || async { primary.events() == 1 },
+    )
+    .await;
+    let relay = app.relay().unwrap();
+    until(
+        "the request to the primary has completed",
+        Duration::from_secs(10),
+        || async { relay.counters().forwarded() == 1 && relay.counters().in_flight() == 0 },
+    )
+    .await;
+    assert_eq!(relay.counters().breaker(0), BreakerGauge::Closed);
+
+    // The host crashes (no leave); the sink on it hangs with it.
+    let mut events = app.subscribe();
+    primary.set_mode(Mode::HalfDead);
+    host_rt.shutdown_background();
+    drop(host);
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = {
+        let seen = seen.clone();
+        tokio::spawn(async move {
+            while let Ok(e) = events.recv().await {
+                seen.lock()
+                    .unwrap()
+                    .push(format!("{} {:?}", e.kind, e.member));
+            }
+        })
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let members = app.members().await.unwrap();
+        let state = members
+            .iter()
+            .find(|m| m.name == "sentry-host")
+            .map(|m| m.state.clone());
+        if state.as_deref() == Some("dead") {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "sentry-host never declared dead at app (now {state:?}); events: {:?}",
+            seen.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    until(
+        "the primary's breaker is open",
+        Duration::from_secs(5),
+        || async { relay.counters().breaker(0) == BreakerGauge::Open },
+    )
+    .await;
+    log.abort();
+    // Nothing timed out or failed: the verdict, not a timeout, opened it.
+    assert_eq!(relay.counters().request_failures(), 0);
+    assert_eq!(primary.requests(), 1);
+
+    // Events now go to the standby, none to the hung primary.
+    for i in 0..5 {
+        post(&http, &app, &format!("{:032x}", 0x100 + i)).await;
+    }
+    until(
+        "the standby has all five",
+        Duration::from_secs(10),
+        || async { standby.events() == 5 },
+    )
+    .await;
+    assert_eq!(primary.requests(), 1, "nothing was sent to the dead host");
+    assert_eq!(relay.counters().request_failures(), 0);
+    assert!(relay.counters().failovers() >= 5);
+    assert_eq!(relay.counters().dropped_total(), 0);
+    app.shutdown().await;
+    witness.shutdown().await;
 }
