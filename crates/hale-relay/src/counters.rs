@@ -250,11 +250,6 @@ impl Counters {
         DropReason::ALL.iter().map(|r| self.dropped(*r)).sum()
     }
 
-    /// Requests to upstreams in flight now.
-    pub fn in_flight(&self) -> u64 {
-        self.in_flight.load(Ordering::Relaxed)
-    }
-
     /// Events accepted into the queue.
     pub fn accepted(&self) -> u64 {
         self.accepted.load(Ordering::Relaxed)
