@@ -99,16 +99,27 @@ impl Drop for Cluster {
     }
 }
 
-/// A free port on loopback for both UDP and TCP.
+/// A free port on loopback for both UDP and TCP, for an agent to bind a
+/// moment later (control-plane servers must know each other's addresses
+/// before they start). Taken from below the kernel's usual ephemeral range
+/// (32768 and up), where no other program's port-0 bind or outgoing
+/// connection can take it in the meantime; never the same one twice.
 fn free_port() -> anyhow::Result<u16> {
-    for _ in 0..100 {
-        let t = TcpListener::bind("127.0.0.1:0")?;
-        let port = t.local_addr()?.port();
-        if UdpSocket::bind(("127.0.0.1", port)).is_ok() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    const LOW: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    let base = std::process::id().wrapping_mul(7919) % SPAN;
+    for _ in 0..1000 {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = (LOW + (base + n) % SPAN) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok()
+            && UdpSocket::bind(("127.0.0.1", port)).is_ok()
+        {
             return Ok(port);
         }
     }
-    bail!("no free port on 127.0.0.1")
+    bail!("no free port on 127.0.0.1 between {LOW} and {}", LOW + SPAN)
 }
 
 fn signal(child: &Child, sig: Signal) -> anyhow::Result<()> {

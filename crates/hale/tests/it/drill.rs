@@ -5,7 +5,7 @@
 //! are fake Sentries in this process. Drill tests run one at a time (they share two cores).
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,22 +17,12 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::Value;
 
-use crate::support::{http_get, metric, wait_for, wait_until};
+use crate::support::{free_port, http_get, metric, wait_for, wait_until};
 
 const HALE: &str = env!("CARGO_BIN_EXE_hale");
 
 /// One drill cluster at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
-
-fn free_port() -> u16 {
-    loop {
-        let t = TcpListener::bind("127.0.0.1:0").unwrap();
-        let p = t.local_addr().unwrap().port();
-        if UdpSocket::bind(("127.0.0.1", p)).is_ok() {
-            return p;
-        }
-    }
-}
 
 /// Kills its process on drop (SIGCONT first, in case it was stopped).
 struct Proc(Child);

@@ -3,24 +3,15 @@
 //! 100, 50, 10). Hooks append to one log with the machine's clock; every
 //! test ends by running the history checker over it.
 
-use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::support::free_port;
 use hale_control::{check, HookEvent, HookKind};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-
-fn free_port() -> u16 {
-    loop {
-        let t = TcpListener::bind("127.0.0.1:0").unwrap();
-        let p = t.local_addr().unwrap().port();
-        if UdpSocket::bind(("127.0.0.1", p)).is_ok() {
-            return p;
-        }
-    }
-}
 
 pub(crate) struct Node {
     pub(crate) name: String,

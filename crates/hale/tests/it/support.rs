@@ -19,6 +19,35 @@ pub const HALE: &str = env!("CARGO_BIN_EXE_hale");
 /// How often the polling helpers look again.
 const POLL: Duration = Duration::from_millis(100);
 
+/// A loopback port free for both TCP and UDP, for an agent to bind later
+/// (control-plane servers must know each other's addresses before they
+/// start, so port 0 will not do). Ports come from below the kernel's
+/// ephemeral range (32768 and up), so no port-0 bind or outgoing connection
+/// of a concurrent test can take one between now and the agent's bind, and
+/// no two callers in this process get the same one.
+pub fn free_port() -> u16 {
+    use std::net::{TcpListener, UdpSocket};
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    const LOW: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    // Concurrent test processes start at different places.
+    let base = std::process::id().wrapping_mul(7919) % SPAN;
+    loop {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        assert!(
+            n < SPAN,
+            "every test port below the ephemeral range was handed out"
+        );
+        let port = (LOW + (base + n) % SPAN) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok()
+            && UdpSocket::bind(("127.0.0.1", port)).is_ok()
+        {
+            return port;
+        }
+    }
+}
+
 /// Polls `cond` until it holds; panics naming `what` if `deadline` passes first.
 pub fn wait_until(deadline: Duration, what: &str, mut cond: impl FnMut() -> bool) {
     wait_for(deadline, what, || cond().then_some(()));
