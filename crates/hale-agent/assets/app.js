@@ -99,6 +99,7 @@ async function loadServices() {
 async function loadHealth() {
   const h = await api('/v1/health', 1500);
   S.node = h.node;
+  S.cluster = h.cluster ?? null;
   mark('header');
 }
 
@@ -444,8 +445,9 @@ function counts() {
 }
 
 function renderHeader() {
-  setText($('node'), S.node ? `agent ${S.node} · ${location.host}` : location.host);
-  document.title = S.node ? `hale · ${S.node}` : 'hale';
+  const where = S.cluster ? `cluster ${S.cluster} · ` : '';
+  setText($('node'), S.node ? `${where}agent ${S.node} · ${location.host}` : location.host);
+  document.title = S.node ? `hale · ${S.cluster ? `${S.cluster} · ` : ''}${S.node}` : 'hale';
 }
 
 function renderCounts() {

@@ -32,6 +32,8 @@ pub(crate) struct ApiState {
     pub(crate) relay: Option<hale_relay::Relay>,
     pub(crate) roles: crate::roles::RoleViews,
     pub(crate) services: crate::services::Services,
+    /// The cluster's name (`[cluster] name`).
+    pub(crate) cluster: String,
 }
 
 /// An API error: a status and a message.
@@ -86,6 +88,7 @@ async fn health(State(st): State<ApiState>) -> Result<Response, ApiError> {
     let count = |state: &str| s.members.iter().filter(|m| m.state == state).count();
     let body = serde_json::json!({
         "status": if s.left { "left" } else { "ok" },
+        "cluster": st.cluster,
         "node": st.shared.id.name(),
         "addr": st.shared.id.addr().to_string(),
         "incarnation": s.incarnation,

@@ -168,6 +168,7 @@ impl Agent {
             relay: relay.clone(),
             roles: roles.views.clone(),
             services: roles.services.clone(),
+            cluster: cfg.core.cluster.clone(),
         })
         .merge(roles_api::router(roles_api::RolesState {
             views: roles.views.clone(),

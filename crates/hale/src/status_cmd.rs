@@ -24,6 +24,8 @@ pub struct StatusArgs {
 /// The summary, as `--json` prints it.
 #[derive(Debug, Serialize)]
 pub struct Status {
+    /// The cluster's name, as the agent asked reports it.
+    pub cluster: Option<String>,
     /// The agent asked.
     pub observer: String,
     /// Members the observer knows, itself included.
@@ -129,6 +131,7 @@ pub fn summarize(
         }
     }
     Status {
+        cluster: None,
         observer: observer.to_owned(),
         size: members.len(),
         members: by_state,
@@ -167,8 +170,10 @@ pub fn render(s: &Status) -> String {
     let count = |k: &str| s.members.get(k).map_or(0, Vec::len);
     let list = |k: &str| names(s.members.get(k).map_or(&[][..], Vec::as_slice));
     out.push_str(&format!(
-        "cluster: {} members, as seen by {}\n",
-        s.size, s.observer
+        "cluster {}: {} members, as seen by {}\n",
+        s.cluster.as_deref().unwrap_or("?"),
+        s.size,
+        s.observer
     ));
     out.push_str(&format!(
         "MEMBERS  alive {}  suspect {}  dead {}  left {}\n",
@@ -256,7 +261,10 @@ pub fn run(api: &ApiArgs, args: &StatusArgs) -> anyhow::Result<()> {
     rt.block_on(async {
         let (agents, members) = Agents::discover(api, &args.peers).await?;
         let nodes = agents.survey().await;
-        let s = summarize(&agents.local, &members, &nodes);
+        let mut s = summarize(&agents.local, &members, &nodes);
+        let health: Option<serde_json::Value> =
+            crate::client_cmd::get_json(api, "/v1/health").await.ok();
+        s.cluster = health.and_then(|h| h["cluster"].as_str().map(str::to_owned));
         if args.json {
             println!("{}", serde_json::to_string_pretty(&s)?);
         } else {

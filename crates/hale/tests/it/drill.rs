@@ -605,8 +605,15 @@ fn status_shows_members_roles_failing_checks_and_the_relay_in_text_and_json() {
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     eprintln!("{text}");
+    assert!(
+        s["cluster"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("drill-")),
+        "{s}"
+    );
     for want in [
-        "cluster: 3 members, as seen by n0",
+        ": 3 members, as seen by n0",
+        "cluster drill-",
         "MEMBERS  alive 3  suspect 0  dead 0  left 0",
         "holder n0",
         "n2           pg               ESSENTIAL failing:",
