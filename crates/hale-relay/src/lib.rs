@@ -44,6 +44,6 @@ pub use pipeline::{
     CloseError, FlushError, Payload, Pipeline, PipelineConfig, Rejected, SpoolConfig, StartError,
     UpstreamConfig,
 };
-pub use relay::{Relay, RelayConfig};
+pub use relay::{decode_body, BodyError, Relay, RelayConfig};
 pub use reporter::{Event, Level, Reporter};
 pub use spool::SpoolError;

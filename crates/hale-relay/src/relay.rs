@@ -238,41 +238,71 @@ impl Relay {
             .unwrap_or("identity")
             .trim()
             .to_ascii_lowercase();
-        decode(&raw, &encoding, limit)
+        decode_body(&raw, &encoding, limit).map_err(Refusal::from)
     }
 }
 
-/// Decompresses with a cap: more than `limit` bytes out is a 413, however
-/// small the input (no zip bombs).
-fn decode(raw: &Bytes, encoding: &str, limit: usize) -> Result<Vec<u8>, Refusal> {
-    let capped = |r: &mut dyn Read, what: &str| -> Result<Vec<u8>, Refusal> {
+/// Why a request body could not be read: the relay answers 413 for
+/// [`BodyError::TooLarge`] and 400 for the others. Nothing was queued.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BodyError {
+    /// More than the limit, decompressed.
+    #[error("the decompressed body is over the limit of {0} bytes")]
+    TooLarge(usize),
+    /// The compressed stream is corrupt.
+    #[error("bad {encoding} body: {reason}")]
+    Corrupt {
+        /// `gzip` or `deflate`.
+        encoding: &'static str,
+        /// What the decoder said.
+        reason: String,
+    },
+    /// A `Content-Encoding` the relay does not decode.
+    #[error("unsupported content-encoding {0:?} (gzip, deflate or none)")]
+    Unsupported(String),
+}
+
+/// Decodes a request body sent with `Content-Encoding: encoding` (lower
+/// case; `""`, `identity`, `gzip`, `x-gzip` or `deflate`, zlib-wrapped or
+/// raw), producing at most `limit` bytes however small the input (no zip
+/// bombs): memory used is bounded by `limit` whatever the bytes.
+pub fn decode_body(raw: &[u8], encoding: &str, limit: usize) -> Result<Vec<u8>, BodyError> {
+    let capped = |r: &mut dyn Read, what: &'static str| -> Result<Vec<u8>, BodyError> {
         let mut out = Vec::new();
         r.take(limit as u64 + 1)
             .read_to_end(&mut out)
-            .map_err(|e| Refusal(StatusCode::BAD_REQUEST, format!("bad {what} body: {e}")))?;
+            .map_err(|e| BodyError::Corrupt {
+                encoding: what,
+                reason: e.to_string(),
+            })?;
         if out.len() > limit {
-            return Err(Refusal(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!("the decompressed body is over the limit of {limit} bytes"),
-            ));
+            return Err(BodyError::TooLarge(limit));
         }
         Ok(out)
     };
     match encoding {
+        "" | "identity" if raw.len() > limit => Err(BodyError::TooLarge(limit)),
         "" | "identity" => Ok(raw.to_vec()),
-        "gzip" | "x-gzip" => capped(&mut flate2::read::GzDecoder::new(&raw[..]), "gzip"),
+        "gzip" | "x-gzip" => capped(&mut flate2::read::GzDecoder::new(raw), "gzip"),
         // HTTP's "deflate" is zlib-wrapped; some clients send it raw.
         "deflate" => {
             if raw.len() >= 2 && (u16::from(raw[0]) << 8 | u16::from(raw[1])) % 31 == 0 {
-                capped(&mut flate2::read::ZlibDecoder::new(&raw[..]), "deflate")
+                capped(&mut flate2::read::ZlibDecoder::new(raw), "deflate")
             } else {
-                capped(&mut flate2::read::DeflateDecoder::new(&raw[..]), "deflate")
+                capped(&mut flate2::read::DeflateDecoder::new(raw), "deflate")
             }
         }
-        other => Err(Refusal(
-            StatusCode::BAD_REQUEST,
-            format!("unsupported content-encoding {other:?} (gzip, deflate or none)"),
-        )),
+        other => Err(BodyError::Unsupported(other.to_owned())),
+    }
+}
+
+impl From<BodyError> for Refusal {
+    fn from(e: BodyError) -> Refusal {
+        let status = match e {
+            BodyError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            BodyError::Corrupt { .. } | BodyError::Unsupported(_) => StatusCode::BAD_REQUEST,
+        };
+        Refusal(status, e.to_string())
     }
 }
 
