@@ -104,24 +104,33 @@ async function loadHealth() {
 }
 
 /**
- * When a holder went silent (unix ms): from its death verdict's evidence,
- * else from its member record if it is no longer alive; null if unknown yet.
+ * When a holder that lost its role at `at` (unix ms) had gone silent: from
+ * its death verdict's evidence, else from its member record if it is no
+ * longer alive; only silence that began by `at` counts (a holder handed
+ * over alive and failing later is no failover). Null if unknown yet.
  */
-function silentSince(name) {
-  const verdict = [...S.events].reverse().find((e) =>
-    e.kind === 'dead' && e.member === name && e.unix_ms > Date.now() - 300000);
-  const silent = verdict?.detail?.silent_ms_before_verdict;
-  if (silent != null) return verdict.unix_ms - silent;
+function silentSince(name, at) {
+  const starts = S.events
+    .filter((e) => e.kind === 'dead' && e.member === name && e.unix_ms > at - 300000 &&
+      e.detail?.silent_ms_before_verdict != null)
+    .map((e) => e.unix_ms - e.detail.silent_ms_before_verdict)
+    .filter((t) => t <= at);
+  if (starts.length) return Math.max(...starts);
   const m = S.members.get(name);
-  if (m && m.state !== 'alive' && m.last_heard_ms_ago != null) return m.fetchedAt - m.last_heard_ms_ago;
+  if (m && m.state !== 'alive' && m.last_heard_ms_ago != null) {
+    const t = m.fetchedAt - m.last_heard_ms_ago;
+    if (t <= at) return t;
+  }
   return null;
 }
 
 /** Records a failover's duration (holder silent -> next holder promoted) once both ends are known. */
 function resolveFailovers() {
   S.pendingFailovers = S.pendingFailovers.filter((f) => {
-    const from = silentSince(f.detail.from);
-    if (from == null) return f.at > Date.now() - 120000; // Keep waiting, for a while.
+    const from = silentSince(f.detail.from, f.at);
+    // Keep waiting a while (counted from when the page learned of it, so
+    // that history read at load time still finds its verdict).
+    if (from == null) return Date.now() - f.seen < 120000;
     f.detail.duration_ms = Math.max(0, f.at - from);
     S.failovers.push({ at: f.at, ms: f.detail.duration_ms, label: `failover of ${f.detail.role} to ${f.detail.to}` });
     mark('chart', 'timeline');
@@ -138,7 +147,7 @@ function noteChange(at, detail) {
   const key = `${detail.role}:${detail.epoch}`;
   if (S.failoverKeys.has(key)) return false;
   S.failoverKeys.add(key);
-  S.pendingFailovers.push({ at, detail });
+  S.pendingFailovers.push({ at, detail, seen: Date.now() });
   resolveFailovers();
   return true;
 }
