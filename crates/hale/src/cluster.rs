@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use futures_util::future::join_all;
 use serde::Serialize;
 
 use hale_agent::drill::DrillView;
@@ -28,6 +27,9 @@ pub struct Agents {
     /// Every member's agent API address, by name (None: unknown).
     pub addrs: BTreeMap<String, Option<String>>,
 }
+
+/// Agents asked at once by [`Agents::survey`].
+const SURVEY_CONCURRENCY: usize = 32;
 
 /// The `http` address a member publishes in its metadata, if any.
 pub fn published_http(meta: &str) -> Option<String> {
@@ -191,7 +193,13 @@ impl Agents {
 
     /// Every agent's state, fetched concurrently; unreachable ones marked.
     pub async fn survey(&self) -> Vec<NodeState> {
-        join_all(self.addrs.keys().map(|n| self.node_state(n))).await
+        use futures_util::stream::{self, StreamExt};
+        // Bounded: a large cluster is asked 32 agents at a time, in order.
+        stream::iter(self.addrs.keys())
+            .map(|n| self.node_state(n))
+            .buffered(SURVEY_CONCURRENCY)
+            .collect()
+            .await
     }
 
     async fn node_state(&self, name: &str) -> NodeState {
