@@ -319,6 +319,50 @@ fn an_unhealthy_accuser_is_discounted() {
 }
 
 #[test]
+fn a_discounted_accuser_counts_once_it_accuses_again_in_good_health() {
+    let all = ids(6);
+    let x = &mut bystander(&all);
+    x.handle_datagram(secs(0.0), &suspect(&all[2], &all[0], 0))
+        .unwrap();
+    // n1's first accusation comes while its health is poor (as when its
+    // probes went through another failed member): discounted.
+    x.handle_datagram(secs(0.5), &suspect(&all[2], &all[1], 6))
+        .unwrap();
+    // The same accusation again, still unhealthy: still not counted.
+    x.handle_datagram(secs(1.0), &suspect(&all[2], &all[1], 6))
+        .unwrap();
+    // Then again in good health: it counts, and the verdict can follow.
+    x.handle_datagram(secs(1.5), &suspect(&all[2], &all[1], 0))
+        .unwrap();
+    // (The bystander's own verification probe takes its long probe period.)
+    let mut events = Vec::new();
+    while let Some(t) = x.poll_timeout() {
+        if t > secs(2.0 * 3600.0) {
+            break;
+        }
+        x.handle_timeout(t);
+        drain(x);
+        events.extend(drain_events(x));
+        if deaths(&events) > 0 {
+            break;
+        }
+    }
+    let evidence = events
+        .iter()
+        .find_map(|e| match e {
+            Event::Dead { evidence, .. } => Some(evidence),
+            _ => None,
+        })
+        .expect("a verdict once two healthy accusers stand");
+    // n1 stands among the accusers (moved from the discounted ones).
+    assert!(
+        evidence.accusers.contains(&all[0]) && evidence.accusers.contains(&all[1]),
+        "{:?}",
+        evidence.accusers
+    );
+}
+
+#[test]
 fn a_death_verdict_resting_on_one_accuser_is_rejected() {
     let all = ids(6);
     let x = &mut bystander(&all);
