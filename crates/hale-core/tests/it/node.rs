@@ -116,6 +116,49 @@ fn an_unanswered_ping_asks_three_others_and_a_stream_ping_then_suspects() {
 }
 
 #[test]
+fn indirect_probes_go_only_through_unsuspected_members() {
+    let (all, mut nodes) = cluster_of(6);
+    let a = &mut nodes[0];
+    let t = a.poll_timeout().unwrap();
+    a.handle_timeout(t);
+    let ping = drain(a).remove(0);
+    let target = ping.to.clone();
+    // Meanwhile two other members are suspected (by a healthy accuser).
+    let others: Vec<&NodeId> = all[1..].iter().filter(|m| **m != target).collect();
+    for m in &others[..2] {
+        let s = packet_from(
+            others[2],
+            0,
+            0,
+            vec![Message::Suspect {
+                member: (*m).clone(),
+                incarnation: 0,
+                accuser: others[2].clone(),
+                accuser_health: 0,
+            }],
+        );
+        a.handle_datagram(t + Duration::from_millis(10), &s)
+            .unwrap();
+    }
+    drain(a);
+    // At the probe timeout the relays are the two unsuspected others only:
+    // a suspect would not nack, and its silence would count against us.
+    let out = run_timers(a, t + Duration::from_millis(500));
+    let relays: Vec<&NodeId> = out
+        .iter()
+        .filter(|x| {
+            decode(x)
+                .messages
+                .iter()
+                .any(|m| matches!(m, Message::PingReq { .. }))
+        })
+        .map(|x| &x.to)
+        .collect();
+    assert_eq!(relays.len(), 2, "{relays:?}");
+    assert!(relays.iter().all(|r| others[2..].contains(r)), "{relays:?}");
+}
+
+#[test]
 fn missing_nacks_raise_local_health_and_slow_probing() {
     let (_, mut nodes) = cluster_of(5);
     let a = &mut nodes[0];
