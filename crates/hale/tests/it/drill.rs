@@ -17,7 +17,9 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::Value;
 
-use crate::support::{free_port, http_get, metric, wait_for, wait_until};
+use crate::support::{
+    http_get, metric, spawn_agent_with_config, wait_for, wait_until, write_role_cluster,
+};
 
 const HALE: &str = env!("CARGO_BIN_EXE_hale");
 
@@ -85,106 +87,29 @@ impl Cluster {
         let sentry = rt.block_on(FakeSentry::start(Mode::Up)).unwrap();
         let standby = rt.block_on(FakeSentry::start(Mode::Up)).unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let key =
-            String::from_utf8(Command::new(HALE).arg("keygen").output().unwrap().stdout).unwrap();
-        let gossip: Vec<u16> = (0..3).map(|_| free_port()).collect();
-        let control: Vec<u16> = (0..3).map(|_| free_port()).collect();
-        let servers: Vec<String> = control
-            .iter()
-            .enumerate()
-            .map(|(i, p)| format!("\"{}=127.0.0.1:{p}\"", i + 1))
-            .collect();
-        let hooks = dir.path().join("hooks.log");
-        let mut nodes = Vec::new();
-        for (i, prio) in [100, 50, 10].into_iter().enumerate() {
-            let name = format!("n{i}");
-            let http = SocketAddr::from(([127, 0, 0, 1], free_port()));
-            let healthy = dir.path().join(format!("healthy-{name}"));
-            std::fs::write(&healthy, "").unwrap();
-            let hook = |kind: &str| {
-                format!(
-                    "[\"sh\", \"-c\", \"echo $(date +%s%N) {name} {kind} $HALE_EPOCH >> {}\"]",
-                    hooks.display()
-                )
-            };
-            let seeds = if i == 0 {
-                String::new()
-            } else {
-                format!("seeds = [\"127.0.0.1:{}\"]", gossip[0])
-            };
-            let relay = if i == 0 {
-                format!(
-                    "[relay]\nprimary = {{ dsn = \"{}\" }}\nstandby = {{ dsn = \"{}\" }}\n",
-                    sentry.dsn(),
-                    standby.dsn()
-                )
+        let relay = format!(
+            "[relay]\nprimary = {{ dsn = \"{}\" }}\nstandby = {{ dsn = \"{}\" }}\n",
+            sentry.dsn(),
+            standby.dsn()
+        );
+        let nodes = write_role_cluster(dir.path(), "drill", |i| {
+            if i == 0 {
+                relay.clone()
             } else {
                 String::new()
-            };
-            let cfg = format!(
-                r#"
-[agent]
-name = "{name}"
-bind = "127.0.0.1:{g}"
-http = "{http}"
-{seeds}
-watchdog = "{HALE}"
-[cluster]
-name = "drill-{g0}"
-keys = ["{key}"]
-[control]
-id = {id}
-bind = "127.0.0.1:{c}"
-servers = [{servers}]
-bootstrap = {boot}
-data_dir = "{data}"
-[[service]]
-name = "pg"
-essential = true
-[[service.check]]
-command = ["test", "-f", "{healthy}"]
-interval = "200ms"
-timeout = "1s"
-[[role]]
-name = "db"
-service = "pg"
-priority = {prio}
-promote = {promote}
-demote = {demote}
-fail_after = "1s"
-{relay}
-"#,
-                g = gossip[i],
-                g0 = gossip[0],
-                key = key.trim(),
-                id = i + 1,
-                c = control[i],
-                servers = servers.join(", "),
-                boot = i == 0,
-                data = dir.path().join(format!("data-{name}")).display(),
-                healthy = healthy.display(),
-                promote = hook("promote"),
-                demote = hook("demote"),
-            );
-            let path = dir.path().join(format!("{name}.toml"));
-            std::fs::write(&path, cfg).unwrap();
-            let out = std::fs::File::create(dir.path().join(format!("{name}.log"))).unwrap();
-            let child = Command::new(HALE)
-                .args(["agent", "-c"])
-                .arg(&path)
-                .env("HALE_LOG", "info")
-                .env("NO_COLOR", "1")
-                .stdin(Stdio::null())
-                .stdout(out.try_clone().unwrap())
-                .stderr(out)
-                .spawn()
-                .unwrap();
-            nodes.push(Node {
-                name,
-                http,
-                proc: Some(Proc(child)),
-            });
-        }
+            }
+        })
+        .into_iter()
+        .map(|n| Node {
+            proc: Some(Proc(spawn_agent_with_config(
+                dir.path(),
+                &n.name,
+                &n.config,
+            ))),
+            name: n.name,
+            http: n.http,
+        })
+        .collect();
         let c = Cluster {
             nodes,
             sentry,

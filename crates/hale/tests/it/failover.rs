@@ -5,10 +5,10 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use crate::support::free_port;
+use crate::support::{spawn_agent_with_config, write_role_cluster};
 use hale_control::{check, HookEvent, HookKind};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -41,109 +41,17 @@ impl Drop for Cluster {
     }
 }
 
-const PRIORITIES: [i64; 3] = [100, 50, 10];
-
 impl Cluster {
     pub(crate) fn start(extra: &str) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
-        let key = String::from_utf8(
-            Command::new(env!("CARGO_BIN_EXE_hale"))
-                .arg("keygen")
-                .output()
-                .unwrap()
-                .stdout,
-        )
-        .unwrap();
-        let gossip: Vec<u16> = (0..3).map(|_| free_port()).collect();
-        let control: Vec<u16> = (0..3).map(|_| free_port()).collect();
-        let servers: Vec<String> = control
-            .iter()
-            .enumerate()
-            .map(|(i, p)| format!("\"{}=127.0.0.1:{p}\"", i + 1))
+        let nodes = write_role_cluster(dir.path(), "failover", |_| extra.to_owned())
+            .into_iter()
+            .map(|n| Node {
+                child: Some(spawn_agent_with_config(dir.path(), &n.name, &n.config)),
+                name: n.name,
+                http: n.http,
+            })
             .collect();
-        let log = dir.path().join("hooks.log");
-        let mut nodes = Vec::new();
-        for i in 0..3 {
-            let name = format!("n{i}");
-            let http = SocketAddr::from(([127, 0, 0, 1], free_port()));
-            let healthy = dir.path().join(format!("healthy-{name}"));
-            std::fs::write(&healthy, "").unwrap();
-            let hook = |kind: &str| {
-                format!(
-                    "[\"sh\", \"-c\", \"echo $(date +%s%N) {name} {kind} $HALE_EPOCH $HALE_REASON >> {}\"]",
-                    log.display()
-                )
-            };
-            let seeds = if i == 0 {
-                String::new()
-            } else {
-                format!("seeds = [\"127.0.0.1:{}\"]", gossip[0])
-            };
-            let cfg = format!(
-                r#"
-[agent]
-name = "{name}"
-bind = "127.0.0.1:{g}"
-http = "{http}"
-{seeds}
-watchdog = "{exe}"
-[cluster]
-name = "failover-{port}"
-keys = ["{key}"]
-[control]
-id = {id}
-bind = "127.0.0.1:{c}"
-servers = [{servers}]
-bootstrap = {boot}
-data_dir = "{data}"
-[[service]]
-name = "pg"
-essential = true
-[[service.check]]
-command = ["test", "-f", "{healthy}"]
-interval = "200ms"
-timeout = "1s"
-[[role]]
-name = "db"
-service = "pg"
-priority = {prio}
-promote = {promote}
-demote = {demote}
-fail_after = "1s"
-{extra}
-"#,
-                g = gossip[i],
-                exe = env!("CARGO_BIN_EXE_hale"),
-                port = gossip[0],
-                key = key.trim(),
-                id = i + 1,
-                c = control[i],
-                servers = servers.join(", "),
-                boot = i == 0,
-                data = dir.path().join(format!("data-{name}")).display(),
-                healthy = healthy.display(),
-                prio = PRIORITIES[i],
-                promote = hook("promote"),
-                demote = hook("demote"),
-            );
-            let path = dir.path().join(format!("{name}.toml"));
-            std::fs::write(&path, cfg).unwrap();
-            let out = std::fs::File::create(dir.path().join(format!("{name}.log"))).unwrap();
-            let child = Command::new(env!("CARGO_BIN_EXE_hale"))
-                .args(["agent", "-c"])
-                .arg(&path)
-                .env("HALE_LOG", "info")
-                .stdin(Stdio::null())
-                .stdout(out.try_clone().unwrap())
-                .stderr(out)
-                .spawn()
-                .unwrap();
-            nodes.push(Node {
-                name,
-                http,
-                child: Some(child),
-            });
-        }
         Cluster { dir, nodes }
     }
 

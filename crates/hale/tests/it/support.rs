@@ -464,3 +464,123 @@ pub fn dead_events(a: &AgentProc) -> Vec<EventView> {
         .filter(|e| e.kind == "dead")
         .collect()
 }
+
+/// One agent of a role cluster written by [`write_role_cluster`].
+pub struct RoleNode {
+    /// `n0`, `n1`, `n2`.
+    pub name: String,
+    /// Its HTTP API address.
+    pub http: SocketAddr,
+    /// Its `hale.toml`.
+    pub config: PathBuf,
+}
+
+/// Priorities of `n0`, `n1`, `n2` for role `db` in [`write_role_cluster`].
+const ROLE_PRIORITIES: [i64; 3] = [100, 50, 10];
+
+/// Writes the configs of three agents on loopback into `dir`, each a
+/// control-plane server (`n0` bootstraps) and a candidate for role `db`
+/// (priorities [`ROLE_PRIORITIES`]) backed by an essential service `pg` whose
+/// check passes while the file `healthy-<name>` exists. Promote and demote
+/// hooks append `<unix ns> <name> promote|demote <epoch> <reason>` to
+/// `hooks.log`. The cluster is named `<prefix>-<n0's gossip port>`;
+/// `extra(i)` is appended to node `i`'s config.
+pub fn write_role_cluster(
+    dir: &Path,
+    prefix: &str,
+    extra: impl Fn(usize) -> String,
+) -> Vec<RoleNode> {
+    let key = String::from_utf8(Command::new(HALE).arg("keygen").output().unwrap().stdout).unwrap();
+    let gossip: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let control: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let servers: Vec<String> = control
+        .iter()
+        .enumerate()
+        .map(|(i, p)| format!("\"{}=127.0.0.1:{p}\"", i + 1))
+        .collect();
+    let log = dir.join("hooks.log");
+    let mut nodes = Vec::new();
+    for i in 0..3 {
+        let name = format!("n{i}");
+        let http = SocketAddr::from(([127, 0, 0, 1], free_port()));
+        let healthy = dir.join(format!("healthy-{name}"));
+        std::fs::write(&healthy, "").unwrap();
+        let hook = |kind: &str| {
+            format!(
+                "[\"sh\", \"-c\", \"echo $(date +%s%N) {name} {kind} $HALE_EPOCH $HALE_REASON >> {}\"]",
+                log.display()
+            )
+        };
+        let seeds = if i == 0 {
+            String::new()
+        } else {
+            format!("seeds = [\"127.0.0.1:{}\"]", gossip[0])
+        };
+        let cfg = format!(
+            r#"
+[agent]
+name = "{name}"
+bind = "127.0.0.1:{g}"
+http = "{http}"
+{seeds}
+watchdog = "{HALE}"
+[cluster]
+name = "{prefix}-{g0}"
+keys = ["{key}"]
+[control]
+id = {id}
+bind = "127.0.0.1:{c}"
+servers = [{servers}]
+bootstrap = {boot}
+data_dir = "{data}"
+[[service]]
+name = "pg"
+essential = true
+[[service.check]]
+command = ["test", "-f", "{healthy}"]
+interval = "200ms"
+timeout = "1s"
+[[role]]
+name = "db"
+service = "pg"
+priority = {prio}
+promote = {promote}
+demote = {demote}
+fail_after = "1s"
+{extra}
+"#,
+            g = gossip[i],
+            g0 = gossip[0],
+            key = key.trim(),
+            id = i + 1,
+            c = control[i],
+            servers = servers.join(", "),
+            boot = i == 0,
+            data = dir.join(format!("data-{name}")).display(),
+            healthy = healthy.display(),
+            prio = ROLE_PRIORITIES[i],
+            promote = hook("promote"),
+            demote = hook("demote"),
+            extra = extra(i),
+        );
+        let config = dir.join(format!("{name}.toml"));
+        std::fs::write(&config, cfg).unwrap();
+        nodes.push(RoleNode { name, http, config });
+    }
+    nodes
+}
+
+/// Starts `hale agent -c <config>` with its output in `<dir>/<name>.log`.
+pub fn spawn_agent_with_config(dir: &Path, name: &str, config: &Path) -> Child {
+    let out = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
+    Command::new(HALE)
+        .args(["agent", "-c"])
+        .arg(config)
+        .env("HALE_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .spawn()
+        .unwrap()
+}
