@@ -3,31 +3,9 @@
 
 use std::time::Duration;
 
-use hale_agent::{Agent, FileConfig, Key, MemberView};
-use tokio::time::Instant;
+use hale_agent::{Agent, Key, MemberView};
 
-fn config(name: &str, key: &str, token: Option<&str>) -> hale_agent::AgentConfig {
-    let mut f = FileConfig::default();
-    f.agent.name = Some(name.to_owned());
-    f.agent.bind = Some("127.0.0.1:0".to_owned());
-    f.agent.http = Some("127.0.0.1:0".to_owned());
-    f.agent.api_token = token.map(str::to_owned);
-    f.cluster.name = Some("api-test".to_owned());
-    f.cluster.keys = vec![key.to_owned()];
-    f.validate().unwrap()
-}
-
-async fn wait_until<F, Fut>(what: &str, limit: Duration, mut f: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + limit;
-    while !f().await {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
+use crate::support::{loopback_config, wait_until};
 
 async fn alive_count(a: &Agent) -> usize {
     a.members()
@@ -41,9 +19,15 @@ async fn alive_count(a: &Agent) -> usize {
 #[tokio::test]
 async fn three_agents_join_through_a_seed_and_see_each_other() {
     let key = Key::generate().to_base64();
-    let a = Agent::start(config("a", &key, None)).await.unwrap();
-    let b = Agent::start(config("b", &key, None)).await.unwrap();
-    let c = Agent::start(config("c", &key, None)).await.unwrap();
+    let a = Agent::start(loopback_config("api-test", "a", &key, None))
+        .await
+        .unwrap();
+    let b = Agent::start(loopback_config("api-test", "b", &key, None))
+        .await
+        .unwrap();
+    let c = Agent::start(loopback_config("api-test", "c", &key, None))
+        .await
+        .unwrap();
     b.join(vec![a.gossip_addr()]).await.unwrap();
     c.join(vec![a.gossip_addr()]).await.unwrap();
     for x in [&a, &b, &c] {
@@ -70,12 +54,22 @@ async fn three_agents_join_through_a_seed_and_see_each_other() {
 
 #[tokio::test]
 async fn an_agent_with_another_key_cannot_join_and_its_packets_are_counted() {
-    let a = Agent::start(config("a", &Key::generate().to_base64(), None))
-        .await
-        .unwrap();
-    let x = Agent::start(config("x", &Key::generate().to_base64(), None))
-        .await
-        .unwrap();
+    let a = Agent::start(loopback_config(
+        "api-test",
+        "a",
+        &Key::generate().to_base64(),
+        None,
+    ))
+    .await
+    .unwrap();
+    let x = Agent::start(loopback_config(
+        "api-test",
+        "x",
+        &Key::generate().to_base64(),
+        None,
+    ))
+    .await
+    .unwrap();
     x.join(vec![a.gossip_addr()]).await.unwrap();
     let client = reqwest::Client::new();
     let url = format!("http://{}/metrics", a.http_addr());
@@ -104,9 +98,14 @@ async fn an_agent_with_another_key_cannot_join_and_its_packets_are_counted() {
 
 #[tokio::test]
 async fn the_api_serves_members_health_events_metrics_and_openapi() {
-    let a = Agent::start(config("solo", &Key::generate().to_base64(), None))
-        .await
-        .unwrap();
+    let a = Agent::start(loopback_config(
+        "api-test",
+        "solo",
+        &Key::generate().to_base64(),
+        None,
+    ))
+    .await
+    .unwrap();
     let base = format!("http://{}", a.http_addr());
     let c = reqwest::Client::new();
     let members: Vec<MemberView> = c
@@ -160,9 +159,14 @@ async fn the_api_serves_members_health_events_metrics_and_openapi() {
 
 #[tokio::test]
 async fn bad_requests_get_a_4xx_with_a_message() {
-    let a = Agent::start(config("t", &Key::generate().to_base64(), Some("tok")))
-        .await
-        .unwrap();
+    let a = Agent::start(loopback_config(
+        "api-test",
+        "t",
+        &Key::generate().to_base64(),
+        Some("tok"),
+    ))
+    .await
+    .unwrap();
     let base = format!("http://{}", a.http_addr());
     let c = reqwest::Client::new();
     let r = c
@@ -212,9 +216,13 @@ async fn bad_requests_get_a_4xx_with_a_message() {
 #[tokio::test]
 async fn events_stream_live_over_server_sent_events() {
     let key = Key::generate().to_base64();
-    let a = Agent::start(config("a", &key, None)).await.unwrap();
+    let a = Agent::start(loopback_config("api-test", "a", &key, None))
+        .await
+        .unwrap();
     let mut sub = a.subscribe();
-    let b = Agent::start(config("b", &key, None)).await.unwrap();
+    let b = Agent::start(loopback_config("api-test", "b", &key, None))
+        .await
+        .unwrap();
     b.join(vec![a.gossip_addr()]).await.unwrap();
     let e = tokio::time::timeout(Duration::from_secs(10), sub.recv())
         .await

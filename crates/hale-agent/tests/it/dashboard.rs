@@ -2,16 +2,12 @@
 //! embedded agent (the page itself is tested in headless Chromium by the
 //! `hale` crate's tests).
 
-use hale_agent::{Agent, FileConfig, Key};
+use hale_agent::{Agent, Key};
+
+use crate::support::loopback_config;
 
 fn solo() -> hale_agent::AgentConfig {
-    let mut f = FileConfig::default();
-    f.agent.name = Some("solo".to_owned());
-    f.agent.bind = Some("127.0.0.1:0".to_owned());
-    f.agent.http = Some("127.0.0.1:0".to_owned());
-    f.cluster.name = Some("dashboard-test".to_owned());
-    f.cluster.keys = vec![Key::generate().to_base64()];
-    f.validate().unwrap()
+    loopback_config("dashboard-test", "solo", &Key::generate().to_base64(), None)
 }
 
 async fn get(url: &str) -> reqwest::Response {

@@ -5,31 +5,9 @@
 use std::time::Duration;
 
 use hale_agent::drill::DrillView;
-use hale_agent::{Agent, FileConfig, Key};
-use tokio::time::Instant;
+use hale_agent::{Agent, Key};
 
-fn config(name: &str, key: &str, token: Option<&str>) -> hale_agent::AgentConfig {
-    let mut f = FileConfig::default();
-    f.agent.name = Some(name.to_owned());
-    f.agent.bind = Some("127.0.0.1:0".to_owned());
-    f.agent.http = Some("127.0.0.1:0".to_owned());
-    f.agent.api_token = token.map(str::to_owned);
-    f.cluster.name = Some("drill-test".to_owned());
-    f.cluster.keys = vec![key.to_owned()];
-    f.validate().unwrap()
-}
-
-async fn wait_until<F, Fut>(what: &str, limit: Duration, mut f: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + limit;
-    while !f().await {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
+use crate::support::{loopback_config, wait_until};
 
 async fn drill(c: &reqwest::Client, a: &Agent) -> DrillView {
     c.get(format!("http://{}/v1/drill", a.http_addr()))
@@ -52,9 +30,14 @@ async fn state_of(a: &Agent, name: &str) -> Option<String> {
 
 #[tokio::test]
 async fn a_drill_fault_needs_the_token_and_reverts_on_its_own_when_its_duration_ends() {
-    let a = Agent::start(config("a", &Key::generate().to_base64(), Some("tok")))
-        .await
-        .unwrap();
+    let a = Agent::start(loopback_config(
+        "drill-test",
+        "a",
+        &Key::generate().to_base64(),
+        Some("tok"),
+    ))
+    .await
+    .unwrap();
     let c = reqwest::Client::new();
     let url = format!("http://{}/v1/drill/quiet", a.http_addr());
     let body = serde_json::json!({ "duration_ms": 300 });
@@ -125,9 +108,15 @@ async fn a_drill_fault_needs_the_token_and_reverts_on_its_own_when_its_duration_
 #[tokio::test]
 async fn a_frozen_agent_is_cut_off_the_cluster_and_comes_back_when_restored() {
     let key = Key::generate().to_base64();
-    let a = Agent::start(config("a", &key, None)).await.unwrap();
-    let b = Agent::start(config("b", &key, None)).await.unwrap();
-    let x = Agent::start(config("x", &key, None)).await.unwrap();
+    let a = Agent::start(loopback_config("drill-test", "a", &key, None))
+        .await
+        .unwrap();
+    let b = Agent::start(loopback_config("drill-test", "b", &key, None))
+        .await
+        .unwrap();
+    let x = Agent::start(loopback_config("drill-test", "x", &key, None))
+        .await
+        .unwrap();
     b.join(vec![a.gossip_addr()]).await.unwrap();
     x.join(vec![a.gossip_addr()]).await.unwrap();
     wait_until("all alive", Duration::from_secs(10), || async {

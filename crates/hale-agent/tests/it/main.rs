@@ -10,3 +10,4 @@ mod drill;
 mod keyring;
 mod relay;
 mod relay_view;
+mod support;

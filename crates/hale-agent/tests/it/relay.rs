@@ -7,6 +7,8 @@ use hale_agent::{Agent, FileConfig, Key};
 use hale_relay::fake::{FakeSentry, Mode};
 use hale_relay::BreakerGauge;
 
+use crate::support::{loopback_file, wait_until};
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envelopes_posted_to_the_agent_reach_the_upstream_and_are_counted() {
     let fake = FakeSentry::start(Mode::Up).await.unwrap();
@@ -68,30 +70,9 @@ async fn envelopes_posted_to_the_agent_reach_the_upstream_and_are_counted() {
 }
 
 fn member_config(name: &str, key: &str) -> hale_agent::FileConfig {
-    let mut f = hale_agent::FileConfig::default();
-    f.agent.name = Some(name.to_owned());
-    f.agent.bind = Some("127.0.0.1:0".to_owned());
-    f.agent.http = Some("127.0.0.1:0".to_owned());
-    f.cluster.name = Some("relay-test".to_owned());
+    let mut f = loopback_file("relay-test", name, key);
     f.cluster.profile = Some("local".to_owned());
-    f.cluster.keys = vec![key.to_owned()];
     f
-}
-
-/// Polls `f` every 10 ms until it holds, failing after `limit`.
-async fn until<F, Fut>(what: &str, limit: Duration, mut f: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + limit;
-    while !f().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting until {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 async fn post(http: &reqwest::Client, agent: &Agent, id: &str) {
@@ -151,7 +132,7 @@ async fn when_membership_declares_the_upstream_host_dead_the_breaker_opens_at_on
     let app = Agent::start(f.validate().unwrap()).await.unwrap();
     witness.join(vec![app.gossip_addr()]).await.unwrap();
     host.join(vec![app.gossip_addr()]).await.unwrap();
-    until(
+    wait_until(
         "all three are alive at app",
         Duration::from_secs(20),
         || async {
@@ -169,14 +150,14 @@ async fn when_membership_declares_the_upstream_host_dead_the_breaker_opens_at_on
     // While the host is alive, events go to the primary.
     let http = reqwest::Client::new();
     post(&http, &app, "00000000000000000000000000000001").await;
-    until(
+    wait_until(
         "the primary has the event",
         Duration::from_secs(10),
         || async { primary.events() == 1 },
     )
     .await;
     let relay = app.relay().unwrap();
-    until(
+    wait_until(
         "the request to the primary has completed",
         Duration::from_secs(10),
         || async { relay.counters().forwarded() == 1 && relay.counters().in_flight() == 0 },
@@ -217,7 +198,7 @@ async fn when_membership_declares_the_upstream_host_dead_the_breaker_opens_at_on
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    until(
+    wait_until(
         "the primary's breaker is open",
         Duration::from_secs(5),
         || async { relay.counters().breaker(0) == BreakerGauge::Open },
@@ -232,7 +213,7 @@ async fn when_membership_declares_the_upstream_host_dead_the_breaker_opens_at_on
     for i in 0..5 {
         post(&http, &app, &format!("{:032x}", 0x100 + i)).await;
     }
-    until(
+    wait_until(
         "the standby has all five",
         Duration::from_secs(10),
         || async { standby.events() == 5 },
