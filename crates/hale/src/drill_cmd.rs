@@ -119,6 +119,23 @@ fn check(name: impl Into<String>, passed: bool, detail: impl Into<String>) -> Ch
     }
 }
 
+/// A check that passes when `problems` is empty: its detail is then
+/// `clear`, else `prefix` and the problems joined with `sep`.
+fn none_check(
+    name: impl Into<String>,
+    problems: &[String],
+    clear: impl Into<String>,
+    prefix: &str,
+    sep: &str,
+) -> Check {
+    let detail = if problems.is_empty() {
+        clear.into()
+    } else {
+        format!("{prefix}{}", problems.join(sep))
+    };
+    check(name, problems.is_empty(), detail)
+}
+
 fn names_or_none<'a>(names: impl Iterator<Item = &'a String>) -> String {
     let v: Vec<&str> = names.map(String::as_str).collect();
     if v.is_empty() {
@@ -397,14 +414,12 @@ impl Drill {
             .collect();
         self.add(
             step,
-            check(
+            none_check(
                 "every essential service stayed healthy",
-                failing.is_empty(),
-                if failing.is_empty() {
-                    "no essential check failed on any node".to_owned()
-                } else {
-                    format!("failing: {}", failing.join(", "))
-                },
+                &failing,
+                "no essential check failed on any node",
+                "failing: ",
+                ", ",
             ),
         );
         let bad = |kind: &str| -> Vec<String> {
@@ -418,15 +433,7 @@ impl Drill {
         let dead = bad("dead");
         self.add(
             step,
-            check(
-                "no live member was declared dead",
-                dead.is_empty(),
-                if dead.is_empty() {
-                    "none".to_owned()
-                } else {
-                    dead.join(", ")
-                },
-            ),
+            none_check("no live member was declared dead", &dead, "none", "", ", "),
         );
         let suspected = bad("suspected");
         let quiet = matches!(self.args.kind, DrillKind::Quiet);

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use hale_agent::MemberView;
 
-use super::{check, preflight, secs, Drill, DrillKind, TICK};
+use super::{check, none_check, preflight, secs, Drill, DrillKind, TICK};
 use crate::cluster::{self, NodeState};
 use crate::drill_report::Outcome;
 
@@ -300,14 +300,12 @@ impl Drill {
             .collect();
         self.add(
             step,
-            check(
+            none_check(
                 format!("{node} does not act as holder of a role it lost"),
-                stale.is_empty(),
-                if stale.is_empty() {
-                    "no stale holder".to_owned()
-                } else {
-                    format!("still acting as holder of {}", stale.join(", "))
-                },
+                &stale,
+                "no stale holder",
+                "still acting as holder of ",
+                ", ",
             ),
         );
         self.step_end(step);
@@ -450,15 +448,7 @@ impl Drill {
             .collect();
         self.add(
             step,
-            check(
-                "no live member was declared dead",
-                dead.is_empty(),
-                if dead.is_empty() {
-                    "none".to_owned()
-                } else {
-                    dead.join(", ")
-                },
-            ),
+            none_check("no live member was declared dead", &dead, "none", "", ", "),
         );
         ok.then_some(new_epoch)
     }
@@ -555,14 +545,12 @@ impl Drill {
         let problems = super::whole(&nodes, self.agents.addrs.len());
         self.add(
             step,
-            check(
+            none_check(
                 "the cluster is whole",
-                problems.is_empty(),
-                if problems.is_empty() {
-                    "every member alive everywhere".to_owned()
-                } else {
-                    problems.join("; ")
-                },
+                &problems,
+                "every member alive everywhere",
+                "",
+                "; ",
             ),
         );
         self.step_end(step);
@@ -646,13 +634,11 @@ fn slowdown(before: &[NodeState], seen: &super::Seen) -> super::Check {
             ));
         }
     }
-    check(
+    none_check(
         "no essential service slowed",
-        slowed.is_empty(),
-        if slowed.is_empty() {
-            format!("slowest essential check during the drill: {worst}ms")
-        } else {
-            slowed.join(", ")
-        },
+        &slowed,
+        format!("slowest essential check during the drill: {worst}ms"),
+        "",
+        ", ",
     )
 }

@@ -1,7 +1,7 @@
 //! Verdicts on a whole cluster: the preflight that refuses a drill on a
 //! degraded cluster, and what keeps a cluster from being whole again.
 
-use super::{check, names_or_none, DrillKind};
+use super::{check, names_or_none, none_check, DrillKind};
 use crate::cluster::{self, NodeState};
 use crate::drill_report::Check;
 
@@ -51,14 +51,12 @@ pub(super) fn preflight(
         .filter(|m| m.state == "suspect" || m.state == "dead")
         .map(|m| format!("{} is {}", m.name, m.state))
         .collect();
-    out.push(check(
+    out.push(none_check(
         "every member is alive",
-        degraded.is_empty(),
-        if degraded.is_empty() {
-            format!("{} members", members.len())
-        } else {
-            degraded.join(", ")
-        },
+        &degraded,
+        format!("{} members", members.len()),
+        "",
+        ", ",
     ));
     let unreachable: Vec<String> = nodes
         .iter()
@@ -69,14 +67,12 @@ pub(super) fn preflight(
         })
         .filter_map(|n| Some(format!("{}: {}", n.name, n.error.as_ref()?)))
         .collect();
-    out.push(check(
+    out.push(none_check(
         "every live member's agent answers",
-        unreachable.is_empty(),
-        if unreachable.is_empty() {
-            "all answered".to_owned()
-        } else {
-            unreachable.join("; ")
-        },
+        &unreachable,
+        "all answered",
+        "",
+        "; ",
     ));
     let leases = cluster::leases(nodes);
     let cands = cluster::candidates(members);
@@ -88,14 +84,12 @@ pub(super) fn preflight(
             Some(_) => no_holder.push(role.clone()),
         }
     }
-    out.push(check(
+    out.push(none_check(
         "every role has a holder",
-        no_holder.is_empty(),
-        if no_holder.is_empty() {
-            format!("roles: {}", names_or_none(cands.keys()))
-        } else {
-            format!("no holder: {}", no_holder.join(", "))
-        },
+        &no_holder,
+        format!("roles: {}", names_or_none(cands.keys())),
+        "no holder: ",
+        ", ",
     ));
     let failing: Vec<String> = nodes
         .iter()
@@ -105,14 +99,12 @@ pub(super) fn preflight(
                 .map(move |s| format!("{s} on {}", n.name))
         })
         .collect();
-    out.push(check(
+    out.push(none_check(
         "no essential check is failing",
-        failing.is_empty(),
-        if failing.is_empty() {
-            "all passing".to_owned()
-        } else {
-            failing.join(", ")
-        },
+        &failing,
+        "all passing",
+        "",
+        ", ",
     ));
     let open: Vec<String> = nodes
         .iter()
@@ -125,28 +117,24 @@ pub(super) fn preflight(
             })
         })
         .collect();
-    out.push(check(
+    out.push(none_check(
         "no relay breaker is open",
-        open.is_empty(),
-        if open.is_empty() {
-            "all closed".to_owned()
-        } else {
-            open.join(", ")
-        },
+        &open,
+        "all closed",
+        "",
+        ", ",
     ));
     let faults: Vec<String> = nodes
         .iter()
         .filter(|n| n.drill.as_ref().is_some_and(|d| !d.active.is_empty()))
         .map(|n| n.name.clone())
         .collect();
-    out.push(check(
+    out.push(none_check(
         "no drill fault is in force",
-        faults.is_empty(),
-        if faults.is_empty() {
-            "none".to_owned()
-        } else {
-            format!("faults set on {}", faults.join(", "))
-        },
+        &faults,
+        "none",
+        "faults set on ",
+        ", ",
     ));
     match kind {
         DrillKind::NodeFreeze { node } => out.push(check(
