@@ -139,15 +139,22 @@ async fn event_stream(
     Sse::new(stream::select(live, stream::pending())).keep_alive(KeepAlive::default())
 }
 
-fn authorize(st: &ApiState, headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(want) = &st.token else {
+/// A JSON error response, `{"error": msg}`, with `status`.
+pub(crate) fn error(status: StatusCode, msg: impl Into<String>) -> Response {
+    ApiError(status, msg.into()).into_response()
+}
+
+/// Lets a mutating request through when no API token is configured, or
+/// when it carries `Authorization: Bearer <token>`; otherwise the 401 to answer.
+pub(crate) fn require_token(token: Option<&str>, headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(want) = token else {
         return Ok(());
     };
     let got = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
-    if got == Some(want.as_str()) {
+    if got == Some(want) {
         Ok(())
     } else {
         Err(ApiError(
@@ -168,7 +175,7 @@ async fn join(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    authorize(&st, &headers)?;
+    require_token(st.token.as_deref(), &headers)?;
     let req: JoinBody = serde_json::from_slice(&body).map_err(|e| {
         ApiError(
             StatusCode::BAD_REQUEST,
@@ -204,7 +211,7 @@ async fn join(
 }
 
 async fn leave(State(st): State<ApiState>, headers: HeaderMap) -> Result<Response, ApiError> {
-    authorize(&st, &headers)?;
+    require_token(st.token.as_deref(), &headers)?;
     let (tx, rx) = oneshot::channel();
     st.cmds.send(Command::Leave(tx)).await.map_err(|_| gone())?;
     rx.await.map_err(|_| gone())?;

@@ -34,13 +34,14 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
+use crate::api::{error, require_token};
 use crate::runtime::{Command, Shared};
 use crate::view::{unix_ms, EventView};
 
@@ -314,25 +315,6 @@ pub(crate) fn router(state: DrillState) -> Router {
         .with_state(state)
 }
 
-fn error(status: StatusCode, msg: impl Into<String>) -> Response {
-    (status, Json(serde_json::json!({ "error": msg.into() }))).into_response()
-}
-
-/// `None` when the request may proceed, else the 401 to answer.
-fn unauthorized(st: &DrillState, headers: &HeaderMap) -> Option<Response> {
-    let want = st.token.as_ref()?;
-    let got = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    (got != Some(want.as_str())).then(|| {
-        error(
-            StatusCode::UNAUTHORIZED,
-            "this endpoint needs `Authorization: Bearer <api_token>`",
-        )
-    })
-}
-
 fn view(st: &DrillState) -> DrillView {
     DrillView {
         node: st.shared.id.name().to_owned(),
@@ -357,8 +339,8 @@ async fn set(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if let Some(r) = unauthorized(&st, &headers) {
-        return r;
+    if let Err(e) = require_token(st.token.as_deref(), &headers) {
+        return e.into_response();
     }
     let Some(f) = Fault::parse(&fault) else {
         return error(
@@ -390,8 +372,8 @@ struct RestoreBody {
 }
 
 async fn restore(State(st): State<DrillState>, headers: HeaderMap, body: Bytes) -> Response {
-    if let Some(r) = unauthorized(&st, &headers) {
-        return r;
+    if let Err(e) = require_token(st.token.as_deref(), &headers) {
+        return e.into_response();
     }
     let which = if body.is_empty() {
         None
@@ -426,8 +408,8 @@ struct TrafficBody {
 }
 
 async fn traffic(State(st): State<DrillState>, headers: HeaderMap, body: Bytes) -> Response {
-    if let Some(r) = unauthorized(&st, &headers) {
-        return r;
+    if let Err(e) = require_token(st.token.as_deref(), &headers) {
+        return e.into_response();
     }
     let Ok(req) = serde_json::from_slice::<TrafficBody>(&body) else {
         return error(

@@ -4,12 +4,13 @@
 use std::collections::BTreeMap;
 
 use axum::extract::{Path, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use tokio::sync::mpsc;
 
+use crate::api::{error, require_token};
 use crate::roles::{ControlClient, RoleViews};
 use crate::services::{views, Services};
 
@@ -20,10 +21,6 @@ pub(crate) struct RolesState {
     pub(crate) control: Option<ControlClient>,
     pub(crate) handovers: BTreeMap<String, mpsc::Sender<Option<String>>>,
     pub(crate) token: Option<String>,
-}
-
-fn error(status: StatusCode, msg: impl Into<String>) -> Response {
-    (status, Json(serde_json::json!({ "error": msg.into() }))).into_response()
 }
 
 pub(crate) fn router(state: RolesState) -> Router {
@@ -80,11 +77,8 @@ async fn handover(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    if !authorized(&st, &headers) {
-        return error(
-            StatusCode::UNAUTHORIZED,
-            "this endpoint needs `Authorization: Bearer <api_token>`",
-        );
+    if let Err(e) = require_token(st.token.as_deref(), &headers) {
+        return e.into_response();
     }
     let Some(tx) = st.handovers.get(&role) else {
         return error(
@@ -133,27 +127,13 @@ async fn handover(
     }
 }
 
-fn authorized(st: &RolesState, headers: &HeaderMap) -> bool {
-    let Some(want) = &st.token else {
-        return true;
-    };
-    headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        == Some(want.as_str())
-}
-
 async fn add_server(
     State(st): State<RolesState>,
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    if !authorized(&st, &headers) {
-        return error(
-            StatusCode::UNAUTHORIZED,
-            "this endpoint needs `Authorization: Bearer <api_token>`",
-        );
+    if let Err(e) = require_token(st.token.as_deref(), &headers) {
+        return e.into_response();
     }
     let Ok(req) = serde_json::from_slice::<hale_control::raft::AddServer>(&body) else {
         return error(
@@ -178,11 +158,8 @@ async fn remove_server(
     Path(id): Path<u64>,
     headers: HeaderMap,
 ) -> Response {
-    if !authorized(&st, &headers) {
-        return error(
-            StatusCode::UNAUTHORIZED,
-            "this endpoint needs `Authorization: Bearer <api_token>`",
-        );
+    if let Err(e) = require_token(st.token.as_deref(), &headers) {
+        return e.into_response();
     }
     let Some(c) = &st.control else {
         return error(
