@@ -141,8 +141,12 @@ pub(crate) async fn watch_breakers(
     shared: Arc<Shared>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let n = if cfg.pipeline.standby.is_some() { 2 } else { 1 };
-    let mut last: Vec<BreakerGauge> = (0..n).map(|i| relay.counters().breaker(i)).collect();
+    // Which upstreams there are does not change: only their gauges are read
+    // on each tick.
+    let upstreams = relay_view(&relay, &cfg).upstreams;
+    let mut last: Vec<BreakerGauge> = (0..upstreams.len())
+        .map(|i| relay.counters().breaker(i))
+        .collect();
     let mut tick = tokio::time::interval(BREAKER_POLL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -150,13 +154,12 @@ pub(crate) async fn watch_breakers(
             _ = tick.tick() => {}
             _ = stop.changed() => return,
         }
-        let view = relay_view(&relay, &cfg);
         for (i, prev) in last.iter_mut().enumerate() {
             let now = relay.counters().breaker(i);
             if now == *prev {
                 continue;
             }
-            let u = &view.upstreams[i];
+            let u = &upstreams[i];
             shared.publish(EventView {
                 seq: shared.next_seq(),
                 unix_ms: unix_ms(),
