@@ -267,11 +267,11 @@ pub enum GrantDelay {
 }
 
 /// Runs on the control-plane leader: decides when a role may change hands,
-/// and to whom.
+/// and to whom, reading the leader's own [`AppendClock`] (kept by the server,
+/// leader or not, and passed in).
 #[derive(Debug, Clone)]
 pub struct Grantor {
     timing: LeaseTiming,
-    appends: AppendClock,
     /// Per role: contenders heard from (name → priority, last request), and
     /// since when this round of contention has been tracked.
     contenders: BTreeMap<String, Contention>,
@@ -284,12 +284,10 @@ pub struct Grantor {
 type Contention = (Time, BTreeMap<String, (i64, Time)>);
 
 impl Grantor {
-    /// A grantor for a newly elected leader whose log was appended as
-    /// `appends` says.
-    pub fn new(timing: LeaseTiming, appends: AppendClock) -> Grantor {
+    /// A grantor for a newly elected leader.
+    pub fn new(timing: LeaseTiming) -> Grantor {
         Grantor {
             timing,
-            appends,
             contenders: BTreeMap::new(),
             preferred: BTreeMap::new(),
         }
@@ -302,20 +300,18 @@ impl Grantor {
             .insert(role.to_owned(), (next.to_owned(), now + self.timing.lease));
     }
 
-    /// This leader appended `req` to its log at `now`.
-    pub fn appended(&mut self, req: &LeaseRequest, now: Time) {
-        self.appends.appended(req, now);
-    }
-
-    /// Entries this leader did not append itself arrived at `now`.
-    pub fn unknown_before(&mut self, now: Time) {
-        self.appends.unknown_before(now);
-    }
-
-    /// Whether `role` may be granted to a new holder at `now`, given the table.
-    pub fn may_grant(&self, table: &LeaseTable, role: &str, now: Time) -> Result<(), GrantDelay> {
+    /// Whether `role` may be granted to a new holder at `now`, given the
+    /// table and when this leader's log received the role's grants and
+    /// renewals.
+    pub fn may_grant(
+        &self,
+        table: &LeaseTable,
+        appends: &AppendClock,
+        role: &str,
+        now: Time,
+    ) -> Result<(), GrantDelay> {
         if table.role(role).is_some_and(|r| r.holder.is_some()) {
-            let until = self.appends.last(role) + self.timing.lease;
+            let until = appends.last(role) + self.timing.lease;
             if now < until {
                 return Err(GrantDelay::HolderLease(until));
             }
@@ -331,6 +327,7 @@ impl Grantor {
     pub fn contend(
         &mut self,
         table: &LeaseTable,
+        appends: &AppendClock,
         role: &str,
         holder: &str,
         priority: i64,
@@ -349,7 +346,7 @@ impl Grantor {
             entry.0 = now;
         }
         entry.1.insert(holder.to_owned(), (priority, now));
-        self.may_grant(table, role, now)?;
+        self.may_grant(table, appends, role, now)?;
         let (since, contenders) = &self.contenders[role];
         if let Some((next, until)) = self.preferred.get(role) {
             if now < *until {

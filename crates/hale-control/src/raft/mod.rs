@@ -130,27 +130,18 @@ impl ControlPlane {
             }
         });
         // Every server notes when it appended each grant or renewal (and
-        // when a snapshot brought entries it never appended); a leader's
-        // grantor hears of its own appends too. Lock order: grantor, then
-        // appends (see `watch_leadership`); this hook never holds both.
+        // when a snapshot brought entries it never appended); the leader's
+        // grantor reads this clock. Lock order: grantor, then appends.
         let appends = Arc::new(Mutex::new(AppendClock::new(Time::from_nanos(
             origin.elapsed().as_nanos() as u64,
         ))));
-        let (a, g) = (appends.clone(), grantor.clone());
+        let a = appends.clone();
         let on_append: store::AppendHook = Arc::new(move |req| {
             let now = Time::from_nanos(origin.elapsed().as_nanos() as u64);
-            {
-                let mut a = a.lock().expect("appends lock");
-                match req {
-                    Some(req) => a.appended(req, now),
-                    None => a.unknown_before(now),
-                }
-            }
-            if let Some(gr) = g.lock().expect("grantor lock").as_mut() {
-                match req {
-                    Some(req) => gr.appended(req, now),
-                    None => gr.unknown_before(now),
-                }
+            let mut a = a.lock().expect("appends lock");
+            match req {
+                Some(req) => a.appended(req, now),
+                None => a.unknown_before(now),
             }
         });
         let sm = StateMachine::new(db.clone(), Some(hook), Some(on_append.clone()))
@@ -194,27 +185,20 @@ impl ControlPlane {
         Time::from_nanos(self.origin.elapsed().as_nanos() as u64)
     }
 
-    /// Keeps the grantor in step with leadership: a fresh grantor, starting
-    /// from this server's append clock, whenever it becomes leader; none
+    /// Keeps the grantor in step with leadership: a fresh grantor (which
+    /// reads this server's append clock) whenever it becomes leader; none
     /// otherwise.
     fn watch_leadership(&self) {
         let mut rx = self.raft.metrics();
-        let (id, grantor, appends, timing) = (
-            self.id,
-            self.grantor.clone(),
-            self.appends.clone(),
-            self.timing,
-        );
+        let (id, grantor, timing) = (self.id, self.grantor.clone(), self.timing);
         tokio::spawn(async move {
             let mut was_leader = false;
             loop {
                 let m = rx.borrow_and_update().clone();
                 let is_leader = m.current_leader == Some(id);
                 if is_leader != was_leader {
-                    let mut g = grantor.lock().expect("grantor lock");
-                    *g = is_leader.then(|| {
-                        Grantor::new(timing, appends.lock().expect("appends lock").clone())
-                    });
+                    *grantor.lock().expect("grantor lock") =
+                        is_leader.then(|| Grantor::new(timing));
                     was_leader = is_leader;
                 }
                 if rx.changed().await.is_err() {
@@ -410,7 +394,8 @@ impl ControlPlane {
             let Some(g) = g.as_mut() else {
                 return Err(ControlError::NoLeader);
             };
-            g.contend(&table, role, holder, priority, self.now())
+            let appends = self.appends.lock().expect("appends lock");
+            g.contend(&table, &appends, role, holder, priority, self.now())
                 .map_err(ControlError::NotYet)?
         };
         self.write(grant).await

@@ -121,6 +121,9 @@ struct World {
     link_free: Vec<u64>,
     next_req: u64,
     grantor: Grantor,
+    /// What the grantor of the unsafe variants reads (the safe one reads
+    /// its server's own append clock).
+    granting_clock: AppendClock,
     table: LeaseTable,
     history: Vec<HookEvent>,
 }
@@ -166,7 +169,8 @@ impl World {
             committed: 0,
             link_free: vec![0; SERVERS],
             next_req: 0,
-            grantor: Grantor::new(timing, AppendClock::new(Time::ZERO)),
+            grantor: Grantor::new(timing),
+            granting_clock: AppendClock::new(Time::ZERO),
             table: LeaseTable::default(),
             history: Vec::new(),
         };
@@ -359,7 +363,15 @@ impl World {
                 let lnow = self.server_now(l);
                 let req = match req {
                     LeaseRequest::Grant { role, holder, .. } => {
-                        if self.grantor.may_grant(&self.table, &role, lnow).is_err() {
+                        let clock = match self.v.knowledge {
+                            Knowledge::Appends => &self.servers[l].appends,
+                            Knowledge::Commits | Knowledge::Nothing => &self.granting_clock,
+                        };
+                        if self
+                            .grantor
+                            .may_grant(&self.table, clock, &role, lnow)
+                            .is_err()
+                        {
                             self.cands[from].pending = None;
                             return;
                         }
@@ -367,7 +379,7 @@ impl World {
                     }
                     other => other,
                 };
-                self.grantor.appended(&req, lnow);
+                self.granting_clock.appended(&req, lnow);
                 self.entries.push(Entry {
                     req,
                     from,
@@ -523,12 +535,12 @@ impl World {
             "the model elected a leader without every committed entry"
         );
         self.leader = Some(l);
-        let clock = match self.v.knowledge {
-            Knowledge::Appends => self.servers[l].appends.clone(),
+        self.grantor = Grantor::new(self.timing);
+        self.granting_clock = match self.v.knowledge {
             Knowledge::Commits => self.servers[l].commits.clone(),
-            Knowledge::Nothing => AppendClock::new(Time::ZERO),
+            // Appends: the grantor reads the server's own clock instead.
+            Knowledge::Appends | Knowledge::Nothing => AppendClock::new(Time::ZERO),
         };
-        self.grantor = Grantor::new(self.timing, clock);
         // Its first entry of the term commits everything before it (a
         // blank entry, modelled as committing at once); the rest of the
         // servers are brought in line.
