@@ -21,6 +21,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::meta::AgentMeta;
 use crate::roles::{ControlClient, RoleViews};
 use crate::runtime::Command;
 use crate::services::Services;
@@ -122,30 +123,9 @@ fn short(e: &reqwest::Error) -> &'static str {
     }
 }
 
-/// What a member publishes in its metadata: its HTTP address and its
-/// candidacies (role -> priority, eligible).
-#[derive(Debug, Default)]
-struct Published {
-    http: Option<String>,
-    roles: BTreeMap<String, (i64, bool)>,
-}
-
-fn published(m: &MemberView) -> Published {
-    let Ok(v) = serde_json::from_str::<Value>(&m.meta) else {
-        return Published::default();
-    };
-    let roles = v["roles"]
-        .as_object()
-        .map(|o| {
-            o.iter()
-                .filter_map(|(r, c)| Some((r.clone(), (c.get(0)?.as_i64()?, c.get(1)?.as_bool()?))))
-                .collect()
-        })
-        .unwrap_or_default();
-    Published {
-        http: v["http"].as_str().map(str::to_owned),
-        roles,
-    }
+/// What a member publishes (nothing if it is not an agent's metadata).
+fn published(m: &MemberView) -> AgentMeta {
+    AgentMeta::parse(&m.meta).unwrap_or_default()
 }
 
 pub(crate) fn router(state: ClusterState) -> Router {
@@ -306,40 +286,4 @@ async fn roles(State(st): State<ClusterState>) -> Response {
         "roles": out,
     }))
     .into_response()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn member(name: &str, meta: &str) -> MemberView {
-        MemberView {
-            name: name.into(),
-            addr: "127.0.0.1:1".into(),
-            state: "alive".into(),
-            incarnation: 0,
-            health: 0,
-            last_heard_ms_ago: None,
-            state_for_ms: 0,
-            meta: meta.into(),
-            is_self: false,
-            evidence: None,
-        }
-    }
-
-    #[test]
-    fn published_metadata_gives_the_http_address_and_candidacies() {
-        let p = published(&member(
-            "a",
-            r#"{"meta":"","http":"127.0.0.1:9","roles":{"db":[50,true]}}"#,
-        ));
-        assert_eq!(p.http.as_deref(), Some("127.0.0.1:9"));
-        assert_eq!(p.roles.get("db"), Some(&(50, true)));
-    }
-
-    #[test]
-    fn plain_metadata_publishes_nothing() {
-        let p = published(&member("a", "rack=3"));
-        assert!(p.http.is_none() && p.roles.is_empty());
-    }
 }

@@ -19,6 +19,7 @@ pub mod dashboard;
 pub mod drill;
 mod holders;
 pub mod keyring;
+pub mod meta;
 pub mod metrics;
 pub mod relay_api;
 pub mod roles;
@@ -42,6 +43,7 @@ use hale_core::{Node, NodeId, Time};
 
 pub use config::{AgentConfig, ConfigError, FileConfig};
 pub use keyring::{Key, Keyring};
+pub use meta::AgentMeta;
 pub use relay_api::{RelayView, UpstreamView};
 pub use runtime::Snapshot;
 pub use view::{EventView, EvidenceView, MemberView};
@@ -443,8 +445,12 @@ async fn start_roles(
         // No roles here, but operators' tools (dashboard, `hale status`,
         // `hale drill`) still find this agent's API through its metadata.
         let user_meta = String::from_utf8_lossy(&cfg.core.meta).into_owned();
-        let meta = agent_meta(&user_meta, http_addr, serde_json::Map::new());
-        let _ = cmds.try_send(Command::SetMeta(meta));
+        let meta = AgentMeta {
+            user: user_meta,
+            http: Some(http_addr.to_string()),
+            roles: BTreeMap::new(),
+        };
+        let _ = cmds.try_send(Command::SetMeta(meta.encode()));
         return Ok(out);
     };
     let mut servers = plan.servers.clone();
@@ -503,13 +509,12 @@ async fn start_roles(
     let publish_meta = {
         let (candidacy, cmds) = (candidacy.clone(), cmds.clone());
         move || {
-            let roles: serde_json::Map<String, serde_json::Value> = candidacy
-                .lock()
-                .expect("candidacy lock")
-                .iter()
-                .map(|(r, (p, e))| (r.clone(), serde_json::json!([p, e])))
-                .collect();
-            let _ = cmds.try_send(Command::SetMeta(agent_meta(&user_meta, http_addr, roles)));
+            let meta = AgentMeta {
+                user: user_meta.clone(),
+                http: Some(http_addr.to_string()),
+                roles: candidacy.lock().expect("candidacy lock").clone(),
+            };
+            let _ = cmds.try_send(Command::SetMeta(meta.encode()));
         }
     };
     publish_meta();
@@ -556,17 +561,4 @@ async fn start_roles(
     }
     out.client = Some(client);
     Ok(out)
-}
-
-/// The metadata an agent publishes: the operator's own (`[agent] meta`),
-/// where its HTTP API listens, and its candidacies (role → [priority,
-/// eligible]).
-fn agent_meta(
-    user: &str,
-    http: SocketAddr,
-    roles: serde_json::Map<String, serde_json::Value>,
-) -> Vec<u8> {
-    serde_json::json!({ "meta": user, "http": http.to_string(), "roles": roles })
-        .to_string()
-        .into_bytes()
 }

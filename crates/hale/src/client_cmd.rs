@@ -275,21 +275,14 @@ pub fn events(api: &ApiArgs, args: &EventsArgs) -> anyhow::Result<()> {
 /// (`{"meta", "http", "roles"}`); show the operator's part and the roles it
 /// is a candidate for, or the raw text from anything else.
 fn display_meta(raw: &str) -> String {
-    let Ok(v) = serde_json::from_str::<serde_json::Value>(raw) else {
+    let Some(m) = hale_agent::AgentMeta::parse(raw) else {
         return raw.to_owned();
     };
-    let Some(user) = v.get("meta").and_then(|m| m.as_str()) else {
-        return raw.to_owned();
-    };
-    let roles: Vec<&str> = v
-        .get("roles")
-        .and_then(|r| r.as_object())
-        .map(|r| r.keys().map(String::as_str).collect())
-        .unwrap_or_default();
-    match (user.is_empty(), roles.is_empty()) {
-        (_, true) => user.to_owned(),
+    let roles: Vec<&str> = m.roles.keys().map(String::as_str).collect();
+    match (m.user.is_empty(), roles.is_empty()) {
+        (_, true) => m.user,
         (true, false) => format!("roles={}", roles.join(",")),
-        (false, false) => format!("{user} roles={}", roles.join(",")),
+        (false, false) => format!("{} roles={}", m.user, roles.join(",")),
     }
 }
 

@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use hale_agent::drill::DrillView;
 use hale_agent::services::ServiceView;
-use hale_agent::{EventView, MemberView, RelayView};
+use hale_agent::{AgentMeta, EventView, MemberView, RelayView};
 
 use crate::client_cmd::ApiArgs;
 
@@ -33,28 +33,7 @@ const SURVEY_CONCURRENCY: usize = 32;
 
 /// The `http` address a member publishes in its metadata, if any.
 pub fn published_http(meta: &str) -> Option<String> {
-    let v: serde_json::Value = serde_json::from_str(meta).ok()?;
-    v.get("http")?.as_str().map(str::to_owned)
-}
-
-/// Role candidacies a member publishes: role -> (priority, eligible).
-pub fn published_roles(meta: &str) -> BTreeMap<String, (i64, bool)> {
-    let Ok(v) = serde_json::from_str::<serde_json::Value>(meta) else {
-        return BTreeMap::new();
-    };
-    v.get("roles")
-        .and_then(|r| r.as_object())
-        .map(|o| {
-            o.iter()
-                .filter_map(|(role, c)| {
-                    Some((
-                        role.clone(),
-                        (c.get(0)?.as_i64()?, c.get(1)?.as_bool().unwrap_or(false)),
-                    ))
-                })
-                .collect()
-        })
-        .unwrap_or_default()
+    AgentMeta::parse(meta)?.http
 }
 
 impl Agents {
@@ -292,7 +271,7 @@ pub fn leases(nodes: &[NodeState]) -> Option<BTreeMap<String, (Option<String>, u
 pub fn candidates(members: &[MemberView]) -> BTreeMap<String, Vec<(String, i64, bool)>> {
     let mut out: BTreeMap<String, Vec<(String, i64, bool)>> = BTreeMap::new();
     for m in members.iter().filter(|m| m.state == "alive") {
-        for (role, (prio, eligible)) in published_roles(&m.meta) {
+        for (role, (prio, eligible)) in AgentMeta::parse(&m.meta).unwrap_or_default().roles {
             out.entry(role)
                 .or_default()
                 .push((m.name.clone(), prio, eligible));

@@ -330,8 +330,8 @@ impl Drill {
                 .iter()
                 .find(|m| m.name == home && m.state == "alive")
                 .is_some_and(|m| {
-                    cluster::published_roles(&m.meta)
-                        .get(role)
+                    hale_agent::AgentMeta::parse(&m.meta)
+                        .and_then(|p| p.roles.get(role).copied())
                         .is_some_and(|c| c.1)
                 });
             match l.get(role) {

@@ -1,0 +1,42 @@
+//! Helpers shared by the agent tests: loopback configs and polling with a
+//! deadline.
+
+use std::time::Duration;
+
+use hale_agent::{AgentConfig, FileConfig};
+
+/// An agent on loopback with ephemeral gossip and HTTP ports, in cluster
+/// `cluster` with one key, as a file config the test may still change.
+pub fn loopback_file(cluster: &str, name: &str, key: &str) -> FileConfig {
+    let mut f = FileConfig::default();
+    f.agent.name = Some(name.to_owned());
+    f.agent.bind = Some("127.0.0.1:0".to_owned());
+    f.agent.http = Some("127.0.0.1:0".to_owned());
+    f.cluster.name = Some(cluster.to_owned());
+    f.cluster.keys = vec![key.to_owned()];
+    f
+}
+
+/// [`loopback_file`], with an API token if given, validated.
+pub fn loopback_config(cluster: &str, name: &str, key: &str, token: Option<&str>) -> AgentConfig {
+    let mut f = loopback_file(cluster, name, key);
+    f.agent.api_token = token.map(str::to_owned);
+    f.validate().unwrap()
+}
+
+/// Polls `f` every 10 ms until it holds; panics naming `what` once `limit`
+/// has passed.
+pub async fn wait_until<F, Fut>(what: &str, limit: Duration, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    while !f().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting until {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
