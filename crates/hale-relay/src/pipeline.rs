@@ -436,24 +436,19 @@ impl<T: Payload> Pipeline<T> {
     /// The member `name` was declared dead: open the breaker of every
     /// upstream it hosts, at once; they stay open until `member_alive`.
     pub fn member_dead(&self, name: &str) {
-        let mut b = self
-            .shared
-            .breakers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        for (i, m) in self.shared.members.iter().enumerate() {
-            if m.as_deref() == Some(name) {
-                b[i].force_open();
-            }
-        }
-        drop(b);
-        self.producer.budget.wake();
+        self.with_breakers_of(name, |b| b.force_open());
     }
 
     /// The member `name` is alive (joined or recovered): let a probe through
     /// to every upstream it hosts now.
     pub fn member_alive(&self, name: &str) {
         let now = Instant::now();
+        self.with_breakers_of(name, |b| b.allow_probe(now));
+    }
+
+    /// Applies `f` to the breaker of every upstream member `name` hosts, then
+    /// wakes the worker to act on it.
+    fn with_breakers_of(&self, name: &str, mut f: impl FnMut(&mut Breaker)) {
         let mut b = self
             .shared
             .breakers
@@ -461,7 +456,7 @@ impl<T: Payload> Pipeline<T> {
             .unwrap_or_else(|e| e.into_inner());
         for (i, m) in self.shared.members.iter().enumerate() {
             if m.as_deref() == Some(name) {
-                b[i].allow_probe(now);
+                f(&mut b[i]);
             }
         }
         drop(b);

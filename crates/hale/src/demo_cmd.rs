@@ -280,7 +280,11 @@ async fn scenario(c: &Cluster, hold: Duration, linger: Duration) -> anyhow::Resu
         }
         let settled = views.iter().all(|l| {
             l.len() == n
-                && l.iter().all(|m| m.meta.contains("true]"))
+                && l.iter().all(|m| {
+                    hale_agent::AgentMeta::parse(&m.meta).is_some_and(|p| {
+                        !p.roles.is_empty() && p.roles.values().all(|(_, eligible)| *eligible)
+                    })
+                })
                 && l.iter().all(|m| {
                     let first = views[0].iter().find(|f| f.name == m.name);
                     first.map(|f| f.incarnation) == Some(m.incarnation)

@@ -256,14 +256,7 @@ impl ControlPlane {
             )
             .await
             .map_err(|e| ControlError::Request(e.to_string()))?;
-        let mut voters: BTreeSet<u64> = self
-            .raft
-            .metrics()
-            .borrow()
-            .membership_config
-            .membership()
-            .voter_ids()
-            .collect();
+        let mut voters = self.voters();
         voters.insert(id);
         self.raft
             .change_membership(voters, false)
@@ -272,17 +265,21 @@ impl ControlPlane {
         Ok(())
     }
 
-    /// Removes a server from the control plane. Leader only.
-    pub async fn remove_server(&self, id: u64) -> Result<(), ControlError> {
-        let voters: BTreeSet<u64> = self
-            .raft
+    /// The voters of the membership this server knows now.
+    fn voters(&self) -> BTreeSet<u64> {
+        self.raft
             .metrics()
             .borrow()
             .membership_config
             .membership()
             .voter_ids()
-            .filter(|v| *v != id)
-            .collect();
+            .collect()
+    }
+
+    /// Removes a server from the control plane. Leader only.
+    pub async fn remove_server(&self, id: u64) -> Result<(), ControlError> {
+        let mut voters = self.voters();
+        voters.remove(&id);
         self.raft
             .change_membership(voters, false)
             .await
