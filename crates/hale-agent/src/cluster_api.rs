@@ -22,7 +22,8 @@ use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::meta::AgentMeta;
-use crate::roles::{ControlClient, RoleViews};
+use crate::control_client::ControlClient;
+use crate::roles::RoleViews;
 use crate::runtime::Command;
 use crate::services::Services;
 use crate::view::{unix_ms, MemberView};

@@ -15,6 +15,7 @@
 pub mod api;
 mod cluster_api;
 pub mod config;
+pub mod control_client;
 pub mod dashboard;
 pub mod drill;
 mod holders;
@@ -407,7 +408,7 @@ pub async fn run(cfg: AgentConfig, shutdown: impl Future<Output = ()>) -> Result
 struct RolesRunning {
     views: roles::RoleViews,
     services: services::Services,
-    client: Option<roles::ControlClient>,
+    client: Option<control_client::ControlClient>,
     handovers: std::collections::BTreeMap<String, mpsc::Sender<Option<String>>>,
     stop: watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
@@ -494,7 +495,7 @@ async fn start_roles(
         ));
         out.server = Some(cp);
     }
-    let client = roles::ControlClient::new(servers.values().copied().collect());
+    let client = control_client::ControlClient::new(servers.values().copied().collect());
     // Candidacies are published in this member's metadata (priority and
     // readiness per role), for operators and dashboards; which candidate
     // wins is decided by the control-plane leader from their requests.

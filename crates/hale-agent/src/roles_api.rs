@@ -11,7 +11,8 @@ use axum::{Json, Router};
 use tokio::sync::mpsc;
 
 use crate::api::{error, require_token};
-use crate::roles::{ControlClient, RoleViews};
+use crate::control_client::ControlClient;
+use crate::roles::RoleViews;
 use crate::services::{views, Services};
 
 #[derive(Clone)]

@@ -1,0 +1,155 @@
+//! The typed client of the control plane: lease requests, acquisitions,
+//! server changes and the table, sent to whichever server answers.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use hale_control::{LeaseRequest, LeaseResponse};
+
+/// Talks to whichever control-plane server answers (they forward to the
+/// leader). It sticks to the last server that answered, so that a frozen
+/// server (which still accepts connections) costs one timeout, not one per
+/// request.
+#[derive(Debug, Clone)]
+pub struct ControlClient {
+    servers: Vec<SocketAddr>,
+    http: reqwest::Client,
+    preferred: Arc<std::sync::atomic::AtomicUsize>,
+    /// While this flag is set (a drill's freeze), every request fails as if
+    /// no server answered.
+    gate: Option<Arc<std::sync::atomic::AtomicBool>>,
+}
+
+impl ControlClient {
+    /// A client for these servers.
+    pub fn new(servers: Vec<SocketAddr>) -> ControlClient {
+        ControlClient {
+            servers,
+            http: reqwest::Client::builder()
+                .connect_timeout(Duration::from_millis(300))
+                .build()
+                .expect("a plain HTTP client builds"),
+            preferred: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+            gate: None,
+        }
+    }
+
+    /// This client, failing every request while `gate` is set (a drill's
+    /// freeze: the node cannot reach the control plane).
+    pub fn gated(mut self, gate: Arc<std::sync::atomic::AtomicBool>) -> ControlClient {
+        self.gate = Some(gate);
+        self
+    }
+
+    /// Sends one request to each server in turn, starting with the one that
+    /// answered last, and returns the first answer (remembering who gave it).
+    async fn first_answer<T: serde::de::DeserializeOwned>(
+        &self,
+        limit: Duration,
+        request: impl Fn(&reqwest::Client, SocketAddr) -> reqwest::RequestBuilder,
+    ) -> Option<T> {
+        use std::sync::atomic::Ordering;
+        if self
+            .gate
+            .as_ref()
+            .is_some_and(|g| g.load(Ordering::Relaxed))
+        {
+            return None;
+        }
+        let n = self.servers.len();
+        let first = self.preferred.load(Ordering::Relaxed) % n.max(1);
+        for k in 0..n {
+            let i = (first + k) % n;
+            let Ok(r) = request(&self.http, self.servers[i])
+                .timeout(limit)
+                .send()
+                .await
+            else {
+                continue;
+            };
+            if let Ok(v) = r.json::<T>().await {
+                self.preferred.store(i, Ordering::Relaxed);
+                return Some(v);
+            }
+        }
+        None
+    }
+
+    async fn post<T: Serialize>(
+        &self,
+        path: &str,
+        body: &T,
+        limit: Duration,
+    ) -> Option<LeaseResponse> {
+        // Each server gets a share of the time. An error from a live server
+        // (no leader yet, not grantable yet) is an answer too.
+        let share = (limit / 2).max(Duration::from_millis(200));
+        self.first_answer::<Result<LeaseResponse, String>>(share, |c, s| {
+            c.post(format!("http://{s}{path}")).json(body)
+        })
+        .await
+        .and_then(Result::ok)
+    }
+
+    /// Asks for `role` for `holder` at `priority`.
+    pub async fn acquire(
+        &self,
+        role: &str,
+        holder: &str,
+        priority: i64,
+        limit: Duration,
+    ) -> Option<LeaseResponse> {
+        let body = hale_control::raft::AcquireRequest {
+            role: role.to_owned(),
+            holder: holder.to_owned(),
+            priority,
+        };
+        self.post("/control/acquire", &body, limit).await
+    }
+
+    /// Writes a lease request through the leader.
+    pub async fn write(&self, req: &LeaseRequest, limit: Duration) -> Option<LeaseResponse> {
+        self.post("/control/write", req, limit).await
+    }
+
+    /// The control-plane leader's id, as the first server that answers knows it.
+    pub async fn leader(&self) -> Option<u64> {
+        self.first_answer::<Option<u64>>(Duration::from_millis(500), |c, s| {
+            c.get(format!("http://{s}/control/leader"))
+        })
+        .await
+        .flatten()
+    }
+
+    /// Adds (`add = Some((id, addr))`) or removes (`remove = Some(id)`) a
+    /// control-plane server, through whichever server answers.
+    pub async fn change_servers(
+        &self,
+        add: Option<(u64, SocketAddr)>,
+        remove: Option<u64>,
+    ) -> Result<(), String> {
+        let r = self
+            .first_answer::<Result<(), String>>(Duration::from_secs(10), |c, s| {
+                match (add, remove) {
+                    (Some((id, addr)), _) => c
+                        .post(format!("http://{s}/control/servers"))
+                        .json(&hale_control::raft::AddServer { id, addr }),
+                    (None, Some(id)) => c.post(format!("http://{s}/control/servers/{id}/remove")),
+                    (None, None) => c.get(format!("http://{s}/control/leader")),
+                }
+            })
+            .await;
+        r.unwrap_or_else(|| Err("no control-plane server answered".into()))
+    }
+
+    /// Reads the lease table from the first server that answers.
+    pub async fn table(&self) -> Option<hale_control::LeaseTable> {
+        self.first_answer(Duration::from_millis(500), |c, s| {
+            c.get(format!("http://{s}/control/table"))
+        })
+        .await
+    }
+}
