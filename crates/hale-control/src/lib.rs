@@ -12,10 +12,15 @@
 #![forbid(unsafe_code)]
 
 pub mod history;
+pub mod holder;
 pub mod lease;
 pub mod raft;
 
 pub use history::{check, HistoryViolation, HookEvent, HookKind};
+pub use holder::{
+    Action, ControlRequest, Holder, HolderConfig, HolderEvent, HookExit, HookId, HookOutcome,
+    RequestId, RoleState, ServiceStatus, StepDownReason,
+};
 pub use lease::{
     AppendClock, GrantDelay, Grantor, HeldLease, LeaseRejection, LeaseRequest, LeaseResponse,
     LeaseTable, LeaseTiming, RoleLease,

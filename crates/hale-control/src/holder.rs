@@ -1,0 +1,963 @@
+//! The candidate's and holder's logic for one role, as a sans-IO state
+//! machine: what a node does to take a role, keep it, and give it up.
+//!
+//! It is shaped like `hale-core`'s `Node`: inputs are `handle_*(now, ..)`
+//! calls, outputs are [`Action`]s taken with [`Holder::poll_action`], and
+//! [`Holder::poll_timeout`] gives the next instant at which
+//! [`Holder::handle_timeout`] has something to do (a spurious timeout does
+//! nothing). It reads no clock, starts no process and sends nothing: the
+//! agent carries the actions out, and the lease-history model
+//! (`tests/it/lease_histories.rs`) drives this same code on virtual time.
+//!
+//! # Rules it keeps
+//!
+//! * **Renewals never wait for hooks.** A holder renews every `renew_every`
+//!   from the moment it is granted, while its promote hook runs, and while a
+//!   voluntary demote hook runs; several renewals may be in flight.
+//! * **The watchdog is armed by renewals only**: started at the grant with
+//!   the granted lease's end, re-armed with each committed renewal's end.
+//! * **Promote and demote never overlap on one node.** Whatever ends a
+//!   holding (lease run out, renewal refused, checks failing, handover,
+//!   failed or timed-out promotion, the agent stopping), a running promote
+//!   hook is killed and its exit awaited before anything else.
+//! * **A lost lease runs the demote hook once.** The watchdog is released
+//!   first; if it has already fenced (the agent was frozen past the lease),
+//!   its fence was the demote and no second one runs.
+//! * **A voluntary step-down keeps the lease until its demote hook is
+//!   done**, then releases it: the next holder's promote starts only after
+//!   this node's demote ended.
+//! * **A promotion that fails or outlives `hook_timeout` is abandoned**: the
+//!   hook is killed, the node demotes, releases the role and stands aside
+//!   for one lease so that the next candidate takes it.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+
+use hale_core::Time;
+
+use crate::history::HookKind;
+use crate::lease::{HeldLease, LeaseRequest, LeaseResponse, LeaseTiming};
+
+/// A role candidacy's fixed settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HolderConfig {
+    /// The role.
+    pub role: String,
+    /// This node's name (the holder name in the lease table).
+    pub node: String,
+    /// Higher wins among healthy, ready candidates.
+    pub priority: i64,
+    /// Lease timing (must match the control plane's).
+    pub timing: LeaseTiming,
+    /// Hard limit on each hook's run time.
+    pub hook_timeout: Duration,
+    /// Step down when the service's essential checks fail this long.
+    pub fail_after: Duration,
+    /// How long an acquisition request may take before it counts as unanswered.
+    pub acquire_timeout: Duration,
+}
+
+/// Identifies one request the holder asked to send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RequestId(pub u64);
+
+/// Identifies one hook run the holder asked to start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct HookId(pub u64);
+
+/// A request for the control plane.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ControlRequest {
+    /// Ask the leader's grantor for the role.
+    Acquire {
+        /// The role.
+        role: String,
+        /// This node.
+        holder: String,
+        /// Its priority.
+        priority: i64,
+    },
+    /// Write a renewal or release through the leader.
+    Lease(LeaseRequest),
+}
+
+/// How a hook run ended, as the agent saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HookExit {
+    /// It exited with status 0 (or there was no command to run).
+    Succeeded,
+    /// It exited with another status, or was killed by a signal it was not sent by us.
+    Failed,
+    /// It could not be started.
+    NotStarted,
+    /// It was killed because we asked ([`Action::KillHook`]).
+    Killed,
+}
+
+/// How a hook ended, as reported in events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HookOutcome {
+    /// Exited with status 0.
+    Succeeded,
+    /// Exited with another status or could not be started.
+    Failed,
+    /// Ran past `hook_timeout` and was killed.
+    TimedOut,
+    /// Killed because the holding ended while it ran.
+    Killed,
+    /// Not run by the agent: the watchdog had already fenced.
+    FencedByWatchdog,
+}
+
+impl HookOutcome {
+    /// Whether the hook did its job.
+    pub fn ok(self) -> bool {
+        matches!(self, HookOutcome::Succeeded | HookOutcome::FencedByWatchdog)
+    }
+}
+
+/// Why a holding ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum StepDownReason {
+    /// The lease ran out on this node's clock (renewals not committed in time).
+    LeaseExpired,
+    /// The control plane refused a renewal: another node holds the role.
+    Fenced,
+    /// The service's essential checks failed for `fail_after`.
+    ServiceFailing,
+    /// An operator asked for a handover.
+    Handover,
+    /// The agent is stopping.
+    Leaving,
+    /// The promote hook failed.
+    PromoteFailed,
+    /// The promote hook ran past `hook_timeout`.
+    PromoteTimedOut,
+}
+
+impl StepDownReason {
+    /// The reason as the stable string events, hooks (`HALE_REASON`) and the API use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepDownReason::LeaseExpired => "lease-expired",
+            StepDownReason::Fenced => "fenced",
+            StepDownReason::ServiceFailing => "service-failing",
+            StepDownReason::Handover => "handover",
+            StepDownReason::Leaving => "leaving",
+            StepDownReason::PromoteFailed => "promote-hook-failed",
+            StepDownReason::PromoteTimedOut => "promote-hook-timed-out",
+        }
+    }
+
+    /// Whether the lease may already belong to someone else (the node
+    /// stops at once; it cannot wait for its demote before the next
+    /// holder's promote).
+    pub fn lease_lost(self) -> bool {
+        matches!(self, StepDownReason::LeaseExpired | StepDownReason::Fenced)
+    }
+}
+
+impl std::fmt::Display for StepDownReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where a candidacy stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RoleState {
+    /// The service is not healthy and ready: not asking for the role.
+    Ineligible,
+    /// Healthy and ready, asking for the role when it is free.
+    Standby,
+    /// Granted; the promote hook is running.
+    Promoting,
+    /// Granted and promoted.
+    Holder,
+    /// Giving the role up: stopping the promote hook, demoting, releasing.
+    Demoting,
+}
+
+impl RoleState {
+    /// The state as the stable string of the API (`/v1/roles`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RoleState::Ineligible => "ineligible",
+            RoleState::Standby => "standby",
+            RoleState::Promoting => "promoting",
+            RoleState::Holder => "holder",
+            RoleState::Demoting => "demoting",
+        }
+    }
+}
+
+/// What the holder reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HolderEvent {
+    /// The node became (un)able to hold the role.
+    Eligible(bool),
+    /// The role was granted at `epoch`; the promote hook starts.
+    Promoting {
+        /// The fencing epoch.
+        epoch: u64,
+    },
+    /// The promote hook succeeded: the node is the holder.
+    Promoted {
+        /// The fencing epoch.
+        epoch: u64,
+    },
+    /// The holding is ending.
+    SteppingDown {
+        /// The fencing epoch.
+        epoch: u64,
+        /// Why.
+        reason: StepDownReason,
+    },
+    /// The node no longer acts as holder: its demote hook has ended (or the
+    /// watchdog's fence did).
+    Demoted {
+        /// The fencing epoch.
+        epoch: u64,
+        /// Why.
+        reason: StepDownReason,
+        /// How the promote hook ended, if it ran.
+        promote: Option<HookOutcome>,
+        /// How the demote hook ended.
+        demote: HookOutcome,
+    },
+    /// The agent's stop has been carried out: nothing runs, the role is released.
+    Stopped,
+}
+
+/// Something the agent must do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Send `request` to the control plane; report its answer (or `None`
+    /// when no server answered by `deadline`) with
+    /// [`Holder::handle_response`].
+    Send {
+        /// Echo it back.
+        id: RequestId,
+        /// The request.
+        request: ControlRequest,
+        /// Give up at this instant.
+        deadline: Time,
+    },
+    /// Start a hook in a process group of its own with `HALE_ROLE`,
+    /// `HALE_EPOCH`, `HALE_NODE` and `HALE_REASON` set; report its exit
+    /// with [`Holder::handle_hook_exit`].
+    StartHook {
+        /// Echo it back.
+        id: HookId,
+        /// Promote or demote.
+        kind: HookKind,
+        /// The fencing epoch.
+        epoch: u64,
+        /// `HALE_REASON` (`promote` for a promotion).
+        reason: &'static str,
+    },
+    /// Kill the hook's whole process group now; its exit is still reported.
+    KillHook {
+        /// Which run.
+        id: HookId,
+    },
+    /// Start the fencing watchdog for `epoch`, to fence at `deadline` unless re-armed.
+    StartWatchdog {
+        /// The fencing epoch.
+        epoch: u64,
+        /// The lease's end on this node's clock.
+        deadline: Time,
+    },
+    /// Tell the watchdog the lease now lasts until `deadline`.
+    ArmWatchdog {
+        /// The lease's end on this node's clock.
+        deadline: Time,
+    },
+    /// Disarm the watchdog (it must not fence at its deadline any more, but
+    /// still fences if the agent dies before [`Action::StopWatchdog`]);
+    /// report whether it had already fenced with
+    /// [`Holder::handle_watchdog_released`].
+    DisarmWatchdog,
+    /// End the disarmed watchdog without fencing: the step-down is done.
+    StopWatchdog,
+    /// Publish an event.
+    Event(HolderEvent),
+}
+
+/// What the service's checks say now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ServiceStatus {
+    /// Essential checks pass.
+    pub healthy: bool,
+    /// Ready to serve.
+    pub ready: bool,
+    /// Since when essential checks have been failing, if they are.
+    pub failing_since: Option<Time>,
+}
+
+/// The watchdog process, as the holder knows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Watchdog {
+    /// None runs.
+    None,
+    /// Fences at its deadline; re-armed by renewals.
+    Armed,
+    /// Asked not to fence at its deadline (the step-down is under way).
+    Disarmed,
+}
+
+/// One run of a hook.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Run {
+    id: HookId,
+    started: Time,
+    killed: bool,
+    timed_out: bool,
+}
+
+impl Run {
+    fn outcome(&self, exit: HookExit) -> HookOutcome {
+        if self.timed_out {
+            HookOutcome::TimedOut
+        } else if self.killed {
+            HookOutcome::Killed
+        } else {
+            match exit {
+                HookExit::Succeeded => HookOutcome::Succeeded,
+                HookExit::Failed | HookExit::NotStarted => HookOutcome::Failed,
+                HookExit::Killed => HookOutcome::Killed,
+            }
+        }
+    }
+}
+
+/// The steps of giving a role up, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// The promote hook is being killed; waiting for its exit.
+    StoppingPromote(Run),
+    /// Waiting for the watchdog to say whether it fenced.
+    DisarmingWatchdog,
+    /// The demote hook runs.
+    Demoting(Run),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Phase {
+    /// Not holding. `acquiring`: the acquisition request in flight, and when it was sent.
+    Candidate {
+        acquiring: Option<(RequestId, Time)>,
+    },
+    /// Granted, promote hook running.
+    Promoting {
+        lease: HeldLease,
+        run: Run,
+        /// A handover asked for meanwhile (taken when promoted).
+        handover: Option<Option<String>>,
+    },
+    /// Promoted.
+    Holding { lease: HeldLease },
+    /// Giving the role up.
+    SteppingDown {
+        epoch: u64,
+        /// Still valid (a voluntary step-down keeps renewing it).
+        lease: Option<HeldLease>,
+        reason: StepDownReason,
+        next: Option<String>,
+        promote: Option<HookOutcome>,
+        step: Step,
+    },
+}
+
+/// One role's candidacy on this node: see the module documentation.
+#[derive(Debug, Clone)]
+pub struct Holder {
+    cfg: HolderConfig,
+    phase: Phase,
+    status: ServiceStatus,
+    /// Whether the last published eligibility was true.
+    eligible: Option<bool>,
+    /// Not asking for the role before this instant (after a handover or a
+    /// failed promotion).
+    hold_off_until: Option<Time>,
+    /// The next standby poll.
+    next_poll: Time,
+    /// The next renewal.
+    next_renewal: Time,
+    /// Renewals in flight: when each was sent, and for which epoch.
+    renewals: BTreeMap<RequestId, (Time, u64)>,
+    /// The watchdog process, if one runs.
+    watchdog: Watchdog,
+    stopping: bool,
+    stopped: bool,
+    next_id: u64,
+    actions: VecDeque<Action>,
+}
+
+impl Holder {
+    /// A candidacy that starts as a standby waiting for its service's checks.
+    pub fn new(cfg: HolderConfig, now: Time) -> Holder {
+        Holder {
+            cfg,
+            phase: Phase::Candidate { acquiring: None },
+            status: ServiceStatus::default(),
+            eligible: None,
+            hold_off_until: None,
+            next_poll: now,
+            next_renewal: now,
+            renewals: BTreeMap::new(),
+            watchdog: Watchdog::None,
+            stopping: false,
+            stopped: false,
+            next_id: 0,
+            actions: VecDeque::new(),
+        }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &HolderConfig {
+        &self.cfg
+    }
+
+    /// Where the candidacy stands.
+    pub fn state(&self) -> RoleState {
+        match &self.phase {
+            Phase::Candidate { .. } if self.is_eligible() => RoleState::Standby,
+            Phase::Candidate { .. } => RoleState::Ineligible,
+            Phase::Promoting { .. } => RoleState::Promoting,
+            Phase::Holding { .. } => RoleState::Holder,
+            Phase::SteppingDown { .. } => RoleState::Demoting,
+        }
+    }
+
+    /// The fencing epoch held (while promoting, holding or stepping down).
+    pub fn epoch(&self) -> Option<u64> {
+        match &self.phase {
+            Phase::Candidate { .. } => None,
+            Phase::Promoting { lease, .. } | Phase::Holding { lease } => Some(lease.epoch),
+            Phase::SteppingDown { epoch, .. } => Some(*epoch),
+        }
+    }
+
+    /// The last instant this node may act as holder, if it holds a lease.
+    pub fn lease_valid_until(&self) -> Option<Time> {
+        self.lease().map(HeldLease::valid_until)
+    }
+
+    /// Whether the agent's stop has been carried out.
+    pub fn is_stopped(&self) -> bool {
+        self.stopped
+    }
+
+    /// The next action to carry out, in order.
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    /// The next instant at which [`Holder::handle_timeout`] has work.
+    pub fn poll_timeout(&self) -> Option<Time> {
+        if self.stopped {
+            return None;
+        }
+        let mut t: Option<Time> = None;
+        let mut at = |x: Time| t = Some(t.map_or(x, |t| t.min(x)));
+        match &self.phase {
+            Phase::Candidate { acquiring } => {
+                if !self.stopping && acquiring.is_none() && self.is_eligible() {
+                    at(self
+                        .next_poll
+                        .max(self.hold_off_until.unwrap_or(Time::ZERO)));
+                }
+            }
+            Phase::Promoting { lease, run, .. } => {
+                at(self.next_renewal);
+                at(lease.valid_until());
+                if !run.killed {
+                    at(run.started + self.cfg.hook_timeout);
+                }
+                if let Some(since) = self.status.failing_since {
+                    at(since + self.cfg.fail_after);
+                }
+            }
+            Phase::Holding { lease } => {
+                at(self.next_renewal);
+                at(lease.valid_until());
+                if let Some(since) = self.status.failing_since {
+                    at(since + self.cfg.fail_after);
+                }
+            }
+            Phase::SteppingDown { lease, step, .. } => {
+                if let Some(lease) = lease {
+                    at(self.next_renewal);
+                    at(lease.valid_until());
+                }
+                if let Step::Demoting(run) = step {
+                    if !run.killed {
+                        at(run.started + self.cfg.hook_timeout);
+                    }
+                }
+            }
+        }
+        t
+    }
+
+    /// Time has passed: renew, poll, and enforce deadlines that are due.
+    pub fn handle_timeout(&mut self, now: Time) {
+        if self.stopped {
+            return;
+        }
+        self.renewals
+            .retain(|_, (sent, _)| now.saturating_since(*sent) <= self.cfg.timing.lease);
+        match &mut self.phase {
+            Phase::Candidate { acquiring } => {
+                let held_off = self.hold_off_until.is_some_and(|t| now < t);
+                if !self.stopping
+                    && acquiring.is_none()
+                    && self.is_eligible()
+                    && !held_off
+                    && now >= self.next_poll
+                {
+                    self.next_poll = now + self.cfg.timing.renew_every / 2;
+                    let id = self.id();
+                    self.phase = Phase::Candidate {
+                        acquiring: Some((id, now)),
+                    };
+                    self.actions.push_back(Action::Send {
+                        id,
+                        request: ControlRequest::Acquire {
+                            role: self.cfg.role.clone(),
+                            holder: self.cfg.node.clone(),
+                            priority: self.cfg.priority,
+                        },
+                        deadline: now + self.cfg.acquire_timeout,
+                    });
+                }
+            }
+            Phase::Promoting { lease, run, .. } => {
+                if lease.expired(now) {
+                    return self.step_down(now, StepDownReason::LeaseExpired, None);
+                }
+                if !run.killed && now >= run.started + self.cfg.hook_timeout {
+                    return self.step_down(now, StepDownReason::PromoteTimedOut, None);
+                }
+                if self.failing_long(now) {
+                    return self.step_down(now, StepDownReason::ServiceFailing, None);
+                }
+                self.maybe_renew(now);
+            }
+            Phase::Holding { lease } => {
+                if lease.expired(now) {
+                    return self.step_down(now, StepDownReason::LeaseExpired, None);
+                }
+                if self.failing_long(now) {
+                    return self.step_down(now, StepDownReason::ServiceFailing, None);
+                }
+                self.maybe_renew(now);
+            }
+            Phase::SteppingDown { lease, step, .. } => {
+                if lease.as_ref().is_some_and(|l| l.expired(now)) {
+                    *lease = None;
+                }
+                if let Step::Demoting(run) = step {
+                    if !run.killed && now >= run.started + self.cfg.hook_timeout {
+                        run.killed = true;
+                        run.timed_out = true;
+                        let id = run.id;
+                        self.actions.push_back(Action::KillHook { id });
+                    }
+                }
+                self.maybe_renew(now);
+            }
+        }
+    }
+
+    /// The service's checks changed (or were re-read).
+    pub fn handle_checks(&mut self, now: Time, status: ServiceStatus) {
+        self.status = status;
+        let eligible = self.is_eligible();
+        if self.eligible != Some(eligible) {
+            self.eligible = Some(eligible);
+            self.actions
+                .push_back(Action::Event(HolderEvent::Eligible(eligible)));
+        }
+        self.handle_timeout(now);
+    }
+
+    /// The answer to request `id` (`None`: no server answered in time).
+    pub fn handle_response(&mut self, now: Time, id: RequestId, response: Option<LeaseResponse>) {
+        if self.stopped {
+            return;
+        }
+        if let Phase::Candidate { acquiring } = &mut self.phase {
+            if let Some((aid, sent)) = *acquiring {
+                if aid == id {
+                    *acquiring = None;
+                    if let Some(LeaseResponse::Granted { epoch }) = response {
+                        self.granted(now, epoch, sent);
+                    }
+                    self.handle_timeout(now);
+                    return;
+                }
+            }
+        }
+        if let Some(LeaseResponse::Granted { epoch: e }) = response {
+            // Granted after this node moved on (stopping, or a late answer):
+            // give it straight back.
+            self.send_release(now, e, None);
+            return;
+        }
+        let Some((sent, epoch)) = self.renewals.remove(&id) else {
+            return; // too old to count, or not a renewal
+        };
+        if self.epoch() != Some(epoch) {
+            return;
+        }
+        match response {
+            Some(LeaseResponse::Renewed { epoch: e }) if e == epoch => {
+                if let Some(lease) = self.lease_mut() {
+                    lease.renewed(sent);
+                    let deadline = lease.valid_until();
+                    if self.watchdog == Watchdog::Armed {
+                        self.actions.push_back(Action::ArmWatchdog { deadline });
+                    }
+                }
+            }
+            Some(LeaseResponse::Rejected(_)) => match &mut self.phase {
+                Phase::Promoting { .. } | Phase::Holding { .. } => {
+                    self.step_down(now, StepDownReason::Fenced, None);
+                }
+                Phase::SteppingDown { lease, .. } => *lease = None,
+                Phase::Candidate { .. } => {}
+            },
+            _ => {}
+        }
+    }
+
+    /// Hook run `id` has exited.
+    pub fn handle_hook_exit(&mut self, now: Time, id: HookId, exit: HookExit) {
+        match &mut self.phase {
+            Phase::Promoting {
+                lease,
+                run,
+                handover,
+            } if run.id == id => {
+                let outcome = run.outcome(exit);
+                let epoch = lease.epoch;
+                let handover = handover.take();
+                if outcome == HookOutcome::Succeeded {
+                    let lease = lease.clone();
+                    self.phase = Phase::Holding { lease };
+                    self.actions
+                        .push_back(Action::Event(HolderEvent::Promoted { epoch }));
+                    if self.stopping {
+                        self.step_down(now, StepDownReason::Leaving, None);
+                    } else if let Some(next) = handover {
+                        self.step_down(now, StepDownReason::Handover, next);
+                    } else {
+                        self.handle_timeout(now);
+                    }
+                } else {
+                    let reason = if outcome == HookOutcome::TimedOut {
+                        StepDownReason::PromoteTimedOut
+                    } else {
+                        StepDownReason::PromoteFailed
+                    };
+                    self.step_down_after_promote(now, reason, outcome);
+                }
+            }
+            Phase::SteppingDown {
+                step: Step::StoppingPromote(run),
+                promote,
+                ..
+            } if run.id == id => {
+                *promote = Some(run.outcome(exit));
+                self.after_promote_stopped(now);
+            }
+            Phase::SteppingDown {
+                step: Step::Demoting(run),
+                ..
+            } if run.id == id => {
+                let outcome = run.outcome(exit);
+                self.finish(now, outcome);
+            }
+            _ => {}
+        }
+    }
+
+    /// The watchdog has ended: `fenced` if it had already run the demote
+    /// command (the lease ran out while this agent could not renew).
+    pub fn handle_watchdog_released(&mut self, now: Time, fenced: bool) {
+        if self.watchdog == Watchdog::Armed {
+            self.watchdog = Watchdog::Disarmed;
+        }
+        let (epoch, reason) = match &self.phase {
+            Phase::SteppingDown {
+                step: Step::DisarmingWatchdog,
+                epoch,
+                reason,
+                ..
+            } => (*epoch, *reason),
+            _ => return,
+        };
+        if fenced {
+            return self.finish(now, HookOutcome::FencedByWatchdog);
+        }
+        let id = self.hook_id();
+        if let Phase::SteppingDown { step, .. } = &mut self.phase {
+            *step = Step::Demoting(Run {
+                id,
+                started: now,
+                killed: false,
+                timed_out: false,
+            });
+        }
+        self.actions.push_back(Action::StartHook {
+            id,
+            kind: HookKind::Demote,
+            epoch,
+            reason: reason.as_str(),
+        });
+    }
+
+    /// An operator asked for a handover (to `next`, or to the best other candidate).
+    pub fn handle_handover(&mut self, now: Time, next: Option<String>) {
+        match &mut self.phase {
+            Phase::Promoting { handover, .. } => *handover = Some(next),
+            Phase::Holding { .. } => self.step_down(now, StepDownReason::Handover, next),
+            Phase::Candidate { .. } | Phase::SteppingDown { .. } => {}
+        }
+    }
+
+    /// The agent is stopping: give the role up (demote, release), then
+    /// report [`HolderEvent::Stopped`].
+    pub fn handle_stop(&mut self, now: Time) {
+        if self.stopping {
+            return;
+        }
+        self.stopping = true;
+        match &self.phase {
+            Phase::Candidate { .. } => self.stop_done(),
+            Phase::Promoting { .. } | Phase::Holding { .. } => {
+                self.step_down(now, StepDownReason::Leaving, None)
+            }
+            Phase::SteppingDown { .. } => {}
+        }
+    }
+
+    fn stop_done(&mut self) {
+        self.stopped = true;
+        self.actions.push_back(Action::Event(HolderEvent::Stopped));
+    }
+
+    fn is_eligible(&self) -> bool {
+        self.status.healthy && self.status.ready
+    }
+
+    fn failing_long(&self, now: Time) -> bool {
+        self.status
+            .failing_since
+            .is_some_and(|s| now.saturating_since(s) >= self.cfg.fail_after)
+    }
+
+    fn id(&mut self) -> RequestId {
+        self.next_id += 1;
+        RequestId(self.next_id)
+    }
+
+    fn hook_id(&mut self) -> HookId {
+        self.next_id += 1;
+        HookId(self.next_id)
+    }
+
+    fn lease(&self) -> Option<&HeldLease> {
+        match &self.phase {
+            Phase::Promoting { lease, .. } | Phase::Holding { lease } => Some(lease),
+            Phase::SteppingDown { lease, .. } => lease.as_ref(),
+            Phase::Candidate { .. } => None,
+        }
+    }
+
+    fn lease_mut(&mut self) -> Option<&mut HeldLease> {
+        match &mut self.phase {
+            Phase::Promoting { lease, .. } | Phase::Holding { lease } => Some(lease),
+            Phase::SteppingDown { lease, .. } => lease.as_mut(),
+            Phase::Candidate { .. } => None,
+        }
+    }
+
+    fn granted(&mut self, now: Time, epoch: u64, sent: Time) {
+        let lease = HeldLease::granted(self.cfg.timing, &self.cfg.role, epoch, sent);
+        if lease.expired(now) || self.stopping || !self.is_eligible() {
+            // Too late to use, or no longer wanted: give it back.
+            self.send_release(now, epoch, None);
+            return;
+        }
+        let deadline = lease.valid_until();
+        self.watchdog = Watchdog::Armed;
+        self.actions
+            .push_back(Action::StartWatchdog { epoch, deadline });
+        let id = self.hook_id();
+        self.phase = Phase::Promoting {
+            lease,
+            run: Run {
+                id,
+                started: now,
+                killed: false,
+                timed_out: false,
+            },
+            handover: None,
+        };
+        // The grant counts as the first renewal.
+        self.next_renewal = now + self.cfg.timing.renew_every;
+        self.actions
+            .push_back(Action::Event(HolderEvent::Promoting { epoch }));
+        self.actions.push_back(Action::StartHook {
+            id,
+            kind: HookKind::Promote,
+            epoch,
+            reason: "promote",
+        });
+    }
+
+    fn maybe_renew(&mut self, now: Time) {
+        let Some(lease) = self.lease() else { return };
+        if now < self.next_renewal || lease.expired(now) {
+            return;
+        }
+        let (epoch, until) = (lease.epoch, lease.valid_until());
+        self.next_renewal = now + self.cfg.timing.renew_every;
+        let id = self.id();
+        self.renewals.insert(id, (now, epoch));
+        self.actions.push_back(Action::Send {
+            id,
+            request: ControlRequest::Lease(LeaseRequest::Renew {
+                role: self.cfg.role.clone(),
+                holder: self.cfg.node.clone(),
+                epoch,
+            }),
+            deadline: until.max(now + Duration::from_millis(50)),
+        });
+    }
+
+    fn send_release(&mut self, now: Time, epoch: u64, next: Option<String>) {
+        let id = self.id();
+        self.actions.push_back(Action::Send {
+            id,
+            request: ControlRequest::Lease(LeaseRequest::Release {
+                role: self.cfg.role.clone(),
+                holder: self.cfg.node.clone(),
+                epoch,
+                next,
+            }),
+            deadline: now + Duration::from_millis(500),
+        });
+    }
+
+    /// Ends a promotion or a holding: kill the promote hook if it runs,
+    /// then release the watchdog, then demote.
+    fn step_down(&mut self, now: Time, reason: StepDownReason, next: Option<String>) {
+        let (epoch, lease, run) = match &self.phase {
+            Phase::Promoting { lease, run, .. } => (lease.epoch, lease.clone(), Some(*run)),
+            Phase::Holding { lease } => (lease.epoch, lease.clone(), None),
+            Phase::Candidate { .. } | Phase::SteppingDown { .. } => return,
+        };
+        let lease = (!reason.lease_lost() && !lease.expired(now)).then_some(lease);
+        self.actions
+            .push_back(Action::Event(HolderEvent::SteppingDown { epoch, reason }));
+        let step = match run {
+            Some(mut run) => {
+                run.killed = true;
+                run.timed_out = reason == StepDownReason::PromoteTimedOut;
+                self.actions.push_back(Action::KillHook { id: run.id });
+                Step::StoppingPromote(run)
+            }
+            None => Step::DisarmingWatchdog,
+        };
+        self.phase = Phase::SteppingDown {
+            epoch,
+            lease,
+            reason,
+            next,
+            promote: None,
+            step,
+        };
+        if run.is_none() {
+            self.after_promote_stopped(now);
+        }
+    }
+
+    /// The promote hook ended on its own, unsuccessfully.
+    fn step_down_after_promote(&mut self, now: Time, reason: StepDownReason, out: HookOutcome) {
+        let Phase::Promoting { lease, .. } = &self.phase else {
+            return;
+        };
+        let epoch = lease.epoch;
+        let lease = (!lease.expired(now)).then(|| lease.clone());
+        self.actions
+            .push_back(Action::Event(HolderEvent::SteppingDown { epoch, reason }));
+        self.phase = Phase::SteppingDown {
+            epoch,
+            lease,
+            reason,
+            next: None,
+            promote: Some(out),
+            step: Step::DisarmingWatchdog,
+        };
+        self.after_promote_stopped(now);
+    }
+
+    fn after_promote_stopped(&mut self, now: Time) {
+        if let Phase::SteppingDown { step, .. } = &mut self.phase {
+            *step = Step::DisarmingWatchdog;
+        }
+        if self.watchdog == Watchdog::Armed {
+            self.actions.push_back(Action::DisarmWatchdog);
+        } else {
+            self.handle_watchdog_released(now, false);
+        }
+    }
+
+    /// The demote (or the watchdog's fence) is done: release the role and
+    /// become a candidate again.
+    fn finish(&mut self, now: Time, demote: HookOutcome) {
+        let Phase::SteppingDown {
+            epoch,
+            reason,
+            next,
+            promote,
+            ..
+        } = std::mem::replace(&mut self.phase, Phase::Candidate { acquiring: None })
+        else {
+            return;
+        };
+        if self.watchdog != Watchdog::None {
+            self.watchdog = Watchdog::None;
+            self.actions.push_back(Action::StopWatchdog);
+        }
+        if reason != StepDownReason::Fenced {
+            self.send_release(now, epoch, next);
+        }
+        self.renewals.retain(|_, (_, e)| *e != epoch);
+        self.actions.push_back(Action::Event(HolderEvent::Demoted {
+            epoch,
+            reason,
+            promote,
+            demote,
+        }));
+        if matches!(
+            reason,
+            StepDownReason::Handover
+                | StepDownReason::PromoteFailed
+                | StepDownReason::PromoteTimedOut
+        ) {
+            // Stand aside so that the next candidate takes the role.
+            self.hold_off_until = Some(now + self.cfg.timing.lease);
+        }
+        self.next_poll = now;
+        if self.stopping {
+            self.stop_done();
+        } else {
+            self.handle_timeout(now);
+        }
+    }
+}
