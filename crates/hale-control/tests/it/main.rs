@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod checker;
+mod holder;
 mod lease_histories;
 mod raft;
 mod table;

@@ -1,0 +1,344 @@
+//! The holder state machine's exact outputs, step by step.
+
+use std::time::Duration;
+
+use hale_control::{
+    Action, ControlRequest, Holder, HolderConfig, HolderEvent, HookExit, HookId, HookKind,
+    HookOutcome, LeaseRequest, LeaseResponse, LeaseTiming, RequestId, RoleState, ServiceStatus,
+    StepDownReason,
+};
+use hale_core::Time;
+
+fn ms(n: u64) -> Time {
+    Time::from_millis(n)
+}
+
+fn holder() -> Holder {
+    Holder::new(
+        HolderConfig {
+            role: "db".into(),
+            node: "a".into(),
+            priority: 5,
+            timing: LeaseTiming::default(),
+            hook_timeout: Duration::from_secs(10),
+            fail_after: Duration::from_secs(3),
+            acquire_timeout: Duration::from_millis(1500),
+        },
+        Time::ZERO,
+    )
+}
+
+fn actions(h: &mut Holder) -> Vec<Action> {
+    std::iter::from_fn(|| h.poll_action()).collect()
+}
+
+const OK: ServiceStatus = ServiceStatus {
+    healthy: true,
+    ready: true,
+    failing_since: None,
+};
+
+/// A standby that was granted epoch 7 at 0 ms (request sent at 0 ms): its
+/// promote hook's id.
+fn granted(h: &mut Holder) -> HookId {
+    h.handle_checks(ms(0), OK);
+    let a = actions(h);
+    let Some(Action::Send { id, .. }) = a.last() else {
+        panic!("no acquisition in {a:?}")
+    };
+    h.handle_response(ms(10), *id, Some(LeaseResponse::Granted { epoch: 7 }));
+    let a = actions(h);
+    let hook = a
+        .iter()
+        .find_map(|x| match x {
+            Action::StartHook { id, .. } => Some(*id),
+            _ => None,
+        })
+        .expect("promote hook started");
+    assert_eq!(
+        a,
+        vec![
+            Action::StartWatchdog {
+                epoch: 7,
+                deadline: ms(1600)
+            },
+            Action::Event(HolderEvent::Promoting { epoch: 7 }),
+            Action::StartHook {
+                id: hook,
+                kind: HookKind::Promote,
+                epoch: 7,
+                reason: "promote"
+            },
+        ]
+    );
+    hook
+}
+
+fn renew(epoch: u64) -> ControlRequest {
+    ControlRequest::Lease(LeaseRequest::Renew {
+        role: "db".into(),
+        holder: "a".into(),
+        epoch,
+    })
+}
+
+#[test]
+fn a_healthy_standby_asks_for_the_role_and_an_unhealthy_one_does_not() {
+    let mut h = holder();
+    h.handle_timeout(ms(0));
+    assert_eq!(actions(&mut h), vec![]);
+    assert_eq!(h.state(), RoleState::Ineligible);
+    h.handle_checks(ms(0), OK);
+    assert_eq!(
+        actions(&mut h),
+        vec![
+            Action::Event(HolderEvent::Eligible(true)),
+            Action::Send {
+                id: RequestId(1),
+                request: ControlRequest::Acquire {
+                    role: "db".into(),
+                    holder: "a".into(),
+                    priority: 5
+                },
+                deadline: ms(1500)
+            }
+        ]
+    );
+    assert_eq!(h.state(), RoleState::Standby);
+}
+
+#[test]
+fn a_holder_keeps_renewing_while_its_promote_hook_runs() {
+    let mut h = holder();
+    let _hook = granted(&mut h);
+    assert_eq!(h.state(), RoleState::Promoting);
+    assert_eq!(h.poll_timeout(), Some(ms(510)));
+    h.handle_timeout(ms(510));
+    let a = actions(&mut h);
+    let [Action::Send { id, request, .. }] = a.as_slice() else {
+        panic!("{a:?}")
+    };
+    assert_eq!(*request, renew(7));
+    // The renewal commits: the watchdog is re-armed with the renewal's end,
+    // the hook is untouched.
+    h.handle_response(ms(520), *id, Some(LeaseResponse::Renewed { epoch: 7 }));
+    assert_eq!(
+        actions(&mut h),
+        vec![Action::ArmWatchdog { deadline: ms(2110) }]
+    );
+    // Three seconds of promote hook: renewals every 500 ms throughout.
+    let mut sent = 0;
+    let mut t = 510;
+    while t < 3_500 {
+        t += 500;
+        h.handle_timeout(ms(t));
+        for a in actions(&mut h) {
+            if let Action::Send { id, request, .. } = a {
+                assert_eq!(request, renew(7));
+                sent += 1;
+                h.handle_response(ms(t + 5), id, Some(LeaseResponse::Renewed { epoch: 7 }));
+                let _ = actions(&mut h);
+            } else {
+                panic!("unexpected {a:?} while promoting");
+            }
+        }
+    }
+    assert_eq!(sent, 6);
+    assert_eq!(h.state(), RoleState::Promoting);
+}
+
+#[test]
+fn a_promotion_that_completes_makes_the_node_holder() {
+    let mut h = holder();
+    let hook = granted(&mut h);
+    h.handle_hook_exit(ms(300), hook, HookExit::Succeeded);
+    assert_eq!(
+        actions(&mut h),
+        vec![Action::Event(HolderEvent::Promoted { epoch: 7 })]
+    );
+    assert_eq!(h.state(), RoleState::Holder);
+}
+
+#[test]
+fn a_lease_lost_during_a_promotion_kills_the_promote_hook_before_the_demote_starts() {
+    let mut h = holder();
+    let promote = granted(&mut h);
+    // Renewals go unanswered: the lease ends at 1600 ms.
+    let mut t = 0;
+    while t < 1_600 {
+        t = h.poll_timeout().expect("a deadline").as_nanos() / 1_000_000;
+        h.handle_timeout(ms(t));
+        let a = actions(&mut h);
+        if t < 1_600 {
+            assert!(a.iter().all(|x| matches!(x, Action::Send { .. })), "{a:?}");
+        } else {
+            assert_eq!(
+                a,
+                vec![
+                    Action::Event(HolderEvent::SteppingDown {
+                        epoch: 7,
+                        reason: StepDownReason::LeaseExpired
+                    }),
+                    Action::KillHook { id: promote },
+                ]
+            );
+        }
+    }
+    assert_eq!(h.state(), RoleState::Demoting);
+    // Nothing else until the promote hook's exit is reported.
+    h.handle_timeout(ms(1_700));
+    assert_eq!(actions(&mut h), vec![]);
+    h.handle_hook_exit(ms(1_701), promote, HookExit::Killed);
+    assert_eq!(actions(&mut h), vec![Action::DisarmWatchdog]);
+    h.handle_watchdog_released(ms(1_702), false);
+    let a = actions(&mut h);
+    let [Action::StartHook {
+        id: demote,
+        kind: HookKind::Demote,
+        epoch: 7,
+        reason: "lease-expired",
+    }] = a.as_slice()
+    else {
+        panic!("{a:?}")
+    };
+    h.handle_hook_exit(ms(2_500), *demote, HookExit::Succeeded);
+    let a = actions(&mut h);
+    assert_eq!(a[0], Action::StopWatchdog);
+    assert!(matches!(
+        &a[1],
+        Action::Send {
+            request: ControlRequest::Lease(LeaseRequest::Release { epoch: 7, .. }),
+            ..
+        }
+    ));
+    assert_eq!(
+        a[2],
+        Action::Event(HolderEvent::Demoted {
+            epoch: 7,
+            reason: StepDownReason::LeaseExpired,
+            promote: Some(HookOutcome::Killed),
+            demote: HookOutcome::Succeeded,
+        })
+    );
+}
+
+#[test]
+fn a_holder_whose_watchdog_already_fenced_does_not_demote_again() {
+    let mut h = holder();
+    let promote = granted(&mut h);
+    h.handle_hook_exit(ms(100), promote, HookExit::Succeeded);
+    let _ = actions(&mut h);
+    // Frozen from 100 ms to 5 s: on resuming, the lease has run out.
+    h.handle_timeout(ms(5_000));
+    let a = actions(&mut h);
+    assert_eq!(
+        a,
+        vec![
+            Action::Event(HolderEvent::SteppingDown {
+                epoch: 7,
+                reason: StepDownReason::LeaseExpired
+            }),
+            Action::DisarmWatchdog,
+        ]
+    );
+    h.handle_watchdog_released(ms(5_001), true);
+    let a = actions(&mut h);
+    assert!(
+        !a.iter().any(|x| matches!(x, Action::StartHook { .. })),
+        "a second demote: {a:?}"
+    );
+    assert!(a.contains(&Action::Event(HolderEvent::Demoted {
+        epoch: 7,
+        reason: StepDownReason::LeaseExpired,
+        promote: None,
+        demote: HookOutcome::FencedByWatchdog,
+    })));
+}
+
+#[test]
+fn a_promote_hook_that_outlives_its_timeout_is_killed_and_the_role_released() {
+    let mut h = holder();
+    let promote = granted(&mut h);
+    let mut t = 0;
+    // Renewals commit; the hook runs on past 10 s.
+    while t < 10_010 {
+        t = h.poll_timeout().expect("a deadline").as_nanos() / 1_000_000;
+        h.handle_timeout(ms(t));
+        for a in actions(&mut h) {
+            match a {
+                Action::Send { id, .. } => {
+                    h.handle_response(ms(t), id, Some(LeaseResponse::Renewed { epoch: 7 }))
+                }
+                Action::ArmWatchdog { .. } => {}
+                Action::Event(HolderEvent::SteppingDown { reason, .. }) => {
+                    assert_eq!(reason, StepDownReason::PromoteTimedOut);
+                    assert_eq!(t, 10_010);
+                }
+                Action::KillHook { id } => assert_eq!(id, promote),
+                other => panic!("unexpected {other:?} at {t} ms"),
+            }
+        }
+    }
+    let _ = actions(&mut h);
+    h.handle_hook_exit(ms(10_011), promote, HookExit::Killed);
+    assert_eq!(actions(&mut h), vec![Action::DisarmWatchdog]);
+    h.handle_watchdog_released(ms(10_012), false);
+    let Some(Action::StartHook { id: demote, .. }) = h.poll_action() else {
+        panic!("no demote")
+    };
+    h.handle_hook_exit(ms(10_100), demote, HookExit::Succeeded);
+    let a = actions(&mut h);
+    assert!(a.contains(&Action::Event(HolderEvent::Demoted {
+        epoch: 7,
+        reason: StepDownReason::PromoteTimedOut,
+        promote: Some(HookOutcome::TimedOut),
+        demote: HookOutcome::Succeeded,
+    })));
+    // It stands aside for one lease so that another candidate takes the role.
+    assert_eq!(h.state(), RoleState::Standby);
+    h.handle_timeout(ms(11_000));
+    assert_eq!(actions(&mut h), vec![]);
+    assert_eq!(h.poll_timeout(), Some(ms(12_100)));
+}
+
+#[test]
+fn a_handover_asked_during_a_promotion_is_taken_once_it_completes_and_keeps_the_lease_until_demoted(
+) {
+    let mut h = holder();
+    let promote = granted(&mut h);
+    h.handle_handover(ms(50), Some("b".into()));
+    assert_eq!(actions(&mut h), vec![]);
+    h.handle_hook_exit(ms(100), promote, HookExit::Succeeded);
+    let a = actions(&mut h);
+    assert_eq!(
+        a,
+        vec![
+            Action::Event(HolderEvent::Promoted { epoch: 7 }),
+            Action::Event(HolderEvent::SteppingDown {
+                epoch: 7,
+                reason: StepDownReason::Handover
+            }),
+            Action::DisarmWatchdog,
+        ]
+    );
+    h.handle_watchdog_released(ms(101), false);
+    let Some(Action::StartHook { id: demote, .. }) = h.poll_action() else {
+        panic!("no demote")
+    };
+    // The demote takes 2 s: the lease is still renewed meanwhile.
+    h.handle_timeout(ms(510));
+    let a = actions(&mut h);
+    assert!(
+        matches!(a.as_slice(), [Action::Send { request, .. }] if *request == renew(7)),
+        "{a:?}"
+    );
+    h.handle_hook_exit(ms(2_100), demote, HookExit::Succeeded);
+    let a = actions(&mut h);
+    assert!(
+        a.iter().any(|x| matches!(x, Action::Send {
+            request: ControlRequest::Lease(LeaseRequest::Release { epoch: 7, next: Some(n), .. }),
+            ..
+        } if n == "b")),
+        "no release naming b: {a:?}"
+    );
+}
