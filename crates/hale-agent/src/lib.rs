@@ -469,12 +469,7 @@ async fn start_roles(
             source,
         })?;
         servers.entry(id).or_insert(addr);
-        let cp = hale_control::raft::ControlPlane::start(
-            id,
-            &plan.data_dir,
-            hale_control::LeaseTiming::default(),
-        )
-        .await?;
+        let cp = hale_control::raft::ControlPlane::start(id, &plan.data_dir, plan.timing).await?;
         let app = cp.routes();
         let stop_for_holders = stop.clone();
         let mut stop = stop;
@@ -551,7 +546,7 @@ async fn start_roles(
             node: me.clone(),
             control: client.clone().gated(shared.drill.frozen_flag()),
             services: out.services.clone(),
-            timing: hale_control::LeaseTiming::default(),
+            timing: plan.timing,
             views: out.views.clone(),
             watchdog_exe: cfg.watchdog_exe.clone(),
             on_change: on_change.clone(),

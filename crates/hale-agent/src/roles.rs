@@ -1,16 +1,16 @@
 //! Roles: this node's candidacies, held through leases from the control plane.
 //!
-//! Each role this node is a candidate for has a manager task. As a standby
-//! it asks the control plane for the role when its service is healthy and
-//! ready and no better candidate is (the control-plane leader's grantor
-//! decides when the role may change hands). As the holder it renews every
-//! `renew_every`, re-arms its watchdog, and demotes itself — demote hook,
-//! then release — when its lease would run out, when a renewal is refused
-//! (fenced), or when its service's essential checks have failed for
-//! `fail_after`. A failing non-essential service never moves a role.
+//! Each role this node is a candidate for has a manager task that carries
+//! out what the role's [`Holder`] state machine (in `hale-control`) asks:
+//! control-plane requests (each on a task of its own, so that renewals
+//! never wait for anything), hooks (each in a process group of its own,
+//! killed as a group), and the fencing watchdog process. The decisions —
+//! when to ask for the role, renew, give it up, kill a hook, demote — are
+//! the state machine's, and the lease-history model checks them. A failing
+//! non-essential service never moves a role.
 
 use std::collections::BTreeMap;
-use std::io::Write;
+use std::io::{BufRead, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Stdio};
@@ -18,9 +18,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use hale_control::{HeldLease, LeaseRequest, LeaseResponse, LeaseTiming};
+use hale_control::{
+    Action, ControlRequest, HookExit, HookId, HookKind, Holder, HolderConfig, HolderEvent,
+    LeaseResponse, LeaseTiming, RequestId, ServiceStatus,
+};
 use hale_core::Time;
 
 use crate::config::ConfigError;
@@ -45,6 +49,55 @@ pub struct ControlSection {
     pub bootstrap: bool,
     /// Where the server keeps its log and snapshots (default `hale-data/<name>`).
     pub data_dir: Option<PathBuf>,
+    /// How long a lease lasts (default 2 s). Shorter: faster failover when
+    /// a holder's host dies, but a control-plane hiccup (an election, a
+    /// slow disk) of that length costs the holder its role. Must be the
+    /// same on every agent of the cluster.
+    #[serde(default, with = "humantime_serde")]
+    pub lease: Option<Duration>,
+    /// How often a holder renews (default 500 ms; at most a third of the lease).
+    #[serde(default, with = "humantime_serde")]
+    pub renew_every: Option<Duration>,
+}
+
+impl ControlSection {
+    /// The lease timing these settings give (defaults where unset).
+    pub fn timing(&self) -> Result<LeaseTiming, ConfigError> {
+        let d = LeaseTiming::default();
+        let lease = self.lease.unwrap_or(d.lease);
+        let renew_every = self.renew_every.unwrap_or(d.renew_every);
+        let bad = |field: &str, problem: String| ConfigError::Invalid {
+            field: format!("control.{field}"),
+            problem,
+        };
+        if lease < Duration::from_millis(500) || lease > Duration::from_secs(300) {
+            return Err(bad(
+                "lease",
+                format!("{lease:?} is outside 500ms..300s"),
+            ));
+        }
+        if renew_every < Duration::from_millis(50) {
+            return Err(bad(
+                "renew_every",
+                format!("{renew_every:?} is below 50ms"),
+            ));
+        }
+        if renew_every * 3 > lease {
+            return Err(bad(
+                "renew_every",
+                format!(
+                    "{renew_every:?} is more than a third of control.lease ({lease:?}): \
+                     a holder must be able to miss two renewals and keep its lease"
+                ),
+            ));
+        }
+        Ok(LeaseTiming {
+            lease,
+            renew_every,
+            // Tolerates clocks running 20% apart over one lease.
+            drift_margin: lease / 5,
+        })
+    }
 }
 
 /// `[[role]]`: this node's candidacy for a role.
@@ -130,6 +183,8 @@ pub struct ControlPlan {
     pub bootstrap: bool,
     /// The server's data directory.
     pub data_dir: PathBuf,
+    /// Lease timing (`[control] lease`, `renew_every`).
+    pub timing: LeaseTiming,
 }
 
 impl ControlSection {
@@ -147,9 +202,11 @@ impl ControlSection {
                 servers: BTreeMap::new(),
                 bootstrap: true,
                 data_dir: default_dir,
+                timing: LeaseTiming::default(),
             }));
         };
         let servers = parse_servers(&c.servers)?;
+        let timing = c.timing()?;
         let server = match c.id {
             Some(id) => {
                 let bind = c.bind.as_deref().unwrap_or("127.0.0.1:7948");
@@ -172,6 +229,7 @@ impl ControlSection {
             servers,
             bootstrap: c.bootstrap,
             data_dir: c.data_dir.clone().unwrap_or(default_dir),
+            timing,
         }))
     }
 }
@@ -200,18 +258,19 @@ pub struct RoleView {
     pub role: String,
     /// This node's priority.
     pub priority: i64,
-    /// `holder`, `promoting` (granted, promote hook running), `standby` or `ineligible`.
+    /// `holder`, `promoting` (granted, promote hook running), `demoting`
+    /// (giving the role up), `standby` or `ineligible`.
     pub state: String,
-    /// The fencing epoch held, if holder.
+    /// The fencing epoch held, if promoting, holder or demoting.
     pub epoch: Option<u64>,
-    /// Milliseconds of lease left, if holder.
+    /// Milliseconds of lease left, if it holds one.
     pub lease_left_ms: Option<u64>,
     /// Why the last change happened.
     pub last_change: Option<String>,
-    /// Unix time (ms) this node became holder, if holder.
+    /// Unix time (ms) this node became holder (its promote hook succeeded), if holder.
     #[serde(default)]
     pub held_since_unix_ms: Option<u64>,
-    /// Promotions and demotions so far.
+    /// Promotions completed so far.
     pub promotions: u64,
     /// Demotions so far.
     pub demotions: u64,
@@ -219,26 +278,41 @@ pub struct RoleView {
     pub renewals: u64,
 }
 
-/// Reports a role change: its kind (`promoted`, `demoted`, `eligible`) and detail.
+/// Reports a role change: its kind (`promoting`, `promoted`, `demoting`,
+/// `demoted`, `eligible`) and detail.
 pub type OnRoleChange = Arc<dyn Fn(&str, serde_json::Value) + Send + Sync>;
 
 /// Shared role views.
 pub type RoleViews = Arc<Mutex<BTreeMap<String, RoleView>>>;
 
-struct Watchdog(Child);
+/// The watchdog process of one holding, and the thread reading its answers.
+struct Watchdog {
+    child: Child,
+}
 
 impl Watchdog {
-    fn arm(&mut self, left: Duration) {
-        if let Some(stdin) = self.0.stdin.as_mut() {
-            let _ = writeln!(stdin, "arm {}", left.as_millis());
+    fn send(&mut self, line: &str) {
+        if let Some(stdin) = self.child.stdin.as_mut() {
+            let _ = writeln!(stdin, "{line}");
+            let _ = stdin.flush();
         }
     }
-    fn release(mut self) {
-        if let Some(stdin) = self.0.stdin.as_mut() {
-            let _ = writeln!(stdin, "release");
-        }
-        let _ = self.0.wait();
+
+    /// Tells it to exit without fencing, and reaps it off the runtime.
+    fn stop(mut self) {
+        self.send("stop");
+        std::thread::spawn(move || {
+            let _ = self.child.wait();
+        });
     }
+}
+
+/// What reaches a role manager's loop from the tasks it started.
+enum Input {
+    Response(RequestId, Option<LeaseResponse>),
+    HookExit(HookId, HookExit),
+    /// The watchdog's answer to `disarm` (`None`: it exited without one).
+    Watchdog(Option<bool>),
 }
 
 /// Everything a role manager needs.
@@ -266,6 +340,27 @@ pub struct RoleManager {
     pub handover: tokio::sync::mpsc::Receiver<Option<String>>,
 }
 
+/// The executor's own state: running hooks and the watchdog.
+struct Running {
+    origin: Instant,
+    tx: mpsc::UnboundedSender<Input>,
+    /// Hook runs: process group, and whether it is the promote hook.
+    hooks: BTreeMap<HookId, (u32, bool)>,
+    watchdog: Option<Watchdog>,
+    /// A `disarm` awaits its answer.
+    disarming: bool,
+}
+
+impl Running {
+    fn now(&self) -> Time {
+        Time::from_nanos(self.origin.elapsed().as_nanos() as u64)
+    }
+
+    fn left(&self, t: Time) -> Duration {
+        t.saturating_since(self.now())
+    }
+}
+
 impl RoleManager {
     fn env(&self, epoch: u64) -> Vec<(String, String)> {
         vec![
@@ -280,21 +375,221 @@ impl RoleManager {
         let e = v.entry(self.spec.name.clone()).or_insert_with(|| RoleView {
             role: self.spec.name.clone(),
             priority: self.spec.priority,
-            state: "standby".into(),
+            state: "ineligible".into(),
             ..RoleView::default()
         });
         f(e);
     }
 
-    async fn hook(&self, argv: Vec<String>, epoch: u64, reason: &'static str) -> bool {
-        let env = self.env(epoch);
-        let t = self.spec.hook_timeout;
-        tokio::task::spawn_blocking(move || crate::watchdog::run_hook(&argv, &env, reason, t))
-            .await
-            .unwrap_or(false)
+    fn status(&self, now: Time) -> ServiceStatus {
+        let all = self.services.lock().expect("services lock");
+        match all.iter().find(|s| s.spec.name == self.spec.service) {
+            Some(s) => ServiceStatus {
+                healthy: s.healthy(),
+                ready: s.ready(),
+                failing_since: s.failing_for(Instant::now()).map(|d| now - d),
+            },
+            None => ServiceStatus::default(),
+        }
     }
 
-    fn start_watchdog(&self, epoch: u64, left: Duration) -> Option<Watchdog> {
+    /// Runs until the agent's stop has been carried out (the role given up)
+    /// or the task is aborted; on abort the watchdog, if any, fences (its
+    /// standard input closes).
+    pub async fn run(mut self) {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let mut run = Running {
+            origin: Instant::now(),
+            tx,
+            hooks: BTreeMap::new(),
+            watchdog: None,
+            disarming: false,
+        };
+        let mut sm = Holder::new(
+            HolderConfig {
+                role: self.spec.name.clone(),
+                node: self.node.clone(),
+                priority: self.spec.priority,
+                timing: self.timing,
+                hook_timeout: self.spec.hook_timeout,
+                fail_after: self.spec.fail_after,
+                acquire_timeout: Duration::from_millis(1500),
+            },
+            run.now(),
+        );
+        let mut checks = tokio::time::interval(Duration::from_millis(100));
+        checks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut stopping = false;
+        loop {
+            while let Some(a) = sm.poll_action() {
+                self.carry_out(&mut run, a);
+            }
+            self.publish_view(&sm, &run);
+            if sm.is_stopped() {
+                return;
+            }
+            let wake = sm
+                .poll_timeout()
+                .map(|t| run.origin + Duration::from_nanos(t.as_nanos()));
+            tokio::select! {
+                _ = sleep_until(wake) => sm.handle_timeout(run.now()),
+                Some(input) = rx.recv() => match input {
+                    Input::Response(id, r) => {
+                        if matches!(r, Some(LeaseResponse::Renewed { .. })) {
+                            self.view(|v| v.renewals += 1);
+                        }
+                        sm.handle_response(run.now(), id, r);
+                    }
+                    Input::HookExit(id, exit) => {
+                        if let Some((_, true)) = run.hooks.remove(&id) {
+                            if let Some(w) = run.watchdog.as_mut() {
+                                w.send("promote-done");
+                            }
+                        }
+                        sm.handle_hook_exit(run.now(), id, exit);
+                    }
+                    Input::Watchdog(answer) => {
+                        if std::mem::take(&mut run.disarming) {
+                            sm.handle_watchdog_released(run.now(), answer.unwrap_or(false));
+                        }
+                    }
+                },
+                _ = checks.tick() => {
+                    let now = run.now();
+                    sm.handle_checks(now, self.status(now));
+                }
+                Some(to) = self.handover.recv() => sm.handle_handover(run.now(), to),
+                r = self.stop.changed(), if !stopping => {
+                    let _ = r;
+                    stopping = true;
+                    sm.handle_stop(run.now());
+                }
+            }
+        }
+    }
+
+    fn publish_view(&self, sm: &Holder, run: &Running) {
+        let left = sm
+            .lease_valid_until()
+            .map(|t| run.left(t).as_millis() as u64);
+        self.view(|v| {
+            v.state = sm.state().as_str().into();
+            v.epoch = sm.epoch();
+            v.lease_left_ms = left;
+            if sm.state() != hale_control::RoleState::Holder {
+                v.held_since_unix_ms = None;
+            }
+        });
+    }
+
+    fn carry_out(&self, run: &mut Running, a: Action) {
+        match a {
+            Action::Send {
+                id,
+                request,
+                deadline,
+            } => {
+                let limit = run.left(deadline).max(Duration::from_millis(50));
+                let (control, tx) = (self.control.clone(), run.tx.clone());
+                tokio::spawn(async move {
+                    let call = async {
+                        match &request {
+                            ControlRequest::Acquire {
+                                role,
+                                holder,
+                                priority,
+                            } => control.acquire(role, holder, *priority, limit).await,
+                            ControlRequest::Lease(r) => control.write(r, limit).await,
+                        }
+                    };
+                    let r = tokio::time::timeout(limit, call).await.ok().flatten();
+                    let _ = tx.send(Input::Response(id, r));
+                });
+            }
+            Action::StartHook {
+                id,
+                kind,
+                epoch,
+                reason,
+            } => self.start_hook(run, id, kind, epoch, reason),
+            Action::KillHook { id } => {
+                if let Some((pgid, _)) = run.hooks.get(&id) {
+                    crate::watchdog::kill_group(*pgid);
+                }
+            }
+            Action::StartWatchdog { epoch, deadline } => {
+                if let Some(old) = run.watchdog.take() {
+                    old.stop();
+                }
+                run.watchdog = self.start_watchdog(run, epoch, run.left(deadline));
+            }
+            Action::ArmWatchdog { deadline } => {
+                let ms = run.left(deadline).as_millis();
+                if let Some(w) = run.watchdog.as_mut() {
+                    w.send(&format!("arm {ms}"));
+                }
+            }
+            Action::DisarmWatchdog => {
+                run.disarming = true;
+                match run.watchdog.as_mut() {
+                    Some(w) => w.send("disarm"),
+                    None => {
+                        let _ = run.tx.send(Input::Watchdog(Some(false)));
+                    }
+                }
+            }
+            Action::StopWatchdog => {
+                if let Some(w) = run.watchdog.take() {
+                    w.stop();
+                }
+            }
+            Action::Event(e) => self.event(e),
+        }
+    }
+
+    fn start_hook(
+        &self,
+        run: &mut Running,
+        id: HookId,
+        kind: HookKind,
+        epoch: u64,
+        reason: &'static str,
+    ) {
+        let argv = match kind {
+            HookKind::Promote => &self.spec.promote,
+            HookKind::Demote => &self.spec.demote,
+        };
+        let tx = run.tx.clone();
+        let Some(cmd) = crate::watchdog::hook_command(argv, &self.env(epoch), reason) else {
+            let _ = tx.send(Input::HookExit(id, HookExit::Succeeded));
+            return;
+        };
+        let mut cmd = tokio::process::Command::from(cmd);
+        let child = cmd.kill_on_drop(false).spawn();
+        let Ok(mut child) = child else {
+            tracing::warn!(role = %self.spec.name, ?kind, "cannot start hook {argv:?}");
+            let _ = tx.send(Input::HookExit(id, HookExit::NotStarted));
+            return;
+        };
+        let pgid = child.id().unwrap_or(0);
+        let promote = kind == HookKind::Promote;
+        run.hooks.insert(id, (pgid, promote));
+        if promote {
+            if let Some(w) = run.watchdog.as_mut() {
+                w.send(&format!("promote {pgid}"));
+            }
+        }
+        tokio::spawn(async move {
+            let exit = match child.wait().await {
+                Ok(s) if s.success() => HookExit::Succeeded,
+                Ok(_) => HookExit::Failed,
+                Err(_) => HookExit::Failed,
+            };
+            let _ = tx.send(Input::HookExit(id, exit));
+        });
+    }
+
+    fn start_watchdog(&self, run: &Running, epoch: u64, left: Duration) -> Option<Watchdog> {
         let mut cmd = std::process::Command::new(&self.watchdog_exe);
         cmd.arg("watchdog")
             .arg("--deadline-ms")
@@ -305,206 +600,104 @@ impl RoleManager {
             .args(&self.spec.demote)
             .envs(self.env(epoch))
             .stdin(Stdio::piped())
-            .stdout(Stdio::null());
-        cmd.spawn().ok().map(Watchdog)
+            .stdout(Stdio::piped());
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(role = %self.spec.name, "cannot start the watchdog: {e}");
+                return None;
+            }
+        };
+        let out = child.stdout.take();
+        let tx = run.tx.clone();
+        std::thread::spawn(move || {
+            if let Some(out) = out {
+                for line in std::io::BufReader::new(out).lines() {
+                    let Ok(line) = line else { break };
+                    let _ = tx.send(Input::Watchdog(Some(line.trim() == "fenced")));
+                }
+            }
+            let _ = tx.send(Input::Watchdog(None));
+        });
+        Some(Watchdog { child })
     }
 
-    /// Runs until the task is aborted; on abort the watchdog, if any, fences
-    /// (its standard input closes).
-    pub async fn run(mut self) {
-        let origin = Instant::now();
-        let mut eligible_published: Option<bool> = None;
-        let mut hold_off_until: Option<Instant> = None;
-        let now = || Time::from_nanos(origin.elapsed().as_nanos() as u64);
-        let mut held: Option<(HeldLease, Option<Watchdog>)> = None;
-        // Standbys poll twice per renewal period, so that a grantable role is
-        // taken quickly; holders renew once per period.
-        let mut tick = tokio::time::interval(self.timing.renew_every / 2);
-        let mut last_renewal: Option<Instant> = None;
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = tick.tick() => {}
-                _ = self.stop.changed() => {
-                    if let Some((lease, wd)) = held.take() {
-                        self.demote(lease.epoch, wd, "leaving").await;
-                    }
-                    return;
-                }
-                Some(to) = self.handover.recv() => {
-                    if let Some((lease, wd)) = held.take() {
-                        self.demote_to(lease.epoch, wd, "handover", to).await;
-                        // Let the next candidate take it.
-                        hold_off_until = Some(Instant::now() + self.timing.lease);
-                    }
-                    continue;
-                }
-            }
-            let (healthy, ready, failing_for) = {
-                let all = self.services.lock().expect("services lock");
-                let s = all.iter().find(|s| s.spec.name == self.spec.service);
-                match s {
-                    Some(s) => (s.healthy(), s.ready(), s.failing_for(Instant::now())),
-                    None => (false, false, None),
-                }
-            };
-            if let Some((lease, _)) = &held {
-                let epoch = lease.epoch;
-                let reason = if lease.expired(now()) {
-                    Some("lease-expired")
-                } else if failing_for.is_some_and(|d| d >= self.spec.fail_after) {
-                    Some("service-failing")
-                } else {
-                    None
-                };
-                if let Some(reason) = reason {
-                    let (_, wd) = held.take().expect("held");
-                    self.demote(epoch, wd, reason).await;
-                    continue;
-                }
-                if last_renewal.is_some_and(|t| t.elapsed() < self.timing.renew_every) {
-                    continue;
-                }
-                last_renewal = Some(Instant::now());
-                let sent = now();
-                let req = LeaseRequest::Renew {
-                    role: self.spec.name.clone(),
-                    holder: self.node.clone(),
-                    epoch,
-                };
-                let left = lease.valid_until().saturating_since(sent);
-                match self
-                    .control
-                    .write(&req, left.max(Duration::from_millis(50)))
-                    .await
-                {
-                    Some(LeaseResponse::Renewed { .. }) => {
-                        if let Some((lease, wd)) = held.as_mut() {
-                            lease.renewed(sent);
-                            let left = lease.valid_until().saturating_since(now());
-                            if let Some(w) = wd.as_mut() {
-                                w.arm(left);
-                            }
-                            self.view(|v| {
-                                v.renewals += 1;
-                                v.lease_left_ms = Some(left.as_millis() as u64);
-                            });
-                        }
-                    }
-                    Some(LeaseResponse::Rejected(_)) => {
-                        let (_, wd) = held.take().expect("held");
-                        self.demote(epoch, wd, "fenced").await;
-                    }
-                    _ => {
-                        let left = held
-                            .as_ref()
-                            .map(|(l, _)| l.valid_until().saturating_since(now()));
-                        self.view(|v| v.lease_left_ms = left.map(|d| d.as_millis() as u64));
-                    }
-                }
-                continue;
-            }
-            let eligible = healthy && ready;
-            if eligible_published != Some(eligible) {
-                eligible_published = Some(eligible);
+    fn event(&self, e: HolderEvent) {
+        let role = &self.spec.name;
+        match e {
+            HolderEvent::Eligible(eligible) => {
                 (self.on_change)(
                     "eligible",
-                    serde_json::json!({ "role": self.spec.name, "eligible": eligible }),
+                    serde_json::json!({ "role": role, "eligible": eligible }),
                 );
             }
-            if !eligible {
-                self.view(|v| v.state = "ineligible".into());
-                continue;
+            HolderEvent::Promoting { epoch } => {
+                self.view(|v| v.last_change = Some("granted".into()));
+                (self.on_change)(
+                    "promoting",
+                    serde_json::json!({ "role": role, "epoch": epoch }),
+                );
             }
-            if hold_off_until.is_some_and(|t| Instant::now() < t) {
-                continue;
-            }
-            self.view(|v| v.state = "standby".into());
-            let sent = now();
-            let r = self
-                .control
-                .acquire(
-                    &self.spec.name,
-                    &self.node,
-                    self.spec.priority,
-                    Duration::from_millis(1500),
-                )
-                .await;
-            if let Some(LeaseResponse::Granted { epoch }) = r {
-                let lease = HeldLease::granted(self.timing, &self.spec.name, epoch, sent);
-                if lease.expired(now()) {
-                    continue; // Granted too late to use; it lapses and is granted again.
-                }
-                let left = lease.valid_until().saturating_since(now());
-                let wd = self.start_watchdog(epoch, left);
-                // Granted: promoting until the hook has run. A handover asked
-                // for meanwhile is taken once the promotion completes.
+            HolderEvent::Promoted { epoch } => {
                 self.view(|v| {
-                    v.state = "promoting".into();
-                    v.epoch = Some(epoch);
-                });
-                let ok = self.hook(self.spec.promote.clone(), epoch, "promote").await;
-                self.view(|v| {
-                    v.state = "holder".into();
-                    v.epoch = Some(epoch);
-                    v.held_since_unix_ms = Some(crate::view::unix_ms());
                     v.promotions += 1;
-                    v.last_change = Some(
-                        if ok {
-                            "promoted"
-                        } else {
-                            "promote hook failed"
-                        }
-                        .into(),
-                    );
+                    v.held_since_unix_ms = Some(crate::view::unix_ms());
+                    v.last_change = Some("promoted".into());
                 });
                 (self.on_change)(
                     "promoted",
-                    serde_json::json!({ "role": self.spec.name, "epoch": epoch, "hook_ok": ok }),
+                    serde_json::json!({ "role": role, "epoch": epoch, "hook_ok": true }),
                 );
-                held = Some((lease, wd));
-                if !ok {
-                    let (_, wd) = held.take().expect("held");
-                    self.demote(epoch, wd, "promote-hook-failed").await;
-                }
             }
+            HolderEvent::SteppingDown { epoch, reason } => {
+                self.view(|v| v.last_change = Some(reason.as_str().into()));
+                (self.on_change)(
+                    "demoting",
+                    serde_json::json!({ "role": role, "epoch": epoch, "reason": reason.as_str() }),
+                );
+            }
+            HolderEvent::Demoted {
+                epoch,
+                reason,
+                promote,
+                demote,
+            } => {
+                self.view(|v| {
+                    v.demotions += 1;
+                    v.last_change = Some(reason.as_str().into());
+                });
+                (self.on_change)(
+                    "demoted",
+                    serde_json::json!({
+                        "role": role,
+                        "epoch": epoch,
+                        "reason": reason.as_str(),
+                        "hook_ok": demote.ok(),
+                        "demote": outcome(demote),
+                        "promote": promote.map(outcome),
+                    }),
+                );
+            }
+            HolderEvent::Stopped => {}
         }
     }
+}
 
-    async fn demote(&self, epoch: u64, wd: Option<Watchdog>, reason: &'static str) {
-        self.demote_to(epoch, wd, reason, None).await;
+/// A hook outcome as the stable string of events.
+fn outcome(o: hale_control::HookOutcome) -> &'static str {
+    use hale_control::HookOutcome as O;
+    match o {
+        O::Succeeded => "succeeded",
+        O::Failed => "failed",
+        O::TimedOut => "timed-out",
+        O::Killed => "killed",
+        O::FencedByWatchdog => "fenced-by-watchdog",
     }
+}
 
-    async fn demote_to(
-        &self,
-        epoch: u64,
-        wd: Option<Watchdog>,
-        reason: &'static str,
-        next: Option<String>,
-    ) {
-        let ok = self.hook(self.spec.demote.clone(), epoch, reason).await;
-        if let Some(w) = wd {
-            let _ = tokio::task::spawn_blocking(move || w.release()).await;
-        }
-        let req = LeaseRequest::Release {
-            role: self.spec.name.clone(),
-            holder: self.node.clone(),
-            epoch,
-            next,
-        };
-        // Best effort: if the release is lost, the lease lapses on its own.
-        let _ = self.control.write(&req, Duration::from_millis(500)).await;
-        self.view(|v| {
-            v.state = "standby".into();
-            v.epoch = None;
-            v.lease_left_ms = None;
-            v.held_since_unix_ms = None;
-            v.demotions += 1;
-            v.last_change = Some(reason.into());
-        });
-        (self.on_change)(
-            "demoted",
-            serde_json::json!({ "role": self.spec.name, "epoch": epoch, "reason": reason, "hook_ok": ok }),
-        );
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }

@@ -1,36 +1,64 @@
 //! The fencing watchdog: a small separate process that runs a role's
-//! demote command when the holder's lease runs out without a renewal.
+//! demote command when the holder's lease runs out without a renewal, and
+//! the hook runner shared with the agent.
 //!
-//! The agent starts one per held role and re-arms it at every renewal by
-//! writing `arm <milliseconds>` lines to its standard input. If the agent
-//! is frozen (SIGSTOP) or stuck, the lines stop and the watchdog fences at
-//! the deadline; if the agent dies, its standard input closes and the
-//! watchdog fences at once (demoting early is always safe). `release` ends
-//! the watchdog without fencing (the agent demoted itself).
+//! The agent starts one per holding (`hale watchdog`) and talks to it over
+//! its standard input, one command per line:
+//!
+//! * `arm <ms>`: the lease now lasts `<ms>` more milliseconds (sent only
+//!   when a renewal has committed);
+//! * `promote <pgid>`: a promote hook runs in process group `<pgid>`;
+//!   `promote-done`: it has exited;
+//! * `disarm`: the agent is stepping down itself. The watchdog answers one
+//!   line on standard output, `fenced` if it has already run the fence (the
+//!   agent must not demote a second time) or `disarmed`, and from then on
+//!   does not fence at a deadline;
+//! * `stop`: exit without fencing.
+//!
+//! It fences (kills the promote hook's process group, then runs the demote
+//! command) when the deadline passes while armed, or at once when its
+//! standard input closes before `stop` (the agent died; demoting early is
+//! always safe). If the agent is frozen (SIGSTOP), the lines stop and the
+//! watchdog fences at the deadline.
 //!
 //! Patroni needs the kernel's softdog for this; a process of our own is
 //! enough because the fence is a command, not a reboot. A whole machine
 //! frozen and resumed is covered by the fencing epoch, which downstream
 //! systems check (see the README).
 
-use std::io::BufRead;
+use std::io::{BufRead, Write};
+use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// What the watchdog was told, or why it fenced.
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+
+/// How the watchdog ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WatchdogExit {
-    /// Released by the agent: no fence.
+    /// Stopped by the agent without fencing.
     Released,
-    /// The deadline passed without a renewal: fenced.
+    /// The deadline passed while armed: fenced.
     Expired,
     /// The agent went away: fenced.
     AgentGone,
 }
 
-/// Runs the watchdog on this process's standard input until it fences or
-/// is released. `fence` is the demote command; `env` is passed to it.
+/// Kills a hook's whole process group (the hook and everything it started
+/// that did not leave the group). Harmless if it has already exited.
+pub fn kill_group(pgid: u32) {
+    if let Ok(p) = i32::try_from(pgid) {
+        if p > 1 {
+            let _ = killpg(Pid::from_raw(p), Signal::SIGKILL);
+        }
+    }
+}
+
+/// Runs the watchdog on this process's standard input and output until it
+/// is stopped (or has fenced and its agent has gone). `fence` is the demote
+/// command; `env` is passed to it.
 pub fn run(
     first_deadline: Duration,
     fence: &[String],
@@ -52,54 +80,98 @@ pub fn run(
         }
         let _ = tx.send(None);
     });
-    let mut deadline = Instant::now() + first_deadline;
-    let exit = loop {
-        let wait = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(wait) {
-            Ok(Some(line)) => {
-                let line = line.trim();
-                if line == "release" {
-                    break WatchdogExit::Released;
-                }
-                if let Some(ms) = line
-                    .strip_prefix("arm ")
-                    .and_then(|v| v.parse::<u64>().ok())
-                {
-                    deadline = Instant::now() + Duration::from_millis(ms);
-                }
-            }
-            Ok(None) | Err(mpsc::RecvTimeoutError::Disconnected) => break WatchdogExit::AgentGone,
-            Err(mpsc::RecvTimeoutError::Timeout) => break WatchdogExit::Expired,
-        }
+    let answer = |s: &str| {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{s}");
+        let _ = out.flush();
     };
-    if exit != WatchdogExit::Released {
-        let reason = if exit == WatchdogExit::Expired {
+    let mut deadline = Some(Instant::now() + first_deadline);
+    let mut promote: Option<u32> = None;
+    let mut fenced: Option<WatchdogExit> = None;
+    let do_fence = |promote: Option<u32>, why: WatchdogExit| {
+        if let Some(pgid) = promote {
+            kill_group(pgid);
+        }
+        let reason = if why == WatchdogExit::Expired {
             "watchdog-expired"
         } else {
             "watchdog-agent-gone"
         };
         run_hook(fence, env, reason, hook_timeout);
+    };
+    loop {
+        let msg = match deadline {
+            Some(d) => rx.recv_timeout(d.saturating_duration_since(Instant::now())),
+            None => rx.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected),
+        };
+        match msg {
+            Ok(Some(line)) => {
+                let line = line.trim();
+                let mut words = line.splitn(2, ' ');
+                match (words.next(), words.next().map(str::trim)) {
+                    (Some("arm"), Some(ms)) => {
+                        if let (Ok(ms), true, true) =
+                            (ms.parse::<u64>(), fenced.is_none(), deadline.is_some())
+                        {
+                            deadline = Some(Instant::now() + Duration::from_millis(ms));
+                        }
+                    }
+                    (Some("promote"), Some(pgid)) => promote = pgid.parse().ok(),
+                    (Some("promote-done"), None) => promote = None,
+                    (Some("disarm"), None) => {
+                        deadline = None;
+                        answer(if fenced.is_some() { "fenced" } else { "disarmed" });
+                    }
+                    (Some("stop" | "release"), None) => {
+                        return fenced.unwrap_or(WatchdogExit::Released);
+                    }
+                    _ => {}
+                }
+            }
+            Ok(None) | Err(mpsc::RecvTimeoutError::Disconnected) => {
+                if fenced.is_none() {
+                    do_fence(promote.take(), WatchdogExit::AgentGone);
+                    return WatchdogExit::AgentGone;
+                }
+                return fenced.unwrap_or(WatchdogExit::Released);
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                deadline = None;
+                do_fence(promote.take(), WatchdogExit::Expired);
+                fenced = Some(WatchdogExit::Expired);
+            }
+        }
     }
-    exit
 }
 
-/// Runs a hook command synchronously under a timeout (killed when it runs over).
+/// Starts `argv` in a process group of its own (so that a kill reaches
+/// everything it started), standard input closed, `HALE_REASON` and `env`
+/// set.
+pub fn hook_command(argv: &[String], env: &[(String, String)], reason: &str) -> Option<Command> {
+    let (prog, args) = argv.split_first()?;
+    let mut cmd = Command::new(prog);
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .env("HALE_REASON", reason)
+        .process_group(0);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    Some(cmd)
+}
+
+/// Runs a hook command synchronously in its own process group under a
+/// timeout (the whole group is killed when it runs over). True when it
+/// exited with status 0 (or there was nothing to run).
 pub fn run_hook(
     argv: &[String],
     env: &[(String, String)],
     reason: &str,
     timeout: Duration,
 ) -> bool {
-    let Some((prog, args)) = argv.split_first() else {
+    let Some(mut cmd) = hook_command(argv, env, reason) else {
         return true;
     };
-    let mut cmd = Command::new(prog);
-    cmd.args(args)
-        .stdin(Stdio::null())
-        .env("HALE_REASON", reason);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
     let Ok(mut child) = cmd.spawn() else {
         return false;
     };
@@ -109,7 +181,7 @@ pub fn run_hook(
             Ok(Some(status)) => return status.success(),
             Ok(None) if start.elapsed() < timeout => std::thread::sleep(Duration::from_millis(10)),
             _ => {
-                let _ = child.kill();
+                kill_group(child.id());
                 let _ = child.wait();
                 return false;
             }
