@@ -22,7 +22,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use hale_control::{
-    Action, ControlRequest, HookExit, HookId, HookKind, Holder, HolderConfig, HolderEvent,
+    Action, ControlRequest, Holder, HolderConfig, HolderEvent, HookExit, HookId, HookKind,
     LeaseResponse, LeaseTiming, RequestId, ServiceStatus,
 };
 use hale_core::Time;
@@ -71,16 +71,10 @@ impl ControlSection {
             problem,
         };
         if lease < Duration::from_millis(500) || lease > Duration::from_secs(300) {
-            return Err(bad(
-                "lease",
-                format!("{lease:?} is outside 500ms..300s"),
-            ));
+            return Err(bad("lease", format!("{lease:?} is outside 500ms..300s")));
         }
         if renew_every < Duration::from_millis(50) {
-            return Err(bad(
-                "renew_every",
-                format!("{renew_every:?} is below 50ms"),
-            ));
+            return Err(bad("renew_every", format!("{renew_every:?} is below 50ms")));
         }
         if renew_every * 3 > lease {
             return Err(bad(

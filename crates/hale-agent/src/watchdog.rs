@@ -120,7 +120,11 @@ pub fn run(
                     (Some("promote-done"), None) => promote = None,
                     (Some("disarm"), None) => {
                         deadline = None;
-                        answer(if fenced.is_some() { "fenced" } else { "disarmed" });
+                        answer(if fenced.is_some() {
+                            "fenced"
+                        } else {
+                            "disarmed"
+                        });
                     }
                     (Some("stop" | "release"), None) => {
                         return fenced.unwrap_or(WatchdogExit::Released);

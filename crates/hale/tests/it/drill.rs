@@ -256,7 +256,7 @@ fn timeline_has(report: &Value, source: &str, kind: &str, member: Option<&str>) 
 }
 
 /// A plain HTTP/1.1 POST; whether the answer was 2xx.
-fn http_post(addr: SocketAddr, path: &str, body: &str) -> bool {
+pub(crate) fn http_post(addr: SocketAddr, path: &str, body: &str) -> bool {
     let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_secs(1)) else {
         return false;
     };

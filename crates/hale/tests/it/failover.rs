@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use crate::support::{spawn_agent_with_config, write_role_cluster};
+use crate::support::{spawn_agent_with_config, write_role_cluster_with_hooks};
 use hale_control::{check, HookEvent, HookKind};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -43,8 +43,17 @@ impl Drop for Cluster {
 
 impl Cluster {
     pub(crate) fn start(extra: &str) -> Cluster {
+        Cluster::start_with_hooks(|_, _| None, |_| extra.to_owned())
+    }
+
+    /// Three agents with hook scripts and role settings of the test's own
+    /// (see [`write_role_cluster_with_hooks`]).
+    pub(crate) fn start_with_hooks(
+        hooks: impl Fn(usize, &Path) -> Option<(String, String)>,
+        extra: impl Fn(usize) -> String,
+    ) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
-        let nodes = write_role_cluster(dir.path(), "failover", |_| extra.to_owned())
+        let nodes = write_role_cluster_with_hooks(dir.path(), "failover", hooks, extra)
             .into_iter()
             .map(|n| Node {
                 child: Some(spawn_agent_with_config(dir.path(), &n.name, &n.config)),
@@ -55,11 +64,11 @@ impl Cluster {
         Cluster { dir, nodes }
     }
 
-    fn path(&self, f: &str) -> PathBuf {
+    pub(crate) fn path(&self, f: &str) -> PathBuf {
         self.dir.path().join(f)
     }
 
-    fn roles(&self, i: usize) -> Option<serde_json::Value> {
+    pub(crate) fn roles(&self, i: usize) -> Option<serde_json::Value> {
         let out = Command::new(env!("CARGO_BIN_EXE_hale"))
             .args(["--http", &self.nodes[i].http.to_string(), "roles", "--json"])
             .output()
@@ -87,7 +96,7 @@ impl Cluster {
         kill(Pid::from_raw(c.id() as i32), s).unwrap();
     }
 
-    fn history(&self) -> Vec<HookEvent> {
+    pub(crate) fn history(&self) -> Vec<HookEvent> {
         read_history(&self.path("hooks.log"))
     }
 }
@@ -102,10 +111,10 @@ pub fn read_history(log: &Path) -> Vec<HookEvent> {
                 node: f.get(1)?.to_string(),
                 role: "db".into(),
                 epoch: f.get(3)?.parse().ok()?,
-                kind: if *f.get(2)? == "promote" {
-                    HookKind::Promote
-                } else {
-                    HookKind::Demote
+                kind: match *f.get(2)? {
+                    "promote" => HookKind::Promote,
+                    "demote" => HookKind::Demote,
+                    _ => return None,
                 },
             })
         })
@@ -176,19 +185,30 @@ fn a_holder_frozen_longer_than_its_lease_is_fenced_and_stays_demoted_after_resum
     });
     c.signal(i, Signal::SIGCONT);
     // Back from the freeze, it sees its lease lost and does not act as holder.
-    let v = wait_for("the resumed agent answers", Duration::from_secs(10), || {
+    wait_for("the resumed agent answers", Duration::from_secs(10), || {
         c.roles(i)
     });
-    std::thread::sleep(Duration::from_secs(2));
-    let v2 = c.roles(i).unwrap_or(v);
-    let local = &v2["local"][0];
-    assert_ne!(local["state"], "holder", "{v2}");
+    crate::support::during(Duration::from_secs(2), Duration::from_millis(200), || {
+        if let Some(v) = c.roles(i) {
+            assert_ne!(v["local"][0]["state"], "holder", "{v}");
+        }
+    });
     let h = wait_for("the promote hook ran", Duration::from_secs(10), || {
         let h = c.history();
         promote_time(&h, &next, e2).map(|_| h)
     });
     let fenced = demote_time(&h, &holder, epoch).expect("fenced while frozen");
     assert!(fenced < promote_time(&h, &next, e2).expect("promoted"));
+    // Its watchdog fenced while it was frozen; on resuming it must not run
+    // the demote hook a second time.
+    let demotes = h
+        .iter()
+        .filter(|e| e.node == holder && e.epoch == epoch && e.kind == HookKind::Demote)
+        .count();
+    assert_eq!(
+        demotes, 1,
+        "the lost lease ran the demote hook {demotes} times"
+    );
     check(&h).unwrap();
 }
 

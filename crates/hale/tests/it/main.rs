@@ -13,6 +13,7 @@ mod drill;
 mod failover;
 mod loopback;
 mod netns;
+mod slow_hooks;
 mod support;
 
 /// Reads a promote/demote hook log (`nanos node kind epoch ...` lines).

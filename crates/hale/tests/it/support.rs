@@ -490,6 +490,19 @@ pub fn write_role_cluster(
     prefix: &str,
     extra: impl Fn(usize) -> String,
 ) -> Vec<RoleNode> {
+    write_role_cluster_with_hooks(dir, prefix, |_, _| None, extra)
+}
+
+/// [`write_role_cluster`] with hook scripts of the test's own for some
+/// nodes: `hooks(i, log)` gives `(promote, demote)` shell scripts (run with
+/// `sh -c`), or `None` for the default instant hooks that append
+/// `<ns> <node> promote|demote <epoch> <reason>` to `log`.
+pub fn write_role_cluster_with_hooks(
+    dir: &Path,
+    prefix: &str,
+    hooks: impl Fn(usize, &Path) -> Option<(String, String)>,
+    extra: impl Fn(usize) -> String,
+) -> Vec<RoleNode> {
     let key = String::from_utf8(Command::new(HALE).arg("keygen").output().unwrap().stdout).unwrap();
     let gossip: Vec<u16> = (0..3).map(|_| free_port()).collect();
     let control: Vec<u16> = (0..3).map(|_| free_port()).collect();
@@ -511,6 +524,7 @@ pub fn write_role_cluster(
                 log.display()
             )
         };
+        let custom = hooks(i, &log);
         let seeds = if i == 0 {
             String::new()
         } else {
@@ -559,8 +573,12 @@ fail_after = "1s"
             data = dir.join(format!("data-{name}")).display(),
             healthy = healthy.display(),
             prio = ROLE_PRIORITIES[i],
-            promote = hook("promote"),
-            demote = hook("demote"),
+            promote = custom
+                .as_ref()
+                .map_or_else(|| hook("promote"), |h| toml_sh(&h.0)),
+            demote = custom
+                .as_ref()
+                .map_or_else(|| hook("demote"), |h| toml_sh(&h.1)),
             extra = extra(i),
         );
         let config = dir.join(format!("{name}.toml"));
@@ -583,4 +601,10 @@ pub fn spawn_agent_with_config(dir: &Path, name: &str, config: &Path) -> Child {
         .stderr(out)
         .spawn()
         .unwrap()
+}
+
+/// A shell script as a TOML `["sh", "-c", script]` array.
+fn toml_sh(script: &str) -> String {
+    let q = |x: &str| format!("{:?}", x);
+    format!("[\"sh\", \"-c\", {}]", q(script))
 }
