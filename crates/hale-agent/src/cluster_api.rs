@@ -21,8 +21,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::meta::AgentMeta;
 use crate::control_client::ControlClient;
+use crate::meta::AgentMeta;
 use crate::roles::RoleViews;
 use crate::runtime::Command;
 use crate::services::Services;

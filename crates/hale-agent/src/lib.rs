@@ -19,7 +19,8 @@ pub mod control_client;
 pub mod dashboard;
 pub mod drill;
 mod holders;
-pub mod keyring;
+/// The cluster keyring (the `hale-keyring` crate).
+pub use hale_keyring as keyring;
 pub mod meta;
 pub mod metrics;
 pub mod relay_api;
@@ -455,6 +456,12 @@ async fn start_roles(
         return Ok(out);
     };
     let mut servers = plan.servers.clone();
+    // The control plane speaks only to holders of the cluster keyring (the
+    // gossip keys); `insecure_plaintext` leaves it open, loudly.
+    let control_auth = match &cfg.keyring {
+        Some(k) => hale_control::ControlAuth::sealed(k.clone()),
+        None => hale_control::ControlAuth::InsecurePlaintext,
+    };
     if let Some((id, bind)) = plan.server {
         let listener = TcpListener::bind(bind)
             .await
@@ -473,6 +480,7 @@ async fn start_roles(
             id,
             &plan.data_dir,
             hale_control::LeaseTiming::default(),
+            control_auth.clone(),
         )
         .await?;
         let app = cp.routes();
@@ -495,7 +503,7 @@ async fn start_roles(
         ));
         out.server = Some(cp);
     }
-    let client = control_client::ControlClient::new(servers.values().copied().collect());
+    let client = control_client::ControlClient::new(&servers, control_auth);
     // Candidacies are published in this member's metadata (priority and
     // readiness per role), for operators and dashboards; which candidate
     // wins is decided by the control-plane leader from their requests.

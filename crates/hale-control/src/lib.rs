@@ -11,10 +11,12 @@
 
 #![forbid(unsafe_code)]
 
+pub mod auth;
 pub mod history;
 pub mod lease;
 pub mod raft;
 
+pub use auth::ControlAuth;
 pub use history::{check, HistoryViolation, HookEvent, HookKind};
 pub use lease::{
     AppendClock, GrantDelay, Grantor, HeldLease, LeaseRejection, LeaseRequest, LeaseResponse,
