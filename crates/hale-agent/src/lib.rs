@@ -13,6 +13,7 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+mod api_guard;
 mod cluster_api;
 pub mod config;
 pub mod control_client;
@@ -74,6 +75,12 @@ pub enum StartError {
     /// The relay could not start (spool directory, HTTP client).
     #[error("cannot start the relay: {0}")]
     Relay(#[from] hale_relay::StartError),
+    /// The HTTP API would listen on a non-loopback address without a token.
+    #[error(
+        "the HTTP API (`agent.http` = {0}) is not on a loopback address: \
+         set `agent.api_token` (HALE_API_TOKEN) or bind it to 127.0.0.1"
+    )]
+    UnprotectedApi(SocketAddr),
 }
 
 /// The agent has stopped; the request was not carried out.
@@ -100,6 +107,9 @@ pub struct Agent {
 impl Agent {
     /// Binds the gossip (UDP + TCP) and HTTP sockets and starts the agent.
     pub async fn start(cfg: AgentConfig) -> Result<Agent, StartError> {
+        if !cfg.http.ip().is_loopback() && cfg.api_token.is_none() {
+            return Err(StartError::UnprotectedApi(cfg.http));
+        }
         let (udp, gossip_addr, tcp) = bind_gossip(cfg.bind).await?;
         let http = TcpListener::bind(cfg.http)
             .await
@@ -168,7 +178,6 @@ impl Agent {
         let mut app = api::router(api::ApiState {
             cmds: cmd_tx.clone(),
             shared: shared.clone(),
-            token: cfg.api_token.clone(),
             relay: relay.clone(),
             roles: roles.views.clone(),
             services: roles.services.clone(),
@@ -179,7 +188,6 @@ impl Agent {
             services: roles.services.clone(),
             control: roles.client.clone(),
             handovers: roles.handovers.clone(),
-            token: cfg.api_token.clone(),
         }))
         .merge(cluster_api::router(cluster_api::ClusterState::new(
             cmd_tx.clone(),
@@ -192,11 +200,18 @@ impl Agent {
         app = app.merge(drill::router(drill::DrillState {
             shared: shared.clone(),
             relay: relay.clone(),
-            token: cfg.api_token.clone(),
             cmds: cmd_tx.clone(),
         }));
         let relay_cfg = cfg.relay.clone().map(Arc::new);
         app = app.merge(relay_api::router(relay.clone().zip(relay_cfg.clone())));
+        // Every mutating route so far (not the relay's ingestion, below).
+        app = app.layer(axum::middleware::from_fn_with_state(
+            Arc::new(api_guard::MutationGuard {
+                token: cfg.api_token.clone(),
+                loopback: http_addr.ip().is_loopback(),
+            }),
+            api_guard::guard_mutations,
+        ));
         if let (Some(r), Some(c)) = (&relay, &relay_cfg) {
             tasks.spawn(relay_api::watch_breakers(
                 r.clone(),
