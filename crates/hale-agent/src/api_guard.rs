@@ -67,7 +67,7 @@ impl Refused {
     }
 }
 
-fn text<'a>(headers: &'a HeaderMap, name: header::HeaderName) -> Option<&'a str> {
+fn text(headers: &HeaderMap, name: header::HeaderName) -> Option<&str> {
     headers.get(name).map(|v| v.to_str().unwrap_or("\u{fffd}"))
 }
 
