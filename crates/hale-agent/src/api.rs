@@ -1,6 +1,7 @@
 //! The HTTP API (axum): members, events, health, metrics, join, leave.
-//! Listens on 127.0.0.1 by default; mutating endpoints need the token when
-//! one is configured. Bad requests get a 4xx with `{"error": "..."}`.
+//! Listens on 127.0.0.1 by default; mutating endpoints are behind
+//! [`crate::api_guard`] (same-origin, JSON, the token when one is
+//! configured). Bad requests get a 4xx with `{"error": "..."}`.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -8,7 +9,7 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::{Query, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -28,7 +29,6 @@ pub const OPENAPI: &str = include_str!("openapi.json");
 pub(crate) struct ApiState {
     pub(crate) cmds: mpsc::Sender<Command>,
     pub(crate) shared: Arc<Shared>,
-    pub(crate) token: Option<String>,
     pub(crate) relay: Option<hale_relay::Relay>,
     pub(crate) roles: crate::roles::RoleViews,
     pub(crate) services: crate::services::Services,
@@ -144,38 +144,13 @@ pub(crate) fn error(status: StatusCode, msg: impl Into<String>) -> Response {
     ApiError(status, msg.into()).into_response()
 }
 
-/// Lets a mutating request through when no API token is configured, or
-/// when it carries `Authorization: Bearer <token>`; otherwise the 401 to answer.
-pub(crate) fn require_token(token: Option<&str>, headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(want) = token else {
-        return Ok(());
-    };
-    let got = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    if got == Some(want) {
-        Ok(())
-    } else {
-        Err(ApiError(
-            StatusCode::UNAUTHORIZED,
-            "this endpoint needs `Authorization: Bearer <api_token>`".into(),
-        ))
-    }
-}
-
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct JoinBody {
     addrs: Vec<String>,
 }
 
-async fn join(
-    State(st): State<ApiState>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<Response, ApiError> {
-    require_token(st.token.as_deref(), &headers)?;
+async fn join(State(st): State<ApiState>, body: Bytes) -> Result<Response, ApiError> {
     let req: JoinBody = serde_json::from_slice(&body).map_err(|e| {
         ApiError(
             StatusCode::BAD_REQUEST,
@@ -210,8 +185,7 @@ async fn join(
         .into_response())
 }
 
-async fn leave(State(st): State<ApiState>, headers: HeaderMap) -> Result<Response, ApiError> {
-    require_token(st.token.as_deref(), &headers)?;
+async fn leave(State(st): State<ApiState>) -> Result<Response, ApiError> {
     let (tx, rx) = oneshot::channel();
     st.cmds.send(Command::Leave(tx)).await.map_err(|_| gone())?;
     rx.await.map_err(|_| gone())?;

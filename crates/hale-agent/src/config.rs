@@ -7,7 +7,8 @@
 //! advertise = "10.0.0.5:7946"    # address others reach us at (default: bind)
 //! http = "127.0.0.1:7947"        # HTTP API, dashboard and /metrics
 //! seeds = ["10.0.0.6:7946"]      # members to join through
-//! api_token = "secret"           # required by mutating endpoints, if set
+//! api_token = "secret"           # required by mutating endpoints, if set;
+//!                                # required at all when http is not loopback
 //!
 //! [cluster]
 //! name = "prod"                  # packets of other clusters are rejected
@@ -345,6 +346,16 @@ impl FileConfig {
             return Err(invalid(
                 "agent.api_token",
                 "is empty; remove it or set a value",
+            ));
+        }
+        if !http.ip().is_loopback() && self.agent.api_token.is_none() {
+            return Err(invalid(
+                "agent.api_token",
+                format!(
+                    "is required when `agent.http` ({http}) is not a loopback address: \
+                     anyone who reaches it could make this agent leave, hand over roles \
+                     or freeze it; set a token (HALE_API_TOKEN) or bind the API to 127.0.0.1"
+                ),
             ));
         }
         let profile: Profile = self

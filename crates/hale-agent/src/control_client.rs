@@ -1,12 +1,17 @@
 //! The typed client of the control plane: lease requests, acquisitions,
-//! server changes and the table, sent to whichever server answers.
+//! server changes and the table, sent to whichever server answers. Every
+//! request is sealed with the cluster keyring and every answer must be
+//! sealed for that request ([`hale_control::auth`]); an answer that is not
+//! counts as no answer.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
 
+use hale_control::auth::{self, CallError, ControlAuth};
 use hale_control::{LeaseRequest, LeaseResponse};
 
 /// Talks to whichever control-plane server answers (they forward to the
@@ -15,7 +20,8 @@ use hale_control::{LeaseRequest, LeaseResponse};
 /// request.
 #[derive(Debug, Clone)]
 pub struct ControlClient {
-    servers: Vec<SocketAddr>,
+    servers: Vec<(u64, SocketAddr)>,
+    auth: ControlAuth,
     http: reqwest::Client,
     preferred: Arc<std::sync::atomic::AtomicUsize>,
     /// While this flag is set (a drill's freeze), every request fails as if
@@ -24,10 +30,11 @@ pub struct ControlClient {
 }
 
 impl ControlClient {
-    /// A client for these servers.
-    pub fn new(servers: Vec<SocketAddr>) -> ControlClient {
+    /// A client for these servers (id → address), authenticating per `auth`.
+    pub fn new(servers: &BTreeMap<u64, SocketAddr>, auth: ControlAuth) -> ControlClient {
         ControlClient {
-            servers,
+            servers: servers.iter().map(|(id, a)| (*id, *a)).collect(),
+            auth,
             http: reqwest::Client::builder()
                 .connect_timeout(Duration::from_millis(300))
                 .build()
@@ -44,12 +51,14 @@ impl ControlClient {
         self
     }
 
-    /// Sends one request to each server in turn, starting with the one that
-    /// answered last, and returns the first answer (remembering who gave it).
+    /// Sends one request (`path`, `body`) to each server in turn, starting
+    /// with the one that answered last, and returns the first authentic
+    /// answer (remembering who gave it).
     async fn first_answer<T: serde::de::DeserializeOwned>(
         &self,
         limit: Duration,
-        request: impl Fn(&reqwest::Client, SocketAddr) -> reqwest::RequestBuilder,
+        path: &str,
+        body: &(impl Serialize + ?Sized),
     ) -> Option<T> {
         use std::sync::atomic::Ordering;
         if self
@@ -63,16 +72,17 @@ impl ControlClient {
         let first = self.preferred.load(Ordering::Relaxed) % n.max(1);
         for k in 0..n {
             let i = (first + k) % n;
-            let Ok(r) = request(&self.http, self.servers[i])
-                .timeout(limit)
-                .send()
-                .await
-            else {
-                continue;
-            };
-            if let Ok(v) = r.json::<T>().await {
-                self.preferred.store(i, Ordering::Relaxed);
-                return Some(v);
+            let (id, addr) = self.servers[i];
+            let addr = addr.to_string();
+            match auth::call(&self.http, &self.auth, id, &addr, path, body, limit).await {
+                Ok(v) => {
+                    self.preferred.store(i, Ordering::Relaxed);
+                    return Some(v);
+                }
+                Err(e @ (CallError::Refused { .. } | CallError::Unauthentic)) => {
+                    tracing::warn!(server = id, %addr, path, "control plane: {e}");
+                }
+                Err(_) => {}
             }
         }
         None
@@ -87,11 +97,9 @@ impl ControlClient {
         // Each server gets a share of the time. An error from a live server
         // (no leader yet, not grantable yet) is an answer too.
         let share = (limit / 2).max(Duration::from_millis(200));
-        self.first_answer::<Result<LeaseResponse, String>>(share, |c, s| {
-            c.post(format!("http://{s}{path}")).json(body)
-        })
-        .await
-        .and_then(Result::ok)
+        self.first_answer::<Result<LeaseResponse, String>>(share, path, body)
+            .await
+            .and_then(Result::ok)
     }
 
     /// Asks for `role` for `holder` at `priority`.
@@ -117,11 +125,9 @@ impl ControlClient {
 
     /// The control-plane leader's id, as the first server that answers knows it.
     pub async fn leader(&self) -> Option<u64> {
-        self.first_answer::<Option<u64>>(Duration::from_millis(500), |c, s| {
-            c.get(format!("http://{s}/control/leader"))
-        })
-        .await
-        .flatten()
+        self.first_answer::<Option<u64>>(Duration::from_millis(500), "/control/leader", &())
+            .await
+            .flatten()
     }
 
     /// Adds (`add = Some((id, addr))`) or removes (`remove = Some(id)`) a
@@ -131,25 +137,26 @@ impl ControlClient {
         add: Option<(u64, SocketAddr)>,
         remove: Option<u64>,
     ) -> Result<(), String> {
-        let r = self
-            .first_answer::<Result<(), String>>(Duration::from_secs(10), |c, s| {
-                match (add, remove) {
-                    (Some((id, addr)), _) => c
-                        .post(format!("http://{s}/control/servers"))
-                        .json(&hale_control::raft::AddServer { id, addr }),
-                    (None, Some(id)) => c.post(format!("http://{s}/control/servers/{id}/remove")),
-                    (None, None) => c.get(format!("http://{s}/control/leader")),
-                }
-            })
-            .await;
+        let limit = Duration::from_secs(10);
+        let r = match (add, remove) {
+            (Some((id, addr)), _) => {
+                let body = hale_control::raft::AddServer { id, addr };
+                self.first_answer::<Result<(), String>>(limit, "/control/servers", &body)
+                    .await
+            }
+            (None, Some(id)) => {
+                let path = format!("/control/servers/{id}/remove");
+                self.first_answer::<Result<(), String>>(limit, &path, &())
+                    .await
+            }
+            (None, None) => return Ok(()),
+        };
         r.unwrap_or_else(|| Err("no control-plane server answered".into()))
     }
 
     /// Reads the lease table from the first server that answers.
     pub async fn table(&self) -> Option<hale_control::LeaseTable> {
-        self.first_answer(Duration::from_millis(500), |c, s| {
-            c.get(format!("http://{s}/control/table"))
-        })
-        .await
+        self.first_answer(Duration::from_millis(500), "/control/table", &())
+            .await
     }
 }

@@ -21,7 +21,7 @@
 //!   [`crate::Agent::note_traffic`]) are ignored, so only probes keep
 //!   members alive (the night without traffic).
 //!
-//! Endpoints (token-protected when a token is configured, like join/leave):
+//! Endpoints (the POSTs behind [`crate::api_guard`], like join/leave):
 //! `GET /v1/drill`, `POST /v1/drill/{fault}` with `{"duration_ms": N}`,
 //! `POST /v1/drill/restore` with an optional `{"fault": "..."}`, and
 //! `POST /v1/traffic` with `{"peers": ["name", ...]}`.
@@ -34,14 +34,14 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
-use crate::api::{error, require_token};
+use crate::api::error;
 use crate::runtime::{Command, Shared};
 use crate::view::{unix_ms, EventView};
 
@@ -195,7 +195,6 @@ pub enum SetFaultError {
 pub(crate) struct DrillState {
     pub(crate) shared: Arc<Shared>,
     pub(crate) relay: Option<hale_relay::Relay>,
-    pub(crate) token: Option<String>,
     pub(crate) cmds: mpsc::Sender<Command>,
 }
 
@@ -333,15 +332,7 @@ struct SetBody {
     duration_ms: u64,
 }
 
-async fn set(
-    State(st): State<DrillState>,
-    Path(fault): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    if let Err(e) = require_token(st.token.as_deref(), &headers) {
-        return e.into_response();
-    }
+async fn set(State(st): State<DrillState>, Path(fault): Path<String>, body: Bytes) -> Response {
     let Some(f) = Fault::parse(&fault) else {
         return error(
             StatusCode::NOT_FOUND,
@@ -371,10 +362,7 @@ struct RestoreBody {
     fault: Option<String>,
 }
 
-async fn restore(State(st): State<DrillState>, headers: HeaderMap, body: Bytes) -> Response {
-    if let Err(e) = require_token(st.token.as_deref(), &headers) {
-        return e.into_response();
-    }
+async fn restore(State(st): State<DrillState>, body: Bytes) -> Response {
     let which = if body.is_empty() {
         None
     } else {
@@ -407,10 +395,7 @@ struct TrafficBody {
     peers: Vec<String>,
 }
 
-async fn traffic(State(st): State<DrillState>, headers: HeaderMap, body: Bytes) -> Response {
-    if let Err(e) = require_token(st.token.as_deref(), &headers) {
-        return e.into_response();
-    }
+async fn traffic(State(st): State<DrillState>, body: Bytes) -> Response {
     let Ok(req) = serde_json::from_slice::<TrafficBody>(&body) else {
         return error(
             StatusCode::BAD_REQUEST,

@@ -13,13 +13,15 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+mod api_guard;
 mod cluster_api;
 pub mod config;
 pub mod control_client;
 pub mod dashboard;
 pub mod drill;
 mod holders;
-pub mod keyring;
+/// The cluster keyring (the `hale-keyring` crate).
+pub use hale_keyring as keyring;
 pub mod meta;
 pub mod metrics;
 pub mod relay_api;
@@ -73,6 +75,12 @@ pub enum StartError {
     /// The relay could not start (spool directory, HTTP client).
     #[error("cannot start the relay: {0}")]
     Relay(#[from] hale_relay::StartError),
+    /// The HTTP API would listen on a non-loopback address without a token.
+    #[error(
+        "the HTTP API (`agent.http` = {0}) is not on a loopback address: \
+         set `agent.api_token` (HALE_API_TOKEN) or bind it to 127.0.0.1"
+    )]
+    UnprotectedApi(SocketAddr),
 }
 
 /// The agent has stopped; the request was not carried out.
@@ -99,6 +107,9 @@ pub struct Agent {
 impl Agent {
     /// Binds the gossip (UDP + TCP) and HTTP sockets and starts the agent.
     pub async fn start(cfg: AgentConfig) -> Result<Agent, StartError> {
+        if !cfg.http.ip().is_loopback() && cfg.api_token.is_none() {
+            return Err(StartError::UnprotectedApi(cfg.http));
+        }
         let (udp, gossip_addr, tcp) = bind_gossip(cfg.bind).await?;
         let http = TcpListener::bind(cfg.http)
             .await
@@ -167,7 +178,6 @@ impl Agent {
         let mut app = api::router(api::ApiState {
             cmds: cmd_tx.clone(),
             shared: shared.clone(),
-            token: cfg.api_token.clone(),
             relay: relay.clone(),
             roles: roles.views.clone(),
             services: roles.services.clone(),
@@ -178,7 +188,6 @@ impl Agent {
             services: roles.services.clone(),
             control: roles.client.clone(),
             handovers: roles.handovers.clone(),
-            token: cfg.api_token.clone(),
         }))
         .merge(cluster_api::router(cluster_api::ClusterState::new(
             cmd_tx.clone(),
@@ -191,11 +200,18 @@ impl Agent {
         app = app.merge(drill::router(drill::DrillState {
             shared: shared.clone(),
             relay: relay.clone(),
-            token: cfg.api_token.clone(),
             cmds: cmd_tx.clone(),
         }));
         let relay_cfg = cfg.relay.clone().map(Arc::new);
         app = app.merge(relay_api::router(relay.clone().zip(relay_cfg.clone())));
+        // Every mutating route so far (not the relay's ingestion, below).
+        app = app.layer(axum::middleware::from_fn_with_state(
+            Arc::new(api_guard::MutationGuard {
+                token: cfg.api_token.clone(),
+                loopback: http_addr.ip().is_loopback(),
+            }),
+            api_guard::guard_mutations,
+        ));
         if let (Some(r), Some(c)) = (&relay, &relay_cfg) {
             tasks.spawn(relay_api::watch_breakers(
                 r.clone(),
@@ -455,6 +471,12 @@ async fn start_roles(
         return Ok(out);
     };
     let mut servers = plan.servers.clone();
+    // The control plane speaks only to holders of the cluster keyring (the
+    // gossip keys); `insecure_plaintext` leaves it open, loudly.
+    let control_auth = match &cfg.keyring {
+        Some(k) => hale_control::ControlAuth::sealed(k.clone()),
+        None => hale_control::ControlAuth::InsecurePlaintext,
+    };
     if let Some((id, bind)) = plan.server {
         let listener = TcpListener::bind(bind)
             .await
@@ -469,7 +491,13 @@ async fn start_roles(
             source,
         })?;
         servers.entry(id).or_insert(addr);
-        let cp = hale_control::raft::ControlPlane::start(id, &plan.data_dir, plan.timing).await?;
+        let cp = hale_control::raft::ControlPlane::start(
+            id,
+            &plan.data_dir,
+            plan.timing,
+            control_auth.clone(),
+        )
+        .await?;
         let app = cp.routes();
         let stop_for_holders = stop.clone();
         let mut stop = stop;
@@ -490,7 +518,7 @@ async fn start_roles(
         ));
         out.server = Some(cp);
     }
-    let client = control_client::ControlClient::new(servers.values().copied().collect());
+    let client = control_client::ControlClient::new(&servers, control_auth);
     // Candidacies are published in this member's metadata (priority and
     // readiness per role), for operators and dashboards; which candidate
     // wins is decided by the control-plane leader from their requests.

@@ -4,13 +4,13 @@
 use std::collections::BTreeMap;
 
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use tokio::sync::mpsc;
 
-use crate::api::{error, require_token};
+use crate::api::error;
 use crate::control_client::ControlClient;
 use crate::roles::RoleViews;
 use crate::services::{views, Services};
@@ -21,7 +21,6 @@ pub(crate) struct RolesState {
     pub(crate) services: Services,
     pub(crate) control: Option<ControlClient>,
     pub(crate) handovers: BTreeMap<String, mpsc::Sender<Option<String>>>,
-    pub(crate) token: Option<String>,
 }
 
 pub(crate) fn router(state: RolesState) -> Router {
@@ -75,12 +74,8 @@ async fn services(State(st): State<RolesState>) -> Response {
 async fn handover(
     State(st): State<RolesState>,
     Path(role): Path<String>,
-    headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    if let Err(e) = require_token(st.token.as_deref(), &headers) {
-        return e.into_response();
-    }
     let Some(tx) = st.handovers.get(&role) else {
         return error(
             StatusCode::NOT_FOUND,
@@ -128,14 +123,7 @@ async fn handover(
     }
 }
 
-async fn add_server(
-    State(st): State<RolesState>,
-    headers: HeaderMap,
-    body: axum::body::Bytes,
-) -> Response {
-    if let Err(e) = require_token(st.token.as_deref(), &headers) {
-        return e.into_response();
-    }
+async fn add_server(State(st): State<RolesState>, body: axum::body::Bytes) -> Response {
     let Ok(req) = serde_json::from_slice::<hale_control::raft::AddServer>(&body) else {
         return error(
             StatusCode::BAD_REQUEST,
@@ -154,14 +142,7 @@ async fn add_server(
     }
 }
 
-async fn remove_server(
-    State(st): State<RolesState>,
-    Path(id): Path<u64>,
-    headers: HeaderMap,
-) -> Response {
-    if let Err(e) = require_token(st.token.as_deref(), &headers) {
-        return e.into_response();
-    }
+async fn remove_server(State(st): State<RolesState>, Path(id): Path<u64>) -> Response {
     let Some(c) = &st.control else {
         return error(
             StatusCode::CONFLICT,

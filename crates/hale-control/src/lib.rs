@@ -11,11 +11,13 @@
 
 #![forbid(unsafe_code)]
 
+pub mod auth;
 pub mod history;
 pub mod holder;
 pub mod lease;
 pub mod raft;
 
+pub use auth::ControlAuth;
 pub use history::{check, HistoryViolation, HookEvent, HookKind};
 pub use holder::{
     Action, ControlRequest, Holder, HolderConfig, HolderEvent, HookExit, HookId, HookOutcome,

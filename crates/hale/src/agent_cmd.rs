@@ -32,7 +32,10 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<()> {
         );
     }
     if cfg.keyring.is_none() {
-        tracing::warn!("cluster traffic is NOT encrypted (insecure_plaintext = true)");
+        tracing::warn!(
+            "insecure_plaintext = true: cluster traffic is NOT encrypted and the control plane \
+             accepts requests from ANYONE who can reach it"
+        );
     }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

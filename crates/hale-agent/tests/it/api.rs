@@ -179,6 +179,7 @@ async fn bad_requests_get_a_4xx_with_a_message() {
     let r = c
         .post(format!("{base}/v1/join"))
         .bearer_auth("tok")
+        .header("content-type", "application/json")
         .body("{not json")
         .send()
         .await

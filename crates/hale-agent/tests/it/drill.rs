@@ -156,6 +156,7 @@ async fn a_frozen_agent_is_cut_off_the_cluster_and_comes_back_when_restored() {
     );
     let r: serde_json::Value = c
         .post(format!("http://{}/v1/drill/restore", x.http_addr()))
+        .json(&serde_json::json!({}))
         .send()
         .await
         .unwrap()

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod api;
+mod api_guard;
 mod config;
 mod dashboard;
 mod drill;

@@ -23,6 +23,7 @@ use openraft::{BasicNode, Raft};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
+use crate::auth::{self, ControlAuth, Guard};
 use crate::lease::{
     AppendClock, GrantDelay, Grantor, LeaseRequest, LeaseResponse, LeaseTable, LeaseTiming,
 };
@@ -76,6 +77,7 @@ pub struct ControlPlane {
     timing: LeaseTiming,
     origin: Instant,
     client: reqwest::Client,
+    auth: ControlAuth,
 }
 
 impl std::fmt::Debug for ControlPlane {
@@ -99,13 +101,22 @@ pub struct AcquireRequest {
 }
 
 impl ControlPlane {
-    /// Opens the store in `data_dir` and starts a server with id `id`.
+    /// Opens the store in `data_dir` and starts a server with id `id`,
+    /// authenticating its traffic per `auth` (see [`crate::auth`]).
     /// Serve [`ControlPlane::routes`] on the address peers know it by.
     pub async fn start(
         id: u64,
         data_dir: &Path,
         timing: LeaseTiming,
+        auth: ControlAuth,
     ) -> Result<ControlPlane, ControlError> {
+        if matches!(auth, ControlAuth::InsecurePlaintext) {
+            tracing::warn!(
+                server = id,
+                "CONTROL PLANE NOT AUTHENTICATED (insecure_plaintext = true): anyone who can \
+                 reach this server's port can take roles, fence holders and change voters"
+            );
+        }
         let db = open_db(data_dir).map_err(|e| ControlError::Store(e.to_string()))?;
         let origin = Instant::now();
         let grantor: Arc<Mutex<Option<Grantor>>> = Arc::new(Mutex::new(None));
@@ -151,6 +162,8 @@ impl ControlPlane {
             heartbeat_interval: 100,
             election_timeout_min: 300,
             election_timeout_max: 600,
+            // Chunks well under the authenticated body cap, JSON included.
+            snapshot_max_chunk_size: 512 << 10,
             ..Default::default()
         };
         let config = Arc::new(
@@ -161,7 +174,7 @@ impl ControlPlane {
         let raft = Raft::new(
             id,
             config,
-            Network::new(),
+            Network::new(auth.clone()),
             LogStore::new(db, Some(on_append)),
             sm.clone(),
         )
@@ -176,6 +189,7 @@ impl ControlPlane {
             timing,
             origin,
             client: reqwest::Client::new(),
+            auth,
         };
         cp.watch_leadership();
         Ok(cp)
@@ -209,18 +223,31 @@ impl ControlPlane {
     }
 
     /// Routes to serve: Raft RPCs, and `/control/acquire` and `/control/write`
-    /// for requests forwarded to the leader.
+    /// for requests forwarded to the leader. With sealed auth every route
+    /// is behind [`auth::authenticate`]: a request that is not sealed for
+    /// this server by a cluster key, fresh and first seen, gets 401 before
+    /// any route sees it.
     pub fn routes(&self) -> Router {
-        raft_routes(self.raft.clone()).merge(
+        let app = raft_routes(self.raft.clone()).merge(
             Router::new()
                 .route("/control/acquire", post(acquire_route))
                 .route("/control/write", post(write_route))
-                .route("/control/table", get(table_route))
-                .route("/control/leader", get(leader_route))
+                .route("/control/table", get(table_route).post(table_route))
+                .route("/control/leader", get(leader_route).post(leader_route))
                 .route("/control/servers", post(add_server_route))
                 .route("/control/servers/{id}/remove", post(remove_server_route))
                 .with_state(self.clone()),
-        )
+        );
+        match &self.auth {
+            ControlAuth::InsecurePlaintext => app,
+            ControlAuth::Sealed(keys) => {
+                let guard = Arc::new(Guard::new(self.id, keys.clone()));
+                app.layer(axum::middleware::from_fn_with_state(
+                    guard,
+                    auth::authenticate,
+                ))
+            }
+        }
     }
 
     /// Makes this server the first member of a new control plane, with
@@ -294,26 +321,15 @@ impl ControlPlane {
         remove: Option<u64>,
     ) -> Result<(), ControlError> {
         if self.leader() != Some(self.id) {
-            let addr = self.leader_addr().ok_or(ControlError::NoLeader)?;
-            let req = match (&add, remove) {
-                (Some(a), _) => self
-                    .client
-                    .post(format!("http://{addr}/control/servers"))
-                    .json(a),
-                (None, Some(id)) => self
-                    .client
-                    .post(format!("http://{addr}/control/servers/{id}/remove")),
+            let (leader, addr) = self.leader_addr().ok_or(ControlError::NoLeader)?;
+            let res: Result<(), String> = match (&add, remove) {
+                (Some(a), _) => self.call(leader, &addr, "/control/servers", a, 10).await?,
+                (None, Some(id)) => {
+                    let path = format!("/control/servers/{id}/remove");
+                    self.call(leader, &addr, &path, &(), 10).await?
+                }
                 (None, None) => return Ok(()),
             };
-            let r = req
-                .timeout(Duration::from_secs(10))
-                .send()
-                .await
-                .map_err(|e| ControlError::Request(e.to_string()))?;
-            let res: Result<(), String> = r
-                .json()
-                .await
-                .map_err(|e| ControlError::Request(e.to_string()))?;
             return res.map_err(ControlError::Request);
         }
         if let Some(a) = add {
@@ -349,13 +365,36 @@ impl ControlPlane {
             .clone()
     }
 
-    fn leader_addr(&self) -> Option<String> {
+    /// The leader's id and address, if known.
+    fn leader_addr(&self) -> Option<(u64, String)> {
         let m = self.raft.metrics().borrow().clone();
         let leader = m.current_leader?;
         m.membership_config
             .membership()
             .get_node(&leader)
-            .map(|n| n.addr.clone())
+            .map(|n| (leader, n.addr.clone()))
+    }
+
+    /// One authenticated call to server `target` at `addr`.
+    async fn call<Req: Serialize, Resp: serde::de::DeserializeOwned>(
+        &self,
+        target: u64,
+        addr: &str,
+        path: &str,
+        body: &Req,
+        secs: u64,
+    ) -> Result<Resp, ControlError> {
+        auth::call(
+            &self.client,
+            &self.auth,
+            target,
+            addr,
+            path,
+            body,
+            Duration::from_secs(secs),
+        )
+        .await
+        .map_err(|e| ControlError::Request(e.to_string()))
     }
 
     /// Proposes `req` through the leader and returns what applying it did.
@@ -403,19 +442,10 @@ impl ControlPlane {
         what: &str,
         body: &T,
     ) -> Result<LeaseResponse, ControlError> {
-        let addr = self.leader_addr().ok_or(ControlError::NoLeader)?;
-        let r = self
-            .client
-            .post(format!("http://{addr}/control/{what}"))
-            .timeout(Duration::from_secs(2))
-            .json(body)
-            .send()
-            .await
-            .map_err(|e| ControlError::Request(e.to_string()))?;
-        let res: Result<LeaseResponse, String> = r
-            .json()
-            .await
-            .map_err(|e| ControlError::Request(e.to_string()))?;
+        let (leader, addr) = self.leader_addr().ok_or(ControlError::NoLeader)?;
+        let res: Result<LeaseResponse, String> = self
+            .call(leader, &addr, &format!("/control/{what}"), body, 2)
+            .await?;
         res.map_err(ControlError::Request)
     }
 

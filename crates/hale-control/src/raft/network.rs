@@ -18,28 +18,25 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::TypeConfig;
+use crate::auth::{self, CallError, ControlAuth};
 
 /// Opens connections to peers.
 #[derive(Debug, Clone)]
 pub struct Network {
     client: reqwest::Client,
+    auth: ControlAuth,
 }
 
 impl Network {
-    /// A network with its own HTTP client.
-    pub fn new() -> Network {
+    /// A network with its own HTTP client, sealing RPCs per `auth`.
+    pub fn new(auth: ControlAuth) -> Network {
         Network {
             client: reqwest::Client::builder()
                 .connect_timeout(Duration::from_millis(500))
                 .build()
                 .expect("a plain HTTP client builds"),
+            auth,
         }
-    }
-}
-
-impl Default for Network {
-    fn default() -> Self {
-        Network::new()
     }
 }
 
@@ -47,6 +44,7 @@ impl Default for Network {
 #[derive(Debug, Clone)]
 pub struct Conn {
     client: reqwest::Client,
+    auth: ControlAuth,
     target: u64,
     addr: String,
 }
@@ -57,6 +55,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
     async fn new_client(&mut self, target: u64, node: &BasicNode) -> Conn {
         Conn {
             client: self.client.clone(),
+            auth: self.auth.clone(),
             target,
             addr: node.addr.clone(),
         }
@@ -75,19 +74,20 @@ impl Conn {
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
-        let url = format!("http://{}/raft/{path}", self.addr);
-        let r = self
-            .client
-            .post(url)
-            .timeout(ttl)
-            .json(req)
-            .send()
-            .await
-            .map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
-        let res: Result<Resp, RaftError<u64, E>> = r
-            .json()
-            .await
-            .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let res: Result<Resp, RaftError<u64, E>> = auth::call(
+            &self.client,
+            &self.auth,
+            self.target,
+            &self.addr,
+            &format!("/raft/{path}"),
+            req,
+            ttl,
+        )
+        .await
+        .map_err(|e| match e {
+            CallError::Unreachable(_) => RPCError::Unreachable(Unreachable::new(&e)),
+            _ => RPCError::Network(NetworkError::new(&e)),
+        })?;
         res.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
     }
 }
@@ -142,7 +142,8 @@ async fn snapshot(
     Json(raft.install_snapshot(req).await)
 }
 
-/// The routes peers call (`/raft/append`, `/raft/vote`, `/raft/snapshot`).
+/// The routes peers call (`/raft/append`, `/raft/vote`, `/raft/snapshot`),
+/// unauthenticated: [`super::ControlPlane::routes`] puts them behind the guard.
 pub fn raft_routes(raft: Raft<TypeConfig>) -> Router {
     Router::new()
         .route("/raft/append", post(append))

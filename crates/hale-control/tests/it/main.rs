@@ -3,6 +3,7 @@
 // In tests a panic is the failure report: unwrapping is how a test fails.
 #![allow(clippy::unwrap_used)]
 
+mod auth;
 mod checker;
 mod holder;
 mod lease_histories;

@@ -5,23 +5,42 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use hale_control::raft::{ControlError, ControlPlane};
-use hale_control::{LeaseRequest, LeaseResponse, LeaseTiming};
+use hale_control::{ControlAuth, LeaseRequest, LeaseResponse, LeaseTiming};
+use hale_keyring::{Key, Keyring};
 use tokio::net::TcpListener;
 use tokio::time::Instant;
 
-struct Server {
-    cp: ControlPlane,
-    addr: SocketAddr,
-    task: tokio::task::JoinHandle<()>,
+pub(crate) struct Server {
+    pub(crate) cp: ControlPlane,
+    pub(crate) addr: SocketAddr,
+    pub(crate) task: tokio::task::JoinHandle<()>,
+}
+
+/// The key these tests' servers share (one per test process).
+pub(crate) fn cluster_key() -> Key {
+    static KEY: std::sync::OnceLock<Key> = std::sync::OnceLock::new();
+    KEY.get_or_init(Key::generate).clone()
 }
 
 async fn serve(id: u64, dir: &std::path::Path, listener: TcpListener) -> Server {
+    let auth = ControlAuth::sealed(Keyring::new(cluster_key(), vec![]));
+    serve_with(id, dir, listener, auth).await
+}
+
+/// Starts server `id` (store under `dir`) on `listener`, authenticating per `auth`.
+pub(crate) async fn serve_with(
+    id: u64,
+    dir: &std::path::Path,
+    listener: TcpListener,
+    auth: ControlAuth,
+) -> Server {
     let addr = listener.local_addr().unwrap();
     // A server restarted in the same process may find its store still held
     // for a moment by the previous instance's tasks: retry with a deadline.
     let deadline = Instant::now() + Duration::from_secs(10);
     let cp = loop {
-        match ControlPlane::start(id, &dir.join(format!("s{id}")), LeaseTiming::default()).await {
+        let store = dir.join(format!("s{id}"));
+        match ControlPlane::start(id, &store, LeaseTiming::default(), auth.clone()).await {
             Ok(cp) => break cp,
             Err(ControlError::Store(e))
                 if Instant::now() < deadline && e.contains("already open") =>
@@ -39,17 +58,24 @@ async fn serve(id: u64, dir: &std::path::Path, listener: TcpListener) -> Server 
 }
 
 async fn cluster(dir: &std::path::Path) -> Vec<Server> {
+    let auth = || ControlAuth::sealed(Keyring::new(cluster_key(), vec![]));
+    cluster_with(dir, [auth(), auth(), auth()]).await
+}
+
+/// Three servers (ids 1 to 3), each authenticating per its `auth`,
+/// bootstrapped by the first.
+pub(crate) async fn cluster_with(dir: &std::path::Path, auth: [ControlAuth; 3]) -> Vec<Server> {
     let mut servers = Vec::new();
-    for id in 1..=3 {
+    for (id, auth) in (1..=3).zip(auth) {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        servers.push(serve(id, dir, l).await);
+        servers.push(serve_with(id, dir, l, auth).await);
     }
     let members: BTreeMap<u64, SocketAddr> = servers.iter().map(|s| (s.cp.id, s.addr)).collect();
     servers[0].cp.bootstrap(members).await.unwrap();
     servers
 }
 
-async fn until<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+pub(crate) async fn until<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + limit;
     loop {
         if let Some(v) = f() {
@@ -60,7 +86,11 @@ async fn until<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>)
     }
 }
 
-async fn acquire_eventually(cp: &ControlPlane, role: &str, holder: &str) -> (u64, Instant) {
+pub(crate) async fn acquire_eventually(
+    cp: &ControlPlane,
+    role: &str,
+    holder: &str,
+) -> (u64, Instant) {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         match cp.acquire(role, holder, 0).await {
