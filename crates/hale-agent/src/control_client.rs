@@ -44,6 +44,17 @@ impl ControlClient {
         }
     }
 
+    /// This client, asking server `id` first (an agent's own server: it
+    /// is frozen or gone only when this agent is, and it forwards to the
+    /// leader).
+    pub fn preferring(self, id: u64) -> ControlClient {
+        if let Some(i) = self.servers.iter().position(|(s, _)| *s == id) {
+            self.preferred
+                .store(i, std::sync::atomic::Ordering::Relaxed);
+        }
+        self
+    }
+
     /// This client, failing every request while `gate` is set (a drill's
     /// freeze: the node cannot reach the control plane).
     pub fn gated(mut self, gate: Arc<std::sync::atomic::AtomicBool>) -> ControlClient {

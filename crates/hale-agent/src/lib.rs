@@ -518,7 +518,10 @@ async fn start_roles(
         ));
         out.server = Some(cp);
     }
-    let client = control_client::ControlClient::new(&servers, control_auth);
+    let mut client = control_client::ControlClient::new(&servers, control_auth);
+    if let Some((id, _)) = plan.server {
+        client = client.preferring(id);
+    }
     // Candidacies are published in this member's metadata (priority and
     // readiness per role), for operators and dashboards; which candidate
     // wins is decided by the control-plane leader from their requests.

@@ -443,8 +443,11 @@ impl ControlPlane {
         body: &T,
     ) -> Result<LeaseResponse, ControlError> {
         let (leader, addr) = self.leader_addr().ok_or(ControlError::NoLeader)?;
+        // One second: a leader that does not commit in that time is likely
+        // frozen or gone, and the caller does better asking another server
+        // (which may already know the next leader) than waiting on it.
         let res: Result<LeaseResponse, String> = self
-            .call(leader, &addr, &format!("/control/{what}"), body, 2)
+            .call(leader, &addr, &format!("/control/{what}"), body, 1)
             .await?;
         res.map_err(ControlError::Request)
     }
