@@ -235,7 +235,7 @@ function apply(e) {
     if (S.roles?.roles.some((r) => r.candidates.some((c) => c.node === e.member))) mark('roles');
   }
   if (state || e.kind === 'metadata' || e.kind === 'refuted') later('members', loadMembers, 300);
-  if (['promoted', 'demoted', 'dead', 'recovered', 'eligible', 'metadata'].includes(e.kind)) later('roles', loadRoles, 150);
+  if (['promoting', 'promoted', 'demoting', 'demoted', 'dead', 'recovered', 'eligible', 'metadata'].includes(e.kind)) later('roles', loadRoles, 150);
   if (e.kind === 'breaker') later('relay', loadRelay, 50);
 }
 

@@ -106,7 +106,11 @@ export function eventDetail(e) {
     case 'recovered': case 'refuted': return d.was_dead ? 'had been declared dead' : 'was suspected';
     case 'paused': return `the agent was paused for ${fmtMs(d.gap_ms)}`;
     case 'promoted': return `${d.role} epoch ${d.epoch}${d.hook_ok === false ? ', promote hook FAILED' : ''}`;
-    case 'demoted': return `${d.role} epoch ${d.epoch} (${d.reason ?? ''})`;
+    case 'promoting': return `${d.role} epoch ${d.epoch}: granted, promote hook running`;
+    case 'demoting': return `${d.role} epoch ${d.epoch}: stepping down (${d.reason ?? ''})`;
+    case 'demoted': return `${d.role} epoch ${d.epoch} (${d.reason ?? ''})` +
+      (d.promote && d.promote !== 'succeeded' ? `; promote hook ${d.promote}` : '') +
+      (d.demote && d.demote !== 'succeeded' ? `; demote ${d.demote}` : '');
     case 'eligible': return `${d.role}: ${d.eligible ? 'eligible' : 'not eligible'}`;
     case 'breaker': return `${d.role} upstream ${d.upstream}: ${d.from} → ${d.to}`;
     case 'holder': return `${d.role}: ${d.from ?? 'none'} → ${d.to ?? 'released'}, epoch ${d.epoch}` +
@@ -128,7 +132,9 @@ export function rolesHtml(data, fetchedAt, members) {
     const left = r.lease_left_ms != null ? Math.max(0, r.lease_left_ms - age) : null;
     const holderState = r.holder ? members.get(r.holder)?.state : null;
     const holder = r.holder
-      ? `<b>${esc(r.holder)}</b>${holderState && holderState !== 'alive' ? ` ${badge(holderState)}` : ''}`
+      ? `<b>${esc(r.holder)}</b>${holderState && holderState !== 'alive' ? ` ${badge(holderState)}` : ''}` +
+        // Granted but its promote hook still runs (or it is giving the role up).
+        (r.holder_state && r.holder_state !== 'holder' ? ` ${badge(r.holder_state, `h-${r.holder_state}`)}` : '')
       : '<span class="bad">no holder</span>';
     const lease = left != null
       ? `<span class="lease" title="lease left"><i style="width:${Math.min(100, left / 20)}%"></i></span> ${fmtMs(left)}`

@@ -176,3 +176,38 @@ fn the_relay_section_is_optional_and_validated() {
     }
     assert!(FileConfig::parse("[relay]\nnope = 1", "t").is_err());
 }
+
+fn control(extra: &str) -> Result<hale_agent::AgentConfig, ConfigError> {
+    let text = format!(
+        r#"
+        [control]
+        id = 1
+        bind = "127.0.0.1:7948"
+        {extra}
+        "#
+    );
+    FileConfig::parse(&text, "hale.toml").unwrap().validate()
+}
+
+#[test]
+fn lease_timing_is_read_and_its_errors_name_the_key() {
+    let c = control("lease = \"4s\"\nrenew_every = \"1s\"").unwrap();
+    let t = c.control.unwrap().timing;
+    assert_eq!(t.lease, Duration::from_secs(4));
+    assert_eq!(t.renew_every, Duration::from_secs(1));
+    assert_eq!(t.drift_margin, Duration::from_millis(800));
+    let d = control("").unwrap().control.unwrap().timing;
+    assert_eq!(d, hale_control::LeaseTiming::default());
+    // Renewals must fit three times in a lease.
+    let e = control("lease = \"1s\"\nrenew_every = \"400ms\"").unwrap_err();
+    assert!(e.to_string().contains("third"), "{e}");
+    assert_eq!(field_of(e), "control.renew_every");
+    assert_eq!(
+        field_of(control("lease = \"100ms\"").unwrap_err()),
+        "control.lease"
+    );
+    assert_eq!(
+        field_of(control("renew_every = \"10ms\"").unwrap_err()),
+        "control.renew_every"
+    );
+}
