@@ -270,6 +270,9 @@ pub struct RoleView {
     pub demotions: u64,
     /// Renewals committed.
     pub renewals: u64,
+    /// Until when this node may act as holder, on this agent's clock.
+    #[serde(skip)]
+    pub valid_until: Option<Instant>,
 }
 
 /// Reports a role change: its kind (`promoting`, `promoted`, `demoting`,
@@ -466,10 +469,14 @@ impl RoleManager {
         let left = sm
             .lease_valid_until()
             .map(|t| run.left(t).as_millis() as u64);
+        let valid_until = sm
+            .lease_valid_until()
+            .map(|t| run.origin + Duration::from_nanos(t.as_nanos()));
         self.view(|v| {
             v.state = sm.state().as_str().into();
             v.epoch = sm.epoch();
             v.lease_left_ms = left;
+            v.valid_until = valid_until;
             if sm.state() != hale_control::RoleState::Holder {
                 v.held_since_unix_ms = None;
             }

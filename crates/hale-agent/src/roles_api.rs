@@ -1,5 +1,6 @@
 //! HTTP endpoints for roles and services: `GET /v1/roles`, `GET /v1/services`,
-//! `POST /v1/roles/{role}/handover`.
+//! `POST /v1/roles/{role}/handover`, and the load balancers' checks
+//! `GET /v1/roles/{role}/primary` and `GET /v1/roles/{role}/replica`.
 
 use std::collections::BTreeMap;
 
@@ -28,6 +29,8 @@ pub(crate) fn router(state: RolesState) -> Router {
         .route("/v1/roles", get(roles))
         .route("/v1/services", get(services))
         .route("/v1/roles/{role}/handover", post(handover))
+        .route("/v1/roles/{role}/primary", get(primary))
+        .route("/v1/roles/{role}/replica", get(replica))
         .route("/v1/control/servers", post(add_server))
         .route("/v1/control/servers/{id}/remove", post(remove_server))
         .with_state(state)
@@ -65,6 +68,61 @@ async fn roles(State(st): State<RolesState>) -> Response {
         "local": local,
     }))
     .into_response()
+}
+
+/// This node's view of `role` (None: it is no candidate for it).
+fn local_view(st: &RolesState, role: &str) -> Option<crate::roles::RoleView> {
+    st.views.lock().expect("role views lock").get(role).cloned()
+}
+
+fn not_a_candidate(role: &str) -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        format!("this node is no candidate for role {role:?}"),
+    )
+}
+
+/// `GET /v1/roles/{role}/primary`: 200 on the node that holds `role` and has
+/// finished promoting (with a lease still valid on its own clock), 503
+/// everywhere else. For load balancers (HAProxy `option httpchk` +
+/// `http-check expect status 200`); reads only this agent's memory, so it
+/// is cheap to poll often, and needs no token.
+async fn primary(State(st): State<RolesState>, Path(role): Path<String>) -> Response {
+    let Some(v) = local_view(&st, &role) else {
+        return not_a_candidate(&role);
+    };
+    let now = tokio::time::Instant::now();
+    let valid = v.valid_until.is_some_and(|t| t > now);
+    let body = serde_json::json!({
+        "role": role,
+        "state": v.state,
+        "epoch": v.epoch,
+        "lease_left_ms": v.valid_until.map(|t| t.saturating_duration_since(now).as_millis() as u64),
+    });
+    let status = if v.state == "holder" && valid {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(body)).into_response()
+}
+
+/// `GET /v1/roles/{role}/replica`: 200 on a healthy, ready standby of
+/// `role` (not holding it), 503 everywhere else.
+async fn replica(State(st): State<RolesState>, Path(role): Path<String>) -> Response {
+    let Some(v) = local_view(&st, &role) else {
+        return not_a_candidate(&role);
+    };
+    let status = if v.state == "standby" {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        status,
+        Json(serde_json::json!({ "role": role, "state": v.state })),
+    )
+        .into_response()
 }
 
 async fn services(State(st): State<RolesState>) -> Response {

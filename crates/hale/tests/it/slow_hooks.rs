@@ -14,7 +14,7 @@ use nix::sys::signal::kill;
 use nix::unistd::Pid;
 
 use crate::failover::Cluster;
-use crate::support::{during, wait_for};
+use crate::support::{during, http_status, wait_for};
 
 /// One line of a hook log.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,13 +108,33 @@ fn a_three_second_promote_hook_neither_flaps_the_role_nor_overlaps_a_handover() 
         |_| String::new(),
     );
     let log = c.path("hooks.log");
-    // While the promote hook runs, the node says `promoting`, then `holder`.
+    let primary = |i: usize| http_status(c.nodes[i].http, "/v1/roles/db/primary").map(|(s, _)| s);
+    // While the promote hook runs, the node says `promoting`, then
+    // `holder`; load balancers see it as primary only once promoted.
     wait_for(Duration::from_secs(30), "n0 is promoting", || {
         (local_state(&c, 0)? == "promoting").then_some(())
     });
+    assert_eq!(primary(0), Some(503), "primary while promoting");
     wait_for(Duration::from_secs(30), "n0 is holder", || {
         (local_state(&c, 0)? == "holder").then_some(())
     });
+    let (status, body) = http_status(c.nodes[0].http, "/v1/roles/db/primary").unwrap();
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["state"], "holder");
+    assert!(v["epoch"].as_u64().is_some(), "{v}");
+    for i in 1..3 {
+        assert_eq!(primary(i), Some(503));
+        let replica = http_status(c.nodes[i].http, "/v1/roles/db/replica").unwrap();
+        assert_eq!(replica.0, 200, "a ready standby: {}", replica.1);
+    }
+    assert_eq!(
+        http_status(c.nodes[0].http, "/v1/roles/db/replica").map(|x| x.0),
+        Some(503)
+    );
+    let (status, body) = http_status(c.nodes[0].http, "/v1/roles/nope/primary").unwrap();
+    assert_eq!(status, 404);
+    assert!(serde_json::from_str::<serde_json::Value>(&body).unwrap()["error"].is_string());
     let (holder, epoch) = lease(&c).unwrap();
     assert_eq!(holder, "n0");
     // Twelve seconds of steady state: the lease never moves (before the
