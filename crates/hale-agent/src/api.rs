@@ -34,6 +34,8 @@ pub(crate) struct ApiState {
     pub(crate) services: crate::services::Services,
     /// The cluster's name (`[cluster] name`).
     pub(crate) cluster: String,
+    /// The control-plane server this agent runs, if any.
+    pub(crate) control: Option<hale_control::raft::ControlPlane>,
 }
 
 /// An API error: a status and a message.
@@ -86,8 +88,13 @@ async fn snapshot(st: &ApiState) -> Result<Snapshot, ApiError> {
 async fn health(State(st): State<ApiState>) -> Result<Response, ApiError> {
     let s = snapshot(&st).await?;
     let count = |state: &str| s.members.iter().filter(|m| m.state == state).count();
+    let control = st.control.as_ref().map(|c| c.status());
+    // A control-plane server whose storage failed is degraded: its Raft
+    // has stopped (the others elect a leader without it).
+    let degraded = control.as_ref().is_some_and(|c| c.storage_error.is_some());
     let body = serde_json::json!({
-        "status": if s.left { "left" } else { "ok" },
+        "status": if s.left { "left" } else if degraded { "degraded" } else { "ok" },
+        "control": control,
         "cluster": st.cluster,
         "node": st.shared.id.name(),
         "addr": st.shared.id.addr().to_string(),
@@ -204,6 +211,12 @@ async fn metrics(State(st): State<ApiState>) -> Result<Response, ApiError> {
         &st.roles,
         &st.services,
     ));
+    if let Some(c) = &st.control {
+        text.push_str(&crate::metrics::render_control(
+            st.shared.id.name(),
+            &c.status(),
+        ));
+    }
     text.push_str(&st.shared.drill.render_metrics(st.shared.id.name()));
     if let Some(r) = &st.relay {
         text.push_str(&r.render_metrics());

@@ -89,6 +89,26 @@ pub(crate) async fn watch_holders(
     }
 }
 
+/// Publishes a `control-stopped` event (detail: server, error) when this
+/// agent's control-plane server stops on a fatal error, a failed storage
+/// write above all (disk full). `/v1/health` says `degraded` from then on,
+/// and `/metrics` has `hale_control_storage_failed 1`.
+pub(crate) async fn watch_storage(cp: ControlPlane, shared: Arc<Shared>) {
+    let Some(error) = cp.stopped().await else {
+        return; // shut down with the agent
+    };
+    tracing::error!(server = cp.id, %error, "the control-plane server has stopped");
+    shared.publish(EventView {
+        seq: shared.next_seq(),
+        unix_ms: unix_ms(),
+        observer: shared.id.name().to_owned(),
+        kind: "control-stopped".into(),
+        member: None,
+        incarnation: None,
+        detail: Some(serde_json::json!({ "server": cp.id, "error": error })),
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -182,6 +182,7 @@ impl Agent {
             roles: roles.views.clone(),
             services: roles.services.clone(),
             cluster: cfg.core.cluster.clone(),
+            control: roles.server.clone(),
         })
         .merge(roles_api::router(roles_api::RolesState {
             views: roles.views.clone(),
@@ -516,6 +517,7 @@ async fn start_roles(
             shared.clone(),
             stop_for_holders,
         ));
+        tasks.spawn(holders::watch_storage(cp.clone(), shared.clone()));
         out.server = Some(cp);
     }
     let mut client = control_client::ControlClient::new(&servers, control_auth);

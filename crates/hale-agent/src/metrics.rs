@@ -235,3 +235,68 @@ pub fn render_roles(
     }
     out
 }
+
+/// The control-plane server this agent runs: its Raft state, log indices,
+/// voters and storage health.
+pub fn render_control(node: &str, c: &hale_control::raft::ControlStatus) -> String {
+    let mut out = String::new();
+    let l = format!("node=\"{node}\",server=\"{}\"", c.id);
+    let idx = |i: Option<u64>| i.map_or("0".to_owned(), |i| i.to_string());
+    let series: [(&str, &str, &str, String); 8] = [
+        (
+            "hale_control_is_leader",
+            "gauge",
+            "Whether this server is the control-plane leader (1) or not (0).",
+            u8::from(c.state == "leader").to_string(),
+        ),
+        (
+            "hale_control_leader",
+            "gauge",
+            "The leader's server id as this server knows it (0: none known).",
+            c.leader.unwrap_or(0).to_string(),
+        ),
+        (
+            "hale_control_term",
+            "gauge",
+            "The Raft term.",
+            c.term.to_string(),
+        ),
+        (
+            "hale_control_last_log_index",
+            "gauge",
+            "The last index in this server's log.",
+            idx(c.last_log_index),
+        ),
+        (
+            "hale_control_applied_index",
+            "gauge",
+            "The last index applied to this server's lease table.",
+            idx(c.applied_index),
+        ),
+        (
+            "hale_control_snapshot_index",
+            "gauge",
+            "The last index this server's snapshot covers.",
+            idx(c.snapshot_index),
+        ),
+        (
+            "hale_control_voters",
+            "gauge",
+            "Voters in the membership this server knows.",
+            c.voters.len().to_string(),
+        ),
+        (
+            "hale_control_storage_failed",
+            "gauge",
+            "Whether this server's storage failed and its Raft stopped (1) or not (0).",
+            u8::from(c.storage_error.is_some()).to_string(),
+        ),
+    ];
+    for (name, kind, help, v) in series {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{{{l}}} {v}"
+        );
+    }
+    out
+}

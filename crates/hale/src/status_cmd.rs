@@ -44,6 +44,8 @@ pub struct Status {
     pub drill: Vec<(String, Vec<hale_agent::drill::FaultView>)>,
     /// Agents that did not answer (name, why).
     pub unreachable: Vec<(String, String)>,
+    /// The control-plane server the agent asked runs, if any.
+    pub control: Option<hale_control::raft::ControlStatus>,
 }
 
 /// One role.
@@ -153,6 +155,7 @@ pub fn summarize(
             .iter()
             .filter_map(|n| Some((n.name.clone(), n.error.clone()?)))
             .collect(),
+        control: None,
     }
 }
 
@@ -185,6 +188,27 @@ pub fn render(s: &Status) -> String {
     for k in ["suspect", "dead", "left"] {
         if count(k) > 0 {
             out.push_str(&format!("  {k}: {}\n", list(k)));
+        }
+    }
+    if let Some(c) = &s.control {
+        let idx = |i: Option<u64>| i.map_or("-".to_owned(), |i| i.to_string());
+        out.push_str(&format!(
+            "CONTROL  server {} is {}, leader {}, term {}, log {}, applied {}, snapshot {}, voters {}\n",
+            c.id,
+            c.state,
+            c.leader.map_or("none".to_owned(), |l| l.to_string()),
+            c.term,
+            idx(c.last_log_index),
+            idx(c.applied_index),
+            idx(c.snapshot_index),
+            c.voters
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        ));
+        if let Some(e) = &c.storage_error {
+            out.push_str(&format!("  STORAGE FAILED: {e}\n"));
         }
     }
     out.push_str("ROLES\n");
@@ -264,7 +288,10 @@ pub fn run(api: &ApiArgs, args: &StatusArgs) -> anyhow::Result<()> {
         let mut s = summarize(&agents.local, &members, &nodes);
         let health: Option<serde_json::Value> =
             crate::client_cmd::get_json(api, "/v1/health").await.ok();
-        s.cluster = health.and_then(|h| h["cluster"].as_str().map(str::to_owned));
+        s.cluster = health
+            .as_ref()
+            .and_then(|h| h["cluster"].as_str().map(str::to_owned));
+        s.control = health.and_then(|h| serde_json::from_value(h["control"].clone()).ok());
         if args.json {
             println!("{}", serde_json::to_string_pretty(&s)?);
         } else {

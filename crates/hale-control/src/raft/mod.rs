@@ -88,6 +88,31 @@ impl std::fmt::Debug for ControlPlane {
     }
 }
 
+/// A control-plane server's own view: its role in Raft, the log, and
+/// whether its storage still works.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ControlStatus {
+    /// This server's id.
+    pub id: u64,
+    /// `leader`, `follower`, `candidate`, `learner`, or `stopped` (its Raft
+    /// has stopped, e.g. on a storage error).
+    pub state: String,
+    /// The leader it knows of.
+    pub leader: Option<u64>,
+    /// The Raft term.
+    pub term: u64,
+    /// The last log index in its log.
+    pub last_log_index: Option<u64>,
+    /// The last index applied to its lease table.
+    pub applied_index: Option<u64>,
+    /// The last index its snapshot covers.
+    pub snapshot_index: Option<u64>,
+    /// The voters of the membership it knows.
+    pub voters: Vec<u64>,
+    /// Why its Raft stopped, if it did (a failed storage write: disk full).
+    pub storage_error: Option<String>,
+}
+
 /// A request to the leader to grant a role (sent by candidates).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct AcquireRequest {
@@ -348,6 +373,56 @@ impl ControlPlane {
         mem.voter_ids()
             .filter_map(|id| mem.get_node(&id).map(|n| (id, n.addr.clone())))
             .collect()
+    }
+
+    /// What this server knows of itself and the control plane now.
+    pub fn status(&self) -> ControlStatus {
+        let m = self.raft.metrics().borrow().clone();
+        let storage_error = match &m.running_state {
+            Err(openraft::error::Fatal::Stopped) | Ok(()) => None,
+            Err(e) => Some(e.to_string()),
+        };
+        let state = if m.running_state.is_err() {
+            "stopped"
+        } else {
+            match m.state {
+                openraft::ServerState::Leader => "leader",
+                openraft::ServerState::Follower => "follower",
+                openraft::ServerState::Candidate => "candidate",
+                openraft::ServerState::Learner => "learner",
+                openraft::ServerState::Shutdown => "stopped",
+            }
+        };
+        ControlStatus {
+            id: self.id,
+            state: state.to_owned(),
+            // A stopped server's last view of the leader is stale.
+            leader: m.current_leader.filter(|_| m.running_state.is_ok()),
+            term: m.current_term,
+            last_log_index: m.last_log_index,
+            applied_index: m.last_applied.map(|l| l.index),
+            snapshot_index: m.snapshot.map(|l| l.index),
+            voters: m.membership_config.membership().voter_ids().collect(),
+            storage_error,
+        }
+    }
+
+    /// Resolves with the error when this server's Raft stops on a fatal
+    /// error (a storage write failed: disk full, I/O error), or with `None`
+    /// when it was shut down. A stopped server sends no heartbeats, so the
+    /// others elect a new leader.
+    pub async fn stopped(&self) -> Option<String> {
+        let mut rx = self.raft.metrics();
+        loop {
+            match &rx.borrow_and_update().running_state {
+                Err(openraft::error::Fatal::Stopped) => return None,
+                Err(e) => return Some(e.to_string()),
+                Ok(()) => {}
+            }
+            if rx.changed().await.is_err() {
+                return None;
+            }
+        }
     }
 
     /// The current leader, if known.

@@ -52,8 +52,20 @@ impl Cluster {
         hooks: impl Fn(usize, &Path) -> Option<(String, String)>,
         extra: impl Fn(usize) -> String,
     ) -> Cluster {
+        Cluster::start_prepared(hooks, extra, |_| {})
+    }
+
+    /// [`Cluster::start_with_hooks`], calling `prepare(dir)` once the
+    /// configurations are written and before any agent starts.
+    pub(crate) fn start_prepared(
+        hooks: impl Fn(usize, &Path) -> Option<(String, String)>,
+        extra: impl Fn(usize) -> String,
+        prepare: impl FnOnce(&Path),
+    ) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
-        let nodes = write_role_cluster_with_hooks(dir.path(), "failover", hooks, extra)
+        let written = write_role_cluster_with_hooks(dir.path(), "failover", hooks, extra);
+        prepare(dir.path());
+        let nodes = written
             .into_iter()
             .map(|n| Node {
                 child: Some(spawn_agent_with_config(dir.path(), &n.name, &n.config)),

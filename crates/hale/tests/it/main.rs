@@ -7,6 +7,7 @@
 
 mod bad_input;
 mod browser;
+mod control_storage;
 mod dashboard;
 mod demo;
 mod drill;

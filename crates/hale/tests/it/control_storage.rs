@@ -1,0 +1,94 @@
+//! A control-plane server whose disk fills up: its Raft stops on the failed
+//! write, it says so (event, health, metrics), the other servers elect a
+//! leader without it, and the role stays held. Needs root (a tmpfs mount).
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use crate::failover::{first_holder, Cluster};
+use crate::support::{during, http_get, wait_for};
+
+/// A small tmpfs, unmounted (lazily) and removed on drop.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(at: PathBuf, size: &str) -> Tmpfs {
+        std::fs::create_dir_all(&at).unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&at)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "cannot mount a tmpfs at {} (run as root)", at.display());
+        Tmpfs(at)
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn health(c: &Cluster, i: usize) -> Option<serde_json::Value> {
+    serde_json::from_str(&http_get(c.nodes[i].http, "/v1/health")?).ok()
+}
+
+#[test]
+fn a_control_plane_server_whose_disk_fills_stops_says_so_and_the_others_carry_on() {
+    let mut disk: Option<Tmpfs> = None;
+    let c = Cluster::start_prepared(
+        |_, _| None,
+        |_| String::new(),
+        |dir| disk = Some(Tmpfs::mount(dir.join("data-n0"), "4m")),
+    );
+    let (holder, _) = first_holder(&c);
+    assert_eq!(holder, "n0");
+    let h = health(&c, 0).unwrap();
+    assert_eq!(h["status"], "ok", "{h}");
+    assert!(h["control"]["storage_error"].is_null(), "{h}");
+    // Fill n0's data filesystem.
+    let dir = &disk.as_ref().unwrap().0;
+    let _ = std::fs::write(dir.join("filler"), vec![0u8; 8 << 20]);
+    // Its next log writes fail: its Raft stops and it says so.
+    let h = wait_for(Duration::from_secs(60), "n0 reports degraded", || {
+        health(&c, 0).filter(|h| h["status"] == "degraded")
+    });
+    assert_eq!(h["control"]["state"], "stopped", "{h}");
+    let err = h["control"]["storage_error"].as_str().unwrap();
+    assert!(err.contains("No space left"), "{err}");
+    let metrics = http_get(c.nodes[0].http, "/metrics").unwrap();
+    assert!(
+        metrics.contains("hale_control_storage_failed{node=\"n0\",server=\"1\"} 1"),
+        "{metrics}"
+    );
+    let events = http_get(c.nodes[0].http, "/v1/events").unwrap();
+    assert!(events.contains("\"control-stopped\""), "{events}");
+    // The other servers elect a leader without it.
+    wait_for(Duration::from_secs(30), "n1 or n2 leads", || {
+        (1..3)
+            .any(|i| health(&c, i).is_some_and(|h| h["control"]["state"] == "leader"))
+            .then_some(())
+    });
+    // And the role stays held, renewed through the live servers.
+    let (h1, e1) = wait_for(Duration::from_secs(30), "db is held", || c.holder());
+    during(Duration::from_secs(3), Duration::from_millis(250), || {
+        if let Some(l) = c.holder() {
+            assert_eq!(
+                l,
+                (h1.clone(), e1),
+                "the role moved while n0's disk was full"
+            );
+        }
+    });
+    let status = Command::new(env!("CARGO_BIN_EXE_hale"))
+        .args(["--http", &c.nodes[0].http.to_string(), "status"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(text.contains("STORAGE FAILED"), "{text}");
+    drop(c);
+}
