@@ -29,6 +29,7 @@ pub mod roles;
 mod roles_api;
 pub mod runtime;
 pub mod services;
+pub mod systemd;
 pub mod view;
 pub mod watchdog;
 
@@ -138,7 +139,16 @@ impl Agent {
         }
         let node = Node::new(id.clone(), core, Time::ZERO)?;
         let relay = match &cfg.relay {
-            Some(r) => Some(hale_relay::Relay::start(r.clone())?),
+            Some(r) => {
+                if r.keys.is_empty() {
+                    tracing::warn!(
+                        http = %cfg.http,
+                        "the relay accepts events with ANY sentry_key and forwards them with the \
+                         upstream's credentials: set [relay] keys to the DSN keys your services use"
+                    );
+                }
+                Some(hale_relay::Relay::start(r.clone())?)
+            }
             None => None,
         };
         let shared = runtime::new_shared(id);
@@ -415,8 +425,15 @@ pub async fn run(cfg: AgentConfig, shutdown: impl Future<Output = ()>) -> Result
         http = %agent.http_addr(),
         "hale agent running"
     );
+    systemd::notify(&format!(
+        "READY=1\nSTATUS=member {} on {}, API on {}",
+        agent.id().name(),
+        agent.gossip_addr(),
+        agent.http_addr()
+    ));
     shutdown.await;
     tracing::info!("leaving the cluster");
+    systemd::notify("STOPPING=1\nSTATUS=leaving the cluster");
     agent.shutdown().await;
     Ok(())
 }

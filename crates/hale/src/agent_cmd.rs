@@ -7,20 +7,44 @@ use clap::Args;
 
 use hale_agent::{FileConfig, Key};
 
+/// Where `hale agent` looks for its configuration when given none.
+pub const DEFAULT_CONFIG: &str = "/etc/hale/hale.toml";
+
+/// How the agent writes its log (to standard error).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line (for journald, Loki, Elasticsearch...).
+    Json,
+}
+
 /// Arguments of `hale agent`.
 #[derive(Debug, Args)]
 pub struct AgentArgs {
-    /// Configuration file (hale.toml). Without one, a single-node cluster on
-    /// loopback with defaults. `HALE_*` environment variables override it.
+    /// Configuration file (hale.toml). Without one, /etc/hale/hale.toml if
+    /// it exists, else a single-node cluster on loopback with defaults.
+    /// `HALE_*` environment variables override it.
     #[arg(long, short, env = "HALE_CONFIG")]
     pub config: Option<PathBuf>,
+    /// Log format; the level comes from `HALE_LOG` (e.g. `info`, `hale_agent=debug`).
+    #[arg(long, value_enum, default_value = "text", env = "HALE_LOG_FORMAT")]
+    pub log_format: LogFormat,
 }
 
 /// Runs the agent until SIGTERM or Ctrl-C, then leaves gracefully.
 pub fn run(args: &AgentArgs) -> anyhow::Result<()> {
-    init_logging();
-    let mut file = match &args.config {
-        Some(p) => FileConfig::load(p)?,
+    init_logging(args.log_format);
+    let default = std::path::Path::new(DEFAULT_CONFIG);
+    let path = args
+        .config
+        .clone()
+        .or_else(|| default.exists().then(|| default.to_path_buf()));
+    let mut file = match &path {
+        Some(p) => {
+            tracing::info!(config = %p.display(), "reading the configuration");
+            FileConfig::load(p)?
+        }
         None => FileConfig::default(),
     };
     file.apply_env(|k| std::env::var(k).ok());
@@ -42,27 +66,38 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<()> {
         .build()
         .context("starting the async runtime")?;
     rt.block_on(async move {
-        hale_agent::run(cfg, shutdown_signal()).await?;
+        // The handlers are installed before the agent starts (and tells a
+        // service manager it is ready): a SIGTERM right after readiness
+        // still makes it leave gracefully.
+        let shutdown = shutdown_signal().context("installing signal handlers")?;
+        hale_agent::run(cfg, shutdown).await?;
         Ok::<(), anyhow::Error>(())
     })
 }
 
-fn init_logging() {
+fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("HALE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
+    let fmt = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => fmt.try_init(),
+        LogFormat::Json => fmt.json().try_init(),
+    };
 }
 
-async fn shutdown_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("installing a SIGTERM handler");
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
+/// Resolves on SIGTERM or SIGINT; the handlers are installed at once.
+fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+    })
 }
 
 /// `hale keygen`: prints a new random cluster key.

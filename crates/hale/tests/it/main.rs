@@ -8,6 +8,7 @@
 mod bad_input;
 mod browser;
 mod control_storage;
+mod daemon;
 mod dashboard;
 mod demo;
 mod drill;
