@@ -281,7 +281,10 @@ async function stream() {
     while ((i = buf.indexOf('\n\n')) >= 0) {
       const e = parseSse(buf.slice(0, i));
       buf = buf.slice(i + 2);
-      if (e) {
+      if (e && e.seq == null && e.missed != null) {
+        // `lagged`: the agent dropped events for this slow stream; fetch them.
+        later('history', backfill, 0);
+      } else if (e) {
         if (e.seq <= S.lastSeq && !S.keys.has(`${e.seq}:${e.unix_ms}:${e.kind}`)) {
           // A restarted agent counts from 1 again: take its whole history.
           S.lastSeq = 0;

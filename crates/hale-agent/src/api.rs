@@ -14,7 +14,7 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use futures_util::stream::{self, Stream, StreamExt};
+use futures_util::stream::{self, StreamExt};
 use serde::Deserialize;
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::BroadcastStream;
@@ -131,19 +131,42 @@ async fn events(
     Ok(Json(list).into_response())
 }
 
-async fn event_stream(
-    State(st): State<ApiState>,
-) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
+/// Most event-stream subscribers at once: each holds a slot in the event
+/// channel and a connection; past this, new ones get 503.
+pub const MAX_EVENT_SUBSCRIBERS: usize = 64;
+
+async fn event_stream(State(st): State<ApiState>) -> Response {
+    if st.shared.events.receiver_count() >= MAX_EVENT_SUBSCRIBERS {
+        return ApiError(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "{MAX_EVENT_SUBSCRIBERS} event-stream subscribers already; \
+                 poll GET /v1/events?since=SEQ instead"
+            ),
+        )
+        .into_response();
+    }
     let rx = st.shared.events.subscribe();
-    let live = BroadcastStream::new(rx).filter_map(|r| async move {
-        let e = r.ok()?;
-        Some(Ok(SseEvent::default()
-            .event(e.kind.clone())
-            .id(e.seq.to_string())
-            .json_data(&e)
-            .unwrap_or_default()))
+    let live = BroadcastStream::new(rx).map(|r| {
+        Ok::<_, Infallible>(match r {
+            Ok(e) => SseEvent::default()
+                .event(e.kind.clone())
+                .id(e.seq.to_string())
+                .json_data(&e)
+                .unwrap_or_default(),
+            // This subscriber fell behind and the channel dropped events
+            // for it: say how many, so it can fetch them from /v1/events.
+            Err(tokio_stream::wrappers::errors::BroadcastStreamRecvError::Lagged(n)) => {
+                SseEvent::default()
+                    .event("lagged")
+                    .json_data(serde_json::json!({ "missed": n }))
+                    .unwrap_or_default()
+            }
+        })
     });
-    Sse::new(stream::select(live, stream::pending())).keep_alive(KeepAlive::default())
+    Sse::new(stream::select(live, stream::pending()))
+        .keep_alive(KeepAlive::default())
+        .into_response()
 }
 
 /// A JSON error response, `{"error": msg}`, with `status`.

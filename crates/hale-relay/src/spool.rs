@@ -1,7 +1,9 @@
 //! The disk spool: one file per envelope, named so that names sort oldest
 //! first (`{unix_ms:016}-{seq:010}-{category}.env`). A file is written under
 //! a temporary name and renamed into place, so a crash leaves either the
-//! whole envelope or a temporary file (deleted at the next start). Bounded
+//! whole envelope or a temporary file (deleted at the next start); the file
+//! and then the directory are synced, so an envelope reported stored
+//! survives a power loss, not only a crash. Bounded
 //! in bytes (oldest evicted first) and in age (expired files deleted).
 //!
 //! All calls are blocking file I/O: the worker runs them on its own thread,
@@ -154,9 +156,7 @@ impl Spool {
         let ms = now_ms();
         let name = format!("{ms:016}-{:010}-{}.env", self.seq, category.as_str());
         let tmp = self.dir.join(format!(".tmp-{name}"));
-        let ok = std::fs::write(&tmp, body)
-            .and_then(|()| std::fs::rename(&tmp, self.dir.join(&name)))
-            .is_ok();
+        let ok = write_durably(&self.dir, &tmp, &self.dir.join(&name), body).is_ok();
         if !ok {
             let _ = std::fs::remove_file(&tmp);
             return out;
@@ -231,4 +231,16 @@ impl Spool {
             }
         }
     }
+}
+
+/// Writes `body` to `tmp`, syncs it, renames it to `to` and syncs `dir`
+/// (the rename is durable only once the directory is).
+fn write_durably(dir: &Path, tmp: &Path, to: &Path, body: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut f = std::fs::File::create(tmp)?;
+    f.write_all(body)?;
+    f.sync_all()?;
+    drop(f);
+    std::fs::rename(tmp, to)?;
+    std::fs::File::open(dir)?.sync_all()
 }

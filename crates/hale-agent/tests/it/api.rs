@@ -241,3 +241,51 @@ async fn events_stream_live_over_server_sent_events() {
     a.shutdown().await;
     b.shutdown().await;
 }
+
+#[tokio::test]
+async fn the_event_stream_refuses_subscribers_past_its_cap_and_takes_them_again_when_they_leave() {
+    let key = Key::generate().to_base64();
+    let a = Agent::start(loopback_config("api-cap", "a", &key, None))
+        .await
+        .unwrap();
+    let url = format!("http://{}/v1/events/stream", a.http_addr());
+    let http = reqwest::Client::new();
+    let mut open = Vec::new();
+    let mut refused = None;
+    for _ in 0..=hale_agent::api::MAX_EVENT_SUBSCRIBERS {
+        let r = http.get(&url).send().await.unwrap();
+        if r.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE {
+            refused = Some(r.json::<serde_json::Value>().await.unwrap());
+            break;
+        }
+        assert_eq!(r.status(), reqwest::StatusCode::OK);
+        open.push(r);
+    }
+    let refused = refused.expect("a subscriber past the cap was refused");
+    assert!(
+        refused["error"].as_str().unwrap().contains("/v1/events"),
+        "{refused}"
+    );
+    assert!(open.len() <= hale_agent::api::MAX_EVENT_SUBSCRIBERS);
+    assert!(
+        open.len() >= hale_agent::api::MAX_EVENT_SUBSCRIBERS - 4,
+        "{}",
+        open.len()
+    );
+    drop(open);
+    wait_until(
+        "a subscriber is taken again",
+        Duration::from_secs(10),
+        || {
+            let (http, url) = (http.clone(), url.clone());
+            async move {
+                http.get(&url)
+                    .send()
+                    .await
+                    .is_ok_and(|r| r.status().is_success())
+            }
+        },
+    )
+    .await;
+    a.shutdown().await;
+}
