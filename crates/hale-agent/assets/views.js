@@ -144,11 +144,11 @@ export function rolesHtml(data, fetchedAt, members) {
       const order = c.holder ? 'holder' : `#${++standby}`;
       const ready = c.eligible ? '<span class="ok">ready</span>' : '<span class="bad">not ready</span>';
       const state = members.get(c.node)?.state ?? c.member_state;
-      return `<tr data-candidate="${esc(c.node)}"><td>${order}</td><td>${esc(c.node)}</td><td>${c.priority}</td><td>${badge(state)}</td><td>${ready}</td></tr>`;
+      return `<tr data-candidate="${esc(c.node)}"><td>${order}</td><td>${esc(c.node)}</td><td>${esc(c.priority)}</td><td>${badge(state)}</td><td>${ready}</td></tr>`;
     }).join('');
     return `<div class="role" data-role="${esc(r.role)}" data-holder="${esc(r.holder ?? '')}" data-epoch="${r.epoch}">
       <div class="role-head"><span class="name">${esc(r.role)}</span><span>holder ${holder}</span>
-      <span>epoch <b class="epoch">${r.epoch}</b></span><span>lease ${lease}</span>
+      <span>epoch <b class="epoch">${esc(r.epoch)}</b></span><span>lease ${lease}</span>
       ${r.held_since_unix_ms ? `<span class="muted">since ${fmtTime(r.held_since_unix_ms)}</span>` : ''}</div>
       <table class="t"><thead><tr><th>order</th><th>candidate</th><th>priority</th><th>member</th><th>readiness</th></tr></thead>
       <tbody>${rows || '<tr><td colspan="5" class="muted">no candidates known</td></tr>'}</tbody></table></div>`;
@@ -177,7 +177,7 @@ function checksHtml(checks) {
   return checks.map((c) => {
     const runs = c.recent.slice(-12).map((x) =>
       `<i class="${x.ok ? '' : 'f'}" title="${esc(`${x.ok ? 'ok' : 'FAILED'}: ${x.detail} (${x.took_ms} ms)`)}"></i>`).join('');
-    return `<div>${esc(c.name)} <span class="muted">${c.ready ? 'readiness' : 'liveness'} · ${c.runs} runs, ${c.failures} failed</span> <span class="runs">${runs}</span></div>`;
+    return `<div>${esc(c.name)} <span class="muted">${c.ready ? 'readiness' : 'liveness'} · ${esc(c.runs)} runs, ${esc(c.failures)} failed</span> <span class="runs">${runs}</span></div>`;
   }).join('');
 }
 

@@ -36,6 +36,9 @@ pub const FANOUT_CONCURRENCY: usize = 16;
 pub const PEER_TIMEOUT: Duration = Duration::from_millis(300);
 /// How long a peer's answer (or failure) is reused.
 pub const PEER_TTL: Duration = Duration::from_secs(1);
+/// Largest answer read from a peer's agent: a peer is a member of the
+/// cluster, but not trusted to be small.
+pub const MAX_PEER_BODY: usize = 256 * 1024;
 
 /// Peer answers, by URL, with when they were fetched.
 type Cache = Arc<Mutex<HashMap<String, (Instant, Result<Value, String>)>>>;
@@ -100,9 +103,19 @@ impl ClusterState {
             if !r.status().is_success() {
                 return Err(format!("answered {}", r.status()));
             }
-            r.json::<Value>()
+            let mut r = r;
+            let mut body = Vec::new();
+            while let Some(chunk) = r
+                .chunk()
                 .await
-                .map_err(|e| format!("bad answer: {}", short(&e)))
+                .map_err(|e| format!("bad answer: {}", short(&e)))?
+            {
+                if body.len() + chunk.len() > MAX_PEER_BODY {
+                    return Err(format!("answer larger than {MAX_PEER_BODY} bytes"));
+                }
+                body.extend_from_slice(&chunk);
+            }
+            serde_json::from_slice::<Value>(&body).map_err(|_| "bad answer: not JSON".to_owned())
         }
         .await;
         let mut c = self.cache.lock().expect("cache lock");
@@ -174,8 +187,13 @@ async fn services(
                 let (services, error) = if m.is_self || m.name == st.me {
                     (Some(json!(crate::services::views(&st.services))), None)
                 } else if let Some(http) = published(&m).http {
-                    match st.peer_get(&http, "/v1/services").await {
-                        Ok(v) => (Some(v), None),
+                    // Typed on the way through: a peer's answer reaches the
+                    // dashboard only as the fields of a ServiceView.
+                    match st.peer_get(&http, "/v1/services").await.and_then(|v| {
+                        serde_json::from_value::<Vec<crate::services::ServiceView>>(v)
+                            .map_err(|_| "bad answer: not a service list".to_owned())
+                    }) {
+                        Ok(v) => (Some(json!(v)), None),
                         Err(e) => (None, Some(e)),
                     }
                 } else {
@@ -234,14 +252,14 @@ async fn roles(State(st): State<ClusterState>) -> Response {
         let (holder, epoch) = leases.get(&role).cloned().unwrap_or((None, 0));
         // The holder's own view: lease left and since when it holds.
         let held = match holder.as_deref() {
-            Some(h) if h == st.me => local.get(&role).map(|v| json!(v)),
+            Some(h) if h == st.me => local.get(&role).cloned(),
             Some(h) => match http.get(h) {
+                // Typed on the way through (a peer's strings are data only).
                 Some(addr) => st.peer_get(addr, "/v1/roles").await.ok().and_then(|v| {
-                    v["local"]
-                        .as_array()?
-                        .iter()
-                        .find(|r| r["role"] == role.as_str())
-                        .cloned()
+                    serde_json::from_value::<Vec<crate::roles::RoleView>>(v["local"].clone())
+                        .ok()?
+                        .into_iter()
+                        .find(|r| r.role == role)
                 }),
                 None => None,
             },
@@ -274,9 +292,9 @@ async fn roles(State(st): State<ClusterState>) -> Response {
             "role": role,
             "holder": holder,
             "epoch": epoch,
-            "holder_state": held.as_ref().map(|v| v["state"].clone()),
-            "lease_left_ms": held.as_ref().map(|v| v["lease_left_ms"].clone()),
-            "held_since_unix_ms": held.as_ref().map(|v| v["held_since_unix_ms"].clone()),
+            "holder_state": held.as_ref().map(|v| v.state.clone()),
+            "lease_left_ms": held.as_ref().and_then(|v| v.lease_left_ms),
+            "held_since_unix_ms": held.as_ref().and_then(|v| v.held_since_unix_ms),
             "candidates": cands,
         }));
     }

@@ -50,14 +50,40 @@ impl AgentMeta {
             .unwrap_or_default();
         Some(AgentMeta {
             user,
-            http: v["http"].as_str().map(str::to_owned),
+            // Only an IP:port: a name or a path would let a member point
+            // other agents' requests wherever it likes.
+            http: v["http"]
+                .as_str()
+                .and_then(|h| h.parse::<std::net::SocketAddr>().ok())
+                .map(|a| a.to_string()),
             roles,
         })
     }
 }
 
 #[cfg(test)]
+// In tests a panic is the failure report.
+#[allow(clippy::unwrap_used)]
 mod tests {
+    #[test]
+    fn a_published_http_address_that_is_not_an_ip_and_port_is_ignored() {
+        for bad in [
+            "evil.example:80",
+            "127.0.0.1:80/admin",
+            "127.0.0.1",
+            "http://127.0.0.1:80",
+            "127.0.0.1:80@evil",
+        ] {
+            let raw = serde_json::json!({ "meta": "", "http": bad }).to_string();
+            assert_eq!(super::AgentMeta::parse(&raw).unwrap().http, None, "{bad}");
+        }
+        let raw = serde_json::json!({ "meta": "", "http": "[::1]:7947" }).to_string();
+        assert_eq!(
+            super::AgentMeta::parse(&raw).unwrap().http.as_deref(),
+            Some("[::1]:7947")
+        );
+    }
+
     use super::AgentMeta;
 
     #[test]

@@ -166,3 +166,58 @@ fn the_dashboard_shows_the_failover_when_the_holder_is_killed_and_a_banner_while
         "return document.getElementById('banner').hidden && document.getElementById('conn').dataset.conn === 'live';",
     );
 }
+
+#[test]
+fn hostile_strings_from_a_peer_are_shown_as_text_and_never_run() {
+    const META: &str =
+        "<img src=x onerror=\"window.__xss=1\"> ' \" &amp; <script>window.__xss=2</script>";
+    let service = "<img src=x onerror=window.__xss=3>\"'";
+    let long_arg = format!("<script>window.__xss=4</script>{}", "x".repeat(4000));
+    let c = Cluster::start_prepared(
+        |_, _| None,
+        |_| String::new(),
+        |dir| {
+            let p = dir.join("n2.toml");
+            let cfg = std::fs::read_to_string(&p).unwrap().replacen(
+                "[agent]\n",
+                &format!("[agent]\nmeta = {META:?}\n"),
+                1,
+            ) + &format!(
+                "\n[[service]]\nname = {service:?}\n[[service.check]]\n\
+                 command = [\"sh\", \"-c\", \"exit 0\", {long_arg:?}]\ninterval = \"1s\"\n"
+            );
+            std::fs::write(&p, cfg).unwrap();
+        },
+    );
+    first_holder(&c);
+    let b = open(&c, 0);
+    // The hostile service of n2 is listed, its name as plain text.
+    let text = b.wait_js(
+        Duration::from_secs(20),
+        "n2's hostile service in the services panel",
+        "const s = document.querySelector('#services');
+         return s && s.textContent.includes('onerror=window.__xss=3') && s.textContent;",
+    );
+    assert!(text.as_str().unwrap().contains(service), "{text}");
+    // Its metadata, in the member's detail, as plain text.
+    b.eval("document.querySelector('#members-list [data-member=\"n2\"]').click(); return true;");
+    let detail = b.wait_js(
+        Duration::from_secs(10),
+        "n2's detail with its metadata",
+        "const d = document.querySelector('#member-detail');
+         return d && d.textContent.includes('__xss=2') && d.textContent;",
+    );
+    assert!(detail.as_str().unwrap().contains("<script>"), "{detail}");
+    // Nothing ran, and no element came from those strings.
+    let ran = b.eval(
+        "return [window.__xss ?? null,
+                 document.querySelectorAll('#services img, #member-detail img, \
+                   #services script, #member-detail script, #roles img').length];",
+    );
+    assert_eq!(
+        ran,
+        serde_json::json!([null, 0]),
+        "a peer's string became HTML"
+    );
+    b.screenshot(&artifacts(), "hostile-peer");
+}
