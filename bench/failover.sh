@@ -17,11 +17,16 @@ stamp() { echo "# $(date -u +%FT%TZ) $(git rev-parse --short HEAD) nproc=$(nproc
   $RUN --promote-secs 3 --demote-secs 1 --fault stop --trials "$TRIALS" --quiet; } | tee "$(out stop-slow-hooks-$TRIALS)"
 { stamp "$RUN --trials $TRIALS --quiet"
   $RUN --trials "$TRIALS" --quiet; } | tee "$(out kill-$TRIALS)"
-# Percentiles of the promote times (every role of every trial).
-for f in steady-slow-hooks kill-slow-hooks-$TRIALS stop-slow-hooks-$TRIALS kill-$TRIALS; do
-  grep -v '^#' "$(out "$f")" | tr ' ' '\n' | awk -F= -v f="$f" '
-    $1 == "db" || $1 == "auth" { v[n++] = $2 }
-    $1 ~ /demote_after_resume/ { if ($2 > r) r = $2 }
-    END { if (n == 0) exit; asort(v); printf "%s: n=%d p50=%.2fs p99(max)=%.2fs", f, n, v[int((n+1)/2)], v[n];
-          if (r != "") printf " max_demote_after_resume=%.3fs", r; print "" }'
-done
+# Percentiles of the promote times (every role of every trial), and the
+# slowest demote after resuming (stop trials).
+summary() {
+  local f; f=$(out "$1")
+  local v; v=$(grep -v '^#' "$f" | tr ' ' '\n' | awk -F= '$1 == "db" || $1 == "auth" { print $2 }' | sort -n)
+  [ -n "$v" ] || return 0
+  local n; n=$(echo "$v" | wc -l)
+  local p50; p50=$(echo "$v" | sed -n "$(( (n + 1) / 2 ))p")
+  local max; max=$(echo "$v" | tail -1)
+  local r; r=$(grep -v '^#' "$f" | tr ' ' '\n' | awk -F= '$1 ~ /demote_after_resume/ { print $2 }' | sort -n | tail -1)
+  echo "$1: n=$n p50=${p50}s p99(max)=${max}s${r:+ max_demote_after_resume=${r}s}"
+}
+for f in kill-slow-hooks-$TRIALS stop-slow-hooks-$TRIALS kill-$TRIALS; do summary "$f"; done

@@ -22,6 +22,7 @@ pub mod drill;
 mod holders;
 /// The cluster keyring (the `hale-keyring` crate).
 pub use hale_keyring as keyring;
+pub mod keys_api;
 pub mod meta;
 pub mod metrics;
 pub mod relay_api;
@@ -152,6 +153,9 @@ impl Agent {
             None => None,
         };
         let shared = runtime::new_shared(id);
+        // One keyring for gossip, the control plane and the keys API: a
+        // live rotation (`hale keys`) applies to all of them at once.
+        let keys = cfg.keyring.clone().map(keyring::SharedKeyring::new);
         let runtime::Channels {
             cmd_tx,
             cmd_rx,
@@ -164,7 +168,7 @@ impl Agent {
             node,
             origin: Instant::now(),
             udp: Arc::new(udp),
-            keyring: cfg.keyring.clone(),
+            keyring: keys.clone(),
             shared: shared.clone(),
             out_streams: runtime::out_streams(),
             evidence: Default::default(),
@@ -178,6 +182,7 @@ impl Agent {
         ));
         let roles = start_roles(
             &cfg,
+            keys.as_ref(),
             &shared,
             &cmd_tx,
             http_addr,
@@ -215,7 +220,19 @@ impl Agent {
         }));
         let relay_cfg = cfg.relay.clone().map(Arc::new);
         app = app.merge(relay_api::router(relay.clone().zip(relay_cfg.clone())));
-        // Every mutating route so far (not the relay's ingestion, below).
+        let keys_state = keys_api::KeysState {
+            me: shared.id.name().to_owned(),
+            keys: keys.clone(),
+            cmds: cmd_tx.clone(),
+            client: reqwest::Client::builder()
+                .connect_timeout(Duration::from_millis(500))
+                .no_proxy()
+                .build()
+                .unwrap_or_default(),
+        };
+        app = app.merge(keys_api::router(keys_state.clone()));
+        // Every mutating route so far (not the relay's ingestion, nor the
+        // sealed agent-to-agent key route, below).
         app = app.layer(axum::middleware::from_fn_with_state(
             Arc::new(api_guard::MutationGuard {
                 token: cfg.api_token.clone(),
@@ -223,6 +240,7 @@ impl Agent {
             }),
             api_guard::guard_mutations,
         ));
+        app = app.merge(keys_api::peer_router(keys_state));
         if let (Some(r), Some(c)) = (&relay, &relay_cfg) {
             tasks.spawn(relay_api::watch_breakers(
                 r.clone(),
@@ -454,6 +472,7 @@ struct RolesRunning {
 /// and a manager per role this node is a candidate for.
 async fn start_roles(
     cfg: &AgentConfig,
+    keys: Option<&keyring::SharedKeyring>,
     shared: &Arc<Shared>,
     cmds: &mpsc::Sender<Command>,
     http_addr: SocketAddr,
@@ -491,8 +510,8 @@ async fn start_roles(
     let mut servers = plan.servers.clone();
     // The control plane speaks only to holders of the cluster keyring (the
     // gossip keys); `insecure_plaintext` leaves it open, loudly.
-    let control_auth = match &cfg.keyring {
-        Some(k) => hale_control::ControlAuth::sealed(k.clone()),
+    let control_auth = match keys {
+        Some(k) => hale_control::ControlAuth::Sealed(k.clone()),
         None => hale_control::ControlAuth::InsecurePlaintext,
     };
     if let Some((id, bind)) = plan.server {

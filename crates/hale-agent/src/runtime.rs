@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use hale_core::wire::{MAX_DATAGRAM, MAX_STREAM_FRAME};
 use hale_core::{Channel, Event, Node, NodeId, Stats, Time};
 
-use crate::keyring::{Keyring, OVERHEAD};
+use crate::keyring::{SharedKeyring, OVERHEAD};
 use crate::view::{event_view, evidence_view, member_view, EventView, EvidenceView, MemberView};
 
 /// Events kept for `/v1/events` history.
@@ -136,7 +136,7 @@ pub(crate) struct Driver {
     pub(crate) node: Node<NodeId>,
     pub(crate) origin: Instant,
     pub(crate) udp: Arc<UdpSocket>,
-    pub(crate) keyring: Option<Keyring>,
+    pub(crate) keyring: Option<SharedKeyring>,
     pub(crate) shared: Arc<Shared>,
     pub(crate) out_streams: Arc<Semaphore>,
     pub(crate) evidence: HashMap<String, EvidenceView>,
@@ -224,7 +224,7 @@ impl Driver {
         let Some(k) = &self.keyring else {
             return Some(sealed.to_vec());
         };
-        match k.open(sealed) {
+        match k.current().open(sealed) {
             Ok(p) => Some(p),
             Err(crate::keyring::OpenError::Auth) => {
                 self.shared
@@ -347,7 +347,7 @@ impl Driver {
                 continue; // A drill's freeze: mute towards the cluster.
             }
             let bytes = match &self.keyring {
-                Some(k) => k.seal(&t.bytes),
+                Some(k) => k.current().seal(&t.bytes),
                 None => t.bytes,
             };
             let to = t.to.addr();

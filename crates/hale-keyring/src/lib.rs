@@ -71,6 +71,22 @@ impl Key {
         Ok(Key(arr))
     }
 
+    /// A short public name for the key (16 hex digits): a keyed hash, so it
+    /// identifies the key without revealing anything about it.
+    pub fn fingerprint(&self) -> String {
+        let c = ChaCha20Poly1305::new((&self.0).into());
+        let tag = c
+            .encrypt(
+                Nonce::from_slice(&[0u8; NONCE]),
+                Payload {
+                    msg: b"",
+                    aad: b"hale key fingerprint v1",
+                },
+            )
+            .expect("ChaCha20-Poly1305 encryption cannot fail for in-memory buffers");
+        tag[..8].iter().map(|b| format!("{b:02x}")).collect()
+    }
+
     /// The key in base64.
     pub fn to_base64(&self) -> String {
         STANDARD.encode(self.0)
@@ -92,8 +108,20 @@ pub enum OpenError {
 #[derive(Clone)]
 pub struct Keyring {
     primary: ChaCha20Poly1305,
-    primary_key: Key,
+    /// Every key, the primary first.
+    keys: Vec<Key>,
     all: Vec<ChaCha20Poly1305>,
+}
+
+/// Why a keyring change was refused. The ring is unchanged.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyringChangeError {
+    /// Only an installed key can become the primary.
+    #[error("key {0} is not installed: install it first")]
+    NotInstalled(String),
+    /// The primary key seals everything: make another key primary first.
+    #[error("key {0} is the primary key: use another key first")]
+    IsPrimary(String),
 }
 
 impl std::fmt::Debug for Keyring {
@@ -105,19 +133,61 @@ impl std::fmt::Debug for Keyring {
 impl Keyring {
     /// A ring sealing with `primary` and opening with it and `extra`.
     pub fn new(primary: Key, extra: Vec<Key>) -> Keyring {
-        let p = ChaCha20Poly1305::new((&primary.0).into());
-        let mut all = vec![p.clone()];
-        all.extend(extra.iter().map(|k| ChaCha20Poly1305::new((&k.0).into())));
+        let mut keys = vec![primary];
+        for k in extra {
+            if !keys.contains(&k) {
+                keys.push(k);
+            }
+        }
+        let all: Vec<ChaCha20Poly1305> = keys
+            .iter()
+            .map(|k| ChaCha20Poly1305::new((&k.0).into()))
+            .collect();
         Keyring {
-            primary: p,
-            primary_key: primary,
+            primary: all[0].clone(),
+            keys,
             all,
         }
     }
 
     /// The primary key (to hand to processes this agent starts, e.g. the demo).
     pub fn primary(&self) -> &Key {
-        &self.primary_key
+        &self.keys[0]
+    }
+
+    /// Every key, the primary first.
+    pub fn keys(&self) -> &[Key] {
+        &self.keys
+    }
+
+    /// This ring with `key` added (opening only), if it was not there.
+    pub fn installing(&self, key: Key) -> Keyring {
+        let mut extra = self.keys[1..].to_vec();
+        extra.push(key);
+        Keyring::new(self.keys[0].clone(), extra)
+    }
+
+    /// This ring with the installed `key` as its primary (the old primary
+    /// still opens).
+    pub fn using(&self, key: &Key) -> Result<Keyring, KeyringChangeError> {
+        if !self.keys.contains(key) {
+            return Err(KeyringChangeError::NotInstalled(key.fingerprint()));
+        }
+        let extra = self.keys.iter().filter(|k| *k != key).cloned().collect();
+        Ok(Keyring::new(key.clone(), extra))
+    }
+
+    /// This ring without `key` (which must not be the primary).
+    pub fn removing(&self, key: &Key) -> Result<Keyring, KeyringChangeError> {
+        if &self.keys[0] == key {
+            return Err(KeyringChangeError::IsPrimary(key.fingerprint()));
+        }
+        let extra = self.keys[1..]
+            .iter()
+            .filter(|k| *k != key)
+            .cloned()
+            .collect();
+        Ok(Keyring::new(self.keys[0].clone(), extra))
     }
 
     /// How many keys open (the primary and the extra ones).
@@ -205,6 +275,15 @@ impl SharedKeyring {
     /// Replaces the keys for every holder of this handle.
     pub fn replace(&self, ring: Keyring) {
         *self.0.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(ring);
+    }
+
+    /// Replaces the keys with `change(current)`, atomically; on an error
+    /// nothing changes.
+    pub fn update<E>(&self, change: impl FnOnce(&Keyring) -> Result<Keyring, E>) -> Result<(), E> {
+        let mut g = self.0.write().unwrap_or_else(|e| e.into_inner());
+        let next = change(&g)?;
+        *g = Arc::new(next);
+        Ok(())
     }
 }
 

@@ -38,7 +38,7 @@ fn client() -> anyhow::Result<reqwest::Client> {
         .context("building the HTTP client")
 }
 
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

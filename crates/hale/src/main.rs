@@ -12,6 +12,7 @@ mod cluster;
 mod demo_cmd;
 mod drill_cmd;
 mod drill_report;
+mod keys_cmd;
 mod roles_cmd;
 mod sim_cmd;
 mod status_cmd;
@@ -44,6 +45,9 @@ enum Command {
     Events(client_cmd::EventsArgs),
     /// Print a new random cluster key (base64).
     Keygen,
+    /// The cluster keyring, changed live on every agent: list, install, use, remove.
+    #[command(subcommand)]
+    Keys(keys_cmd::KeysAction),
     /// Start a 5-node cluster on loopback, freeze one node and kill another.
     Demo(demo_cmd::DemoArgs),
     /// Show role holders, epochs and this node's candidacies; hand a role over.
@@ -81,6 +85,7 @@ fn main() -> ExitCode {
             agent_cmd::keygen();
             Ok(ExitCode::SUCCESS)
         }
+        Command::Keys(a) => keys_cmd::run(&cli.api, a).map(|()| ExitCode::SUCCESS),
         Command::Roles(a) => roles_cmd::roles(&cli.api, a).map(|()| ExitCode::SUCCESS),
         Command::Control(a) => roles_cmd::control(&cli.api, a).map(|()| ExitCode::SUCCESS),
         Command::Services { json } => {

@@ -46,6 +46,26 @@ impl Cluster {
         Cluster::start_with_hooks(|_, _| None, |_| extra.to_owned())
     }
 
+    /// `n` agents (the first three control-plane servers), instant hooks.
+    pub(crate) fn start_n(n: usize) -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let nodes = crate::support::write_role_cluster_n(
+            dir.path(),
+            "failover",
+            n,
+            |_, _| None,
+            |_| String::new(),
+        )
+        .into_iter()
+        .map(|n| Node {
+            child: Some(spawn_agent_with_config(dir.path(), &n.name, &n.config)),
+            name: n.name,
+            http: n.http,
+        })
+        .collect();
+        Cluster { dir, nodes }
+    }
+
     /// Three agents with hook scripts and role settings of the test's own
     /// (see [`write_role_cluster_with_hooks`]).
     pub(crate) fn start_with_hooks(

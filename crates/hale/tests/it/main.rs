@@ -13,6 +13,7 @@ mod dashboard;
 mod demo;
 mod drill;
 mod failover;
+mod keys;
 mod loopback;
 mod netns;
 mod slow_hooks;

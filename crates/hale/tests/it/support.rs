@@ -520,8 +520,20 @@ pub fn write_role_cluster_with_hooks(
     hooks: impl Fn(usize, &Path) -> Option<(String, String)>,
     extra: impl Fn(usize) -> String,
 ) -> Vec<RoleNode> {
+    write_role_cluster_n(dir, prefix, 3, hooks, extra)
+}
+
+/// [`write_role_cluster_with_hooks`] with `n` agents: the first three are
+/// the control-plane servers; the others use them (priority 5).
+pub fn write_role_cluster_n(
+    dir: &Path,
+    prefix: &str,
+    n: usize,
+    hooks: impl Fn(usize, &Path) -> Option<(String, String)>,
+    extra: impl Fn(usize) -> String,
+) -> Vec<RoleNode> {
     let key = String::from_utf8(Command::new(HALE).arg("keygen").output().unwrap().stdout).unwrap();
-    let gossip: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let gossip: Vec<u16> = (0..n).map(|_| free_port()).collect();
     let control: Vec<u16> = (0..3).map(|_| free_port()).collect();
     let servers: Vec<String> = control
         .iter()
@@ -530,7 +542,7 @@ pub fn write_role_cluster_with_hooks(
         .collect();
     let log = dir.join("hooks.log");
     let mut nodes = Vec::new();
-    for i in 0..3 {
+    for i in 0..n {
         let name = format!("n{i}");
         let http = SocketAddr::from(([127, 0, 0, 1], free_port()));
         let healthy = dir.join(format!("healthy-{name}"));
@@ -559,11 +571,7 @@ watchdog = "{HALE}"
 name = "{prefix}-{g0}"
 keys = ["{key}"]
 [control]
-id = {id}
-bind = "127.0.0.1:{c}"
-servers = [{servers}]
-bootstrap = {boot}
-data_dir = "{data}"
+{control_section}
 [[service]]
 name = "pg"
 essential = true
@@ -583,13 +591,20 @@ fail_after = "1s"
             g = gossip[i],
             g0 = gossip[0],
             key = key.trim(),
-            id = i + 1,
-            c = control[i],
-            servers = servers.join(", "),
-            boot = i == 0,
-            data = dir.join(format!("data-{name}")).display(),
+            control_section = if i < 3 {
+                format!(
+                    "id = {}\nbind = \"127.0.0.1:{}\"\nservers = [{}]\nbootstrap = {}\ndata_dir = \"{}\"",
+                    i + 1,
+                    control[i],
+                    servers.join(", "),
+                    i == 0,
+                    dir.join(format!("data-{name}")).display()
+                )
+            } else {
+                format!("servers = [{}]", servers.join(", "))
+            },
             healthy = healthy.display(),
-            prio = ROLE_PRIORITIES[i],
+            prio = ROLE_PRIORITIES.get(i).copied().unwrap_or(5),
             promote = custom
                 .as_ref()
                 .map_or_else(|| hook("promote"), |h| toml_sh(&h.0)),

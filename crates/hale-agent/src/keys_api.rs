@@ -1,0 +1,321 @@
+//! Live key rotation across the cluster, without restarts (Serf's keyring
+//! operations are the model).
+//!
+//! `POST /v1/keys/{install|use|remove}` with `{"key": "<base64>"}` (on an
+//! agent's own API: token and browser guards apply) changes this agent's
+//! keyring, then fans the same operation out to every live member that
+//! publishes an HTTP address, at `POST /v1/cluster/keys/{op}`, and reports
+//! which agents applied it. That route is for agents only: its body is
+//! sealed with the cluster keyring for that agent and route (stamped,
+//! used once, answered sealed to the request; see `hale_control::auth`),
+//! so a key travels encrypted and only a holder of a current key can
+//! change anyone's keys. `GET /v1/keys` lists fingerprints, never keys.
+//!
+//! One keyring (`SharedKeyring`) seals and opens gossip, the control plane
+//! and these requests: a change applies to all of them at once. Rotation:
+//! install the new key everywhere, use it everywhere, then remove the old
+//! one (only once every agent has answered `use`: an agent still sealing
+//! with a removed key is cut off). Changes live in memory: write the new
+//! keys into every agent's hale.toml before its next restart.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use futures_util::stream::{self, StreamExt};
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, oneshot};
+
+use hale_control::auth::{self, ControlAuth, Guard};
+use hale_keyring::{Key, KeyringChangeError, SharedKeyring};
+
+use crate::api::error;
+use crate::meta::AgentMeta;
+use crate::runtime::Command;
+
+/// How long one agent may take to answer a fanned-out key operation.
+pub const PEER_TIMEOUT: Duration = Duration::from_secs(2);
+/// How many agents are asked at once.
+const CONCURRENCY: usize = 16;
+
+/// A key operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KeyOp {
+    /// Add a key (it opens; the primary still seals).
+    Install,
+    /// Make an installed key the primary (it seals from now on).
+    Use,
+    /// Drop a key that is not the primary.
+    Remove,
+}
+
+impl KeyOp {
+    fn parse(s: &str) -> Option<KeyOp> {
+        match s {
+            "install" => Some(KeyOp::Install),
+            "use" => Some(KeyOp::Use),
+            "remove" => Some(KeyOp::Remove),
+            _ => None,
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            KeyOp::Install => "install",
+            KeyOp::Use => "use",
+            KeyOp::Remove => "remove",
+        }
+    }
+}
+
+/// The body of a key operation.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyRequest {
+    /// The key, base64 (as `hale keygen` prints it).
+    pub key: String,
+}
+
+/// One key of a ring, as listed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyView {
+    /// A keyed hash of the key (the key itself is never shown).
+    pub fingerprint: String,
+    /// Whether it seals (the primary) or only opens.
+    pub primary: bool,
+}
+
+/// `GET /v1/keys`, and what an agent answers to a key operation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeysView {
+    /// The agent.
+    pub node: String,
+    /// Its keys, the primary first.
+    pub keys: Vec<KeyView>,
+}
+
+/// What a fanned-out key operation did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyReport {
+    /// The operation.
+    pub op: KeyOp,
+    /// The key's fingerprint.
+    pub key: String,
+    /// Agents asked (this one included).
+    pub agents: usize,
+    /// Agents that applied it.
+    pub ok: Vec<String>,
+    /// Agents that did not, and why.
+    pub failed: BTreeMap<String, String>,
+}
+
+#[derive(Clone)]
+pub(crate) struct KeysState {
+    pub(crate) me: String,
+    pub(crate) keys: Option<SharedKeyring>,
+    pub(crate) cmds: mpsc::Sender<Command>,
+    pub(crate) client: reqwest::Client,
+}
+
+/// The id an agent's key route is sealed for (its name, FNV-1a hashed).
+fn agent_id(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// The routes for the agent's own API (guarded like every mutating route).
+pub(crate) fn router(st: KeysState) -> Router {
+    Router::new()
+        .route("/v1/keys", get(list))
+        .route("/v1/keys/{op}", post(fan_out))
+        .with_state(st)
+}
+
+/// The route other agents call, behind the sealing guard (not the
+/// browser/token guard: peers hold the cluster key, not this API's token).
+pub(crate) fn peer_router(st: KeysState) -> Router {
+    let Some(keys) = st.keys.clone() else {
+        return Router::new();
+    };
+    let guard = Arc::new(Guard::new(agent_id(&st.me), keys));
+    Router::new()
+        .route("/v1/cluster/keys/{op}", post(peer_op))
+        .layer(axum::middleware::from_fn_with_state(
+            guard,
+            auth::authenticate,
+        ))
+        .with_state(st)
+}
+
+fn view(st: &KeysState, keys: &SharedKeyring) -> KeysView {
+    let ring = keys.current();
+    KeysView {
+        node: st.me.clone(),
+        keys: ring
+            .keys()
+            .iter()
+            .enumerate()
+            .map(|(i, k)| KeyView {
+                fingerprint: k.fingerprint(),
+                primary: i == 0,
+            })
+            .collect(),
+    }
+}
+
+fn no_keyring() -> Response {
+    error(
+        StatusCode::CONFLICT,
+        "this agent has no keyring (insecure_plaintext = true)",
+    )
+}
+
+async fn list(State(st): State<KeysState>) -> Response {
+    match &st.keys {
+        Some(k) => Json(view(&st, k)).into_response(),
+        None => no_keyring(),
+    }
+}
+
+/// Applies `op` with `key` to `keys`.
+fn apply(keys: &SharedKeyring, op: KeyOp, key: &Key) -> Result<(), KeyringChangeError> {
+    keys.update(|ring| match op {
+        KeyOp::Install => Ok(ring.installing(key.clone())),
+        KeyOp::Use => ring.using(key),
+        KeyOp::Remove => ring.removing(key),
+    })
+}
+
+/// Reads an operation and its key; the error is the status and message to answer.
+fn parse(op: &str, body: &[u8]) -> Result<(KeyOp, Key), (StatusCode, String)> {
+    let op = KeyOp::parse(op).ok_or_else(|| {
+        (
+            StatusCode::NOT_FOUND,
+            format!("no key operation {op:?}: install, use or remove"),
+        )
+    })?;
+    let req: KeyRequest = serde_json::from_slice(body).map_err(|e| {
+        (
+            StatusCode::BAD_REQUEST,
+            format!("expected {{\"key\": \"<base64>\"}}: {e}"),
+        )
+    })?;
+    let key =
+        Key::from_base64(&req.key).map_err(|e| (StatusCode::BAD_REQUEST, format!("key: {e}")))?;
+    Ok((op, key))
+}
+
+async fn peer_op(
+    State(st): State<KeysState>,
+    Path(op): Path<String>,
+    body: axum::body::Bytes,
+) -> Response {
+    let Some(keys) = &st.keys else {
+        return no_keyring();
+    };
+    let (op, key) = match parse(&op, &body) {
+        Ok(x) => x,
+        Err((status, why)) => return error(status, why),
+    };
+    let answer: Result<KeysView, String> = match apply(keys, op, &key) {
+        Ok(()) => {
+            tracing::info!(op = op.as_str(), key = %key.fingerprint(), "keyring changed by the cluster");
+            Ok(view(&st, keys))
+        }
+        Err(e) => Err(e.to_string()),
+    };
+    Json(answer).into_response()
+}
+
+async fn fan_out(
+    State(st): State<KeysState>,
+    Path(op): Path<String>,
+    body: axum::body::Bytes,
+) -> Response {
+    let Some(keys) = st.keys.clone() else {
+        return no_keyring();
+    };
+    let (op, key) = match parse(&op, &body) {
+        Ok(x) => x,
+        Err((status, why)) => return error(status, why),
+    };
+    // This agent first: a refused change (use of a key not installed,
+    // removal of the primary) goes no further.
+    if let Err(e) = apply(&keys, op, &key) {
+        return error(StatusCode::CONFLICT, e.to_string());
+    }
+    tracing::info!(op = op.as_str(), key = %key.fingerprint(), "keyring changed; telling the cluster");
+    let (tx, rx) = oneshot::channel();
+    let members = match st.cmds.send(Command::Snapshot(tx)).await {
+        Ok(()) => rx.await.map(|s| s.members).unwrap_or_default(),
+        Err(_) => Vec::new(),
+    };
+    let peers: Vec<(String, Option<String>)> = members
+        .iter()
+        .filter(|m| !m.is_self && (m.state == "alive" || m.state == "suspect"))
+        .map(|m| {
+            (
+                m.name.clone(),
+                AgentMeta::parse(&m.meta).and_then(|p| p.http),
+            )
+        })
+        .collect();
+    let auth = ControlAuth::Sealed(keys.clone());
+    let req = KeyRequest {
+        key: key.to_base64(),
+    };
+    let path = format!("/v1/cluster/keys/{}", op.as_str());
+    let answers: Vec<(String, Result<(), String>)> = stream::iter(peers)
+        .map(|(name, http)| {
+            let (client, auth, req, path) =
+                (st.client.clone(), auth.clone(), req.clone(), path.clone());
+            async move {
+                let Some(addr) = http else {
+                    return (name, Err("publishes no HTTP address".to_owned()));
+                };
+                let r = auth::call::<_, Result<KeysView, String>>(
+                    &client,
+                    &auth,
+                    agent_id(&name),
+                    &addr,
+                    &path,
+                    &req,
+                    PEER_TIMEOUT,
+                )
+                .await;
+                let r = match r {
+                    Ok(Ok(_)) => Ok(()),
+                    Ok(Err(e)) => Err(e),
+                    Err(e) => Err(e.to_string()),
+                };
+                (name, r)
+            }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .collect()
+        .await;
+    let mut report = KeyReport {
+        op,
+        key: key.fingerprint(),
+        agents: answers.len() + 1,
+        ok: vec![st.me.clone()],
+        failed: BTreeMap::new(),
+    };
+    for (name, r) in answers {
+        match r {
+            Ok(()) => report.ok.push(name),
+            Err(e) => {
+                report.failed.insert(name, e);
+            }
+        }
+    }
+    report.ok.sort();
+    Json(report).into_response()
+}
