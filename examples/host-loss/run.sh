@@ -105,7 +105,7 @@ fail_after = "3s"
 $role_hooks
 TOML
     # A session of its own: the host's processes are found by session id.
-    HALE_LOG=warn setsid "$HALE" agent -c "$dir/$n.toml" > "$dir/$n.log" 2>&1 &
+    HALE_LOG=${AGENT_LOG:-warn} setsid "$HALE" agent -c "$dir/$n.toml" > "$dir/$n.log" 2>&1 &
     pids+=($!); disown "$!"
   done
   # Wait (at most 60 s) until host A holds both primaries, promoted.
@@ -114,7 +114,11 @@ TOML
     [ "$(date +%s)" -lt "$t_end" ] || { echo "host A never held both roles" >&2; cat "$dir/hooks.log" >&2 || true; return 1; }
     sleep 0.1
   done
-  sleep 2 # steady state: renewals flowing
+  # Steady state: renewals flowing. The fault then comes at a random point of
+  # the renewal period (500 ms): a host dies at no particular moment, and the
+  # promotion waits a lease after the *last renewal*, so a fault timed from
+  # the grant would always land just after a renewal and bias the figures.
+  sleep "2.$(printf '%03d' $((RANDOM % 500)))"
   [ "$QUIET" = 1 ] || { echo "Host A holds db and auth. As host B sees it:"; "$HALE" --http "127.0.0.1:${h[1]}" roles; echo; }
   local t0; t0=$(now_ns)
   case "$FAULT" in
@@ -130,7 +134,9 @@ TOML
   esac
   t_end=$(( $(date +%s) + 30 ))
   until [ "$(awk -v t="$t0" '$1 > t && $3 == "promote"' "$dir/hooks.log" | wc -l)" -ge 2 ]; do
-    [ "$(date +%s)" -lt "$t_end" ] || { echo "no failover within 30 s" >&2; cat "$dir/hooks.log" >&2; return 1; }
+    [ "$(date +%s)" -lt "$t_end" ] || {
+      echo "no failover within 30 s; logs kept in $dir.failed" >&2; cat "$dir/hooks.log" >&2
+      signal_host CONT "${pids[0]}"; cp -r "$dir" "$dir.failed"; return 1; }
     sleep 0.05
   done
   local resumed=""
