@@ -178,7 +178,7 @@ impl Agent {
             tcp,
             frame_tx,
             shared.clone(),
-            cfg.keyring.is_some(),
+            keys.clone(),
         ));
         let roles = start_roles(
             &cfg,

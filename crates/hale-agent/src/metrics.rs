@@ -114,6 +114,9 @@ pub fn render(s: &Snapshot, shared: &Shared) -> String {
         ("error", &c.stream_errors),
         ("out_dropped", &c.streams_out_dropped),
         ("in_refused", &c.streams_in_refused),
+        ("in_refused_per_source", &c.streams_in_per_source),
+        ("in_refused_budget", &c.streams_in_budget),
+        ("in_refused_oversize", &c.streams_in_oversize),
     ] {
         let _ = writeln!(
             out,

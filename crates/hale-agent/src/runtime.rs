@@ -28,6 +28,10 @@ const EVENT_HISTORY: usize = 2048;
 const MAX_OUT_STREAMS: usize = 32;
 /// Concurrent inbound stream connections.
 const MAX_IN_STREAMS: usize = 64;
+/// Most stream connections read at once from one address.
+pub const MAX_IN_PER_SOURCE: usize = 16;
+/// Most bytes of stream frames being read or waiting for the driver.
+pub const STREAM_BUDGET: usize = 48 * 1024 * 1024;
 /// Inbound stream frames waiting for the core.
 const STREAM_QUEUE: usize = 256;
 /// How long a stream connection may take to connect, or to deliver its frame.
@@ -52,6 +56,12 @@ pub struct RuntimeCounters {
     pub stream_errors: AtomicU64,
     /// Datagrams that could not be sent.
     pub send_errors: AtomicU64,
+    /// Stream connections refused: too many already open from that address.
+    pub streams_in_per_source: AtomicU64,
+    /// Stream frames refused: the budget of unhandled frame bytes was spent.
+    pub streams_in_budget: AtomicU64,
+    /// Stream frames refused: they announced more than a frame may hold.
+    pub streams_in_oversize: AtomicU64,
 }
 
 /// Everything the API needs, taken at one instant.
@@ -155,7 +165,7 @@ impl Driver {
     pub(crate) async fn run(
         mut self,
         mut cmds: mpsc::Receiver<Command>,
-        mut frames: mpsc::Receiver<Vec<u8>>,
+        mut frames: mpsc::Receiver<Frame>,
         mut stop: tokio::sync::watch::Receiver<bool>,
     ) {
         let mut buf = vec![0u8; 65_536];
@@ -196,7 +206,7 @@ impl Driver {
 
     async fn leave_and_drain(
         &mut self,
-        frames: &mut mpsc::Receiver<Vec<u8>>,
+        frames: &mut mpsc::Receiver<Frame>,
         udp: &UdpSocket,
         buf: &mut [u8],
     ) {
@@ -260,14 +270,13 @@ impl Driver {
         }
     }
 
-    fn on_frame(&mut self, frame: &[u8]) {
+    /// A stream frame, already authenticated and opened by its connection's task.
+    fn on_frame(&mut self, frame: &Frame) {
         if self.shared.drill.frozen() {
             return;
         }
-        if let Some(plain) = self.open(frame) {
-            let now = self.now();
-            let _ = self.node.handle_stream(now, &plain);
-        }
+        let now = self.now();
+        let _ = self.node.handle_stream(now, &frame.plain);
     }
 
     fn on_command(&mut self, c: Command) {
@@ -429,58 +438,142 @@ impl Driver {
     }
 }
 
+/// A stream frame, authenticated and opened, waiting for the driver. It
+/// holds its share of [`STREAM_BUDGET`] until the driver has handled it.
+pub(crate) struct Frame {
+    plain: Vec<u8>,
+    _budget: tokio::sync::OwnedSemaphorePermit,
+}
+
+/// Connections being read from one source address, released on drop.
+struct SourceSlot {
+    ip: std::net::IpAddr,
+    open: Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>,
+}
+
+impl Drop for SourceSlot {
+    fn drop(&mut self) {
+        let mut m = self.open.lock().expect("sources lock");
+        if let Some(n) = m.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.ip);
+            }
+        }
+    }
+}
+
 /// Accepts stream connections and queues their frames for the driver.
+///
+/// Bounded before authenticated: at most [`MAX_IN_STREAMS`] connections
+/// are read at once, at most [`MAX_IN_PER_SOURCE`] from one address, each
+/// within [`STREAM_TIMEOUT`]; a frame's bytes are taken from a budget of
+/// [`STREAM_BUDGET`] (shared by frames being read and frames queued for the
+/// driver) *before* they are allocated, so a stranger announcing huge
+/// frames from many connections gets refusals, not memory. Frames are
+/// authenticated here, on the connection's own task: junk never reaches
+/// the task that runs the failure detector. Every refusal is counted by
+/// reason.
 pub(crate) async fn accept_streams(
     listener: TcpListener,
-    frames: mpsc::Sender<Vec<u8>>,
+    frames: mpsc::Sender<Frame>,
     shared: Arc<Shared>,
-    sealed: bool,
+    keys: Option<SharedKeyring>,
 ) {
     let slots = Arc::new(Semaphore::new(MAX_IN_STREAMS));
-    let limit = MAX_STREAM_FRAME + if sealed { OVERHEAD } else { 0 };
+    let budget = Arc::new(Semaphore::new(STREAM_BUDGET));
+    let sources = Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));
+    let limit = MAX_STREAM_FRAME + if keys.is_some() { OVERHEAD } else { 0 };
+    let refuse = |c: &AtomicU64| {
+        c.fetch_add(1, Ordering::Relaxed);
+    };
     loop {
-        let Ok((mut sock, _)) = listener.accept().await else {
+        let Ok((mut sock, from)) = listener.accept().await else {
+            continue;
+        };
+        let source = {
+            let mut m = sources.lock().expect("sources lock");
+            let n = m.entry(from.ip()).or_insert(0);
+            if *n >= MAX_IN_PER_SOURCE {
+                None
+            } else {
+                *n += 1;
+                Some(SourceSlot {
+                    ip: from.ip(),
+                    open: sources.clone(),
+                })
+            }
+        };
+        let Some(source) = source else {
+            refuse(&shared.counters.streams_in_per_source);
             continue;
         };
         let Ok(permit) = slots.clone().try_acquire_owned() else {
-            shared
-                .counters
-                .streams_in_refused
-                .fetch_add(1, Ordering::Relaxed);
+            refuse(&shared.counters.streams_in_refused);
             continue;
         };
-        let (frames, shared) = (frames.clone(), shared.clone());
+        let (frames, shared, budget, keys) =
+            (frames.clone(), shared.clone(), budget.clone(), keys.clone());
         tokio::spawn(async move {
+            let _source = source;
             let r = tokio::time::timeout(STREAM_TIMEOUT, async {
                 let mut len = [0u8; 4];
                 sock.read_exact(&mut len).await?;
                 let len = u32::from_be_bytes(len) as usize;
                 if len > limit {
-                    return Err(std::io::Error::other("frame too large"));
+                    return Err(Refused::TooLarge);
                 }
+                let Ok(share) = budget.try_acquire_many_owned(len.max(1) as u32) else {
+                    return Err(Refused::Budget);
+                };
                 let mut body = vec![0u8; len];
                 sock.read_exact(&mut body).await?;
-                Ok(body)
+                Ok((body, share))
             })
             .await;
-            match r {
-                Ok(Ok(body)) => {
-                    if frames.try_send(body).is_err() {
-                        shared
-                            .counters
-                            .streams_in_refused
-                            .fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-                _ => {
-                    shared
-                        .counters
-                        .stream_errors
-                        .fetch_add(1, Ordering::Relaxed);
-                }
-            }
+            let (body, share) = match r {
+                Ok(Ok(x)) => x,
+                Ok(Err(Refused::Budget)) => return refuse(&shared.counters.streams_in_budget),
+                Ok(Err(Refused::TooLarge)) => return refuse(&shared.counters.streams_in_oversize),
+                Ok(Err(Refused::Io)) | Err(_) => return refuse(&shared.counters.stream_errors),
+            };
             drop(permit);
+            let plain = match &keys {
+                None => body,
+                Some(k) => match k.current().open(&body) {
+                    Ok(p) => p,
+                    Err(crate::keyring::OpenError::Auth) => {
+                        return refuse(&shared.counters.auth_failed)
+                    }
+                    Err(crate::keyring::OpenError::Malformed) => {
+                        return refuse(&shared.counters.seal_malformed)
+                    }
+                },
+            };
+            let frame = Frame {
+                plain,
+                _budget: share,
+            };
+            if frames.try_send(frame).is_err() {
+                refuse(&shared.counters.streams_in_refused);
+            }
         });
+    }
+}
+
+/// Why a stream frame was not read.
+enum Refused {
+    /// It announced more than a frame may hold.
+    TooLarge,
+    /// The budget of unhandled frame bytes is spent.
+    Budget,
+    /// The connection failed.
+    Io,
+}
+
+impl From<std::io::Error> for Refused {
+    fn from(_: std::io::Error) -> Refused {
+        Refused::Io
     }
 }
 
@@ -500,8 +593,8 @@ pub(crate) fn new_shared(id: NodeId) -> Arc<Shared> {
 pub(crate) struct Channels {
     pub(crate) cmd_tx: mpsc::Sender<Command>,
     pub(crate) cmd_rx: mpsc::Receiver<Command>,
-    pub(crate) frame_tx: mpsc::Sender<Vec<u8>>,
-    pub(crate) frame_rx: mpsc::Receiver<Vec<u8>>,
+    pub(crate) frame_tx: mpsc::Sender<Frame>,
+    pub(crate) frame_rx: mpsc::Receiver<Frame>,
 }
 
 pub(crate) fn channels() -> Channels {

@@ -13,6 +13,7 @@ mod dashboard;
 mod demo;
 mod drill;
 mod failover;
+mod flood;
 mod keys;
 mod loopback;
 mod netns;
