@@ -19,6 +19,8 @@
 #   examples/postgres-failover/run.sh --fault partition       # A cut off by nftables
 #   examples/postgres-failover/run.sh --fault sentry-half-dead  # only Sentry goes half-dead
 #   --sentry healthy     A's Sentry answers (the baseline for auth latency)
+#   --transport sdk      the auth service reports through the SDK's own transport (one
+#                        request at a time, a queue of 30) instead of a concurrent one
 #   --pre S --after S    load before the fault (8 s) and after the new primary serves (15 s)
 #   --rate N             logins per second (200)
 #   --quiet              print only the RESULT line;  --keep  keep the work directory
@@ -34,11 +36,12 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 HALE=${HALE:-$ROOT/target/release/hale}
 DEMO=${DEMO:-$ROOT/target/release/hale-demo-auth}
-FAULT=host-death; SENTRY=half-dead; PRE=8; AFTER=15; RATE=200; QUIET=0; KEEP=0; SAVE=""
+FAULT=host-death; SENTRY=half-dead; TRANSPORT=concurrent; PRE=8; AFTER=15; RATE=200; QUIET=0; KEEP=0; SAVE=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --fault) FAULT=$2; shift 2 ;;
     --sentry) SENTRY=$2; shift 2 ;;
+    --transport) TRANSPORT=$2; shift 2 ;;
     --pre) PRE=$2; shift 2 ;;
     --after) AFTER=$2; shift 2 ;;
     --rate) RATE=$2; shift 2 ;;
@@ -118,7 +121,7 @@ for h in a b c; do
 done
 link_up "$NS_A" pa "$IP_A"; link_up "$NS_B" pb "$IP_B"; link_up "$NS_C" pc "$IP_C"
 
-fail() { echo "FAILED: $*" >&2; for f in "$DIR"/*.log; do echo "--- $f" >&2; tail -15 "$f" >&2; done; exit 1; }
+fail() { echo "FAILED: $*" >&2; for f in "$DIR"/*.log "$DIR"/pg/*.log; do echo "--- $f" >&2; tail -15 "$f" >&2; done; exit 1; }
 # wait_for SECS WHAT CMD...: polls CMD every 100 ms until it succeeds, or fails after SECS.
 wait_for() {
   local secs=$1 what=$2; shift 2
@@ -149,7 +152,7 @@ cat >> "$PGA/pg_hba.conf" <<EOF
 host all all $SUB.0/24 trust
 host replication all $SUB.0/24 trust
 EOF
-as_pg "$NS_A" "$PGBIN/pg_ctl" -D "$PGA" -l "$DIR/postgres-a.log" -w start >/dev/null || fail "starting PostgreSQL on A"
+as_pg "$NS_A" "$PGBIN/pg_ctl" -D "$PGA" -l "$DIR/pg/postgres-a.log" -w start >/dev/null || fail "starting PostgreSQL on A"
 psql_a() { as_pg "$NS_A" "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$DIR/sock-a" -d postgres "$@"; }
 psql_b() { as_pg "$NS_B" "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$DIR/sock-b" -d postgres "$@"; }
 psql_a -c "CREATE TABLE users (name text PRIMARY KEY, secret text NOT NULL);
@@ -165,7 +168,7 @@ primary_conninfo = 'host=$IP_A port=5432 user=postgres application_name=b'
 primary_slot_name = 'b'
 synchronous_standby_names = ''
 EOF
-as_pg "$NS_B" "$PGBIN/pg_ctl" -D "$PGB" -l "$DIR/postgres-b.log" -w start >/dev/null || fail "starting PostgreSQL on B"
+as_pg "$NS_B" "$PGBIN/pg_ctl" -D "$PGB" -l "$DIR/pg/postgres-b.log" -w start >/dev/null || fail "starting PostgreSQL on B"
 # Synchronous from now on: a commit on A returns once B has flushed its WAL.
 psql_a -c "ALTER SYSTEM SET synchronous_standby_names = 'FIRST 1 (b)'" -c "SELECT pg_reload_conf()" >/dev/null
 sync_state() { psql_a -Atc "SELECT sync_state FROM pg_stat_replication WHERE application_name = 'b'"; }
@@ -222,7 +225,7 @@ chmod 755 "$DIR/bin/"*
 setsid ip netns exec "$NS_A" "$DEMO" sink --listen "$IP_A:9000" --control "$IP_A:9100" --mode \
   "$([ "$SENTRY" = healthy ] && echo up || echo half-dead)" > "$DIR/sentry-a.log" 2>&1 &
 setsid ip netns exec "$NS_C" "$DEMO" sink --listen 127.0.0.1:9001 --control 127.0.0.1:9101 --mode up \
-  > "$DIR/sentry-c.log" 2>&1 &
+  > "$DIR/sentry-c.log" 2>&1 & disown
 
 # --- agents ---------------------------------------------------------------------------------
 KEY=$("$HALE" keygen)
@@ -254,7 +257,7 @@ db_conf() { # host-letter priority
 name = "postgres"
 essential = true
 [[service.check]]
-command = ["$PGBIN/pg_isready", "-q", "-h", "$DIR/sock-$1", "-t", "1"]
+command = ["$PGBIN/pg_isready", "-q", "-h", "$DIR/sock-$1", "-U", "postgres", "-d", "postgres", "-t", "1"]
 interval = "500ms"
 timeout = "1s"
 [[role]]
@@ -274,7 +277,7 @@ EOF
 primary = { dsn = "http://public@$IP_A:9000/1", member = "host-A" }
 standby = { dsn = "http://public@127.0.0.1:9001/1" }
 EOF
-start_agent() { HALE_LOG=warn setsid ip netns exec "$1" "$HALE" agent -c "$DIR/$2.toml" > "$DIR/agent-$2.log" 2>&1 & }
+start_agent() { HALE_LOG=warn setsid ip netns exec "$1" "$HALE" agent -c "$DIR/$2.toml" > "$DIR/agent-$2.log" 2>&1 & disown; }
 http_ok() { in_ns "$NS_C" curl -fsS -o /dev/null -m 1 "$1"; }
 # A (the primary) and C first, so that A takes db before B is a candidate.
 start_agent "$NS_A" A; start_agent "$NS_C" C
@@ -305,10 +308,10 @@ EOF
 # HAProxy says when it marks a server up or down (on stderr): into the event log, timed.
 setsid ip netns exec "$NS_C" bash -c "haproxy -db -f '$DIR/haproxy.cfg' 2>&1 | while IFS= read -r l; do
   case \"\$l\" in *Server*) echo \"\$(date +%s%N) haproxy: \${l#*: }\" >> '$EV' ;; esac; echo \"\$l\"; done" \
-  > "$DIR/haproxy.log" 2>&1 &
+  > "$DIR/haproxy.log" 2>&1 & disown
 setsid ip netns exec "$NS_C" "$DEMO" serve --listen 127.0.0.1:8080 \
-  --db "host=127.0.0.1 port=5432 user=postgres dbname=postgres" --dsn "http://public@$IP_C:7947/1" \
-  > "$DIR/auth.log" 2>&1 &
+  --db "host=127.0.0.1 port=5432 user=postgres dbname=postgres" --dsn "http://public@$IP_C:7947/1" --transport "$TRANSPORT" \
+  > "$DIR/auth.log" 2>&1 & disown
 login_ok() { in_ns "$NS_C" curl -fsS -m 2 -H 'Content-Type: application/json' -d '{"user":"u1","secret":"s1"}' http://127.0.0.1:8080/login; }
 wait_for 30 "a login through HAProxy to A" login_ok
 setsid ip netns exec "$NS_C" "$DEMO" load --url http://127.0.0.1:8080 --rate "$RATE" \
@@ -366,7 +369,7 @@ if [ "$NEW" = B ]; then
     pg-hang) pid=$(head -1 "$PGA/postmaster.pid" 2>/dev/null || true); [ -n "$pid" ] && kill -CONT "$pid" 2>/dev/null || true ;;
   esac
   if ! as_pg "$NS_A" "$PGBIN/pg_isready" -q -h "$DIR/sock-a"; then
-    in_ns "$NS_A" "$DIR/bin/pg-boot" "$PGA" || fail "PostgreSQL on A did not start again"
+    in_ns "$NS_A" "$DIR/bin/pg-boot" "$PGA" 2>/dev/null || fail "PostgreSQL on A did not start again"
   fi
   event "host A back: PostgreSQL on A started again as at boot"
   wait_for 30 "PostgreSQL on A accepting connections again" as_pg "$NS_A" "$PGBIN/pg_isready" -q -h "$DIR/sock-a"
@@ -382,6 +385,7 @@ if [ "$NEW" = B ]; then
 fi
 auth_stat() { in_ns "$NS_C" curl -fsS -m 2 http://127.0.0.1:8080/stats | sed "s/.*\"$1\":\([0-9]*\).*/\1/"; }
 RAISED=$(auth_stat reported)
+TRANSPORT_DROPPED=$(auth_stat transport_dropped)
 received() {
   local c a=0; c=$(count http://127.0.0.1:9101/count)
   # A's Sentry: what it had acknowledged before the fault if it died with host A.
@@ -394,12 +398,14 @@ received() {
 end=$(( $(date +%s) + 30 ))
 while [ "$(received)" -lt "$RAISED" ] && [ "$(date +%s)" -lt "$end" ]; do sleep 0.2; done
 RECEIVED=$(received); RECEIVED_STANDBY=$(count http://127.0.0.1:9101/count)
+in_ns "$NS_C" curl -fsS -m 2 "http://$IP_C:7947/metrics" | grep '^hale_relay' > "$DIR/relay-metrics.txt" || true
 SYNC=$([ "$FAULT" = sentry-half-dead ] && sync_state || echo "sync-before-fault")
 
 "$DEMO" analyze --attempts "$DIR/attempts.csv" --t0 "$T0" --events "$EV" --committed "$DIR/committed.txt" \
-  --fact "fault=$FAULT" --fact "sentry_a=$SENTRY" --fact "synchronous_replication=$SYNC" \
+  --fact "fault=$FAULT" --fact "sentry_a=$SENTRY" --fact "sentry_transport=$TRANSPORT" --fact "synchronous_replication=$SYNC" \
   --fact "old_primary_direct_write=$OLD_WRITE" --fact "old_primary_rows_after_promotion=$OLD_ROWS" \
   --fact "reports_raised=$RAISED" --fact "reports_received=$RECEIVED" --fact "reports_received_by_standby=$RECEIVED_STANDBY" \
+  --fact "relay_accepted=$(awk '$1 == "hale_relay_accepted_total" { print $2 }' "$DIR/relay-metrics.txt")" \
   $([ "$QUIET" = 1 ] && echo --quiet) | tee "$DIR/report.txt"
 if [ -n "$SAVE" ]; then
   mkdir -p "$SAVE"

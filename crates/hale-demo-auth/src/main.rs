@@ -12,6 +12,7 @@ mod analyze;
 mod load;
 mod serve;
 mod sink;
+mod transport;
 
 use clap::{Parser, Subcommand};
 

@@ -26,6 +26,11 @@ pub struct Args {
     /// Sentry DSN for failure reports (the local agent's relay).
     #[arg(long)]
     dsn: Option<String>,
+    /// `concurrent`: envelopes posted to the relay concurrently from a queue
+    /// of 10,000; `sdk`: the SDK's own reqwest transport (one request at a
+    /// time, a queue of 30 that drops envelopes during bursts).
+    #[arg(long, default_value = "concurrent")]
+    transport: String,
     /// Database connections at most.
     #[arg(long, default_value_t = 16)]
     pool: usize,
@@ -74,12 +79,15 @@ impl Auth {
     async fn login(&self, l: &Login) -> Result<Option<i64>, String> {
         let _slot = self.slots.acquire().await.map_err(|e| e.to_string())?;
         let attempt = async {
-            let c = self.client().await.map_err(|e| format!("connect: {e}"))?;
+            let c = self.client().await.map_err(|e| format!("connect: {}", chain(&e)))?;
             // A connection whose query failed is dropped, never reused.
             let row = c
                 .query_opt(LOGIN, &[&l.user, &l.secret])
                 .await
-                .map_err(|e| format!("query: {e}"))?;
+                .map_err(|e| match e.as_db_error() {
+                    Some(db) => format!("query: {}", db.message()),
+                    None => format!("query: {}", chain(&e)),
+                })?;
             self.idle.lock().expect("pool lock").push(c);
             Ok(row.map(|r| r.get::<_, i64>(0)))
         };
@@ -98,6 +106,18 @@ impl Auth {
             self.reported.fetch_add(1, Ordering::Relaxed);
         }
     }
+}
+
+/// An error with its causes.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
 }
 
 async fn login(State(st): State<Arc<Auth>>, Json(l): Json<Login>) -> Response {
@@ -119,7 +139,10 @@ async fn login(State(st): State<Arc<Auth>>, Json(l): Json<Login>) -> Response {
                 .into_response()
         }
         Err(e) => {
-            st.failed.fetch_add(1, Ordering::Relaxed);
+            let n = st.failed.fetch_add(1, Ordering::Relaxed);
+            if n < 20 || n % 100 == 0 {
+                eprintln!("login failed (#{}): {e}", n + 1);
+            }
             st.report(&format!("login failed: {e}"), sentry::Level::Error);
             (
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -136,18 +159,32 @@ async fn stats(State(st): State<Arc<Auth>>) -> Json<serde_json::Value> {
         "refused": st.refused.load(Ordering::Relaxed),
         "failed": st.failed.load(Ordering::Relaxed),
         "reported": st.reported.load(Ordering::Relaxed),
+        "transport_dropped": crate::transport::DROPPED.load(Ordering::Relaxed),
     }))
 }
 
 /// Runs the auth service until killed.
 pub fn main(a: Args) -> anyhow::Result<()> {
     let _sentry = match &a.dsn {
-        // The unmodified SDK with its own reqwest transport.
-        Some(dsn) => Some(sentry::init(sentry::ClientOptions {
-            dsn: Some(dsn.parse().context("--dsn")?),
-            transport: Some(Arc::new(sentry::transports::DefaultTransportFactory)),
-            ..Default::default()
-        })),
+        Some(dsn) => {
+            let dsn: sentry::types::Dsn = dsn.parse().context("--dsn")?;
+            let transport: Arc<dyn sentry::TransportFactory> = match a.transport.as_str() {
+                // The SDK's own reqwest transport.
+                "sdk" => Arc::new(sentry::transports::DefaultTransportFactory),
+                "concurrent" => {
+                    let t = crate::transport::Concurrent::start(&dsn)?;
+                    Arc::new(move |_: &sentry::ClientOptions| -> Arc<dyn sentry::Transport> {
+                        t.clone()
+                    })
+                }
+                _ => anyhow::bail!("--transport is concurrent or sdk"),
+            };
+            Some(sentry::init(sentry::ClientOptions {
+                dsn: Some(dsn),
+                transport: Some(transport),
+                ..Default::default()
+            }))
+        }
         None => None,
     };
     let mut db: tokio_postgres::Config = a.db.parse().context("--db")?;
