@@ -223,7 +223,7 @@ chmod 755 "$DIR/bin/"*
 
 # --- Sentries: A's (primary upstream of the relay) and C's standby ----------------------------
 setsid ip netns exec "$NS_A" "$DEMO" sink --listen "$IP_A:9000" --control "$IP_A:9100" --mode \
-  "$([ "$SENTRY" = healthy ] && echo up || echo half-dead)" > "$DIR/sentry-a.log" 2>&1 &
+  "$([ "$SENTRY" = healthy ] && echo up || echo half-dead)" > "$DIR/sentry-a.log" 2>&1 & disown
 setsid ip netns exec "$NS_C" "$DEMO" sink --listen 127.0.0.1:9001 --control 127.0.0.1:9101 --mode up \
   > "$DIR/sentry-c.log" 2>&1 & disown
 
@@ -309,6 +309,9 @@ EOF
 setsid ip netns exec "$NS_C" bash -c "haproxy -db -f '$DIR/haproxy.cfg' 2>&1 | while IFS= read -r l; do
   case \"\$l\" in *Server*) echo \"\$(date +%s%N) haproxy: \${l#*: }\" >> '$EV' ;; esac; echo \"\$l\"; done" \
   > "$DIR/haproxy.log" 2>&1 & disown
+# HAProxy counts a server as up until its first check: no traffic before B is marked down.
+b_down() { grep -q "Server postgres/b is DOWN" "$EV"; }
+wait_for 10 "HAProxy's first check of B (503: not the primary)" b_down
 setsid ip netns exec "$NS_C" "$DEMO" serve --listen 127.0.0.1:8080 \
   --db "host=127.0.0.1 port=5432 user=postgres dbname=postgres" --dsn "http://public@$IP_C:7947/1" --transport "$TRANSPORT" \
   > "$DIR/auth.log" 2>&1 & disown

@@ -150,6 +150,16 @@ pub fn main(a: Args) -> anyhow::Result<()> {
         .filter(|x| x.ok && (x.done() < out_lo || x.sent > out_hi))
         .map(|x| x.latency_us)
         .collect();
+    let outside_split = |after: bool| {
+        percentile(
+            all.iter()
+                .filter(|x| x.ok && (x.done() < out_lo || x.sent > out_hi) && (x.sent >= t0) == after)
+                .map(|x| x.latency_us)
+                .collect(),
+            0.99,
+        )
+    };
+    let (p99_before, p99_after) = (outside_split(false), outside_split(true));
     let p50 = percentile(outside.clone(), 0.50);
     let p99 = percentile(outside, 0.99);
     let good_ok: Vec<i64> = all
@@ -252,6 +262,11 @@ pub fn main(a: Args) -> anyhow::Result<()> {
             fmt_ms(p50),
             fmt_ms(p99)
         );
+        println!(
+            "  p99 before the fault {}, after it (outside the outage) {}",
+            fmt_ms(p99_before),
+            fmt_ms(p99_after)
+        );
         for (k, v) in &facts {
             println!("{k}: {v}");
         }
@@ -269,6 +284,8 @@ pub fn main(a: Args) -> anyhow::Result<()> {
         "missing": missing,
         "p50_outside_ms": p50,
         "p99_outside_ms": p99,
+        "p99_before_fault_ms": p99_before,
+        "p99_after_fault_ms": p99_after,
     });
     for (k, v) in facts {
         let val = v
