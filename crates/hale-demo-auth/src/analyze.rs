@@ -107,7 +107,10 @@ pub fn main(a: Args) -> anyhow::Result<()> {
         events
             .iter()
             .filter(|(t, e)| {
-                *t >= t0 && e.split_whitespace().take(2).eq([host, what].iter().copied())
+                *t >= t0
+                    && e.split_whitespace()
+                        .take(2)
+                        .eq([host, what].iter().copied())
             })
             .map(|(t, _)| *t)
             .min()
@@ -153,7 +156,9 @@ pub fn main(a: Args) -> anyhow::Result<()> {
     let outside_split = |after: bool| {
         percentile(
             all.iter()
-                .filter(|x| x.ok && (x.done() < out_lo || x.sent > out_hi) && (x.sent >= t0) == after)
+                .filter(|x| {
+                    x.ok && (x.done() < out_lo || x.sent > out_hi) && (x.sent >= t0) == after
+                })
                 .map(|x| x.latency_us)
                 .collect(),
             0.99,
@@ -214,7 +219,11 @@ pub fn main(a: Args) -> anyhow::Result<()> {
                         .iter()
                         .filter(|x| x.sent >= b && x.sent < e && !x.ok)
                         .count();
-                    let pct = if n == 0 { 0.0 } else { bad as f64 * 100.0 / n as f64 };
+                    let pct = if n == 0 {
+                        0.0
+                    } else {
+                        bad as f64 * 100.0 / n as f64
+                    };
                     println!(
                         "  t={:+7.1}s  {bad:3}/{n:3} failed {:5.1}%  {}",
                         rel(b),

@@ -146,6 +146,10 @@ async fn run(a: Args) -> anyhow::Result<()> {
         )?;
     }
     w.flush()?;
-    eprintln!("load: {} attempts written to {}", all.len(), a.out.display());
+    eprintln!(
+        "load: {} attempts written to {}",
+        all.len(),
+        a.out.display()
+    );
     Ok(())
 }

@@ -79,7 +79,10 @@ impl Auth {
     async fn login(&self, l: &Login) -> Result<Option<i64>, String> {
         let _slot = self.slots.acquire().await.map_err(|e| e.to_string())?;
         let attempt = async {
-            let c = self.client().await.map_err(|e| format!("connect: {}", chain(&e)))?;
+            let c = self
+                .client()
+                .await
+                .map_err(|e| format!("connect: {}", chain(&e)))?;
             // A connection whose query failed is dropped, never reused.
             let row = c
                 .query_opt(LOGIN, &[&l.user, &l.secret])
@@ -173,9 +176,11 @@ pub fn main(a: Args) -> anyhow::Result<()> {
                 "sdk" => Arc::new(sentry::transports::DefaultTransportFactory),
                 "concurrent" => {
                     let t = crate::transport::Concurrent::start(&dsn)?;
-                    Arc::new(move |_: &sentry::ClientOptions| -> Arc<dyn sentry::Transport> {
-                        t.clone()
-                    })
+                    Arc::new(
+                        move |_: &sentry::ClientOptions| -> Arc<dyn sentry::Transport> {
+                            t.clone()
+                        },
+                    )
                 }
                 _ => anyhow::bail!("--transport is concurrent or sdk"),
             };

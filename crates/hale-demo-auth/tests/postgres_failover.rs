@@ -33,7 +33,14 @@ fn on_path(tool: &str) -> bool {
 /// The tools the example needs that this machine lacks.
 fn missing_tools() -> Vec<String> {
     let mut missing = Vec::new();
-    for t in ["postgres", "initdb", "pg_ctl", "pg_basebackup", "pg_isready", "psql"] {
+    for t in [
+        "postgres",
+        "initdb",
+        "pg_ctl",
+        "pg_basebackup",
+        "pg_isready",
+        "psql",
+    ] {
         if !pg_bin().join(t).is_file() {
             missing.push(format!("{t} (in {})", pg_bin().display()));
         }
@@ -132,8 +139,15 @@ fn host_death_with_real_postgres_haproxy_and_sentry() {
             .unwrap_or_else(|| panic!("{k} missing from RESULT\n{ctx}"))
     };
     assert!(num("committed") > 100.0, "too few logins committed\n{ctx}");
-    assert_eq!(num("failed_before_fault"), 0.0, "logins failed before the fault\n{ctx}");
-    assert!(num("failed_after_fault") > 0.0, "host A's death went unnoticed: was it killed?\n{ctx}");
+    assert_eq!(
+        num("failed_before_fault"),
+        0.0,
+        "logins failed before the fault\n{ctx}"
+    );
+    assert!(
+        num("failed_after_fault") > 0.0,
+        "host A's death went unnoticed: was it killed?\n{ctx}"
+    );
     assert_eq!(num("missing"), 0.0, "committed logins lost\n{ctx}");
     // Generous for a loaded CI machine and debug builds; BENCHMARKS.md has the real figures.
     assert!(num("downtime_s") < 15.0, "auth down too long\n{ctx}");
@@ -143,7 +157,10 @@ fn host_death_with_real_postgres_haproxy_and_sentry() {
         "the old primary accepted writes after the promotion\n{ctx}"
     );
     let write = r["old_primary_direct_write"].as_str().unwrap_or_default();
-    assert!(write.starts_with("refused"), "the old primary accepted a write\n{ctx}");
+    assert!(
+        write.starts_with("refused"),
+        "the old primary accepted a write\n{ctx}"
+    );
     assert_eq!(
         num("reports_received"),
         num("reports_raised"),
@@ -155,20 +172,25 @@ fn host_death_with_real_postgres_haproxy_and_sentry() {
 fn refuses_without_root_or_tools() {
     if !is_root() {
         // Not root: the refusal itself is what this test checks.
-        let (code, _, err) = run_script(Command::new("bash").arg(script()), Duration::from_secs(30));
+        let (code, _, err) =
+            run_script(Command::new("bash").arg(script()), Duration::from_secs(30));
         assert_eq!(code, Some(3), "{err}");
         assert!(err.contains("run as root"), "{err}");
         return;
     }
     let (code, _, err) = run_script(
-        Command::new("runuser").args(["-u", "nobody", "--", "bash"]).arg(script()),
+        Command::new("runuser")
+            .args(["-u", "nobody", "--", "bash"])
+            .arg(script()),
         Duration::from_secs(30),
     );
     assert_eq!(code, Some(3), "{err}");
     assert_eq!(err.lines().count(), 1, "one line: {err}");
     assert!(err.contains("run as root"), "{err}");
     let (code, _, err) = run_script(
-        Command::new("bash").arg(script()).env("PGBIN", "/nonexistent"),
+        Command::new("bash")
+            .arg(script())
+            .env("PGBIN", "/nonexistent"),
         Duration::from_secs(30),
     );
     assert_eq!(code, Some(3), "{err}");
