@@ -409,9 +409,10 @@ SYNC=$([ "$FAULT" = sentry-half-dead ] && sync_state || echo "sync-before-fault"
   --fact "old_primary_direct_write=$OLD_WRITE" --fact "old_primary_rows_after_promotion=$OLD_ROWS" \
   --fact "reports_raised=$RAISED" --fact "reports_received=$RECEIVED" --fact "reports_received_by_standby=$RECEIVED_STANDBY" \
   --fact "relay_accepted=$(awk '$1 == "hale_relay_accepted_total" { print $2 }' "$DIR/relay-metrics.txt")" \
-  $([ "$QUIET" = 1 ] && echo --quiet) | tee "$DIR/report.txt"
+  > "$DIR/report.txt"
+if [ "$QUIET" = 1 ]; then grep '^RESULT ' "$DIR/report.txt"; else cat "$DIR/report.txt"; fi
 if [ -n "$SAVE" ]; then
   mkdir -p "$SAVE"
-  cp "$DIR/report.txt" "$DIR/events.log" "$SAVE/"
+  cp "$DIR/report.txt" "$DIR/events.log" "$DIR/committed.txt" "$DIR/relay-metrics.txt" "$DIR/haproxy.cfg" "$SAVE/"
   gzip -c "$DIR/attempts.csv" > "$SAVE/attempts.csv.gz"
 fi
