@@ -216,6 +216,9 @@ EOF
 cat > "$DIR/bin/pg-boot" <<EOF
 #!/bin/bash
 D=\$1
+# No standby.signal: it went down as a primary, and another may have been promoted
+# since. It must be re-cloned before it may be promoted again.
+[ -f "\$D/standby.signal" ] || { touch "\$D/fenced"; chown postgres: "\$D/fenced"; }
 touch "\$D/standby.signal"; chown postgres: "\$D/standby.signal"
 runuser -u postgres -- $PGBIN/pg_ctl -D "\$D" -l "\$D.boot.log" -w -t 30 start >/dev/null
 EOF
@@ -363,7 +366,7 @@ kill -0 "$LOAD_PID" 2>/dev/null && fail "the load generator did not stop"
 
 # --- what was lost, what the old primary does, what Sentry got ---------------------------------
 if [ "$NEW" = B ]; then psql_b -Atc "SELECT id FROM logins" > "$DIR/committed.txt"; else psql_a -Atc "SELECT id FROM logins" > "$DIR/committed.txt"; fi
-OLD_WRITE=n/a; OLD_ROWS=n/a
+OLD_WRITE=n/a; OLD_ROWS=n/a; B_KEPT=n/a
 if [ "$NEW" = B ]; then
   # Host A comes back (its network; PostgreSQL started as at boot); try to write to it directly.
   case "$FAULT" in
@@ -385,6 +388,16 @@ if [ "$NEW" = B ]; then
     OLD_WRITE="refused($(echo "$out" | sed -n 's/^ERROR: *//p' | head -1 | tr ' ' '_'))"
   fi
   event "old primary A, direct INSERT: $OLD_WRITE"
+  # A's agent is back too (host death: started as at boot): B must keep db.
+  if [ "$FAULT" = host-death ]; then start_agent "$NS_A" A; event "host A back: its agent started again"; fi
+  wait_for 30 "A's agent answering again" http_ok "http://$IP_A:7947/v1/roles/db/replica"
+  B_KEPT=yes
+  end=$(( $(date +%s%N) + 5000000000 ))
+  while [ "$(date +%s%N)" -lt "$end" ]; do
+    http_ok "http://$IP_B:7947/v1/roles/db/primary" || B_KEPT=no
+    sleep 0.25
+  done
+  event "5 s after A returned: B kept db throughout: $B_KEPT"
 fi
 auth_stat() { in_ns "$NS_C" curl -fsS -m 2 http://127.0.0.1:8080/stats | sed "s/.*\"$1\":\([0-9]*\).*/\1/"; }
 RAISED=$(auth_stat reported)
@@ -406,7 +419,7 @@ SYNC=$([ "$FAULT" = sentry-half-dead ] && sync_state || echo "sync-before-fault"
 
 "$DEMO" analyze --attempts "$DIR/attempts.csv" --t0 "$T0" --events "$EV" --committed "$DIR/committed.txt" \
   --fact "fault=$FAULT" --fact "sentry_a=$SENTRY" --fact "sentry_transport=$TRANSPORT" --fact "synchronous_replication=$SYNC" \
-  --fact "old_primary_direct_write=$OLD_WRITE" --fact "old_primary_rows_after_promotion=$OLD_ROWS" \
+  --fact "old_primary_direct_write=$OLD_WRITE" --fact "old_primary_rows_after_promotion=$OLD_ROWS" --fact "b_kept_db_after_a_returned=$B_KEPT" \
   --fact "reports_raised=$RAISED" --fact "reports_received=$RECEIVED" --fact "reports_received_by_standby=$RECEIVED_STANDBY" \
   --fact "relay_accepted=$(awk '$1 == "hale_relay_accepted_total" { print $2 }' "$DIR/relay-metrics.txt")" \
   > "$DIR/report.txt"

@@ -162,6 +162,11 @@ fn host_death_with_real_postgres_haproxy_and_sentry() {
         "the old primary accepted a write\n{ctx}"
     );
     assert_eq!(
+        r["b_kept_db_after_a_returned"].as_str(),
+        Some("yes"),
+        "B lost db when host A's agent came back\n{ctx}"
+    );
+    assert_eq!(
         num("reports_received"),
         num("reports_raised"),
         "error reports lost on the way to Sentry\n{ctx}"
