@@ -426,6 +426,7 @@ SYNC=$([ "$FAULT" = sentry-half-dead ] && sync_state || echo "sync-before-fault"
 if [ "$QUIET" = 1 ]; then grep '^RESULT ' "$DIR/report.txt"; else cat "$DIR/report.txt"; fi
 if [ -n "$SAVE" ]; then
   mkdir -p "$SAVE"
-  cp "$DIR/report.txt" "$DIR/events.log" "$DIR/committed.txt" "$DIR/relay-metrics.txt" "$DIR/haproxy.cfg" "$SAVE/"
+  cp "$DIR/report.txt" "$DIR/events.log" "$DIR/relay-metrics.txt" "$DIR/haproxy.cfg" "$SAVE/"
   gzip -c "$DIR/attempts.csv" > "$SAVE/attempts.csv.gz"
+  gzip -c "$DIR/committed.txt" > "$SAVE/committed.txt.gz"
 fi
