@@ -1,0 +1,432 @@
+#!/usr/bin/env bash
+# hale's first incident with real parts. Three hosts, each a network namespace
+# with a hale agent:
+#
+#   host A  PostgreSQL 15 primary (role `db`, priority 100); a Sentry (half-dead
+#           by default: accepts connections, never answers) = the relay's primary
+#   host B  PostgreSQL 15 streaming replica (pg_basebackup, replication slot,
+#           synchronous: A acknowledges a commit only once B has flushed it)
+#   host C  HAProxy in front of PostgreSQL, following GET /v1/roles/db/primary
+#           on A's and B's agents; the auth service (hale-demo-auth serve:
+#           axum + tokio-postgres, failures to the `sentry` crate whose DSN is
+#           the agent's relay); the relay's standby Sentry (counts events); the
+#           load generator (200 logins/s, 1 in 20 with a wrong secret)
+#
+# Then a fault, and a timeline with the figures. As root:
+#
+#   examples/postgres-failover/run.sh                         # host A dies (default)
+#   examples/postgres-failover/run.sh --fault pg-hang         # A's postmaster SIGSTOPped
+#   examples/postgres-failover/run.sh --fault partition       # A cut off by nftables
+#   examples/postgres-failover/run.sh --fault sentry-half-dead  # only Sentry goes half-dead
+#   --sentry healthy     A's Sentry answers (the baseline for auth latency)
+#   --transport sdk      the auth service reports through the SDK's own transport (one
+#                        request at a time, a queue of 30) instead of a concurrent one
+#   --pre S --after S    load before the fault (8 s) and after the new primary serves (15 s)
+#   --rate N             logins per second (200)
+#   --quiet              print only the RESULT line;  --keep  keep the work directory
+#   --save DIR           copy the run's raw outputs (report, events, attempts) to DIR
+#
+# Needs: root, ip, nft, runuser, curl, PostgreSQL 15 server binaries (postgres,
+# initdb, pg_ctl, pg_basebackup, pg_isready, psql; Debian: postgresql-15) and
+# haproxy; and `cargo build --release -p hale -p hale-demo-auth`.
+# Exit status: 0 when the run completed (the figures say how it went), 1 when
+# it could not, 2 for bad usage, 3 when something it needs is missing.
+# Everything is cleaned up on exit: processes by namespace, then the namespaces.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+HALE=${HALE:-$ROOT/target/release/hale}
+DEMO=${DEMO:-$ROOT/target/release/hale-demo-auth}
+FAULT=host-death; SENTRY=half-dead; TRANSPORT=concurrent; PRE=8; AFTER=15; RATE=200; QUIET=0; KEEP=0; SAVE=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --fault) FAULT=$2; shift 2 ;;
+    --sentry) SENTRY=$2; shift 2 ;;
+    --transport) TRANSPORT=$2; shift 2 ;;
+    --pre) PRE=$2; shift 2 ;;
+    --after) AFTER=$2; shift 2 ;;
+    --rate) RATE=$2; shift 2 ;;
+    --quiet) QUIET=1; shift ;;
+    --keep) KEEP=1; shift ;;
+    --save) SAVE=$2; shift 2 ;;
+    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
+    *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+case "$FAULT" in host-death|pg-hang|partition|sentry-half-dead) ;;
+  *) echo "--fault is host-death, pg-hang, partition or sentry-half-dead" >&2; exit 2 ;; esac
+case "$SENTRY" in half-dead|healthy) ;; *) echo "--sentry is half-dead or healthy" >&2; exit 2 ;; esac
+[ "$FAULT" = sentry-half-dead ] && SENTRY=healthy   # healthy until the fault
+
+[ "$(id -u)" = 0 ] || { echo "run as root: the three hosts are network namespaces (ip netns) with nftables" >&2; exit 3; }
+PGBIN=${PGBIN:-}
+if [ -z "$PGBIN" ]; then
+  if [ -x /usr/lib/postgresql/15/bin/postgres ]; then PGBIN=/usr/lib/postgresql/15/bin
+  elif command -v postgres >/dev/null 2>&1; then PGBIN=$(dirname "$(command -v postgres)")
+  else PGBIN=/usr/lib/postgresql/15/bin; fi
+fi
+missing=()
+for t in postgres initdb pg_ctl pg_basebackup pg_isready psql; do [ -x "$PGBIN/$t" ] || missing+=("$t"); done
+for t in haproxy ip nft runuser curl; do command -v "$t" >/dev/null 2>&1 || missing+=("$t"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "missing: ${missing[*]} (looked for PostgreSQL in $PGBIN; Debian: apt-get install postgresql-15 haproxy iproute2 nftables util-linux curl)" >&2
+  exit 3
+fi
+for b in "$HALE" "$DEMO"; do
+  [ -x "$b" ] || { echo "missing: $b (cargo build --release -p hale -p hale-demo-auth)" >&2; exit 3; }
+done
+id postgres >/dev/null 2>&1 || { echo "missing: a 'postgres' user to run PostgreSQL as (it refuses root)" >&2; exit 3; }
+
+say() { [ "$QUIET" = 1 ] || echo "$@"; }
+now_ns() { date +%s%N; }
+DIR=$(mktemp -d /tmp/hale-pg.XXXXXX)
+chmod 755 "$DIR"
+EV=$DIR/events.log
+: > "$EV"; chmod 666 "$EV"
+event() { echo "$(now_ns) $*" >> "$EV"; }
+
+# --- hosts: namespaces on a bridge -----------------------------------------------------------
+TAG=hpg$$
+BR=$TAG-br; NS_A=$TAG-a; NS_B=$TAG-b; NS_C=$TAG-c
+SUB=10.214.$(( $$ % 200 + 20 ))
+IP_A=$SUB.1; IP_B=$SUB.2; IP_C=$SUB.3
+cleanup() {
+  local ns p
+  for ns in "$NS_A" "$NS_B" "$NS_C" "$BR"; do
+    for p in $(ip netns pids "$ns" 2>/dev/null); do kill -CONT "$p" 2>/dev/null || true; kill -KILL "$p" 2>/dev/null || true; done
+  done
+  for ns in "$NS_A" "$NS_B" "$NS_C" "$BR"; do
+    for _ in 1 2 3 4 5 6 7 8 9 10; do [ -z "$(ip netns pids "$ns" 2>/dev/null)" ] && break; sleep 0.1; done
+    ip netns del "$ns" 2>/dev/null || true
+  done
+  if [ "$KEEP" = 1 ]; then echo "kept $DIR" >&2; else rm -rf "$DIR"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+in_ns() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
+as_pg() { local ns=$1; shift; ip netns exec "$ns" runuser -u postgres -- "$@"; }
+link_up() { # host-namespace port-name ip
+  ip -n "$BR" link add "$2" type veth peer name eth0 netns "$1"
+  ip -n "$BR" link set "$2" master br0 up
+  ip -n "$1" addr add "$3/24" dev eth0
+  ip -n "$1" link set eth0 up
+}
+ip netns add "$BR"
+ip -n "$BR" link add br0 type bridge
+ip -n "$BR" link set br0 up
+for h in a b c; do
+  ns=$TAG-$h
+  ip netns add "$ns"
+  ip -n "$ns" link set lo up
+done
+link_up "$NS_A" pa "$IP_A"; link_up "$NS_B" pb "$IP_B"; link_up "$NS_C" pc "$IP_C"
+
+fail() { echo "FAILED: $*" >&2; for f in "$DIR"/*.log "$DIR"/pg/*.log; do echo "--- $f" >&2; tail -15 "$f" >&2; done; exit 1; }
+# wait_for SECS WHAT CMD...: polls CMD every 100 ms until it succeeds, or fails after SECS.
+wait_for() {
+  local secs=$1 what=$2; shift 2
+  local end=$(( $(date +%s%N) + secs * 1000000000 ))
+  until "$@" >/dev/null 2>&1; do
+    [ "$(date +%s%N)" -lt "$end" ] || fail "$what (waited ${secs} s)"
+    sleep 0.1
+  done
+}
+
+# --- PostgreSQL on A (primary) and B (synchronous streaming replica) -------------------------
+install -d -o postgres -g postgres "$DIR/pg" "$DIR/sock-a" "$DIR/sock-b"
+PGA=$DIR/pg/a; PGB=$DIR/pg/b
+as_pg "$NS_A" "$PGBIN/initdb" -D "$PGA" -U postgres --auth=trust -E UTF8 >"$DIR/initdb.log" 2>&1 || fail "initdb"
+cat >> "$PGA/postgresql.conf" <<EOF
+listen_addresses = '*'
+port = 5432
+unix_socket_directories = '$DIR/sock-a'
+wal_level = replica
+max_wal_senders = 5
+max_replication_slots = 5
+hot_standby = on
+synchronous_commit = on
+shared_buffers = 32MB
+max_connections = 100
+EOF
+cat >> "$PGA/pg_hba.conf" <<EOF
+host all all $SUB.0/24 trust
+host replication all $SUB.0/24 trust
+EOF
+as_pg "$NS_A" "$PGBIN/pg_ctl" -D "$PGA" -l "$DIR/pg/postgres-a.log" -w start >/dev/null || fail "starting PostgreSQL on A"
+psql_a() { as_pg "$NS_A" "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$DIR/sock-a" -d postgres "$@"; }
+psql_b() { as_pg "$NS_B" "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$DIR/sock-b" -d postgres "$@"; }
+psql_a -c "CREATE TABLE users (name text PRIMARY KEY, secret text NOT NULL);
+  INSERT INTO users SELECT 'u' || i, 's' || i FROM generate_series(0, 999) i;
+  CREATE TABLE logins (id bigserial PRIMARY KEY, name text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());
+  SELECT pg_create_physical_replication_slot('b');" >/dev/null || fail "schema on A"
+as_pg "$NS_B" "$PGBIN/pg_basebackup" -h "$IP_A" -U postgres -D "$PGB" -S b -X stream --checkpoint=fast \
+  >"$DIR/basebackup.log" 2>&1 || fail "pg_basebackup of A on B"
+touch "$PGB/standby.signal"; chown postgres: "$PGB/standby.signal"
+cat >> "$PGB/postgresql.auto.conf" <<EOF
+unix_socket_directories = '$DIR/sock-b'
+primary_conninfo = 'host=$IP_A port=5432 user=postgres application_name=b'
+primary_slot_name = 'b'
+synchronous_standby_names = ''
+EOF
+as_pg "$NS_B" "$PGBIN/pg_ctl" -D "$PGB" -l "$DIR/pg/postgres-b.log" -w start >/dev/null || fail "starting PostgreSQL on B"
+# Synchronous from now on: a commit on A returns once B has flushed its WAL.
+psql_a -c "ALTER SYSTEM SET synchronous_standby_names = 'FIRST 1 (b)'" -c "SELECT pg_reload_conf()" >/dev/null
+sync_state() { psql_a -Atc "SELECT sync_state FROM pg_stat_replication WHERE application_name = 'b'"; }
+is_sync() { [ "$(sync_state)" = sync ]; }
+wait_for 30 "B streaming synchronously from A" is_sync
+say "PostgreSQL 15: A primary, B streaming replica (slot b), synchronous replication on:"
+say "  a login is acknowledged only once B has flushed it, so no acknowledged login can be lost."
+
+# --- hooks (shared by A and B; they run as root in the host's namespace) ---------------------
+mkdir -p "$DIR/bin"
+cat > "$DIR/bin/promote" <<EOF
+#!/bin/bash
+# promote DATA_DIR: make this PostgreSQL the primary (role db granted at HALE_EPOCH).
+D=\$1
+echo "\$(date +%s%N) \$HALE_NODE promote \$HALE_ROLE \$HALE_EPOCH" >> $EV
+if [ -f "\$D/fenced" ]; then
+  echo "\$(date +%s%N) \$HALE_NODE refused-promotion \$HALE_ROLE \$HALE_EPOCH (fenced: re-clone it first)" >> $EV
+  exit 1
+fi
+if [ -f "\$D/standby.signal" ]; then
+  runuser -u postgres -- $PGBIN/pg_ctl -D "\$D" promote -w -t 10 >/dev/null || exit 1
+fi
+echo "\$(date +%s%N) \$HALE_NODE promoted \$HALE_ROLE \$HALE_EPOCH" >> $EV
+EOF
+cat > "$DIR/bin/fence" <<EOF
+#!/bin/bash
+# fence DATA_DIR: this PostgreSQL must no longer accept writes, now or after any
+# restart: mark it fenced, make it boot as a standby, stop it (kill it if hung).
+D=\$1
+echo "\$(date +%s%N) \$HALE_NODE demote \$HALE_ROLE \$HALE_EPOCH \$HALE_REASON" >> $EV
+touch "\$D/fenced" "\$D/standby.signal"; chown postgres: "\$D/fenced" "\$D/standby.signal"
+pid=\$(head -1 "\$D/postmaster.pid" 2>/dev/null || true)
+if [ -n "\$pid" ] && kill -0 "\$pid" 2>/dev/null; then
+  state=\$(ps -o stat= -p "\$pid" 2>/dev/null || true)
+  if [ "\${state#T}" != "\$state" ] || ! runuser -u postgres -- $PGBIN/pg_ctl -D "\$D" stop -m immediate -t 3 >/dev/null 2>&1; then
+    # Hung (stopped): kill its backends, then the postmaster.
+    for c in \$(ps -o pid= --ppid "\$pid"); do kill -KILL "\$c" 2>/dev/null; done
+    kill -KILL "\$pid" 2>/dev/null
+  fi
+fi
+echo "\$(date +%s%N) \$HALE_NODE demoted \$HALE_ROLE \$HALE_EPOCH" >> $EV
+EOF
+# What a host runs at boot: PostgreSQL always comes up as a standby; only the holder
+# of db (the promote hook) makes it a primary.
+cat > "$DIR/bin/pg-boot" <<EOF
+#!/bin/bash
+D=\$1
+# No standby.signal: it went down as a primary, and another may have been promoted
+# since. It must be re-cloned before it may be promoted again.
+[ -f "\$D/standby.signal" ] || { touch "\$D/fenced"; chown postgres: "\$D/fenced"; }
+touch "\$D/standby.signal"; chown postgres: "\$D/standby.signal"
+runuser -u postgres -- $PGBIN/pg_ctl -D "\$D" -l "\$D.boot.log" -w -t 30 start >/dev/null
+EOF
+chmod 755 "$DIR/bin/"*
+
+# --- Sentries: A's (primary upstream of the relay) and C's standby ----------------------------
+setsid ip netns exec "$NS_A" "$DEMO" sink --listen "$IP_A:9000" --control "$IP_A:9100" --mode \
+  "$([ "$SENTRY" = healthy ] && echo up || echo half-dead)" > "$DIR/sentry-a.log" 2>&1 & disown
+setsid ip netns exec "$NS_C" "$DEMO" sink --listen 127.0.0.1:9001 --control 127.0.0.1:9101 --mode up \
+  > "$DIR/sentry-c.log" 2>&1 & disown
+
+# --- agents ---------------------------------------------------------------------------------
+KEY=$("$HALE" keygen)
+TOKEN=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+SERVERS="\"1=$IP_A:7948\", \"2=$IP_B:7948\", \"3=$IP_C:7948\""
+agent_conf() { # name ip id seeds...
+  local name=$1 ip=$2 id=$3
+  cat <<EOF
+[agent]
+name = "host-$name"
+bind = "$ip:7946"
+http = "$ip:7947"
+api_token = "$TOKEN"
+seeds = ["$4:7946", "$5:7946"]
+[cluster]
+name = "pg-demo"
+keys = ["$KEY"]
+[control]
+id = $id
+bind = "$ip:7948"
+servers = [$SERVERS]
+bootstrap = $([ "$id" = 1 ] && echo true || echo false)
+data_dir = "$DIR/control-$name"
+EOF
+}
+db_conf() { # host-letter priority
+  cat <<EOF
+[[service]]
+name = "postgres"
+essential = true
+[[service.check]]
+command = ["$PGBIN/pg_isready", "-q", "-h", "$DIR/sock-$1", "-U", "postgres", "-d", "postgres", "-t", "1"]
+interval = "500ms"
+timeout = "1s"
+[[role]]
+name = "db"
+service = "postgres"
+priority = $2
+promote = ["$DIR/bin/promote", "$DIR/pg/$1"]
+demote = ["$DIR/bin/fence", "$DIR/pg/$1"]
+hook_timeout = "15s"
+fail_after = "2s"
+EOF
+}
+{ agent_conf A "$IP_A" 1 "$IP_B" "$IP_C"; db_conf a 100; } > "$DIR/A.toml"
+{ agent_conf B "$IP_B" 2 "$IP_A" "$IP_C"; db_conf b 50; } > "$DIR/B.toml"
+{ agent_conf C "$IP_C" 3 "$IP_A" "$IP_B"; cat <<EOF; } > "$DIR/C.toml"
+[relay]
+primary = { dsn = "http://public@$IP_A:9000/1", member = "host-A" }
+standby = { dsn = "http://public@127.0.0.1:9001/1" }
+EOF
+start_agent() { HALE_LOG=warn setsid ip netns exec "$1" "$HALE" agent -c "$DIR/$2.toml" > "$DIR/agent-$2.log" 2>&1 & disown; }
+http_ok() { in_ns "$NS_C" curl -fsS -o /dev/null -m 1 "$1"; }
+# A (the primary) and C first, so that A takes db before B is a candidate.
+start_agent "$NS_A" A; start_agent "$NS_C" C
+wait_for 60 "host A holding db (GET /v1/roles/db/primary on A)" http_ok "http://$IP_A:7947/v1/roles/db/primary"
+start_agent "$NS_B" B
+wait_for 30 "host B standing by for db (GET /v1/roles/db/replica on B)" http_ok "http://$IP_B:7947/v1/roles/db/replica"
+say "Agents up: A holds db (epoch $(in_ns "$NS_C" curl -fsS "http://$IP_A:7947/v1/roles/db/primary" | sed 's/.*"epoch":\([0-9]*\).*/\1/')), B stands by."
+
+# --- HAProxy, the auth service and the load on C ----------------------------------------------
+cat > "$DIR/haproxy.cfg" <<EOF
+global
+  maxconn 4000
+defaults
+  mode tcp
+  timeout connect 1s
+  timeout client 60s
+  timeout server 60s
+  timeout check 1s
+listen postgres
+  bind 127.0.0.1:5432
+  # Patroni's convention: the primary is whichever server's agent answers 200.
+  option httpchk GET /v1/roles/db/primary
+  http-check expect status 200
+  default-server inter 500ms fall 2 rise 1 on-marked-down shutdown-sessions
+  server a $IP_A:5432 check port 7947
+  server b $IP_B:5432 check port 7947
+EOF
+# HAProxy says when it marks a server up or down (on stderr): into the event log, timed.
+setsid ip netns exec "$NS_C" bash -c "haproxy -db -f '$DIR/haproxy.cfg' 2>&1 | while IFS= read -r l; do
+  case \"\$l\" in *Server*) echo \"\$(date +%s%N) haproxy: \${l#*: }\" >> '$EV' ;; esac; echo \"\$l\"; done" \
+  > "$DIR/haproxy.log" 2>&1 & disown
+# HAProxy counts a server as up until its first check: no traffic before B is marked down.
+b_down() { grep -q "Server postgres/b is DOWN" "$EV"; }
+wait_for 10 "HAProxy's first check of B (503: not the primary)" b_down
+setsid ip netns exec "$NS_C" "$DEMO" serve --listen 127.0.0.1:8080 \
+  --db "host=127.0.0.1 port=5432 user=postgres dbname=postgres" --dsn "http://public@$IP_C:7947/1" --transport "$TRANSPORT" \
+  > "$DIR/auth.log" 2>&1 & disown
+login_ok() { in_ns "$NS_C" curl -fsS -m 2 -H 'Content-Type: application/json' -d '{"user":"u1","secret":"s1"}' http://127.0.0.1:8080/login; }
+wait_for 30 "a login through HAProxy to A" login_ok
+setsid ip netns exec "$NS_C" "$DEMO" load --url http://127.0.0.1:8080 --rate "$RATE" \
+  --stop-file "$DIR/stop" --out "$DIR/attempts.csv" > "$DIR/load.log" 2>&1 &
+LOAD_PID=$!
+say "Load: $RATE logins/s through HAProxy; Sentry on A: $SENTRY. Steady state for $PRE s..."
+sleep "$PRE"
+
+# --- the fault -------------------------------------------------------------------------------
+count() { in_ns "$NS_C" curl -fsS -m 2 "$1" | sed 's/.*"event_ids":\([0-9]*\).*/\1/'; }
+A_RECEIVED_AT_FAULT=0
+[ "$SENTRY" = healthy ] && A_RECEIVED_AT_FAULT=$(count "http://$IP_A:9100/count")
+T0=$(now_ns)
+NEW=B
+case "$FAULT" in
+  host-death)
+    event "fault: host A dies (every process in its namespace killed, then its link)"
+    for p in $(ip netns pids "$NS_A"); do kill -KILL "$p" 2>/dev/null || true; done
+    ip -n "$BR" link del pa ;;
+  pg-hang)
+    event "fault: A's postmaster hangs (SIGSTOP)"
+    kill -STOP "$(head -1 "$PGA/postmaster.pid")" ;;
+  partition)
+    event "fault: A cut off from B and C (nftables drops everything but loopback)"
+    in_ns "$NS_A" nft -f - <<EOF
+table inet hpg_partition {
+  chain input { type filter hook input priority 0; policy drop; iif "lo" accept; }
+  chain output { type filter hook output priority 0; policy drop; oif "lo" accept; }
+}
+EOF
+    ;;
+  sentry-half-dead)
+    NEW=A
+    event "fault: A's Sentry goes half-dead (accepts connections, never answers)"
+    in_ns "$NS_C" curl -fsS -m 2 -X POST "http://$IP_A:9100/mode/half-dead" ;;
+esac
+if [ "$NEW" = B ]; then
+  wait_for 60 "B promoted and serving as primary" http_ok "http://$IP_B:7947/v1/roles/db/primary"
+  event "hale: B's agent answers 200 on /v1/roles/db/primary"
+fi
+sleep "$AFTER"
+touch "$DIR/stop"
+for _ in $(seq 1 150); do kill -0 "$LOAD_PID" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$LOAD_PID" 2>/dev/null && fail "the load generator did not stop"
+[ -s "$DIR/attempts.csv" ] || fail "the load generator wrote no attempts"
+
+# --- what was lost, what the old primary does, what Sentry got ---------------------------------
+if [ "$NEW" = B ]; then psql_b -Atc "SELECT id FROM logins" > "$DIR/committed.txt"; else psql_a -Atc "SELECT id FROM logins" > "$DIR/committed.txt"; fi
+OLD_WRITE=n/a; OLD_ROWS=n/a; B_KEPT=n/a
+if [ "$NEW" = B ]; then
+  # Host A comes back (its network; PostgreSQL started as at boot); try to write to it directly.
+  case "$FAULT" in
+    host-death) link_up "$NS_A" pa "$IP_A" ;;
+    partition) in_ns "$NS_A" nft delete table inet hpg_partition ;;
+    pg-hang) pid=$(head -1 "$PGA/postmaster.pid" 2>/dev/null || true); [ -n "$pid" ] && kill -CONT "$pid" 2>/dev/null || true ;;
+  esac
+  if ! as_pg "$NS_A" "$PGBIN/pg_isready" -q -h "$DIR/sock-a"; then
+    in_ns "$NS_A" "$DIR/bin/pg-boot" "$PGA" 2>/dev/null || fail "PostgreSQL on A did not start again"
+  fi
+  event "host A back: PostgreSQL on A started again as at boot"
+  wait_for 30 "PostgreSQL on A accepting connections again" as_pg "$NS_A" "$PGBIN/pg_isready" -q -h "$DIR/sock-a"
+  PROMOTE_NS=$(awk '$2 == "host-B" && $3 == "promote" { print $1; exit }' "$EV")
+  OLD_ROWS=$(psql_a -Atc "SELECT count(*) FROM logins WHERE at >= to_timestamp(${PROMOTE_NS:-0} / 1e9)")
+  if out=$(as_pg "$NS_A" "$PGBIN/psql" -X -q -h "$DIR/sock-a" -d postgres -v ON_ERROR_STOP=1 \
+      -c "INSERT INTO logins (name) VALUES ('write-to-old-primary')" 2>&1); then
+    OLD_WRITE=accepted
+  else
+    OLD_WRITE="refused($(echo "$out" | sed -n 's/^ERROR: *//p' | head -1 | tr ' ' '_'))"
+  fi
+  event "old primary A, direct INSERT: $OLD_WRITE"
+  # A's agent is back too (host death: started as at boot): B must keep db.
+  if [ "$FAULT" = host-death ]; then start_agent "$NS_A" A; event "host A back: its agent started again"; fi
+  wait_for 30 "A's agent answering again" http_ok "http://$IP_A:7947/v1/roles/db/replica"
+  B_KEPT=yes
+  end=$(( $(date +%s%N) + 5000000000 ))
+  while [ "$(date +%s%N)" -lt "$end" ]; do
+    http_ok "http://$IP_B:7947/v1/roles/db/primary" || B_KEPT=no
+    sleep 0.25
+  done
+  event "5 s after A returned: B kept db throughout: $B_KEPT"
+fi
+auth_stat() { in_ns "$NS_C" curl -fsS -m 2 http://127.0.0.1:8080/stats | sed "s/.*\"$1\":\([0-9]*\).*/\1/"; }
+RAISED=$(auth_stat reported)
+TRANSPORT_DROPPED=$(auth_stat transport_dropped)
+received() {
+  local c a=0; c=$(count http://127.0.0.1:9101/count)
+  # A's Sentry: what it had acknowledged before the fault if it died with host A.
+  if [ "$SENTRY" = healthy ]; then
+    if [ "$FAULT" = host-death ]; then a=$A_RECEIVED_AT_FAULT; else a=$(count "http://$IP_A:9100/count" || echo 0); fi
+  fi
+  echo $(( c + a ))
+}
+# The SDK and the relay deliver in the background: wait (at most 30 s) until the counts agree.
+end=$(( $(date +%s) + 30 ))
+while [ "$(received)" -lt "$RAISED" ] && [ "$(date +%s)" -lt "$end" ]; do sleep 0.2; done
+RECEIVED=$(received); RECEIVED_STANDBY=$(count http://127.0.0.1:9101/count)
+in_ns "$NS_C" curl -fsS -m 2 "http://$IP_C:7947/metrics" | grep '^hale_relay' > "$DIR/relay-metrics.txt" || true
+SYNC=$([ "$FAULT" = sentry-half-dead ] && sync_state || echo "sync-before-fault")
+
+"$DEMO" analyze --attempts "$DIR/attempts.csv" --t0 "$T0" --events "$EV" --committed "$DIR/committed.txt" \
+  --fact "fault=$FAULT" --fact "sentry_a=$SENTRY" --fact "sentry_transport=$TRANSPORT" --fact "synchronous_replication=$SYNC" \
+  --fact "old_primary_direct_write=$OLD_WRITE" --fact "old_primary_rows_after_promotion=$OLD_ROWS" --fact "b_kept_db_after_a_returned=$B_KEPT" \
+  --fact "reports_raised=$RAISED" --fact "reports_received=$RECEIVED" --fact "reports_received_by_standby=$RECEIVED_STANDBY" \
+  --fact "relay_accepted=$(awk '$1 == "hale_relay_accepted_total" { print $2 }' "$DIR/relay-metrics.txt")" \
+  > "$DIR/report.txt"
+if [ "$QUIET" = 1 ]; then grep '^RESULT ' "$DIR/report.txt"; else cat "$DIR/report.txt"; fi
+if [ -n "$SAVE" ]; then
+  mkdir -p "$SAVE"
+  cp "$DIR/report.txt" "$DIR/events.log" "$DIR/relay-metrics.txt" "$DIR/haproxy.cfg" "$SAVE/"
+  gzip -c "$DIR/attempts.csv" > "$SAVE/attempts.csv.gz"
+  gzip -c "$DIR/committed.txt" > "$SAVE/committed.txt.gz"
+fi
