@@ -128,6 +128,10 @@ pub struct Node<I: Identity> {
     pub(crate) sync_tokens_at: Time,
     pub(crate) tombstones: Vec<I>,
     pub(crate) dead_notices: FxMap<I, Time>,
+    /// When a packet (or traffic) from another member last arrived.
+    pub(crate) heard_any: Time,
+    /// This node concluded that it is cut off (see `isolation.rs`).
+    pub(crate) cut_off: bool,
     // Output.
     pub(crate) transmits: VecDeque<Transmit<I>>,
     pub(crate) events: VecDeque<Event<I>>,
@@ -186,6 +190,8 @@ impl<I: Identity> Node<I> {
             sync_tokens_at: now,
             tombstones: Vec::new(),
             dead_notices: FxMap::default(),
+            heard_any: now,
+            cut_off: false,
             transmits: VecDeque::new(),
             events: VecDeque::new(),
             stats: Stats::default(),
@@ -262,6 +268,9 @@ impl<I: Identity> Node<I> {
     /// spares a probe. Unknown peers are ignored.
     pub fn note_traffic(&mut self, now: Time, peer: &I) {
         self.last_now = self.last_now.max(now);
+        if self.members.contains_key(peer) {
+            self.heard_from_someone(now);
+        }
         if let Some(m) = self.members.get_mut(peer) {
             if m.state.is_live() {
                 m.last_heard = now;
@@ -339,6 +348,7 @@ impl<I: Identity> Node<I> {
             return Err(ReceiveError::Left);
         }
         self.check_pause(now);
+        self.heard_from_someone(now);
         self.note_header(now, &pkt.header);
         let from = pkt.header.sender;
         for msg in pkt.messages {
@@ -436,6 +446,7 @@ impl<I: Identity> Node<I> {
     /// Processes every timer that is due. Spurious calls do nothing.
     pub fn handle_timeout(&mut self, now: Time) {
         self.check_pause(now);
+        self.check_cut_off(now);
         if now >= self.next_probe {
             self.probe_tick(now);
         }
@@ -473,7 +484,7 @@ impl<I: Identity> Node<I> {
         if !self.broadcasts.is_empty() {
             t = t.min(self.next_gossip);
         }
-        if self.live == 0 && !self.seeds.is_empty() {
+        if (self.live == 0 || self.cut_off) && !self.seeds.is_empty() {
             t = t.min(self.next_seed_retry);
         }
         for p in &self.probes {
@@ -508,6 +519,9 @@ impl<I: Identity> Node<I> {
         self.probes.clear();
         self.relays.clear();
         self.bump_health(1);
+        // Nobody could reach us while we were paused: give the cluster time
+        // to speak before concluding that we are cut off.
+        self.heard_any = self.heard_any.max(now);
         let floor = now + self.cfg.suspicion_min;
         let late: Vec<(Time, I)> = self
             .deadlines

@@ -310,6 +310,11 @@ impl<I: Identity> Node<I> {
             1
         };
         self.bump_health(delta);
+        if self.cut_off {
+            // We hear from nobody: the failure is ours, not the target's.
+            self.stats.probe_failures_cut_off += 1;
+            return;
+        }
         let Some(m) = self.members.get(&p.target) else {
             return;
         };

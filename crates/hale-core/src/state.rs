@@ -366,19 +366,25 @@ impl<I: Identity> Node<I> {
         self.cfg.corroboration.min(witnesses + 1).max(1)
     }
 
-    /// Whether the suspicion of `target` is enough for a verdict. Besides
-    /// enough independent healthy accusers, a node that is alone (nobody
-    /// heard from lately) may conclude on its own failed probes, whatever its
-    /// health: nobody else could confirm, and holding every member suspect
-    /// forever would keep it from falling back to its seeds. Such a verdict
-    /// rests on one accuser, so other members do not accept it.
+    /// Whether the suspicion of `target` is enough for a verdict: enough
+    /// independent healthy accusers. A node that concluded it is cut off
+    /// convicts nobody (`isolation.rs`). Only in a cluster too small for that
+    /// conclusion may a node that is alone (nobody heard from lately)
+    /// conclude on its own failed probes, whatever its health: nobody else
+    /// could confirm, and every other member may really have failed. Such a
+    /// verdict rests on one accuser, so other members do not accept it.
     fn verdict_allowed(&self, target: &I, s: &Suspicion<I>, now: Time) -> bool {
+        if self.cut_off {
+            return false;
+        }
         s.accusers.len() >= self.required_accusers(target)
-            || (s.accused_at.is_some() && self.alone(target, now))
+            || (s.accused_at.is_some()
+                && !self.large_enough_to_infer_cut_off()
+                && self.alone(target, now))
     }
 
     /// When the suspicion of `member` should next be looked at.
-    fn rearm(&mut self, member: &I, now: Time) {
+    pub(crate) fn rearm(&mut self, member: &I, now: Time) {
         let allowed = match self.suspicions.get(member) {
             Some(s) => self.verdict_allowed(member, s, now),
             None => return,

@@ -587,3 +587,52 @@ fn a_bystander_whose_verification_ping_is_answered_never_convicts() {
     assert_eq!(m.state(), MemberState::Alive);
     assert_eq!(m.incarnation(), 1, "it refuted");
 }
+
+#[test]
+fn a_node_that_hears_from_nobody_concludes_it_is_cut_off_and_convicts_nobody() {
+    let all = ids(6);
+    let x = &mut node(&all[0], &all, config(31));
+    x.join(Time::ZERO, [all[1].clone()]);
+    drain(x);
+    let mut sent = Vec::new();
+    let mut events = Vec::new();
+    let mut cut_off_at = None;
+    while let Some(t) = x.poll_timeout() {
+        if t > secs(120.0) {
+            break;
+        }
+        x.handle_timeout(t);
+        let out = drain(x);
+        events.extend(drain_events(x));
+        if cut_off_at.is_none() && x.is_cut_off() {
+            cut_off_at = Some(t);
+        }
+        sent.extend(out.into_iter().map(|o| (t, o)));
+    }
+    assert_eq!(deaths(&events), 0, "it convicts nobody: {events:?}");
+    assert!(x.members().all(|m| m.state() != MemberState::Dead));
+    let cut_off_at = cut_off_at.expect("hearing from nobody, it concludes it is cut off");
+    assert!(cut_off_at <= secs(12.0), "{cut_off_at:?}");
+    assert!(x.stats().accusations_withdrawn > 0);
+    // Once cut off, none of its accusations is sent any more...
+    let accusations_after = sent
+        .iter()
+        .filter(|(t, _)| *t > cut_off_at)
+        .flat_map(|(_, o)| decode(o).messages)
+        .filter(|m| matches!(m, Message::Suspect { .. } | Message::Dead { .. }))
+        .count();
+    assert_eq!(accusations_after, 0);
+    // ...and it falls back to its seed, so that it rejoins by itself.
+    assert!(events.iter().any(|e| matches!(e, Event::SeedFallback)));
+    assert!(sent.iter().any(|(t, o)| *t > cut_off_at
+        && o.to == all[1]
+        && o.channel == Channel::Stream
+        && matches!(
+            decode(o).messages[..],
+            [Message::PushPull { join: true, .. }]
+        )));
+    // The first packet from anyone ends it.
+    let ack = packet_from(&all[3], 0, 0, vec![Message::Ack { seq: 1 }]);
+    x.handle_datagram(secs(121.0), &ack).unwrap();
+    assert!(!x.is_cut_off());
+}

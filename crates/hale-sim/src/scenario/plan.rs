@@ -213,7 +213,13 @@ impl Planner {
                         let per = all.len().div_ceil(sides as usize).max(1);
                         all.chunks(per).map(|c| c.to_vec()).collect()
                     }
-                    (None, None) => unreachable!("validated"),
+                    (None, None) => {
+                        let group = self.targets(key, s, at)?;
+                        for &i in &group {
+                            self.busy(i, until_end(dur));
+                        }
+                        vec![group]
+                    }
                 };
                 self.out.push((at, Action::Partition(groups)));
                 if let Some(d) = dur {
