@@ -99,6 +99,8 @@ impl<I: Identity> Node<I> {
             let me = self.me.clone();
             if let Some(s) = self.suspicions.get_mut(&id) {
                 s.accused_at = None;
+                s.closed_at = None;
+                s.closed.retain(|a| *a != me);
                 s.accusers.retain(|a| *a != me);
                 s.discounted.retain(|a| *a != me);
             }

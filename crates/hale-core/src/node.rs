@@ -402,6 +402,14 @@ impl<I: Identity> Node<I> {
                 member,
                 incarnation,
             } => self.apply_left(now, &member, incarnation, true),
+            Message::Closed {
+                member,
+                incarnation,
+                accuser,
+            } => {
+                self.closed_from_relay(from, &member, &accuser);
+                self.apply_closed(now, &member, incarnation, &accuser);
+            }
             Message::PushPull {
                 join,
                 reply,

@@ -40,6 +40,7 @@ impl<I> Probe<I> {
 #[derive(Debug, Clone)]
 pub(crate) struct Relay<I> {
     pub(crate) seq: u32,
+    pub(crate) target: I,
     pub(crate) origin: I,
     pub(crate) origin_seq: u32,
     pub(crate) nack_at: Time,
@@ -348,6 +349,60 @@ impl<I: Identity> Node<I> {
         }
     }
 
+    /// The runtime learned that `peer`'s port is closed: an ICMP port
+    /// unreachable, or a connection refused, for a packet it sent there.
+    /// Only a probe in flight to `peer` (ours, or one we relay) gives it
+    /// weight: our own probe accuses with closed-port evidence and asks
+    /// indirect probers at once, so that they can find the same; a relayed
+    /// probe answers its origin with that evidence instead of a nack.
+    pub fn handle_unreachable(&mut self, now: Time, peer: &I) {
+        self.last_now = self.last_now.max(now);
+        if self.left || !self.cfg.closed_port_evidence || *peer == self.me {
+            return;
+        }
+        let me = self.me.clone();
+        if let Some(i) = self.probes.iter().position(|p| p.target == *peer) {
+            let inc = self.probes[i].target_inc;
+            if !self.probes[i].indirect {
+                self.start_indirect(i);
+            }
+            self.stats.closed_ports += 1;
+            self.apply_closed(now, peer, inc, &me);
+        }
+        let mut i = 0;
+        while i < self.relays.len() {
+            if self.relays[i].target != *peer {
+                i += 1;
+                continue;
+            }
+            let r = self.relays.swap_remove(i);
+            self.stats.closed_ports += 1;
+            let inc = self.members.get(peer).map_or(0, |m| m.incarnation);
+            let msg = Message::Closed {
+                member: peer.clone(),
+                incarnation: inc,
+                accuser: me.clone(),
+            };
+            self.send(r.origin, Channel::Datagram, vec![msg]);
+            self.apply_closed(now, peer, inc, &me);
+        }
+    }
+
+    /// An indirect prober answered our probe of `member` with closed-port
+    /// evidence: it stands for its nack (it reached the target's host).
+    pub(crate) fn closed_from_relay(&mut self, from: &I, member: &I, accuser: &I) {
+        if from != accuser {
+            return;
+        }
+        if let Some(p) = self
+            .probes
+            .iter_mut()
+            .find(|p| p.target == *member && p.indirect)
+        {
+            p.nacks += 1;
+        }
+    }
+
     pub(crate) fn handle_nack(&mut self, seq: u32) {
         if let Some(p) = self.probes.iter_mut().find(|p| p.seq == seq && p.indirect) {
             p.nacks += 1;
@@ -379,6 +434,7 @@ impl<I: Identity> Node<I> {
         let timeout = self.cfg.probe_timeout;
         self.relays.push(Relay {
             seq,
+            target: target.clone(),
             origin: from.clone(),
             origin_seq,
             nack_at: now + timeout.mul_f64(0.8),

@@ -126,6 +126,9 @@ pub struct Stats {
     pub accusations_withdrawn: u64,
     /// Probes that failed while this node was cut off (they accuse nobody).
     pub probe_failures_cut_off: u64,
+    /// Probes (ours, or relayed for others) that found the target's port
+    /// closed ([`crate::Node::handle_unreachable`]).
+    pub closed_ports: u64,
     /// Packets dropped, by reason (indexed like [`DropReason::ALL`]).
     pub dropped: [u64; 7],
 }

@@ -232,10 +232,15 @@ impl Planner {
         let targets = self.targets(key, s, at)?;
         for i in targets {
             match s.action {
-                StepKind::Crash => {
+                StepKind::Crash | StepKind::Kill => {
                     self.life[i as usize] = Life::Crashed;
                     self.busy(i, Time::NEVER);
-                    self.out.push((at, Action::Crash(i)));
+                    let act = if s.action == StepKind::Kill {
+                        Action::Kill(i)
+                    } else {
+                        Action::Crash(i)
+                    };
+                    self.out.push((at, act));
                 }
                 StepKind::Leave => {
                     self.life[i as usize] = Life::Left;

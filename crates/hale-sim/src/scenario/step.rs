@@ -10,8 +10,11 @@ use super::{invalid, Dur, ScenarioError};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StepKind {
-    /// Crash the target nodes (all at once: one host going down).
+    /// Crash the target nodes (all at once: one host going down; it answers nothing).
     Crash,
+    /// Kill the targets' processes on live hosts: their ports answer
+    /// "closed" (ICMP port unreachable, connection refused).
+    Kill,
     /// Freeze the targets for `duration` (half-dead: alive but processing nothing).
     Freeze,
     /// Stop-the-world stall of `duration` (a healthy node that must not be declared dead).
@@ -49,6 +52,7 @@ impl StepKind {
     pub fn as_str(self) -> &'static str {
         match self {
             StepKind::Crash => "crash",
+            StepKind::Kill => "kill",
             StepKind::Freeze => "freeze",
             StepKind::Stall => "stall",
             StepKind::Slow => "slow",

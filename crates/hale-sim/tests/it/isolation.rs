@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use hale_core::{Event, MemberState, Time};
 use hale_sim::check::{every_fault_detected, no_false_death, views_converged};
 use hale_sim::scenario::Scenario;
-use hale_sim::{Action, Sim, SimConfig, SimId};
+use hale_sim::{Action, Sim, SimConfig};
 
 fn scenario(name: &str) -> Scenario {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
