@@ -31,6 +31,11 @@ pub struct Transmit<I> {
     pub channel: Channel,
     /// The encoded packet.
     pub bytes: Vec<u8>,
+    /// It carries a probe's ping: a runtime that can should send it so that
+    /// a closed port at `to` is reported ([`Node::handle_unreachable`]), e.g.
+    /// from a UDP socket connected to `to` (ECONNREFUSED after an ICMP port
+    /// unreachable).
+    pub probe: bool,
 }
 
 /// Why a received packet was not processed. The node's state is unchanged
@@ -590,6 +595,7 @@ impl<I: Identity> Node<I> {
         if primary.is_empty() {
             return;
         }
+        let probe = primary.iter().any(|m| matches!(m, Message::Ping { .. }));
         let bytes = Packet {
             header,
             messages: primary,
@@ -607,7 +613,12 @@ impl<I: Identity> Node<I> {
                 self.stats.stream_bytes_out += bytes.len() as u64;
             }
         }
-        self.transmits.push_back(Transmit { to, channel, bytes });
+        self.transmits.push_back(Transmit {
+            to,
+            channel,
+            bytes,
+            probe,
+        });
     }
 
     /// Times each piece of news is sent: `retransmit_mult * ceil(log10(N + 2))`,

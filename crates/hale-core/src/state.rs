@@ -378,7 +378,26 @@ impl<I: Identity> Node<I> {
         if by_me && s.closed_at.is_none() {
             s.closed_at = Some(now);
         }
+        let look_ourselves = !by_me && s.closed_at.is_none();
         self.rearm(member, now);
+        if look_ourselves && !self.cut_off {
+            // Someone found its port closed: ping it ourselves now, so that
+            // corroboration takes a round trip, not a probe period (a probe
+            // already in flight may have pinged it before it died: ping
+            // again under that probe). A forged report costs one ping,
+            // which the member answers.
+            match self.probes.iter().find(|p| p.target == *member) {
+                Some(p) => {
+                    let ping = Message::Ping {
+                        seq: p.seq,
+                        target: member.clone(),
+                        suspected: Some(incarnation),
+                    };
+                    self.send(member.clone(), Channel::Datagram, vec![ping]);
+                }
+                None => self.start_probe(now, member),
+            }
+        }
         let msg = Message::Closed {
             member: member.clone(),
             incarnation,

@@ -676,14 +676,17 @@ fn two_observers_finding_a_port_closed_convict_as_soon_as_our_own_probe_finds_it
         .unwrap();
     x.handle_datagram(secs(0.1), &closed(&all[2], &all[1]))
         .unwrap();
-    // Corroborated: it verifies at once with a ping of its own...
-    let pings: Vec<_> = run_timers(x, secs(0.1))
+    // A port reported closed: it pings the member itself at once (on the
+    // first report, again on the second)...
+    let mut sent = drain(x);
+    sent.extend(run_timers(x, secs(0.1)));
+    let pings: Vec<_> = sent
         .into_iter()
         .filter(|o| o.to == all[2])
         .flat_map(|o| decode(&o).messages)
         .filter(|m| matches!(m, Message::Ping { .. }))
         .collect();
-    assert_eq!(pings.len(), 1, "{pings:?}");
+    assert!(!pings.is_empty() && pings.len() <= 2, "{pings:?}");
     // ...and the suspect's host answers "port closed": the verdict follows
     // at once, not after the silence suspicion time (2.5 s at least).
     x.handle_unreachable(secs(0.2), &all[2]);
