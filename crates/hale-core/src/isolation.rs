@@ -15,7 +15,8 @@
 //!   in its queue of news, so that they never meet other returning members'
 //!   accusations after the paths come back;
 //! * it accuses nobody and convicts nobody while cut off (its probes still
-//!   run, and still raise its Lifeguard local health score);
+//!   run, and still raise its Lifeguard local health score), nor on the
+//!   probes it started while cut off that fail after its return;
 //! * it contacts its seeds every `seed_retry_interval`
 //!   ([`crate::Event::SeedFallback`] once), so it rejoins by itself.
 //!
@@ -43,6 +44,7 @@ impl<I: Identity> Node<I> {
         if self.cut_off {
             self.cut_off = false;
             self.in_fallback = false;
+            self.back_at = now;
         }
     }
 

@@ -137,6 +137,9 @@ pub struct Node<I: Identity> {
     pub(crate) heard_any: Time,
     /// This node concluded that it is cut off (see `isolation.rs`).
     pub(crate) cut_off: bool,
+    /// When it last stopped being cut off: probes started before then
+    /// accuse nobody.
+    pub(crate) back_at: Time,
     // Output.
     pub(crate) transmits: VecDeque<Transmit<I>>,
     pub(crate) events: VecDeque<Event<I>>,
@@ -197,6 +200,7 @@ impl<I: Identity> Node<I> {
             dead_notices: FxMap::default(),
             heard_any: now,
             cut_off: false,
+            back_at: Time::ZERO,
             transmits: VecDeque::new(),
             events: VecDeque::new(),
             stats: Stats::default(),

@@ -17,6 +17,7 @@ use crate::wire::{Channel, Message};
 #[derive(Debug, Clone)]
 pub(crate) struct Probe<I> {
     pub(crate) seq: u32,
+    pub(crate) started: Time,
     pub(crate) target: I,
     pub(crate) target_inc: u32,
     pub(crate) direct_deadline: Time,
@@ -213,6 +214,7 @@ impl<I: Identity> Node<I> {
         self.stats.probes += 1;
         self.probes.push(Probe {
             seq,
+            started: now,
             target: target.clone(),
             target_inc,
             direct_deadline: now + self.scaled(self.cfg.probe_timeout),
@@ -311,8 +313,9 @@ impl<I: Identity> Node<I> {
             1
         };
         self.bump_health(delta);
-        if self.cut_off {
-            // We hear from nobody: the failure is ours, not the target's.
+        if self.cut_off || p.started < self.back_at {
+            // We hear from nobody, or did when this probe started: the
+            // failure is ours, not the target's.
             self.stats.probe_failures_cut_off += 1;
             return;
         }
@@ -355,6 +358,23 @@ impl<I: Identity> Node<I> {
     /// weight: our own probe accuses with closed-port evidence and asks
     /// indirect probers at once, so that they can find the same; a relayed
     /// probe answers its origin with that evidence instead of a nack.
+    ///
+    /// Why a stalled or frozen process never produces it: a host answers
+    /// "closed" only for a port no socket is bound to. A stopped process
+    /// keeps its sockets; datagrams to it queue in (or silently overflow)
+    /// its socket buffer, and its listening socket still completes TCP
+    /// handshakes. A dead host answers nothing at all. So silence keeps
+    /// its stall tolerance, and this evidence is for crashed processes on
+    /// live hosts.
+    ///
+    /// What spoofing it would take: hale's packets are sealed, ICMP is
+    /// not. A forged "port unreachable" must quote the probe it answers
+    /// (the agent pings from a fresh ephemeral port each time, which Linux
+    /// checks against the connected socket), so the forger must be on the
+    /// path or guess the port within the probe's second. One forged report
+    /// convicts nobody: a verdict needs `corroboration` observers, each
+    /// finding the port closed with its own probe, and an ack from the
+    /// member withdraws an observer's finding.
     pub fn handle_unreachable(&mut self, now: Time, peer: &I) {
         self.last_now = self.last_now.max(now);
         if self.left || !self.cfg.closed_port_evidence || *peer == self.me {

@@ -64,3 +64,32 @@ fn a_member_that_hears_from_nobody_concludes_it_is_cut_off_and_convicts_nobody()
     every_fault_detected(&sim).unwrap();
     views_converged(&sim).unwrap();
 }
+
+#[test]
+fn members_back_from_a_cut_off_accuse_nobody_on_probes_they_started_while_cut_off() {
+    // Their probes in flight at the heal were sent into the void; each
+    // accusation would be gossiped to every member and refuted.
+    let mut sim = Sim::new(SimConfig {
+        nodes: 200,
+        seed: 24,
+        ..SimConfig::default()
+    });
+    sim.observer.keep_log();
+    let cut: Vec<u32> = (0..10).map(|i| i * 20 + 3).collect();
+    for &i in &cut {
+        sim.schedule(Time::from_secs(10), Action::CutOff(i, true));
+        sim.schedule(Time::from_secs(130), Action::CutOff(i, false));
+    }
+    sim.run_until(Time::from_secs(160));
+    let log = sim.observer.log.as_ref().unwrap();
+    let after_return: Vec<_> = log
+        .iter()
+        .filter(|(t, o, e)| {
+            *t >= Time::from_secs(130)
+                && cut.contains(o)
+                && matches!(e, Event::Suspected { accuser, .. } if accuser.0 == *o)
+        })
+        .collect();
+    assert!(after_return.is_empty(), "{after_return:?}");
+    no_false_death(&sim.observer).unwrap();
+}
