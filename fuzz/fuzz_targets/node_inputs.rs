@@ -22,6 +22,7 @@ enum Msg {
     Suspect { member: u8, inc: u32, accuser: u8, health: u8 },
     Dead { member: u8, inc: u32, declarer: u8, accusers: u8 },
     Left { member: u8, inc: u32 },
+    Closed { member: u8, inc: u32, accuser: u8 },
 }
 
 #[derive(Arbitrary, Debug)]
@@ -34,6 +35,7 @@ enum Input {
     Advance { millis: u16 },
     Meta { bytes: Vec<u8> },
     Leave,
+    Unreachable { peer: u8 },
 }
 
 fn id(i: u8) -> NodeId {
@@ -53,6 +55,7 @@ fn to_msg(m: Msg, me: &NodeId) -> Message<NodeId> {
         Msg::Suspect { member, inc, accuser, health } => Message::Suspect { member: id(member), incarnation: inc, accuser: id(accuser), accuser_health: health },
         Msg::Dead { member, inc, declarer, accusers } => Message::Dead { member: id(member), incarnation: inc, declarer: id(declarer), accusers },
         Msg::Left { member, inc } => Message::Left { member: id(member), incarnation: inc },
+        Msg::Closed { member, inc, accuser } => Message::Closed { member: id(member), incarnation: inc, accuser: id(accuser) },
     }
 }
 
@@ -101,6 +104,7 @@ fuzz_target!(|inputs: Vec<Input>| {
             Input::Leave => {
                 let _ = node.leave(now);
             }
+            Input::Unreachable { peer } => node.handle_unreachable(now, &id(peer)),
         }
         while let Some(t) = node.poll_transmit() {
             if t.channel == Channel::Datagram {

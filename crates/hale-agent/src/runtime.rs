@@ -38,6 +38,14 @@ const STREAM_QUEUE: usize = 256;
 const STREAM_TIMEOUT: Duration = Duration::from_secs(3);
 /// Longest a graceful leave waits for its announcement to spread.
 pub const LEAVE_DRAIN: Duration = Duration::from_secs(2);
+/// Probe pings sent at once from their own connected UDP socket (beyond
+/// it, pings go out of the main socket, without closed-port evidence).
+const MAX_PROBE_SOCKETS: usize = 64;
+/// How long a probe socket waits for an ICMP port unreachable (on a LAN it
+/// comes back within a round trip; the probe itself times out at 500 ms).
+const PROBE_SOCKET_WAIT: Duration = Duration::from_secs(1);
+/// Closed-port reports waiting for the driver.
+const MAX_REFUSED: usize = 256;
 
 /// Counters kept by the runtime, outside the core.
 #[derive(Debug, Default)]
@@ -62,6 +70,9 @@ pub struct RuntimeCounters {
     pub streams_in_budget: AtomicU64,
     /// Stream frames refused: they announced more than a frame may hold.
     pub streams_in_oversize: AtomicU64,
+    /// Closed ports found (ICMP port unreachable on a probe socket, or a
+    /// stream connection refused), reported to the core.
+    pub closed_ports: AtomicU64,
 }
 
 /// Everything the API needs, taken at one instant.
@@ -114,6 +125,12 @@ pub struct Shared {
     /// Drill faults in force (freeze drops cluster traffic, quiet ignores
     /// application traffic signals).
     pub drill: crate::drill::Faults,
+    /// Addresses whose port was found closed, for the driver
+    /// ([`hale_core::Node::handle_unreachable`]), and its wake-up.
+    refused: std::sync::Mutex<Vec<SocketAddr>>,
+    refused_wake: tokio::sync::Notify,
+    /// Probe sockets open at once.
+    probe_sockets: Arc<Semaphore>,
 }
 
 impl Shared {
@@ -131,6 +148,17 @@ impl Shared {
     /// The next event sequence number.
     pub fn next_seq(&self) -> u64 {
         self.seq.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// A packet to `to` met a closed port: tell the driver.
+    fn note_refused(&self, to: SocketAddr) {
+        self.counters.closed_ports.fetch_add(1, Ordering::Relaxed);
+        let mut q = self.refused.lock().expect("refused lock");
+        if q.len() < MAX_REFUSED {
+            q.push(to);
+        }
+        drop(q);
+        self.refused_wake.notify_one();
     }
 }
 
@@ -186,6 +214,7 @@ impl Driver {
                     }
                 }
                 Some(frame) = frames.recv() => self.on_frame(&frame),
+                _ = self.shared.refused_wake.notified() => self.on_refused(),
                 cmd = cmds.recv() => match cmd {
                     Some(Command::Leave(done)) => {
                         self.leave_and_drain(&mut frames, &udp, &mut buf).await;
@@ -279,6 +308,26 @@ impl Driver {
         let _ = self.node.handle_stream(now, &frame.plain);
     }
 
+    /// Closed ports found since the last call: evidence for the core.
+    fn on_refused(&mut self) {
+        let addrs = std::mem::take(&mut *self.shared.refused.lock().expect("refused lock"));
+        if addrs.is_empty() || self.shared.drill.frozen() {
+            return;
+        }
+        let now = self.now();
+        for addr in addrs {
+            let peer = self
+                .node
+                .members()
+                .find(|m| m.id().addr() == addr)
+                .map(|m| m.id().clone());
+            if let Some(p) = peer {
+                tracing::info!(member = %p.name(), "port closed");
+                self.node.handle_unreachable(now, &p);
+            }
+        }
+    }
+
     fn on_command(&mut self, c: Command) {
         let now = self.now();
         match c {
@@ -361,6 +410,7 @@ impl Driver {
             };
             let to = t.to.addr();
             match t.channel {
+                Channel::Datagram if t.probe && self.send_probe(to, &bytes) => {}
                 Channel::Datagram => {
                     if self.udp.try_send_to(&bytes, to).is_err() {
                         self.shared
@@ -410,6 +460,54 @@ impl Driver {
             .insert(member.name().to_owned(), (alive, meta));
     }
 
+    /// Sends a probe's ping from its own UDP socket connected to `to`, so
+    /// that an ICMP port unreachable (the process is gone, its host is up)
+    /// comes back as ECONNREFUSED; a stalled or frozen process keeps its
+    /// port open and never causes one. The ack still comes to the main
+    /// socket (members answer the address in the header). False when no
+    /// socket could be used: the caller sends it the ordinary way.
+    fn send_probe(&self, to: SocketAddr, bytes: &[u8]) -> bool {
+        let Ok(permit) = self.shared.probe_sockets.clone().try_acquire_owned() else {
+            return false;
+        };
+        let local = match self.udp.local_addr() {
+            Ok(a) if a.is_ipv4() == to.is_ipv4() => SocketAddr::new(a.ip(), 0),
+            _ => return false,
+        };
+        // Sent from the std socket: tokio's `try_send` on a socket the
+        // reactor has not yet seen writable refuses without trying. An
+        // ICMP error that comes back before the registration is reported
+        // by it (epoll reports a pending error on registration).
+        let sock = std::net::UdpSocket::bind(local).and_then(|s| {
+            s.connect(to)?;
+            s.set_nonblocking(true)?;
+            s.send(bytes)?;
+            UdpSocket::from_std(s)
+        });
+        let Ok(sock) = sock else {
+            return false;
+        };
+        let shared = self.shared.clone();
+        tokio::spawn(async move {
+            // An ICMP error sets the socket's pending error (EPOLLERR, not
+            // EPOLLIN): wait for error readiness, then take the error.
+            let r = tokio::time::timeout(
+                PROBE_SOCKET_WAIT,
+                sock.ready(tokio::io::Interest::ERROR | tokio::io::Interest::READABLE),
+            )
+            .await;
+            if r.is_ok() {
+                if let Ok(Some(e)) = sock.take_error() {
+                    if e.kind() == std::io::ErrorKind::ConnectionRefused {
+                        shared.note_refused(to);
+                    }
+                }
+            }
+            drop(permit);
+        });
+        true
+    }
+
     fn send_stream(&self, to: SocketAddr, bytes: Vec<u8>) {
         let Ok(permit) = self.out_streams.clone().try_acquire_owned() else {
             self.shared
@@ -421,7 +519,12 @@ impl Driver {
         let shared = self.shared.clone();
         tokio::spawn(async move {
             let r = tokio::time::timeout(STREAM_TIMEOUT, async {
-                let mut s = TcpStream::connect(to).await?;
+                let mut s = TcpStream::connect(to).await.inspect_err(|e| {
+                    if e.kind() == std::io::ErrorKind::ConnectionRefused {
+                        // A reset to our connection: the port is closed.
+                        shared.note_refused(to);
+                    }
+                })?;
                 s.write_all(&(bytes.len() as u32).to_be_bytes()).await?;
                 s.write_all(&bytes).await?;
                 s.shutdown().await
@@ -586,6 +689,9 @@ pub(crate) fn new_shared(id: NodeId) -> Arc<Shared> {
         peers: std::sync::Mutex::new(HashMap::new()),
         seq: AtomicU64::new(0),
         drill: Default::default(),
+        refused: Default::default(),
+        refused_wake: Default::default(),
+        probe_sockets: Arc::new(Semaphore::new(MAX_PROBE_SOCKETS)),
     })
 }
 

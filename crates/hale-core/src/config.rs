@@ -77,6 +77,16 @@ pub struct Config {
     /// Longest suspicion time; also the time after which an observer with no
     /// direct evidence accepts a corroborated suspicion on its own.
     pub suspicion_max: Duration,
+    /// Use closed-port evidence (the runtime's [`crate::Node::handle_unreachable`]:
+    /// ICMP port unreachable, connection refused) as a distinct accusation:
+    /// with `corroboration` independent observers finding a member's port
+    /// closed, the verdict needs only `closed_port_min`, not the silence
+    /// suspicion time. A stalled or frozen process keeps its port open and
+    /// never produces it.
+    pub closed_port_evidence: bool,
+    /// Suspicion time of a verdict on corroborated closed-port evidence,
+    /// from this node's own finding.
+    pub closed_port_min: Duration,
     /// Lifeguard's K: independent confirmations that shrink the suspicion
     /// time from its maximum to its minimum.
     pub expected_confirmations: usize,
@@ -201,6 +211,8 @@ impl Config {
             suspicion_min: smin,
             suspicion_max: smax,
             expected_confirmations: 2,
+            closed_port_evidence: true,
+            closed_port_min: Duration::ZERO,
             corroboration: 2,
             health_discount: 2,
             accusation_window: ms(10_000),

@@ -13,6 +13,9 @@ pub struct DeathEvidence<I> {
     pub discounted: usize,
     /// Independent healthy accusers the verdict rested on.
     pub confirmations: usize,
+    /// Accusers, as known here, that found its port closed (its host
+    /// answered, its process was gone): positive evidence of a crash.
+    pub closed_port: usize,
     /// When this node first suspected it (None if it learned of the death directly).
     pub suspected_at: Option<Time>,
     /// When this node last heard from it.

@@ -32,6 +32,7 @@ mod broadcast;
 pub mod config;
 pub mod event;
 pub mod identity;
+mod isolation;
 pub mod member;
 mod node;
 mod probe;

@@ -31,6 +31,11 @@ pub struct Transmit<I> {
     pub channel: Channel,
     /// The encoded packet.
     pub bytes: Vec<u8>,
+    /// It carries a probe's ping: a runtime that can should send it so that
+    /// a closed port at `to` is reported ([`Node::handle_unreachable`]), e.g.
+    /// from a UDP socket connected to `to` (ECONNREFUSED after an ICMP port
+    /// unreachable).
+    pub probe: bool,
 }
 
 /// Why a received packet was not processed. The node's state is unchanged
@@ -128,6 +133,13 @@ pub struct Node<I: Identity> {
     pub(crate) sync_tokens_at: Time,
     pub(crate) tombstones: Vec<I>,
     pub(crate) dead_notices: FxMap<I, Time>,
+    /// When a packet (or traffic) from another member last arrived.
+    pub(crate) heard_any: Time,
+    /// This node concluded that it is cut off (see `isolation.rs`).
+    pub(crate) cut_off: bool,
+    /// When it last stopped being cut off: probes started before then
+    /// accuse nobody.
+    pub(crate) back_at: Time,
     // Output.
     pub(crate) transmits: VecDeque<Transmit<I>>,
     pub(crate) events: VecDeque<Event<I>>,
@@ -186,6 +198,9 @@ impl<I: Identity> Node<I> {
             sync_tokens_at: now,
             tombstones: Vec::new(),
             dead_notices: FxMap::default(),
+            heard_any: now,
+            cut_off: false,
+            back_at: Time::ZERO,
             transmits: VecDeque::new(),
             events: VecDeque::new(),
             stats: Stats::default(),
@@ -262,6 +277,9 @@ impl<I: Identity> Node<I> {
     /// spares a probe. Unknown peers are ignored.
     pub fn note_traffic(&mut self, now: Time, peer: &I) {
         self.last_now = self.last_now.max(now);
+        if self.members.contains_key(peer) {
+            self.heard_from_someone(now);
+        }
         if let Some(m) = self.members.get_mut(peer) {
             if m.state.is_live() {
                 m.last_heard = now;
@@ -339,6 +357,7 @@ impl<I: Identity> Node<I> {
             return Err(ReceiveError::Left);
         }
         self.check_pause(now);
+        self.heard_from_someone(now);
         self.note_header(now, &pkt.header);
         let from = pkt.header.sender;
         for msg in pkt.messages {
@@ -392,6 +411,14 @@ impl<I: Identity> Node<I> {
                 member,
                 incarnation,
             } => self.apply_left(now, &member, incarnation, true),
+            Message::Closed {
+                member,
+                incarnation,
+                accuser,
+            } => {
+                self.closed_from_relay(from, &member, &accuser);
+                self.apply_closed(now, &member, incarnation, &accuser);
+            }
             Message::PushPull {
                 join,
                 reply,
@@ -436,6 +463,7 @@ impl<I: Identity> Node<I> {
     /// Processes every timer that is due. Spurious calls do nothing.
     pub fn handle_timeout(&mut self, now: Time) {
         self.check_pause(now);
+        self.check_cut_off(now);
         if now >= self.next_probe {
             self.probe_tick(now);
         }
@@ -473,7 +501,7 @@ impl<I: Identity> Node<I> {
         if !self.broadcasts.is_empty() {
             t = t.min(self.next_gossip);
         }
-        if self.live == 0 && !self.seeds.is_empty() {
+        if (self.live == 0 || self.cut_off) && !self.seeds.is_empty() {
             t = t.min(self.next_seed_retry);
         }
         for p in &self.probes {
@@ -508,6 +536,9 @@ impl<I: Identity> Node<I> {
         self.probes.clear();
         self.relays.clear();
         self.bump_health(1);
+        // Nobody could reach us while we were paused: give the cluster time
+        // to speak before concluding that we are cut off.
+        self.heard_any = self.heard_any.max(now);
         let floor = now + self.cfg.suspicion_min;
         let late: Vec<(Time, I)> = self
             .deadlines
@@ -568,6 +599,7 @@ impl<I: Identity> Node<I> {
         if primary.is_empty() {
             return;
         }
+        let probe = primary.iter().any(|m| matches!(m, Message::Ping { .. }));
         let bytes = Packet {
             header,
             messages: primary,
@@ -585,7 +617,12 @@ impl<I: Identity> Node<I> {
                 self.stats.stream_bytes_out += bytes.len() as u64;
             }
         }
-        self.transmits.push_back(Transmit { to, channel, bytes });
+        self.transmits.push_back(Transmit {
+            to,
+            channel,
+            bytes,
+            probe,
+        });
     }
 
     /// Times each piece of news is sent: `retransmit_mult * ceil(log10(N + 2))`,

@@ -17,6 +17,7 @@ use crate::wire::{Channel, Message};
 #[derive(Debug, Clone)]
 pub(crate) struct Probe<I> {
     pub(crate) seq: u32,
+    pub(crate) started: Time,
     pub(crate) target: I,
     pub(crate) target_inc: u32,
     pub(crate) direct_deadline: Time,
@@ -40,6 +41,7 @@ impl<I> Probe<I> {
 #[derive(Debug, Clone)]
 pub(crate) struct Relay<I> {
     pub(crate) seq: u32,
+    pub(crate) target: I,
     pub(crate) origin: I,
     pub(crate) origin_seq: u32,
     pub(crate) nack_at: Time,
@@ -212,6 +214,7 @@ impl<I: Identity> Node<I> {
         self.stats.probes += 1;
         self.probes.push(Probe {
             seq,
+            started: now,
             target: target.clone(),
             target_inc,
             direct_deadline: now + self.scaled(self.cfg.probe_timeout),
@@ -310,6 +313,12 @@ impl<I: Identity> Node<I> {
             1
         };
         self.bump_health(delta);
+        if self.cut_off || p.started < self.back_at {
+            // We hear from nobody, or did when this probe started: the
+            // failure is ours, not the target's.
+            self.stats.probe_failures_cut_off += 1;
+            return;
+        }
         let Some(m) = self.members.get(&p.target) else {
             return;
         };
@@ -340,6 +349,77 @@ impl<I: Identity> Node<I> {
                 Channel::Datagram,
                 vec![Message::Ack { seq: r.origin_seq }],
             );
+        }
+    }
+
+    /// The runtime learned that `peer`'s port is closed: an ICMP port
+    /// unreachable, or a connection refused, for a packet it sent there.
+    /// Only a probe in flight to `peer` (ours, or one we relay) gives it
+    /// weight: our own probe accuses with closed-port evidence and asks
+    /// indirect probers at once, so that they can find the same; a relayed
+    /// probe answers its origin with that evidence instead of a nack.
+    ///
+    /// Why a stalled or frozen process never produces it: a host answers
+    /// "closed" only for a port no socket is bound to. A stopped process
+    /// keeps its sockets; datagrams to it queue in (or silently overflow)
+    /// its socket buffer, and its listening socket still completes TCP
+    /// handshakes. A dead host answers nothing at all. So silence keeps
+    /// its stall tolerance, and this evidence is for crashed processes on
+    /// live hosts.
+    ///
+    /// What spoofing it would take: hale's packets are sealed, ICMP is
+    /// not. A forged "port unreachable" must quote the probe it answers
+    /// (the agent pings from a fresh ephemeral port each time, which Linux
+    /// checks against the connected socket), so the forger must be on the
+    /// path or guess the port within the probe's second. One forged report
+    /// convicts nobody: a verdict needs `corroboration` observers, each
+    /// finding the port closed with its own probe, and an ack from the
+    /// member withdraws an observer's finding.
+    pub fn handle_unreachable(&mut self, now: Time, peer: &I) {
+        self.last_now = self.last_now.max(now);
+        if self.left || !self.cfg.closed_port_evidence || *peer == self.me {
+            return;
+        }
+        let me = self.me.clone();
+        if let Some(i) = self.probes.iter().position(|p| p.target == *peer) {
+            let inc = self.probes[i].target_inc;
+            if !self.probes[i].indirect {
+                self.start_indirect(i);
+            }
+            self.stats.closed_ports += 1;
+            self.apply_closed(now, peer, inc, &me);
+        }
+        let mut i = 0;
+        while i < self.relays.len() {
+            if self.relays[i].target != *peer {
+                i += 1;
+                continue;
+            }
+            let r = self.relays.swap_remove(i);
+            self.stats.closed_ports += 1;
+            let inc = self.members.get(peer).map_or(0, |m| m.incarnation);
+            let msg = Message::Closed {
+                member: peer.clone(),
+                incarnation: inc,
+                accuser: me.clone(),
+            };
+            self.send(r.origin, Channel::Datagram, vec![msg]);
+            self.apply_closed(now, peer, inc, &me);
+        }
+    }
+
+    /// An indirect prober answered our probe of `member` with closed-port
+    /// evidence: it stands for its nack (it reached the target's host).
+    pub(crate) fn closed_from_relay(&mut self, from: &I, member: &I, accuser: &I) {
+        if from != accuser {
+            return;
+        }
+        if let Some(p) = self
+            .probes
+            .iter_mut()
+            .find(|p| p.target == *member && p.indirect)
+        {
+            p.nacks += 1;
         }
     }
 
@@ -374,6 +454,7 @@ impl<I: Identity> Node<I> {
         let timeout = self.cfg.probe_timeout;
         self.relays.push(Relay {
             seq,
+            target: target.clone(),
             origin: from.clone(),
             origin_seq,
             nack_at: now + timeout.mul_f64(0.8),

@@ -41,6 +41,10 @@ pub(crate) struct Suspicion<I> {
     pub(crate) deadline: Time,
     /// A verification probe was started before a verdict on others' word.
     pub(crate) verifying: bool,
+    /// Accusers that found the member's port closed (this node included).
+    pub(crate) closed: Vec<I>,
+    /// When this node itself found the member's port closed.
+    pub(crate) closed_at: Option<Time>,
 }
 
 /// Accusations made by one accuser in the current window.
@@ -297,6 +301,8 @@ impl<I: Identity> Node<I> {
                     discounted: Vec::new(),
                     deadline: Time::NEVER,
                     verifying: false,
+                    closed: Vec::new(),
+                    closed_at: None,
                 },
             );
             self.push_event(Event::Suspected {
@@ -336,6 +342,75 @@ impl<I: Identity> Node<I> {
         );
     }
 
+    /// `accuser` found `member`'s port closed at `incarnation`: an
+    /// accusation, by an observer in good standing as far as its health
+    /// goes (the target's host answered it), that also counts towards a
+    /// closed-port verdict.
+    pub(crate) fn apply_closed(&mut self, now: Time, member: &I, incarnation: u32, accuser: &I) {
+        if !self.cfg.closed_port_evidence {
+            self.apply_suspect(now, member, incarnation, accuser, 0);
+            return;
+        }
+        if *member == self.me {
+            if incarnation >= self.incarnation && !self.left {
+                self.refute(now, incarnation, Some(accuser.clone()), false);
+            }
+            return;
+        }
+        if self
+            .suspicions
+            .get(member)
+            .is_some_and(|s| s.closed.contains(accuser))
+        {
+            return;
+        }
+        self.apply_suspect(now, member, incarnation, accuser, 0);
+        let by_me = *accuser == self.me;
+        let Some(s) = self.suspicions.get_mut(member) else {
+            return; // Old news, or not live here.
+        };
+        if self.members.get(member).map(|m| m.incarnation) != Some(incarnation) {
+            return;
+        }
+        if s.closed.len() < MAX_ACCUSERS {
+            s.closed.push(accuser.clone());
+        }
+        if by_me && s.closed_at.is_none() {
+            s.closed_at = Some(now);
+        }
+        let look_ourselves = !by_me && s.closed_at.is_none();
+        self.rearm(member, now);
+        if look_ourselves && !self.cut_off {
+            // Someone found its port closed: ping it ourselves now, so that
+            // corroboration takes a round trip, not a probe period (a probe
+            // already in flight may have pinged it before it died: ping
+            // again under that probe). A forged report costs one ping,
+            // which the member answers.
+            match self.probes.iter().find(|p| p.target == *member) {
+                Some(p) => {
+                    let ping = Message::Ping {
+                        seq: p.seq,
+                        target: member.clone(),
+                        suspected: Some(incarnation),
+                    };
+                    self.send(member.clone(), Channel::Datagram, vec![ping]);
+                }
+                None => self.start_probe(now, member),
+            }
+        }
+        let msg = Message::Closed {
+            member: member.clone(),
+            incarnation,
+            accuser: accuser.clone(),
+        };
+        self.broadcast(
+            now,
+            Class::Suspect,
+            (member.clone(), Some(accuser.clone())),
+            msg,
+        );
+    }
+
     /// Whether this node has heard from no live, unsuspected member other
     /// than `target` within `suspicion_max`: it is cut off, or the others
     /// are all gone.
@@ -366,23 +441,30 @@ impl<I: Identity> Node<I> {
         self.cfg.corroboration.min(witnesses + 1).max(1)
     }
 
-    /// Whether the suspicion of `target` is enough for a verdict. Besides
-    /// enough independent healthy accusers, a node that is alone (nobody
-    /// heard from lately) may conclude on its own failed probes, whatever its
-    /// health: nobody else could confirm, and holding every member suspect
-    /// forever would keep it from falling back to its seeds. Such a verdict
-    /// rests on one accuser, so other members do not accept it.
+    /// Whether the suspicion of `target` is enough for a verdict: enough
+    /// independent healthy accusers. A node that concluded it is cut off
+    /// convicts nobody (`isolation.rs`). Only in a cluster too small for that
+    /// conclusion may a node that is alone (nobody heard from lately)
+    /// conclude on its own failed probes, whatever its health: nobody else
+    /// could confirm, and every other member may really have failed. Such a
+    /// verdict rests on one accuser, so other members do not accept it.
     fn verdict_allowed(&self, target: &I, s: &Suspicion<I>, now: Time) -> bool {
+        if self.cut_off {
+            return false;
+        }
         s.accusers.len() >= self.required_accusers(target)
-            || (s.accused_at.is_some() && self.alone(target, now))
+            || (s.accused_at.is_some()
+                && !self.large_enough_to_infer_cut_off()
+                && self.alone(target, now))
     }
 
     /// When the suspicion of `member` should next be looked at.
-    fn rearm(&mut self, member: &I, now: Time) {
+    pub(crate) fn rearm(&mut self, member: &I, now: Time) {
         let allowed = match self.suspicions.get(member) {
             Some(s) => self.verdict_allowed(member, s, now),
             None => return,
         };
+        let required = self.required_accusers(member);
         let (min, max, k) = (
             self.cfg.suspicion_min,
             self.cfg.suspicion_max,
@@ -393,7 +475,15 @@ impl<I: Identity> Node<I> {
         };
         self.deadlines.remove(&(s.deadline, member.clone()));
         let expiry = s.started + max * 2;
+        let closed_ready = s.closed.len() >= required;
         let verdict_at = match s.accused_at {
+            // Corroborated closed-port evidence, our own included: no stall
+            // produces it, so the silence suspicion time does not apply.
+            Some(_) if closed_ready && s.closed_at.is_some() => {
+                s.closed_at.unwrap_or(now) + self.cfg.closed_port_min
+            }
+            // Others found it closed: verify it ourselves at once.
+            None if closed_ready => now,
             // Lifeguard: from max toward min as independent confirmations arrive.
             Some(t0) => {
                 let others = s.accusers.iter().filter(|a| **a != self.me).count();
@@ -497,6 +587,7 @@ impl<I: Identity> Node<I> {
             confirmations: s.map_or(0, |s| {
                 s.accusers.len().max(usize::from(s.accused_at.is_some()))
             }),
+            closed_port: s.map_or(0, |s| s.closed.len()),
             suspected_at: s.map(|s| s.started),
             last_heard: self.members.get(id).map_or(Time::ZERO, |m| m.last_heard),
             declared_at: now,
@@ -630,6 +721,8 @@ impl<I: Identity> Node<I> {
         let Some(s) = self.suspicions.get_mut(id) else {
             return;
         };
+        s.closed_at = None;
+        s.closed.retain(|a| *a != me);
         if s.accused_at.take().is_some() {
             s.accusers.retain(|a| *a != me);
             self.rearm(id, now);

@@ -120,6 +120,15 @@ pub struct Stats {
     pub events_dropped: u64,
     /// Pauses detected.
     pub pauses: u64,
+    /// Times this node concluded that it was cut off (heard from nobody).
+    pub cut_offs: u64,
+    /// Accusations this node took back on concluding that it was cut off.
+    pub accusations_withdrawn: u64,
+    /// Probes that failed while this node was cut off (they accuse nobody).
+    pub probe_failures_cut_off: u64,
+    /// Probes (ours, or relayed for others) that found the target's port
+    /// closed ([`crate::Node::handle_unreachable`]).
+    pub closed_ports: u64,
     /// Packets dropped, by reason (indexed like [`DropReason::ALL`]).
     pub dropped: [u64; 7],
 }

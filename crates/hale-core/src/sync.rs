@@ -87,7 +87,7 @@ impl<I: Identity> Node<I> {
     }
 
     pub(crate) fn seed_tick(&mut self, now: Time) {
-        if self.live == 0 && !self.seeds.is_empty() && !self.left {
+        if (self.live == 0 || self.cut_off) && !self.seeds.is_empty() && !self.left {
             if !self.in_fallback && self.members.values().any(|m| !m.state.is_live()) {
                 self.in_fallback = true;
                 self.push_event(Event::SeedFallback);

@@ -240,6 +240,19 @@ pub enum Message<I> {
         /// Its final incarnation.
         incarnation: u32,
     },
+    /// `accuser`'s probe of `member` found its port closed (ICMP port
+    /// unreachable, connection refused): its host answers and its process is
+    /// gone. Positive evidence of a crash, which a stalled or frozen process
+    /// never produces. Sent to the prober by an indirect prober instead of a
+    /// nack, and gossiped like a suspicion.
+    Closed {
+        /// The member whose port is closed.
+        member: I,
+        /// Its incarnation as the accuser knows it.
+        incarnation: u32,
+        /// Who found it closed.
+        accuser: I,
+    },
     /// Full-state sync (stream only).
     PushPull {
         /// The sender is joining and wants the state back even if rate limited.
@@ -260,6 +273,7 @@ const TAG_SUSPECT: u8 = 6;
 const TAG_DEAD: u8 = 7;
 const TAG_LEFT: u8 = 8;
 const TAG_PUSH_PULL: u8 = 9;
+const TAG_CLOSED: u8 = 10;
 
 impl<I: Identity> Message<I> {
     /// Appends the wire form to `out`.
@@ -341,6 +355,16 @@ impl<I: Identity> Message<I> {
                 member.encode(out);
                 put_varint(out, u64::from(*incarnation));
             }
+            Message::Closed {
+                member,
+                incarnation,
+                accuser,
+            } => {
+                out.push(TAG_CLOSED);
+                member.encode(out);
+                put_varint(out, u64::from(*incarnation));
+                accuser.encode(out);
+            }
             Message::PushPull {
                 join,
                 reply,
@@ -401,6 +425,11 @@ impl<I: Identity> Message<I> {
                 member,
                 incarnation,
             } => 1 + member.encoded_len() + v(*incarnation),
+            Message::Closed {
+                member,
+                incarnation,
+                accuser,
+            } => 1 + member.encoded_len() + v(*incarnation) + accuser.encoded_len(),
             Message::PushPull { members, .. } => {
                 let body: usize = members
                     .iter()
@@ -464,6 +493,11 @@ impl<I: Identity> Message<I> {
             TAG_LEFT => Message::Left {
                 member: I::decode(r)?,
                 incarnation: r.varint32()?,
+            },
+            TAG_CLOSED => Message::Closed {
+                member: I::decode(r)?,
+                incarnation: r.varint32()?,
+                accuser: I::decode(r)?,
             },
             TAG_PUSH_PULL if stream => {
                 let flags = r.u8()?;

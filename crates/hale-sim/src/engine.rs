@@ -55,62 +55,12 @@ impl Default for SimConfig {
     }
 }
 
-/// What a node is doing, as the simulator knows it (the ground truth).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Status {
-    /// Running.
-    Up,
-    /// Crashed: gone, silent.
-    Crashed,
-    /// Frozen until the given time: half-dead, processes nothing (queued input).
-    Frozen(Time),
-    /// A short stop-the-world stall until the given time: still a healthy
-    /// node that must not be declared dead.
-    Stalled(Time),
-    /// Left gracefully.
-    Left,
-}
-
-/// A scheduled change to the world.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Action {
-    /// Crash a node.
-    Crash(u32),
-    /// Freeze a node for a duration (half-dead), then resume it.
-    Freeze(u32, Duration),
-    /// Stall a node for a duration (stop-the-world pause of a healthy node).
-    Stall(u32, Duration),
-    /// Delay every packet a node processes by this much (0 to undo).
-    Slow(u32, Duration),
-    /// Restart a crashed node with fresh state; it rejoins through seeds.
-    Restart(u32),
-    /// A node leaves gracefully.
-    Leave(u32),
-    /// A new node joins through random live seeds.
-    Join(u32),
-    /// Global datagram loss.
-    Loss(f64),
-    /// Extra ingress loss of one node (flaky node).
-    IngressLoss(u32, f64),
-    /// Extra egress loss of one node.
-    EgressLoss(u32, f64),
-    /// Node receives nothing (true) or everything again (false).
-    BlockIngress(u32, bool),
-    /// Node sends nothing (true) or everything again (false).
-    BlockEgress(u32, bool),
-    /// Every path to and from the node fails at once (true), or heals (false).
-    CutOff(u32, bool),
-    /// Split the nodes into groups (nodes not listed stay in group 0).
-    Partition(Vec<Vec<u32>>),
-    /// Remove every partition, block and extra loss.
-    Heal,
-    /// Application traffic rate per node (messages per second).
-    Traffic(f64),
-}
+pub use crate::action::{Action, Status};
 
 #[derive(Debug)]
 enum Ev {
     Deliver {
+        from: u32,
         to: u32,
         channel: Channel,
         bytes: Vec<u8>,
@@ -125,6 +75,11 @@ enum Ev {
     },
     Resume {
         node: u32,
+    },
+    /// `peer`'s host answered `node`'s packet: port closed.
+    Refused {
+        node: u32,
+        peer: u32,
     },
     Act(Action),
     Sample,
@@ -157,6 +112,8 @@ pub struct Sim {
     tap: Option<Tap>,
     /// Extra processing delay of each node (Slow), indexed by node.
     slow: Vec<Duration>,
+    /// Killed processes whose host is up: their port answers "closed".
+    closed_ports: rustc_hash::FxHashSet<u32>,
     /// Reused buffer for a node's events between polling and recording.
     event_buf: Vec<hale_core::Event<SimId>>,
 }
@@ -180,6 +137,7 @@ impl Sim {
             traffic_rate: 0.0,
             tap: None,
             slow: Vec::new(),
+            closed_ports: Default::default(),
             event_buf: Vec::new(),
             cfg,
         };
@@ -329,7 +287,22 @@ impl Sim {
 
     fn step(&mut self, ev: Ev) {
         match ev {
-            Ev::Deliver { to, channel, bytes } => self.deliver(to, channel, bytes),
+            Ev::Deliver {
+                from,
+                to,
+                channel,
+                bytes,
+            } => self.deliver(from, to, channel, bytes),
+            Ev::Refused { node, peer } => {
+                if self.slots[node as usize].status != Status::Up {
+                    return; // A frozen or stalled prober misses it.
+                }
+                let now = self.now;
+                if let Some(n) = self.slots[node as usize].node.as_mut() {
+                    n.handle_unreachable(now, &SimId(peer));
+                }
+                self.after_io(node);
+            }
             Ev::Timer { node, gen } => {
                 let s = &self.slots[node as usize];
                 if s.timer_gen != gen || s.status != Status::Up {
@@ -363,7 +336,7 @@ impl Sim {
         }
     }
 
-    fn deliver(&mut self, to: u32, channel: Channel, bytes: Vec<u8>) {
+    fn deliver(&mut self, from: u32, to: u32, channel: Channel, bytes: Vec<u8>) {
         let now = self.now;
         let cap = self.cfg.frozen_queue;
         let slot = &mut self.slots[to as usize];
@@ -372,6 +345,21 @@ impl Sim {
             Status::Frozen(_) | Status::Stalled(_) => {
                 if slot.queued.len() < cap {
                     slot.queued.push((channel, bytes));
+                }
+                return;
+            }
+            Status::Crashed if self.closed_ports.contains(&to) => {
+                // The host answers for its dead process: port unreachable
+                // (datagram), or a reset (stream), back along the path.
+                if let Some(d) = self.net.route(&mut self.rng, to, from, Channel::Datagram) {
+                    let at = self.now + d;
+                    self.push(
+                        at,
+                        Ev::Refused {
+                            node: from,
+                            peer: to,
+                        },
+                    );
                 }
                 return;
             }
@@ -419,6 +407,7 @@ impl Sim {
             if let Some(delay) = net.route(rng, i, to, t.channel) {
                 let extra = slow.get(to as usize).copied().unwrap_or_default();
                 let ev = Ev::Deliver {
+                    from: i,
                     to,
                     channel: t.channel,
                     bytes: t.bytes,
@@ -558,7 +547,10 @@ impl Sim {
         let now = self.now;
         self.observer.action(now, &a);
         match a {
-            Action::Crash(i) => {
+            Action::Crash(i) | Action::Kill(i) => {
+                if matches!(a, Action::Kill(_)) {
+                    self.closed_ports.insert(i);
+                }
                 let s = &mut self.slots[i as usize];
                 s.status = Status::Crashed;
                 s.node = None;
@@ -587,6 +579,7 @@ impl Sim {
                 if self.slots[i as usize].status != Status::Crashed {
                     return;
                 }
+                self.closed_ports.remove(&i);
                 let seeds = self.live_seeds(i, 3);
                 let mut node = self.make_node(i);
                 node.join(now, seeds);

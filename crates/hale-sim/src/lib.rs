@@ -8,6 +8,7 @@
 
 #![forbid(unsafe_code)]
 
+mod action;
 pub mod check;
 pub mod engine;
 pub mod id;

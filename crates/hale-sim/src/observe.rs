@@ -19,8 +19,10 @@ pub const PARTITION_GRACE: Duration = Duration::from_secs(30);
 /// Which fault was injected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FaultKind {
-    /// Crash.
+    /// Crash of the host (it answers nothing).
     Crash,
+    /// The process killed on a live host (its port answers "closed").
+    Kill,
     /// Freeze (half-dead).
     Freeze,
     /// Every path to the node failed.
@@ -34,6 +36,7 @@ impl FaultKind {
     pub fn as_str(self) -> &'static str {
         match self {
             FaultKind::Crash => "crash",
+            FaultKind::Kill => "kill",
             FaultKind::Freeze => "freeze",
             FaultKind::CutOff => "cut-off",
             FaultKind::IngressBlocked => "ingress-blocked",
@@ -195,6 +198,7 @@ impl Observer {
     pub(crate) fn action(&mut self, now: Time, a: &Action) {
         let fault = match *a {
             Action::Crash(i) => Some((i, FaultKind::Crash)),
+            Action::Kill(i) => Some((i, FaultKind::Kill)),
             Action::Freeze(i, _) => Some((i, FaultKind::Freeze)),
             Action::CutOff(i, true) => Some((i, FaultKind::CutOff)),
             Action::BlockIngress(i, true) => Some((i, FaultKind::IngressBlocked)),
@@ -215,7 +219,10 @@ impl Observer {
                 self.end_partition(now);
                 let open: Vec<u32> = self.open.keys().copied().collect();
                 for i in open {
-                    if self.faults[self.open[&i]].kind != FaultKind::Crash {
+                    if !matches!(
+                        self.faults[self.open[&i]].kind,
+                        FaultKind::Crash | FaultKind::Kill
+                    ) {
                         self.end_fault(i, now);
                     }
                 }

@@ -5,6 +5,8 @@
 //!   time of a SIGKILLed or SIGSTOPped agent, from the signal to the `dead`
 //!   event (its `unix_ms`, stamped by each observer) at the first observer
 //!   and at the last one.
+//! * `agent_bench detect --signal stall`: SIGSTOP for 2 s then SIGCONT; counts
+//!   the observers that declared the stalled agent dead (must be none).
 //! * `agent_bench idle --nodes N --secs S`: bytes sent per node per second,
 //!   resident memory and CPU of an idle cluster.
 
@@ -56,7 +58,14 @@ enum Mode {
 enum Fault {
     Kill,
     Stop,
+    /// SIGSTOP for 2 s, then SIGCONT: a stall that must never be convicted.
+    Stall,
 }
+
+/// How long a `stall` trial stops the agent.
+const STALL: Duration = Duration::from_secs(2);
+/// How long after a stall a `stall` trial watches for a verdict.
+const STALL_WATCH: Duration = Duration::from_secs(10);
 
 fn unix_ms() -> u64 {
     SystemTime::now()
@@ -262,10 +271,34 @@ fn detect(b: &mut Bench, trials: usize, fault: Fault) {
             })
             .collect();
         let victim = b.agents[v].name.clone();
+        if fault == Fault::Stall {
+            b.agents[v].signal(Signal::SIGSTOP);
+            std::thread::sleep(STALL); // The fault itself, not a wait for a condition.
+            b.agents[v].signal(Signal::SIGCONT);
+            std::thread::sleep(STALL_WATCH); // The window in which no verdict may come.
+            let convicted =
+                b.agents
+                    .iter()
+                    .enumerate()
+                    .filter(|&(i, a)| {
+                        i != v
+                            && json(a.http, &format!("/v1/events?since={}", since[i])).is_some_and(
+                                |evs| {
+                                    evs.as_array().into_iter().flatten().any(|e| {
+                                        e["kind"] == "dead" && e["member"] == victim.as_str()
+                                    })
+                                },
+                            )
+                    })
+                    .count();
+            println!("trial {t:>2}: {victim:<10} stalled 2s, convicted by {convicted} observer(s)");
+            all.push(convicted as u64);
+            continue;
+        }
         let t0 = unix_ms();
         b.agents[v].signal(match fault {
             Fault::Kill => Signal::SIGKILL,
-            Fault::Stop => Signal::SIGSTOP,
+            Fault::Stop | Fault::Stall => Signal::SIGSTOP,
         });
         let mut seen: Vec<Option<u64>> = vec![None; n];
         seen[v] = Some(0);
@@ -306,7 +339,7 @@ fn detect(b: &mut Bench, trials: usize, fault: Fault) {
         first.push(lo);
         all.push(hi);
         match fault {
-            Fault::Stop => b.agents[v].signal(Signal::SIGCONT),
+            Fault::Stop | Fault::Stall => b.agents[v].signal(Signal::SIGCONT),
             Fault::Kill => {
                 let fresh = b.spawn(&format!("n{v}-t{t}"));
                 b.agents[v] = fresh;
@@ -317,6 +350,14 @@ fn detect(b: &mut Bench, trials: usize, fault: Fault) {
         "RESULT detect nodes={n} signal={fault:?} profile={}",
         b.profile
     );
+    if fault == Fault::Stall {
+        let stalls_convicted = all.iter().filter(|&&c| c > 0).count();
+        println!(
+            "RESULT   stalls convicted: {stalls_convicted} of {trials} (observers convicting: {})",
+            all.iter().sum::<u64>()
+        );
+        return;
+    }
     println!("RESULT   {}", summary("first observer", &mut first));
     println!("RESULT   {}", summary("all observers ", &mut all));
 }
@@ -434,5 +475,9 @@ fn main() {
         Mode::Idle => idle(&b, args.secs),
     }
     drop(b);
-    let _ = std::fs::remove_dir_all(logs);
+    if std::env::var_os("AGENT_BENCH_KEEP_LOGS").is_none() {
+        let _ = std::fs::remove_dir_all(logs);
+    } else {
+        println!("logs kept in {}", logs.display());
+    }
 }

@@ -587,3 +587,152 @@ fn a_bystander_whose_verification_ping_is_answered_never_convicts() {
     assert_eq!(m.state(), MemberState::Alive);
     assert_eq!(m.incarnation(), 1, "it refuted");
 }
+
+#[test]
+fn a_node_that_hears_from_nobody_concludes_it_is_cut_off_and_convicts_nobody() {
+    let all = ids(6);
+    let x = &mut node(&all[0], &all, config(31));
+    x.join(Time::ZERO, [all[1].clone()]);
+    drain(x);
+    let mut sent = Vec::new();
+    let mut events = Vec::new();
+    let mut cut_off_at = None;
+    while let Some(t) = x.poll_timeout() {
+        if t > secs(120.0) {
+            break;
+        }
+        x.handle_timeout(t);
+        let out = drain(x);
+        events.extend(drain_events(x));
+        if cut_off_at.is_none() && x.is_cut_off() {
+            cut_off_at = Some(t);
+        }
+        sent.extend(out.into_iter().map(|o| (t, o)));
+    }
+    assert_eq!(deaths(&events), 0, "it convicts nobody: {events:?}");
+    assert!(x.members().all(|m| m.state() != MemberState::Dead));
+    let cut_off_at = cut_off_at.expect("hearing from nobody, it concludes it is cut off");
+    assert!(cut_off_at <= secs(12.0), "{cut_off_at:?}");
+    assert!(x.stats().accusations_withdrawn > 0);
+    // Once cut off, none of its accusations is sent any more...
+    let accusations_after = sent
+        .iter()
+        .filter(|(t, _)| *t > cut_off_at)
+        .flat_map(|(_, o)| decode(o).messages)
+        .filter(|m| matches!(m, Message::Suspect { .. } | Message::Dead { .. }))
+        .count();
+    assert_eq!(accusations_after, 0);
+    // ...and it falls back to its seed, so that it rejoins by itself.
+    assert!(events.iter().any(|e| matches!(e, Event::SeedFallback)));
+    assert!(sent.iter().any(|(t, o)| *t > cut_off_at
+        && o.to == all[1]
+        && o.channel == Channel::Stream
+        && matches!(
+            decode(o).messages[..],
+            [Message::PushPull { join: true, .. }]
+        )));
+    // The first packet from anyone ends it.
+    let ack = packet_from(&all[3], 0, 0, vec![Message::Ack { seq: 1 }]);
+    x.handle_datagram(secs(121.0), &ack).unwrap();
+    assert!(!x.is_cut_off());
+}
+
+fn closed(member: &NodeId, accuser: &NodeId) -> Vec<u8> {
+    packet_from(
+        accuser,
+        0,
+        0,
+        vec![Message::Closed {
+            member: member.clone(),
+            incarnation: 0,
+            accuser: accuser.clone(),
+        }],
+    )
+}
+
+#[test]
+fn one_observer_finding_a_port_closed_convicts_nobody() {
+    // ICMP is not authenticated: one forged "port unreachable" must not be
+    // enough. It counts as one accusation, and the suspicion expires.
+    let all = ids(6);
+    let x = &mut bystander(&all);
+    x.handle_datagram(secs(0.0), &closed(&all[2], &all[0]))
+        .unwrap();
+    let mut events = Vec::new();
+    for s in 1..60 {
+        x.handle_timeout(secs(f64::from(s)));
+        drain(x);
+        events.extend(drain_events(x));
+    }
+    assert_eq!(deaths(&events), 0);
+    assert_eq!(x.member(&all[2]).unwrap().state(), MemberState::Alive);
+}
+
+#[test]
+fn two_observers_finding_a_port_closed_convict_as_soon_as_our_own_probe_finds_it_too() {
+    let all = ids(6);
+    let x = &mut bystander(&all);
+    x.handle_datagram(secs(0.0), &closed(&all[2], &all[0]))
+        .unwrap();
+    x.handle_datagram(secs(0.1), &closed(&all[2], &all[1]))
+        .unwrap();
+    // A port reported closed: it pings the member itself at once (on the
+    // first report, again on the second)...
+    let mut sent = drain(x);
+    sent.extend(run_timers(x, secs(0.1)));
+    let pings: Vec<_> = sent
+        .into_iter()
+        .filter(|o| o.to == all[2])
+        .flat_map(|o| decode(&o).messages)
+        .filter(|m| matches!(m, Message::Ping { .. }))
+        .collect();
+    assert!(!pings.is_empty() && pings.len() <= 2, "{pings:?}");
+    // ...and the suspect's host answers "port closed": the verdict follows
+    // at once, not after the silence suspicion time (2.5 s at least).
+    x.handle_unreachable(secs(0.2), &all[2]);
+    drain(x);
+    run_timers(x, secs(0.2));
+    let events = drain_events(x);
+    let evidence = events
+        .iter()
+        .find_map(|e| match e {
+            Event::Dead { evidence, .. } => Some(evidence),
+            _ => None,
+        })
+        .expect("a verdict");
+    assert_eq!(evidence.closed_port, 3);
+    assert_eq!(x.stats().closed_ports, 1);
+}
+
+#[test]
+fn a_port_found_closed_is_withdrawn_when_the_member_answers() {
+    // A forged "port unreachable" followed by the real ack: no verdict.
+    let all = ids(6);
+    let x = &mut bystander(&all);
+    x.handle_datagram(secs(0.0), &closed(&all[2], &all[0]))
+        .unwrap();
+    x.handle_datagram(secs(0.1), &closed(&all[2], &all[1]))
+        .unwrap();
+    let seq = run_timers(x, secs(0.1))
+        .into_iter()
+        .filter(|o| o.to == all[2])
+        .flat_map(|o| decode(&o).messages)
+        .find_map(|m| match m {
+            Message::Ping { seq, .. } => Some(seq),
+            _ => None,
+        })
+        .unwrap();
+    x.handle_unreachable(secs(0.15), &all[2]);
+    x.handle_datagram(
+        secs(0.15),
+        &packet_from(&all[2], 1, 0, vec![Message::Ack { seq }]),
+    )
+    .unwrap();
+    let mut events = drain_events(x);
+    for s in 1..30 {
+        x.handle_timeout(secs(f64::from(s)));
+        drain(x);
+        events.extend(drain_events(x));
+    }
+    assert_eq!(deaths(&events), 0, "{events:?}");
+}

@@ -78,6 +78,13 @@ fn arb_message() -> impl Strategy<Value = Message<NodeId>> {
             member,
             incarnation
         }),
+        (arb_id(), any::<u32>(), arb_id()).prop_map(|(member, incarnation, accuser)| {
+            Message::Closed {
+                member,
+                incarnation,
+                accuser,
+            }
+        }),
     ]
 }
 

@@ -213,7 +213,13 @@ impl Planner {
                         let per = all.len().div_ceil(sides as usize).max(1);
                         all.chunks(per).map(|c| c.to_vec()).collect()
                     }
-                    (None, None) => unreachable!("validated"),
+                    (None, None) => {
+                        let group = self.targets(key, s, at)?;
+                        for &i in &group {
+                            self.busy(i, until_end(dur));
+                        }
+                        vec![group]
+                    }
                 };
                 self.out.push((at, Action::Partition(groups)));
                 if let Some(d) = dur {
@@ -226,10 +232,15 @@ impl Planner {
         let targets = self.targets(key, s, at)?;
         for i in targets {
             match s.action {
-                StepKind::Crash => {
+                StepKind::Crash | StepKind::Kill => {
                     self.life[i as usize] = Life::Crashed;
                     self.busy(i, Time::NEVER);
-                    self.out.push((at, Action::Crash(i)));
+                    let act = if s.action == StepKind::Kill {
+                        Action::Kill(i)
+                    } else {
+                        Action::Crash(i)
+                    };
+                    self.out.push((at, act));
                 }
                 StepKind::Leave => {
                     self.life[i as usize] = Life::Left;

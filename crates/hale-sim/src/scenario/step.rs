@@ -10,8 +10,11 @@ use super::{invalid, Dur, ScenarioError};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StepKind {
-    /// Crash the target nodes (all at once: one host going down).
+    /// Crash the target nodes (all at once: one host going down; it answers nothing).
     Crash,
+    /// Kill the targets' processes on live hosts: their ports answer
+    /// "closed" (ICMP port unreachable, connection refused).
+    Kill,
     /// Freeze the targets for `duration` (half-dead: alive but processing nothing).
     Freeze,
     /// Stop-the-world stall of `duration` (a healthy node that must not be declared dead).
@@ -36,7 +39,9 @@ pub enum StepKind {
     BlockEgress,
     /// Every path to and from the targets fails at once (correlated path failure).
     CutOff,
-    /// Split the cluster into `groups` (explicit ids) or `sides` random groups.
+    /// Split the cluster into `groups` (explicit ids) or `sides` random
+    /// groups, or cut off one random group of `count` (or `share`) nodes
+    /// together: they still reach each other, and nobody else.
     Partition,
     /// Remove every partition, block and per-node loss.
     Heal,
@@ -47,6 +52,7 @@ impl StepKind {
     pub fn as_str(self) -> &'static str {
         match self {
             StepKind::Crash => "crash",
+            StepKind::Kill => "kill",
             StepKind::Freeze => "freeze",
             StepKind::Stall => "stall",
             StepKind::Slow => "slow",
@@ -87,9 +93,11 @@ pub struct Step {
     pub node: Option<u32>,
     /// Explicit targets.
     pub nodes: Option<Vec<u32>>,
-    /// That many random targets (or, for `join`, that many new nodes).
+    /// That many random targets (or, for `join`, that many new nodes; for
+    /// `partition`, the size of one random group cut off together).
     pub count: Option<u32>,
-    /// That fraction of the cluster, picked at random.
+    /// That fraction of the cluster, picked at random (for `partition`: one
+    /// random group of that share, cut off together).
     pub share: Option<f64>,
     /// How long the fault lasts (freeze, stall; optional for slow, loss,
     /// ingress/egress loss, blocks, cut-off and partition, which are undone after it).
@@ -154,6 +162,16 @@ impl Step {
             forbid("node", self.node.is_some())?;
             forbid("nodes", self.nodes.is_some())?;
             forbid("share", self.share.is_some())?;
+        } else if kind == StepKind::Partition {
+            // `count` or `share`: one random group, cut off together from the rest.
+            forbid("node", self.node.is_some())?;
+            forbid("nodes", self.nodes.is_some())?;
+            if self.count.is_some() && self.share.is_some() {
+                return Err(invalid(
+                    k("count"),
+                    "partition takes `count` or `share`, not both",
+                ));
+            }
         } else {
             forbid("node", self.node.is_some())?;
             forbid("nodes", self.nodes.is_some())?;
@@ -238,14 +256,19 @@ impl Step {
             }
         }
         if kind == StepKind::Partition {
+            let random_group = self.count.is_some() || self.share.is_some();
             match (&self.groups, self.sides) {
-                (Some(g), None) if !g.is_empty() => {}
-                (None, Some(s)) if s >= 2 => {}
-                (None, Some(_)) => return Err(invalid(k("sides"), "must be at least 2")),
+                (Some(g), None) if !g.is_empty() && !random_group => {}
+                (None, Some(s)) if s >= 2 && !random_group => {}
+                (None, Some(s)) if s < 2 && !random_group => {
+                    return Err(invalid(k("sides"), "must be at least 2"))
+                }
+                (None, None) if random_group => {}
                 _ => {
                     return Err(invalid(
                         k("groups"),
-                        "partition needs exactly one of `groups` (non-empty) or `sides`",
+                        "partition needs exactly one of `groups` (non-empty), `sides`, \
+                         or `count`/`share` (one random group cut off together)",
                     ))
                 }
             }

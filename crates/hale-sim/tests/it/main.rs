@@ -3,5 +3,6 @@
 // In tests a panic is the failure report: unwrapping is how a test fails.
 #![allow(clippy::unwrap_used)]
 
+mod isolation;
 mod membership;
 mod scenarios;
