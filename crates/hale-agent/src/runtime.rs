@@ -569,7 +569,8 @@ impl Drop for SourceSlot {
 /// Accepts stream connections and queues their frames for the driver.
 ///
 /// Bounded before authenticated: at most [`MAX_IN_STREAMS`] connections
-/// are read at once, at most [`MAX_IN_PER_SOURCE`] from one address, each
+/// are read at once, at most [`MAX_IN_PER_SOURCE`] from one address (other
+/// than this host's own), each
 /// within [`STREAM_TIMEOUT`]; a frame's bytes are taken from a budget of
 /// [`STREAM_BUDGET`] (shared by frames being read and frames queued for the
 /// driver) *before* they are allocated, so a stranger announcing huge
@@ -594,22 +595,24 @@ pub(crate) async fn accept_streams(
         let Ok((mut sock, from)) = listener.accept().await else {
             continue;
         };
-        let source = {
+        // Agents on this very host (same address: a loopback cluster, a
+        // demo) are not limited per source; every other address is.
+        let same_host = sock.local_addr().is_ok_and(|l| l.ip() == from.ip());
+        let source = if same_host {
+            None
+        } else {
             let mut m = sources.lock().expect("sources lock");
             let n = m.entry(from.ip()).or_insert(0);
             if *n >= MAX_IN_PER_SOURCE {
-                None
-            } else {
-                *n += 1;
-                Some(SourceSlot {
-                    ip: from.ip(),
-                    open: sources.clone(),
-                })
+                drop(m);
+                refuse(&shared.counters.streams_in_per_source);
+                continue;
             }
-        };
-        let Some(source) = source else {
-            refuse(&shared.counters.streams_in_per_source);
-            continue;
+            *n += 1;
+            Some(SourceSlot {
+                ip: from.ip(),
+                open: sources.clone(),
+            })
         };
         let Ok(permit) = slots.clone().try_acquire_owned() else {
             refuse(&shared.counters.streams_in_refused);
