@@ -176,6 +176,9 @@ pub struct MembershipSection {
     pub seed_retry_interval: Option<Duration>,
     #[serde(default, with = "humantime_serde")]
     pub tombstone_ttl: Option<Duration>,
+    pub closed_port_evidence: Option<bool>,
+    #[serde(default, with = "humantime_serde")]
+    pub closed_port_min: Option<Duration>,
 }
 
 /// A configuration problem. Nothing was started.
@@ -552,7 +555,9 @@ impl MembershipSection {
             retransmit_mult,
             push_pull_interval,
             seed_retry_interval,
-            tombstone_ttl
+            tombstone_ttl,
+            closed_port_evidence,
+            closed_port_min
         );
     }
 }
