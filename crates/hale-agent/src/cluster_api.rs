@@ -104,17 +104,14 @@ impl ClusterState {
                 return Err(format!("answered {}", r.status()));
             }
             let mut r = r;
-            let mut body = Vec::new();
-            while let Some(chunk) = r
-                .chunk()
+            let body = hale_control::auth::read_capped(&mut r, MAX_PEER_BODY)
                 .await
-                .map_err(|e| format!("bad answer: {}", short(&e)))?
-            {
-                if body.len() + chunk.len() > MAX_PEER_BODY {
-                    return Err(format!("answer larger than {MAX_PEER_BODY} bytes"));
-                }
-                body.extend_from_slice(&chunk);
-            }
+                .map_err(|e| match e {
+                    hale_control::auth::CallError::TooLarge => {
+                        format!("answer larger than {MAX_PEER_BODY} bytes")
+                    }
+                    _ => "bad answer: the connection failed".to_owned(),
+                })?;
             serde_json::from_slice::<Value>(&body).map_err(|_| "bad answer: not JSON".to_owned())
         }
         .await;

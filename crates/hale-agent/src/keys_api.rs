@@ -123,11 +123,10 @@ pub(crate) struct KeysState {
     pub(crate) client: reqwest::Client,
 }
 
-/// The id an agent's key route is sealed for (its name, FNV-1a hashed).
+/// The id an agent's key route is sealed for (its name, hashed as the wire
+/// format hashes names).
 fn agent_id(name: &str) -> u64 {
-    name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
+    hale_core::wire::fnv1a(name.as_bytes())
 }
 
 /// The routes for the agent's own API (guarded like every mutating route).

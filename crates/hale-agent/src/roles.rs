@@ -674,25 +674,13 @@ impl RoleManager {
                         "epoch": epoch,
                         "reason": reason.as_str(),
                         "hook_ok": demote.ok(),
-                        "demote": outcome(demote),
-                        "promote": promote.map(outcome),
+                        "demote": demote.as_str(),
+                        "promote": promote.map(hale_control::HookOutcome::as_str),
                     }),
                 );
             }
             HolderEvent::Stopped => {}
         }
-    }
-}
-
-/// A hook outcome as the stable string of events.
-fn outcome(o: hale_control::HookOutcome) -> &'static str {
-    use hale_control::HookOutcome as O;
-    match o {
-        O::Succeeded => "succeeded",
-        O::Failed => "failed",
-        O::TimedOut => "timed-out",
-        O::Killed => "killed",
-        O::FencedByWatchdog => "fenced-by-watchdog",
     }
 }
 

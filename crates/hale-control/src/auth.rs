@@ -328,6 +328,20 @@ pub enum CallError {
     Decode(String),
 }
 
+/// Reads a response's body, refusing one longer than `limit` bytes as
+/// soon as it is (nothing past the limit is held in memory).
+pub async fn read_capped(r: &mut reqwest::Response, limit: usize) -> Result<Vec<u8>, CallError> {
+    let mut raw = Vec::new();
+    loop {
+        match r.chunk().await {
+            Ok(Some(c)) if raw.len() + c.len() <= limit => raw.extend_from_slice(&c),
+            Ok(Some(_)) => return Err(CallError::TooLarge),
+            Ok(None) => return Ok(raw),
+            Err(e) => return Err(CallError::Unreachable(e.to_string())),
+        }
+    }
+}
+
 /// Sends `body` to server `target` at `addr` (`POST path`) and returns its
 /// answer, sealing and opening per `auth`. Nothing unauthenticated is
 /// returned in sealed mode.
@@ -365,15 +379,7 @@ pub async fn call<Req: Serialize + ?Sized, Resp: DeserializeOwned>(
         .await
         .map_err(|e| CallError::Unreachable(e.to_string()))?;
     let status = r.status();
-    let mut raw = Vec::new();
-    loop {
-        match r.chunk().await {
-            Ok(Some(c)) if raw.len() + c.len() <= RESPONSE_LIMIT => raw.extend_from_slice(&c),
-            Ok(Some(_)) => return Err(CallError::TooLarge),
-            Ok(None) => break,
-            Err(e) => return Err(CallError::Unreachable(e.to_string())),
-        }
-    }
+    let raw = read_capped(&mut r, RESPONSE_LIMIT).await?;
     if !status.is_success() {
         return Err(CallError::Refused {
             status: status.as_u16(),

@@ -110,6 +110,17 @@ pub enum HookOutcome {
 }
 
 impl HookOutcome {
+    /// The outcome as the stable string events use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HookOutcome::Succeeded => "succeeded",
+            HookOutcome::Failed => "failed",
+            HookOutcome::TimedOut => "timed-out",
+            HookOutcome::Killed => "killed",
+            HookOutcome::FencedByWatchdog => "fenced-by-watchdog",
+        }
+    }
+
     /// Whether the hook did its job.
     pub fn ok(self) -> bool {
         matches!(self, HookOutcome::Succeeded | HookOutcome::FencedByWatchdog)

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use crate::support::{spawn_agent_with_config, write_role_cluster_with_hooks};
+use crate::support::{spawn_agent_with_config, write_role_cluster_n};
 use hale_control::{check, HookEvent, HookKind};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -48,26 +48,11 @@ impl Cluster {
 
     /// `n` agents (the first three control-plane servers), instant hooks.
     pub(crate) fn start_n(n: usize) -> Cluster {
-        let dir = tempfile::tempdir().unwrap();
-        let nodes = crate::support::write_role_cluster_n(
-            dir.path(),
-            "failover",
-            n,
-            |_, _| None,
-            |_| String::new(),
-        )
-        .into_iter()
-        .map(|n| Node {
-            child: Some(spawn_agent_with_config(dir.path(), &n.name, &n.config)),
-            name: n.name,
-            http: n.http,
-        })
-        .collect();
-        Cluster { dir, nodes }
+        Cluster::start_full(n, |_, _| None, |_| String::new(), |_| {})
     }
 
     /// Three agents with hook scripts and role settings of the test's own
-    /// (see [`write_role_cluster_with_hooks`]).
+    /// (see [`write_role_cluster_n`]).
     pub(crate) fn start_with_hooks(
         hooks: impl Fn(usize, &Path) -> Option<(String, String)>,
         extra: impl Fn(usize) -> String,
@@ -82,8 +67,19 @@ impl Cluster {
         extra: impl Fn(usize) -> String,
         prepare: impl FnOnce(&Path),
     ) -> Cluster {
+        Cluster::start_full(3, hooks, extra, prepare)
+    }
+
+    /// `n` agents (the first three control-plane servers; see
+    /// [`write_role_cluster_n`]), `prepare(dir)` called before any starts.
+    fn start_full(
+        n: usize,
+        hooks: impl Fn(usize, &Path) -> Option<(String, String)>,
+        extra: impl Fn(usize) -> String,
+        prepare: impl FnOnce(&Path),
+    ) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
-        let written = write_role_cluster_with_hooks(dir.path(), "failover", hooks, extra);
+        let written = write_role_cluster_n(dir.path(), "failover", n, hooks, extra);
         prepare(dir.path());
         let nodes = written
             .into_iter()

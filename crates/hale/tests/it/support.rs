@@ -507,24 +507,14 @@ pub fn write_role_cluster(
     prefix: &str,
     extra: impl Fn(usize) -> String,
 ) -> Vec<RoleNode> {
-    write_role_cluster_with_hooks(dir, prefix, |_, _| None, extra)
+    write_role_cluster_n(dir, prefix, 3, |_, _| None, extra)
 }
 
-/// [`write_role_cluster`] with hook scripts of the test's own for some
-/// nodes: `hooks(i, log)` gives `(promote, demote)` shell scripts (run with
+/// [`write_role_cluster`] with `n` agents (the first three are the
+/// control-plane servers; the others use them, priority 5) and hook
+/// scripts of the test's own for some nodes: `hooks(i, log)` gives `(promote, demote)` shell scripts (run with
 /// `sh -c`), or `None` for the default instant hooks that append
 /// `<ns> <node> promote|demote <epoch> <reason>` to `log`.
-pub fn write_role_cluster_with_hooks(
-    dir: &Path,
-    prefix: &str,
-    hooks: impl Fn(usize, &Path) -> Option<(String, String)>,
-    extra: impl Fn(usize) -> String,
-) -> Vec<RoleNode> {
-    write_role_cluster_n(dir, prefix, 3, hooks, extra)
-}
-
-/// [`write_role_cluster_with_hooks`] with `n` agents: the first three are
-/// the control-plane servers; the others use them (priority 5).
 pub fn write_role_cluster_n(
     dir: &Path,
     prefix: &str,
