@@ -115,6 +115,24 @@ fn a_three_second_promote_hook_neither_flaps_the_role_nor_overlaps_a_handover() 
         (local_state(&c, 0)? == "promoting").then_some(())
     });
     assert_eq!(primary(0), Some(503), "primary while promoting");
+    // What the dashboard shows of the holder (its roles panel reads
+    // /v1/cluster/roles), and what `hale roles` prints, say so too.
+    let cluster: serde_json::Value =
+        serde_json::from_str(&http_status(c.nodes[1].http, "/v1/cluster/roles").unwrap().1)
+            .unwrap();
+    let db = cluster["roles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["role"] == "db")
+        .unwrap();
+    assert_eq!(db["holder_state"], "promoting", "{cluster}");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hale"))
+        .args(["--http", &c.nodes[0].http.to_string(), "roles"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("promoting"), "{text}");
     wait_for(Duration::from_secs(30), "n0 is holder", || {
         (local_state(&c, 0)? == "holder").then_some(())
     });
