@@ -229,7 +229,7 @@ async fn events_stream_live_over_server_sent_events() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(e.kind, "joined");
+    assert_eq!(e.event, hale_agent::AgentEvent::Joined);
     assert_eq!(e.member.as_deref(), Some("b"));
     // The same through HTTP.
     let r = reqwest::Client::new()

@@ -98,7 +98,7 @@ async fn a_drill_fault_needs_the_token_and_reverts_on_its_own_when_its_duration_
         .await
         .unwrap()
         .into_iter()
-        .map(|e| e.kind)
+        .map(|e| e.event.kind().to_owned())
         .collect();
     assert!(kinds.contains(&"drill-set".to_owned()), "{kinds:?}");
     assert!(kinds.contains(&"drill-restored".to_owned()), "{kinds:?}");

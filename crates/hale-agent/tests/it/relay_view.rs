@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use hale_agent::{Agent, EventView, FileConfig, Key, RelayView};
+use hale_agent::{Agent, AgentEvent, EventView, FileConfig, Key, RelayView};
 use hale_relay::fake::{FakeSentry, Mode};
 
 async fn get_json<T: serde::de::DeserializeOwned>(http: &reqwest::Client, url: String) -> T {
@@ -47,13 +47,16 @@ async fn relay_status_shows_upstreams_and_a_dead_host_opens_its_breaker_with_an_
     loop {
         let v: RelayView = get_json(&http, format!("{base}/v1/relay")).await;
         let events: Vec<EventView> = get_json(&http, format!("{base}/v1/events")).await;
-        let ev = events.iter().find(|e| e.kind == "breaker");
+        let ev = events.iter().find_map(|e| match &e.event {
+            AgentEvent::Breaker { role, from, to, .. } => Some((e, role, from, to)),
+            _ => None,
+        });
         if v.upstreams[0].breaker == "open" {
-            if let Some(e) = ev {
-                let d = e.detail.as_ref().unwrap();
-                assert_eq!(d["role"], "primary");
-                assert_eq!(d["from"], "closed");
-                assert_eq!(d["to"], "open");
+            if let Some((e, role, from, to)) = ev {
+                assert_eq!(
+                    (role.as_str(), from.as_str(), to.as_str()),
+                    ("primary", "closed", "open")
+                );
                 assert_eq!(e.member.as_deref(), Some("sentry-host"));
                 break;
             }
