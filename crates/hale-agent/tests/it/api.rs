@@ -153,7 +153,7 @@ async fn the_api_serves_members_health_events_metrics_and_openapi() {
         .json()
         .await
         .unwrap();
-    assert_eq!(spec["openapi"], "3.0.3");
+    assert_eq!(spec["openapi"], "3.1.0");
     a.shutdown().await;
 }
 
