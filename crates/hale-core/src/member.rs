@@ -60,6 +60,8 @@ pub struct Member<I> {
     /// The incarnation was raised by a packet header, so the metadata of
     /// that incarnation has not been seen yet.
     pub(crate) meta_pending: bool,
+    /// Its clock as seen in its packets (replay protection).
+    pub(crate) fresh: crate::freshness::Freshness,
 }
 
 impl<I> Member<I> {

@@ -148,6 +148,7 @@ impl<I: Identity> Node<I> {
                         ring,
                         in_walk: false,
                         meta_pending: meta.is_none(),
+                        fresh: Default::default(),
                     },
                 );
                 self.set_state(now, member, MemberState::Alive);

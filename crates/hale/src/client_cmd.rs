@@ -22,7 +22,13 @@ pub struct ApiArgs {
     )]
     pub http: String,
     /// API token for mutating endpoints (the agent's `agent.api_token`).
-    #[arg(long, global = true, env = "HALE_API_TOKEN", hide_env_values = true)]
+    #[arg(
+        long = "api-token",
+        alias = "token",
+        global = true,
+        env = "HALE_API_TOKEN",
+        hide_env_values = true
+    )]
     pub token: Option<String>,
 }
 

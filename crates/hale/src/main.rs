@@ -128,7 +128,14 @@ mod tests {
         assert!(Cli::try_parse_from(["hale", "agent", "--http", "127.0.0.1:1"]).is_err());
         assert!(Cli::try_parse_from(["hale", "sim", "s.toml", "--token", "t"]).is_err());
         assert!(Cli::try_parse_from(["hale", "demo", "--http", "127.0.0.1:1"]).is_err());
-        let cli = Cli::parse_from(["hale", "members", "--http", "127.0.0.1:1", "--token", "t"]);
+        let cli = Cli::parse_from([
+            "hale",
+            "members",
+            "--http",
+            "127.0.0.1:1",
+            "--api-token",
+            "t",
+        ]);
         let Command::Members(a) = cli.command else {
             panic!("not the members command");
         };
