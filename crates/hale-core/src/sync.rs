@@ -40,7 +40,11 @@ impl<I: Identity> Node<I> {
         self.next_push_pull = now + Duration::from_nanos(self.rng.random_range(0..interval.max(1)));
     }
 
-    /// Every member known here, this node first, as sent in a full-state sync.
+    /// Every member known here, this node first, then the others in
+    /// identity order, as sent in a full-state sync. (The order is the
+    /// identities', not the member table's, so that how the table is laid
+    /// out never changes what goes on the wire, or in what order a receiver
+    /// merges it.)
     pub fn state_records(&self) -> Vec<MemberRecord<I>> {
         let mut out = Vec::with_capacity(self.members.len() + 1);
         out.push(MemberRecord {
@@ -61,6 +65,7 @@ impl<I: Identity> Node<I> {
                 meta: m.meta.to_vec(),
             });
         }
+        out[1..].sort_unstable_by(|a, b| a.id.cmp(&b.id));
         out
     }
 
