@@ -382,7 +382,7 @@ impl Driver {
                 let ev = (m.state() == hale_core::MemberState::Dead)
                     .then(|| self.evidence.get(m.id().name()).cloned())
                     .flatten();
-                member_view(m, now, ev)
+                member_view(&m, now, ev)
             })
             .collect();
         others.sort_by(|a, b| a.name.cmp(&b.name));

@@ -39,6 +39,7 @@ mod probe;
 mod state;
 pub mod stats;
 mod sync;
+mod table;
 pub mod time;
 pub mod wire;
 

@@ -15,6 +15,7 @@ use crate::member::{Member, MemberState};
 use crate::probe::{Probe, Relay};
 use crate::state::{AccuserWindow, Suspicion};
 use crate::stats::{DropReason, Stats};
+use crate::table::Table;
 use crate::time::Time;
 use crate::wire::{
     cluster_id, fnv1a, Channel, DecodeError, Header, Message, Packet, MAX_DATAGRAM, MAX_META,
@@ -99,7 +100,7 @@ pub struct Node<I: Identity> {
     pub(crate) meta: Box<[u8]>,
     pub(crate) left: bool,
     pub(crate) rng: Xoshiro256PlusPlus,
-    pub(crate) members: FxMap<I, Member<I>>,
+    pub(crate) members: Table<I>,
     /// Alive or suspect members, not counting this node.
     pub(crate) live: usize,
     /// Suspected members.
@@ -149,6 +150,10 @@ pub struct Node<I: Identity> {
     pub(crate) scratch: Vec<u8>,
     /// No events while loading a snapshot.
     pub(crate) quiet: bool,
+    /// Monitors are recomputed once at the end of a snapshot load, not per
+    /// record: set while loading, and when a change was deferred.
+    pub(crate) defer_monitors: bool,
+    pub(crate) monitors_dirty: bool,
 }
 
 impl<I: Identity> Node<I> {
@@ -170,7 +175,7 @@ impl<I: Identity> Node<I> {
             meta: cfg.meta.clone().into_boxed_slice(),
             left: false,
             rng,
-            members: FxMap::default(),
+            members: Table::new(),
             live: 0,
             suspects: 0,
             walk: Vec::new(),
@@ -207,6 +212,8 @@ impl<I: Identity> Node<I> {
             last_now: now,
             scratch,
             quiet: false,
+            defer_monitors: false,
+            monitors_dirty: false,
             me,
             cfg,
         })
@@ -243,14 +250,15 @@ impl<I: Identity> Node<I> {
         &self.stats
     }
 
-    /// Every member this node knows of, this node excluded, in no particular order.
-    pub fn members(&self) -> impl Iterator<Item = &Member<I>> {
-        self.members.values()
+    /// Every member this node knows of, this node excluded, in no
+    /// particular order: copies, made as the iterator advances.
+    pub fn members(&self) -> impl Iterator<Item = Member<I>> + '_ {
+        self.members.views()
     }
 
-    /// One member, if known.
-    pub fn member(&self, id: &I) -> Option<&Member<I>> {
-        self.members.get(id)
+    /// One member, if known: a copy.
+    pub fn member(&self, id: &I) -> Option<Member<I>> {
+        self.members.view(id)
     }
 
     /// Alive or suspected members, this node excluded.
@@ -277,7 +285,7 @@ impl<I: Identity> Node<I> {
     /// spares a probe. Unknown peers are ignored.
     pub fn note_traffic(&mut self, now: Time, peer: &I) {
         self.last_now = self.last_now.max(now);
-        if self.members.contains_key(peer) {
+        if self.members.contains(peer) {
             self.heard_from_someone(now);
         }
         if let Some(m) = self.members.get_mut(peer) {
@@ -719,7 +727,7 @@ impl<I: Identity> Node<I> {
         let c = &self.tombstones[self.rng.random_range(0..self.tombstones.len())];
         let m = self.members.get(c)?;
         (m.state == MemberState::Dead
-            && now.saturating_since(m.state_since) < self.cfg.gossip_to_dead)
+            && now.saturating_since(self.members.since(c)) < self.cfg.gossip_to_dead)
             .then(|| c.clone())
     }
 

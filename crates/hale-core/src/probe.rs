@@ -9,7 +9,8 @@ use rand::Rng;
 use crate::event::{Event, ProbeVisit};
 use crate::identity::Identity;
 use crate::member::MemberState;
-use crate::node::Node;
+use crate::node::{ring_position, Node};
+use crate::table::IN_WALK;
 use crate::time::Time;
 use crate::wire::{Channel, Message};
 
@@ -137,11 +138,13 @@ impl<I: Identity> Node<I> {
 
     fn rebuild_walk(&mut self) {
         self.walk.clear();
-        for m in self.members.values_mut() {
-            m.in_walk = m.state.is_live();
-            if m.in_walk {
-                self.walk.push(m.id.clone());
+        for (id, m) in self.members.iter() {
+            if m.state.is_live() {
+                self.walk.push(id.into_owned());
             }
+        }
+        for m in self.members.recs_mut() {
+            m.set(IN_WALK, m.state.is_live());
         }
         // The map's order is deterministic but not meaningful: sort, then shuffle.
         self.walk.sort_unstable();
@@ -155,10 +158,10 @@ impl<I: Identity> Node<I> {
         let Some(m) = self.members.get_mut(id) else {
             return;
         };
-        if m.in_walk {
+        if m.has(IN_WALK) {
             return;
         }
-        m.in_walk = true;
+        m.set(IN_WALK, true);
         let pos = self.rng.random_range(self.walk_pos..=self.walk.len());
         self.walk.push(id.clone());
         let last = self.walk.len() - 1;
@@ -170,9 +173,15 @@ impl<I: Identity> Node<I> {
         let Some(m) = self.members.get(id) else {
             return;
         };
-        let dist = self.my_ring.wrapping_sub(m.ring);
+        if self.defer_monitors {
+            self.monitors_dirty = true;
+            return;
+        }
         let relevant = if m.state.is_live() {
-            self.monitored.len() < self.cfg.monitors || dist < self.monitor_horizon
+            self.monitored.len() < self.cfg.monitors || {
+                let ring = ring_position(self.cluster, id, &mut self.scratch);
+                self.my_ring.wrapping_sub(ring) < self.monitor_horizon
+            }
         } else {
             self.monitored.contains(id)
         };
@@ -182,17 +191,19 @@ impl<I: Identity> Node<I> {
     }
 
     /// The `monitors` live members closest before this node on the ring.
-    fn recompute_monitors(&mut self) {
+    pub(crate) fn recompute_monitors(&mut self) {
+        self.monitors_dirty = false;
         let k = self.cfg.monitors;
         let mut best: Vec<(u64, I)> = Vec::with_capacity(k + 1);
-        for m in self.members.values() {
+        for (id, m) in self.members.iter() {
             if !m.state.is_live() {
                 continue;
             }
-            let d = self.my_ring.wrapping_sub(m.ring);
+            let ring = ring_position(self.cluster, &*id, &mut self.scratch);
+            let d = self.my_ring.wrapping_sub(ring);
             if best.len() < k || best.last().is_some_and(|(bd, _)| d < *bd) {
                 let pos = best.partition_point(|(bd, _)| *bd <= d);
-                best.insert(pos, (d, m.id.clone()));
+                best.insert(pos, (d, id.into_owned()));
                 best.truncate(k);
             }
         }

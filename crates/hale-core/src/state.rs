@@ -21,8 +21,9 @@ use std::time::Duration;
 use crate::broadcast::Class;
 use crate::event::{DeathEvidence, Event};
 use crate::identity::Identity;
-use crate::member::{Member, MemberState};
-use crate::node::{ring_position, Node};
+use crate::member::MemberState;
+use crate::node::Node;
+use crate::table::{Rec, META_PENDING};
 use crate::time::Time;
 use crate::wire::{Channel, Message};
 
@@ -64,7 +65,7 @@ impl<I: Identity> Node<I> {
         let was_live = m.state.is_live();
         let was_suspect = m.state == MemberState::Suspect;
         m.state = state;
-        m.state_since = now;
+        self.members.set_since(id, now);
         let is_suspect = state == MemberState::Suspect;
         if was_suspect != is_suspect {
             if is_suspect {
@@ -134,22 +135,10 @@ impl<I: Identity> Node<I> {
         let known = self.members.get(member).map(|m| (m.state, m.incarnation));
         match known {
             None => {
-                let ring = ring_position(self.cluster, member, &mut self.scratch);
-                self.members.insert(
-                    member.clone(),
-                    Member {
-                        id: member.clone(),
-                        incarnation,
-                        state: MemberState::Dead,
-                        health: 0,
-                        meta: meta.clone().unwrap_or_default().into_boxed_slice(),
-                        last_heard: Time::ZERO,
-                        state_since: now,
-                        ring,
-                        in_walk: false,
-                        meta_pending: meta.is_none(),
-                    },
-                );
+                let mut rec = Rec::new(incarnation, MemberState::Dead);
+                rec.set(META_PENDING, meta.is_none());
+                let meta = meta.unwrap_or_default().into_boxed_slice();
+                self.members.insert(member, rec, meta, now);
                 self.set_state(now, member, MemberState::Alive);
                 self.push_event(Event::Joined {
                     member: member.clone(),
@@ -157,14 +146,19 @@ impl<I: Identity> Node<I> {
                 });
             }
             Some((_, inc))
-                if incarnation == inc && meta.is_some() && self.members[member].meta_pending =>
+                if incarnation == inc
+                    && meta.is_some()
+                    && self
+                        .members
+                        .get(member)
+                        .is_some_and(|m| m.has(META_PENDING)) =>
             {
                 // The header told us of this incarnation; here is its metadata.
                 let m = self.members.get_mut(member).expect("known member");
-                m.meta_pending = false;
+                m.set(META_PENDING, false);
                 let new = meta.unwrap_or_default();
-                if *new != *m.meta {
-                    m.meta = new.into_boxed_slice();
+                if *new != *self.members.meta(member) {
+                    self.members.set_meta(member, new.into_boxed_slice());
                     self.push_event(Event::MetadataUpdated {
                         member: member.clone(),
                         incarnation,
@@ -174,10 +168,12 @@ impl<I: Identity> Node<I> {
             Some((state, inc)) if incarnation > inc => {
                 let m = self.members.get_mut(member).expect("known member");
                 m.incarnation = incarnation;
-                m.meta_pending = meta.is_none();
-                let meta_changed = meta.as_ref().is_some_and(|new| **new != *m.meta);
+                m.set(META_PENDING, meta.is_none());
+                let meta_changed = meta
+                    .as_ref()
+                    .is_some_and(|new| **new != *self.members.meta(member));
                 if let Some(new) = meta {
-                    m.meta = new.into_boxed_slice();
+                    self.members.set_meta(member, new.into_boxed_slice());
                 }
                 self.set_state(now, member, MemberState::Alive);
                 match state {
@@ -202,11 +198,10 @@ impl<I: Identity> Node<I> {
             Some(_) => return,
         }
         if spread {
-            let m = &self.members[member];
             let msg = Message::Alive {
                 member: member.clone(),
                 incarnation,
-                meta: m.meta.to_vec(),
+                meta: self.members.meta(member).to_vec(),
             };
             self.broadcast(now, Class::Alive, (member.clone(), None), msg);
         }
@@ -419,9 +414,9 @@ impl<I: Identity> Node<I> {
             return true;
         }
         let window = self.cfg.suspicion_max;
-        !self.members.values().any(|m| {
+        !self.members.iter().any(|(id, m)| {
             m.state == MemberState::Alive
-                && m.id != *target
+                && *id != *target
                 && m.last_heard > Time::ZERO
                 && now.saturating_since(m.last_heard) < window
         })
@@ -597,7 +592,7 @@ impl<I: Identity> Node<I> {
     fn declare_dead(&mut self, now: Time, id: &I) {
         let evidence = self.evidence(now, id, self.me.clone());
         let accusers = evidence.confirmations.min(255) as u8;
-        let inc = self.members[id].incarnation;
+        let inc = self.members.get(id).expect("known member").incarnation;
         self.stats.deaths_declared += 1;
         self.set_state(now, id, MemberState::Dead);
         self.push_event(Event::Dead {
@@ -738,7 +733,7 @@ impl<I: Identity> Node<I> {
         tombs.dedup();
         tombs.retain(|id| match self.members.get(id) {
             Some(m) if !m.state.is_live() => {
-                if now.saturating_since(m.state_since) >= ttl {
+                if now.saturating_since(self.members.since(id)) >= ttl {
                     self.members.remove(id);
                     false
                 } else {

@@ -1,0 +1,418 @@
+//! The member table: what a node knows about each member, in 16 bytes a
+//! member.
+//!
+//! A node of a 10,000-member cluster keeps 10,000 records, and a simulator
+//! running 10,000 such nodes keeps 10^8: at the 100-odd bytes of a hash map
+//! entry keyed by identity that was 11 GB. So the table is laid out for size:
+//!
+//! * **Slots, not keys.** Identities that offer a small dense index
+//!   ([`Identity::dense_index`], such as the simulator's numbered nodes) are
+//!   stored at that index in a plain vector, with no key and no hashing; any
+//!   other identity (the agent's name and address) is looked up once in a
+//!   hash map that gives its slot in a second vector.
+//! * **Compact records.** A [`Rec`] holds only what changes with every
+//!   packet or is read on every probe: when the member was last heard from,
+//!   its incarnation, state, advertised health and two flags.
+//! * **Rare fields aside.** Metadata is stored only when non-empty, and the
+//!   time a member entered its state only when it is not [`Time::ZERO`]
+//!   (a member loaded from a snapshot at time zero that never changed state
+//!   has none). The monitoring ring position is a hash of the identity,
+//!   recomputed when needed (`ring_position`): monitors change rarely.
+//!
+//! Iteration visits dense slots in index order, then the others in slot
+//! order; callers that need an order independent of history sort.
+
+use std::borrow::Cow;
+
+use crate::identity::Identity;
+use crate::member::MemberState;
+use crate::node::FxMap;
+use crate::time::Time;
+
+/// Dense indices at or above this are stored like any other identity, so
+/// that a forged index cannot make a node allocate a huge vector (at most
+/// 16 MB of records).
+pub(crate) const DENSE_LIMIT: u32 = 1 << 20;
+
+/// The member is in the current round of the probe walk.
+pub(crate) const IN_WALK: u8 = 1;
+/// The incarnation was raised by a packet header, so the metadata of that
+/// incarnation has not been seen yet.
+pub(crate) const META_PENDING: u8 = 2;
+
+/// One member's record (16 bytes).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Rec {
+    /// When this node last heard from it (any packet, or application traffic).
+    pub(crate) last_heard: Time,
+    /// Its incarnation.
+    pub(crate) incarnation: u32,
+    /// Its state.
+    pub(crate) state: MemberState,
+    /// Last local health score it advertised in a packet header.
+    pub(crate) health: u8,
+    /// [`IN_WALK`], [`META_PENDING`].
+    pub(crate) flags: u8,
+}
+
+impl Rec {
+    /// A record for a member just learned of.
+    pub(crate) fn new(incarnation: u32, state: MemberState) -> Rec {
+        Rec {
+            last_heard: Time::ZERO,
+            incarnation,
+            state,
+            health: 0,
+            flags: 0,
+        }
+    }
+
+    /// Whether `flag` is set.
+    pub(crate) fn has(&self, flag: u8) -> bool {
+        self.flags & flag != 0
+    }
+
+    /// Sets or clears `flag`.
+    pub(crate) fn set(&mut self, flag: u8, on: bool) {
+        if on {
+            self.flags |= flag;
+        } else {
+            self.flags &= !flag;
+        }
+    }
+}
+
+/// A slot: a dense index below [`DENSE_LIMIT`], or `DENSE_LIMIT + k` for the
+/// `k`-th entry of the keyed part.
+type Slot = u32;
+
+/// Every member a node knows of, this node excluded.
+#[derive(Debug)]
+pub(crate) struct Table<I> {
+    dense: Vec<Option<Rec>>,
+    keyed: Vec<Option<(I, Rec)>>,
+    index: FxMap<I, Slot>,
+    free: Vec<Slot>,
+    since: FxMap<Slot, Time>,
+    meta: FxMap<Slot, Box<[u8]>>,
+    len: usize,
+}
+
+impl<I: Identity> Table<I> {
+    pub(crate) fn new() -> Self {
+        Table {
+            dense: Vec::new(),
+            keyed: Vec::new(),
+            index: FxMap::default(),
+            free: Vec::new(),
+            since: FxMap::default(),
+            meta: FxMap::default(),
+            len: 0,
+        }
+    }
+
+    /// Members known.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Makes room for `n` more members without reallocating as they arrive.
+    pub(crate) fn reserve(&mut self, n: usize) {
+        if I::from_dense_index(0).is_some() {
+            self.dense.reserve(n);
+        } else {
+            self.keyed.reserve(n);
+            self.index.reserve(n);
+        }
+    }
+
+    fn slot(&self, id: &I) -> Option<Slot> {
+        match id.dense_index() {
+            Some(d) if d < DENSE_LIMIT => self
+                .dense
+                .get(d as usize)
+                .is_some_and(Option::is_some)
+                .then_some(d),
+            _ => self.index.get(id).copied(),
+        }
+    }
+
+    fn rec(&self, slot: Slot) -> Option<&Rec> {
+        if slot < DENSE_LIMIT {
+            self.dense.get(slot as usize)?.as_ref()
+        } else {
+            self.keyed
+                .get((slot - DENSE_LIMIT) as usize)?
+                .as_ref()
+                .map(|(_, r)| r)
+        }
+    }
+
+    /// The record of `id`, if known.
+    pub(crate) fn get(&self, id: &I) -> Option<&Rec> {
+        match id.dense_index() {
+            Some(d) if d < DENSE_LIMIT => self.dense.get(d as usize)?.as_ref(),
+            _ => self.rec(*self.index.get(id)?),
+        }
+    }
+
+    /// The record of `id`, if known, to change.
+    pub(crate) fn get_mut(&mut self, id: &I) -> Option<&mut Rec> {
+        match id.dense_index() {
+            Some(d) if d < DENSE_LIMIT => self.dense.get_mut(d as usize)?.as_mut(),
+            _ => {
+                let slot = *self.index.get(id)?;
+                self.keyed
+                    .get_mut((slot - DENSE_LIMIT) as usize)?
+                    .as_mut()
+                    .map(|(_, r)| r)
+            }
+        }
+    }
+
+    /// Whether `id` is known.
+    pub(crate) fn contains(&self, id: &I) -> bool {
+        self.get(id).is_some()
+    }
+
+    /// Adds `id`, which must not be known yet, with its metadata and the
+    /// time it entered its state.
+    pub(crate) fn insert(&mut self, id: &I, rec: Rec, meta: Box<[u8]>, since: Time) {
+        debug_assert!(!self.contains(id), "member inserted twice");
+        let slot = match id.dense_index() {
+            Some(d) if d < DENSE_LIMIT => {
+                let i = d as usize;
+                if self.dense.len() <= i {
+                    self.dense.resize(i + 1, None);
+                }
+                self.dense[i] = Some(rec);
+                d
+            }
+            _ => {
+                let slot = match self.free.pop() {
+                    Some(s) => {
+                        self.keyed[(s - DENSE_LIMIT) as usize] = Some((id.clone(), rec));
+                        s
+                    }
+                    None => {
+                        self.keyed.push(Some((id.clone(), rec)));
+                        DENSE_LIMIT + (self.keyed.len() - 1) as Slot
+                    }
+                };
+                self.index.insert(id.clone(), slot);
+                slot
+            }
+        };
+        self.len += 1;
+        self.put_meta(slot, meta);
+        self.put_since(slot, since);
+    }
+
+    /// Forgets `id`.
+    pub(crate) fn remove(&mut self, id: &I) {
+        let Some(slot) = self.slot(id) else {
+            return;
+        };
+        if slot < DENSE_LIMIT {
+            self.dense[slot as usize] = None;
+        } else {
+            self.index.remove(id);
+            self.keyed[(slot - DENSE_LIMIT) as usize] = None;
+            self.free.push(slot);
+        }
+        self.meta.remove(&slot);
+        self.since.remove(&slot);
+        self.len -= 1;
+    }
+
+    /// The metadata of `id` (empty if unknown).
+    pub(crate) fn meta(&self, id: &I) -> &[u8] {
+        self.slot(id)
+            .and_then(|s| self.meta.get(&s))
+            .map_or(&[], |m| &**m)
+    }
+
+    /// Replaces the metadata of a known `id`.
+    pub(crate) fn set_meta(&mut self, id: &I, meta: Box<[u8]>) {
+        if let Some(slot) = self.slot(id) {
+            self.put_meta(slot, meta);
+        }
+    }
+
+    fn put_meta(&mut self, slot: Slot, meta: Box<[u8]>) {
+        if meta.is_empty() {
+            self.meta.remove(&slot);
+        } else {
+            self.meta.insert(slot, meta);
+        }
+    }
+
+    /// When `id` entered its current state.
+    pub(crate) fn since(&self, id: &I) -> Time {
+        self.slot(id).map_or(Time::ZERO, |s| self.since_of(s))
+    }
+
+    fn since_of(&self, slot: Slot) -> Time {
+        self.since.get(&slot).copied().unwrap_or(Time::ZERO)
+    }
+
+    /// Records when a known `id` entered its current state.
+    pub(crate) fn set_since(&mut self, id: &I, t: Time) {
+        if let Some(slot) = self.slot(id) {
+            self.put_since(slot, t);
+        }
+    }
+
+    fn put_since(&mut self, slot: Slot, t: Time) {
+        if t == Time::ZERO {
+            self.since.remove(&slot);
+        } else {
+            self.since.insert(slot, t);
+        }
+    }
+
+    /// Every member: its slot, identity and record.
+    fn entries(&self) -> impl Iterator<Item = (Slot, Cow<'_, I>, &Rec)> {
+        let dense = self.dense.iter().enumerate().filter_map(|(i, r)| {
+            let r = r.as_ref()?;
+            let i = i as Slot;
+            let id = I::from_dense_index(i).expect("a dense index names an identity");
+            Some((i, Cow::Owned(id), r))
+        });
+        let keyed = self.keyed.iter().enumerate().filter_map(|(k, e)| {
+            let (id, r) = e.as_ref()?;
+            Some((DENSE_LIMIT + k as Slot, Cow::Borrowed(id), r))
+        });
+        dense.chain(keyed)
+    }
+
+    /// Every member: its identity and record.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (Cow<'_, I>, &Rec)> {
+        self.entries().map(|(_, id, r)| (id, r))
+    }
+
+    /// Every member: its identity, record and metadata.
+    pub(crate) fn iter_meta(&self) -> impl Iterator<Item = (Cow<'_, I>, &Rec, &[u8])> {
+        self.entries().map(|(slot, id, r)| {
+            let meta = self.meta.get(&slot).map_or(&[] as &[u8], |m| &**m);
+            (id, r, meta)
+        })
+    }
+
+    /// Every record, to change (identities not needed).
+    pub(crate) fn recs_mut(&mut self) -> impl Iterator<Item = &mut Rec> {
+        let dense = self.dense.iter_mut().filter_map(Option::as_mut);
+        let keyed = self
+            .keyed
+            .iter_mut()
+            .filter_map(|e| e.as_mut().map(|(_, r)| r));
+        dense.chain(keyed)
+    }
+
+    /// Every record.
+    pub(crate) fn recs(&self) -> impl Iterator<Item = &Rec> {
+        let dense = self.dense.iter().filter_map(Option::as_ref);
+        let keyed = self.keyed.iter().filter_map(|e| e.as_ref().map(|(_, r)| r));
+        dense.chain(keyed)
+    }
+
+    /// The public view of `id`, if known.
+    pub(crate) fn view(&self, id: &I) -> Option<crate::member::Member<I>> {
+        let slot = self.slot(id)?;
+        let r = self.rec(slot)?;
+        Some(self.view_of(id.clone(), slot, r))
+    }
+
+    /// The public view of every member.
+    pub(crate) fn views(&self) -> impl Iterator<Item = crate::member::Member<I>> + '_ {
+        self.entries()
+            .map(|(slot, id, r)| self.view_of(id.into_owned(), slot, r))
+    }
+
+    fn view_of(&self, id: I, slot: Slot, r: &Rec) -> crate::member::Member<I> {
+        crate::member::Member {
+            id,
+            incarnation: r.incarnation,
+            state: r.state,
+            health: r.health,
+            meta: self.meta.get(&slot).cloned().unwrap_or_default(),
+            last_heard: r.last_heard,
+            state_since: self.since_of(slot),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{DecodeError, Reader};
+
+    #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+    struct Num(u32);
+
+    impl Identity for Num {
+        fn encode(&self, out: &mut Vec<u8>) {
+            out.extend_from_slice(&self.0.to_le_bytes());
+        }
+        fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+            Ok(Num(u32::from_le_bytes(r.array()?)))
+        }
+        fn encoded_len(&self) -> usize {
+            4
+        }
+        fn dense_index(&self) -> Option<u32> {
+            Some(self.0)
+        }
+        fn from_dense_index(index: u32) -> Option<Self> {
+            Some(Num(index))
+        }
+    }
+
+    #[test]
+    fn a_record_takes_sixteen_bytes() {
+        assert_eq!(std::mem::size_of::<Option<Rec>>(), 16);
+    }
+
+    #[test]
+    fn dense_and_keyed_members_are_stored_found_and_forgotten() {
+        let mut t: Table<Num> = Table::new();
+        let far = Num(DENSE_LIMIT + 7);
+        for id in [Num(3), far.clone(), Num(0)] {
+            t.insert(
+                &id,
+                Rec::new(id.0 % 5, MemberState::Alive),
+                Box::new([]),
+                Time::ZERO,
+            );
+        }
+        assert_eq!(t.len(), 3);
+        assert_eq!(
+            t.get(&far).map(|r| r.incarnation),
+            Some((DENSE_LIMIT + 7) % 5)
+        );
+        assert!(t.get(&Num(1)).is_none());
+        t.set_meta(&far, Box::new([1, 2]));
+        t.set_since(&Num(3), Time::from_secs(4));
+        assert_eq!(t.meta(&far), &[1, 2]);
+        assert_eq!(t.since(&Num(3)), Time::from_secs(4));
+        assert_eq!(t.since(&Num(0)), Time::ZERO);
+        let order: Vec<u32> = t.iter().map(|(id, _)| id.0).collect();
+        assert_eq!(order, vec![0, 3, DENSE_LIMIT + 7]);
+        t.remove(&far);
+        t.remove(&Num(3));
+        assert_eq!(t.len(), 1);
+        assert!(t.get(&far).is_none());
+        assert_eq!(t.meta(&far), &[] as &[u8]);
+        // A slot freed by one member is not confused with another's.
+        let other = Num(DENSE_LIMIT + 9);
+        t.insert(
+            &other,
+            Rec::new(1, MemberState::Dead),
+            Box::new([]),
+            Time::ZERO,
+        );
+        assert!(t.get(&far).is_none());
+        assert_eq!(t.view(&other).map(|m| m.state), Some(MemberState::Dead));
+        assert_eq!(t.since(&Num(3)), Time::ZERO);
+    }
+}
