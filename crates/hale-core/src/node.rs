@@ -289,8 +289,8 @@ impl<I: Identity> Node<I> {
             self.heard_from_someone(now);
         }
         if let Some(m) = self.members.get_mut(peer) {
-            if m.state.is_live() {
-                m.last_heard = now;
+            if m.state().is_live() {
+                self.members.set_heard(peer, now);
                 self.withdraw_accusation(peer, now);
             }
         }
@@ -441,9 +441,9 @@ impl<I: Identity> Node<I> {
         let Some(m) = self.members.get_mut(&h.sender) else {
             return;
         };
-        m.last_heard = now;
-        m.health = h.health;
-        let (state, inc) = (m.state, m.incarnation);
+        m.set_health(h.health);
+        let (state, inc) = (m.state(), m.incarnation);
+        self.members.set_heard(&h.sender, now);
         match state {
             _ if h.incarnation > inc => {
                 // The sender's own word that it is alive at this incarnation. Not
@@ -710,7 +710,7 @@ impl<I: Identity> Node<I> {
                 break;
             }
             let c = &self.walk[self.rng.random_range(0..self.walk.len())];
-            let ok = self.members.get(c).is_some_and(|m| wanted(m.state))
+            let ok = self.members.get(c).is_some_and(|m| wanted(m.state()))
                 && Some(c) != except
                 && !out.contains(c);
             if ok {
@@ -726,7 +726,7 @@ impl<I: Identity> Node<I> {
         }
         let c = &self.tombstones[self.rng.random_range(0..self.tombstones.len())];
         let m = self.members.get(c)?;
-        (m.state == MemberState::Dead
+        (m.state() == MemberState::Dead
             && now.saturating_since(self.members.since(c)) < self.cfg.gossip_to_dead)
             .then(|| c.clone())
     }

@@ -86,7 +86,10 @@ impl<I: Identity> Node<I> {
         }
         for i in 0..self.monitored.len() {
             let target = self.monitored[i].clone();
-            let live = self.members.get(&target).is_some_and(|m| m.state.is_live());
+            let live = self
+                .members
+                .get(&target)
+                .is_some_and(|m| m.state().is_live());
             if live
                 && !self.is_fresh(&target, now, self.cfg.probe_interval / 2)
                 && !self.probes.iter().any(|p| p.target == target)
@@ -103,10 +106,10 @@ impl<I: Identity> Node<I> {
     fn is_fresh(&self, id: &I, now: Time, window: std::time::Duration) -> bool {
         self.cfg.skip_fresh
             && self.members.get(id).is_some_and(|m| {
-                m.state == MemberState::Alive
-                    && m.health < self.cfg.health_discount
-                    && m.last_heard > Time::ZERO
-                    && now.saturating_since(m.last_heard) < window
+                m.state() == MemberState::Alive
+                    && m.health() < self.cfg.health_discount
+                    && self.members.heard(m) > Time::ZERO
+                    && now.saturating_since(self.members.heard(m)) < window
             })
     }
 
@@ -129,7 +132,7 @@ impl<I: Identity> Node<I> {
             let idx = self.walk_pos;
             self.walk_pos += 1;
             let c = &self.walk[idx];
-            if self.members.get(c).is_some_and(|m| m.state.is_live()) {
+            if self.members.get(c).is_some_and(|m| m.state().is_live()) {
                 return Some(c.clone());
             }
         }
@@ -139,12 +142,12 @@ impl<I: Identity> Node<I> {
     fn rebuild_walk(&mut self) {
         self.walk.clear();
         for (id, m) in self.members.iter() {
-            if m.state.is_live() {
+            if m.state().is_live() {
                 self.walk.push(id.into_owned());
             }
         }
         for m in self.members.recs_mut() {
-            m.set(IN_WALK, m.state.is_live());
+            m.set(IN_WALK, m.state().is_live());
         }
         // The map's order is deterministic but not meaningful: sort, then shuffle.
         self.walk.sort_unstable();
@@ -177,7 +180,7 @@ impl<I: Identity> Node<I> {
             self.monitors_dirty = true;
             return;
         }
-        let relevant = if m.state.is_live() {
+        let relevant = if m.state().is_live() {
             self.monitored.len() < self.cfg.monitors || {
                 let ring = ring_position(self.cluster, id, &mut self.scratch);
                 self.my_ring.wrapping_sub(ring) < self.monitor_horizon
@@ -196,7 +199,7 @@ impl<I: Identity> Node<I> {
         let k = self.cfg.monitors;
         let mut best: Vec<(u64, I)> = Vec::with_capacity(k + 1);
         for (id, m) in self.members.iter() {
-            if !m.state.is_live() {
+            if !m.state().is_live() {
                 continue;
             }
             let ring = ring_position(self.cluster, &*id, &mut self.scratch);
@@ -219,7 +222,7 @@ impl<I: Identity> Node<I> {
         let Some(m) = self.members.get(target) else {
             return;
         };
-        let suspected = (m.state == MemberState::Suspect).then_some(m.incarnation);
+        let suspected = (m.state() == MemberState::Suspect).then_some(m.incarnation);
         let target_inc = m.incarnation;
         let seq = self.next_seq();
         self.stats.probes += 1;
@@ -289,7 +292,7 @@ impl<I: Identity> Node<I> {
         let suspected = self
             .members
             .get(&target)
-            .and_then(|m| (m.state == MemberState::Suspect).then_some(m.incarnation));
+            .and_then(|m| (m.state() == MemberState::Suspect).then_some(m.incarnation));
         // Relays are unsuspected members only: a suspect relay (another
         // failed node, when two fail together) would not nack, and Lifeguard
         // would wrongly read the missing nack as our own poor health, which
@@ -333,7 +336,7 @@ impl<I: Identity> Node<I> {
         let Some(m) = self.members.get(&p.target) else {
             return;
         };
-        if m.state.is_live() && m.incarnation == p.target_inc {
+        if m.state().is_live() && m.incarnation == p.target_inc {
             let (target, inc, health) = (p.target.clone(), m.incarnation, self.health);
             let me = self.me.clone();
             self.apply_suspect(now, &target, inc, &me, health);
@@ -349,8 +352,9 @@ impl<I: Identity> Node<I> {
                 self.stats.fallback_acks += 1;
             }
             self.bump_health(-1);
-            if let Some(m) = self.members.get_mut(&p.target) {
-                m.last_heard = m.last_heard.max(now);
+            if let Some(m) = self.members.get(&p.target) {
+                let heard = self.members.heard(m).max(now);
+                self.members.set_heard(&p.target, heard);
             }
             self.withdraw_accusation(&p.target, now);
         } else if let Some(i) = self.relays.iter().position(|r| r.seq == seq) {

@@ -62,9 +62,9 @@ impl<I: Identity> Node<I> {
         let Some(m) = self.members.get_mut(id) else {
             return;
         };
-        let was_live = m.state.is_live();
-        let was_suspect = m.state == MemberState::Suspect;
-        m.state = state;
+        let was_live = m.state().is_live();
+        let was_suspect = m.state() == MemberState::Suspect;
+        m.set_state(state);
         self.members.set_since(id, now);
         let is_suspect = state == MemberState::Suspect;
         if was_suspect != is_suspect {
@@ -132,7 +132,7 @@ impl<I: Identity> Node<I> {
             }
             return;
         }
-        let known = self.members.get(member).map(|m| (m.state, m.incarnation));
+        let known = self.members.get(member).map(|m| (m.state(), m.incarnation));
         match known {
             None => {
                 let mut rec = Rec::new(incarnation, MemberState::Dead);
@@ -251,13 +251,13 @@ impl<I: Identity> Node<I> {
         let Some(m) = self.members.get(member) else {
             return;
         };
-        if m.state.is_live() && incarnation < m.incarnation {
+        if m.state().is_live() && incarnation < m.incarnation {
             self.stats.stale_news += 1;
         }
-        if !m.state.is_live() || incarnation < m.incarnation {
+        if !m.state().is_live() || incarnation < m.incarnation {
             return;
         }
-        let fresh_suspicion = m.state == MemberState::Alive || incarnation > m.incarnation;
+        let fresh_suspicion = m.state() == MemberState::Alive || incarnation > m.incarnation;
         let mut renewed = false;
         if !fresh_suspicion {
             let s = self.suspicions.get(member);
@@ -415,10 +415,10 @@ impl<I: Identity> Node<I> {
         }
         let window = self.cfg.suspicion_max;
         !self.members.iter().any(|(id, m)| {
-            m.state == MemberState::Alive
+            m.state() == MemberState::Alive
                 && *id != *target
-                && m.last_heard > Time::ZERO
-                && now.saturating_since(m.last_heard) < window
+                && self.members.heard(m) > Time::ZERO
+                && now.saturating_since(self.members.heard(m)) < window
         })
     }
 
@@ -431,7 +431,7 @@ impl<I: Identity> Node<I> {
         let target_alive = self
             .members
             .get(target)
-            .is_some_and(|m| m.state == MemberState::Alive);
+            .is_some_and(|m| m.state() == MemberState::Alive);
         let witnesses = self.alive_witnesses() - usize::from(target_alive);
         self.cfg.corroboration.min(witnesses + 1).max(1)
     }
@@ -584,7 +584,10 @@ impl<I: Identity> Node<I> {
             }),
             closed_port: s.map_or(0, |s| s.closed.len()),
             suspected_at: s.map(|s| s.started),
-            last_heard: self.members.get(id).map_or(Time::ZERO, |m| m.last_heard),
+            last_heard: self
+                .members
+                .get(id)
+                .map_or(Time::ZERO, |m| self.members.heard(m)),
             declared_at: now,
         }
     }
@@ -628,10 +631,10 @@ impl<I: Identity> Node<I> {
         let Some(m) = self.members.get(member) else {
             return;
         };
-        if m.state.is_live() && incarnation < m.incarnation {
+        if m.state().is_live() && incarnation < m.incarnation {
             self.stats.stale_news += 1;
         }
-        if !m.state.is_live() || incarnation < m.incarnation {
+        if !m.state().is_live() || incarnation < m.incarnation {
             return;
         }
         // Never let one observer convict: the verdict must rest on enough accusers.
@@ -670,7 +673,7 @@ impl<I: Identity> Node<I> {
         let Some(m) = self.members.get(member) else {
             return;
         };
-        if m.state == MemberState::Left || incarnation < m.incarnation {
+        if m.state() == MemberState::Left || incarnation < m.incarnation {
             return;
         }
         self.members.get_mut(member).expect("known").incarnation = incarnation;
@@ -732,7 +735,7 @@ impl<I: Identity> Node<I> {
         tombs.sort_unstable();
         tombs.dedup();
         tombs.retain(|id| match self.members.get(id) {
-            Some(m) if !m.state.is_live() => {
+            Some(m) if !m.state().is_live() => {
                 if now.saturating_since(self.members.since(id)) >= ttl {
                     self.members.remove(id);
                     false

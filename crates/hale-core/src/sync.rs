@@ -70,7 +70,7 @@ impl<I: Identity> Node<I> {
             out.push(MemberRecord {
                 id: id.into_owned(),
                 incarnation: m.incarnation,
-                state: m.state.wire(),
+                state: m.state().wire(),
                 meta: meta.to_vec(),
             });
         }
@@ -105,7 +105,7 @@ impl<I: Identity> Node<I> {
 
     pub(crate) fn seed_tick(&mut self, now: Time) {
         if (self.live == 0 || self.cut_off) && !self.seeds.is_empty() && !self.left {
-            if !self.in_fallback && self.members.recs().any(|m| !m.state.is_live()) {
+            if !self.in_fallback && self.members.recs().any(|m| !m.state().is_live()) {
                 self.in_fallback = true;
                 self.push_event(Event::SeedFallback);
             }
@@ -155,7 +155,7 @@ impl<I: Identity> Node<I> {
         if self
             .members
             .get(&c)
-            .is_some_and(|m| m.state == MemberState::Dead)
+            .is_some_and(|m| m.state() == MemberState::Dead)
         {
             let seq = self.fresh_seq();
             let ping = Message::Ping {

@@ -1,4 +1,4 @@
-//! The member table: what a node knows about each member, in 16 bytes a
+//! The member table: what a node knows about each member, in 12 bytes a
 //! member.
 //!
 //! A node of a 10,000-member cluster keeps 10,000 records, and a simulator
@@ -10,9 +10,9 @@
 //!   stored at that index in a plain vector, with no key and no hashing; any
 //!   other identity (the agent's name and address) is looked up once in a
 //!   hash map that gives its slot in a second vector.
-//! * **Compact records.** A [`Rec`] holds only what changes with every
-//!   packet or is read on every probe: when the member was last heard from,
-//!   its incarnation, state, advertised health and two flags.
+//! * **Compact records.** A [`Rec`] (12 bytes) holds only what changes
+//!   with every packet or is read on every probe: when the member was last
+//!   heard from, its incarnation, state, advertised health and two flags.
 //! * **Rare fields aside.** Metadata is stored only when non-empty, and the
 //!   time a member entered its state only when it is not [`Time::ZERO`]
 //!   (a member loaded from a snapshot at time zero that never changed state
@@ -40,45 +40,101 @@ pub(crate) const IN_WALK: u8 = 1;
 /// incarnation has not been seen yet.
 pub(crate) const META_PENDING: u8 = 2;
 
-/// One member's record (16 bytes).
-#[derive(Debug, Clone, Copy)]
+/// Bits of a record's last-heard time: nanoseconds after the table's epoch.
+const HEARD_BITS: u32 = 51;
+const HEARD_MASK: u64 = (1 << HEARD_BITS) - 1;
+const STATE_SHIFT: u32 = HEARD_BITS;
+const FLAGS_SHIFT: u32 = STATE_SHIFT + 2;
+const PRESENT: u64 = 1 << (FLAGS_SHIFT + 2);
+const HEALTH_SHIFT: u32 = 56;
+
+/// One member's record, in 12 bytes: its incarnation, and packed in one
+/// 64-bit word (kept as two 32-bit halves so that the record is 4-byte
+/// aligned): when this node last heard from it (51 bits of nanoseconds
+/// after the table's epoch, see [`Table::set_heard`]), its state (2 bits),
+/// the flags [`IN_WALK`] and [`META_PENDING`], whether the slot is in use,
+/// and the local health score it last advertised (8 bits).
+#[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Rec {
-    /// When this node last heard from it (any packet, or application traffic).
-    pub(crate) last_heard: Time,
     /// Its incarnation.
     pub(crate) incarnation: u32,
-    /// Its state.
-    pub(crate) state: MemberState,
-    /// Last local health score it advertised in a packet header.
-    pub(crate) health: u8,
-    /// [`IN_WALK`], [`META_PENDING`].
-    pub(crate) flags: u8,
+    word: [u32; 2],
 }
 
 impl Rec {
     /// A record for a member just learned of.
     pub(crate) fn new(incarnation: u32, state: MemberState) -> Rec {
-        Rec {
-            last_heard: Time::ZERO,
+        let mut r = Rec {
             incarnation,
-            state,
-            health: 0,
-            flags: 0,
+            word: [0; 2],
+        };
+        r.put(r.get() | PRESENT);
+        r.set_state(state);
+        r
+    }
+
+    fn get(&self) -> u64 {
+        u64::from(self.word[0]) | (u64::from(self.word[1]) << 32)
+    }
+
+    fn put(&mut self, w: u64) {
+        self.word = [w as u32, (w >> 32) as u32];
+    }
+
+    fn present(&self) -> bool {
+        self.get() & PRESENT != 0
+    }
+
+    /// Its state.
+    pub(crate) fn state(&self) -> MemberState {
+        match (self.get() >> STATE_SHIFT) & 3 {
+            0 => MemberState::Alive,
+            1 => MemberState::Suspect,
+            2 => MemberState::Dead,
+            _ => MemberState::Left,
         }
+    }
+
+    /// Sets its state.
+    pub(crate) fn set_state(&mut self, s: MemberState) {
+        let code: u64 = match s {
+            MemberState::Alive => 0,
+            MemberState::Suspect => 1,
+            MemberState::Dead => 2,
+            MemberState::Left => 3,
+        };
+        self.put((self.get() & !(3 << STATE_SHIFT)) | (code << STATE_SHIFT));
+    }
+
+    /// The local health score it last advertised in a packet header.
+    pub(crate) fn health(&self) -> u8 {
+        (self.get() >> HEALTH_SHIFT) as u8
+    }
+
+    /// Records the local health score it advertised.
+    pub(crate) fn set_health(&mut self, h: u8) {
+        self.put((self.get() & !(0xff << HEALTH_SHIFT)) | (u64::from(h) << HEALTH_SHIFT));
     }
 
     /// Whether `flag` is set.
     pub(crate) fn has(&self, flag: u8) -> bool {
-        self.flags & flag != 0
+        (self.get() >> FLAGS_SHIFT) & u64::from(flag) != 0
     }
 
     /// Sets or clears `flag`.
     pub(crate) fn set(&mut self, flag: u8, on: bool) {
-        if on {
-            self.flags |= flag;
-        } else {
-            self.flags &= !flag;
-        }
+        let bit = u64::from(flag) << FLAGS_SHIFT;
+        let w = self.get();
+        self.put(if on { w | bit } else { w & !bit });
+    }
+
+    fn heard_raw(&self) -> u64 {
+        self.get() & HEARD_MASK
+    }
+
+    fn set_heard_raw(&mut self, raw: u64) {
+        debug_assert!(raw <= HEARD_MASK);
+        self.put((self.get() & !HEARD_MASK) | raw);
     }
 }
 
@@ -89,8 +145,10 @@ type Slot = u32;
 /// Every member a node knows of, this node excluded.
 #[derive(Debug)]
 pub(crate) struct Table<I> {
-    dense: Vec<Option<Rec>>,
+    dense: Vec<Rec>,
     keyed: Vec<Option<(I, Rec)>>,
+    /// Last-heard times are stored as offsets from this.
+    epoch: Time,
     index: FxMap<I, Slot>,
     free: Vec<Slot>,
     since: FxMap<Slot, Time>,
@@ -103,6 +161,7 @@ impl<I: Identity> Table<I> {
         Table {
             dense: Vec::new(),
             keyed: Vec::new(),
+            epoch: Time::ZERO,
             index: FxMap::default(),
             free: Vec::new(),
             since: FxMap::default(),
@@ -131,7 +190,7 @@ impl<I: Identity> Table<I> {
             Some(d) if d < DENSE_LIMIT => self
                 .dense
                 .get(d as usize)
-                .is_some_and(Option::is_some)
+                .is_some_and(Rec::present)
                 .then_some(d),
             _ => self.index.get(id).copied(),
         }
@@ -139,7 +198,7 @@ impl<I: Identity> Table<I> {
 
     fn rec(&self, slot: Slot) -> Option<&Rec> {
         if slot < DENSE_LIMIT {
-            self.dense.get(slot as usize)?.as_ref()
+            self.dense.get(slot as usize).filter(|r| r.present())
         } else {
             self.keyed
                 .get((slot - DENSE_LIMIT) as usize)?
@@ -151,7 +210,7 @@ impl<I: Identity> Table<I> {
     /// The record of `id`, if known.
     pub(crate) fn get(&self, id: &I) -> Option<&Rec> {
         match id.dense_index() {
-            Some(d) if d < DENSE_LIMIT => self.dense.get(d as usize)?.as_ref(),
+            Some(d) if d < DENSE_LIMIT => self.dense.get(d as usize).filter(|r| r.present()),
             _ => self.rec(*self.index.get(id)?),
         }
     }
@@ -159,7 +218,7 @@ impl<I: Identity> Table<I> {
     /// The record of `id`, if known, to change.
     pub(crate) fn get_mut(&mut self, id: &I) -> Option<&mut Rec> {
         match id.dense_index() {
-            Some(d) if d < DENSE_LIMIT => self.dense.get_mut(d as usize)?.as_mut(),
+            Some(d) if d < DENSE_LIMIT => self.dense.get_mut(d as usize).filter(|r| r.present()),
             _ => {
                 let slot = *self.index.get(id)?;
                 self.keyed
@@ -183,9 +242,9 @@ impl<I: Identity> Table<I> {
             Some(d) if d < DENSE_LIMIT => {
                 let i = d as usize;
                 if self.dense.len() <= i {
-                    self.dense.resize(i + 1, None);
+                    self.dense.resize(i + 1, Rec::default());
                 }
-                self.dense[i] = Some(rec);
+                self.dense[i] = rec;
                 d
             }
             _ => {
@@ -214,7 +273,7 @@ impl<I: Identity> Table<I> {
             return;
         };
         if slot < DENSE_LIMIT {
-            self.dense[slot as usize] = None;
+            self.dense[slot as usize] = Rec::default();
         } else {
             self.index.remove(id);
             self.keyed[(slot - DENSE_LIMIT) as usize] = None;
@@ -223,6 +282,54 @@ impl<I: Identity> Table<I> {
         self.meta.remove(&slot);
         self.since.remove(&slot);
         self.len -= 1;
+    }
+
+    /// When this node last heard from the member of record `r`
+    /// ([`Time::ZERO`]: never).
+    pub(crate) fn heard(&self, r: &Rec) -> Time {
+        match r.heard_raw() {
+            0 => Time::ZERO,
+            raw => Time::from_nanos(self.epoch.as_nanos() + raw),
+        }
+    }
+
+    /// Records when this node last heard from a known `id`.
+    ///
+    /// Times are kept as 51-bit offsets from an epoch (26 days of
+    /// nanoseconds). When a time does not fit, the epoch moves to 13 days
+    /// before it, and any older time is kept as the new epoch: every
+    /// window the protocol compares last-heard times with is far shorter,
+    /// so no decision changes. (A simulator run never gets there.)
+    pub(crate) fn set_heard(&mut self, id: &I, t: Time) {
+        if t == Time::ZERO {
+            if let Some(r) = self.get_mut(id) {
+                r.set_heard_raw(0);
+            }
+            return;
+        }
+        if t.as_nanos() < self.epoch.as_nanos() {
+            return; // Older than anything the epoch still tells apart.
+        }
+        if t.as_nanos() - self.epoch.as_nanos() > HEARD_MASK {
+            self.rebase(Time::from_nanos(t.as_nanos() - (HEARD_MASK >> 1)));
+        }
+        let raw = (t.as_nanos() - self.epoch.as_nanos()).max(1);
+        if let Some(r) = self.get_mut(id) {
+            r.set_heard_raw(raw);
+        }
+    }
+
+    fn rebase(&mut self, epoch: Time) {
+        let old = self.epoch.as_nanos();
+        let new = epoch.as_nanos();
+        let shift = |r: &mut Rec| {
+            let raw = r.heard_raw();
+            if raw != 0 {
+                r.set_heard_raw((old + raw).saturating_sub(new).max(1));
+            }
+        };
+        self.recs_mut().for_each(shift);
+        self.epoch = epoch;
     }
 
     /// The metadata of `id` (empty if unknown).
@@ -274,7 +381,7 @@ impl<I: Identity> Table<I> {
     /// Every member: its slot, identity and record.
     fn entries(&self) -> impl Iterator<Item = (Slot, Cow<'_, I>, &Rec)> {
         let dense = self.dense.iter().enumerate().filter_map(|(i, r)| {
-            let r = r.as_ref()?;
+            let r = r.present().then_some(r)?;
             let i = i as Slot;
             let id = I::from_dense_index(i).expect("a dense index names an identity");
             Some((i, Cow::Owned(id), r))
@@ -301,7 +408,7 @@ impl<I: Identity> Table<I> {
 
     /// Every record, to change (identities not needed).
     pub(crate) fn recs_mut(&mut self) -> impl Iterator<Item = &mut Rec> {
-        let dense = self.dense.iter_mut().filter_map(Option::as_mut);
+        let dense = self.dense.iter_mut().filter(|r| r.present());
         let keyed = self
             .keyed
             .iter_mut()
@@ -311,7 +418,7 @@ impl<I: Identity> Table<I> {
 
     /// Every record.
     pub(crate) fn recs(&self) -> impl Iterator<Item = &Rec> {
-        let dense = self.dense.iter().filter_map(Option::as_ref);
+        let dense = self.dense.iter().filter(|r| r.present());
         let keyed = self.keyed.iter().filter_map(|e| e.as_ref().map(|(_, r)| r));
         dense.chain(keyed)
     }
@@ -333,10 +440,10 @@ impl<I: Identity> Table<I> {
         crate::member::Member {
             id,
             incarnation: r.incarnation,
-            state: r.state,
-            health: r.health,
+            state: r.state(),
+            health: r.health(),
             meta: self.meta.get(&slot).cloned().unwrap_or_default(),
-            last_heard: r.last_heard,
+            last_heard: self.heard(r),
             state_since: self.since_of(slot),
         }
     }
@@ -369,8 +476,60 @@ mod tests {
     }
 
     #[test]
-    fn a_record_takes_sixteen_bytes() {
-        assert_eq!(std::mem::size_of::<Option<Rec>>(), 16);
+    fn a_record_takes_twelve_bytes() {
+        assert_eq!(std::mem::size_of::<Rec>(), 12);
+    }
+
+    #[test]
+    fn record_fields_do_not_overwrite_each_other() {
+        let mut r = Rec::new(7, MemberState::Left);
+        r.set_health(255);
+        r.set(META_PENDING, true);
+        r.set_heard_raw(HEARD_MASK);
+        assert_eq!(r.state(), MemberState::Left);
+        r.set_state(MemberState::Suspect);
+        assert_eq!(
+            (
+                r.incarnation,
+                r.state(),
+                r.health(),
+                r.has(META_PENDING),
+                r.has(IN_WALK)
+            ),
+            (7, MemberState::Suspect, 255, true, false)
+        );
+        assert!(r.present());
+        assert_eq!(r.heard_raw(), HEARD_MASK);
+    }
+
+    #[test]
+    fn last_heard_times_survive_a_move_of_the_epoch() {
+        let mut t: Table<Num> = Table::new();
+        for i in 0..3 {
+            t.insert(
+                &Num(i),
+                Rec::new(0, MemberState::Alive),
+                Box::new([]),
+                Time::ZERO,
+            );
+        }
+        let day = 86_400_000_000_000u64;
+        t.set_heard(&Num(0), Time::from_nanos(day));
+        t.set_heard(&Num(1), Time::from_nanos(30 * day));
+        let late = Time::from_nanos(30 * day + 5);
+        t.set_heard(&Num(2), late);
+        let heard = |t: &Table<Num>, i| t.heard(t.get(&Num(i)).unwrap());
+        assert_eq!(heard(&t, 2), late);
+        assert_eq!(heard(&t, 1), Time::from_nanos(30 * day));
+        // Older than the epoch now: kept as the epoch, still heard.
+        assert!(heard(&t, 0) > Time::from_nanos(day) && heard(&t, 0) < late);
+        t.insert(
+            &Num(3),
+            Rec::new(0, MemberState::Alive),
+            Box::new([]),
+            Time::ZERO,
+        );
+        assert_eq!(heard(&t, 3), Time::ZERO);
     }
 
     #[test]
