@@ -36,6 +36,7 @@ mod isolation;
 pub mod member;
 mod node;
 mod probe;
+mod ring;
 mod state;
 pub mod stats;
 mod sync;

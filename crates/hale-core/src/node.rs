@@ -13,12 +13,13 @@ use crate::event::Event;
 use crate::identity::Identity;
 use crate::member::{Member, MemberState};
 use crate::probe::{Probe, Relay};
+use crate::ring::ring_position;
 use crate::state::{AccuserWindow, Suspicion};
 use crate::stats::{DropReason, Stats};
 use crate::table::Table;
 use crate::time::Time;
 use crate::wire::{
-    cluster_id, fnv1a, Channel, DecodeError, Header, Message, Packet, MAX_DATAGRAM, MAX_META,
+    cluster_id, Channel, DecodeError, Header, Message, Packet, MAX_DATAGRAM, MAX_META,
 };
 
 pub(crate) type FxMap<K, V> = HashMap<K, V, FxBuildHasher>;
@@ -749,17 +750,4 @@ impl<I: Identity> Node<I> {
         };
         self.broadcast(now, Class::Alive, (self.me.clone(), None), msg);
     }
-}
-
-/// A member's position on the monitoring ring: stable across nodes.
-/// `buf` is scratch space, reused across calls.
-pub(crate) fn ring_position<I: Identity>(cluster: u64, id: &I, buf: &mut Vec<u8>) -> u64 {
-    buf.clear();
-    buf.extend_from_slice(&cluster.to_le_bytes());
-    id.encode(buf);
-    // Finalise with a splitmix step so that similar names spread over the ring.
-    let mut z = fnv1a(buf).wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }

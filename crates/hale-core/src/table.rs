@@ -348,7 +348,9 @@ impl<I: Identity> Table<I> {
 
     fn put_meta(&mut self, slot: Slot, meta: Box<[u8]>) {
         if meta.is_empty() {
-            self.meta.remove(&slot);
+            if !self.meta.is_empty() {
+                self.meta.remove(&slot);
+            }
         } else {
             self.meta.insert(slot, meta);
         }
@@ -372,7 +374,9 @@ impl<I: Identity> Table<I> {
 
     fn put_since(&mut self, slot: Slot, t: Time) {
         if t == Time::ZERO {
-            self.since.remove(&slot);
+            if !self.since.is_empty() {
+                self.since.remove(&slot);
+            }
         } else {
             self.since.insert(slot, t);
         }
