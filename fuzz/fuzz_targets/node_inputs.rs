@@ -28,7 +28,7 @@ enum Msg {
 #[derive(Arbitrary, Debug)]
 enum Input {
     Raw { bytes: Vec<u8>, stream: bool },
-    Packet { from: u8, inc: u32, health: u8, msgs: Vec<Msg>, stream: bool },
+    Packet { from: u8, inc: u32, health: u8, generation: u8, sent: u32, msgs: Vec<Msg>, stream: bool },
     Sync { from: u8, members: Vec<(u8, u32, u8)> },
     Traffic { from: u8 },
     Timeout,
@@ -70,9 +70,9 @@ fuzz_target!(|inputs: Vec<Input>| {
             Input::Raw { bytes, stream } => {
                 let _ = if stream { node.handle_stream(now, &bytes) } else { node.handle_datagram(now, &bytes) };
             }
-            Input::Packet { from, inc, health, msgs, stream } => {
+            Input::Packet { from, inc, health, generation, sent, msgs, stream } => {
                 let messages: Vec<_> = msgs.into_iter().take(8).map(|m| to_msg(m, &me)).collect();
-                let p = Packet { header: Header { cluster, sender: id(from), incarnation: inc, health }, messages };
+                let p = Packet { header: Header { cluster, sender: id(from), incarnation: inc, health, generation: u64::from(generation), sent_ms: u64::from(sent) }, messages };
                 let bytes = p.encode();
                 let _ = if stream { node.handle_stream(now, &bytes) } else { node.handle_datagram(now, &bytes) };
             }
@@ -83,7 +83,7 @@ fuzz_target!(|inputs: Vec<Input>| {
                     state: [hale_core::wire::WireState::Alive, hale_core::wire::WireState::Suspect, hale_core::wire::WireState::Dead, hale_core::wire::WireState::Left][usize::from(s % 4)],
                     meta: vec![],
                 }).collect();
-                let p = Packet { header: Header { cluster, sender: id(from), incarnation: 0, health: 0 }, messages: vec![Message::PushPull { join: true, reply: true, members }] };
+                let p = Packet { header: Header { cluster, sender: id(from), incarnation: 0, health: 0, generation: 0, sent_ms: 0 }, messages: vec![Message::PushPull { join: true, reply: true, members }] };
                 let _ = node.handle_stream(now, &p.encode());
             }
             Input::Traffic { from } => node.note_traffic(now, &id(from)),

@@ -126,6 +126,11 @@ pub struct AgentSection {
     pub meta: Option<String>,
     /// The `hale` executable used to start role watchdogs (default: this program).
     pub watchdog: Option<std::path::PathBuf>,
+    /// Where the agent keeps state across restarts: the keyring a live
+    /// rotation gave it (`keyring`, preferred over `[cluster] keys` while it
+    /// exists) and the generation its packets carry (`generation`, for
+    /// replay protection). Unset: live key changes are lost on restart.
+    pub state_dir: Option<std::path::PathBuf>,
 }
 
 /// `[cluster]`: what all members share.
@@ -179,6 +184,8 @@ pub struct MembershipSection {
     pub closed_port_evidence: Option<bool>,
     #[serde(default, with = "humantime_serde")]
     pub closed_port_min: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    pub replay_window: Option<Duration>,
 }
 
 /// A configuration problem. Nothing was started.
@@ -234,6 +241,11 @@ pub struct AgentConfig {
     pub keyring: Option<Keyring>,
     /// Whether the key was generated because none was configured.
     pub ephemeral_key: bool,
+    /// Where state survives restarts (`[agent] state_dir`).
+    pub state_dir: Option<std::path::PathBuf>,
+    /// Whether the keys came from the keyring file in `state_dir` (saved by
+    /// a live rotation) rather than from `[cluster] keys`.
+    pub keys_from_state: bool,
     /// The membership core's configuration.
     pub core: CoreConfig,
     /// The profile in use.
@@ -386,6 +398,7 @@ impl FileConfig {
             };
             invalid(&section, e.problem)
         })?;
+        let saved = self.saved_keyring()?;
         let (keyring, ephemeral_key) = if self.cluster.insecure_plaintext {
             if !self.cluster.keys.is_empty() {
                 return Err(invalid(
@@ -394,6 +407,8 @@ impl FileConfig {
                 ));
             }
             (None, false)
+        } else if let Some(ring) = saved.clone() {
+            (Some(ring), false)
         } else if self.cluster.keys.is_empty() {
             (Some(Keyring::new(Key::generate(), Vec::new())), true)
         } else {
@@ -446,11 +461,24 @@ impl FileConfig {
             http,
             seeds,
             api_token: self.agent.api_token.clone(),
+            keys_from_state: saved.is_some() && !self.cluster.insecure_plaintext,
             keyring,
             ephemeral_key,
+            state_dir: self.agent.state_dir.clone(),
             core,
             profile,
         })
+    }
+}
+
+impl FileConfig {
+    /// The keyring a live rotation saved in `[agent] state_dir`, if any.
+    fn saved_keyring(&self) -> Result<Option<Keyring>, ConfigError> {
+        let Some(dir) = &self.agent.state_dir else {
+            return Ok(None);
+        };
+        hale_keyring::file::load(&dir.join(crate::KEYRING_FILE))
+            .map_err(|e| invalid("agent.state_dir", e.to_string()))
     }
 }
 
@@ -557,7 +585,8 @@ impl MembershipSection {
             seed_retry_interval,
             tombstone_ttl,
             closed_port_evidence,
-            closed_port_min
+            closed_port_min,
+            replay_window
         );
     }
 }

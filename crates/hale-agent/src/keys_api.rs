@@ -15,8 +15,10 @@
 //! and these requests: a change applies to all of them at once. Rotation:
 //! install the new key everywhere, use it everywhere, then remove the old
 //! one (only once every agent has answered `use`: an agent still sealing
-//! with a removed key is cut off). Changes live in memory: write the new
-//! keys into every agent's hale.toml before its next restart.
+//! with a removed key is cut off). With `[agent] state_dir` set, every
+//! change is saved to its keyring file before it takes effect (and refused
+//! if it cannot be saved), and a restart comes back with those keys;
+//! without it, changes live in memory until the next restart.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

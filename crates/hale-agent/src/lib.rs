@@ -138,6 +138,7 @@ impl Agent {
             // targets, timer phases); seed 0 is the profile's placeholder.
             core.rng_seed = fresh_seed();
         }
+        core.generation = generation(cfg.state_dir.as_deref());
         let node = Node::new(id.clone(), core, Time::ZERO)?;
         let relay = match &cfg.relay {
             Some(r) => {
@@ -155,7 +156,16 @@ impl Agent {
         let shared = runtime::new_shared(id);
         // One keyring for gossip, the control plane and the keys API: a
         // live rotation (`hale keys`) applies to all of them at once.
-        let keys = cfg.keyring.clone().map(keyring::SharedKeyring::new);
+        if cfg.keys_from_state {
+            tracing::info!(
+                file = %cfg.state_dir.as_deref().unwrap_or(std::path::Path::new(".")).join(KEYRING_FILE).display(),
+                "using the keys saved by a live rotation; [cluster] keys are ignored while this file exists"
+            );
+        }
+        let keys = cfg.keyring.clone().map(|ring| match &cfg.state_dir {
+            Some(dir) => keyring::SharedKeyring::saved_to(ring, dir.join(KEYRING_FILE)),
+            None => keyring::SharedKeyring::new(ring),
+        });
         let runtime::Channels {
             cmd_tx,
             cmd_rx,
@@ -423,6 +433,34 @@ async fn bind_gossip(bind: SocketAddr) -> Result<(UdpSocket, SocketAddr, TcpList
 
 /// A random, non-zero seed from the standard library's per-process random
 /// hash keys (seeded by the operating system).
+/// The keyring file's name in `[agent] state_dir`.
+pub const KEYRING_FILE: &str = "keyring";
+/// The generation file's name in `[agent] state_dir`.
+const GENERATION_FILE: &str = "generation";
+
+/// This run's generation (see `hale_core::Config::generation`): the wall
+/// clock in milliseconds, and never at or below the last one used when
+/// `state_dir` remembers it, so that a clock set back across a restart does
+/// not make peers take this run's packets for replays of the last one's.
+fn generation(state_dir: Option<&std::path::Path>) -> u64 {
+    let wall = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_millis() as u64);
+    let Some(dir) = state_dir else {
+        return wall;
+    };
+    let path = dir.join(GENERATION_FILE);
+    let last = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|t| t.trim().parse::<u64>().ok());
+    let g = last.map_or(wall, |l| wall.max(l.saturating_add(1)));
+    let write = std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&path, format!("{g}\n")));
+    if let Err(e) = write {
+        tracing::warn!(file = %path.display(), error = %e, "cannot save this run's generation");
+    }
+    g
+}
+
 fn fresh_seed() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();

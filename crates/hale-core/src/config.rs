@@ -129,6 +129,19 @@ pub struct Config {
     /// A gap this much larger than the next timer means this node was paused
     /// (stop-the-world, SIGSTOP): probes in flight are dropped unjudged.
     pub pause_threshold: Duration,
+    /// This run of this node: must grow every time a node with the same
+    /// identity starts again (the agent uses the wall clock in milliseconds,
+    /// never below the last value it used; the simulator the virtual start
+    /// time). Every packet carries it, so a receiver can tell a restarted
+    /// member's packets from replays of the previous run's.
+    pub generation: u64,
+    /// Replay protection: a packet that arrives this much later than the
+    /// sender's clock says it could have (measured against the fastest
+    /// packet seen from that sender) is dropped as a replay; a packet from an
+    /// older generation is always dropped. Packets late by more than
+    /// `probe_timeout` are processed but are not proof of life. Zero turns
+    /// the check off.
+    pub replay_window: Duration,
     /// This node's metadata (at most 512 bytes).
     pub meta: Vec<u8>,
     /// Emit an [`crate::Event::ProbeVisit`] for every round-robin visit.
@@ -229,6 +242,8 @@ impl Config {
             reconnect_interval: ms(10_000),
             tombstone_ttl: Duration::from_secs(15 * 60),
             pause_threshold: ms(700),
+            generation: 0,
+            replay_window: smin,
             meta: Vec::new(),
             trace_probes: false,
             max_events: 65_536,

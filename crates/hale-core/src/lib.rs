@@ -31,6 +31,7 @@
 mod broadcast;
 pub mod config;
 pub mod event;
+mod freshness;
 pub mod identity;
 mod isolation;
 pub mod member;

@@ -10,6 +10,7 @@ use rustc_hash::FxBuildHasher;
 use crate::broadcast::{Broadcasts, Class};
 use crate::config::{Config, ConfigError};
 use crate::event::Event;
+use crate::freshness::Verdict;
 use crate::identity::Identity;
 use crate::member::{Member, MemberState};
 use crate::probe::{Probe, Relay};
@@ -53,6 +54,9 @@ pub enum ReceiveError {
     /// This node has left the cluster.
     #[error("dropped packet: this node has left the cluster")]
     Left,
+    /// The packet was a replay (or held up longer than the replay window).
+    #[error("dropped packet: {}", .0.as_str())]
+    Replay(DropReason),
 }
 
 /// Why [`Node::leave`] did nothing.
@@ -147,6 +151,9 @@ pub struct Node<I: Identity> {
     pub(crate) events: VecDeque<Event<I>>,
     pub(crate) stats: Stats,
     pub(crate) last_now: Time,
+    /// Until when packets may be late by how much more than the replay
+    /// window allows: this node was paused and they queued up meanwhile.
+    pub(crate) pause_credit: (Time, Duration),
     /// Scratch space for encoding (ring positions).
     pub(crate) scratch: Vec<u8>,
     /// No events while loading a snapshot.
@@ -211,6 +218,7 @@ impl<I: Identity> Node<I> {
             events: VecDeque::new(),
             stats: Stats::default(),
             last_now: now,
+            pause_credit: (Time::ZERO, Duration::ZERO),
             scratch,
             quiet: false,
             defer_monitors: false,
@@ -366,8 +374,18 @@ impl<I: Identity> Node<I> {
             return Err(ReceiveError::Left);
         }
         self.check_pause(now);
-        self.heard_from_someone(now);
-        self.note_header(now, &pkt.header);
+        let current = match self.freshness(now, &pkt.header) {
+            Verdict::Current => true,
+            Verdict::Late => false,
+            Verdict::Drop(reason) => {
+                self.stats.drop(reason);
+                return Err(ReceiveError::Replay(reason));
+            }
+        };
+        if current {
+            self.heard_from_someone(now);
+        }
+        self.note_header(now, &pkt.header, current);
         let from = pkt.header.sender;
         for msg in pkt.messages {
             self.dispatch(now, &from, channel, msg);
@@ -438,13 +456,17 @@ impl<I: Identity> Node<I> {
 
     /// What a packet's header tells about its sender: it is alive at that
     /// incarnation, with that local health.
-    fn note_header(&mut self, now: Time, h: &Header<I>) {
+    fn note_header(&mut self, now: Time, h: &Header<I>, current: bool) {
         let Some(m) = self.members.get_mut(&h.sender) else {
             return;
         };
-        m.set_health(h.health);
+        if current {
+            m.set_health(h.health);
+        }
         let (state, inc) = (m.state(), m.incarnation);
-        self.members.set_heard(&h.sender, now);
+        if current {
+            self.members.set_heard(&h.sender, now);
+        }
         match state {
             _ if h.incarnation > inc => {
                 // The sender's own word that it is alive at this incarnation. Not
@@ -541,6 +563,7 @@ impl<I: Identity> Node<I> {
             return;
         }
         self.stats.pauses += 1;
+        self.credit_pause(now, now.saturating_since(expected));
         self.stats.probes_abandoned += self.probes.len() as u64;
         self.probes.clear();
         self.relays.clear();
@@ -591,6 +614,8 @@ impl<I: Identity> Node<I> {
             sender: self.me.clone(),
             incarnation: self.incarnation,
             health: self.health,
+            generation: self.cfg.generation,
+            sent_ms: self.last_now.as_nanos() / 1_000_000,
         }
     }
 

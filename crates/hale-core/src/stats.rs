@@ -19,11 +19,16 @@ pub enum DropReason {
     FromSelf,
     /// Arrived after this node left the cluster.
     AfterLeave,
+    /// From an older run of its sender than one already heard: a replay.
+    Replayed,
+    /// Later than its sender's clock allows (`Config::replay_window`): a
+    /// replay, or a packet held up longer than any network would.
+    Stale,
 }
 
 impl DropReason {
     /// Every reason, in a stable order.
-    pub const ALL: [DropReason; 7] = [
+    pub const ALL: [DropReason; 9] = [
         DropReason::Oversize,
         DropReason::BadMagic,
         DropReason::Version,
@@ -31,6 +36,8 @@ impl DropReason {
         DropReason::Malformed,
         DropReason::FromSelf,
         DropReason::AfterLeave,
+        DropReason::Replayed,
+        DropReason::Stale,
     ];
 
     /// Label used in metrics.
@@ -43,6 +50,8 @@ impl DropReason {
             DropReason::Malformed => "malformed",
             DropReason::FromSelf => "from_self",
             DropReason::AfterLeave => "after_leave",
+            DropReason::Replayed => "replayed",
+            DropReason::Stale => "stale",
         }
     }
 
@@ -130,7 +139,7 @@ pub struct Stats {
     /// closed ([`crate::Node::handle_unreachable`]).
     pub closed_ports: u64,
     /// Packets dropped, by reason (indexed like [`DropReason::ALL`]).
-    pub dropped: [u64; 7],
+    pub dropped: [u64; DropReason::ALL.len()],
 }
 
 impl Stats {

@@ -24,6 +24,7 @@
 
 use std::borrow::Cow;
 
+use crate::freshness::Freshness;
 use crate::identity::Identity;
 use crate::member::MemberState;
 use crate::node::FxMap;
@@ -47,6 +48,14 @@ const STATE_SHIFT: u32 = HEARD_BITS;
 const FLAGS_SHIFT: u32 = STATE_SHIFT + 2;
 const PRESENT: u64 = 1 << (FLAGS_SHIFT + 2);
 const HEALTH_SHIFT: u32 = 56;
+
+/// Packed replay-protection state: the time is in the low [`HEARD_BITS`].
+const F_KNOWN: u64 = 1 << HEARD_BITS;
+const F_BIG: u64 = 1 << (HEARD_BITS + 1);
+const F_GEN_SHIFT: u32 = HEARD_BITS + 2;
+const F_GEN_MAX: u64 = 31;
+const F_OFF_SHIFT: u32 = F_GEN_SHIFT + 5;
+const F_OFF_MAX: u64 = 63;
 
 /// One member's record, in 12 bytes: its incarnation, and packed in one
 /// 64-bit word (kept as two 32-bit halves so that the record is 4-byte
@@ -146,6 +155,11 @@ type Slot = u32;
 #[derive(Debug)]
 pub(crate) struct Table<I> {
     dense: Vec<Rec>,
+    /// Replay-protection state of dense slots, packed (see [`Table::fresh`]).
+    dense_fresh: Vec<u64>,
+    /// Replay-protection state that does not fit the packed form, and that
+    /// of every keyed slot.
+    fresh_big: FxMap<Slot, Freshness>,
     keyed: Vec<Option<(I, Rec)>>,
     /// Last-heard times are stored as offsets from this.
     epoch: Time,
@@ -160,6 +174,8 @@ impl<I: Identity> Table<I> {
     pub(crate) fn new() -> Self {
         Table {
             dense: Vec::new(),
+            dense_fresh: Vec::new(),
+            fresh_big: FxMap::default(),
             keyed: Vec::new(),
             epoch: Time::ZERO,
             index: FxMap::default(),
@@ -179,6 +195,7 @@ impl<I: Identity> Table<I> {
     pub(crate) fn reserve(&mut self, n: usize) {
         if I::from_dense_index(0).is_some() {
             self.dense.reserve(n);
+            self.dense_fresh.reserve(n);
         } else {
             self.keyed.reserve(n);
             self.index.reserve(n);
@@ -243,8 +260,10 @@ impl<I: Identity> Table<I> {
                 let i = d as usize;
                 if self.dense.len() <= i {
                     self.dense.resize(i + 1, Rec::default());
+                    self.dense_fresh.resize(i + 1, 0);
                 }
                 self.dense[i] = rec;
+                self.dense_fresh[i] = 0;
                 d
             }
             _ => {
@@ -279,6 +298,10 @@ impl<I: Identity> Table<I> {
             self.keyed[(slot - DENSE_LIMIT) as usize] = None;
             self.free.push(slot);
         }
+        if slot < DENSE_LIMIT {
+            self.dense_fresh[slot as usize] = 0;
+        }
+        self.fresh_big.remove(&slot);
         self.meta.remove(&slot);
         self.since.remove(&slot);
         self.len -= 1;
@@ -329,7 +352,94 @@ impl<I: Identity> Table<I> {
             }
         };
         self.recs_mut().for_each(shift);
+        for slot in 0..self.dense_fresh.len() {
+            let w = self.dense_fresh[slot];
+            if w & F_KNOWN == 0 || w & F_BIG != 0 {
+                continue;
+            }
+            let f = self.unpack(slot as Slot, w);
+            self.epoch = epoch;
+            self.store_fresh(slot as Slot, f);
+            self.epoch = Time::from_nanos(old);
+        }
         self.epoch = epoch;
+    }
+
+    /// The replay-protection state of a known `id`.
+    ///
+    /// Dense slots keep it packed in 8 bytes when it fits (as it always does
+    /// in a simulator: a small generation, a clock offset under 64 ms, a time
+    /// within the epoch's range): when the last packet arrived (51 bits, like
+    /// last-heard times), the generation (5 bits) and the offset (6 bits).
+    /// Anything else is kept whole in a side map. Either way the value is
+    /// exactly the one stored.
+    pub(crate) fn fresh(&self, id: &I) -> Option<Freshness> {
+        let slot = self.slot(id)?;
+        Some(if slot < DENSE_LIMIT {
+            self.unpack(slot, self.dense_fresh[slot as usize])
+        } else {
+            self.fresh_big.get(&slot).copied().unwrap_or_default()
+        })
+    }
+
+    /// Stores the replay-protection state of a known `id`.
+    pub(crate) fn set_fresh(&mut self, id: &I, f: Freshness) {
+        if let Some(slot) = self.slot(id) {
+            self.store_fresh(slot, f);
+        }
+    }
+
+    fn unpack(&self, slot: Slot, w: u64) -> Freshness {
+        if w & F_BIG != 0 {
+            return self.fresh_big.get(&slot).copied().unwrap_or_default();
+        }
+        if w & F_KNOWN == 0 {
+            return Freshness::default();
+        }
+        Freshness {
+            known: true,
+            generation: (w >> F_GEN_SHIFT) & F_GEN_MAX,
+            offset_ms: ((w >> F_OFF_SHIFT) & F_OFF_MAX) as i64,
+            at: Time::from_nanos(self.epoch.as_nanos() + (w & HEARD_MASK)),
+        }
+    }
+
+    fn store_fresh(&mut self, slot: Slot, f: Freshness) {
+        if slot >= DENSE_LIMIT {
+            self.fresh_big.insert(slot, f);
+            return;
+        }
+        let at = f.at.as_nanos().wrapping_sub(self.epoch.as_nanos());
+        let word = if f == Freshness::default() {
+            Some(0)
+        } else if f.known
+            && f.generation <= F_GEN_MAX
+            && (0..=F_OFF_MAX as i64).contains(&f.offset_ms)
+            && f.at >= self.epoch
+            && at <= HEARD_MASK
+        {
+            Some(
+                F_KNOWN
+                    | at
+                    | (f.generation << F_GEN_SHIFT)
+                    | ((f.offset_ms as u64) << F_OFF_SHIFT),
+            )
+        } else {
+            None
+        };
+        let i = slot as usize;
+        match word {
+            Some(w) => {
+                if self.dense_fresh[i] & F_BIG != 0 {
+                    self.fresh_big.remove(&slot);
+                }
+                self.dense_fresh[i] = w;
+            }
+            None => {
+                self.dense_fresh[i] = F_BIG;
+                self.fresh_big.insert(slot, f);
+            }
+        }
     }
 
     /// The metadata of `id` (empty if unknown).
@@ -577,5 +687,55 @@ mod tests {
         assert!(t.get(&far).is_none());
         assert_eq!(t.view(&other).map(|m| m.state), Some(MemberState::Dead));
         assert_eq!(t.since(&Num(3)), Time::ZERO);
+    }
+
+    #[test]
+    fn replay_state_is_stored_exactly_packed_or_not() {
+        let mut t: Table<Num> = Table::new();
+        let far = Num(DENSE_LIMIT + 1);
+        for id in [Num(0), Num(1), Num(2), far.clone()] {
+            t.insert(
+                &id,
+                Rec::new(0, MemberState::Alive),
+                Box::new([]),
+                Time::ZERO,
+            );
+        }
+        let small = Freshness {
+            known: true,
+            generation: 1,
+            offset_ms: 1,
+            at: Time::from_nanos(123_456_789),
+        };
+        let big = Freshness {
+            known: true,
+            generation: 1_764_000_000_000,
+            offset_ms: -40_000,
+            at: Time::from_nanos(5),
+        };
+        assert_eq!(t.fresh(&Num(0)), Some(Freshness::default()));
+        assert_eq!(t.fresh(&Num(9)), None);
+        for (id, f) in [(Num(0), small), (Num(1), big), (far.clone(), small)] {
+            t.set_fresh(&id, f);
+            assert_eq!(t.fresh(&id), Some(f));
+        }
+        // From the side map back to the packed form, and away on removal.
+        t.set_fresh(&Num(1), small);
+        assert_eq!(t.fresh(&Num(1)), Some(small));
+        t.set_fresh(&Num(2), big);
+        t.remove(&Num(2));
+        t.insert(
+            &Num(2),
+            Rec::new(0, MemberState::Alive),
+            Box::new([]),
+            Time::ZERO,
+        );
+        assert_eq!(t.fresh(&Num(2)), Some(Freshness::default()));
+        // A move of the epoch keeps every value exact.
+        let day = 86_400_000_000_000u64;
+        t.set_heard(&Num(0), Time::from_nanos(40 * day));
+        for id in [Num(0), Num(1), far] {
+            assert_eq!(t.fresh(&id), Some(small));
+        }
     }
 }

@@ -4,8 +4,14 @@
 //!
 //! ```text
 //! magic "HL" | version u8 | cluster id u64 LE | sender Identity
-//!   | sender incarnation varint | sender local health u8 | message count u8
+//!   | sender incarnation varint | sender local health u8
+//!   | sender generation varint | sent (sender's clock, ms) varint
+//!   | message count u8
 //! ```
+//!
+//! The generation and the send time let a receiver reject replays (see
+//! `Config::replay_window`); the whole packet is sealed by the agent, so
+//! they are authenticated with it.
 //!
 //! followed by `count` messages, each a tag byte and its fields. Integers
 //! are LEB128 varints unless noted. Decoding never panics and never
@@ -17,7 +23,7 @@ use crate::identity::Identity;
 /// First two bytes of every packet.
 pub const MAGIC: [u8; 2] = *b"HL";
 /// The wire version this build speaks.
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 /// Largest datagram hale ever sends (fits a 1280-byte IPv6 minimum MTU with
 /// headers to spare).
 pub const MAX_DATAGRAM: usize = 1200;
@@ -142,6 +148,11 @@ pub struct Header<I> {
     pub incarnation: u32,
     /// The sender's Lifeguard local health score (0 = healthy).
     pub health: u8,
+    /// The sender's run: grows each time it starts again.
+    pub generation: u64,
+    /// When the sender built the packet, in milliseconds of its own clock
+    /// (only differences between its packets mean anything).
+    pub sent_ms: u64,
 }
 
 /// A state of a member as carried in a full-state sync.
@@ -551,7 +562,14 @@ fn read_meta(r: &mut Reader<'_>) -> Result<Vec<u8>, DecodeError> {
 impl<I: Identity> Header<I> {
     /// Bytes the header takes on the wire.
     pub fn encoded_len(&self) -> usize {
-        2 + 1 + 8 + self.sender.encoded_len() + varint_len(u64::from(self.incarnation)) + 1 + 1
+        2 + 1
+            + 8
+            + self.sender.encoded_len()
+            + varint_len(u64::from(self.incarnation))
+            + 1
+            + varint_len(self.generation)
+            + varint_len(self.sent_ms)
+            + 1
     }
 
     fn encode(&self, out: &mut Vec<u8>, count: u8) {
@@ -561,6 +579,8 @@ impl<I: Identity> Header<I> {
         self.sender.encode(out);
         put_varint(out, u64::from(self.incarnation));
         out.push(self.health);
+        put_varint(out, self.generation);
+        put_varint(out, self.sent_ms);
         out.push(count);
     }
 }
@@ -630,6 +650,8 @@ impl<I: Identity> Packet<I> {
         let sender = I::decode(&mut r)?;
         let incarnation = r.varint32()?;
         let health = r.u8()?;
+        let generation = r.varint()?;
+        let sent_ms = r.varint()?;
         let count = usize::from(r.u8()?);
         // A message takes at least two bytes: bound the allocation by the input.
         if count > r.remaining() / 2 + 1 {
@@ -649,6 +671,8 @@ impl<I: Identity> Packet<I> {
                 sender,
                 incarnation,
                 health,
+                generation,
+                sent_ms,
             },
             messages,
         })

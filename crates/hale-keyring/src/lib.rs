@@ -19,7 +19,10 @@
 
 #![forbid(unsafe_code)]
 
+use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
+
+pub mod file;
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
@@ -122,6 +125,15 @@ pub enum KeyringChangeError {
     /// The primary key seals everything: make another key primary first.
     #[error("key {0} is the primary key: use another key first")]
     IsPrimary(String),
+    /// The new keys could not be saved to the keyring file, so they would
+    /// be lost on restart: the change was not made.
+    #[error("cannot save the keyring file {path}: {reason}; keys unchanged")]
+    Save {
+        /// The keyring file.
+        path: String,
+        /// The I/O error.
+        reason: String,
+    },
 }
 
 impl std::fmt::Debug for Keyring {
@@ -252,7 +264,7 @@ pub fn sealed_nonce(sealed: &[u8]) -> Option<[u8; NONCE]> {
 /// keys can be replaced while they run (live rotation). Cloning it is
 /// cheap; every clone sees a replacement at once.
 #[derive(Clone)]
-pub struct SharedKeyring(Arc<RwLock<Arc<Keyring>>>);
+pub struct SharedKeyring(Arc<RwLock<Arc<Keyring>>>, Option<Arc<PathBuf>>);
 
 impl std::fmt::Debug for SharedKeyring {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -263,7 +275,13 @@ impl std::fmt::Debug for SharedKeyring {
 impl SharedKeyring {
     /// A handle holding `ring`.
     pub fn new(ring: Keyring) -> SharedKeyring {
-        SharedKeyring(Arc::new(RwLock::new(Arc::new(ring))))
+        SharedKeyring(Arc::new(RwLock::new(Arc::new(ring))), None)
+    }
+
+    /// A handle holding `ring` that saves every change made with
+    /// [`SharedKeyring::update`] to the keyring file `path` (see [`file`]).
+    pub fn saved_to(ring: Keyring, path: PathBuf) -> SharedKeyring {
+        SharedKeyring(Arc::new(RwLock::new(Arc::new(ring))), Some(Arc::new(path)))
     }
 
     /// The keys in force now (held for one seal or open; a replacement
@@ -277,11 +295,21 @@ impl SharedKeyring {
         *self.0.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(ring);
     }
 
-    /// Replaces the keys with `change(current)`, atomically; on an error
-    /// nothing changes.
-    pub fn update<E>(&self, change: impl FnOnce(&Keyring) -> Result<Keyring, E>) -> Result<(), E> {
+    /// Replaces the keys with `change(current)`, atomically, and saves them
+    /// to the keyring file if there is one; on an error (of the change or
+    /// of the save) nothing changes.
+    pub fn update(
+        &self,
+        change: impl FnOnce(&Keyring) -> Result<Keyring, KeyringChangeError>,
+    ) -> Result<(), KeyringChangeError> {
         let mut g = self.0.write().unwrap_or_else(|e| e.into_inner());
         let next = change(&g)?;
+        if let Some(path) = &self.1 {
+            file::save(path, &next).map_err(|e| KeyringChangeError::Save {
+                path: path.display().to_string(),
+                reason: e.to_string(),
+            })?;
+        }
         *g = Arc::new(next);
         Ok(())
     }

@@ -218,6 +218,9 @@ impl Sim {
             .wrapping_add(u64::from(i).wrapping_mul(0xbf58_476d_1ce4_e5b9))
             ^ u64::from(i);
         c.trace_probes = self.cfg.trace_probes;
+        // A restarted node starts later, so its generation is larger (replay
+        // protection tells its packets from its previous run's).
+        c.generation = self.now.as_nanos() / 1_000_000 + 1;
         Node::new(SimId(i), c, self.now).expect("simulator node config is valid")
     }
 

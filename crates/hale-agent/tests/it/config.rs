@@ -211,3 +211,41 @@ fn lease_timing_is_read_and_its_errors_name_the_key() {
         "control.renew_every"
     );
 }
+
+#[test]
+fn keys_saved_by_a_live_rotation_win_over_the_configured_keys_until_the_file_is_deleted() {
+    use hale_agent::keyring::{Key, Keyring, SharedKeyring};
+    let dir = std::env::temp_dir().join(format!("hale-state-{}", std::process::id()));
+    let (old, new) = (Key::generate(), Key::generate());
+    let mut f = FileConfig::default();
+    f.cluster.keys = vec![old.to_base64()];
+    f.agent.state_dir = Some(dir.clone());
+    let c = f.validate().unwrap();
+    assert!(!c.keys_from_state);
+    assert_eq!(c.keyring.as_ref().unwrap().primary(), &old);
+    // A live rotation through a keyring saved in the state directory.
+    let shared = SharedKeyring::saved_to(
+        c.keyring.clone().unwrap(),
+        dir.join(hale_agent::KEYRING_FILE),
+    );
+    shared.update(|r| Ok(r.installing(new.clone()))).unwrap();
+    shared.update(|r| r.using(&new)).unwrap();
+    // Restarted with the same file: the rotated keys.
+    let c = f.validate().unwrap();
+    assert!(c.keys_from_state);
+    let ring = c.keyring.unwrap();
+    assert_eq!(ring.primary(), &new);
+    assert_eq!(ring.keys(), &[new.clone(), old.clone()][..]);
+    // A change that cannot be saved is not made.
+    let unsaved = SharedKeyring::saved_to(
+        Keyring::new(new.clone(), vec![]),
+        dir.join("keyring").join("not-a-dir"),
+    );
+    assert!(unsaved.update(|r| Ok(r.installing(old.clone()))).is_err());
+    assert_eq!(unsaved.current().len(), 1);
+    // Deleted: back to the configured keys.
+    std::fs::remove_file(dir.join(hale_agent::KEYRING_FILE)).unwrap();
+    let c = f.validate().unwrap();
+    assert_eq!(c.keyring.unwrap().primary(), &old);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

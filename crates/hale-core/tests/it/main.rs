@@ -5,5 +5,6 @@
 
 mod config;
 mod node;
+mod replay;
 mod support;
 mod wire;

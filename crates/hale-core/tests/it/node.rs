@@ -24,6 +24,8 @@ fn packet_from(from: &NodeId, inc: u32, health: u8, messages: Vec<Message<NodeId
             sender: from.clone(),
             incarnation: inc,
             health,
+            generation: 0,
+            sent_ms: 0,
         },
         messages,
     }

@@ -110,6 +110,8 @@ fn header(sender: NodeId, incarnation: u32, health: u8) -> Header<NodeId> {
         sender,
         incarnation,
         health,
+        generation: u64::from(incarnation) << 20 | u64::from(health),
+        sent_ms: u64::from(incarnation).wrapping_mul(7919),
     }
 }
 
@@ -199,10 +201,10 @@ fn another_version_is_rejected() {
         messages: vec![Message::Ack { seq: 1 }],
     }
     .encode();
-    bytes[2] = 2;
+    bytes[2] = 1;
     assert_eq!(
         Packet::<NodeId>::decode(&bytes, Channel::Datagram, cluster_id("hale")),
-        Err(hale_core::DecodeError::Version(2))
+        Err(hale_core::DecodeError::Version(1))
     );
     assert!(bytes.len() < MAX_DATAGRAM);
 }

@@ -46,6 +46,8 @@ fn plain_packet(cluster: &str, from: &NodeId, msg: Message<NodeId>) -> Vec<u8> {
             sender: from.clone(),
             incarnation: 0,
             health: 0,
+            generation: 1,
+            sent_ms: 0,
         },
         messages: vec![msg],
     }

@@ -17,6 +17,7 @@ mod flood;
 mod keys;
 mod loopback;
 mod netns;
+mod replay;
 mod slow_hooks;
 mod support;
 

@@ -9,8 +9,14 @@
 //!   the observers that declared the stalled agent dead (must be none).
 //! * `agent_bench idle --nodes N --secs S`: bytes sent per node per second,
 //!   resident memory and CPU of an idle cluster.
+//! * `agent_bench flood --nodes 3 --secs S`: probe round trips of one agent
+//!   for S seconds unflooded, then S seconds under a junk flood (datagrams,
+//!   huge and trickling TCP frames from three source addresses); its peak
+//!   memory and what the flood sent.
 
 #![allow(clippy::unwrap_used)] // A benchmark harness: a failure is a panic with its message.
+
+mod flood;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -52,6 +58,7 @@ struct Args {
 enum Mode {
     Detect,
     Idle,
+    Flood,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -473,6 +480,7 @@ fn main() {
     match args.mode {
         Mode::Detect => detect(&mut b, args.trials, args.signal),
         Mode::Idle => idle(&b, args.secs),
+        Mode::Flood => flood::flood(&b, args.secs),
     }
     drop(b);
     if std::env::var_os("AGENT_BENCH_KEEP_LOGS").is_none() {

@@ -1,0 +1,133 @@
+//! Replay protection: packets carry their sender's generation and send time.
+
+use std::time::Duration;
+
+use hale_core::wire::{cluster_id, Header, Message, Packet};
+use hale_core::{Config, DropReason, Node, NodeId, ReceiveError, Time};
+
+use crate::support::{config, drain_events, ids, node, run_timers, secs};
+
+/// A node with replay protection on (the default window of its profile).
+fn guarded(me: &NodeId, all: &[NodeId]) -> Node<NodeId> {
+    let cfg = Config {
+        replay_window: Config::default().replay_window,
+        // No probes of its own during the test: only what it receives counts.
+        probe_interval: Duration::from_secs(3600),
+        ..config(1)
+    };
+    node(me, all, cfg)
+}
+
+fn packet(from: &NodeId, generation: u64, sent: Time) -> Vec<u8> {
+    Packet {
+        header: Header {
+            cluster: cluster_id("hale"),
+            sender: from.clone(),
+            incarnation: 0,
+            health: 0,
+            generation,
+            sent_ms: sent.as_nanos() / 1_000_000,
+        },
+        messages: vec![Message::Ack { seq: 4242 }],
+    }
+    .encode()
+}
+
+/// Delivers `bytes` at `at`, running the node's timers up to then first (a
+/// node left without its timers would take the gap for a pause).
+fn deliver(n: &mut Node<NodeId>, at: Time, bytes: &[u8]) -> Result<(), ReceiveError> {
+    run_timers(n, at);
+    n.handle_datagram(at, bytes)
+}
+
+fn last_heard(n: &Node<NodeId>, id: &NodeId) -> Time {
+    n.member(id).unwrap().last_heard()
+}
+
+#[test]
+fn a_replayed_packet_is_proof_of_life_for_a_probe_timeout_news_until_the_window_then_dropped() {
+    let all = ids(2);
+    let a = &mut guarded(&all[0], &all);
+    // The sender's clock reads 100 s when ours reads 1 s: only differences count.
+    let captured = packet(&all[1], 9, secs(100.0));
+    deliver(a, secs(1.0), &captured).unwrap();
+    assert_eq!(last_heard(a, &all[1]), secs(1.0));
+    deliver(a, secs(1.4), &captured).unwrap();
+    assert_eq!(
+        last_heard(a, &all[1]),
+        secs(1.4),
+        "0.4 s late is still current"
+    );
+    deliver(a, secs(2.5), &captured).unwrap();
+    assert_eq!(
+        last_heard(a, &all[1]),
+        secs(1.4),
+        "1.5 s late: news, not proof of life"
+    );
+    assert_eq!(
+        deliver(a, secs(4.0), &captured),
+        Err(ReceiveError::Replay(DropReason::Stale))
+    );
+    assert_eq!(a.stats().dropped(DropReason::Stale), 1);
+    assert_eq!(last_heard(a, &all[1]), secs(1.4));
+    // A genuine packet sent now is current again.
+    deliver(a, secs(5.0), &packet(&all[1], 9, secs(104.0))).unwrap();
+    assert_eq!(last_heard(a, &all[1]), secs(5.0));
+    assert_eq!(a.stats().pauses, 0);
+    assert!(drain_events(a).is_empty());
+}
+
+#[test]
+fn a_restarted_member_is_heard_and_its_previous_run_is_a_replay_from_then_on() {
+    let all = ids(2);
+    let a = &mut guarded(&all[0], &all);
+    let old = packet(&all[1], 9, secs(50.0));
+    deliver(a, secs(1.0), &old).unwrap();
+    // It restarts: a newer generation, its clock back near zero.
+    deliver(a, secs(3.0), &packet(&all[1], 10, secs(0.1))).unwrap();
+    assert_eq!(last_heard(a, &all[1]), secs(3.0));
+    assert_eq!(
+        deliver(a, secs(3.1), &old),
+        Err(ReceiveError::Replay(DropReason::Replayed))
+    );
+    assert_eq!(a.stats().dropped(DropReason::Replayed), 1);
+    assert_eq!(last_heard(a, &all[1]), secs(3.0));
+}
+
+#[test]
+fn packets_that_queued_while_this_node_was_paused_are_not_taken_for_replays() {
+    let all = ids(3);
+    let a = &mut guarded(&all[0], &all);
+    a.handle_datagram(secs(1.0), &packet(&all[1], 9, secs(1.0)))
+        .unwrap();
+    a.handle_datagram(secs(1.0), &packet(&all[2], 5, secs(1.0)))
+        .unwrap();
+    // Its next timer was due within a second; it runs again 4 s later (a
+    // SIGSTOP), finding packets sent just after it stopped, now 3.9 s late.
+    let due = a.poll_timeout().unwrap();
+    assert!(due < secs(2.0), "next timer {due:?}");
+    let resumed = secs(5.2);
+    a.handle_datagram(resumed, &packet(&all[1], 9, secs(1.3)))
+        .unwrap();
+    a.handle_datagram(resumed, &packet(&all[2], 5, secs(1.3)))
+        .unwrap();
+    assert_eq!(a.stats().pauses, 1);
+    assert_eq!(last_heard(a, &all[2]), resumed);
+    // Once the queue is drained, replays are judged as before.
+    assert_eq!(
+        deliver(a, secs(9.0), &packet(&all[1], 9, secs(1.3))),
+        Err(ReceiveError::Replay(DropReason::Stale))
+    );
+}
+
+#[test]
+fn with_the_window_at_zero_nothing_is_checked() {
+    let all = ids(2);
+    let a = &mut node(&all[0], &all, config(1));
+    let captured = packet(&all[1], 9, secs(0.0));
+    a.handle_datagram(secs(0.0), &captured).unwrap();
+    a.handle_datagram(secs(600.0), &captured).unwrap();
+    a.handle_datagram(secs(601.0), &packet(&all[1], 3, secs(0.0)))
+        .unwrap();
+    assert_eq!(last_heard(a, &all[1]), secs(601.0));
+}
