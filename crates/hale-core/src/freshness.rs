@@ -128,7 +128,10 @@ impl<I: Identity> Node<I> {
             return Verdict::Current;
         };
         let verdict = f.judge(now, h.generation, h.sent_ms, allowance, proof_window);
-        self.members.set_fresh(&h.sender, f);
+        // A current packet is also heard now (note_header sets it again, a
+        // no-op): stored together, the table keeps the state packed.
+        let heard = (verdict == Verdict::Current).then_some(now);
+        self.members.set_fresh(&h.sender, f, heard);
         verdict
     }
 

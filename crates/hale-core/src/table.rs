@@ -49,12 +49,12 @@ const FLAGS_SHIFT: u32 = STATE_SHIFT + 2;
 const PRESENT: u64 = 1 << (FLAGS_SHIFT + 2);
 const HEALTH_SHIFT: u32 = 56;
 
-/// Packed replay-protection state: the time is in the low [`HEARD_BITS`].
-const F_KNOWN: u64 = 1 << HEARD_BITS;
-const F_BIG: u64 = 1 << (HEARD_BITS + 1);
-const F_GEN_SHIFT: u32 = HEARD_BITS + 2;
+/// Packed replay-protection state (16 bits; its time is the last-heard time).
+const F_KNOWN: u16 = 1;
+const F_BIG: u16 = 2;
+const F_GEN_SHIFT: u32 = 2;
 const F_GEN_MAX: u64 = 31;
-const F_OFF_SHIFT: u32 = F_GEN_SHIFT + 5;
+const F_OFF_SHIFT: u32 = 7;
 const F_OFF_MAX: u64 = 63;
 
 /// One member's record, in 12 bytes: its incarnation, and packed in one
@@ -156,7 +156,7 @@ type Slot = u32;
 pub(crate) struct Table<I> {
     dense: Vec<Rec>,
     /// Replay-protection state of dense slots, packed (see [`Table::fresh`]).
-    dense_fresh: Vec<u64>,
+    dense_fresh: Vec<u16>,
     /// Replay-protection state that does not fit the packed form, and that
     /// of every keyed slot.
     fresh_big: FxMap<Slot, Freshness>,
@@ -324,27 +324,70 @@ impl<I: Identity> Table<I> {
     /// window the protocol compares last-heard times with is far shorter,
     /// so no decision changes. (A simulator run never gets there.)
     pub(crate) fn set_heard(&mut self, id: &I, t: Time) {
-        if t == Time::ZERO {
-            if let Some(r) = self.get_mut(id) {
-                r.set_heard_raw(0);
-            }
+        let Some(slot) = self.slot(id) else {
             return;
+        };
+        // A packed replay state's time is this member's last-heard time:
+        // keep it whole before that moves.
+        if slot < DENSE_LIMIT && self.heard_raw_for(t) != self.heard_raw_at(slot) {
+            self.unpack_to_map(slot);
         }
-        if t.as_nanos() < self.epoch.as_nanos() {
+        self.put_heard(slot, t);
+    }
+
+    /// The raw last-heard value `t` would be stored as (epoch unchanged), or
+    /// None when storing it moves the epoch or ignores it.
+    fn heard_raw_for(&self, t: Time) -> Option<u64> {
+        if t == Time::ZERO {
+            return Some(0);
+        }
+        let d = t.as_nanos().checked_sub(self.epoch.as_nanos())?;
+        (d <= HEARD_MASK).then_some(d.max(1))
+    }
+
+    fn heard_raw_at(&self, slot: Slot) -> Option<u64> {
+        self.rec(slot).map(Rec::heard_raw)
+    }
+
+    fn heard_at(&self, slot: Slot) -> Time {
+        self.rec(slot).map_or(Time::ZERO, |r| self.heard(r))
+    }
+
+    fn put_heard(&mut self, slot: Slot, t: Time) {
+        if t != Time::ZERO && t.as_nanos() < self.epoch.as_nanos() {
             return; // Older than anything the epoch still tells apart.
         }
-        if t.as_nanos() - self.epoch.as_nanos() > HEARD_MASK {
+        if t.as_nanos().saturating_sub(self.epoch.as_nanos()) > HEARD_MASK {
             self.rebase(Time::from_nanos(t.as_nanos() - (HEARD_MASK >> 1)));
         }
-        let raw = (t.as_nanos() - self.epoch.as_nanos()).max(1);
-        if let Some(r) = self.get_mut(id) {
+        let raw = self.heard_raw_for(t).unwrap_or(1);
+        if let Some(r) = self.rec_mut(slot) {
             r.set_heard_raw(raw);
+        }
+    }
+
+    fn rec_mut(&mut self, slot: Slot) -> Option<&mut Rec> {
+        if slot < DENSE_LIMIT {
+            self.dense.get_mut(slot as usize).filter(|r| r.present())
+        } else {
+            self.keyed
+                .get_mut((slot - DENSE_LIMIT) as usize)?
+                .as_mut()
+                .map(|(_, r)| r)
         }
     }
 
     fn rebase(&mut self, epoch: Time) {
         let old = self.epoch.as_nanos();
         let new = epoch.as_nanos();
+        // Packed replay states of members whose time is about to be clamped
+        // are kept whole first.
+        for slot in 0..self.dense_fresh.len() as Slot {
+            let raw = self.dense[slot as usize].heard_raw();
+            if raw != 0 && old + raw < new {
+                self.unpack_to_map(slot);
+            }
+        }
         let shift = |r: &mut Rec| {
             let raw = r.heard_raw();
             if raw != 0 {
@@ -352,77 +395,51 @@ impl<I: Identity> Table<I> {
             }
         };
         self.recs_mut().for_each(shift);
-        for slot in 0..self.dense_fresh.len() {
-            let w = self.dense_fresh[slot];
-            if w & F_KNOWN == 0 || w & F_BIG != 0 {
-                continue;
-            }
-            let f = self.unpack(slot as Slot, w);
-            self.epoch = epoch;
-            self.store_fresh(slot as Slot, f);
-            self.epoch = Time::from_nanos(old);
-        }
         self.epoch = epoch;
     }
 
     /// The replay-protection state of a known `id`.
     ///
-    /// Dense slots keep it packed in 8 bytes when it fits (as it always does
-    /// in a simulator: a small generation, a clock offset under 64 ms, a time
-    /// within the epoch's range): when the last packet arrived (51 bits, like
-    /// last-heard times), the generation (5 bits) and the offset (6 bits).
-    /// Anything else is kept whole in a side map. Either way the value is
+    /// Dense slots keep it packed in 16 bits when it fits, as it does in a
+    /// simulator nearly always: a generation under 32, a clock offset of 0
+    /// to 63 ms, and a time equal to the member's last-heard time (a packet
+    /// proves life and is judged fresh at the same instant). Anything else is
+    /// kept whole in a side map, and a packed state is moved there before
+    /// the last-heard time changes without it. Either way the value read is
     /// exactly the one stored.
     pub(crate) fn fresh(&self, id: &I) -> Option<Freshness> {
         let slot = self.slot(id)?;
         Some(if slot < DENSE_LIMIT {
-            self.unpack(slot, self.dense_fresh[slot as usize])
+            self.unpack(slot)
         } else {
             self.fresh_big.get(&slot).copied().unwrap_or_default()
         })
     }
 
-    /// Stores the replay-protection state of a known `id`.
-    pub(crate) fn set_fresh(&mut self, id: &I, f: Freshness) {
-        if let Some(slot) = self.slot(id) {
-            self.store_fresh(slot, f);
+    /// Stores the replay-protection state of a known `id`, and first its
+    /// last-heard time if `heard` is given (a current packet).
+    pub(crate) fn set_fresh(&mut self, id: &I, f: Freshness, heard: Option<Time>) {
+        let Some(slot) = self.slot(id) else {
+            return;
+        };
+        if let Some(t) = heard {
+            self.put_heard(slot, t);
         }
-    }
-
-    fn unpack(&self, slot: Slot, w: u64) -> Freshness {
-        if w & F_BIG != 0 {
-            return self.fresh_big.get(&slot).copied().unwrap_or_default();
-        }
-        if w & F_KNOWN == 0 {
-            return Freshness::default();
-        }
-        Freshness {
-            known: true,
-            generation: (w >> F_GEN_SHIFT) & F_GEN_MAX,
-            offset_ms: ((w >> F_OFF_SHIFT) & F_OFF_MAX) as i64,
-            at: Time::from_nanos(self.epoch.as_nanos() + (w & HEARD_MASK)),
-        }
-    }
-
-    fn store_fresh(&mut self, slot: Slot, f: Freshness) {
         if slot >= DENSE_LIMIT {
             self.fresh_big.insert(slot, f);
             return;
         }
-        let at = f.at.as_nanos().wrapping_sub(self.epoch.as_nanos());
         let word = if f == Freshness::default() {
             Some(0)
         } else if f.known
             && f.generation <= F_GEN_MAX
             && (0..=F_OFF_MAX as i64).contains(&f.offset_ms)
-            && f.at >= self.epoch
-            && at <= HEARD_MASK
+            && f.at == self.heard_at(slot)
         {
             Some(
                 F_KNOWN
-                    | at
-                    | (f.generation << F_GEN_SHIFT)
-                    | ((f.offset_ms as u64) << F_OFF_SHIFT),
+                    | ((f.generation as u16) << F_GEN_SHIFT)
+                    | ((f.offset_ms as u16) << F_OFF_SHIFT),
             )
         } else {
             None
@@ -439,6 +456,32 @@ impl<I: Identity> Table<I> {
                 self.dense_fresh[i] = F_BIG;
                 self.fresh_big.insert(slot, f);
             }
+        }
+    }
+
+    fn unpack(&self, slot: Slot) -> Freshness {
+        let w = self.dense_fresh[slot as usize];
+        if w & F_BIG != 0 {
+            return self.fresh_big.get(&slot).copied().unwrap_or_default();
+        }
+        if w & F_KNOWN == 0 {
+            return Freshness::default();
+        }
+        Freshness {
+            known: true,
+            generation: u64::from((w >> F_GEN_SHIFT) & F_GEN_MAX as u16),
+            offset_ms: i64::from((w >> F_OFF_SHIFT) & F_OFF_MAX as u16),
+            at: self.heard_at(slot),
+        }
+    }
+
+    /// Moves a dense slot's packed, known replay state to the side map.
+    fn unpack_to_map(&mut self, slot: Slot) {
+        let w = self.dense_fresh[slot as usize];
+        if w & F_KNOWN != 0 && w & F_BIG == 0 {
+            let f = self.unpack(slot);
+            self.fresh_big.insert(slot, f);
+            self.dense_fresh[slot as usize] = F_BIG;
         }
     }
 
@@ -716,13 +759,27 @@ mod tests {
         assert_eq!(t.fresh(&Num(0)), Some(Freshness::default()));
         assert_eq!(t.fresh(&Num(9)), None);
         for (id, f) in [(Num(0), small), (Num(1), big), (far.clone(), small)] {
-            t.set_fresh(&id, f);
+            t.set_fresh(&id, f, Some(f.at));
             assert_eq!(t.fresh(&id), Some(f));
         }
+        assert_eq!(t.dense_fresh[0] & F_BIG, 0, "packed");
         // From the side map back to the packed form, and away on removal.
-        t.set_fresh(&Num(1), small);
+        t.set_fresh(&Num(1), small, Some(small.at));
         assert_eq!(t.fresh(&Num(1)), Some(small));
-        t.set_fresh(&Num(2), big);
+        assert!(t.fresh_big.get(&1).is_none());
+        // Heard from without a judged packet (an ack through a relay): the
+        // state keeps its own time.
+        t.set_heard(&Num(1), Time::from_secs(9));
+        assert_eq!(t.fresh(&Num(1)), Some(small));
+        // Judged without being heard from (a late packet).
+        let late = Freshness {
+            at: Time::from_secs(10),
+            ..small
+        };
+        t.set_fresh(&Num(1), late, None);
+        assert_eq!(t.fresh(&Num(1)), Some(late));
+        t.set_fresh(&Num(1), small, Some(small.at));
+        t.set_fresh(&Num(2), big, None);
         t.remove(&Num(2));
         t.insert(
             &Num(2),
