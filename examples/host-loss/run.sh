@@ -119,7 +119,7 @@ TOML
   # promotion waits a lease after the *last renewal*, so a fault timed from
   # the grant would always land just after a renewal and bias the figures.
   sleep "2.$(printf '%03d' $((RANDOM % 500)))"
-  [ "$QUIET" = 1 ] || { echo "Host A holds db and auth. As host B sees it:"; "$HALE" --http "127.0.0.1:${h[1]}" roles; echo; }
+  [ "$QUIET" = 1 ] || { echo "Host A holds db and auth. As host B sees it:"; "$HALE" roles --http "127.0.0.1:${h[1]}"; echo; }
   local t0; t0=$(now_ns)
   case "$FAULT" in
     none)
@@ -165,7 +165,7 @@ TOML
     echo "$lines" | awk '{ printf "  t=+%6.3fs  %-5s -> %s (fencing epoch %s)\n", $4, $1, $2, $3 }'
     [ -n "$after" ] && echo "  after host A resumed: $after"
     echo
-    "$HALE" --http "127.0.0.1:${h[1]}" roles
+    "$HALE" roles --http "127.0.0.1:${h[1]}"
   fi
 }
 

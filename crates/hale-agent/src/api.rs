@@ -5,7 +5,6 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::{Query, State};
@@ -16,27 +15,15 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures_util::stream::{self, StreamExt};
 use serde::Deserialize;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio_stream::wrappers::BroadcastStream;
 
-use crate::runtime::{Command, Shared, Snapshot};
-use crate::view::EventView;
+use crate::app::{AppState, Stopping};
+use crate::runtime::Command;
+use crate::view::{EventView, HealthView, MemberCounts};
 
 /// The OpenAPI description of this API.
 pub const OPENAPI: &str = include_str!("openapi.json");
-
-#[derive(Clone)]
-pub(crate) struct ApiState {
-    pub(crate) cmds: mpsc::Sender<Command>,
-    pub(crate) shared: Arc<Shared>,
-    pub(crate) relay: Option<hale_relay::Relay>,
-    pub(crate) roles: crate::roles::RoleViews,
-    pub(crate) services: crate::services::Services,
-    /// The cluster's name (`[cluster] name`).
-    pub(crate) cluster: String,
-    /// The control-plane server this agent runs, if any.
-    pub(crate) control: Option<hale_control::raft::ControlPlane>,
-}
 
 /// An API error: a status and a message.
 #[derive(Debug)]
@@ -48,14 +35,16 @@ impl IntoResponse for ApiError {
     }
 }
 
-fn gone() -> ApiError {
-    ApiError(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "the agent is stopping".into(),
-    )
+impl From<Stopping> for ApiError {
+    fn from(_: Stopping) -> ApiError {
+        ApiError(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the agent is stopping".into(),
+        )
+    }
 }
 
-pub(crate) fn router(state: ApiState) -> Router {
+pub(crate) fn routes() -> Router<AppState> {
     Router::new()
         .route("/v1/health", get(health))
         .route("/v1/members", get(members))
@@ -66,7 +55,6 @@ pub(crate) fn router(state: ApiState) -> Router {
         .route("/v1/openapi.json", get(openapi))
         .route("/metrics", get(metrics))
         .fallback(not_found)
-        .with_state(state)
 }
 
 async fn not_found() -> ApiError {
@@ -76,42 +64,40 @@ async fn not_found() -> ApiError {
     )
 }
 
-async fn snapshot(st: &ApiState) -> Result<Snapshot, ApiError> {
-    let (tx, rx) = oneshot::channel();
-    st.cmds
-        .send(Command::Snapshot(tx))
-        .await
-        .map_err(|_| gone())?;
-    rx.await.map_err(|_| gone())
-}
-
-async fn health(State(st): State<ApiState>) -> Result<Response, ApiError> {
-    let s = snapshot(&st).await?;
+async fn health(State(st): State<AppState>) -> Result<Response, ApiError> {
+    let s = st.snapshot().await?;
     let count = |state: &str| s.members.iter().filter(|m| m.state == state).count();
-    let control = st.control.as_ref().map(|c| c.status());
+    let control = st.control_server.as_ref().map(|c| c.status());
     // A control-plane server whose storage failed is degraded: its Raft
     // has stopped (the others elect a leader without it).
     let degraded = control.as_ref().is_some_and(|c| c.storage_error.is_some());
-    let body = serde_json::json!({
-        "status": if s.left { "left" } else if degraded { "degraded" } else { "ok" },
-        "control": control,
-        "cluster": st.cluster,
-        "node": st.shared.id.name(),
-        "addr": st.shared.id.addr().to_string(),
-        "incarnation": s.incarnation,
-        "local_health": s.local_health,
-        "members": {
-            "alive": count("alive"),
-            "suspect": count("suspect"),
-            "dead": count("dead"),
-            "left": count("left"),
+    let status = if s.left {
+        "left"
+    } else if degraded {
+        "degraded"
+    } else {
+        "ok"
+    };
+    let body = HealthView {
+        status: status.to_owned(),
+        control,
+        cluster: st.cluster.clone(),
+        node: st.shared.id.name().to_owned(),
+        addr: st.shared.id.addr().to_string(),
+        incarnation: s.incarnation,
+        local_health: s.local_health,
+        members: MemberCounts {
+            alive: count("alive"),
+            suspect: count("suspect"),
+            dead: count("dead"),
+            left: count("left"),
         },
-    });
+    };
     Ok(Json(body).into_response())
 }
 
-async fn members(State(st): State<ApiState>) -> Result<Response, ApiError> {
-    Ok(Json(snapshot(&st).await?.members).into_response())
+async fn members(State(st): State<AppState>) -> Result<Response, ApiError> {
+    Ok(Json(st.snapshot().await?.members).into_response())
 }
 
 #[derive(Deserialize)]
@@ -121,7 +107,7 @@ struct EventsQuery {
 }
 
 async fn events(
-    State(st): State<ApiState>,
+    State(st): State<AppState>,
     q: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(q) = q.map_err(|e| ApiError(StatusCode::BAD_REQUEST, e.body_text()))?;
@@ -135,7 +121,7 @@ async fn events(
 /// channel and a connection; past this, new ones get 503.
 pub const MAX_EVENT_SUBSCRIBERS: usize = 64;
 
-async fn event_stream(State(st): State<ApiState>) -> Response {
+async fn event_stream(State(st): State<AppState>) -> Response {
     if st.shared.events.receiver_count() >= MAX_EVENT_SUBSCRIBERS {
         return ApiError(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -150,7 +136,7 @@ async fn event_stream(State(st): State<ApiState>) -> Response {
     let live = BroadcastStream::new(rx).map(|r| {
         Ok::<_, Infallible>(match r {
             Ok(e) => SseEvent::default()
-                .event(e.kind.clone())
+                .event(e.event.kind())
                 .id(e.seq.to_string())
                 .json_data(&e)
                 .unwrap_or_default(),
@@ -180,7 +166,7 @@ struct JoinBody {
     addrs: Vec<String>,
 }
 
-async fn join(State(st): State<ApiState>, body: Bytes) -> Result<Response, ApiError> {
+async fn join(State(st): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
     let req: JoinBody = serde_json::from_slice(&body).map_err(|e| {
         ApiError(
             StatusCode::BAD_REQUEST,
@@ -206,8 +192,8 @@ async fn join(State(st): State<ApiState>, body: Bytes) -> Result<Response, ApiEr
     st.cmds
         .send(Command::Join(addrs.clone(), tx))
         .await
-        .map_err(|_| gone())?;
-    rx.await.map_err(|_| gone())?;
+        .map_err(|_| Stopping)?;
+    rx.await.map_err(|_| Stopping)?;
     Ok((
         StatusCode::ACCEPTED,
         Json(serde_json::json!({ "joining": req.addrs })),
@@ -215,10 +201,13 @@ async fn join(State(st): State<ApiState>, body: Bytes) -> Result<Response, ApiEr
         .into_response())
 }
 
-async fn leave(State(st): State<ApiState>) -> Result<Response, ApiError> {
+async fn leave(State(st): State<AppState>) -> Result<Response, ApiError> {
     let (tx, rx) = oneshot::channel();
-    st.cmds.send(Command::Leave(tx)).await.map_err(|_| gone())?;
-    rx.await.map_err(|_| gone())?;
+    st.cmds
+        .send(Command::Leave(tx))
+        .await
+        .map_err(|_| Stopping)?;
+    rx.await.map_err(|_| Stopping)?;
     Ok(Json(serde_json::json!({ "left": true })).into_response())
 }
 
@@ -226,22 +215,22 @@ async fn openapi() -> Response {
     ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
 }
 
-async fn metrics(State(st): State<ApiState>) -> Result<Response, ApiError> {
-    let s = snapshot(&st).await?;
+async fn metrics(State(st): State<AppState>) -> Result<Response, ApiError> {
+    let s = st.snapshot().await?;
     let mut text = crate::metrics::render(&s, &st.shared);
     text.push_str(&crate::metrics::render_roles(
         st.shared.id.name(),
         &st.roles,
         &st.services,
     ));
-    if let Some(c) = &st.control {
+    if let Some(c) = &st.control_server {
         text.push_str(&crate::metrics::render_control(
             st.shared.id.name(),
             &c.status(),
         ));
     }
     text.push_str(&st.shared.drill.render_metrics(st.shared.id.name()));
-    if let Some(r) = &st.relay {
+    if let Some(r) = st.relay() {
         text.push_str(&r.render_metrics());
     }
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())

@@ -17,16 +17,16 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use futures_util::stream::{self, StreamExt};
+use serde::de::DeserializeOwned;
 use serde::Deserialize;
-use serde_json::{json, Value};
-use tokio::sync::{mpsc, oneshot};
+use serde_json::json;
 
-use crate::control_client::ControlClient;
+use crate::app::AppState;
 use crate::meta::AgentMeta;
-use crate::roles::RoleViews;
-use crate::runtime::Command;
-use crate::services::Services;
-use crate::view::{unix_ms, MemberView};
+use crate::view::{
+    unix_ms, CandidateView, ClusterRoleView, ClusterRolesView, ClusterServicesView, MemberView,
+    NodeServicesView, RolesView,
+};
 
 /// Most peers asked in one request.
 pub const MAX_FANOUT: usize = 64;
@@ -40,53 +40,40 @@ pub const PEER_TTL: Duration = Duration::from_secs(1);
 /// cluster, but not trusted to be small.
 pub const MAX_PEER_BODY: usize = 256 * 1024;
 
-/// Peer answers, by URL, with when they were fetched.
-type Cache = Arc<Mutex<HashMap<String, (Instant, Result<Value, String>)>>>;
+/// Peer answers (bodies), by URL, with when they were fetched.
+type Cache = Arc<Mutex<HashMap<String, (Instant, Result<Arc<[u8]>, String>)>>>;
 
+/// How the agent asks other agents: one HTTP client (no proxy), and the
+/// cluster views' cache of peers' answers.
 #[derive(Clone)]
-pub(crate) struct ClusterState {
-    pub(crate) cmds: mpsc::Sender<Command>,
-    pub(crate) me: String,
-    pub(crate) views: RoleViews,
-    pub(crate) services: Services,
-    pub(crate) control: Option<ControlClient>,
+pub(crate) struct Peers {
+    /// The client (connections time out after [`crate::app::PEER_CONNECT`]).
     pub(crate) client: reqwest::Client,
-    pub(crate) cache: Cache,
+    cache: Cache,
 }
 
-impl ClusterState {
-    pub(crate) fn new(
-        cmds: mpsc::Sender<Command>,
-        me: String,
-        views: RoleViews,
-        services: Services,
-        control: Option<ControlClient>,
-    ) -> ClusterState {
-        ClusterState {
-            cmds,
-            me,
-            views,
-            services,
-            control,
+impl Default for Peers {
+    fn default() -> Peers {
+        Peers {
             client: reqwest::Client::builder()
-                .timeout(PEER_TIMEOUT)
+                .connect_timeout(crate::app::PEER_CONNECT)
                 .no_proxy()
                 .build()
                 .unwrap_or_default(),
-            cache: Arc::default(),
+            cache: Cache::default(),
         }
     }
+}
 
-    async fn members(&self) -> Vec<MemberView> {
-        let (tx, rx) = oneshot::channel();
-        if self.cmds.send(Command::Snapshot(tx)).await.is_err() {
-            return Vec::new();
-        }
-        rx.await.map(|s| s.members).unwrap_or_default()
+impl Peers {
+    /// GETs `path` from the agent at `http`, through the cache, as a `T`
+    /// (a peer's answer reaches the dashboard only as the fields of a `T`).
+    async fn peer_get<T: DeserializeOwned>(&self, http: &str, path: &str) -> Result<T, String> {
+        let body = self.peer_body(http, path).await?;
+        serde_json::from_slice(&body).map_err(|_| format!("bad answer to {path}"))
     }
 
-    /// GETs `path` from the agent at `http`, through the cache.
-    async fn peer_get(&self, http: &str, path: &str) -> Result<Value, String> {
+    async fn peer_body(&self, http: &str, path: &str) -> Result<Arc<[u8]>, String> {
         let url = format!("http://{http}{path}");
         if let Some((at, v)) = self.cache.lock().expect("cache lock").get(&url) {
             if at.elapsed() < PEER_TTL {
@@ -97,6 +84,7 @@ impl ClusterState {
             let r = self
                 .client
                 .get(&url)
+                .timeout(PEER_TIMEOUT)
                 .send()
                 .await
                 .map_err(|e| format!("unreachable: {}", short(&e)))?;
@@ -104,15 +92,15 @@ impl ClusterState {
                 return Err(format!("answered {}", r.status()));
             }
             let mut r = r;
-            let body = hale_control::auth::read_capped(&mut r, MAX_PEER_BODY)
+            hale_control::auth::read_capped(&mut r, MAX_PEER_BODY)
                 .await
+                .map(Arc::from)
                 .map_err(|e| match e {
                     hale_control::auth::CallError::TooLarge => {
                         format!("answer larger than {MAX_PEER_BODY} bytes")
                     }
                     _ => "bad answer: the connection failed".to_owned(),
-                })?;
-            serde_json::from_slice::<Value>(&body).map_err(|_| "bad answer: not JSON".to_owned())
+                })
         }
         .await;
         let mut c = self.cache.lock().expect("cache lock");
@@ -139,11 +127,10 @@ fn published(m: &MemberView) -> AgentMeta {
     AgentMeta::parse(&m.meta).unwrap_or_default()
 }
 
-pub(crate) fn router(state: ClusterState) -> Router {
+pub(crate) fn routes() -> Router<AppState> {
     Router::new()
         .route("/v1/cluster/roles", get(roles))
         .route("/v1/cluster/services", get(services))
-        .with_state(state)
 }
 
 #[derive(Deserialize)]
@@ -153,7 +140,7 @@ struct ServicesQuery {
 }
 
 async fn services(
-    State(st): State<ClusterState>,
+    State(st): State<AppState>,
     q: Result<Query<ServicesQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
     let Query(q) = match q {
@@ -163,7 +150,7 @@ async fn services(
             return (axum::http::StatusCode::BAD_REQUEST, Json(body)).into_response();
         }
     };
-    let members = st.members().await;
+    let members = st.snapshot().await.map(|s| s.members).unwrap_or_default();
     let wanted: Option<BTreeSet<&str>> = q
         .nodes
         .as_deref()
@@ -177,36 +164,36 @@ async fn services(
         .cloned()
         .collect();
     let truncated = chosen.len() > MAX_FANOUT;
-    let answers: Vec<Value> = stream::iter(chosen.into_iter().take(MAX_FANOUT))
+    let nodes: Vec<NodeServicesView> = stream::iter(chosen.into_iter().take(MAX_FANOUT))
         .map(|m: MemberView| {
             let st = st.clone();
             async move {
-                let (services, error) = if m.is_self || m.name == st.me {
-                    (Some(json!(crate::services::views(&st.services))), None)
+                let (services, error) = if m.is_self || m.name == st.me() {
+                    (Some(crate::services::views(&st.services)), None)
                 } else if let Some(http) = published(&m).http {
-                    // Typed on the way through: a peer's answer reaches the
-                    // dashboard only as the fields of a ServiceView.
-                    match st.peer_get(&http, "/v1/services").await.and_then(|v| {
-                        serde_json::from_value::<Vec<crate::services::ServiceView>>(v)
-                            .map_err(|_| "bad answer: not a service list".to_owned())
-                    }) {
-                        Ok(v) => (Some(json!(v)), None),
+                    match st.peers.peer_get(&http, "/v1/services").await {
+                        Ok(v) => (Some(v), None),
                         Err(e) => (None, Some(e)),
                     }
                 } else {
                     (None, Some("publishes no HTTP address".to_owned()))
                 };
-                json!({ "node": m.name, "state": m.state, "services": services, "error": error })
+                NodeServicesView {
+                    node: m.name,
+                    state: m.state,
+                    services,
+                    error,
+                }
             }
         })
         .buffered(FANOUT_CONCURRENCY)
         .collect()
         .await;
-    Json(json!({ "nodes": answers, "truncated": truncated })).into_response()
+    Json(ClusterServicesView { nodes, truncated }).into_response()
 }
 
-async fn roles(State(st): State<ClusterState>) -> Response {
-    let members = st.members().await;
+async fn roles(State(st): State<AppState>) -> Json<ClusterRolesView> {
+    let members = st.snapshot().await.map(|s| s.members).unwrap_or_default();
     let leases: BTreeMap<String, (Option<String>, u64)> = match &st.control {
         Some(c) => c
             .table()
@@ -223,7 +210,7 @@ async fn roles(State(st): State<ClusterState>) -> Response {
         Some(c) => c.leader().await,
         None => None,
     };
-    let local = st.views.lock().expect("role views lock").clone();
+    let local = st.roles.lock().expect("role views lock").clone();
     // role -> (node, priority, eligible, member state)
     let mut candidates: BTreeMap<String, Vec<(String, i64, bool, String)>> = BTreeMap::new();
     let mut http: HashMap<&str, String> = HashMap::new();
@@ -249,15 +236,15 @@ async fn roles(State(st): State<ClusterState>) -> Response {
         let (holder, epoch) = leases.get(&role).cloned().unwrap_or((None, 0));
         // The holder's own view: lease left and since when it holds.
         let held = match holder.as_deref() {
-            Some(h) if h == st.me => local.get(&role).cloned(),
+            Some(h) if h == st.me() => local.get(&role).cloned(),
             Some(h) => match http.get(h) {
                 // Typed on the way through (a peer's strings are data only).
-                Some(addr) => st.peer_get(addr, "/v1/roles").await.ok().and_then(|v| {
-                    serde_json::from_value::<Vec<crate::roles::RoleView>>(v["local"].clone())
-                        .ok()?
-                        .into_iter()
-                        .find(|r| r.role == role)
-                }),
+                Some(addr) => st
+                    .peers
+                    .peer_get::<RolesView>(addr, "/v1/roles")
+                    .await
+                    .ok()
+                    .and_then(|v| v.local.into_iter().find(|r| r.role == role)),
                 None => None,
             },
             None => None,
@@ -273,33 +260,30 @@ async fn roles(State(st): State<ClusterState>) -> Response {
                 n.clone(),
             )
         });
-        let cands: Vec<Value> = cands
+        let candidates = cands
             .into_iter()
-            .map(|(n, prio, eligible, state)| {
-                json!({
-                    "node": n,
-                    "priority": prio,
-                    "eligible": eligible,
-                    "member_state": state,
-                    "holder": Some(&n) == holder.as_ref(),
-                })
+            .map(|(node, priority, eligible, member_state)| CandidateView {
+                holder: Some(&node) == holder.as_ref(),
+                node,
+                priority,
+                eligible,
+                member_state,
             })
             .collect();
-        out.push(json!({
-            "role": role,
-            "holder": holder,
-            "epoch": epoch,
-            "holder_state": held.as_ref().map(|v| v.state.clone()),
-            "lease_left_ms": held.as_ref().and_then(|v| v.lease_left_ms),
-            "held_since_unix_ms": held.as_ref().and_then(|v| v.held_since_unix_ms),
-            "candidates": cands,
-        }));
+        out.push(ClusterRoleView {
+            role,
+            holder,
+            epoch,
+            holder_state: held.as_ref().map(|v| v.state),
+            lease_left_ms: held.as_ref().and_then(|v| v.lease_left_ms),
+            held_since_unix_ms: held.as_ref().and_then(|v| v.held_since_unix_ms),
+            candidates,
+        });
     }
-    Json(json!({
-        "control_plane": st.control.is_some(),
-        "leader": leader,
-        "fetched_unix_ms": unix_ms(),
-        "roles": out,
-    }))
-    .into_response()
+    Json(ClusterRolesView {
+        control_plane: st.control.is_some(),
+        leader,
+        fetched_unix_ms: unix_ms(),
+        roles: out,
+    })
 }

@@ -175,6 +175,7 @@ pub struct MembershipSection {
     pub gossip_interval: Option<Duration>,
     pub gossip_fanout: Option<usize>,
     pub retransmit_mult: Option<usize>,
+    pub suspicion_retransmits: Option<usize>,
     #[serde(default, with = "humantime_serde")]
     pub push_pull_interval: Option<Duration>,
     #[serde(default, with = "humantime_serde")]
@@ -581,6 +582,7 @@ impl MembershipSection {
             gossip_interval,
             gossip_fanout,
             retransmit_mult,
+            suspicion_retransmits,
             push_pull_interval,
             seed_retry_interval,
             tombstone_ttl,

@@ -39,11 +39,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
-use tokio::sync::mpsc;
 
 use crate::api::error;
+use crate::app::AppState;
 use crate::runtime::{Command, Shared};
-use crate::view::{unix_ms, EventView};
+use crate::view::{unix_ms, AgentEvent};
 
 /// Longest a drill fault may be set for.
 pub const MAX_FAULT: Duration = Duration::from_secs(3600);
@@ -191,26 +191,43 @@ pub enum SetFaultError {
     Bind(#[from] std::io::Error),
 }
 
+/// `POST /v1/drill/restore`'s answer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RestoredView {
+    /// The faults reverted.
+    pub restored: Vec<Fault>,
+    /// The drill state after.
+    pub drill: DrillView,
+}
+
+/// `POST /v1/traffic`'s answer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TrafficView {
+    /// Members noted.
+    pub noted: usize,
+    /// Whether a quiet drill makes the agent ignore them.
+    pub quiet: bool,
+}
+
+/// Sets and reverts faults (a revert may come from a timer, after the
+/// request that set the fault).
 #[derive(Clone)]
-pub(crate) struct DrillState {
-    pub(crate) shared: Arc<Shared>,
-    pub(crate) relay: Option<hale_relay::Relay>,
-    pub(crate) cmds: mpsc::Sender<Command>,
+struct DrillState {
+    shared: Arc<Shared>,
+    relay: Option<hale_relay::Relay>,
 }
 
 impl DrillState {
-    fn event(&self, kind: &str, detail: serde_json::Value) {
-        let s = &self.shared;
-        tracing::warn!(kind, %detail, "drill");
-        s.publish(EventView {
-            seq: s.next_seq(),
-            unix_ms: unix_ms(),
-            observer: s.id.name().to_owned(),
-            kind: kind.to_owned(),
-            member: None,
-            incarnation: None,
-            detail: Some(detail),
-        });
+    fn of(st: &AppState) -> DrillState {
+        DrillState {
+            shared: st.shared.clone(),
+            relay: st.relay().cloned(),
+        }
+    }
+
+    fn event(&self, e: AgentEvent) {
+        tracing::warn!(event = ?e, "drill");
+        self.shared.emit(e, None);
     }
 
     /// Sets `f` for `length` (replacing the deadline if it is already set)
@@ -246,10 +263,10 @@ impl DrillState {
             e.view.clone()
         };
         faults.flag(f, true);
-        self.event(
-            "drill-set",
-            serde_json::json!({ "fault": f.as_str(), "duration_ms": length.as_millis() as u64 }),
-        );
+        self.event(AgentEvent::DrillSet {
+            fault: f,
+            duration_ms: length.as_millis() as u64,
+        });
         let me = self.clone();
         tokio::spawn(async move {
             tokio::time::sleep(length).await;
@@ -281,10 +298,10 @@ impl DrillState {
                 r.divert(None);
             }
         }
-        self.event(
-            "drill-restored",
-            serde_json::json!({ "fault": f.as_str(), "reason": why }),
-        );
+        self.event(AgentEvent::DrillRestored {
+            fault: f,
+            reason: why.to_owned(),
+        });
         true
     }
 }
@@ -305,16 +322,15 @@ async fn black_hole() -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()
     Ok((addr, task))
 }
 
-pub(crate) fn router(state: DrillState) -> Router {
+pub(crate) fn routes() -> Router<AppState> {
     Router::new()
         .route("/v1/drill", get(status))
         .route("/v1/drill/restore", post(restore))
         .route("/v1/drill/{fault}", post(set))
         .route("/v1/traffic", post(traffic))
-        .with_state(state)
 }
 
-fn view(st: &DrillState) -> DrillView {
+fn view(st: &AppState) -> DrillView {
     DrillView {
         node: st.shared.id.name().to_owned(),
         active: st.shared.drill.views(),
@@ -322,7 +338,7 @@ fn view(st: &DrillState) -> DrillView {
     }
 }
 
-async fn status(State(st): State<DrillState>) -> Json<DrillView> {
+async fn status(State(st): State<AppState>) -> Json<DrillView> {
     Json(view(&st))
 }
 
@@ -332,7 +348,7 @@ struct SetBody {
     duration_ms: u64,
 }
 
-async fn set(State(st): State<DrillState>, Path(fault): Path<String>, body: Bytes) -> Response {
+async fn set(State(st): State<AppState>, Path(fault): Path<String>, body: Bytes) -> Response {
     let Some(f) = Fault::parse(&fault) else {
         return error(
             StatusCode::NOT_FOUND,
@@ -349,7 +365,7 @@ async fn set(State(st): State<DrillState>, Path(fault): Path<String>, body: Byte
             format!("duration_ms must be 1 to {}", MAX_FAULT.as_millis()),
         );
     }
-    match st.set(f, length).await {
+    match DrillState::of(&st).set(f, length).await {
         Ok(v) => Json(v).into_response(),
         Err(e @ SetFaultError::NoRelay) => error(StatusCode::CONFLICT, e.to_string()),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
@@ -362,7 +378,7 @@ struct RestoreBody {
     fault: Option<String>,
 }
 
-async fn restore(State(st): State<DrillState>, body: Bytes) -> Response {
+async fn restore(State(st): State<AppState>, body: Bytes) -> Response {
     let which = if body.is_empty() {
         None
     } else {
@@ -380,13 +396,17 @@ async fn restore(State(st): State<DrillState>, body: Bytes) -> Response {
             }
         }
     };
-    let restored: Vec<&str> = Fault::ALL
+    let drill = DrillState::of(&st);
+    let restored = Fault::ALL
         .into_iter()
         .filter(|f| which.is_none_or(|w| w == *f))
-        .filter(|f| st.revert(*f, None, "restored"))
-        .map(Fault::as_str)
+        .filter(|f| drill.revert(*f, None, "restored"))
         .collect();
-    Json(serde_json::json!({ "restored": restored, "drill": view(&st) })).into_response()
+    Json(RestoredView {
+        restored,
+        drill: view(&st),
+    })
+    .into_response()
 }
 
 #[derive(Deserialize)]
@@ -395,7 +415,7 @@ struct TrafficBody {
     peers: Vec<String>,
 }
 
-async fn traffic(State(st): State<DrillState>, body: Bytes) -> Response {
+async fn traffic(State(st): State<AppState>, body: Bytes) -> Response {
     let Ok(req) = serde_json::from_slice::<TrafficBody>(&body) else {
         return error(
             StatusCode::BAD_REQUEST,
@@ -412,11 +432,8 @@ async fn traffic(State(st): State<DrillState>, body: Bytes) -> Response {
             noted += 1;
         }
     }
-    (
-        StatusCode::ACCEPTED,
-        Json(serde_json::json!({ "noted": noted, "quiet": st.shared.drill.quiet.load(Ordering::Relaxed) })),
-    )
-        .into_response()
+    let quiet = st.shared.drill.quiet.load(Ordering::Relaxed);
+    (StatusCode::ACCEPTED, Json(TrafficView { noted, quiet })).into_response()
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use hale_control::LeaseTable;
 use tokio::sync::watch;
 
 use crate::runtime::Shared;
-use crate::view::{unix_ms, EventView};
+use crate::view::AgentEvent;
 
 /// How often the local table is read (a memory read, no request).
 const POLL: Duration = Duration::from_millis(100);
@@ -74,17 +74,16 @@ pub(crate) async fn watch_holders(
         }
         for (role, from, to, epoch) in changes(&mut seen, &cp.table()) {
             tracing::info!(role, ?from, ?to, epoch, "role changed hands");
-            shared.publish(EventView {
-                seq: shared.next_seq(),
-                unix_ms: unix_ms(),
-                observer: shared.id.name().to_owned(),
-                kind: "holder".to_owned(),
-                member: to.clone(),
-                incarnation: None,
-                detail: Some(serde_json::json!({
-                    "role": role, "from": from, "to": to, "epoch": epoch,
-                })),
-            });
+            let member = to.clone();
+            shared.emit(
+                AgentEvent::Holder {
+                    role,
+                    from,
+                    to,
+                    epoch,
+                },
+                member,
+            );
         }
     }
 }
@@ -98,15 +97,13 @@ pub(crate) async fn watch_storage(cp: ControlPlane, shared: Arc<Shared>) {
         return; // shut down with the agent
     };
     tracing::error!(server = cp.id, %error, "the control-plane server has stopped");
-    shared.publish(EventView {
-        seq: shared.next_seq(),
-        unix_ms: unix_ms(),
-        observer: shared.id.name().to_owned(),
-        kind: "control-stopped".into(),
-        member: None,
-        incarnation: None,
-        detail: Some(serde_json::json!({ "server": cp.id, "error": error })),
-    });
+    shared.emit(
+        AgentEvent::ControlStopped {
+            server: cp.id,
+            error,
+        },
+        None,
+    );
 }
 
 #[cfg(test)]

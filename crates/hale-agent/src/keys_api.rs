@@ -31,14 +31,13 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures_util::stream::{self, StreamExt};
 use serde::{Deserialize, Serialize};
-use tokio::sync::{mpsc, oneshot};
 
 use hale_control::auth::{self, ControlAuth, Guard};
 use hale_keyring::{Key, KeyringChangeError, SharedKeyring};
 
 use crate::api::error;
+use crate::app::AppState;
 use crate::meta::AgentMeta;
-use crate::runtime::Command;
 
 /// How long one agent may take to answer a fanned-out key operation.
 pub const PEER_TIMEOUT: Duration = Duration::from_secs(2);
@@ -67,7 +66,8 @@ impl KeyOp {
         }
     }
 
-    fn as_str(self) -> &'static str {
+    /// Its name in the API (`/v1/keys/{op}`).
+    pub fn as_str(self) -> &'static str {
         match self {
             KeyOp::Install => "install",
             KeyOp::Use => "use",
@@ -117,14 +117,6 @@ pub struct KeyReport {
     pub failed: BTreeMap<String, String>,
 }
 
-#[derive(Clone)]
-pub(crate) struct KeysState {
-    pub(crate) me: String,
-    pub(crate) keys: Option<SharedKeyring>,
-    pub(crate) cmds: mpsc::Sender<Command>,
-    pub(crate) client: reqwest::Client,
-}
-
 /// The id an agent's key route is sealed for (its name, hashed as the wire
 /// format hashes names).
 fn agent_id(name: &str) -> u64 {
@@ -132,20 +124,19 @@ fn agent_id(name: &str) -> u64 {
 }
 
 /// The routes for the agent's own API (guarded like every mutating route).
-pub(crate) fn router(st: KeysState) -> Router {
+pub(crate) fn routes() -> Router<AppState> {
     Router::new()
         .route("/v1/keys", get(list))
         .route("/v1/keys/{op}", post(fan_out))
-        .with_state(st)
 }
 
 /// The route other agents call, behind the sealing guard (not the
 /// browser/token guard: peers hold the cluster key, not this API's token).
-pub(crate) fn peer_router(st: KeysState) -> Router {
+pub(crate) fn peer_router(st: AppState) -> Router {
     let Some(keys) = st.keys.clone() else {
         return Router::new();
     };
-    let guard = Arc::new(Guard::new(agent_id(&st.me), keys));
+    let guard = Arc::new(Guard::new(agent_id(st.me()), keys));
     Router::new()
         .route("/v1/cluster/keys/{op}", post(peer_op))
         .layer(axum::middleware::from_fn_with_state(
@@ -155,10 +146,10 @@ pub(crate) fn peer_router(st: KeysState) -> Router {
         .with_state(st)
 }
 
-fn view(st: &KeysState, keys: &SharedKeyring) -> KeysView {
+fn view(st: &AppState, keys: &SharedKeyring) -> KeysView {
     let ring = keys.current();
     KeysView {
-        node: st.me.clone(),
+        node: st.me().to_owned(),
         keys: ring
             .keys()
             .iter()
@@ -178,7 +169,7 @@ fn no_keyring() -> Response {
     )
 }
 
-async fn list(State(st): State<KeysState>) -> Response {
+async fn list(State(st): State<AppState>) -> Response {
     match &st.keys {
         Some(k) => Json(view(&st, k)).into_response(),
         None => no_keyring(),
@@ -214,7 +205,7 @@ fn parse(op: &str, body: &[u8]) -> Result<(KeyOp, Key), (StatusCode, String)> {
 }
 
 async fn peer_op(
-    State(st): State<KeysState>,
+    State(st): State<AppState>,
     Path(op): Path<String>,
     body: axum::body::Bytes,
 ) -> Response {
@@ -236,7 +227,7 @@ async fn peer_op(
 }
 
 async fn fan_out(
-    State(st): State<KeysState>,
+    State(st): State<AppState>,
     Path(op): Path<String>,
     body: axum::body::Bytes,
 ) -> Response {
@@ -253,11 +244,7 @@ async fn fan_out(
         return error(StatusCode::CONFLICT, e.to_string());
     }
     tracing::info!(op = op.as_str(), key = %key.fingerprint(), "keyring changed; telling the cluster");
-    let (tx, rx) = oneshot::channel();
-    let members = match st.cmds.send(Command::Snapshot(tx)).await {
-        Ok(()) => rx.await.map(|s| s.members).unwrap_or_default(),
-        Err(_) => Vec::new(),
-    };
+    let members = st.snapshot().await.map(|s| s.members).unwrap_or_default();
     let peers: Vec<(String, Option<String>)> = members
         .iter()
         .filter(|m| !m.is_self && (m.state == "alive" || m.state == "suspect"))
@@ -275,8 +262,12 @@ async fn fan_out(
     let path = format!("/v1/cluster/keys/{}", op.as_str());
     let answers: Vec<(String, Result<(), String>)> = stream::iter(peers)
         .map(|(name, http)| {
-            let (client, auth, req, path) =
-                (st.client.clone(), auth.clone(), req.clone(), path.clone());
+            let (client, auth, req, path) = (
+                st.peers.client.clone(),
+                auth.clone(),
+                req.clone(),
+                path.clone(),
+            );
             async move {
                 let Some(addr) = http else {
                     return (name, Err("publishes no HTTP address".to_owned()));
@@ -306,7 +297,7 @@ async fn fan_out(
         op,
         key: key.fingerprint(),
         agents: answers.len() + 1,
-        ok: vec![st.me.clone()],
+        ok: vec![st.me().to_owned()],
         failed: BTreeMap::new(),
     };
     for (name, r) in answers {

@@ -14,6 +14,8 @@
 
 pub mod api;
 mod api_guard;
+mod app;
+pub mod client;
 mod cluster_api;
 pub mod config;
 pub mod control_client;
@@ -42,18 +44,18 @@ use std::time::Duration;
 use tokio::net::{TcpListener, UdpSocket};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::task::JoinSet;
-use tokio::time::Instant;
 
 use hale_core::{Node, NodeId, Time};
 
+pub use client::{Client, ClientError};
 pub use config::{AgentConfig, ConfigError, FileConfig};
 pub use keyring::{Key, Keyring};
 pub use meta::AgentMeta;
 pub use relay_api::{RelayView, UpstreamView};
 pub use runtime::Snapshot;
-pub use view::{EventView, EvidenceView, MemberView};
+pub use view::{AgentEvent, EventView, EvidenceView, MemberView};
 
-use runtime::{Command, Driver, Shared};
+use runtime::{Command, Shared};
 
 /// Why the agent could not start. Nothing is left running.
 #[derive(Debug, thiserror::Error)]
@@ -153,7 +155,6 @@ impl Agent {
             }
             None => None,
         };
-        let shared = runtime::new_shared(id);
         // One keyring for gossip, the control plane and the keys API: a
         // live rotation (`hale keys`) applies to all of them at once.
         if cfg.keys_from_state {
@@ -166,30 +167,10 @@ impl Agent {
             Some(dir) => keyring::SharedKeyring::saved_to(ring, dir.join(KEYRING_FILE)),
             None => keyring::SharedKeyring::new(ring),
         });
-        let runtime::Channels {
-            cmd_tx,
-            cmd_rx,
-            frame_tx,
-            frame_rx,
-        } = runtime::channels();
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut tasks = JoinSet::new();
-        let driver = Driver {
-            node,
-            origin: Instant::now(),
-            udp: Arc::new(udp),
-            keyring: keys.clone(),
-            shared: shared.clone(),
-            out_streams: runtime::out_streams(),
-            evidence: Default::default(),
-        };
-        tasks.spawn(driver.run(cmd_rx, frame_rx, stop_rx.clone()));
-        tasks.spawn(runtime::accept_streams(
-            tcp,
-            frame_tx,
-            shared.clone(),
-            keys.clone(),
-        ));
+        let (cmd_tx, shared) =
+            runtime::spawn(node, udp, tcp, keys.clone(), &mut tasks, stop_rx.clone());
         let roles = start_roles(
             &cfg,
             keys.as_ref(),
@@ -200,91 +181,35 @@ impl Agent {
             stop_rx.clone(),
         )
         .await?;
-        let mut app = api::router(api::ApiState {
+        let relay = relay.zip(cfg.relay.clone().map(Arc::new));
+        let state = app::AppState {
             cmds: cmd_tx.clone(),
             shared: shared.clone(),
+            cluster: cfg.core.cluster.clone(),
             relay: relay.clone(),
             roles: roles.views.clone(),
             services: roles.services.clone(),
-            cluster: cfg.core.cluster.clone(),
-            control: roles.server.clone(),
-        })
-        .merge(roles_api::router(roles_api::RolesState {
-            views: roles.views.clone(),
-            services: roles.services.clone(),
+            control_server: roles.server.clone(),
             control: roles.client.clone(),
-            handovers: roles.handovers.clone(),
-        }))
-        .merge(cluster_api::router(cluster_api::ClusterState::new(
-            cmd_tx.clone(),
-            shared.id.name().to_owned(),
-            roles.views.clone(),
-            roles.services.clone(),
-            roles.client.clone(),
-        )))
-        .merge(dashboard::router());
-        app = app.merge(drill::router(drill::DrillState {
-            shared: shared.clone(),
-            relay: relay.clone(),
-            cmds: cmd_tx.clone(),
-        }));
-        let relay_cfg = cfg.relay.clone().map(Arc::new);
-        app = app.merge(relay_api::router(relay.clone().zip(relay_cfg.clone())));
-        let keys_state = keys_api::KeysState {
-            me: shared.id.name().to_owned(),
-            keys: keys.clone(),
-            cmds: cmd_tx.clone(),
-            client: reqwest::Client::builder()
-                .connect_timeout(Duration::from_millis(500))
-                .no_proxy()
-                .build()
-                .unwrap_or_default(),
+            handovers: Arc::new(roles.handovers),
+            keys,
+            peers: Default::default(),
         };
-        app = app.merge(keys_api::router(keys_state.clone()));
-        // Every mutating route so far (not the relay's ingestion, nor the
-        // sealed agent-to-agent key route, below).
-        app = app.layer(axum::middleware::from_fn_with_state(
-            Arc::new(api_guard::MutationGuard {
-                token: cfg.api_token.clone(),
-                loopback: http_addr.ip().is_loopback(),
-            }),
-            api_guard::guard_mutations,
-        ));
-        app = app.merge(keys_api::peer_router(keys_state));
-        if let (Some(r), Some(c)) = (&relay, &relay_cfg) {
+        let app = app::router(state, cfg.api_token.clone(), http_addr);
+        if let Some((r, c)) = &relay {
             tasks.spawn(relay_api::watch_breakers(
                 r.clone(),
                 c.clone(),
                 shared.clone(),
                 stop_rx.clone(),
             ));
-        }
-        if let Some(r) = &relay {
-            app = app.merge(r.router());
             // Membership verdicts on the members hosting the upstreams open
             // (dead) or probe (joined, recovered) their breakers at once.
-            let mut events = shared.events.subscribe();
-            let r = r.clone();
-            let mut stop = stop_rx.clone();
-            tasks.spawn(async move {
-                loop {
-                    tokio::select! {
-                        e = events.recv() => match e {
-                            Ok(e) => {
-                                let Some(m) = e.member.as_deref() else { continue };
-                                match e.kind.as_str() {
-                                    "dead" => r.member_dead(m),
-                                    "joined" | "recovered" => r.member_alive(m),
-                                    _ => {}
-                                }
-                            }
-                            Err(broadcast::error::RecvError::Lagged(_)) => {}
-                            Err(broadcast::error::RecvError::Closed) => return,
-                        },
-                        _ = stop.changed() => return,
-                    }
-                }
-            });
+            tasks.spawn(relay_api::follow_members(
+                r.clone(),
+                shared.events.subscribe(),
+                stop_rx.clone(),
+            ));
         }
         let mut http_stop = stop_rx;
         tasks.spawn(async move {
@@ -305,7 +230,7 @@ impl Agent {
             role_tasks: roles.tasks,
             check_tasks: roles.check_tasks,
             control: roles.server,
-            relay,
+            relay: relay.map(|(r, _)| r),
         };
         if !cfg.seeds.is_empty() {
             agent.join(cfg.seeds.clone()).await.ok();
@@ -326,6 +251,11 @@ impl Agent {
     /// The bound HTTP address.
     pub fn http_addr(&self) -> SocketAddr {
         self.http_addr
+    }
+
+    /// A typed client of this agent's HTTP API.
+    pub fn client(&self) -> Client {
+        Client::new(self.http_addr.to_string())
     }
 
     /// A snapshot of members and counters.
@@ -622,27 +552,18 @@ async fn start_roles(
     };
     publish_meta();
     let on_change: roles::OnRoleChange = {
-        let (shared, candidacy, me) = (shared.clone(), candidacy.clone(), me.clone());
-        Arc::new(move |kind: &str, detail: serde_json::Value| {
-            if kind == "eligible" {
-                let role = detail["role"].as_str().unwrap_or_default().to_owned();
-                let eligible = detail["eligible"].as_bool().unwrap_or(false);
+        let (shared, candidacy) = (shared.clone(), candidacy.clone());
+        Arc::new(move |change| match change {
+            roles::RoleChange::Eligible { role, eligible } => {
                 if let Some(c) = candidacy.lock().expect("candidacy lock").get_mut(&role) {
                     c.1 = eligible;
                 }
                 publish_meta();
-                return;
             }
-            tracing::info!(kind, %detail, "role event");
-            shared.publish(EventView {
-                seq: shared.next_seq(),
-                unix_ms: view::unix_ms(),
-                observer: me.clone(),
-                kind: kind.to_owned(),
-                member: None,
-                incarnation: None,
-                detail: Some(detail),
-            });
+            roles::RoleChange::Event(e) => {
+                tracing::info!(event = ?e, "role event");
+                shared.emit(e, None);
+            }
         })
     };
     for spec in &cfg.roles {

@@ -6,10 +6,11 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::Value;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer, Serialize};
 
 /// An agent's published metadata, as JSON
-/// `{"meta": user, "http": "host:port", "roles": {role: [priority, eligible]}}`.
+/// `{"http": "host:port", "meta": user, "roles": {role: [priority, eligible]}}`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AgentMeta {
     /// The operator's own metadata.
@@ -20,43 +21,73 @@ pub struct AgentMeta {
     pub roles: BTreeMap<String, (i64, bool)>,
 }
 
+/// What [`AgentMeta::encode`] writes (fields in the order agents have
+/// always written them).
+#[derive(Serialize)]
+struct WireOut<'a> {
+    http: &'a Option<String>,
+    meta: &'a str,
+    roles: &'a BTreeMap<String, (i64, bool)>,
+}
+
+/// A value that reads as None when it is malformed, rather than making
+/// the whole metadata unreadable: a member's metadata is data from a peer.
+struct Lenient<T>(Option<T>);
+
+impl<T> Default for Lenient<T> {
+    fn default() -> Self {
+        Lenient(None)
+    }
+}
+
+impl<'de, T: DeserializeOwned> Deserialize<'de> for Lenient<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = serde_json::Value::deserialize(d)?;
+        Ok(Lenient(serde_json::from_value(v).ok()))
+    }
+}
+
+/// What [`AgentMeta::parse`] reads.
+#[derive(Deserialize)]
+struct WireIn {
+    #[serde(default)]
+    http: Lenient<String>,
+    meta: String,
+    #[serde(default)]
+    roles: Lenient<BTreeMap<String, Lenient<(i64, bool)>>>,
+}
+
 impl AgentMeta {
     /// The bytes to publish.
     pub fn encode(&self) -> Vec<u8> {
-        let roles: serde_json::Map<String, Value> = self
-            .roles
-            .iter()
-            .map(|(r, (p, e))| (r.clone(), serde_json::json!([p, e])))
-            .collect();
-        serde_json::json!({ "meta": self.user, "http": self.http, "roles": roles })
-            .to_string()
-            .into_bytes()
+        let wire = WireOut {
+            http: &self.http,
+            meta: &self.user,
+            roles: &self.roles,
+        };
+        serde_json::to_vec(&wire).unwrap_or_default()
     }
 
     /// Reads a member's metadata; `None` unless an agent wrote it (a JSON
     /// object with a `meta` string). Malformed candidacies are left out.
     pub fn parse(raw: &str) -> Option<AgentMeta> {
-        let v: Value = serde_json::from_str(raw).ok()?;
-        let user = v.get("meta")?.as_str()?.to_owned();
-        let roles = v["roles"]
-            .as_object()
-            .map(|o| {
-                o.iter()
-                    .filter_map(|(r, c)| {
-                        Some((r.clone(), (c.get(0)?.as_i64()?, c.get(1)?.as_bool()?)))
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+        let w: WireIn = serde_json::from_str(raw).ok()?;
         Some(AgentMeta {
-            user,
+            user: w.meta,
             // Only an IP:port: a name or a path would let a member point
             // other agents' requests wherever it likes.
-            http: v["http"]
-                .as_str()
+            http: w
+                .http
+                .0
                 .and_then(|h| h.parse::<std::net::SocketAddr>().ok())
                 .map(|a| a.to_string()),
-            roles,
+            roles: w
+                .roles
+                .0
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|(r, c)| Some((r, c.0?)))
+                .collect(),
         })
     }
 }
@@ -94,7 +125,7 @@ mod tests {
             roles: [("db".to_owned(), (50, true))].into(),
         };
         let raw = String::from_utf8(m.encode()).unwrap_or_default();
-        assert_eq!(AgentMeta::parse(&raw), Some(m));
+        assert_eq!(AgentMeta::parse(&raw), Some(m.clone()));
         assert_eq!(
             AgentMeta::parse(
                 r#"{"meta":"","http":"127.0.0.1:9","roles":{"db":[50,true],"x":[1]}}"#
@@ -102,6 +133,11 @@ mod tests {
             .map(|m| (m.http, m.roles.len())),
             Some((Some("127.0.0.1:9".into()), 1)),
             "a malformed candidacy is left out"
+        );
+        assert_eq!(
+            String::from_utf8(m.encode()).unwrap(),
+            r#"{"http":"127.0.0.1:9","meta":"rack=3","roles":{"db":[50,true]}}"#,
+            "the bytes agents have always published"
         );
         assert_eq!(AgentMeta::parse("rack=3"), None);
         assert_eq!(AgentMeta::parse(r#"{"other":1}"#), None);

@@ -151,7 +151,7 @@ pub fn render_roles(
                 "hale_role_holder",
                 "gauge",
                 "Whether this node holds the role (1) or not (0).",
-                |r| u8::from(r.state == "holder").to_string(),
+                |r| u8::from(r.state == hale_control::RoleState::Holder).to_string(),
             ),
             (
                 "hale_role_epoch",

@@ -12,8 +12,9 @@ use hale_relay::{BreakerGauge, DropReason, Relay, RelayConfig};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
+use crate::app::AppState;
 use crate::runtime::Shared;
-use crate::view::{unix_ms, EventView};
+use crate::view::AgentEvent;
 
 /// One upstream Sentry, as `/v1/relay` shows it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -114,19 +115,12 @@ pub fn relay_view(relay: &Relay, cfg: &RelayConfig) -> RelayView {
     }
 }
 
-#[derive(Clone)]
-struct RelayState {
-    relay: Option<(Relay, Arc<RelayConfig>)>,
-}
-
 /// `GET /v1/relay`: the view, or `null` when no relay is configured.
-pub(crate) fn router(relay: Option<(Relay, Arc<RelayConfig>)>) -> Router {
-    Router::new()
-        .route("/v1/relay", get(status))
-        .with_state(RelayState { relay })
+pub(crate) fn routes() -> Router<AppState> {
+    Router::new().route("/v1/relay", get(status))
 }
 
-async fn status(State(st): State<RelayState>) -> Json<Option<RelayView>> {
+async fn status(State(st): State<AppState>) -> Json<Option<RelayView>> {
     Json(st.relay.as_ref().map(|(r, c)| relay_view(r, c)))
 }
 
@@ -160,21 +154,43 @@ pub(crate) async fn watch_breakers(
                 continue;
             }
             let u = &upstreams[i];
-            shared.publish(EventView {
-                seq: shared.next_seq(),
-                unix_ms: unix_ms(),
-                observer: shared.id.name().to_owned(),
-                kind: "breaker".to_owned(),
-                member: u.member.clone(),
-                incarnation: None,
-                detail: Some(serde_json::json!({
-                    "upstream": u.target,
-                    "role": u.role,
-                    "from": breaker_str(*prev),
-                    "to": breaker_str(now),
-                })),
-            });
+            shared.emit(
+                AgentEvent::Breaker {
+                    upstream: u.target.clone(),
+                    role: u.role.clone(),
+                    from: breaker_str(*prev).to_owned(),
+                    to: breaker_str(now).to_owned(),
+                },
+                u.member.clone(),
+            );
             *prev = now;
+        }
+    }
+}
+
+/// Opens the breakers of upstreams on members declared dead, and probes
+/// those on members that joined or recovered, until `stop`.
+pub(crate) async fn follow_members(
+    relay: Relay,
+    mut events: tokio::sync::broadcast::Receiver<crate::view::EventView>,
+    mut stop: watch::Receiver<bool>,
+) {
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        tokio::select! {
+            e = events.recv() => match e {
+                Ok(e) => {
+                    let Some(m) = e.member.as_deref() else { continue };
+                    match e.event {
+                        AgentEvent::Dead(_) => relay.member_dead(m),
+                        AgentEvent::Joined | AgentEvent::Recovered { .. } => relay.member_alive(m),
+                        _ => {}
+                    }
+                }
+                Err(RecvError::Lagged(_)) => {}
+                Err(RecvError::Closed) => return,
+            },
+            _ = stop.changed() => return,
         }
     }
 }

@@ -23,13 +23,14 @@ use tokio::time::Instant;
 
 use hale_control::{
     Action, ControlRequest, Holder, HolderConfig, HolderEvent, HookExit, HookId, HookKind,
-    LeaseResponse, LeaseTiming, RequestId, ServiceStatus,
+    LeaseResponse, LeaseTiming, RequestId, RoleState, ServiceStatus,
 };
 use hale_core::Time;
 
 use crate::config::ConfigError;
 use crate::control_client::ControlClient;
 use crate::services::Services;
+use crate::view::AgentEvent;
 
 /// `[control]` in hale.toml: where the control plane is.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -254,7 +255,7 @@ pub struct RoleView {
     pub priority: i64,
     /// `holder`, `promoting` (granted, promote hook running), `demoting`
     /// (giving the role up), `standby` or `ineligible`.
-    pub state: String,
+    pub state: RoleState,
     /// The fencing epoch held, if promoting, holder or demoting.
     pub epoch: Option<u64>,
     /// Milliseconds of lease left, if it holds one.
@@ -275,9 +276,23 @@ pub struct RoleView {
     pub valid_until: Option<Instant>,
 }
 
-/// Reports a role change: its kind (`promoting`, `promoted`, `demoting`,
-/// `demoted`, `eligible`) and detail.
-pub type OnRoleChange = Arc<dyn Fn(&str, serde_json::Value) + Send + Sync>;
+/// What a role manager reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RoleChange {
+    /// This node became (un)able to hold `role`: its published candidacy
+    /// changes, no event is published.
+    Eligible {
+        /// The role.
+        role: String,
+        /// Whether it may hold it now.
+        eligible: bool,
+    },
+    /// An event to publish (`promoting`, `promoted`, `demoting`, `demoted`).
+    Event(AgentEvent),
+}
+
+/// Reports role changes.
+pub type OnRoleChange = Arc<dyn Fn(RoleChange) + Send + Sync>;
 
 /// Shared role views.
 pub type RoleViews = Arc<Mutex<BTreeMap<String, RoleView>>>;
@@ -372,7 +387,7 @@ impl RoleManager {
         let e = v.entry(self.spec.name.clone()).or_insert_with(|| RoleView {
             role: self.spec.name.clone(),
             priority: self.spec.priority,
-            state: "ineligible".into(),
+            state: RoleState::Ineligible,
             ..RoleView::default()
         });
         f(e);
@@ -473,7 +488,7 @@ impl RoleManager {
             .lease_valid_until()
             .map(|t| run.origin + Duration::from_nanos(t.as_nanos()));
         self.view(|v| {
-            v.state = sm.state().as_str().into();
+            v.state = sm.state();
             v.epoch = sm.epoch();
             v.lease_left_ms = left;
             v.valid_until = valid_until;
@@ -624,20 +639,12 @@ impl RoleManager {
     }
 
     fn event(&self, e: HolderEvent) {
-        let role = &self.spec.name;
-        match e {
-            HolderEvent::Eligible(eligible) => {
-                (self.on_change)(
-                    "eligible",
-                    serde_json::json!({ "role": role, "eligible": eligible }),
-                );
-            }
+        let role = self.spec.name.clone();
+        let change = match e {
+            HolderEvent::Eligible(eligible) => RoleChange::Eligible { role, eligible },
             HolderEvent::Promoting { epoch } => {
                 self.view(|v| v.last_change = Some("granted".into()));
-                (self.on_change)(
-                    "promoting",
-                    serde_json::json!({ "role": role, "epoch": epoch }),
-                );
+                RoleChange::Event(AgentEvent::Promoting { role, epoch })
             }
             HolderEvent::Promoted { epoch } => {
                 self.view(|v| {
@@ -645,17 +652,19 @@ impl RoleManager {
                     v.held_since_unix_ms = Some(crate::view::unix_ms());
                     v.last_change = Some("promoted".into());
                 });
-                (self.on_change)(
-                    "promoted",
-                    serde_json::json!({ "role": role, "epoch": epoch, "hook_ok": true }),
-                );
+                RoleChange::Event(AgentEvent::Promoted {
+                    role,
+                    epoch,
+                    hook_ok: true,
+                })
             }
             HolderEvent::SteppingDown { epoch, reason } => {
                 self.view(|v| v.last_change = Some(reason.as_str().into()));
-                (self.on_change)(
-                    "demoting",
-                    serde_json::json!({ "role": role, "epoch": epoch, "reason": reason.as_str() }),
-                );
+                RoleChange::Event(AgentEvent::Demoting {
+                    role,
+                    epoch,
+                    reason,
+                })
             }
             HolderEvent::Demoted {
                 epoch,
@@ -667,20 +676,18 @@ impl RoleManager {
                     v.demotions += 1;
                     v.last_change = Some(reason.as_str().into());
                 });
-                (self.on_change)(
-                    "demoted",
-                    serde_json::json!({
-                        "role": role,
-                        "epoch": epoch,
-                        "reason": reason.as_str(),
-                        "hook_ok": demote.ok(),
-                        "demote": demote.as_str(),
-                        "promote": promote.map(hale_control::HookOutcome::as_str),
-                    }),
-                );
+                RoleChange::Event(AgentEvent::Demoted {
+                    role,
+                    epoch,
+                    reason,
+                    hook_ok: demote.ok(),
+                    demote,
+                    promote,
+                })
             }
-            HolderEvent::Stopped => {}
-        }
+            HolderEvent::Stopped => return,
+        };
+        (self.on_change)(change);
     }
 }
 

@@ -2,29 +2,20 @@
 //! `POST /v1/roles/{role}/handover`, and the load balancers' checks
 //! `GET /v1/roles/{role}/primary` and `GET /v1/roles/{role}/replica`.
 
-use std::collections::BTreeMap;
-
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use tokio::sync::mpsc;
+
+use hale_control::RoleState;
 
 use crate::api::error;
-use crate::control_client::ControlClient;
-use crate::roles::RoleViews;
-use crate::services::{views, Services};
+use crate::app::AppState;
+use crate::services::views;
+use crate::view::{LeaseView, PrimaryView, ReplicaView, RolesView};
 
-#[derive(Clone)]
-pub(crate) struct RolesState {
-    pub(crate) views: RoleViews,
-    pub(crate) services: Services,
-    pub(crate) control: Option<ControlClient>,
-    pub(crate) handovers: BTreeMap<String, mpsc::Sender<Option<String>>>,
-}
-
-pub(crate) fn router(state: RolesState) -> Router {
+pub(crate) fn routes() -> Router<AppState> {
     Router::new()
         .route("/v1/roles", get(roles))
         .route("/v1/services", get(services))
@@ -33,46 +24,44 @@ pub(crate) fn router(state: RolesState) -> Router {
         .route("/v1/roles/{role}/replica", get(replica))
         .route("/v1/control/servers", post(add_server))
         .route("/v1/control/servers/{id}/remove", post(remove_server))
-        .with_state(state)
 }
 
-async fn roles(State(st): State<RolesState>) -> Response {
-    let leases = match &st.control {
-        Some(c) => c.table().await.map(|t| {
-            t.roles()
-                .map(|(r, l)| {
-                    (
-                        r.clone(),
-                        serde_json::json!({ "holder": l.holder, "epoch": l.epoch }),
-                    )
-                })
-                .collect::<serde_json::Map<_, _>>()
-        }),
-        None => None,
+async fn roles(State(st): State<AppState>) -> Json<RolesView> {
+    let (leases, leader) = match &st.control {
+        Some(c) => (
+            c.table().await.map(|t| {
+                t.roles()
+                    .map(|(r, l)| {
+                        let lease = LeaseView {
+                            holder: l.holder.clone(),
+                            epoch: l.epoch,
+                        };
+                        (r.clone(), lease)
+                    })
+                    .collect()
+            }),
+            c.leader().await,
+        ),
+        None => (None, None),
     };
-    let leader = match &st.control {
-        Some(c) => c.leader().await,
-        None => None,
-    };
-    let local: Vec<_> = st
-        .views
+    let local = st
+        .roles
         .lock()
         .expect("role views lock")
         .values()
         .cloned()
         .collect();
-    Json(serde_json::json!({
-        "control_plane": st.control.is_some(),
-        "leader": leader,
-        "leases": leases,
-        "local": local,
-    }))
-    .into_response()
+    Json(RolesView {
+        control_plane: st.control.is_some(),
+        leader,
+        leases,
+        local,
+    })
 }
 
 /// This node's view of `role` (None: it is no candidate for it).
-fn local_view(st: &RolesState, role: &str) -> Option<crate::roles::RoleView> {
-    st.views.lock().expect("role views lock").get(role).cloned()
+fn local_view(st: &AppState, role: &str) -> Option<crate::roles::RoleView> {
+    st.roles.lock().expect("role views lock").get(role).cloned()
 }
 
 fn not_a_candidate(role: &str) -> Response {
@@ -87,19 +76,21 @@ fn not_a_candidate(role: &str) -> Response {
 /// everywhere else. For load balancers (HAProxy `option httpchk` +
 /// `http-check expect status 200`); reads only this agent's memory, so it
 /// is cheap to poll often, and needs no token.
-async fn primary(State(st): State<RolesState>, Path(role): Path<String>) -> Response {
+async fn primary(State(st): State<AppState>, Path(role): Path<String>) -> Response {
     let Some(v) = local_view(&st, &role) else {
         return not_a_candidate(&role);
     };
     let now = tokio::time::Instant::now();
     let valid = v.valid_until.is_some_and(|t| t > now);
-    let body = serde_json::json!({
-        "role": role,
-        "state": v.state,
-        "epoch": v.epoch,
-        "lease_left_ms": v.valid_until.map(|t| t.saturating_duration_since(now).as_millis() as u64),
-    });
-    let status = if v.state == "holder" && valid {
+    let body = PrimaryView {
+        lease_left_ms: v
+            .valid_until
+            .map(|t| t.saturating_duration_since(now).as_millis() as u64),
+        role,
+        state: v.state,
+        epoch: v.epoch,
+    };
+    let status = if v.state == RoleState::Holder && valid {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
@@ -109,28 +100,28 @@ async fn primary(State(st): State<RolesState>, Path(role): Path<String>) -> Resp
 
 /// `GET /v1/roles/{role}/replica`: 200 on a healthy, ready standby of
 /// `role` (not holding it), 503 everywhere else.
-async fn replica(State(st): State<RolesState>, Path(role): Path<String>) -> Response {
+async fn replica(State(st): State<AppState>, Path(role): Path<String>) -> Response {
     let Some(v) = local_view(&st, &role) else {
         return not_a_candidate(&role);
     };
-    let status = if v.state == "standby" {
+    let status = if v.state == RoleState::Standby {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    (
-        status,
-        Json(serde_json::json!({ "role": role, "state": v.state })),
-    )
-        .into_response()
+    let body = ReplicaView {
+        role,
+        state: v.state,
+    };
+    (status, Json(body)).into_response()
 }
 
-async fn services(State(st): State<RolesState>) -> Response {
+async fn services(State(st): State<AppState>) -> Response {
     Json(views(&st.services)).into_response()
 }
 
 async fn handover(
-    State(st): State<RolesState>,
+    State(st): State<AppState>,
     Path(role): Path<String>,
     body: axum::body::Bytes,
 ) -> Response {
@@ -141,11 +132,11 @@ async fn handover(
         );
     };
     let holding = st
-        .views
+        .roles
         .lock()
         .expect("role views lock")
         .get(&role)
-        .is_some_and(|v| v.state == "holder" || v.state == "promoting");
+        .is_some_and(|v| matches!(v.state, RoleState::Holder | RoleState::Promoting));
     if !holding {
         return error(
             StatusCode::CONFLICT,
@@ -171,7 +162,7 @@ async fn handover(
     match tx.try_send(to) {
         Ok(()) => (
             StatusCode::ACCEPTED,
-            Json(serde_json::json!({ "handover": role })),
+            Json(crate::client::HandoverView { handover: role }),
         )
             .into_response(),
         Err(_) => error(
@@ -181,7 +172,7 @@ async fn handover(
     }
 }
 
-async fn add_server(State(st): State<RolesState>, body: axum::body::Bytes) -> Response {
+async fn add_server(State(st): State<AppState>, body: axum::body::Bytes) -> Response {
     let Ok(req) = serde_json::from_slice::<hale_control::raft::AddServer>(&body) else {
         return error(
             StatusCode::BAD_REQUEST,
@@ -200,7 +191,7 @@ async fn add_server(State(st): State<RolesState>, body: axum::body::Bytes) -> Re
     }
 }
 
-async fn remove_server(State(st): State<RolesState>, Path(id): Path<u64>) -> Response {
+async fn remove_server(State(st): State<AppState>, Path(id): Path<u64>) -> Response {
     let Some(c) = &st.control else {
         return error(
             StatusCode::CONFLICT,

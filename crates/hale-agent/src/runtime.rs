@@ -120,8 +120,6 @@ pub struct Shared {
     pub history: std::sync::Mutex<VecDeque<EventView>>,
     /// Event sequence numbers (membership and role events share them).
     pub seq: AtomicU64,
-    /// Every other member's liveness and metadata, kept current from events.
-    pub peers: std::sync::Mutex<HashMap<String, (bool, Vec<u8>)>>,
     /// Drill faults in force (freeze drops cluster traffic, quiet ignores
     /// application traffic signals).
     pub drill: crate::drill::Faults,
@@ -150,6 +148,12 @@ impl Shared {
         self.seq.fetch_add(1, Ordering::Relaxed) + 1
     }
 
+    /// Publishes `event`, observed here, about `member` (None: about this
+    /// agent itself).
+    pub fn emit(&self, event: crate::view::AgentEvent, member: Option<String>) {
+        self.publish(event.stamped(self.next_seq(), self.id.name(), member, None));
+    }
+
     /// A packet to `to` met a closed port: tell the driver.
     fn note_refused(&self, to: SocketAddr) {
         self.counters.closed_ports.fetch_add(1, Ordering::Relaxed);
@@ -170,14 +174,17 @@ pub fn seed_id(addr: SocketAddr) -> NodeId {
     NodeId::new(name, addr).expect("seed placeholder names are valid")
 }
 
-pub(crate) struct Driver {
-    pub(crate) node: Node<NodeId>,
-    pub(crate) origin: Instant,
-    pub(crate) udp: Arc<UdpSocket>,
-    pub(crate) keyring: Option<SharedKeyring>,
-    pub(crate) shared: Arc<Shared>,
-    pub(crate) out_streams: Arc<Semaphore>,
-    pub(crate) evidence: HashMap<String, EvidenceView>,
+/// The task that owns the core: it feeds it time, datagrams, frames and
+/// commands, and carries out what it asks.
+struct Driver {
+    node: Node<NodeId>,
+    origin: Instant,
+    udp: Arc<UdpSocket>,
+    keyring: Option<SharedKeyring>,
+    shared: Arc<Shared>,
+    out_streams: Arc<Semaphore>,
+    /// The evidence of each member the core holds dead.
+    evidence: HashMap<String, EvidenceView>,
 }
 
 impl Driver {
@@ -190,7 +197,7 @@ impl Driver {
     }
 
     /// Runs until `stop` fires or a leave command completes.
-    pub(crate) async fn run(
+    async fn run(
         mut self,
         mut cmds: mpsc::Receiver<Command>,
         mut frames: mpsc::Receiver<Frame>,
@@ -423,41 +430,39 @@ impl Driver {
             }
         }
         while let Some(e) = self.node.poll_event() {
-            self.track_peer(&e);
-            if let Event::Dead {
-                member, evidence, ..
-            } = &e
-            {
-                self.evidence
-                    .insert(member.name().to_owned(), evidence_view(evidence));
-            }
+            self.keep_evidence(&e);
             let seq = self.shared.seq.fetch_add(1, Ordering::Relaxed) + 1;
             if let Some(v) = event_view(seq, &self.shared.id, &e) {
-                tracing::info!(kind = %v.kind, member = ?v.member, "membership event");
+                tracing::info!(kind = v.event.kind(), member = ?v.member, "membership event");
                 self.shared.publish(v);
             }
         }
     }
 
-    /// Keeps [`Shared::peers`] current.
-    fn track_peer(&self, e: &Event<NodeId>) {
-        let (member, alive) = match e {
+    /// Keeps the evidence of death verdicts for members the core still
+    /// holds dead, and no other: bounded by the core's own forgetting.
+    fn keep_evidence(&mut self, e: &Event<NodeId>) {
+        match e {
+            Event::Dead {
+                member, evidence, ..
+            } => {
+                self.evidence
+                    .insert(member.name().to_owned(), evidence_view(evidence));
+                let dead: std::collections::HashSet<&str> = self
+                    .node
+                    .members()
+                    .filter(|m| m.state() == hale_core::MemberState::Dead)
+                    .map(|m| m.id().name())
+                    .collect();
+                self.evidence.retain(|name, _| dead.contains(name.as_str()));
+            }
             Event::Joined { member, .. }
             | Event::Recovered { member, .. }
-            | Event::MetadataUpdated { member, .. } => (member, true),
-            Event::Dead { member, .. } | Event::Left { member, .. } => (member, false),
-            _ => return,
-        };
-        let meta = self
-            .node
-            .member(member)
-            .map(|m| m.meta().to_vec())
-            .unwrap_or_default();
-        self.shared
-            .peers
-            .lock()
-            .expect("peers lock")
-            .insert(member.name().to_owned(), (alive, meta));
+            | Event::Left { member, .. } => {
+                self.evidence.remove(member.name());
+            }
+            _ => {}
+        }
     }
 
     /// Sends a probe's ping from its own UDP socket connected to `to`, so
@@ -578,7 +583,7 @@ impl Drop for SourceSlot {
 /// authenticated here, on the connection's own task: junk never reaches
 /// the task that runs the failure detector. Every refusal is counted by
 /// reason.
-pub(crate) async fn accept_streams(
+async fn accept_streams(
     listener: TcpListener,
     frames: mpsc::Sender<Frame>,
     shared: Arc<Shared>,
@@ -683,40 +688,45 @@ impl From<std::io::Error> for Refused {
     }
 }
 
-pub(crate) fn new_shared(id: NodeId) -> Arc<Shared> {
+/// Starts the membership runtime for `node` on its sockets: the driver
+/// (the core's clock, datagrams, commands) and the stream acceptor, as
+/// tasks of `tasks` that end on `stop` (the acceptor when aborted). Returns
+/// where to send commands, and what the driver shares.
+pub(crate) fn spawn(
+    node: Node<NodeId>,
+    udp: UdpSocket,
+    tcp: TcpListener,
+    keyring: Option<SharedKeyring>,
+    tasks: &mut tokio::task::JoinSet<()>,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> (mpsc::Sender<Command>, Arc<Shared>) {
+    let shared = new_shared(node.id().clone());
+    let (cmd_tx, cmd_rx) = mpsc::channel(256);
+    let (frame_tx, frame_rx) = mpsc::channel(STREAM_QUEUE);
+    let driver = Driver {
+        node,
+        origin: Instant::now(),
+        udp: Arc::new(udp),
+        keyring: keyring.clone(),
+        shared: shared.clone(),
+        out_streams: Arc::new(Semaphore::new(MAX_OUT_STREAMS)),
+        evidence: HashMap::new(),
+    };
+    tasks.spawn(driver.run(cmd_rx, frame_rx, stop));
+    tasks.spawn(accept_streams(tcp, frame_tx, shared.clone(), keyring));
+    (cmd_tx, shared)
+}
+
+fn new_shared(id: NodeId) -> Arc<Shared> {
     Arc::new(Shared {
         id,
         counters: RuntimeCounters::default(),
         events: broadcast::channel(1024).0,
         history: std::sync::Mutex::new(VecDeque::new()),
-        peers: std::sync::Mutex::new(HashMap::new()),
         seq: AtomicU64::new(0),
         drill: Default::default(),
         refused: Default::default(),
         refused_wake: Default::default(),
         probe_sockets: Arc::new(Semaphore::new(MAX_PROBE_SOCKETS)),
     })
-}
-
-/// The driver's inputs: commands, and frames from stream connections.
-pub(crate) struct Channels {
-    pub(crate) cmd_tx: mpsc::Sender<Command>,
-    pub(crate) cmd_rx: mpsc::Receiver<Command>,
-    pub(crate) frame_tx: mpsc::Sender<Frame>,
-    pub(crate) frame_rx: mpsc::Receiver<Frame>,
-}
-
-pub(crate) fn channels() -> Channels {
-    let (cmd_tx, cmd_rx) = mpsc::channel(256);
-    let (frame_tx, frame_rx) = mpsc::channel(STREAM_QUEUE);
-    Channels {
-        cmd_tx,
-        cmd_rx,
-        frame_tx,
-        frame_rx,
-    }
-}
-
-pub(crate) fn out_streams() -> Arc<Semaphore> {
-    Arc::new(Semaphore::new(MAX_OUT_STREAMS))
 }

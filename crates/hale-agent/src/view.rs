@@ -4,7 +4,14 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+use std::collections::BTreeMap;
+
+use hale_control::{HookOutcome, RoleState, StepDownReason};
 use hale_core::{DeathEvidence, Event, Member, NodeId, Time};
+
+use crate::drill::Fault;
+use crate::roles::RoleView;
+use crate::services::ServiceView;
 
 /// One member as the API and `hale members --json` show it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -50,7 +57,10 @@ pub struct EvidenceView {
     pub declared_at_unix_ms: u64,
 }
 
-/// One membership event, as streamed by `/v1/events`.
+/// One event, as the bus carries it, the history keeps it, `/v1/events`
+/// streams it and the dashboard reads it: where and when it was seen, and
+/// what happened ([`AgentEvent`], whose `kind` and `detail` are fields of
+/// this object on the wire).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct EventView {
     /// Sequence number, increasing from 1 for this agent's lifetime.
@@ -59,18 +69,195 @@ pub struct EventView {
     pub unix_ms: u64,
     /// The agent that observed it.
     pub observer: String,
-    /// Membership: `joined`, `suspected`, `dead`, `recovered`, `left`,
-    /// `metadata`, `refuted`, `seed-fallback`, `paused`. Roles: `promoted`,
-    /// `demoted`, `eligible` (this node's candidacies), `holder` (a role
-    /// changed hands, seen by a control-plane server). Relay: `breaker`.
-    /// Drills: `drill-set`, `drill-restored`.
-    pub kind: String,
+    /// What happened: `kind` and, for kinds that have one, `detail`.
+    #[serde(flatten)]
+    pub event: AgentEvent,
     /// The member it is about (None for events about the observer itself).
     pub member: Option<String>,
     /// Incarnation, where it applies.
     pub incarnation: Option<u32>,
-    /// Extra detail (accuser, evidence, pause length).
-    pub detail: Option<serde_json::Value>,
+}
+
+/// What happened, one variant per kind. On the wire it is `"kind"` (the
+/// variant's name in kebab-case) and `"detail"` (its fields, absent for
+/// kinds without any).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "kind", content = "detail", rename_all = "kebab-case")]
+pub enum AgentEvent {
+    /// A member joined.
+    Joined,
+    /// A member is suspected.
+    Suspected {
+        /// Who suspects it.
+        accuser: String,
+    },
+    /// A member was declared dead, with the evidence.
+    Dead(EvidenceView),
+    /// A suspected or dead member proved alive.
+    Recovered {
+        /// Whether it had been declared dead.
+        was_dead: bool,
+    },
+    /// A member left gracefully.
+    Left,
+    /// A member's metadata changed.
+    Metadata,
+    /// This agent refuted a suspicion (or a verdict) about itself.
+    Refuted {
+        /// Whether it had been declared dead.
+        was_dead: bool,
+    },
+    /// No member answered: the agent fell back to its seeds.
+    SeedFallback,
+    /// The agent's process was paused (its clock jumped).
+    Paused {
+        /// How long, in milliseconds.
+        gap_ms: u64,
+    },
+    /// This node was granted a role; its promote hook is running.
+    Promoting {
+        /// The role.
+        role: String,
+        /// The fencing epoch granted.
+        epoch: u64,
+    },
+    /// This node holds a role (its promote hook succeeded).
+    Promoted {
+        /// The role.
+        role: String,
+        /// The fencing epoch.
+        epoch: u64,
+        /// Always true: a failed promote hook ends in `demoted`.
+        hook_ok: bool,
+    },
+    /// This node is giving a role up.
+    Demoting {
+        /// The role.
+        role: String,
+        /// The fencing epoch it held.
+        epoch: u64,
+        /// Why.
+        reason: StepDownReason,
+    },
+    /// This node gave a role up.
+    Demoted {
+        /// The role.
+        role: String,
+        /// The fencing epoch it held.
+        epoch: u64,
+        /// Why.
+        reason: StepDownReason,
+        /// Whether the demote hook did its job.
+        hook_ok: bool,
+        /// How the demote hook ended.
+        demote: HookOutcome,
+        /// How the promote hook ended, if it ran during this holding.
+        promote: Option<HookOutcome>,
+    },
+    /// A role changed hands (seen by a control-plane server).
+    Holder {
+        /// The role.
+        role: String,
+        /// The previous holder.
+        from: Option<String>,
+        /// The new holder (None: released).
+        to: Option<String>,
+        /// The lease's epoch.
+        epoch: u64,
+    },
+    /// This agent's control-plane server stopped on a fatal error.
+    ControlStopped {
+        /// The server's id.
+        server: u64,
+        /// Why it stopped.
+        error: String,
+    },
+    /// A relay upstream's circuit breaker changed state.
+    Breaker {
+        /// The upstream (its DSN without the key).
+        upstream: String,
+        /// `primary` or `standby`.
+        role: String,
+        /// The previous state (`closed`, `open`, `half-open`).
+        from: String,
+        /// The new state.
+        to: String,
+    },
+    /// A drill set a fault on this agent.
+    DrillSet {
+        /// The fault.
+        fault: Fault,
+        /// For how long, in milliseconds.
+        duration_ms: u64,
+    },
+    /// A drill's fault was lifted.
+    DrillRestored {
+        /// The fault.
+        fault: Fault,
+        /// Why (`expired`, `restored`, ...).
+        reason: String,
+    },
+    /// A kind this version does not know (from a newer agent).
+    #[serde(other)]
+    Unknown,
+}
+
+impl AgentEvent {
+    /// The kind, as on the wire.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            AgentEvent::Joined => "joined",
+            AgentEvent::Suspected { .. } => "suspected",
+            AgentEvent::Dead(_) => "dead",
+            AgentEvent::Recovered { .. } => "recovered",
+            AgentEvent::Left => "left",
+            AgentEvent::Metadata => "metadata",
+            AgentEvent::Refuted { .. } => "refuted",
+            AgentEvent::SeedFallback => "seed-fallback",
+            AgentEvent::Paused { .. } => "paused",
+            AgentEvent::Promoting { .. } => "promoting",
+            AgentEvent::Promoted { .. } => "promoted",
+            AgentEvent::Demoting { .. } => "demoting",
+            AgentEvent::Demoted { .. } => "demoted",
+            AgentEvent::Holder { .. } => "holder",
+            AgentEvent::ControlStopped { .. } => "control-stopped",
+            AgentEvent::Breaker { .. } => "breaker",
+            AgentEvent::DrillSet { .. } => "drill-set",
+            AgentEvent::DrillRestored { .. } => "drill-restored",
+            AgentEvent::Unknown => "unknown",
+        }
+    }
+
+    /// Its `detail`, as the wire has it (None for kinds without one).
+    pub fn detail(&self) -> Option<serde_json::Value> {
+        #[derive(Deserialize)]
+        struct Wire {
+            detail: Option<serde_json::Value>,
+        }
+        serde_json::to_value(self)
+            .and_then(serde_json::from_value::<Wire>)
+            .ok()
+            .and_then(|w| w.detail)
+    }
+
+    /// The event about `member` (or about the observer itself, with
+    /// None), stamped with `seq`, now, and the `observer`'s name.
+    pub fn stamped(
+        self,
+        seq: u64,
+        observer: &str,
+        member: Option<String>,
+        incarnation: Option<u32>,
+    ) -> EventView {
+        EventView {
+            seq,
+            unix_ms: unix_ms(),
+            observer: observer.to_owned(),
+            event: self,
+            member,
+            incarnation,
+        }
+    }
 }
 
 /// Wall-clock milliseconds since the Unix epoch.
@@ -116,74 +303,311 @@ pub fn evidence_view(e: &DeathEvidence<NodeId>) -> EvidenceView {
 
 /// The view of an event, or None for diagnostic events not shown to users.
 pub fn event_view(seq: u64, observer: &NodeId, e: &Event<NodeId>) -> Option<EventView> {
-    let v = |kind: &str, member: Option<&NodeId>, inc: Option<u32>, detail| EventView {
-        seq,
-        unix_ms: unix_ms(),
-        observer: observer.name().to_owned(),
-        kind: kind.to_owned(),
-        member: member.map(|m| m.name().to_owned()),
-        incarnation: inc,
-        detail,
-    };
-    Some(match e {
+    let (event, member, inc) = match e {
         Event::Joined {
             member,
             incarnation,
-        } => v("joined", Some(member), Some(*incarnation), None),
+        } => (AgentEvent::Joined, Some(member), Some(*incarnation)),
         Event::Suspected {
             member,
             incarnation,
             accuser,
-        } => v(
-            "suspected",
+        } => (
+            AgentEvent::Suspected {
+                accuser: accuser.name().to_owned(),
+            },
             Some(member),
             Some(*incarnation),
-            Some(serde_json::json!({ "accuser": accuser.name() })),
         ),
         Event::Dead {
             member,
             incarnation,
             evidence,
-        } => v(
-            "dead",
+        } => (
+            AgentEvent::Dead(evidence_view(evidence)),
             Some(member),
             Some(*incarnation),
-            serde_json::to_value(evidence_view(evidence)).ok(),
         ),
         Event::Recovered {
             member,
             incarnation,
             was_dead,
-        } => v(
-            "recovered",
+        } => (
+            AgentEvent::Recovered {
+                was_dead: *was_dead,
+            },
             Some(member),
             Some(*incarnation),
-            Some(serde_json::json!({ "was_dead": was_dead })),
         ),
         Event::Left {
             member,
             incarnation,
-        } => v("left", Some(member), Some(*incarnation), None),
+        } => (AgentEvent::Left, Some(member), Some(*incarnation)),
         Event::MetadataUpdated {
             member,
             incarnation,
-        } => v("metadata", Some(member), Some(*incarnation), None),
+        } => (AgentEvent::Metadata, Some(member), Some(*incarnation)),
         Event::Refuted {
             incarnation,
             was_dead,
-        } => v(
-            "refuted",
+        } => (
+            AgentEvent::Refuted {
+                was_dead: *was_dead,
+            },
             None,
             Some(*incarnation),
-            Some(serde_json::json!({ "was_dead": was_dead })),
         ),
-        Event::SeedFallback => v("seed-fallback", None, None, None),
-        Event::Paused { gap_ms } => v(
-            "paused",
-            None,
-            None,
-            Some(serde_json::json!({ "gap_ms": gap_ms })),
-        ),
+        Event::SeedFallback => (AgentEvent::SeedFallback, None, None),
+        Event::Paused { gap_ms } => (AgentEvent::Paused { gap_ms: *gap_ms }, None, None),
         Event::ProbeVisit { .. } => return None,
-    })
+    };
+    Some(event.stamped(
+        seq,
+        observer.name(),
+        member.map(|m| m.name().to_owned()),
+        inc,
+    ))
+}
+
+/// A lease in the control plane's table.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct LeaseView {
+    /// Who holds it (None: free).
+    pub holder: Option<String>,
+    /// Its fencing epoch.
+    pub epoch: u64,
+}
+
+/// `GET /v1/roles`: this agent's candidacies and the leases it can see.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RolesView {
+    /// Whether this agent is configured with a control plane.
+    pub control_plane: bool,
+    /// The control-plane leader's id, if known.
+    pub leader: Option<u64>,
+    /// Every lease, by role (None: no control plane, or it did not answer).
+    pub leases: Option<BTreeMap<String, LeaseView>>,
+    /// This node's view of each role it is a candidate for.
+    pub local: Vec<RoleView>,
+}
+
+/// `GET /v1/roles/{role}/primary`: whether this node serves as the role's primary.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PrimaryView {
+    /// The role.
+    pub role: String,
+    /// This node's state for it.
+    pub state: RoleState,
+    /// The fencing epoch held, if any.
+    pub epoch: Option<u64>,
+    /// Milliseconds of lease left on this agent's clock, if it holds one.
+    pub lease_left_ms: Option<u64>,
+}
+
+/// `GET /v1/roles/{role}/replica`: whether this node is a ready standby.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ReplicaView {
+    /// The role.
+    pub role: String,
+    /// This node's state for it.
+    pub state: RoleState,
+}
+
+/// One candidate for a role, as `GET /v1/cluster/roles` lists it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CandidateView {
+    /// The node.
+    pub node: String,
+    /// Its priority for the role.
+    pub priority: i64,
+    /// Whether it says it may hold the role (healthy and ready).
+    pub eligible: bool,
+    /// Its membership state, as this agent sees it.
+    pub member_state: String,
+    /// Whether it holds the role.
+    pub holder: bool,
+}
+
+/// One role across the cluster.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ClusterRoleView {
+    /// The role.
+    pub role: String,
+    /// Who holds its lease.
+    pub holder: Option<String>,
+    /// The lease's epoch (0: never granted).
+    pub epoch: u64,
+    /// The holder's own state for it (None: the holder was not reached).
+    pub holder_state: Option<RoleState>,
+    /// Milliseconds of lease left on the holder's clock.
+    pub lease_left_ms: Option<u64>,
+    /// Unix time (ms) the holder finished promoting.
+    pub held_since_unix_ms: Option<u64>,
+    /// Candidates: the holder first, then who would be promoted next.
+    pub candidates: Vec<CandidateView>,
+}
+
+/// `GET /v1/cluster/roles`: every role's holder and candidates.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ClusterRolesView {
+    /// Whether this agent is configured with a control plane.
+    pub control_plane: bool,
+    /// The control-plane leader's id, if known.
+    pub leader: Option<u64>,
+    /// When this answer was put together (Unix ms).
+    pub fetched_unix_ms: u64,
+    /// Every role known from leases, candidacies or this node.
+    pub roles: Vec<ClusterRoleView>,
+}
+
+/// One node's services, as `GET /v1/cluster/services` lists them.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NodeServicesView {
+    /// The node.
+    pub node: String,
+    /// Its membership state.
+    pub state: String,
+    /// Its services (None: it could not be asked, see `error`).
+    pub services: Option<Vec<ServiceView>>,
+    /// Why its services are unknown.
+    pub error: Option<String>,
+}
+
+/// `GET /v1/cluster/services`: services and checks per node.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ClusterServicesView {
+    /// One entry per node asked.
+    pub nodes: Vec<NodeServicesView>,
+    /// Whether more nodes were chosen than are asked in one request.
+    pub truncated: bool,
+}
+
+/// Members per state, as `GET /v1/health` counts them.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct MemberCounts {
+    /// Alive.
+    pub alive: usize,
+    /// Suspected.
+    pub suspect: usize,
+    /// Declared dead.
+    pub dead: usize,
+    /// Left gracefully.
+    pub left: usize,
+}
+
+/// `GET /v1/health`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HealthView {
+    /// `ok`, `left` (it left the cluster) or `degraded` (its control-plane
+    /// server's storage failed).
+    pub status: String,
+    /// This agent's control-plane server, if it runs one.
+    pub control: Option<hale_control::raft::ControlStatus>,
+    /// The cluster's name.
+    pub cluster: String,
+    /// This node's name.
+    pub node: String,
+    /// Its gossip address.
+    pub addr: String,
+    /// Its incarnation.
+    pub incarnation: u32,
+    /// Its local health score (0 is healthy).
+    pub local_health: u8,
+    /// Members per state.
+    pub members: MemberCounts,
+}
+
+#[cfg(test)]
+// In tests a panic is the failure report.
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn wire(e: &EventView) -> serde_json::Value {
+        serde_json::to_value(e).unwrap()
+    }
+
+    #[test]
+    fn an_events_kind_and_detail_are_fields_of_its_object_on_the_wire() {
+        let e = AgentEvent::Demoted {
+            role: "db".into(),
+            epoch: 7,
+            reason: StepDownReason::PromoteFailed,
+            hook_ok: true,
+            demote: HookOutcome::Succeeded,
+            promote: Some(HookOutcome::TimedOut),
+        }
+        .stamped(3, "n1", None, None);
+        let v = wire(&e);
+        assert_eq!(v["kind"], "demoted");
+        assert_eq!(v["seq"], 3);
+        assert_eq!(v["observer"], "n1");
+        assert_eq!(v["member"], serde_json::Value::Null);
+        assert_eq!(v["detail"]["reason"], "promote-hook-failed");
+        assert_eq!(v["detail"]["promote"], "timed-out");
+        assert_eq!(v["detail"]["demote"], "succeeded");
+        assert_eq!(serde_json::from_value::<EventView>(v).unwrap(), e);
+    }
+
+    #[test]
+    fn kinds_without_detail_omit_it_and_read_it_back_when_null() {
+        let e = AgentEvent::Joined.stamped(1, "n1", Some("n2".into()), Some(4));
+        let v = wire(&e);
+        assert_eq!(v["kind"], "joined");
+        assert!(v.get("detail").is_none(), "{v}");
+        // What agents before the typed events sent.
+        let old = r#"{"seq":1,"unix_ms":5,"observer":"n1","kind":"joined","member":"n2","incarnation":4,"detail":null}"#;
+        let back: EventView = serde_json::from_str(old).unwrap();
+        assert_eq!(back.event, AgentEvent::Joined);
+        assert_eq!(back.member.as_deref(), Some("n2"));
+    }
+
+    #[test]
+    fn a_kind_from_a_newer_agent_reads_as_unknown() {
+        let raw = r#"{"seq":1,"unix_ms":5,"observer":"n1","kind":"warp","member":null,"incarnation":null}"#;
+        let e: EventView = serde_json::from_str(raw).unwrap();
+        assert_eq!(e.event, AgentEvent::Unknown);
+    }
+
+    #[test]
+    fn the_kind_method_names_what_the_wire_says() {
+        let samples = [
+            AgentEvent::Joined,
+            AgentEvent::Suspected {
+                accuser: "a".into(),
+            },
+            AgentEvent::Recovered { was_dead: true },
+            AgentEvent::Left,
+            AgentEvent::Metadata,
+            AgentEvent::Refuted { was_dead: false },
+            AgentEvent::SeedFallback,
+            AgentEvent::Paused { gap_ms: 9 },
+            AgentEvent::Promoting {
+                role: "r".into(),
+                epoch: 1,
+            },
+            AgentEvent::Holder {
+                role: "r".into(),
+                from: None,
+                to: Some("b".into()),
+                epoch: 2,
+            },
+            AgentEvent::ControlStopped {
+                server: 1,
+                error: "disk full".into(),
+            },
+            AgentEvent::DrillSet {
+                fault: Fault::Freeze,
+                duration_ms: 5,
+            },
+            AgentEvent::DrillRestored {
+                fault: Fault::Quiet,
+                reason: "expired".into(),
+            },
+        ];
+        for e in samples {
+            let v = wire(&e.clone().stamped(1, "n", None, None));
+            assert_eq!(v["kind"], e.kind(), "{v}");
+        }
+    }
 }

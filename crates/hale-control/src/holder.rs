@@ -95,7 +95,8 @@ pub enum HookExit {
 }
 
 /// How a hook ended, as reported in events.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum HookOutcome {
     /// Exited with status 0.
     Succeeded,
@@ -128,7 +129,10 @@ impl HookOutcome {
 }
 
 /// Why a holding ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
 pub enum StepDownReason {
     /// The lease ran out on this node's clock (renewals not committed in time).
     LeaseExpired,
@@ -141,8 +145,10 @@ pub enum StepDownReason {
     /// The agent is stopping.
     Leaving,
     /// The promote hook failed.
+    #[serde(rename = "promote-hook-failed")]
     PromoteFailed,
     /// The promote hook ran past `hook_timeout`.
+    #[serde(rename = "promote-hook-timed-out")]
     PromoteTimedOut,
 }
 
@@ -175,9 +181,23 @@ impl std::fmt::Display for StepDownReason {
 }
 
 /// Where a candidacy stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
 pub enum RoleState {
     /// The service is not healthy and ready: not asking for the role.
+    #[default]
     Ineligible,
     /// Healthy and ready, asking for the role when it is free.
     Standby,

@@ -7,14 +7,16 @@ use crate::identity::Identity;
 use crate::wire::Message;
 
 /// Urgency classes: lower goes first. Alive (refutations, joins) before
-/// leaves, before deaths, before suspicions, so that a refutation is never
-/// starved by the accusations it answers.
+/// leaves, before deaths, before suspicions, before further accusers'
+/// confirmations of them, so that a refutation is never starved by the
+/// accusations it answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) enum Class {
     Alive = 0,
     Left = 1,
     Dead = 2,
     Suspect = 3,
+    Confirmation = 4,
 }
 
 /// Order: class, then fewest transmissions, then newest.
@@ -59,6 +61,13 @@ impl<I: Identity> Broadcasts<I> {
         self.queue.is_empty()
     }
 
+    /// Whether anything but confirmations is queued.
+    pub(crate) fn has_urgent(&self) -> bool {
+        self.queue
+            .first_key_value()
+            .is_some_and(|(o, _)| o.0 < Class::Confirmation)
+    }
+
     /// Queues `msg`, replacing older news with the same key.
     pub(crate) fn push(&mut self, class: Class, key: Key<I>, msg: Message<I>) {
         self.remove(&key);
@@ -83,8 +92,8 @@ impl<I: Identity> Broadcasts<I> {
     }
 
     /// Takes news that fits in `budget` bytes, in order, counting one
-    /// transmission each; news sent `limit` times is retired.
-    pub(crate) fn take(&mut self, mut budget: usize, limit: u32, out: &mut Vec<Message<I>>) {
+    /// transmission each; news of class `c` sent `limits[c]` times is retired.
+    pub(crate) fn take(&mut self, mut budget: usize, limits: [u32; 5], out: &mut Vec<Message<I>>) {
         let mut picked: Vec<Order> = Vec::new();
         for (order, item) in &self.queue {
             if budget < 3 || out.len() + picked.len() >= 250 {
@@ -99,7 +108,7 @@ impl<I: Identity> Broadcasts<I> {
             if let Some(item) = self.queue.remove(&order) {
                 out.push(item.msg.clone());
                 let sent = order.1 + 1;
-                if sent >= limit {
+                if sent >= limits[order.0 as usize] {
                     self.index.remove(&item.key);
                 } else {
                     let new = (order.0, sent, order.2);

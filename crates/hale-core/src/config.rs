@@ -110,6 +110,11 @@ pub struct Config {
     pub gossip_to_dead: Duration,
     /// Each piece of news is sent `retransmit_mult * ceil(log10(N + 1))` times.
     pub retransmit_mult: usize,
+    /// Times each node sends a suspicion or a confirmation of one (at most
+    /// the retransmit limit of other news). Suspicions are soft news: a
+    /// member that misses one learns the verdict, and the suspect hears of
+    /// it from its prober directly; fewer sends keep stall storms cheap.
+    pub suspicion_retransmits: usize,
     /// Most pieces of news queued; the least urgent are dropped beyond it.
     pub max_broadcasts: usize,
     /// Base interval of full-state push/pull with a random member.
@@ -234,6 +239,7 @@ impl Config {
             gossip_fanout: 3,
             gossip_to_dead: dead_gossip,
             retransmit_mult: 4,
+            suspicion_retransmits: 8,
             max_broadcasts: 4096,
             push_pull_interval: Duration::from_secs(pp),
             push_pull_scale: 200,
@@ -300,6 +306,12 @@ impl Config {
         }
         if self.retransmit_mult == 0 {
             return Err(ConfigError::new("retransmit_mult", "must be at least 1"));
+        }
+        if self.suspicion_retransmits == 0 {
+            return Err(ConfigError::new(
+                "suspicion_retransmits",
+                "must be at least 1",
+            ));
         }
         if self.corroboration == 0 || self.corroboration > 16 {
             return Err(ConfigError::new("corroboration", "must be 1 to 16"));

@@ -627,8 +627,12 @@ impl<I: Identity> Node<I> {
             let used =
                 header.encoded_len() + primary.iter().map(Message::encoded_len).sum::<usize>();
             let limit = self.retransmit_limit();
-            self.broadcasts
-                .take(MAX_DATAGRAM.saturating_sub(used), limit, &mut primary);
+            let suspect = limit.min(self.cfg.suspicion_retransmits as u32);
+            self.broadcasts.take(
+                MAX_DATAGRAM.saturating_sub(used),
+                [limit, limit, limit, suspect, suspect],
+                &mut primary,
+            );
         }
         if primary.is_empty() {
             return;
@@ -680,7 +684,7 @@ impl<I: Identity> Node<I> {
             self.next_gossip = Time::NEVER;
             return;
         }
-        self.next_gossip = now + self.cfg.gossip_interval;
+        self.next_gossip = now + self.gossip_period();
         let targets = self.random_live(self.cfg.gossip_fanout, None);
         for t in targets {
             self.send(t, Channel::Datagram, Vec::new());
@@ -694,6 +698,33 @@ impl<I: Identity> Node<I> {
                 self.send(dead, Channel::Datagram, Vec::new());
             }
         }
+    }
+
+    /// Time to the next gossip round: `gossip_interval` while verdicts,
+    /// refutations, joins, leaves or new suspicions are queued; half a probe
+    /// interval when only confirmations of known suspicions are (they also
+    /// ride on every probe and ack).
+    fn gossip_period(&self) -> Duration {
+        if self.broadcasts.has_urgent() {
+            self.cfg.gossip_interval
+        } else {
+            self.cfg.probe_interval / 2
+        }
+    }
+
+    /// Queues another accuser's confirmation of a suspicion already known:
+    /// it rides on the next gossip round and on probes, without a round of
+    /// its own (under a storm of stalls, rounds for every confirmation were
+    /// most of the traffic).
+    pub(crate) fn broadcast_confirmation(
+        &mut self,
+        now: Time,
+        key: (I, Option<I>),
+        msg: Message<I>,
+    ) {
+        self.broadcasts.push(Class::Confirmation, key, msg);
+        self.stats.broadcasts_dropped = self.broadcasts.dropped;
+        self.next_gossip = self.next_gossip.min(now + self.gossip_period());
     }
 
     /// Queues news and gossips it right away.

@@ -329,12 +329,12 @@ impl<I: Identity> Node<I> {
             accuser: accuser.clone(),
             accuser_health,
         };
-        self.broadcast(
-            now,
-            Class::Suspect,
-            (member.clone(), Some(accuser.clone())),
-            msg,
-        );
+        let key = (member.clone(), Some(accuser.clone()));
+        if fresh_suspicion {
+            self.broadcast(now, Class::Suspect, key, msg);
+        } else {
+            self.broadcast_confirmation(now, key, msg);
+        }
     }
 
     /// `accuser` found `member`'s port closed at `incarnation`: an

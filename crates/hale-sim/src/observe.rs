@@ -140,6 +140,8 @@ pub struct Observer {
     added: FxHashMap<u32, Time>,
     last_sample: Time,
     open: FxHashMap<u32, usize>,
+    /// Stop-the-world pauses of healthy nodes: node, start, end.
+    stalls: Vec<(u32, Time, Time)>,
 }
 
 impl Observer {
@@ -172,6 +174,16 @@ impl Observer {
         self.added.get(&i).is_some_and(|a| *a <= t)
     }
 
+    /// Whether node `i` was paused (a stall: a healthy process stopped for
+    /// a moment) at any time between `from` and `to`. A paused process
+    /// hears nothing, so latency figures leave it out as they leave out
+    /// faulty ones; checks do not (it must still learn, later).
+    pub fn stalled_during(&self, i: u32, from: Time, to: Time) -> bool {
+        self.stalls
+            .iter()
+            .any(|&(n, a, b)| n == i && a <= to && b > from)
+    }
+
     /// Whether node `i` was itself the subject of an injected fault at some
     /// point in `[from, to]` (such an observer learns of others' faults
     /// late through no fault of the protocol).
@@ -202,6 +214,10 @@ impl Observer {
             Action::Freeze(i, _) => Some((i, FaultKind::Freeze)),
             Action::CutOff(i, true) => Some((i, FaultKind::CutOff)),
             Action::BlockIngress(i, true) => Some((i, FaultKind::IngressBlocked)),
+            Action::Stall(i, d) => {
+                self.stalls.push((i, now, now + d));
+                None
+            }
             Action::CutOff(i, false) | Action::BlockIngress(i, false) | Action::Restart(i) => {
                 self.end_fault(i, now);
                 None

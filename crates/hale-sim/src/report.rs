@@ -177,6 +177,7 @@ impl RunReport {
                         x != fr.node
                             && o.added_before(x, fr.at)
                             && !o.faulty_during(x, fr.at, fr.at + OBSERVER_GRACE)
+                            && !o.stalled_during(x, fr.at, fr.at + OBSERVER_GRACE)
                     })
                     .collect();
                 let since = |t: &Time| secs(t.saturating_since(fr.at));

@@ -27,7 +27,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use futures_util::stream::{self, Stream};
 use hale_agent::view::unix_ms;
-use hale_agent::{EventView, EvidenceView, MemberView};
+use hale_agent::{AgentEvent, EventView, EvidenceView, MemberView};
 use serde_json::json;
 use tokio::sync::broadcast;
 
@@ -126,7 +126,7 @@ async fn stream_events(
             match rx.recv().await {
                 Ok(e) => {
                     let ev = Event::default()
-                        .event(e.kind.clone())
+                        .event(e.event.kind())
                         .id(e.seq.to_string())
                         .json_data(&e)
                         .unwrap();
@@ -162,15 +162,7 @@ fn emit_death(sim: &Sim, seq: u64, i: usize) {
         m.state = "dead".into();
         m.evidence = Some(evidence.clone());
     }
-    let e = EventView {
-        seq,
-        unix_ms: unix_ms(),
-        observer: "sim-0000".into(),
-        kind: "dead".into(),
-        member: Some(name),
-        incarnation: Some(1),
-        detail: serde_json::to_value(&evidence).ok(),
-    };
+    let e = AgentEvent::Dead(evidence).stamped(seq, "sim-0000", Some(name), Some(1));
     sim.history.lock().unwrap().push(e.clone());
     let _ = sim.events.send(e);
 }

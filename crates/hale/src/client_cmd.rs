@@ -3,72 +3,50 @@
 
 use std::time::Duration;
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use clap::Args;
 use futures_util::StreamExt;
 
-use hale_agent::{EventView, MemberView};
+use hale_agent::{Client, EventView, MemberView};
 
-/// Where the agent's API is.
+/// Where the agent's API is: the flags of every command that talks to an
+/// agent (and only of those).
 #[derive(Debug, Clone, Args)]
 pub struct ApiArgs {
-    /// The agent's HTTP address.
+    /// The agent's HTTP address (the agent's own `agent.http`).
     #[arg(
         long,
         global = true,
-        env = "HALE_HTTP_ADDR",
-        default_value = "127.0.0.1:7947"
+        env = "HALE_HTTP",
+        default_value = hale_agent::client::DEFAULT_ADDR
     )]
     pub http: String,
-    /// API token for mutating endpoints.
-    #[arg(long, global = true, env = "HALE_API_TOKEN", hide_env_values = true)]
+    /// API token for mutating endpoints (the agent's `agent.api_token`).
+    #[arg(
+        long = "api-token",
+        alias = "token",
+        global = true,
+        env = "HALE_API_TOKEN",
+        hide_env_values = true
+    )]
     pub token: Option<String>,
 }
 
 impl ApiArgs {
-    fn url(&self, path: &str) -> String {
-        format!("http://{}{}", self.http, path)
+    /// A client of the agent.
+    pub fn client(&self) -> Client {
+        Client::new(self.http.clone()).with_token(self.token.clone())
     }
 }
 
-fn client() -> anyhow::Result<reqwest::Client> {
-    reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(2))
-        .build()
-        .context("building the HTTP client")
-}
-
-pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_current_thread()
+/// Runs `f` to completion on a single-threaded runtime: the one place the
+/// CLI starts one.
+pub(crate) fn block_on<F: std::future::Future>(f: F) -> anyhow::Result<F::Output> {
+    let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .context("starting the async runtime")
-}
-
-/// GETs `path` from the agent as JSON.
-pub(crate) async fn get_json<T: serde::de::DeserializeOwned>(
-    api: &ApiArgs,
-    path: &str,
-) -> anyhow::Result<T> {
-    let r = client()?
-        .get(api.url(path))
-        .timeout(Duration::from_secs(5))
-        .send()
-        .await
-        .with_context(|| {
-            format!(
-                "cannot reach the agent at {} (is `hale agent` running?)",
-                api.http
-            )
-        })?;
-    let status = r.status();
-    if !status.is_success() {
-        bail!(
-            "agent answered {status}: {}",
-            r.text().await.unwrap_or_default()
-        );
-    }
-    Ok(r.json().await?)
+        .context("starting the async runtime")?;
+    Ok(rt.block_on(f))
 }
 
 /// Arguments of `hale members`.
@@ -77,16 +55,19 @@ pub struct MembersArgs {
     /// Print JSON (the `Member` schema of /v1/openapi.json).
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub api: ApiArgs,
     /// Refresh every second until interrupted.
     #[arg(long)]
     pub watch: bool,
 }
 
 /// `hale members`.
-pub fn members(api: &ApiArgs, args: &MembersArgs) -> anyhow::Result<()> {
-    runtime()?.block_on(async {
+pub fn members(args: &MembersArgs) -> anyhow::Result<()> {
+    let client = args.api.client();
+    block_on(async {
         loop {
-            let list: Vec<MemberView> = get_json(api, "/v1/members").await?;
+            let list = client.members().await?;
             if args.json {
                 println!("{}", serde_json::to_string_pretty(&list)?);
             } else {
@@ -100,7 +81,7 @@ pub fn members(api: &ApiArgs, args: &MembersArgs) -> anyhow::Result<()> {
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
-    })
+    })?
 }
 
 fn ago(ms: Option<u64>) -> String {
@@ -159,51 +140,28 @@ pub fn members_table(list: &[MemberView]) -> String {
     out
 }
 
-/// POSTs `body` to the agent (with the token, if any); 4xx/5xx become errors
-/// carrying the agent's message.
-pub(crate) async fn post(
-    api: &ApiArgs,
-    path: &str,
-    body: serde_json::Value,
-) -> anyhow::Result<serde_json::Value> {
-    let mut req = client()?
-        .post(api.url(path))
-        .json(&body)
-        .timeout(Duration::from_secs(10));
-    if let Some(t) = &api.token {
-        req = req.bearer_auth(t);
-    }
-    let r = req
-        .send()
-        .await
-        .with_context(|| format!("cannot reach the agent at {}", api.http))?;
-    let status = r.status();
-    let v: serde_json::Value = r.json().await.unwrap_or_default();
-    if !status.is_success() {
-        bail!(
-            "agent answered {status}: {}",
-            v["error"].as_str().unwrap_or("no detail")
-        );
-    }
-    Ok(v)
+/// Arguments of `hale join`.
+#[derive(Debug, Args)]
+pub struct JoinArgs {
+    /// Gossip addresses of members (host:port).
+    #[arg(required = true)]
+    pub addrs: Vec<String>,
+    #[command(flatten)]
+    pub api: ApiArgs,
 }
 
 /// `hale join ADDR...`.
-pub fn join(api: &ApiArgs, addrs: &[String]) -> anyhow::Result<()> {
-    runtime()?.block_on(async {
-        post(api, "/v1/join", serde_json::json!({ "addrs": addrs })).await?;
-        println!("joining through {}", addrs.join(", "));
-        Ok(())
-    })
+pub fn join(args: &JoinArgs) -> anyhow::Result<()> {
+    block_on(args.api.client().join(&args.addrs))??;
+    println!("joining through {}", args.addrs.join(", "));
+    Ok(())
 }
 
 /// `hale leave`.
 pub fn leave(api: &ApiArgs) -> anyhow::Result<()> {
-    runtime()?.block_on(async {
-        post(api, "/v1/leave", serde_json::json!({})).await?;
-        println!("left the cluster");
-        Ok(())
-    })
+    block_on(api.client().leave())??;
+    println!("left the cluster");
+    Ok(())
 }
 
 /// Arguments of `hale events`.
@@ -215,22 +173,25 @@ pub struct EventsArgs {
     /// Print JSON lines.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub api: ApiArgs,
 }
 
 fn event_line(e: &EventView, json: bool) -> String {
     if json {
         return serde_json::to_string(e).unwrap_or_default();
     }
+    // The detail as the API writes it (`{...}` after the kind), if any.
     let detail = e
-        .detail
-        .as_ref()
+        .event
+        .detail()
         .map(|d| format!(" {d}"))
         .unwrap_or_default();
     format!(
         "#{:<5} {} {:<14} {:<16} inc={}{}",
         e.seq,
         e.observer,
-        e.kind,
+        e.event.kind(),
         e.member.as_deref().unwrap_or("(self)"),
         e.incarnation.map_or("-".into(), |i| i.to_string()),
         detail
@@ -238,37 +199,21 @@ fn event_line(e: &EventView, json: bool) -> String {
 }
 
 /// `hale events`.
-pub fn events(api: &ApiArgs, args: &EventsArgs) -> anyhow::Result<()> {
-    runtime()?.block_on(async {
-        let past: Vec<EventView> = get_json(api, "/v1/events").await?;
-        for e in &past {
+pub fn events(args: &EventsArgs) -> anyhow::Result<()> {
+    let client = args.api.client();
+    block_on(async {
+        for e in &client.events(0).await? {
             println!("{}", event_line(e, args.json));
         }
         if !args.follow {
             return Ok(());
         }
-        let r = client()?
-            .get(api.url("/v1/events/stream"))
-            .send()
-            .await
-            .with_context(|| format!("cannot reach the agent at {}", api.http))?;
-        let mut body = r.bytes_stream();
-        let mut buf = String::new();
-        while let Some(chunk) = body.next().await {
-            buf.push_str(&String::from_utf8_lossy(&chunk?));
-            while let Some(end) = buf.find("\n\n") {
-                let block: String = buf.drain(..end + 2).collect();
-                for line in block.lines() {
-                    if let Some(data) = line.strip_prefix("data:") {
-                        if let Ok(e) = serde_json::from_str::<EventView>(data.trim()) {
-                            println!("{}", event_line(&e, args.json));
-                        }
-                    }
-                }
-            }
+        let mut live = std::pin::pin!(client.event_stream().await?);
+        while let Some(e) = live.next().await {
+            println!("{}", event_line(&e?, args.json));
         }
         Ok(())
-    })
+    })?
 }
 
 /// What the META column shows: an agent's own metadata is JSON

@@ -5,12 +5,15 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 use serde::Serialize;
 
 use hale_agent::drill::DrillView;
 use hale_agent::services::ServiceView;
-use hale_agent::{AgentMeta, EventView, MemberView, RelayView};
+use hale_agent::view::RolesView;
+use hale_control::RoleState;
+
+use hale_agent::{AgentMeta, Client, EventView, MemberView, RelayView};
 
 use crate::client_cmd::ApiArgs;
 
@@ -20,8 +23,8 @@ const PEER_TIMEOUT: Duration = Duration::from_secs(2);
 /// Talks to every agent of the cluster.
 #[derive(Debug, Clone)]
 pub struct Agents {
-    http: reqwest::Client,
-    token: Option<String>,
+    /// The client every agent is asked with (token, timeouts).
+    client: Client,
     /// The local agent's name.
     pub local: String,
     /// Every member's agent API address, by name (None: unknown).
@@ -43,11 +46,8 @@ impl Agents {
         api: &ApiArgs,
         peers: &[String],
     ) -> anyhow::Result<(Agents, Vec<MemberView>)> {
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(1))
-            .build()
-            .context("building the HTTP client")?;
-        let members: Vec<MemberView> = crate::client_cmd::get_json(api, "/v1/members").await?;
+        let client = api.client().with_timeout(PEER_TIMEOUT);
+        let members = api.client().members().await?;
         let Some(me) = members.iter().find(|m| m.is_self) else {
             bail!("the agent at {} did not list itself", api.http);
         };
@@ -71,8 +71,7 @@ impl Agents {
             addrs.insert(name.to_owned(), Some(addr.to_owned()));
         }
         let agents = Agents {
-            http,
-            token: api.token.clone(),
+            client,
             local: me.name.clone(),
             addrs,
         };
@@ -84,90 +83,17 @@ impl Agents {
         self.addrs.get(node)?.as_deref()
     }
 
-    /// GETs `path` from `node`'s agent as JSON.
-    pub async fn get<T: serde::de::DeserializeOwned>(
-        &self,
-        node: &str,
-        path: &str,
-    ) -> anyhow::Result<T> {
+    /// A client of `node`'s agent.
+    pub fn client(&self, node: &str) -> anyhow::Result<Client> {
         let Some(addr) = self.addr(node) else {
             bail!("the API address of {node} is unknown (add --peer {node}=HOST:PORT)");
         };
-        let r = self
-            .http
-            .get(format!("http://{addr}{path}"))
-            .timeout(PEER_TIMEOUT)
-            .send()
-            .await
-            .with_context(|| format!("{node}'s agent at {addr} does not answer"))?;
-        if !r.status().is_success() {
-            bail!("{node}'s agent answered {} to {path}", r.status());
-        }
-        Ok(r.json().await?)
-    }
-
-    /// POSTs `body` to `node`'s agent (with the token); 4xx/5xx are errors.
-    pub async fn post(
-        &self,
-        node: &str,
-        path: &str,
-        body: serde_json::Value,
-    ) -> anyhow::Result<serde_json::Value> {
-        let Some(addr) = self.addr(node) else {
-            bail!("the API address of {node} is unknown (add --peer {node}=HOST:PORT)");
-        };
-        let mut req = self
-            .http
-            .post(format!("http://{addr}{path}"))
-            .json(&body)
-            .timeout(PEER_TIMEOUT * 3);
-        if let Some(t) = &self.token {
-            req = req.bearer_auth(t);
-        }
-        let r = req
-            .send()
-            .await
-            .with_context(|| format!("{node}'s agent at {addr} does not answer"))?;
-        let status = r.status();
-        let v: serde_json::Value = r.json().await.unwrap_or_default();
-        if !status.is_success() {
-            bail!(
-                "{node}'s agent answered {status} to {path}: {}",
-                v["error"].as_str().unwrap_or("no detail")
-            );
-        }
-        Ok(v)
-    }
-
-    /// POSTs to a relay's store endpoint on `node`; the latency and status.
-    pub async fn post_store(
-        &self,
-        node: &str,
-        path: &str,
-        key: Option<&str>,
-    ) -> anyhow::Result<(Duration, u16)> {
-        let Some(addr) = self.addr(node) else {
-            bail!("the API address of {node} is unknown");
-        };
-        let mut req = self
-            .http
-            .post(format!("http://{addr}{path}"))
-            .timeout(PEER_TIMEOUT)
-            .json(&serde_json::json!({ "message": "hale drill probe", "level": "info" }));
-        if let Some(k) = key {
-            req = req.header(
-                "x-sentry-auth",
-                format!("Sentry sentry_key={k}, sentry_version=7"),
-            );
-        }
-        let start = std::time::Instant::now();
-        let r = req.send().await?;
-        Ok((start.elapsed(), r.status().as_u16()))
+        Ok(self.client.at(addr))
     }
 
     /// Every member's events with a sequence number above `since`.
     pub async fn events(&self, node: &str, since: u64) -> anyhow::Result<Vec<EventView>> {
-        self.get(node, &format!("/v1/events?since={since}")).await
+        Ok(self.client(node)?.events(since).await?)
     }
 
     /// Every agent's state, fetched concurrently; unreachable ones marked.
@@ -182,17 +108,25 @@ impl Agents {
     }
 
     async fn node_state(&self, name: &str) -> NodeState {
-        let (members, services, roles, relay, drill) = tokio::join!(
-            self.get::<Vec<MemberView>>(name, "/v1/members"),
-            self.get::<Vec<ServiceView>>(name, "/v1/services"),
-            self.get::<serde_json::Value>(name, "/v1/roles"),
-            self.get::<Option<RelayView>>(name, "/v1/relay"),
-            self.get::<DrillView>(name, "/v1/drill"),
-        );
+        let c = match self.client(name) {
+            Ok(c) => c,
+            Err(e) => {
+                return NodeState {
+                    name: name.to_owned(),
+                    error: Some(format!("{e:#}")),
+                    ..NodeState::default()
+                }
+            }
+        };
+        let (members, services, roles, relay, drill) =
+            tokio::join!(c.members(), c.services(), c.roles(), c.relay(), c.drill(),);
         NodeState {
             name: name.to_owned(),
-            http: self.addr(name).map(str::to_owned),
-            error: members.as_ref().err().map(|e| format!("{e:#}")),
+            http: Some(c.addr().to_owned()),
+            error: members
+                .as_ref()
+                .err()
+                .map(|e| format!("{name}'s agent: {e}")),
             members: members.ok(),
             services: services.ok(),
             roles: roles.ok(),
@@ -203,7 +137,7 @@ impl Agents {
 }
 
 /// One agent's state, as far as it answered.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct NodeState {
     /// Node name.
     pub name: String,
@@ -216,7 +150,7 @@ pub struct NodeState {
     /// Its services.
     pub services: Option<Vec<ServiceView>>,
     /// `/v1/roles`.
-    pub roles: Option<serde_json::Value>,
+    pub roles: Option<RolesView>,
     /// Its relay, if it runs one.
     pub relay: Option<RelayView>,
     /// Its drill faults.
@@ -237,12 +171,10 @@ impl NodeState {
     /// The role this agent's local view says it holds (holder or promoting).
     pub fn holding(&self) -> Vec<String> {
         self.roles
-            .as_ref()
-            .and_then(|r| r["local"].as_array().cloned())
-            .unwrap_or_default()
             .iter()
-            .filter(|l| l["state"] == "holder" || l["state"] == "promoting")
-            .filter_map(|l| l["role"].as_str().map(str::to_owned))
+            .flat_map(|r| &r.local)
+            .filter(|l| matches!(l.state, RoleState::Holder | RoleState::Promoting))
+            .map(|l| l.role.clone())
             .collect()
     }
 }
@@ -250,18 +182,10 @@ impl NodeState {
 /// Role -> (holder, epoch) from the first agent whose control plane answered.
 pub fn leases(nodes: &[NodeState]) -> Option<BTreeMap<String, (Option<String>, u64)>> {
     nodes.iter().find_map(|n| {
-        let l = n.roles.as_ref()?.get("leases")?.as_object()?;
+        let l = n.roles.as_ref()?.leases.as_ref()?;
         Some(
             l.iter()
-                .map(|(role, v)| {
-                    (
-                        role.clone(),
-                        (
-                            v["holder"].as_str().map(str::to_owned),
-                            v["epoch"].as_u64().unwrap_or(0),
-                        ),
-                    )
-                })
+                .map(|(role, v)| (role.clone(), (v.holder.clone(), v.epoch)))
                 .collect(),
         )
     })

@@ -19,7 +19,7 @@ use clap::Args;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use hale_agent::{Key, MemberView};
+use hale_agent::{Client, Key, MemberView};
 
 use crate::client_cmd::members_table;
 
@@ -126,16 +126,8 @@ fn signal(child: &Child, sig: Signal) -> anyhow::Result<()> {
     kill(Pid::from_raw(child.id() as i32), sig).with_context(|| format!("sending {sig}"))
 }
 
-async fn members(client: &reqwest::Client, http: SocketAddr) -> Option<Vec<MemberView>> {
-    client
-        .get(format!("http://{http}/v1/members"))
-        .timeout(Duration::from_millis(800))
-        .send()
-        .await
-        .ok()?
-        .json()
-        .await
-        .ok()
+async fn members(client: &Client, http: SocketAddr) -> Option<Vec<MemberView>> {
+    client.at(http.to_string()).members().await.ok()
 }
 
 fn state_of<'a>(list: &'a [MemberView], name: &str) -> Option<&'a MemberView> {
@@ -204,30 +196,20 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<bool> {
         cluster.names.push(name);
         seed.get_or_insert(gossip);
     }
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
     println!("Dashboard (live; open it now): http://{}/", cluster.http[0]);
-    rt.block_on(scenario(&cluster, hold, linger))
+    crate::client_cmd::block_on(scenario(&cluster, hold, linger))?
 }
 
 /// Who holds the role, and the fencing epoch, as `http`'s agent sees it.
-async fn holder(client: &reqwest::Client, http: SocketAddr) -> Option<(String, u64)> {
-    let v: serde_json::Value = client
-        .get(format!("http://{http}/v1/roles"))
-        .timeout(Duration::from_millis(800))
-        .send()
-        .await
-        .ok()?
-        .json()
-        .await
-        .ok()?;
-    let l = &v["leases"][ROLE];
-    Some((l["holder"].as_str()?.to_owned(), l["epoch"].as_u64()?))
+async fn holder(client: &Client, http: SocketAddr) -> Option<(String, u64)> {
+    let v = client.at(http.to_string()).roles().await.ok()?;
+    let l = v.leases?.remove(ROLE)?;
+    Some((l.holder?, l.epoch))
 }
 
 async fn scenario(c: &Cluster, hold: Duration, linger: Duration) -> anyhow::Result<bool> {
-    let client = reqwest::Client::new();
+    let client =
+        Client::new(hale_agent::client::DEFAULT_ADDR).with_timeout(Duration::from_millis(800));
     let n = c.names.len();
     let start = Instant::now();
     // 1. Everyone sees everyone.

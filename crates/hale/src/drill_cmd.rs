@@ -17,7 +17,10 @@ use std::time::{Duration, Instant};
 use anyhow::bail;
 use clap::{Args, Subcommand};
 
-use crate::client_cmd::ApiArgs;
+use hale_agent::drill::Fault;
+use hale_agent::{AgentEvent, EventView};
+
+use crate::client_cmd::{block_on, ApiArgs};
 use crate::cluster::{self, Agents, NodeState};
 use crate::drill_report::{Check, Entry, Outcome, Report, Step};
 
@@ -55,6 +58,8 @@ pub struct DrillArgs {
     /// (NAME=HOST:PORT; repeatable).
     #[arg(long = "peer", global = true)]
     pub peers: Vec<String>,
+    #[command(flatten)]
+    pub api: ApiArgs,
 }
 
 /// Which drill.
@@ -106,7 +111,7 @@ pub const SAFETY_MARGIN: Duration = Duration::from_secs(2);
 #[derive(Debug, Default)]
 struct Undo {
     /// (node, fault) set by this drill.
-    faults: BTreeSet<(String, &'static str)>,
+    faults: BTreeSet<(String, Fault)>,
     /// (role, node) the role should be held by again.
     homes: BTreeMap<String, String>,
 }
@@ -235,7 +240,7 @@ impl Drill {
     }
 
     /// Appends every agent's new events to the timeline; returns them.
-    async fn poll_events(&mut self) -> Vec<Entry> {
+    async fn poll_events(&mut self) -> Vec<EventView> {
         let nodes: Vec<String> = self.agents.addrs.keys().cloned().collect();
         let mut fresh = Vec::new();
         for n in nodes {
@@ -245,23 +250,16 @@ impl Drill {
             };
             for e in list {
                 self.cursors.insert(n.clone(), e.seq.max(since));
-                if e.kind == "metadata" {
-                    continue;
+                if e.event != AgentEvent::Metadata {
+                    fresh.push(e);
                 }
-                fresh.push(Entry {
-                    unix_ms: e.unix_ms,
-                    source: e.observer,
-                    kind: e.kind,
-                    member: e.member,
-                    detail: e.detail,
-                });
             }
         }
         self.report
             .lock()
             .expect("report lock")
             .timeline
-            .extend(fresh.iter().cloned());
+            .extend(fresh.iter().map(Entry::event));
         fresh
     }
 
@@ -275,7 +273,7 @@ impl Drill {
         }
     }
 
-    async fn set_fault(&self, node: &str, fault: &'static str) -> anyhow::Result<()> {
+    async fn set_fault(&self, node: &str, fault: Fault) -> anyhow::Result<()> {
         self.undo
             .lock()
             .expect("undo lock")
@@ -283,13 +281,8 @@ impl Drill {
             .insert((node.to_owned(), fault));
         self.mark("set", Some(node), serde_json::json!(fault));
         self.agents
-            .post(
-                node,
-                &format!("/v1/drill/{fault}"),
-                serde_json::json!({
-                    "duration_ms": (self.args.duration + SAFETY_MARGIN).as_millis() as u64
-                }),
-            )
+            .client(node)?
+            .set_fault(fault, self.args.duration + SAFETY_MARGIN)
             .await?;
         Ok(())
     }
@@ -302,7 +295,7 @@ impl Drill {
         skip: Option<&str>,
         relay: Option<(&str, &str)>,
         roles: &BTreeMap<String, (String, u64)>,
-    ) -> (Seen, Vec<Entry>) {
+    ) -> (Seen, Vec<EventView>) {
         let start = Instant::now();
         let mut seen = Seen::default();
         let mut events = Vec::new();
@@ -317,11 +310,10 @@ impl Drill {
                 .cloned()
                 .collect();
             for n in &nodes {
-                let Ok(svcs) = self
-                    .agents
-                    .get::<Vec<hale_agent::services::ServiceView>>(n, "/v1/services")
-                    .await
-                else {
+                let Ok(c) = self.agents.client(n) else {
+                    continue;
+                };
+                let Ok(svcs) = c.services().await else {
                     continue;
                 };
                 for s in svcs.iter().filter(|s| s.essential) {
@@ -341,20 +333,23 @@ impl Drill {
                 }
             }
             if let Some((node, path)) = relay {
-                match self
-                    .agents
-                    .post_store(node, path, self.args.sentry_key.as_deref())
-                    .await
-                {
-                    Ok(p) => seen.probes.push(p),
-                    Err(_) => seen.probes.push((Duration::MAX, 0)),
+                let probe = match self.agents.client(node) {
+                    Ok(c) => c
+                        .relay_probe(path, self.args.sentry_key.as_deref())
+                        .await
+                        .ok(),
+                    Err(_) => None,
+                };
+                match probe {
+                    Some(p) => seen.probes.push(p),
+                    None => seen.probes.push((Duration::MAX, 0)),
                 }
                 if seen.breaker_open_at.is_none() {
-                    if let Ok(Some(v)) = self
-                        .agents
-                        .get::<Option<hale_agent::RelayView>>(node, "/v1/relay")
-                        .await
-                    {
+                    let relay = match self.agents.client(node) {
+                        Ok(c) => c.relay().await.ok().flatten(),
+                        Err(_) => None,
+                    };
+                    if let Some(v) = relay {
                         if v.upstreams.iter().any(|u| u.breaker != "closed") {
                             seen.breaker_open_at = Some(start.elapsed());
                         }
@@ -386,16 +381,14 @@ impl Drill {
             .keys()
             .filter(|n| Some(n.as_str()) != skip)
         {
-            if let Ok(v) = self.agents.get::<serde_json::Value>(n, "/v1/roles").await {
+            let Ok(c) = self.agents.client(n) else {
+                continue;
+            };
+            if let Ok(v) = c.roles().await {
                 let nodes = [NodeState {
                     name: n.clone(),
-                    http: None,
-                    error: None,
-                    members: None,
-                    services: None,
                     roles: Some(v),
-                    relay: None,
-                    drill: None,
+                    ..NodeState::default()
                 }];
                 if let Some(l) = cluster::leases(&nodes) {
                     return Some(l);
@@ -406,7 +399,7 @@ impl Drill {
     }
 
     /// Checks shared by every fault window.
-    fn window_checks(&self, step: usize, seen: &Seen, events: &[Entry], spared: Option<&str>) {
+    fn window_checks(&self, step: usize, seen: &Seen, events: &[EventView], spared: Option<&str>) {
         let failing: Vec<String> = seen
             .essential_failing
             .iter()
@@ -422,20 +415,22 @@ impl Drill {
                 ", ",
             ),
         );
-        let bad = |kind: &str| -> Vec<String> {
+        let bad = |kind: fn(&AgentEvent) -> bool| -> Vec<String> {
             events
                 .iter()
-                .filter(|e| e.kind == kind)
-                .filter(|e| spared.is_none_or(|s| e.source != s && e.member.as_deref() != Some(s)))
-                .map(|e| format!("{} by {}", e.member.as_deref().unwrap_or("?"), e.source))
+                .filter(|e| kind(&e.event))
+                .filter(|e| {
+                    spared.is_none_or(|s| e.observer != s && e.member.as_deref() != Some(s))
+                })
+                .map(|e| format!("{} by {}", e.member.as_deref().unwrap_or("?"), e.observer))
                 .collect()
         };
-        let dead = bad("dead");
+        let dead = bad(|e| matches!(e, AgentEvent::Dead(_)));
         self.add(
             step,
             none_check("no live member was declared dead", &dead, "none", "", ", "),
         );
-        let suspected = bad("suspected");
+        let suspected = bad(|e| matches!(e, AgentEvent::Suspected { .. }));
         let quiet = matches!(self.args.kind, DrillKind::Quiet);
         self.add(
             step,
@@ -498,11 +493,8 @@ async fn restore_faults(agents: &Agents, undo: &Mutex<Undo>) {
     for n in nodes {
         // Retried: a restore lost to a busy agent still ends by its duration.
         for _ in 0..3 {
-            if agents
-                .post(&n, "/v1/drill/restore", serde_json::json!({}))
-                .await
-                .is_ok()
-            {
+            let Ok(c) = agents.client(&n) else { break };
+            if c.restore(None).await.is_ok() {
                 break;
             }
         }
@@ -515,15 +507,12 @@ mod verdicts;
 use verdicts::{preflight, whole};
 
 /// `hale drill`: returns the process exit code (0 only if every check passed).
-pub fn run(api: &ApiArgs, args: &DrillArgs) -> anyhow::Result<std::process::ExitCode> {
+pub fn run(args: &DrillArgs) -> anyhow::Result<std::process::ExitCode> {
     if !(args.duration > 0.0 && args.duration <= 3600.0) {
         bail!("--duration must be more than 0 and at most 3600 seconds");
     }
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    rt.block_on(async {
-        let (agents, members) = Agents::discover(api, &args.peers).await?;
+    block_on(async {
+        let (agents, members) = Agents::discover(&args.api, &args.peers).await?;
         let report = Arc::new(Mutex::new(Report::new(
             args.kind.name(),
             args.kind.target(),
@@ -587,7 +576,7 @@ pub fn run(api: &ApiArgs, args: &DrillArgs) -> anyhow::Result<std::process::Exit
             Outcome::Refused => 3,
             Outcome::Aborted => 130,
         }))
-    })
+    })?
 }
 
 /// After Ctrl-C: restore every fault, hand roles back home, verify.

@@ -69,6 +69,19 @@ pub struct Entry {
     pub detail: Option<serde_json::Value>,
 }
 
+impl Entry {
+    /// An agent's event, in the timeline.
+    pub fn event(e: &hale_agent::EventView) -> Entry {
+        Entry {
+            unix_ms: e.unix_ms,
+            source: e.observer.clone(),
+            kind: e.event.kind().to_owned(),
+            member: e.member.clone(),
+            detail: e.event.detail(),
+        }
+    }
+}
+
 /// A drill's report.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {

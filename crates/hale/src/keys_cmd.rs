@@ -2,13 +2,22 @@
 //! the local agent, which fans the operation out sealed with the current
 //! keys; see `hale_agent::keys_api`).
 
-use clap::Subcommand;
+use clap::{Args, Subcommand};
 
-use hale_agent::keys_api::{KeyReport, KeysView};
+use hale_agent::keys_api::KeyOp;
 
-use crate::client_cmd::{get_json, post, runtime, ApiArgs};
+use crate::client_cmd::{block_on, ApiArgs};
 
 /// `hale keys ...`.
+#[derive(Debug, Args)]
+pub struct KeysArgs {
+    #[command(subcommand)]
+    pub action: KeysAction,
+    #[command(flatten)]
+    pub api: ApiArgs,
+}
+
+/// What to do with the keyring.
 #[derive(Debug, Subcommand)]
 pub enum KeysAction {
     /// This agent's keys (fingerprints; the primary seals, all open).
@@ -31,53 +40,47 @@ pub enum KeysAction {
 }
 
 /// Runs `hale keys`; fails unless every agent applied the operation.
-pub fn run(api: &ApiArgs, action: &KeysAction) -> anyhow::Result<()> {
-    runtime()?.block_on(async {
-        let (op, key) = match action {
-            KeysAction::List => {
-                let v: KeysView = get_json(api, "/v1/keys").await?;
-                println!("keys of {} (the primary seals, every key opens):", v.node);
-                for k in &v.keys {
-                    println!(
-                        "  {}{}",
-                        k.fingerprint,
-                        if k.primary { "  primary" } else { "" }
-                    );
-                }
-                return Ok(());
+pub fn run(args: &KeysArgs) -> anyhow::Result<()> {
+    let client = args.api.client();
+    let (op, key) = match &args.action {
+        KeysAction::List => {
+            let v = block_on(client.keys())??;
+            println!("keys of {} (the primary seals, every key opens):", v.node);
+            for k in &v.keys {
+                println!(
+                    "  {}{}",
+                    k.fingerprint,
+                    if k.primary { "  primary" } else { "" }
+                );
             }
-            KeysAction::Install { key } => ("install", key),
-            KeysAction::Use { key } => ("use", key),
-            KeysAction::Remove { key } => ("remove", key),
-        };
-        let v = post(
-            api,
-            &format!("/v1/keys/{op}"),
-            serde_json::json!({ "key": key }),
-        )
-        .await?;
-        let r: KeyReport = serde_json::from_value(v)?;
-        println!(
-            "{op} {}: applied by {} of {} agents",
-            r.key,
-            r.ok.len(),
-            r.agents
+            return Ok(());
+        }
+        KeysAction::Install { key } => (KeyOp::Install, key),
+        KeysAction::Use { key } => (KeyOp::Use, key),
+        KeysAction::Remove { key } => (KeyOp::Remove, key),
+    };
+    let r = block_on(client.key_op(op, key))??;
+    println!(
+        "{} {}: applied by {} of {} agents",
+        op.as_str(),
+        r.key,
+        r.ok.len(),
+        r.agents
+    );
+    for (node, why) in &r.failed {
+        println!("  NOT on {node}: {why}");
+    }
+    if !r.failed.is_empty() {
+        anyhow::bail!(
+            "{} agent(s) did not apply it: repeat once they answer{}",
+            r.failed.len(),
+            if op == KeyOp::Use {
+                " (and do not remove the old key before)"
+            } else {
+                ""
+            }
         );
-        for (node, why) in &r.failed {
-            println!("  NOT on {node}: {why}");
-        }
-        if !r.failed.is_empty() {
-            anyhow::bail!(
-                "{} agent(s) did not apply it: repeat once they answer{}",
-                r.failed.len(),
-                if op == "use" {
-                    " (and do not remove the old key before)"
-                } else {
-                    ""
-                }
-            );
-        }
-        println!("remember to put the new keys in every agent's hale.toml ([cluster] keys, the primary first) before it restarts");
-        Ok(())
-    })
+    }
+    println!("remember to put the new keys in every agent's hale.toml ([cluster] keys, the primary first) before it restarts");
+    Ok(())
 }

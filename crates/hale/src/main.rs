@@ -21,8 +21,6 @@ mod status_cmd;
 #[derive(Debug, Parser)]
 #[command(name = "hale", version, about)]
 struct Cli {
-    #[command(flatten)]
-    api: client_cmd::ApiArgs,
     #[command(subcommand)]
     command: Command,
 }
@@ -34,33 +32,23 @@ enum Command {
     /// List the members the local agent knows, with the evidence behind deaths.
     Members(client_cmd::MembersArgs),
     /// Ask the local agent to join a cluster through these addresses.
-    Join {
-        /// Gossip addresses of members (host:port).
-        #[arg(required = true)]
-        addrs: Vec<String>,
-    },
+    Join(client_cmd::JoinArgs),
     /// Ask the local agent to leave the cluster gracefully.
-    Leave,
+    Leave(client_cmd::ApiArgs),
     /// Print membership events (and follow them live with --follow).
     Events(client_cmd::EventsArgs),
     /// Print a new random cluster key (base64).
     Keygen,
     /// The cluster keyring, changed live on every agent: list, install, use, remove.
-    #[command(subcommand)]
-    Keys(keys_cmd::KeysAction),
+    Keys(keys_cmd::KeysArgs),
     /// Start a 5-node cluster on loopback, freeze one node and kill another.
     Demo(demo_cmd::DemoArgs),
     /// Show role holders, epochs and this node's candidacies; hand a role over.
     Roles(roles_cmd::RolesArgs),
     /// Add or remove control-plane servers.
-    #[command(subcommand)]
-    Control(roles_cmd::ControlAction),
+    Control(roles_cmd::ControlArgs),
     /// Show this node's services and their checks.
-    Services {
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
-    },
+    Services(roles_cmd::ServicesArgs),
     /// Internal: the fencing watchdog the agent starts for each held role.
     #[command(hide = true)]
     Watchdog(roles_cmd::WatchdogArgs),
@@ -77,23 +65,21 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Sim(args) => sim_cmd::run(args),
         Command::Agent(a) => agent_cmd::run(a).map(|()| ExitCode::SUCCESS),
-        Command::Members(a) => client_cmd::members(&cli.api, a).map(|()| ExitCode::SUCCESS),
-        Command::Join { addrs } => client_cmd::join(&cli.api, addrs).map(|()| ExitCode::SUCCESS),
-        Command::Leave => client_cmd::leave(&cli.api).map(|()| ExitCode::SUCCESS),
-        Command::Events(a) => client_cmd::events(&cli.api, a).map(|()| ExitCode::SUCCESS),
+        Command::Members(a) => client_cmd::members(a).map(|()| ExitCode::SUCCESS),
+        Command::Join(a) => client_cmd::join(a).map(|()| ExitCode::SUCCESS),
+        Command::Leave(api) => client_cmd::leave(api).map(|()| ExitCode::SUCCESS),
+        Command::Events(a) => client_cmd::events(a).map(|()| ExitCode::SUCCESS),
         Command::Keygen => {
             agent_cmd::keygen();
             Ok(ExitCode::SUCCESS)
         }
-        Command::Keys(a) => keys_cmd::run(&cli.api, a).map(|()| ExitCode::SUCCESS),
-        Command::Roles(a) => roles_cmd::roles(&cli.api, a).map(|()| ExitCode::SUCCESS),
-        Command::Control(a) => roles_cmd::control(&cli.api, a).map(|()| ExitCode::SUCCESS),
-        Command::Services { json } => {
-            roles_cmd::services(&cli.api, *json).map(|()| ExitCode::SUCCESS)
-        }
+        Command::Keys(a) => keys_cmd::run(a).map(|()| ExitCode::SUCCESS),
+        Command::Roles(a) => roles_cmd::roles(a).map(|()| ExitCode::SUCCESS),
+        Command::Control(a) => roles_cmd::control(a).map(|()| ExitCode::SUCCESS),
+        Command::Services(a) => roles_cmd::services(a).map(|()| ExitCode::SUCCESS),
         Command::Watchdog(a) => Ok(roles_cmd::watchdog(a)),
-        Command::Drill(a) => drill_cmd::run(&cli.api, a),
-        Command::Status(a) => status_cmd::run(&cli.api, a).map(|()| ExitCode::SUCCESS),
+        Command::Drill(a) => drill_cmd::run(a),
+        Command::Status(a) => status_cmd::run(a).map(|()| ExitCode::SUCCESS),
         Command::Demo(a) => demo_cmd::run(a).map(|ok| {
             if ok {
                 ExitCode::SUCCESS
@@ -134,6 +120,29 @@ mod tests {
         assert_eq!(a.scenario.to_str(), Some("s.toml"));
         assert_eq!((a.seed, a.runs, a.nodes), (Some(9), 3, Some(50)));
         assert_eq!(a.reproduce(9), "hale sim s.toml --seed 9 --nodes 50");
+    }
+
+    #[test]
+    fn commands_accept_only_the_flags_they_use() {
+        // The agent binds its configuration's address: no client flags.
+        assert!(Cli::try_parse_from(["hale", "agent", "--http", "127.0.0.1:1"]).is_err());
+        assert!(Cli::try_parse_from(["hale", "sim", "s.toml", "--token", "t"]).is_err());
+        assert!(Cli::try_parse_from(["hale", "demo", "--http", "127.0.0.1:1"]).is_err());
+        let cli = Cli::parse_from([
+            "hale",
+            "members",
+            "--http",
+            "127.0.0.1:1",
+            "--api-token",
+            "t",
+        ]);
+        let Command::Members(a) = cli.command else {
+            panic!("not the members command");
+        };
+        assert_eq!(
+            (a.api.http.as_str(), a.api.token.as_deref()),
+            ("127.0.0.1:1", Some("t"))
+        );
     }
 
     #[test]

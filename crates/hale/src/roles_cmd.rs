@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 
-use crate::client_cmd::ApiArgs;
+use crate::client_cmd::{block_on, ApiArgs};
 
 /// `hale roles [handover ROLE]`.
 #[derive(Debug, Args)]
@@ -15,6 +15,8 @@ pub struct RolesArgs {
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub api: ApiArgs,
 }
 
 /// What to do with roles.
@@ -30,112 +32,98 @@ pub enum RolesAction {
     },
 }
 
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?)
-}
-
-async fn get(api: &ApiArgs, path: &str) -> anyhow::Result<serde_json::Value> {
-    crate::client_cmd::get_json(api, path).await
-}
-
 /// `hale roles`.
-pub fn roles(api: &ApiArgs, args: &RolesArgs) -> anyhow::Result<()> {
-    runtime()?.block_on(async {
-        if let Some(RolesAction::Handover { role, to }) = &args.action {
-            crate::client_cmd::post(
-                api,
-                &format!("/v1/roles/{role}/handover"),
-                serde_json::json!({ "to": to }),
-            )
-            .await?;
-            match to {
-                Some(n) => println!("handing {role} over to {n}"),
-                None => println!("handing {role} over to the next candidate"),
-            }
-            return Ok(());
+pub fn roles(args: &RolesArgs) -> anyhow::Result<()> {
+    let client = args.api.client();
+    if let Some(RolesAction::Handover { role, to }) = &args.action {
+        block_on(client.handover(role, to.as_deref()))??;
+        match to {
+            Some(n) => println!("handing {role} over to {n}"),
+            None => println!("handing {role} over to the next candidate"),
         }
-        let v = get(api, "/v1/roles").await?;
-        if args.json {
-            println!("{}", serde_json::to_string_pretty(&v)?);
-            return Ok(());
-        }
-        println!("{:<16}{:<20}{:>7}", "ROLE", "HOLDER", "EPOCH");
-        if let Some(leases) = v["leases"].as_object() {
-            for (role, l) in leases {
-                println!(
-                    "{:<16}{:<20}{:>7}",
-                    role,
-                    l["holder"].as_str().unwrap_or("-"),
-                    l["epoch"]
-                );
-            }
-        } else {
-            println!("(control plane unreachable or not configured)");
-        }
-        println!("\nThis node's candidacies:");
-        println!(
-            "{:<16}{:<12}{:>9}{:>7}{:>12}  LAST CHANGE",
-            "ROLE", "STATE", "PRIORITY", "EPOCH", "LEASE LEFT"
-        );
-        for r in v["local"].as_array().into_iter().flatten() {
+        return Ok(());
+    }
+    let v = block_on(client.roles())??;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    println!("{:<16}{:<20}{:>7}", "ROLE", "HOLDER", "EPOCH");
+    if let Some(leases) = &v.leases {
+        for (role, l) in leases {
             println!(
-                "{:<16}{:<12}{:>9}{:>7}{:>12}  {}",
-                r["role"].as_str().unwrap_or("?"),
-                r["state"].as_str().unwrap_or("?"),
-                r["priority"].to_string(),
-                r["epoch"].as_u64().map_or("-".into(), |e| e.to_string()),
-                r["lease_left_ms"]
-                    .as_u64()
-                    .map_or("-".into(), |ms| format!("{ms}ms")),
-                r["last_change"].as_str().unwrap_or("-"),
+                "{:<16}{:<20}{:>7}",
+                role,
+                l.holder.as_deref().unwrap_or("-"),
+                l.epoch
             );
         }
-        Ok(())
-    })
+    } else {
+        println!("(control plane unreachable or not configured)");
+    }
+    println!("\nThis node's candidacies:");
+    println!(
+        "{:<16}{:<12}{:>9}{:>7}{:>12}  LAST CHANGE",
+        "ROLE", "STATE", "PRIORITY", "EPOCH", "LEASE LEFT"
+    );
+    for r in &v.local {
+        println!(
+            "{:<16}{:<12}{:>9}{:>7}{:>12}  {}",
+            r.role,
+            r.state.as_str(),
+            r.priority,
+            r.epoch.map_or("-".into(), |e| e.to_string()),
+            r.lease_left_ms.map_or("-".into(), |ms| format!("{ms}ms")),
+            r.last_change.as_deref().unwrap_or("-"),
+        );
+    }
+    Ok(())
+}
+
+/// Arguments of `hale services`.
+#[derive(Debug, Args)]
+pub struct ServicesArgs {
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub api: ApiArgs,
 }
 
 /// `hale services`.
-pub fn services(api: &ApiArgs, json: bool) -> anyhow::Result<()> {
-    runtime()?.block_on(async {
-        let v = get(api, "/v1/services").await?;
-        if json {
-            println!("{}", serde_json::to_string_pretty(&v)?);
-            return Ok(());
-        }
+pub fn services(args: &ServicesArgs) -> anyhow::Result<()> {
+    let v = block_on(args.api.client().services())??;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    println!(
+        "{:<16}{:<11}{:<9}{:<7}  CHECKS (last result)",
+        "SERVICE", "ESSENTIAL", "HEALTHY", "READY"
+    );
+    for s in &v {
+        let checks: Vec<String> = s
+            .checks
+            .iter()
+            .map(|c| {
+                let last = c.recent.last();
+                format!(
+                    "{}: {}",
+                    c.name,
+                    last.map_or("not run yet", |l| l.detail.as_str())
+                )
+            })
+            .collect();
         println!(
-            "{:<16}{:<11}{:<9}{:<7}  CHECKS (last result)",
-            "SERVICE", "ESSENTIAL", "HEALTHY", "READY"
+            "{:<16}{:<11}{:<9}{:<7}  {}",
+            s.name,
+            s.essential,
+            s.healthy,
+            s.ready,
+            checks.join("; ")
         );
-        for s in v.as_array().into_iter().flatten() {
-            let checks: Vec<String> = s["checks"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|c| {
-                    let last = c["recent"].as_array().and_then(|r| r.last());
-                    format!(
-                        "{}: {}",
-                        c["name"].as_str().unwrap_or("?"),
-                        last.map_or("not run yet".into(), |l| l["detail"]
-                            .as_str()
-                            .unwrap_or("")
-                            .to_owned())
-                    )
-                })
-                .collect();
-            println!(
-                "{:<16}{:<11}{:<9}{:<7}  {}",
-                s["name"].as_str().unwrap_or("?"),
-                s["essential"].to_string(),
-                s["healthy"].to_string(),
-                s["ready"].to_string(),
-                checks.join("; ")
-            );
-        }
-        Ok(())
-    })
+    }
+    Ok(())
 }
 
 /// `hale watchdog` (started by the agent, not by people).
@@ -170,6 +158,15 @@ pub fn watchdog(args: &WatchdogArgs) -> std::process::ExitCode {
 }
 
 /// `hale control ...`: change the control plane's servers.
+#[derive(Debug, Args)]
+pub struct ControlArgs {
+    #[command(subcommand)]
+    pub action: ControlAction,
+    #[command(flatten)]
+    pub api: ApiArgs,
+}
+
+/// What to change.
 #[derive(Debug, clap::Subcommand)]
 pub enum ControlAction {
     /// Add a server (start its agent with `[control] id = ID` first).
@@ -187,28 +184,17 @@ pub enum ControlAction {
 }
 
 /// `hale control add-server | remove-server`.
-pub fn control(api: &ApiArgs, action: &ControlAction) -> anyhow::Result<()> {
-    runtime()?.block_on(async {
-        match action {
-            ControlAction::AddServer { id, addr } => {
-                crate::client_cmd::post(
-                    api,
-                    "/v1/control/servers",
-                    serde_json::json!({ "id": id, "addr": addr }),
-                )
-                .await?;
-                println!("server {id} ({addr}) added to the control plane");
-            }
-            ControlAction::RemoveServer { id } => {
-                crate::client_cmd::post(
-                    api,
-                    &format!("/v1/control/servers/{id}/remove"),
-                    serde_json::json!({}),
-                )
-                .await?;
-                println!("server {id} removed from the control plane");
-            }
+pub fn control(args: &ControlArgs) -> anyhow::Result<()> {
+    let client = args.api.client();
+    match &args.action {
+        ControlAction::AddServer { id, addr } => {
+            block_on(client.add_server(*id, addr))??;
+            println!("server {id} ({addr}) added to the control plane");
         }
-        Ok(())
-    })
+        ControlAction::RemoveServer { id } => {
+            block_on(client.remove_server(*id))??;
+            println!("server {id} removed from the control plane");
+        }
+    }
+    Ok(())
 }

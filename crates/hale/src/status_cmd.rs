@@ -6,7 +6,7 @@
 use clap::Args;
 use serde::Serialize;
 
-use crate::client_cmd::ApiArgs;
+use crate::client_cmd::{block_on, ApiArgs};
 use crate::cluster::{self, Agents, NodeState};
 
 /// Arguments of `hale status`.
@@ -19,6 +19,8 @@ pub struct StatusArgs {
     /// (NAME=HOST:PORT; repeatable).
     #[arg(long = "peer")]
     pub peers: Vec<String>,
+    #[command(flatten)]
+    pub api: ApiArgs,
 }
 
 /// The summary, as `--json` prints it.
@@ -278,25 +280,20 @@ pub fn render(s: &Status) -> String {
 }
 
 /// `hale status`.
-pub fn run(api: &ApiArgs, args: &StatusArgs) -> anyhow::Result<()> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    rt.block_on(async {
-        let (agents, members) = Agents::discover(api, &args.peers).await?;
+pub fn run(args: &StatusArgs) -> anyhow::Result<()> {
+    block_on(async {
+        let (agents, members) = Agents::discover(&args.api, &args.peers).await?;
         let nodes = agents.survey().await;
         let mut s = summarize(&agents.local, &members, &nodes);
-        let health: Option<serde_json::Value> =
-            crate::client_cmd::get_json(api, "/v1/health").await.ok();
-        s.cluster = health
-            .as_ref()
-            .and_then(|h| h["cluster"].as_str().map(str::to_owned));
-        s.control = health.and_then(|h| serde_json::from_value(h["control"].clone()).ok());
+        if let Ok(h) = args.api.client().health().await {
+            s.cluster = Some(h.cluster);
+            s.control = h.control;
+        }
         if args.json {
             println!("{}", serde_json::to_string_pretty(&s)?);
         } else {
             print!("{}", render(&s));
         }
         Ok(())
-    })
+    })?
 }

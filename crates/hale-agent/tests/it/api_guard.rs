@@ -23,30 +23,12 @@ fn mutations() -> Vec<(&'static str, &'static str)> {
     ]
 }
 
-async fn drills_active(c: &reqwest::Client, a: &Agent) -> usize {
-    let v: serde_json::Value = c
-        .get(format!("http://{}/v1/drill", a.http_addr()))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    v["active"].as_array().unwrap().len()
-}
-
 /// The agent is still in the cluster, and no drill fault is set.
-async fn assert_nothing_done(c: &reqwest::Client, a: &Agent) {
-    assert_eq!(drills_active(c, a).await, 0, "a drill fault was set");
-    let h: serde_json::Value = c
-        .get(format!("http://{}/v1/health", a.http_addr()))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(h["status"], "ok", "the agent left");
+async fn assert_nothing_done(a: &Agent) {
+    let drill = a.client().drill().await.unwrap();
+    assert!(drill.active.is_empty(), "a drill fault was set");
+    let h = a.client().health().await.unwrap();
+    assert_eq!(h.status, "ok", "the agent left");
 }
 
 #[test]
@@ -96,7 +78,7 @@ async fn a_mutating_request_that_is_not_json_gets_415_and_changes_nothing() {
             assert_eq!(r.status(), 415, "{path} as {ct:?}");
         }
     }
-    assert_nothing_done(&c, &a).await;
+    assert_nothing_done(&a).await;
     // The same request as JSON acts (the refusals above were for the type).
     let r = c
         .post(format!("http://{}/v1/drill/quiet", a.http_addr()))
@@ -106,7 +88,7 @@ async fn a_mutating_request_that_is_not_json_gets_415_and_changes_nothing() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
-    assert_eq!(drills_active(&c, &a).await, 1);
+    assert_eq!(a.client().drill().await.unwrap().active.len(), 1);
     a.shutdown().await;
 }
 
@@ -163,7 +145,7 @@ async fn a_cross_site_browser_request_gets_403_and_changes_nothing() {
             assert_eq!(r.status(), 403, "{path} from {what}");
         }
     }
-    assert_nothing_done(&c, &a).await;
+    assert_nothing_done(&a).await;
     // The dashboard's own origin may (a same-origin fetch).
     let r = c
         .post(format!("http://{}/v1/drill/quiet", a.http_addr()))
@@ -175,7 +157,7 @@ async fn a_cross_site_browser_request_gets_403_and_changes_nothing() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
-    assert_eq!(drills_active(&c, &a).await, 1);
+    assert_eq!(a.client().drill().await.unwrap().active.len(), 1);
     a.shutdown().await;
 }
 
@@ -212,7 +194,7 @@ async fn a_wrong_token_of_any_length_gets_401_and_changes_nothing() {
             );
         }
     }
-    assert_nothing_done(&c, &a).await;
+    assert_nothing_done(&a).await;
     let r = c
         .post(format!("http://{}/v1/drill/quiet", a.http_addr()))
         .json(&serde_json::json!({ "duration_ms": 60000 }))

@@ -5,18 +5,12 @@
 use std::time::Duration;
 
 use hale_agent::drill::DrillView;
-use hale_agent::{Agent, Key};
+use hale_agent::{Agent, AgentEvent, Key};
 
 use crate::support::{loopback_config, wait_until};
 
-async fn drill(c: &reqwest::Client, a: &Agent) -> DrillView {
-    c.get(format!("http://{}/v1/drill", a.http_addr()))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+async fn drill(a: &Agent) -> DrillView {
+    a.client().drill().await.unwrap()
 }
 
 async fn state_of(a: &Agent, name: &str) -> Option<String> {
@@ -67,7 +61,7 @@ async fn a_drill_fault_needs_the_token_and_reverts_on_its_own_when_its_duration_
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
-    assert_eq!(drill(&c, &a).await.active.len(), 1);
+    assert_eq!(drill(&a).await.active.len(), 1);
     // Traffic signals are ignored (and counted) while quiet.
     let r = c
         .post(format!("http://{}/v1/traffic", a.http_addr()))
@@ -80,28 +74,25 @@ async fn a_drill_fault_needs_the_token_and_reverts_on_its_own_when_its_duration_
     wait_until(
         "the ignored signal is counted",
         Duration::from_secs(5),
-        || async { drill(&c, &a).await.traffic_ignored == 1 },
+        || async { drill(&a).await.traffic_ignored == 1 },
     )
     .await;
     wait_until(
         "quiet reverts on its own",
         Duration::from_secs(5),
-        || async { drill(&c, &a).await.active.is_empty() },
+        || async { drill(&a).await.active.is_empty() },
     )
     .await;
-    let kinds: Vec<String> = c
-        .get(format!("http://{}/v1/events", a.http_addr()))
-        .send()
-        .await
-        .unwrap()
-        .json::<Vec<hale_agent::EventView>>()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|e| e.kind)
-        .collect();
-    assert!(kinds.contains(&"drill-set".to_owned()), "{kinds:?}");
-    assert!(kinds.contains(&"drill-restored".to_owned()), "{kinds:?}");
+    let events = a.client().events(0).await.unwrap();
+    let has = |f: fn(&AgentEvent) -> bool| events.iter().any(|e| f(&e.event));
+    assert!(
+        has(|e| matches!(e, AgentEvent::DrillSet { .. })),
+        "{events:?}"
+    );
+    assert!(
+        has(|e| matches!(e, AgentEvent::DrillRestored { .. })),
+        "{events:?}"
+    );
     a.shutdown().await;
 }
 

@@ -9,6 +9,7 @@ mod config;
 mod dashboard;
 mod drill;
 mod keyring;
+mod openapi;
 mod relay;
 mod relay_view;
 mod support;

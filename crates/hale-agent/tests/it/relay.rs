@@ -177,7 +177,7 @@ async fn when_membership_declares_the_upstream_host_dead_the_breaker_opens_at_on
             while let Ok(e) = events.recv().await {
                 seen.lock()
                     .unwrap()
-                    .push(format!("{} {:?}", e.kind, e.member));
+                    .push(format!("{} {:?}", e.event.kind(), e.member));
             }
         })
     };

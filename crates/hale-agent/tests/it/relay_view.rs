@@ -3,12 +3,8 @@
 
 use std::time::Duration;
 
-use hale_agent::{Agent, EventView, FileConfig, Key, RelayView};
+use hale_agent::{Agent, AgentEvent, FileConfig, Key};
 use hale_relay::fake::{FakeSentry, Mode};
-
-async fn get_json<T: serde::de::DeserializeOwned>(http: &reqwest::Client, url: String) -> T {
-    http.get(url).send().await.unwrap().json().await.unwrap()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relay_status_shows_upstreams_and_a_dead_host_opens_its_breaker_with_an_event() {
@@ -25,10 +21,9 @@ async fn relay_status_shows_upstreams_and_a_dead_host_opens_its_breaker_with_an_
     );
     let cfg = FileConfig::parse(&text, "t").unwrap().validate().unwrap();
     let agent = Agent::start(cfg).await.unwrap();
-    let http = reqwest::Client::new();
-    let base = format!("http://{}", agent.http_addr());
+    let api = agent.client();
 
-    let v: RelayView = get_json(&http, format!("{base}/v1/relay")).await;
+    let v = api.relay().await.unwrap().unwrap();
     assert_eq!(v.upstreams.len(), 2);
     assert_eq!(v.upstreams[0].role, "primary");
     assert_eq!(v.upstreams[0].member.as_deref(), Some("sentry-host"));
@@ -45,15 +40,18 @@ async fn relay_status_shows_upstreams_and_a_dead_host_opens_its_breaker_with_an_
     agent.relay().unwrap().member_dead("sentry-host");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let v: RelayView = get_json(&http, format!("{base}/v1/relay")).await;
-        let events: Vec<EventView> = get_json(&http, format!("{base}/v1/events")).await;
-        let ev = events.iter().find(|e| e.kind == "breaker");
+        let v = api.relay().await.unwrap().unwrap();
+        let events = api.events(0).await.unwrap();
+        let ev = events.iter().find_map(|e| match &e.event {
+            AgentEvent::Breaker { role, from, to, .. } => Some((e, role, from, to)),
+            _ => None,
+        });
         if v.upstreams[0].breaker == "open" {
-            if let Some(e) = ev {
-                let d = e.detail.as_ref().unwrap();
-                assert_eq!(d["role"], "primary");
-                assert_eq!(d["from"], "closed");
-                assert_eq!(d["to"], "open");
+            if let Some((e, role, from, to)) = ev {
+                assert_eq!(
+                    (role.as_str(), from.as_str(), to.as_str()),
+                    ("primary", "closed", "open")
+                );
                 assert_eq!(e.member.as_deref(), Some("sentry-host"));
                 break;
             }
@@ -73,9 +71,6 @@ async fn relay_status_is_null_without_a_relay() {
     );
     let cfg = FileConfig::parse(&text, "t").unwrap().validate().unwrap();
     let agent = Agent::start(cfg).await.unwrap();
-    let http = reqwest::Client::new();
-    let v: Option<RelayView> =
-        get_json(&http, format!("http://{}/v1/relay", agent.http_addr())).await;
-    assert!(v.is_none());
+    assert!(agent.client().relay().await.unwrap().is_none());
     agent.shutdown().await;
 }

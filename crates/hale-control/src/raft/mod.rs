@@ -11,7 +11,7 @@ mod store;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -44,16 +44,23 @@ openraft::declare_raft_types!(
         AsyncRuntime = openraft::TokioRuntime,
 );
 
+/// An error from below (the store, openraft), kept as the source.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
 /// Why a control-plane operation failed. The lease table is unchanged
 /// unless the variant says otherwise.
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
+    /// The store is held open by another server of this process (one
+    /// stopping: try again in a moment).
+    #[error("the control-plane store in {0} is in use")]
+    StoreInUse(PathBuf),
     /// The store could not be opened.
     #[error("cannot open the control-plane store: {0}")]
-    Store(String),
+    Store(#[source] BoxError),
     /// Raft refused to start.
     #[error("cannot start raft: {0}")]
-    Start(String),
+    Start(#[source] BoxError),
     /// No leader is known (election in progress, or no quorum).
     #[error("no control-plane leader right now")]
     NoLeader,
@@ -148,7 +155,12 @@ impl ControlPlane {
                  reach this server's port can take roles, fence holders and change voters"
             );
         }
-        let db = open_db(data_dir).map_err(|e| ControlError::Store(e.to_string()))?;
+        let db = open_db(data_dir).map_err(|e| match e {
+            redb::DatabaseError::DatabaseAlreadyOpen => {
+                ControlError::StoreInUse(data_dir.to_path_buf())
+            }
+            e => ControlError::Store(e.into()),
+        })?;
         let origin = Instant::now();
         let grantor: Arc<Mutex<Option<Grantor>>> = Arc::new(Mutex::new(None));
         let g = grantor.clone();
@@ -187,7 +199,7 @@ impl ControlPlane {
             }
         });
         let sm = StateMachine::new(db.clone(), Some(hook), Some(on_append.clone()))
-            .map_err(|e| ControlError::Store(e.to_string()))?;
+            .map_err(|e| ControlError::Store(e.into()))?;
         let config = openraft::Config {
             cluster_name: "hale".into(),
             heartbeat_interval: 100,
@@ -200,7 +212,7 @@ impl ControlPlane {
         let config = Arc::new(
             config
                 .validate()
-                .map_err(|e| ControlError::Start(e.to_string()))?,
+                .map_err(|e| ControlError::Start(e.into()))?,
         );
         let raft = Raft::new(
             id,
@@ -210,7 +222,7 @@ impl ControlPlane {
             sm.clone(),
         )
         .await
-        .map_err(|e| ControlError::Start(e.to_string()))?;
+        .map_err(|e| ControlError::Start(e.into()))?;
         let cp = ControlPlane {
             id,
             raft,
@@ -346,7 +358,7 @@ impl ControlPlane {
         match self.raft.initialize(nodes).await {
             Ok(()) => Ok(()),
             Err(RaftError::APIError(openraft::error::InitializeError::NotAllowed(_))) => Ok(()),
-            Err(e) => Err(ControlError::Start(e.to_string())),
+            Err(e) => Err(ControlError::Start(e.into())),
         }
     }
 

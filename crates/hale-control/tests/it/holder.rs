@@ -342,3 +342,41 @@ fn a_handover_asked_during_a_promotion_is_taken_once_it_completes_and_keeps_the_
         "no release naming b: {a:?}"
     );
 }
+
+#[test]
+fn states_reasons_and_outcomes_are_written_in_json_as_their_stable_strings() {
+    let json = |v: serde_json::Value| v.as_str().unwrap().to_owned();
+    for s in [
+        RoleState::Ineligible,
+        RoleState::Standby,
+        RoleState::Promoting,
+        RoleState::Holder,
+        RoleState::Demoting,
+    ] {
+        assert_eq!(json(serde_json::to_value(s).unwrap()), s.as_str());
+        assert_eq!(
+            serde_json::from_value::<RoleState>(s.as_str().into()).unwrap(),
+            s
+        );
+    }
+    for r in [
+        StepDownReason::LeaseExpired,
+        StepDownReason::Fenced,
+        StepDownReason::ServiceFailing,
+        StepDownReason::Handover,
+        StepDownReason::Leaving,
+        StepDownReason::PromoteFailed,
+        StepDownReason::PromoteTimedOut,
+    ] {
+        assert_eq!(json(serde_json::to_value(r).unwrap()), r.as_str());
+    }
+    for o in [
+        HookOutcome::Succeeded,
+        HookOutcome::Failed,
+        HookOutcome::TimedOut,
+        HookOutcome::Killed,
+        HookOutcome::FencedByWatchdog,
+    ] {
+        assert_eq!(json(serde_json::to_value(o).unwrap()), o.as_str());
+    }
+}

@@ -42,9 +42,7 @@ pub(crate) async fn serve_with(
         let store = dir.join(format!("s{id}"));
         match ControlPlane::start(id, &store, LeaseTiming::default(), auth.clone()).await {
             Ok(cp) => break cp,
-            Err(ControlError::Store(e))
-                if Instant::now() < deadline && e.contains("already open") =>
-            {
+            Err(ControlError::StoreInUse(_)) if Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             Err(e) => panic!("{e}"),

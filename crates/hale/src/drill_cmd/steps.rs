@@ -3,7 +3,9 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use hale_agent::MemberView;
+use hale_agent::drill::Fault;
+use hale_agent::{AgentEvent, MemberView};
+use hale_control::RoleState;
 
 use super::{check, none_check, preflight, secs, Drill, DrillKind, TICK};
 use crate::cluster::{self, NodeState};
@@ -87,7 +89,7 @@ impl Drill {
             .unwrap_or_else(|| "1".to_owned());
         let path = format!("{}/api/{project}/store/", self.args.relay_prefix);
         let step = self.fault_step(format!("the relay on {node} sends to a black hole"));
-        match self.set_fault(&node, "blackhole").await {
+        match self.set_fault(&node, Fault::Blackhole).await {
             Ok(()) => {
                 let (seen, events) = self
                     .watch(
@@ -168,15 +170,11 @@ impl Drill {
         let mut closed = false;
         let mut last = String::from("no answer");
         while start.elapsed() < self.args.recover_timeout {
-            let _ = self
-                .agents
-                .post_store(&node, &path, self.args.sentry_key.as_deref())
-                .await;
-            if let Ok(Some(v)) = self
-                .agents
-                .get::<Option<hale_agent::RelayView>>(&node, "/v1/relay")
-                .await
-            {
+            let Ok(c) = self.agents.client(&node) else {
+                break;
+            };
+            let _ = c.relay_probe(&path, self.args.sentry_key.as_deref()).await;
+            if let Ok(Some(v)) = c.relay().await {
                 // The primary delivers again; a standby left half-open
                 // (no traffic reaches it while the primary works) is fine.
                 last = v
@@ -223,7 +221,7 @@ impl Drill {
         }
         let step = self.fault_step(format!("{node} stops answering the cluster"));
         let started = hale_agent::view::unix_ms();
-        match self.set_fault(node, "freeze").await {
+        match self.set_fault(node, Fault::Freeze).await {
             Ok(()) => {
                 let (seen, events) = self
                     .watch(self.args.duration, Some(node), None, &held)
@@ -257,15 +255,15 @@ impl Drill {
                         check(format!("{node} held no role"), true, "no failover expected"),
                     );
                 }
-                let first = |kind: &str| {
+                let first = |kind: &str, is: fn(&AgentEvent) -> bool| {
                     events
                         .iter()
-                        .filter(|e| e.member.as_deref() == Some(node) && e.source != node)
-                        .find(|e| e.kind == kind)
+                        .filter(|e| e.member.as_deref() == Some(node) && e.observer != node)
+                        .find(|e| is(&e.event))
                         .map(|e| {
                             format!(
                                 "{kind} by {} {:.2}s after the freeze",
-                                e.source,
+                                e.observer,
                                 e.unix_ms.saturating_sub(started) as f64 / 1000.0
                             )
                         })
@@ -276,7 +274,11 @@ impl Drill {
                     check(
                         format!("the cluster noticed {node} (informational)"),
                         true,
-                        format!("{}; {}", first("suspected"), first("dead")),
+                        format!(
+                            "{}; {}",
+                            first("suspected", |e| matches!(e, AgentEvent::Suspected { .. })),
+                            first("dead", |e| matches!(e, AgentEvent::Dead(_)))
+                        ),
                     ),
                 );
                 self.window_checks(step, &seen, &events, Some(node));
@@ -321,11 +323,10 @@ impl Drill {
         let deadline = Instant::now() + self.args.recover_timeout;
         let current = loop {
             let l = self.leases(None).await.unwrap_or_default();
-            let members: Vec<MemberView> = self
-                .agents
-                .get(&self.agents.local, "/v1/members")
-                .await
-                .unwrap_or_default();
+            let members = match self.agents.client(&self.agents.local) {
+                Ok(c) => c.members().await.unwrap_or_default(),
+                Err(_) => Vec::new(),
+            };
             let eligible = members
                 .iter()
                 .find(|m| m.name == home && m.state == "alive")
@@ -387,15 +388,15 @@ impl Drill {
             Some(to),
             serde_json::json!({ "role": role, "from": from }),
         );
-        if let Err(e) = self
-            .agents
-            .post(
-                from,
-                &format!("/v1/roles/{role}/handover"),
-                serde_json::json!({ "to": to }),
-            )
-            .await
-        {
+        let handed = match self.agents.client(from) {
+            Ok(c) => c
+                .handover(role, Some(to))
+                .await
+                .map(drop)
+                .map_err(Into::into),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = handed {
             self.add(
                 step,
                 check(
@@ -443,8 +444,8 @@ impl Drill {
         let events = self.poll_events().await;
         let dead: Vec<String> = events
             .iter()
-            .filter(|e| e.kind == "dead")
-            .map(|e| format!("{} by {}", e.member.as_deref().unwrap_or("?"), e.source))
+            .filter(|e| matches!(e.event, AgentEvent::Dead(_)))
+            .map(|e| format!("{} by {}", e.member.as_deref().unwrap_or("?"), e.observer))
             .collect();
         self.add(
             step,
@@ -462,18 +463,14 @@ impl Drill {
         let mut last = String::from("no answer");
         let mut ok = false;
         while Instant::now() < deadline {
-            let roles = self.agents.get::<serde_json::Value>(to, "/v1/roles").await;
-            let svcs = self
-                .agents
-                .get::<Vec<hale_agent::services::ServiceView>>(to, "/v1/services")
-                .await;
-            if let (Ok(r), Ok(s)) = (roles, svcs) {
-                let local = r["local"]
-                    .as_array()
+            let Ok(c) = self.agents.client(to) else {
+                break;
+            };
+            if let (Ok(r), Ok(s)) = (c.roles().await, c.services().await) {
+                let local = r
+                    .local
                     .into_iter()
-                    .flatten()
-                    .find(|l| l["role"] == role)
-                    .cloned()
+                    .find(|l| l.role == role)
                     .unwrap_or_default();
                 let failing: Vec<String> = s
                     .iter()
@@ -482,18 +479,18 @@ impl Drill {
                     .collect();
                 last = format!(
                     "state {}, epoch {}, last change {}, failing essential: {}",
-                    local["state"],
-                    local["epoch"],
-                    local["last_change"],
+                    local.state.as_str(),
+                    local.epoch.map_or("-".to_owned(), |e| e.to_string()),
+                    local.last_change.as_deref().unwrap_or("-"),
                     if failing.is_empty() {
                         "none".to_owned()
                     } else {
                         failing.join(", ")
                     }
                 );
-                if local["state"] == "holder"
-                    && local["epoch"].as_u64() == Some(new_epoch)
-                    && local["last_change"] == "promoted"
+                if local.state == RoleState::Holder
+                    && local.epoch == Some(new_epoch)
+                    && local.last_change.as_deref() == Some("promoted")
                     && failing.is_empty()
                 {
                     ok = true;
@@ -559,11 +556,10 @@ impl Drill {
     async fn traffic_ignored(&self) -> u64 {
         let mut total = 0;
         for n in self.agents.addrs.keys() {
-            if let Ok(d) = self
-                .agents
-                .get::<hale_agent::drill::DrillView>(n, "/v1/drill")
-                .await
-            {
+            let Ok(c) = self.agents.client(n) else {
+                continue;
+            };
+            if let Ok(d) = c.drill().await {
                 total += d.traffic_ignored;
             }
         }
@@ -576,7 +572,7 @@ impl Drill {
         let nodes: Vec<String> = self.agents.addrs.keys().cloned().collect();
         let mut set = Ok(());
         for n in &nodes {
-            if let Err(e) = self.set_fault(n, "quiet").await {
+            if let Err(e) = self.set_fault(n, Fault::Quiet).await {
                 set = Err(e);
                 break;
             }

@@ -201,10 +201,21 @@ mod tests {
             error: None,
             members: None,
             services: Some(Vec::new()),
-            roles: Some(serde_json::json!({
-                "leases": { "db": { "holder": holder, "epoch": 1 } },
-                "local": [],
-            })),
+            roles: Some(hale_agent::view::RolesView {
+                control_plane: true,
+                leader: Some(1),
+                leases: Some(
+                    [(
+                        "db".to_owned(),
+                        hale_agent::view::LeaseView {
+                            holder: holder.map(str::to_owned),
+                            epoch: 1,
+                        },
+                    )]
+                    .into(),
+                ),
+                local: Vec::new(),
+            }),
             relay: None,
             drill: None,
         }

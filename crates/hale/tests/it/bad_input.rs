@@ -10,7 +10,7 @@ use hale_core::wire::{cluster_id, Header, Message, Packet};
 use hale_core::NodeId;
 use rand::{Rng, RngCore, SeedableRng};
 
-use crate::support::{http_get, metric, view, wait_for_every, wait_until, AgentProc, Cluster};
+use crate::support::{call, metric, view, wait_for_every, wait_until, AgentProc, Cluster};
 
 /// Bytes sealing adds (version, nonce, tag).
 const SEAL_OVERHEAD: usize = 29;
@@ -204,7 +204,7 @@ fn an_agent_flooded_with_garbage_datagrams_stays_up_with_bounded_memory_and_coun
         "no answer to the replayed pings"
     );
     // Still up, still a healthy member, memory bounded.
-    assert!(http_get(target.http, "/v1/health").is_some());
+    assert!(call(target.api().health()).is_ok());
     let rss_after = target.rss_kib();
     assert!(
         rss_after < rss_before + 10 * 1024,
@@ -273,7 +273,7 @@ fn an_agent_fed_garbage_stream_frames_stays_up_and_counts_them() {
     let drops = dropped(target) - drops_before;
     assert_eq!(errors as u64, 3 * ROUNDS, "stream errors counted");
     assert_eq!(drops as u64, ROUNDS, "bad frames counted as dropped");
-    assert!(http_get(target.http, "/v1/health").is_some());
+    assert!(call(target.api().health()).is_ok());
     let rss_after = target.rss_kib();
     assert!(
         rss_after < rss_before + 10 * 1024,

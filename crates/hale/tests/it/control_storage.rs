@@ -6,8 +6,11 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use crate::failover::{first_holder, Cluster};
-use crate::support::{during, http_get, wait_for};
+use hale_agent::view::HealthView;
+use hale_agent::AgentEvent;
+
+use crate::failover::first_holder;
+use crate::support::{call, during, wait_for, Cluster};
 
 /// A small tmpfs, unmounted (lazily) and removed on drop.
 struct Tmpfs(PathBuf);
@@ -33,14 +36,16 @@ impl Drop for Tmpfs {
     }
 }
 
-fn health(c: &Cluster, i: usize) -> Option<serde_json::Value> {
-    serde_json::from_str(&http_get(c.nodes[i].http, "/v1/health")?).ok()
+fn health(c: &Cluster, i: usize) -> Option<HealthView> {
+    call(c.agents[i].api().health()).ok()
 }
 
 #[test]
 fn a_control_plane_server_whose_disk_fills_stops_says_so_and_the_others_carry_on() {
     let mut disk: Option<Tmpfs> = None;
-    let c = Cluster::start_prepared(
+    let c = Cluster::roles_with(
+        "disk-full",
+        3,
         |_, _| None,
         |_| String::new(),
         |dir| disk = Some(Tmpfs::mount(dir.join("data-n0"), "4m")),
@@ -48,29 +53,35 @@ fn a_control_plane_server_whose_disk_fills_stops_says_so_and_the_others_carry_on
     let (holder, _) = first_holder(&c);
     assert_eq!(holder, "n0");
     let h = health(&c, 0).unwrap();
-    assert_eq!(h["status"], "ok", "{h}");
-    assert!(h["control"]["storage_error"].is_null(), "{h}");
+    assert_eq!(h.status, "ok", "{h:?}");
+    assert_eq!(h.control.unwrap().storage_error, None);
     // Fill n0's data filesystem.
     let dir = &disk.as_ref().unwrap().0;
     let _ = std::fs::write(dir.join("filler"), vec![0u8; 8 << 20]);
     // Its next log writes fail: its Raft stops and it says so.
     let h = wait_for(Duration::from_secs(60), "n0 reports degraded", || {
-        health(&c, 0).filter(|h| h["status"] == "degraded")
+        health(&c, 0).filter(|h| h.status == "degraded")
     });
-    assert_eq!(h["control"]["state"], "stopped", "{h}");
-    let err = h["control"]["storage_error"].as_str().unwrap();
+    let control = h.control.unwrap();
+    assert_eq!(control.state, "stopped", "{control:?}");
+    let err = control.storage_error.unwrap();
     assert!(err.contains("No space left"), "{err}");
-    let metrics = http_get(c.nodes[0].http, "/metrics").unwrap();
+    let metrics = c.agents[0].metrics().unwrap();
     assert!(
         metrics.contains("hale_control_storage_failed{node=\"n0\",server=\"1\"} 1"),
         "{metrics}"
     );
-    let events = http_get(c.nodes[0].http, "/v1/events").unwrap();
-    assert!(events.contains("\"control-stopped\""), "{events}");
+    let events = c.agents[0].events().unwrap();
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e.event, AgentEvent::ControlStopped { .. })),
+        "{events:?}"
+    );
     // The other servers elect a leader without it.
     wait_for(Duration::from_secs(30), "n1 or n2 leads", || {
         (1..3)
-            .any(|i| health(&c, i).is_some_and(|h| h["control"]["state"] == "leader"))
+            .any(|i| health(&c, i).is_some_and(|h| h.control.is_some_and(|c| c.state == "leader")))
             .then_some(())
     });
     // And the role stays held, renewed through the live servers.
@@ -84,10 +95,7 @@ fn a_control_plane_server_whose_disk_fills_stops_says_so_and_the_others_carry_on
             );
         }
     });
-    let status = Command::new(env!("CARGO_BIN_EXE_hale"))
-        .args(["--http", &c.nodes[0].http.to_string(), "status"])
-        .output()
-        .unwrap();
+    let status = c.agents[0].cli(&["status"]);
     let text = String::from_utf8_lossy(&status.stdout);
     assert!(text.contains("STORAGE FAILED"), "{text}");
     drop(c);

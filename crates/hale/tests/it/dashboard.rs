@@ -8,7 +8,8 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use crate::browser::{artifacts, Browser};
-use crate::failover::{first_holder, Cluster};
+use crate::failover::first_holder;
+use crate::support::Cluster;
 
 /// Every member row the page shows, as `[name, state]`.
 const ROWS: &str = "return [...document.querySelectorAll('#members-list [data-member]')]
@@ -29,7 +30,7 @@ fn state_js(name: &str) -> String {
 /// Opens agent `i`'s dashboard and waits for members and roles to render.
 fn open(c: &Cluster, i: usize) -> Browser {
     let b = Browser::start();
-    b.goto(&format!("http://{}/", c.nodes[i].http));
+    b.goto(&format!("http://{}/", c.agents[i].http));
     b.wait_js(
         Duration::from_secs(10),
         "the first full render",
@@ -41,7 +42,7 @@ fn open(c: &Cluster, i: usize) -> Browser {
 #[test]
 fn the_dashboard_shows_members_roles_and_services_and_a_killed_node_turning_dead_with_its_evidence()
 {
-    let c = Cluster::start("");
+    let c = Cluster::roles("dash-dead", "");
     let (holder, epoch) = first_holder(&c);
     let b = open(&c, 1);
     b.wait_js(
@@ -107,7 +108,7 @@ fn wrap(body: &str) -> String {
 #[test]
 fn the_dashboard_shows_the_failover_when_the_holder_is_killed_and_a_banner_while_its_agent_is_frozen(
 ) {
-    let mut c = Cluster::start("");
+    let mut c = Cluster::roles("dash-failover", "");
     let (holder, epoch) = first_holder(&c);
     let h = c.index(&holder);
     let watcher = (h + 1) % 3;
@@ -120,8 +121,7 @@ fn the_dashboard_shows_the_failover_when_the_holder_is_killed_and_a_banner_while
             wrap(DB)
         ),
     );
-    c.signal(h, Signal::SIGKILL);
-    let _ = c.nodes[h].child.take().map(|mut ch| ch.wait());
+    c.agents[h].kill();
     let db = b.wait_js(
         Duration::from_secs(30),
         "a new holder with a higher epoch",
@@ -173,7 +173,9 @@ fn hostile_strings_from_a_peer_are_shown_as_text_and_never_run() {
         "<img src=x onerror=\"window.__xss=1\"> ' \" &amp; <script>window.__xss=2</script>";
     let service = "<img src=x onerror=window.__xss=3>\"'";
     let long_arg = format!("<script>window.__xss=4</script>{}", "x".repeat(4000));
-    let c = Cluster::start_prepared(
+    let c = Cluster::roles_with(
+        "dash-hostile",
+        3,
         |_, _| None,
         |_| String::new(),
         |dir| {

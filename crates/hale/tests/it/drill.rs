@@ -4,144 +4,72 @@
 //! is a file; n0 also runs a relay whose upstreams (primary and standby)
 //! are fake Sentries in this process. Drill tests run one at a time (they share two cores).
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use hale_agent::drill::Fault;
 use hale_relay::fake::{FakeSentry, Mode};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::Value;
 
-use crate::support::{
-    http_get, metric, spawn_agent_with_config, wait_for, wait_until, write_role_cluster,
-};
-
-const HALE: &str = env!("CARGO_BIN_EXE_hale");
+use crate::support::{call, metric, wait_for, wait_until, Cluster, Proc, HALE};
 
 /// One drill cluster at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-/// Kills its process on drop (SIGCONT first, in case it was stopped).
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = kill(Pid::from_raw(self.0.id() as i32), Signal::SIGCONT);
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-struct Node {
-    name: String,
-    http: SocketAddr,
-    proc: Option<Proc>,
-}
-
-/// Three agents (and the fake Sentry); everything stops on drop.
-struct Cluster {
-    nodes: Vec<Node>,
+/// A role cluster whose n0 runs a relay to two fake Sentries (primary and
+/// standby) in this process; the agents stop first on drop.
+struct Bench {
+    c: Cluster,
     sentry: FakeSentry,
     _standby: FakeSentry,
-    /// Keeps the fake Sentry running (dropped after it).
-    _rt: tokio::runtime::Runtime,
-    dir: tempfile::TempDir,
     _serial: std::sync::MutexGuard<'static, ()>,
 }
 
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            for n in &self.nodes {
-                let log = self.dir.path().join(format!("{}.log", n.name));
-                let text = std::fs::read_to_string(&log).unwrap_or_default();
-                let lines: Vec<&str> = text.lines().collect();
-                eprintln!("---- last lines of {} ----", n.name);
-                for l in &lines[lines.len().saturating_sub(20)..] {
-                    eprintln!("{l}");
-                }
-            }
-        }
-        // Agents first (their watchdogs fence and exit when they go).
-        for n in &mut self.nodes {
-            n.proc.take();
-        }
-    }
-}
-
-impl Cluster {
+impl Bench {
     /// Starts the cluster and waits until it is healthy: every member
     /// alive, n0 holding `db`, both standbys eligible, every check passing.
-    fn start() -> Cluster {
+    fn start(test: &str) -> Bench {
         let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
-        let sentry = rt.block_on(FakeSentry::start(Mode::Up)).unwrap();
-        let standby = rt.block_on(FakeSentry::start(Mode::Up)).unwrap();
-        let dir = tempfile::tempdir().unwrap();
+        let sentry = call(FakeSentry::start(Mode::Up)).unwrap();
+        let standby = call(FakeSentry::start(Mode::Up)).unwrap();
         let relay = format!(
             "[relay]\nprimary = {{ dsn = \"{}\" }}\nstandby = {{ dsn = \"{}\" }}\n",
             sentry.dsn(),
             standby.dsn()
         );
-        let nodes = write_role_cluster(dir.path(), "drill", |i| {
-            if i == 0 {
-                relay.clone()
-            } else {
-                String::new()
-            }
-        })
-        .into_iter()
-        .map(|n| Node {
-            proc: Some(Proc(spawn_agent_with_config(
-                dir.path(),
-                &n.name,
-                &n.config,
-            ))),
-            name: n.name,
-            http: n.http,
-        })
-        .collect();
-        let c = Cluster {
-            nodes,
+        let extra = |i: usize| if i == 0 { relay.clone() } else { String::new() };
+        let c = Cluster::roles_with(test, 3, |_, _| None, extra, |_| {});
+        let b = Bench {
+            c,
             sentry,
             _standby: standby,
-            _rt: rt,
-            dir,
             _serial: serial,
         };
         wait_until(Duration::from_secs(40), "the cluster is healthy", || {
-            c.status().is_some_and(|s| healthy(&s))
+            b.status().is_some_and(|s| healthy(&s))
         });
-        c
+        b
     }
 
-    /// `hale status --json` through n0.
+    /// `hale status --json` through n0 (the CLI's own output format).
     fn status(&self) -> Option<Value> {
         let out = self.hale(0, &["status", "--json"]);
         serde_json::from_slice(&out.stdout).ok()
     }
 
-    /// Runs `hale --http <node i> ARGS`.
+    /// Runs `hale ARGS --http <node i>`.
     fn hale(&self, i: usize, args: &[&str]) -> Output {
-        Command::new(HALE)
-            .args(["--http", &self.nodes[i].http.to_string()])
-            .args(args)
-            .output()
-            .unwrap()
+        self.c.agents[i].cli(args)
     }
 
     /// Runs a drill through n0 with a report directory; its exit code and report.
     fn drill(&self, args: &[&str]) -> (Option<i32>, Value, PathBuf) {
-        let dir = self.dir.path().join(format!("report-{}", args.join("-")));
+        let dir = self.c.path(&format!("report-{}", args.join("-")));
         let out = self.hale(
             0,
             &[args, &["--report", dir.to_str().unwrap(), "--json"]].concat(),
@@ -163,45 +91,21 @@ impl Cluster {
         (out.status.code(), report, dir)
     }
 
-    fn get(&self, i: usize, path: &str) -> Option<Value> {
-        serde_json::from_str(&http_get(self.nodes[i].http, path)?).ok()
-    }
-
-    /// The holder of `db`, as the first agent that answers sees it.
-    fn holder(&self) -> Option<String> {
-        (0..self.nodes.len()).find_map(|i| {
-            let v = self.get(i, "/v1/roles")?;
-            v["leases"]["db"]["holder"].as_str().map(str::to_owned)
-        })
+    /// Whether agent `i` has no drill fault in force.
+    fn no_fault(&self, i: usize) -> bool {
+        call(self.c.agents[i].api().drill()).is_ok_and(|d| d.active.is_empty())
     }
 
     /// Asserts nothing of a drill is left: no fault on any agent, every
     /// member alive everywhere, the relay not diverted, n0 holding `db`.
     fn assert_untouched(&self) {
-        for i in 0..self.nodes.len() {
-            let d = self.get(i, "/v1/drill").unwrap();
-            assert_eq!(
-                d["active"],
-                serde_json::json!([]),
-                "{}: {d}",
-                self.nodes[i].name
-            );
+        for (i, a) in self.c.agents.iter().enumerate() {
+            assert!(self.no_fault(i), "{}: a fault is left", a.name);
         }
-        let relay = self.get(0, "/v1/relay").unwrap();
-        assert!(relay["diverted"].is_null(), "{relay}");
-        wait_until(
-            Duration::from_secs(10),
-            "every member alive everywhere",
-            || {
-                (0..self.nodes.len()).all(|i| {
-                    self.get(i, "/v1/members").is_some_and(|m| {
-                        let m = m.as_array().cloned().unwrap_or_default();
-                        m.len() == 3 && m.iter().all(|m| m["state"] == "alive")
-                    })
-                })
-            },
-        );
-        assert_eq!(self.holder().as_deref(), Some("n0"));
+        let relay = call(self.c.agents[0].api().relay()).unwrap().unwrap();
+        assert!(relay.diverted.is_none(), "{relay:?}");
+        self.c.wait_formed(Duration::from_secs(10));
+        assert_eq!(self.c.holder().map(|h| h.0).as_deref(), Some("n0"));
     }
 }
 
@@ -255,28 +159,9 @@ fn timeline_has(report: &Value, source: &str, kind: &str, member: Option<&str>) 
     })
 }
 
-/// A plain HTTP/1.1 POST; whether the answer was 2xx.
-pub(crate) fn http_post(addr: SocketAddr, path: &str, body: &str) -> bool {
-    let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_secs(1)) else {
-        return false;
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-    let req = format!(
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    if s.write_all(req.as_bytes()).is_err() {
-        return false;
-    }
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    out.starts_with("HTTP/1.1 2")
-}
-
 #[test]
 fn a_sink_blackhole_drill_keeps_the_relay_answering_and_opens_then_closes_its_breaker() {
-    let c = Cluster::start();
+    let c = Bench::start("drill-blackhole");
     let (code, report, dir) = c.drill(&["drill", "sink-blackhole", "--duration", "4"]);
     assert_passed(&report);
     assert_eq!(code, Some(0));
@@ -303,7 +188,7 @@ fn a_sink_blackhole_drill_keeps_the_relay_answering_and_opens_then_closes_its_br
 
 #[test]
 fn freezing_the_role_holder_promotes_a_standby_in_time_and_hands_the_role_back() {
-    let c = Cluster::start();
+    let c = Bench::start("drill-freeze");
     let (code, report, _) = c.drill(&["drill", "node-freeze", "n0", "--duration", "5"]);
     assert_passed(&report);
     assert_eq!(code, Some(0));
@@ -330,7 +215,7 @@ fn freezing_the_role_holder_promotes_a_standby_in_time_and_hands_the_role_back()
 
 #[test]
 fn a_handover_drill_moves_the_role_to_each_standby_and_back() {
-    let c = Cluster::start();
+    let c = Bench::start("drill-handover");
     let (code, report, _) = c.drill(&["drill", "handover", "db"]);
     assert_passed(&report);
     assert_eq!(code, Some(0));
@@ -350,35 +235,32 @@ fn a_handover_drill_moves_the_role_to_each_standby_and_back() {
 
 #[test]
 fn a_quiet_drill_shows_probes_alone_keep_every_member_alive() {
-    let c = Cluster::start();
+    let c = Bench::start("drill-quiet");
     // Applications report traffic between every pair, before and during the drill.
     let stop = Arc::new(AtomicBool::new(false));
-    let agents: Vec<(SocketAddr, String)> = c
-        .nodes
-        .iter()
-        .map(|n| {
-            let others: Vec<String> = c
-                .nodes
-                .iter()
-                .filter(|o| o.name != n.name)
-                .map(|o| format!("\"{}\"", o.name))
-                .collect();
-            (n.http, format!("{{\"peers\": [{}]}}", others.join(",")))
-        })
-        .collect();
+    let agents: Vec<(hale_agent::Client, Vec<String>)> =
+        c.c.agents
+            .iter()
+            .map(|a| {
+                let others = c.c.names().into_iter().filter(|o| *o != a.name).collect();
+                (a.api(), others)
+            })
+            .collect();
     let traffic = {
         let stop = stop.clone();
         std::thread::spawn(move || {
+            // Paced like an application's reports, not polling for a condition.
             while !stop.load(Ordering::Relaxed) {
-                for (addr, body) in &agents {
-                    http_post(*addr, "/v1/traffic", body);
+                for (api, peers) in &agents {
+                    let peers: Vec<&str> = peers.iter().map(String::as_str).collect();
+                    let _ = call(api.traffic(&peers));
                 }
                 std::thread::sleep(Duration::from_millis(100));
             }
         })
     };
     wait_until(Duration::from_secs(5), "traffic is accepted", || {
-        http_post(c.nodes[0].http, "/v1/traffic", "{\"peers\": [\"n1\"]}")
+        call(c.c.agents[0].api().traffic(&["n1"])).is_ok()
     });
     let (code, report, _) = c.drill(&["drill", "quiet", "--duration", "4"]);
     stop.store(true, Ordering::Relaxed);
@@ -392,37 +274,34 @@ fn a_quiet_drill_shows_probes_alone_keep_every_member_alive() {
             .any(|c| c["name"] == "no live member was suspected" && c["passed"] == true),
         "{checks:?}"
     );
-    let ignored: f64 = (0..3)
-        .map(|i| {
-            let text = http_get(c.nodes[i].http, "/metrics").unwrap();
-            metric(&text, "hale_drill_traffic_ignored_total", &[])
-        })
-        .sum();
+    let ignored: f64 =
+        c.c.agents
+            .iter()
+            .map(|a| {
+                metric(
+                    &a.metrics().unwrap(),
+                    "hale_drill_traffic_ignored_total",
+                    &[],
+                )
+            })
+            .sum();
     assert!(
         ignored > 0.0,
         "traffic signals were ignored during the drill"
     );
     // Traffic counts again afterwards.
-    let after = c.get(0, "/v1/drill").unwrap();
-    assert_eq!(after["active"], serde_json::json!([]));
+    assert!(c.no_fault(0));
     c.assert_untouched();
 }
 
 #[test]
 fn a_drill_refuses_to_start_on_a_degraded_cluster_and_changes_nothing() {
-    let mut c = Cluster::start();
-    c.nodes[2].proc.take(); // Killed.
+    let mut c = Bench::start("drill-refused");
+    c.c.agents[2].kill();
     wait_until(
         Duration::from_secs(20),
         "n0 no longer sees n2 alive",
-        || {
-            c.get(0, "/v1/members").is_some_and(|m| {
-                m.as_array()
-                    .unwrap()
-                    .iter()
-                    .any(|m| m["name"] == "n2" && m["state"] != "alive")
-            })
-        },
+        || c.c.agents[0].state_of("n2").is_some_and(|s| s != "alive"),
     );
     let (code, report, dir) = c.drill(&["drill", "node-freeze", "n1", "--duration", "3"]);
     assert_eq!(code, Some(3), "{report}");
@@ -442,34 +321,35 @@ fn a_drill_refuses_to_start_on_a_degraded_cluster_and_changes_nothing() {
     let text = std::fs::read_to_string(dir.join("report.txt")).unwrap();
     assert!(text.contains("REFUSED"), "{text}");
     for i in 0..2 {
-        let d = c.get(i, "/v1/drill").unwrap();
-        assert_eq!(d["active"], serde_json::json!([]), "nothing was set: {d}");
+        assert!(c.no_fault(i), "n{i}: something was set");
     }
 }
 
 #[test]
 fn interrupting_a_drill_restores_every_fault_and_marks_the_report_aborted() {
-    let c = Cluster::start();
-    let dir = c.dir.path().join("report-aborted");
-    let out = std::fs::File::create(c.dir.path().join("drill.out")).unwrap();
-    let child = Command::new(HALE)
-        .args(["--http", &c.nodes[0].http.to_string()])
+    let c = Bench::start("drill-aborted");
+    let dir = c.c.path("report-aborted");
+    let out = std::fs::File::create(c.c.path("drill.out")).unwrap();
+    let drill = Command::new(HALE)
         .args(["drill", "node-freeze", "n0", "--duration", "120", "--json"])
+        .args(["--http", &c.c.agents[0].http.to_string()])
         .arg("--report")
         .arg(&dir)
         .stdout(out)
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let mut drill = Proc(child);
+    let mut drill = Proc(drill);
     wait_until(Duration::from_secs(20), "n0 is frozen", || {
-        c.get(0, "/v1/drill")
-            .is_some_and(|d| d["active"][0]["fault"] == "freeze")
+        call(c.c.agents[0].api().drill())
+            .is_ok_and(|d| d.active.first().is_some_and(|f| f.fault == Fault::Freeze))
     });
     // Mid-drill: the standby has taken over while n0 is frozen.
     wait_until(Duration::from_secs(20), "n1 holds db", || {
-        c.get(1, "/v1/roles")
-            .is_some_and(|v| v["leases"]["db"]["holder"] == "n1")
+        c.c.agents[1]
+            .roles()
+            .and_then(|v| v.leases?.remove("db")?.holder)
+            .is_some_and(|h| h == "n1")
     });
     kill(Pid::from_raw(drill.0.id() as i32), Signal::SIGINT).unwrap();
     let status = wait_for(Duration::from_secs(60), "the drill exits", || {
@@ -503,8 +383,8 @@ fn interrupting_a_drill_restores_every_fault_and_marks_the_report_aborted() {
 
 #[test]
 fn status_shows_members_roles_failing_checks_and_the_relay_in_text_and_json() {
-    let c = Cluster::start();
-    std::fs::remove_file(c.dir.path().join("healthy-n2")).unwrap();
+    let c = Bench::start("drill-status");
+    std::fs::remove_file(c.c.path("healthy-n2")).unwrap();
     let s = wait_for(Duration::from_secs(10), "n2's check fails", || {
         c.status().filter(|s| {
             s["failing_checks"]
@@ -533,12 +413,12 @@ fn status_shows_members_roles_failing_checks_and_the_relay_in_text_and_json() {
     assert!(
         s["cluster"]
             .as_str()
-            .is_some_and(|c| c.starts_with("drill-")),
+            .is_some_and(|c| c.starts_with("it-drill-status-")),
         "{s}"
     );
     for want in [
         ": 3 members, as seen by n0",
-        "cluster drill-",
+        "cluster it-drill-status-",
         "MEMBERS  alive 3  suspect 0  dead 0  left 0",
         "holder n0",
         "n2           pg               ESSENTIAL failing:",

@@ -9,6 +9,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use hale_agent::AgentEvent;
+
 use crate::support::{metric, Cluster};
 
 /// Source addresses of the flood (all of 127/8 is this host's loopback).
@@ -146,7 +148,7 @@ fn a_flood_of_junk_from_several_sources_leaves_memory_bounded_and_suspects_no_on
             .events()
             .unwrap_or_default()
             .into_iter()
-            .filter(|e| e.kind == "suspected" || e.kind == "dead")
+            .filter(|e| matches!(e.event, AgentEvent::Suspected { .. } | AgentEvent::Dead(_)))
             .collect();
         assert!(bad.is_empty(), "{}: {bad:?}", a.name);
     }

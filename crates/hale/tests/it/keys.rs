@@ -1,19 +1,14 @@
 //! Live key rotation (`hale keys`) on a running cluster holding a role.
 
-use std::process::Command;
 use std::time::Duration;
 
-use hale_agent::Key;
+use hale_agent::{AgentEvent, Key};
 
-use crate::failover::{first_holder, Cluster};
-use crate::support::{during, http_get, wait_for};
+use crate::failover::first_holder;
+use crate::support::{call, during, wait_for, Cluster};
 
 fn hale(c: &Cluster, args: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_hale"))
-        .args(["--http", &c.nodes[0].http.to_string()])
-        .args(args)
-        .output()
-        .unwrap();
+    let out = c.agents[0].cli(args);
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -22,16 +17,13 @@ fn hale(c: &Cluster, args: &[&str]) -> (bool, String) {
     (out.status.success(), text)
 }
 
-fn json(c: &Cluster, i: usize, path: &str) -> Option<serde_json::Value> {
-    serde_json::from_str(&http_get(c.nodes[i].http, path)?).ok()
-}
-
 /// The highest event sequence number each agent has published.
 fn last_seqs(c: &Cluster) -> Vec<u64> {
-    (0..c.nodes.len())
-        .map(|i| {
-            json(c, i, "/v1/events")
-                .and_then(|v| v.as_array()?.iter().filter_map(|e| e["seq"].as_u64()).max())
+    c.agents
+        .iter()
+        .map(|a| {
+            a.events()
+                .and_then(|v| v.iter().map(|e| e.seq).max())
                 .unwrap_or(0)
         })
         .collect()
@@ -39,22 +31,8 @@ fn last_seqs(c: &Cluster) -> Vec<u64> {
 
 #[test]
 fn rotating_the_key_of_a_running_five_agent_cluster_suspects_no_one_and_keeps_the_holder() {
-    let c = Cluster::start_n(5);
-    wait_for(
-        Duration::from_secs(30),
-        "five members alive everywhere",
-        || {
-            (0..5)
-                .all(|i| {
-                    json(&c, i, "/v1/members").is_some_and(|m| {
-                        m.as_array().is_some_and(|m| {
-                            m.iter().filter(|x| x["state"] == "alive").count() == 5
-                        })
-                    })
-                })
-                .then_some(())
-        },
-    );
+    let c = Cluster::roles_with("keys", 5, |_, _| None, |_| String::new(), |_| {});
+    c.wait_formed(Duration::from_secs(30));
     let (holder, epoch) = first_holder(&c);
     let cfg = std::fs::read_to_string(c.path("n0.toml")).unwrap();
     let old = cfg
@@ -90,13 +68,14 @@ fn rotating_the_key_of_a_running_five_agent_cluster_suspects_no_one_and_keeps_th
         });
     }
     // Every agent now has exactly the new key, as primary.
-    for i in 0..5 {
-        let v = json(&c, i, "/v1/keys").unwrap();
-        assert_eq!(
-            v["keys"],
-            serde_json::json!([{ "fingerprint": fp(&new), "primary": true }]),
-            "n{i}: {v}"
-        );
+    for a in &c.agents {
+        let v = call(a.api().keys()).unwrap();
+        let keys: Vec<(&str, bool)> = v
+            .keys
+            .iter()
+            .map(|k| (k.fingerprint.as_str(), k.primary))
+            .collect();
+        assert_eq!(keys, [(fp(&new).as_str(), true)], "{}: {v:?}", a.name);
     }
     // Gossip and the control plane still work under the new key alone.
     during(Duration::from_secs(4), Duration::from_millis(250), || {
@@ -110,38 +89,36 @@ fn rotating_the_key_of_a_running_five_agent_cluster_suspects_no_one_and_keeps_th
     });
     let renewals = |c: &Cluster| -> u64 {
         let i = c.index(&holder);
-        json(c, i, "/v1/roles").unwrap()["local"][0]["renewals"]
-            .as_u64()
-            .unwrap()
+        c.agents[i].roles().unwrap().local[0].renewals
     };
     let r0 = renewals(&c);
     wait_for(Duration::from_secs(5), "renewals under the new key", || {
         (renewals(&c) > r0 + 2).then_some(())
     });
     // Nobody suspected anybody while the keys changed.
-    for (i, since) in before.iter().enumerate() {
-        let events = json(&c, i, "/v1/events").unwrap();
-        let bad: Vec<&serde_json::Value> = events
-            .as_array()
+    for (a, since) in c.agents.iter().zip(&before) {
+        let bad: Vec<_> = a
+            .events()
             .unwrap()
-            .iter()
-            .filter(|e| e["seq"].as_u64().unwrap() > *since)
-            .filter(|e| e["kind"] == "suspected" || e["kind"] == "dead")
+            .into_iter()
+            .filter(|e| e.seq > *since)
+            .filter(|e| matches!(e.event, AgentEvent::Suspected { .. } | AgentEvent::Dead(_)))
             .collect();
-        assert!(bad.is_empty(), "n{i}: {bad:?}");
+        assert!(bad.is_empty(), "{}: {bad:?}", a.name);
     }
     // Removing an absent key is harmless.
     let (ok, _) = hale(&c, &["keys", "remove", &old]);
     assert!(ok);
     // A stranger cannot install a key through the agents' route.
     let mallory = Key::generate().to_base64();
-    for i in 0..5 {
-        assert!(!crate::drill::http_post(
-            c.nodes[i].http,
-            "/v1/cluster/keys/install",
-            &format!(r#"{{"key": "{mallory}"}}"#)
-        ));
-        let v = json(&c, i, "/v1/keys").unwrap();
-        assert_eq!(v["keys"].as_array().unwrap().len(), 1, "n{i}: {v}");
+    for a in &c.agents {
+        let body = serde_json::json!({ "key": mallory });
+        let sent = call(
+            a.api()
+                .post::<_, serde_json::Value>("/v1/cluster/keys/install", &body),
+        );
+        assert_eq!(sent.unwrap_err().status(), Some(401), "{}", a.name);
+        let v = call(a.api().keys()).unwrap();
+        assert_eq!(v.keys.len(), 1, "{}: {v:?}", a.name);
     }
 }

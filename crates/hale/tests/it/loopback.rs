@@ -7,7 +7,7 @@ use nix::sys::signal::Signal;
 
 use crate::support::{dead_events, during, metric, spawn, view, wait_until, Cluster};
 
-use hale_agent::Key;
+use hale_agent::{AgentEvent, Key};
 
 const FORM: Duration = Duration::from_secs(30);
 /// Detection takes about 5 s on the lan profile; leave room for a loaded machine.
@@ -75,7 +75,7 @@ fn a_sigstopped_node_is_declared_dead_and_after_sigcont_rejoins_with_a_higher_in
         .events()
         .unwrap()
         .into_iter()
-        .any(|e| e.kind == "refuted");
+        .any(|e| matches!(e.event, AgentEvent::Refuted { .. }));
     assert!(refuted, "the resumed node has no `refuted` event");
     c.wait_formed(FORM);
 }
@@ -181,7 +181,7 @@ fn sigterm_makes_peers_record_the_node_as_left_not_dead() {
         assert!(
             events
                 .iter()
-                .any(|e| e.kind == "left" && e.member.as_deref() == Some(&leaver.name)),
+                .any(|e| e.event == AgentEvent::Left && e.member.as_deref() == Some(&leaver.name)),
             "{} has no `left` event",
             a.name
         );

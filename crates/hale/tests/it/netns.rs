@@ -13,7 +13,8 @@ use std::time::Duration;
 use hale_agent::Key;
 
 use crate::support::{
-    cluster_name, dead_events, during, log_dir, spawn, view, wait_until, AgentProc, LogDir, Spec,
+    cluster_name, dead_events, during, log_dir, spawn, spawn_with_config, view, wait_until,
+    AgentProc, LogDir, Spec,
 };
 
 const HOSTS: usize = 5;
@@ -396,7 +397,7 @@ fn a_partition_that_heals_converges_to_everyone_alive() {
 
 /// Three hosts, each an agent that is a control-plane server and a candidate
 /// for role `db` (priorities 100, 50, 10); hooks log with the shared clock.
-fn start_role_agents(lab: &Lab, test: &str) -> Vec<std::process::Child> {
+fn start_role_agents(lab: &Lab, test: &str) -> Vec<AgentProc> {
     let key = Key::generate().to_base64();
     let dir = lab.logs.path();
     let servers: Vec<String> = lab
@@ -405,7 +406,7 @@ fn start_role_agents(lab: &Lab, test: &str) -> Vec<std::process::Child> {
         .enumerate()
         .map(|(i, ip)| format!("\"{}={ip}:7948\"", i + 1))
         .collect();
-    let mut children = Vec::new();
+    let mut agents = Vec::new();
     for (i, (ns, ip)) in lab.hosts.iter().zip(&lab.ips).enumerate() {
         let name = format!("h{i}");
         std::fs::write(dir.join(format!("healthy-{name}")), "").unwrap();
@@ -439,45 +440,17 @@ fn start_role_agents(lab: &Lab, test: &str) -> Vec<std::process::Child> {
         );
         let path = dir.join(format!("{name}.toml"));
         std::fs::write(&path, cfg).unwrap();
-        let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
-        children.push(
-            Command::new("ip")
-                .args([
-                    "netns",
-                    "exec",
-                    ns,
-                    env!("CARGO_BIN_EXE_hale"),
-                    "agent",
-                    "-c",
-                ])
-                .arg(&path)
-                .stdin(Stdio::null())
-                .stdout(log.try_clone().unwrap())
-                .stderr(log)
-                .spawn()
-                .unwrap(),
-        );
+        let gossip = SocketAddr::from((*ip, GOSSIP_PORT));
+        let http = SocketAddr::from(([127, 0, 0, 1], HTTP_PORT));
+        agents.push(spawn_with_config(dir, &name, &path, gossip, http, Some(ns)));
     }
-    children
+    agents
 }
 
 /// `db`'s holder and epoch as host `i` sees it.
-fn db_holder(lab: &Lab, i: usize) -> Option<(String, u64)> {
-    let out = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &lab.hosts[i],
-            env!("CARGO_BIN_EXE_hale"),
-            "--http",
-        ])
-        .arg(format!("127.0.0.1:{HTTP_PORT}"))
-        .args(["roles", "--json"])
-        .output()
-        .ok()?;
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
-    let l = &v["leases"]["db"];
-    Some((l["holder"].as_str()?.to_owned(), l["epoch"].as_u64()?))
+fn db_holder(agents: &[AgentProc], i: usize) -> Option<(String, u64)> {
+    let l = agents[i].roles()?.leases?.remove("db")?;
+    Some((l.holder?, l.epoch))
 }
 
 #[test]
@@ -487,20 +460,13 @@ fn a_holder_cut_off_from_the_control_plane_majority_steps_down_before_a_standby_
         return;
     }
     let lab = Lab::new("roles_cut", 3);
-    let mut children = start_role_agents(&lab, "roles_cut");
-    let kill_all = |children: &mut Vec<std::process::Child>| {
-        for c in children.iter_mut() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        let _ = Command::new("pkill")
-            .args(["-f", &lab.logs.path().display().to_string()])
-            .status();
-    };
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+    // Declared after the lab: the agents (and their watchdogs) are killed
+    // before the namespaces go.
+    let agents = start_role_agents(&lab, "roles_cut");
+    {
         let mut first = None;
         wait_until(Duration::from_secs(40), "h0 holds db", || {
-            first = db_holder(&lab, 1).filter(|(h, _)| h == "h0");
+            first = db_holder(&agents, 1).filter(|(h, _)| h == "h0");
             first.is_some()
         });
         let (_, epoch) = first.unwrap();
@@ -514,7 +480,7 @@ fn a_holder_cut_off_from_the_control_plane_majority_steps_down_before_a_standby_
             Duration::from_secs(40),
             "a standby on the majority side takes db",
             || {
-                next = db_holder(&lab, 1).filter(|(h, _)| h == "h1");
+                next = db_holder(&agents, 1).filter(|(h, _)| h == "h1");
                 next.is_some()
             },
         );
@@ -531,9 +497,5 @@ fn a_holder_cut_off_from_the_control_plane_majority_steps_down_before_a_standby_
                     .any(|e| e.node == "h1" && e.kind == hale_control::HookKind::Promote)
         });
         hale_control::check(&h).unwrap();
-    }));
-    kill_all(&mut children);
-    if let Err(e) = result {
-        std::panic::resume_unwind(e);
     }
 }

@@ -13,8 +13,10 @@ use std::time::Duration;
 use nix::sys::signal::kill;
 use nix::unistd::Pid;
 
-use crate::failover::Cluster;
-use crate::support::{during, http_status, wait_for};
+use hale_agent::drill::Fault;
+use hale_control::RoleState;
+
+use crate::support::{call, during, wait_for, Cluster};
 
 /// One line of a hook log.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,62 +99,56 @@ fn lease(c: &Cluster) -> Option<(String, u64)> {
     c.holder()
 }
 
-fn local_state(c: &Cluster, i: usize) -> Option<String> {
-    c.roles(i)?["local"][0]["state"].as_str().map(str::to_owned)
+fn local_state(c: &Cluster, i: usize) -> Option<RoleState> {
+    Some(c.agents[i].roles()?.local.first()?.state)
 }
 
 #[test]
 fn a_three_second_promote_hook_neither_flaps_the_role_nor_overlaps_a_handover() {
-    let c = Cluster::start_with_hooks(
+    let c = Cluster::roles_with(
+        "slow-promote",
+        3,
         |i, log| Some(timed_hooks(&format!("n{i}"), log, 3.0, 1.0)),
         |_| String::new(),
+        |_| {},
     );
     let log = c.path("hooks.log");
-    let primary = |i: usize| http_status(c.nodes[i].http, "/v1/roles/db/primary").map(|(s, _)| s);
+    let primary = |i: usize| call(c.agents[i].api().primary("db")).ok().map(|(s, _)| s);
     // While the promote hook runs, the node says `promoting`, then
     // `holder`; load balancers see it as primary only once promoted.
     wait_for(Duration::from_secs(30), "n0 is promoting", || {
-        (local_state(&c, 0)? == "promoting").then_some(())
+        (local_state(&c, 0)? == RoleState::Promoting).then_some(())
     });
     assert_eq!(primary(0), Some(503), "primary while promoting");
     // What the dashboard shows of the holder (its roles panel reads
     // /v1/cluster/roles), and what `hale roles` prints, say so too.
-    let cluster: serde_json::Value =
-        serde_json::from_str(&http_status(c.nodes[1].http, "/v1/cluster/roles").unwrap().1)
-            .unwrap();
-    let db = cluster["roles"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["role"] == "db")
-        .unwrap();
-    assert_eq!(db["holder_state"], "promoting", "{cluster}");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hale"))
-        .args(["--http", &c.nodes[0].http.to_string(), "roles"])
-        .output()
-        .unwrap();
+    let cluster = call(c.agents[1].api().cluster_roles()).unwrap();
+    let db = cluster.roles.iter().find(|r| r.role == "db").unwrap();
+    assert_eq!(db.holder_state, Some(RoleState::Promoting), "{cluster:?}");
+    let out = c.agents[0].cli(&["roles"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("promoting"), "{text}");
     wait_for(Duration::from_secs(30), "n0 is holder", || {
-        (local_state(&c, 0)? == "holder").then_some(())
+        (local_state(&c, 0)? == RoleState::Holder).then_some(())
     });
-    let (status, body) = http_status(c.nodes[0].http, "/v1/roles/db/primary").unwrap();
-    assert_eq!(status, 200, "{body}");
-    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(v["state"], "holder");
-    assert!(v["epoch"].as_u64().is_some(), "{v}");
+    let (status, v) = call(c.agents[0].api().primary("db")).unwrap();
+    assert_eq!(status, 200, "{v:?}");
+    assert_eq!(v.state, RoleState::Holder);
+    assert!(v.epoch.is_some(), "{v:?}");
     for i in 1..3 {
         assert_eq!(primary(i), Some(503));
-        let replica = http_status(c.nodes[i].http, "/v1/roles/db/replica").unwrap();
-        assert_eq!(replica.0, 200, "a ready standby: {}", replica.1);
+        let (status, replica) = call(c.agents[i].api().replica("db")).unwrap();
+        assert_eq!(status, 200, "a ready standby: {replica:?}");
     }
-    assert_eq!(
-        http_status(c.nodes[0].http, "/v1/roles/db/replica").map(|x| x.0),
-        Some(503)
+    let replica = call(c.agents[0].api().replica("db")).unwrap();
+    assert_eq!(replica.0, 503);
+    // A role this node is no candidate for: 404, with the error body.
+    let err = call(
+        c.agents[0]
+            .api()
+            .get::<serde_json::Value>("/v1/roles/nope/primary"),
     );
-    let (status, body) = http_status(c.nodes[0].http, "/v1/roles/nope/primary").unwrap();
-    assert_eq!(status, 404);
-    assert!(serde_json::from_str::<serde_json::Value>(&body).unwrap()["error"].is_string());
+    assert_eq!(err.unwrap_err().status(), Some(404));
     let (holder, epoch) = lease(&c).unwrap();
     assert_eq!(holder, "n0");
     // Twelve seconds of steady state: the lease never moves (before the
@@ -171,11 +167,7 @@ fn a_three_second_promote_hook_neither_flaps_the_role_nor_overlaps_a_handover() 
     assert!(!l.iter().any(|x| x.what == "demote"), "{l:#?}");
     // A handover with slow hooks: n0 demotes (1 s) while still holding the
     // lease, and only then may n1's promote hook start.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hale"))
-        .args(["--http", &c.nodes[0].http.to_string()])
-        .args(["roles", "handover", "db", "--to", "n1"])
-        .output()
-        .unwrap();
+    let out = c.agents[0].cli(&["roles", "handover", "db", "--to", "n1"]);
     assert!(out.status.success(), "{out:?}");
     wait_for(Duration::from_secs(30), "n1 finished promoting", || {
         let l = lines(&log);
@@ -190,7 +182,9 @@ fn a_three_second_promote_hook_neither_flaps_the_role_nor_overlaps_a_handover() 
 
 #[test]
 fn a_promote_hook_that_hangs_is_killed_with_its_children_and_the_role_moves_on() {
-    let c = Cluster::start_with_hooks(
+    let c = Cluster::roles_with(
+        "slow-hang",
+        3,
         |i, log| {
             let name = format!("n{i}");
             let (mut promote, demote) = timed_hooks(&name, log, 0.0, 0.0);
@@ -212,6 +206,7 @@ fn a_promote_hook_that_hangs_is_killed_with_its_children_and_the_role_moves_on()
                 String::new()
             }
         },
+        |_| {},
     );
     let log = c.path("hooks.log");
     let epoch = wait_for(Duration::from_secs(30), "n0 starts promoting", || {
@@ -247,7 +242,9 @@ fn a_promote_hook_that_hangs_is_killed_with_its_children_and_the_role_moves_on()
 
 #[test]
 fn a_lease_lost_during_a_promotion_kills_the_promote_hook_before_the_demote_starts() {
-    let c = Cluster::start_with_hooks(
+    let c = Cluster::roles_with(
+        "slow-lost",
+        3,
         |i, log| {
             let name = format!("n{i}");
             let (mut promote, demote) = timed_hooks(&name, log, 0.0, 0.5);
@@ -269,6 +266,7 @@ fn a_lease_lost_during_a_promotion_kills_the_promote_hook_before_the_demote_star
                 String::new()
             }
         },
+        |_| {},
     );
     let log = c.path("hooks.log");
     let beats = c.path("beats");
@@ -282,11 +280,12 @@ fn a_lease_lost_during_a_promotion_kills_the_promote_hook_before_the_demote_star
     });
     // n0 loses the control plane (a drill freeze: every request fails):
     // its lease runs out while the promote hook still runs.
-    assert!(crate::drill::http_post(
-        c.nodes[0].http,
-        "/v1/drill/freeze",
-        r#"{"duration_ms": 8000}"#
-    ));
+    call(
+        c.agents[0]
+            .api()
+            .set_fault(Fault::Freeze, Duration::from_secs(8)),
+    )
+    .unwrap();
     let (next, e2) = wait_for(Duration::from_secs(30), "another node holds db", || {
         lease(&c).filter(|(h, _)| h != "n0")
     });

@@ -1,17 +1,23 @@
-//! Shared helpers: start real `hale agent` processes, kill them whatever
-//! happens, talk to their HTTP API, and poll for conditions with deadlines.
+//! The one harness of the real-process tests: start `hale agent`
+//! processes (plain loopback clusters, or role clusters with a control
+//! plane), kill them by process id whatever happens (with the watchdogs
+//! they started), talk to them with the typed client, and poll for
+//! conditions with deadlines ([`wait_for`]) or check them throughout a
+//! period ([`during`]).
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::future::Future;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use hale_agent::{EventView, Key, MemberView};
+use hale_agent::view::RolesView;
+use hale_agent::{AgentEvent, Client, EventView, Key, MemberView};
 
 /// The `hale` binary under test.
 pub const HALE: &str = env!("CARGO_BIN_EXE_hale");
@@ -46,6 +52,25 @@ pub fn free_port() -> u16 {
             return port;
         }
     }
+}
+
+/// Runs `f` (a call of the typed client) to completion, on one runtime
+/// shared by every test of the binary.
+pub fn call<F: Future>(f: F) -> F::Output {
+    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+    })
+    .block_on(f)
+}
+
+/// The typed client of the agent whose API is at `http`.
+pub fn api(http: SocketAddr) -> Client {
+    Client::new(http.to_string())
 }
 
 /// Polls `cond` until it holds; panics naming `what` if `deadline` passes first.
@@ -146,9 +171,33 @@ pub struct Spec {
     pub log: PathBuf,
 }
 
-/// A running agent process. Dropping it resumes (SIGCONT) and kills (SIGKILL) it.
+/// A process the test started. Dropping it kills it by its process id
+/// (SIGCONT first, in case it was stopped) and reaps it, then kills the
+/// processes it had started (an agent's role watchdogs and hooks).
+pub struct Proc(pub Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(Some(_))) {
+            return; // Gone and reaped: what it started is no longer its.
+        }
+        let pid = self.0.id() as i32;
+        let started = descendants(pid);
+        let _ = kill(Pid::from_raw(pid), Signal::SIGCONT);
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+        for p in started {
+            let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
+        }
+    }
+}
+
+/// A running agent process, killed on drop (see [`Proc`]).
 pub struct AgentProc {
-    child: Child,
+    proc: Option<Proc>,
+    /// What it had started when [`AgentProc::kill`] crashed it (its
+    /// watchdogs fence on their own), killed by id on drop.
+    orphans: Vec<i32>,
     /// Node name.
     pub name: String,
     /// Gossip address, as bound.
@@ -163,18 +212,48 @@ pub struct AgentProc {
 
 impl Drop for AgentProc {
     fn drop(&mut self) {
-        let _ = kill(self.pid(), Signal::SIGCONT);
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::thread::panicking() {
+        if std::thread::panicking() && self.proc.is_some() {
             eprintln!("---- last lines of {} ----", self.log.display());
             let text = std::fs::read_to_string(&self.log).unwrap_or_default();
             let lines: Vec<&str> = text.lines().collect();
-            for l in &lines[lines.len().saturating_sub(15)..] {
+            for l in &lines[lines.len().saturating_sub(20)..] {
                 eprintln!("{l}");
             }
         }
+        self.proc.take();
+        for p in std::mem::take(&mut self.orphans) {
+            let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
+        }
     }
+}
+
+/// Every process descended from `pid` (by the parent ids in `/proc`).
+fn descendants(pid: i32) -> Vec<i32> {
+    let parent_of = |p: i32| -> Option<i32> {
+        let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
+        // `pid (comm) state ppid ...`: comm may hold spaces, not `)`.
+        stat.rsplit_once(')')?
+            .1
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
+    };
+    let all: Vec<i32> = std::fs::read_dir("/proc")
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut out = vec![pid];
+    let mut i = 0;
+    while i < out.len() {
+        let p = out[i];
+        out.extend(all.iter().filter(|&&c| parent_of(c) == Some(p)));
+        i += 1;
+    }
+    out.remove(0);
+    out
 }
 
 fn strip_ansi(s: &str) -> String {
@@ -246,7 +325,8 @@ pub fn spawn(spec: &Spec) -> AgentProc {
         ))
     });
     AgentProc {
-        child,
+        proc: Some(Proc(child)),
+        orphans: Vec::new(),
         name: spec.name.clone(),
         gossip: started.0,
         http: started.1,
@@ -255,10 +335,57 @@ pub fn spawn(spec: &Spec) -> AgentProc {
     }
 }
 
+/// Starts `hale agent -c <config>` (in `netns`, if given) with its output
+/// in `<dir>/<name>.log`, without waiting for it: control-plane servers
+/// start together.
+pub fn spawn_with_config(
+    dir: &Path,
+    name: &str,
+    config: &Path,
+    gossip: SocketAddr,
+    http: SocketAddr,
+    netns: Option<&str>,
+) -> AgentProc {
+    let log = dir.join(format!("{name}.log"));
+    let out = std::fs::File::create(&log).unwrap();
+    let mut cmd = match netns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, HALE]);
+            c
+        }
+        None => Command::new(HALE),
+    };
+    let child = cmd
+        .args(["agent", "-c"])
+        .arg(config)
+        .env("HALE_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .spawn()
+        .unwrap();
+    AgentProc {
+        proc: Some(Proc(child)),
+        orphans: Vec::new(),
+        name: name.to_owned(),
+        gossip,
+        http,
+        netns: netns.map(str::to_owned),
+        log,
+    }
+}
+
 impl AgentProc {
     /// The agent's process id.
     pub fn pid(&self) -> Pid {
-        Pid::from_raw(self.child.id() as i32)
+        Pid::from_raw(self.proc.as_ref().expect("the agent was killed").0.id() as i32)
+    }
+
+    /// Whether it still runs (it was not killed by the test).
+    pub fn running(&self) -> bool {
+        self.proc.is_some()
     }
 
     /// Sends `sig` to the agent.
@@ -266,12 +393,28 @@ impl AgentProc {
         kill(self.pid(), sig).unwrap();
     }
 
-    /// Whether the process has exited (and reaps it).
-    pub fn exited(&mut self) -> bool {
-        self.child.try_wait().unwrap().is_some()
+    /// Crashes the agent (SIGKILL, by process id) and reaps it. What it
+    /// started lives on, as after a real crash (a role's watchdog fences
+    /// on its own), and is killed when this drops.
+    pub fn kill(&mut self) {
+        let Some(mut p) = self.proc.take() else {
+            return;
+        };
+        let pid = p.0.id() as i32;
+        self.orphans.extend(descendants(pid));
+        let _ = kill(Pid::from_raw(pid), Signal::SIGCONT);
+        let _ = p.0.kill();
+        let _ = p.0.wait();
     }
 
-    /// Runs `hale --http <api> ARGS` next to the agent (in its namespace).
+    /// Whether the process has exited (and reaps it).
+    pub fn exited(&mut self) -> bool {
+        self.proc
+            .as_mut()
+            .is_none_or(|p| p.0.try_wait().unwrap().is_some())
+    }
+
+    /// Runs `hale ARGS --http <api>` next to the agent (in its namespace).
     pub fn cli(&self, args: &[&str]) -> Output {
         let http = self.http.to_string();
         let mut cmd = match &self.netns {
@@ -282,7 +425,12 @@ impl AgentProc {
             }
             None => Command::new(HALE),
         };
-        cmd.args(["--http", &http]).args(args).output().unwrap()
+        cmd.args(args).args(["--http", &http]).output().unwrap()
+    }
+
+    /// The typed client of its API (loopback agents only).
+    pub fn api(&self) -> Client {
+        api(self.http)
     }
 
     /// The agent's member list, or None if it does not answer.
@@ -291,7 +439,7 @@ impl AgentProc {
             let out = self.cli(&["members", "--json"]);
             return serde_json::from_slice(&out.stdout).ok();
         }
-        serde_json::from_str(&http_get(self.http, "/v1/members")?).ok()
+        call(self.api().members()).ok()
     }
 
     /// The agent's event history, or None if it does not answer.
@@ -306,7 +454,16 @@ impl AgentProc {
                 .map(|l| serde_json::from_str(l).ok())
                 .collect();
         }
-        serde_json::from_str(&http_get(self.http, "/v1/events")?).ok()
+        call(self.api().events(0)).ok()
+    }
+
+    /// Its `/v1/roles`, or None if it does not answer.
+    pub fn roles(&self) -> Option<RolesView> {
+        if self.netns.is_some() {
+            let out = self.cli(&["roles", "--json"]);
+            return serde_json::from_slice(&out.stdout).ok();
+        }
+        call(self.api().roles()).ok()
     }
 
     /// The state this agent gives `name`, if it knows it.
@@ -319,12 +476,12 @@ impl AgentProc {
 
     /// The agent's `/metrics` text (loopback agents only).
     pub fn metrics(&self) -> Option<String> {
-        http_get(self.http, "/metrics")
+        call(self.api().metrics()).ok()
     }
 
     /// Resident memory of the agent in KiB (VmRSS).
     pub fn rss_kib(&self) -> u64 {
-        let s = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let s = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
         let line = s.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
         line.split_whitespace().nth(1).unwrap().parse().unwrap()
     }
@@ -340,67 +497,10 @@ pub fn metric(text: &str, name: &str, labels: &[&str]) -> f64 {
         .sum()
 }
 
-/// A plain HTTP/1.1 GET; the body if the answer is 200.
-pub fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
-    http(addr, "GET", path, "")
-}
-
-/// The status and body of a plain `GET` (any status).
-pub fn http_status(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).ok()?;
-    let text = String::from_utf8(raw).ok()?;
-    let (head, rest) = text.split_once("\r\n\r\n")?;
-    let status = head.split_whitespace().nth(1)?.parse().ok()?;
-    Some((status, rest.to_owned()))
-}
-
-fn http(addr: SocketAddr, method: &str, path: &str, body: &str) -> Option<String> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    s.set_write_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .ok()?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).ok()?;
-    let text = String::from_utf8(raw).ok()?;
-    let (head, rest) = text.split_once("\r\n\r\n")?;
-    let status: u16 = head.split_whitespace().nth(1)?.parse().ok()?;
-    if !(200..300).contains(&status) {
-        return None;
-    }
-    if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        let mut out = String::new();
-        let mut rest = rest;
-        loop {
-            let (size, after) = rest.split_once("\r\n")?;
-            let size = usize::from_str_radix(size.trim(), 16).ok()?;
-            if size == 0 {
-                return Some(out);
-            }
-            out.push_str(after.get(..size)?);
-            rest = after.get(size + 2..)?;
-        }
-    }
-    Some(rest.to_owned())
-}
-
-/// Agents started together, with their shared key and cluster name.
+/// Agents started together, with their shared key and cluster name: a
+/// plain loopback cluster ([`Cluster::start`]) or a role cluster
+/// ([`Cluster::roles`]). Dropping it kills every agent (and what they
+/// started) by process id.
 pub struct Cluster {
     /// The agents; dropping the cluster kills them all.
     pub agents: Vec<AgentProc>,
@@ -456,6 +556,68 @@ impl Cluster {
             self.agents.iter().all(|a| alive_count(a) == Some(n))
         });
     }
+
+    /// Three agents on loopback, each a control-plane server and a
+    /// candidate for role `db` (see [`write_role_cluster_n`]), with
+    /// `extra` appended to every configuration.
+    pub fn roles(test: &str, extra: &str) -> Cluster {
+        Cluster::roles_with(test, 3, |_, _| None, |_| extra.to_owned(), |_| {})
+    }
+
+    /// A role cluster of `n` agents (the first three control-plane
+    /// servers) with hook scripts and settings of the test's own (see
+    /// [`write_role_cluster_n`]); `prepare(dir)` runs once the
+    /// configurations are written, before any agent starts.
+    pub fn roles_with(
+        test: &str,
+        n: usize,
+        hooks: impl Fn(usize, &Path) -> Option<(String, String)>,
+        extra: impl Fn(usize) -> String,
+        prepare: impl FnOnce(&Path),
+    ) -> Cluster {
+        let c = Cluster {
+            agents: Vec::new(),
+            key: Key::generate().to_base64(),
+            cluster: cluster_name(test),
+            logs: log_dir(test),
+        };
+        let dir = c.logs.path();
+        let written = write_role_cluster_n(dir, &c.cluster, &c.key, n, hooks, extra);
+        prepare(dir);
+        let agents = written
+            .into_iter()
+            .map(|n| spawn_with_config(dir, &n.name, &n.config, n.gossip, n.http, None))
+            .collect();
+        Cluster { agents, ..c }
+    }
+
+    /// A file in the cluster's directory (`hooks.log`, `n0.toml`, ...).
+    pub fn path(&self, f: &str) -> PathBuf {
+        self.logs.path().join(f)
+    }
+
+    /// The index of the agent named `name`.
+    pub fn index(&self, name: &str) -> usize {
+        self.agents.iter().position(|a| a.name == name).unwrap()
+    }
+
+    /// Sends `sig` to agent `i`.
+    pub fn signal(&self, i: usize, sig: Signal) {
+        self.agents[i].signal(sig);
+    }
+
+    /// The holder and epoch of `db`, as the first running control-plane
+    /// server that answers sees it.
+    pub fn holder(&self) -> Option<(String, u64)> {
+        self.agents
+            .iter()
+            .take(3)
+            .filter(|a| a.running())
+            .find_map(|a| {
+                let l = a.roles()?.leases?.remove("db")?;
+                Some((l.holder?, l.epoch))
+            })
+    }
 }
 
 /// How many members `a` sees alive (itself included).
@@ -478,51 +640,42 @@ pub fn dead_events(a: &AgentProc) -> Vec<EventView> {
     a.events()
         .unwrap_or_default()
         .into_iter()
-        .filter(|e| e.kind == "dead")
+        .filter(|e| matches!(e.event, AgentEvent::Dead(_)))
         .collect()
 }
 
-/// One agent of a role cluster written by [`write_role_cluster`].
+/// One agent of a role cluster written by [`write_role_cluster_n`].
 pub struct RoleNode {
     /// `n0`, `n1`, `n2`.
     pub name: String,
+    /// Its gossip address.
+    pub gossip: SocketAddr,
     /// Its HTTP API address.
     pub http: SocketAddr,
     /// Its `hale.toml`.
     pub config: PathBuf,
 }
 
-/// Priorities of `n0`, `n1`, `n2` for role `db` in [`write_role_cluster`].
+/// Priorities of `n0`, `n1`, `n2` for role `db` in [`write_role_cluster_n`].
 const ROLE_PRIORITIES: [i64; 3] = [100, 50, 10];
 
-/// Writes the configs of three agents on loopback into `dir`, each a
-/// control-plane server (`n0` bootstraps) and a candidate for role `db`
-/// (priorities [`ROLE_PRIORITIES`]) backed by an essential service `pg` whose
-/// check passes while the file `healthy-<name>` exists. Promote and demote
-/// hooks append `<unix ns> <name> promote|demote <epoch> <reason>` to
-/// `hooks.log`. The cluster is named `<prefix>-<n0's gossip port>`;
-/// `extra(i)` is appended to node `i`'s config.
-pub fn write_role_cluster(
-    dir: &Path,
-    prefix: &str,
-    extra: impl Fn(usize) -> String,
-) -> Vec<RoleNode> {
-    write_role_cluster_n(dir, prefix, 3, |_, _| None, extra)
-}
-
-/// [`write_role_cluster`] with `n` agents (the first three are the
-/// control-plane servers; the others use them, priority 5) and hook
-/// scripts of the test's own for some nodes: `hooks(i, log)` gives `(promote, demote)` shell scripts (run with
-/// `sh -c`), or `None` for the default instant hooks that append
-/// `<ns> <node> promote|demote <epoch> <reason>` to `log`.
+/// Writes the configs of `n` agents on loopback into `dir`, of cluster
+/// `cluster` with key `key`: the first three are control-plane servers
+/// (`n0` bootstraps), the others use them; each is a candidate for role
+/// `db` (priorities [`ROLE_PRIORITIES`], then 5) backed by an essential
+/// service `pg` whose check passes while the file `healthy-<name>` exists.
+/// `hooks(i, log)` gives node `i`'s `(promote, demote)` shell scripts (run
+/// with `sh -c`), or `None` for instant hooks that append
+/// `<unix ns> <name> promote|demote <epoch> <reason>` to `log`
+/// (`hooks.log`); `extra(i)` is appended to node `i`'s config.
 pub fn write_role_cluster_n(
     dir: &Path,
-    prefix: &str,
+    cluster: &str,
+    key: &str,
     n: usize,
     hooks: impl Fn(usize, &Path) -> Option<(String, String)>,
     extra: impl Fn(usize) -> String,
 ) -> Vec<RoleNode> {
-    let key = String::from_utf8(Command::new(HALE).arg("keygen").output().unwrap().stdout).unwrap();
     let gossip: Vec<u16> = (0..n).map(|_| free_port()).collect();
     let control: Vec<u16> = (0..3).map(|_| free_port()).collect();
     let servers: Vec<String> = control
@@ -558,7 +711,7 @@ http = "{http}"
 {seeds}
 watchdog = "{HALE}"
 [cluster]
-name = "{prefix}-{g0}"
+name = "{cluster}"
 keys = ["{key}"]
 [control]
 {control_section}
@@ -579,8 +732,6 @@ fail_after = "1s"
 {extra}
 "#,
             g = gossip[i],
-            g0 = gossip[0],
-            key = key.trim(),
             control_section = if i < 3 {
                 format!(
                     "id = {}\nbind = \"127.0.0.1:{}\"\nservers = [{}]\nbootstrap = {}\ndata_dir = \"{}\"",
@@ -605,24 +756,15 @@ fail_after = "1s"
         );
         let config = dir.join(format!("{name}.toml"));
         std::fs::write(&config, cfg).unwrap();
-        nodes.push(RoleNode { name, http, config });
+        let gossip = SocketAddr::from(([127, 0, 0, 1], gossip[i]));
+        nodes.push(RoleNode {
+            name,
+            gossip,
+            http,
+            config,
+        });
     }
     nodes
-}
-
-/// Starts `hale agent -c <config>` with its output in `<dir>/<name>.log`.
-pub fn spawn_agent_with_config(dir: &Path, name: &str, config: &Path) -> Child {
-    let out = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
-    Command::new(HALE)
-        .args(["agent", "-c"])
-        .arg(config)
-        .env("HALE_LOG", "info")
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .stdout(out.try_clone().unwrap())
-        .stderr(out)
-        .spawn()
-        .unwrap()
 }
 
 /// A shell script as a TOML `["sh", "-c", script]` array.

@@ -1,0 +1,427 @@
+//! A typed client of an agent's HTTP API: what the `hale` commands, the
+//! tests and other tools use to talk to an agent. Every answer is decoded
+//! into the types the agent serves ([`crate::view`], [`crate::drill`],
+//! [`crate::keys_api`], ...), never dug out of untyped JSON.
+
+use std::time::Duration;
+
+use futures_util::{Stream, StreamExt};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::drill::{DrillView, Fault, FaultView, RestoredView, TrafficView};
+use crate::keys_api::{KeyOp, KeyReport, KeysView};
+use crate::relay_api::RelayView;
+use crate::services::ServiceView;
+use crate::view::{
+    ClusterRolesView, ClusterServicesView, EventView, HealthView, MemberView, PrimaryView,
+    ReplicaView, RolesView,
+};
+
+/// The API address a client uses when told none.
+pub const DEFAULT_ADDR: &str = "127.0.0.1:7947";
+
+/// Why a request to an agent failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The agent could not be reached, or did not answer in time.
+    #[error("cannot reach the agent at {addr}: {source}")]
+    Unreachable {
+        /// The agent's address.
+        addr: String,
+        /// Why.
+        source: reqwest::Error,
+    },
+    /// The agent answered with an error status.
+    #[error("the agent at {addr} answered {status} to {path}: {message}")]
+    Status {
+        /// The agent's address.
+        addr: String,
+        /// The request's path.
+        path: String,
+        /// The HTTP status.
+        status: u16,
+        /// The agent's `error` message, or the body.
+        message: String,
+    },
+    /// The answer was not what the API describes.
+    #[error("the agent at {addr} gave an unexpected answer to {path}: {source}")]
+    Decode {
+        /// The agent's address.
+        addr: String,
+        /// The request's path.
+        path: String,
+        /// Why it could not be read.
+        source: reqwest::Error,
+    },
+}
+
+impl ClientError {
+    /// The HTTP status the agent answered, if it answered with an error.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            ClientError::Status { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+}
+
+/// The error body every failing route answers with.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// What went wrong.
+    pub error: String,
+}
+
+/// `POST /v1/roles/{role}/handover`'s answer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HandoverView {
+    /// The role handed over.
+    pub handover: String,
+}
+
+/// A client of one agent's HTTP API. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    addr: String,
+    token: Option<String>,
+    timeout: Duration,
+}
+
+impl Client {
+    /// A client of the agent whose API listens on `addr` (`host:port`),
+    /// with a 5 s timeout per request and no token.
+    pub fn new(addr: impl Into<String>) -> Client {
+        Client {
+            http: reqwest::Client::builder()
+                .connect_timeout(Duration::from_secs(2))
+                .no_proxy()
+                .build()
+                .unwrap_or_default(),
+            addr: addr.into(),
+            token: None,
+            timeout: Duration::from_secs(5),
+        }
+    }
+
+    /// The same client, sending `token` with mutating requests.
+    pub fn with_token(mut self, token: Option<String>) -> Client {
+        self.token = token;
+        self
+    }
+
+    /// The same client with another per-request timeout.
+    pub fn with_timeout(mut self, timeout: Duration) -> Client {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The same client (connections, token, timeout), for another agent.
+    pub fn at(&self, addr: impl Into<String>) -> Client {
+        Client {
+            addr: addr.into(),
+            ..self.clone()
+        }
+    }
+
+    /// The agent's API address.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    async fn send(&self, req: reqwest::RequestBuilder) -> Result<reqwest::Response, ClientError> {
+        req.send().await.map_err(|source| ClientError::Unreachable {
+            addr: self.addr.clone(),
+            source,
+        })
+    }
+
+    /// `r` if its status is a success, else the agent's error.
+    async fn check(
+        &self,
+        path: &str,
+        r: reqwest::Response,
+    ) -> Result<reqwest::Response, ClientError> {
+        let status = r.status();
+        if status.is_success() {
+            return Ok(r);
+        }
+        let text = r.text().await.unwrap_or_default();
+        let message = serde_json::from_str::<ErrorBody>(&text).map_or(text, |b| b.error);
+        Err(ClientError::Status {
+            addr: self.addr.clone(),
+            path: path.to_owned(),
+            status: status.as_u16(),
+            message,
+        })
+    }
+
+    fn decode_error(&self, path: &str, source: reqwest::Error) -> ClientError {
+        ClientError::Decode {
+            addr: self.addr.clone(),
+            path: path.to_owned(),
+            source,
+        }
+    }
+
+    async fn decode<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        r: reqwest::Response,
+    ) -> Result<T, ClientError> {
+        let r = self.check(path, r).await?;
+        r.json().await.map_err(|e| self.decode_error(path, e))
+    }
+
+    /// GETs `path` as a `T`.
+    pub async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
+        let r = self
+            .send(self.http.get(self.url(path)).timeout(self.timeout))
+            .await?;
+        self.decode(path, r).await
+    }
+
+    /// GETs `path` as a `T` whatever the status (the load balancers'
+    /// checks answer their body with 503 too); with the status.
+    pub async fn get_with_status<T: DeserializeOwned>(
+        &self,
+        path: &str,
+    ) -> Result<(u16, T), ClientError> {
+        let r = self
+            .send(self.http.get(self.url(path)).timeout(self.timeout))
+            .await?;
+        let status = r.status().as_u16();
+        let body = r.json().await.map_err(|e| self.decode_error(path, e))?;
+        Ok((status, body))
+    }
+
+    /// POSTs `body` as JSON to `path` (with the token, if any), reads a `T`.
+    pub async fn post<B: Serialize + ?Sized, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<T, ClientError> {
+        let mut req = self
+            .http
+            .post(self.url(path))
+            .json(body)
+            .timeout(self.timeout * 2);
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
+        let r = self.send(req).await?;
+        self.decode(path, r).await
+    }
+
+    /// `GET /v1/health`.
+    pub async fn health(&self) -> Result<HealthView, ClientError> {
+        self.get("/v1/health").await
+    }
+
+    /// `GET /metrics`: the Prometheus text.
+    pub async fn metrics(&self) -> Result<String, ClientError> {
+        let path = "/metrics";
+        let r = self
+            .send(self.http.get(self.url(path)).timeout(self.timeout))
+            .await?;
+        let r = self.check(path, r).await?;
+        r.text().await.map_err(|e| self.decode_error(path, e))
+    }
+
+    /// `GET /v1/members`: every member, this node first.
+    pub async fn members(&self) -> Result<Vec<MemberView>, ClientError> {
+        self.get("/v1/members").await
+    }
+
+    /// `GET /v1/events?since=`: recent events with a larger sequence number.
+    pub async fn events(&self, since: u64) -> Result<Vec<EventView>, ClientError> {
+        self.get(&format!("/v1/events?since={since}")).await
+    }
+
+    /// `GET /v1/events/stream`: live events, until the agent closes the
+    /// stream. Lines that are not events (lag notices) are skipped.
+    pub async fn event_stream(
+        &self,
+    ) -> Result<impl Stream<Item = Result<EventView, ClientError>>, ClientError> {
+        let path = "/v1/events/stream";
+        let r = self.send(self.http.get(self.url(path))).await?;
+        let r = self.check(path, r).await?;
+        let addr = self.addr.clone();
+        let mut buf = String::new();
+        Ok(r.bytes_stream().flat_map(move |chunk| {
+            let mut out = Vec::new();
+            match chunk {
+                Ok(c) => {
+                    buf.push_str(&String::from_utf8_lossy(&c));
+                    while let Some(end) = buf.find("\n\n") {
+                        let block: String = buf.drain(..end + 2).collect();
+                        out.extend(
+                            block
+                                .lines()
+                                .filter_map(|l| l.strip_prefix("data:"))
+                                .filter_map(|d| serde_json::from_str::<EventView>(d.trim()).ok())
+                                .map(Ok),
+                        );
+                    }
+                }
+                Err(source) => out.push(Err(ClientError::Unreachable {
+                    addr: addr.clone(),
+                    source,
+                })),
+            }
+            futures_util::stream::iter(out)
+        }))
+    }
+
+    /// `GET /v1/roles`.
+    pub async fn roles(&self) -> Result<RolesView, ClientError> {
+        self.get("/v1/roles").await
+    }
+
+    /// `GET /v1/roles/{role}/primary`: the status (200: serving as primary)
+    /// and this node's state for the role.
+    pub async fn primary(&self, role: &str) -> Result<(u16, PrimaryView), ClientError> {
+        self.get_with_status(&format!("/v1/roles/{role}/primary"))
+            .await
+    }
+
+    /// `GET /v1/roles/{role}/replica`: the status (200: a ready standby).
+    pub async fn replica(&self, role: &str) -> Result<(u16, ReplicaView), ClientError> {
+        self.get_with_status(&format!("/v1/roles/{role}/replica"))
+            .await
+    }
+
+    /// `POST /v1/roles/{role}/handover`, to `to` or to whoever is next.
+    pub async fn handover(
+        &self,
+        role: &str,
+        to: Option<&str>,
+    ) -> Result<HandoverView, ClientError> {
+        let body = serde_json::json!({ "to": to });
+        self.post(&format!("/v1/roles/{role}/handover"), &body)
+            .await
+    }
+
+    /// `GET /v1/cluster/roles`.
+    pub async fn cluster_roles(&self) -> Result<ClusterRolesView, ClientError> {
+        self.get("/v1/cluster/roles").await
+    }
+
+    /// `GET /v1/services`.
+    pub async fn services(&self) -> Result<Vec<ServiceView>, ClientError> {
+        self.get("/v1/services").await
+    }
+
+    /// `GET /v1/cluster/services`.
+    pub async fn cluster_services(&self) -> Result<ClusterServicesView, ClientError> {
+        self.get("/v1/cluster/services").await
+    }
+
+    /// `GET /v1/relay` (None: the agent runs no relay).
+    pub async fn relay(&self) -> Result<Option<RelayView>, ClientError> {
+        self.get("/v1/relay").await
+    }
+
+    /// `GET /v1/drill`.
+    pub async fn drill(&self) -> Result<DrillView, ClientError> {
+        self.get("/v1/drill").await
+    }
+
+    /// `POST /v1/drill/{fault}`: sets `fault` for `length`.
+    pub async fn set_fault(
+        &self,
+        fault: Fault,
+        length: Duration,
+    ) -> Result<FaultView, ClientError> {
+        let body = serde_json::json!({ "duration_ms": length.as_millis() as u64 });
+        self.post(&format!("/v1/drill/{}", fault.as_str()), &body)
+            .await
+    }
+
+    /// `POST /v1/drill/restore`: reverts `fault`, or every fault.
+    pub async fn restore(&self, fault: Option<Fault>) -> Result<RestoredView, ClientError> {
+        let body = match fault {
+            Some(f) => serde_json::json!({ "fault": f }),
+            None => serde_json::json!({}),
+        };
+        self.post("/v1/drill/restore", &body).await
+    }
+
+    /// Sends a probe event to the relay's Sentry ingestion route `path`
+    /// (with `key` as its `sentry_key`): how long the answer took, and its
+    /// status (the relay's answer, not an error, whatever it is).
+    pub async fn relay_probe(
+        &self,
+        path: &str,
+        key: Option<&str>,
+    ) -> Result<(Duration, u16), ClientError> {
+        let mut req = self
+            .http
+            .post(self.url(path))
+            .timeout(self.timeout)
+            .json(&serde_json::json!({ "message": "hale drill probe", "level": "info" }));
+        if let Some(k) = key {
+            req = req.header(
+                "x-sentry-auth",
+                format!("Sentry sentry_key={k}, sentry_version=7"),
+            );
+        }
+        let start = std::time::Instant::now();
+        let r = self.send(req).await?;
+        Ok((start.elapsed(), r.status().as_u16()))
+    }
+
+    /// `POST /v1/traffic`: application traffic from `peers` was seen.
+    pub async fn traffic(&self, peers: &[&str]) -> Result<TrafficView, ClientError> {
+        self.post("/v1/traffic", &serde_json::json!({ "peers": peers }))
+            .await
+    }
+
+    /// `POST /v1/join`.
+    pub async fn join(&self, addrs: &[String]) -> Result<(), ClientError> {
+        self.post::<_, serde_json::Value>("/v1/join", &serde_json::json!({ "addrs": addrs }))
+            .await
+            .map(drop)
+    }
+
+    /// `POST /v1/leave`.
+    pub async fn leave(&self) -> Result<(), ClientError> {
+        self.post::<_, serde_json::Value>("/v1/leave", &serde_json::json!({}))
+            .await
+            .map(drop)
+    }
+
+    /// `GET /v1/keys`.
+    pub async fn keys(&self) -> Result<KeysView, ClientError> {
+        self.get("/v1/keys").await
+    }
+
+    /// `POST /v1/keys/{op}`: installs, uses or removes `key` on every live agent.
+    pub async fn key_op(&self, op: KeyOp, key: &str) -> Result<KeyReport, ClientError> {
+        let body = serde_json::json!({ "key": key });
+        self.post(&format!("/v1/keys/{}", op.as_str()), &body).await
+    }
+
+    /// `POST /v1/control/servers`: adds a control-plane server.
+    pub async fn add_server(&self, id: u64, addr: &str) -> Result<(), ClientError> {
+        let body = serde_json::json!({ "id": id, "addr": addr });
+        self.post::<_, serde_json::Value>("/v1/control/servers", &body)
+            .await
+            .map(drop)
+    }
+
+    /// `POST /v1/control/servers/{id}/remove`.
+    pub async fn remove_server(&self, id: u64) -> Result<(), ClientError> {
+        self.post::<_, serde_json::Value>(
+            &format!("/v1/control/servers/{id}/remove"),
+            &serde_json::json!({}),
+        )
+        .await
+        .map(drop)
+    }
+}
