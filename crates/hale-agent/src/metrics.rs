@@ -11,83 +11,87 @@ use crate::runtime::{Shared, Snapshot};
 pub fn render(s: &Snapshot, shared: &Shared) -> String {
     let mut out = String::with_capacity(4096);
     let node = shared.id.name();
-    let mut counter = |name: &str, help: &str, v: u64| {
-        let _ = writeln!(out, "# HELP hale_{name} {help}\n# TYPE hale_{name} counter");
-        let _ = writeln!(out, "hale_{name}{{node=\"{node}\"}} {v}");
-    };
     let st = &s.stats;
-    counter("probes_total", "Direct probes started.", st.probes);
-    counter(
-        "probes_skipped_fresh_total",
-        "Probe visits skipped because the member was heard from recently.",
-        st.probes_skipped_fresh,
-    );
-    counter("acks_total", "Probes answered.", st.acks);
-    counter(
-        "fallback_acks_total",
-        "Probes answered only over the TCP fallback.",
-        st.fallback_acks,
-    );
-    counter(
-        "nacks_total",
-        "Nacks received from indirect probers.",
-        st.nacks,
-    );
-    counter(
-        "probe_failures_total",
-        "Probes that failed.",
-        st.probe_failures,
-    );
-    counter("suspicions_total", "Suspicions started.", st.suspicions);
-    counter(
-        "discounted_accusations_total",
-        "Accusations discounted (unhealthy or over-eager accuser).",
-        st.discounted_accusations,
-    );
-    counter(
-        "refutations_total",
-        "Times this node refuted a suspicion or death of itself.",
-        st.refutations,
-    );
-    counter(
-        "deaths_declared_total",
-        "Members declared dead on this node's verdict.",
-        st.deaths_declared,
-    );
-    counter(
-        "deaths_accepted_total",
-        "Death verdicts of others accepted.",
-        st.deaths_accepted,
-    );
-    counter("datagrams_in_total", "Datagrams received.", st.datagrams_in);
-    counter("datagrams_out_total", "Datagrams sent.", st.datagrams_out);
-    counter(
-        "datagram_bytes_in_total",
-        "Datagram payload bytes received (before decryption).",
-        st.datagram_bytes_in,
-    );
-    counter(
-        "datagram_bytes_out_total",
-        "Datagram payload bytes sent (before encryption).",
-        st.datagram_bytes_out,
-    );
-    counter("streams_in_total", "Stream frames received.", st.streams_in);
-    counter("streams_out_total", "Stream frames sent.", st.streams_out);
-    counter(
-        "stream_bytes_in_total",
-        "Stream bytes received.",
-        st.stream_bytes_in,
-    );
-    counter(
-        "stream_bytes_out_total",
-        "Stream bytes sent.",
-        st.stream_bytes_out,
-    );
-    counter(
-        "pauses_total",
-        "Local pauses detected (stop-the-world, SIGSTOP).",
-        st.pauses,
-    );
+    let counters: [(&str, &str, u64); 20] = [
+        ("probes_total", "Direct probes started.", st.probes),
+        (
+            "probes_skipped_fresh_total",
+            "Probe visits skipped because the member was heard from recently.",
+            st.probes_skipped_fresh,
+        ),
+        ("acks_total", "Probes answered.", st.acks),
+        (
+            "fallback_acks_total",
+            "Probes answered only over the TCP fallback.",
+            st.fallback_acks,
+        ),
+        (
+            "nacks_total",
+            "Nacks received from indirect probers.",
+            st.nacks,
+        ),
+        (
+            "probe_failures_total",
+            "Probes that failed.",
+            st.probe_failures,
+        ),
+        ("suspicions_total", "Suspicions started.", st.suspicions),
+        (
+            "discounted_accusations_total",
+            "Accusations discounted (unhealthy or over-eager accuser).",
+            st.discounted_accusations,
+        ),
+        (
+            "refutations_total",
+            "Times this node refuted a suspicion or death of itself.",
+            st.refutations,
+        ),
+        (
+            "deaths_declared_total",
+            "Members declared dead on this node's verdict.",
+            st.deaths_declared,
+        ),
+        (
+            "deaths_accepted_total",
+            "Death verdicts of others accepted.",
+            st.deaths_accepted,
+        ),
+        ("datagrams_in_total", "Datagrams received.", st.datagrams_in),
+        ("datagrams_out_total", "Datagrams sent.", st.datagrams_out),
+        (
+            "datagram_bytes_in_total",
+            "Datagram payload bytes received (before decryption).",
+            st.datagram_bytes_in,
+        ),
+        (
+            "datagram_bytes_out_total",
+            "Datagram payload bytes sent (before encryption).",
+            st.datagram_bytes_out,
+        ),
+        ("streams_in_total", "Stream frames received.", st.streams_in),
+        ("streams_out_total", "Stream frames sent.", st.streams_out),
+        (
+            "stream_bytes_in_total",
+            "Stream bytes received.",
+            st.stream_bytes_in,
+        ),
+        (
+            "stream_bytes_out_total",
+            "Stream bytes sent.",
+            st.stream_bytes_out,
+        ),
+        (
+            "pauses_total",
+            "Local pauses detected (stop-the-world, SIGSTOP).",
+            st.pauses,
+        ),
+    ];
+    for (name, help, v) in counters {
+        let _ = writeln!(
+            out,
+            "# HELP hale_{name} {help}\n# TYPE hale_{name} counter\nhale_{name}{{node=\"{node}\"}} {v}"
+        );
+    }
     let _ = writeln!(out, "# HELP hale_dropped_packets_total Packets dropped, by reason.\n# TYPE hale_dropped_packets_total counter");
     for r in DropReason::ALL {
         let _ = writeln!(

@@ -338,6 +338,33 @@ fn queued(relay: &Relay, env: Envelope, id: Option<String>) -> Response {
     .into_response()
 }
 
+/// What an ingestion endpoint received, once admitted: the envelope to
+/// queue and the event id to answer with.
+type Ingested = (Vec<u8>, Option<String>);
+
+/// Admits a request for `project_id`, turns its body into an envelope with
+/// `convert`, and queues it.
+async fn ingest(
+    relay: Relay,
+    project_id: String,
+    query: Option<String>,
+    headers: HeaderMap,
+    body: Body,
+    convert: fn(Vec<u8>) -> Result<Ingested, Refusal>,
+) -> Response {
+    let run = async {
+        let body = relay
+            .admit(&project_id, &headers, query.as_deref(), body)
+            .await?;
+        let (env, id) = convert(body)?;
+        let parsed = envelope::parse_envelope(&env).map_err(bad)?;
+        let id = id.or(parsed.event_id);
+        let env = Envelope::new(Bytes::from(env), parsed.category);
+        Ok::<_, Refusal>(queued(&relay, env, id))
+    };
+    run.await.unwrap_or_else(IntoResponse::into_response)
+}
+
 async fn envelope(
     State(relay): State<Relay>,
     Path(project_id): Path<String>,
@@ -345,15 +372,7 @@ async fn envelope(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let run = async {
-        let body = relay
-            .admit(&project_id, &headers, query.as_deref(), body)
-            .await?;
-        let parsed = envelope::parse_envelope(&body).map_err(bad)?;
-        let env = Envelope::new(Bytes::from(body), parsed.category);
-        Ok::<_, Refusal>(queued(&relay, env, parsed.event_id))
-    };
-    run.await.unwrap_or_else(IntoResponse::into_response)
+    ingest(relay, project_id, query, headers, body, |b| Ok((b, None))).await
 }
 
 async fn store(
@@ -363,16 +382,11 @@ async fn store(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let run = async {
-        let body = relay
-            .admit(&project_id, &headers, query.as_deref(), body)
-            .await?;
-        let (env, id) = envelope::store_to_envelope(&body).map_err(bad)?;
-        let parsed = envelope::parse_envelope(&env).map_err(bad)?;
-        let env = Envelope::new(Bytes::from(env), parsed.category);
-        Ok::<_, Refusal>(queued(&relay, env, Some(id)))
-    };
-    run.await.unwrap_or_else(IntoResponse::into_response)
+    ingest(relay, project_id, query, headers, body, |b| {
+        let (env, id) = envelope::store_to_envelope(&b).map_err(bad)?;
+        Ok((env, Some(id)))
+    })
+    .await
 }
 
 #[cfg(test)]
