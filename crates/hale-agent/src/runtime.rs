@@ -389,7 +389,7 @@ impl Driver {
                 let ev = (m.state() == hale_core::MemberState::Dead)
                     .then(|| self.evidence.get(m.id().name()).cloned())
                     .flatten();
-                member_view(m, now, ev)
+                member_view(&m, now, ev)
             })
             .collect();
         others.sort_by(|a, b| a.name.cmp(&b.name));
@@ -448,11 +448,11 @@ impl Driver {
             } => {
                 self.evidence
                     .insert(member.name().to_owned(), evidence_view(evidence));
-                let dead: std::collections::HashSet<&str> = self
+                let dead: std::collections::HashSet<String> = self
                     .node
                     .members()
                     .filter(|m| m.state() == hale_core::MemberState::Dead)
-                    .map(|m| m.id().name())
+                    .map(|m| m.id().name().to_owned())
                     .collect();
                 self.evidence.retain(|name, _| dead.contains(name.as_str()));
             }

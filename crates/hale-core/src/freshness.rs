@@ -42,13 +42,13 @@ use crate::wire::Header;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Freshness {
     /// Whether any packet was judged yet.
-    known: bool,
+    pub(crate) known: bool,
     /// The newest generation heard from the sender.
-    generation: u64,
+    pub(crate) generation: u64,
     /// Smallest `arrival - sent` seen, in ms, crept forward to `at`.
-    offset_ms: i64,
+    pub(crate) offset_ms: i64,
     /// When `offset_ms` was last updated.
-    at: Time,
+    pub(crate) at: Time,
 }
 
 /// How fresh a packet is.
@@ -124,11 +124,15 @@ impl<I: Identity> Node<I> {
         let credit = self.pause_credit_now(now);
         let allowance = self.cfg.replay_window + credit;
         let proof_window = self.cfg.probe_timeout + credit;
-        let Some(m) = self.members.get_mut(&h.sender) else {
+        let Some(mut f) = self.members.fresh(&h.sender) else {
             return Verdict::Current;
         };
-        m.fresh
-            .judge(now, h.generation, h.sent_ms, allowance, proof_window)
+        let verdict = f.judge(now, h.generation, h.sent_ms, allowance, proof_window);
+        // A current packet is also heard now (note_header sets it again, a
+        // no-op): stored together, the table keeps the state packed.
+        let heard = (verdict == Verdict::Current).then_some(now);
+        self.members.set_fresh(&h.sender, f, heard);
+        verdict
     }
 
     fn pause_credit_now(&self, now: Time) -> Duration {

@@ -19,6 +19,26 @@ pub trait Identity: Clone + Eq + Hash + Ord + Debug {
     fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError>;
     /// Bytes `encode` writes.
     fn encoded_len(&self) -> usize;
+
+    /// A small dense index naming this identity, if the type has one (the
+    /// simulator numbers its nodes 0, 1, 2, ...). A node stores the members
+    /// whose identity has one in a vector at that index, without hashing or
+    /// keeping the identity, which makes its member table several times
+    /// smaller. Identities without one (the default) are kept in a hash map.
+    ///
+    /// If it returns `Some(i)`, [`Identity::from_dense_index`] of `i` must
+    /// give back an equal identity, and no other identity may return `i`.
+    /// Indices of 2^20 and more are accepted but stored like identities
+    /// without one, so that a forged index cannot make a node allocate much.
+    fn dense_index(&self) -> Option<u32> {
+        None
+    }
+
+    /// The identity whose [`Identity::dense_index`] is `index`.
+    fn from_dense_index(index: u32) -> Option<Self> {
+        let _ = index;
+        None
+    }
 }
 
 /// Longest node name accepted.

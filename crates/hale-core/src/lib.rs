@@ -37,9 +37,11 @@ mod isolation;
 pub mod member;
 mod node;
 mod probe;
+mod ring;
 mod state;
 pub mod stats;
 mod sync;
+mod table;
 pub mod time;
 pub mod wire;
 

@@ -42,7 +42,9 @@ impl MemberState {
     }
 }
 
-/// One member as this node sees it (read-only to users).
+/// One member as this node saw it when [`crate::Node::member`] or
+/// [`crate::Node::members`] was called: a copy, not a live view (the node
+/// keeps its table in a compact form of its own).
 #[derive(Debug, Clone)]
 pub struct Member<I> {
     pub(crate) id: I,
@@ -53,15 +55,6 @@ pub struct Member<I> {
     pub(crate) meta: Box<[u8]>,
     pub(crate) last_heard: Time,
     pub(crate) state_since: Time,
-    /// Position on the monitoring ring.
-    pub(crate) ring: u64,
-    /// Whether the member is in the probe walk.
-    pub(crate) in_walk: bool,
-    /// The incarnation was raised by a packet header, so the metadata of
-    /// that incarnation has not been seen yet.
-    pub(crate) meta_pending: bool,
-    /// Its clock as seen in its packets (replay protection).
-    pub(crate) fresh: crate::freshness::Freshness,
 }
 
 impl<I> Member<I> {

@@ -14,11 +14,13 @@ use crate::freshness::Verdict;
 use crate::identity::Identity;
 use crate::member::{Member, MemberState};
 use crate::probe::{Probe, Relay};
+use crate::ring::ring_position;
 use crate::state::{AccuserWindow, Suspicion};
 use crate::stats::{DropReason, Stats};
+use crate::table::Table;
 use crate::time::Time;
 use crate::wire::{
-    cluster_id, fnv1a, Channel, DecodeError, Header, Message, Packet, MAX_DATAGRAM, MAX_META,
+    cluster_id, Channel, DecodeError, Header, Message, Packet, MAX_DATAGRAM, MAX_META,
 };
 
 pub(crate) type FxMap<K, V> = HashMap<K, V, FxBuildHasher>;
@@ -103,7 +105,7 @@ pub struct Node<I: Identity> {
     pub(crate) meta: Box<[u8]>,
     pub(crate) left: bool,
     pub(crate) rng: Xoshiro256PlusPlus,
-    pub(crate) members: FxMap<I, Member<I>>,
+    pub(crate) members: Table<I>,
     /// Alive or suspect members, not counting this node.
     pub(crate) live: usize,
     /// Suspected members.
@@ -156,6 +158,10 @@ pub struct Node<I: Identity> {
     pub(crate) scratch: Vec<u8>,
     /// No events while loading a snapshot.
     pub(crate) quiet: bool,
+    /// Monitors are recomputed once at the end of a snapshot load, not per
+    /// record: set while loading, and when a change was deferred.
+    pub(crate) defer_monitors: bool,
+    pub(crate) monitors_dirty: bool,
 }
 
 impl<I: Identity> Node<I> {
@@ -177,7 +183,7 @@ impl<I: Identity> Node<I> {
             meta: cfg.meta.clone().into_boxed_slice(),
             left: false,
             rng,
-            members: FxMap::default(),
+            members: Table::new(),
             live: 0,
             suspects: 0,
             walk: Vec::new(),
@@ -215,6 +221,8 @@ impl<I: Identity> Node<I> {
             pause_credit: (Time::ZERO, Duration::ZERO),
             scratch,
             quiet: false,
+            defer_monitors: false,
+            monitors_dirty: false,
             me,
             cfg,
         })
@@ -251,14 +259,15 @@ impl<I: Identity> Node<I> {
         &self.stats
     }
 
-    /// Every member this node knows of, this node excluded, in no particular order.
-    pub fn members(&self) -> impl Iterator<Item = &Member<I>> {
-        self.members.values()
+    /// Every member this node knows of, this node excluded, in no
+    /// particular order: copies, made as the iterator advances.
+    pub fn members(&self) -> impl Iterator<Item = Member<I>> + '_ {
+        self.members.views()
     }
 
-    /// One member, if known.
-    pub fn member(&self, id: &I) -> Option<&Member<I>> {
-        self.members.get(id)
+    /// One member, if known: a copy.
+    pub fn member(&self, id: &I) -> Option<Member<I>> {
+        self.members.view(id)
     }
 
     /// Alive or suspected members, this node excluded.
@@ -285,12 +294,12 @@ impl<I: Identity> Node<I> {
     /// spares a probe. Unknown peers are ignored.
     pub fn note_traffic(&mut self, now: Time, peer: &I) {
         self.last_now = self.last_now.max(now);
-        if self.members.contains_key(peer) {
+        if self.members.contains(peer) {
             self.heard_from_someone(now);
         }
         if let Some(m) = self.members.get_mut(peer) {
-            if m.state.is_live() {
-                m.last_heard = now;
+            if m.state().is_live() {
+                self.members.set_heard(peer, now);
                 self.withdraw_accusation(peer, now);
             }
         }
@@ -452,10 +461,12 @@ impl<I: Identity> Node<I> {
             return;
         };
         if current {
-            m.last_heard = now;
-            m.health = h.health;
+            m.set_health(h.health);
         }
-        let (state, inc) = (m.state, m.incarnation);
+        let (state, inc) = (m.state(), m.incarnation);
+        if current {
+            self.members.set_heard(&h.sender, now);
+        }
         match state {
             _ if h.incarnation > inc => {
                 // The sender's own word that it is alive at this incarnation. Not
@@ -756,7 +767,7 @@ impl<I: Identity> Node<I> {
                 break;
             }
             let c = &self.walk[self.rng.random_range(0..self.walk.len())];
-            let ok = self.members.get(c).is_some_and(|m| wanted(m.state))
+            let ok = self.members.get(c).is_some_and(|m| wanted(m.state()))
                 && Some(c) != except
                 && !out.contains(c);
             if ok {
@@ -772,8 +783,8 @@ impl<I: Identity> Node<I> {
         }
         let c = &self.tombstones[self.rng.random_range(0..self.tombstones.len())];
         let m = self.members.get(c)?;
-        (m.state == MemberState::Dead
-            && now.saturating_since(m.state_since) < self.cfg.gossip_to_dead)
+        (m.state() == MemberState::Dead
+            && now.saturating_since(self.members.since(c)) < self.cfg.gossip_to_dead)
             .then(|| c.clone())
     }
 
@@ -795,17 +806,4 @@ impl<I: Identity> Node<I> {
         };
         self.broadcast(now, Class::Alive, (self.me.clone(), None), msg);
     }
-}
-
-/// A member's position on the monitoring ring: stable across nodes.
-/// `buf` is scratch space, reused across calls.
-pub(crate) fn ring_position<I: Identity>(cluster: u64, id: &I, buf: &mut Vec<u8>) -> u64 {
-    buf.clear();
-    buf.extend_from_slice(&cluster.to_le_bytes());
-    id.encode(buf);
-    // Finalise with a splitmix step so that similar names spread over the ring.
-    let mut z = fnv1a(buf).wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }

@@ -21,8 +21,9 @@ use std::time::Duration;
 use crate::broadcast::Class;
 use crate::event::{DeathEvidence, Event};
 use crate::identity::Identity;
-use crate::member::{Member, MemberState};
-use crate::node::{ring_position, Node};
+use crate::member::MemberState;
+use crate::node::Node;
+use crate::table::{Rec, META_PENDING};
 use crate::time::Time;
 use crate::wire::{Channel, Message};
 
@@ -61,10 +62,10 @@ impl<I: Identity> Node<I> {
         let Some(m) = self.members.get_mut(id) else {
             return;
         };
-        let was_live = m.state.is_live();
-        let was_suspect = m.state == MemberState::Suspect;
-        m.state = state;
-        m.state_since = now;
+        let was_live = m.state().is_live();
+        let was_suspect = m.state() == MemberState::Suspect;
+        m.set_state(state);
+        self.members.set_since(id, now);
         let is_suspect = state == MemberState::Suspect;
         if was_suspect != is_suspect {
             if is_suspect {
@@ -131,26 +132,13 @@ impl<I: Identity> Node<I> {
             }
             return;
         }
-        let known = self.members.get(member).map(|m| (m.state, m.incarnation));
+        let known = self.members.get(member).map(|m| (m.state(), m.incarnation));
         match known {
             None => {
-                let ring = ring_position(self.cluster, member, &mut self.scratch);
-                self.members.insert(
-                    member.clone(),
-                    Member {
-                        id: member.clone(),
-                        incarnation,
-                        state: MemberState::Dead,
-                        health: 0,
-                        meta: meta.clone().unwrap_or_default().into_boxed_slice(),
-                        last_heard: Time::ZERO,
-                        state_since: now,
-                        ring,
-                        in_walk: false,
-                        meta_pending: meta.is_none(),
-                        fresh: Default::default(),
-                    },
-                );
+                let mut rec = Rec::new(incarnation, MemberState::Dead);
+                rec.set(META_PENDING, meta.is_none());
+                let meta = meta.unwrap_or_default().into_boxed_slice();
+                self.members.insert(member, rec, meta, now);
                 self.set_state(now, member, MemberState::Alive);
                 self.push_event(Event::Joined {
                     member: member.clone(),
@@ -158,14 +146,19 @@ impl<I: Identity> Node<I> {
                 });
             }
             Some((_, inc))
-                if incarnation == inc && meta.is_some() && self.members[member].meta_pending =>
+                if incarnation == inc
+                    && meta.is_some()
+                    && self
+                        .members
+                        .get(member)
+                        .is_some_and(|m| m.has(META_PENDING)) =>
             {
                 // The header told us of this incarnation; here is its metadata.
                 let m = self.members.get_mut(member).expect("known member");
-                m.meta_pending = false;
+                m.set(META_PENDING, false);
                 let new = meta.unwrap_or_default();
-                if *new != *m.meta {
-                    m.meta = new.into_boxed_slice();
+                if *new != *self.members.meta(member) {
+                    self.members.set_meta(member, new.into_boxed_slice());
                     self.push_event(Event::MetadataUpdated {
                         member: member.clone(),
                         incarnation,
@@ -175,10 +168,12 @@ impl<I: Identity> Node<I> {
             Some((state, inc)) if incarnation > inc => {
                 let m = self.members.get_mut(member).expect("known member");
                 m.incarnation = incarnation;
-                m.meta_pending = meta.is_none();
-                let meta_changed = meta.as_ref().is_some_and(|new| **new != *m.meta);
+                m.set(META_PENDING, meta.is_none());
+                let meta_changed = meta
+                    .as_ref()
+                    .is_some_and(|new| **new != *self.members.meta(member));
                 if let Some(new) = meta {
-                    m.meta = new.into_boxed_slice();
+                    self.members.set_meta(member, new.into_boxed_slice());
                 }
                 self.set_state(now, member, MemberState::Alive);
                 match state {
@@ -203,11 +198,10 @@ impl<I: Identity> Node<I> {
             Some(_) => return,
         }
         if spread {
-            let m = &self.members[member];
             let msg = Message::Alive {
                 member: member.clone(),
                 incarnation,
-                meta: m.meta.to_vec(),
+                meta: self.members.meta(member).to_vec(),
             };
             self.broadcast(now, Class::Alive, (member.clone(), None), msg);
         }
@@ -257,13 +251,13 @@ impl<I: Identity> Node<I> {
         let Some(m) = self.members.get(member) else {
             return;
         };
-        if m.state.is_live() && incarnation < m.incarnation {
+        if m.state().is_live() && incarnation < m.incarnation {
             self.stats.stale_news += 1;
         }
-        if !m.state.is_live() || incarnation < m.incarnation {
+        if !m.state().is_live() || incarnation < m.incarnation {
             return;
         }
-        let fresh_suspicion = m.state == MemberState::Alive || incarnation > m.incarnation;
+        let fresh_suspicion = m.state() == MemberState::Alive || incarnation > m.incarnation;
         let mut renewed = false;
         if !fresh_suspicion {
             let s = self.suspicions.get(member);
@@ -420,11 +414,11 @@ impl<I: Identity> Node<I> {
             return true;
         }
         let window = self.cfg.suspicion_max;
-        !self.members.values().any(|m| {
-            m.state == MemberState::Alive
-                && m.id != *target
-                && m.last_heard > Time::ZERO
-                && now.saturating_since(m.last_heard) < window
+        !self.members.iter().any(|(id, m)| {
+            m.state() == MemberState::Alive
+                && *id != *target
+                && self.members.heard(m) > Time::ZERO
+                && now.saturating_since(self.members.heard(m)) < window
         })
     }
 
@@ -437,7 +431,7 @@ impl<I: Identity> Node<I> {
         let target_alive = self
             .members
             .get(target)
-            .is_some_and(|m| m.state == MemberState::Alive);
+            .is_some_and(|m| m.state() == MemberState::Alive);
         let witnesses = self.alive_witnesses() - usize::from(target_alive);
         self.cfg.corroboration.min(witnesses + 1).max(1)
     }
@@ -590,7 +584,10 @@ impl<I: Identity> Node<I> {
             }),
             closed_port: s.map_or(0, |s| s.closed.len()),
             suspected_at: s.map(|s| s.started),
-            last_heard: self.members.get(id).map_or(Time::ZERO, |m| m.last_heard),
+            last_heard: self
+                .members
+                .get(id)
+                .map_or(Time::ZERO, |m| self.members.heard(m)),
             declared_at: now,
         }
     }
@@ -598,7 +595,7 @@ impl<I: Identity> Node<I> {
     fn declare_dead(&mut self, now: Time, id: &I) {
         let evidence = self.evidence(now, id, self.me.clone());
         let accusers = evidence.confirmations.min(255) as u8;
-        let inc = self.members[id].incarnation;
+        let inc = self.members.get(id).expect("known member").incarnation;
         self.stats.deaths_declared += 1;
         self.set_state(now, id, MemberState::Dead);
         self.push_event(Event::Dead {
@@ -634,10 +631,10 @@ impl<I: Identity> Node<I> {
         let Some(m) = self.members.get(member) else {
             return;
         };
-        if m.state.is_live() && incarnation < m.incarnation {
+        if m.state().is_live() && incarnation < m.incarnation {
             self.stats.stale_news += 1;
         }
-        if !m.state.is_live() || incarnation < m.incarnation {
+        if !m.state().is_live() || incarnation < m.incarnation {
             return;
         }
         // Never let one observer convict: the verdict must rest on enough accusers.
@@ -676,7 +673,7 @@ impl<I: Identity> Node<I> {
         let Some(m) = self.members.get(member) else {
             return;
         };
-        if m.state == MemberState::Left || incarnation < m.incarnation {
+        if m.state() == MemberState::Left || incarnation < m.incarnation {
             return;
         }
         self.members.get_mut(member).expect("known").incarnation = incarnation;
@@ -738,8 +735,8 @@ impl<I: Identity> Node<I> {
         tombs.sort_unstable();
         tombs.dedup();
         tombs.retain(|id| match self.members.get(id) {
-            Some(m) if !m.state.is_live() => {
-                if now.saturating_since(m.state_since) >= ttl {
+            Some(m) if !m.state().is_live() => {
+                if now.saturating_since(self.members.since(id)) >= ttl {
                     self.members.remove(id);
                     false
                 } else {

@@ -31,16 +31,29 @@ impl<I: Identity> Node<I> {
         // A snapshot is not news: no events (read `members()`), and the first
         // full-state sync is spread over the interval for the new size, so
         // that nodes restored together do not all sync at once.
+        let records = records.into_iter();
+        let expected = records.size_hint().0;
+        self.members.reserve(expected);
+        self.walk.reserve(expected);
         self.quiet = true;
+        self.defer_monitors = true;
         for r in records {
             self.merge_record(now, None, r);
         }
         self.quiet = false;
+        self.defer_monitors = false;
+        if self.monitors_dirty {
+            self.recompute_monitors();
+        }
         let interval = self.push_pull_interval().as_nanos() as u64;
         self.next_push_pull = now + Duration::from_nanos(self.rng.random_range(0..interval.max(1)));
     }
 
-    /// Every member known here, this node first, as sent in a full-state sync.
+    /// Every member known here, this node first, then the others in
+    /// identity order, as sent in a full-state sync. (The order is the
+    /// identities', not the member table's, so that how the table is laid
+    /// out never changes what goes on the wire, or in what order a receiver
+    /// merges it.)
     pub fn state_records(&self) -> Vec<MemberRecord<I>> {
         let mut out = Vec::with_capacity(self.members.len() + 1);
         out.push(MemberRecord {
@@ -53,13 +66,17 @@ impl<I: Identity> Node<I> {
             },
             meta: self.meta.to_vec(),
         });
-        for m in self.members.values() {
+        for (id, m, meta) in self.members.iter_meta() {
             out.push(MemberRecord {
-                id: m.id.clone(),
+                id: id.into_owned(),
                 incarnation: m.incarnation,
-                state: m.state.wire(),
-                meta: m.meta.to_vec(),
+                state: m.state().wire(),
+                meta: meta.to_vec(),
             });
+        }
+        let others = &mut out[1..];
+        if !others.is_sorted_by(|a, b| a.id <= b.id) {
+            others.sort_unstable_by(|a, b| a.id.cmp(&b.id));
         }
         out
     }
@@ -88,7 +105,7 @@ impl<I: Identity> Node<I> {
 
     pub(crate) fn seed_tick(&mut self, now: Time) {
         if (self.live == 0 || self.cut_off) && !self.seeds.is_empty() && !self.left {
-            if !self.in_fallback && self.members.values().any(|m| !m.state.is_live()) {
+            if !self.in_fallback && self.members.recs().any(|m| !m.state().is_live()) {
                 self.in_fallback = true;
                 self.push_event(Event::SeedFallback);
             }
@@ -138,7 +155,7 @@ impl<I: Identity> Node<I> {
         if self
             .members
             .get(&c)
-            .is_some_and(|m| m.state == MemberState::Dead)
+            .is_some_and(|m| m.state() == MemberState::Dead)
         {
             let seq = self.fresh_seq();
             let ping = Message::Ping {
@@ -192,14 +209,14 @@ impl<I: Identity> Node<I> {
                 self.apply_alive(now, &r.id, r.incarnation, Some(r.meta), about_sender);
             }
             WireState::Dead => {
-                if !self.members.contains_key(&r.id) && r.id != self.me {
+                if !self.members.contains(&r.id) && r.id != self.me {
                     return; // Never learn of a member through its death.
                 }
                 let accusers = self.cfg.corroboration as u8;
                 self.apply_dead(now, &r.id, r.incarnation, &declarer, accusers, false);
             }
             WireState::Left => {
-                if !self.members.contains_key(&r.id) && r.id != self.me {
+                if !self.members.contains(&r.id) && r.id != self.me {
                     return;
                 }
                 self.apply_left(now, &r.id, r.incarnation, about_sender);

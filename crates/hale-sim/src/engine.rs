@@ -14,6 +14,7 @@ use hale_core::{Channel, Config, Node, Time};
 use crate::id::SimId;
 use crate::net::Network;
 use crate::observe::Observer;
+use crate::timers::Timers;
 
 /// How the simulated cluster starts.
 #[derive(Debug, Clone)]
@@ -65,10 +66,6 @@ enum Ev {
         channel: Channel,
         bytes: Vec<u8>,
     },
-    Timer {
-        node: u32,
-        gen: u64,
-    },
     Traffic {
         node: u32,
         gen: u64,
@@ -88,7 +85,6 @@ enum Ev {
 struct Slot {
     node: Option<Node<SimId>>,
     status: Status,
-    timer_gen: u64,
     timer_at: Time,
     traffic_gen: u64,
     queued: Vec<(Channel, Vec<u8>)>,
@@ -100,6 +96,8 @@ pub struct Sim {
     now: Time,
     seq: u64,
     queue: BinaryHeap<Reverse<(Time, u64, usize)>>,
+    /// Node wake-ups, ordered with `queue` by (time, sequence number).
+    timers: Timers,
     payloads: Vec<Option<Ev>>,
     free: Vec<usize>,
     slots: Vec<Slot>,
@@ -128,6 +126,7 @@ impl Sim {
             now: Time::ZERO,
             seq: 0,
             queue: BinaryHeap::new(),
+            timers: Timers::default(),
             payloads: Vec::new(),
             free: Vec::new(),
             slots: Vec::new(),
@@ -155,7 +154,6 @@ impl Sim {
             sim.slots.push(Slot {
                 node: Some(node),
                 status: Status::Up,
-                timer_gen: 0,
                 timer_at: Time::NEVER,
                 traffic_gen: 0,
                 queued: Vec::new(),
@@ -269,7 +267,27 @@ impl Sim {
 
     /// Runs every event up to and including `until`.
     pub fn run_until(&mut self, until: Time) {
-        while let Some(Reverse((t, _, idx))) = self.queue.peek().copied() {
+        loop {
+            let ev = self.queue.peek().map(|Reverse((t, seq, _))| (*t, *seq));
+            let timer = self.timers.peek();
+            let timer_first = match (ev, timer) {
+                (Some(e), Some((t, seq, _))) => (t, seq) < e,
+                (None, Some(_)) => true,
+                (_, None) => false,
+            };
+            if timer_first {
+                let (t, _, node) = timer.expect("a timer is due");
+                if t > until {
+                    break;
+                }
+                self.timers.pop();
+                self.now = t;
+                self.timer(node);
+                continue;
+            }
+            let Some(Reverse((t, _, idx))) = self.queue.peek().copied() else {
+                break;
+            };
             if t > until {
                 break;
             }
@@ -280,6 +298,18 @@ impl Sim {
             self.step(ev);
         }
         self.now = self.now.max(until);
+    }
+
+    /// Node `node`'s wake-up is due.
+    fn timer(&mut self, node: u32) {
+        if self.slots[node as usize].status != Status::Up {
+            return;
+        }
+        let now = self.now;
+        if let Some(n) = self.slots[node as usize].node.as_mut() {
+            n.handle_timeout(now);
+        }
+        self.after_io(node);
     }
 
     /// Runs for `d` of virtual time.
@@ -303,17 +333,6 @@ impl Sim {
                 let now = self.now;
                 if let Some(n) = self.slots[node as usize].node.as_mut() {
                     n.handle_unreachable(now, &SimId(peer));
-                }
-                self.after_io(node);
-            }
-            Ev::Timer { node, gen } => {
-                let s = &self.slots[node as usize];
-                if s.timer_gen != gen || s.status != Status::Up {
-                    return;
-                }
-                let now = self.now;
-                if let Some(n) = self.slots[node as usize].node.as_mut() {
-                    n.handle_timeout(now);
                 }
                 self.after_io(node);
             }
@@ -434,10 +453,11 @@ impl Sim {
         let slot = &mut self.slots[i as usize];
         if next != slot.timer_at {
             slot.timer_at = next;
-            slot.timer_gen += 1;
-            let gen = slot.timer_gen;
-            if next != Time::NEVER {
-                self.push(next.max(now), Ev::Timer { node: i, gen });
+            if next == Time::NEVER {
+                self.timers.remove(i);
+            } else {
+                self.seq += 1;
+                self.timers.set(i, next.max(now), self.seq);
             }
         }
     }
@@ -609,7 +629,6 @@ impl Sim {
                     self.slots.push(Slot {
                         node: None,
                         status: Status::Crashed,
-                        timer_gen: 0,
                         timer_at: Time::NEVER,
                         traffic_gen: 0,
                         queued: Vec::new(),

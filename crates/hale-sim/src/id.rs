@@ -29,6 +29,16 @@ impl Identity for SimId {
     fn encoded_len(&self) -> usize {
         SIM_ID_LEN
     }
+
+    /// The node number itself: nodes keep their member tables as vectors
+    /// indexed by it (16 bytes a member instead of a hash map entry).
+    fn dense_index(&self) -> Option<u32> {
+        Some(self.0)
+    }
+
+    fn from_dense_index(index: u32) -> Option<Self> {
+        Some(SimId(index))
+    }
 }
 
 impl std::fmt::Display for SimId {

@@ -18,6 +18,7 @@ pub mod plot;
 pub mod report;
 pub mod runner;
 pub mod scenario;
+mod timers;
 
 pub use engine::{Action, Sim, SimConfig, Status, Truth};
 pub use id::SimId;

@@ -1,0 +1,81 @@
+//! The monitoring ring: where each member sits on it.
+
+use crate::identity::Identity;
+
+/// A member's position on the monitoring ring: stable across nodes.
+/// `buf` is scratch space, reused across calls.
+pub(crate) fn ring_position<I: Identity>(cluster: u64, id: &I, buf: &mut Vec<u8>) -> u64 {
+    buf.clear();
+    buf.extend_from_slice(&cluster.to_le_bytes());
+    id.encode(buf);
+    // Finalise with a splitmix step so that similar names spread over the ring.
+    let mut z = fnv1a_zero_runs(buf).wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The FNV-1a prime.
+const FNV_PRIME: u64 = 0x0100_0000_01b3;
+
+/// [`crate::wire::fnv1a`], equal on every input, but a run of `k` zero
+/// bytes costs one multiplication (by the prime to the `k`) instead of `k`
+/// dependent ones: identities padded with zeros (the simulator's) hash
+/// several times faster, and monitors are recomputed over every member.
+fn fnv1a_zero_runs(bytes: &[u8]) -> u64 {
+    let pow = |k: u32| {
+        let (mut p, mut b, mut e) = (1u64, FNV_PRIME, k);
+        while e > 0 {
+            if e & 1 == 1 {
+                p = p.wrapping_mul(b);
+            }
+            b = b.wrapping_mul(b);
+            e >>= 1;
+        }
+        p
+    };
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut zeros = 0u32;
+    for &b in bytes {
+        if b == 0 {
+            zeros += 1;
+            continue;
+        }
+        if zeros > 0 {
+            h = h.wrapping_mul(pow(zeros));
+            zeros = 0;
+        }
+        h = (h ^ u64::from(b)).wrapping_mul(FNV_PRIME);
+    }
+    if zeros > 0 {
+        h = h.wrapping_mul(pow(zeros));
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::fnv1a;
+
+    #[test]
+    fn fnv1a_with_zero_runs_equals_fnv1a() {
+        let mut x: u64 = 0x1234_5678_9abc_def1;
+        for len in 0..200 {
+            let bytes: Vec<u8> = (0..len)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    // Mostly zeros, in runs of every length.
+                    if x % 3 == 0 {
+                        (x >> 8) as u8
+                    } else {
+                        0
+                    }
+                })
+                .collect();
+            assert_eq!(fnv1a_zero_runs(&bytes), fnv1a(&bytes), "{bytes:?}");
+        }
+    }
+}

@@ -1,0 +1,189 @@
+//! Tests of the member table.
+
+use super::*;
+use crate::wire::{DecodeError, Reader};
+
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+struct Num(u32);
+
+impl Identity for Num {
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.0.to_le_bytes());
+    }
+    fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        Ok(Num(u32::from_le_bytes(r.array()?)))
+    }
+    fn encoded_len(&self) -> usize {
+        4
+    }
+    fn dense_index(&self) -> Option<u32> {
+        Some(self.0)
+    }
+    fn from_dense_index(index: u32) -> Option<Self> {
+        Some(Num(index))
+    }
+}
+
+#[test]
+fn a_record_takes_twelve_bytes() {
+    assert_eq!(std::mem::size_of::<Rec>(), 12);
+}
+
+#[test]
+fn record_fields_do_not_overwrite_each_other() {
+    let mut r = Rec::new(7, MemberState::Left);
+    r.set_health(255);
+    r.set(META_PENDING, true);
+    r.set_heard_raw(HEARD_MASK);
+    assert_eq!(r.state(), MemberState::Left);
+    r.set_state(MemberState::Suspect);
+    assert_eq!(
+        (
+            r.incarnation,
+            r.state(),
+            r.health(),
+            r.has(META_PENDING),
+            r.has(IN_WALK)
+        ),
+        (7, MemberState::Suspect, 255, true, false)
+    );
+    assert!(r.present());
+    assert_eq!(r.heard_raw(), HEARD_MASK);
+}
+
+#[test]
+fn last_heard_times_survive_a_move_of_the_epoch() {
+    let mut t: Table<Num> = Table::new();
+    for i in 0..3 {
+        t.insert(
+            &Num(i),
+            Rec::new(0, MemberState::Alive),
+            Box::new([]),
+            Time::ZERO,
+        );
+    }
+    let day = 86_400_000_000_000u64;
+    t.set_heard(&Num(0), Time::from_nanos(day));
+    t.set_heard(&Num(1), Time::from_nanos(30 * day));
+    let late = Time::from_nanos(30 * day + 5);
+    t.set_heard(&Num(2), late);
+    let heard = |t: &Table<Num>, i| t.heard(t.get(&Num(i)).expect("known"));
+    assert_eq!(heard(&t, 2), late);
+    assert_eq!(heard(&t, 1), Time::from_nanos(30 * day));
+    // Older than the epoch now: kept as the epoch, still heard.
+    assert!(heard(&t, 0) > Time::from_nanos(day) && heard(&t, 0) < late);
+    t.insert(
+        &Num(3),
+        Rec::new(0, MemberState::Alive),
+        Box::new([]),
+        Time::ZERO,
+    );
+    assert_eq!(heard(&t, 3), Time::ZERO);
+}
+
+#[test]
+fn dense_and_keyed_members_are_stored_found_and_forgotten() {
+    let mut t: Table<Num> = Table::new();
+    let far = Num(DENSE_LIMIT + 7);
+    for id in [Num(3), far.clone(), Num(0)] {
+        t.insert(
+            &id,
+            Rec::new(id.0 % 5, MemberState::Alive),
+            Box::new([]),
+            Time::ZERO,
+        );
+    }
+    assert_eq!(t.len(), 3);
+    assert_eq!(
+        t.get(&far).map(|r| r.incarnation),
+        Some((DENSE_LIMIT + 7) % 5)
+    );
+    assert!(t.get(&Num(1)).is_none());
+    t.set_meta(&far, Box::new([1, 2]));
+    t.set_since(&Num(3), Time::from_secs(4));
+    assert_eq!(t.meta(&far), &[1, 2]);
+    assert_eq!(t.since(&Num(3)), Time::from_secs(4));
+    assert_eq!(t.since(&Num(0)), Time::ZERO);
+    let order: Vec<u32> = t.iter().map(|(id, _)| id.0).collect();
+    assert_eq!(order, vec![0, 3, DENSE_LIMIT + 7]);
+    t.remove(&far);
+    t.remove(&Num(3));
+    assert_eq!(t.len(), 1);
+    assert!(t.get(&far).is_none());
+    assert_eq!(t.meta(&far), &[] as &[u8]);
+    // A slot freed by one member is not confused with another's.
+    let other = Num(DENSE_LIMIT + 9);
+    t.insert(
+        &other,
+        Rec::new(1, MemberState::Dead),
+        Box::new([]),
+        Time::ZERO,
+    );
+    assert!(t.get(&far).is_none());
+    assert_eq!(t.view(&other).map(|m| m.state), Some(MemberState::Dead));
+    assert_eq!(t.since(&Num(3)), Time::ZERO);
+}
+
+#[test]
+fn replay_state_is_stored_exactly_packed_or_not() {
+    let mut t: Table<Num> = Table::new();
+    let far = Num(DENSE_LIMIT + 1);
+    for id in [Num(0), Num(1), Num(2), far.clone()] {
+        t.insert(
+            &id,
+            Rec::new(0, MemberState::Alive),
+            Box::new([]),
+            Time::ZERO,
+        );
+    }
+    let small = Freshness {
+        known: true,
+        generation: 1,
+        offset_ms: 1,
+        at: Time::from_nanos(123_456_789),
+    };
+    let big = Freshness {
+        known: true,
+        generation: 1_764_000_000_000,
+        offset_ms: -40_000,
+        at: Time::from_nanos(5),
+    };
+    assert_eq!(t.fresh(&Num(0)), Some(Freshness::default()));
+    assert_eq!(t.fresh(&Num(9)), None);
+    for (id, f) in [(Num(0), small), (Num(1), big), (far.clone(), small)] {
+        t.set_fresh(&id, f, Some(f.at));
+        assert_eq!(t.fresh(&id), Some(f));
+    }
+    assert_eq!(t.dense_fresh[0] & F_BIG, 0, "packed");
+    // From the side map back to the packed form, and away on removal.
+    t.set_fresh(&Num(1), small, Some(small.at));
+    assert_eq!(t.fresh(&Num(1)), Some(small));
+    assert!(!t.fresh_big.contains_key(&1));
+    // Heard from without a judged packet (an ack through a relay): the
+    // state keeps its own time.
+    t.set_heard(&Num(1), Time::from_secs(9));
+    assert_eq!(t.fresh(&Num(1)), Some(small));
+    // Judged without being heard from (a late packet).
+    let late = Freshness {
+        at: Time::from_secs(10),
+        ..small
+    };
+    t.set_fresh(&Num(1), late, None);
+    assert_eq!(t.fresh(&Num(1)), Some(late));
+    t.set_fresh(&Num(1), small, Some(small.at));
+    t.set_fresh(&Num(2), big, None);
+    t.remove(&Num(2));
+    t.insert(
+        &Num(2),
+        Rec::new(0, MemberState::Alive),
+        Box::new([]),
+        Time::ZERO,
+    );
+    assert_eq!(t.fresh(&Num(2)), Some(Freshness::default()));
+    // A move of the epoch keeps every value exact.
+    let day = 86_400_000_000_000u64;
+    t.set_heard(&Num(0), Time::from_nanos(40 * day));
+    for id in [Num(0), Num(1), far] {
+        assert_eq!(t.fresh(&id), Some(small));
+    }
+}
