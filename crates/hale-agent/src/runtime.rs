@@ -32,6 +32,12 @@ const MAX_IN_STREAMS: usize = 64;
 pub const MAX_IN_PER_SOURCE: usize = 16;
 /// Most bytes of stream frames being read or waiting for the driver.
 pub const STREAM_BUDGET: usize = 48 * 1024 * 1024;
+/// Largest first frame of a connection read before anything on it has
+/// authenticated (with a keyring). A larger frame (a full-state sync of a
+/// big cluster) follows a small sealed preamble frame on its connection.
+pub const FIRST_FRAME_MAX: usize = 64 * 1024;
+/// Associated data of the preamble's seal: it never opens as gossip.
+pub const PREAMBLE_AAD: &[u8] = b"hale stream preamble v1";
 /// Inbound stream frames waiting for the core.
 const STREAM_QUEUE: usize = 256;
 /// How long a stream connection may take to connect, or to deliver its frame.
@@ -522,6 +528,13 @@ impl Driver {
             return;
         };
         let shared = self.shared.clone();
+        // A frame too large to be read before authentication goes after a
+        // sealed preamble that authenticates the connection.
+        let preamble = self
+            .keyring
+            .as_ref()
+            .filter(|_| bytes.len() > FIRST_FRAME_MAX)
+            .map(|k| k.current().seal_with(PREAMBLE_AAD, b""));
         tokio::spawn(async move {
             let r = tokio::time::timeout(STREAM_TIMEOUT, async {
                 let mut s = TcpStream::connect(to).await.inspect_err(|e| {
@@ -530,6 +543,10 @@ impl Driver {
                         shared.note_refused(to);
                     }
                 })?;
+                if let Some(p) = preamble {
+                    s.write_all(&(p.len() as u32).to_be_bytes()).await?;
+                    s.write_all(&p).await?;
+                }
                 s.write_all(&(bytes.len() as u32).to_be_bytes()).await?;
                 s.write_all(&bytes).await?;
                 s.shutdown().await
@@ -573,7 +590,10 @@ impl Drop for SourceSlot {
 
 /// Accepts stream connections and queues their frames for the driver.
 ///
-/// Bounded before authenticated: at most [`MAX_IN_STREAMS`] connections
+/// Bounded before authenticated: with a keyring, the first frame of a
+/// connection is at most [`FIRST_FRAME_MAX`] bytes and must open, as
+/// gossip or as the sealed preamble that lets one larger frame follow (a
+/// big full-state sync). At most [`MAX_IN_STREAMS`] connections
 /// are read at once, at most [`MAX_IN_PER_SOURCE`] from one address (other
 /// than this host's own), each
 /// within [`STREAM_TIMEOUT`]; a frame's bytes are taken from a budget of
@@ -628,39 +648,39 @@ async fn accept_streams(
         tokio::spawn(async move {
             let _source = source;
             let r = tokio::time::timeout(STREAM_TIMEOUT, async {
-                let mut len = [0u8; 4];
-                sock.read_exact(&mut len).await?;
-                let len = u32::from_be_bytes(len) as usize;
-                if len > limit {
-                    return Err(Refused::TooLarge);
-                }
-                let Ok(share) = budget.try_acquire_many_owned(len.max(1) as u32) else {
-                    return Err(Refused::Budget);
+                let Some(k) = &keys else {
+                    // Plaintext (insecure_plaintext): nothing authenticates.
+                    let (body, share) = read_frame(&mut sock, limit, &budget).await?;
+                    return Ok((body, share));
                 };
-                let mut body = vec![0u8; len];
-                sock.read_exact(&mut body).await?;
-                Ok((body, share))
+                let (first, share) = read_frame(&mut sock, FIRST_FRAME_MAX, &budget).await?;
+                let ring = k.current();
+                match ring.open(&first) {
+                    Ok(plain) => return Ok((plain, share)),
+                    Err(crate::keyring::OpenError::Malformed) => return Err(Refused::Malformed),
+                    Err(crate::keyring::OpenError::Auth) => {}
+                }
+                if ring.open_with(PREAMBLE_AAD, &first).is_err() {
+                    return Err(Refused::Auth);
+                }
+                drop(share);
+                let (body, share) = read_frame(&mut sock, limit, &budget).await?;
+                match ring.open(&body) {
+                    Ok(plain) => Ok((plain, share)),
+                    Err(crate::keyring::OpenError::Malformed) => Err(Refused::Malformed),
+                    Err(crate::keyring::OpenError::Auth) => Err(Refused::Auth),
+                }
             })
             .await;
-            let (body, share) = match r {
+            let (plain, share) = match r {
                 Ok(Ok(x)) => x,
                 Ok(Err(Refused::Budget)) => return refuse(&shared.counters.streams_in_budget),
                 Ok(Err(Refused::TooLarge)) => return refuse(&shared.counters.streams_in_oversize),
+                Ok(Err(Refused::Auth)) => return refuse(&shared.counters.auth_failed),
+                Ok(Err(Refused::Malformed)) => return refuse(&shared.counters.seal_malformed),
                 Ok(Err(Refused::Io)) | Err(_) => return refuse(&shared.counters.stream_errors),
             };
             drop(permit);
-            let plain = match &keys {
-                None => body,
-                Some(k) => match k.current().open(&body) {
-                    Ok(p) => p,
-                    Err(crate::keyring::OpenError::Auth) => {
-                        return refuse(&shared.counters.auth_failed)
-                    }
-                    Err(crate::keyring::OpenError::Malformed) => {
-                        return refuse(&shared.counters.seal_malformed)
-                    }
-                },
-            };
             let frame = Frame {
                 plain,
                 _budget: share,
@@ -674,12 +694,38 @@ async fn accept_streams(
 
 /// Why a stream frame was not read.
 enum Refused {
-    /// It announced more than a frame may hold.
+    /// It announced more than a frame may hold (at most
+    /// [`FIRST_FRAME_MAX`] before the connection authenticated).
     TooLarge,
     /// The budget of unhandled frame bytes is spent.
     Budget,
+    /// No key of the ring opens it.
+    Auth,
+    /// Not a sealed frame.
+    Malformed,
     /// The connection failed.
     Io,
+}
+
+/// Reads one length-prefixed frame of at most `cap` bytes, its bytes taken
+/// from `budget` before they are allocated.
+async fn read_frame(
+    sock: &mut TcpStream,
+    cap: usize,
+    budget: &Arc<Semaphore>,
+) -> Result<(Vec<u8>, tokio::sync::OwnedSemaphorePermit), Refused> {
+    let mut len = [0u8; 4];
+    sock.read_exact(&mut len).await?;
+    let len = u32::from_be_bytes(len) as usize;
+    if len > cap {
+        return Err(Refused::TooLarge);
+    }
+    let Ok(share) = budget.clone().try_acquire_many_owned(len.max(1) as u32) else {
+        return Err(Refused::Budget);
+    };
+    let mut body = vec![0u8; len];
+    sock.read_exact(&mut body).await?;
+    Ok((body, share))
 }
 
 impl From<std::io::Error> for Refused {

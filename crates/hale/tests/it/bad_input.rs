@@ -288,3 +288,76 @@ fn an_agent_fed_garbage_stream_frames_stays_up_and_counts_them() {
         );
     }
 }
+
+#[test]
+fn a_first_stream_frame_over_64_kib_is_refused_unless_a_sealed_preamble_opens_the_connection() {
+    let c = Cluster::start("preamble", 2);
+    c.wait_formed(Duration::from_secs(30));
+    let target = &c.agents[0];
+    let ring = Keyring::new(Key::from_base64(&c.key).unwrap(), Vec::new());
+    let stranger = Keyring::new(Key::generate(), Vec::new());
+    let kind = |k: &str| {
+        metric(
+            &target.metrics().unwrap(),
+            "hale_stream_errors_total",
+            &[&format!("kind=\"{k}\"")],
+        )
+    };
+    let counter = |name: &str| metric(&target.metrics().unwrap(), name, &[]);
+    let frame = |s: &mut TcpStream, body: &[u8]| {
+        let _ = s.write_all(&(body.len() as u32).to_be_bytes());
+        let _ = s.write_all(body);
+    };
+    let connect = || TcpStream::connect_timeout(&target.gossip, Duration::from_secs(2)).unwrap();
+    // 200 KiB sealed with the cluster key, its plaintext junk for the core.
+    let big = ring.seal(&vec![0x42u8; 200 * 1024]);
+    // Alone, as the first frame: refused before it is read.
+    let oversize = kind("in_refused_oversize");
+    let mut s = connect();
+    frame(&mut s, &big);
+    drop(s);
+    wait_until(
+        Duration::from_secs(10),
+        "the oversize first frame to be refused",
+        || kind("in_refused_oversize") > oversize,
+    );
+    // After a preamble sealed by a stranger: refused, unread.
+    let auth = metric(
+        &target.metrics().unwrap(),
+        "hale_dropped_packets_total",
+        &["reason=\"auth_failed\""],
+    );
+    let mut s = connect();
+    frame(
+        &mut s,
+        &stranger.seal_with(hale_agent::runtime::PREAMBLE_AAD, b""),
+    );
+    frame(&mut s, &big);
+    drop(s);
+    wait_until(
+        Duration::from_secs(10),
+        "the forged preamble to be refused",
+        || {
+            metric(
+                &target.metrics().unwrap(),
+                "hale_dropped_packets_total",
+                &["reason=\"auth_failed\""],
+            ) > auth
+        },
+    );
+    // After the cluster's preamble: read, opened and handed to the core.
+    let streams_in = counter("hale_streams_in_total");
+    let mut s = connect();
+    frame(
+        &mut s,
+        &ring.seal_with(hale_agent::runtime::PREAMBLE_AAD, b""),
+    );
+    frame(&mut s, &big);
+    drop(s);
+    wait_until(
+        Duration::from_secs(10),
+        "the large frame to reach the core",
+        || counter("hale_streams_in_total") > streams_in,
+    );
+    assert_eq!(view(&c.agents[1]).unwrap()[&target.name], "alive");
+}
