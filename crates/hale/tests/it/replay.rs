@@ -1,10 +1,10 @@
 //! An attacker on the network records a member's sealed packets, and once
-//! the member has died, takes over its port and replays them to everyone,
-//! again and again. Replays are dropped and counted, and the death is still
+//! the member has died (frozen, so that only silence can convict it),
+//! replays them to everyone, again and again. Replays are dropped and counted, and the death is still
 //! declared on time.
 
 use std::io::Read;
-use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -85,17 +85,13 @@ fn a_dead_members_replayed_packets_are_dropped_and_its_death_is_declared_on_time
         .iter()
         .map(|a| dropped_as_replays(&a.metrics().unwrap()))
         .sum();
-    // It dies; the attacker takes its port at once, UDP and TCP (so no
-    // probe meets a closed port: only silence can convict) and replays everything it recorded, to everyone, every
-    // 100 ms: its last packets, sent moments before it died, first.
-    victim.signal(Signal::SIGKILL);
-    let (attacker, _listener) =
-        wait_for(Duration::from_secs(2), "the victim's port to free", || {
-            Some((
-                UdpSocket::bind(gossip).ok()?,
-                TcpListener::bind(gossip).ok()?,
-            ))
-        });
+    // It dies without a trace: frozen (SIGSTOP), its port still bound, so no
+    // probe meets a closed port and only silence can convict. The attacker,
+    // from an address of its own (the seal says who sent a packet, not the
+    // source address), replays everything it recorded to everyone every
+    // 100 ms, its last packets, sent moments before the freeze, first.
+    victim.signal(Signal::SIGSTOP);
+    let attacker = UdpSocket::bind("127.0.0.1:0").unwrap();
     let killed = Instant::now();
     let replaying = Arc::new(AtomicBool::new(true));
     let replayer = {
@@ -132,6 +128,10 @@ fn a_dead_members_replayed_packets_are_dropped_and_its_death_is_declared_on_time
                 .then(|| killed.elapsed())
         },
     );
+    // Replay for at least 3 s in all, so that the count below means something.
+    if let Some(rest) = Duration::from_secs(3).checked_sub(killed.elapsed()) {
+        std::thread::sleep(rest); // the replay's minimum length, not a wait for a condition
+    }
     replaying.store(false, Ordering::Relaxed);
     let sent = replayer.join().unwrap();
     let after: f64 = observers
