@@ -586,3 +586,28 @@ async fn start_roles(
     out.client = Some(client);
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // In tests a panic is the failure report.
+    use super::*;
+
+    #[test]
+    fn a_generation_grows_across_restarts_even_when_the_clock_is_set_back() {
+        let dir = std::env::temp_dir().join(format!("hale-generation-{}", std::process::id()));
+        let first = generation(Some(&dir));
+        assert!(
+            generation(Some(&dir)) > first,
+            "a second start in the same ms"
+        );
+        // The last run stamped a generation an hour ahead of this clock (the
+        // clock was set back since): this run still comes after it.
+        let ahead = first + 3_600_000;
+        std::fs::write(dir.join(GENERATION_FILE), format!("{ahead}\n")).unwrap();
+        assert_eq!(generation(Some(&dir)), ahead + 1);
+        assert_eq!(generation(Some(&dir)), ahead + 2);
+        // Without a state directory: the wall clock alone.
+        assert!(generation(None) >= first);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
