@@ -158,6 +158,10 @@ pub struct MembershipSection {
     #[serde(default, with = "humantime_serde")]
     pub probe_interval: Option<Duration>,
     #[serde(default, with = "humantime_serde")]
+    pub walk_interval: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    pub monitor_interval: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
     pub probe_timeout: Option<Duration>,
     pub indirect_probes: Option<usize>,
     pub stream_fallback_probe: Option<bool>,
@@ -568,6 +572,8 @@ impl MembershipSection {
         }
         set!(
             probe_interval,
+            walk_interval,
+            monitor_interval,
             probe_timeout,
             indirect_probes,
             stream_fallback_probe,

@@ -51,9 +51,19 @@ pub struct Config {
     /// Seed of the node's random generator (probe order, gossip targets).
     /// Give every node a different one.
     pub rng_seed: u64,
-    /// Time between probe periods. Each period visits the next member of the
-    /// randomized round-robin walk and every quiet monitored member.
+    /// The probe period: a probe that has no ack (directly or through
+    /// indirect probers) this long after its ping fails.
     pub probe_interval: Duration,
+    /// Time between visits of the randomized round-robin walk (each probes
+    /// the walk's next member unless it was heard from within a probe
+    /// interval). The walk finds what the ring monitors cannot (a member
+    /// whose neighbours all failed with it, one-way paths) and spreads news;
+    /// the monitors bound the time to the first probe of a failed member.
+    pub walk_interval: Duration,
+    /// How long a ring neighbour may stay quiet before it is pinged (see
+    /// `monitors`): the bound on the time from a member's last packet to
+    /// its first probe.
+    pub monitor_interval: Duration,
     /// How long a direct ping waits for its ack before indirect probes start.
     pub probe_timeout: Duration,
     /// Members asked to ping the target on our behalf when the direct ping fails.
@@ -61,9 +71,11 @@ pub struct Config {
     /// Also ping over the stream channel (TCP) when the direct ping fails,
     /// so that datagram-only loss does not make a member look dead.
     pub stream_fallback_probe: bool,
-    /// Members each node watches every period, chosen on a hash ring so that
-    /// every member has exactly this many watchers. They bound the time to the
-    /// first probe of a crashed member to one period, whatever the size.
+    /// Ring neighbours on each side. Each node pings its `monitors` closest
+    /// predecessors on a hash ring whenever one is quiet for a
+    /// `monitor_interval`, and expects its `monitors` closest successors to
+    /// ping it: every member has `2 × monitors` watchers for `monitors`
+    /// exchanges a period, whatever the cluster's size. 0 turns them off.
     pub monitors: usize,
     /// Skip probing a member heard from (any packet or application traffic)
     /// within the last probe interval: the saving under load.
@@ -187,6 +199,13 @@ impl Config {
     /// The knobs of `profile`, with cluster `"hale"` and RNG seed 0.
     pub fn new(profile: Profile) -> Config {
         let ms = Duration::from_millis;
+        // Lan and local: neighbours pinged after 0.75 s of quiet, the walk
+        // every 2 s (about 3.7 packets a second per node when idle); wan:
+        // both at the probe interval.
+        let (walk, monitor) = match profile {
+            Profile::Lan | Profile::Local => (ms(2000), ms(750)),
+            Profile::Wan => (ms(5000), ms(5000)),
+        };
         let (interval, timeout, smin, smax, gossip, pp, dead_gossip) = match profile {
             Profile::Lan => (
                 ms(1000),
@@ -220,15 +239,17 @@ impl Config {
             cluster: "hale".to_owned(),
             rng_seed: 0,
             probe_interval: interval,
+            walk_interval: walk,
+            monitor_interval: monitor,
             probe_timeout: timeout,
             indirect_probes: 3,
             stream_fallback_probe: true,
-            monitors: 3,
+            monitors: 1,
             skip_fresh: true,
             awareness_max: 8,
             suspicion_min: smin,
             suspicion_max: smax,
-            expected_confirmations: 2,
+            expected_confirmations: 1,
             closed_port_evidence: true,
             closed_port_min: Duration::ZERO,
             corroboration: 2,
@@ -272,6 +293,8 @@ impl Config {
         }
         nonzero("probe_interval", self.probe_interval)?;
         nonzero("probe_timeout", self.probe_timeout)?;
+        nonzero("walk_interval", self.walk_interval)?;
+        nonzero("monitor_interval", self.monitor_interval)?;
         nonzero("gossip_interval", self.gossip_interval)?;
         nonzero("push_pull_interval", self.push_pull_interval)?;
         nonzero("seed_retry_interval", self.seed_retry_interval)?;

@@ -35,6 +35,7 @@ mod freshness;
 pub mod identity;
 mod isolation;
 pub mod member;
+mod monitor;
 mod node;
 mod probe;
 mod ring;

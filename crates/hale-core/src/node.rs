@@ -114,8 +114,14 @@ pub struct Node<I: Identity> {
     pub(crate) walk: Vec<I>,
     pub(crate) walk_pos: usize,
     pub(crate) walk_round: u64,
+    /// Ring neighbours before this node: pinged when quiet for a monitor interval.
     pub(crate) monitored: Vec<I>,
-    pub(crate) monitor_horizon: u64,
+    /// Ring neighbours after this node (they ping it): pinged when quiet longer.
+    pub(crate) watchers: Vec<I>,
+    /// When each of `monitored`, then `watchers`, was last pinged by turn.
+    pub(crate) monitor_pinged: Vec<Time>,
+    /// Ring distance of the farthest neighbour before and after (MAX when short).
+    pub(crate) monitor_horizon: (u64, u64),
     pub(crate) probes: Vec<Probe<I>>,
     pub(crate) relays: Vec<Relay<I>>,
     pub(crate) next_seq: u32,
@@ -173,7 +179,7 @@ impl<I: Identity> Node<I> {
         let mut scratch = Vec::with_capacity(128);
         let my_ring = ring_position(cluster, &me, &mut scratch);
         // Random phases so that nodes started together do not probe in lockstep.
-        let probe_phase = rng.random_range(0..cfg.probe_interval.as_nanos() as u64);
+        let probe_phase = rng.random_range(0..cfg.walk_interval.as_nanos() as u64);
         let pp_phase = rng.random_range(0..cfg.push_pull_interval.as_nanos() as u64);
         let rc_phase = rng.random_range(0..cfg.reconnect_interval.as_nanos() as u64);
         Ok(Node {
@@ -190,7 +196,9 @@ impl<I: Identity> Node<I> {
             walk_pos: 0,
             walk_round: 0,
             monitored: Vec::new(),
-            monitor_horizon: u64::MAX,
+            watchers: Vec::new(),
+            monitor_pinged: Vec::new(),
+            monitor_horizon: (u64::MAX, u64::MAX),
             probes: Vec::new(),
             relays: Vec::new(),
             next_seq: 1,
@@ -275,9 +283,16 @@ impl<I: Identity> Node<I> {
         self.live
     }
 
-    /// The members this node watches every period (its ring predecessors).
+    /// The ring neighbours this node pings when they are quiet for a
+    /// monitor interval (its predecessors).
     pub fn monitored(&self) -> &[I] {
         &self.monitored
+    }
+
+    /// The ring neighbours that ping this node (its successors); it pings
+    /// them only when they stay quiet longer than expected.
+    pub fn watchers(&self) -> &[I] {
+        &self.watchers
     }
 
     /// News waiting to be gossiped.
@@ -498,6 +513,7 @@ impl<I: Identity> Node<I> {
         if now >= self.next_probe {
             self.probe_tick(now);
         }
+        self.monitor_tick(now);
         self.probe_deadlines(now);
         self.suspicion_deadlines(now);
         if now >= self.next_gossip {
@@ -526,6 +542,7 @@ impl<I: Identity> Node<I> {
     fn next_deadline(&self) -> Time {
         let mut t = self
             .next_probe
+            .min(self.next_monitor_due())
             .min(self.next_push_pull)
             .min(self.next_reconnect)
             .min(self.next_reap);

@@ -10,7 +10,6 @@ use crate::event::{Event, ProbeVisit};
 use crate::identity::Identity;
 use crate::member::MemberState;
 use crate::node::Node;
-use crate::ring::ring_position;
 use crate::table::IN_WALK;
 use crate::time::Time;
 use crate::wire::{Channel, Message};
@@ -22,6 +21,9 @@ pub(crate) struct Probe<I> {
     pub(crate) started: Time,
     pub(crate) target: I,
     pub(crate) target_inc: u32,
+    /// When the ping is sent once more if no ack came (`NEVER` once done):
+    /// a lost datagram costs one packet, not a round of indirect probes.
+    pub(crate) retry_at: Time,
     pub(crate) direct_deadline: Time,
     pub(crate) final_deadline: Time,
     pub(crate) indirect: bool,
@@ -34,7 +36,7 @@ impl<I> Probe<I> {
         if self.indirect {
             self.final_deadline
         } else {
-            self.direct_deadline
+            self.direct_deadline.min(self.retry_at)
         }
     }
 }
@@ -62,27 +64,12 @@ impl<I> Relay<I> {
 }
 
 impl<I: Identity> Node<I> {
-    /// One probe period: the next member of the walk, and every quiet monitored member.
+    /// One period of the randomized round-robin walk: its next member is
+    /// probed unless it was heard from within a probe interval.
     pub(crate) fn probe_tick(&mut self, now: Time) {
-        self.next_probe = now + self.scaled(self.cfg.probe_interval);
+        self.next_probe = now + self.scaled(self.cfg.walk_interval);
         if self.left {
             return;
-        }
-        // Read the monitored members' records before acting on any, and
-        // touch the walk's next member: independent loads that the processor
-        // overlaps (in a simulator of 10,000 nodes each is a cache miss).
-        // Nothing the walk does below changes what they read.
-        let half = self.cfg.probe_interval / 2;
-        let mut quiet = 0u32; // Bit i: monitored[i] is live and not fresh.
-        debug_assert!(self.monitored.len() <= 32, "config caps monitors at 16");
-        for (i, t) in self.monitored.iter().enumerate() {
-            let live = self.members.get(t).is_some_and(|m| m.state().is_live());
-            if live && !self.is_fresh(t, now, half) {
-                quiet |= 1 << i;
-            }
-        }
-        if let Some(next) = self.walk.get(self.walk_pos) {
-            std::hint::black_box(self.members.get(next).map(|m| m.incarnation));
         }
         if let Some(target) = self.next_walk_target() {
             let outcome = if self.is_fresh(&target, now, self.cfg.probe_interval) {
@@ -101,21 +88,11 @@ impl<I: Identity> Node<I> {
                 });
             }
         }
-        for i in 0..self.monitored.len() {
-            if quiet & (1 << i) == 0 {
-                continue;
-            }
-            let target = self.monitored[i].clone();
-            if !self.probes.iter().any(|p| p.target == target) {
-                self.start_probe(now, &target);
-            }
-        }
     }
 
     /// Heard from within `window`, alive, and not itself reporting poor
-    /// health (a node that cannot receive still sends). The round-robin walk
-    /// uses a whole probe interval; monitors use half, so that a member that
-    /// froze right after speaking is probed within half a period.
+    /// health (a node that cannot receive still sends): the round-robin walk
+    /// skips such a member.
     fn is_fresh(&self, id: &I, now: Time, window: std::time::Duration) -> bool {
         self.cfg.skip_fresh
             && self.members.get(id).is_some_and(|m| {
@@ -184,53 +161,6 @@ impl<I: Identity> Node<I> {
         self.walk.swap(pos, last);
     }
 
-    /// Recomputes the monitored set if a change of `id` can affect it.
-    pub(crate) fn monitors_changed(&mut self, id: &I) {
-        let Some(m) = self.members.get(id) else {
-            return;
-        };
-        if self.defer_monitors {
-            self.monitors_dirty = true;
-            return;
-        }
-        let relevant = if m.state().is_live() {
-            self.monitored.len() < self.cfg.monitors || {
-                let ring = ring_position(self.cluster, id, &mut self.scratch);
-                self.my_ring.wrapping_sub(ring) < self.monitor_horizon
-            }
-        } else {
-            self.monitored.contains(id)
-        };
-        if relevant {
-            self.recompute_monitors();
-        }
-    }
-
-    /// The `monitors` live members closest before this node on the ring.
-    pub(crate) fn recompute_monitors(&mut self) {
-        self.monitors_dirty = false;
-        let k = self.cfg.monitors;
-        let mut best: Vec<(u64, I)> = Vec::with_capacity(k + 1);
-        for (id, m) in self.members.iter() {
-            if !m.state().is_live() {
-                continue;
-            }
-            let ring = ring_position(self.cluster, &*id, &mut self.scratch);
-            let d = self.my_ring.wrapping_sub(ring);
-            if best.len() < k || best.last().is_some_and(|(bd, _)| d < *bd) {
-                let pos = best.partition_point(|(bd, _)| *bd <= d);
-                best.insert(pos, (d, id.into_owned()));
-                best.truncate(k);
-            }
-        }
-        self.monitor_horizon = if best.len() < k {
-            u64::MAX
-        } else {
-            best.last().map_or(u64::MAX, |(d, _)| *d)
-        };
-        self.monitored = best.into_iter().map(|(_, id)| id).collect();
-    }
-
     pub(crate) fn start_probe(&mut self, now: Time, target: &I) {
         let Some(m) = self.members.get(target) else {
             return;
@@ -239,12 +169,14 @@ impl<I: Identity> Node<I> {
         let target_inc = m.incarnation;
         let seq = self.next_seq();
         self.stats.probes += 1;
+        let timeout = self.scaled(self.cfg.probe_timeout);
         self.probes.push(Probe {
             seq,
             started: now,
             target: target.clone(),
             target_inc,
-            direct_deadline: now + self.scaled(self.cfg.probe_timeout),
+            retry_at: now + timeout / 2,
+            direct_deadline: now + timeout,
             final_deadline: now + self.scaled(self.cfg.probe_interval),
             indirect: false,
             expected_nacks: 0,
@@ -272,6 +204,21 @@ impl<I: Identity> Node<I> {
     pub(crate) fn probe_deadlines(&mut self, now: Time) {
         let mut i = 0;
         while i < self.probes.len() {
+            let p = &mut self.probes[i];
+            if !p.indirect && now >= p.retry_at && now < p.direct_deadline {
+                p.retry_at = Time::NEVER;
+                let (seq, target) = (p.seq, p.target.clone());
+                let suspected = self
+                    .members
+                    .get(&target)
+                    .and_then(|m| (m.state() == MemberState::Suspect).then_some(m.incarnation));
+                let ping = Message::Ping {
+                    seq,
+                    target: target.clone(),
+                    suspected,
+                };
+                self.send(target, Channel::Datagram, vec![ping]);
+            }
             let p = &self.probes[i];
             if !p.indirect && now >= p.direct_deadline {
                 self.start_indirect(i);
@@ -333,11 +280,13 @@ impl<I: Identity> Node<I> {
 
     fn probe_failed(&mut self, now: Time, p: Probe<I>) {
         self.stats.probe_failures += 1;
-        // Lifeguard: missing nacks mean *we* may be the problem.
-        let delta = if p.expected_nacks > 0 {
-            p.expected_nacks.saturating_sub(p.nacks) as i32
-        } else {
-            1
+        // Lifeguard: missing nacks mean *we* may be the problem; every relay
+        // answering proves that we can send and receive (a node whose ring
+        // neighbours all failed hears no acks, and must still recover).
+        let delta = match p.expected_nacks {
+            0 => 1,
+            n if p.nacks >= n => -1,
+            n => (n - p.nacks) as i32,
         };
         self.bump_health(delta);
         if self.cut_off || p.started < self.back_at {
@@ -353,6 +302,14 @@ impl<I: Identity> Node<I> {
             let (target, inc, health) = (p.target.clone(), m.incarnation, self.health);
             let me = self.me.clone();
             self.apply_suspect(now, &target, inc, &me, health);
+            // The member has been silent since the ping went out: the
+            // suspicion time runs from there, not from the probe's end.
+            if let Some(s) = self.suspicions.get_mut(&target) {
+                if s.accused_at == Some(now) {
+                    s.accused_at = Some(p.started);
+                    self.rearm(&target, now);
+                }
+            }
             self.verification_failed(now, &target);
         }
     }

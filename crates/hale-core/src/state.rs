@@ -86,6 +86,8 @@ impl<I: Identity> Node<I> {
                 self.monitors_changed(id);
                 self.in_fallback = false;
             }
+            // Suspected or cleared: the ring neighbours may change.
+            (true, true) if was_suspect != is_suspect => self.monitors_changed(id),
             _ => {}
         }
         if state != MemberState::Suspect {

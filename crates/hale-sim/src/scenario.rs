@@ -133,6 +133,8 @@ impl From<ProfileName> for Profile {
 #[allow(missing_docs)] // Each field is the `hale_core::Config` field of the same name.
 pub struct ConfigOverrides {
     pub probe_interval: Option<Dur>,
+    pub walk_interval: Option<Dur>,
+    pub monitor_interval: Option<Dur>,
     pub probe_timeout: Option<Dur>,
     pub indirect_probes: Option<usize>,
     pub stream_fallback_probe: Option<bool>,
@@ -173,7 +175,7 @@ impl ConfigOverrides {
     pub fn apply(&self, cfg: &mut Config) {
         let o = self;
         apply!(cfg, o;
-            dur: probe_interval, probe_timeout, suspicion_min, suspicion_max, accusation_window,
+            dur: probe_interval, walk_interval, monitor_interval, probe_timeout, suspicion_min, suspicion_max, accusation_window,
                  gossip_interval, gossip_to_dead, push_pull_interval, seed_retry_interval,
                  reconnect_interval, tombstone_ttl, pause_threshold;
             val: indirect_probes, stream_fallback_probe, monitors, skip_fresh, awareness_max,

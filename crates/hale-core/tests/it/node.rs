@@ -32,12 +32,22 @@ fn packet_from(from: &NodeId, inc: u32, health: u8, messages: Vec<Message<NodeId
     .encode()
 }
 
+/// Runs `n`'s timers until it sends something (its first probe): the time, and what it sent.
+fn until_first_send(n: &mut Node<NodeId>) -> (Time, Vec<hale_core::Transmit<NodeId>>) {
+    loop {
+        let t = n.poll_timeout().unwrap();
+        n.handle_timeout(t);
+        let sent = drain(n);
+        if !sent.is_empty() {
+            return (t, sent);
+        }
+    }
+}
+
 #[test]
 fn a_probe_period_sends_one_ping_and_the_ack_closes_it() {
     let (all, mut nodes) = cluster_of(2);
-    let t = nodes[0].poll_timeout().unwrap();
-    nodes[0].handle_timeout(t);
-    let sent = drain(&mut nodes[0]);
+    let (t, sent) = until_first_send(&mut nodes[0]);
     assert_eq!(sent.len(), 1);
     assert_eq!(sent[0].to, all[1]);
     assert_eq!(sent[0].channel, Channel::Datagram);
@@ -69,11 +79,15 @@ fn a_probe_period_sends_one_ping_and_the_ack_closes_it() {
 fn an_unanswered_ping_asks_three_others_and_a_stream_ping_then_suspects() {
     let (all, mut nodes) = cluster_of(5);
     let a = &mut nodes[0];
-    let t = a.poll_timeout().unwrap();
-    a.handle_timeout(t);
-    let ping = drain(a).remove(0);
+    let (t, mut sent) = until_first_send(a);
+    let ping = sent.remove(0);
     let target = ping.to.clone();
-    // No ack. At the probe timeout: ping-reqs to three relays, and a stream ping.
+    // No ack. At half the probe timeout, the same ping once more.
+    let again = run_timers(a, t + Duration::from_millis(250));
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].to, target);
+    assert_eq!(decode(&again[0]).messages, decode(&ping).messages);
+    // At the probe timeout: ping-reqs to three relays, and a stream ping.
     let out = run_timers(a, t + Duration::from_millis(500));
     let reqs: Vec<_> = out
         .iter()
@@ -121,9 +135,8 @@ fn an_unanswered_ping_asks_three_others_and_a_stream_ping_then_suspects() {
 fn indirect_probes_go_only_through_unsuspected_members() {
     let (all, mut nodes) = cluster_of(6);
     let a = &mut nodes[0];
-    let t = a.poll_timeout().unwrap();
-    a.handle_timeout(t);
-    let ping = drain(a).remove(0);
+    let (t, mut sent) = until_first_send(a);
+    let ping = sent.remove(0);
     let target = ping.to.clone();
     // Meanwhile two other members are suspected (by a healthy accuser).
     let others: Vec<&NodeId> = all[1..].iter().filter(|m| **m != target).collect();
@@ -164,14 +177,13 @@ fn indirect_probes_go_only_through_unsuspected_members() {
 fn missing_nacks_raise_local_health_and_slow_probing() {
     let (_, mut nodes) = cluster_of(5);
     let a = &mut nodes[0];
-    let t = a.poll_timeout().unwrap();
-    a.handle_timeout(t);
-    drain(a);
+    let (t, _) = until_first_send(a);
     run_timers(a, t + Duration::from_millis(1000));
     assert_eq!(a.local_health(), 3, "three nacks missing");
-    let next = a.poll_timeout().unwrap();
-    // The next period is scaled by health + 1.
-    assert!(next >= t + Duration::from_millis(1000) && next <= t + Duration::from_millis(4000));
+    // The walk's period (2 s) is scaled by health + 1: in the next 10 s a
+    // healthy node would start five probes; this one starts two.
+    run_timers(a, t + Duration::from_millis(10_500));
+    assert_eq!(a.stats().probes, 3, "{:?}", a.stats());
 }
 
 #[test]
@@ -491,14 +503,13 @@ fn leaving_announces_left_once() {
 fn application_traffic_spares_the_probe_of_a_fresh_member() {
     let (all, mut nodes) = cluster_of(2);
     let x = &mut nodes[0];
-    let t = x.poll_timeout().unwrap();
-    x.note_traffic(t - Duration::from_millis(100), &all[1]);
-    x.handle_timeout(t);
-    assert!(drain(x).is_empty(), "no ping: traffic proved it alive");
+    // The first visit of the walk comes within one walk interval (2 s).
+    x.note_traffic(secs(1.9), &all[1]);
+    run_timers(x, secs(2.0));
+    assert_eq!(x.stats().probes, 0, "no ping: traffic proved it alive");
     assert_eq!(x.stats().probes_skipped_fresh, 1);
-    // Quiet for a period: the next visit probes.
-    let t2 = x.poll_timeout().unwrap();
-    x.handle_timeout(t2 + Duration::from_secs(2));
+    // Quiet for a walk interval: the next visit probes.
+    run_timers(x, secs(4.5));
     assert_eq!(x.stats().probes, 1);
 }
 

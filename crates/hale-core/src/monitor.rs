@@ -1,0 +1,194 @@
+//! Ring monitoring: every member is watched by its ring neighbours, so that
+//! the first probe of a crashed member comes within one monitor interval of
+//! its last packet, whatever the cluster's size.
+//!
+//! Each node pings its `monitors` closest live neighbours *before* it on the
+//! ring (`monitored`) whenever it has not heard from one of them within
+//! `monitor_interval`: the ack and the ping are each one side's proof of
+//! life to the other, so a pair costs one exchange a period. The
+//! `monitors` closest neighbours *after* it (`watchers`, who ping it) are
+//! watched passively: they are expected to speak every interval, and are
+//! pinged only when they stay quiet a quarter interval longer. So each
+//! member has `2 × monitors` watchers (those before it ping it, those after
+//! it expect its pings), for the cost of `monitors` exchanges a period.
+
+use std::time::Duration;
+
+use crate::identity::Identity;
+use crate::member::MemberState;
+use crate::node::Node;
+use crate::ring::ring_position;
+use crate::time::Time;
+
+impl<I: Identity> Node<I> {
+    /// How long a neighbour may stay quiet before this node pings it:
+    /// `monitor_interval` for the members it pings by turn, a quarter more
+    /// for the watchers who are expected to ping it (scaled by local health).
+    fn quiet_window(&self, passive: bool) -> Duration {
+        let w = self.scaled(self.cfg.monitor_interval);
+        if passive {
+            w + w / 4
+        } else {
+            w
+        }
+    }
+
+    /// When neighbour `i` (an index into `monitored`, then `watchers`) is
+    /// due for a ping, if it is live and none is in flight.
+    fn monitor_due(&self, i: usize) -> Option<Time> {
+        let k = self.monitored.len();
+        let (id, passive) = match self.monitored.get(i) {
+            Some(id) => (id, false),
+            None => (self.watchers.get(i - k)?, true),
+        };
+        let m = self.members.get(id)?;
+        if !m.state().is_live() || self.probes.iter().any(|p| p.target == *id) {
+            return None;
+        }
+        // What it sends counts only while it is unsuspected and in good
+        // health (a node that cannot receive still sends).
+        let heard = if self.cfg.skip_fresh
+            && m.state() == MemberState::Alive
+            && m.health() < self.cfg.health_discount
+        {
+            self.members.heard(m)
+        } else {
+            Time::ZERO
+        };
+        let since = heard.max(self.monitor_pinged[i]);
+        Some(since + self.quiet_window(passive))
+    }
+
+    /// The earliest time a neighbour is due for a ping.
+    pub(crate) fn next_monitor_due(&self) -> Time {
+        if self.left {
+            return Time::NEVER;
+        }
+        (0..self.monitor_pinged.len())
+            .filter_map(|i| self.monitor_due(i))
+            .min()
+            .unwrap_or(Time::NEVER)
+    }
+
+    /// Pings every neighbour whose quiet window ran out.
+    pub(crate) fn monitor_tick(&mut self, now: Time) {
+        if self.left {
+            return;
+        }
+        for i in 0..self.monitor_pinged.len() {
+            if self.monitor_due(i).is_some_and(|due| due <= now) {
+                let k = self.monitored.len();
+                let target = match self.monitored.get(i) {
+                    Some(id) => id.clone(),
+                    None => self.watchers[i - k].clone(),
+                };
+                self.monitor_pinged[i] = now;
+                self.start_probe(now, &target);
+            }
+        }
+    }
+
+    /// Recomputes the neighbours if a change of `id` can affect them.
+    pub(crate) fn monitors_changed(&mut self, id: &I) {
+        let Some(m) = self.members.get(id) else {
+            return;
+        };
+        if self.defer_monitors {
+            self.monitors_dirty = true;
+            return;
+        }
+        let relevant = if m.state().is_live() {
+            let k = self.cfg.monitors;
+            self.monitored.len() < k || self.watchers.len() < k || {
+                let ring = ring_position(self.cluster, id, &mut self.scratch);
+                self.my_ring.wrapping_sub(ring) <= self.monitor_horizon.0
+                    || ring.wrapping_sub(self.my_ring) <= self.monitor_horizon.1
+            }
+        } else {
+            self.monitored.contains(id) || self.watchers.contains(id)
+        };
+        if relevant {
+            self.recompute_monitors();
+        }
+    }
+
+    /// The `monitors` unsuspected members closest before this node on the
+    /// ring (pinged by turn) and the `monitors` closest after it (its
+    /// watchers), each side with the suspected members that lie closer: a
+    /// suspected neighbour stays watched, and the next one is watched too,
+    /// so that when two neighbours fail together each still has two
+    /// accusers. A member that is on both sides (a small cluster) is only
+    /// pinged by turn.
+    pub(crate) fn recompute_monitors(&mut self) {
+        self.monitors_dirty = false;
+        let k = self.cfg.monitors;
+        let mut before: Vec<(u64, I)> = Vec::with_capacity(k + 1);
+        let mut after: Vec<(u64, I)> = Vec::with_capacity(k + 1);
+        let mut suspects: Vec<(u64, u64, I)> = Vec::new();
+        let keep = |best: &mut Vec<(u64, I)>, d: u64, id: &I| {
+            if best.len() < k || best.last().is_some_and(|(bd, _)| d < *bd) {
+                let pos = best.partition_point(|(bd, _)| *bd <= d);
+                best.insert(pos, (d, id.clone()));
+                best.truncate(k);
+            }
+        };
+        for (id, m) in self.members.iter() {
+            if !m.state().is_live() || k == 0 {
+                continue;
+            }
+            let ring = ring_position(self.cluster, &*id, &mut self.scratch);
+            let (db, da) = (
+                self.my_ring.wrapping_sub(ring),
+                ring.wrapping_sub(self.my_ring),
+            );
+            if m.state() == MemberState::Suspect {
+                suspects.push((db, da, id.into_owned()));
+                continue;
+            }
+            keep(&mut before, db, &id);
+            keep(&mut after, da, &id);
+        }
+        let horizon = |best: &Vec<(u64, I)>| {
+            if best.len() < k {
+                u64::MAX
+            } else {
+                best.last().map_or(u64::MAX, |(d, _)| *d)
+            }
+        };
+        self.monitor_horizon = (horizon(&before), horizon(&after));
+        for (db, da, id) in suspects {
+            if db < self.monitor_horizon.0 {
+                before.push((db, id.clone()));
+            }
+            if da < self.monitor_horizon.1 {
+                after.push((da, id));
+            }
+        }
+        before.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        after.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let old: Vec<(I, Time)> = self
+            .monitored
+            .iter()
+            .chain(&self.watchers)
+            .cloned()
+            .zip(self.monitor_pinged.iter().copied())
+            .collect();
+        self.monitored = before.into_iter().map(|(_, id)| id).collect();
+        self.watchers = after
+            .into_iter()
+            .map(|(_, id)| id)
+            .filter(|id| !self.monitored.contains(id))
+            .collect();
+        // A neighbour kept keeps the time of its last ping.
+        self.monitor_pinged = self
+            .monitored
+            .iter()
+            .chain(&self.watchers)
+            .map(|id| {
+                old.iter()
+                    .find(|(o, _)| o == id)
+                    .map_or(Time::ZERO, |(_, t)| *t)
+            })
+            .collect();
+    }
+}
