@@ -83,7 +83,7 @@ fuzz_target!(|inputs: Vec<Input>| {
                     state: [hale_core::wire::WireState::Alive, hale_core::wire::WireState::Suspect, hale_core::wire::WireState::Dead, hale_core::wire::WireState::Left][usize::from(s % 4)],
                     meta: vec![],
                 }).collect();
-                let p = Packet { header: Header { cluster, sender: id(from), incarnation: 0, health: 0, generation: 0, sent_ms: 0 }, messages: vec![Message::PushPull { join: true, reply: true, members }] };
+                let p = Packet { header: Header { cluster, sender: id(from), incarnation: 0, health: 0, generation: 0, sent_ms: 0 }, messages: vec![Message::PushPull { join: true, reply: true, digest: false, members }] };
                 let _ = node.handle_stream(now, &p.encode());
             }
             Input::Traffic { from } => node.note_traffic(now, &id(from)),

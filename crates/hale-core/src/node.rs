@@ -462,10 +462,11 @@ impl<I: Identity> Node<I> {
                 self.apply_closed(now, &member, incarnation, &accuser);
             }
             Message::PushPull {
-                join,
                 reply,
+                digest,
                 members,
-            } => self.handle_push_pull(now, from, join, reply, members),
+                ..
+            } => self.handle_push_pull(now, from, reply, digest, members),
         }
     }
 

@@ -1,6 +1,18 @@
-//! Anti-entropy: full-state push/pull over the stream channel, joining
-//! through seeds, falling back to seeds when alone, and reconnecting to
-//! members declared dead so that partitions heal.
+//! Anti-entropy: push/pull over the stream channel, joining through seeds,
+//! falling back to seeds when alone, and reconnecting to members declared
+//! dead so that partitions heal.
+//!
+//! # Periodic sync by digest
+//!
+//! A join sends and gets back whole records. The periodic sync does not
+//! resend what the other side knows: A sends a digest (every member's
+//! identity, incarnation and state, no metadata); B answers with the whole
+//! records it knows better than the digest says, and its own digest; A
+//! sends back the whole records it knows better than B's digest. In a
+//! cluster in agreement that is two digests, not two copies of everyone's
+//! metadata. Deaths and departures in a digest are merged at once (they
+//! carry no metadata); every reply spends a token of
+//! `sync_replies_per_sec`.
 
 use std::time::Duration;
 
@@ -55,6 +67,15 @@ impl<I: Identity> Node<I> {
     /// out never changes what goes on the wire, or in what order a receiver
     /// merges it.)
     pub fn state_records(&self) -> Vec<MemberRecord<I>> {
+        self.records(true)
+    }
+
+    /// [`Node::state_records`] without metadata: a digest.
+    pub(crate) fn digest_records(&self) -> Vec<MemberRecord<I>> {
+        self.records(false)
+    }
+
+    fn records(&self, with_meta: bool) -> Vec<MemberRecord<I>> {
         let mut out = Vec::with_capacity(self.members.len() + 1);
         out.push(MemberRecord {
             id: self.me.clone(),
@@ -64,14 +85,18 @@ impl<I: Identity> Node<I> {
             } else {
                 WireState::Alive
             },
-            meta: self.meta.to_vec(),
+            meta: if with_meta {
+                self.meta.to_vec()
+            } else {
+                Vec::new()
+            },
         });
         for (id, m, meta) in self.members.iter_meta() {
             out.push(MemberRecord {
                 id: id.into_owned(),
                 incarnation: m.incarnation,
                 state: m.state().wire(),
-                meta: meta.to_vec(),
+                meta: if with_meta { meta.to_vec() } else { Vec::new() },
             });
         }
         let others = &mut out[1..];
@@ -92,6 +117,7 @@ impl<I: Identity> Node<I> {
             let msg = Message::PushPull {
                 join: true,
                 reply: true,
+                digest: false,
                 members: records.clone(),
             };
             self.send(seed, Channel::Stream, vec![msg]);
@@ -135,7 +161,8 @@ impl<I: Identity> Node<I> {
             let msg = Message::PushPull {
                 join: false,
                 reply: true,
-                members: self.state_records(),
+                digest: true,
+                members: self.digest_records(),
             };
             self.send(peer, Channel::Stream, vec![msg]);
         }
@@ -171,30 +198,82 @@ impl<I: Identity> Node<I> {
         &mut self,
         now: Time,
         from: &I,
-        _join: bool,
         reply: bool,
+        digest: bool,
         members: Vec<MemberRecord<I>>,
     ) {
-        for r in members {
-            self.merge_record(now, Some(from), r);
-        }
-        if reply {
-            // Bounded: a token bucket caps full-state replies per second.
-            let rate = f64::from(self.cfg.sync_replies_per_sec);
-            let elapsed = now.saturating_since(self.sync_tokens_at).as_secs_f64();
-            self.sync_tokens = (self.sync_tokens + elapsed * rate).min(rate);
-            self.sync_tokens_at = now;
-            if self.sync_tokens >= 1.0 {
-                self.sync_tokens -= 1.0;
+        if !digest {
+            for r in members {
+                self.merge_record(now, Some(from), r);
+            }
+            if reply && self.take_sync_token(now) {
                 let msg = Message::PushPull {
                     join: false,
                     reply: false,
+                    digest: false,
                     members: self.state_records(),
                 };
                 self.send(from.clone(), Channel::Stream, vec![msg]);
-            } else {
-                self.stats.sync_replies_refused += 1;
             }
+            return;
+        }
+        // A digest: deaths and departures need no metadata; the rest is
+        // compared with what this node knows.
+        let mut theirs: crate::node::FxMap<I, (u32, u8)> = crate::node::FxMap::default();
+        theirs.reserve(members.len());
+        for r in members {
+            theirs.insert(r.id.clone(), (r.incarnation, rank(r.state)));
+            if matches!(r.state, WireState::Dead | WireState::Left) {
+                self.merge_record(now, Some(from), r);
+            }
+        }
+        let better: Vec<MemberRecord<I>> = self
+            .state_records()
+            .into_iter()
+            .filter(|m| match theirs.get(&m.id) {
+                Some(&(inc, r)) => (m.incarnation, rank(m.state)) > (inc, r),
+                // Never teach a member through its death.
+                None => matches!(m.state, WireState::Alive | WireState::Suspect),
+            })
+            .collect();
+        if better.is_empty() && !reply {
+            return;
+        }
+        if !self.take_sync_token(now) {
+            return;
+        }
+        let mut msgs = Vec::with_capacity(2);
+        if !better.is_empty() {
+            msgs.push(Message::PushPull {
+                join: false,
+                reply: false,
+                digest: false,
+                members: better,
+            });
+        }
+        if reply {
+            msgs.push(Message::PushPull {
+                join: false,
+                reply: false,
+                digest: true,
+                members: self.digest_records(),
+            });
+        }
+        self.send(from.clone(), Channel::Stream, msgs);
+    }
+
+    /// Bounded: a token bucket caps sync replies per second. Counts a refusal.
+    fn take_sync_token(&mut self, now: Time) -> bool {
+        let rate = f64::from(self.cfg.sync_replies_per_sec);
+        let elapsed = now.saturating_since(self.sync_tokens_at).as_secs_f64();
+        self.sync_tokens = (self.sync_tokens + elapsed * rate).min(rate);
+        self.sync_tokens_at = now;
+        if self.sync_tokens >= 1.0 {
+            self.sync_tokens -= 1.0;
+            true
+        } else {
+            self.stats.sync_replies_refused += 1;
+            false
         }
     }
 
@@ -222,5 +301,16 @@ impl<I: Identity> Node<I> {
                 self.apply_left(now, &r.id, r.incarnation, about_sender);
             }
         }
+    }
+}
+
+/// Which of two records at the same incarnation is news: a suspicion over
+/// an alive, a death over both, a departure over everything.
+fn rank(s: WireState) -> u8 {
+    match s {
+        WireState::Alive => 0,
+        WireState::Suspect => 1,
+        WireState::Dead => 2,
+        WireState::Left => 3,
     }
 }

@@ -270,7 +270,11 @@ pub enum Message<I> {
         join: bool,
         /// The receiver should answer with its own state.
         reply: bool,
-        /// The sender's whole member list.
+        /// The records carry no metadata (none is on the wire): a digest of
+        /// what the sender knows, answered with the full records the
+        /// receiver knows better (see `sync.rs`).
+        digest: bool,
+        /// The sender's member list (whole, unless it answers a digest).
         members: Vec<MemberRecord<I>>,
     },
 }
@@ -379,17 +383,20 @@ impl<I: Identity> Message<I> {
             Message::PushPull {
                 join,
                 reply,
+                digest,
                 members,
             } => {
                 out.push(TAG_PUSH_PULL);
-                out.push(u8::from(*join) | (u8::from(*reply) << 1));
+                out.push(u8::from(*join) | (u8::from(*reply) << 1) | (u8::from(*digest) << 2));
                 put_varint(out, members.len() as u64);
                 for m in members {
                     m.id.encode(out);
                     put_varint(out, u64::from(m.incarnation));
                     out.push(m.state as u8);
-                    put_varint(out, m.meta.len() as u64);
-                    out.extend_from_slice(&m.meta);
+                    if !*digest {
+                        put_varint(out, m.meta.len() as u64);
+                        out.extend_from_slice(&m.meta);
+                    }
                 }
             }
         }
@@ -441,15 +448,18 @@ impl<I: Identity> Message<I> {
                 incarnation,
                 accuser,
             } => 1 + member.encoded_len() + v(*incarnation) + accuser.encoded_len(),
-            Message::PushPull { members, .. } => {
+            Message::PushPull {
+                members, digest, ..
+            } => {
                 let body: usize = members
                     .iter()
                     .map(|m| {
-                        m.id.encoded_len()
-                            + v(m.incarnation)
-                            + 1
-                            + varint_len(m.meta.len() as u64)
-                            + m.meta.len()
+                        let meta = if *digest {
+                            0
+                        } else {
+                            varint_len(m.meta.len() as u64) + m.meta.len()
+                        };
+                        m.id.encoded_len() + v(m.incarnation) + 1 + meta
                     })
                     .sum();
                 2 + varint_len(members.len() as u64) + body
@@ -512,12 +522,14 @@ impl<I: Identity> Message<I> {
             },
             TAG_PUSH_PULL if stream => {
                 let flags = r.u8()?;
-                if flags > 3 {
+                if flags > 7 {
                     return Err(DecodeError::Invalid("push-pull flags"));
                 }
+                let digest = flags & 4 != 0;
                 let count = r.varint()?;
-                // Each record takes at least 4 bytes: never reserve more than the input could hold.
-                if count > (r.remaining() / 4) as u64 {
+                // Each record takes at least 3 bytes (a digest's: identity,
+                // incarnation, state): never reserve more than the input could hold.
+                if count > (r.remaining() / 3) as u64 {
                     return Err(DecodeError::Invalid("member count exceeds packet"));
                 }
                 let mut members = Vec::with_capacity(count as usize);
@@ -531,7 +543,7 @@ impl<I: Identity> Message<I> {
                         3 => WireState::Left,
                         _ => return Err(DecodeError::Invalid("member state")),
                     };
-                    let meta = read_meta(r)?;
+                    let meta = if digest { Vec::new() } else { read_meta(r)? };
                     members.push(MemberRecord {
                         id,
                         incarnation,
@@ -542,6 +554,7 @@ impl<I: Identity> Message<I> {
                 Message::PushPull {
                     join: flags & 1 != 0,
                     reply: flags & 2 != 0,
+                    digest,
                     members,
                 }
             }

@@ -8,4 +8,5 @@ mod monitor;
 mod node;
 mod replay;
 mod support;
+mod sync;
 mod wire;

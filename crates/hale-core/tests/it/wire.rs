@@ -128,10 +128,22 @@ proptest! {
     #[test]
     fn any_full_state_sync_round_trips(sender in arb_id(), join in any::<bool>(), reply in any::<bool>(),
                                        members in prop::collection::vec(arb_record(), 0..20)) {
-        let p = Packet { header: header(sender, 1, 0), messages: vec![Message::PushPull { join, reply, members }] };
+        let p = Packet { header: header(sender, 1, 0), messages: vec![Message::PushPull { join, reply, digest: false, members }] };
         let bytes = p.encode();
         prop_assert_eq!(bytes.len(), p.encoded_len());
         prop_assert_eq!(Packet::decode(&bytes, Channel::Stream, cluster_id("hale")).unwrap(), p);
+    }
+
+    #[test]
+    fn any_digest_round_trips_without_its_metadata(sender in arb_id(), reply in any::<bool>(),
+                                                  members in prop::collection::vec(arb_record(), 0..20)) {
+        let full = Message::PushPull { join: false, reply, digest: true, members: members.clone() };
+        let p = Packet { header: header(sender, 1, 0), messages: vec![full] };
+        let bytes = p.encode();
+        prop_assert_eq!(bytes.len(), p.encoded_len());
+        let bare = members.into_iter().map(|m| MemberRecord { meta: Vec::new(), ..m }).collect();
+        let expected = Packet { messages: vec![Message::PushPull { join: false, reply, digest: true, members: bare }], ..p };
+        prop_assert_eq!(Packet::decode(&bytes, Channel::Stream, cluster_id("hale")).unwrap(), expected);
     }
 
     #[test]
@@ -169,6 +181,7 @@ fn a_push_pull_is_refused_on_the_datagram_channel() {
         messages: vec![Message::PushPull {
             join: true,
             reply: true,
+            digest: false,
             members: vec![],
         }],
     };
@@ -183,6 +196,7 @@ fn a_huge_member_count_is_rejected_before_allocating() {
         messages: vec![Message::PushPull {
             join: false,
             reply: false,
+            digest: false,
             members: vec![],
         }],
     }

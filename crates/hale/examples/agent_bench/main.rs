@@ -17,6 +17,7 @@
 #![allow(clippy::unwrap_used)] // A benchmark harness: a failure is a panic with its message.
 
 mod flood;
+mod loss;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -46,6 +47,10 @@ struct Args {
     /// Length of the idle measurement, in seconds.
     #[arg(long, default_value_t = 120)]
     secs: u64,
+    /// `idle`: drop this percentage of the packets to the agents' ports
+    /// (loopback, nftables, random), after the cluster formed.
+    #[arg(long, default_value_t = 0)]
+    loss: u32,
     /// Timing profile of the agents.
     #[arg(long, default_value = "lan")]
     profile: String,
@@ -377,29 +382,31 @@ fn metrics_sum(text: &str, names: &[&str]) -> u64 {
         .sum()
 }
 
-fn idle(b: &Bench, secs: u64) {
+fn idle(b: &Bench, secs: u64, loss: u32) {
     let n = b.agents.len();
     wait_until(Duration::from_secs(60), "the cluster to form", || {
         b.formed()
     });
+    let ports: Vec<u16> = b.agents.iter().map(|a| a.gossip.port()).collect();
+    let _loss = (loss > 0).then(|| loss::Loss::install(loss, &ports));
     // Let joins and their gossip die down.
     std::thread::sleep(Duration::from_secs(10));
-    let sample = || -> Vec<(u64, u64, u64, u64)> {
+    let sample = || -> Vec<(u64, u64, u64, u64, u64, u64, u64)> {
         b.agents
             .iter()
             .map(|a| {
                 let m = http_get(a.http, "/metrics").unwrap();
                 (
-                    metrics_sum(
-                        &m,
-                        &[
-                            "hale_datagram_bytes_out_total",
-                            "hale_stream_bytes_out_total",
-                        ],
-                    ),
+                    metrics_sum(&m, &["hale_datagram_bytes_out_total"]),
                     metrics_sum(&m, &["hale_datagrams_out_total"]),
                     metrics_sum(&m, &["hale_streams_out_total"]),
                     a.cpu_ticks(),
+                    metrics_sum(&m, &["hale_suspicions_total"]),
+                    metrics_sum(
+                        &m,
+                        &["hale_deaths_declared_total", "hale_deaths_accepted_total"],
+                    ),
+                    metrics_sum(&m, &["hale_stream_bytes_out_total"]),
                 )
             })
             .collect()
@@ -424,7 +431,7 @@ fn idle(b: &Bench, secs: u64) {
     let mut wire = Vec::new();
     let mut cpu = Vec::new();
     for (x, y) in before.iter().zip(&after) {
-        let payload = (y.0 - x.0) as f64;
+        let payload = (y.0 - x.0 + y.6 - x.6) as f64;
         let dgrams = (y.1 - x.1) as f64;
         let streams = (y.2 - x.2) as f64;
         bytes.push(payload / el);
@@ -445,11 +452,28 @@ fn idle(b: &Bench, secs: u64) {
     let (wm, wx) = stat(&mut wire);
     let (cm, cx) = stat(&mut cpu);
     let (rm, rx) = stat(&mut rss);
-    println!("RESULT idle nodes={n} profile={} secs={el:.0}", b.profile);
+    let delta = |f: fn(&(u64, u64, u64, u64, u64, u64, u64)) -> u64| -> u64 {
+        before.iter().zip(&after).map(|(x, y)| f(y) - f(x)).sum()
+    };
+    let (suspicions, deaths) = (delta(|s| s.4), delta(|s| s.5));
+    let per_node = |v: u64| v as f64 / n as f64 / el;
+    println!(
+        "RESULT idle nodes={n} profile={} secs={el:.0} loss={loss}%",
+        b.profile
+    );
     println!("RESULT   payload bytes out per node per second: median {bm:.0}, max {bx:.0}");
     println!("RESULT   on the wire (sealed + UDP/IP headers): median {wm:.0}, max {wx:.0}");
     println!("RESULT   CPU per agent (% of one core): median {cm:.2}, max {cx:.2}");
     println!("RESULT   RSS per agent (MiB): median {rm:.1}, max {rx:.1}");
+    let (dg, db) = (delta(|s| s.1), delta(|s| s.0));
+    println!(
+        "RESULT   mean per node: {:.2} datagrams/s of {:.0} payload bytes; {:.2} stream frames/s, {:.0} stream bytes/s",
+        per_node(dg),
+        db as f64 / dg.max(1) as f64,
+        per_node(delta(|s| s.2)),
+        per_node(delta(|s| s.6)),
+    );
+    println!("RESULT   suspicions raised (all agents): {suspicions}; deaths (declared or accepted, all agents): {deaths}");
 }
 
 fn main() {
@@ -479,7 +503,7 @@ fn main() {
     }
     match args.mode {
         Mode::Detect => detect(&mut b, args.trials, args.signal),
-        Mode::Idle => idle(&b, args.secs),
+        Mode::Idle => idle(&b, args.secs, args.loss),
         Mode::Flood => flood::flood(&b, args.secs),
     }
     drop(b);

@@ -1,0 +1,119 @@
+//! The periodic sync: digests, and whole records only where a side knows better.
+
+use hale_core::wire::{MemberRecord, Message, WireState};
+use hale_core::{Node, NodeId, Time, Transmit};
+
+use crate::support::*;
+
+/// Runs `n`'s timers until it sends its periodic sync.
+fn until_sync(n: &mut Node<NodeId>) -> (Time, Transmit<NodeId>) {
+    loop {
+        let t = n.poll_timeout().unwrap();
+        n.handle_timeout(t);
+        if let Some(x) = drain(n).into_iter().find(|x| !push_pulls(x).is_empty()) {
+            return (t, x);
+        }
+    }
+}
+
+/// `all` known alive with metadata, at incarnation 0 except `newer`.
+fn node_with_meta(
+    me: &NodeId,
+    all: &[NodeId],
+    seed: u64,
+    newer: Option<(&NodeId, u32)>,
+) -> Node<NodeId> {
+    // No probing (its pings would go unanswered here and suspicions change
+    // what each side knows better).
+    let cfg = hale_core::Config {
+        walk_interval: std::time::Duration::from_secs(3600),
+        ..config(seed)
+    };
+    let mut n = Node::new(me.clone(), cfg, Time::ZERO).unwrap();
+    n.restore(
+        Time::ZERO,
+        all.iter().filter(|i| *i != me).map(|i| {
+            let inc = newer.filter(|(id, _)| *id == i).map_or(0, |(_, inc)| inc);
+            MemberRecord {
+                id: i.clone(),
+                incarnation: inc,
+                state: WireState::Alive,
+                meta: format!("metadata of {i:?}, inc {inc}").into_bytes(),
+            }
+        }),
+    );
+    n
+}
+
+fn push_pulls(x: &Transmit<NodeId>) -> Vec<(bool, bool, Vec<MemberRecord<NodeId>>)> {
+    decode(x)
+        .messages
+        .into_iter()
+        .filter_map(|m| match m {
+            Message::PushPull {
+                reply,
+                digest,
+                members,
+                ..
+            } => Some((reply, digest, members)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn members_in_agreement_exchange_two_digests_and_no_metadata() {
+    let all = ids(6);
+    let mut a = node_with_meta(&all[0], &all, 1, None);
+    let (t, sync) = until_sync(&mut a);
+    let mut b = node_with_meta(&sync.to, &all, 2, None);
+    let sent = push_pulls(&sync);
+    assert_eq!(sent.len(), 1);
+    let (reply, digest, members) = &sent[0];
+    assert!(*reply && *digest);
+    assert_eq!(members.len(), 6, "this node and the five others");
+    assert!(members.iter().all(|m| m.meta.is_empty()));
+    deliver(&mut b, &sync, t);
+    let answers: Vec<_> = drain(&mut b)
+        .into_iter()
+        .filter(|x| !push_pulls(x).is_empty())
+        .collect();
+    assert_eq!(answers.len(), 1);
+    let answer = push_pulls(&answers[0]);
+    assert_eq!(answer.len(), 1, "only b's digest: nothing to teach");
+    assert!(!answer[0].0 && answer[0].1);
+    deliver(&mut a, &answers[0], t);
+    assert!(
+        drain(&mut a).iter().all(|x| push_pulls(x).is_empty()),
+        "nothing to teach back"
+    );
+}
+
+#[test]
+fn a_member_known_better_is_sent_whole_with_its_metadata() {
+    let all = ids(6);
+    let mut a = node_with_meta(&all[0], &all, 1, None);
+    let (t, sync) = until_sync(&mut a);
+    // b knows a third member at a newer incarnation, with newer metadata.
+    let newer = all[1..].iter().find(|i| **i != sync.to).unwrap().clone();
+    let mut b = node_with_meta(&sync.to, &all, 2, Some((&newer, 4)));
+    deliver(&mut b, &sync, t);
+    let answer = drain(&mut b)
+        .into_iter()
+        .find(|x| !push_pulls(x).is_empty())
+        .unwrap();
+    let parts = push_pulls(&answer);
+    assert_eq!(parts.len(), 2, "the better record, then b's digest");
+    let (reply, digest, members) = &parts[0];
+    assert!(!reply && !digest);
+    assert_eq!(members.len(), 1);
+    assert_eq!(members[0].id, newer);
+    assert_eq!(members[0].incarnation, 4);
+    assert!(!members[0].meta.is_empty());
+    deliver(&mut a, &answer, t);
+    let m = a.member(&newer).unwrap();
+    assert_eq!(m.incarnation(), 4);
+    assert_eq!(m.meta(), members[0].meta.as_slice());
+    // And b learns a's own record back only if it knew it worse: it did not.
+    assert!(drain(&mut a).iter().all(|x| push_pulls(x).is_empty()));
+}
