@@ -120,14 +120,7 @@ async fn a_frozen_agent_is_cut_off_the_cluster_and_comes_back_when_restored() {
         || async { state_of(&a, "x").await.as_deref() != Some("alive") },
     )
     .await;
-    let metrics = c
-        .get(format!("http://{}/metrics", x.http_addr()))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = x.client().metrics().await.unwrap();
     assert!(
         metrics.contains("hale_drill_fault_active{node=\"x\",fault=\"freeze\"} 1"),
         "{metrics}"
