@@ -11,8 +11,7 @@ use axum::extract::{Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::Json;
 use futures_util::stream::{self, StreamExt};
 use serde::Deserialize;
 use tokio::sync::oneshot;
@@ -44,27 +43,14 @@ impl From<Stopping> for ApiError {
     }
 }
 
-pub(crate) fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/v1/health", get(health))
-        .route("/v1/members", get(members))
-        .route("/v1/events", get(events))
-        .route("/v1/events/stream", get(event_stream))
-        .route("/v1/join", post(join))
-        .route("/v1/leave", post(leave))
-        .route("/v1/openapi.json", get(openapi))
-        .route("/metrics", get(metrics))
-        .fallback(not_found)
-}
-
-async fn not_found() -> ApiError {
+pub(crate) async fn not_found() -> ApiError {
     ApiError(
         StatusCode::NOT_FOUND,
         "no such endpoint; see /v1/openapi.json".into(),
     )
 }
 
-async fn health(State(st): State<AppState>) -> Result<Response, ApiError> {
+pub(crate) async fn health(State(st): State<AppState>) -> Result<Response, ApiError> {
     let s = st.snapshot().await?;
     let count = |state: &str| s.members.iter().filter(|m| m.state == state).count();
     let control = st.control_server.as_ref().map(|c| c.status());
@@ -96,17 +82,17 @@ async fn health(State(st): State<AppState>) -> Result<Response, ApiError> {
     Ok(Json(body).into_response())
 }
 
-async fn members(State(st): State<AppState>) -> Result<Response, ApiError> {
+pub(crate) async fn members(State(st): State<AppState>) -> Result<Response, ApiError> {
     Ok(Json(st.snapshot().await?.members).into_response())
 }
 
 #[derive(Deserialize)]
-struct EventsQuery {
+pub(crate) struct EventsQuery {
     /// Only events with a larger sequence number.
     since: Option<u64>,
 }
 
-async fn events(
+pub(crate) async fn events(
     State(st): State<AppState>,
     q: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
@@ -121,7 +107,7 @@ async fn events(
 /// channel and a connection; past this, new ones get 503.
 pub const MAX_EVENT_SUBSCRIBERS: usize = 64;
 
-async fn event_stream(State(st): State<AppState>) -> Response {
+pub(crate) async fn event_stream(State(st): State<AppState>) -> Response {
     if st.shared.events.receiver_count() >= MAX_EVENT_SUBSCRIBERS {
         return ApiError(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -166,7 +152,7 @@ struct JoinBody {
     addrs: Vec<String>,
 }
 
-async fn join(State(st): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+pub(crate) async fn join(State(st): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
     let req: JoinBody = serde_json::from_slice(&body).map_err(|e| {
         ApiError(
             StatusCode::BAD_REQUEST,
@@ -201,7 +187,7 @@ async fn join(State(st): State<AppState>, body: Bytes) -> Result<Response, ApiEr
         .into_response())
 }
 
-async fn leave(State(st): State<AppState>) -> Result<Response, ApiError> {
+pub(crate) async fn leave(State(st): State<AppState>) -> Result<Response, ApiError> {
     let (tx, rx) = oneshot::channel();
     st.cmds
         .send(Command::Leave(tx))
@@ -211,11 +197,11 @@ async fn leave(State(st): State<AppState>) -> Result<Response, ApiError> {
     Ok(Json(serde_json::json!({ "left": true })).into_response())
 }
 
-async fn openapi() -> Response {
+pub(crate) async fn openapi() -> Response {
     ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
 }
 
-async fn metrics(State(st): State<AppState>) -> Result<Response, ApiError> {
+pub(crate) async fn metrics(State(st): State<AppState>) -> Result<Response, ApiError> {
     let s = st.snapshot().await?;
     let mut text = crate::metrics::render(&s, &st.shared);
     text.push_str(&crate::metrics::render_roles(

@@ -1,14 +1,16 @@
-//! The HTTP API's one state and its one router: every route of every API
-//! module ([`crate::api`], [`crate::roles_api`], [`crate::cluster_api`],
-//! [`crate::drill`], [`crate::relay_api`], [`crate::keys_api`], the
-//! dashboard, the relay's ingestion) shares [`AppState`], and the mutation
-//! guard wraps every mutating route once.
+//! The HTTP API's one state and its one route table: every handler of
+//! every API module ([`crate::api`], [`crate::roles_api`],
+//! [`crate::cluster_api`], [`crate::drill`], [`crate::relay_api`],
+//! [`crate::keys_api`]; the dashboard and the relay's ingestion mount
+//! their own) shares [`AppState`], and the mutation guard wraps every
+//! mutating route once.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::routing::{get, post};
 use axum::Router;
 use tokio::sync::{mpsc, oneshot};
 
@@ -76,13 +78,36 @@ impl AppState {
 /// browser/token guard, the sealed agent-to-agent key route behind its own,
 /// the relay's ingestion (if any) behind neither.
 pub(crate) fn router(st: AppState, token: Option<String>, http: SocketAddr) -> Router {
+    use crate::{api, cluster_api, drill, keys_api, relay_api, roles_api};
     let guarded = Router::new()
-        .merge(crate::api::routes())
-        .merge(crate::roles_api::routes())
-        .merge(crate::cluster_api::routes())
-        .merge(crate::drill::routes())
-        .merge(crate::relay_api::routes())
-        .merge(crate::keys_api::routes())
+        .route("/v1/health", get(api::health))
+        .route("/v1/members", get(api::members))
+        .route("/v1/events", get(api::events))
+        .route("/v1/events/stream", get(api::event_stream))
+        .route("/v1/join", post(api::join))
+        .route("/v1/leave", post(api::leave))
+        .route("/v1/openapi.json", get(api::openapi))
+        .route("/metrics", get(api::metrics))
+        .route("/v1/roles", get(roles_api::roles))
+        .route("/v1/services", get(roles_api::services))
+        .route("/v1/roles/{role}/handover", post(roles_api::handover))
+        .route("/v1/roles/{role}/primary", get(roles_api::primary))
+        .route("/v1/roles/{role}/replica", get(roles_api::replica))
+        .route("/v1/control/servers", post(roles_api::add_server))
+        .route(
+            "/v1/control/servers/{id}/remove",
+            post(roles_api::remove_server),
+        )
+        .route("/v1/cluster/roles", get(cluster_api::roles))
+        .route("/v1/cluster/services", get(cluster_api::services))
+        .route("/v1/drill", get(drill::status))
+        .route("/v1/drill/restore", post(drill::restore))
+        .route("/v1/drill/{fault}", post(drill::set))
+        .route("/v1/traffic", post(drill::traffic))
+        .route("/v1/relay", get(relay_api::status))
+        .route("/v1/keys", get(keys_api::list))
+        .route("/v1/keys/{op}", post(keys_api::fan_out))
+        .fallback(api::not_found)
         .with_state(st.clone())
         .merge(crate::dashboard::router())
         .layer(axum::middleware::from_fn_with_state(

@@ -14,8 +14,7 @@ use std::time::{Duration, Instant};
 
 use axum::extract::{Query, State};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::{Json, Router};
+use axum::Json;
 use futures_util::stream::{self, StreamExt};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -127,19 +126,13 @@ fn published(m: &MemberView) -> AgentMeta {
     AgentMeta::parse(&m.meta).unwrap_or_default()
 }
 
-pub(crate) fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/v1/cluster/roles", get(roles))
-        .route("/v1/cluster/services", get(services))
-}
-
 #[derive(Deserialize)]
-struct ServicesQuery {
+pub(crate) struct ServicesQuery {
     /// Comma-separated node names (default: every live member).
     nodes: Option<String>,
 }
 
-async fn services(
+pub(crate) async fn services(
     State(st): State<AppState>,
     q: Result<Query<ServicesQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
@@ -192,7 +185,7 @@ async fn services(
     Json(ClusterServicesView { nodes, truncated }).into_response()
 }
 
-async fn roles(State(st): State<AppState>) -> Json<ClusterRolesView> {
+pub(crate) async fn roles(State(st): State<AppState>) -> Json<ClusterRolesView> {
     let members = st.snapshot().await.map(|s| s.members).unwrap_or_default();
     let leases: BTreeMap<String, (Option<String>, u64)> = match &st.control {
         Some(c) => c

@@ -36,12 +36,12 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::Json;
 use serde::{Deserialize, Serialize};
 
 use crate::api::error;
 use crate::app::AppState;
+use crate::metrics::family;
 use crate::runtime::{Command, Shared};
 use crate::view::{unix_ms, AgentEvent};
 
@@ -151,23 +151,21 @@ impl Faults {
     /// `hale_drill_traffic_ignored_total{node}`.
     pub fn render_metrics(&self, node: &str) -> String {
         let active = self.active.lock().expect("drill lock");
-        let mut out = String::from(
-            "# HELP hale_drill_fault_active Whether a drill fault is set on this agent.\n\
-             # TYPE hale_drill_fault_active gauge\n",
+        let mut out = String::new();
+        let faults = Fault::ALL.map(|f| {
+            let l = format!("node=\"{node}\",fault=\"{}\"", f.as_str());
+            (l, u8::from(active.contains_key(&f)))
+        });
+        let help = "Whether a drill fault is set on this agent.";
+        family(&mut out, ("hale_drill_fault_active", "gauge", help), faults);
+        let ignored = self.traffic_ignored.load(Ordering::Relaxed);
+        let help = "Application traffic signals ignored during quiet drills.";
+        let name = "hale_drill_traffic_ignored_total";
+        family(
+            &mut out,
+            (name, "counter", help),
+            [(format!("node=\"{node}\""), ignored)],
         );
-        for f in Fault::ALL {
-            let on = u8::from(active.contains_key(&f));
-            out.push_str(&format!(
-                "hale_drill_fault_active{{node=\"{node}\",fault=\"{}\"}} {on}\n",
-                f.as_str()
-            ));
-        }
-        out.push_str(&format!(
-            "# HELP hale_drill_traffic_ignored_total Application traffic signals ignored during quiet drills.\n\
-             # TYPE hale_drill_traffic_ignored_total counter\n\
-             hale_drill_traffic_ignored_total{{node=\"{node}\"}} {}\n",
-            self.traffic_ignored.load(Ordering::Relaxed)
-        ));
         out
     }
 
@@ -322,14 +320,6 @@ async fn black_hole() -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()
     Ok((addr, task))
 }
 
-pub(crate) fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/v1/drill", get(status))
-        .route("/v1/drill/restore", post(restore))
-        .route("/v1/drill/{fault}", post(set))
-        .route("/v1/traffic", post(traffic))
-}
-
 fn view(st: &AppState) -> DrillView {
     DrillView {
         node: st.shared.id.name().to_owned(),
@@ -338,7 +328,7 @@ fn view(st: &AppState) -> DrillView {
     }
 }
 
-async fn status(State(st): State<AppState>) -> Json<DrillView> {
+pub(crate) async fn status(State(st): State<AppState>) -> Json<DrillView> {
     Json(view(&st))
 }
 
@@ -348,7 +338,11 @@ struct SetBody {
     duration_ms: u64,
 }
 
-async fn set(State(st): State<AppState>, Path(fault): Path<String>, body: Bytes) -> Response {
+pub(crate) async fn set(
+    State(st): State<AppState>,
+    Path(fault): Path<String>,
+    body: Bytes,
+) -> Response {
     let Some(f) = Fault::parse(&fault) else {
         return error(
             StatusCode::NOT_FOUND,
@@ -378,7 +372,7 @@ struct RestoreBody {
     fault: Option<String>,
 }
 
-async fn restore(State(st): State<AppState>, body: Bytes) -> Response {
+pub(crate) async fn restore(State(st): State<AppState>, body: Bytes) -> Response {
     let which = if body.is_empty() {
         None
     } else {
@@ -415,7 +409,7 @@ struct TrafficBody {
     peers: Vec<String>,
 }
 
-async fn traffic(State(st): State<AppState>, body: Bytes) -> Response {
+pub(crate) async fn traffic(State(st): State<AppState>, body: Bytes) -> Response {
     let Ok(req) = serde_json::from_slice::<TrafficBody>(&body) else {
         return error(
             StatusCode::BAD_REQUEST,

@@ -27,7 +27,7 @@ use std::time::Duration;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::post;
 use axum::{Json, Router};
 use futures_util::stream::{self, StreamExt};
 use serde::{Deserialize, Serialize};
@@ -124,12 +124,6 @@ fn agent_id(name: &str) -> u64 {
 }
 
 /// The routes for the agent's own API (guarded like every mutating route).
-pub(crate) fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/v1/keys", get(list))
-        .route("/v1/keys/{op}", post(fan_out))
-}
-
 /// The route other agents call, behind the sealing guard (not the
 /// browser/token guard: peers hold the cluster key, not this API's token).
 pub(crate) fn peer_router(st: AppState) -> Router {
@@ -169,7 +163,7 @@ fn no_keyring() -> Response {
     )
 }
 
-async fn list(State(st): State<AppState>) -> Response {
+pub(crate) async fn list(State(st): State<AppState>) -> Response {
     match &st.keys {
         Some(k) => Json(view(&st, k)).into_response(),
         None => no_keyring(),
@@ -226,7 +220,7 @@ async fn peer_op(
     Json(answer).into_response()
 }
 
-async fn fan_out(
+pub(crate) async fn fan_out(
     State(st): State<AppState>,
     Path(op): Path<String>,
     body: axum::body::Bytes,

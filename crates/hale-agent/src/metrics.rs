@@ -1,141 +1,128 @@
 //! `/metrics` in the Prometheus text exposition format.
 
-use std::fmt::Write;
-use std::sync::atomic::Ordering;
+use std::fmt::{Display, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use hale_core::DropReason;
 
 use crate::runtime::{Shared, Snapshot};
 
+/// Writes one metric family: its HELP and TYPE lines, then one sample per
+/// `(labels, value)`.
+pub(crate) fn family<V: Display>(
+    out: &mut String,
+    (name, kind, help): (&str, &str, &str),
+    samples: impl IntoIterator<Item = (String, V)>,
+) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    for (labels, v) in samples {
+        let _ = writeln!(out, "{name}{{{labels}}} {v}");
+    }
+}
+
+/// `(hale_<field>_total, help, value)` for each named field of the stats.
+macro_rules! counters {
+    ($st:expr; $($field:ident: $help:literal,)*) => {
+        [$((concat!("hale_", stringify!($field), "_total"), $help, $st.$field)),*]
+    };
+}
+
 /// Renders every metric.
 pub fn render(s: &Snapshot, shared: &Shared) -> String {
     let mut out = String::with_capacity(4096);
     let node = shared.id.name();
+    let me = format!("node=\"{node}\"");
     let st = &s.stats;
-    let counters: [(&str, &str, u64); 20] = [
-        ("probes_total", "Direct probes started.", st.probes),
-        (
-            "probes_skipped_fresh_total",
-            "Probe visits skipped because the member was heard from recently.",
-            st.probes_skipped_fresh,
-        ),
-        ("acks_total", "Probes answered.", st.acks),
-        (
-            "fallback_acks_total",
-            "Probes answered only over the TCP fallback.",
-            st.fallback_acks,
-        ),
-        (
-            "nacks_total",
-            "Nacks received from indirect probers.",
-            st.nacks,
-        ),
-        (
-            "probe_failures_total",
-            "Probes that failed.",
-            st.probe_failures,
-        ),
-        ("suspicions_total", "Suspicions started.", st.suspicions),
-        (
-            "discounted_accusations_total",
-            "Accusations discounted (unhealthy or over-eager accuser).",
-            st.discounted_accusations,
-        ),
-        (
-            "refutations_total",
-            "Times this node refuted a suspicion or death of itself.",
-            st.refutations,
-        ),
-        (
-            "deaths_declared_total",
-            "Members declared dead on this node's verdict.",
-            st.deaths_declared,
-        ),
-        (
-            "deaths_accepted_total",
-            "Death verdicts of others accepted.",
-            st.deaths_accepted,
-        ),
-        ("datagrams_in_total", "Datagrams received.", st.datagrams_in),
-        ("datagrams_out_total", "Datagrams sent.", st.datagrams_out),
-        (
-            "datagram_bytes_in_total",
-            "Datagram payload bytes received (before decryption).",
-            st.datagram_bytes_in,
-        ),
-        (
-            "datagram_bytes_out_total",
-            "Datagram payload bytes sent (before encryption).",
-            st.datagram_bytes_out,
-        ),
-        ("streams_in_total", "Stream frames received.", st.streams_in),
-        ("streams_out_total", "Stream frames sent.", st.streams_out),
-        (
-            "stream_bytes_in_total",
-            "Stream bytes received.",
-            st.stream_bytes_in,
-        ),
-        (
-            "stream_bytes_out_total",
-            "Stream bytes sent.",
-            st.stream_bytes_out,
-        ),
-        (
-            "pauses_total",
-            "Local pauses detected (stop-the-world, SIGSTOP).",
-            st.pauses,
-        ),
-    ];
+    let counters = counters!(st;
+        probes: "Direct probes started.",
+        probes_skipped_fresh: "Probe visits skipped because the member was heard from recently.",
+        acks: "Probes answered.",
+        fallback_acks: "Probes answered only over the TCP fallback.",
+        nacks: "Nacks received from indirect probers.",
+        probe_failures: "Probes that failed.",
+        suspicions: "Suspicions started.",
+        discounted_accusations: "Accusations discounted (unhealthy or over-eager accuser).",
+        refutations: "Times this node refuted a suspicion or death of itself.",
+        deaths_declared: "Members declared dead on this node's verdict.",
+        deaths_accepted: "Death verdicts of others accepted.",
+        datagrams_in: "Datagrams received.",
+        datagrams_out: "Datagrams sent.",
+        datagram_bytes_in: "Datagram payload bytes received (before decryption).",
+        datagram_bytes_out: "Datagram payload bytes sent (before encryption).",
+        streams_in: "Stream frames received.",
+        streams_out: "Stream frames sent.",
+        stream_bytes_in: "Stream bytes received.",
+        stream_bytes_out: "Stream bytes sent.",
+        pauses: "Local pauses detected (stop-the-world, SIGSTOP).",
+    );
     for (name, help, v) in counters {
-        let _ = writeln!(
-            out,
-            "# HELP hale_{name} {help}\n# TYPE hale_{name} counter\nhale_{name}{{node=\"{node}\"}} {v}"
-        );
-    }
-    let _ = writeln!(out, "# HELP hale_dropped_packets_total Packets dropped, by reason.\n# TYPE hale_dropped_packets_total counter");
-    for r in DropReason::ALL {
-        let _ = writeln!(
-            out,
-            "hale_dropped_packets_total{{node=\"{node}\",reason=\"{}\"}} {}",
-            r.as_str(),
-            st.dropped(r)
-        );
+        family(&mut out, (name, "counter", help), [(me.clone(), v)]);
     }
     let c = &shared.counters;
-    for (reason, v) in [
-        ("auth_failed", &c.auth_failed),
-        ("seal_malformed", &c.seal_malformed),
-        ("oversize_datagram", &c.oversize),
-    ] {
-        let _ = writeln!(
-            out,
-            "hale_dropped_packets_total{{node=\"{node}\",reason=\"{reason}\"}} {}",
-            v.load(Ordering::Relaxed)
-        );
-    }
-    let _ = writeln!(out, "# HELP hale_stream_errors_total Stream connections that failed or were refused.\n# TYPE hale_stream_errors_total counter");
-    for (kind, v) in [
-        ("error", &c.stream_errors),
-        ("out_dropped", &c.streams_out_dropped),
-        ("in_refused", &c.streams_in_refused),
-        ("in_refused_per_source", &c.streams_in_per_source),
-        ("in_refused_budget", &c.streams_in_budget),
-        ("in_refused_oversize", &c.streams_in_oversize),
-    ] {
-        let _ = writeln!(
-            out,
-            "hale_stream_errors_total{{node=\"{node}\",kind=\"{kind}\"}} {}",
-            v.load(Ordering::Relaxed)
-        );
-    }
-    let _ = writeln!(out, "# HELP hale_local_health Lifeguard local health score (0 is healthy).\n# TYPE hale_local_health gauge\nhale_local_health{{node=\"{node}\"}} {}", s.local_health);
-    let _ = writeln!(out, "# HELP hale_incarnation This node's incarnation.\n# TYPE hale_incarnation gauge\nhale_incarnation{{node=\"{node}\"}} {}", s.incarnation);
-    let _ = writeln!(out, "# HELP hale_members Members by state, as this node sees them (itself included).\n# TYPE hale_members gauge");
-    for state in ["alive", "suspect", "dead", "left"] {
+    let labelled = |label: &str, rows: &[(&str, &AtomicU64)]| -> Vec<(String, u64)> {
+        rows.iter()
+            .map(|(l, v)| (format!("{me},{label}=\"{l}\""), v.load(Ordering::Relaxed)))
+            .collect()
+    };
+    let dropped = DropReason::ALL
+        .iter()
+        .map(|r| (format!("{me},reason=\"{}\"", r.as_str()), st.dropped(*r)))
+        .chain(labelled(
+            "reason",
+            &[
+                ("auth_failed", &c.auth_failed),
+                ("seal_malformed", &c.seal_malformed),
+                ("oversize_datagram", &c.oversize),
+            ],
+        ));
+    let name = "hale_dropped_packets_total";
+    family(
+        &mut out,
+        (name, "counter", "Packets dropped, by reason."),
+        dropped,
+    );
+    let stream_errors = labelled(
+        "kind",
+        &[
+            ("error", &c.stream_errors),
+            ("out_dropped", &c.streams_out_dropped),
+            ("in_refused", &c.streams_in_refused),
+            ("in_refused_per_source", &c.streams_in_per_source),
+            ("in_refused_budget", &c.streams_in_budget),
+            ("in_refused_oversize", &c.streams_in_oversize),
+        ],
+    );
+    let help = "Stream connections that failed or were refused.";
+    family(
+        &mut out,
+        ("hale_stream_errors_total", "counter", help),
+        stream_errors,
+    );
+    let help = "Lifeguard local health score (0 is healthy).";
+    family(
+        &mut out,
+        ("hale_local_health", "gauge", help),
+        [(me.clone(), s.local_health)],
+    );
+    let help = "This node's incarnation.";
+    family(
+        &mut out,
+        ("hale_incarnation", "gauge", help),
+        [(me.clone(), s.incarnation)],
+    );
+    let by_state = ["alive", "suspect", "dead", "left"].map(|state| {
         let n = s.members.iter().filter(|m| m.state == state).count();
-        let _ = writeln!(out, "hale_members{{node=\"{node}\",state=\"{state}\"}} {n}");
-    }
-    let _ = writeln!(out, "# HELP hale_pending_broadcasts News waiting to be gossiped.\n# TYPE hale_pending_broadcasts gauge\nhale_pending_broadcasts{{node=\"{node}\"}} {}", s.pending_broadcasts);
+        (format!("{me},state=\"{state}\""), n)
+    });
+    let help = "Members by state, as this node sees them (itself included).";
+    family(&mut out, ("hale_members", "gauge", help), by_state);
+    let help = "News waiting to be gossiped.";
+    let pending = [(me, s.pending_broadcasts)];
+    family(
+        &mut out,
+        ("hale_pending_broadcasts", "gauge", help),
+        pending,
+    );
     out
 }
 
@@ -189,56 +176,48 @@ pub fn render_roles(
             ),
         ];
         for (name, kind, help, get) in series {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-            for r in roles.values() {
-                let _ = writeln!(
-                    out,
-                    "{name}{{node=\"{node}\",role=\"{}\"}} {}",
-                    r.role,
-                    get(r)
-                );
-            }
+            let samples = roles
+                .values()
+                .map(|r| (format!("node=\"{node}\",role=\"{}\"", r.role), get(r)));
+            family(&mut out, (name, kind, help), samples);
         }
     }
     let services = crate::services::views(services);
     if !services.is_empty() {
-        let _ = writeln!(out, "# HELP hale_service_healthy Whether every liveness check passed last time.\n# TYPE hale_service_healthy gauge");
-        for s in &services {
-            let _ = writeln!(
-                out,
-                "hale_service_healthy{{node=\"{node}\",service=\"{}\",essential=\"{}\"}} {}",
-                s.name,
-                s.essential,
-                u8::from(s.healthy)
+        let healthy = services.iter().map(|s| {
+            let l = format!(
+                "node=\"{node}\",service=\"{}\",essential=\"{}\"",
+                s.name, s.essential
             );
-        }
-        let _ = writeln!(
-            out,
-            "# HELP hale_check_runs_total Check runs.\n# TYPE hale_check_runs_total counter"
+            (l, u8::from(s.healthy))
+        });
+        let help = "Whether every liveness check passed last time.";
+        family(&mut out, ("hale_service_healthy", "gauge", help), healthy);
+        let checks = || {
+            services.iter().flat_map(|s| {
+                s.checks.iter().map(move |c| {
+                    let l = format!(
+                        "node=\"{node}\",service=\"{}\",check=\"{}\"",
+                        s.name,
+                        c.name.replace('"', "'")
+                    );
+                    (l, c)
+                })
+            })
+        };
+        let runs = checks().map(|(l, c)| (l, c.runs));
+        family(
+            &mut out,
+            ("hale_check_runs_total", "counter", "Check runs."),
+            runs,
         );
-        for s in &services {
-            for c in &s.checks {
-                let _ = writeln!(
-                    out,
-                    "hale_check_runs_total{{node=\"{node}\",service=\"{}\",check=\"{}\"}} {}",
-                    s.name,
-                    c.name.replace('"', "'"),
-                    c.runs
-                );
-            }
-        }
-        let _ = writeln!(out, "# HELP hale_check_failures_total Failed check runs (timeouts included).\n# TYPE hale_check_failures_total counter");
-        for s in &services {
-            for c in &s.checks {
-                let _ = writeln!(
-                    out,
-                    "hale_check_failures_total{{node=\"{node}\",service=\"{}\",check=\"{}\"}} {}",
-                    s.name,
-                    c.name.replace('"', "'"),
-                    c.failures
-                );
-            }
-        }
+        let failures = checks().map(|(l, c)| (l, c.failures));
+        let help = "Failed check runs (timeouts included).";
+        family(
+            &mut out,
+            ("hale_check_failures_total", "counter", help),
+            failures,
+        );
     }
     out
 }
@@ -248,62 +227,48 @@ pub fn render_roles(
 pub fn render_control(node: &str, c: &hale_control::raft::ControlStatus) -> String {
     let mut out = String::new();
     let l = format!("node=\"{node}\",server=\"{}\"", c.id);
-    let idx = |i: Option<u64>| i.map_or("0".to_owned(), |i| i.to_string());
-    let series: [(&str, &str, &str, String); 8] = [
+    let idx = |i: Option<u64>| i.unwrap_or(0);
+    let series: [(&str, &str, u64); 8] = [
         (
-            "hale_control_is_leader",
-            "gauge",
+            "is_leader",
             "Whether this server is the control-plane leader (1) or not (0).",
-            u8::from(c.state == "leader").to_string(),
+            u64::from(c.state == "leader"),
         ),
         (
-            "hale_control_leader",
-            "gauge",
+            "leader",
             "The leader's server id as this server knows it (0: none known).",
-            c.leader.unwrap_or(0).to_string(),
+            c.leader.unwrap_or(0),
         ),
+        ("term", "The Raft term.", c.term),
         (
-            "hale_control_term",
-            "gauge",
-            "The Raft term.",
-            c.term.to_string(),
-        ),
-        (
-            "hale_control_last_log_index",
-            "gauge",
+            "last_log_index",
             "The last index in this server's log.",
             idx(c.last_log_index),
         ),
         (
-            "hale_control_applied_index",
-            "gauge",
+            "applied_index",
             "The last index applied to this server's lease table.",
             idx(c.applied_index),
         ),
         (
-            "hale_control_snapshot_index",
-            "gauge",
+            "snapshot_index",
             "The last index this server's snapshot covers.",
             idx(c.snapshot_index),
         ),
         (
-            "hale_control_voters",
-            "gauge",
+            "voters",
             "Voters in the membership this server knows.",
-            c.voters.len().to_string(),
+            c.voters.len() as u64,
         ),
         (
-            "hale_control_storage_failed",
-            "gauge",
+            "storage_failed",
             "Whether this server's storage failed and its Raft stopped (1) or not (0).",
-            u8::from(c.storage_error.is_some()).to_string(),
+            u64::from(c.storage_error.is_some()),
         ),
     ];
-    for (name, kind, help, v) in series {
-        let _ = writeln!(
-            out,
-            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{{{l}}} {v}"
-        );
+    for (name, help, v) in series {
+        let name = format!("hale_control_{name}");
+        family(&mut out, (&name, "gauge", help), [(l.clone(), v)]);
     }
     out
 }

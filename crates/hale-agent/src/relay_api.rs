@@ -6,8 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State;
-use axum::routing::get;
-use axum::{Json, Router};
+use axum::Json;
 use hale_relay::{BreakerGauge, DropReason, Relay, RelayConfig};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
@@ -116,11 +115,7 @@ pub fn relay_view(relay: &Relay, cfg: &RelayConfig) -> RelayView {
 }
 
 /// `GET /v1/relay`: the view, or `null` when no relay is configured.
-pub(crate) fn routes() -> Router<AppState> {
-    Router::new().route("/v1/relay", get(status))
-}
-
-async fn status(State(st): State<AppState>) -> Json<Option<RelayView>> {
+pub(crate) async fn status(State(st): State<AppState>) -> Json<Option<RelayView>> {
     Json(st.relay.as_ref().map(|(r, c)| relay_view(r, c)))
 }
 

@@ -5,8 +5,7 @@
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::Json;
 
 use hale_control::RoleState;
 
@@ -15,18 +14,7 @@ use crate::app::AppState;
 use crate::services::views;
 use crate::view::{LeaseView, PrimaryView, ReplicaView, RolesView};
 
-pub(crate) fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/v1/roles", get(roles))
-        .route("/v1/services", get(services))
-        .route("/v1/roles/{role}/handover", post(handover))
-        .route("/v1/roles/{role}/primary", get(primary))
-        .route("/v1/roles/{role}/replica", get(replica))
-        .route("/v1/control/servers", post(add_server))
-        .route("/v1/control/servers/{id}/remove", post(remove_server))
-}
-
-async fn roles(State(st): State<AppState>) -> Json<RolesView> {
+pub(crate) async fn roles(State(st): State<AppState>) -> Json<RolesView> {
     let (leases, leader) = match &st.control {
         Some(c) => (
             c.table().await.map(|t| {
@@ -76,7 +64,7 @@ fn not_a_candidate(role: &str) -> Response {
 /// everywhere else. For load balancers (HAProxy `option httpchk` +
 /// `http-check expect status 200`); reads only this agent's memory, so it
 /// is cheap to poll often, and needs no token.
-async fn primary(State(st): State<AppState>, Path(role): Path<String>) -> Response {
+pub(crate) async fn primary(State(st): State<AppState>, Path(role): Path<String>) -> Response {
     let Some(v) = local_view(&st, &role) else {
         return not_a_candidate(&role);
     };
@@ -100,7 +88,7 @@ async fn primary(State(st): State<AppState>, Path(role): Path<String>) -> Respon
 
 /// `GET /v1/roles/{role}/replica`: 200 on a healthy, ready standby of
 /// `role` (not holding it), 503 everywhere else.
-async fn replica(State(st): State<AppState>, Path(role): Path<String>) -> Response {
+pub(crate) async fn replica(State(st): State<AppState>, Path(role): Path<String>) -> Response {
     let Some(v) = local_view(&st, &role) else {
         return not_a_candidate(&role);
     };
@@ -116,11 +104,11 @@ async fn replica(State(st): State<AppState>, Path(role): Path<String>) -> Respon
     (status, Json(body)).into_response()
 }
 
-async fn services(State(st): State<AppState>) -> Response {
+pub(crate) async fn services(State(st): State<AppState>) -> Response {
     Json(views(&st.services)).into_response()
 }
 
-async fn handover(
+pub(crate) async fn handover(
     State(st): State<AppState>,
     Path(role): Path<String>,
     body: axum::body::Bytes,
@@ -172,7 +160,7 @@ async fn handover(
     }
 }
 
-async fn add_server(State(st): State<AppState>, body: axum::body::Bytes) -> Response {
+pub(crate) async fn add_server(State(st): State<AppState>, body: axum::body::Bytes) -> Response {
     let Ok(req) = serde_json::from_slice::<hale_control::raft::AddServer>(&body) else {
         return error(
             StatusCode::BAD_REQUEST,
@@ -191,7 +179,7 @@ async fn add_server(State(st): State<AppState>, body: axum::body::Bytes) -> Resp
     }
 }
 
-async fn remove_server(State(st): State<AppState>, Path(id): Path<u64>) -> Response {
+pub(crate) async fn remove_server(State(st): State<AppState>, Path(id): Path<u64>) -> Response {
     let Some(c) = &st.control else {
         return error(
             StatusCode::CONFLICT,

@@ -235,6 +235,33 @@ impl<I: Identity> Node<I> {
         health >= self.cfg.health_discount || w.count > limit
     }
 
+    /// The gate of every accusation of `member` at `incarnation` (a
+    /// suspicion, or a death verdict when `dead`): one of this node is
+    /// refuted; one of a member unknown here, no longer live, or at an older
+    /// incarnation goes no further (counted as stale news when the member is
+    /// live). The member's state and incarnation when it passes.
+    fn accused(
+        &mut self,
+        now: Time,
+        member: &I,
+        incarnation: u32,
+        accuser: &I,
+        dead: bool,
+    ) -> Option<(MemberState, u32)> {
+        if *member == self.me {
+            if incarnation >= self.incarnation && !self.left {
+                self.refute(now, incarnation, Some(accuser.clone()), dead);
+            }
+            return None;
+        }
+        let m = self.members.get(member)?;
+        let (state, known) = (m.state(), m.incarnation);
+        if state.is_live() && incarnation < known {
+            self.stats.stale_news += 1;
+        }
+        (state.is_live() && incarnation >= known).then_some((state, known))
+    }
+
     /// `accuser` suspects `member` at `incarnation`.
     pub(crate) fn apply_suspect(
         &mut self,
@@ -244,22 +271,10 @@ impl<I: Identity> Node<I> {
         accuser: &I,
         accuser_health: u8,
     ) {
-        if *member == self.me {
-            if incarnation >= self.incarnation && !self.left {
-                self.refute(now, incarnation, Some(accuser.clone()), false);
-            }
-            return;
-        }
-        let Some(m) = self.members.get(member) else {
+        let Some((state, known)) = self.accused(now, member, incarnation, accuser, false) else {
             return;
         };
-        if m.state().is_live() && incarnation < m.incarnation {
-            self.stats.stale_news += 1;
-        }
-        if !m.state().is_live() || incarnation < m.incarnation {
-            return;
-        }
-        let fresh_suspicion = m.state() == MemberState::Alive || incarnation > m.incarnation;
+        let fresh_suspicion = state == MemberState::Alive || incarnation > known;
         let mut renewed = false;
         if !fresh_suspicion {
             let s = self.suspicions.get(member);
@@ -624,19 +639,10 @@ impl<I: Identity> Node<I> {
         accusers: u8,
         spread: bool,
     ) {
-        if *member == self.me {
-            if incarnation >= self.incarnation && !self.left {
-                self.refute(now, incarnation, Some(declarer.clone()), true);
-            }
-            return;
-        }
-        let Some(m) = self.members.get(member) else {
-            return;
-        };
-        if m.state().is_live() && incarnation < m.incarnation {
-            self.stats.stale_news += 1;
-        }
-        if !m.state().is_live() || incarnation < m.incarnation {
+        if self
+            .accused(now, member, incarnation, declarer, true)
+            .is_none()
+        {
             return;
         }
         // Never let one observer convict: the verdict must rest on enough accusers.

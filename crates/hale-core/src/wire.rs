@@ -279,20 +279,87 @@ pub enum Message<I> {
     },
 }
 
-const TAG_PING: u8 = 1;
-const TAG_ACK: u8 = 2;
-const TAG_NACK: u8 = 3;
-const TAG_PING_REQ: u8 = 4;
-const TAG_ALIVE: u8 = 5;
-const TAG_SUSPECT: u8 = 6;
-const TAG_DEAD: u8 = 7;
-const TAG_LEFT: u8 = 8;
-const TAG_PUSH_PULL: u8 = 9;
-const TAG_CLOSED: u8 = 10;
+/// A message's first byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum Tag {
+    Ping = 1,
+    Ack,
+    Nack,
+    PingReq,
+    Alive,
+    Suspect,
+    Dead,
+    Left,
+    PushPull,
+    Closed,
+}
+
+impl Tag {
+    /// The tag `b` stands for.
+    fn of(b: u8) -> Option<Tag> {
+        use Tag::*;
+        [
+            Ping, Ack, Nack, PingReq, Alive, Suspect, Dead, Left, PushPull, Closed,
+        ]
+        .into_iter()
+        .find(|t| *t as u8 == b)
+    }
+}
+
+/// Where a packet is written: a buffer ([`Message::encode`]), or [`Len`],
+/// which only counts the bytes ([`Message::encoded_len`]), so that the
+/// length always agrees with the encoding.
+trait Sink {
+    fn bytes(&mut self, b: &[u8]);
+    fn byte(&mut self, b: u8) {
+        self.bytes(&[b]);
+    }
+    fn varint(&mut self, v: u64);
+    fn id<I: Identity>(&mut self, id: &I);
+}
+
+impl Sink for Vec<u8> {
+    fn bytes(&mut self, b: &[u8]) {
+        self.extend_from_slice(b);
+    }
+    fn varint(&mut self, v: u64) {
+        put_varint(self, v);
+    }
+    fn id<I: Identity>(&mut self, id: &I) {
+        id.encode(self);
+    }
+}
+
+/// A [`Sink`] that counts.
+struct Len(usize);
+
+impl Sink for Len {
+    fn bytes(&mut self, b: &[u8]) {
+        self.0 += b.len();
+    }
+    fn varint(&mut self, v: u64) {
+        self.0 += varint_len(v);
+    }
+    fn id<I: Identity>(&mut self, id: &I) {
+        self.0 += id.encoded_len();
+    }
+}
 
 impl<I: Identity> Message<I> {
     /// Appends the wire form to `out`.
     pub fn encode(&self, out: &mut Vec<u8>) {
+        self.write(out);
+    }
+
+    /// Bytes `encode` writes.
+    pub fn encoded_len(&self) -> usize {
+        let mut n = Len(0);
+        self.write(&mut n);
+        n.0
+    }
+
+    fn write<S: Sink>(&self, out: &mut S) {
         match self {
             Message::Ping {
                 seq,
@@ -304,39 +371,33 @@ impl<I: Identity> Message<I> {
                 target,
                 suspected,
             } => {
-                out.push(if matches!(self, Message::Ping { .. }) {
-                    TAG_PING
-                } else {
-                    TAG_PING_REQ
-                });
-                put_varint(out, u64::from(*seq));
-                target.encode(out);
+                let ping = matches!(self, Message::Ping { .. });
+                out.byte(if ping { Tag::Ping } else { Tag::PingReq } as u8);
+                out.varint(u64::from(*seq));
+                out.id(target);
                 match suspected {
-                    None => out.push(0),
+                    None => out.byte(0),
                     Some(inc) => {
-                        out.push(1);
-                        put_varint(out, u64::from(*inc));
+                        out.byte(1);
+                        out.varint(u64::from(*inc));
                     }
                 }
             }
-            Message::Ack { seq } => {
-                out.push(TAG_ACK);
-                put_varint(out, u64::from(*seq));
-            }
-            Message::Nack { seq } => {
-                out.push(TAG_NACK);
-                put_varint(out, u64::from(*seq));
+            Message::Ack { seq } | Message::Nack { seq } => {
+                let ack = matches!(self, Message::Ack { .. });
+                out.byte(if ack { Tag::Ack } else { Tag::Nack } as u8);
+                out.varint(u64::from(*seq));
             }
             Message::Alive {
                 member,
                 incarnation,
                 meta,
             } => {
-                out.push(TAG_ALIVE);
-                member.encode(out);
-                put_varint(out, u64::from(*incarnation));
-                put_varint(out, meta.len() as u64);
-                out.extend_from_slice(meta);
+                out.byte(Tag::Alive as u8);
+                out.id(member);
+                out.varint(u64::from(*incarnation));
+                out.varint(meta.len() as u64);
+                out.bytes(meta);
             }
             Message::Suspect {
                 member,
@@ -344,11 +405,11 @@ impl<I: Identity> Message<I> {
                 accuser,
                 accuser_health,
             } => {
-                out.push(TAG_SUSPECT);
-                member.encode(out);
-                put_varint(out, u64::from(*incarnation));
-                accuser.encode(out);
-                out.push(*accuser_health);
+                out.byte(Tag::Suspect as u8);
+                out.id(member);
+                out.varint(u64::from(*incarnation));
+                out.id(accuser);
+                out.byte(*accuser_health);
             }
             Message::Dead {
                 member,
@@ -356,29 +417,29 @@ impl<I: Identity> Message<I> {
                 declarer,
                 accusers,
             } => {
-                out.push(TAG_DEAD);
-                member.encode(out);
-                put_varint(out, u64::from(*incarnation));
-                declarer.encode(out);
-                out.push(*accusers);
+                out.byte(Tag::Dead as u8);
+                out.id(member);
+                out.varint(u64::from(*incarnation));
+                out.id(declarer);
+                out.byte(*accusers);
             }
             Message::Left {
                 member,
                 incarnation,
             } => {
-                out.push(TAG_LEFT);
-                member.encode(out);
-                put_varint(out, u64::from(*incarnation));
+                out.byte(Tag::Left as u8);
+                out.id(member);
+                out.varint(u64::from(*incarnation));
             }
             Message::Closed {
                 member,
                 incarnation,
                 accuser,
             } => {
-                out.push(TAG_CLOSED);
-                member.encode(out);
-                put_varint(out, u64::from(*incarnation));
-                accuser.encode(out);
+                out.byte(Tag::Closed as u8);
+                out.id(member);
+                out.varint(u64::from(*incarnation));
+                out.id(accuser);
             }
             Message::PushPull {
                 join,
@@ -386,91 +447,28 @@ impl<I: Identity> Message<I> {
                 digest,
                 members,
             } => {
-                out.push(TAG_PUSH_PULL);
-                out.push(u8::from(*join) | (u8::from(*reply) << 1) | (u8::from(*digest) << 2));
-                put_varint(out, members.len() as u64);
+                out.byte(Tag::PushPull as u8);
+                out.byte(u8::from(*join) | (u8::from(*reply) << 1) | (u8::from(*digest) << 2));
+                out.varint(members.len() as u64);
                 for m in members {
-                    m.id.encode(out);
-                    put_varint(out, u64::from(m.incarnation));
-                    out.push(m.state as u8);
+                    out.id(&m.id);
+                    out.varint(u64::from(m.incarnation));
+                    out.byte(m.state as u8);
                     if !*digest {
-                        put_varint(out, m.meta.len() as u64);
-                        out.extend_from_slice(&m.meta);
+                        out.varint(m.meta.len() as u64);
+                        out.bytes(&m.meta);
                     }
                 }
             }
         }
     }
 
-    /// Bytes `encode` writes.
-    pub fn encoded_len(&self) -> usize {
-        let v = |x: u32| varint_len(u64::from(x));
-        match self {
-            Message::Ping {
-                seq,
-                target,
-                suspected,
-            }
-            | Message::PingReq {
-                seq,
-                target,
-                suspected,
-            } => 1 + v(*seq) + target.encoded_len() + 1 + suspected.map_or(0, v),
-            Message::Ack { seq } | Message::Nack { seq } => 1 + v(*seq),
-            Message::Alive {
-                member,
-                incarnation,
-                meta,
-            } => {
-                1 + member.encoded_len()
-                    + v(*incarnation)
-                    + varint_len(meta.len() as u64)
-                    + meta.len()
-            }
-            Message::Suspect {
-                member,
-                incarnation,
-                accuser,
-                ..
-            } => 1 + member.encoded_len() + v(*incarnation) + accuser.encoded_len() + 1,
-            Message::Dead {
-                member,
-                incarnation,
-                declarer,
-                ..
-            } => 1 + member.encoded_len() + v(*incarnation) + declarer.encoded_len() + 1,
-            Message::Left {
-                member,
-                incarnation,
-            } => 1 + member.encoded_len() + v(*incarnation),
-            Message::Closed {
-                member,
-                incarnation,
-                accuser,
-            } => 1 + member.encoded_len() + v(*incarnation) + accuser.encoded_len(),
-            Message::PushPull {
-                members, digest, ..
-            } => {
-                let body: usize = members
-                    .iter()
-                    .map(|m| {
-                        let meta = if *digest {
-                            0
-                        } else {
-                            varint_len(m.meta.len() as u64) + m.meta.len()
-                        };
-                        m.id.encoded_len() + v(m.incarnation) + 1 + meta
-                    })
-                    .sum();
-                2 + varint_len(members.len() as u64) + body
-            }
-        }
-    }
-
     fn decode(r: &mut Reader<'_>, stream: bool) -> Result<Self, DecodeError> {
-        let tag = r.u8()?;
+        let Some(tag) = Tag::of(r.u8()?) else {
+            return Err(DecodeError::Invalid("message tag"));
+        };
         Ok(match tag {
-            TAG_PING | TAG_PING_REQ => {
+            Tag::Ping | Tag::PingReq => {
                 let seq = r.varint32()?;
                 let target = I::decode(r)?;
                 let suspected = match r.u8()? {
@@ -478,7 +476,7 @@ impl<I: Identity> Message<I> {
                     1 => Some(r.varint32()?),
                     _ => return Err(DecodeError::Invalid("suspected flag")),
                 };
-                if tag == TAG_PING {
+                if tag == Tag::Ping {
                     Message::Ping {
                         seq,
                         target,
@@ -492,35 +490,35 @@ impl<I: Identity> Message<I> {
                     }
                 }
             }
-            TAG_ACK => Message::Ack { seq: r.varint32()? },
-            TAG_NACK => Message::Nack { seq: r.varint32()? },
-            TAG_ALIVE => Message::Alive {
+            Tag::Ack => Message::Ack { seq: r.varint32()? },
+            Tag::Nack => Message::Nack { seq: r.varint32()? },
+            Tag::Alive => Message::Alive {
                 member: I::decode(r)?,
                 incarnation: r.varint32()?,
                 meta: read_meta(r)?,
             },
-            TAG_SUSPECT => Message::Suspect {
+            Tag::Suspect => Message::Suspect {
                 member: I::decode(r)?,
                 incarnation: r.varint32()?,
                 accuser: I::decode(r)?,
                 accuser_health: r.u8()?,
             },
-            TAG_DEAD => Message::Dead {
+            Tag::Dead => Message::Dead {
                 member: I::decode(r)?,
                 incarnation: r.varint32()?,
                 declarer: I::decode(r)?,
                 accusers: r.u8()?,
             },
-            TAG_LEFT => Message::Left {
+            Tag::Left => Message::Left {
                 member: I::decode(r)?,
                 incarnation: r.varint32()?,
             },
-            TAG_CLOSED => Message::Closed {
+            Tag::Closed => Message::Closed {
                 member: I::decode(r)?,
                 incarnation: r.varint32()?,
                 accuser: I::decode(r)?,
             },
-            TAG_PUSH_PULL if stream => {
+            Tag::PushPull if stream => {
                 let flags = r.u8()?;
                 if flags > 7 {
                     return Err(DecodeError::Invalid("push-pull flags"));
@@ -558,8 +556,7 @@ impl<I: Identity> Message<I> {
                     members,
                 }
             }
-            TAG_PUSH_PULL => return Err(DecodeError::Invalid("push-pull in a datagram")),
-            _ => return Err(DecodeError::Invalid("message tag")),
+            Tag::PushPull => return Err(DecodeError::Invalid("push-pull in a datagram")),
         })
     }
 }
@@ -575,26 +572,21 @@ fn read_meta(r: &mut Reader<'_>) -> Result<Vec<u8>, DecodeError> {
 impl<I: Identity> Header<I> {
     /// Bytes the header takes on the wire.
     pub fn encoded_len(&self) -> usize {
-        2 + 1
-            + 8
-            + self.sender.encoded_len()
-            + varint_len(u64::from(self.incarnation))
-            + 1
-            + varint_len(self.generation)
-            + varint_len(self.sent_ms)
-            + 1
+        let mut n = Len(0);
+        self.write(&mut n, 0);
+        n.0
     }
 
-    fn encode(&self, out: &mut Vec<u8>, count: u8) {
-        out.extend_from_slice(&MAGIC);
-        out.push(VERSION);
-        out.extend_from_slice(&self.cluster.to_le_bytes());
-        self.sender.encode(out);
-        put_varint(out, u64::from(self.incarnation));
-        out.push(self.health);
-        put_varint(out, self.generation);
-        put_varint(out, self.sent_ms);
-        out.push(count);
+    fn write<S: Sink>(&self, out: &mut S, count: u8) {
+        out.bytes(&MAGIC);
+        out.byte(VERSION);
+        out.bytes(&self.cluster.to_le_bytes());
+        out.id(&self.sender);
+        out.varint(u64::from(self.incarnation));
+        out.byte(self.health);
+        out.varint(self.generation);
+        out.varint(self.sent_ms);
+        out.byte(count);
     }
 }
 
@@ -621,7 +613,7 @@ impl<I: Identity> Packet<I> {
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.encoded_len());
         self.header
-            .encode(&mut out, self.messages.len().min(MAX_MESSAGES) as u8);
+            .write(&mut out, self.messages.len().min(MAX_MESSAGES) as u8);
         for m in self.messages.iter().take(MAX_MESSAGES) {
             m.encode(&mut out);
         }

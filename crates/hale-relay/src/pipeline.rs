@@ -322,6 +322,12 @@ impl<T: Payload> Pipeline<T> {
         self.producer.budget.cap()
     }
 
+    /// Prometheus text, metric names prefixed `prefix`.
+    pub fn metrics_text(&self, prefix: &str) -> String {
+        self.counters()
+            .render(prefix, self.queue_bytes(), self.queue_cap())
+    }
+
     fn pending(&self) -> u64 {
         let accepted = self.shared.counters.accepted.load(Ordering::SeqCst);
         accepted.saturating_sub(self.shared.finished.load(Ordering::SeqCst))
@@ -329,7 +335,8 @@ impl<T: Payload> Pipeline<T> {
 
     /// Waits until every event accepted before the call is delivered,
     /// spooled or dropped, or until `timeout` passes, whichever is first:
-    /// returns by the deadline whatever the upstream does.
+    /// returns by the deadline whatever the upstream does. Blocks the
+    /// calling thread: from async code, call it through `spawn_blocking`.
     pub fn flush(&self, timeout: Duration) -> Result<(), FlushError> {
         let deadline = std::time::Instant::now() + timeout;
         let target = self.shared.counters.accepted.load(Ordering::SeqCst);
@@ -345,7 +352,8 @@ impl<T: Payload> Pipeline<T> {
 
     /// Refuses new events, gives the worker until the deadline to deliver
     /// (or spool) what is pending, and returns by `timeout` whatever the
-    /// upstream does. The worker thread is never joined without a bound.
+    /// upstream does (what is left is counted as `shutdown` drops, or
+    /// spooled). The worker thread is never joined without a bound.
     pub fn close(&self, timeout: Duration) -> Result<(), CloseError> {
         let deadline = std::time::Instant::now() + timeout;
         {

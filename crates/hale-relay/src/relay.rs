@@ -26,9 +26,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 
-use crate::counters::Counters;
 use crate::envelope::{self, Envelope};
-use crate::pipeline::{CloseError, FlushError, Pipeline, PipelineConfig, StartError};
+use crate::pipeline::{Pipeline, PipelineConfig, StartError};
 
 /// The relay's configuration.
 #[derive(Debug, Clone)]
@@ -77,6 +76,16 @@ pub struct Relay {
     inner: Arc<Inner>,
 }
 
+/// The relay's pipeline: its counters, flush, close, drills' diversion,
+/// membership verdicts on its upstreams' hosts.
+impl std::ops::Deref for Relay {
+    type Target = Pipeline<Envelope>;
+
+    fn deref(&self) -> &Pipeline<Envelope> {
+        &self.inner.p
+    }
+}
+
 /// A refused request: status and reason.
 struct Refusal(StatusCode, String);
 
@@ -104,70 +113,28 @@ impl Relay {
     pub fn router(&self) -> Router {
         let p = &self.inner.prefix;
         Router::new()
-            .route(&format!("{p}/api/{{project_id}}/envelope/"), post(envelope))
-            .route(&format!("{p}/api/{{project_id}}/envelope"), post(envelope))
-            .route(&format!("{p}/api/{{project_id}}/store/"), post(store))
-            .route(&format!("{p}/api/{{project_id}}/store"), post(store))
+            .route(
+                &format!("{p}/api/{{project_id}}/envelope/"),
+                post(ingest::<false>),
+            )
+            .route(
+                &format!("{p}/api/{{project_id}}/envelope"),
+                post(ingest::<false>),
+            )
+            .route(
+                &format!("{p}/api/{{project_id}}/store/"),
+                post(ingest::<true>),
+            )
+            .route(
+                &format!("{p}/api/{{project_id}}/store"),
+                post(ingest::<true>),
+            )
             .with_state(self.clone())
-    }
-
-    /// Whether the worker has stopped (after `close`), every event counted.
-    pub fn is_stopped(&self) -> bool {
-        self.inner.p.is_stopped()
-    }
-
-    /// The counters.
-    pub fn counters(&self) -> &Counters {
-        self.inner.p.counters()
-    }
-
-    /// Bytes held in memory now.
-    pub fn queue_bytes(&self) -> usize {
-        self.inner.p.queue_bytes()
-    }
-
-    /// The cap on bytes held in memory.
-    pub fn queue_cap(&self) -> usize {
-        self.inner.p.queue_cap()
-    }
-
-    /// See [`Pipeline::flush`]. Blocks the calling thread up to `timeout`:
-    /// from async code, call it through `spawn_blocking`.
-    pub fn flush(&self, timeout: Duration) -> Result<(), FlushError> {
-        self.inner.p.flush(timeout)
-    }
-
-    /// See [`Pipeline::close`]. Blocks the calling thread up to `timeout`.
-    pub fn close(&self, timeout: Duration) -> Result<(), CloseError> {
-        self.inner.p.close(timeout)
-    }
-
-    /// For drills: see [`Pipeline::divert`].
-    pub fn divert(&self, to: Option<std::net::SocketAddr>) {
-        self.inner.p.divert(to);
-    }
-
-    /// Where requests are diverted to now (a drill), if anywhere.
-    pub fn diverted(&self) -> Option<std::net::SocketAddr> {
-        self.inner.p.diverted()
-    }
-
-    /// The hale member `name` was declared dead: open the breakers of the
-    /// upstreams it hosts at once.
-    pub fn member_dead(&self, name: &str) {
-        self.inner.p.member_dead(name);
-    }
-
-    /// The hale member `name` joined or recovered: probe its upstreams now.
-    pub fn member_alive(&self, name: &str) {
-        self.inner.p.member_alive(name);
     }
 
     /// Prometheus text, metric names prefixed `hale_relay_`.
     pub fn render_metrics(&self) -> String {
-        let p = &self.inner.p;
-        p.counters()
-            .render("hale_relay", p.queue_bytes(), p.queue_cap())
+        self.inner.p.metrics_text("hale_relay")
     }
 
     fn authorize(&self, headers: &HeaderMap, query: Option<&str>) -> Result<(), Refusal> {
@@ -338,55 +305,32 @@ fn queued(relay: &Relay, env: Envelope, id: Option<String>) -> Response {
     .into_response()
 }
 
-/// What an ingestion endpoint received, once admitted: the envelope to
-/// queue and the event id to answer with.
-type Ingested = (Vec<u8>, Option<String>);
-
-/// Admits a request for `project_id`, turns its body into an envelope with
-/// `convert`, and queues it.
-async fn ingest(
-    relay: Relay,
-    project_id: String,
-    query: Option<String>,
+/// Both ingestion endpoints, `envelope` and (`STORE`) `store`, whose body
+/// is one event as JSON: admits a
+/// request for `project_id`, turns its body into an envelope, and queues it.
+async fn ingest<const STORE: bool>(
+    State(relay): State<Relay>,
+    Path(project_id): Path<String>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Body,
-    convert: fn(Vec<u8>) -> Result<Ingested, Refusal>,
 ) -> Response {
     let run = async {
         let body = relay
             .admit(&project_id, &headers, query.as_deref(), body)
             .await?;
-        let (env, id) = convert(body)?;
+        let (env, id) = if STORE {
+            let (env, id) = envelope::store_to_envelope(&body).map_err(bad)?;
+            (env, Some(id))
+        } else {
+            (body, None)
+        };
         let parsed = envelope::parse_envelope(&env).map_err(bad)?;
         let id = id.or(parsed.event_id);
         let env = Envelope::new(Bytes::from(env), parsed.category);
         Ok::<_, Refusal>(queued(&relay, env, id))
     };
     run.await.unwrap_or_else(IntoResponse::into_response)
-}
-
-async fn envelope(
-    State(relay): State<Relay>,
-    Path(project_id): Path<String>,
-    RawQuery(query): RawQuery,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    ingest(relay, project_id, query, headers, body, |b| Ok((b, None))).await
-}
-
-async fn store(
-    State(relay): State<Relay>,
-    Path(project_id): Path<String>,
-    RawQuery(query): RawQuery,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    ingest(relay, project_id, query, headers, body, |b| {
-        let (env, id) = envelope::store_to_envelope(&b).map_err(bad)?;
-        Ok((env, Some(id)))
-    })
-    .await
 }
 
 #[cfg(test)]

@@ -12,11 +12,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 
-use crate::counters::{Category, Counters};
+use crate::counters::Category;
 use crate::envelope::{self, Envelope};
-use crate::pipeline::{
-    CloseError, FlushError, Payload, Pipeline, PipelineConfig, Rejected, StartError,
-};
+use crate::pipeline::{Payload, Pipeline, PipelineConfig, Rejected, StartError};
 
 /// Severity, as Sentry names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -179,52 +177,18 @@ impl Reporter {
         self.inner.p.offer(event, bytes)
     }
 
-    /// Waits until what was accepted before the call is delivered or
-    /// dropped, returning by `timeout` whatever the upstream does.
-    pub fn flush(&self, timeout: Duration) -> Result<(), FlushError> {
-        self.inner.p.flush(timeout)
-    }
-
-    /// Refuses new events, delivers what it can within `timeout` and
-    /// returns by then; what is left is counted as `shutdown` drops.
-    pub fn close(&self, timeout: Duration) -> Result<(), CloseError> {
-        self.inner.p.close(timeout)
-    }
-
-    /// Whether the worker has stopped (after `close`), every event counted.
-    pub fn is_stopped(&self) -> bool {
-        self.inner.p.is_stopped()
-    }
-
-    /// The counters.
-    pub fn counters(&self) -> &Counters {
-        self.inner.p.counters()
-    }
-
-    /// Bytes held in memory now.
-    pub fn queue_bytes(&self) -> usize {
-        self.inner.p.queue_bytes()
-    }
-
-    /// The cap on bytes held in memory.
-    pub fn queue_cap(&self) -> usize {
-        self.inner.p.queue_cap()
-    }
-
-    /// See [`Pipeline::member_dead`].
-    pub fn member_dead(&self, name: &str) {
-        self.inner.p.member_dead(name);
-    }
-
-    /// See [`Pipeline::member_alive`].
-    pub fn member_alive(&self, name: &str) {
-        self.inner.p.member_alive(name);
-    }
-
     /// Prometheus text, metric names prefixed `hale_reporter_`.
     pub fn render_metrics(&self) -> String {
-        let p = &self.inner.p;
-        p.counters()
-            .render("hale_reporter", p.queue_bytes(), p.queue_cap())
+        self.inner.p.metrics_text("hale_reporter")
+    }
+}
+
+/// The reporter's pipeline: its counters, flush, close, membership
+/// verdicts on its upstreams' hosts.
+impl std::ops::Deref for Reporter {
+    type Target = Pipeline<Event>;
+
+    fn deref(&self) -> &Pipeline<Event> {
+        &self.inner.p
     }
 }

@@ -451,17 +451,14 @@ impl Drill {
     /// Restores every fault this drill set and verifies the cluster is whole.
     async fn restore_and_verify(&mut self, step: usize) {
         restore_faults(&self.agents, &self.undo).await;
-        let deadline = Instant::now() + self.args.recover_timeout;
         let start = Instant::now();
-        let mut last;
-        loop {
-            let nodes = self.agents.survey().await;
-            last = whole(&nodes, self.agents.addrs.len());
-            if last.is_empty() || Instant::now() >= deadline {
-                break;
-            }
-            tokio::time::sleep(TICK).await;
-        }
+        let mut last = Vec::new();
+        let agents = &self.agents;
+        until(start + self.args.recover_timeout, async || {
+            last = whole(&agents.survey().await, agents.addrs.len());
+            last.is_empty().then_some(())
+        })
+        .await;
         self.poll_events().await;
         self.add(
             step,
@@ -478,6 +475,20 @@ impl Drill {
                 },
             ),
         );
+    }
+}
+
+/// Calls `probe` every [`TICK`] until it gives a value or `deadline`
+/// passes (at least once).
+async fn until<T>(deadline: Instant, mut probe: impl AsyncFnMut() -> Option<T>) -> Option<T> {
+    loop {
+        if let Some(v) = probe().await {
+            return Some(v);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(TICK).await;
     }
 }
 

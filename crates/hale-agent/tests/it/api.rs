@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use hale_agent::{Agent, Key};
 
-use crate::support::{loopback_config, wait_until};
+use crate::support::{start, wait_until};
 
 async fn alive_count(a: &Agent) -> usize {
     a.members()
@@ -19,15 +19,9 @@ async fn alive_count(a: &Agent) -> usize {
 #[tokio::test]
 async fn three_agents_join_through_a_seed_and_see_each_other() {
     let key = Key::generate().to_base64();
-    let a = Agent::start(loopback_config("api-test", "a", &key, None))
-        .await
-        .unwrap();
-    let b = Agent::start(loopback_config("api-test", "b", &key, None))
-        .await
-        .unwrap();
-    let c = Agent::start(loopback_config("api-test", "c", &key, None))
-        .await
-        .unwrap();
+    let a = start("api-test", "a", &key, None).await;
+    let b = start("api-test", "b", &key, None).await;
+    let c = start("api-test", "c", &key, None).await;
     b.join(vec![a.gossip_addr()]).await.unwrap();
     c.join(vec![a.gossip_addr()]).await.unwrap();
     for x in [&a, &b, &c] {
@@ -54,22 +48,8 @@ async fn three_agents_join_through_a_seed_and_see_each_other() {
 
 #[tokio::test]
 async fn an_agent_with_another_key_cannot_join_and_its_packets_are_counted() {
-    let a = Agent::start(loopback_config(
-        "api-test",
-        "a",
-        &Key::generate().to_base64(),
-        None,
-    ))
-    .await
-    .unwrap();
-    let x = Agent::start(loopback_config(
-        "api-test",
-        "x",
-        &Key::generate().to_base64(),
-        None,
-    ))
-    .await
-    .unwrap();
+    let a = start("api-test", "a", &Key::generate().to_base64(), None).await;
+    let x = start("api-test", "x", &Key::generate().to_base64(), None).await;
     x.join(vec![a.gossip_addr()]).await.unwrap();
     let client = reqwest::Client::new();
     let url = format!("http://{}/metrics", a.http_addr());
@@ -98,14 +78,7 @@ async fn an_agent_with_another_key_cannot_join_and_its_packets_are_counted() {
 
 #[tokio::test]
 async fn the_api_serves_members_health_events_metrics_and_openapi() {
-    let a = Agent::start(loopback_config(
-        "api-test",
-        "solo",
-        &Key::generate().to_base64(),
-        None,
-    ))
-    .await
-    .unwrap();
+    let a = start("api-test", "solo", &Key::generate().to_base64(), None).await;
     let api = a.client();
     let members = api.members().await.unwrap();
     assert_eq!(members.len(), 1);
@@ -125,14 +98,7 @@ async fn the_api_serves_members_health_events_metrics_and_openapi() {
 
 #[tokio::test]
 async fn bad_requests_get_a_4xx_with_a_message() {
-    let a = Agent::start(loopback_config(
-        "api-test",
-        "t",
-        &Key::generate().to_base64(),
-        Some("tok"),
-    ))
-    .await
-    .unwrap();
+    let a = start("api-test", "t", &Key::generate().to_base64(), Some("tok")).await;
     let base = format!("http://{}", a.http_addr());
     let c = reqwest::Client::new();
     let r = c
@@ -183,13 +149,9 @@ async fn bad_requests_get_a_4xx_with_a_message() {
 #[tokio::test]
 async fn events_stream_live_over_server_sent_events() {
     let key = Key::generate().to_base64();
-    let a = Agent::start(loopback_config("api-test", "a", &key, None))
-        .await
-        .unwrap();
+    let a = start("api-test", "a", &key, None).await;
     let mut sub = a.subscribe();
-    let b = Agent::start(loopback_config("api-test", "b", &key, None))
-        .await
-        .unwrap();
+    let b = start("api-test", "b", &key, None).await;
     b.join(vec![a.gossip_addr()]).await.unwrap();
     let e = tokio::time::timeout(Duration::from_secs(10), sub.recv())
         .await
@@ -211,9 +173,7 @@ async fn events_stream_live_over_server_sent_events() {
 #[tokio::test]
 async fn the_event_stream_refuses_subscribers_past_its_cap_and_takes_them_again_when_they_leave() {
     let key = Key::generate().to_base64();
-    let a = Agent::start(loopback_config("api-cap", "a", &key, None))
-        .await
-        .unwrap();
+    let a = start("api-cap", "a", &key, None).await;
     let url = format!("http://{}/v1/events/stream", a.http_addr());
     let http = reqwest::Client::new();
     let mut open = Vec::new();

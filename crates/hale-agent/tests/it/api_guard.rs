@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use hale_agent::{Agent, Key, StartError};
 
-use crate::support::{loopback_config, loopback_file};
+use crate::support::{loopback_config, loopback_file, start};
 
 /// Every mutating endpoint, with a body that would act if accepted.
 fn mutations() -> Vec<(&'static str, &'static str)> {
@@ -53,155 +53,107 @@ async fn an_agent_built_by_hand_with_an_unprotected_public_api_does_not_start() 
     assert!(e.to_string().contains("agent.api_token"), "{e}");
 }
 
+/// POSTs `body` to `path` on `a` with `headers` and no others: the status.
+async fn post(a: &Agent, path: &str, body: &str, headers: &[(&str, &str)]) -> u16 {
+    let mut r = reqwest::Client::new()
+        .post(format!("http://{}{path}", a.http_addr()))
+        .timeout(Duration::from_secs(5))
+        .body(body.to_owned());
+    for (k, v) in headers {
+        r = r.header(*k, *v);
+    }
+    r.send().await.unwrap().status().as_u16()
+}
+
+/// A quiet drill: what a refused request would have set.
+const QUIET: &str = r#"{"duration_ms": 60000}"#;
+
 #[tokio::test]
 async fn a_mutating_request_that_is_not_json_gets_415_and_changes_nothing() {
-    let a = Agent::start(loopback_config(
-        "guard",
-        "a",
-        &Key::generate().to_base64(),
-        None,
-    ))
-    .await
-    .unwrap();
-    let c = reqwest::Client::new();
+    let a = start("guard", "a", &Key::generate().to_base64(), None).await;
     for (path, body) in mutations() {
-        for ct in [
-            Some("text/plain"),
-            Some("application/x-www-form-urlencoded"),
-            None,
-        ] {
-            let mut r = c.post(format!("http://{}{path}", a.http_addr())).body(body);
-            if let Some(ct) = ct {
-                r = r.header("content-type", ct);
-            }
-            let r = r.send().await.unwrap();
-            assert_eq!(r.status(), 415, "{path} as {ct:?}");
+        for ct in ["text/plain", "application/x-www-form-urlencoded", ""] {
+            let headers = [("content-type", ct)];
+            let headers = if ct.is_empty() { &[][..] } else { &headers };
+            assert_eq!(post(&a, path, body, headers).await, 415, "{path} as {ct:?}");
         }
     }
     assert_nothing_done(&a).await;
     // The same request as JSON acts (the refusals above were for the type).
-    let r = c
-        .post(format!("http://{}/v1/drill/quiet", a.http_addr()))
-        .header("content-type", "application/json; charset=utf-8")
-        .body(r#"{"duration_ms": 60000}"#)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    let json = [("content-type", "application/json; charset=utf-8")];
+    assert_eq!(post(&a, "/v1/drill/quiet", QUIET, &json).await, 200);
     assert_eq!(a.client().drill().await.unwrap().active.len(), 1);
     a.shutdown().await;
 }
 
 #[tokio::test]
 async fn a_cross_site_browser_request_gets_403_and_changes_nothing() {
-    let a = Agent::start(loopback_config(
-        "guard",
-        "a",
-        &Key::generate().to_base64(),
-        None,
-    ))
-    .await
-    .unwrap();
-    let c = reqwest::Client::new();
+    let a = start("guard", "a", &Key::generate().to_base64(), None).await;
     let port = a.http_addr().port();
     let evil_host = format!("evil.example:{port}");
-    let cases: Vec<(&str, Vec<(&str, String)>)> = vec![
-        (
-            "another origin",
-            vec![("origin", "http://evil.example".into())],
-        ),
-        ("an opaque origin", vec![("origin", "null".into())]),
-        (
-            "another port of this host",
-            vec![("origin", format!("http://127.0.0.1:{}", port + 1))],
-        ),
-        (
-            "cross-site fetch",
-            vec![("sec-fetch-site", "cross-site".into())],
-        ),
-        (
-            "same-site fetch",
-            vec![("sec-fetch-site", "same-site".into())],
-        ),
+    let (evil_origin, other_port) = (
+        format!("http://{evil_host}"),
+        format!("http://127.0.0.1:{}", port + 1),
+    );
+    let cases: Vec<(&str, Vec<(&str, &str)>)> = vec![
+        ("another origin", vec![("origin", "http://evil.example")]),
+        ("an opaque origin", vec![("origin", "null")]),
+        ("another port of this host", vec![("origin", &other_port)]),
+        ("cross-site fetch", vec![("sec-fetch-site", "cross-site")]),
+        ("same-site fetch", vec![("sec-fetch-site", "same-site")]),
         (
             "a DNS-rebinding page (own origin, foreign host name)",
             vec![
-                ("host", evil_host.clone()),
-                ("origin", format!("http://{evil_host}")),
-                ("sec-fetch-site", "same-origin".into()),
+                ("host", &evil_host),
+                ("origin", &evil_origin),
+                ("sec-fetch-site", "same-origin"),
             ],
         ),
     ];
     for (path, body) in mutations() {
         for (what, headers) in &cases {
-            let mut r = c
-                .post(format!("http://{}{path}", a.http_addr()))
-                .header("content-type", "application/json")
-                .body(body);
-            for (k, v) in headers {
-                r = r.header(*k, v);
-            }
-            let r = r.send().await.unwrap();
-            assert_eq!(r.status(), 403, "{path} from {what}");
+            let mut headers = headers.clone();
+            headers.push(("content-type", "application/json"));
+            assert_eq!(
+                post(&a, path, body, &headers).await,
+                403,
+                "{path} from {what}"
+            );
         }
     }
     assert_nothing_done(&a).await;
     // The dashboard's own origin may (a same-origin fetch).
-    let r = c
-        .post(format!("http://{}/v1/drill/quiet", a.http_addr()))
-        .header("content-type", "application/json")
-        .header("origin", format!("http://{}", a.http_addr()))
-        .header("sec-fetch-site", "same-origin")
-        .body(r#"{"duration_ms": 60000}"#)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    let own = format!("http://{}", a.http_addr());
+    let headers = [
+        ("content-type", "application/json"),
+        ("origin", &own),
+        ("sec-fetch-site", "same-origin"),
+    ];
+    assert_eq!(post(&a, "/v1/drill/quiet", QUIET, &headers).await, 200);
     assert_eq!(a.client().drill().await.unwrap().active.len(), 1);
     a.shutdown().await;
 }
 
 #[tokio::test]
 async fn a_wrong_token_of_any_length_gets_401_and_changes_nothing() {
-    let a = Agent::start(loopback_config(
-        "guard",
-        "a",
-        &Key::generate().to_base64(),
-        Some("s3cret-token"),
-    ))
-    .await
-    .unwrap();
-    let c = reqwest::Client::new();
+    let token = "s3cret-token";
+    let a = start("guard", "a", &Key::generate().to_base64(), Some(token)).await;
+    let json = ("content-type", "application/json");
     for (path, body) in mutations() {
-        for token in [
-            None,
-            Some("s3cret-tokex"),
-            Some("s3cret"),
-            Some("s3cret-token-and-more"),
-        ] {
-            let mut r = c
-                .post(format!("http://{}{path}", a.http_addr()))
-                .header("content-type", "application/json")
-                .timeout(Duration::from_secs(5))
-                .body(body);
-            if let Some(t) = token {
-                r = r.bearer_auth(t);
-            }
+        for token in ["", "s3cret-tokex", "s3cret", "s3cret-token-and-more"] {
+            let bearer = format!("Bearer {token}");
+            let auth = [json, ("authorization", &bearer)];
+            let headers = if token.is_empty() { &auth[..1] } else { &auth };
             assert_eq!(
-                r.send().await.unwrap().status(),
+                post(&a, path, body, headers).await,
                 401,
                 "{path} with {token:?}"
             );
         }
     }
     assert_nothing_done(&a).await;
-    let r = c
-        .post(format!("http://{}/v1/drill/quiet", a.http_addr()))
-        .json(&serde_json::json!({ "duration_ms": 60000 }))
-        .bearer_auth("s3cret-token")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    let bearer = format!("Bearer {token}");
+    let headers = [json, ("authorization", &bearer)];
+    assert_eq!(post(&a, "/v1/drill/quiet", QUIET, &headers).await, 200);
     a.shutdown().await;
 }

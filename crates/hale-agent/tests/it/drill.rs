@@ -7,7 +7,7 @@ use std::time::Duration;
 use hale_agent::drill::DrillView;
 use hale_agent::{Agent, AgentEvent, Key};
 
-use crate::support::{loopback_config, wait_until};
+use crate::support::{start, wait_until};
 
 async fn drill(a: &Agent) -> DrillView {
     a.client().drill().await.unwrap()
@@ -24,14 +24,7 @@ async fn state_of(a: &Agent, name: &str) -> Option<String> {
 
 #[tokio::test]
 async fn a_drill_fault_needs_the_token_and_reverts_on_its_own_when_its_duration_ends() {
-    let a = Agent::start(loopback_config(
-        "drill-test",
-        "a",
-        &Key::generate().to_base64(),
-        Some("tok"),
-    ))
-    .await
-    .unwrap();
+    let a = start("drill-test", "a", &Key::generate().to_base64(), Some("tok")).await;
     let c = reqwest::Client::new();
     let url = format!("http://{}/v1/drill/quiet", a.http_addr());
     let body = serde_json::json!({ "duration_ms": 300 });
@@ -99,15 +92,9 @@ async fn a_drill_fault_needs_the_token_and_reverts_on_its_own_when_its_duration_
 #[tokio::test]
 async fn a_frozen_agent_is_cut_off_the_cluster_and_comes_back_when_restored() {
     let key = Key::generate().to_base64();
-    let a = Agent::start(loopback_config("drill-test", "a", &key, None))
-        .await
-        .unwrap();
-    let b = Agent::start(loopback_config("drill-test", "b", &key, None))
-        .await
-        .unwrap();
-    let x = Agent::start(loopback_config("drill-test", "x", &key, None))
-        .await
-        .unwrap();
+    let a = start("drill-test", "a", &key, None).await;
+    let b = start("drill-test", "b", &key, None).await;
+    let x = start("drill-test", "x", &key, None).await;
     b.join(vec![a.gossip_addr()]).await.unwrap();
     x.join(vec![a.gossip_addr()]).await.unwrap();
     wait_until("all alive", Duration::from_secs(10), || async {
@@ -133,14 +120,7 @@ async fn a_frozen_agent_is_cut_off_the_cluster_and_comes_back_when_restored() {
         || async { state_of(&a, "x").await.as_deref() != Some("alive") },
     )
     .await;
-    let metrics = c
-        .get(format!("http://{}/metrics", x.http_addr()))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = x.client().metrics().await.unwrap();
     assert!(
         metrics.contains("hale_drill_fault_active{node=\"x\",fault=\"freeze\"} 1"),
         "{metrics}"

@@ -43,14 +43,7 @@ async fn envelopes_posted_to_the_agent_reach_the_upstream_and_are_counted() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let metrics = loop {
-        let m = http
-            .get(format!("http://{}/metrics", agent.http_addr()))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let m = agent.client().metrics().await.unwrap();
         if m.contains("hale_relay_forwarded_total 1") {
             break m;
         }

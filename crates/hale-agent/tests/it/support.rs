@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use hale_agent::{AgentConfig, FileConfig};
+use hale_agent::{Agent, AgentConfig, FileConfig};
 
 /// An agent on loopback with ephemeral gossip and HTTP ports, in cluster
 /// `cluster` with one key, as a file config the test may still change.
@@ -39,4 +39,11 @@ where
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// An agent started on [`loopback_config`].
+pub async fn start(cluster: &str, name: &str, key: &str, token: Option<&str>) -> Agent {
+    Agent::start(loopback_config(cluster, name, key, token))
+        .await
+        .unwrap()
 }

@@ -7,7 +7,7 @@ use hale_agent::drill::Fault;
 use hale_agent::{AgentEvent, MemberView};
 use hale_control::RoleState;
 
-use super::{check, none_check, preflight, secs, Drill, DrillKind, TICK};
+use super::{check, none_check, preflight, secs, until, Drill, DrillKind, TICK};
 use crate::cluster::{self, NodeState};
 use crate::drill_report::Outcome;
 
@@ -167,14 +167,12 @@ impl Drill {
         self.restore_and_verify(step).await;
         // Test events drive the half-open probes that close the breaker.
         let start = Instant::now();
-        let mut closed = false;
         let mut last = String::from("no answer");
-        while start.elapsed() < self.args.recover_timeout {
-            let Ok(c) = self.agents.client(&node) else {
-                break;
-            };
-            let _ = c.relay_probe(&path, self.args.sentry_key.as_deref()).await;
-            if let Ok(Some(v)) = c.relay().await {
+        let key = self.args.sentry_key.as_deref();
+        let closed = match self.agents.client(&node) {
+            Ok(c) => until(start + self.args.recover_timeout, async || {
+                let _ = c.relay_probe(&path, key).await;
+                let v = c.relay().await.ok().flatten()?;
                 // The primary delivers again; a standby left half-open
                 // (no traffic reaches it while the primary works) is fine.
                 last = v
@@ -183,15 +181,14 @@ impl Drill {
                     .map(|u| format!("{} {}", u.role, u.breaker))
                     .collect::<Vec<_>>()
                     .join(", ");
-                if v.upstreams.first().is_some_and(|u| u.breaker == "closed")
-                    && v.upstreams.iter().all(|u| u.breaker != "open")
-                {
-                    closed = true;
-                    break;
-                }
-            }
-            tokio::time::sleep(TICK).await;
-        }
+                (v.upstreams.first().is_some_and(|u| u.breaker == "closed")
+                    && v.upstreams.iter().all(|u| u.breaker != "open"))
+                .then_some(())
+            })
+            .await
+            .is_some(),
+            Err(_) => false,
+        };
         self.poll_events().await;
         self.add(
             step,
@@ -321,7 +318,7 @@ impl Drill {
     /// Hands `role` back to `home` unless it already holds it.
     pub(super) async fn hand_home(&mut self, step: usize, role: &str, home: &str) {
         let deadline = Instant::now() + self.args.recover_timeout;
-        let current = loop {
+        let current = until(deadline, async || {
             let l = self.leases(None).await.unwrap_or_default();
             let members = match self.agents.client(&self.agents.local) {
                 Ok(c) => c.members().await.unwrap_or_default(),
@@ -336,19 +333,19 @@ impl Drill {
                         .is_some_and(|c| c.1)
                 });
             match l.get(role) {
-                Some((Some(h), e)) if h == home => {
-                    self.add(
-                        step,
-                        check(format!("{home} holds {role}"), true, format!("epoch {e}")),
-                    );
-                    self.undo.lock().expect("undo lock").homes.remove(role);
-                    return;
-                }
-                Some((Some(h), e)) if eligible => break Some((h.clone(), *e)),
-                _ if Instant::now() >= deadline => break None,
-                _ => tokio::time::sleep(TICK).await,
+                Some((Some(h), e)) if h == home || eligible => Some((h.clone(), *e)),
+                _ => None,
             }
-        };
+        })
+        .await;
+        if let Some((h, e)) = &current {
+            if h == home {
+                let c = check(format!("{home} holds {role}"), true, format!("epoch {e}"));
+                self.add(step, c);
+                self.undo.lock().expect("undo lock").homes.remove(role);
+                return;
+            }
+        }
         let Some((from, epoch)) = current else {
             self.add(
                 step,
@@ -409,18 +406,12 @@ impl Drill {
         }
         let target = self.args.promote_target;
         let limit = target.max(self.args.recover_timeout);
-        let mut got = None;
-        while start.elapsed() < limit {
-            if let Some(l) = self.leases(None).await {
-                if let Some((Some(h), e)) = l.get(role) {
-                    if h == to && *e > epoch {
-                        got = Some((start.elapsed(), *e));
-                        break;
-                    }
-                }
-            }
-            tokio::time::sleep(TICK).await;
-        }
+        let got = until(start + limit, async || {
+            let l = self.leases(None).await?;
+            let (h, e) = l.get(role)?;
+            (h.as_deref() == Some(to) && *e > epoch).then(|| (start.elapsed(), *e))
+        })
+        .await;
         let Some((t, new_epoch)) = got else {
             self.add(
                 step,
@@ -461,12 +452,11 @@ impl Drill {
         let target = self.args.promote_target;
         let deadline = Instant::now() + target.max(Duration::from_secs(3));
         let mut last = String::from("no answer");
-        let mut ok = false;
-        while Instant::now() < deadline {
-            let Ok(c) = self.agents.client(to) else {
-                break;
-            };
-            if let (Ok(r), Ok(s)) = (c.roles().await, c.services().await) {
+        let ok = match self.agents.client(to) {
+            Ok(c) => until(deadline, async || {
+                let (Ok(r), Ok(s)) = (c.roles().await, c.services().await) else {
+                    return None;
+                };
                 let local = r
                     .local
                     .into_iter()
@@ -488,17 +478,16 @@ impl Drill {
                         failing.join(", ")
                     }
                 );
-                if local.state == RoleState::Holder
+                (local.state == RoleState::Holder
                     && local.epoch == Some(new_epoch)
                     && local.last_change.as_deref() == Some("promoted")
-                    && failing.is_empty()
-                {
-                    ok = true;
-                    break;
-                }
-            }
-            tokio::time::sleep(TICK).await;
-        }
+                    && failing.is_empty())
+                .then_some(())
+            })
+            .await
+            .is_some(),
+            Err(_) => false,
+        };
         self.add(step, check(format!("{to} really serves {role}"), ok, last));
         ok
     }

@@ -50,6 +50,14 @@ fn promote_time(h: &[HookEvent], node: &str, epoch: u64) -> Option<u64> {
         .map(|e| e.at_nanos)
 }
 
+/// The hook history once `node`'s promote hook at `epoch` has run.
+fn promoted(c: &Cluster, node: &str, epoch: u64) -> Vec<HookEvent> {
+    wait_for(Duration::from_secs(10), "the promote hook ran", || {
+        let h = history(c);
+        promote_time(&h, node, epoch).map(|_| h)
+    })
+}
+
 fn demote_time(h: &[HookEvent], node: &str, epoch: u64) -> Option<u64> {
     h.iter()
         .find(|e| e.node == node && e.epoch == epoch && e.kind == HookKind::Demote)
@@ -96,10 +104,7 @@ fn a_holder_frozen_longer_than_its_lease_is_fenced_and_stays_demoted_after_resum
             assert_ne!(v.local[0].state, RoleState::Holder, "{v:?}");
         }
     });
-    let h = wait_for(Duration::from_secs(10), "the promote hook ran", || {
-        let h = history(&c);
-        promote_time(&h, &next, e2).map(|_| h)
-    });
+    let h = promoted(&c, &next, e2);
     let fenced = demote_time(&h, &holder, epoch).expect("fenced while frozen");
     assert!(fenced < promote_time(&h, &next, e2).expect("promoted"));
     // Its watchdog fenced while it was frozen; on resuming it must not run
@@ -124,10 +129,7 @@ fn a_hung_essential_service_hands_the_role_over() {
         c.holder().filter(|(h, _)| *h != holder)
     });
     assert_eq!(next, "n1");
-    let h = wait_for(Duration::from_secs(10), "the promote hook ran", || {
-        let h = history(&c);
-        promote_time(&h, &next, e2).map(|_| h)
-    });
+    let h = promoted(&c, &next, e2);
     assert!(demote_time(&h, &holder, epoch).unwrap() < promote_time(&h, &next, e2).unwrap());
     check(&h).unwrap();
 }
@@ -217,10 +219,7 @@ fn an_operator_handover_goes_to_the_named_standby() {
         c.holder().filter(|(h, _)| h == "n2")
     });
     assert!(e2 > epoch);
-    let h = wait_for(Duration::from_secs(10), "the promote hook ran", || {
-        let h = history(&c);
-        promote_time(&h, &next, e2).map(|_| h)
-    });
+    let h = promoted(&c, &next, e2);
     assert!(demote_time(&h, &holder, epoch).unwrap() < promote_time(&h, &next, e2).unwrap());
     check(&h).unwrap();
 }
@@ -244,9 +243,6 @@ fn losing_the_control_plane_leader_during_a_failover_still_promotes_a_standby() 
         c.holder().filter(|(h, _)| *h != holder && *h != gone)
     });
     assert!(e2 > epoch);
-    let h = wait_for(Duration::from_secs(10), "the promote hook ran", || {
-        let h = history(&c);
-        promote_time(&h, &next, e2).map(|_| h)
-    });
+    let h = promoted(&c, &next, e2);
     check(&h).unwrap();
 }

@@ -184,18 +184,25 @@ impl Lab {
         );
     }
 
+    /// `nft list table` of this test's table on host `i`.
+    fn list_table(&self, i: usize) -> Command {
+        let mut c = Command::new("ip");
+        let host = &self.hosts[i];
+        c.args([
+            "netns",
+            "exec",
+            host,
+            "nft",
+            "list",
+            "table",
+            "inet",
+            &self.table,
+        ]);
+        c
+    }
+
     fn has_table(&self, i: usize) -> bool {
-        Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &self.hosts[i],
-                "nft",
-                "list",
-                "table",
-                "inet",
-                &self.table,
-            ])
+        self.list_table(i)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
@@ -204,19 +211,7 @@ impl Lab {
 
     /// Packets host `i`'s filter rules have dropped (rules need a `counter`).
     fn dropped(&self, i: usize) -> u64 {
-        let out = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &self.hosts[i],
-                "nft",
-                "list",
-                "table",
-                "inet",
-                &self.table,
-            ])
-            .output()
-            .unwrap();
+        let out = self.list_table(i).output().unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
         let words: Vec<&str> = text.split_whitespace().collect();
         words
