@@ -14,9 +14,10 @@
 //!
 //! * **No eviction of a healthy member at any traffic level.** Probing is a
 //!   randomized round-robin walk (every live member once per round, by every
-//!   node), with ring monitors so that each member is watched by
-//!   [`Config::monitors`] nodes every period. Traffic (`note_traffic`, any
-//!   packet) only *spares* a probe; silence never accuses by itself.
+//!   node), with ring monitors so that no member is quiet for more than
+//!   [`Config::monitor_interval`] without a ping from a neighbour. Traffic
+//!   (`note_traffic`, any packet) only *spares* a probe; silence never
+//!   accuses by itself.
 //! * **Deaths are corroborated.** A verdict needs [`Config::corroboration`]
 //!   independent healthy accusers; accusers with poor local health, or that
 //!   suspect a large share of the cluster at once, are discounted. A node

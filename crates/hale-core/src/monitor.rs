@@ -164,8 +164,8 @@ impl<I: Identity> Node<I> {
                 after.push((da, id));
             }
         }
-        before.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        after.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        before.sort_unstable_by_key(|e| e.0);
+        after.sort_unstable_by_key(|e| e.0);
         let old: Vec<(I, Time)> = self
             .monitored
             .iter()

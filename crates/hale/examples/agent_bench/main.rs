@@ -382,6 +382,10 @@ fn metrics_sum(text: &str, names: &[&str]) -> u64 {
         .sum()
 }
 
+/// One agent's counters in `idle`: datagram bytes, datagrams, stream
+/// frames, CPU ticks, suspicions, deaths, stream bytes (all sent or seen).
+type Counters = (u64, u64, u64, u64, u64, u64, u64);
+
 fn idle(b: &Bench, secs: u64, loss: u32) {
     let n = b.agents.len();
     wait_until(Duration::from_secs(60), "the cluster to form", || {
@@ -391,7 +395,7 @@ fn idle(b: &Bench, secs: u64, loss: u32) {
     let _loss = (loss > 0).then(|| loss::Loss::install(loss, &ports));
     // Let joins and their gossip die down.
     std::thread::sleep(Duration::from_secs(10));
-    let sample = || -> Vec<(u64, u64, u64, u64, u64, u64, u64)> {
+    let sample = || -> Vec<Counters> {
         b.agents
             .iter()
             .map(|a| {
@@ -452,7 +456,7 @@ fn idle(b: &Bench, secs: u64, loss: u32) {
     let (wm, wx) = stat(&mut wire);
     let (cm, cx) = stat(&mut cpu);
     let (rm, rx) = stat(&mut rss);
-    let delta = |f: fn(&(u64, u64, u64, u64, u64, u64, u64)) -> u64| -> u64 {
+    let delta = |f: fn(&Counters) -> u64| -> u64 {
         before.iter().zip(&after).map(|(x, y)| f(y) - f(x)).sum()
     };
     let (suspicions, deaths) = (delta(|s| s.4), delta(|s| s.5));
