@@ -8,7 +8,7 @@
 //! life to the other, so a pair costs one exchange a period. The
 //! `monitors` closest neighbours *after* it (`watchers`, who ping it) are
 //! watched passively: they are expected to speak every interval, and are
-//! pinged only when they stay quiet a quarter interval longer. So each
+//! pinged only when they stay quiet an eighth of an interval longer. So each
 //! member has `2 × monitors` watchers (those before it ping it, those after
 //! it expect its pings), for the cost of `monitors` exchanges a period.
 
@@ -22,12 +22,12 @@ use crate::time::Time;
 
 impl<I: Identity> Node<I> {
     /// How long a neighbour may stay quiet before this node pings it:
-    /// `monitor_interval` for the members it pings by turn, a quarter more
+    /// `monitor_interval` for the members it pings by turn, an eighth more
     /// for the watchers who are expected to ping it (scaled by local health).
     fn quiet_window(&self, passive: bool) -> Duration {
         let w = self.scaled(self.cfg.monitor_interval);
         if passive {
-            w + w / 4
+            w + w / 8
         } else {
             w
         }

@@ -304,9 +304,15 @@ impl<I: Identity> Node<I> {
             self.apply_suspect(now, &target, inc, &me, health);
             // The member has been silent since the ping went out: the
             // suspicion time runs from there, not from the probe's end.
+            let me = self.me.clone();
             if let Some(s) = self.suspicions.get_mut(&target) {
                 if s.accused_at == Some(now) {
                     s.accused_at = Some(p.started);
+                    for (a, t) in &mut s.silent_since {
+                        if *a == me {
+                            *t = p.started;
+                        }
+                    }
                     self.rearm(&target, now);
                 }
             }

@@ -38,6 +38,10 @@ pub(crate) struct Suspicion<I> {
     pub(crate) accused_at: Option<Time>,
     /// Independent healthy accusers (this node included when it accused while healthy).
     pub(crate) accusers: Vec<I>,
+    /// When each accuser's silence began, as far as this node can tell: its
+    /// own failed probe's first ping; another's accusation, one probe
+    /// period before it arrived (a probe fails that long after its ping).
+    pub(crate) silent_since: Vec<(I, Time)>,
     pub(crate) discounted: Vec<I>,
     pub(crate) deadline: Time,
     /// A verification probe was started before a verdict on others' word.
@@ -310,6 +314,7 @@ impl<I: Identity> Node<I> {
                     started: now,
                     accused_at: None,
                     accusers: Vec::new(),
+                    silent_since: Vec::new(),
                     discounted: Vec::new(),
                     deadline: Time::NEVER,
                     verifying: false,
@@ -334,6 +339,12 @@ impl<I: Identity> Node<I> {
         };
         if list.len() < MAX_ACCUSERS {
             list.push(accuser.clone());
+            if !discounted {
+                let period = self.cfg.probe_interval.as_nanos() as u64;
+                let since = Time::from_nanos(now.as_nanos().saturating_sub(period));
+                s.silent_since
+                    .push((accuser.clone(), if by_me { now } else { since }));
+            }
         }
         let spread = fresh_suspicion || list.len() <= self.cfg.expected_confirmations + 1;
         self.rearm(member, now);
@@ -496,12 +507,23 @@ impl<I: Identity> Node<I> {
             }
             // Others found it closed: verify it ourselves at once.
             None if closed_ready => now,
-            // Lifeguard: from max toward min as independent confirmations arrive.
+            // Lifeguard: from max toward min as independent confirmations
+            // arrive, counted from when the `required`-th accuser's silence
+            // began (one accuser's probe may have failed on lost packets
+            // before a stall began: the others' silence must be as long).
             Some(t0) => {
                 let others = s.accusers.iter().filter(|a| **a != self.me).count();
                 let frac = ((others + 1) as f64).ln() / ((k + 1) as f64).ln();
                 let span = max.saturating_sub(min).mul_f64(frac.min(1.0));
-                t0 + max.saturating_sub(span).max(min)
+                let mut since: Vec<Time> = s
+                    .silent_since
+                    .iter()
+                    .filter(|(a, _)| s.accusers.contains(a))
+                    .map(|(_, t)| *t)
+                    .collect();
+                since.sort_unstable();
+                let from = since.get(required.saturating_sub(1)).copied().unwrap_or(t0);
+                from + max.saturating_sub(span).max(min)
             }
             // No evidence of our own: an accuser's verdict usually arrives
             // first; if it was lost, conclude a second after an accuser would
