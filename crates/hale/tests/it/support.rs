@@ -616,6 +616,13 @@ pub fn alive_count(a: &AgentProc) -> Option<usize> {
     Some(a.members()?.iter().filter(|m| m.state == "alive").count())
 }
 
+/// Whether every agent of `agents` gives `name` the state `state`.
+pub fn all_see(agents: &[AgentProc], name: &str, state: &str) -> bool {
+    agents
+        .iter()
+        .all(|a| a.state_of(name).as_deref() == Some(state))
+}
+
 /// `name -> state` as agent `a` sees it.
 pub fn view(a: &AgentProc) -> Option<HashMap<String, String>> {
     Some(
