@@ -361,8 +361,6 @@ async fn bind_gossip(bind: SocketAddr) -> Result<(UdpSocket, SocketAddr, TcpList
     }
 }
 
-/// A random, non-zero seed from the standard library's per-process random
-/// hash keys (seeded by the operating system).
 /// The keyring file's name in `[agent] state_dir`.
 pub const KEYRING_FILE: &str = "keyring";
 /// The generation file's name in `[agent] state_dir`.
@@ -391,6 +389,8 @@ fn generation(state_dir: Option<&std::path::Path>) -> u64 {
     g
 }
 
+/// A random, non-zero seed from the standard library's per-process random
+/// hash keys (seeded by the operating system).
 fn fresh_seed() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();

@@ -49,6 +49,24 @@ pub(crate) fn block_on<F: std::future::Future>(f: F) -> anyhow::Result<F::Output
     Ok(rt.block_on(f))
 }
 
+/// Calls `probe` every `every` until it gives a value or `deadline`
+/// passes (at least once).
+pub(crate) async fn until<T>(
+    every: Duration,
+    deadline: std::time::Instant,
+    mut probe: impl AsyncFnMut() -> Option<T>,
+) -> Option<T> {
+    loop {
+        if let Some(v) = probe().await {
+            return Some(v);
+        }
+        if std::time::Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
 /// Arguments of `hale members`.
 #[derive(Debug, Args)]
 pub struct MembersArgs {

@@ -21,7 +21,7 @@ use nix::unistd::Pid;
 
 use hale_agent::{Client, Key, MemberView};
 
-use crate::client_cmd::members_table;
+use crate::client_cmd::{members_table, until};
 
 /// Arguments of `hale demo`.
 #[derive(Debug, Args)]
@@ -42,6 +42,8 @@ pub struct DemoArgs {
 /// The role that fails over, and each node's priority for it (the last
 /// node, which is killed, holds it first).
 const ROLE: &str = "db";
+/// How often the scenario polls the agents while it waits.
+const POLL: Duration = Duration::from_millis(200);
 /// Control-plane servers: the first three nodes (never faulted).
 const SERVERS: usize = 3;
 
@@ -213,22 +215,17 @@ async fn scenario(c: &Cluster, hold: Duration, linger: Duration) -> anyhow::Resu
     let n = c.names.len();
     let start = Instant::now();
     // 1. Everyone sees everyone.
-    loop {
-        let mut ok = true;
+    let twenty = Duration::from_secs(20);
+    until(POLL, start + twenty, async || {
         for &h in &c.http {
-            let alive = members(&client, h)
-                .await
-                .map_or(0, |l| l.iter().filter(|m| m.state == "alive").count());
-            ok &= alive == n;
+            let alive = members(&client, h).await;
+            let alive = alive.map_or(0, |l| l.iter().filter(|m| m.state == "alive").count());
+            (alive == n).then_some(())?;
         }
-        if ok {
-            break;
-        }
-        if start.elapsed() > Duration::from_secs(20) {
-            bail!("the cluster did not form within 20 s");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        Some(())
+    })
+    .await
+    .context("the cluster did not form within 20 s")?;
     println!(
         "\nCluster formed in {:.1}s. As {} sees it:\n",
         start.elapsed().as_secs_f64(),
@@ -239,47 +236,43 @@ async fn scenario(c: &Cluster, hold: Duration, linger: Duration) -> anyhow::Resu
     }
     let (frozen, killed) = (n - 2, n - 1);
     let observers: Vec<usize> = (0..n - 2).collect();
-    let t = Instant::now();
-    let first = loop {
-        match holder(&client, c.http[0]).await {
-            Some((h, e)) if h == c.names[killed] => break (h, e),
-            _ if t.elapsed() > Duration::from_secs(20) => {
-                bail!(
-                    "role {ROLE} was not granted to {} within 20 s",
-                    c.names[killed]
-                )
-            }
-            _ => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
+    let granted = async || {
+        let (h, e) = holder(&client, c.http[0]).await?;
+        (h == c.names[killed]).then_some((h, e))
     };
+    let first = until(POLL, Instant::now() + twenty, granted)
+        .await
+        .with_context(|| {
+            format!(
+                "role {ROLE} was not granted to {} within 20 s",
+                c.names[killed]
+            )
+        })?;
     // Candidacies become eligible as checks pass, each a metadata update
     // (a new incarnation): let those settle everywhere before the faults.
-    let t = Instant::now();
-    loop {
+    until(POLL, Instant::now() + twenty, async || {
         let mut views = Vec::new();
         for &h in &c.http {
             views.push(members(&client, h).await.unwrap_or_default());
         }
-        let settled = views.iter().all(|l| {
-            l.len() == n
-                && l.iter().all(|m| {
-                    hale_agent::AgentMeta::parse(&m.meta).is_some_and(|p| {
-                        !p.roles.is_empty() && p.roles.values().all(|(_, eligible)| *eligible)
+        views
+            .iter()
+            .all(|l| {
+                l.len() == n
+                    && l.iter().all(|m| {
+                        hale_agent::AgentMeta::parse(&m.meta).is_some_and(|p| {
+                            !p.roles.is_empty() && p.roles.values().all(|(_, eligible)| *eligible)
+                        })
                     })
-                })
-                && l.iter().all(|m| {
-                    let first = views[0].iter().find(|f| f.name == m.name);
-                    first.map(|f| f.incarnation) == Some(m.incarnation)
-                })
-        });
-        if settled {
-            break;
-        }
-        if t.elapsed() > Duration::from_secs(20) {
-            bail!("the candidacies did not settle within 20 s");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+                    && l.iter().all(|m| {
+                        let first = views[0].iter().find(|f| f.name == m.name);
+                        first.map(|f| f.incarnation) == Some(m.incarnation)
+                    })
+            })
+            .then_some(())
+    })
+    .await
+    .context("the candidacies did not settle within 20 s")?;
     println!(
         "\n{} holds role {ROLE} (fencing epoch {}); the others are standbys.",
         first.0, first.1
@@ -362,21 +355,16 @@ async fn scenario(c: &Cluster, hold: Duration, linger: Duration) -> anyhow::Resu
     println!("\nResuming {} (SIGCONT) ...", c.names[frozen]);
     signal(&c.children[frozen], Signal::SIGCONT)?;
     let t1 = Instant::now();
-    let mut back = false;
-    while t1.elapsed() < Duration::from_secs(20) {
-        let mut ok = true;
+    let back = until(Duration::from_millis(100), t1 + twenty, async || {
         for &o in &observers {
-            let alive = members(&client, c.http[o]).await.and_then(|l| {
-                state_of(&l, &c.names[frozen]).map(|m| m.state == "alive" && m.incarnation > 0)
-            });
-            ok &= alive == Some(true);
+            let l = members(&client, c.http[o]).await?;
+            let m = state_of(&l, &c.names[frozen])?;
+            (m.state == "alive" && m.incarnation > 0).then_some(())?;
         }
-        if ok {
-            back = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        Some(())
+    })
+    .await
+    .is_some();
     let inc = members(&client, c.http[frozen])
         .await
         .and_then(|l| l.first().map(|m| m.incarnation));

@@ -20,7 +20,7 @@ use clap::{Args, Subcommand};
 use hale_agent::drill::Fault;
 use hale_agent::{AgentEvent, EventView};
 
-use crate::client_cmd::{block_on, ApiArgs};
+use crate::client_cmd::{block_on, until, ApiArgs};
 use crate::cluster::{self, Agents, NodeState};
 use crate::drill_report::{Check, Entry, Outcome, Report, Step};
 
@@ -218,6 +218,11 @@ impl Drill {
             c.detail
         );
         r.steps[step].checks.push(c);
+    }
+
+    /// Adds the check `name` (see [`check`]) to `step`.
+    fn check(&self, step: usize, name: impl Into<String>, passed: bool, detail: impl Into<String>) {
+        self.add(step, check(name, passed, detail));
     }
 
     fn step_end(&self, step: usize) {
@@ -432,19 +437,17 @@ impl Drill {
         );
         let suspected = bad(|e| matches!(e, AgentEvent::Suspected { .. }));
         let quiet = matches!(self.args.kind, DrillKind::Quiet);
-        self.add(
+        self.check(
             step,
-            check(
-                "no live member was suspected",
-                !quiet || suspected.is_empty(),
-                if suspected.is_empty() {
-                    "none".to_owned()
-                } else if quiet {
-                    suspected.join(", ")
-                } else {
-                    format!("{} (refuted; informational)", suspected.join(", "))
-                },
-            ),
+            "no live member was suspected",
+            !quiet || suspected.is_empty(),
+            if suspected.is_empty() {
+                "none".to_owned()
+            } else if quiet {
+                suspected.join(", ")
+            } else {
+                format!("{} (refuted; informational)", suspected.join(", "))
+            },
         );
     }
 
@@ -454,16 +457,13 @@ impl Drill {
         let start = Instant::now();
         let mut last = Vec::new();
         let agents = &self.agents;
-        until(start + self.args.recover_timeout, async || {
+        until(TICK, start + self.args.recover_timeout, async || {
             last = whole(&agents.survey().await, agents.addrs.len());
             last.is_empty().then_some(())
         })
         .await;
         self.poll_events().await;
-        self.add(
-            step,
-            check(
-                "the cluster is whole again",
+        self.check(step, "the cluster is whole again",
                 last.is_empty(),
                 if last.is_empty() {
                     format!(
@@ -472,23 +472,7 @@ impl Drill {
                     )
                 } else {
                     format!("after {}: {}", secs(start.elapsed()), last.join("; "))
-                },
-            ),
-        );
-    }
-}
-
-/// Calls `probe` every [`TICK`] until it gives a value or `deadline`
-/// passes (at least once).
-async fn until<T>(deadline: Instant, mut probe: impl AsyncFnMut() -> Option<T>) -> Option<T> {
-    loop {
-        if let Some(v) = probe().await {
-            return Some(v);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        tokio::time::sleep(TICK).await;
+                });
     }
 }
 

@@ -51,13 +51,11 @@ async fn an_agent_with_another_key_cannot_join_and_its_packets_are_counted() {
     let a = start("api-test", "a", &Key::generate().to_base64(), None).await;
     let x = start("api-test", "x", &Key::generate().to_base64(), None).await;
     x.join(vec![a.gossip_addr()]).await.unwrap();
-    let client = reqwest::Client::new();
-    let url = format!("http://{}/metrics", a.http_addr());
     wait_until(
         "a counts authentication failures",
         Duration::from_secs(10),
         || async {
-            let text = client.get(&url).send().await.unwrap().text().await.unwrap();
+            let text = a.client().metrics().await.unwrap();
             text.lines().any(|l| {
                 l.starts_with("hale_dropped_packets_total")
                     && l.contains("auth_failed")
@@ -99,47 +97,32 @@ async fn the_api_serves_members_health_events_metrics_and_openapi() {
 #[tokio::test]
 async fn bad_requests_get_a_4xx_with_a_message() {
     let a = start("api-test", "t", &Key::generate().to_base64(), Some("tok")).await;
-    let base = format!("http://{}", a.http_addr());
-    let c = reqwest::Client::new();
-    let r = c
-        .post(format!("{base}/v1/join"))
-        .json(&serde_json::json!({"addrs": ["127.0.0.1:1"]}))
-        .send()
-        .await
-        .unwrap();
+    let http = reqwest::Client::new();
+    let url = |path: &str| format!("http://{}{path}", a.http_addr());
+    let join = |token: Option<&str>, body: &str| {
+        let mut r = http.post(url("/v1/join")).body(body.to_owned());
+        if let Some(token) = token {
+            r = r.bearer_auth(token);
+        }
+        r.header("content-type", "application/json").send()
+    };
+    let r = join(None, r#"{"addrs": ["127.0.0.1:1"]}"#).await.unwrap();
     assert_eq!(r.status(), 401, "mutating endpoints need the token");
-    let r = c
-        .post(format!("{base}/v1/join"))
-        .bearer_auth("tok")
-        .header("content-type", "application/json")
-        .body("{not json")
-        .send()
-        .await
-        .unwrap();
+    let r = join(Some("tok"), "{not json").await.unwrap();
     assert_eq!(r.status(), 400);
     let body: serde_json::Value = r.json().await.unwrap();
     assert!(body["error"].as_str().unwrap().contains("addrs"));
-    let r = c
-        .post(format!("{base}/v1/join"))
-        .bearer_auth("tok")
-        .json(&serde_json::json!({"addrs": ["nope"]}))
+    let r = join(Some("tok"), r#"{"addrs": ["nope"]}"#).await.unwrap();
+    assert_eq!(r.status(), 400);
+    let r = http
+        .get(url("/v1/events?since=minus"))
         .send()
         .await
         .unwrap();
     assert_eq!(r.status(), 400);
-    let r = c
-        .get(format!("{base}/v1/events?since=minus"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 400);
-    let r = c.get(format!("{base}/v1/nothing")).send().await.unwrap();
+    let r = http.get(url("/v1/nothing")).send().await.unwrap();
     assert_eq!(r.status(), 404);
-    let r = c
-        .post(format!("{base}/v1/join"))
-        .bearer_auth("tok")
-        .json(&serde_json::json!({"addrs": ["127.0.0.1:9"]}))
-        .send()
+    let r = join(Some("tok"), r#"{"addrs": ["127.0.0.1:9"]}"#)
         .await
         .unwrap();
     assert_eq!(r.status(), 202);

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use hale_agent::drill::DrillView;
-use hale_agent::{Agent, AgentEvent, Key};
+use hale_agent::drill::{DrillView, Fault};
+use hale_agent::{Agent, AgentEvent, ClientError, Key};
 
 use crate::support::{start, wait_until};
 
@@ -25,45 +25,20 @@ async fn state_of(a: &Agent, name: &str) -> Option<String> {
 #[tokio::test]
 async fn a_drill_fault_needs_the_token_and_reverts_on_its_own_when_its_duration_ends() {
     let a = start("drill-test", "a", &Key::generate().to_base64(), Some("tok")).await;
-    let c = reqwest::Client::new();
-    let url = format!("http://{}/v1/drill/quiet", a.http_addr());
-    let body = serde_json::json!({ "duration_ms": 300 });
-    let r = c.post(&url).json(&body).send().await.unwrap();
-    assert_eq!(r.status(), 401);
-    let r = c
-        .post(format!("http://{}/v1/drill/blackhole", a.http_addr()))
-        .bearer_auth("tok")
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 409, "no relay to divert");
-    let r = c
-        .post(&url)
-        .bearer_auth("tok")
-        .json(&serde_json::json!({ "duration_ms": 0 }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 400);
-    let r = c
-        .post(&url)
-        .bearer_auth("tok")
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    let (api, quiet, ms300) = (a.client(), Fault::Quiet, Duration::from_millis(300));
+    let status = |r: Result<_, ClientError>| r.unwrap_err().status();
+    assert_eq!(status(api.set_fault(quiet, ms300).await), Some(401));
+    let api = api.with_token(Some("tok".into()));
+    let no_relay = api.set_fault(Fault::Blackhole, ms300).await;
+    assert_eq!(status(no_relay), Some(409), "no relay to divert");
+    assert_eq!(
+        status(api.set_fault(quiet, Duration::ZERO).await),
+        Some(400)
+    );
+    api.set_fault(quiet, ms300).await.unwrap();
     assert_eq!(drill(&a).await.active.len(), 1);
     // Traffic signals are ignored (and counted) while quiet.
-    let r = c
-        .post(format!("http://{}/v1/traffic", a.http_addr()))
-        .bearer_auth("tok")
-        .json(&serde_json::json!({ "peers": ["b"] }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 202);
+    api.traffic(&["b"]).await.unwrap();
     wait_until(
         "the ignored signal is counted",
         Duration::from_secs(5),
@@ -106,14 +81,10 @@ async fn a_frozen_agent_is_cut_off_the_cluster_and_comes_back_when_restored() {
         state_of(&x, "a").await.as_deref() == Some("alive")
     })
     .await;
-    let c = reqwest::Client::new();
-    let r = c
-        .post(format!("http://{}/v1/drill/freeze", x.http_addr()))
-        .json(&serde_json::json!({ "duration_ms": 60_000 }))
-        .send()
+    let api = x.client();
+    api.set_fault(Fault::Freeze, Duration::from_secs(60))
         .await
         .unwrap();
-    assert_eq!(r.status(), 200);
     wait_until(
         "the others stop hearing x",
         Duration::from_secs(20),
@@ -125,16 +96,7 @@ async fn a_frozen_agent_is_cut_off_the_cluster_and_comes_back_when_restored() {
         metrics.contains("hale_drill_fault_active{node=\"x\",fault=\"freeze\"} 1"),
         "{metrics}"
     );
-    let r: serde_json::Value = c
-        .post(format!("http://{}/v1/drill/restore", x.http_addr()))
-        .json(&serde_json::json!({}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(r["restored"], serde_json::json!(["freeze"]));
+    assert_eq!(api.restore(None).await.unwrap().restored, [Fault::Freeze]);
     wait_until(
         "x is alive everywhere again",
         Duration::from_secs(20),

@@ -37,27 +37,18 @@ async fn envelopes_posted_to_the_agent_reach_the_upstream_and_are_counted() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while fake.events() < 1 {
-        assert!(tokio::time::Instant::now() < deadline, "never delivered");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let metrics = loop {
-        let m = agent.client().metrics().await.unwrap();
-        if m.contains("hale_relay_forwarded_total 1") {
-            break m;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{m}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
+    let ten = Duration::from_secs(10);
+    wait_until("delivered", ten, || async { fake.events() >= 1 }).await;
+    let forwarded = || async { agent.client().metrics().await.unwrap() };
+    wait_until("forwarded counted", ten, || async {
+        forwarded().await.contains("hale_relay_forwarded_total 1")
+    })
+    .await;
+    let metrics = forwarded().await;
     assert!(metrics.contains("hale_probes_total"), "agent metrics stay");
     // The rest of the API is unchanged.
-    let r = http
-        .get(format!("http://{}/v1/nope", agent.http_addr()))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 404);
+    let nope = agent.client().get::<serde_json::Value>("/v1/nope").await;
+    assert_eq!(nope.unwrap_err().status(), Some(404));
     agent.relay().unwrap().member_dead("sentry-host");
     agent.shutdown().await;
 }

@@ -6,6 +6,8 @@ use std::time::Duration;
 use hale_agent::{Agent, AgentEvent, FileConfig, Key};
 use hale_relay::fake::{FakeSentry, Mode};
 
+use crate::support::start;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relay_status_shows_upstreams_and_a_dead_host_opens_its_breaker_with_an_event() {
     let primary = FakeSentry::start(Mode::Up).await.unwrap();
@@ -64,13 +66,7 @@ async fn relay_status_shows_upstreams_and_a_dead_host_opens_its_breaker_with_an_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relay_status_is_null_without_a_relay() {
-    let text = format!(
-        "[agent]\nname = \"n\"\nbind = \"127.0.0.1:0\"\nhttp = \"127.0.0.1:0\"\n\
-         [cluster]\nkeys = [\"{}\"]\n",
-        Key::generate().to_base64()
-    );
-    let cfg = FileConfig::parse(&text, "t").unwrap().validate().unwrap();
-    let agent = Agent::start(cfg).await.unwrap();
+    let agent = start("relay-view", "n", &Key::generate().to_base64(), None).await;
     assert!(agent.client().relay().await.unwrap().is_none());
     agent.shutdown().await;
 }

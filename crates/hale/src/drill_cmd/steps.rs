@@ -7,7 +7,8 @@ use hale_agent::drill::Fault;
 use hale_agent::{AgentEvent, MemberView};
 use hale_control::RoleState;
 
-use super::{check, none_check, preflight, secs, until, Drill, DrillKind, TICK};
+use super::{check, none_check, preflight, secs, Drill, DrillKind, TICK};
+use crate::client_cmd::until;
 use crate::cluster::{self, NodeState};
 use crate::drill_report::Outcome;
 
@@ -28,17 +29,15 @@ impl Drill {
                 .map(|(r, _)| r)
                 .collect();
             if !holds.is_empty() {
-                self.add(
+                self.check(
                     step,
-                    check(
-                        "the freeze outlasts the promote target",
-                        self.args.duration >= self.args.promote_target,
-                        format!(
-                            "{node} holds {}: freezing it {} against a target of {}",
-                            holds.join(", "),
-                            secs(self.args.duration),
-                            secs(self.args.promote_target)
-                        ),
+                    "the freeze outlasts the promote target",
+                    self.args.duration >= self.args.promote_target,
+                    format!(
+                        "{node} holds {}: freezing it {} against a target of {}",
+                        holds.join(", "),
+                        secs(self.args.duration),
+                        secs(self.args.promote_target)
                     ),
                 );
             }
@@ -111,56 +110,51 @@ impl Drill {
                     .filter(|p| p.1 != 200)
                     .map(|p| p.1.to_string())
                     .collect();
-                self.add(
+                self.check(
                     step,
-                    check(
-                        "the relay kept accepting events",
-                        n > 0 && ok == n,
-                        if ok == n {
-                            format!("{ok} of {n} test events answered 200")
+                    "the relay kept accepting events",
+                    n > 0 && ok == n,
+                    if ok == n {
+                        format!("{ok} of {n} test events answered 200")
+                    } else {
+                        format!(
+                            "{ok} of {n} test events answered 200; others: {} (0: no answer)",
+                            statuses.join(", ")
+                        )
+                    },
+                );
+                self.check(
+                    step,
+                    format!(
+                        "the relay answered within {}ms",
+                        self.args.accept_target.as_millis()
+                    ),
+                    n > 0 && max <= self.args.accept_target,
+                    format!(
+                        "p50 {:.1}ms, max {:.1}ms over {n} events",
+                        p50.as_secs_f64() * 1000.0,
+                        if max == Duration::MAX {
+                            f64::INFINITY
                         } else {
-                            format!(
-                                "{ok} of {n} test events answered 200; others: {} (0: no answer)",
-                                statuses.join(", ")
-                            )
-                        },
+                            max.as_secs_f64() * 1000.0
+                        }
                     ),
                 );
-                self.add(
+                self.check(
                     step,
-                    check(
-                        format!(
-                            "the relay answered within {}ms",
-                            self.args.accept_target.as_millis()
-                        ),
-                        n > 0 && max <= self.args.accept_target,
-                        format!(
-                            "p50 {:.1}ms, max {:.1}ms over {n} events",
-                            p50.as_secs_f64() * 1000.0,
-                            if max == Duration::MAX {
-                                f64::INFINITY
-                            } else {
-                                max.as_secs_f64() * 1000.0
-                            }
-                        ),
-                    ),
-                );
-                self.add(
-                    step,
-                    check(
-                        "the relay's breaker opened on the dead upstream",
-                        seen.breaker_open_at.is_some(),
-                        match seen.breaker_open_at {
-                            Some(t) => format!("open {} after the black hole", secs(t)),
-                            None => "stayed closed: the relay kept waiting on a dead upstream"
-                                .to_owned(),
-                        },
-                    ),
+                    "the relay's breaker opened on the dead upstream",
+                    seen.breaker_open_at.is_some(),
+                    match seen.breaker_open_at {
+                        Some(t) => format!("open {} after the black hole", secs(t)),
+                        None => {
+                            "stayed closed: the relay kept waiting on a dead upstream".to_owned()
+                        }
+                    },
                 );
                 self.window_checks(step, &seen, &events, None);
                 self.add(step, slowdown(nodes, &seen));
             }
-            Err(e) => self.add(step, check("the fault was set", false, format!("{e:#}"))),
+            Err(e) => self.check(step, "the fault was set", false, format!("{e:#}")),
         }
         self.step_end(step);
         let step = self.step_start("restore: the relay sends upstream again");
@@ -170,7 +164,7 @@ impl Drill {
         let mut last = String::from("no answer");
         let key = self.args.sentry_key.as_deref();
         let closed = match self.agents.client(&node) {
-            Ok(c) => until(start + self.args.recover_timeout, async || {
+            Ok(c) => until(TICK, start + self.args.recover_timeout, async || {
                 let _ = c.relay_probe(&path, key).await;
                 let v = c.relay().await.ok().flatten()?;
                 // The primary delivers again; a standby left half-open
@@ -190,13 +184,11 @@ impl Drill {
             Err(_) => false,
         };
         self.poll_events().await;
-        self.add(
+        self.check(
             step,
-            check(
-                "the relay delivers upstream again (primary breaker closed, none open)",
-                closed,
-                format!("{last} after {}", secs(start.elapsed())),
-            ),
+            "the relay delivers upstream again (primary breaker closed, none open)",
+            closed,
+            format!("{last} after {}", secs(start.elapsed())),
         );
         self.step_end(step);
     }
@@ -247,9 +239,11 @@ impl Drill {
                     }
                 }
                 if held.is_empty() {
-                    self.add(
+                    self.check(
                         step,
-                        check(format!("{node} held no role"), true, "no failover expected"),
+                        format!("{node} held no role"),
+                        true,
+                        "no failover expected",
                     );
                 }
                 let first = |kind: &str, is: fn(&AgentEvent) -> bool| {
@@ -266,21 +260,19 @@ impl Drill {
                         })
                         .unwrap_or_else(|| format!("not {kind} during the freeze"))
                 };
-                self.add(
+                self.check(
                     step,
-                    check(
-                        format!("the cluster noticed {node} (informational)"),
-                        true,
-                        format!(
-                            "{}; {}",
-                            first("suspected", |e| matches!(e, AgentEvent::Suspected { .. })),
-                            first("dead", |e| matches!(e, AgentEvent::Dead(_)))
-                        ),
+                    format!("the cluster noticed {node} (informational)"),
+                    true,
+                    format!(
+                        "{}; {}",
+                        first("suspected", |e| matches!(e, AgentEvent::Suspected { .. })),
+                        first("dead", |e| matches!(e, AgentEvent::Dead(_)))
                     ),
                 );
                 self.window_checks(step, &seen, &events, Some(node));
             }
-            Err(e) => self.add(step, check("the fault was set", false, format!("{e:#}"))),
+            Err(e) => self.check(step, "the fault was set", false, format!("{e:#}")),
         }
         self.step_end(step);
         let step = self.step_start(&format!("restore: {node} answers again"));
@@ -318,7 +310,7 @@ impl Drill {
     /// Hands `role` back to `home` unless it already holds it.
     pub(super) async fn hand_home(&mut self, step: usize, role: &str, home: &str) {
         let deadline = Instant::now() + self.args.recover_timeout;
-        let current = until(deadline, async || {
+        let current = until(TICK, deadline, async || {
             let l = self.leases(None).await.unwrap_or_default();
             let members = match self.agents.client(&self.agents.local) {
                 Ok(c) => c.members().await.unwrap_or_default(),
@@ -347,15 +339,13 @@ impl Drill {
             }
         }
         let Some((from, epoch)) = current else {
-            self.add(
+            self.check(
                 step,
-                check(
-                    format!("{role} can be handed back to {home}"),
-                    false,
-                    format!(
-                        "no holder, or {home} not eligible, within {}",
-                        secs(self.args.recover_timeout)
-                    ),
+                format!("{role} can be handed back to {home}"),
+                false,
+                format!(
+                    "no holder, or {home} not eligible, within {}",
+                    secs(self.args.recover_timeout)
                 ),
             );
             return;
@@ -394,42 +384,36 @@ impl Drill {
             Err(e) => Err(e),
         };
         if let Err(e) = handed {
-            self.add(
+            self.check(
                 step,
-                check(
-                    format!("{from} handed {role} over"),
-                    false,
-                    format!("{e:#}"),
-                ),
+                format!("{from} handed {role} over"),
+                false,
+                format!("{e:#}"),
             );
             return None;
         }
         let target = self.args.promote_target;
         let limit = target.max(self.args.recover_timeout);
-        let got = until(start + limit, async || {
+        let got = until(TICK, start + limit, async || {
             let l = self.leases(None).await?;
             let (h, e) = l.get(role)?;
             (h.as_deref() == Some(to) && *e > epoch).then(|| (start.elapsed(), *e))
         })
         .await;
         let Some((t, new_epoch)) = got else {
-            self.add(
+            self.check(
                 step,
-                check(
-                    format!("{to} took {role} within {}", secs(target)),
-                    false,
-                    format!("not its holder after {}", secs(limit)),
-                ),
+                format!("{to} took {role} within {}", secs(target)),
+                false,
+                format!("not its holder after {}", secs(limit)),
             );
             return None;
         };
-        self.add(
+        self.check(
             step,
-            check(
-                format!("{to} took {role} within {}", secs(target)),
-                t <= target,
-                format!("epoch {epoch} -> {new_epoch} after {}", secs(t)),
-            ),
+            format!("{to} took {role} within {}", secs(target)),
+            t <= target,
+            format!("epoch {epoch} -> {new_epoch} after {}", secs(t)),
         );
         let ok = self.verify_serves(step, role, to, new_epoch).await;
         let events = self.poll_events().await;
@@ -453,7 +437,7 @@ impl Drill {
         let deadline = Instant::now() + target.max(Duration::from_secs(3));
         let mut last = String::from("no answer");
         let ok = match self.agents.client(to) {
-            Ok(c) => until(deadline, async || {
+            Ok(c) => until(TICK, deadline, async || {
                 let (Ok(r), Ok(s)) = (c.roles().await, c.services().await) else {
                     return None;
                 };
@@ -488,7 +472,7 @@ impl Drill {
             .is_some(),
             Err(_) => false,
         };
-        self.add(step, check(format!("{to} really serves {role}"), ok, last));
+        self.check(step, format!("{to} really serves {role}"), ok, last);
         ok
     }
 
@@ -573,20 +557,18 @@ impl Drill {
                     .await;
                 self.window_checks(step, &seen, &events, None);
                 let ignored = self.traffic_ignored().await.saturating_sub(before);
-                self.add(
+                self.check(
                     step,
-                    check(
-                        "application traffic was ignored (informational)",
-                        true,
-                        format!(
-                            "{ignored} traffic signals ignored; probes alone kept members alive"
-                        ),
-                    ),
+                    "application traffic was ignored (informational)",
+                    true,
+                    format!("{ignored} traffic signals ignored; probes alone kept members alive"),
                 );
             }
-            Err(e) => self.add(
+            Err(e) => self.check(
                 step,
-                check("the fault was set on every agent", false, format!("{e:#}")),
+                "the fault was set on every agent",
+                false,
+                format!("{e:#}"),
             ),
         }
         self.step_end(step);

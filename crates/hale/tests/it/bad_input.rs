@@ -5,6 +5,7 @@ use std::io::Write;
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::time::Duration;
 
+use hale_agent::runtime::PREAMBLE_AAD;
 use hale_agent::{Key, Keyring};
 use hale_core::wire::{cluster_id, Header, Message, Packet};
 use hale_core::NodeId;
@@ -228,6 +229,19 @@ fn assert_unharmed(c: &Cluster, rss_before: u64) -> u64 {
     rss_after
 }
 
+/// Writes `parts` on a new TCP connection to `to`, then closes it.
+fn send_raw(to: SocketAddr, parts: &[&[u8]]) {
+    let mut s = TcpStream::connect_timeout(&to, Duration::from_secs(2)).unwrap();
+    for p in parts {
+        let _ = s.write_all(p);
+    }
+}
+
+/// `body` as a stream frame: its length (u32, big-endian), then itself.
+fn framed(body: &[u8]) -> Vec<u8> {
+    [&(body.len() as u32).to_be_bytes()[..], body].concat()
+}
+
 fn stream_errors(a: &AgentProc) -> f64 {
     metric(&a.metrics().unwrap(), "hale_stream_errors_total", &[])
 }
@@ -238,25 +252,16 @@ fn an_agent_fed_garbage_stream_frames_stays_up_and_counts_them() {
     c.wait_formed(Duration::from_secs(30));
     let target = &c.agents[0];
     let mut rng = rand_xoshiro::Xoshiro256PlusPlus::seed_from_u64(0x5eed);
-    let connect = |to: SocketAddr| TcpStream::connect_timeout(&to, Duration::from_secs(2)).unwrap();
     let rss_before = target.rss_kib();
     let (errors_before, drops_before) = (stream_errors(target), dropped(target));
     const ROUNDS: u64 = 100;
     for i in 0..ROUNDS {
         // A length prefix of 4 GiB.
-        let mut s = connect(target.gossip);
-        let _ = s.write_all(&[0xFF; 4]);
-        let _ = s.write_all(&[0u8; 64]);
-        drop(s);
+        send_raw(target.gossip, &[&[0xFF; 4], &[0u8; 64]]);
         // A short read: the prefix promises more than is sent.
-        let mut s = connect(target.gossip);
-        let _ = s.write_all(&1000u32.to_be_bytes());
-        let _ = s.write_all(&[1u8; 10]);
-        drop(s);
+        send_raw(target.gossip, &[&1000u32.to_be_bytes(), &[1u8; 10]]);
         // Half a length prefix.
-        let mut s = connect(target.gossip);
-        let _ = s.write_all(&[0, 0]);
-        drop(s);
+        send_raw(target.gossip, &[&[0, 0]]);
         // A random body of the announced length: fails authentication or
         // is not even a sealed frame.
         let mut body = vec![0u8; rng.random_range(1..4096)];
@@ -264,10 +269,7 @@ fn an_agent_fed_garbage_stream_frames_stays_up_and_counts_them() {
         if i % 2 == 0 {
             body[0] = 1;
         }
-        let mut s = connect(target.gossip);
-        let _ = s.write_all(&(body.len() as u32).to_be_bytes());
-        let _ = s.write_all(&body);
-        drop(s);
+        send_raw(target.gossip, &[&framed(&body)]);
         // Slow down every few rounds so the inbound limit is not what rejects them.
         if i % 10 == 9 {
             wait_until(Duration::from_secs(20), "the agent to catch up", || {
@@ -290,68 +292,31 @@ fn a_first_stream_frame_over_64_kib_is_refused_unless_a_sealed_preamble_opens_th
     let target = &c.agents[0];
     let ring = Keyring::new(Key::from_base64(&c.key).unwrap(), Vec::new());
     let stranger = Keyring::new(Key::generate(), Vec::new());
-    let kind = |k: &str| {
-        metric(
-            &target.metrics().unwrap(),
-            "hale_stream_errors_total",
-            &[&format!("kind=\"{k}\"")],
-        )
-    };
-    let counter = |name: &str| metric(&target.metrics().unwrap(), name, &[]);
-    let frame = |s: &mut TcpStream, body: &[u8]| {
-        let _ = s.write_all(&(body.len() as u32).to_be_bytes());
-        let _ = s.write_all(body);
-    };
-    let connect = || TcpStream::connect_timeout(&target.gossip, Duration::from_secs(2)).unwrap();
+    let count = |name: &str, label: &str| metric(&target.metrics().unwrap(), name, &[label]);
+    let refused = || count("hale_stream_errors_total", "kind=\"in_refused_oversize\"");
+    let forged = || count("hale_dropped_packets_total", "reason=\"auth_failed\"");
+    let streams_in = || count("hale_streams_in_total", "");
+    let ten = Duration::from_secs(10);
     // 200 KiB sealed with the cluster key, its plaintext junk for the core.
-    let big = ring.seal(&vec![0x42u8; 200 * 1024]);
+    let big = framed(&ring.seal(&vec![0x42u8; 200 * 1024]));
+    let preamble = |ring: &Keyring| framed(&ring.seal_with(PREAMBLE_AAD, b""));
     // Alone, as the first frame: refused before it is read.
-    let oversize = kind("in_refused_oversize");
-    let mut s = connect();
-    frame(&mut s, &big);
-    drop(s);
-    wait_until(
-        Duration::from_secs(10),
-        "the oversize first frame to be refused",
-        || kind("in_refused_oversize") > oversize,
-    );
+    let before = refused();
+    send_raw(target.gossip, &[&big]);
+    wait_until(ten, "the oversize first frame to be refused", || {
+        refused() > before
+    });
     // After a preamble sealed by a stranger: refused, unread.
-    let auth = metric(
-        &target.metrics().unwrap(),
-        "hale_dropped_packets_total",
-        &["reason=\"auth_failed\""],
-    );
-    let mut s = connect();
-    frame(
-        &mut s,
-        &stranger.seal_with(hale_agent::runtime::PREAMBLE_AAD, b""),
-    );
-    frame(&mut s, &big);
-    drop(s);
-    wait_until(
-        Duration::from_secs(10),
-        "the forged preamble to be refused",
-        || {
-            metric(
-                &target.metrics().unwrap(),
-                "hale_dropped_packets_total",
-                &["reason=\"auth_failed\""],
-            ) > auth
-        },
-    );
+    let before = forged();
+    send_raw(target.gossip, &[&preamble(&stranger), &big]);
+    wait_until(ten, "the forged preamble to be refused", || {
+        forged() > before
+    });
     // After the cluster's preamble: read, opened and handed to the core.
-    let streams_in = counter("hale_streams_in_total");
-    let mut s = connect();
-    frame(
-        &mut s,
-        &ring.seal_with(hale_agent::runtime::PREAMBLE_AAD, b""),
-    );
-    frame(&mut s, &big);
-    drop(s);
-    wait_until(
-        Duration::from_secs(10),
-        "the large frame to reach the core",
-        || counter("hale_streams_in_total") > streams_in,
-    );
+    let before = streams_in();
+    send_raw(target.gossip, &[&preamble(&ring), &big]);
+    wait_until(ten, "the large frame to reach the core", || {
+        streams_in() > before
+    });
     assert_eq!(view(&c.agents[1]).unwrap()[&target.name], "alive");
 }

@@ -64,15 +64,20 @@ fn demote_time(h: &[HookEvent], node: &str, epoch: u64) -> Option<u64> {
         .map(|e| e.at_nanos)
 }
 
+/// The holder and epoch of `db` once another node than `holder` holds it.
+fn standby_takes_over(c: &Cluster, holder: &str, secs: u64) -> (String, u64) {
+    wait_for(Duration::from_secs(secs), "a standby takes db", || {
+        c.holder().filter(|(h, _)| h != holder)
+    })
+}
+
 #[test]
 fn killing_the_holders_agent_fences_it_before_a_standby_is_promoted() {
     let mut c = Cluster::roles("fo-kill", "");
     let (holder, epoch) = first_holder(&c);
     let i = c.index(&holder);
     c.agents[i].kill();
-    let (next, e2) = wait_for(Duration::from_secs(30), "a standby takes db", || {
-        c.holder().filter(|(h, _)| *h != holder)
-    });
+    let (next, e2) = standby_takes_over(&c, &holder, 30);
     assert_eq!(next, "n1", "the next-best healthy candidate");
     assert!(e2 > epoch);
     let h = wait_for(Duration::from_secs(5), "hooks logged", || {
@@ -91,9 +96,7 @@ fn a_holder_frozen_longer_than_its_lease_is_fenced_and_stays_demoted_after_resum
     let (holder, epoch) = first_holder(&c);
     let i = c.index(&holder);
     c.signal(i, Signal::SIGSTOP);
-    let (next, e2) = wait_for(Duration::from_secs(30), "a standby takes db", || {
-        c.holder().filter(|(h, _)| *h != holder)
-    });
+    let (next, e2) = standby_takes_over(&c, &holder, 30);
     c.signal(i, Signal::SIGCONT);
     // Back from the freeze, it sees its lease lost and does not act as holder.
     wait_for(Duration::from_secs(10), "the resumed agent answers", || {
@@ -125,9 +128,7 @@ fn a_hung_essential_service_hands_the_role_over() {
     let c = Cluster::roles("fo-hung", "");
     let (holder, epoch) = first_holder(&c);
     std::fs::remove_file(c.path(&format!("healthy-{holder}"))).unwrap();
-    let (next, e2) = wait_for(Duration::from_secs(30), "a standby takes db", || {
-        c.holder().filter(|(h, _)| *h != holder)
-    });
+    let (next, e2) = standby_takes_over(&c, &holder, 30);
     assert_eq!(next, "n1");
     let h = promoted(&c, &next, e2);
     assert!(demote_time(&h, &holder, epoch).unwrap() < promote_time(&h, &next, e2).unwrap());
@@ -145,9 +146,7 @@ fn a_standby_with_failing_checks_is_never_promoted() {
             .filter(|v| v.local[0].state == RoleState::Ineligible)
     });
     std::fs::remove_file(c.path(&format!("healthy-{holder}"))).unwrap();
-    let (next, _) = wait_for(Duration::from_secs(20), "a standby takes db", || {
-        c.holder().filter(|(h, _)| *h != holder)
-    });
+    let (next, _) = standby_takes_over(&c, &holder, 20);
     assert_eq!(next, "n2", "n1 is unhealthy, so n2 takes over");
     check(&history(&c)).unwrap();
 }
@@ -180,26 +179,13 @@ timeout = "200ms"
     let text = c.agents[i].metrics().unwrap();
     let node = format!("node=\"{holder}\"");
     let m = |name: &str, labels: &[&str]| crate::support::metric(&text, name, labels);
-    assert_eq!(
-        m("hale_role_holder", &[&node, "role=\"db\""]),
-        1.0,
-        "{text}"
-    );
-    assert_eq!(
-        m("hale_service_healthy", &[&node, "service=\"sentry\""]),
-        0.0,
-        "{text}"
-    );
-    assert_eq!(
-        m("hale_service_healthy", &[&node, "service=\"pg\""]),
-        1.0,
-        "{text}"
-    );
+    let (db, sentry, pg) = ("role=\"db\"", "service=\"sentry\"", "service=\"pg\"");
+    assert_eq!(m("hale_role_holder", &[&node, db]), 1.0, "{text}");
+    assert_eq!(m("hale_service_healthy", &[&node, sentry]), 0.0, "{text}");
+    assert_eq!(m("hale_service_healthy", &[&node, pg]), 1.0, "{text}");
     assert!(m("hale_role_renewals_total", &[&node]) > 0.0, "{text}");
-    assert!(
-        m("hale_check_failures_total", &[&node, "service=\"sentry\""]) > 0.0,
-        "{text}"
-    );
+    let sentry_failures = m("hale_check_failures_total", &[&node, sentry]);
+    assert!(sentry_failures > 0.0, "{text}");
     check(&history(&c)).unwrap();
 }
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-use crate::support::{dead_events, during, metric, spawn, view, wait_until, Cluster};
+use crate::support::{all_see, dead_events, during, metric, spawn, view, wait_until, Cluster};
 
 use hale_agent::{AgentEvent, Key};
 
@@ -24,11 +24,7 @@ fn a_sigkilled_node_is_declared_dead_by_all_others() {
     wait_until(
         DETECT,
         "every other agent to declare the killed node dead",
-        || {
-            c.agents
-                .iter()
-                .all(|a| a.state_of(&name).as_deref() == Some("dead"))
-        },
+        || all_see(&c.agents, &name, "dead"),
     );
     for a in &c.agents {
         let deaths = dead_events(a);
@@ -49,11 +45,7 @@ fn a_sigstopped_node_is_declared_dead_and_after_sigcont_rejoins_with_a_higher_in
     wait_until(
         DETECT,
         "every other agent to declare the frozen node dead",
-        || {
-            others
-                .iter()
-                .all(|a| a.state_of(&frozen.name).as_deref() == Some("dead"))
-        },
+        || all_see(others, &frozen.name, "dead"),
     );
     frozen.signal(Signal::SIGCONT);
     wait_until(
@@ -164,11 +156,7 @@ fn sigterm_makes_peers_record_the_node_as_left_not_dead() {
     wait_until(
         Duration::from_secs(10),
         "every peer to record the node as left",
-        || {
-            c.agents
-                .iter()
-                .all(|a| a.state_of(&leaver.name).as_deref() == Some("left"))
-        },
+        || all_see(&c.agents, &leaver.name, "left"),
     );
     // Stay long enough that a missed leave would have become a death.
     during(Duration::from_secs(8), Duration::from_secs(1), || {

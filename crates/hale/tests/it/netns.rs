@@ -11,10 +11,11 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use hale_agent::Key;
+use hale_control::{HookEvent, HookKind};
 
 use crate::support::{
-    cluster_name, dead_events, during, log_dir, spawn, spawn_with_config, view, wait_until,
-    AgentProc, LogDir, Spec,
+    cluster_name, dead_events, during, log_dir, spawn, spawn_with_config, view, wait_for,
+    wait_until, AgentProc, LogDir, Spec,
 };
 
 const HOSTS: usize = 5;
@@ -126,16 +127,8 @@ impl Lab {
                 "netns", &ns,
             ]);
             run(&["ip", "-n", &br, "link", "set", &port, "master", "br0", "up"]);
-            run(&[
-                "ip",
-                "-n",
-                &ns,
-                "addr",
-                "add",
-                &format!("{ip}/24"),
-                "dev",
-                "eth0",
-            ]);
+            let cidr = format!("{ip}/24");
+            run(&["ip", "-n", &ns, "addr", "add", &cidr, "dev", "eth0"]);
             run(&["ip", "-n", &ns, "link", "set", "eth0", "up"]);
             run(&["ip", "-n", &ns, "link", "set", "lo", "up"]);
         }
@@ -186,8 +179,7 @@ impl Lab {
 
     /// `nft list table` of this test's table on host `i`.
     fn list_table(&self, i: usize) -> Command {
-        let mut c = Command::new("ip");
-        let host = &self.hosts[i];
+        let (mut c, host) = (Command::new("ip"), &self.hosts[i]);
         c.args([
             "netns",
             "exec",
@@ -459,37 +451,26 @@ fn a_holder_cut_off_from_the_control_plane_majority_steps_down_before_a_standby_
     // before the namespaces go.
     let agents = start_role_agents(&lab, "roles_cut");
     {
-        let mut first = None;
-        wait_until(Duration::from_secs(40), "h0 holds db", || {
-            first = db_holder(&agents, 1).filter(|(h, _)| h == "h0");
-            first.is_some()
+        let (_, epoch) = wait_for(Duration::from_secs(40), "h0 holds db", || {
+            db_holder(&agents, 1).filter(|(h, _)| h == "h0")
         });
-        let (_, epoch) = first.unwrap();
         // h0 hears nothing from h1 and h2, and they hear nothing from it.
         let (ip0, ip1, ip2) = (lab.ips[0], lab.ips[1], lab.ips[2]);
         lab.filter(0, &format!("ip saddr {{ {ip1}, {ip2} }} counter drop"));
         lab.filter(1, &format!("ip saddr {ip0} counter drop"));
         lab.filter(2, &format!("ip saddr {ip0} counter drop"));
-        let mut next = None;
-        wait_until(
-            Duration::from_secs(40),
-            "a standby on the majority side takes db",
-            || {
-                next = db_holder(&agents, 1).filter(|(h, _)| h == "h1");
-                next.is_some()
-            },
-        );
-        let (_, e2) = next.unwrap();
+        let majority_takes = "a standby on the majority side takes db";
+        let (_, e2) = wait_for(Duration::from_secs(40), majority_takes, || {
+            db_holder(&agents, 1).filter(|(h, _)| h == "h1")
+        });
         assert!(e2 > epoch);
         assert!(lab.dropped(0) > 0, "the cut dropped nothing");
         let log = lab.logs.path().join("hooks.log");
-        let mut h = Vec::new();
-        wait_until(Duration::from_secs(10), "both hooks logged", || {
-            h = crate::failover_history(&log);
-            h.iter()
-                .any(|e| e.node == "h0" && e.kind == hale_control::HookKind::Demote)
-                && h.iter()
-                    .any(|e| e.node == "h1" && e.kind == hale_control::HookKind::Promote)
+        let logged =
+            |h: &[HookEvent], node: &str, kind| h.iter().any(|e| e.node == node && e.kind == kind);
+        let h = wait_for(Duration::from_secs(10), "both hooks logged", || {
+            let h = crate::failover_history(&log);
+            (logged(&h, "h0", HookKind::Demote) && logged(&h, "h1", HookKind::Promote)).then_some(h)
         });
         hale_control::check(&h).unwrap();
     }

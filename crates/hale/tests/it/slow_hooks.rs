@@ -103,6 +103,17 @@ fn local_state(c: &Cluster, i: usize) -> Option<RoleState> {
     Some(c.agents[i].roles()?.local.first()?.state)
 }
 
+/// n0's promote hook: logs its start to `log`, then runs `script` (where
+/// `{dir}` is the cluster's directory).
+fn n0_promote(log: &Path, script: &str) -> String {
+    let dir = log.parent().unwrap().display().to_string();
+    let script = script.replace("{dir}", &dir);
+    format!(
+        "echo $(date +%s%N) n0 promote $HALE_EPOCH >> {}; {script}",
+        log.display()
+    )
+}
+
 #[test]
 fn a_three_second_promote_hook_neither_flaps_the_role_nor_overlaps_a_handover() {
     let c = Cluster::roles_with(
@@ -190,22 +201,14 @@ fn a_promote_hook_that_hangs_is_killed_with_its_children_and_the_role_moves_on()
             let (mut promote, demote) = timed_hooks(&name, log, 0.0, 0.0);
             if i == 0 {
                 // Starts a grandchild, notes its pid, and hangs.
-                let dir = log.parent().unwrap().display().to_string();
-                promote = format!(
-                    "echo $(date +%s%N) n0 promote $HALE_EPOCH >> {}; \
-                     sleep 600 & echo $! > {dir}/grandchild-$HALE_EPOCH; wait",
-                    log.display()
+                promote = n0_promote(
+                    log,
+                    "sleep 600 & echo $! > {dir}/grandchild-$HALE_EPOCH; wait",
                 );
             }
             Some((promote, demote))
         },
-        |i| {
-            if i == 0 {
-                "hook_timeout = \"2s\"".into()
-            } else {
-                String::new()
-            }
-        },
+        |i| if i == 0 { "hook_timeout = \"2s\"" } else { "" }.to_owned(),
         |_| {},
     );
     let log = c.path("hooks.log");
@@ -250,22 +253,12 @@ fn a_lease_lost_during_a_promotion_kills_the_promote_hook_before_the_demote_star
             let (mut promote, demote) = timed_hooks(&name, log, 0.0, 0.5);
             if i == 0 {
                 // Beats every 50 ms until killed.
-                let dir = log.parent().unwrap().display().to_string();
-                promote = format!(
-                    "echo $(date +%s%N) n0 promote $HALE_EPOCH >> {}; \
-                     while true; do echo $(date +%s%N) >> {dir}/beats; sleep 0.05; done",
-                    log.display()
-                );
+                let beat = "while true; do echo $(date +%s%N) >> {dir}/beats; sleep 0.05; done";
+                promote = n0_promote(log, beat);
             }
             Some((promote, demote))
         },
-        |i| {
-            if i == 0 {
-                "hook_timeout = \"60s\"".into()
-            } else {
-                String::new()
-            }
-        },
+        |i| if i == 0 { "hook_timeout = \"60s\"" } else { "" }.to_owned(),
         |_| {},
     );
     let log = c.path("hooks.log");

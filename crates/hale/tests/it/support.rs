@@ -281,17 +281,19 @@ fn logged_addr(log: &Path, key: &str) -> Option<SocketAddr> {
     line[at..].split_whitespace().next()?.parse().ok()
 }
 
+/// A `hale` command, run inside network namespace `netns` if given.
+fn hale(netns: Option<&str>) -> Command {
+    let mut c = Command::new(if netns.is_some() { "ip" } else { HALE });
+    if let Some(ns) = netns {
+        c.args(["netns", "exec", ns, HALE]);
+    }
+    c
+}
+
 /// Starts an agent and waits until it logs the addresses it bound.
 pub fn spawn(spec: &Spec) -> AgentProc {
     let log = std::fs::File::create(&spec.log).unwrap();
-    let mut cmd = match &spec.netns {
-        Some(ns) => {
-            let mut c = Command::new("ip");
-            c.args(["netns", "exec", ns, HALE]);
-            c
-        }
-        None => Command::new(HALE),
-    };
+    let mut cmd = hale(spec.netns.as_deref());
     cmd.arg("agent");
     for (k, _) in std::env::vars() {
         if k.starts_with("HALE_") {
@@ -348,15 +350,7 @@ pub fn spawn_with_config(
 ) -> AgentProc {
     let log = dir.join(format!("{name}.log"));
     let out = std::fs::File::create(&log).unwrap();
-    let mut cmd = match netns {
-        Some(ns) => {
-            let mut c = Command::new("ip");
-            c.args(["netns", "exec", ns, HALE]);
-            c
-        }
-        None => Command::new(HALE),
-    };
-    let child = cmd
+    let child = hale(netns)
         .args(["agent", "-c"])
         .arg(config)
         .env("HALE_LOG", "info")
@@ -417,14 +411,7 @@ impl AgentProc {
     /// Runs `hale ARGS --http <api>` next to the agent (in its namespace).
     pub fn cli(&self, args: &[&str]) -> Output {
         let http = self.http.to_string();
-        let mut cmd = match &self.netns {
-            Some(ns) => {
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns, HALE]);
-                c
-            }
-            None => Command::new(HALE),
-        };
+        let mut cmd = hale(self.netns.as_deref());
         cmd.args(args).args(["--http", &http]).output().unwrap()
     }
 
@@ -435,11 +422,19 @@ impl AgentProc {
 
     /// The agent's member list, or None if it does not answer.
     pub fn members(&self) -> Option<Vec<MemberView>> {
-        if self.netns.is_some() {
-            let out = self.cli(&["members", "--json"]);
-            return serde_json::from_slice(&out.stdout).ok();
+        self.ask(&["members", "--json"], |api| call(api.members()).ok())
+    }
+
+    /// `hale ARGS`'s JSON in a namespace (loopback: `typed` on the client).
+    fn ask<T: serde::de::DeserializeOwned>(
+        &self,
+        args: &[&str],
+        typed: impl FnOnce(Client) -> Option<T>,
+    ) -> Option<T> {
+        match self.netns {
+            Some(_) => serde_json::from_slice(&self.cli(args).stdout).ok(),
+            None => typed(self.api()),
         }
-        call(self.api().members()).ok()
     }
 
     /// The agent's event history, or None if it does not answer.
@@ -459,11 +454,7 @@ impl AgentProc {
 
     /// Its `/v1/roles`, or None if it does not answer.
     pub fn roles(&self) -> Option<RolesView> {
-        if self.netns.is_some() {
-            let out = self.cli(&["roles", "--json"]);
-            return serde_json::from_slice(&out.stdout).ok();
-        }
-        call(self.api().roles()).ok()
+        self.ask(&["roles", "--json"], |api| call(api.roles()).ok())
     }
 
     /// The state this agent gives `name`, if it knows it.
@@ -623,6 +614,13 @@ impl Cluster {
 /// How many members `a` sees alive (itself included).
 pub fn alive_count(a: &AgentProc) -> Option<usize> {
     Some(a.members()?.iter().filter(|m| m.state == "alive").count())
+}
+
+/// Whether every agent of `agents` gives `name` the state `state`.
+pub fn all_see(agents: &[AgentProc], name: &str, state: &str) -> bool {
+    agents
+        .iter()
+        .all(|a| a.state_of(name).as_deref() == Some(state))
 }
 
 /// `name -> state` as agent `a` sees it.
