@@ -16,6 +16,8 @@ use crate::net::Network;
 use crate::observe::Observer;
 use crate::timers::Timers;
 
+mod warm;
+
 /// How the simulated cluster starts.
 #[derive(Debug, Clone)]
 pub struct SimConfig {
@@ -114,6 +116,8 @@ pub struct Sim {
     closed_ports: rustc_hash::FxHashSet<u32>,
     /// Reused buffer for a node's events between polling and recording.
     event_buf: Vec<hale_core::Event<SimId>>,
+    /// Cache warming ahead of the loop (`engine/warm.rs`).
+    warm: warm::Warm,
 }
 
 /// Sees every packet a node sends: (time, from, to, channel, bytes).
@@ -138,6 +142,7 @@ impl Sim {
             slow: Vec::new(),
             closed_ports: Default::default(),
             event_buf: Vec::new(),
+            warm: warm::Warm::default(),
             cfg,
         };
         let n = sim.cfg.nodes;
@@ -275,6 +280,14 @@ impl Sim {
                 (None, Some(_)) => true,
                 (_, None) => false,
             };
+            let next = if timer_first {
+                timer.map(|(t, _, _)| t)
+            } else {
+                ev.map(|(t, _)| t)
+            };
+            if let Some(t) = next.filter(|&t| t >= self.warm.until && t <= until) {
+                self.warm(t + warm::HORIZON);
+            }
             if timer_first {
                 let (t, _, node) = timer.expect("a timer is due");
                 if t > until {
