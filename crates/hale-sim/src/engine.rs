@@ -17,6 +17,7 @@ use crate::observe::Observer;
 use crate::timers::Timers;
 
 mod warm;
+mod window;
 
 /// How the simulated cluster starts.
 #[derive(Debug, Clone)]
@@ -40,6 +41,12 @@ pub struct SimConfig {
     pub trace_probes: bool,
     /// Sample bandwidth every this often (for plots).
     pub sample_every: Duration,
+    /// Threads to run the nodes on (1 or 2; see `engine/window.rs`). The
+    /// run is the same whatever the number.
+    pub threads: usize,
+    /// With two threads, stretches of at least this many node events run
+    /// as windows on both (below it, item by item on one).
+    pub window_min: usize,
 }
 
 impl Default for SimConfig {
@@ -54,6 +61,8 @@ impl Default for SimConfig {
             frozen_queue: 1024,
             trace_probes: false,
             sample_every: Duration::from_secs(10),
+            threads: 1,
+            window_min: window::PARALLEL_MIN,
         }
     }
 }
@@ -97,7 +106,11 @@ pub struct Sim {
     cfg: SimConfig,
     now: Time,
     seq: u64,
+    /// Packets and refusals: events that one node handles.
     queue: BinaryHeap<Reverse<(Time, u64, usize)>>,
+    /// Every other event (faults, resumes, traffic, samples), ordered with
+    /// `queue` by (time, sequence number).
+    globals: BinaryHeap<Reverse<(Time, u64, usize)>>,
     /// Node wake-ups, ordered with `queue` by (time, sequence number).
     timers: Timers,
     payloads: Vec<Option<Ev>>,
@@ -114,10 +127,13 @@ pub struct Sim {
     slow: Vec<Duration>,
     /// Killed processes whose host is up: their port answers "closed".
     closed_ports: rustc_hash::FxHashSet<u32>,
-    /// Reused buffer for a node's events between polling and recording.
-    event_buf: Vec<hale_core::Event<SimId>>,
+    /// Reused buffers for a node's output between polling and routing.
+    io: window::Io,
     /// Cache warming ahead of the loop (`engine/warm.rs`).
     warm: warm::Warm,
+    /// Windows run on two threads (`engine/window.rs`).
+    window: window::Window,
+    pool: Option<std::sync::Arc<rayon::ThreadPool>>,
 }
 
 /// Sees every packet a node sends: (time, from, to, channel, bytes).
@@ -130,6 +146,7 @@ impl Sim {
             now: Time::ZERO,
             seq: 0,
             queue: BinaryHeap::new(),
+            globals: BinaryHeap::new(),
             timers: Timers::default(),
             payloads: Vec::new(),
             free: Vec::new(),
@@ -141,8 +158,13 @@ impl Sim {
             tap: None,
             slow: Vec::new(),
             closed_ports: Default::default(),
-            event_buf: Vec::new(),
+            io: window::Io::default(),
             warm: warm::Warm::default(),
+            window: window::Window::default(),
+            pool: (cfg.threads > 1)
+                .then(|| rayon::ThreadPoolBuilder::new().num_threads(2).build().ok())
+                .flatten()
+                .map(std::sync::Arc::new),
             cfg,
         };
         let n = sim.cfg.nodes;
@@ -260,8 +282,12 @@ impl Sim {
     }
 
     fn push(&mut self, at: Time, ev: Ev) {
+        let queue = match ev {
+            Ev::Deliver { .. } | Ev::Refused { .. } => &mut self.queue,
+            _ => &mut self.globals,
+        };
         push_event(
-            &mut self.queue,
+            queue,
             &mut self.payloads,
             &mut self.free,
             &mut self.seq,
@@ -272,45 +298,95 @@ impl Sim {
 
     /// Runs every event up to and including `until`.
     pub fn run_until(&mut self, until: Time) {
+        match self.pool.clone() {
+            Some(pool) => pool.install(|| self.run_loop(until)),
+            None => self.run_loop(until),
+        }
+        self.now = self.now.max(until);
+    }
+
+    fn run_loop(&mut self, until: Time) {
         loop {
-            let ev = self.queue.peek().map(|Reverse((t, seq, _))| (*t, *seq));
-            let timer = self.timers.peek();
-            let timer_first = match (ev, timer) {
-                (Some(e), Some((t, seq, _))) => (t, seq) < e,
+            let global = self.globals.peek().map(|Reverse((t, seq, _))| (*t, *seq));
+            let packet = self.queue.peek().map(|Reverse((t, seq, _))| (*t, *seq));
+            let timer = self.timers.peek().map(|(t, seq, _)| (t, seq));
+            let timer_first = match (packet, timer) {
+                (Some(p), Some(t)) => t < p,
                 (None, Some(_)) => true,
                 (_, None) => false,
             };
-            let next = if timer_first {
-                timer.map(|(t, _, _)| t)
-            } else {
-                ev.map(|(t, _)| t)
+            let local = if timer_first { timer } else { packet };
+            let global_first = match (global, local) {
+                (Some(g), Some(l)) => g < l,
+                (g, _) => g.is_some(),
             };
-            if let Some(t) = next.filter(|&t| t >= self.warm.until && t <= until) {
-                self.warm(t + warm::HORIZON);
-            }
-            if timer_first {
-                let (t, _, node) = timer.expect("a timer is due");
+            if global_first {
+                let Some(Reverse((t, _, idx))) = self.globals.peek().copied() else {
+                    break;
+                };
                 if t > until {
                     break;
                 }
-                self.timers.pop();
+                self.globals.pop();
                 self.now = t;
-                self.timer(node);
+                let ev = self.take_payload(idx);
+                self.step(ev);
                 continue;
             }
-            let Some(Reverse((t, _, idx))) = self.queue.peek().copied() else {
+            let Some((t, _)) = local else {
                 break;
             };
             if t > until {
                 break;
             }
-            self.queue.pop();
-            let ev = self.payloads[idx].take().expect("event payload present");
-            self.free.push(idx);
+            if t >= self.warm.until && self.plan(t, global.map(|g| g.0), until) {
+                continue;
+            }
             self.now = t;
-            self.step(ev);
+            if timer_first {
+                let (_, _, node) = self.timers.pop().expect("a timer is due");
+                self.timer(node);
+            } else {
+                let Some(Reverse((_, _, idx))) = self.queue.pop() else {
+                    break;
+                };
+                let ev = self.take_payload(idx);
+                self.step(ev);
+            }
         }
-        self.now = self.now.max(until);
+    }
+
+    fn take_payload(&mut self, idx: usize) -> Ev {
+        let ev = self.payloads[idx].take().expect("event payload present");
+        self.free.push(idx);
+        ev
+    }
+
+    /// At `t`, the first node event after the last window: warms the caches
+    /// for what is due until the next window's end and, when that is enough
+    /// work for two threads, runs it as a window (true).
+    fn plan(&mut self, t: Time, global: Option<Time>, until: Time) -> bool {
+        let latency = self.net.latency;
+        if latency.is_zero() {
+            // Packets can arrive at once: no windows, only warming.
+            self.warm(t + warm::HORIZON);
+            return false;
+        }
+        let mut end = t + latency;
+        if let Some(g) = global {
+            end = end.min(g);
+        }
+        if until < end {
+            end = until + Duration::from_nanos(1);
+        }
+        let n = self.collect(end);
+        if self.pool.is_some() && n >= self.cfg.window_min {
+            self.run_window(end);
+            self.warm.until = end;
+            return true;
+        }
+        self.touch();
+        false
     }
 
     /// Node `node`'s wake-up is due.
@@ -373,6 +449,24 @@ impl Sim {
 
     fn deliver(&mut self, from: u32, to: u32, channel: Channel, bytes: Vec<u8>) {
         let now = self.now;
+        let slot = &mut self.slots[to as usize];
+        if slot.status != Status::Up {
+            self.not_up(from, to, channel, bytes);
+            return;
+        }
+        let Some(n) = slot.node.as_mut() else {
+            return;
+        };
+        let _ = match channel {
+            Channel::Datagram => n.handle_datagram(now, &bytes),
+            Channel::Stream => n.handle_stream(now, &bytes),
+        };
+        self.after_io(to);
+    }
+
+    /// A packet for a node that is not up: queued while it is frozen or
+    /// stalled, refused by the host of a killed process, else lost.
+    fn not_up(&mut self, from: u32, to: u32, channel: Channel, bytes: Vec<u8>) {
         let cap = self.cfg.frozen_queue;
         let slot = &mut self.slots[to as usize];
         match slot.status {
@@ -398,16 +492,8 @@ impl Sim {
                 }
                 return;
             }
-            Status::Crashed | Status::Left => return,
+            Status::Crashed | Status::Left => {}
         }
-        let Some(n) = slot.node.as_mut() else {
-            return;
-        };
-        let _ = match channel {
-            Channel::Datagram => n.handle_datagram(now, &bytes),
-            Channel::Stream => n.handle_stream(now, &bytes),
-        };
-        self.after_io(to);
     }
 
     /// Routes what node `i` wants to send, records its events, re-arms its
@@ -415,23 +501,28 @@ impl Sim {
     /// copy its 1.2 KB state twice per event).
     fn after_io(&mut self, i: u32) {
         let now = self.now;
-        let Sim {
-            slots,
-            net,
-            rng,
-            queue,
-            payloads,
-            free,
-            seq,
-            slow,
-            event_buf,
-            ..
-        } = self;
-        let n_slots = slots.len();
-        let Some(node) = slots[i as usize].node.as_mut() else {
-            return;
-        };
-        while let Some(t) = node.poll_transmit() {
+        let mut io = std::mem::take(&mut self.io);
+        let rearm = window::drain(&mut self.slots[i as usize], now, &mut io);
+        let transmits = io.transmits.iter_mut().filter_map(Option::take);
+        self.replay(i, now, transmits, &io.events, rearm);
+        io.transmits.clear();
+        io.events.clear();
+        self.io = io;
+    }
+
+    /// The global half of [`Sim::after_io`], for what node `i` output at
+    /// `now`: routes its packets (the network's random draws), records its
+    /// events, re-arms its timer. Returns the timer's new sequence number.
+    fn replay(
+        &mut self,
+        i: u32,
+        now: Time,
+        transmits: impl Iterator<Item = hale_core::Transmit<SimId>>,
+        events: &[hale_core::Event<SimId>],
+        rearm: window::Rearm,
+    ) -> Option<u64> {
+        let n_slots = self.slots.len();
+        for t in transmits {
             let to = t.to.0;
             if let Some(tap) = self.tap.as_mut() {
                 tap(now, i, to, t.channel, &t.bytes);
@@ -439,38 +530,44 @@ impl Sim {
             if to as usize >= n_slots {
                 continue;
             }
-            if let Some(delay) = net.route(rng, i, to, t.channel) {
-                let extra = slow.get(to as usize).copied().unwrap_or_default();
+            if let Some(delay) = self.net.route(&mut self.rng, i, to, t.channel) {
+                let extra = self.slow.get(to as usize).copied().unwrap_or_default();
                 let ev = Ev::Deliver {
                     from: i,
                     to,
                     channel: t.channel,
                     bytes: t.bytes,
                 };
-                push_event(queue, payloads, free, seq, now + delay + extra, ev);
+                let at = now + delay + extra;
+                push_event(
+                    &mut self.queue,
+                    &mut self.payloads,
+                    &mut self.free,
+                    &mut self.seq,
+                    at,
+                    ev,
+                );
             }
         }
-        event_buf.extend(std::iter::from_fn(|| node.poll_event()));
-        let next = node.poll_timeout().unwrap_or(Time::NEVER);
-        if !event_buf.is_empty() {
-            let mut events = std::mem::take(&mut self.event_buf);
+        if !events.is_empty() {
             let truth = Truth {
                 statuses: &self.slots,
                 net: &self.net,
             };
-            for e in events.drain(..) {
-                self.observer.record(now, i, &e, &truth);
+            for e in events {
+                self.observer.record(now, i, e, &truth);
             }
-            self.event_buf = events;
         }
-        let slot = &mut self.slots[i as usize];
-        if next != slot.timer_at {
-            slot.timer_at = next;
-            if next == Time::NEVER {
+        match rearm {
+            window::Rearm::Keep => None,
+            window::Rearm::Remove => {
                 self.timers.remove(i);
-            } else {
+                None
+            }
+            window::Rearm::Set(at) => {
                 self.seq += 1;
-                self.timers.set(i, next.max(now), self.seq);
+                self.timers.set(i, at, self.seq);
+                Some(self.seq)
             }
         }
     }

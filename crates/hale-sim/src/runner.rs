@@ -49,6 +49,22 @@ pub struct Finished {
     pub setup: Duration,
 }
 
+/// Threads per run set by [`set_threads`] (0: not set).
+static THREADS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Sets the threads each run uses from now on (1 or 2; the results do not
+/// depend on it). By default, 2 if the machine has two cores.
+pub fn set_threads(n: usize) {
+    THREADS.store(n.clamp(1, 2), std::sync::atomic::Ordering::Relaxed);
+}
+
+fn threads() -> usize {
+    match THREADS.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get().min(2)),
+        n => n,
+    }
+}
+
 /// The simulator configuration of a scenario run with `seed`.
 pub fn sim_config(sc: &Scenario, seed: u64, plan: &Plan) -> Result<SimConfig, ScenarioError> {
     let ms = |v: f64| Duration::from_secs_f64(v / 1000.0);
@@ -66,6 +82,7 @@ pub fn sim_config(sc: &Scenario, seed: u64, plan: &Plan) -> Result<SimConfig, Sc
         traffic_rate: plan.traffic.first().map_or(0.0, |t| t.1),
         trace_probes: sc.trace_probes,
         sample_every: sc.sample_interval(),
+        threads: threads(),
         ..SimConfig::default()
     })
 }

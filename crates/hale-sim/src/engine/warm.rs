@@ -31,7 +31,7 @@ pub(super) const HORIZON: Duration = Duration::from_micros(500);
 /// What the warming pass reuses between calls.
 #[derive(Debug, Default)]
 pub(super) struct Warm {
-    /// Events are warmed up to here (exclusive).
+    /// Events are warmed (or run in a window) up to here (exclusive).
     pub(super) until: Time,
     /// (node, sender or [`TIMER`]) of each event to warm.
     list: Vec<(u32, u32)>,
@@ -42,11 +42,17 @@ impl Sim {
     /// Reads ahead what the events due before `until` will read (see the
     /// module documentation).
     pub(super) fn warm(&mut self, until: Time) {
+        self.collect(until);
+        self.touch();
+    }
+
+    /// Lists the events due before `until` (packets and timers), and
+    /// returns how many there are.
+    pub(super) fn collect(&mut self, until: Time) -> usize {
         let Sim {
             queue,
             payloads,
             timers,
-            slots,
             warm,
             ..
         } = self;
@@ -71,14 +77,22 @@ impl Sim {
             stack.push(2 * i + 1);
         }
         timers.for_each_before(until, stack, |node| list.push((node, TIMER)));
-        let node = |n: u32| slots.get(n as usize).and_then(|s| s.node.as_ref());
+        warm.until = until;
+        warm.list.len()
+    }
+
+    /// Reads what the listed events will read, all at once.
+    pub(super) fn touch(&self) {
+        let list = &self.warm.list;
+        let until = self.warm.until;
+        let node = |n: u32| self.slots.get(n as usize).and_then(|s| s.node.as_ref());
         let mut acc = 0u64;
-        for &(n, _) in list.iter() {
+        for &(n, _) in list {
             if let Some(node) = node(n) {
                 acc ^= node.warm_state();
             }
         }
-        for &(n, sender) in list.iter() {
+        for &(n, sender) in list {
             if let Some(node) = node(n) {
                 acc ^= if sender == TIMER {
                     node.warm_timeout(until)
@@ -88,6 +102,5 @@ impl Sim {
             }
         }
         std::hint::black_box(acc);
-        warm.until = until;
     }
 }
