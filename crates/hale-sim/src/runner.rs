@@ -52,17 +52,16 @@ pub struct Finished {
 /// Threads per run set by [`set_threads`] (0: not set).
 static THREADS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
-/// Sets the threads each run uses from now on (1 or 2; the results do not
-/// depend on it). By default, 2 if the machine has two cores.
+/// Sets the threads each run uses from now on (1, the default, or 2; the
+/// results do not depend on it). Two pay off only with a core to spare: on
+/// a machine already busy they cost CPU time and save no wall time
+/// (BENCHMARKS.md, simulator speed).
 pub fn set_threads(n: usize) {
     THREADS.store(n.clamp(1, 2), std::sync::atomic::Ordering::Relaxed);
 }
 
 fn threads() -> usize {
-    match THREADS.load(std::sync::atomic::Ordering::Relaxed) {
-        0 => std::thread::available_parallelism().map_or(1, |n| n.get().min(2)),
-        n => n,
-    }
+    THREADS.load(std::sync::atomic::Ordering::Relaxed).max(1)
 }
 
 /// The simulator configuration of a scenario run with `seed`.

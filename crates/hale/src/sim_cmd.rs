@@ -33,8 +33,9 @@ pub struct SimArgs {
     /// Also draw the detection-latency CDF and bandwidth over time (SVG).
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<PathBuf>,
-    /// Threads per run: 1, or 2 to run the nodes of busy stretches on two
-    /// (default: 2 if the machine has two cores). Results are the same.
+    /// Threads per run: 1 (default), or 2 to run the nodes of busy
+    /// stretches on two; worth it only with a core to spare. Results are
+    /// the same.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=2))]
     pub threads: Option<u32>,
 }
