@@ -19,6 +19,18 @@ pub(crate) enum Class {
     Confirmation = 4,
 }
 
+/// `ceil(log10(n))` for `n >= 1`, in integers: the smallest `k` with
+/// `10^k >= n` (the retransmit limit's size rule, computed on every send).
+pub(crate) fn ceil_log10(n: usize) -> u32 {
+    let mut k = 0;
+    let mut p: usize = 1;
+    while p < n {
+        k += 1;
+        p = p.saturating_mul(10);
+    }
+    k
+}
+
 /// Order: class, then fewest transmissions, then newest.
 type Order = (Class, u32, Reverse<u64>);
 
@@ -116,6 +128,19 @@ impl<I: Identity> Broadcasts<I> {
                     self.queue.insert(new, item);
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ceil_log10;
+
+    #[test]
+    fn ceil_log10_agrees_with_floating_point() {
+        for n in (1..=2_000_000usize).chain([9_999_999, 10_000_000, 10_000_001, 1 << 40]) {
+            let want = (n as f64).log10().ceil() as u32;
+            assert_eq!(ceil_log10(n), want, "n = {n}");
         }
     }
 }

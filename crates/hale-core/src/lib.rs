@@ -45,6 +45,7 @@ pub mod stats;
 mod sync;
 mod table;
 pub mod time;
+mod warm;
 pub mod wire;
 
 pub use config::{Config, ConfigError, Profile};

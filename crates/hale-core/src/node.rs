@@ -690,9 +690,12 @@ impl<I: Identity> Node<I> {
     /// `4 * log10(N)` alone, the burst and one round used the whole budget
     /// and about one member in 300 never heard a verdict; found in `hale sim`.)
     pub(crate) fn retransmit_limit(&self) -> u32 {
-        let n = (self.live + 2) as f64;
-        let by_size = self.cfg.retransmit_mult as f64 * n.log10().ceil();
-        by_size.max((5 * self.cfg.gossip_fanout + 2) as f64) as u32
+        let k = u64::from(crate::broadcast::ceil_log10(self.live + 2));
+        let by_size = (self.cfg.retransmit_mult as u64).saturating_mul(k);
+        let floor = (self.cfg.gossip_fanout as u64)
+            .saturating_mul(5)
+            .saturating_add(2);
+        by_size.max(floor).min(u64::from(u32::MAX)) as u32
     }
 
     /// A gossip round: queued news to `gossip_fanout` random live members,

@@ -246,6 +246,19 @@ impl<I: Identity> Table<I> {
         }
     }
 
+    /// Reads `id`'s record and packed replay state, for cache warming
+    /// (`warm.rs`): the value means nothing.
+    pub(crate) fn warm(&self, id: &I) -> u64 {
+        match id.dense_index() {
+            Some(d) if d < DENSE_LIMIT => {
+                let d = d as usize;
+                let r = self.dense.get(d).map_or(0, |r| r.get());
+                r ^ u64::from(self.dense_fresh.get(d).copied().unwrap_or(0))
+            }
+            _ => 0,
+        }
+    }
+
     /// Whether `id` is known.
     pub(crate) fn contains(&self, id: &I) -> bool {
         self.get(id).is_some()

@@ -16,6 +16,10 @@ use crate::net::Network;
 use crate::observe::Observer;
 use crate::timers::Timers;
 
+mod faults;
+mod warm;
+mod window;
+
 /// How the simulated cluster starts.
 #[derive(Debug, Clone)]
 pub struct SimConfig {
@@ -38,6 +42,12 @@ pub struct SimConfig {
     pub trace_probes: bool,
     /// Sample bandwidth every this often (for plots).
     pub sample_every: Duration,
+    /// Threads to run the nodes on (1 or 2; see `engine/window.rs`). The
+    /// run is the same whatever the number.
+    pub threads: usize,
+    /// With two threads, stretches of at least this many node events run
+    /// as windows on both (below it, item by item on one).
+    pub window_min: usize,
 }
 
 impl Default for SimConfig {
@@ -52,6 +62,8 @@ impl Default for SimConfig {
             frozen_queue: 1024,
             trace_probes: false,
             sample_every: Duration::from_secs(10),
+            threads: 1,
+            window_min: window::PARALLEL_MIN,
         }
     }
 }
@@ -95,7 +107,11 @@ pub struct Sim {
     cfg: SimConfig,
     now: Time,
     seq: u64,
+    /// Packets and refusals: events that one node handles.
     queue: BinaryHeap<Reverse<(Time, u64, usize)>>,
+    /// Every other event (faults, resumes, traffic, samples), ordered with
+    /// `queue` by (time, sequence number).
+    globals: BinaryHeap<Reverse<(Time, u64, usize)>>,
     /// Node wake-ups, ordered with `queue` by (time, sequence number).
     timers: Timers,
     payloads: Vec<Option<Ev>>,
@@ -112,8 +128,13 @@ pub struct Sim {
     slow: Vec<Duration>,
     /// Killed processes whose host is up: their port answers "closed".
     closed_ports: rustc_hash::FxHashSet<u32>,
-    /// Reused buffer for a node's events between polling and recording.
-    event_buf: Vec<hale_core::Event<SimId>>,
+    /// Reused buffers for a node's output between polling and routing.
+    io: window::Io,
+    /// Cache warming ahead of the loop (`engine/warm.rs`).
+    warm: warm::Warm,
+    /// Windows run on two threads (`engine/window.rs`).
+    window: window::Window,
+    pool: Option<std::sync::Arc<rayon::ThreadPool>>,
 }
 
 /// Sees every packet a node sends: (time, from, to, channel, bytes).
@@ -126,6 +147,7 @@ impl Sim {
             now: Time::ZERO,
             seq: 0,
             queue: BinaryHeap::new(),
+            globals: BinaryHeap::new(),
             timers: Timers::default(),
             payloads: Vec::new(),
             free: Vec::new(),
@@ -137,7 +159,13 @@ impl Sim {
             tap: None,
             slow: Vec::new(),
             closed_ports: Default::default(),
-            event_buf: Vec::new(),
+            io: window::Io::default(),
+            warm: warm::Warm::default(),
+            window: window::Window::default(),
+            pool: (cfg.threads > 1)
+                .then(|| rayon::ThreadPoolBuilder::new().num_threads(2).build().ok())
+                .flatten()
+                .map(std::sync::Arc::new),
             cfg,
         };
         let n = sim.cfg.nodes;
@@ -255,8 +283,12 @@ impl Sim {
     }
 
     fn push(&mut self, at: Time, ev: Ev) {
+        let queue = match ev {
+            Ev::Deliver { .. } | Ev::Refused { .. } => &mut self.queue,
+            _ => &mut self.globals,
+        };
         push_event(
-            &mut self.queue,
+            queue,
             &mut self.payloads,
             &mut self.free,
             &mut self.seq,
@@ -267,37 +299,95 @@ impl Sim {
 
     /// Runs every event up to and including `until`.
     pub fn run_until(&mut self, until: Time) {
+        match self.pool.clone() {
+            Some(pool) => pool.install(|| self.run_loop(until)),
+            None => self.run_loop(until),
+        }
+        self.now = self.now.max(until);
+    }
+
+    fn run_loop(&mut self, until: Time) {
         loop {
-            let ev = self.queue.peek().map(|Reverse((t, seq, _))| (*t, *seq));
-            let timer = self.timers.peek();
-            let timer_first = match (ev, timer) {
-                (Some(e), Some((t, seq, _))) => (t, seq) < e,
+            let global = self.globals.peek().map(|Reverse((t, seq, _))| (*t, *seq));
+            let packet = self.queue.peek().map(|Reverse((t, seq, _))| (*t, *seq));
+            let timer = self.timers.peek().map(|(t, seq, _)| (t, seq));
+            let timer_first = match (packet, timer) {
+                (Some(p), Some(t)) => t < p,
                 (None, Some(_)) => true,
                 (_, None) => false,
             };
-            if timer_first {
-                let (t, _, node) = timer.expect("a timer is due");
+            let local = if timer_first { timer } else { packet };
+            let global_first = match (global, local) {
+                (Some(g), Some(l)) => g < l,
+                (g, _) => g.is_some(),
+            };
+            if global_first {
+                let Some(Reverse((t, _, idx))) = self.globals.peek().copied() else {
+                    break;
+                };
                 if t > until {
                     break;
                 }
-                self.timers.pop();
+                self.globals.pop();
                 self.now = t;
-                self.timer(node);
+                let ev = self.take_payload(idx);
+                self.step(ev);
                 continue;
             }
-            let Some(Reverse((t, _, idx))) = self.queue.peek().copied() else {
+            let Some((t, _)) = local else {
                 break;
             };
             if t > until {
                 break;
             }
-            self.queue.pop();
-            let ev = self.payloads[idx].take().expect("event payload present");
-            self.free.push(idx);
+            if t >= self.warm.until && self.plan(t, global.map(|g| g.0), until) {
+                continue;
+            }
             self.now = t;
-            self.step(ev);
+            if timer_first {
+                let (_, _, node) = self.timers.pop().expect("a timer is due");
+                self.timer(node);
+            } else {
+                let Some(Reverse((_, _, idx))) = self.queue.pop() else {
+                    break;
+                };
+                let ev = self.take_payload(idx);
+                self.step(ev);
+            }
         }
-        self.now = self.now.max(until);
+    }
+
+    fn take_payload(&mut self, idx: usize) -> Ev {
+        let ev = self.payloads[idx].take().expect("event payload present");
+        self.free.push(idx);
+        ev
+    }
+
+    /// At `t`, the first node event after the last window: warms the caches
+    /// for what is due until the next window's end and, when that is enough
+    /// work for two threads, runs it as a window (true).
+    fn plan(&mut self, t: Time, global: Option<Time>, until: Time) -> bool {
+        let latency = self.net.latency;
+        if latency.is_zero() {
+            // Packets can arrive at once: no windows, only warming.
+            self.warm(t + warm::HORIZON);
+            return false;
+        }
+        let mut end = t + latency;
+        if let Some(g) = global {
+            end = end.min(g);
+        }
+        if until < end {
+            end = until + Duration::from_nanos(1);
+        }
+        let n = self.collect(end);
+        if self.pool.is_some() && n >= self.cfg.window_min {
+            self.run_window(end);
+            self.warm.until = end;
+            return true;
+        }
+        self.touch();
+        false
     }
 
     /// Node `node`'s wake-up is due.
@@ -360,15 +450,33 @@ impl Sim {
 
     fn deliver(&mut self, from: u32, to: u32, channel: Channel, bytes: Vec<u8>) {
         let now = self.now;
+        let slot = &mut self.slots[to as usize];
+        if slot.status != Status::Up {
+            self.not_up(from, to, channel, bytes);
+            return;
+        }
+        let Some(n) = slot.node.as_mut() else {
+            return;
+        };
+        let _ = match channel {
+            Channel::Datagram => n.handle_datagram(now, &bytes),
+            Channel::Stream => n.handle_stream(now, &bytes),
+        };
+        self.after_io(to);
+    }
+
+    /// A packet for a node that is not up: queued while it is frozen or
+    /// stalled, refused by the host of a killed process, else lost.
+    fn not_up(&mut self, from: u32, to: u32, channel: Channel, bytes: Vec<u8>) {
         let cap = self.cfg.frozen_queue;
         let slot = &mut self.slots[to as usize];
         match slot.status {
+            // Up but without state: nothing receives it.
             Status::Up => {}
             Status::Frozen(_) | Status::Stalled(_) => {
                 if slot.queued.len() < cap {
                     slot.queued.push((channel, bytes));
                 }
-                return;
             }
             Status::Crashed if self.closed_ports.contains(&to) => {
                 // The host answers for its dead process: port unreachable
@@ -383,18 +491,9 @@ impl Sim {
                         },
                     );
                 }
-                return;
             }
-            Status::Crashed | Status::Left => return,
+            Status::Crashed | Status::Left => {}
         }
-        let Some(n) = slot.node.as_mut() else {
-            return;
-        };
-        let _ = match channel {
-            Channel::Datagram => n.handle_datagram(now, &bytes),
-            Channel::Stream => n.handle_stream(now, &bytes),
-        };
-        self.after_io(to);
     }
 
     /// Routes what node `i` wants to send, records its events, re-arms its
@@ -402,23 +501,28 @@ impl Sim {
     /// copy its 1.2 KB state twice per event).
     fn after_io(&mut self, i: u32) {
         let now = self.now;
-        let Sim {
-            slots,
-            net,
-            rng,
-            queue,
-            payloads,
-            free,
-            seq,
-            slow,
-            event_buf,
-            ..
-        } = self;
-        let n_slots = slots.len();
-        let Some(node) = slots[i as usize].node.as_mut() else {
-            return;
-        };
-        while let Some(t) = node.poll_transmit() {
+        let mut io = std::mem::take(&mut self.io);
+        let rearm = window::drain(&mut self.slots[i as usize], now, &mut io);
+        let transmits = io.transmits.iter_mut().filter_map(Option::take);
+        self.replay(i, now, transmits, &io.events, rearm);
+        io.transmits.clear();
+        io.events.clear();
+        self.io = io;
+    }
+
+    /// The global half of [`Sim::after_io`], for what node `i` output at
+    /// `now`: routes its packets (the network's random draws), records its
+    /// events, re-arms its timer. Returns the timer's new sequence number.
+    fn replay(
+        &mut self,
+        i: u32,
+        now: Time,
+        transmits: impl Iterator<Item = hale_core::Transmit<SimId>>,
+        events: &[hale_core::Event<SimId>],
+        rearm: window::Rearm,
+    ) -> Option<u64> {
+        let n_slots = self.slots.len();
+        for t in transmits {
             let to = t.to.0;
             if let Some(tap) = self.tap.as_mut() {
                 tap(now, i, to, t.channel, &t.bytes);
@@ -426,38 +530,44 @@ impl Sim {
             if to as usize >= n_slots {
                 continue;
             }
-            if let Some(delay) = net.route(rng, i, to, t.channel) {
-                let extra = slow.get(to as usize).copied().unwrap_or_default();
+            if let Some(delay) = self.net.route(&mut self.rng, i, to, t.channel) {
+                let extra = self.slow.get(to as usize).copied().unwrap_or_default();
                 let ev = Ev::Deliver {
                     from: i,
                     to,
                     channel: t.channel,
                     bytes: t.bytes,
                 };
-                push_event(queue, payloads, free, seq, now + delay + extra, ev);
+                let at = now + delay + extra;
+                push_event(
+                    &mut self.queue,
+                    &mut self.payloads,
+                    &mut self.free,
+                    &mut self.seq,
+                    at,
+                    ev,
+                );
             }
         }
-        event_buf.extend(std::iter::from_fn(|| node.poll_event()));
-        let next = node.poll_timeout().unwrap_or(Time::NEVER);
-        if !event_buf.is_empty() {
-            let mut events = std::mem::take(&mut self.event_buf);
+        if !events.is_empty() {
             let truth = Truth {
                 statuses: &self.slots,
                 net: &self.net,
             };
-            for e in events.drain(..) {
-                self.observer.record(now, i, &e, &truth);
+            for e in events {
+                self.observer.record(now, i, e, &truth);
             }
-            self.event_buf = events;
         }
-        let slot = &mut self.slots[i as usize];
-        if next != slot.timer_at {
-            slot.timer_at = next;
-            if next == Time::NEVER {
+        match rearm {
+            window::Rearm::Keep => None,
+            window::Rearm::Remove => {
                 self.timers.remove(i);
-            } else {
+                None
+            }
+            window::Rearm::Set(at) => {
                 self.seq += 1;
-                self.timers.set(i, next.max(now), self.seq);
+                self.timers.set(i, at, self.seq);
+                Some(self.seq)
             }
         }
     }
@@ -525,160 +635,6 @@ impl Sim {
         }
     }
 
-    fn resume(&mut self, i: u32) {
-        let slot = &mut self.slots[i as usize];
-        match slot.status {
-            Status::Frozen(until) | Status::Stalled(until) if until <= self.now => {}
-            _ => return,
-        }
-        slot.status = Status::Up;
-        self.observer.resumed(i, self.now);
-        let queued = std::mem::take(&mut self.slots[i as usize].queued);
-        let now = self.now;
-        for (channel, bytes) in queued {
-            if let Some(n) = self.slots[i as usize].node.as_mut() {
-                let _ = match channel {
-                    Channel::Datagram => n.handle_datagram(now, &bytes),
-                    Channel::Stream => n.handle_stream(now, &bytes),
-                };
-            }
-            self.after_io(i);
-        }
-        // Force a timer check: the node's timers are all overdue.
-        self.slots[i as usize].timer_at = Time::NEVER;
-        if let Some(n) = self.slots[i as usize].node.as_mut() {
-            n.handle_timeout(now);
-        }
-        self.after_io(i);
-    }
-
-    fn live_seeds(&mut self, except: u32, k: usize) -> Vec<SimId> {
-        let up: Vec<u32> = (0..self.slots.len() as u32)
-            .filter(|&j| j != except && self.slots[j as usize].status == Status::Up)
-            .collect();
-        let mut out = Vec::new();
-        for _ in 0..k.min(up.len()) {
-            let j = up[self.rng.random_range(0..up.len())];
-            if !out.contains(&SimId(j)) {
-                out.push(SimId(j));
-            }
-        }
-        out
-    }
-
-    fn act(&mut self, a: Action) {
-        let now = self.now;
-        self.observer.action(now, &a);
-        match a {
-            Action::Crash(i) | Action::Kill(i) => {
-                if matches!(a, Action::Kill(_)) {
-                    self.closed_ports.insert(i);
-                }
-                let s = &mut self.slots[i as usize];
-                s.status = Status::Crashed;
-                s.node = None;
-                s.queued.clear();
-            }
-            Action::Freeze(i, d) | Action::Stall(i, d) => {
-                let until = now + d;
-                let s = &mut self.slots[i as usize];
-                if s.status != Status::Up {
-                    return;
-                }
-                s.status = if matches!(a, Action::Freeze(..)) {
-                    Status::Frozen(until)
-                } else {
-                    Status::Stalled(until)
-                };
-                self.push(until, Ev::Resume { node: i });
-            }
-            Action::Slow(i, d) => {
-                if self.slow.len() <= i as usize {
-                    self.slow.resize(i as usize + 1, Duration::ZERO);
-                }
-                self.slow[i as usize] = d;
-            }
-            Action::Restart(i) => {
-                if self.slots[i as usize].status != Status::Crashed {
-                    return;
-                }
-                self.closed_ports.remove(&i);
-                let seeds = self.live_seeds(i, 3);
-                let mut node = self.make_node(i);
-                node.join(now, seeds);
-                let s = &mut self.slots[i as usize];
-                s.node = Some(node);
-                s.status = Status::Up;
-                s.timer_at = Time::NEVER;
-                self.after_io(i);
-            }
-            Action::Leave(i) => {
-                if let Some(n) = self.slots[i as usize].node.as_mut() {
-                    let _ = n.leave(now);
-                }
-                self.after_io(i);
-                // The process exits shortly after announcing its departure.
-                self.slots[i as usize].status = Status::Left;
-            }
-            Action::Join(i) => {
-                let i = i.max(self.slots.len() as u32);
-                let seeds = self.live_seeds(i, 3);
-                let mut node = self.make_node(i);
-                node.join(now, seeds);
-                while self.slots.len() <= i as usize {
-                    self.slots.push(Slot {
-                        node: None,
-                        status: Status::Crashed,
-                        timer_at: Time::NEVER,
-                        traffic_gen: 0,
-                        queued: Vec::new(),
-                    });
-                }
-                let s = &mut self.slots[i as usize];
-                s.node = Some(node);
-                s.status = Status::Up;
-                self.observer.node_added(i, now);
-                self.after_io(i);
-                if self.traffic_rate > 0.0 {
-                    let gen = self.slots[i as usize].traffic_gen;
-                    let at = now + self.exp_interval();
-                    self.push(at, Ev::Traffic { node: i, gen });
-                }
-            }
-            Action::Loss(p) => self.net.loss = p,
-            Action::IngressLoss(i, p) => {
-                self.net.ingress_loss.insert(i, p);
-            }
-            Action::EgressLoss(i, p) => {
-                self.net.egress_loss.insert(i, p);
-            }
-            Action::BlockIngress(i, on) => set_flag(&mut self.net.ingress_blocked, i, on),
-            Action::BlockEgress(i, on) => set_flag(&mut self.net.egress_blocked, i, on),
-            Action::CutOff(i, on) => {
-                set_flag(&mut self.net.ingress_blocked, i, on);
-                set_flag(&mut self.net.egress_blocked, i, on);
-            }
-            Action::Partition(groups) => {
-                self.net.group.clear();
-                for (g, members) in groups.iter().enumerate() {
-                    for &m in members {
-                        self.net.group.insert(m, g as u32 + 1);
-                    }
-                }
-            }
-            Action::Heal => {
-                let keep_latency = (self.net.latency, self.net.jitter, self.net.loss);
-                self.net = Network {
-                    latency: keep_latency.0,
-                    jitter: keep_latency.1,
-                    loss: keep_latency.2,
-                    ..Network::default()
-                };
-            }
-            Action::Traffic(r) => self.set_traffic(r),
-        }
-    }
-
     /// Watches every packet sent from now on (for debugging a seed).
     pub fn set_tap(&mut self, tap: Tap) {
         self.tap = Some(tap);
@@ -742,14 +698,6 @@ fn push_event(
     };
     *seq += 1;
     queue.push(Reverse((at, *seq, idx)));
-}
-
-fn set_flag(set: &mut rustc_hash::FxHashSet<u32>, i: u32, on: bool) {
-    if on {
-        set.insert(i);
-    } else {
-        set.remove(&i);
-    }
 }
 
 /// The ground truth at one instant, for classifying what nodes report.

@@ -140,8 +140,10 @@ pub struct Observer {
     added: FxHashMap<u32, Time>,
     last_sample: Time,
     open: FxHashMap<u32, usize>,
-    /// Stop-the-world pauses of healthy nodes: node, start, end.
-    stalls: Vec<(u32, Time, Time)>,
+    /// Stop-the-world pauses of healthy nodes, by node: start, end.
+    stalls: FxHashMap<u32, Vec<(Time, Time)>>,
+    /// Indices in `faults` of each node's faults, in order.
+    faults_of: FxHashMap<u32, Vec<usize>>,
 }
 
 impl Observer {
@@ -180,17 +182,20 @@ impl Observer {
     /// faulty ones; checks do not (it must still learn, later).
     pub fn stalled_during(&self, i: u32, from: Time, to: Time) -> bool {
         self.stalls
-            .iter()
-            .any(|&(n, a, b)| n == i && a <= to && b > from)
+            .get(&i)
+            .is_some_and(|s| s.iter().any(|&(a, b)| a <= to && b > from))
     }
 
     /// Whether node `i` was itself the subject of an injected fault at some
     /// point in `[from, to]` (such an observer learns of others' faults
     /// late through no fault of the protocol).
     pub fn faulty_during(&self, i: u32, from: Time, to: Time) -> bool {
-        self.faults
-            .iter()
-            .any(|g| g.node == i && g.at <= to && g.ended.is_none_or(|e| e > from))
+        self.faults_of.get(&i).is_some_and(|f| {
+            f.iter().any(|&k| {
+                let g = &self.faults[k];
+                g.at <= to && g.ended.is_none_or(|e| e > from)
+            })
+        })
     }
 
     pub(crate) fn node_added(&mut self, i: u32, at: Time) {
@@ -215,7 +220,7 @@ impl Observer {
             Action::CutOff(i, true) => Some((i, FaultKind::CutOff)),
             Action::BlockIngress(i, true) => Some((i, FaultKind::IngressBlocked)),
             Action::Stall(i, d) => {
-                self.stalls.push((i, now, now + d));
+                self.stalls.entry(i).or_default().push((now, now + d));
                 None
             }
             Action::CutOff(i, false) | Action::BlockIngress(i, false) | Action::Restart(i) => {
@@ -248,6 +253,10 @@ impl Observer {
         };
         if let Some((node, kind)) = fault {
             self.open.insert(node, self.faults.len());
+            self.faults_of
+                .entry(node)
+                .or_default()
+                .push(self.faults.len());
             self.faults.push(FaultRecord {
                 node,
                 kind,
@@ -276,10 +285,10 @@ impl Observer {
     /// Whether `m`'s last fault ended less than [`PARTITION_GRACE`] before
     /// `now` after someone had declared it dead.
     fn recently_detected_fault(&self, m: u32, now: Time) -> bool {
-        self.faults
-            .iter()
-            .rev()
-            .find(|f| f.node == m)
+        self.faults_of
+            .get(&m)
+            .and_then(|f| f.last())
+            .map(|&k| &self.faults[k])
             .is_some_and(|f| {
                 !f.dead_at.is_empty()
                     && f.ended

@@ -49,6 +49,21 @@ pub struct Finished {
     pub setup: Duration,
 }
 
+/// Threads per run set by [`set_threads`] (0: not set).
+static THREADS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Sets the threads each run uses from now on (1, the default, or 2; the
+/// results do not depend on it). Two pay off only with a core to spare: on
+/// a machine already busy they cost CPU time and save no wall time
+/// (BENCHMARKS.md, simulator speed).
+pub fn set_threads(n: usize) {
+    THREADS.store(n.clamp(1, 2), std::sync::atomic::Ordering::Relaxed);
+}
+
+fn threads() -> usize {
+    THREADS.load(std::sync::atomic::Ordering::Relaxed).max(1)
+}
+
 /// The simulator configuration of a scenario run with `seed`.
 pub fn sim_config(sc: &Scenario, seed: u64, plan: &Plan) -> Result<SimConfig, ScenarioError> {
     let ms = |v: f64| Duration::from_secs_f64(v / 1000.0);
@@ -66,6 +81,7 @@ pub fn sim_config(sc: &Scenario, seed: u64, plan: &Plan) -> Result<SimConfig, Sc
         traffic_rate: plan.traffic.first().map_or(0.0, |t| t.1),
         trace_probes: sc.trace_probes,
         sample_every: sc.sample_interval(),
+        threads: threads(),
         ..SimConfig::default()
     })
 }

@@ -58,9 +58,43 @@ impl Timers {
         }
     }
 
+    /// `node`'s wake-up, if any: (time, sequence number).
+    pub(crate) fn get(&self, node: u32) -> Option<(Time, u64)> {
+        match self.pos.get(node as usize) {
+            Some(&p) if p != NONE => {
+                let (at, seq, _) = self.heap[p as usize];
+                Some((at, seq))
+            }
+            _ => None,
+        }
+    }
+
     /// The earliest wake-up: (time, sequence number, node).
     pub(crate) fn peek(&self) -> Option<(Time, u64, u32)> {
         self.heap.first().copied()
+    }
+
+    /// Calls `f` with every node whose wake-up is before `until`, in no
+    /// particular order (a walk of the heap that skips every subtree at or
+    /// after `until`).
+    pub(crate) fn for_each_before(
+        &self,
+        until: Time,
+        stack: &mut Vec<usize>,
+        mut f: impl FnMut(u32),
+    ) {
+        stack.clear();
+        stack.push(0);
+        while let Some(i) = stack.pop() {
+            match self.heap.get(i) {
+                Some(&(at, _, node)) if at < until => {
+                    f(node);
+                    stack.push(2 * i + 2);
+                    stack.push(2 * i + 1);
+                }
+                _ => {}
+            }
+        }
     }
 
     /// Removes and returns the earliest wake-up.

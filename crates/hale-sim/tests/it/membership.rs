@@ -397,3 +397,43 @@ fn a_process_killed_on_a_live_host_is_convicted_by_every_member_within_a_second(
         );
     }
 }
+
+/// Runs `cfg` through crashes, kills (refusals), restarts, freezes (queued
+/// packets), stalls, slow nodes and loss: every path of a window.
+fn eventful_run(cfg: SimConfig) -> Sim {
+    let mut sim = Sim::new(cfg);
+    let at = Time::from_secs;
+    sim.schedule(at(5), Action::Loss(0.05));
+    sim.schedule(at(10), Action::Crash(3));
+    sim.schedule(at(12), Action::Kill(4));
+    sim.schedule(at(15), Action::Freeze(5, Duration::from_secs(8)));
+    sim.schedule(at(16), Action::Stall(6, Duration::from_secs(2)));
+    sim.schedule(at(18), Action::Slow(7, Duration::from_millis(3)));
+    sim.schedule(at(30), Action::Restart(3));
+    sim.schedule(at(32), Action::Restart(4));
+    sim.schedule(at(35), Action::Slow(7, Duration::ZERO));
+    sim.run_until(at(70));
+    sim
+}
+
+#[test]
+fn two_threads_run_exactly_what_one_runs() {
+    let one = eventful_run(cluster(40, 9));
+    let mut cfg = cluster(40, 9);
+    cfg.threads = 2;
+    cfg.window_min = 1; // Every window on two threads, however small.
+    let two = eventful_run(cfg);
+    assert!(one.observer.events > 100, "{} events", one.observer.events);
+    assert_eq!(one.observer.digest(), two.observer.digest());
+    for i in 0..40 {
+        let view = |s: &Sim| {
+            s.node(i)
+                .map(|n| format!("{:?}", n.members().collect::<Vec<_>>()))
+        };
+        assert_eq!(view(&one), view(&two), "node {i}'s view");
+        assert_eq!(
+            one.node(i).map(|n| n.stats()),
+            two.node(i).map(|n| n.stats())
+        );
+    }
+}

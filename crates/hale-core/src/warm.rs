@@ -1,0 +1,58 @@
+//! Cache warming: read-only hints a runtime may give a node before handing
+//! it work.
+//!
+//! A simulator running thousands of nodes on one thread spends most of its
+//! time waiting for memory: every packet is handled by a node whose state
+//! has left the caches since its last packet, and reads the sender's record
+//! in a table of thousands. Those loads depend on nothing but the packet's
+//! addressee and sender, so a runtime that knows the next few dozen events
+//! can issue them all at once, overlapped, before handling any
+//! ([`Node::warm_state`] for each node first, then [`Node::warm_receive`]
+//! or [`Node::warm_timeout`]). The methods only read; what they return
+//! means nothing and is there to be discarded (`std::hint::black_box`), so
+//! that the loads are not optimised away.
+
+use crate::identity::Identity;
+use crate::node::Node;
+use crate::time::Time;
+
+impl<I: Identity> Node<I> {
+    /// Reads the parts of this node's own state that the receive and timer
+    /// paths read first. A hint: changes nothing, returns nothing useful.
+    pub fn warm_state(&self) -> u64 {
+        self.last_now.as_nanos()
+            ^ self.pause_credit.0.as_nanos()
+            ^ self.next_probe.as_nanos()
+            ^ self.heard_any.as_nanos()
+            ^ self.stats.datagrams_in
+            ^ self.members.len() as u64
+            ^ self.probes.len() as u64
+            ^ self.monitored.len() as u64
+            ^ self.walk.len() as u64
+            ^ self.transmits.len() as u64
+            ^ u64::from(self.incarnation)
+    }
+
+    /// Reads what handling a packet from `sender` reads first: the sender's
+    /// record. Call [`Node::warm_state`] on every node first. A hint.
+    pub fn warm_receive(&self, sender: &I) -> u64 {
+        self.members.warm(sender)
+    }
+
+    /// Reads what [`Node::handle_timeout`] at `at` reads first: when a
+    /// probe tick is due by then, the records of the monitored members and
+    /// of the walk's next member. A hint.
+    pub fn warm_timeout(&self, at: Time) -> u64 {
+        if at < self.next_probe {
+            return 0;
+        }
+        let mut acc = 0;
+        for m in &self.monitored {
+            acc ^= self.members.warm(m);
+        }
+        if let Some(next) = self.walk.get(self.walk_pos) {
+            acc ^= self.members.warm(next);
+        }
+        acc
+    }
+}
