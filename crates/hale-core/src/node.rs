@@ -514,8 +514,10 @@ impl<I: Identity> Node<I> {
         if now >= self.next_probe {
             self.probe_tick(now);
         }
-        self.monitor_tick(now);
         self.probe_deadlines(now);
+        // After the probes' deadlines: a neighbour whose probe just failed
+        // is pinged again now, not on a later call.
+        self.monitor_tick(now);
         self.suspicion_deadlines(now);
         if now >= self.next_gossip {
             self.gossip_tick(now);

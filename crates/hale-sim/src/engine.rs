@@ -392,6 +392,9 @@ impl Sim {
 
     /// Node `node`'s wake-up is due.
     fn timer(&mut self, node: u32) {
+        // The timer fired: whatever the node asks for next (even this very
+        // instant) is a new timer.
+        self.slots[node as usize].timer_at = Time::NEVER;
         if self.slots[node as usize].status != Status::Up {
             return;
         }

@@ -365,6 +365,9 @@ fn phase_a(slots: &mut [Slot], base: u32, lane: &mut Lane, sh: &Shared<'_>) {
             let (what, rearm) = if timer_first {
                 let (at, old) = due.expect("a timer is due");
                 armed = None;
+                // The timer fired: whatever the node asks for next (even
+                // this very instant) is a new timer.
+                slot.timer_at = Time::NEVER;
                 let rearm = if slot.status == Status::Up {
                     if let Some(n) = slot.node.as_mut() {
                         n.handle_timeout(at);
