@@ -339,16 +339,16 @@ impl<I: Identity> Node<I> {
         };
         if list.len() < MAX_ACCUSERS {
             list.push(accuser.clone());
-            // When this accuser's silence began: its first accusation
-            // (discounted or not), one probe period before it arrived; our
-            // own, our first failed probe (`probe_failed` dates it to its
-            // ping). A renewed accusation keeps the first.
-            if !s.silent_since.iter().any(|(a, _)| a == accuser) {
+            // When this accuser's silence began, counted only once it
+            // counts (a discounted accusation dates nothing: a node in poor
+            // health may have failed its probe on its own): ours, our failed
+            // probe's ping (`probe_failed` dates it); another's, one probe
+            // period before its accusation arrived.
+            if !discounted {
                 let period = self.cfg.probe_interval.as_nanos() as u64;
                 let theirs = Time::from_nanos(now.as_nanos().saturating_sub(period));
-                let mine = s.accused_at.unwrap_or(now);
                 s.silent_since
-                    .push((accuser.clone(), if by_me { mine } else { theirs }));
+                    .push((accuser.clone(), if by_me { now } else { theirs }));
             }
         }
         let spread = fresh_suspicion || list.len() <= self.cfg.expected_confirmations + 1;
