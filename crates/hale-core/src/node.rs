@@ -599,6 +599,9 @@ impl<I: Identity> Node<I> {
             .collect();
         for (d, id) in late {
             self.deadlines.remove(&(d, id.clone()));
+            if let Some(s) = self.suspicions.get_mut(&id) {
+                s.deadline = floor;
+            }
             self.deadlines.insert((floor, id));
         }
         self.next_probe = self.next_probe.max(now);

@@ -563,6 +563,9 @@ impl<I: Identity> Node<I> {
             let Some(s) = self.suspicions.get(&id) else {
                 continue;
             };
+            if s.deadline != t {
+                continue; // A stale entry (an earlier suspicion of the member).
+            }
             let allowed = self.verdict_allowed(&id, s, now);
             let started = s.started;
             let own_evidence = s.accused_at.is_some();
