@@ -36,11 +36,7 @@ impl<I: Identity> Node<I> {
     /// When neighbour `i` (an index into `monitored`, then `watchers`) is
     /// due for a ping, if it is live and none is in flight.
     fn monitor_due(&self, i: usize) -> Option<Time> {
-        let k = self.monitored.len();
-        let (id, passive) = match self.monitored.get(i) {
-            Some(id) => (id, false),
-            None => (self.watchers.get(i - k)?, true),
-        };
+        let (id, passive) = self.neighbour(i)?;
         let m = self.members.get(id)?;
         if !m.state().is_live() || self.probes.iter().any(|p| p.target == *id) {
             return None;
@@ -57,6 +53,15 @@ impl<I: Identity> Node<I> {
         };
         let since = heard.max(self.monitor_pinged[i]);
         Some(since + self.quiet_window(passive))
+    }
+
+    /// Neighbour `i`: an index into `monitored` (pinged by turn), then
+    /// `watchers` (passive: `true`).
+    fn neighbour(&self, i: usize) -> Option<(&I, bool)> {
+        match self.monitored.get(i) {
+            Some(id) => Some((id, false)),
+            None => Some((self.watchers.get(i - self.monitored.len())?, true)),
+        }
     }
 
     /// The earliest time a neighbour is due for a ping.
@@ -77,11 +82,10 @@ impl<I: Identity> Node<I> {
         }
         for i in 0..self.monitor_pinged.len() {
             if self.monitor_due(i).is_some_and(|due| due <= now) {
-                let k = self.monitored.len();
-                let target = match self.monitored.get(i) {
-                    Some(id) => id.clone(),
-                    None => self.watchers[i - k].clone(),
+                let Some((target, _)) = self.neighbour(i) else {
+                    continue;
                 };
+                let target = target.clone();
                 self.monitor_pinged[i] = now;
                 self.start_probe(now, &target);
             }

@@ -165,8 +165,8 @@ impl<I: Identity> Node<I> {
         let Some(m) = self.members.get(target) else {
             return;
         };
-        let suspected = (m.state() == MemberState::Suspect).then_some(m.incarnation);
         let target_inc = m.incarnation;
+        let suspected = self.suspected_inc(target);
         let seq = self.next_seq();
         self.stats.probes += 1;
         let timeout = self.scaled(self.cfg.probe_timeout);
@@ -190,6 +190,14 @@ impl<I: Identity> Node<I> {
         self.send(target.clone(), Channel::Datagram, vec![ping]);
     }
 
+    /// The incarnation at which this node suspects `target`, if it does:
+    /// what a ping to it carries so that it can refute at once.
+    fn suspected_inc(&self, target: &I) -> Option<u32> {
+        self.members
+            .get(target)
+            .and_then(|m| (m.state() == MemberState::Suspect).then_some(m.incarnation))
+    }
+
     pub(crate) fn fresh_seq(&mut self) -> u32 {
         self.next_seq()
     }
@@ -208,10 +216,7 @@ impl<I: Identity> Node<I> {
             if !p.indirect && now >= p.retry_at && now < p.direct_deadline {
                 p.retry_at = Time::NEVER;
                 let (seq, target) = (p.seq, p.target.clone());
-                let suspected = self
-                    .members
-                    .get(&target)
-                    .and_then(|m| (m.state() == MemberState::Suspect).then_some(m.incarnation));
+                let suspected = self.suspected_inc(&target);
                 let ping = Message::Ping {
                     seq,
                     target: target.clone(),
@@ -249,10 +254,7 @@ impl<I: Identity> Node<I> {
     fn start_indirect(&mut self, i: usize) {
         let target = self.probes[i].target.clone();
         let seq = self.probes[i].seq;
-        let suspected = self
-            .members
-            .get(&target)
-            .and_then(|m| (m.state() == MemberState::Suspect).then_some(m.incarnation));
+        let suspected = self.suspected_inc(&target);
         // Relays are unsuspected members only: a suspect relay (another
         // failed node, when two fail together) would not nack, and Lifeguard
         // would wrongly read the missing nack as our own poor health, which

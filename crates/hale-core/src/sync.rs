@@ -227,8 +227,9 @@ impl<I: Identity> Node<I> {
                 self.merge_record(now, Some(from), r);
             }
         }
-        let better: Vec<MemberRecord<I>> = self
-            .state_records()
+        // Chosen without metadata; only what is sent gets its metadata copied.
+        let mut better: Vec<MemberRecord<I>> = self
+            .digest_records()
             .into_iter()
             .filter(|m| match theirs.get(&m.id) {
                 Some(&(inc, r)) => (m.incarnation, rank(m.state)) > (inc, r),
@@ -236,6 +237,13 @@ impl<I: Identity> Node<I> {
                 None => matches!(m.state, WireState::Alive | WireState::Suspect),
             })
             .collect();
+        for r in &mut better {
+            r.meta = if r.id == self.me {
+                self.meta.to_vec()
+            } else {
+                self.members.meta(&r.id).to_vec()
+            };
+        }
         if better.is_empty() && !reply {
             return;
         }
