@@ -180,6 +180,7 @@ pub struct MembershipSection {
     pub gossip_fanout: Option<usize>,
     pub retransmit_mult: Option<usize>,
     pub suspicion_retransmits: Option<usize>,
+    pub targeted_suspicions: Option<bool>,
     #[serde(default, with = "humantime_serde")]
     pub push_pull_interval: Option<Duration>,
     #[serde(default, with = "humantime_serde")]
@@ -589,6 +590,7 @@ impl MembershipSection {
             gossip_fanout,
             retransmit_mult,
             suspicion_retransmits,
+            targeted_suspicions,
             push_pull_interval,
             seed_retry_interval,
             tombstone_ttl,

@@ -127,6 +127,12 @@ pub struct Config {
     /// member that misses one learns the verdict, and the suspect hears of
     /// it from its prober directly; fewer sends keep stall storms cheap.
     pub suspicion_retransmits: usize,
+    /// Send each accusation only to the suspect, its ring neighbours and
+    /// the other accusers, and each refutation only back to them (see
+    /// `targeted.rs`), instead of gossiping both to the whole cluster; the
+    /// verdict is gossiped to everyone either way. Off: Lifeguard's
+    /// cluster-wide suspicion gossip.
+    pub targeted_suspicions: bool,
     /// Most pieces of news queued; the least urgent are dropped beyond it.
     pub max_broadcasts: usize,
     /// Base interval of full-state push/pull with a random member.
@@ -261,6 +267,7 @@ impl Config {
             gossip_to_dead: dead_gossip,
             retransmit_mult: 4,
             suspicion_retransmits: 8,
+            targeted_suspicions: true,
             max_broadcasts: 4096,
             push_pull_interval: Duration::from_secs(pp),
             push_pull_scale: 200,

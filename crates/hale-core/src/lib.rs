@@ -44,6 +44,7 @@ mod state;
 pub mod stats;
 mod sync;
 mod table;
+mod targeted;
 pub mod time;
 mod warm;
 pub mod wire;

@@ -134,6 +134,8 @@ pub struct Node<I: Identity> {
     // Gossip.
     pub(crate) broadcasts: Broadcasts<I>,
     pub(crate) next_gossip: Time,
+    /// Suspicions and refutations sent to a few members (`targeted.rs`).
+    pub(crate) targeted: Vec<crate::targeted::TargetedItem<I>>,
     // Sync and recovery.
     pub(crate) seeds: Vec<I>,
     pub(crate) next_push_pull: Time,
@@ -209,6 +211,7 @@ impl<I: Identity> Node<I> {
             accusers: FxMap::default(),
             broadcasts: Broadcasts::new(cfg.max_broadcasts),
             next_gossip: Time::NEVER,
+            targeted: Vec::new(),
             seeds: Vec::new(),
             next_push_pull: now + Duration::from_nanos(pp_phase),
             next_seed_retry: now + cfg.seed_retry_interval,
@@ -442,7 +445,12 @@ impl<I: Identity> Node<I> {
                 incarnation,
                 accuser,
                 accuser_health,
-            } => self.apply_suspect(now, &member, incarnation, &accuser, accuser_health),
+            } => {
+                if member == self.me {
+                    self.answer_old_accusation(from, &accuser, incarnation);
+                }
+                self.apply_suspect(now, &member, incarnation, &accuser, accuser_health);
+            }
             Message::Dead {
                 member,
                 incarnation,
@@ -458,6 +466,9 @@ impl<I: Identity> Node<I> {
                 incarnation,
                 accuser,
             } => {
+                if member == self.me {
+                    self.answer_old_accusation(from, &accuser, incarnation);
+                }
                 self.closed_from_relay(from, &member, &accuser);
                 self.apply_closed(now, &member, incarnation, &accuser);
             }
@@ -485,9 +496,14 @@ impl<I: Identity> Node<I> {
         }
         match state {
             _ if h.incarnation > inc => {
-                // The sender's own word that it is alive at this incarnation. Not
-                // re-gossiped: its metadata comes with its own Alive message.
-                self.apply_alive(now, &h.sender.clone(), h.incarnation, None, false);
+                // The sender's own word that it is alive at this incarnation.
+                // Not re-gossiped when it was live here (a refutation goes to
+                // those who heard the suspicion; metadata comes with its own
+                // Alive message); gossiped, with the metadata known, when it
+                // was held dead or gone: everyone needs that news, and its
+                // Alive message in this packet will find it already known.
+                let back = !state.is_live();
+                self.apply_alive(now, &h.sender.clone(), h.incarnation, None, back);
             }
             MemberState::Dead => {
                 // It does not know it was declared dead: tell it, at most once a period.
@@ -519,6 +535,7 @@ impl<I: Identity> Node<I> {
         // is pinged again now, not on a later call.
         self.monitor_tick(now);
         self.suspicion_deadlines(now);
+        self.targeted_tick(now);
         if now >= self.next_gossip {
             self.gossip_tick(now);
         }
@@ -548,7 +565,8 @@ impl<I: Identity> Node<I> {
             .min(self.next_monitor_due())
             .min(self.next_push_pull)
             .min(self.next_reconnect)
-            .min(self.next_reap);
+            .min(self.next_reap)
+            .min(self.next_targeted_due());
         if !self.broadcasts.is_empty() {
             t = t.min(self.next_gossip);
         }

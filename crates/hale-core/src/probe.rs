@@ -318,7 +318,6 @@ impl<I: Identity> Node<I> {
                     self.rearm(&target, now);
                 }
             }
-            self.verification_failed(now, &target);
         }
     }
 

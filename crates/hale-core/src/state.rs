@@ -30,6 +30,10 @@ use crate::wire::{Channel, Message};
 /// Most accusers remembered per suspicion.
 const MAX_ACCUSERS: usize = 16;
 
+/// Members a declarer sends its own verdict to at once, before gossip
+/// (a death is rare; 32 datagrams reach everyone in most clusters).
+const VERDICT_FANOUT: usize = 32;
+
 /// What this node knows about one suspected member.
 #[derive(Debug, Clone)]
 pub(crate) struct Suspicion<I> {
@@ -117,6 +121,7 @@ impl<I: Identity> Node<I> {
             for a in s.accusers.iter().chain(&s.discounted) {
                 self.broadcasts.remove(&(id.clone(), Some(a.clone())));
             }
+            self.drop_targeted_about(id);
         }
     }
 
@@ -139,6 +144,10 @@ impl<I: Identity> Node<I> {
             return;
         }
         let known = self.members.get(member).map(|m| (m.state(), m.incarnation));
+        // Whether everyone needs this news: a refutation (a live member's
+        // incarnation raised, same metadata) needs to reach only those that
+        // heard the suspicion, unless suspicions of it are gossiped.
+        let mut for_all = true;
         match known {
             None => {
                 let mut rec = Rec::new(incarnation, MemberState::Dead);
@@ -163,7 +172,8 @@ impl<I: Identity> Node<I> {
                 let m = self.members.get_mut(member).expect("known member");
                 m.set(META_PENDING, false);
                 let new = meta.unwrap_or_default();
-                if *new != *self.members.meta(member) {
+                for_all = *new != *self.members.meta(member);
+                if for_all {
                     self.members.set_meta(member, new.into_boxed_slice());
                     self.push_event(Event::MetadataUpdated {
                         member: member.clone(),
@@ -200,8 +210,12 @@ impl<I: Identity> Node<I> {
                         incarnation,
                     });
                 }
+                for_all = meta_changed || !state.is_live();
             }
             Some(_) => return,
+        }
+        if spread && !for_all && !self.gossips_suspicions_of(member) {
+            return;
         }
         if spread {
             let msg = Message::Alive {
@@ -352,10 +366,8 @@ impl<I: Identity> Node<I> {
             }
         }
         let spread = fresh_suspicion || list.len() <= self.cfg.expected_confirmations + 1;
+        let ours_stands = !by_me && s.accused_at.is_some() && s.accusers.contains(&self.me);
         self.rearm(member, now);
-        if !spread {
-            return; // Lifeguard: enough confirmations are already travelling.
-        }
         let msg = Message::Suspect {
             member: member.clone(),
             incarnation,
@@ -363,6 +375,26 @@ impl<I: Identity> Node<I> {
             accuser_health,
         };
         let key = (member.clone(), Some(accuser.clone()));
+        if let Some(to) = self.suspicion_targets(member) {
+            if by_me {
+                self.send_targeted(now, key, msg, to);
+            } else if ours_stands && !discounted {
+                // A further accuser: tell it of our accusation once, so
+                // that it counts both too (it may not have known of ours).
+                let mine = Message::Suspect {
+                    member: member.clone(),
+                    incarnation,
+                    accuser: self.me.clone(),
+                    accuser_health: self.health,
+                };
+                self.stats.targeted_sent += 1;
+                self.send(accuser.clone(), Channel::Datagram, vec![mine]);
+            }
+            return; // Targeted: nobody re-gossips another's accusation.
+        }
+        if !spread {
+            return; // Lifeguard: enough confirmations are already travelling.
+        }
         if fresh_suspicion {
             self.broadcast(now, Class::Suspect, key, msg);
         } else {
@@ -431,12 +463,12 @@ impl<I: Identity> Node<I> {
             incarnation,
             accuser: accuser.clone(),
         };
-        self.broadcast(
-            now,
-            Class::Suspect,
-            (member.clone(), Some(accuser.clone())),
-            msg,
-        );
+        let key = (member.clone(), Some(accuser.clone()));
+        match self.suspicion_targets(member) {
+            Some(to) if by_me => self.send_targeted(now, key, msg, to),
+            Some(_) => {} // Targeted: the accuser told those who act on it.
+            None => self.broadcast(now, Class::Suspect, key, msg),
+        }
     }
 
     /// Whether this node has heard from no live, unsuspected member other
@@ -527,7 +559,15 @@ impl<I: Identity> Node<I> {
                     .map(|(_, t)| *t)
                     .collect();
                 since.sort_unstable();
-                let from = since.get(required.saturating_sub(1)).copied().unwrap_or(t0);
+                // And never before this node has itself seen the silence
+                // last that long: accusations it holds may be stale (their
+                // refutation lost on its way here) and the member silent
+                // now in a later stall, which the suspicion time must cover.
+                let from = since
+                    .get(required.saturating_sub(1))
+                    .copied()
+                    .unwrap_or(t0)
+                    .max(t0);
                 from + max.saturating_sub(span).max(min)
             }
             // No evidence of our own: an accuser's verdict usually arrives
@@ -609,17 +649,6 @@ impl<I: Identity> Node<I> {
         }
     }
 
-    /// Our verification probe of `id` failed: conclude now if the evidence allows.
-    pub(crate) fn verification_failed(&mut self, now: Time, id: &I) {
-        let Some(s) = self.suspicions.get(id) else {
-            return;
-        };
-        if s.verifying && self.verdict_allowed(id, s, now) {
-            self.deadlines.remove(&(s.deadline, id.clone()));
-            self.declare_dead(now, id);
-        }
-    }
-
     fn evidence(&self, now: Time, id: &I, declared_by: I) -> DeathEvidence<I> {
         let s = self.suspicions.get(id);
         DeathEvidence {
@@ -656,6 +685,23 @@ impl<I: Identity> Node<I> {
             declarer: self.me.clone(),
             accusers,
         };
+        // Our own verdict goes straight to up to VERDICT_FANOUT members
+        // (everyone, in a small cluster) before it is gossiped: the last
+        // member to hear of a death otherwise waits a gossip round or two.
+        // Sent before it is queued, so it is not sent twice in one packet
+        // and the gossip keeps its whole retransmit budget.
+        let to: Vec<I> = if self.live <= VERDICT_FANOUT {
+            self.members
+                .iter()
+                .filter(|(_, m)| m.state().is_live())
+                .map(|(id, _)| id.into_owned())
+                .collect()
+        } else {
+            self.random_live(VERDICT_FANOUT, None)
+        };
+        for t in to {
+            self.send(t, Channel::Datagram, vec![msg.clone()]);
+        }
         self.broadcast(now, Class::Dead, (id.clone(), None), msg);
     }
 
@@ -680,7 +726,10 @@ impl<I: Identity> Node<I> {
             self.stats.discounted_accusations += 1;
             return;
         }
-        let evidence = self.evidence(now, member, declarer.clone());
+        let mut evidence = self.evidence(now, member, declarer.clone());
+        // The verdict rests on the declarer's accusers, whether or not this
+        // node heard the suspicion (targeted suspicions reach few).
+        evidence.confirmations = evidence.confirmations.max(usize::from(accusers));
         self.members.get_mut(member).expect("known").incarnation = incarnation;
         self.stats.deaths_accepted += 1;
         self.set_state(now, member, MemberState::Dead);
@@ -736,14 +785,26 @@ impl<I: Identity> Node<I> {
         self.incarnation = self.incarnation.max(observed).saturating_add(1);
         self.stats.refutations += 1;
         self.bump_health(1);
-        self.broadcast_self_alive(now);
-        if let Some(a) = accuser.filter(|a| *a != self.me) {
-            let msg = Message::Alive {
-                member: self.me.clone(),
-                incarnation: self.incarnation,
-                meta: self.meta.to_vec(),
-            };
-            self.send(a, Channel::Datagram, vec![msg]);
+        let msg = Message::Alive {
+            member: self.me.clone(),
+            incarnation: self.incarnation,
+            meta: self.meta.to_vec(),
+        };
+        let me = self.me.clone();
+        match accuser.filter(|a| *a != self.me) {
+            // A suspicion went to our ring neighbours and its accusers: so
+            // does the answer (a death verdict went everywhere: so does its).
+            Some(a) if !was_dead && self.targeted_refutation() => {
+                self.broadcasts.remove(&(me.clone(), None));
+                let to = self.refutation_targets(&a);
+                self.send_targeted(now, (me, None), msg, to);
+            }
+            a => {
+                self.broadcast_self_alive(now);
+                if let Some(a) = a {
+                    self.send(a, Channel::Datagram, vec![msg]);
+                }
+            }
         }
         self.push_event(Event::Refuted {
             incarnation: self.incarnation,

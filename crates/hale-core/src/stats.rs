@@ -123,6 +123,9 @@ pub struct Stats {
     pub syncs: u64,
     /// Full-state sync replies refused by the rate limit.
     pub sync_replies_refused: u64,
+    /// Datagrams carrying a targeted suspicion, confirmation or refutation
+    /// (one per recipient and send; see `targeted_suspicions`).
+    pub targeted_sent: u64,
     /// News dropped because the broadcast queue was full.
     pub broadcasts_dropped: u64,
     /// Events dropped because nobody polled them.

@@ -153,6 +153,7 @@ pub struct ConfigOverrides {
     pub gossip_to_dead: Option<Dur>,
     pub retransmit_mult: Option<usize>,
     pub suspicion_retransmits: Option<usize>,
+    pub targeted_suspicions: Option<bool>,
     pub max_broadcasts: Option<usize>,
     pub push_pull_interval: Option<Dur>,
     pub push_pull_scale: Option<usize>,
@@ -180,7 +181,8 @@ impl ConfigOverrides {
                  reconnect_interval, tombstone_ttl, pause_threshold;
             val: indirect_probes, stream_fallback_probe, monitors, skip_fresh, awareness_max,
                  expected_confirmations, corroboration, health_discount, accusation_burst,
-                 gossip_fanout, retransmit_mult, suspicion_retransmits, max_broadcasts, push_pull_scale,
+                 gossip_fanout, retransmit_mult, suspicion_retransmits, targeted_suspicions, max_broadcasts,
+                 push_pull_scale,
                  sync_replies_per_sec);
     }
 }

@@ -9,4 +9,5 @@ mod node;
 mod replay;
 mod support;
 mod sync;
+mod targeted;
 mod wire;
