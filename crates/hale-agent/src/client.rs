@@ -200,12 +200,12 @@ impl Client {
         Ok((status, body))
     }
 
-    /// POSTs `body` as JSON to `path` (with the token, if any), reads a `T`.
-    pub async fn post<B: Serialize + ?Sized, T: DeserializeOwned>(
+    /// POSTs `body` as JSON to `path` (with the token, if any); the answer.
+    async fn post_response<B: Serialize + ?Sized>(
         &self,
         path: &str,
         body: &B,
-    ) -> Result<T, ClientError> {
+    ) -> Result<reqwest::Response, ClientError> {
         let mut req = self
             .http
             .post(self.url(path))
@@ -214,7 +214,16 @@ impl Client {
         if let Some(t) = &self.token {
             req = req.bearer_auth(t);
         }
-        let r = self.send(req).await?;
+        self.send(req).await
+    }
+
+    /// POSTs `body` as JSON to `path` (with the token, if any), reads a `T`.
+    pub async fn post<B: Serialize + ?Sized, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<T, ClientError> {
+        let r = self.post_response(path, body).await?;
         self.decode(path, r).await
     }
 
@@ -376,10 +385,14 @@ impl Client {
         Ok((start.elapsed(), r.status().as_u16()))
     }
 
-    /// `POST /v1/traffic`: application traffic from `peers` was seen.
-    pub async fn traffic(&self, peers: &[&str]) -> Result<TrafficView, ClientError> {
-        self.post("/v1/traffic", &serde_json::json!({ "peers": peers }))
-            .await
+    /// `POST /v1/traffic`: application traffic from `peers` was seen; the
+    /// status (202: noted) and the answer.
+    pub async fn traffic(&self, peers: &[&str]) -> Result<(u16, TrafficView), ClientError> {
+        let path = "/v1/traffic";
+        let body = serde_json::json!({ "peers": peers });
+        let r = self.post_response(path, &body).await?;
+        let status = r.status().as_u16();
+        Ok((status, self.decode(path, r).await?))
     }
 
     /// `POST /v1/join`.

@@ -115,18 +115,7 @@ impl Agent {
             return Err(StartError::UnprotectedApi(cfg.http));
         }
         let (udp, gossip_addr, tcp) = bind_gossip(cfg.bind).await?;
-        let http = TcpListener::bind(cfg.http)
-            .await
-            .map_err(|source| StartError::Bind {
-                what: "HTTP API",
-                addr: cfg.http,
-                source,
-            })?;
-        let http_addr = http.local_addr().map_err(|source| StartError::Bind {
-            what: "HTTP API",
-            addr: cfg.http,
-            source,
-        })?;
+        let (http, http_addr) = bind_tcp("HTTP API", cfg.http).await?;
         // An ephemeral port (0) is only known now: advertise the real one.
         let id = if cfg.id.addr().port() == 0 {
             let addr = SocketAddr::new(cfg.id.addr().ip(), gossip_addr.port());
@@ -334,6 +323,17 @@ impl Agent {
     }
 }
 
+/// Binds the TCP listener of `what` on `addr`; with the address it bound.
+async fn bind_tcp(
+    what: &'static str,
+    addr: SocketAddr,
+) -> Result<(TcpListener, SocketAddr), StartError> {
+    let err = |source| StartError::Bind { what, addr, source };
+    let listener = TcpListener::bind(addr).await.map_err(err)?;
+    let bound = listener.local_addr().map_err(err)?;
+    Ok((listener, bound))
+}
+
 /// Binds the gossip UDP socket and the TCP listener on the same port. With
 /// port 0 the kernel picks the UDP port, which TCP may already use (a
 /// client's ephemeral port): then it tries other ports.
@@ -483,18 +483,7 @@ async fn start_roles(
         None => hale_control::ControlAuth::InsecurePlaintext,
     };
     if let Some((id, bind)) = plan.server {
-        let listener = TcpListener::bind(bind)
-            .await
-            .map_err(|source| StartError::Bind {
-                what: "control plane",
-                addr: bind,
-                source,
-            })?;
-        let addr = listener.local_addr().map_err(|source| StartError::Bind {
-            what: "control plane",
-            addr: bind,
-            source,
-        })?;
+        let (listener, addr) = bind_tcp("control plane", bind).await?;
         servers.entry(id).or_insert(addr);
         let cp = hale_control::raft::ControlPlane::start(
             id,

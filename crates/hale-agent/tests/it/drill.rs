@@ -38,7 +38,9 @@ async fn a_drill_fault_needs_the_token_and_reverts_on_its_own_when_its_duration_
     api.set_fault(quiet, ms300).await.unwrap();
     assert_eq!(drill(&a).await.active.len(), 1);
     // Traffic signals are ignored (and counted) while quiet.
-    api.traffic(&["b"]).await.unwrap();
+    let (status, noted) = api.traffic(&["b"]).await.unwrap();
+    assert_eq!(status, 202, "{noted:?}");
+    assert!(noted.quiet && noted.noted == 1, "{noted:?}");
     wait_until(
         "the ignored signal is counted",
         Duration::from_secs(5),

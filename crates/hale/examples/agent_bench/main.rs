@@ -17,15 +17,18 @@
 #![allow(clippy::unwrap_used)] // A benchmark harness: a failure is a panic with its message.
 
 mod flood;
+#[path = "../../tests/it/junk_flood.rs"]
+mod junk_flood;
 mod loss;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
+use hale_agent::view::unix_ms;
+use hale_agent::{AgentEvent, Client, EventView};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
@@ -79,36 +82,18 @@ const STALL: Duration = Duration::from_secs(2);
 /// How long after a stall a `stall` trial watches for a verdict.
 const STALL_WATCH: Duration = Duration::from_secs(10);
 
-fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-}
-
-fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).ok()?;
-    let (head, body) = raw.split_once("\r\n\r\n")?;
-    head.starts_with("HTTP/1.1 200").then(|| body.to_owned())
-}
-
-fn json(addr: SocketAddr, path: &str) -> Option<serde_json::Value> {
-    serde_json::from_str(&http_get(addr, path)?).ok()
+/// Runs `f` (a call of the typed client) to completion.
+fn call<F: std::future::Future>(f: F) -> F::Output {
+    static RT: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
+    RT.get_or_init(|| tokio::runtime::Runtime::new().unwrap())
+        .block_on(f)
 }
 
 struct Agent {
     child: Child,
     name: String,
     gossip: SocketAddr,
-    http: SocketAddr,
+    api: Client,
 }
 
 impl Drop for Agent {
@@ -146,20 +131,21 @@ impl Agent {
     }
 
     fn members(&self) -> Vec<(String, String)> {
-        json(self.http, "/v1/members")
-            .and_then(|v| {
-                v.as_array().map(|l| {
-                    l.iter()
-                        .map(|m| {
-                            (
-                                m["name"].as_str().unwrap_or("").to_owned(),
-                                m["state"].as_str().unwrap_or("").to_owned(),
-                            )
-                        })
-                        .collect()
-                })
-            })
-            .unwrap_or_default()
+        let list = call(self.api.members()).unwrap_or_default();
+        list.into_iter().map(|m| (m.name, m.state)).collect()
+    }
+
+    /// Its events after `since`, empty if it does not answer.
+    fn events(&self, since: u64) -> Vec<EventView> {
+        call(self.api.events(since)).unwrap_or_default()
+    }
+
+    /// When it declared `victim` dead (its `unix_ms`), among its events after `since`.
+    fn declared_dead(&self, victim: &str, since: u64) -> Option<u64> {
+        self.events(since)
+            .into_iter()
+            .find(|e| matches!(e.event, AgentEvent::Dead(_)) && e.member.as_deref() == Some(victim))
+            .map(|e| e.unix_ms)
     }
 }
 
@@ -220,7 +206,7 @@ impl Bench {
             child,
             name: name.to_owned(),
             gossip,
-            http,
+            api: Client::new(http.to_string()),
         }
     }
 
@@ -237,8 +223,7 @@ impl Bench {
     /// Every agent reports local health 0 and no suspect.
     fn settled(&self) -> bool {
         self.agents.iter().all(|a| {
-            json(a.http, "/v1/health")
-                .is_some_and(|h| h["local_health"] == 0 && h["members"]["suspect"] == 0)
+            call(a.api.health()).is_ok_and(|h| h.local_health == 0 && h.members.suspect == 0)
         })
     }
 }
@@ -276,11 +261,7 @@ fn detect(b: &mut Bench, trials: usize, fault: Fault) {
         let since: Vec<u64> = b
             .agents
             .iter()
-            .map(|a| {
-                json(a.http, "/v1/events")
-                    .and_then(|e| e.as_array()?.last()?["seq"].as_u64())
-                    .unwrap_or(0)
-            })
+            .map(|a| a.events(0).last().map_or(0, |e| e.seq))
             .collect();
         let victim = b.agents[v].name.clone();
         if fault == Fault::Stall {
@@ -288,21 +269,9 @@ fn detect(b: &mut Bench, trials: usize, fault: Fault) {
             std::thread::sleep(STALL); // The fault itself, not a wait for a condition.
             b.agents[v].signal(Signal::SIGCONT);
             std::thread::sleep(STALL_WATCH); // The window in which no verdict may come.
-            let convicted =
-                b.agents
-                    .iter()
-                    .enumerate()
-                    .filter(|&(i, a)| {
-                        i != v
-                            && json(a.http, &format!("/v1/events?since={}", since[i])).is_some_and(
-                                |evs| {
-                                    evs.as_array().into_iter().flatten().any(|e| {
-                                        e["kind"] == "dead" && e["member"] == victim.as_str()
-                                    })
-                                },
-                            )
-                    })
-                    .count();
+            let convicted = (b.agents.iter().enumerate())
+                .filter(|&(i, a)| i != v && a.declared_dead(&victim, since[i]).is_some())
+                .count();
             println!("trial {t:>2}: {victim:<10} stalled 2s, convicted by {convicted} observer(s)");
             all.push(convicted as u64);
             continue;
@@ -324,15 +293,9 @@ fn detect(b: &mut Bench, trials: usize, fault: Fault) {
                 if seen[i].is_some() {
                     continue;
                 }
-                let Some(evs) = json(a.http, &format!("/v1/events?since={}", since[i])) else {
-                    continue;
-                };
-                for e in evs.as_array().into_iter().flatten() {
-                    if e["kind"] == "dead" && e["member"] == victim.as_str() {
-                        seen[i] = Some(e["unix_ms"].as_u64().unwrap().saturating_sub(t0));
-                        break;
-                    }
-                }
+                seen[i] = a
+                    .declared_dead(&victim, since[i])
+                    .map(|at| at.saturating_sub(t0));
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -399,7 +362,7 @@ fn idle(b: &Bench, secs: u64, loss: u32) {
         b.agents
             .iter()
             .map(|a| {
-                let m = http_get(a.http, "/metrics").unwrap();
+                let m = call(a.api.metrics()).unwrap();
                 (
                     metrics_sum(&m, &["hale_datagram_bytes_out_total"]),
                     metrics_sum(&m, &["hale_datagrams_out_total"]),

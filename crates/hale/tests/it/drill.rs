@@ -16,6 +16,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::Value;
 
+use crate::drill_report::{Check, Outcome, Report};
 use crate::support::{call, metric, wait_for, wait_until, Cluster, Proc, HALE};
 
 /// One drill cluster at a time.
@@ -68,7 +69,7 @@ impl Bench {
     }
 
     /// Runs a drill through n0 with a report directory; its exit code and report.
-    fn drill(&self, args: &[&str]) -> (Option<i32>, Value, PathBuf) {
+    fn drill(&self, args: &[&str]) -> (Option<i32>, Report, PathBuf) {
         let dir = self.c.path(&format!("report-{}", args.join("-")));
         let out = self.hale(
             0,
@@ -81,13 +82,9 @@ impl Bench {
                 String::from_utf8_lossy(&out.stderr)
             )
         });
-        // Shown when the test fails (libtest captures it otherwise).
-        eprintln!(
-            "{}",
-            std::fs::read_to_string(dir.join("report.txt")).unwrap_or_default()
-        );
         let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
-        assert_eq!(printed, report, "--json prints the report it wrote");
+        let written = serde_json::to_value(&report).unwrap();
+        assert_eq!(printed, written, "--json prints the report it wrote");
         (out.status.code(), report, dir)
     }
 
@@ -124,39 +121,32 @@ fn healthy(s: &Value) -> bool {
         && s["unreachable"] == serde_json::json!([])
 }
 
-fn read_report(dir: &Path) -> Option<Value> {
+/// The report a drill wrote into `dir` (its text shown when the test fails).
+fn read_report(dir: &Path) -> Option<Report> {
     let json = std::fs::read_to_string(dir.join("report.json")).ok()?;
-    assert!(dir.join("report.txt").exists(), "report.txt written too");
+    let text = std::fs::read_to_string(dir.join("report.txt"));
+    eprintln!("{}", text.expect("report.txt written too"));
     serde_json::from_str(&json).ok()
 }
 
 /// Asserts every check of every step passed, naming the failures.
-fn assert_passed(report: &Value) {
-    let failed: Vec<String> = report["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|s| s["checks"].as_array().unwrap().iter().map(move |c| (s, c)))
-        .filter(|(_, c)| c["passed"] != true)
-        .map(|(s, c)| format!("{} / {}: {}", s["name"], c["name"], c["detail"]))
+fn assert_passed(report: &Report) {
+    let failed: Vec<String> = (report.steps.iter())
+        .flat_map(|s| s.checks.iter().map(move |c| (s, c)))
+        .filter(|(_, c)| !c.passed)
+        .map(|(s, c)| format!("{} / {}: {}", s.name, c.name, c.detail))
         .collect();
     assert!(failed.is_empty(), "failed checks: {failed:#?}");
-    assert_eq!(report["outcome"], "passed");
+    assert_eq!(report.outcome, Outcome::Passed);
 }
 
-fn step_names(report: &Value) -> Vec<String> {
-    report["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["name"].as_str().unwrap().to_owned())
-        .collect()
+fn step_names(report: &Report) -> Vec<&str> {
+    report.steps.iter().map(|s| s.name.as_str()).collect()
 }
 
-fn timeline_has(report: &Value, source: &str, kind: &str, member: Option<&str>) -> bool {
-    report["timeline"].as_array().unwrap().iter().any(|e| {
-        e["source"] == source && e["kind"] == kind && member.is_none_or(|m| e["member"] == m)
-    })
+/// Whether `source` reported an event of `kind` on the report's timeline.
+fn timeline_has(report: &Report, source: &str, kind: &str) -> bool {
+    (report.timeline.iter()).any(|e| e.source == source && e.kind == kind)
 }
 
 #[test]
@@ -165,17 +155,17 @@ fn a_sink_blackhole_drill_keeps_the_relay_answering_and_opens_then_closes_its_br
     let (code, report, dir) = c.drill(&["drill", "sink-blackhole", "--duration", "4"]);
     assert_passed(&report);
     assert_eq!(code, Some(0));
-    assert_eq!(report["drill"], "sink-blackhole");
+    assert_eq!(report.drill, "sink-blackhole");
     let steps = step_names(&report);
     assert!(steps[0].starts_with("preflight"), "{steps:?}");
     assert!(steps[1].contains("black hole"), "{steps:?}");
     assert!(steps[2].starts_with("restore"), "{steps:?}");
     assert!(
-        timeline_has(&report, "n0", "breaker", None),
+        timeline_has(&report, "n0", "breaker"),
         "the breaker's changes are on the timeline"
     );
-    assert!(timeline_has(&report, "n0", "drill-set", None));
-    assert!(timeline_has(&report, "n0", "drill-restored", None));
+    assert!(timeline_has(&report, "n0", "drill-set"));
+    assert!(timeline_has(&report, "n0", "drill-restored"));
     let text = std::fs::read_to_string(dir.join("report.txt")).unwrap();
     assert!(text.contains("PASSED"), "{text}");
     assert!(text.contains("the relay's breaker opened"), "{text}");
@@ -192,24 +182,17 @@ fn freezing_the_role_holder_promotes_a_standby_in_time_and_hands_the_role_back()
     let (code, report, _) = c.drill(&["drill", "node-freeze", "n0", "--duration", "5"]);
     assert_passed(&report);
     assert_eq!(code, Some(0));
-    assert_eq!(report["target"], "n0");
+    assert_eq!(report.target.as_deref(), Some("n0"));
     let steps = step_names(&report);
     assert_eq!(steps.len(), 4, "{steps:?}");
     assert_eq!(steps[3], "hand db back to n0");
-    let checks: Vec<String> = report["steps"][1]["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["name"].as_str().unwrap().to_owned())
-        .collect();
+    let checks = &report.steps[1].checks;
     assert!(
-        checks
-            .iter()
-            .any(|n| n.starts_with("a standby took db within")),
+        (checks.iter()).any(|c| c.name.starts_with("a standby took db within")),
         "{checks:?}"
     );
-    assert!(timeline_has(&report, "n1", "promoted", None), "n1 took db");
-    assert!(timeline_has(&report, "n0", "demoted", None), "n0 let it go");
+    assert!(timeline_has(&report, "n1", "promoted"), "n1 took db");
+    assert!(timeline_has(&report, "n0", "demoted"), "n0 let it go");
     c.assert_untouched();
 }
 
@@ -228,7 +211,7 @@ fn a_handover_drill_moves_the_role_to_each_standby_and_back() {
         ]
     );
     for n in ["n1", "n2", "n0"] {
-        assert!(timeline_has(&report, n, "promoted", None), "{n} promoted");
+        assert!(timeline_has(&report, n, "promoted"), "{n} promoted");
     }
     c.assert_untouched();
 }
@@ -260,18 +243,16 @@ fn a_quiet_drill_shows_probes_alone_keep_every_member_alive() {
         })
     };
     wait_until(Duration::from_secs(5), "traffic is accepted", || {
-        call(c.c.agents[0].api().traffic(&["n1"])).is_ok()
+        call(c.c.agents[0].api().traffic(&["n1"])).is_ok_and(|(status, _)| status == 202)
     });
     let (code, report, _) = c.drill(&["drill", "quiet", "--duration", "4"]);
     stop.store(true, Ordering::Relaxed);
     traffic.join().unwrap();
     assert_passed(&report);
     assert_eq!(code, Some(0));
-    let checks = report["steps"][1]["checks"].as_array().unwrap();
+    let checks = &report.steps[1].checks;
     assert!(
-        checks
-            .iter()
-            .any(|c| c["name"] == "no live member was suspected" && c["passed"] == true),
+        (checks.iter()).any(|c| c.name == "no live member was suspected" && c.passed),
         "{checks:?}"
     );
     let ignored: f64 =
@@ -304,18 +285,14 @@ fn a_drill_refuses_to_start_on_a_degraded_cluster_and_changes_nothing() {
         || c.c.agents[0].state_of("n2").is_some_and(|s| s != "alive"),
     );
     let (code, report, dir) = c.drill(&["drill", "node-freeze", "n1", "--duration", "3"]);
-    assert_eq!(code, Some(3), "{report}");
-    assert_eq!(report["outcome"], "refused");
+    assert_eq!(code, Some(3), "{report:?}");
+    assert_eq!(report.outcome, Outcome::Refused);
     assert_eq!(step_names(&report).len(), 1, "only the preflight ran");
-    let failed: Vec<&Value> = report["steps"][0]["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|c| c["passed"] == false)
+    let failed: Vec<&Check> = (report.steps[0].checks.iter())
+        .filter(|c| !c.passed)
         .collect();
     assert!(
-        failed.iter().any(|c| c["name"] == "every member is alive"
-            && c["detail"].as_str().unwrap().contains("n2")),
+        (failed.iter()).any(|c| c.name == "every member is alive" && c.detail.contains("n2")),
         "{failed:?}"
     );
     let text = std::fs::read_to_string(dir.join("report.txt")).unwrap();
@@ -357,26 +334,10 @@ fn interrupting_a_drill_restores_every_fault_and_marks_the_report_aborted() {
     });
     assert_eq!(status.code(), Some(130));
     let report = read_report(&dir).unwrap();
-    eprintln!(
-        "{}",
-        std::fs::read_to_string(dir.join("report.txt")).unwrap_or_default()
-    );
-    assert_eq!(report["outcome"], "aborted");
-    let steps = step_names(&report);
-    assert_eq!(
-        steps.last().map(String::as_str),
-        Some("restore after interruption"),
-        "{steps:?}"
-    );
-    let restore = report["steps"].as_array().unwrap().last().unwrap();
-    assert!(
-        restore["checks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|c| c["passed"] == true),
-        "{restore}"
-    );
+    assert_eq!(report.outcome, Outcome::Aborted);
+    let restore = report.steps.last().unwrap();
+    assert_eq!(restore.name, "restore after interruption", "{report:?}");
+    assert!(restore.passed(), "{restore:?}");
     // Well before the 120 s the fault was set for: nothing is left.
     c.assert_untouched();
 }

@@ -14,8 +14,8 @@ use hale_agent::Key;
 use hale_control::{HookEvent, HookKind};
 
 use crate::support::{
-    cluster_name, dead_events, during, log_dir, spawn, spawn_with_config, view, wait_for,
-    wait_until, AgentProc, LogDir, Spec,
+    cluster_name, dead_events, during, hook_history, log_dir, spawn, start_role_cluster, view,
+    wait_for, wait_until, AgentProc, LogDir, RoleNode, Spec,
 };
 
 const HOSTS: usize = 5;
@@ -382,56 +382,30 @@ fn a_partition_that_heals_converges_to_everyone_alive() {
     );
 }
 
-/// Three hosts, each an agent that is a control-plane server and a candidate
-/// for role `db` (priorities 100, 50, 10); hooks log with the shared clock.
+/// One agent per host, each a control-plane server and a candidate for
+/// role `db` (priorities 100, 50, 10; see [`start_role_cluster`]); hooks
+/// log with the shared clock.
 fn start_role_agents(lab: &Lab, test: &str) -> Vec<AgentProc> {
-    let key = Key::generate().to_base64();
-    let dir = lab.logs.path();
-    let servers: Vec<String> = lab
-        .ips
-        .iter()
-        .enumerate()
-        .map(|(i, ip)| format!("\"{}={ip}:7948\"", i + 1))
+    let nodes: Vec<RoleNode> = (lab.hosts.iter().zip(&lab.ips).enumerate())
+        .map(|(i, (ns, ip))| RoleNode {
+            name: format!("h{i}"),
+            gossip: SocketAddr::from((*ip, GOSSIP_PORT)),
+            http: SocketAddr::from(([127, 0, 0, 1], HTTP_PORT)),
+            control: SocketAddr::from((*ip, 7948)),
+            netns: Some(ns.clone()),
+        })
         .collect();
-    let mut agents = Vec::new();
-    for (i, (ns, ip)) in lab.hosts.iter().zip(&lab.ips).enumerate() {
-        let name = format!("h{i}");
-        std::fs::write(dir.join(format!("healthy-{name}")), "").unwrap();
-        let hook = |kind: &str| {
-            format!(
-                "[\"sh\", \"-c\", \"echo $(date +%s%N) {name} {kind} $HALE_EPOCH >> {}\"]",
-                dir.join("hooks.log").display()
-            )
-        };
-        let seeds = if i == 0 {
-            String::new()
-        } else {
-            format!("seeds = [\"{}:{GOSSIP_PORT}\"]", lab.ips[0])
-        };
-        let cfg = format!(
-            "[agent]\nname = \"{name}\"\nbind = \"{ip}:{GOSSIP_PORT}\"\nhttp = \"127.0.0.1:{HTTP_PORT}\"\n{seeds}\nwatchdog = \"{exe}\"\n\
-             [cluster]\nname = \"{cluster}\"\nkeys = [\"{key}\"]\n\
-             [control]\nid = {id}\nbind = \"{ip}:7948\"\nservers = [{servers}]\nbootstrap = {boot}\ndata_dir = \"{data}\"\n\
-             [[service]]\nname = \"pg\"\nessential = true\n[[service.check]]\ncommand = [\"test\", \"-f\", \"{healthy}\"]\ninterval = \"200ms\"\n\
-             [[role]]\nname = \"db\"\nservice = \"pg\"\npriority = {prio}\npromote = {promote}\ndemote = {demote}\n",
-            exe = env!("CARGO_BIN_EXE_hale"),
-            cluster = cluster_name(test),
-            id = i + 1,
-            servers = servers.join(", "),
-            boot = i == 0,
-            data = dir.join(format!("data-{name}")).display(),
-            healthy = dir.join(format!("healthy-{name}")).display(),
-            prio = [100, 50, 10][i],
-            promote = hook("promote"),
-            demote = hook("demote"),
-        );
-        let path = dir.join(format!("{name}.toml"));
-        std::fs::write(&path, cfg).unwrap();
-        let gossip = SocketAddr::from((*ip, GOSSIP_PORT));
-        let http = SocketAddr::from(([127, 0, 0, 1], HTTP_PORT));
-        agents.push(spawn_with_config(dir, &name, &path, gossip, http, Some(ns)));
-    }
-    agents
+    let key = Key::generate().to_base64();
+    let (dir, cluster) = (lab.logs.path(), cluster_name(test));
+    start_role_cluster(
+        dir,
+        &cluster,
+        &key,
+        &nodes,
+        |_, _| None,
+        |_| String::new(),
+        |_| {},
+    )
 }
 
 /// `db`'s holder and epoch as host `i` sees it.
@@ -469,7 +443,7 @@ fn a_holder_cut_off_from_the_control_plane_majority_steps_down_before_a_standby_
         let logged =
             |h: &[HookEvent], node: &str, kind| h.iter().any(|e| e.node == node && e.kind == kind);
         let h = wait_for(Duration::from_secs(10), "both hooks logged", || {
-            let h = crate::failover_history(&log);
+            let h = hook_history(&log);
             (logged(&h, "h0", HookKind::Demote) && logged(&h, "h1", HookKind::Promote)).then_some(h)
         });
         hale_control::check(&h).unwrap();

@@ -18,6 +18,7 @@ use nix::unistd::Pid;
 
 use hale_agent::view::RolesView;
 use hale_agent::{AgentEvent, Client, EventView, Key, MemberView};
+use hale_control::{HookEvent, HookKind};
 
 /// The `hale` binary under test.
 pub const HALE: &str = env!("CARGO_BIN_EXE_hale");
@@ -549,15 +550,15 @@ impl Cluster {
     }
 
     /// Three agents on loopback, each a control-plane server and a
-    /// candidate for role `db` (see [`write_role_cluster_n`]), with
-    /// `extra` appended to every configuration.
+    /// candidate for role `db` (see [`start_role_cluster`]), with `extra`
+    /// appended to every configuration.
     pub fn roles(test: &str, extra: &str) -> Cluster {
         Cluster::roles_with(test, 3, |_, _| None, |_| extra.to_owned(), |_| {})
     }
 
-    /// A role cluster of `n` agents (the first three control-plane
-    /// servers) with hook scripts and settings of the test's own (see
-    /// [`write_role_cluster_n`]); `prepare(dir)` runs once the
+    /// A role cluster of `n` agents on loopback (the first three
+    /// control-plane servers) with hook scripts and settings of the test's
+    /// own (see [`start_role_cluster`]); `prepare(dir)` runs once the
     /// configurations are written, before any agent starts.
     pub fn roles_with(
         test: &str,
@@ -572,13 +573,16 @@ impl Cluster {
             cluster: cluster_name(test),
             logs: log_dir(test),
         };
-        let dir = c.logs.path();
-        let written = write_role_cluster_n(dir, &c.cluster, &c.key, n, hooks, extra);
-        prepare(dir);
-        let agents = written
-            .into_iter()
-            .map(|n| spawn_with_config(dir, &n.name, &n.config, n.gossip, n.http, None))
-            .collect();
+        let nodes = RoleNode::loopback(n);
+        let agents = start_role_cluster(
+            c.logs.path(),
+            &c.cluster,
+            &c.key,
+            &nodes,
+            hooks,
+            extra,
+            prepare,
+        );
         Cluster { agents, ..c }
     }
 
@@ -642,50 +646,70 @@ pub fn dead_events(a: &AgentProc) -> Vec<EventView> {
         .collect()
 }
 
-/// One agent of a role cluster written by [`write_role_cluster_n`].
+/// Where one agent of a role cluster (see [`start_role_cluster`]) listens and runs.
+#[derive(Debug, Clone)]
 pub struct RoleNode {
-    /// `n0`, `n1`, `n2`.
+    /// `n0`, `n1`, ... (`h0`, ... in network namespaces).
     pub name: String,
     /// Its gossip address.
     pub gossip: SocketAddr,
     /// Its HTTP API address.
     pub http: SocketAddr,
-    /// Its `hale.toml`.
-    pub config: PathBuf,
+    /// Its control-plane address (the first three nodes serve one).
+    pub control: SocketAddr,
+    /// The network namespace it runs in, if any.
+    pub netns: Option<String>,
 }
 
-/// Priorities of `n0`, `n1`, `n2` for role `db` in [`write_role_cluster_n`].
+impl RoleNode {
+    /// `n` agents on loopback (`n0`, `n1`, ...), on free ports.
+    pub fn loopback(n: usize) -> Vec<RoleNode> {
+        let port = || SocketAddr::from(([127, 0, 0, 1], free_port()));
+        (0..n)
+            .map(|i| RoleNode {
+                name: format!("n{i}"),
+                gossip: port(),
+                http: port(),
+                control: port(),
+                netns: None,
+            })
+            .collect()
+    }
+}
+
+/// Priorities of the first three nodes for role `db` in [`start_role_cluster`].
 const ROLE_PRIORITIES: [i64; 3] = [100, 50, 10];
 
-/// Writes the configs of `n` agents on loopback into `dir`, of cluster
-/// `cluster` with key `key`: the first three are control-plane servers
-/// (`n0` bootstraps), the others use them; each is a candidate for role
-/// `db` (priorities [`ROLE_PRIORITIES`], then 5) backed by an essential
-/// service `pg` whose check passes while the file `healthy-<name>` exists.
+/// Writes `<name>.toml` into `dir` for each of `nodes`, agents of cluster
+/// `cluster` with key `key`, runs `prepare(dir)`, then starts them all
+/// (control-plane servers start together): the first three are
+/// control-plane servers (the first bootstraps), the others use them;
+/// each joins through the first and is a candidate for role `db`
+/// (priorities [`ROLE_PRIORITIES`], then 5) backed by an essential service
+/// `pg` whose check passes while the file `healthy-<name>` exists.
 /// `hooks(i, log)` gives node `i`'s `(promote, demote)` shell scripts (run
 /// with `sh -c`), or `None` for instant hooks that append
 /// `<unix ns> <name> promote|demote <epoch> <reason>` to `log`
 /// (`hooks.log`); `extra(i)` is appended to node `i`'s config.
-pub fn write_role_cluster_n(
+pub fn start_role_cluster(
     dir: &Path,
     cluster: &str,
     key: &str,
-    n: usize,
+    nodes: &[RoleNode],
     hooks: impl Fn(usize, &Path) -> Option<(String, String)>,
     extra: impl Fn(usize) -> String,
-) -> Vec<RoleNode> {
-    let gossip: Vec<u16> = (0..n).map(|_| free_port()).collect();
-    let control: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let servers: Vec<String> = control
+    prepare: impl FnOnce(&Path),
+) -> Vec<AgentProc> {
+    let servers: Vec<String> = nodes
         .iter()
+        .take(3)
         .enumerate()
-        .map(|(i, p)| format!("\"{}=127.0.0.1:{p}\"", i + 1))
+        .map(|(i, n)| format!("\"{}={}\"", i + 1, n.control))
         .collect();
     let log = dir.join("hooks.log");
-    let mut nodes = Vec::new();
-    for i in 0..n {
-        let name = format!("n{i}");
-        let http = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let mut configs = Vec::new();
+    for (i, node) in nodes.iter().enumerate() {
+        let name = &node.name;
         let healthy = dir.join(format!("healthy-{name}"));
         std::fs::write(&healthy, "").unwrap();
         let hook = |kind: &str| {
@@ -698,13 +722,13 @@ pub fn write_role_cluster_n(
         let seeds = if i == 0 {
             String::new()
         } else {
-            format!("seeds = [\"127.0.0.1:{}\"]", gossip[0])
+            format!("seeds = [\"{}\"]", nodes[0].gossip)
         };
         let cfg = format!(
             r#"
 [agent]
 name = "{name}"
-bind = "127.0.0.1:{g}"
+bind = "{gossip}"
 http = "{http}"
 {seeds}
 watchdog = "{HALE}"
@@ -729,12 +753,13 @@ demote = {demote}
 fail_after = "1s"
 {extra}
 "#,
-            g = gossip[i],
+            gossip = node.gossip,
+            http = node.http,
             control_section = if i < 3 {
                 format!(
-                    "id = {}\nbind = \"127.0.0.1:{}\"\nservers = [{}]\nbootstrap = {}\ndata_dir = \"{}\"",
+                    "id = {}\nbind = \"{}\"\nservers = [{}]\nbootstrap = {}\ndata_dir = \"{}\"",
                     i + 1,
-                    control[i],
+                    node.control,
                     servers.join(", "),
                     i == 0,
                     dir.join(format!("data-{name}")).display()
@@ -754,15 +779,70 @@ fail_after = "1s"
         );
         let config = dir.join(format!("{name}.toml"));
         std::fs::write(&config, cfg).unwrap();
-        let gossip = SocketAddr::from(([127, 0, 0, 1], gossip[i]));
-        nodes.push(RoleNode {
-            name,
-            gossip,
-            http,
-            config,
-        });
+        configs.push(config);
     }
+    prepare(dir);
     nodes
+        .iter()
+        .zip(configs)
+        .map(|(n, config)| {
+            spawn_with_config(dir, &n.name, &config, n.gossip, n.http, n.netns.as_deref())
+        })
+        .collect()
+}
+
+/// One line of a hook log: `<unix ns> <node> <what> <epoch> [reason]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookLine {
+    /// When it was written, in Unix nanoseconds.
+    pub at: u64,
+    /// The node whose hook wrote it.
+    pub node: String,
+    /// `promote`, `demote`, or what a test's own hooks write.
+    pub what: String,
+    /// The fencing epoch.
+    pub epoch: u64,
+    /// The demote reason, if logged.
+    pub reason: String,
+}
+
+/// The lines of the hook log at `path`.
+pub fn hook_lines(path: &Path) -> Vec<HookLine> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            Some(HookLine {
+                at: f.first()?.parse().ok()?,
+                node: (*f.get(1)?).to_owned(),
+                what: (*f.get(2)?).to_owned(),
+                epoch: f.get(3)?.parse().ok()?,
+                reason: f.get(4).map(|s| (*s).to_owned()).unwrap_or_default(),
+            })
+        })
+        .collect()
+}
+
+/// The promote and demote hook runs of role `db` in the hook log at
+/// `path`, for the history checker.
+pub fn hook_history(path: &Path) -> Vec<HookEvent> {
+    hook_lines(path)
+        .into_iter()
+        .filter_map(|l| {
+            Some(HookEvent {
+                at_nanos: l.at,
+                node: l.node,
+                role: "db".into(),
+                epoch: l.epoch,
+                kind: match l.what.as_str() {
+                    "promote" => HookKind::Promote,
+                    "demote" => HookKind::Demote,
+                    _ => return None,
+                },
+            })
+        })
+        .collect()
 }
 
 /// A shell script as a TOML `["sh", "-c", script]` array.
