@@ -178,11 +178,15 @@ impl Client {
         r.json().await.map_err(|e| self.decode_error(path, e))
     }
 
+    /// GETs `path`; the answer, whatever its status.
+    async fn get_response(&self, path: &str) -> Result<reqwest::Response, ClientError> {
+        self.send(self.http.get(self.url(path)).timeout(self.timeout))
+            .await
+    }
+
     /// GETs `path` as a `T`.
     pub async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
-        let r = self
-            .send(self.http.get(self.url(path)).timeout(self.timeout))
-            .await?;
+        let r = self.get_response(path).await?;
         self.decode(path, r).await
     }
 
@@ -192,9 +196,7 @@ impl Client {
         &self,
         path: &str,
     ) -> Result<(u16, T), ClientError> {
-        let r = self
-            .send(self.http.get(self.url(path)).timeout(self.timeout))
-            .await?;
+        let r = self.get_response(path).await?;
         let status = r.status().as_u16();
         let body = r.json().await.map_err(|e| self.decode_error(path, e))?;
         Ok((status, body))
@@ -227,6 +229,17 @@ impl Client {
         self.decode(path, r).await
     }
 
+    /// POSTs `body` as JSON to `path`, for an answer that is only a receipt.
+    async fn post_only<B: Serialize + ?Sized>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<(), ClientError> {
+        self.post::<_, serde_json::Value>(path, body)
+            .await
+            .map(drop)
+    }
+
     /// `GET /v1/health`.
     pub async fn health(&self) -> Result<HealthView, ClientError> {
         self.get("/v1/health").await
@@ -235,9 +248,7 @@ impl Client {
     /// `GET /metrics`: the Prometheus text.
     pub async fn metrics(&self) -> Result<String, ClientError> {
         let path = "/metrics";
-        let r = self
-            .send(self.http.get(self.url(path)).timeout(self.timeout))
-            .await?;
+        let r = self.get_response(path).await?;
         let r = self.check(path, r).await?;
         r.text().await.map_err(|e| self.decode_error(path, e))
     }
@@ -397,16 +408,13 @@ impl Client {
 
     /// `POST /v1/join`.
     pub async fn join(&self, addrs: &[String]) -> Result<(), ClientError> {
-        self.post::<_, serde_json::Value>("/v1/join", &serde_json::json!({ "addrs": addrs }))
+        self.post_only("/v1/join", &serde_json::json!({ "addrs": addrs }))
             .await
-            .map(drop)
     }
 
     /// `POST /v1/leave`.
     pub async fn leave(&self) -> Result<(), ClientError> {
-        self.post::<_, serde_json::Value>("/v1/leave", &serde_json::json!({}))
-            .await
-            .map(drop)
+        self.post_only("/v1/leave", &serde_json::json!({})).await
     }
 
     /// `GET /v1/keys`.
@@ -423,18 +431,12 @@ impl Client {
     /// `POST /v1/control/servers`: adds a control-plane server.
     pub async fn add_server(&self, id: u64, addr: &str) -> Result<(), ClientError> {
         let body = serde_json::json!({ "id": id, "addr": addr });
-        self.post::<_, serde_json::Value>("/v1/control/servers", &body)
-            .await
-            .map(drop)
+        self.post_only("/v1/control/servers", &body).await
     }
 
     /// `POST /v1/control/servers/{id}/remove`.
     pub async fn remove_server(&self, id: u64) -> Result<(), ClientError> {
-        self.post::<_, serde_json::Value>(
-            &format!("/v1/control/servers/{id}/remove"),
-            &serde_json::json!({}),
-        )
-        .await
-        .map(drop)
+        let path = format!("/v1/control/servers/{id}/remove");
+        self.post_only(&path, &serde_json::json!({})).await
     }
 }

@@ -420,22 +420,10 @@ impl Drill {
                 ", ",
             ),
         );
-        let bad = |kind: fn(&AgentEvent) -> bool| -> Vec<String> {
-            events
-                .iter()
-                .filter(|e| kind(&e.event))
-                .filter(|e| {
-                    spared.is_none_or(|s| e.observer != s && e.member.as_deref() != Some(s))
-                })
-                .map(|e| format!("{} by {}", e.member.as_deref().unwrap_or("?"), e.observer))
-                .collect()
-        };
-        let dead = bad(|e| matches!(e, AgentEvent::Dead(_)));
-        self.add(
-            step,
-            none_check("no live member was declared dead", &dead, "none", "", ", "),
-        );
-        let suspected = bad(|e| matches!(e, AgentEvent::Suspected { .. }));
+        self.add(step, no_deaths(events, spared));
+        let suspected = accused(events, spared, |e| {
+            matches!(e, AgentEvent::Suspected { .. })
+        });
         let quiet = matches!(self.args.kind, DrillKind::Quiet);
         self.check(
             step,
@@ -474,6 +462,27 @@ impl Drill {
                     format!("after {}: {}", secs(start.elapsed()), last.join("; "))
                 });
     }
+}
+
+/// `member by observer` for each event of `events` that `kind` picks, but
+/// those about or by `spared`.
+fn accused(
+    events: &[EventView],
+    spared: Option<&str>,
+    kind: fn(&AgentEvent) -> bool,
+) -> Vec<String> {
+    events
+        .iter()
+        .filter(|e| kind(&e.event))
+        .filter(|e| spared.is_none_or(|s| e.observer != s && e.member.as_deref() != Some(s)))
+        .map(|e| format!("{} by {}", e.member.as_deref().unwrap_or("?"), e.observer))
+        .collect()
+}
+
+/// The check that no member but `spared` was declared dead in `events`.
+fn no_deaths(events: &[EventView], spared: Option<&str>) -> Check {
+    let dead = accused(events, spared, |e| matches!(e, AgentEvent::Dead(_)));
+    none_check("no live member was declared dead", &dead, "none", "", ", ")
 }
 
 /// Posts `restore` to every agent a fault was set on.

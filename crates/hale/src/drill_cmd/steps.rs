@@ -417,15 +417,7 @@ impl Drill {
         );
         let ok = self.verify_serves(step, role, to, new_epoch).await;
         let events = self.poll_events().await;
-        let dead: Vec<String> = events
-            .iter()
-            .filter(|e| matches!(e.event, AgentEvent::Dead(_)))
-            .map(|e| format!("{} by {}", e.member.as_deref().unwrap_or("?"), e.observer))
-            .collect();
-        self.add(
-            step,
-            none_check("no live member was declared dead", &dead, "none", "", ", "),
-        );
+        self.add(step, super::no_deaths(&events, None));
         ok.then_some(new_epoch)
     }
 

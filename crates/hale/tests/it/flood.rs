@@ -15,7 +15,6 @@ use crate::support::{metric, Cluster};
 #[test]
 fn a_flood_of_junk_from_several_sources_leaves_memory_bounded_and_suspects_no_one() {
     let c = Cluster::start("flood", 3);
-    c.wait_formed(Duration::from_secs(30));
     let target = &c.agents[0];
     let (gossip, name) = (target.gossip, target.name.clone());
     let rss_before = target.rss_kib();

@@ -15,7 +15,7 @@ use hale_control::{HookEvent, HookKind};
 
 use crate::support::{
     cluster_name, dead_events, during, hook_history, log_dir, spawn, start_role_cluster, view,
-    wait_for, wait_until, AgentProc, LogDir, RoleNode, Spec,
+    wait_all_alive, wait_for, wait_until, AgentProc, LogDir, RoleNode, Spec,
 };
 
 const HOSTS: usize = 5;
@@ -233,23 +233,6 @@ impl Drop for Lab {
     }
 }
 
-fn names(agents: &[AgentProc]) -> Vec<String> {
-    agents.iter().map(|a| a.name.clone()).collect()
-}
-
-/// Waits until every agent sees every other agent alive.
-fn wait_converged(agents: &[AgentProc], deadline: Duration, what: &str) {
-    let all = names(agents);
-    wait_until(deadline, what, || {
-        agents.iter().all(|a| {
-            view(a).is_some_and(|v| {
-                all.iter()
-                    .all(|n| v.get(n).map(String::as_str) == Some("alive"))
-            })
-        })
-    });
-}
-
 /// How many agents see each member dead, in one sample of every view.
 fn dead_votes(agents: &[AgentProc]) -> HashMap<String, usize> {
     let mut votes = HashMap::new();
@@ -268,7 +251,7 @@ fn one_way_udp_loss_into_one_host_gets_no_healthy_host_declared_dead_by_the_majo
     require_netns!();
     let lab = Lab::new("oneway", HOSTS);
     let agents = lab.start_agents("oneway");
-    wait_converged(&agents, Duration::from_secs(30), "the cluster to form");
+    wait_all_alive(&agents, Duration::from_secs(30), "the cluster to form");
     let impaired = HOSTS - 1;
     // Everything sent to it over UDP is lost; what it sends gets through.
     lab.filter(impaired, "meta l4proto udp counter drop");
@@ -294,7 +277,7 @@ fn one_way_udp_loss_into_one_host_gets_no_healthy_host_declared_dead_by_the_majo
         println!("{}: deaths of healthy hosts: {false_deaths:?}", a.name);
     }
     lab.unfilter(impaired);
-    wait_converged(
+    wait_all_alive(
         &agents,
         Duration::from_secs(60),
         "views to converge after the loss ends",
@@ -306,14 +289,14 @@ fn ten_percent_loss_on_every_link_for_a_minute_causes_no_false_deaths() {
     require_netns!();
     let lab = Lab::new("loss10", HOSTS);
     let agents = lab.start_agents("loss10");
-    wait_converged(&agents, Duration::from_secs(30), "the cluster to form");
+    wait_all_alive(&agents, Duration::from_secs(30), "the cluster to form");
     for i in 0..HOSTS {
         // Input only: a packet crosses two hosts' filters, so a datagram
         // between two hosts is lost with about 10% probability... once per
         // receiving host; round trips lose 19%.
         lab.filter(i, "numgen random mod 100 < 10 counter drop");
     }
-    let all = names(&agents);
+    let all: Vec<String> = agents.iter().map(|a| a.name.clone()).collect();
     during(Duration::from_secs(60), Duration::from_secs(1), || {
         for a in &agents {
             let Some(v) = view(a) else {
@@ -346,7 +329,7 @@ fn a_partition_that_heals_converges_to_everyone_alive() {
     require_netns!();
     let lab = Lab::new("partition", HOSTS);
     let agents = lab.start_agents("partition");
-    wait_converged(&agents, Duration::from_secs(30), "the cluster to form");
+    wait_all_alive(&agents, Duration::from_secs(30), "the cluster to form");
     let (a, b): (Vec<usize>, Vec<usize>) = (0..HOSTS).partition(|&i| i < 3);
     let set = |g: &[usize]| {
         g.iter()
@@ -375,7 +358,7 @@ fn a_partition_that_heals_converges_to_everyone_alive() {
         assert!(lab.dropped(i) > 0, "host {i}'s filter dropped nothing");
         lab.unfilter(i);
     }
-    wait_converged(
+    wait_all_alive(
         &agents,
         Duration::from_secs(60),
         "every agent to see every other alive after the partition heals",

@@ -505,7 +505,9 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// Starts `n` agents on loopback with any free ports, each joining through the first.
+    /// Starts `n` agents on loopback with any free ports, each joining
+    /// through the first, and waits (30 s at most) until every agent sees
+    /// every agent alive.
     pub fn start(test: &str, n: usize) -> Cluster {
         let mut c = Cluster {
             agents: Vec::new(),
@@ -518,6 +520,7 @@ impl Cluster {
             let spec = c.spec(&name);
             c.agents.push(spawn(&spec));
         }
+        c.wait_formed(Duration::from_secs(30));
         c
     }
 
@@ -543,10 +546,11 @@ impl Cluster {
 
     /// Waits until every agent sees every agent (itself included) alive.
     pub fn wait_formed(&self, deadline: Duration) {
-        let n = self.agents.len();
-        wait_until(deadline, "every agent to see every agent alive", || {
-            self.agents.iter().all(|a| alive_count(a) == Some(n))
-        });
+        wait_all_alive(
+            &self.agents,
+            deadline,
+            "every agent to see every agent alive",
+        );
     }
 
     /// Three agents on loopback, each a control-plane server and a
@@ -618,6 +622,16 @@ impl Cluster {
 /// How many members `a` sees alive (itself included).
 pub fn alive_count(a: &AgentProc) -> Option<usize> {
     Some(a.members()?.iter().filter(|m| m.state == "alive").count())
+}
+
+/// Waits until every agent of `agents` sees every one of them (itself
+/// included) alive; panics naming `what` if `deadline` passes first.
+pub fn wait_all_alive(agents: &[AgentProc], deadline: Duration, what: &str) {
+    let alive =
+        |v: &HashMap<String, String>, b: &AgentProc| v.get(&b.name).is_some_and(|s| s == "alive");
+    wait_until(deadline, what, || {
+        (agents.iter()).all(|a| view(a).is_some_and(|v| agents.iter().all(|b| alive(&v, b))))
+    });
 }
 
 /// Whether every agent of `agents` gives `name` the state `state`.
