@@ -21,7 +21,7 @@ use hale_agent::drill::Fault;
 use hale_agent::{AgentEvent, EventView};
 
 use crate::client_cmd::{block_on, until, ApiArgs};
-use crate::cluster::{self, Agents, NodeState};
+use crate::cluster::{self, Agents, Leases};
 use crate::drill_report::{Check, Entry, Outcome, Report, Step};
 
 /// Arguments of `hale drill`.
@@ -379,7 +379,7 @@ impl Drill {
     }
 
     /// The lease table as the first agent other than `skip` sees it.
-    async fn leases(&self, skip: Option<&str>) -> Option<BTreeMap<String, (Option<String>, u64)>> {
+    async fn leases(&self, skip: Option<&str>) -> Option<Leases> {
         for n in self
             .agents
             .addrs
@@ -389,15 +389,8 @@ impl Drill {
             let Ok(c) = self.agents.client(n) else {
                 continue;
             };
-            if let Ok(v) = c.roles().await {
-                let nodes = [NodeState {
-                    name: n.clone(),
-                    roles: Some(v),
-                    ..NodeState::default()
-                }];
-                if let Some(l) = cluster::leases(&nodes) {
-                    return Some(l);
-                }
+            if let Some(l) = c.roles().await.ok().as_ref().and_then(cluster::lease_table) {
+                return Some(l);
             }
         }
         None

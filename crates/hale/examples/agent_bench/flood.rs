@@ -12,7 +12,7 @@ use hale_core::wire::{cluster_id, Header, Message, Packet};
 use hale_core::{Channel, NodeId};
 
 use crate::junk_flood::{start_flood, Sent, SOURCES};
-use crate::{percentile, wait_until, Bench};
+use crate::{percentile, Bench};
 
 /// Sealed pings to `target` every 20 ms for `secs`; the round trips in µs
 /// and how many pings went unanswered (within 1 s).
@@ -89,9 +89,7 @@ fn rtt_line(label: &str, rtts: &mut [u64], lost: u64) {
 }
 
 pub fn flood(b: &Bench, secs: u64) {
-    wait_until(Duration::from_secs(60), "the cluster to form", || {
-        b.formed()
-    });
+    b.wait_formed();
     std::thread::sleep(Duration::from_secs(5)); // let joins settle
     let t = &b.agents[0];
     let target = NodeId::new(t.name.clone(), t.gossip).unwrap();
@@ -103,7 +101,7 @@ pub fn flood(b: &Bench, secs: u64) {
     let threads = start_flood(t.gossip, &stop, &sent);
     let peak = Arc::new(AtomicU64::new(0));
     let sampler = {
-        let (s, p, pid) = (stop.clone(), peak.clone(), t.child.id());
+        let (s, p, pid) = (stop.clone(), peak.clone(), t.pid());
         std::thread::spawn(move || {
             while !s.load(Ordering::Relaxed) {
                 let rss = std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -146,9 +144,11 @@ pub fn flood(b: &Bench, secs: u64) {
         rss_before as f64 / 1024.0,
         peak.load(Ordering::Relaxed) as f64 / 1024.0
     );
-    let not_alive = b
-        .agents
-        .iter()
-        .any(|a| a.members().iter().any(|(_, s)| s != "alive"));
+    let not_alive = b.agents.iter().any(|a| {
+        a.members()
+            .unwrap_or_default()
+            .iter()
+            .any(|m| m.state != "alive")
+    });
     println!("RESULT   any member seen not alive afterwards: {not_alive}");
 }

@@ -20,17 +20,21 @@ mod flood;
 #[path = "../../tests/it/junk_flood.rs"]
 mod junk_flood;
 mod loss;
+#[path = "../../tests/it/support.rs"]
+#[allow(dead_code)] // What the benchmark does not use of the tests' harness.
+mod support;
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
 use hale_agent::view::unix_ms;
-use hale_agent::{AgentEvent, Client, EventView};
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
+use hale_agent::{AgentEvent, Key};
+use nix::sys::signal::Signal;
+
+use support::{call, spawn, wait_all_alive, AgentProc, Spec};
 
 /// Benchmarks of real agent processes on loopback.
 #[derive(Debug, Parser)]
@@ -82,148 +86,58 @@ const STALL: Duration = Duration::from_secs(2);
 /// How long after a stall a `stall` trial watches for a verdict.
 const STALL_WATCH: Duration = Duration::from_secs(10);
 
-/// Runs `f` (a call of the typed client) to completion.
-fn call<F: std::future::Future>(f: F) -> F::Output {
-    static RT: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
-    RT.get_or_init(|| tokio::runtime::Runtime::new().unwrap())
-        .block_on(f)
+/// `/proc/<pid>/stat`'s utime + stime, in clock ticks.
+fn cpu_ticks(a: &AgentProc) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", a.pid())).unwrap_or_default();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = after.split_whitespace().collect();
+    // Fields 14 and 15 of stat; `after` starts at field 3.
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
 }
 
-struct Agent {
-    child: Child,
-    name: String,
-    gossip: SocketAddr,
-    api: Client,
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = kill(Pid::from_raw(self.child.id() as i32), Signal::SIGCONT);
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Agent {
-    fn signal(&self, sig: Signal) {
-        kill(Pid::from_raw(self.child.id() as i32), sig).unwrap();
-    }
-
-    fn proc_file(&self, f: &str) -> String {
-        std::fs::read_to_string(format!("/proc/{}/{f}", self.child.id())).unwrap_or_default()
-    }
-
-    fn rss_kib(&self) -> u64 {
-        self.proc_file("status")
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            .unwrap_or(0)
-    }
-
-    /// utime + stime, in clock ticks.
-    fn cpu_ticks(&self) -> u64 {
-        let stat = self.proc_file("stat");
-        let after = &stat[stat.rfind(')').unwrap() + 2..];
-        let f: Vec<&str> = after.split_whitespace().collect();
-        // Fields 14 and 15 of stat; `after` starts at field 3.
-        f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
-    }
-
-    fn members(&self) -> Vec<(String, String)> {
-        let list = call(self.api.members()).unwrap_or_default();
-        list.into_iter().map(|m| (m.name, m.state)).collect()
-    }
-
-    /// Its events after `since`, empty if it does not answer.
-    fn events(&self, since: u64) -> Vec<EventView> {
-        call(self.api.events(since)).unwrap_or_default()
-    }
-
-    /// When it declared `victim` dead (its `unix_ms`), among its events after `since`.
-    fn declared_dead(&self, victim: &str, since: u64) -> Option<u64> {
-        self.events(since)
-            .into_iter()
-            .find(|e| matches!(e.event, AgentEvent::Dead(_)) && e.member.as_deref() == Some(victim))
-            .map(|e| e.unix_ms)
-    }
+/// When `a` declared `victim` dead (its `unix_ms`), among its events after `since`.
+fn declared_dead(a: &AgentProc, victim: &str, since: u64) -> Option<u64> {
+    call(a.api().events(since))
+        .unwrap_or_default()
+        .into_iter()
+        .find(|e| matches!(e.event, AgentEvent::Dead(_)) && e.member.as_deref() == Some(victim))
+        .map(|e| e.unix_ms)
 }
 
 struct Bench {
-    hale: PathBuf,
     logs: PathBuf,
     key: String,
     cluster: String,
     profile: String,
-    agents: Vec<Agent>,
-}
-
-fn logged_addr(log: &Path, key: &str) -> Option<SocketAddr> {
-    let text = std::fs::read_to_string(log).ok()?;
-    let line = text.lines().find(|l| l.contains("hale agent running"))?;
-    let at = line.find(&format!(" {key}="))? + key.len() + 2;
-    line[at..].split_whitespace().next()?.parse().ok()
-}
-
-fn wait_until(deadline: Duration, what: &str, mut f: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !f() {
-        assert!(start.elapsed() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    agents: Vec<AgentProc>,
 }
 
 impl Bench {
-    fn spawn(&self, name: &str) -> Agent {
-        let log_path = self.logs.join(format!("{name}.log"));
-        let log = std::fs::File::create(&log_path).unwrap();
-        let mut cmd = Command::new(&self.hale);
-        cmd.arg("agent")
-            .env_remove("HALE_CONFIG")
-            .env("HALE_NAME", name)
-            .env("HALE_BIND", "127.0.0.1:0")
-            .env("HALE_HTTP", "127.0.0.1:0")
-            .env("HALE_CLUSTER", &self.cluster)
-            .env("HALE_KEYS", &self.key)
-            .env("HALE_PROFILE", &self.profile)
-            .env("HALE_LOG", "info")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log);
-        match self.agents.first() {
-            Some(seed) => cmd.env("HALE_SEEDS", seed.gossip.to_string()),
-            None => cmd.env_remove("HALE_SEEDS"),
-        };
-        let child = cmd.spawn().unwrap();
-        let mut addrs = None;
-        wait_until(Duration::from_secs(20), "an agent to start", || {
-            addrs = logged_addr(&log_path, "gossip").zip(logged_addr(&log_path, "http"));
-            addrs.is_some()
-        });
-        let (gossip, http) = addrs.unwrap();
-        Agent {
-            child,
+    /// Starts agent `name` on loopback, joining through the first agent.
+    fn spawn(&self, name: &str) -> AgentProc {
+        let any = SocketAddr::from(([127, 0, 0, 1], 0));
+        spawn(&Spec {
             name: name.to_owned(),
-            gossip,
-            api: Client::new(http.to_string()),
-        }
+            bind: any,
+            http: any,
+            seeds: self.agents.first().map(|a| a.gossip).into_iter().collect(),
+            cluster: self.cluster.clone(),
+            key: self.key.clone(),
+            netns: None,
+            log: self.logs.join(format!("{name}.log")),
+            profile: self.profile.clone(),
+        })
     }
 
-    /// Every agent sees every current agent alive.
-    fn formed(&self) -> bool {
-        self.agents.iter().all(|a| {
-            let m = a.members();
-            self.agents
-                .iter()
-                .all(|b| m.iter().any(|(n, s)| *n == b.name && s == "alive"))
-        })
+    /// Waits (a minute at most) until every agent sees every agent alive.
+    fn wait_formed(&self) {
+        wait_all_alive(&self.agents, Duration::from_secs(60), "the cluster to form");
     }
 
     /// Every agent reports local health 0 and no suspect.
     fn settled(&self) -> bool {
         self.agents.iter().all(|a| {
-            call(a.api.health()).is_ok_and(|h| h.local_health == 0 && h.members.suspect == 0)
+            call(a.api().health()).is_ok_and(|h| h.local_health == 0 && h.members.suspect == 0)
         })
     }
 }
@@ -249,9 +163,7 @@ fn detect(b: &mut Bench, trials: usize, fault: Fault) {
     let n = b.agents.len();
     let (mut first, mut all) = (Vec::new(), Vec::new());
     for t in 0..trials {
-        wait_until(Duration::from_secs(60), "the cluster to form", || {
-            b.formed()
-        });
+        b.wait_formed();
         // Settle (a resumed node's peers lower their health again), bounded.
         let start = Instant::now();
         while !b.settled() && start.elapsed() < Duration::from_secs(20) {
@@ -261,7 +173,11 @@ fn detect(b: &mut Bench, trials: usize, fault: Fault) {
         let since: Vec<u64> = b
             .agents
             .iter()
-            .map(|a| a.events(0).last().map_or(0, |e| e.seq))
+            .map(|a| {
+                a.events()
+                    .and_then(|e| e.last().map(|e| e.seq))
+                    .unwrap_or(0)
+            })
             .collect();
         let victim = b.agents[v].name.clone();
         if fault == Fault::Stall {
@@ -270,7 +186,7 @@ fn detect(b: &mut Bench, trials: usize, fault: Fault) {
             b.agents[v].signal(Signal::SIGCONT);
             std::thread::sleep(STALL_WATCH); // The window in which no verdict may come.
             let convicted = (b.agents.iter().enumerate())
-                .filter(|&(i, a)| i != v && a.declared_dead(&victim, since[i]).is_some())
+                .filter(|&(i, a)| i != v && declared_dead(a, &victim, since[i]).is_some())
                 .count();
             println!("trial {t:>2}: {victim:<10} stalled 2s, convicted by {convicted} observer(s)");
             all.push(convicted as u64);
@@ -293,9 +209,7 @@ fn detect(b: &mut Bench, trials: usize, fault: Fault) {
                 if seen[i].is_some() {
                     continue;
                 }
-                seen[i] = a
-                    .declared_dead(&victim, since[i])
-                    .map(|at| at.saturating_sub(t0));
+                seen[i] = declared_dead(a, &victim, since[i]).map(|at| at.saturating_sub(t0));
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -351,9 +265,7 @@ type Counters = (u64, u64, u64, u64, u64, u64, u64);
 
 fn idle(b: &Bench, secs: u64, loss: u32) {
     let n = b.agents.len();
-    wait_until(Duration::from_secs(60), "the cluster to form", || {
-        b.formed()
-    });
+    b.wait_formed();
     let ports: Vec<u16> = b.agents.iter().map(|a| a.gossip.port()).collect();
     let _loss = (loss > 0).then(|| loss::Loss::install(loss, &ports));
     // Let joins and their gossip die down.
@@ -362,12 +274,12 @@ fn idle(b: &Bench, secs: u64, loss: u32) {
         b.agents
             .iter()
             .map(|a| {
-                let m = call(a.api.metrics()).unwrap();
+                let m = a.metrics().unwrap();
                 (
                     metrics_sum(&m, &["hale_datagram_bytes_out_total"]),
                     metrics_sum(&m, &["hale_datagrams_out_total"]),
                     metrics_sum(&m, &["hale_streams_out_total"]),
-                    a.cpu_ticks(),
+                    cpu_ticks(a),
                     metrics_sum(&m, &["hale_suspicions_total"]),
                     metrics_sum(
                         &m,
@@ -452,14 +364,10 @@ fn main() {
     assert!(hale.exists(), "no hale binary at {}", hale.display());
     let logs = std::env::temp_dir().join(format!("hale-bench-{}", std::process::id()));
     std::fs::create_dir_all(&logs).unwrap();
-    let key = String::from_utf8(Command::new(&hale).arg("keygen").output().unwrap().stdout)
-        .unwrap()
-        .trim()
-        .to_owned();
+    support::HALE_BIN.set(hale).unwrap();
     let mut b = Bench {
-        hale,
         logs: logs.clone(),
-        key,
+        key: Key::generate().to_base64(),
         cluster: format!("bench-{}", std::process::id()),
         profile: args.profile.clone(),
         agents: Vec::new(),

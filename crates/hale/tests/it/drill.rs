@@ -17,7 +17,8 @@ use nix::unistd::Pid;
 use serde_json::Value;
 
 use crate::drill_report::{Check, Outcome, Report};
-use crate::support::{call, metric, wait_for, wait_until, Cluster, Proc, HALE};
+use crate::support::hale_bin;
+use crate::support::{call, metric, wait_for, wait_until, Cluster, Proc};
 
 /// One drill cluster at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -307,7 +308,7 @@ fn interrupting_a_drill_restores_every_fault_and_marks_the_report_aborted() {
     let c = Bench::start("drill-aborted");
     let dir = c.c.path("report-aborted");
     let out = std::fs::File::create(c.c.path("drill.out")).unwrap();
-    let drill = Command::new(HALE)
+    let drill = Command::new(hale_bin())
         .args(["drill", "node-freeze", "n0", "--duration", "120", "--json"])
         .args(["--http", &c.c.agents[0].http.to_string()])
         .arg("--report")

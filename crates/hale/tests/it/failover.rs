@@ -47,7 +47,7 @@ fn promoted(c: &Cluster, node: &str, epoch: u64) -> Vec<HookEvent> {
 }
 
 /// The holder and epoch of `db` once another node than `holder` holds it.
-fn standby_takes_over(c: &Cluster, holder: &str, secs: u64) -> (String, u64) {
+pub(crate) fn standby_takes_over(c: &Cluster, holder: &str, secs: u64) -> (String, u64) {
     wait_for(Duration::from_secs(secs), "a standby takes db", || {
         c.holder().filter(|(h, _)| h != holder)
     })

@@ -156,6 +156,7 @@ impl Lab {
                 key: key.clone(),
                 netns: Some(ns.clone()),
                 log: logs.join(format!("{name}.log")),
+                profile: "lan".into(),
             }));
         }
         agents

@@ -16,6 +16,7 @@ use nix::unistd::Pid;
 use hale_agent::drill::Fault;
 use hale_control::RoleState;
 
+use crate::failover::standby_takes_over;
 use crate::support::{call, during, hook_lines, wait_for, Cluster, HookLine};
 
 fn find<'a>(l: &'a [HookLine], node: &str, what: &str, epoch: u64) -> Option<&'a HookLine> {
@@ -66,10 +67,6 @@ fn assert_no_overlap(l: &[HookLine]) {
             a.3
         );
     }
-}
-
-fn lease(c: &Cluster) -> Option<(String, u64)> {
-    c.holder()
 }
 
 fn local_state(c: &Cluster, i: usize) -> Option<RoleState> {
@@ -133,12 +130,12 @@ fn a_three_second_promote_hook_neither_flaps_the_role_nor_overlaps_a_handover() 
             .get::<serde_json::Value>("/v1/roles/nope/primary"),
     );
     assert_eq!(err.unwrap_err().status(), Some(404));
-    let (holder, epoch) = lease(&c).unwrap();
+    let (holder, epoch) = c.holder().unwrap();
     assert_eq!(holder, "n0");
     // Twelve seconds of steady state: the lease never moves (before the
     // fix it changed hands 8 times in 12 s with a 3 s promote hook).
     during(Duration::from_secs(12), Duration::from_millis(250), || {
-        if let Some(l) = lease(&c) {
+        if let Some(l) = c.holder() {
             assert_eq!(l, (holder.clone(), epoch), "the role changed hands");
         }
     });
@@ -199,9 +196,7 @@ fn a_promote_hook_that_hangs_is_killed_with_its_children_and_the_role_moves_on()
             .ok()
     });
     // The role moves on to the next candidate.
-    let (next, e2) = wait_for(Duration::from_secs(30), "another node holds db", || {
-        lease(&c).filter(|(h, _)| h != "n0")
-    });
+    let (next, e2) = standby_takes_over(&c, "n0", 30);
     assert_eq!(next, "n1");
     assert!(e2 > epoch);
     // The whole process group went: the grandchild too.
@@ -252,9 +247,7 @@ fn a_lease_lost_during_a_promotion_kills_the_promote_hook_before_the_demote_star
             .set_fault(Fault::Freeze, Duration::from_secs(8)),
     )
     .unwrap();
-    let (next, e2) = wait_for(Duration::from_secs(30), "another node holds db", || {
-        lease(&c).filter(|(h, _)| h != "n0")
-    });
+    let (next, e2) = standby_takes_over(&c, "n0", 30);
     let l = wait_for(Duration::from_secs(10), "n0 demoted", || {
         let l = hook_lines(&log);
         find(&l, "n0", "demote", epoch).is_some().then_some(l)

@@ -20,8 +20,19 @@ use hale_agent::view::RolesView;
 use hale_agent::{AgentEvent, Client, EventView, Key, MemberView};
 use hale_control::{HookEvent, HookKind};
 
-/// The `hale` binary under test.
-pub const HALE: &str = env!("CARGO_BIN_EXE_hale");
+/// The `hale` binary the agents run: the one under test, unless the agent
+/// benchmark (not a test: none is built for it) has set its own first.
+pub static HALE_BIN: OnceLock<PathBuf> = OnceLock::new();
+
+/// The `hale` binary the agents run (see [`HALE_BIN`]).
+pub fn hale_bin() -> &'static Path {
+    HALE_BIN.get_or_init(|| {
+        let Some(bin) = option_env!("CARGO_BIN_EXE_hale") else {
+            panic!("not a test: set HALE_BIN first");
+        };
+        PathBuf::from(bin)
+    })
+}
 
 /// How often the polling helpers look again.
 const POLL: Duration = Duration::from_millis(100);
@@ -170,6 +181,8 @@ pub struct Spec {
     pub netns: Option<String>,
     /// Where the agent's log goes.
     pub log: PathBuf,
+    /// Its timing profile (`lan`, `wan`, `local`).
+    pub profile: String,
 }
 
 /// A process the test started. Dropping it kills it by its process id
@@ -284,10 +297,11 @@ fn logged_addr(log: &Path, key: &str) -> Option<SocketAddr> {
 
 /// A `hale` command, run inside network namespace `netns` if given.
 fn hale(netns: Option<&str>) -> Command {
-    let mut c = Command::new(if netns.is_some() { "ip" } else { HALE });
-    if let Some(ns) = netns {
-        c.args(["netns", "exec", ns, HALE]);
-    }
+    let Some(ns) = netns else {
+        return Command::new(hale_bin());
+    };
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns]).arg(hale_bin());
     c
 }
 
@@ -306,7 +320,7 @@ pub fn spawn(spec: &Spec) -> AgentProc {
         .env("HALE_HTTP", spec.http.to_string())
         .env("HALE_CLUSTER", &spec.cluster)
         .env("HALE_KEYS", &spec.key)
-        .env("HALE_PROFILE", "lan")
+        .env("HALE_PROFILE", &spec.profile)
         .env("HALE_LOG", "info")
         .env("NO_COLOR", "1")
         .stdin(Stdio::null())
@@ -536,6 +550,7 @@ impl Cluster {
             key: self.key.clone(),
             netns: None,
             log: self.logs.path().join(format!("{name}.log")),
+            profile: "lan".into(),
         }
     }
 
@@ -745,7 +760,7 @@ name = "{name}"
 bind = "{gossip}"
 http = "{http}"
 {seeds}
-watchdog = "{HALE}"
+watchdog = "{hale}"
 [cluster]
 name = "{cluster}"
 keys = ["{key}"]
@@ -769,6 +784,7 @@ fail_after = "1s"
 "#,
             gossip = node.gossip,
             http = node.http,
+            hale = hale_bin().display(),
             control_section = if i < 3 {
                 format!(
                     "id = {}\nbind = \"{}\"\nservers = [{}]\nbootstrap = {}\ndata_dir = \"{}\"",
