@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
@@ -190,8 +190,18 @@ struct DrillArgsView {
 }
 
 impl Drill {
+    /// The report, locked.
+    fn report(&self) -> MutexGuard<'_, Report> {
+        self.report.lock().expect("report lock")
+    }
+
+    /// What must be undone, locked.
+    fn undo(&self) -> MutexGuard<'_, Undo> {
+        self.undo.lock().expect("undo lock")
+    }
+
     fn step_start(&self, name: &str) -> usize {
-        let mut r = self.report.lock().expect("report lock");
+        let mut r = self.report();
         let now = hale_agent::view::unix_ms();
         r.timeline.push(Entry {
             unix_ms: now,
@@ -210,7 +220,7 @@ impl Drill {
     }
 
     fn add(&self, step: usize, c: Check) {
-        let mut r = self.report.lock().expect("report lock");
+        let mut r = self.report();
         eprintln!(
             "  {} {}: {}",
             if c.passed { "ok  " } else { "FAIL" },
@@ -226,22 +236,18 @@ impl Drill {
     }
 
     fn step_end(&self, step: usize) {
-        let mut r = self.report.lock().expect("report lock");
+        let mut r = self.report();
         r.steps[step].ended_unix_ms = hale_agent::view::unix_ms();
     }
 
     fn mark(&self, kind: &str, member: Option<&str>, detail: serde_json::Value) {
-        self.report
-            .lock()
-            .expect("report lock")
-            .timeline
-            .push(Entry {
-                unix_ms: hale_agent::view::unix_ms(),
-                source: "drill".into(),
-                kind: kind.into(),
-                member: member.map(str::to_owned),
-                detail: Some(detail),
-            });
+        self.report().timeline.push(Entry {
+            unix_ms: hale_agent::view::unix_ms(),
+            source: "drill".into(),
+            kind: kind.into(),
+            member: member.map(str::to_owned),
+            detail: Some(detail),
+        });
     }
 
     /// Appends every agent's new events to the timeline; returns them.
@@ -260,9 +266,7 @@ impl Drill {
                 }
             }
         }
-        self.report
-            .lock()
-            .expect("report lock")
+        self.report()
             .timeline
             .extend(fresh.iter().map(Entry::event));
         fresh
@@ -279,11 +283,7 @@ impl Drill {
     }
 
     async fn set_fault(&self, node: &str, fault: Fault) -> anyhow::Result<()> {
-        self.undo
-            .lock()
-            .expect("undo lock")
-            .faults
-            .insert((node.to_owned(), fault));
+        self.undo().faults.insert((node.to_owned(), fault));
         self.mark("set", Some(node), serde_json::json!(fault));
         self.agents
             .client(node)?
@@ -580,7 +580,7 @@ pub fn run(args: &DrillArgs) -> anyhow::Result<std::process::ExitCode> {
 async fn abort_restore(d: &mut Drill) {
     let step = d.step_start("restore after interruption");
     d.restore_and_verify(step).await;
-    let homes = d.undo.lock().expect("undo lock").homes.clone();
+    let homes = d.undo().homes.clone();
     for (role, home) in homes {
         d.hand_home(step, &role, &home).await;
     }

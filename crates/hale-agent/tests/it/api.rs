@@ -4,18 +4,9 @@
 use std::time::Duration;
 
 use hale_agent::client::ErrorBody;
-use hale_agent::{Agent, ClientError, Key};
+use hale_agent::{ClientError, Key};
 
-use crate::support::{start, wait_until};
-
-async fn alive_count(a: &Agent) -> usize {
-    a.members()
-        .await
-        .unwrap()
-        .iter()
-        .filter(|m| m.state == "alive")
-        .count()
-}
+use crate::support::{alive_count, start, state_of, wait_until};
 
 #[tokio::test]
 async fn three_agents_join_through_a_seed_and_see_each_other() {
@@ -36,11 +27,7 @@ async fn three_agents_join_through_a_seed_and_see_each_other() {
     // A graceful shutdown is recorded as left, not dead.
     c.shutdown().await;
     wait_until("c is recorded as left", Duration::from_secs(10), || async {
-        a.members()
-            .await
-            .unwrap()
-            .iter()
-            .any(|m| m.name == "c" && m.state == "left")
+        state_of(&a, "c").await.as_deref() == Some("left")
     })
     .await;
     a.shutdown().await;

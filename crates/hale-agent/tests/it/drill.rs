@@ -7,19 +7,10 @@ use std::time::Duration;
 use hale_agent::drill::{DrillView, Fault};
 use hale_agent::{Agent, AgentEvent, ClientError, Key};
 
-use crate::support::{start, wait_until};
+use crate::support::{start, state_of, wait_until};
 
 async fn drill(a: &Agent) -> DrillView {
     a.client().drill().await.unwrap()
-}
-
-async fn state_of(a: &Agent, name: &str) -> Option<String> {
-    a.members()
-        .await
-        .ok()?
-        .into_iter()
-        .find(|m| m.name == name)
-        .map(|m| m.state)
 }
 
 #[tokio::test]

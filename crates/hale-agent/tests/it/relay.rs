@@ -7,7 +7,7 @@ use hale_agent::{Agent, FileConfig, Key};
 use hale_relay::fake::{FakeSentry, Mode};
 use hale_relay::BreakerGauge;
 
-use crate::support::{loopback_file, wait_until};
+use crate::support::{alive_count, loopback_file, state_of, wait_until};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envelopes_posted_to_the_agent_reach_the_upstream_and_are_counted() {
@@ -115,15 +115,7 @@ async fn when_membership_declares_the_upstream_host_dead_the_breaker_opens_at_on
     wait_until(
         "all three are alive at app",
         Duration::from_secs(20),
-        || async {
-            app.members()
-                .await
-                .unwrap()
-                .iter()
-                .filter(|m| m.state == "alive")
-                .count()
-                == 3
-        },
+        || async { alive_count(&app).await == 3 },
     )
     .await;
 
@@ -163,11 +155,7 @@ async fn when_membership_declares_the_upstream_host_dead_the_breaker_opens_at_on
     };
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
-        let members = app.members().await.unwrap();
-        let state = members
-            .iter()
-            .find(|m| m.name == "sentry-host")
-            .map(|m| m.state.clone());
+        let state = state_of(&app, "sentry-host").await;
         if state.as_deref() == Some("dead") {
             break;
         }

@@ -41,6 +41,21 @@ where
     }
 }
 
+/// How many members `a` sees alive (itself included).
+pub async fn alive_count(a: &Agent) -> usize {
+    let members = a.members().await.unwrap();
+    members.iter().filter(|m| m.state == "alive").count()
+}
+
+/// The state `a` gives member `name`, if it knows it.
+pub async fn state_of(a: &Agent, name: &str) -> Option<String> {
+    let members = a.members().await.ok()?;
+    members
+        .into_iter()
+        .find(|m| m.name == name)
+        .map(|m| m.state)
+}
+
 /// An agent started on [`loopback_config`].
 pub async fn start(cluster: &str, name: &str, key: &str, token: Option<&str>) -> Agent {
     Agent::start(loopback_config(cluster, name, key, token))

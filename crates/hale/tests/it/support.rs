@@ -190,17 +190,25 @@ pub struct Spec {
 /// processes it had started (an agent's role watchdogs and hooks).
 pub struct Proc(pub Child);
 
-impl Drop for Proc {
-    fn drop(&mut self) {
+impl Proc {
+    /// Kills the process (SIGCONT first) and reaps it: the processes it had
+    /// started, which live on (none if it was already gone and reaped).
+    fn stop(&mut self) -> Vec<i32> {
         if matches!(self.0.try_wait(), Ok(Some(_))) {
-            return; // Gone and reaped: what it started is no longer its.
+            return Vec::new(); // What it started is no longer its.
         }
         let pid = self.0.id() as i32;
         let started = descendants(pid);
         let _ = kill(Pid::from_raw(pid), Signal::SIGCONT);
         let _ = self.0.kill();
         let _ = self.0.wait();
-        for p in started {
+        started
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        for p in self.stop() {
             let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
         }
     }
@@ -406,14 +414,9 @@ impl AgentProc {
     /// started lives on, as after a real crash (a role's watchdog fences
     /// on its own), and is killed when this drops.
     pub fn kill(&mut self) {
-        let Some(mut p) = self.proc.take() else {
-            return;
-        };
-        let pid = p.0.id() as i32;
-        self.orphans.extend(descendants(pid));
-        let _ = kill(Pid::from_raw(pid), Signal::SIGCONT);
-        let _ = p.0.kill();
-        let _ = p.0.wait();
+        if let Some(mut p) = self.proc.take() {
+            self.orphans.extend(p.stop());
+        }
     }
 
     /// Whether the process has exited (and reaps it).
