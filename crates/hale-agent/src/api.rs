@@ -14,7 +14,6 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures_util::stream::{self, StreamExt};
 use serde::Deserialize;
-use tokio::sync::oneshot;
 use tokio_stream::wrappers::BroadcastStream;
 
 use crate::app::{AppState, Stopping};
@@ -174,12 +173,8 @@ pub(crate) async fn join(State(st): State<AppState>, body: Bytes) -> Result<Resp
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let (tx, rx) = oneshot::channel();
-    st.cmds
-        .send(Command::Join(addrs.clone(), tx))
-        .await
-        .map_err(|_| Stopping)?;
-    rx.await.map_err(|_| Stopping)?;
+    let joined = crate::runtime::ask(&st.cmds, |tx| Command::Join(addrs, tx)).await;
+    joined.ok_or(Stopping)?;
     Ok((
         StatusCode::ACCEPTED,
         Json(serde_json::json!({ "joining": req.addrs })),
@@ -188,12 +183,8 @@ pub(crate) async fn join(State(st): State<AppState>, body: Bytes) -> Result<Resp
 }
 
 pub(crate) async fn leave(State(st): State<AppState>) -> Result<Response, ApiError> {
-    let (tx, rx) = oneshot::channel();
-    st.cmds
-        .send(Command::Leave(tx))
-        .await
-        .map_err(|_| Stopping)?;
-    rx.await.map_err(|_| Stopping)?;
+    let left = crate::runtime::ask(&st.cmds, Command::Leave).await;
+    left.ok_or(Stopping)?;
     Ok(Json(serde_json::json!({ "left": true })).into_response())
 }
 

@@ -42,7 +42,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::{TcpListener, UdpSocket};
-use tokio::sync::{broadcast, mpsc, oneshot, watch};
+use tokio::sync::{broadcast, mpsc, watch};
 use tokio::task::JoinSet;
 
 use hale_core::{Node, NodeId, Time};
@@ -249,12 +249,8 @@ impl Agent {
 
     /// A snapshot of members and counters.
     pub async fn snapshot(&self) -> Result<Snapshot, AgentStopped> {
-        let (tx, rx) = oneshot::channel();
-        self.cmds
-            .send(Command::Snapshot(tx))
-            .await
-            .map_err(|_| AgentStopped)?;
-        rx.await.map_err(|_| AgentStopped)
+        let s = runtime::ask(&self.cmds, Command::Snapshot).await;
+        s.ok_or(AgentStopped)
     }
 
     /// Every member, this node first.
@@ -280,12 +276,8 @@ impl Agent {
 
     /// Joins through `addrs`.
     pub async fn join(&self, addrs: Vec<SocketAddr>) -> Result<(), AgentStopped> {
-        let (tx, rx) = oneshot::channel();
-        self.cmds
-            .send(Command::Join(addrs, tx))
-            .await
-            .map_err(|_| AgentStopped)?;
-        rx.await.map_err(|_| AgentStopped)
+        let joined = runtime::ask(&self.cmds, |tx| Command::Join(addrs, tx)).await;
+        joined.ok_or(AgentStopped)
     }
 
     /// Leaves gracefully (peers record this node as left, not dead) and

@@ -172,6 +172,17 @@ impl Shared {
     }
 }
 
+/// Sends the driver behind `cmds` the request `make(reply)` and waits for
+/// its reply (None: the driver has stopped).
+pub(crate) async fn ask<T>(
+    cmds: &mpsc::Sender<Command>,
+    make: impl FnOnce(oneshot::Sender<T>) -> Command,
+) -> Option<T> {
+    let (tx, rx) = oneshot::channel();
+    cmds.send(make(tx)).await.ok()?;
+    rx.await.ok()
+}
+
 /// Counts one more of what `c` counts.
 fn count(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
