@@ -130,15 +130,12 @@ fn a_three_second_promote_hook_neither_flaps_the_role_nor_overlaps_a_handover() 
             .get::<serde_json::Value>("/v1/roles/nope/primary"),
     );
     assert_eq!(err.unwrap_err().status(), Some(404));
-    let (holder, epoch) = c.holder().unwrap();
-    assert_eq!(holder, "n0");
+    let held = c.holder().unwrap();
+    let epoch = held.1;
+    assert_eq!(held.0, "n0");
     // Twelve seconds of steady state: the lease never moves (before the
     // fix it changed hands 8 times in 12 s with a 3 s promote hook).
-    during(Duration::from_secs(12), Duration::from_millis(250), || {
-        if let Some(l) = c.holder() {
-            assert_eq!(l, (holder.clone(), epoch), "the role changed hands");
-        }
-    });
+    c.assert_holder_stays(Duration::from_secs(12), &held, "in steady state");
     let l = hook_lines(&log);
     assert_eq!(
         l.iter().filter(|x| x.what == "promote").count(),

@@ -608,6 +608,16 @@ impl Cluster {
         Cluster { agents, ..c }
     }
 
+    /// Asserts every 250 ms for `length` that `db` stays with `held`
+    /// (whenever a control-plane server answers); `when` ends the message.
+    pub fn assert_holder_stays(&self, length: Duration, held: &(String, u64), when: &str) {
+        during(length, Duration::from_millis(250), || {
+            if let Some(now) = self.holder() {
+                assert_eq!(&now, held, "the role moved {when}");
+            }
+        });
+    }
+
     /// A file in the cluster's directory (`hooks.log`, `n0.toml`, ...).
     pub fn path(&self, f: &str) -> PathBuf {
         self.logs.path().join(f)
