@@ -17,8 +17,8 @@ use nix::unistd::Pid;
 use serde_json::Value;
 
 use crate::drill_report::{Check, Outcome, Report};
-use crate::support::hale_bin;
 use crate::support::{call, metric, wait_for, wait_until, Cluster, Proc};
+use crate::support::{db_holder, hale_bin};
 
 /// One drill cluster at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -324,10 +324,7 @@ fn interrupting_a_drill_restores_every_fault_and_marks_the_report_aborted() {
     });
     // Mid-drill: the standby has taken over while n0 is frozen.
     wait_until(Duration::from_secs(20), "n1 holds db", || {
-        c.c.agents[1]
-            .roles()
-            .and_then(|v| v.leases?.remove("db")?.holder)
-            .is_some_and(|h| h == "n1")
+        db_holder(&c.c.agents[1]).is_some_and(|(h, _)| h == "n1")
     });
     kill(Pid::from_raw(drill.0.id() as i32), Signal::SIGINT).unwrap();
     let status = wait_for(Duration::from_secs(60), "the drill exits", || {

@@ -14,8 +14,8 @@ use hale_agent::Key;
 use hale_control::{HookEvent, HookKind};
 
 use crate::support::{
-    cluster_name, dead_events, during, hook_history, log_dir, spawn, start_role_cluster, view,
-    wait_all_alive, wait_for, wait_until, AgentProc, LogDir, RoleNode, Spec,
+    cluster_name, db_holder, dead_events, during, hook_history, log_dir, spawn, start_role_cluster,
+    view, wait_all_alive, wait_for, wait_until, AgentProc, LogDir, RoleNode, Spec,
 };
 
 const HOSTS: usize = 5;
@@ -392,25 +392,16 @@ fn start_role_agents(lab: &Lab, test: &str) -> Vec<AgentProc> {
     )
 }
 
-/// `db`'s holder and epoch as host `i` sees it.
-fn db_holder(agents: &[AgentProc], i: usize) -> Option<(String, u64)> {
-    let l = agents[i].roles()?.leases?.remove("db")?;
-    Some((l.holder?, l.epoch))
-}
-
 #[test]
 fn a_holder_cut_off_from_the_control_plane_majority_steps_down_before_a_standby_takes_over() {
-    if let Some(why) = unsupported() {
-        eprintln!("skipped: {why}");
-        return;
-    }
+    require_netns!();
     let lab = Lab::new("roles_cut", 3);
     // Declared after the lab: the agents (and their watchdogs) are killed
     // before the namespaces go.
     let agents = start_role_agents(&lab, "roles_cut");
     {
         let (_, epoch) = wait_for(Duration::from_secs(40), "h0 holds db", || {
-            db_holder(&agents, 1).filter(|(h, _)| h == "h0")
+            db_holder(&agents[1]).filter(|(h, _)| h == "h0")
         });
         // h0 hears nothing from h1 and h2, and they hear nothing from it.
         let (ip0, ip1, ip2) = (lab.ips[0], lab.ips[1], lab.ips[2]);
@@ -419,7 +410,7 @@ fn a_holder_cut_off_from_the_control_plane_majority_steps_down_before_a_standby_
         lab.filter(2, &format!("ip saddr {ip0} counter drop"));
         let majority_takes = "a standby on the majority side takes db";
         let (_, e2) = wait_for(Duration::from_secs(40), majority_takes, || {
-            db_holder(&agents, 1).filter(|(h, _)| h == "h1")
+            db_holder(&agents[1]).filter(|(h, _)| h == "h1")
         });
         assert!(e2 > epoch);
         assert!(lab.dropped(0) > 0, "the cut dropped nothing");

@@ -636,15 +636,15 @@ impl Cluster {
     /// The holder and epoch of `db`, as the first running control-plane
     /// server that answers sees it.
     pub fn holder(&self) -> Option<(String, u64)> {
-        self.agents
-            .iter()
-            .take(3)
-            .filter(|a| a.running())
-            .find_map(|a| {
-                let l = a.roles()?.leases?.remove("db")?;
-                Some((l.holder?, l.epoch))
-            })
+        let servers = self.agents.iter().take(3);
+        servers.filter(|a| a.running()).find_map(db_holder)
     }
+}
+
+/// The holder and epoch of `db` as agent `a` sees it.
+pub fn db_holder(a: &AgentProc) -> Option<(String, u64)> {
+    let l = a.roles()?.leases?.remove("db")?;
+    Some((l.holder?, l.epoch))
 }
 
 /// How many members `a` sees alive (itself included).
