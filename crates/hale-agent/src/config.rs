@@ -222,7 +222,7 @@ pub enum ConfigError {
     },
 }
 
-fn invalid(field: &str, problem: impl Into<String>) -> ConfigError {
+pub(crate) fn invalid(field: &str, problem: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
         field: field.to_owned(),
         problem: problem.into(),
