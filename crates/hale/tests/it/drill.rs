@@ -5,7 +5,7 @@
 //! are fake Sentries in this process. Drill tests run one at a time (they share two cores).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -60,22 +60,15 @@ impl Bench {
 
     /// `hale status --json` through n0 (the CLI's own output format).
     fn status(&self) -> Option<Value> {
-        let out = self.hale(0, &["status", "--json"]);
+        let out = self.c.agents[0].cli(&["status", "--json"]);
         serde_json::from_slice(&out.stdout).ok()
-    }
-
-    /// Runs `hale ARGS --http <node i>`.
-    fn hale(&self, i: usize, args: &[&str]) -> Output {
-        self.c.agents[i].cli(args)
     }
 
     /// Runs a drill through n0 with a report directory; its exit code and report.
     fn drill(&self, args: &[&str]) -> (Option<i32>, Report, PathBuf) {
         let dir = self.c.path(&format!("report-{}", args.join("-")));
-        let out = self.hale(
-            0,
-            &[args, &["--report", dir.to_str().unwrap(), "--json"]].concat(),
-        );
+        let flags = ["--report", dir.to_str().unwrap(), "--json"];
+        let out = self.c.agents[0].cli(&[args, &flags].concat());
         let report = read_report(&dir).unwrap_or_else(|| {
             panic!(
                 "no report in {}; stderr:\n{}",
@@ -365,7 +358,7 @@ fn status_shows_members_roles_failing_checks_and_the_relay_in_text_and_json() {
     assert_eq!(f["essential"], true);
     assert_eq!(s["relays"][0][0], "n0");
     assert_eq!(s["relays"][0][1]["upstreams"][0]["breaker"], "closed");
-    let out = c.hale(0, &["status"]);
+    let out = c.c.agents[0].cli(&["status"]);
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     eprintln!("{text}");
