@@ -34,6 +34,11 @@ async fn every_agent_serves_the_dashboard_and_its_assets_from_the_binary() {
     let js = get(&a, "/assets/app.js", &[]).await;
     let js_type = &js.headers()["content-type"];
     assert_eq!(js_type, "text/javascript; charset=utf-8");
+    assert_eq!(
+        js.headers()["cache-control"],
+        "no-cache",
+        "revalidated on every load"
+    );
     let etag = js.headers()["etag"].to_str().unwrap().to_owned();
     let again = get(&a, "/assets/views.js", &[]).await;
     assert_eq!(again.status(), 200, "the module app.js imports is served");
