@@ -6,24 +6,11 @@ use std::time::Duration;
 use hale_agent::client::ErrorBody;
 use hale_agent::{ClientError, Key};
 
-use crate::support::{alive_count, start, state_of, wait_until};
+use crate::support::{alive_count, start, start_cluster, state_of, wait_until};
 
 #[tokio::test]
 async fn three_agents_join_through_a_seed_and_see_each_other() {
-    let key = Key::generate().to_base64();
-    let a = start("api-test", "a", &key, None).await;
-    let b = start("api-test", "b", &key, None).await;
-    let c = start("api-test", "c", &key, None).await;
-    b.join(vec![a.gossip_addr()]).await.unwrap();
-    c.join(vec![a.gossip_addr()]).await.unwrap();
-    for x in [&a, &b, &c] {
-        wait_until(
-            "all three are alive everywhere",
-            Duration::from_secs(10),
-            || async { alive_count(x).await == 3 },
-        )
-        .await;
-    }
+    let [a, b, c] = start_cluster("api-test", ["a", "b", "c"]).await;
     // A graceful shutdown is recorded as left, not dead.
     c.shutdown().await;
     wait_until("c is recorded as left", Duration::from_secs(10), || async {
