@@ -24,7 +24,6 @@ mod loss;
 #[allow(dead_code)] // What the benchmark does not use of the tests' harness.
 mod support;
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -34,7 +33,7 @@ use hale_agent::view::unix_ms;
 use hale_agent::{AgentEvent, Key};
 use nix::sys::signal::Signal;
 
-use support::{call, spawn, wait_all_alive, AgentProc, Spec};
+use support::{call, loopback_spec, spawn, wait_all_alive, AgentProc, Spec};
 
 /// Benchmarks of real agent processes on loopback.
 #[derive(Debug, Parser)]
@@ -115,17 +114,11 @@ struct Bench {
 impl Bench {
     /// Starts agent `name` on loopback, joining through the first agent.
     fn spawn(&self, name: &str) -> AgentProc {
-        let any = SocketAddr::from(([127, 0, 0, 1], 0));
+        let first = self.agents.first();
+        let spec = loopback_spec(name, first, &self.cluster, &self.key, &self.logs);
         spawn(&Spec {
-            name: name.to_owned(),
-            bind: any,
-            http: any,
-            seeds: self.agents.first().map(|a| a.gossip).into_iter().collect(),
-            cluster: self.cluster.clone(),
-            key: self.key.clone(),
-            netns: None,
-            log: self.logs.join(format!("{name}.log")),
             profile: self.profile.clone(),
+            ..spec
         })
     }
 

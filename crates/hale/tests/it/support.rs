@@ -185,6 +185,29 @@ pub struct Spec {
     pub profile: String,
 }
 
+/// A `lan` agent `name` of cluster `cluster` (key `key`) on loopback with
+/// any free ports, joining through `seed`, logging into `dir`.
+pub fn loopback_spec(
+    name: &str,
+    seed: Option<&AgentProc>,
+    cluster: &str,
+    key: &str,
+    dir: &Path,
+) -> Spec {
+    let any = SocketAddr::from(([127, 0, 0, 1], 0));
+    Spec {
+        name: name.to_owned(),
+        bind: any,
+        http: any,
+        seeds: seed.map(|a| a.gossip).into_iter().collect(),
+        cluster: cluster.to_owned(),
+        key: key.to_owned(),
+        netns: None,
+        log: dir.join(format!("{name}.log")),
+        profile: "lan".into(),
+    }
+}
+
 /// A process the test started. Dropping it kills it by its process id
 /// (SIGCONT first, in case it was stopped) and reaps it, then kills the
 /// processes it had started (an agent's role watchdogs and hooks).
@@ -543,18 +566,8 @@ impl Cluster {
 
     /// A spec for one more loopback agent of this cluster, seeded with the first.
     pub fn spec(&self, name: &str) -> Spec {
-        let any = SocketAddr::from(([127, 0, 0, 1], 0));
-        Spec {
-            name: name.to_owned(),
-            bind: any,
-            http: any,
-            seeds: self.agents.first().map(|a| a.gossip).into_iter().collect(),
-            cluster: self.cluster.clone(),
-            key: self.key.clone(),
-            netns: None,
-            log: self.logs.path().join(format!("{name}.log")),
-            profile: "lan".into(),
-        }
+        let (first, dir) = (self.agents.first(), self.logs.path());
+        loopback_spec(name, first, &self.cluster, &self.key, dir)
     }
 
     /// Names of every agent.
