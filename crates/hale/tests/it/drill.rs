@@ -17,8 +17,7 @@ use nix::unistd::Pid;
 use serde_json::Value;
 
 use crate::drill_report::{Check, Outcome, Report};
-use crate::support::{call, metric, wait_for, wait_until, Cluster, Proc};
-use crate::support::{db_holder, hale_bin};
+use crate::support::{call, db_holder, hale_bin, metric, wait_for, wait_until, Cluster, Proc};
 
 /// One drill cluster at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
