@@ -338,28 +338,19 @@ impl Drill {
                 }
             }
             if let Some((node, path)) = relay {
-                let probe = match self.agents.client(node) {
-                    Ok(c) => c
-                        .relay_probe(path, self.args.sentry_key.as_deref())
-                        .await
-                        .ok(),
-                    Err(_) => None,
-                };
-                match probe {
-                    Some(p) => seen.probes.push(p),
-                    None => seen.probes.push((Duration::MAX, 0)),
-                }
-                if seen.breaker_open_at.is_none() {
-                    let relay = match self.agents.client(node) {
-                        Ok(c) => c.relay().await.ok().flatten(),
-                        Err(_) => None,
-                    };
-                    if let Some(v) = relay {
-                        if v.upstreams.iter().any(|u| u.breaker != "closed") {
+                // No agent to ask, or no answer: a test event never answered.
+                let mut probe = (Duration::MAX, 0);
+                if let Ok(c) = self.agents.client(node) {
+                    let key = self.args.sentry_key.as_deref();
+                    probe = c.relay_probe(path, key).await.unwrap_or(probe);
+                    if seen.breaker_open_at.is_none() {
+                        let v = c.relay().await.ok().flatten();
+                        if v.is_some_and(|v| v.upstreams.iter().any(|u| u.breaker != "closed")) {
                             seen.breaker_open_at = Some(start.elapsed());
                         }
                     }
                 }
+                seen.probes.push(probe);
             }
             if !roles.is_empty() {
                 if let Some(l) = self.leases(skip).await {
