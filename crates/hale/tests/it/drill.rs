@@ -357,9 +357,7 @@ fn status_shows_members_roles_failing_checks_and_the_relay_in_text_and_json() {
     assert_eq!(f["essential"], true);
     assert_eq!(s["relays"][0][0], "n0");
     assert_eq!(s["relays"][0][1]["upstreams"][0]["breaker"], "closed");
-    let out = c.c.agents[0].cli(&["status"]);
-    assert!(out.status.success());
-    let text = String::from_utf8(out.stdout).unwrap();
+    let text = c.c.agents[0].cli_ok(&["status"]);
     eprintln!("{text}");
     assert!(
         s["cluster"]

@@ -106,8 +106,7 @@ fn a_three_second_promote_hook_neither_flaps_the_role_nor_overlaps_a_handover() 
     let cluster = call(c.agents[1].api().cluster_roles()).unwrap();
     let db = cluster.roles.iter().find(|r| r.role == "db").unwrap();
     assert_eq!(db.holder_state, Some(RoleState::Promoting), "{cluster:?}");
-    let out = c.agents[0].cli(&["roles"]);
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = c.agents[0].cli_ok(&["roles"]);
     assert!(text.contains("promoting"), "{text}");
     wait_for(Duration::from_secs(30), "n0 is holder", || {
         (local_state(&c, 0)? == RoleState::Holder).then_some(())
@@ -145,8 +144,7 @@ fn a_three_second_promote_hook_neither_flaps_the_role_nor_overlaps_a_handover() 
     assert!(!l.iter().any(|x| x.what == "demote"), "{l:#?}");
     // A handover with slow hooks: n0 demotes (1 s) while still holding the
     // lease, and only then may n1's promote hook start.
-    let out = c.agents[0].cli(&["roles", "handover", "db", "--to", "n1"]);
-    assert!(out.status.success(), "{out:?}");
+    c.agents[0].cli_ok(&["roles", "handover", "db", "--to", "n1"]);
     wait_for(Duration::from_secs(30), "n1 finished promoting", || {
         let l = hook_lines(&log);
         find(&l, "n1", "promoted", epoch + 1).map(|_| ())

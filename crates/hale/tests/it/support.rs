@@ -456,6 +456,13 @@ impl AgentProc {
         cmd.args(args).args(["--http", &http]).output().unwrap()
     }
 
+    /// [`AgentProc::cli`], which must succeed: its standard output.
+    pub fn cli_ok(&self, args: &[&str]) -> String {
+        let out = self.cli(args);
+        assert!(out.status.success(), "hale {args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    }
+
     /// The typed client of its API (loopback agents only).
     pub fn api(&self) -> Client {
         api(self.http)
