@@ -67,7 +67,7 @@ pub(crate) async fn health(State(st): State<AppState>) -> Result<Response, ApiEr
         status: status.to_owned(),
         control,
         cluster: st.cluster.clone(),
-        node: st.shared.id.name().to_owned(),
+        node: st.me().to_owned(),
         addr: st.shared.id.addr().to_string(),
         incarnation: s.incarnation,
         local_health: s.local_health,
@@ -195,18 +195,12 @@ pub(crate) async fn openapi() -> Response {
 pub(crate) async fn metrics(State(st): State<AppState>) -> Result<Response, ApiError> {
     let s = st.snapshot().await?;
     let mut text = crate::metrics::render(&s, &st.shared);
-    text.push_str(&crate::metrics::render_roles(
-        st.shared.id.name(),
-        &st.roles,
-        &st.services,
-    ));
+    let me = st.me();
+    text.push_str(&crate::metrics::render_roles(me, &st.roles, &st.services));
     if let Some(c) = &st.control_server {
-        text.push_str(&crate::metrics::render_control(
-            st.shared.id.name(),
-            &c.status(),
-        ));
+        text.push_str(&crate::metrics::render_control(me, &c.status()));
     }
-    text.push_str(&st.shared.drill.render_metrics(st.shared.id.name()));
+    text.push_str(&st.shared.drill.render_metrics(me));
     if let Some(r) = st.relay() {
         text.push_str(&r.render_metrics());
     }
