@@ -14,7 +14,6 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures_util::stream::{self, StreamExt};
 use serde::Deserialize;
-use tokio::sync::oneshot;
 use tokio_stream::wrappers::BroadcastStream;
 
 use crate::app::{AppState, Stopping};
@@ -68,7 +67,7 @@ pub(crate) async fn health(State(st): State<AppState>) -> Result<Response, ApiEr
         status: status.to_owned(),
         control,
         cluster: st.cluster.clone(),
-        node: st.shared.id.name().to_owned(),
+        node: st.me().to_owned(),
         addr: st.shared.id.addr().to_string(),
         incarnation: s.incarnation,
         local_health: s.local_health,
@@ -174,12 +173,8 @@ pub(crate) async fn join(State(st): State<AppState>, body: Bytes) -> Result<Resp
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let (tx, rx) = oneshot::channel();
-    st.cmds
-        .send(Command::Join(addrs.clone(), tx))
-        .await
-        .map_err(|_| Stopping)?;
-    rx.await.map_err(|_| Stopping)?;
+    let joined = crate::runtime::ask(&st.cmds, |tx| Command::Join(addrs, tx)).await;
+    joined.ok_or(Stopping)?;
     Ok((
         StatusCode::ACCEPTED,
         Json(serde_json::json!({ "joining": req.addrs })),
@@ -188,12 +183,8 @@ pub(crate) async fn join(State(st): State<AppState>, body: Bytes) -> Result<Resp
 }
 
 pub(crate) async fn leave(State(st): State<AppState>) -> Result<Response, ApiError> {
-    let (tx, rx) = oneshot::channel();
-    st.cmds
-        .send(Command::Leave(tx))
-        .await
-        .map_err(|_| Stopping)?;
-    rx.await.map_err(|_| Stopping)?;
+    let left = crate::runtime::ask(&st.cmds, Command::Leave).await;
+    left.ok_or(Stopping)?;
     Ok(Json(serde_json::json!({ "left": true })).into_response())
 }
 
@@ -204,18 +195,12 @@ pub(crate) async fn openapi() -> Response {
 pub(crate) async fn metrics(State(st): State<AppState>) -> Result<Response, ApiError> {
     let s = st.snapshot().await?;
     let mut text = crate::metrics::render(&s, &st.shared);
-    text.push_str(&crate::metrics::render_roles(
-        st.shared.id.name(),
-        &st.roles,
-        &st.services,
-    ));
+    let me = st.me();
+    text.push_str(&crate::metrics::render_roles(me, &st.roles, &st.services));
     if let Some(c) = &st.control_server {
-        text.push_str(&crate::metrics::render_control(
-            st.shared.id.name(),
-            &c.status(),
-        ));
+        text.push_str(&crate::metrics::render_control(me, &c.status()));
     }
-    text.push_str(&st.shared.drill.render_metrics(st.shared.id.name()));
+    text.push_str(&st.shared.drill.render_metrics(me));
     if let Some(r) = st.relay() {
         text.push_str(&r.render_metrics());
     }

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use axum::routing::{get, post};
 use axum::Router;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 use crate::control_client::ControlClient;
 use crate::keyring::SharedKeyring;
@@ -60,12 +60,8 @@ impl AppState {
 
     /// A snapshot of members and counters from the driver.
     pub(crate) async fn snapshot(&self) -> Result<Snapshot, Stopping> {
-        let (tx, rx) = oneshot::channel();
-        self.cmds
-            .send(Command::Snapshot(tx))
-            .await
-            .map_err(|_| Stopping)?;
-        rx.await.map_err(|_| Stopping)
+        let s = crate::runtime::ask(&self.cmds, Command::Snapshot).await;
+        s.ok_or(Stopping)
     }
 
     /// The relay, if this agent runs one.

@@ -178,11 +178,15 @@ impl Client {
         r.json().await.map_err(|e| self.decode_error(path, e))
     }
 
+    /// GETs `path`; the answer, whatever its status.
+    async fn get_response(&self, path: &str) -> Result<reqwest::Response, ClientError> {
+        self.send(self.http.get(self.url(path)).timeout(self.timeout))
+            .await
+    }
+
     /// GETs `path` as a `T`.
     pub async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
-        let r = self
-            .send(self.http.get(self.url(path)).timeout(self.timeout))
-            .await?;
+        let r = self.get_response(path).await?;
         self.decode(path, r).await
     }
 
@@ -192,20 +196,18 @@ impl Client {
         &self,
         path: &str,
     ) -> Result<(u16, T), ClientError> {
-        let r = self
-            .send(self.http.get(self.url(path)).timeout(self.timeout))
-            .await?;
+        let r = self.get_response(path).await?;
         let status = r.status().as_u16();
         let body = r.json().await.map_err(|e| self.decode_error(path, e))?;
         Ok((status, body))
     }
 
-    /// POSTs `body` as JSON to `path` (with the token, if any), reads a `T`.
-    pub async fn post<B: Serialize + ?Sized, T: DeserializeOwned>(
+    /// POSTs `body` as JSON to `path` (with the token, if any); the answer.
+    async fn post_response<B: Serialize + ?Sized>(
         &self,
         path: &str,
         body: &B,
-    ) -> Result<T, ClientError> {
+    ) -> Result<reqwest::Response, ClientError> {
         let mut req = self
             .http
             .post(self.url(path))
@@ -214,8 +216,28 @@ impl Client {
         if let Some(t) = &self.token {
             req = req.bearer_auth(t);
         }
-        let r = self.send(req).await?;
+        self.send(req).await
+    }
+
+    /// POSTs `body` as JSON to `path` (with the token, if any), reads a `T`.
+    pub async fn post<B: Serialize + ?Sized, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<T, ClientError> {
+        let r = self.post_response(path, body).await?;
         self.decode(path, r).await
+    }
+
+    /// POSTs `body` as JSON to `path`, for an answer that is only a receipt.
+    async fn post_only<B: Serialize + ?Sized>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<(), ClientError> {
+        self.post::<_, serde_json::Value>(path, body)
+            .await
+            .map(drop)
     }
 
     /// `GET /v1/health`.
@@ -226,9 +248,7 @@ impl Client {
     /// `GET /metrics`: the Prometheus text.
     pub async fn metrics(&self) -> Result<String, ClientError> {
         let path = "/metrics";
-        let r = self
-            .send(self.http.get(self.url(path)).timeout(self.timeout))
-            .await?;
+        let r = self.get_response(path).await?;
         let r = self.check(path, r).await?;
         r.text().await.map_err(|e| self.decode_error(path, e))
     }
@@ -376,24 +396,25 @@ impl Client {
         Ok((start.elapsed(), r.status().as_u16()))
     }
 
-    /// `POST /v1/traffic`: application traffic from `peers` was seen.
-    pub async fn traffic(&self, peers: &[&str]) -> Result<TrafficView, ClientError> {
-        self.post("/v1/traffic", &serde_json::json!({ "peers": peers }))
-            .await
+    /// `POST /v1/traffic`: application traffic from `peers` was seen; the
+    /// status (202: noted) and the answer.
+    pub async fn traffic(&self, peers: &[&str]) -> Result<(u16, TrafficView), ClientError> {
+        let path = "/v1/traffic";
+        let body = serde_json::json!({ "peers": peers });
+        let r = self.post_response(path, &body).await?;
+        let status = r.status().as_u16();
+        Ok((status, self.decode(path, r).await?))
     }
 
     /// `POST /v1/join`.
     pub async fn join(&self, addrs: &[String]) -> Result<(), ClientError> {
-        self.post::<_, serde_json::Value>("/v1/join", &serde_json::json!({ "addrs": addrs }))
+        self.post_only("/v1/join", &serde_json::json!({ "addrs": addrs }))
             .await
-            .map(drop)
     }
 
     /// `POST /v1/leave`.
     pub async fn leave(&self) -> Result<(), ClientError> {
-        self.post::<_, serde_json::Value>("/v1/leave", &serde_json::json!({}))
-            .await
-            .map(drop)
+        self.post_only("/v1/leave", &serde_json::json!({})).await
     }
 
     /// `GET /v1/keys`.
@@ -410,18 +431,12 @@ impl Client {
     /// `POST /v1/control/servers`: adds a control-plane server.
     pub async fn add_server(&self, id: u64, addr: &str) -> Result<(), ClientError> {
         let body = serde_json::json!({ "id": id, "addr": addr });
-        self.post::<_, serde_json::Value>("/v1/control/servers", &body)
-            .await
-            .map(drop)
+        self.post_only("/v1/control/servers", &body).await
     }
 
     /// `POST /v1/control/servers/{id}/remove`.
     pub async fn remove_server(&self, id: u64) -> Result<(), ClientError> {
-        self.post::<_, serde_json::Value>(
-            &format!("/v1/control/servers/{id}/remove"),
-            &serde_json::json!({}),
-        )
-        .await
-        .map(drop)
+        let path = format!("/v1/control/servers/{id}/remove");
+        self.post_only(&path, &serde_json::json!({})).await
     }
 }

@@ -13,13 +13,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::extract::{Query, State};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures_util::stream::{self, StreamExt};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
-use serde_json::json;
 
+use crate::api::error;
 use crate::app::AppState;
 use crate::meta::AgentMeta;
 use crate::view::{
@@ -138,10 +139,7 @@ pub(crate) async fn services(
 ) -> Response {
     let Query(q) = match q {
         Ok(q) => q,
-        Err(e) => {
-            let body = json!({ "error": e.body_text() });
-            return (axum::http::StatusCode::BAD_REQUEST, Json(body)).into_response();
-        }
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.body_text()),
     };
     let members = st.snapshot().await.map(|s| s.members).unwrap_or_default();
     let wanted: Option<BTreeSet<&str>> = q
@@ -187,22 +185,9 @@ pub(crate) async fn services(
 
 pub(crate) async fn roles(State(st): State<AppState>) -> Json<ClusterRolesView> {
     let members = st.snapshot().await.map(|s| s.members).unwrap_or_default();
-    let leases: BTreeMap<String, (Option<String>, u64)> = match &st.control {
-        Some(c) => c
-            .table()
-            .await
-            .map(|t| {
-                t.roles()
-                    .map(|(r, l)| (r.clone(), (l.holder.clone(), l.epoch)))
-                    .collect()
-            })
-            .unwrap_or_default(),
-        None => BTreeMap::new(),
-    };
-    let leader = match &st.control {
-        Some(c) => c.leader().await,
-        None => None,
-    };
+    // The lease table and leader as `GET /v1/roles` reads them.
+    let RolesView { leases, leader, .. } = crate::roles_api::roles(State(st.clone())).await.0;
+    let leases = leases.unwrap_or_default();
     let local = st.roles.lock().expect("role views lock").clone();
     // role -> (node, priority, eligible, member state)
     let mut candidates: BTreeMap<String, Vec<(String, i64, bool, String)>> = BTreeMap::new();
@@ -226,7 +211,9 @@ pub(crate) async fn roles(State(st): State<AppState>) -> Json<ClusterRolesView> 
     names.extend(local.keys().cloned());
     let mut out = Vec::new();
     for role in names {
-        let (holder, epoch) = leases.get(&role).cloned().unwrap_or((None, 0));
+        let (holder, epoch) = leases
+            .get(&role)
+            .map_or((None, 0), |l| (l.holder.clone(), l.epoch));
         // The holder's own view: lease left and since when it holds.
         let held = match holder.as_deref() {
             Some(h) if h == st.me() => local.get(&role).cloned(),

@@ -223,7 +223,7 @@ pub enum ConfigError {
     },
 }
 
-fn invalid(field: &str, problem: impl Into<String>) -> ConfigError {
+pub(crate) fn invalid(field: &str, problem: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
         field: field.to_owned(),
         problem: problem.into(),
@@ -295,32 +295,25 @@ impl FileConfig {
                 .map(str::to_owned)
                 .collect()
         };
-        if let Some(v) = get("HALE_NAME") {
-            self.agent.name = Some(v);
+        let a = &mut self.agent;
+        let c = &mut self.cluster;
+        for (var, field) in [
+            ("HALE_NAME", &mut a.name),
+            ("HALE_BIND", &mut a.bind),
+            ("HALE_ADVERTISE", &mut a.advertise),
+            ("HALE_HTTP", &mut a.http),
+            ("HALE_API_TOKEN", &mut a.api_token),
+            ("HALE_CLUSTER", &mut c.name),
+            ("HALE_PROFILE", &mut c.profile),
+        ] {
+            if let Some(v) = get(var) {
+                *field = Some(v);
+            }
         }
-        if let Some(v) = get("HALE_BIND") {
-            self.agent.bind = Some(v);
-        }
-        if let Some(v) = get("HALE_ADVERTISE") {
-            self.agent.advertise = Some(v);
-        }
-        if let Some(v) = get("HALE_HTTP") {
-            self.agent.http = Some(v);
-        }
-        if let Some(v) = get("HALE_SEEDS") {
-            self.agent.seeds = list(v);
-        }
-        if let Some(v) = get("HALE_API_TOKEN") {
-            self.agent.api_token = Some(v);
-        }
-        if let Some(v) = get("HALE_CLUSTER") {
-            self.cluster.name = Some(v);
-        }
-        if let Some(v) = get("HALE_PROFILE") {
-            self.cluster.profile = Some(v);
-        }
-        if let Some(v) = get("HALE_KEYS") {
-            self.cluster.keys = list(v);
+        for (var, field) in [("HALE_SEEDS", &mut a.seeds), ("HALE_KEYS", &mut c.keys)] {
+            if let Some(v) = get(var) {
+                *field = list(v);
+            }
         }
     }
 

@@ -42,7 +42,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::{TcpListener, UdpSocket};
-use tokio::sync::{broadcast, mpsc, oneshot, watch};
+use tokio::sync::{broadcast, mpsc, watch};
 use tokio::task::JoinSet;
 
 use hale_core::{Node, NodeId, Time};
@@ -115,18 +115,7 @@ impl Agent {
             return Err(StartError::UnprotectedApi(cfg.http));
         }
         let (udp, gossip_addr, tcp) = bind_gossip(cfg.bind).await?;
-        let http = TcpListener::bind(cfg.http)
-            .await
-            .map_err(|source| StartError::Bind {
-                what: "HTTP API",
-                addr: cfg.http,
-                source,
-            })?;
-        let http_addr = http.local_addr().map_err(|source| StartError::Bind {
-            what: "HTTP API",
-            addr: cfg.http,
-            source,
-        })?;
+        let (http, http_addr) = bind_tcp("HTTP API", cfg.http).await?;
         // An ephemeral port (0) is only known now: advertise the real one.
         let id = if cfg.id.addr().port() == 0 {
             let addr = SocketAddr::new(cfg.id.addr().ip(), gossip_addr.port());
@@ -260,12 +249,8 @@ impl Agent {
 
     /// A snapshot of members and counters.
     pub async fn snapshot(&self) -> Result<Snapshot, AgentStopped> {
-        let (tx, rx) = oneshot::channel();
-        self.cmds
-            .send(Command::Snapshot(tx))
-            .await
-            .map_err(|_| AgentStopped)?;
-        rx.await.map_err(|_| AgentStopped)
+        let s = runtime::ask(&self.cmds, Command::Snapshot).await;
+        s.ok_or(AgentStopped)
     }
 
     /// Every member, this node first.
@@ -291,12 +276,8 @@ impl Agent {
 
     /// Joins through `addrs`.
     pub async fn join(&self, addrs: Vec<SocketAddr>) -> Result<(), AgentStopped> {
-        let (tx, rx) = oneshot::channel();
-        self.cmds
-            .send(Command::Join(addrs, tx))
-            .await
-            .map_err(|_| AgentStopped)?;
-        rx.await.map_err(|_| AgentStopped)
+        let joined = runtime::ask(&self.cmds, |tx| Command::Join(addrs, tx)).await;
+        joined.ok_or(AgentStopped)
     }
 
     /// Leaves gracefully (peers record this node as left, not dead) and
@@ -332,6 +313,17 @@ impl Agent {
             let _ = tokio::task::spawn_blocking(move || r.close(Duration::from_secs(1))).await;
         }
     }
+}
+
+/// Binds the TCP listener of `what` on `addr`; with the address it bound.
+async fn bind_tcp(
+    what: &'static str,
+    addr: SocketAddr,
+) -> Result<(TcpListener, SocketAddr), StartError> {
+    let err = |source| StartError::Bind { what, addr, source };
+    let listener = TcpListener::bind(addr).await.map_err(err)?;
+    let bound = listener.local_addr().map_err(err)?;
+    Ok((listener, bound))
 }
 
 /// Binds the gossip UDP socket and the TCP listener on the same port. With
@@ -483,18 +475,7 @@ async fn start_roles(
         None => hale_control::ControlAuth::InsecurePlaintext,
     };
     if let Some((id, bind)) = plan.server {
-        let listener = TcpListener::bind(bind)
-            .await
-            .map_err(|source| StartError::Bind {
-                what: "control plane",
-                addr: bind,
-                source,
-            })?;
-        let addr = listener.local_addr().map_err(|source| StartError::Bind {
-            what: "control plane",
-            addr: bind,
-            source,
-        })?;
+        let (listener, addr) = bind_tcp("control plane", bind).await?;
         servers.entry(id).or_insert(addr);
         let cp = hale_control::raft::ControlPlane::start(
             id,

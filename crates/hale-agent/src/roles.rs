@@ -27,7 +27,7 @@ use hale_control::{
 };
 use hale_core::Time;
 
-use crate::config::ConfigError;
+use crate::config::{invalid, ConfigError};
 use crate::control_client::ControlClient;
 use crate::services::Services;
 use crate::view::AgentEvent;
@@ -67,10 +67,7 @@ impl ControlSection {
         let d = LeaseTiming::default();
         let lease = self.lease.unwrap_or(d.lease);
         let renew_every = self.renew_every.unwrap_or(d.renew_every);
-        let bad = |field: &str, problem: String| ConfigError::Invalid {
-            field: format!("control.{field}"),
-            problem,
-        };
+        let bad = |field: &str, problem: String| invalid(&format!("control.{field}"), problem);
         if lease < Duration::from_millis(500) || lease > Duration::from_secs(300) {
             return Err(bad("lease", format!("{lease:?} is outside 500ms..300s")));
         }
@@ -144,16 +141,11 @@ impl RoleSection {
     pub fn validate(&self, i: usize, services: &[String]) -> Result<RoleSpec, ConfigError> {
         let f = |x: &str| format!("role[{i}].{x}");
         if self.name.is_empty() || self.name.len() > 64 {
-            return Err(ConfigError::Invalid {
-                field: f("name"),
-                problem: "must be 1 to 64 bytes".into(),
-            });
+            return Err(invalid(&f("name"), "must be 1 to 64 bytes"));
         }
         if !services.contains(&self.service) {
-            return Err(ConfigError::Invalid {
-                field: f("service"),
-                problem: format!("no [[service]] named {:?} on this node", self.service),
-            });
+            let problem = format!("no [[service]] named {:?} on this node", self.service);
+            return Err(invalid(&f("service"), problem));
         }
         Ok(RoleSpec {
             name: self.name.clone(),
@@ -205,19 +197,16 @@ impl ControlSection {
         let server = match c.id {
             Some(id) => {
                 let bind = c.bind.as_deref().unwrap_or("127.0.0.1:7948");
-                let addr: SocketAddr = bind.parse().map_err(|_| ConfigError::Invalid {
-                    field: "control.bind".into(),
-                    problem: format!("{bind:?} is not an address"),
-                })?;
+                let addr: SocketAddr = bind
+                    .parse()
+                    .map_err(|_| invalid("control.bind", format!("{bind:?} is not an address")))?;
                 Some((id, addr))
             }
             None => None,
         };
         if server.is_none() && servers.is_empty() {
-            return Err(ConfigError::Invalid {
-                field: "control.servers".into(),
-                problem: "name at least one server, or give this agent an id to run one".into(),
-            });
+            let problem = "name at least one server, or give this agent an id to run one";
+            return Err(invalid("control.servers", problem));
         }
         Ok(Some(ControlPlan {
             server,
@@ -233,9 +222,11 @@ impl ControlSection {
 pub fn parse_servers(list: &[String]) -> Result<BTreeMap<u64, SocketAddr>, ConfigError> {
     let mut out = BTreeMap::new();
     for s in list {
-        let bad = || ConfigError::Invalid {
-            field: "control.servers".into(),
-            problem: format!("{s:?} is not like 1=10.0.0.5:7948"),
+        let bad = || {
+            invalid(
+                "control.servers",
+                format!("{s:?} is not like 1=10.0.0.5:7948"),
+            )
         };
         let (id, addr) = s.split_once('=').ok_or_else(bad)?;
         out.insert(

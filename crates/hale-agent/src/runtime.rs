@@ -162,7 +162,7 @@ impl Shared {
 
     /// A packet to `to` met a closed port: tell the driver.
     fn note_refused(&self, to: SocketAddr) {
-        self.counters.closed_ports.fetch_add(1, Ordering::Relaxed);
+        count(&self.counters.closed_ports);
         let mut q = self.refused.lock().expect("refused lock");
         if q.len() < MAX_REFUSED {
             q.push(to);
@@ -170,6 +170,22 @@ impl Shared {
         drop(q);
         self.refused_wake.notify_one();
     }
+}
+
+/// Sends the driver behind `cmds` the request `make(reply)` and waits for
+/// its reply (None: the driver has stopped).
+pub(crate) async fn ask<T>(
+    cmds: &mpsc::Sender<Command>,
+    make: impl FnOnce(oneshot::Sender<T>) -> Command,
+) -> Option<T> {
+    let (tx, rx) = oneshot::channel();
+    cmds.send(make(tx)).await.ok()?;
+    rx.await.ok()
+}
+
+/// Counts one more of what `c` counts.
+fn count(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
 }
 
 /// A seed known only by its address: the core addresses it by a placeholder
@@ -279,17 +295,11 @@ impl Driver {
         match k.current().open(sealed) {
             Ok(p) => Some(p),
             Err(crate::keyring::OpenError::Auth) => {
-                self.shared
-                    .counters
-                    .auth_failed
-                    .fetch_add(1, Ordering::Relaxed);
+                count(&self.shared.counters.auth_failed);
                 None
             }
             Err(crate::keyring::OpenError::Malformed) => {
-                self.shared
-                    .counters
-                    .seal_malformed
-                    .fetch_add(1, Ordering::Relaxed);
+                count(&self.shared.counters.seal_malformed);
                 None
             }
         }
@@ -300,10 +310,7 @@ impl Driver {
             return; // A drill's freeze: deaf to the cluster.
         }
         if bytes.len() > MAX_DATAGRAM + OVERHEAD {
-            self.shared
-                .counters
-                .oversize
-                .fetch_add(1, Ordering::Relaxed);
+            count(&self.shared.counters.oversize);
             return;
         }
         if let Some(plain) = self.open(bytes) {
@@ -426,10 +433,7 @@ impl Driver {
                 Channel::Datagram if t.probe && self.send_probe(to, &bytes) => {}
                 Channel::Datagram => {
                     if self.udp.try_send_to(&bytes, to).is_err() {
-                        self.shared
-                            .counters
-                            .send_errors
-                            .fetch_add(1, Ordering::Relaxed);
+                        count(&self.shared.counters.send_errors);
                     }
                 }
                 Channel::Stream => self.send_stream(to, bytes),
@@ -437,8 +441,7 @@ impl Driver {
         }
         while let Some(e) = self.node.poll_event() {
             self.keep_evidence(&e);
-            let seq = self.shared.seq.fetch_add(1, Ordering::Relaxed) + 1;
-            if let Some(v) = event_view(seq, &self.shared.id, &e) {
+            if let Some(v) = event_view(self.shared.next_seq(), &self.shared.id, &e) {
                 tracing::info!(kind = v.event.kind(), member = ?v.member, "membership event");
                 self.shared.publish(v);
             }
@@ -521,10 +524,7 @@ impl Driver {
 
     fn send_stream(&self, to: SocketAddr, bytes: Vec<u8>) {
         let Ok(permit) = self.out_streams.clone().try_acquire_owned() else {
-            self.shared
-                .counters
-                .streams_out_dropped
-                .fetch_add(1, Ordering::Relaxed);
+            count(&self.shared.counters.streams_out_dropped);
             return;
         };
         let shared = self.shared.clone();
@@ -553,10 +553,7 @@ impl Driver {
             })
             .await;
             if !matches!(r, Ok(Ok(()))) {
-                shared
-                    .counters
-                    .stream_errors
-                    .fetch_add(1, Ordering::Relaxed);
+                count(&shared.counters.stream_errors);
             }
             drop(permit);
         });
@@ -613,9 +610,6 @@ async fn accept_streams(
     let budget = Arc::new(Semaphore::new(STREAM_BUDGET));
     let sources = Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));
     let limit = MAX_STREAM_FRAME + if keys.is_some() { OVERHEAD } else { 0 };
-    let refuse = |c: &AtomicU64| {
-        c.fetch_add(1, Ordering::Relaxed);
-    };
     loop {
         let Ok((mut sock, from)) = listener.accept().await else {
             continue;
@@ -630,7 +624,7 @@ async fn accept_streams(
             let n = m.entry(from.ip()).or_insert(0);
             if *n >= MAX_IN_PER_SOURCE {
                 drop(m);
-                refuse(&shared.counters.streams_in_per_source);
+                count(&shared.counters.streams_in_per_source);
                 continue;
             }
             *n += 1;
@@ -640,7 +634,7 @@ async fn accept_streams(
             })
         };
         let Ok(permit) = slots.clone().try_acquire_owned() else {
-            refuse(&shared.counters.streams_in_refused);
+            count(&shared.counters.streams_in_refused);
             continue;
         };
         let (frames, shared, budget, keys) =
@@ -674,11 +668,11 @@ async fn accept_streams(
             .await;
             let (plain, share) = match r {
                 Ok(Ok(x)) => x,
-                Ok(Err(Refused::Budget)) => return refuse(&shared.counters.streams_in_budget),
-                Ok(Err(Refused::TooLarge)) => return refuse(&shared.counters.streams_in_oversize),
-                Ok(Err(Refused::Auth)) => return refuse(&shared.counters.auth_failed),
-                Ok(Err(Refused::Malformed)) => return refuse(&shared.counters.seal_malformed),
-                Ok(Err(Refused::Io)) | Err(_) => return refuse(&shared.counters.stream_errors),
+                Ok(Err(Refused::Budget)) => return count(&shared.counters.streams_in_budget),
+                Ok(Err(Refused::TooLarge)) => return count(&shared.counters.streams_in_oversize),
+                Ok(Err(Refused::Auth)) => return count(&shared.counters.auth_failed),
+                Ok(Err(Refused::Malformed)) => return count(&shared.counters.seal_malformed),
+                Ok(Err(Refused::Io)) | Err(_) => return count(&shared.counters.stream_errors),
             };
             drop(permit);
             let frame = Frame {
@@ -686,7 +680,7 @@ async fn accept_streams(
                 _budget: share,
             };
             if frames.try_send(frame).is_err() {
-                refuse(&shared.counters.streams_in_refused);
+                count(&shared.counters.streams_in_refused);
             }
         });
     }

@@ -15,7 +15,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
-use crate::config::ConfigError;
+use crate::config::{invalid, ConfigError};
 
 /// `[[service]]` in hale.toml.
 #[derive(Debug, Clone, Deserialize)]
@@ -110,10 +110,7 @@ impl ServiceSection {
     pub fn validate(&self, i: usize) -> Result<ServiceSpec, ConfigError> {
         let field = |f: &str| format!("service[{i}].{f}");
         if self.name.is_empty() {
-            return Err(ConfigError::Invalid {
-                field: field("name"),
-                problem: "is empty".into(),
-            });
+            return Err(invalid(&field("name"), "is empty"));
         }
         let mut checks = Vec::new();
         for (j, c) in self.checks.iter().enumerate() {
@@ -121,10 +118,8 @@ impl ServiceSection {
             let probe = match (&c.http, &c.tcp, &c.command) {
                 (Some(url), None, None) => {
                     if !url.starts_with("http://") {
-                        return Err(ConfigError::Invalid {
-                            field: cf("http"),
-                            problem: format!("{url:?} must start with http://"),
-                        });
+                        let problem = format!("{url:?} must start with http://");
+                        return Err(invalid(&cf("http"), problem));
                     }
                     Probe::Http {
                         url: url.clone(),
@@ -137,20 +132,15 @@ impl ServiceSection {
                     exit: c.expect_exit.unwrap_or(0),
                 },
                 _ => {
-                    return Err(ConfigError::Invalid {
-                        field: cf("http"),
-                        problem: "a check needs exactly one of http, tcp or command (non-empty)"
-                            .into(),
-                    })
+                    let problem = "a check needs exactly one of http, tcp or command (non-empty)";
+                    return Err(invalid(&cf("http"), problem));
                 }
             };
             let interval = c.interval.unwrap_or(Duration::from_secs(1));
             let timeout = c.timeout.unwrap_or(Duration::from_secs(1));
             if interval.is_zero() || timeout.is_zero() {
-                return Err(ConfigError::Invalid {
-                    field: cf("interval"),
-                    problem: "interval and timeout must be greater than zero".into(),
-                });
+                let problem = "interval and timeout must be greater than zero";
+                return Err(invalid(&cf("interval"), problem));
             }
             let name = c.name.clone().unwrap_or_else(|| match &probe {
                 Probe::Http { url, .. } => format!("http {url}"),
@@ -329,22 +319,15 @@ pub async fn run_check(client: &reqwest::Client, spec: &CheckSpec) -> CheckResul
     })
     .await;
     let took_ms = start.elapsed().as_millis() as u64;
-    match outcome {
-        Ok(Ok(detail)) => CheckResult {
-            ok: true,
-            detail,
-            took_ms,
-        },
-        Ok(Err(detail)) => CheckResult {
-            ok: false,
-            detail,
-            took_ms,
-        },
-        Err(_) => CheckResult {
-            ok: false,
-            detail: format!("timed out after {:?}", spec.timeout),
-            took_ms,
-        },
+    let (ok, detail) = match outcome {
+        Ok(Ok(detail)) => (true, detail),
+        Ok(Err(detail)) => (false, detail),
+        Err(_) => (false, format!("timed out after {:?}", spec.timeout)),
+    };
+    CheckResult {
+        ok,
+        detail,
+        took_ms,
     }
 }
 

@@ -303,70 +303,63 @@ pub fn evidence_view(e: &DeathEvidence<NodeId>) -> EvidenceView {
 
 /// The view of an event, or None for diagnostic events not shown to users.
 pub fn event_view(seq: u64, observer: &NodeId, e: &Event<NodeId>) -> Option<EventView> {
-    let (event, member, inc) = match e {
+    // Most events are about a member, at an incarnation.
+    let about = |m: &NodeId, inc: &u32| (Some(m.name().to_owned()), Some(*inc));
+    let (event, (member, inc)) = match e {
         Event::Joined {
             member,
             incarnation,
-        } => (AgentEvent::Joined, Some(member), Some(*incarnation)),
+        } => (AgentEvent::Joined, about(member, incarnation)),
         Event::Suspected {
             member,
             incarnation,
             accuser,
-        } => (
-            AgentEvent::Suspected {
-                accuser: accuser.name().to_owned(),
-            },
-            Some(member),
-            Some(*incarnation),
-        ),
+        } => {
+            let accuser = accuser.name().to_owned();
+            (
+                AgentEvent::Suspected { accuser },
+                about(member, incarnation),
+            )
+        }
         Event::Dead {
             member,
             incarnation,
             evidence,
         } => (
             AgentEvent::Dead(evidence_view(evidence)),
-            Some(member),
-            Some(*incarnation),
+            about(member, incarnation),
         ),
         Event::Recovered {
             member,
             incarnation,
             was_dead,
-        } => (
-            AgentEvent::Recovered {
-                was_dead: *was_dead,
-            },
-            Some(member),
-            Some(*incarnation),
-        ),
+        } => {
+            let was_dead = *was_dead;
+            (
+                AgentEvent::Recovered { was_dead },
+                about(member, incarnation),
+            )
+        }
         Event::Left {
             member,
             incarnation,
-        } => (AgentEvent::Left, Some(member), Some(*incarnation)),
+        } => (AgentEvent::Left, about(member, incarnation)),
         Event::MetadataUpdated {
             member,
             incarnation,
-        } => (AgentEvent::Metadata, Some(member), Some(*incarnation)),
+        } => (AgentEvent::Metadata, about(member, incarnation)),
         Event::Refuted {
             incarnation,
             was_dead,
-        } => (
-            AgentEvent::Refuted {
-                was_dead: *was_dead,
-            },
-            None,
-            Some(*incarnation),
-        ),
-        Event::SeedFallback => (AgentEvent::SeedFallback, None, None),
-        Event::Paused { gap_ms } => (AgentEvent::Paused { gap_ms: *gap_ms }, None, None),
+        } => {
+            let was_dead = *was_dead;
+            (AgentEvent::Refuted { was_dead }, (None, Some(*incarnation)))
+        }
+        Event::SeedFallback => (AgentEvent::SeedFallback, (None, None)),
+        Event::Paused { gap_ms } => (AgentEvent::Paused { gap_ms: *gap_ms }, (None, None)),
         Event::ProbeVisit { .. } => return None,
     };
-    Some(event.stamped(
-        seq,
-        observer.name(),
-        member.map(|m| m.name().to_owned()),
-        inc,
-    ))
+    Some(event.stamped(seq, observer.name(), member, inc))
 }
 
 /// A lease in the control plane's table.

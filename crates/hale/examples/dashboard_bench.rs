@@ -16,6 +16,9 @@
 #[path = "../tests/it/browser.rs"]
 #[allow(dead_code)]
 mod browser;
+#[path = "../tests/it/support.rs"]
+#[allow(dead_code)] // The browser's polling helpers; no agent process here.
+mod support;
 
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};

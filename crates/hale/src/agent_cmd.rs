@@ -61,18 +61,14 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<()> {
              accepts requests from ANYONE who can reach it"
         );
     }
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    rt.block_on(async move {
+    crate::client_cmd::block_on(async move {
         // The handlers are installed before the agent starts (and tells a
         // service manager it is ready): a SIGTERM right after readiness
         // still makes it leave gracefully.
         let shutdown = shutdown_signal().context("installing signal handlers")?;
         hale_agent::run(cfg, shutdown).await?;
         Ok::<(), anyhow::Error>(())
-    })
+    })?
 }
 
 fn init_logging(format: LogFormat) {

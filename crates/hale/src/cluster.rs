@@ -179,16 +179,22 @@ impl NodeState {
     }
 }
 
-/// Role -> (holder, epoch) from the first agent whose control plane answered.
-pub fn leases(nodes: &[NodeState]) -> Option<BTreeMap<String, (Option<String>, u64)>> {
-    nodes.iter().find_map(|n| {
-        let l = n.roles.as_ref()?.leases.as_ref()?;
-        Some(
-            l.iter()
-                .map(|(role, v)| (role.clone(), (v.holder.clone(), v.epoch)))
-                .collect(),
-        )
-    })
+/// Role -> (holder, epoch), the lease table.
+pub type Leases = BTreeMap<String, (Option<String>, u64)>;
+
+/// The lease table in one agent's `/v1/roles`, if its control plane answered.
+pub fn lease_table(roles: &RolesView) -> Option<Leases> {
+    let l = roles.leases.as_ref()?;
+    Some(
+        l.iter()
+            .map(|(role, v)| (role.clone(), (v.holder.clone(), v.epoch)))
+            .collect(),
+    )
+}
+
+/// The lease table from the first agent whose control plane answered.
+pub fn leases(nodes: &[NodeState]) -> Option<Leases> {
+    nodes.iter().find_map(|n| lease_table(n.roles.as_ref()?))
 }
 
 /// Role -> candidates (node, priority, eligible), best first, from members' metadata.

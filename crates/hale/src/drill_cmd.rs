@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
@@ -21,7 +21,7 @@ use hale_agent::drill::Fault;
 use hale_agent::{AgentEvent, EventView};
 
 use crate::client_cmd::{block_on, until, ApiArgs};
-use crate::cluster::{self, Agents, NodeState};
+use crate::cluster::{self, Agents, Leases};
 use crate::drill_report::{Check, Entry, Outcome, Report, Step};
 
 /// Arguments of `hale drill`.
@@ -190,8 +190,18 @@ struct DrillArgsView {
 }
 
 impl Drill {
+    /// The report, locked.
+    fn report(&self) -> MutexGuard<'_, Report> {
+        self.report.lock().expect("report lock")
+    }
+
+    /// What must be undone, locked.
+    fn undo(&self) -> MutexGuard<'_, Undo> {
+        self.undo.lock().expect("undo lock")
+    }
+
     fn step_start(&self, name: &str) -> usize {
-        let mut r = self.report.lock().expect("report lock");
+        let mut r = self.report();
         let now = hale_agent::view::unix_ms();
         r.timeline.push(Entry {
             unix_ms: now,
@@ -210,7 +220,7 @@ impl Drill {
     }
 
     fn add(&self, step: usize, c: Check) {
-        let mut r = self.report.lock().expect("report lock");
+        let mut r = self.report();
         eprintln!(
             "  {} {}: {}",
             if c.passed { "ok  " } else { "FAIL" },
@@ -226,22 +236,18 @@ impl Drill {
     }
 
     fn step_end(&self, step: usize) {
-        let mut r = self.report.lock().expect("report lock");
+        let mut r = self.report();
         r.steps[step].ended_unix_ms = hale_agent::view::unix_ms();
     }
 
     fn mark(&self, kind: &str, member: Option<&str>, detail: serde_json::Value) {
-        self.report
-            .lock()
-            .expect("report lock")
-            .timeline
-            .push(Entry {
-                unix_ms: hale_agent::view::unix_ms(),
-                source: "drill".into(),
-                kind: kind.into(),
-                member: member.map(str::to_owned),
-                detail: Some(detail),
-            });
+        self.report().timeline.push(Entry {
+            unix_ms: hale_agent::view::unix_ms(),
+            source: "drill".into(),
+            kind: kind.into(),
+            member: member.map(str::to_owned),
+            detail: Some(detail),
+        });
     }
 
     /// Appends every agent's new events to the timeline; returns them.
@@ -260,9 +266,7 @@ impl Drill {
                 }
             }
         }
-        self.report
-            .lock()
-            .expect("report lock")
+        self.report()
             .timeline
             .extend(fresh.iter().map(Entry::event));
         fresh
@@ -279,11 +283,7 @@ impl Drill {
     }
 
     async fn set_fault(&self, node: &str, fault: Fault) -> anyhow::Result<()> {
-        self.undo
-            .lock()
-            .expect("undo lock")
-            .faults
-            .insert((node.to_owned(), fault));
+        self.undo().faults.insert((node.to_owned(), fault));
         self.mark("set", Some(node), serde_json::json!(fault));
         self.agents
             .client(node)?
@@ -338,28 +338,19 @@ impl Drill {
                 }
             }
             if let Some((node, path)) = relay {
-                let probe = match self.agents.client(node) {
-                    Ok(c) => c
-                        .relay_probe(path, self.args.sentry_key.as_deref())
-                        .await
-                        .ok(),
-                    Err(_) => None,
-                };
-                match probe {
-                    Some(p) => seen.probes.push(p),
-                    None => seen.probes.push((Duration::MAX, 0)),
-                }
-                if seen.breaker_open_at.is_none() {
-                    let relay = match self.agents.client(node) {
-                        Ok(c) => c.relay().await.ok().flatten(),
-                        Err(_) => None,
-                    };
-                    if let Some(v) = relay {
-                        if v.upstreams.iter().any(|u| u.breaker != "closed") {
+                // No agent to ask, or no answer: a test event never answered.
+                let mut probe = (Duration::MAX, 0);
+                if let Ok(c) = self.agents.client(node) {
+                    let key = self.args.sentry_key.as_deref();
+                    probe = c.relay_probe(path, key).await.unwrap_or(probe);
+                    if seen.breaker_open_at.is_none() {
+                        let v = c.relay().await.ok().flatten();
+                        if v.is_some_and(|v| v.upstreams.iter().any(|u| u.breaker != "closed")) {
                             seen.breaker_open_at = Some(start.elapsed());
                         }
                     }
                 }
+                seen.probes.push(probe);
             }
             if !roles.is_empty() {
                 if let Some(l) = self.leases(skip).await {
@@ -379,7 +370,7 @@ impl Drill {
     }
 
     /// The lease table as the first agent other than `skip` sees it.
-    async fn leases(&self, skip: Option<&str>) -> Option<BTreeMap<String, (Option<String>, u64)>> {
+    async fn leases(&self, skip: Option<&str>) -> Option<Leases> {
         for n in self
             .agents
             .addrs
@@ -389,15 +380,8 @@ impl Drill {
             let Ok(c) = self.agents.client(n) else {
                 continue;
             };
-            if let Ok(v) = c.roles().await {
-                let nodes = [NodeState {
-                    name: n.clone(),
-                    roles: Some(v),
-                    ..NodeState::default()
-                }];
-                if let Some(l) = cluster::leases(&nodes) {
-                    return Some(l);
-                }
+            if let Some(l) = c.roles().await.ok().as_ref().and_then(cluster::lease_table) {
+                return Some(l);
             }
         }
         None
@@ -420,22 +404,10 @@ impl Drill {
                 ", ",
             ),
         );
-        let bad = |kind: fn(&AgentEvent) -> bool| -> Vec<String> {
-            events
-                .iter()
-                .filter(|e| kind(&e.event))
-                .filter(|e| {
-                    spared.is_none_or(|s| e.observer != s && e.member.as_deref() != Some(s))
-                })
-                .map(|e| format!("{} by {}", e.member.as_deref().unwrap_or("?"), e.observer))
-                .collect()
-        };
-        let dead = bad(|e| matches!(e, AgentEvent::Dead(_)));
-        self.add(
-            step,
-            none_check("no live member was declared dead", &dead, "none", "", ", "),
-        );
-        let suspected = bad(|e| matches!(e, AgentEvent::Suspected { .. }));
+        self.add(step, no_deaths(events, spared));
+        let suspected = accused(events, spared, |e| {
+            matches!(e, AgentEvent::Suspected { .. })
+        });
         let quiet = matches!(self.args.kind, DrillKind::Quiet);
         self.check(
             step,
@@ -474,6 +446,27 @@ impl Drill {
                     format!("after {}: {}", secs(start.elapsed()), last.join("; "))
                 });
     }
+}
+
+/// `member by observer` for each event of `events` that `kind` picks, but
+/// those about or by `spared`.
+fn accused(
+    events: &[EventView],
+    spared: Option<&str>,
+    kind: fn(&AgentEvent) -> bool,
+) -> Vec<String> {
+    events
+        .iter()
+        .filter(|e| kind(&e.event))
+        .filter(|e| spared.is_none_or(|s| e.observer != s && e.member.as_deref() != Some(s)))
+        .map(|e| format!("{} by {}", e.member.as_deref().unwrap_or("?"), e.observer))
+        .collect()
+}
+
+/// The check that no member but `spared` was declared dead in `events`.
+fn no_deaths(events: &[EventView], spared: Option<&str>) -> Check {
+    let dead = accused(events, spared, |e| matches!(e, AgentEvent::Dead(_)));
+    none_check("no live member was declared dead", &dead, "none", "", ", ")
 }
 
 /// Posts `restore` to every agent a fault was set on.
@@ -578,7 +571,7 @@ pub fn run(args: &DrillArgs) -> anyhow::Result<std::process::ExitCode> {
 async fn abort_restore(d: &mut Drill) {
     let step = d.step_start("restore after interruption");
     d.restore_and_verify(step).await;
-    let homes = d.undo.lock().expect("undo lock").homes.clone();
+    let homes = d.undo().homes.clone();
     for (role, home) in homes {
         d.hand_home(step, &role, &home).await;
     }

@@ -3,43 +3,18 @@
 
 use std::time::Duration;
 
-use hale_agent::{Agent, Key};
+use hale_agent::client::ErrorBody;
+use hale_agent::{ClientError, Key};
 
-use crate::support::{start, wait_until};
-
-async fn alive_count(a: &Agent) -> usize {
-    a.members()
-        .await
-        .unwrap()
-        .iter()
-        .filter(|m| m.state == "alive")
-        .count()
-}
+use crate::support::{alive_count, start, start_cluster, state_of, wait_until};
 
 #[tokio::test]
 async fn three_agents_join_through_a_seed_and_see_each_other() {
-    let key = Key::generate().to_base64();
-    let a = start("api-test", "a", &key, None).await;
-    let b = start("api-test", "b", &key, None).await;
-    let c = start("api-test", "c", &key, None).await;
-    b.join(vec![a.gossip_addr()]).await.unwrap();
-    c.join(vec![a.gossip_addr()]).await.unwrap();
-    for x in [&a, &b, &c] {
-        wait_until(
-            "all three are alive everywhere",
-            Duration::from_secs(10),
-            || async { alive_count(x).await == 3 },
-        )
-        .await;
-    }
+    let [a, b, c] = start_cluster("api-test", ["a", "b", "c"]).await;
     // A graceful shutdown is recorded as left, not dead.
     c.shutdown().await;
     wait_until("c is recorded as left", Duration::from_secs(10), || async {
-        a.members()
-            .await
-            .unwrap()
-            .iter()
-            .any(|m| m.name == "c" && m.state == "left")
+        state_of(&a, "c").await.as_deref() == Some("left")
     })
     .await;
     a.shutdown().await;
@@ -96,35 +71,29 @@ async fn the_api_serves_members_health_events_metrics_and_openapi() {
 
 #[tokio::test]
 async fn bad_requests_get_a_4xx_with_a_message() {
+    // (Without the token, mutating endpoints answer 401: see api_guard.rs.)
     let a = start("api-test", "t", &Key::generate().to_base64(), Some("tok")).await;
-    let http = reqwest::Client::new();
-    let url = |path: &str| format!("http://{}{path}", a.http_addr());
-    let join = |token: Option<&str>, body: &str| {
-        let mut r = http.post(url("/v1/join")).body(body.to_owned());
-        if let Some(token) = token {
-            r = r.bearer_auth(token);
-        }
-        r.header("content-type", "application/json").send()
+    let join = |body: &str| {
+        reqwest::Client::new()
+            .post(format!("http://{}/v1/join", a.http_addr()))
+            .bearer_auth("tok")
+            .header("content-type", "application/json")
+            .body(body.to_owned())
+            .send()
     };
-    let r = join(None, r#"{"addrs": ["127.0.0.1:1"]}"#).await.unwrap();
-    assert_eq!(r.status(), 401, "mutating endpoints need the token");
-    let r = join(Some("tok"), "{not json").await.unwrap();
+    let r = join("{not json").await.unwrap();
     assert_eq!(r.status(), 400);
-    let body: serde_json::Value = r.json().await.unwrap();
-    assert!(body["error"].as_str().unwrap().contains("addrs"));
-    let r = join(Some("tok"), r#"{"addrs": ["nope"]}"#).await.unwrap();
+    let body: ErrorBody = r.json().await.unwrap();
+    assert!(body.error.contains("addrs"), "{}", body.error);
+    let r = join(r#"{"addrs": ["nope"]}"#).await.unwrap();
     assert_eq!(r.status(), 400);
-    let r = http
-        .get(url("/v1/events?since=minus"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 400);
-    let r = http.get(url("/v1/nothing")).send().await.unwrap();
-    assert_eq!(r.status(), 404);
-    let r = join(Some("tok"), r#"{"addrs": ["127.0.0.1:9"]}"#)
-        .await
-        .unwrap();
+    let status = |r: Result<serde_json::Value, ClientError>| r.unwrap_err().status();
+    assert_eq!(
+        status(a.client().get("/v1/events?since=minus").await),
+        Some(400)
+    );
+    assert_eq!(status(a.client().get("/v1/nothing").await), Some(404));
+    let r = join(r#"{"addrs": ["127.0.0.1:9"]}"#).await.unwrap();
     assert_eq!(r.status(), 202);
     a.shutdown().await;
 }

@@ -13,6 +13,16 @@ fn field_of(e: ConfigError) -> String {
     }
 }
 
+/// The field named by the error validating the file `text`.
+fn bad_field(text: &str) -> String {
+    field_of(
+        FileConfig::parse(text, "t")
+            .unwrap()
+            .validate()
+            .unwrap_err(),
+    )
+}
+
 #[test]
 fn no_configuration_at_all_gives_a_single_node_on_loopback() {
     let c = FileConfig::default().validate().unwrap();
@@ -96,11 +106,7 @@ fn bad_values_name_their_field() {
         ),
     ];
     for (text, field) in cases {
-        let e = FileConfig::parse(text, "t")
-            .unwrap()
-            .validate()
-            .unwrap_err();
-        assert_eq!(field_of(e), field, "for {text:?}");
+        assert_eq!(bad_field(text), field, "for {text:?}");
     }
 }
 
@@ -168,11 +174,7 @@ fn the_relay_section_is_optional_and_validated() {
             "relay.spool_dir",
         ),
     ] {
-        let e = FileConfig::parse(text, "t")
-            .unwrap()
-            .validate()
-            .unwrap_err();
-        assert_eq!(field_of(e), field, "{text}");
+        assert_eq!(bad_field(text), field, "{text}");
     }
     assert!(FileConfig::parse("[relay]\nnope = 1", "t").is_err());
 }

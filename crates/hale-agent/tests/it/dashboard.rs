@@ -34,6 +34,11 @@ async fn every_agent_serves_the_dashboard_and_its_assets_from_the_binary() {
     let js = get(&a, "/assets/app.js", &[]).await;
     let js_type = &js.headers()["content-type"];
     assert_eq!(js_type, "text/javascript; charset=utf-8");
+    assert_eq!(
+        js.headers()["cache-control"],
+        "no-cache",
+        "revalidated on every load"
+    );
     let etag = js.headers()["etag"].to_str().unwrap().to_owned();
     let again = get(&a, "/assets/views.js", &[]).await;
     assert_eq!(again.status(), 200, "the module app.js imports is served");
@@ -63,23 +68,4 @@ async fn the_cluster_endpoints_answer_for_an_agent_without_roles_or_peers() {
     let none: ClusterServicesView = api.get(path).await.unwrap();
     assert!(none.nodes.is_empty(), "only the nodes asked for");
     a.shutdown().await;
-}
-
-#[test]
-fn the_openapi_description_lists_the_dashboard_and_cluster_endpoints() {
-    let spec: serde_json::Value = serde_json::from_str(hale_agent::api::OPENAPI).unwrap();
-    for path in [
-        "/",
-        "/assets/{file}",
-        "/v1/cluster/roles",
-        "/v1/cluster/services",
-    ] {
-        assert!(
-            spec["paths"][path]["get"].is_object(),
-            "{path} is described"
-        );
-    }
-    for schema in ["ClusterRoles", "ClusterServices"] {
-        assert!(spec["components"]["schemas"][schema].is_object());
-    }
 }

@@ -7,19 +7,10 @@ use std::time::Duration;
 use hale_agent::drill::{DrillView, Fault};
 use hale_agent::{Agent, AgentEvent, ClientError, Key};
 
-use crate::support::{start, wait_until};
+use crate::support::{start, start_cluster, state_of, wait_until};
 
 async fn drill(a: &Agent) -> DrillView {
     a.client().drill().await.unwrap()
-}
-
-async fn state_of(a: &Agent, name: &str) -> Option<String> {
-    a.members()
-        .await
-        .ok()?
-        .into_iter()
-        .find(|m| m.name == name)
-        .map(|m| m.state)
 }
 
 #[tokio::test]
@@ -38,7 +29,9 @@ async fn a_drill_fault_needs_the_token_and_reverts_on_its_own_when_its_duration_
     api.set_fault(quiet, ms300).await.unwrap();
     assert_eq!(drill(&a).await.active.len(), 1);
     // Traffic signals are ignored (and counted) while quiet.
-    api.traffic(&["b"]).await.unwrap();
+    let (status, noted) = api.traffic(&["b"]).await.unwrap();
+    assert_eq!(status, 202, "{noted:?}");
+    assert!(noted.quiet && noted.noted == 1, "{noted:?}");
     wait_until(
         "the ignored signal is counted",
         Duration::from_secs(5),
@@ -66,21 +59,7 @@ async fn a_drill_fault_needs_the_token_and_reverts_on_its_own_when_its_duration_
 
 #[tokio::test]
 async fn a_frozen_agent_is_cut_off_the_cluster_and_comes_back_when_restored() {
-    let key = Key::generate().to_base64();
-    let a = start("drill-test", "a", &key, None).await;
-    let b = start("drill-test", "b", &key, None).await;
-    let x = start("drill-test", "x", &key, None).await;
-    b.join(vec![a.gossip_addr()]).await.unwrap();
-    x.join(vec![a.gossip_addr()]).await.unwrap();
-    wait_until("all alive", Duration::from_secs(10), || async {
-        for o in [&a, &b] {
-            if state_of(o, "x").await.as_deref() != Some("alive") {
-                return false;
-            }
-        }
-        state_of(&x, "a").await.as_deref() == Some("alive")
-    })
-    .await;
+    let [a, b, x] = start_cluster("drill-test", ["a", "b", "x"]).await;
     let api = x.client();
     api.set_fault(Fault::Freeze, Duration::from_secs(60))
         .await

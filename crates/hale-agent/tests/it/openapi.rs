@@ -162,7 +162,6 @@ fn samples() -> BTreeMap<String, Vec<Value>> {
         "Health": HealthView = (health(control.clone()));
         "Health": HealthView = (health(Value::Null));
         "Evidence": EvidenceView = (evidence(None));
-        "Evidence": EvidenceView = (evidence(None));
         "Member": MemberView = (member("dead", evidence(Some(4000))));
         "Member": MemberView = (member("alive", Value::Null));
         "Lease": LeaseView = lease;

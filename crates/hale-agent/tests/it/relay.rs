@@ -7,7 +7,7 @@ use hale_agent::{Agent, FileConfig, Key};
 use hale_relay::fake::{FakeSentry, Mode};
 use hale_relay::BreakerGauge;
 
-use crate::support::{loopback_file, wait_until};
+use crate::support::{alive_count, loopback_file, state_of, wait_until};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envelopes_posted_to_the_agent_reach_the_upstream_and_are_counted() {
@@ -21,22 +21,14 @@ async fn envelopes_posted_to_the_agent_reach_the_upstream_and_are_counted() {
     );
     let cfg = FileConfig::parse(&text, "t").unwrap().validate().unwrap();
     let agent = Agent::start(cfg).await.unwrap();
-    let http = reqwest::Client::new();
-    let payload = r#"{"message":"boom"}"#;
-    let body = format!(
-        "{{\"event_id\":\"0123456789abcdef0123456789abcdef\"}}\n{{\"type\":\"event\",\"length\":{}}}\n{payload}\n",
-        payload.len()
-    );
-    let r = http
-        .post(format!(
-            "http://{}/sentry/api/1/envelope/?sentry_key=public",
-            agent.http_addr()
-        ))
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    let path = "/sentry/api/1/envelope/?sentry_key=public";
+    post(
+        &reqwest::Client::new(),
+        &agent,
+        path,
+        "0123456789abcdef0123456789abcdef",
+    )
+    .await;
     let ten = Duration::from_secs(10);
     wait_until("delivered", ten, || async { fake.events() >= 1 }).await;
     let forwarded = || async { agent.client().metrics().await.unwrap() };
@@ -53,20 +45,24 @@ async fn envelopes_posted_to_the_agent_reach_the_upstream_and_are_counted() {
     agent.shutdown().await;
 }
 
+/// The relay's envelope route (no prefix, no key).
+const ENVELOPE: &str = "/api/1/envelope/";
+
 fn member_config(name: &str, key: &str) -> hale_agent::FileConfig {
     let mut f = loopback_file("relay-test", name, key);
     f.cluster.profile = Some("local".to_owned());
     f
 }
 
-async fn post(http: &reqwest::Client, agent: &Agent, id: &str) {
+/// Posts an envelope of one event (`id`) to the relay's `path` on `agent`: it answers 200.
+async fn post(http: &reqwest::Client, agent: &Agent, path: &str, id: &str) {
     let payload = r#"{"message":"boom","level":"error"}"#;
     let body = format!(
         "{{\"event_id\":\"{id}\"}}\n{{\"type\":\"event\",\"length\":{}}}\n{payload}\n",
         payload.len()
     );
     let r = http
-        .post(format!("http://{}/api/1/envelope/", agent.http_addr()))
+        .post(format!("http://{}{path}", agent.http_addr()))
         .body(body)
         .send()
         .await
@@ -119,21 +115,13 @@ async fn when_membership_declares_the_upstream_host_dead_the_breaker_opens_at_on
     wait_until(
         "all three are alive at app",
         Duration::from_secs(20),
-        || async {
-            app.members()
-                .await
-                .unwrap()
-                .iter()
-                .filter(|m| m.state == "alive")
-                .count()
-                == 3
-        },
+        || async { alive_count(&app).await == 3 },
     )
     .await;
 
     // While the host is alive, events go to the primary.
     let http = reqwest::Client::new();
-    post(&http, &app, "00000000000000000000000000000001").await;
+    post(&http, &app, ENVELOPE, "00000000000000000000000000000001").await;
     wait_until(
         "the primary has the event",
         Duration::from_secs(10),
@@ -167,11 +155,7 @@ async fn when_membership_declares_the_upstream_host_dead_the_breaker_opens_at_on
     };
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
-        let members = app.members().await.unwrap();
-        let state = members
-            .iter()
-            .find(|m| m.name == "sentry-host")
-            .map(|m| m.state.clone());
+        let state = state_of(&app, "sentry-host").await;
         if state.as_deref() == Some("dead") {
             break;
         }
@@ -195,7 +179,7 @@ async fn when_membership_declares_the_upstream_host_dead_the_breaker_opens_at_on
 
     // Events now go to the standby, none to the hung primary.
     for i in 0..5 {
-        post(&http, &app, &format!("{:032x}", 0x100 + i)).await;
+        post(&http, &app, ENVELOPE, &format!("{:032x}", 0x100 + i)).await;
     }
     wait_until(
         "the standby has all five",

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use hale_agent::{Agent, AgentConfig, FileConfig};
+use hale_agent::{Agent, AgentConfig, FileConfig, Key};
 
 /// An agent on loopback with ephemeral gossip and HTTP ports, in cluster
 /// `cluster` with one key, as a file config the test may still change.
@@ -39,6 +39,39 @@ where
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// Agents `names` of cluster `cluster` (one key, no token), each joined
+/// through the first; waits (10 s at most) until each sees all alive.
+pub async fn start_cluster<const N: usize>(cluster: &str, names: [&str; N]) -> [Agent; N] {
+    let key = Key::generate().to_base64();
+    let mut agents = Vec::new();
+    for name in names {
+        agents.push(start(cluster, name, &key, None).await);
+    }
+    for a in &agents[1..] {
+        a.join(vec![agents[0].gossip_addr()]).await.unwrap();
+    }
+    for a in &agents {
+        let all_alive = || async { alive_count(a).await == N };
+        wait_until("all alive everywhere", Duration::from_secs(10), all_alive).await;
+    }
+    agents.try_into().map_err(drop).unwrap()
+}
+
+/// How many members `a` sees alive (itself included).
+pub async fn alive_count(a: &Agent) -> usize {
+    let members = a.members().await.unwrap();
+    members.iter().filter(|m| m.state == "alive").count()
+}
+
+/// The state `a` gives member `name`, if it knows it.
+pub async fn state_of(a: &Agent, name: &str) -> Option<String> {
+    let members = a.members().await.ok()?;
+    members
+        .into_iter()
+        .find(|m| m.name == name)
+        .map(|m| m.state)
 }
 
 /// An agent started on [`loopback_config`].

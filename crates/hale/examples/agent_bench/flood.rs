@@ -2,8 +2,7 @@
 //! a junk flood from several source addresses, in one run; its memory and
 //! what the flood sent.
 
-use std::io::Write;
-use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::net::UdpSocket;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,89 +11,8 @@ use hale_agent::keyring::{Key, Keyring};
 use hale_core::wire::{cluster_id, Header, Message, Packet};
 use hale_core::{Channel, NodeId};
 
-use crate::{percentile, wait_until, Bench};
-
-/// Source addresses of the flood (all of 127/8 is loopback).
-const SOURCES: [[u8; 4]; 3] = [[127, 0, 0, 2], [127, 0, 0, 3], [127, 0, 0, 4]];
-
-fn tcp_from(src: [u8; 4], to: SocketAddr) -> Option<TcpStream> {
-    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).ok()?;
-    sock.bind(&SocketAddr::from((src, 0)).into()).ok()?;
-    sock.connect_timeout(&to.into(), Duration::from_millis(500))
-        .ok()?;
-    Some(sock.into())
-}
-
-/// Counters of what the flood sent.
-#[derive(Default)]
-struct Sent {
-    datagrams: AtomicU64,
-    datagram_bytes: AtomicU64,
-    big_frames: AtomicU64,
-    stream_bytes: AtomicU64,
-    trickles: AtomicU64,
-}
-
-fn start_flood(
-    to: SocketAddr,
-    stop: &Arc<AtomicBool>,
-    sent: &Arc<Sent>,
-) -> Vec<std::thread::JoinHandle<()>> {
-    let mut threads = Vec::new();
-    for src in SOURCES {
-        let (s, c) = (stop.clone(), sent.clone());
-        threads.push(std::thread::spawn(move || {
-            let udp = UdpSocket::bind(SocketAddr::from((src, 0))).unwrap();
-            let junk = [0x5au8; 1200];
-            let mut n = 0u64;
-            while !s.load(Ordering::Relaxed) {
-                if udp.send_to(&junk, to).is_ok() {
-                    c.datagrams.fetch_add(1, Ordering::Relaxed);
-                    c.datagram_bytes.fetch_add(1200, Ordering::Relaxed);
-                }
-                n += 1;
-                if n % 256 == 0 {
-                    std::thread::sleep(Duration::from_millis(1)); // pacing, as in the flood test
-                }
-            }
-        }));
-        let (s, c) = (stop.clone(), sent.clone());
-        threads.push(std::thread::spawn(move || {
-            let chunk = vec![0xa5u8; 1 << 20];
-            while !s.load(Ordering::Relaxed) {
-                if let Some(mut t) = tcp_from(src, to) {
-                    let _ = t.write_all(&(32u32 << 20).to_be_bytes());
-                    c.big_frames.fetch_add(1, Ordering::Relaxed);
-                    for _ in 0..32 {
-                        if t.write_all(&chunk).is_err() || s.load(Ordering::Relaxed) {
-                            break;
-                        }
-                        c.stream_bytes.fetch_add(1 << 20, Ordering::Relaxed);
-                    }
-                }
-            }
-        }));
-        let (s, c) = (stop.clone(), sent.clone());
-        threads.push(std::thread::spawn(move || {
-            let mut held = Vec::new();
-            while !s.load(Ordering::Relaxed) {
-                if let Some(mut t) = tcp_from(src, to) {
-                    let _ = t.write_all(&(60_000u32).to_be_bytes());
-                    held.push(t);
-                    c.trickles.fetch_add(1, Ordering::Relaxed);
-                }
-                if held.len() > 40 {
-                    held.remove(0);
-                }
-                for t in &mut held {
-                    let _ = t.write_all(&[0]);
-                }
-                std::thread::sleep(Duration::from_millis(20)); // the trickle's pace
-            }
-        }));
-    }
-    threads
-}
+use crate::junk_flood::{start_flood, Sent, SOURCES};
+use crate::{percentile, Bench};
 
 /// Sealed pings to `target` every 20 ms for `secs`; the round trips in µs
 /// and how many pings went unanswered (within 1 s).
@@ -171,9 +89,7 @@ fn rtt_line(label: &str, rtts: &mut [u64], lost: u64) {
 }
 
 pub fn flood(b: &Bench, secs: u64) {
-    wait_until(Duration::from_secs(60), "the cluster to form", || {
-        b.formed()
-    });
+    b.wait_formed();
     std::thread::sleep(Duration::from_secs(5)); // let joins settle
     let t = &b.agents[0];
     let target = NodeId::new(t.name.clone(), t.gossip).unwrap();
@@ -185,7 +101,7 @@ pub fn flood(b: &Bench, secs: u64) {
     let threads = start_flood(t.gossip, &stop, &sent);
     let peak = Arc::new(AtomicU64::new(0));
     let sampler = {
-        let (s, p, pid) = (stop.clone(), peak.clone(), t.child.id());
+        let (s, p, pid) = (stop.clone(), peak.clone(), t.pid());
         std::thread::spawn(move || {
             while !s.load(Ordering::Relaxed) {
                 let rss = std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -228,9 +144,11 @@ pub fn flood(b: &Bench, secs: u64) {
         rss_before as f64 / 1024.0,
         peak.load(Ordering::Relaxed) as f64 / 1024.0
     );
-    let not_alive = b
-        .agents
-        .iter()
-        .any(|a| a.members().iter().any(|(_, s)| s != "alive"));
+    let not_alive = b.agents.iter().any(|a| {
+        a.members()
+            .unwrap_or_default()
+            .iter()
+            .any(|m| m.state != "alive")
+    });
     println!("RESULT   any member seen not alive afterwards: {not_alive}");
 }

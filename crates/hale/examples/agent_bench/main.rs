@@ -17,17 +17,23 @@
 #![allow(clippy::unwrap_used)] // A benchmark harness: a failure is a panic with its message.
 
 mod flood;
+#[path = "../../tests/it/junk_flood.rs"]
+mod junk_flood;
 mod loss;
+#[path = "../../tests/it/support.rs"]
+#[allow(dead_code)] // What the benchmark does not use of the tests' harness.
+mod support;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
+use hale_agent::view::unix_ms;
+use hale_agent::{AgentEvent, Key};
+use nix::sys::signal::Signal;
+
+use support::{call, loopback_spec, spawn, wait_all_alive, AgentProc, Spec};
 
 /// Benchmarks of real agent processes on loopback.
 #[derive(Debug, Parser)]
@@ -79,166 +85,52 @@ const STALL: Duration = Duration::from_secs(2);
 /// How long after a stall a `stall` trial watches for a verdict.
 const STALL_WATCH: Duration = Duration::from_secs(10);
 
-fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
+/// `/proc/<pid>/stat`'s utime + stime, in clock ticks.
+fn cpu_ticks(a: &AgentProc) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", a.pid())).unwrap_or_default();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = after.split_whitespace().collect();
+    // Fields 14 and 15 of stat; `after` starts at field 3.
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
 }
 
-fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).ok()?;
-    let (head, body) = raw.split_once("\r\n\r\n")?;
-    head.starts_with("HTTP/1.1 200").then(|| body.to_owned())
-}
-
-fn json(addr: SocketAddr, path: &str) -> Option<serde_json::Value> {
-    serde_json::from_str(&http_get(addr, path)?).ok()
-}
-
-struct Agent {
-    child: Child,
-    name: String,
-    gossip: SocketAddr,
-    http: SocketAddr,
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = kill(Pid::from_raw(self.child.id() as i32), Signal::SIGCONT);
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Agent {
-    fn signal(&self, sig: Signal) {
-        kill(Pid::from_raw(self.child.id() as i32), sig).unwrap();
-    }
-
-    fn proc_file(&self, f: &str) -> String {
-        std::fs::read_to_string(format!("/proc/{}/{f}", self.child.id())).unwrap_or_default()
-    }
-
-    fn rss_kib(&self) -> u64 {
-        self.proc_file("status")
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            .unwrap_or(0)
-    }
-
-    /// utime + stime, in clock ticks.
-    fn cpu_ticks(&self) -> u64 {
-        let stat = self.proc_file("stat");
-        let after = &stat[stat.rfind(')').unwrap() + 2..];
-        let f: Vec<&str> = after.split_whitespace().collect();
-        // Fields 14 and 15 of stat; `after` starts at field 3.
-        f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
-    }
-
-    fn members(&self) -> Vec<(String, String)> {
-        json(self.http, "/v1/members")
-            .and_then(|v| {
-                v.as_array().map(|l| {
-                    l.iter()
-                        .map(|m| {
-                            (
-                                m["name"].as_str().unwrap_or("").to_owned(),
-                                m["state"].as_str().unwrap_or("").to_owned(),
-                            )
-                        })
-                        .collect()
-                })
-            })
-            .unwrap_or_default()
-    }
+/// When `a` declared `victim` dead (its `unix_ms`), among its events after `since`.
+fn declared_dead(a: &AgentProc, victim: &str, since: u64) -> Option<u64> {
+    call(a.api().events(since))
+        .unwrap_or_default()
+        .into_iter()
+        .find(|e| matches!(e.event, AgentEvent::Dead(_)) && e.member.as_deref() == Some(victim))
+        .map(|e| e.unix_ms)
 }
 
 struct Bench {
-    hale: PathBuf,
     logs: PathBuf,
     key: String,
     cluster: String,
     profile: String,
-    agents: Vec<Agent>,
-}
-
-fn logged_addr(log: &Path, key: &str) -> Option<SocketAddr> {
-    let text = std::fs::read_to_string(log).ok()?;
-    let line = text.lines().find(|l| l.contains("hale agent running"))?;
-    let at = line.find(&format!(" {key}="))? + key.len() + 2;
-    line[at..].split_whitespace().next()?.parse().ok()
-}
-
-fn wait_until(deadline: Duration, what: &str, mut f: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !f() {
-        assert!(start.elapsed() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    agents: Vec<AgentProc>,
 }
 
 impl Bench {
-    fn spawn(&self, name: &str) -> Agent {
-        let log_path = self.logs.join(format!("{name}.log"));
-        let log = std::fs::File::create(&log_path).unwrap();
-        let mut cmd = Command::new(&self.hale);
-        cmd.arg("agent")
-            .env_remove("HALE_CONFIG")
-            .env("HALE_NAME", name)
-            .env("HALE_BIND", "127.0.0.1:0")
-            .env("HALE_HTTP", "127.0.0.1:0")
-            .env("HALE_CLUSTER", &self.cluster)
-            .env("HALE_KEYS", &self.key)
-            .env("HALE_PROFILE", &self.profile)
-            .env("HALE_LOG", "info")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log);
-        match self.agents.first() {
-            Some(seed) => cmd.env("HALE_SEEDS", seed.gossip.to_string()),
-            None => cmd.env_remove("HALE_SEEDS"),
-        };
-        let child = cmd.spawn().unwrap();
-        let mut addrs = None;
-        wait_until(Duration::from_secs(20), "an agent to start", || {
-            addrs = logged_addr(&log_path, "gossip").zip(logged_addr(&log_path, "http"));
-            addrs.is_some()
-        });
-        let (gossip, http) = addrs.unwrap();
-        Agent {
-            child,
-            name: name.to_owned(),
-            gossip,
-            http,
-        }
+    /// Starts agent `name` on loopback, joining through the first agent.
+    fn spawn(&self, name: &str) -> AgentProc {
+        let first = self.agents.first();
+        let spec = loopback_spec(name, first, &self.cluster, &self.key, &self.logs);
+        spawn(&Spec {
+            profile: self.profile.clone(),
+            ..spec
+        })
     }
 
-    /// Every agent sees every current agent alive.
-    fn formed(&self) -> bool {
-        self.agents.iter().all(|a| {
-            let m = a.members();
-            self.agents
-                .iter()
-                .all(|b| m.iter().any(|(n, s)| *n == b.name && s == "alive"))
-        })
+    /// Waits (a minute at most) until every agent sees every agent alive.
+    fn wait_formed(&self) {
+        wait_all_alive(&self.agents, Duration::from_secs(60), "the cluster to form");
     }
 
     /// Every agent reports local health 0 and no suspect.
     fn settled(&self) -> bool {
         self.agents.iter().all(|a| {
-            json(a.http, "/v1/health")
-                .is_some_and(|h| h["local_health"] == 0 && h["members"]["suspect"] == 0)
+            call(a.api().health()).is_ok_and(|h| h.local_health == 0 && h.members.suspect == 0)
         })
     }
 }
@@ -264,9 +156,7 @@ fn detect(b: &mut Bench, trials: usize, fault: Fault) {
     let n = b.agents.len();
     let (mut first, mut all) = (Vec::new(), Vec::new());
     for t in 0..trials {
-        wait_until(Duration::from_secs(60), "the cluster to form", || {
-            b.formed()
-        });
+        b.wait_formed();
         // Settle (a resumed node's peers lower their health again), bounded.
         let start = Instant::now();
         while !b.settled() && start.elapsed() < Duration::from_secs(20) {
@@ -277,8 +167,8 @@ fn detect(b: &mut Bench, trials: usize, fault: Fault) {
             .agents
             .iter()
             .map(|a| {
-                json(a.http, "/v1/events")
-                    .and_then(|e| e.as_array()?.last()?["seq"].as_u64())
+                a.events()
+                    .and_then(|e| e.last().map(|e| e.seq))
                     .unwrap_or(0)
             })
             .collect();
@@ -288,21 +178,9 @@ fn detect(b: &mut Bench, trials: usize, fault: Fault) {
             std::thread::sleep(STALL); // The fault itself, not a wait for a condition.
             b.agents[v].signal(Signal::SIGCONT);
             std::thread::sleep(STALL_WATCH); // The window in which no verdict may come.
-            let convicted =
-                b.agents
-                    .iter()
-                    .enumerate()
-                    .filter(|&(i, a)| {
-                        i != v
-                            && json(a.http, &format!("/v1/events?since={}", since[i])).is_some_and(
-                                |evs| {
-                                    evs.as_array().into_iter().flatten().any(|e| {
-                                        e["kind"] == "dead" && e["member"] == victim.as_str()
-                                    })
-                                },
-                            )
-                    })
-                    .count();
+            let convicted = (b.agents.iter().enumerate())
+                .filter(|&(i, a)| i != v && declared_dead(a, &victim, since[i]).is_some())
+                .count();
             println!("trial {t:>2}: {victim:<10} stalled 2s, convicted by {convicted} observer(s)");
             all.push(convicted as u64);
             continue;
@@ -324,15 +202,7 @@ fn detect(b: &mut Bench, trials: usize, fault: Fault) {
                 if seen[i].is_some() {
                     continue;
                 }
-                let Some(evs) = json(a.http, &format!("/v1/events?since={}", since[i])) else {
-                    continue;
-                };
-                for e in evs.as_array().into_iter().flatten() {
-                    if e["kind"] == "dead" && e["member"] == victim.as_str() {
-                        seen[i] = Some(e["unix_ms"].as_u64().unwrap().saturating_sub(t0));
-                        break;
-                    }
-                }
+                seen[i] = declared_dead(a, &victim, since[i]).map(|at| at.saturating_sub(t0));
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -388,9 +258,7 @@ type Counters = (u64, u64, u64, u64, u64, u64, u64);
 
 fn idle(b: &Bench, secs: u64, loss: u32) {
     let n = b.agents.len();
-    wait_until(Duration::from_secs(60), "the cluster to form", || {
-        b.formed()
-    });
+    b.wait_formed();
     let ports: Vec<u16> = b.agents.iter().map(|a| a.gossip.port()).collect();
     let _loss = (loss > 0).then(|| loss::Loss::install(loss, &ports));
     // Let joins and their gossip die down.
@@ -399,12 +267,12 @@ fn idle(b: &Bench, secs: u64, loss: u32) {
         b.agents
             .iter()
             .map(|a| {
-                let m = http_get(a.http, "/metrics").unwrap();
+                let m = a.metrics().unwrap();
                 (
                     metrics_sum(&m, &["hale_datagram_bytes_out_total"]),
                     metrics_sum(&m, &["hale_datagrams_out_total"]),
                     metrics_sum(&m, &["hale_streams_out_total"]),
-                    a.cpu_ticks(),
+                    cpu_ticks(a),
                     metrics_sum(&m, &["hale_suspicions_total"]),
                     metrics_sum(
                         &m,
@@ -489,14 +357,10 @@ fn main() {
     assert!(hale.exists(), "no hale binary at {}", hale.display());
     let logs = std::env::temp_dir().join(format!("hale-bench-{}", std::process::id()));
     std::fs::create_dir_all(&logs).unwrap();
-    let key = String::from_utf8(Command::new(&hale).arg("keygen").output().unwrap().stdout)
-        .unwrap()
-        .trim()
-        .to_owned();
+    support::HALE_BIN.set(hale).unwrap();
     let mut b = Bench {
-        hale,
         logs: logs.clone(),
-        key,
+        key: Key::generate().to_base64(),
         cluster: format!("bench-{}", std::process::id()),
         profile: args.profile.clone(),
         agents: Vec::new(),

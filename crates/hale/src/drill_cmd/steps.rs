@@ -43,9 +43,9 @@ impl Drill {
             }
         }
         self.step_end(step);
-        let refused = !self.report.lock().expect("report lock").steps[step].passed();
+        let refused = !self.report().steps[step].passed();
         if refused {
-            self.report.lock().expect("report lock").outcome = Outcome::Refused;
+            self.report().outcome = Outcome::Refused;
             return Ok(());
         }
         match self.args.kind.clone() {
@@ -202,11 +202,7 @@ impl Drill {
             })
             .collect();
         for role in held.keys() {
-            self.undo
-                .lock()
-                .expect("undo lock")
-                .homes
-                .insert(role.clone(), node.to_owned());
+            self.undo().homes.insert(role.clone(), node.to_owned());
         }
         let step = self.fault_step(format!("{node} stops answering the cluster"));
         let started = hale_agent::view::unix_ms();
@@ -334,7 +330,7 @@ impl Drill {
             if h == home {
                 let c = check(format!("{home} holds {role}"), true, format!("epoch {e}"));
                 self.add(step, c);
-                self.undo.lock().expect("undo lock").homes.remove(role);
+                self.undo().homes.remove(role);
                 return;
             }
         }
@@ -355,7 +351,7 @@ impl Drill {
             .await
             .is_some()
         {
-            self.undo.lock().expect("undo lock").homes.remove(role);
+            self.undo().homes.remove(role);
         }
     }
 
@@ -417,15 +413,7 @@ impl Drill {
         );
         let ok = self.verify_serves(step, role, to, new_epoch).await;
         let events = self.poll_events().await;
-        let dead: Vec<String> = events
-            .iter()
-            .filter(|e| matches!(e.event, AgentEvent::Dead(_)))
-            .map(|e| format!("{} by {}", e.member.as_deref().unwrap_or("?"), e.observer))
-            .collect();
-        self.add(
-            step,
-            none_check("no live member was declared dead", &dead, "none", "", ", "),
-        );
+        self.add(step, super::no_deaths(&events, None));
         ok.then_some(new_epoch)
     }
 
@@ -484,11 +472,7 @@ impl Drill {
         else {
             return;
         };
-        self.undo
-            .lock()
-            .expect("undo lock")
-            .homes
-            .insert(role.to_owned(), home.clone());
+        self.undo().homes.insert(role.to_owned(), home.clone());
         let standbys: Vec<String> = cluster::candidates(members)
             .get(role)
             .into_iter()

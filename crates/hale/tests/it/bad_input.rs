@@ -121,7 +121,6 @@ impl Garbage {
 #[test]
 fn an_agent_flooded_with_garbage_datagrams_stays_up_with_bounded_memory_and_counts_every_drop() {
     let c = Cluster::start("baddgram", 3);
-    c.wait_formed(Duration::from_secs(30));
     let target = &c.agents[0];
     let keyring = Keyring::new(Key::from_base64(&c.key).unwrap(), Vec::new());
     let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -249,7 +248,6 @@ fn stream_errors(a: &AgentProc) -> f64 {
 #[test]
 fn an_agent_fed_garbage_stream_frames_stays_up_and_counts_them() {
     let c = Cluster::start("badstream", 3);
-    c.wait_formed(Duration::from_secs(30));
     let target = &c.agents[0];
     let mut rng = rand_xoshiro::Xoshiro256PlusPlus::seed_from_u64(0x5eed);
     let rss_before = target.rss_kib();
@@ -288,7 +286,6 @@ fn an_agent_fed_garbage_stream_frames_stays_up_and_counts_them() {
 #[test]
 fn a_first_stream_frame_over_64_kib_is_refused_unless_a_sealed_preamble_opens_the_connection() {
     let c = Cluster::start("preamble", 2);
-    c.wait_formed(Duration::from_secs(30));
     let target = &c.agents[0];
     let ring = Keyring::new(Key::from_base64(&c.key).unwrap(), Vec::new());
     let stranger = Keyring::new(Key::generate(), Vec::new());

@@ -3,14 +3,17 @@
 //! Dropping a [`Browser`] ends the session, kills chromedriver and every
 //! browser process using this browser's profile, and removes the profile,
 //! also when a test fails.
-//! Shared by the `it` tests and `examples/dashboard_bench.rs`.
+//! Shared by the `it` tests and `examples/dashboard_bench.rs` (with the
+//! polling helpers of `support.rs`).
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fantoccini::{Client, ClientBuilder};
+
+use crate::support::{free_port, wait_for, wait_until};
 
 /// Where Debian puts the browser and its driver.
 const CHROMIUM: &str = "/usr/bin/chromium";
@@ -36,13 +39,6 @@ pub struct Browser {
     client: Option<Client>,
     driver: Child,
     profile: PathBuf,
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port on loopback")
 }
 
 impl Browser {
@@ -81,14 +77,9 @@ impl Browser {
             profile,
         };
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
-        let start = Instant::now();
-        while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "chromedriver did not listen on {addr} within 20 s"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_until(Duration::from_secs(20), "chromedriver to listen", || {
+            TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
+        });
         let mut args: Vec<String> = FLAGS.iter().map(|f| (*f).to_owned()).collect();
         args.push(format!(
             "--user-data-dir={}",
@@ -131,18 +122,10 @@ impl Browser {
     /// Polls `body` every 100 ms until it returns something other than
     /// null or false; panics naming `what` after `deadline`.
     pub fn wait_js(&self, deadline: Duration, what: &str, body: &str) -> serde_json::Value {
-        let start = Instant::now();
-        loop {
+        wait_for(deadline, &format!("the page to show: {what}"), || {
             let v = self.eval(body);
-            if !v.is_null() && v != serde_json::Value::Bool(false) {
-                return v;
-            }
-            assert!(
-                start.elapsed() < deadline,
-                "timed out after {deadline:?} waiting for the page to show: {what}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+            (!v.is_null() && v != serde_json::Value::Bool(false)).then_some(v)
+        })
     }
 
     /// Saves a PNG of the page as `dir/name.png` and returns its path.

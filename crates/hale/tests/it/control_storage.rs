@@ -10,7 +10,7 @@ use hale_agent::view::HealthView;
 use hale_agent::AgentEvent;
 
 use crate::failover::first_holder;
-use crate::support::{call, during, wait_for, Cluster};
+use crate::support::{call, wait_for, Cluster};
 
 /// A small tmpfs, unmounted (lazily) and removed on drop.
 struct Tmpfs(PathBuf);
@@ -85,16 +85,8 @@ fn a_control_plane_server_whose_disk_fills_stops_says_so_and_the_others_carry_on
             .then_some(())
     });
     // And the role stays held, renewed through the live servers.
-    let (h1, e1) = wait_for(Duration::from_secs(30), "db is held", || c.holder());
-    during(Duration::from_secs(3), Duration::from_millis(250), || {
-        if let Some(l) = c.holder() {
-            assert_eq!(
-                l,
-                (h1.clone(), e1),
-                "the role moved while n0's disk was full"
-            );
-        }
-    });
+    let held = wait_for(Duration::from_secs(30), "db is held", || c.holder());
+    c.assert_holder_stays(Duration::from_secs(3), &held, "while n0's disk was full");
     let status = c.agents[0].cli(&["status"]);
     let text = String::from_utf8_lossy(&status.stdout);
     assert!(text.contains("STORAGE FAILED"), "{text}");

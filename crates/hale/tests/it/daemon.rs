@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use crate::support::free_port;
+use crate::support::{free_port, hale_bin};
 
 /// The next datagram on `sock`, waiting at most `limit`.
 fn next(sock: &UnixDatagram, limit: Duration) -> Option<String> {
@@ -24,7 +24,7 @@ fn the_agent_tells_systemd_when_it_is_ready_and_when_it_stops_and_logs_json_on_r
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("notify.sock");
     let sock = UnixDatagram::bind(&socket).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hale"))
+    let mut child = Command::new(hale_bin())
         .args(["agent", "--log-format", "json"])
         .env("HALE_NAME", "svc")
         .env("HALE_BIND", format!("127.0.0.1:{}", free_port()))

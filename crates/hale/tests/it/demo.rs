@@ -2,12 +2,12 @@
 
 use std::process::Command;
 
-use crate::support::HALE;
+use crate::support::hale_bin;
 
 #[test]
 fn the_demo_prints_its_dashboard_detects_the_faults_fails_the_role_over_and_exits_0() {
     let logs = tempfile::tempdir().unwrap();
-    let out = Command::new(HALE)
+    let out = Command::new(hale_bin())
         .args(["demo", "--hold", "0", "--logs"])
         .arg(logs.path())
         .output()

@@ -5,7 +5,7 @@
 //! are fake Sentries in this process. Drill tests run one at a time (they share two cores).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -16,7 +16,8 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::Value;
 
-use crate::support::{call, metric, wait_for, wait_until, Cluster, Proc, HALE};
+use crate::drill_report::{Check, Outcome, Report};
+use crate::support::{call, db_holder, hale_bin, metric, wait_for, wait_until, Cluster, Proc};
 
 /// One drill cluster at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -58,22 +59,15 @@ impl Bench {
 
     /// `hale status --json` through n0 (the CLI's own output format).
     fn status(&self) -> Option<Value> {
-        let out = self.hale(0, &["status", "--json"]);
+        let out = self.c.agents[0].cli(&["status", "--json"]);
         serde_json::from_slice(&out.stdout).ok()
     }
 
-    /// Runs `hale ARGS --http <node i>`.
-    fn hale(&self, i: usize, args: &[&str]) -> Output {
-        self.c.agents[i].cli(args)
-    }
-
     /// Runs a drill through n0 with a report directory; its exit code and report.
-    fn drill(&self, args: &[&str]) -> (Option<i32>, Value, PathBuf) {
+    fn drill(&self, args: &[&str]) -> (Option<i32>, Report, PathBuf) {
         let dir = self.c.path(&format!("report-{}", args.join("-")));
-        let out = self.hale(
-            0,
-            &[args, &["--report", dir.to_str().unwrap(), "--json"]].concat(),
-        );
+        let flags = ["--report", dir.to_str().unwrap(), "--json"];
+        let out = self.c.agents[0].cli(&[args, &flags].concat());
         let report = read_report(&dir).unwrap_or_else(|| {
             panic!(
                 "no report in {}; stderr:\n{}",
@@ -81,13 +75,9 @@ impl Bench {
                 String::from_utf8_lossy(&out.stderr)
             )
         });
-        // Shown when the test fails (libtest captures it otherwise).
-        eprintln!(
-            "{}",
-            std::fs::read_to_string(dir.join("report.txt")).unwrap_or_default()
-        );
         let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
-        assert_eq!(printed, report, "--json prints the report it wrote");
+        let written = serde_json::to_value(&report).unwrap();
+        assert_eq!(printed, written, "--json prints the report it wrote");
         (out.status.code(), report, dir)
     }
 
@@ -124,39 +114,32 @@ fn healthy(s: &Value) -> bool {
         && s["unreachable"] == serde_json::json!([])
 }
 
-fn read_report(dir: &Path) -> Option<Value> {
+/// The report a drill wrote into `dir` (its text shown when the test fails).
+fn read_report(dir: &Path) -> Option<Report> {
     let json = std::fs::read_to_string(dir.join("report.json")).ok()?;
-    assert!(dir.join("report.txt").exists(), "report.txt written too");
+    let text = std::fs::read_to_string(dir.join("report.txt"));
+    eprintln!("{}", text.expect("report.txt written too"));
     serde_json::from_str(&json).ok()
 }
 
 /// Asserts every check of every step passed, naming the failures.
-fn assert_passed(report: &Value) {
-    let failed: Vec<String> = report["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|s| s["checks"].as_array().unwrap().iter().map(move |c| (s, c)))
-        .filter(|(_, c)| c["passed"] != true)
-        .map(|(s, c)| format!("{} / {}: {}", s["name"], c["name"], c["detail"]))
+fn assert_passed(report: &Report) {
+    let failed: Vec<String> = (report.steps.iter())
+        .flat_map(|s| s.checks.iter().map(move |c| (s, c)))
+        .filter(|(_, c)| !c.passed)
+        .map(|(s, c)| format!("{} / {}: {}", s.name, c.name, c.detail))
         .collect();
     assert!(failed.is_empty(), "failed checks: {failed:#?}");
-    assert_eq!(report["outcome"], "passed");
+    assert_eq!(report.outcome, Outcome::Passed);
 }
 
-fn step_names(report: &Value) -> Vec<String> {
-    report["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["name"].as_str().unwrap().to_owned())
-        .collect()
+fn step_names(report: &Report) -> Vec<&str> {
+    report.steps.iter().map(|s| s.name.as_str()).collect()
 }
 
-fn timeline_has(report: &Value, source: &str, kind: &str, member: Option<&str>) -> bool {
-    report["timeline"].as_array().unwrap().iter().any(|e| {
-        e["source"] == source && e["kind"] == kind && member.is_none_or(|m| e["member"] == m)
-    })
+/// Whether `source` reported an event of `kind` on the report's timeline.
+fn timeline_has(report: &Report, source: &str, kind: &str) -> bool {
+    (report.timeline.iter()).any(|e| e.source == source && e.kind == kind)
 }
 
 #[test]
@@ -165,17 +148,17 @@ fn a_sink_blackhole_drill_keeps_the_relay_answering_and_opens_then_closes_its_br
     let (code, report, dir) = c.drill(&["drill", "sink-blackhole", "--duration", "4"]);
     assert_passed(&report);
     assert_eq!(code, Some(0));
-    assert_eq!(report["drill"], "sink-blackhole");
+    assert_eq!(report.drill, "sink-blackhole");
     let steps = step_names(&report);
     assert!(steps[0].starts_with("preflight"), "{steps:?}");
     assert!(steps[1].contains("black hole"), "{steps:?}");
     assert!(steps[2].starts_with("restore"), "{steps:?}");
     assert!(
-        timeline_has(&report, "n0", "breaker", None),
+        timeline_has(&report, "n0", "breaker"),
         "the breaker's changes are on the timeline"
     );
-    assert!(timeline_has(&report, "n0", "drill-set", None));
-    assert!(timeline_has(&report, "n0", "drill-restored", None));
+    assert!(timeline_has(&report, "n0", "drill-set"));
+    assert!(timeline_has(&report, "n0", "drill-restored"));
     let text = std::fs::read_to_string(dir.join("report.txt")).unwrap();
     assert!(text.contains("PASSED"), "{text}");
     assert!(text.contains("the relay's breaker opened"), "{text}");
@@ -192,24 +175,17 @@ fn freezing_the_role_holder_promotes_a_standby_in_time_and_hands_the_role_back()
     let (code, report, _) = c.drill(&["drill", "node-freeze", "n0", "--duration", "5"]);
     assert_passed(&report);
     assert_eq!(code, Some(0));
-    assert_eq!(report["target"], "n0");
+    assert_eq!(report.target.as_deref(), Some("n0"));
     let steps = step_names(&report);
     assert_eq!(steps.len(), 4, "{steps:?}");
     assert_eq!(steps[3], "hand db back to n0");
-    let checks: Vec<String> = report["steps"][1]["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["name"].as_str().unwrap().to_owned())
-        .collect();
+    let checks = &report.steps[1].checks;
     assert!(
-        checks
-            .iter()
-            .any(|n| n.starts_with("a standby took db within")),
+        (checks.iter()).any(|c| c.name.starts_with("a standby took db within")),
         "{checks:?}"
     );
-    assert!(timeline_has(&report, "n1", "promoted", None), "n1 took db");
-    assert!(timeline_has(&report, "n0", "demoted", None), "n0 let it go");
+    assert!(timeline_has(&report, "n1", "promoted"), "n1 took db");
+    assert!(timeline_has(&report, "n0", "demoted"), "n0 let it go");
     c.assert_untouched();
 }
 
@@ -228,7 +204,7 @@ fn a_handover_drill_moves_the_role_to_each_standby_and_back() {
         ]
     );
     for n in ["n1", "n2", "n0"] {
-        assert!(timeline_has(&report, n, "promoted", None), "{n} promoted");
+        assert!(timeline_has(&report, n, "promoted"), "{n} promoted");
     }
     c.assert_untouched();
 }
@@ -260,18 +236,16 @@ fn a_quiet_drill_shows_probes_alone_keep_every_member_alive() {
         })
     };
     wait_until(Duration::from_secs(5), "traffic is accepted", || {
-        call(c.c.agents[0].api().traffic(&["n1"])).is_ok()
+        call(c.c.agents[0].api().traffic(&["n1"])).is_ok_and(|(status, _)| status == 202)
     });
     let (code, report, _) = c.drill(&["drill", "quiet", "--duration", "4"]);
     stop.store(true, Ordering::Relaxed);
     traffic.join().unwrap();
     assert_passed(&report);
     assert_eq!(code, Some(0));
-    let checks = report["steps"][1]["checks"].as_array().unwrap();
+    let checks = &report.steps[1].checks;
     assert!(
-        checks
-            .iter()
-            .any(|c| c["name"] == "no live member was suspected" && c["passed"] == true),
+        (checks.iter()).any(|c| c.name == "no live member was suspected" && c.passed),
         "{checks:?}"
     );
     let ignored: f64 =
@@ -304,18 +278,14 @@ fn a_drill_refuses_to_start_on_a_degraded_cluster_and_changes_nothing() {
         || c.c.agents[0].state_of("n2").is_some_and(|s| s != "alive"),
     );
     let (code, report, dir) = c.drill(&["drill", "node-freeze", "n1", "--duration", "3"]);
-    assert_eq!(code, Some(3), "{report}");
-    assert_eq!(report["outcome"], "refused");
+    assert_eq!(code, Some(3), "{report:?}");
+    assert_eq!(report.outcome, Outcome::Refused);
     assert_eq!(step_names(&report).len(), 1, "only the preflight ran");
-    let failed: Vec<&Value> = report["steps"][0]["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|c| c["passed"] == false)
+    let failed: Vec<&Check> = (report.steps[0].checks.iter())
+        .filter(|c| !c.passed)
         .collect();
     assert!(
-        failed.iter().any(|c| c["name"] == "every member is alive"
-            && c["detail"].as_str().unwrap().contains("n2")),
+        (failed.iter()).any(|c| c.name == "every member is alive" && c.detail.contains("n2")),
         "{failed:?}"
     );
     let text = std::fs::read_to_string(dir.join("report.txt")).unwrap();
@@ -330,7 +300,7 @@ fn interrupting_a_drill_restores_every_fault_and_marks_the_report_aborted() {
     let c = Bench::start("drill-aborted");
     let dir = c.c.path("report-aborted");
     let out = std::fs::File::create(c.c.path("drill.out")).unwrap();
-    let drill = Command::new(HALE)
+    let drill = Command::new(hale_bin())
         .args(["drill", "node-freeze", "n0", "--duration", "120", "--json"])
         .args(["--http", &c.c.agents[0].http.to_string()])
         .arg("--report")
@@ -346,10 +316,7 @@ fn interrupting_a_drill_restores_every_fault_and_marks_the_report_aborted() {
     });
     // Mid-drill: the standby has taken over while n0 is frozen.
     wait_until(Duration::from_secs(20), "n1 holds db", || {
-        c.c.agents[1]
-            .roles()
-            .and_then(|v| v.leases?.remove("db")?.holder)
-            .is_some_and(|h| h == "n1")
+        db_holder(&c.c.agents[1]).is_some_and(|(h, _)| h == "n1")
     });
     kill(Pid::from_raw(drill.0.id() as i32), Signal::SIGINT).unwrap();
     let status = wait_for(Duration::from_secs(60), "the drill exits", || {
@@ -357,26 +324,10 @@ fn interrupting_a_drill_restores_every_fault_and_marks_the_report_aborted() {
     });
     assert_eq!(status.code(), Some(130));
     let report = read_report(&dir).unwrap();
-    eprintln!(
-        "{}",
-        std::fs::read_to_string(dir.join("report.txt")).unwrap_or_default()
-    );
-    assert_eq!(report["outcome"], "aborted");
-    let steps = step_names(&report);
-    assert_eq!(
-        steps.last().map(String::as_str),
-        Some("restore after interruption"),
-        "{steps:?}"
-    );
-    let restore = report["steps"].as_array().unwrap().last().unwrap();
-    assert!(
-        restore["checks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|c| c["passed"] == true),
-        "{restore}"
-    );
+    assert_eq!(report.outcome, Outcome::Aborted);
+    let restore = report.steps.last().unwrap();
+    assert_eq!(restore.name, "restore after interruption", "{report:?}");
+    assert!(restore.passed(), "{restore:?}");
     // Well before the 120 s the fault was set for: nothing is left.
     c.assert_untouched();
 }
@@ -406,9 +357,7 @@ fn status_shows_members_roles_failing_checks_and_the_relay_in_text_and_json() {
     assert_eq!(f["essential"], true);
     assert_eq!(s["relays"][0][0], "n0");
     assert_eq!(s["relays"][0][1]["upstreams"][0]["breaker"], "closed");
-    let out = c.hale(0, &["status"]);
-    assert!(out.status.success());
-    let text = String::from_utf8(out.stdout).unwrap();
+    let text = c.c.agents[0].cli_ok(&["status"]);
     eprintln!("{text}");
     assert!(
         s["cluster"]

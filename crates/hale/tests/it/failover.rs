@@ -3,37 +3,16 @@
 //! 100, 50, 10). Hooks append to one log with the machine's clock; every
 //! test ends by running the history checker over it.
 
-use std::path::Path;
 use std::time::Duration;
 
 use hale_control::{check, HookEvent, HookKind, RoleState};
 use nix::sys::signal::Signal;
 
-use crate::support::{during, wait_for, Cluster};
+use crate::support::{during, hook_history, wait_for, Cluster};
 
 /// The hook history of a role cluster (its `hooks.log`).
 pub(crate) fn history(c: &Cluster) -> Vec<HookEvent> {
-    read_history(&c.path("hooks.log"))
-}
-
-pub fn read_history(log: &Path) -> Vec<HookEvent> {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    text.lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            Some(HookEvent {
-                at_nanos: f.first()?.parse().ok()?,
-                node: f.get(1)?.to_string(),
-                role: "db".into(),
-                epoch: f.get(3)?.parse().ok()?,
-                kind: match *f.get(2)? {
-                    "promote" => HookKind::Promote,
-                    "demote" => HookKind::Demote,
-                    _ => return None,
-                },
-            })
-        })
-        .collect()
+    hook_history(&c.path("hooks.log"))
 }
 
 pub(crate) fn first_holder(c: &Cluster) -> (String, u64) {
@@ -44,10 +23,19 @@ pub(crate) fn first_holder(c: &Cluster) -> (String, u64) {
     )
 }
 
-fn promote_time(h: &[HookEvent], node: &str, epoch: u64) -> Option<u64> {
+/// When `node`'s `kind` hook at `epoch` ran, if it did.
+fn hook_time(h: &[HookEvent], node: &str, epoch: u64, kind: HookKind) -> Option<u64> {
     h.iter()
-        .find(|e| e.node == node && e.epoch == epoch && e.kind == HookKind::Promote)
+        .find(|e| e.node == node && e.epoch == epoch && e.kind == kind)
         .map(|e| e.at_nanos)
+}
+
+fn promote_time(h: &[HookEvent], node: &str, epoch: u64) -> Option<u64> {
+    hook_time(h, node, epoch, HookKind::Promote)
+}
+
+fn demote_time(h: &[HookEvent], node: &str, epoch: u64) -> Option<u64> {
+    hook_time(h, node, epoch, HookKind::Demote)
 }
 
 /// The hook history once `node`'s promote hook at `epoch` has run.
@@ -58,14 +46,8 @@ fn promoted(c: &Cluster, node: &str, epoch: u64) -> Vec<HookEvent> {
     })
 }
 
-fn demote_time(h: &[HookEvent], node: &str, epoch: u64) -> Option<u64> {
-    h.iter()
-        .find(|e| e.node == node && e.epoch == epoch && e.kind == HookKind::Demote)
-        .map(|e| e.at_nanos)
-}
-
 /// The holder and epoch of `db` once another node than `holder` holds it.
-fn standby_takes_over(c: &Cluster, holder: &str, secs: u64) -> (String, u64) {
+pub(crate) fn standby_takes_over(c: &Cluster, holder: &str, secs: u64) -> (String, u64) {
     wait_for(Duration::from_secs(secs), "a standby takes db", || {
         c.holder().filter(|(h, _)| h != holder)
     })
@@ -80,10 +62,7 @@ fn killing_the_holders_agent_fences_it_before_a_standby_is_promoted() {
     let (next, e2) = standby_takes_over(&c, &holder, 30);
     assert_eq!(next, "n1", "the next-best healthy candidate");
     assert!(e2 > epoch);
-    let h = wait_for(Duration::from_secs(5), "hooks logged", || {
-        let h = history(&c);
-        promote_time(&h, &next, e2).map(|_| h)
-    });
+    let h = promoted(&c, &next, e2);
     let fenced =
         demote_time(&h, &holder, epoch).expect("the watchdog fenced the dead agent's service");
     assert!(fenced < promote_time(&h, &next, e2).unwrap());
@@ -195,12 +174,7 @@ fn an_operator_handover_goes_to_the_named_standby() {
     let (holder, epoch) = first_holder(&c);
     let i = c.index(&holder);
     // n2 has the lowest priority; named, it still gets the role.
-    let out = c.agents[i].cli(&["roles", "handover", "db", "--to", "n2"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    c.agents[i].cli_ok(&["roles", "handover", "db", "--to", "n2"]);
     let (next, e2) = wait_for(Duration::from_secs(20), "n2 takes db", || {
         c.holder().filter(|(h, _)| h == "n2")
     });

@@ -5,7 +5,7 @@ use std::time::Duration;
 use hale_agent::{AgentEvent, Key};
 
 use crate::failover::first_holder;
-use crate::support::{call, during, wait_for, Cluster};
+use crate::support::{call, wait_for, Cluster};
 
 fn hale(c: &Cluster, args: &[&str]) -> (bool, String) {
     let out = c.agents[0].cli(args);
@@ -33,7 +33,8 @@ fn last_seqs(c: &Cluster) -> Vec<u64> {
 fn rotating_the_key_of_a_running_five_agent_cluster_suspects_no_one_and_keeps_the_holder() {
     let c = Cluster::roles_with("keys", 5, |_, _| None, |_| String::new(), |_| {});
     c.wait_formed(Duration::from_secs(30));
-    let (holder, epoch) = first_holder(&c);
+    let held = first_holder(&c);
+    let holder = held.0.clone();
     let cfg = std::fs::read_to_string(c.path("n0.toml")).unwrap();
     let old = cfg
         .lines()
@@ -61,11 +62,7 @@ fn rotating_the_key_of_a_running_five_agent_cluster_suspects_no_one_and_keeps_th
         assert!(ok, "{op}: {out}");
         assert!(out.contains("applied by 5 of 5 agents"), "{op}: {out}");
         // Let packets sealed before the change drain before the next one.
-        during(Duration::from_secs(2), Duration::from_millis(250), || {
-            if let Some(l) = c.holder() {
-                assert_eq!(l, (holder.clone(), epoch), "the role moved during {op}");
-            }
-        });
+        c.assert_holder_stays(Duration::from_secs(2), &held, &format!("during {op}"));
     }
     // Every agent now has exactly the new key, as primary.
     for a in &c.agents {
@@ -78,15 +75,7 @@ fn rotating_the_key_of_a_running_five_agent_cluster_suspects_no_one_and_keeps_th
         assert_eq!(keys, [(fp(&new).as_str(), true)], "{}: {v:?}", a.name);
     }
     // Gossip and the control plane still work under the new key alone.
-    during(Duration::from_secs(4), Duration::from_millis(250), || {
-        if let Some(l) = c.holder() {
-            assert_eq!(
-                l,
-                (holder.clone(), epoch),
-                "the role moved after the rotation"
-            );
-        }
-    });
+    c.assert_holder_stays(Duration::from_secs(4), &held, "after the rotation");
     let renewals = |c: &Cluster| -> u64 {
         let i = c.index(&holder);
         c.agents[i].roles().unwrap().local[0].renewals

@@ -12,16 +12,15 @@ mod daemon;
 mod dashboard;
 mod demo;
 mod drill;
+#[path = "../../src/drill_report.rs"]
+#[allow(dead_code)] // The report's types; the test reads what `hale drill` wrote.
+mod drill_report;
 mod failover;
 mod flood;
+mod junk_flood;
 mod keys;
 mod loopback;
 mod netns;
 mod replay;
 mod slow_hooks;
 mod support;
-
-/// Reads a promote/demote hook log (`nanos node kind epoch ...` lines).
-pub fn failover_history(log: &std::path::Path) -> Vec<hale_control::HookEvent> {
-    failover::read_history(log)
-}

@@ -14,8 +14,8 @@ use hale_agent::Key;
 use hale_control::{HookEvent, HookKind};
 
 use crate::support::{
-    cluster_name, dead_events, during, log_dir, spawn, spawn_with_config, view, wait_for,
-    wait_until, AgentProc, LogDir, Spec,
+    cluster_name, db_holder, dead_events, during, hook_history, log_dir, spawn, start_role_cluster,
+    view, wait_all_alive, wait_for, wait_until, AgentProc, LogDir, RoleNode, Spec,
 };
 
 const HOSTS: usize = 5;
@@ -156,6 +156,7 @@ impl Lab {
                 key: key.clone(),
                 netns: Some(ns.clone()),
                 log: logs.join(format!("{name}.log")),
+                profile: "lan".into(),
             }));
         }
         agents
@@ -233,23 +234,6 @@ impl Drop for Lab {
     }
 }
 
-fn names(agents: &[AgentProc]) -> Vec<String> {
-    agents.iter().map(|a| a.name.clone()).collect()
-}
-
-/// Waits until every agent sees every other agent alive.
-fn wait_converged(agents: &[AgentProc], deadline: Duration, what: &str) {
-    let all = names(agents);
-    wait_until(deadline, what, || {
-        agents.iter().all(|a| {
-            view(a).is_some_and(|v| {
-                all.iter()
-                    .all(|n| v.get(n).map(String::as_str) == Some("alive"))
-            })
-        })
-    });
-}
-
 /// How many agents see each member dead, in one sample of every view.
 fn dead_votes(agents: &[AgentProc]) -> HashMap<String, usize> {
     let mut votes = HashMap::new();
@@ -268,7 +252,7 @@ fn one_way_udp_loss_into_one_host_gets_no_healthy_host_declared_dead_by_the_majo
     require_netns!();
     let lab = Lab::new("oneway", HOSTS);
     let agents = lab.start_agents("oneway");
-    wait_converged(&agents, Duration::from_secs(30), "the cluster to form");
+    wait_all_alive(&agents, Duration::from_secs(30), "the cluster to form");
     let impaired = HOSTS - 1;
     // Everything sent to it over UDP is lost; what it sends gets through.
     lab.filter(impaired, "meta l4proto udp counter drop");
@@ -294,7 +278,7 @@ fn one_way_udp_loss_into_one_host_gets_no_healthy_host_declared_dead_by_the_majo
         println!("{}: deaths of healthy hosts: {false_deaths:?}", a.name);
     }
     lab.unfilter(impaired);
-    wait_converged(
+    wait_all_alive(
         &agents,
         Duration::from_secs(60),
         "views to converge after the loss ends",
@@ -306,14 +290,14 @@ fn ten_percent_loss_on_every_link_for_a_minute_causes_no_false_deaths() {
     require_netns!();
     let lab = Lab::new("loss10", HOSTS);
     let agents = lab.start_agents("loss10");
-    wait_converged(&agents, Duration::from_secs(30), "the cluster to form");
+    wait_all_alive(&agents, Duration::from_secs(30), "the cluster to form");
     for i in 0..HOSTS {
         // Input only: a packet crosses two hosts' filters, so a datagram
         // between two hosts is lost with about 10% probability... once per
         // receiving host; round trips lose 19%.
         lab.filter(i, "numgen random mod 100 < 10 counter drop");
     }
-    let all = names(&agents);
+    let all: Vec<String> = agents.iter().map(|a| a.name.clone()).collect();
     during(Duration::from_secs(60), Duration::from_secs(1), || {
         for a in &agents {
             let Some(v) = view(a) else {
@@ -346,7 +330,7 @@ fn a_partition_that_heals_converges_to_everyone_alive() {
     require_netns!();
     let lab = Lab::new("partition", HOSTS);
     let agents = lab.start_agents("partition");
-    wait_converged(&agents, Duration::from_secs(30), "the cluster to form");
+    wait_all_alive(&agents, Duration::from_secs(30), "the cluster to form");
     let (a, b): (Vec<usize>, Vec<usize>) = (0..HOSTS).partition(|&i| i < 3);
     let set = |g: &[usize]| {
         g.iter()
@@ -375,84 +359,49 @@ fn a_partition_that_heals_converges_to_everyone_alive() {
         assert!(lab.dropped(i) > 0, "host {i}'s filter dropped nothing");
         lab.unfilter(i);
     }
-    wait_converged(
+    wait_all_alive(
         &agents,
         Duration::from_secs(60),
         "every agent to see every other alive after the partition heals",
     );
 }
 
-/// Three hosts, each an agent that is a control-plane server and a candidate
-/// for role `db` (priorities 100, 50, 10); hooks log with the shared clock.
+/// One agent per host, each a control-plane server and a candidate for
+/// role `db` (priorities 100, 50, 10; see [`start_role_cluster`]); hooks
+/// log with the shared clock.
 fn start_role_agents(lab: &Lab, test: &str) -> Vec<AgentProc> {
-    let key = Key::generate().to_base64();
-    let dir = lab.logs.path();
-    let servers: Vec<String> = lab
-        .ips
-        .iter()
-        .enumerate()
-        .map(|(i, ip)| format!("\"{}={ip}:7948\"", i + 1))
+    let nodes: Vec<RoleNode> = (lab.hosts.iter().zip(&lab.ips).enumerate())
+        .map(|(i, (ns, ip))| RoleNode {
+            name: format!("h{i}"),
+            gossip: SocketAddr::from((*ip, GOSSIP_PORT)),
+            http: SocketAddr::from(([127, 0, 0, 1], HTTP_PORT)),
+            control: SocketAddr::from((*ip, 7948)),
+            netns: Some(ns.clone()),
+        })
         .collect();
-    let mut agents = Vec::new();
-    for (i, (ns, ip)) in lab.hosts.iter().zip(&lab.ips).enumerate() {
-        let name = format!("h{i}");
-        std::fs::write(dir.join(format!("healthy-{name}")), "").unwrap();
-        let hook = |kind: &str| {
-            format!(
-                "[\"sh\", \"-c\", \"echo $(date +%s%N) {name} {kind} $HALE_EPOCH >> {}\"]",
-                dir.join("hooks.log").display()
-            )
-        };
-        let seeds = if i == 0 {
-            String::new()
-        } else {
-            format!("seeds = [\"{}:{GOSSIP_PORT}\"]", lab.ips[0])
-        };
-        let cfg = format!(
-            "[agent]\nname = \"{name}\"\nbind = \"{ip}:{GOSSIP_PORT}\"\nhttp = \"127.0.0.1:{HTTP_PORT}\"\n{seeds}\nwatchdog = \"{exe}\"\n\
-             [cluster]\nname = \"{cluster}\"\nkeys = [\"{key}\"]\n\
-             [control]\nid = {id}\nbind = \"{ip}:7948\"\nservers = [{servers}]\nbootstrap = {boot}\ndata_dir = \"{data}\"\n\
-             [[service]]\nname = \"pg\"\nessential = true\n[[service.check]]\ncommand = [\"test\", \"-f\", \"{healthy}\"]\ninterval = \"200ms\"\n\
-             [[role]]\nname = \"db\"\nservice = \"pg\"\npriority = {prio}\npromote = {promote}\ndemote = {demote}\n",
-            exe = env!("CARGO_BIN_EXE_hale"),
-            cluster = cluster_name(test),
-            id = i + 1,
-            servers = servers.join(", "),
-            boot = i == 0,
-            data = dir.join(format!("data-{name}")).display(),
-            healthy = dir.join(format!("healthy-{name}")).display(),
-            prio = [100, 50, 10][i],
-            promote = hook("promote"),
-            demote = hook("demote"),
-        );
-        let path = dir.join(format!("{name}.toml"));
-        std::fs::write(&path, cfg).unwrap();
-        let gossip = SocketAddr::from((*ip, GOSSIP_PORT));
-        let http = SocketAddr::from(([127, 0, 0, 1], HTTP_PORT));
-        agents.push(spawn_with_config(dir, &name, &path, gossip, http, Some(ns)));
-    }
-    agents
-}
-
-/// `db`'s holder and epoch as host `i` sees it.
-fn db_holder(agents: &[AgentProc], i: usize) -> Option<(String, u64)> {
-    let l = agents[i].roles()?.leases?.remove("db")?;
-    Some((l.holder?, l.epoch))
+    let key = Key::generate().to_base64();
+    let (dir, cluster) = (lab.logs.path(), cluster_name(test));
+    start_role_cluster(
+        dir,
+        &cluster,
+        &key,
+        &nodes,
+        |_, _| None,
+        |_| String::new(),
+        |_| {},
+    )
 }
 
 #[test]
 fn a_holder_cut_off_from_the_control_plane_majority_steps_down_before_a_standby_takes_over() {
-    if let Some(why) = unsupported() {
-        eprintln!("skipped: {why}");
-        return;
-    }
+    require_netns!();
     let lab = Lab::new("roles_cut", 3);
     // Declared after the lab: the agents (and their watchdogs) are killed
     // before the namespaces go.
     let agents = start_role_agents(&lab, "roles_cut");
     {
         let (_, epoch) = wait_for(Duration::from_secs(40), "h0 holds db", || {
-            db_holder(&agents, 1).filter(|(h, _)| h == "h0")
+            db_holder(&agents[1]).filter(|(h, _)| h == "h0")
         });
         // h0 hears nothing from h1 and h2, and they hear nothing from it.
         let (ip0, ip1, ip2) = (lab.ips[0], lab.ips[1], lab.ips[2]);
@@ -461,7 +410,7 @@ fn a_holder_cut_off_from_the_control_plane_majority_steps_down_before_a_standby_
         lab.filter(2, &format!("ip saddr {ip0} counter drop"));
         let majority_takes = "a standby on the majority side takes db";
         let (_, e2) = wait_for(Duration::from_secs(40), majority_takes, || {
-            db_holder(&agents, 1).filter(|(h, _)| h == "h1")
+            db_holder(&agents[1]).filter(|(h, _)| h == "h1")
         });
         assert!(e2 > epoch);
         assert!(lab.dropped(0) > 0, "the cut dropped nothing");
@@ -469,7 +418,7 @@ fn a_holder_cut_off_from_the_control_plane_majority_steps_down_before_a_standby_
         let logged =
             |h: &[HookEvent], node: &str, kind| h.iter().any(|e| e.node == node && e.kind == kind);
         let h = wait_for(Duration::from_secs(10), "both hooks logged", || {
-            let h = crate::failover_history(&log);
+            let h = hook_history(&log);
             (logged(&h, "h0", HookKind::Demote) && logged(&h, "h1", HookKind::Promote)).then_some(h)
         });
         hale_control::check(&h).unwrap();

@@ -67,7 +67,6 @@ fn dropped_as_replays(m: &str) -> f64 {
 #[test]
 fn a_dead_members_replayed_packets_are_dropped_and_its_death_is_declared_on_time() {
     let c = Cluster::start("replay", 5);
-    c.wait_formed(Duration::from_secs(30));
     let victim = &c.agents[4];
     let (name, gossip) = (victim.name.clone(), victim.gossip);
     // Record 4 s of its traffic: pings, acks, gossip to every member.

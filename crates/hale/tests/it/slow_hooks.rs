@@ -16,36 +16,10 @@ use nix::unistd::Pid;
 use hale_agent::drill::Fault;
 use hale_control::RoleState;
 
-use crate::support::{call, during, wait_for, Cluster};
+use crate::failover::standby_takes_over;
+use crate::support::{call, during, hook_lines, wait_for, Cluster, HookLine};
 
-/// One line of a hook log.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Line {
-    at: u64,
-    node: String,
-    what: String,
-    epoch: u64,
-    reason: String,
-}
-
-fn lines(path: &Path) -> Vec<Line> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            Some(Line {
-                at: f.first()?.parse().ok()?,
-                node: (*f.get(1)?).to_owned(),
-                what: (*f.get(2)?).to_owned(),
-                epoch: f.get(3)?.parse().ok()?,
-                reason: f.get(4).map(|s| (*s).to_owned()).unwrap_or_default(),
-            })
-        })
-        .collect()
-}
-
-fn find<'a>(l: &'a [Line], node: &str, what: &str, epoch: u64) -> Option<&'a Line> {
+fn find<'a>(l: &'a [HookLine], node: &str, what: &str, epoch: u64) -> Option<&'a HookLine> {
     l.iter()
         .find(|x| x.node == node && x.what == what && x.epoch == epoch)
 }
@@ -72,7 +46,7 @@ fn timed_hooks(name: &str, log: &Path, promote_secs: f64, demote_secs: f64) -> (
 
 /// Every (node, epoch) holding as [promote start, demote end]: for two
 /// different nodes they must not overlap.
-fn assert_no_overlap(l: &[Line]) {
+fn assert_no_overlap(l: &[HookLine]) {
     let mut spans: Vec<(u64, u64, &str, u64)> = l
         .iter()
         .filter(|x| x.what == "promote")
@@ -93,10 +67,6 @@ fn assert_no_overlap(l: &[Line]) {
             a.3
         );
     }
-}
-
-fn lease(c: &Cluster) -> Option<(String, u64)> {
-    c.holder()
 }
 
 fn local_state(c: &Cluster, i: usize) -> Option<RoleState> {
@@ -136,8 +106,7 @@ fn a_three_second_promote_hook_neither_flaps_the_role_nor_overlaps_a_handover() 
     let cluster = call(c.agents[1].api().cluster_roles()).unwrap();
     let db = cluster.roles.iter().find(|r| r.role == "db").unwrap();
     assert_eq!(db.holder_state, Some(RoleState::Promoting), "{cluster:?}");
-    let out = c.agents[0].cli(&["roles"]);
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = c.agents[0].cli_ok(&["roles"]);
     assert!(text.contains("promoting"), "{text}");
     wait_for(Duration::from_secs(30), "n0 is holder", || {
         (local_state(&c, 0)? == RoleState::Holder).then_some(())
@@ -160,16 +129,13 @@ fn a_three_second_promote_hook_neither_flaps_the_role_nor_overlaps_a_handover() 
             .get::<serde_json::Value>("/v1/roles/nope/primary"),
     );
     assert_eq!(err.unwrap_err().status(), Some(404));
-    let (holder, epoch) = lease(&c).unwrap();
-    assert_eq!(holder, "n0");
+    let held = c.holder().unwrap();
+    let epoch = held.1;
+    assert_eq!(held.0, "n0");
     // Twelve seconds of steady state: the lease never moves (before the
     // fix it changed hands 8 times in 12 s with a 3 s promote hook).
-    during(Duration::from_secs(12), Duration::from_millis(250), || {
-        if let Some(l) = lease(&c) {
-            assert_eq!(l, (holder.clone(), epoch), "the role changed hands");
-        }
-    });
-    let l = lines(&log);
+    c.assert_holder_stays(Duration::from_secs(12), &held, "in steady state");
+    let l = hook_lines(&log);
     assert_eq!(
         l.iter().filter(|x| x.what == "promote").count(),
         1,
@@ -178,13 +144,12 @@ fn a_three_second_promote_hook_neither_flaps_the_role_nor_overlaps_a_handover() 
     assert!(!l.iter().any(|x| x.what == "demote"), "{l:#?}");
     // A handover with slow hooks: n0 demotes (1 s) while still holding the
     // lease, and only then may n1's promote hook start.
-    let out = c.agents[0].cli(&["roles", "handover", "db", "--to", "n1"]);
-    assert!(out.status.success(), "{out:?}");
+    c.agents[0].cli_ok(&["roles", "handover", "db", "--to", "n1"]);
     wait_for(Duration::from_secs(30), "n1 finished promoting", || {
-        let l = lines(&log);
+        let l = hook_lines(&log);
         find(&l, "n1", "promoted", epoch + 1).map(|_| ())
     });
-    let l = lines(&log);
+    let l = hook_lines(&log);
     let demoted = find(&l, "n0", "demoted", epoch).expect("n0 demoted");
     let promote = find(&l, "n1", "promote", epoch + 1).unwrap();
     assert!(promote.at >= demoted.at, "{l:#?}");
@@ -213,7 +178,7 @@ fn a_promote_hook_that_hangs_is_killed_with_its_children_and_the_role_moves_on()
     );
     let log = c.path("hooks.log");
     let epoch = wait_for(Duration::from_secs(30), "n0 starts promoting", || {
-        let l = lines(&log);
+        let l = hook_lines(&log);
         l.iter()
             .find(|x| x.node == "n0" && x.what == "promote")
             .map(|x| x.epoch)
@@ -226,16 +191,14 @@ fn a_promote_hook_that_hangs_is_killed_with_its_children_and_the_role_moves_on()
             .ok()
     });
     // The role moves on to the next candidate.
-    let (next, e2) = wait_for(Duration::from_secs(30), "another node holds db", || {
-        lease(&c).filter(|(h, _)| h != "n0")
-    });
+    let (next, e2) = standby_takes_over(&c, "n0", 30);
     assert_eq!(next, "n1");
     assert!(e2 > epoch);
     // The whole process group went: the grandchild too.
     wait_for(Duration::from_secs(10), "the grandchild is gone", || {
         kill(Pid::from_raw(pid), None).is_err().then_some(())
     });
-    let l = lines(&log);
+    let l = hook_lines(&log);
     let demote = find(&l, "n0", "demote", epoch).expect("n0 demoted");
     assert_eq!(demote.reason, "promote-hook-timed-out", "{l:#?}");
     assert!(find(&l, "n0", "promoted", epoch).is_none());
@@ -264,7 +227,7 @@ fn a_lease_lost_during_a_promotion_kills_the_promote_hook_before_the_demote_star
     let log = c.path("hooks.log");
     let beats = c.path("beats");
     let epoch = wait_for(Duration::from_secs(30), "n0 is promoting", || {
-        let l = lines(&log);
+        let l = hook_lines(&log);
         let e = l
             .iter()
             .find(|x| x.node == "n0" && x.what == "promote")?
@@ -279,11 +242,9 @@ fn a_lease_lost_during_a_promotion_kills_the_promote_hook_before_the_demote_star
             .set_fault(Fault::Freeze, Duration::from_secs(8)),
     )
     .unwrap();
-    let (next, e2) = wait_for(Duration::from_secs(30), "another node holds db", || {
-        lease(&c).filter(|(h, _)| h != "n0")
-    });
+    let (next, e2) = standby_takes_over(&c, "n0", 30);
     let l = wait_for(Duration::from_secs(10), "n0 demoted", || {
-        let l = lines(&log);
+        let l = hook_lines(&log);
         find(&l, "n0", "demote", epoch).is_some().then_some(l)
     });
     let demote = find(&l, "n0", "demote", epoch).unwrap();
@@ -305,11 +266,11 @@ fn a_lease_lost_during_a_promotion_kills_the_promote_hook_before_the_demote_star
     });
     // The next holder started only after n0 began to demote.
     let promote = wait_for(Duration::from_secs(10), "the next holder's promote", || {
-        find(&lines(&log), &next, "promote", e2).map(|x| x.at)
+        find(&hook_lines(&log), &next, "promote", e2).map(|x| x.at)
     });
     assert!(promote > demote.at);
     assert_eq!(
-        lines(&log)
+        hook_lines(&log)
             .iter()
             .filter(|x| x.node == "n0" && x.what == "demote" && x.epoch == epoch)
             .count(),

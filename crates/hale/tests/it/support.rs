@@ -18,9 +18,21 @@ use nix::unistd::Pid;
 
 use hale_agent::view::RolesView;
 use hale_agent::{AgentEvent, Client, EventView, Key, MemberView};
+use hale_control::{HookEvent, HookKind};
 
-/// The `hale` binary under test.
-pub const HALE: &str = env!("CARGO_BIN_EXE_hale");
+/// The `hale` binary the agents run: the one under test, unless the agent
+/// benchmark (not a test: none is built for it) has set its own first.
+pub static HALE_BIN: OnceLock<PathBuf> = OnceLock::new();
+
+/// The `hale` binary the agents run (see [`HALE_BIN`]).
+pub fn hale_bin() -> &'static Path {
+    HALE_BIN.get_or_init(|| {
+        let Some(bin) = option_env!("CARGO_BIN_EXE_hale") else {
+            panic!("not a test: set HALE_BIN first");
+        };
+        PathBuf::from(bin)
+    })
+}
 
 /// How often the polling helpers look again.
 const POLL: Duration = Duration::from_millis(100);
@@ -169,6 +181,31 @@ pub struct Spec {
     pub netns: Option<String>,
     /// Where the agent's log goes.
     pub log: PathBuf,
+    /// Its timing profile (`lan`, `wan`, `local`).
+    pub profile: String,
+}
+
+/// A `lan` agent `name` of cluster `cluster` (key `key`) on loopback with
+/// any free ports, joining through `seed`, logging into `dir`.
+pub fn loopback_spec(
+    name: &str,
+    seed: Option<&AgentProc>,
+    cluster: &str,
+    key: &str,
+    dir: &Path,
+) -> Spec {
+    let any = SocketAddr::from(([127, 0, 0, 1], 0));
+    Spec {
+        name: name.to_owned(),
+        bind: any,
+        http: any,
+        seeds: seed.map(|a| a.gossip).into_iter().collect(),
+        cluster: cluster.to_owned(),
+        key: key.to_owned(),
+        netns: None,
+        log: dir.join(format!("{name}.log")),
+        profile: "lan".into(),
+    }
 }
 
 /// A process the test started. Dropping it kills it by its process id
@@ -176,17 +213,25 @@ pub struct Spec {
 /// processes it had started (an agent's role watchdogs and hooks).
 pub struct Proc(pub Child);
 
-impl Drop for Proc {
-    fn drop(&mut self) {
+impl Proc {
+    /// Kills the process (SIGCONT first) and reaps it: the processes it had
+    /// started, which live on (none if it was already gone and reaped).
+    fn stop(&mut self) -> Vec<i32> {
         if matches!(self.0.try_wait(), Ok(Some(_))) {
-            return; // Gone and reaped: what it started is no longer its.
+            return Vec::new(); // What it started is no longer its.
         }
         let pid = self.0.id() as i32;
         let started = descendants(pid);
         let _ = kill(Pid::from_raw(pid), Signal::SIGCONT);
         let _ = self.0.kill();
         let _ = self.0.wait();
-        for p in started {
+        started
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        for p in self.stop() {
             let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
         }
     }
@@ -283,10 +328,11 @@ fn logged_addr(log: &Path, key: &str) -> Option<SocketAddr> {
 
 /// A `hale` command, run inside network namespace `netns` if given.
 fn hale(netns: Option<&str>) -> Command {
-    let mut c = Command::new(if netns.is_some() { "ip" } else { HALE });
-    if let Some(ns) = netns {
-        c.args(["netns", "exec", ns, HALE]);
-    }
+    let Some(ns) = netns else {
+        return Command::new(hale_bin());
+    };
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns]).arg(hale_bin());
     c
 }
 
@@ -305,7 +351,7 @@ pub fn spawn(spec: &Spec) -> AgentProc {
         .env("HALE_HTTP", spec.http.to_string())
         .env("HALE_CLUSTER", &spec.cluster)
         .env("HALE_KEYS", &spec.key)
-        .env("HALE_PROFILE", "lan")
+        .env("HALE_PROFILE", &spec.profile)
         .env("HALE_LOG", "info")
         .env("NO_COLOR", "1")
         .stdin(Stdio::null())
@@ -391,14 +437,9 @@ impl AgentProc {
     /// started lives on, as after a real crash (a role's watchdog fences
     /// on its own), and is killed when this drops.
     pub fn kill(&mut self) {
-        let Some(mut p) = self.proc.take() else {
-            return;
-        };
-        let pid = p.0.id() as i32;
-        self.orphans.extend(descendants(pid));
-        let _ = kill(Pid::from_raw(pid), Signal::SIGCONT);
-        let _ = p.0.kill();
-        let _ = p.0.wait();
+        if let Some(mut p) = self.proc.take() {
+            self.orphans.extend(p.stop());
+        }
     }
 
     /// Whether the process has exited (and reaps it).
@@ -413,6 +454,13 @@ impl AgentProc {
         let http = self.http.to_string();
         let mut cmd = hale(self.netns.as_deref());
         cmd.args(args).args(["--http", &http]).output().unwrap()
+    }
+
+    /// [`AgentProc::cli`], which must succeed: its standard output.
+    pub fn cli_ok(&self, args: &[&str]) -> String {
+        let out = self.cli(args);
+        assert!(out.status.success(), "hale {args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
     }
 
     /// The typed client of its API (loopback agents only).
@@ -504,7 +552,9 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// Starts `n` agents on loopback with any free ports, each joining through the first.
+    /// Starts `n` agents on loopback with any free ports, each joining
+    /// through the first, and waits (30 s at most) until every agent sees
+    /// every agent alive.
     pub fn start(test: &str, n: usize) -> Cluster {
         let mut c = Cluster {
             agents: Vec::new(),
@@ -517,22 +567,14 @@ impl Cluster {
             let spec = c.spec(&name);
             c.agents.push(spawn(&spec));
         }
+        c.wait_formed(Duration::from_secs(30));
         c
     }
 
     /// A spec for one more loopback agent of this cluster, seeded with the first.
     pub fn spec(&self, name: &str) -> Spec {
-        let any = SocketAddr::from(([127, 0, 0, 1], 0));
-        Spec {
-            name: name.to_owned(),
-            bind: any,
-            http: any,
-            seeds: self.agents.first().map(|a| a.gossip).into_iter().collect(),
-            cluster: self.cluster.clone(),
-            key: self.key.clone(),
-            netns: None,
-            log: self.logs.path().join(format!("{name}.log")),
-        }
+        let (first, dir) = (self.agents.first(), self.logs.path());
+        loopback_spec(name, first, &self.cluster, &self.key, dir)
     }
 
     /// Names of every agent.
@@ -542,22 +584,23 @@ impl Cluster {
 
     /// Waits until every agent sees every agent (itself included) alive.
     pub fn wait_formed(&self, deadline: Duration) {
-        let n = self.agents.len();
-        wait_until(deadline, "every agent to see every agent alive", || {
-            self.agents.iter().all(|a| alive_count(a) == Some(n))
-        });
+        wait_all_alive(
+            &self.agents,
+            deadline,
+            "every agent to see every agent alive",
+        );
     }
 
     /// Three agents on loopback, each a control-plane server and a
-    /// candidate for role `db` (see [`write_role_cluster_n`]), with
-    /// `extra` appended to every configuration.
+    /// candidate for role `db` (see [`start_role_cluster`]), with `extra`
+    /// appended to every configuration.
     pub fn roles(test: &str, extra: &str) -> Cluster {
         Cluster::roles_with(test, 3, |_, _| None, |_| extra.to_owned(), |_| {})
     }
 
-    /// A role cluster of `n` agents (the first three control-plane
-    /// servers) with hook scripts and settings of the test's own (see
-    /// [`write_role_cluster_n`]); `prepare(dir)` runs once the
+    /// A role cluster of `n` agents on loopback (the first three
+    /// control-plane servers) with hook scripts and settings of the test's
+    /// own (see [`start_role_cluster`]); `prepare(dir)` runs once the
     /// configurations are written, before any agent starts.
     pub fn roles_with(
         test: &str,
@@ -572,14 +615,27 @@ impl Cluster {
             cluster: cluster_name(test),
             logs: log_dir(test),
         };
-        let dir = c.logs.path();
-        let written = write_role_cluster_n(dir, &c.cluster, &c.key, n, hooks, extra);
-        prepare(dir);
-        let agents = written
-            .into_iter()
-            .map(|n| spawn_with_config(dir, &n.name, &n.config, n.gossip, n.http, None))
-            .collect();
+        let nodes = RoleNode::loopback(n);
+        let agents = start_role_cluster(
+            c.logs.path(),
+            &c.cluster,
+            &c.key,
+            &nodes,
+            hooks,
+            extra,
+            prepare,
+        );
         Cluster { agents, ..c }
+    }
+
+    /// Asserts every 250 ms for `length` that `db` stays with `held`
+    /// (whenever a control-plane server answers); `when` ends the message.
+    pub fn assert_holder_stays(&self, length: Duration, held: &(String, u64), when: &str) {
+        during(length, Duration::from_millis(250), || {
+            if let Some(now) = self.holder() {
+                assert_eq!(&now, held, "the role moved {when}");
+            }
+        });
     }
 
     /// A file in the cluster's directory (`hooks.log`, `n0.toml`, ...).
@@ -600,20 +656,30 @@ impl Cluster {
     /// The holder and epoch of `db`, as the first running control-plane
     /// server that answers sees it.
     pub fn holder(&self) -> Option<(String, u64)> {
-        self.agents
-            .iter()
-            .take(3)
-            .filter(|a| a.running())
-            .find_map(|a| {
-                let l = a.roles()?.leases?.remove("db")?;
-                Some((l.holder?, l.epoch))
-            })
+        let servers = self.agents.iter().take(3);
+        servers.filter(|a| a.running()).find_map(db_holder)
     }
+}
+
+/// The holder and epoch of `db` as agent `a` sees it.
+pub fn db_holder(a: &AgentProc) -> Option<(String, u64)> {
+    let l = a.roles()?.leases?.remove("db")?;
+    Some((l.holder?, l.epoch))
 }
 
 /// How many members `a` sees alive (itself included).
 pub fn alive_count(a: &AgentProc) -> Option<usize> {
     Some(a.members()?.iter().filter(|m| m.state == "alive").count())
+}
+
+/// Waits until every agent of `agents` sees every one of them (itself
+/// included) alive; panics naming `what` if `deadline` passes first.
+pub fn wait_all_alive(agents: &[AgentProc], deadline: Duration, what: &str) {
+    let alive =
+        |v: &HashMap<String, String>, b: &AgentProc| v.get(&b.name).is_some_and(|s| s == "alive");
+    wait_until(deadline, what, || {
+        (agents.iter()).all(|a| view(a).is_some_and(|v| agents.iter().all(|b| alive(&v, b))))
+    });
 }
 
 /// Whether every agent of `agents` gives `name` the state `state`.
@@ -642,50 +708,70 @@ pub fn dead_events(a: &AgentProc) -> Vec<EventView> {
         .collect()
 }
 
-/// One agent of a role cluster written by [`write_role_cluster_n`].
+/// Where one agent of a role cluster (see [`start_role_cluster`]) listens and runs.
+#[derive(Debug, Clone)]
 pub struct RoleNode {
-    /// `n0`, `n1`, `n2`.
+    /// `n0`, `n1`, ... (`h0`, ... in network namespaces).
     pub name: String,
     /// Its gossip address.
     pub gossip: SocketAddr,
     /// Its HTTP API address.
     pub http: SocketAddr,
-    /// Its `hale.toml`.
-    pub config: PathBuf,
+    /// Its control-plane address (the first three nodes serve one).
+    pub control: SocketAddr,
+    /// The network namespace it runs in, if any.
+    pub netns: Option<String>,
 }
 
-/// Priorities of `n0`, `n1`, `n2` for role `db` in [`write_role_cluster_n`].
+impl RoleNode {
+    /// `n` agents on loopback (`n0`, `n1`, ...), on free ports.
+    pub fn loopback(n: usize) -> Vec<RoleNode> {
+        let port = || SocketAddr::from(([127, 0, 0, 1], free_port()));
+        (0..n)
+            .map(|i| RoleNode {
+                name: format!("n{i}"),
+                gossip: port(),
+                http: port(),
+                control: port(),
+                netns: None,
+            })
+            .collect()
+    }
+}
+
+/// Priorities of the first three nodes for role `db` in [`start_role_cluster`].
 const ROLE_PRIORITIES: [i64; 3] = [100, 50, 10];
 
-/// Writes the configs of `n` agents on loopback into `dir`, of cluster
-/// `cluster` with key `key`: the first three are control-plane servers
-/// (`n0` bootstraps), the others use them; each is a candidate for role
-/// `db` (priorities [`ROLE_PRIORITIES`], then 5) backed by an essential
-/// service `pg` whose check passes while the file `healthy-<name>` exists.
+/// Writes `<name>.toml` into `dir` for each of `nodes`, agents of cluster
+/// `cluster` with key `key`, runs `prepare(dir)`, then starts them all
+/// (control-plane servers start together): the first three are
+/// control-plane servers (the first bootstraps), the others use them;
+/// each joins through the first and is a candidate for role `db`
+/// (priorities [`ROLE_PRIORITIES`], then 5) backed by an essential service
+/// `pg` whose check passes while the file `healthy-<name>` exists.
 /// `hooks(i, log)` gives node `i`'s `(promote, demote)` shell scripts (run
 /// with `sh -c`), or `None` for instant hooks that append
 /// `<unix ns> <name> promote|demote <epoch> <reason>` to `log`
 /// (`hooks.log`); `extra(i)` is appended to node `i`'s config.
-pub fn write_role_cluster_n(
+pub fn start_role_cluster(
     dir: &Path,
     cluster: &str,
     key: &str,
-    n: usize,
+    nodes: &[RoleNode],
     hooks: impl Fn(usize, &Path) -> Option<(String, String)>,
     extra: impl Fn(usize) -> String,
-) -> Vec<RoleNode> {
-    let gossip: Vec<u16> = (0..n).map(|_| free_port()).collect();
-    let control: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let servers: Vec<String> = control
+    prepare: impl FnOnce(&Path),
+) -> Vec<AgentProc> {
+    let servers: Vec<String> = nodes
         .iter()
+        .take(3)
         .enumerate()
-        .map(|(i, p)| format!("\"{}=127.0.0.1:{p}\"", i + 1))
+        .map(|(i, n)| format!("\"{}={}\"", i + 1, n.control))
         .collect();
     let log = dir.join("hooks.log");
-    let mut nodes = Vec::new();
-    for i in 0..n {
-        let name = format!("n{i}");
-        let http = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let mut configs = Vec::new();
+    for (i, node) in nodes.iter().enumerate() {
+        let name = &node.name;
         let healthy = dir.join(format!("healthy-{name}"));
         std::fs::write(&healthy, "").unwrap();
         let hook = |kind: &str| {
@@ -698,16 +784,16 @@ pub fn write_role_cluster_n(
         let seeds = if i == 0 {
             String::new()
         } else {
-            format!("seeds = [\"127.0.0.1:{}\"]", gossip[0])
+            format!("seeds = [\"{}\"]", nodes[0].gossip)
         };
         let cfg = format!(
             r#"
 [agent]
 name = "{name}"
-bind = "127.0.0.1:{g}"
+bind = "{gossip}"
 http = "{http}"
 {seeds}
-watchdog = "{HALE}"
+watchdog = "{hale}"
 [cluster]
 name = "{cluster}"
 keys = ["{key}"]
@@ -729,12 +815,14 @@ demote = {demote}
 fail_after = "1s"
 {extra}
 "#,
-            g = gossip[i],
+            gossip = node.gossip,
+            http = node.http,
+            hale = hale_bin().display(),
             control_section = if i < 3 {
                 format!(
-                    "id = {}\nbind = \"127.0.0.1:{}\"\nservers = [{}]\nbootstrap = {}\ndata_dir = \"{}\"",
+                    "id = {}\nbind = \"{}\"\nservers = [{}]\nbootstrap = {}\ndata_dir = \"{}\"",
                     i + 1,
-                    control[i],
+                    node.control,
                     servers.join(", "),
                     i == 0,
                     dir.join(format!("data-{name}")).display()
@@ -754,15 +842,70 @@ fail_after = "1s"
         );
         let config = dir.join(format!("{name}.toml"));
         std::fs::write(&config, cfg).unwrap();
-        let gossip = SocketAddr::from(([127, 0, 0, 1], gossip[i]));
-        nodes.push(RoleNode {
-            name,
-            gossip,
-            http,
-            config,
-        });
+        configs.push(config);
     }
+    prepare(dir);
     nodes
+        .iter()
+        .zip(configs)
+        .map(|(n, config)| {
+            spawn_with_config(dir, &n.name, &config, n.gossip, n.http, n.netns.as_deref())
+        })
+        .collect()
+}
+
+/// One line of a hook log: `<unix ns> <node> <what> <epoch> [reason]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookLine {
+    /// When it was written, in Unix nanoseconds.
+    pub at: u64,
+    /// The node whose hook wrote it.
+    pub node: String,
+    /// `promote`, `demote`, or what a test's own hooks write.
+    pub what: String,
+    /// The fencing epoch.
+    pub epoch: u64,
+    /// The demote reason, if logged.
+    pub reason: String,
+}
+
+/// The lines of the hook log at `path`.
+pub fn hook_lines(path: &Path) -> Vec<HookLine> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            Some(HookLine {
+                at: f.first()?.parse().ok()?,
+                node: (*f.get(1)?).to_owned(),
+                what: (*f.get(2)?).to_owned(),
+                epoch: f.get(3)?.parse().ok()?,
+                reason: f.get(4).map(|s| (*s).to_owned()).unwrap_or_default(),
+            })
+        })
+        .collect()
+}
+
+/// The promote and demote hook runs of role `db` in the hook log at
+/// `path`, for the history checker.
+pub fn hook_history(path: &Path) -> Vec<HookEvent> {
+    hook_lines(path)
+        .into_iter()
+        .filter_map(|l| {
+            Some(HookEvent {
+                at_nanos: l.at,
+                node: l.node,
+                role: "db".into(),
+                epoch: l.epoch,
+                kind: match l.what.as_str() {
+                    "promote" => HookKind::Promote,
+                    "demote" => HookKind::Demote,
+                    _ => return None,
+                },
+            })
+        })
+        .collect()
 }
 
 /// A shell script as a TOML `["sh", "-c", script]` array.
