@@ -377,7 +377,7 @@ impl<I: Identity> Node<I> {
         let key = (member.clone(), Some(accuser.clone()));
         if let Some(to) = self.suspicion_targets(member) {
             if by_me {
-                self.send_targeted(now, key, msg, to);
+                self.send_targeted(now, key, msg, to, Some(member.clone()));
             } else if ours_stands && !discounted {
                 // A further accuser: tell it of our accusation once, so
                 // that it counts both too (it may not have known of ours).
@@ -465,7 +465,7 @@ impl<I: Identity> Node<I> {
         };
         let key = (member.clone(), Some(accuser.clone()));
         match self.suspicion_targets(member) {
-            Some(to) if by_me => self.send_targeted(now, key, msg, to),
+            Some(to) if by_me => self.send_targeted(now, key, msg, to, None),
             Some(_) => {} // Targeted: the accuser told those who act on it.
             None => self.broadcast(now, Class::Suspect, key, msg),
         }
@@ -797,7 +797,7 @@ impl<I: Identity> Node<I> {
             Some(a) if !was_dead && self.targeted_refutation() => {
                 self.broadcasts.remove(&(me.clone(), None));
                 let to = self.refutation_targets(&a);
-                self.send_targeted(now, (me, None), msg, to);
+                self.send_targeted(now, (me, None), msg, to, None);
             }
             a => {
                 self.broadcast_self_alive(now);

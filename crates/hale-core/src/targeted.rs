@@ -42,6 +42,10 @@ pub(crate) struct TargetedItem<I> {
     to: Vec<I>,
     left: u8,
     next: Time,
+    /// A recipient that keeps getting it every gossip interval after the
+    /// others stop, until then: the suspect, which must hear of its
+    /// suspicion to refute it even through heavy loss on its side.
+    keep_sending: Option<(I, Time)>,
 }
 
 impl<I: Identity> Node<I> {
@@ -167,8 +171,19 @@ impl<I: Identity> Node<I> {
     }
 
     /// Sends `msg` to `to` now and again [`TARGETED_SENDS`]` - 1` times, a
-    /// gossip interval apart, replacing what was pending under `key`.
-    pub(crate) fn send_targeted(&mut self, now: Time, key: Key<I>, msg: Message<I>, to: Vec<I>) {
+    /// gossip interval apart, replacing what was pending under `key`. With
+    /// `suspect`, that member keeps getting it every gossip interval for
+    /// twice `suspicion_min` (until the suspicion is cleared or decided):
+    /// a member losing most of its ingress would otherwise miss all of a
+    /// few copies and be convicted while it could have refuted.
+    pub(crate) fn send_targeted(
+        &mut self,
+        now: Time,
+        key: Key<I>,
+        msg: Message<I>,
+        to: Vec<I>,
+        suspect: Option<I>,
+    ) {
         self.drop_targeted(&key);
         self.stats.targeted_sent += to.len() as u64;
         for t in &to {
@@ -180,6 +195,7 @@ impl<I: Identity> Node<I> {
             to,
             left: TARGETED_SENDS - 1,
             next: now + self.cfg.gossip_interval,
+            keep_sending: suspect.map(|m| (m, now + self.cfg.suspicion_min * 2)),
         });
     }
 
@@ -233,14 +249,24 @@ impl<I: Identity> Node<I> {
             if item.next > now {
                 continue;
             }
-            self.stats.targeted_sent += item.to.len() as u64;
-            for t in &item.to {
+            let to: &[I] = match &item.keep_sending {
+                _ if item.left > 0 => &item.to,
+                Some((m, until)) if now < *until => std::slice::from_ref(m),
+                _ => &[],
+            };
+            self.stats.targeted_sent += to.len() as u64;
+            for t in to {
                 self.send(t.clone(), Channel::Datagram, vec![item.msg.clone()]);
             }
-            item.left -= 1;
+            item.left = item.left.saturating_sub(1);
             item.next = now + self.cfg.gossip_interval;
         }
-        items.retain(|t| t.left > 0);
+        items.retain(|t| {
+            t.left > 0
+                || t.keep_sending
+                    .as_ref()
+                    .is_some_and(|(_, until)| t.next < *until)
+        });
         // Sends never queue targeted messages: nothing was added meanwhile.
         debug_assert!(self.targeted.is_empty());
         self.targeted = items;

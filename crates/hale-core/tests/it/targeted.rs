@@ -102,17 +102,20 @@ fn failed_probe_of_predecessor(
 }
 
 #[test]
-fn a_failed_probe_sends_the_suspicion_to_the_suspect_and_its_ring_neighbours_three_times_and_to_nobody_else(
+fn a_failed_probe_sends_the_suspicion_to_its_ring_neighbours_three_times_to_the_suspect_for_twice_suspicion_min_and_to_nobody_else(
 ) {
-    let (_, victim, others, sent) = failed_probe_of_predecessor(2.5);
+    let (_, victim, others, sent) = failed_probe_of_predecessor(8.0);
     let mut got = carrying(&sent, suspicion_of(&victim));
     got.sort();
     let mut want = Vec::new();
     for t in [1.75, 1.95, 2.15] {
-        want.push((secs(t), victim.clone()));
         for o in &others {
             want.push((secs(t), o.clone()));
         }
+    }
+    // Every gossip interval from 1.75 s, while younger than 2 x 2.5 s.
+    for k in 0..25 {
+        want.push((secs(1.75 + 0.2 * f64::from(k)), victim.clone()));
     }
     want.sort();
     assert_eq!(got, want);
