@@ -317,3 +317,41 @@ fn a_declarer_sends_its_verdict_at_once_to_every_live_member_of_a_small_cluster(
     live.sort();
     assert_eq!(at_once, live);
 }
+
+#[test]
+fn a_verdict_older_than_a_refutation_we_heard_is_an_accusation_we_verify_not_a_death() {
+    let all = ids(12);
+    let mut x = node(&all[0], &all, ring_config(9));
+    let (victim, declarer) = (all[5].clone(), all[8].clone());
+    let refuted = Message::Alive {
+        member: victim.clone(),
+        incarnation: 1,
+        meta: Vec::new(),
+    };
+    x.handle_datagram(secs(0.1), &from(&victim, 1, vec![refuted]))
+        .unwrap();
+    drain(&mut x);
+    let stale = Message::Dead {
+        member: victim.clone(),
+        incarnation: 0,
+        declarer: declarer.clone(),
+        accusers: 2,
+    };
+    x.handle_datagram(secs(0.2), &from(&declarer, 0, vec![stale]))
+        .unwrap();
+    let state = x.member(&victim).unwrap();
+    assert_eq!(
+        (state.state(), state.incarnation()),
+        (hale_core::MemberState::Suspect, 1)
+    );
+    let pinged: Vec<NodeId> = drain(&mut x)
+        .iter()
+        .filter(|t| {
+            decode(t).messages.iter().any(|m| {
+                matches!(m, Message::Ping { target, suspected: Some(1), .. } if *target == victim)
+            })
+        })
+        .map(|t| t.to.clone())
+        .collect();
+    assert_eq!(pinged, vec![victim.clone()]);
+}
