@@ -43,6 +43,7 @@ pub fn render(s: &Snapshot, shared: &Shared) -> String {
         suspicions: "Suspicions started.",
         discounted_accusations: "Accusations discounted (unhealthy or over-eager accuser).",
         refutations: "Times this node refuted a suspicion or death of itself.",
+        targeted_sent: "Datagrams carrying a targeted accusation or refutation.",
         deaths_declared: "Members declared dead on this node's verdict.",
         deaths_accepted: "Death verdicts of others accepted.",
         datagrams_in: "Datagrams received.",
