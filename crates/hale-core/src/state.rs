@@ -719,7 +719,6 @@ impl<I: Identity> Node<I> {
             .accused(now, member, incarnation, declarer, true)
             .is_none()
         {
-            self.stale_verdict(now, member, incarnation, declarer);
             return;
         }
         // Never let one observer convict: the verdict must rest on enough accusers.
@@ -747,39 +746,6 @@ impl<I: Identity> Node<I> {
                 accusers,
             };
             self.broadcast(now, Class::Dead, (member.clone(), None), msg);
-        }
-    }
-
-    /// `declarer` convicted `member` at an incarnation older than the one
-    /// known here: it missed a refutation that reached this node (targeted
-    /// refutations reach only the member's neighbours and accusers). Its
-    /// verdict is stale, but the silence it saw is recent: count it as one
-    /// accusation at the known incarnation and probe the member ourselves.
-    /// A live member answers and nothing follows; one that is gone is
-    /// convicted here too (our own probe and silence are still required),
-    /// at an incarnation everyone accepts. Otherwise the members that knew
-    /// the newer incarnation, when the member's neighbours failed with it,
-    /// would never hold it dead.
-    fn stale_verdict(&mut self, now: Time, member: &I, incarnation: u32, declarer: &I) {
-        let Some(m) = self.members.get(member) else {
-            return;
-        };
-        let known = m.incarnation;
-        if !self.cfg.targeted_suspicions
-            || !m.state().is_live()
-            || incarnation >= known
-            || *declarer == self.me
-            || *member == self.me
-        {
-            return;
-        }
-        self.apply_suspect(now, member, known, declarer, 0);
-        let own = self
-            .suspicions
-            .get(member)
-            .is_some_and(|s| s.accused_at.is_some());
-        if !own && !self.probes.iter().any(|p| p.target == *member) {
-            self.start_verification(now, member);
         }
     }
 
