@@ -105,7 +105,14 @@ impl<I: Identity> Broadcasts<I> {
 
     /// Takes news that fits in `budget` bytes, in order, counting one
     /// transmission each; news of class `c` sent `limits[c]` times is retired.
-    pub(crate) fn take(&mut self, mut budget: usize, limits: [u32; 5], out: &mut Vec<Message<I>>) {
+    /// Returns the bytes taken (their encoded length).
+    pub(crate) fn take(
+        &mut self,
+        mut budget: usize,
+        limits: [u32; 5],
+        out: &mut Vec<Message<I>>,
+    ) -> usize {
+        let start = budget;
         let mut picked: Vec<Order> = Vec::new();
         for (order, item) in &self.queue {
             if budget < 3 || out.len() + picked.len() >= 250 {
@@ -129,6 +136,7 @@ impl<I: Identity> Broadcasts<I> {
                 }
             }
         }
+        start - budget
     }
 }
 
