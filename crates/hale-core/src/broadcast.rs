@@ -52,6 +52,8 @@ pub(crate) struct Broadcasts<I: Identity> {
     next_id: u64,
     max: usize,
     pub(crate) dropped: u64,
+    /// Scratch for `take` (reused: `take` runs for every datagram sent).
+    picked: Vec<Order>,
 }
 
 impl<I: Identity> Broadcasts<I> {
@@ -62,6 +64,7 @@ impl<I: Identity> Broadcasts<I> {
             next_id: 0,
             max,
             dropped: 0,
+            picked: Vec::new(),
         }
     }
 
@@ -113,7 +116,8 @@ impl<I: Identity> Broadcasts<I> {
         out: &mut Vec<Message<I>>,
     ) -> usize {
         let start = budget;
-        let mut picked: Vec<Order> = Vec::new();
+        let mut picked = std::mem::take(&mut self.picked);
+        picked.clear();
         for (order, item) in &self.queue {
             if budget < 3 || out.len() + picked.len() >= 250 {
                 break;
@@ -123,7 +127,8 @@ impl<I: Identity> Broadcasts<I> {
                 picked.push(*order);
             }
         }
-        for order in picked {
+        out.reserve(picked.len());
+        for &order in &picked {
             if let Some(item) = self.queue.remove(&order) {
                 out.push(item.msg.clone());
                 let sent = order.1 + 1;
@@ -136,6 +141,7 @@ impl<I: Identity> Broadcasts<I> {
                 }
             }
         }
+        self.picked = picked;
         start - budget
     }
 }
