@@ -52,6 +52,8 @@ pub(crate) struct Broadcasts<I: Identity> {
     next_id: u64,
     max: usize,
     pub(crate) dropped: u64,
+    /// Scratch for `take` (reused: `take` runs for every datagram sent).
+    picked: Vec<Order>,
 }
 
 impl<I: Identity> Broadcasts<I> {
@@ -62,6 +64,7 @@ impl<I: Identity> Broadcasts<I> {
             next_id: 0,
             max,
             dropped: 0,
+            picked: Vec::new(),
         }
     }
 
@@ -105,8 +108,16 @@ impl<I: Identity> Broadcasts<I> {
 
     /// Takes news that fits in `budget` bytes, in order, counting one
     /// transmission each; news of class `c` sent `limits[c]` times is retired.
-    pub(crate) fn take(&mut self, mut budget: usize, limits: [u32; 5], out: &mut Vec<Message<I>>) {
-        let mut picked: Vec<Order> = Vec::new();
+    /// Returns the bytes taken (their encoded length).
+    pub(crate) fn take(
+        &mut self,
+        mut budget: usize,
+        limits: [u32; 5],
+        out: &mut Vec<Message<I>>,
+    ) -> usize {
+        let start = budget;
+        let mut picked = std::mem::take(&mut self.picked);
+        picked.clear();
         for (order, item) in &self.queue {
             if budget < 3 || out.len() + picked.len() >= 250 {
                 break;
@@ -116,7 +127,8 @@ impl<I: Identity> Broadcasts<I> {
                 picked.push(*order);
             }
         }
-        for order in picked {
+        out.reserve(picked.len());
+        for &order in &picked {
             if let Some(item) = self.queue.remove(&order) {
                 out.push(item.msg.clone());
                 let sent = order.1 + 1;
@@ -129,6 +141,8 @@ impl<I: Identity> Broadcasts<I> {
                 }
             }
         }
+        self.picked = picked;
+        start - budget
     }
 }
 

@@ -31,6 +31,7 @@
 
 mod broadcast;
 pub mod config;
+mod direct;
 pub mod event;
 mod freshness;
 pub mod identity;
@@ -50,6 +51,7 @@ mod warm;
 pub mod wire;
 
 pub use config::{Config, ConfigError, Profile};
+pub use direct::Outgoing;
 pub use event::{DeathEvidence, Event, ProbeVisit};
 pub use identity::{Identity, NodeId, NodeIdError};
 pub use member::{Member, MemberState};

@@ -9,6 +9,7 @@ use rustc_hash::FxBuildHasher;
 
 use crate::broadcast::{Broadcasts, Class};
 use crate::config::{Config, ConfigError};
+use crate::direct::Outgoing;
 use crate::event::Event;
 use crate::freshness::Verdict;
 use crate::identity::Identity;
@@ -20,7 +21,7 @@ use crate::stats::{DropReason, Stats};
 use crate::table::Table;
 use crate::time::Time;
 use crate::wire::{
-    cluster_id, Channel, DecodeError, Header, Message, Packet, MAX_DATAGRAM, MAX_META,
+    cluster_id, Channel, DecodeError, Header, Message, Packet, MAX_DATAGRAM, MAX_MESSAGES, MAX_META,
 };
 
 pub(crate) type FxMap<K, V> = HashMap<K, V, FxBuildHasher>;
@@ -155,7 +156,7 @@ pub struct Node<I: Identity> {
     /// accuse nobody.
     pub(crate) back_at: Time,
     // Output.
-    pub(crate) transmits: VecDeque<Transmit<I>>,
+    pub(crate) transmits: VecDeque<Outgoing<I>>,
     pub(crate) events: VecDeque<Event<I>>,
     pub(crate) stats: Stats,
     pub(crate) last_now: Time,
@@ -375,14 +376,28 @@ impl<I: Identity> Node<I> {
         self.receive(now, bytes, Channel::Stream)
     }
 
-    fn receive(&mut self, now: Time, bytes: &[u8], channel: Channel) -> Result<(), ReceiveError> {
-        let pkt = match Packet::<I>::decode(bytes, channel, self.cluster) {
-            Ok(p) => p,
+    pub(crate) fn receive(
+        &mut self,
+        now: Time,
+        bytes: &[u8],
+        channel: Channel,
+    ) -> Result<(), ReceiveError> {
+        match Packet::<I>::decode(bytes, channel, self.cluster) {
+            Ok(pkt) => self.receive_decoded(now, pkt, channel),
             Err(e) => {
                 self.stats.drop(DropReason::of(&e));
-                return Err(e.into());
+                Err(e.into())
             }
-        };
+        }
+    }
+
+    /// What follows a successful decode.
+    pub(crate) fn receive_decoded(
+        &mut self,
+        now: Time,
+        pkt: Packet<I>,
+        channel: Channel,
+    ) -> Result<(), ReceiveError> {
         if pkt.header.sender == self.me {
             self.stats.drop(DropReason::FromSelf);
             return Err(ReceiveError::FromSelf);
@@ -630,7 +645,7 @@ impl<I: Identity> Node<I> {
 
     /// The next packet to send.
     pub fn poll_transmit(&mut self) -> Option<Transmit<I>> {
-        self.transmits.pop_front()
+        self.transmits.pop_front().map(Outgoing::encode)
     }
 
     /// The next event.
@@ -664,13 +679,15 @@ impl<I: Identity> Node<I> {
     /// to [`MAX_DATAGRAM`] bytes.
     pub(crate) fn send(&mut self, to: I, channel: Channel, mut primary: Vec<Message<I>>) {
         let header = self.header();
+        // The encoding writes at most MAX_MESSAGES messages.
+        primary.truncate(MAX_MESSAGES);
+        let mut len =
+            header.encoded_len() + primary.iter().map(Message::encoded_len).sum::<usize>();
         if channel == Channel::Datagram {
-            let used =
-                header.encoded_len() + primary.iter().map(Message::encoded_len).sum::<usize>();
             let limit = self.retransmit_limit();
             let suspect = limit.min(self.cfg.suspicion_retransmits as u32);
-            self.broadcasts.take(
-                MAX_DATAGRAM.saturating_sub(used),
+            len += self.broadcasts.take(
+                MAX_DATAGRAM.saturating_sub(len),
                 [limit, limit, limit, suspect, suspect],
                 &mut primary,
             );
@@ -679,27 +696,26 @@ impl<I: Identity> Node<I> {
             return;
         }
         let probe = primary.iter().any(|m| matches!(m, Message::Ping { .. }));
-        let bytes = Packet {
-            header,
-            messages: primary,
-        }
-        .encode();
         match channel {
             Channel::Datagram => {
-                debug_assert!(bytes.len() <= MAX_DATAGRAM);
+                debug_assert!(len <= MAX_DATAGRAM);
                 self.stats.datagrams_out += 1;
-                self.stats.datagram_bytes_out += bytes.len() as u64;
-                self.stats.largest_datagram = self.stats.largest_datagram.max(bytes.len() as u64);
+                self.stats.datagram_bytes_out += len as u64;
+                self.stats.largest_datagram = self.stats.largest_datagram.max(len as u64);
             }
             Channel::Stream => {
                 self.stats.streams_out += 1;
-                self.stats.stream_bytes_out += bytes.len() as u64;
+                self.stats.stream_bytes_out += len as u64;
             }
         }
-        self.transmits.push_back(Transmit {
+        self.transmits.push_back(Outgoing {
             to,
             channel,
-            bytes,
+            packet: Packet {
+                header,
+                messages: primary,
+            },
+            len,
             probe,
         });
     }

@@ -630,6 +630,30 @@ impl<I: Identity> Packet<I> {
                 .sum::<usize>()
     }
 
+    /// Whether `decode(encode())` on `channel` gives this packet back, as
+    /// far as the packet itself decides it: at most [`MAX_MESSAGES`]
+    /// messages, no metadata over [`MAX_META`], no full-state sync in a
+    /// datagram, and `len` (its encoded length) within the channel's limit.
+    /// (The identities' own round trip is [`Identity`]'s contract.)
+    pub fn round_trips(&self, channel: Channel, len: usize) -> bool {
+        let limit = match channel {
+            Channel::Datagram => MAX_DATAGRAM,
+            Channel::Stream => MAX_STREAM_FRAME,
+        };
+        len <= limit
+            && self.messages.len() <= MAX_MESSAGES
+            && self.messages.iter().all(|m| match m {
+                Message::Alive { meta, .. } => meta.len() <= MAX_META,
+                Message::PushPull {
+                    members, digest, ..
+                } => {
+                    channel == Channel::Stream
+                        && (*digest || members.iter().all(|r| r.meta.len() <= MAX_META))
+                }
+                _ => true,
+            })
+    }
+
     /// Decodes a packet received on `channel`, rejecting any cluster but
     /// `cluster`. Total: any input gives a packet or an error.
     pub fn decode(bytes: &[u8], channel: Channel, cluster: u64) -> Result<Self, DecodeError> {

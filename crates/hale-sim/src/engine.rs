@@ -15,8 +15,10 @@ use crate::id::SimId;
 use crate::net::Network;
 use crate::observe::Observer;
 use crate::timers::Timers;
+use payload::{Payload, Sent};
 
 mod faults;
+mod payload;
 mod warm;
 mod window;
 
@@ -48,6 +50,10 @@ pub struct SimConfig {
     /// With two threads, stretches of at least this many node events run
     /// as windows on both (below it, item by item on one).
     pub window_min: usize,
+    /// Encode every packet to bytes and decode it at its addressee, as a
+    /// real network would (false: hand over the packet and its length, see
+    /// `engine/payload.rs`). The run is the same either way.
+    pub wire_bytes: bool,
 }
 
 impl Default for SimConfig {
@@ -64,6 +70,7 @@ impl Default for SimConfig {
             sample_every: Duration::from_secs(10),
             threads: 1,
             window_min: window::PARALLEL_MIN,
+            wire_bytes: false,
         }
     }
 }
@@ -76,7 +83,7 @@ enum Ev {
         from: u32,
         to: u32,
         channel: Channel,
-        bytes: Vec<u8>,
+        payload: Payload,
     },
     Traffic {
         node: u32,
@@ -99,7 +106,7 @@ struct Slot {
     status: Status,
     timer_at: Time,
     traffic_gen: u64,
-    queued: Vec<(Channel, Vec<u8>)>,
+    queued: Vec<(Channel, Payload)>,
 }
 
 /// A simulated cluster.
@@ -159,7 +166,7 @@ impl Sim {
             tap: None,
             slow: Vec::new(),
             closed_ports: Default::default(),
-            io: window::Io::default(),
+            io: window::Io::new(cfg.wire_bytes),
             warm: warm::Warm::default(),
             window: window::Window::default(),
             pool: (cfg.threads > 1)
@@ -417,8 +424,8 @@ impl Sim {
                 from,
                 to,
                 channel,
-                bytes,
-            } => self.deliver(from, to, channel, bytes),
+                payload,
+            } => self.deliver(from, to, channel, payload),
             Ev::Refused { node, peer } => {
                 if self.slots[node as usize].status != Status::Up {
                     return; // A frozen or stalled prober misses it.
@@ -451,26 +458,23 @@ impl Sim {
         }
     }
 
-    fn deliver(&mut self, from: u32, to: u32, channel: Channel, bytes: Vec<u8>) {
+    fn deliver(&mut self, from: u32, to: u32, channel: Channel, payload: Payload) {
         let now = self.now;
         let slot = &mut self.slots[to as usize];
         if slot.status != Status::Up {
-            self.not_up(from, to, channel, bytes);
+            self.not_up(from, to, channel, payload);
             return;
         }
         let Some(n) = slot.node.as_mut() else {
             return;
         };
-        let _ = match channel {
-            Channel::Datagram => n.handle_datagram(now, &bytes),
-            Channel::Stream => n.handle_stream(now, &bytes),
-        };
+        payload::hand(n, now, channel, payload);
         self.after_io(to);
     }
 
     /// A packet for a node that is not up: queued while it is frozen or
     /// stalled, refused by the host of a killed process, else lost.
-    fn not_up(&mut self, from: u32, to: u32, channel: Channel, bytes: Vec<u8>) {
+    fn not_up(&mut self, from: u32, to: u32, channel: Channel, payload: Payload) {
         let cap = self.cfg.frozen_queue;
         let slot = &mut self.slots[to as usize];
         match slot.status {
@@ -478,7 +482,7 @@ impl Sim {
             Status::Up => {}
             Status::Frozen(_) | Status::Stalled(_) => {
                 if slot.queued.len() < cap {
-                    slot.queued.push((channel, bytes));
+                    slot.queued.push((channel, payload));
                 }
             }
             Status::Crashed if self.closed_ports.contains(&to) => {
@@ -520,7 +524,7 @@ impl Sim {
         &mut self,
         i: u32,
         now: Time,
-        transmits: impl Iterator<Item = hale_core::Transmit<SimId>>,
+        transmits: impl Iterator<Item = Sent>,
         events: &[hale_core::Event<SimId>],
         rearm: window::Rearm,
     ) -> Option<u64> {
@@ -528,7 +532,7 @@ impl Sim {
         for t in transmits {
             let to = t.to.0;
             if let Some(tap) = self.tap.as_mut() {
-                tap(now, i, to, t.channel, &t.bytes);
+                tap(now, i, to, t.channel, &t.payload.bytes());
             }
             if to as usize >= n_slots {
                 continue;
@@ -539,7 +543,7 @@ impl Sim {
                     from: i,
                     to,
                     channel: t.channel,
-                    bytes: t.bytes,
+                    payload: t.payload,
                 };
                 let at = now + delay + extra;
                 push_event(

@@ -64,6 +64,15 @@ fn threads() -> usize {
     THREADS.load(std::sync::atomic::Ordering::Relaxed).max(1)
 }
 
+/// Set by [`set_wire_bytes`].
+static WIRE_BYTES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether runs from now on encode every packet and decode it at its
+/// addressee (`SimConfig::wire_bytes`; the results do not depend on it).
+pub fn set_wire_bytes(on: bool) {
+    WIRE_BYTES.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// The simulator configuration of a scenario run with `seed`.
 pub fn sim_config(sc: &Scenario, seed: u64, plan: &Plan) -> Result<SimConfig, ScenarioError> {
     let ms = |v: f64| Duration::from_secs_f64(v / 1000.0);
@@ -82,6 +91,7 @@ pub fn sim_config(sc: &Scenario, seed: u64, plan: &Plan) -> Result<SimConfig, Sc
         trace_probes: sc.trace_probes,
         sample_every: sc.sample_interval(),
         threads: threads(),
+        wire_bytes: WIRE_BYTES.load(std::sync::atomic::Ordering::Relaxed),
         ..SimConfig::default()
     })
 }

@@ -38,6 +38,10 @@ pub struct SimArgs {
     /// the same.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=2))]
     pub threads: Option<u32>,
+    /// Encode every packet and decode it at its addressee, as a real
+    /// network would (slower). Results are the same.
+    #[arg(long)]
+    pub wire_bytes: bool,
 }
 
 impl SimArgs {
@@ -87,6 +91,7 @@ pub fn run(args: &SimArgs) -> Result<ExitCode> {
     if let Some(t) = args.threads {
         hale_sim::runner::set_threads(t as usize);
     }
+    hale_sim::runner::set_wire_bytes(args.wire_bytes);
     let first = args.seed.unwrap_or(sc.seed);
     let seeds: Vec<u64> = (0..u64::from(args.runs))
         .map(|k| first.wrapping_add(k))

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use rand::Rng;
 
-use hale_core::{Channel, Time};
+use hale_core::Time;
 
 use super::{Action, Ev, Sim, Slot, Status};
 use crate::id::SimId;
@@ -22,12 +22,9 @@ impl Sim {
         self.observer.resumed(i, self.now);
         let queued = std::mem::take(&mut self.slots[i as usize].queued);
         let now = self.now;
-        for (channel, bytes) in queued {
+        for (channel, payload) in queued {
             if let Some(n) = self.slots[i as usize].node.as_mut() {
-                let _ = match channel {
-                    Channel::Datagram => n.handle_datagram(now, &bytes),
-                    Channel::Stream => n.handle_stream(now, &bytes),
-                };
+                super::payload::hand(n, now, channel, payload);
             }
             self.after_io(i);
         }

@@ -31,8 +31,9 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::ops::Range;
 
-use hale_core::{Channel, Event, Time, Transmit};
+use hale_core::{Event, Time};
 
+use super::payload::{self, Sent};
 use super::{Ev, Sim, Slot, Status};
 use crate::id::SimId;
 use crate::timers::Timers;
@@ -55,8 +56,20 @@ pub(super) enum Rearm {
 /// A node's output, drained after it handled something.
 #[derive(Debug, Default)]
 pub(super) struct Io {
-    pub(super) transmits: Vec<Option<Transmit<SimId>>>,
+    pub(super) transmits: Vec<Option<Sent>>,
     pub(super) events: Vec<Event<SimId>>,
+    /// Packets are encoded to bytes (`SimConfig::wire_bytes`).
+    pub(super) bytes: bool,
+}
+
+impl Io {
+    /// Empty buffers; packets encoded if `bytes`.
+    pub(super) fn new(bytes: bool) -> Io {
+        Io {
+            bytes,
+            ..Io::default()
+        }
+    }
 }
 
 /// The node-local half of handling: drains node `slot`'s packets and
@@ -66,7 +79,7 @@ pub(super) fn drain(slot: &mut Slot, now: Time, io: &mut Io) -> Rearm {
     let Some(node) = slot.node.as_mut() else {
         return Rearm::Keep;
     };
-    while let Some(t) = node.poll_transmit() {
+    while let Some(t) = payload::poll(node, io.bytes) {
         io.transmits.push(Some(t));
     }
     io.events.extend(std::iter::from_fn(|| node.poll_event()));
@@ -159,6 +172,9 @@ impl Sim {
     /// later than the next global event.
     pub(super) fn run_window(&mut self, end: Time) {
         let mut w = std::mem::take(&mut self.window);
+        for lane in &mut w.lanes {
+            lane.io.bytes = self.cfg.wire_bytes;
+        }
         self.take_items(end, &mut w);
         let half = self.slots.len().div_ceil(2) as u32;
         {
@@ -286,12 +302,12 @@ impl Sim {
             from,
             to,
             channel,
-            bytes,
+            payload,
         } = ev
         else {
             return; // A refusal for a prober that is not up: missed.
         };
-        self.not_up(from, to, channel, bytes);
+        self.not_up(from, to, channel, payload);
     }
 }
 
@@ -404,12 +420,11 @@ fn phase_a(slots: &mut [Slot], base: u32, lane: &mut Lane, sh: &Shared<'_>) {
 fn handle_item(slot: &mut Slot, item: &Item, i: usize, io: &mut Io) -> (What, Rearm) {
     let up = slot.status == Status::Up;
     match item.ev.as_ref().expect("item not replayed yet") {
-        Ev::Deliver { channel, bytes, .. } if up && slot.node.is_some() => {
+        Ev::Deliver {
+            channel, payload, ..
+        } if up && slot.node.is_some() => {
             if let Some(n) = slot.node.as_mut() {
-                let _ = match channel {
-                    Channel::Datagram => n.handle_datagram(item.at, bytes),
-                    Channel::Stream => n.handle_stream(item.at, bytes),
-                };
+                payload::hand_ref(n, item.at, *channel, payload);
             }
             (What::Handled(i), drain(slot, item.at, io))
         }

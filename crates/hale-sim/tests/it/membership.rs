@@ -416,6 +416,24 @@ fn eventful_run(cfg: SimConfig) -> Sim {
     sim
 }
 
+/// The two runs did exactly the same: same digest, views and statistics
+/// (byte counts included).
+fn assert_same_run(one: &Sim, two: &Sim, nodes: u32) {
+    assert!(one.observer.events > 100, "{} events", one.observer.events);
+    assert_eq!(one.observer.digest(), two.observer.digest());
+    for i in 0..nodes {
+        let view = |s: &Sim| {
+            s.node(i)
+                .map(|n| format!("{:?}", n.members().collect::<Vec<_>>()))
+        };
+        assert_eq!(view(one), view(two), "node {i}'s view");
+        assert_eq!(
+            one.node(i).map(|n| n.stats()),
+            two.node(i).map(|n| n.stats())
+        );
+    }
+}
+
 #[test]
 fn two_threads_run_exactly_what_one_runs() {
     let one = eventful_run(cluster(40, 9));
@@ -423,17 +441,25 @@ fn two_threads_run_exactly_what_one_runs() {
     cfg.threads = 2;
     cfg.window_min = 1; // Every window on two threads, however small.
     let two = eventful_run(cfg);
-    assert!(one.observer.events > 100, "{} events", one.observer.events);
-    assert_eq!(one.observer.digest(), two.observer.digest());
-    for i in 0..40 {
-        let view = |s: &Sim| {
-            s.node(i)
-                .map(|n| format!("{:?}", n.members().collect::<Vec<_>>()))
-        };
-        assert_eq!(view(&one), view(&two), "node {i}'s view");
-        assert_eq!(
-            one.node(i).map(|n| n.stats()),
-            two.node(i).map(|n| n.stats())
-        );
+    assert_same_run(&one, &two, 40);
+}
+
+/// Handing packets over (the default) runs exactly what encoding every
+/// packet and decoding it at its addressee runs, on one thread and on two.
+#[test]
+fn two_wire_paths_run_the_same() {
+    for threads in [1, 2] {
+        let mut cfg = cluster(40, 11);
+        cfg.threads = threads;
+        cfg.window_min = 1;
+        let packets = eventful_run(cfg.clone());
+        cfg.wire_bytes = true;
+        let bytes = eventful_run(cfg);
+        assert_same_run(&packets, &bytes, 40);
+        let sent: u64 = (0..40)
+            .filter_map(|i| packets.node(i))
+            .map(|n| n.stats().datagram_bytes_out + n.stats().stream_bytes_out)
+            .sum();
+        assert!(sent > 0);
     }
 }

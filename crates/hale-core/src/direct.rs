@@ -1,0 +1,88 @@
+//! Packets handed over without their bytes, for a simulator.
+//!
+//! A node keeps what it sends as a [`Packet`] with its encoded length;
+//! [`Node::poll_transmit`] encodes it (what a runtime sends on a socket).
+//! A simulator, whose nodes all run in one process, can instead take the
+//! packet itself ([`Node::poll_packet`]) and hand it to the addressee
+//! ([`Node::handle_packet`]) with its length: the addressee does exactly what
+//! it would do with the bytes (the same statistics, byte counts, drops and
+//! protocol steps), without encoding and decoding every datagram. A packet
+//! that the wire would not give back unchanged goes through the bytes.
+
+use crate::identity::Identity;
+use crate::node::{Node, ReceiveError, Transmit};
+use crate::stats::DropReason;
+use crate::time::Time;
+use crate::wire::{Channel, DecodeError, Packet};
+
+/// A packet to send, before encoding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outgoing<I> {
+    /// The destination.
+    pub to: I,
+    /// Datagram (UDP) or stream (TCP).
+    pub channel: Channel,
+    /// The packet.
+    pub packet: Packet<I>,
+    /// Bytes its encoding takes (what the sender counted as sent).
+    pub len: usize,
+    /// It carries a probe's ping (see [`Transmit::probe`]).
+    pub probe: bool,
+}
+
+impl<I: Identity> Outgoing<I> {
+    /// Its wire form.
+    pub fn encode(self) -> Transmit<I> {
+        let bytes = self.packet.encode();
+        debug_assert_eq!(bytes.len(), self.len);
+        Transmit {
+            to: self.to,
+            channel: self.channel,
+            bytes,
+            probe: self.probe,
+        }
+    }
+}
+
+impl<I: Identity> Node<I> {
+    /// The next packet to send, not encoded: for a simulator that hands it
+    /// to [`Node::handle_packet`] of its addressee. A runtime calls
+    /// [`Node::poll_transmit`] instead.
+    pub fn poll_packet(&mut self) -> Option<Outgoing<I>> {
+        self.transmits.pop_front()
+    }
+
+    /// Processes `packet`, received on `channel`, whose encoding takes `len`
+    /// bytes: the same as [`Node::handle_datagram`] or
+    /// [`Node::handle_stream`] of its encoding, for a packet another node's
+    /// [`Node::poll_packet`] returned (`len` is its [`Outgoing::len`]), given
+    /// that identities decode to what they encode. A packet that would not
+    /// decode to itself ([`Packet::round_trips`]) is encoded and decoded.
+    pub fn handle_packet(
+        &mut self,
+        now: Time,
+        channel: Channel,
+        packet: Packet<I>,
+        len: usize,
+    ) -> Result<(), ReceiveError> {
+        match channel {
+            Channel::Datagram => {
+                self.stats.datagrams_in += 1;
+                self.stats.datagram_bytes_in += len as u64;
+            }
+            Channel::Stream => {
+                self.stats.streams_in += 1;
+                self.stats.stream_bytes_in += len as u64;
+            }
+        }
+        if !packet.round_trips(channel, len) {
+            return self.receive(now, &packet.encode(), channel);
+        }
+        if packet.header.cluster != self.cluster {
+            let e = DecodeError::ForeignCluster;
+            self.stats.drop(DropReason::of(&e));
+            return Err(e.into());
+        }
+        self.receive_decoded(now, packet, channel)
+    }
+}
