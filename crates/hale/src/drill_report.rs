@@ -75,7 +75,7 @@ impl Entry {
         Entry {
             unix_ms: e.unix_ms,
             source: e.observer.clone(),
-            kind: e.event.kind().to_owned(),
+            kind: e.event.kind(),
             member: e.member.clone(),
             detail: e.event.detail(),
         }
