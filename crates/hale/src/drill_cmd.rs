@@ -272,16 +272,6 @@ impl Drill {
         fresh
     }
 
-    async fn init_cursors(&mut self) {
-        let nodes: Vec<String> = self.agents.addrs.keys().cloned().collect();
-        for n in nodes {
-            if let Ok(list) = self.agents.events(&n, 0).await {
-                let last = list.iter().map(|e| e.seq).max().unwrap_or(0);
-                self.cursors.insert(n, last);
-            }
-        }
-    }
-
     async fn set_fault(&self, node: &str, fault: Fault) -> anyhow::Result<()> {
         self.undo().faults.insert((node.to_owned(), fault));
         self.mark("set", Some(node), serde_json::json!(fault));

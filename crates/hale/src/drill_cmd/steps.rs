@@ -15,7 +15,10 @@ use crate::drill_report::Outcome;
 impl Drill {
     /// Runs the whole drill: preflight, fault windows, restore, verdicts.
     pub(super) async fn run(&mut self, members: Vec<MemberView>) -> anyhow::Result<()> {
-        self.init_cursors().await;
+        // Past every agent's history: only what happens from now on goes
+        // on the timeline.
+        self.poll_events().await;
+        self.report().timeline.clear();
         let step = self.step_start("preflight: the cluster is healthy");
         let nodes = self.agents.survey().await;
         for c in preflight(&self.args.kind, &members, &nodes) {
