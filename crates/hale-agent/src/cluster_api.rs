@@ -215,19 +215,16 @@ pub(crate) async fn roles(State(st): State<AppState>) -> Json<ClusterRolesView> 
             .get(&role)
             .map_or((None, 0), |l| (l.holder.clone(), l.epoch));
         // The holder's own view: lease left and since when it holds.
-        let held = match holder.as_deref() {
-            Some(h) if h == st.me() => local.get(&role).cloned(),
-            Some(h) => match http.get(h) {
-                // Typed on the way through (a peer's strings are data only).
-                Some(addr) => st
-                    .peers
-                    .peer_get::<RolesView>(addr, "/v1/roles")
-                    .await
-                    .ok()
-                    .and_then(|v| v.local.into_iter().find(|r| r.role == role)),
-                None => None,
-            },
-            None => None,
+        let held = match holder.as_deref().map(|h| (h, http.get(h))) {
+            Some((h, _)) if h == st.me() => local.get(&role).cloned(),
+            // Typed on the way through (a peer's strings are data only).
+            Some((_, Some(addr))) => st
+                .peers
+                .peer_get::<RolesView>(addr, "/v1/roles")
+                .await
+                .ok()
+                .and_then(|v| v.local.into_iter().find(|r| r.role == role)),
+            _ => None,
         };
         let mut cands = candidates.remove(&role).unwrap_or_default();
         // Holder first, then who would be promoted next: live, eligible,

@@ -131,19 +131,18 @@ impl Agent {
         }
         core.generation = generation(cfg.state_dir.as_deref());
         let node = Node::new(id.clone(), core, Time::ZERO)?;
-        let relay = match &cfg.relay {
-            Some(r) => {
-                if r.keys.is_empty() {
-                    tracing::warn!(
-                        http = %cfg.http,
-                        "the relay accepts events with ANY sentry_key and forwards them with the \
-                         upstream's credentials: set [relay] keys to the DSN keys your services use"
-                    );
-                }
-                Some(hale_relay::Relay::start(r.clone())?)
-            }
-            None => None,
-        };
+        if cfg.relay.as_ref().is_some_and(|r| r.keys.is_empty()) {
+            tracing::warn!(
+                http = %cfg.http,
+                "the relay accepts events with ANY sentry_key and forwards them with the \
+                 upstream's credentials: set [relay] keys to the DSN keys your services use"
+            );
+        }
+        let relay = cfg
+            .relay
+            .clone()
+            .map(hale_relay::Relay::start)
+            .transpose()?;
         // One keyring for gossip, the control plane and the keys API: a
         // live rotation (`hale keys`) applies to all of them at once.
         if cfg.keys_from_state {

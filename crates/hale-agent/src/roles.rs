@@ -194,16 +194,12 @@ impl ControlSection {
         };
         let servers = parse_servers(&c.servers)?;
         let timing = c.timing()?;
-        let server = match c.id {
-            Some(id) => {
-                let bind = c.bind.as_deref().unwrap_or("127.0.0.1:7948");
-                let addr: SocketAddr = bind
-                    .parse()
-                    .map_err(|_| invalid("control.bind", format!("{bind:?} is not an address")))?;
-                Some((id, addr))
-            }
-            None => None,
+        let bind = c.bind.as_deref().unwrap_or("127.0.0.1:7948");
+        let addr = |id| {
+            let bad = |_| invalid("control.bind", format!("{bind:?} is not an address"));
+            bind.parse().map(|a: SocketAddr| (id, a)).map_err(bad)
         };
+        let server = c.id.map(addr).transpose()?;
         if server.is_none() && servers.is_empty() {
             let problem = "name at least one server, or give this agent an id to run one";
             return Err(invalid("control.servers", problem));
