@@ -39,7 +39,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
 
-use crate::api::error;
+use crate::api::{error, ApiError};
 use crate::app::AppState;
 use crate::metrics::family;
 use crate::runtime::{Command, Shared};
@@ -342,17 +342,15 @@ pub(crate) async fn set(
     State(st): State<AppState>,
     Path(fault): Path<String>,
     body: Bytes,
-) -> Result<Response, Response> {
+) -> Result<Response, ApiError> {
     let f = parse_fault(&fault, ": blackhole, freeze or quiet")?;
     let Ok(req) = serde_json::from_slice::<SetBody>(&body) else {
-        return Err(error(
-            StatusCode::BAD_REQUEST,
-            r#"expected {"duration_ms": 5000}"#,
-        ));
+        let expected = r#"expected {"duration_ms": 5000}"#;
+        return Err(ApiError(StatusCode::BAD_REQUEST, expected.into()));
     };
     let length = Duration::from_millis(req.duration_ms);
     if length.is_zero() || length > MAX_FAULT {
-        return Err(error(
+        return Err(ApiError(
             StatusCode::BAD_REQUEST,
             format!("duration_ms must be 1 to {}", MAX_FAULT.as_millis()),
         ));
@@ -366,9 +364,9 @@ pub(crate) async fn set(
 
 /// The fault named `name`, or the answer that there is none (`more` added
 /// to the message).
-fn parse_fault(name: &str, more: &str) -> Result<Fault, Response> {
+fn parse_fault(name: &str, more: &str) -> Result<Fault, ApiError> {
     Fault::parse(name)
-        .ok_or_else(|| error(StatusCode::NOT_FOUND, format!("no fault {name:?}{more}")))
+        .ok_or_else(|| ApiError(StatusCode::NOT_FOUND, format!("no fault {name:?}{more}")))
 }
 
 #[derive(Default, Deserialize)]
@@ -377,12 +375,12 @@ struct RestoreBody {
     fault: Option<String>,
 }
 
-pub(crate) async fn restore(State(st): State<AppState>, body: Bytes) -> Result<Response, Response> {
+pub(crate) async fn restore(State(st): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
     let req: RestoreBody = match body.is_empty() {
         true => RestoreBody::default(),
         false => serde_json::from_slice(&body).map_err(|_| {
             let expected = r#"expected {"fault": "freeze"} or an empty body"#;
-            error(StatusCode::BAD_REQUEST, expected)
+            ApiError(StatusCode::BAD_REQUEST, expected.into())
         })?,
     };
     let which = req.fault.map(|f| parse_fault(&f, "")).transpose()?;

@@ -35,7 +35,7 @@ use serde::{Deserialize, Serialize};
 use hale_control::auth::{self, ControlAuth, Guard};
 use hale_keyring::{Key, KeyringChangeError, SharedKeyring};
 
-use crate::api::error;
+use crate::api::ApiError;
 use crate::app::AppState;
 use crate::meta::AgentMeta;
 
@@ -154,16 +154,16 @@ fn view(st: &AppState, keys: &SharedKeyring) -> KeysView {
 }
 
 /// This agent's keyring, or the answer that it has none.
-fn keyring(st: &AppState) -> Result<&SharedKeyring, Response> {
+fn keyring(st: &AppState) -> Result<&SharedKeyring, ApiError> {
     st.keys.as_ref().ok_or_else(|| {
-        error(
+        ApiError(
             StatusCode::CONFLICT,
-            "this agent has no keyring (insecure_plaintext = true)",
+            "this agent has no keyring (insecure_plaintext = true)".into(),
         )
     })
 }
 
-pub(crate) async fn list(State(st): State<AppState>) -> Result<Response, Response> {
+pub(crate) async fn list(State(st): State<AppState>) -> Result<Response, ApiError> {
     Ok(Json(view(&st, keyring(&st)?)).into_response())
 }
 
@@ -177,21 +177,21 @@ fn apply(keys: &SharedKeyring, op: KeyOp, key: &Key) -> Result<(), KeyringChange
 }
 
 /// Reads an operation and its key; the error is the answer.
-fn parse(op: &str, body: &[u8]) -> Result<(KeyOp, Key), Response> {
+fn parse(op: &str, body: &[u8]) -> Result<(KeyOp, Key), ApiError> {
     let op = KeyOp::parse(op).ok_or_else(|| {
-        error(
+        ApiError(
             StatusCode::NOT_FOUND,
             format!("no key operation {op:?}: install, use or remove"),
         )
     })?;
     let req: KeyRequest = serde_json::from_slice(body).map_err(|e| {
-        error(
+        ApiError(
             StatusCode::BAD_REQUEST,
             format!("expected {{\"key\": \"<base64>\"}}: {e}"),
         )
     })?;
     let key = Key::from_base64(&req.key)
-        .map_err(|e| error(StatusCode::BAD_REQUEST, format!("key: {e}")))?;
+        .map_err(|e| ApiError(StatusCode::BAD_REQUEST, format!("key: {e}")))?;
     Ok((op, key))
 }
 
@@ -199,7 +199,7 @@ async fn peer_op(
     State(st): State<AppState>,
     Path(op): Path<String>,
     body: axum::body::Bytes,
-) -> Result<Response, Response> {
+) -> Result<Response, ApiError> {
     let keys = keyring(&st)?;
     let (op, key) = parse(&op, &body)?;
     let answer: Result<KeysView, String> = match apply(keys, op, &key) {
@@ -216,12 +216,12 @@ pub(crate) async fn fan_out(
     State(st): State<AppState>,
     Path(op): Path<String>,
     body: axum::body::Bytes,
-) -> Result<Response, Response> {
+) -> Result<Response, ApiError> {
     let keys = keyring(&st)?.clone();
     let (op, key) = parse(&op, &body)?;
     // This agent first: a refused change (use of a key not installed,
     // removal of the primary) goes no further.
-    apply(&keys, op, &key).map_err(|e| error(StatusCode::CONFLICT, e.to_string()))?;
+    apply(&keys, op, &key).map_err(|e| ApiError(StatusCode::CONFLICT, e.to_string()))?;
     tracing::info!(op = op.as_str(), key = %key.fingerprint(), "keyring changed; telling the cluster");
     let members = st.snapshot().await.map(|s| s.members).unwrap_or_default();
     let peers: Vec<(String, Option<String>)> = members
