@@ -220,14 +220,8 @@ impl Drill {
     }
 
     fn add(&self, step: usize, c: Check) {
-        let mut r = self.report();
-        eprintln!(
-            "  {} {}: {}",
-            if c.passed { "ok  " } else { "FAIL" },
-            c.name,
-            c.detail
-        );
-        r.steps[step].checks.push(c);
+        eprintln!("  {c}");
+        self.report().steps[step].checks.push(c);
     }
 
     /// Adds the check `name` (see [`check`]) to `step`.

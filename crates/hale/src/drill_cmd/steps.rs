@@ -524,11 +524,10 @@ impl Drill {
     async fn quiet(&mut self) {
         let step = self.fault_step("every agent ignores application traffic".to_owned());
         let before = self.traffic_ignored().await;
-        let nodes: Vec<String> = self.agents.addrs.keys().cloned().collect();
         let mut set = Ok(());
-        for n in &nodes {
-            if let Err(e) = self.set_fault(n, Fault::Quiet).await {
-                set = Err(e);
+        for n in self.agents.addrs.keys() {
+            set = self.set_fault(n, Fault::Quiet).await;
+            if set.is_err() {
                 break;
             }
         }
