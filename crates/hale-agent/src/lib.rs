@@ -454,16 +454,31 @@ async fn start_roles(
         check_tasks,
         server: None,
     };
+    // Candidacies are published in this member's metadata (priority and
+    // readiness per role), for operators and dashboards; which candidate
+    // wins is decided by the control-plane leader from their requests. An
+    // agent without roles publishes none, and operators' tools (dashboard,
+    // `hale status`, `hale drill`) still find its API there.
+    let candidacy: Arc<Mutex<BTreeMap<String, (i64, bool)>>> = Arc::new(Mutex::new(
+        cfg.roles
+            .iter()
+            .map(|r| (r.name.clone(), (r.priority, false)))
+            .collect(),
+    ));
+    let user_meta = String::from_utf8_lossy(&cfg.core.meta).into_owned();
+    let publish_meta = {
+        let (candidacy, cmds) = (candidacy.clone(), cmds.clone());
+        move || {
+            let meta = AgentMeta {
+                user: user_meta.clone(),
+                http: Some(http_addr.to_string()),
+                roles: candidacy.lock().expect("candidacy lock").clone(),
+            };
+            let _ = cmds.try_send(Command::SetMeta(meta.encode()));
+        }
+    };
+    publish_meta();
     let Some(plan) = &cfg.control else {
-        // No roles here, but operators' tools (dashboard, `hale status`,
-        // `hale drill`) still find this agent's API through its metadata.
-        let user_meta = String::from_utf8_lossy(&cfg.core.meta).into_owned();
-        let meta = AgentMeta {
-            user: user_meta,
-            http: Some(http_addr.to_string()),
-            roles: BTreeMap::new(),
-        };
-        let _ = cmds.try_send(Command::SetMeta(meta.encode()));
         return Ok(out);
     };
     let mut servers = plan.servers.clone();
@@ -508,29 +523,7 @@ async fn start_roles(
     if let Some((id, _)) = plan.server {
         client = client.preferring(id);
     }
-    // Candidacies are published in this member's metadata (priority and
-    // readiness per role), for operators and dashboards; which candidate
-    // wins is decided by the control-plane leader from their requests.
-    let candidacy: Arc<Mutex<BTreeMap<String, (i64, bool)>>> = Arc::new(Mutex::new(
-        cfg.roles
-            .iter()
-            .map(|r| (r.name.clone(), (r.priority, false)))
-            .collect(),
-    ));
-    let user_meta = String::from_utf8_lossy(&cfg.core.meta).into_owned();
     let me = cfg.id.name().to_owned();
-    let publish_meta = {
-        let (candidacy, cmds) = (candidacy.clone(), cmds.clone());
-        move || {
-            let meta = AgentMeta {
-                user: user_meta.clone(),
-                http: Some(http_addr.to_string()),
-                roles: candidacy.lock().expect("candidacy lock").clone(),
-            };
-            let _ = cmds.try_send(Command::SetMeta(meta.encode()));
-        }
-    };
-    publish_meta();
     let on_change: roles::OnRoleChange = {
         let (shared, candidacy) = (shared.clone(), candidacy.clone());
         Arc::new(move |change| match change {
