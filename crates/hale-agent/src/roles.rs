@@ -468,12 +468,9 @@ impl RoleManager {
     }
 
     fn publish_view(&self, sm: &Holder, run: &Running) {
-        let left = sm
-            .lease_valid_until()
-            .map(|t| run.left(t).as_millis() as u64);
-        let valid_until = sm
-            .lease_valid_until()
-            .map(|t| run.origin + Duration::from_nanos(t.as_nanos()));
+        let until = sm.lease_valid_until();
+        let left = until.map(|t| run.left(t).as_millis() as u64);
+        let valid_until = until.map(|t| run.origin + Duration::from_nanos(t.as_nanos()));
         self.view(|v| {
             v.state = sm.state();
             v.epoch = sm.epoch();
@@ -585,8 +582,7 @@ impl RoleManager {
         tokio::spawn(async move {
             let exit = match child.wait().await {
                 Ok(s) if s.success() => HookExit::Succeeded,
-                Ok(_) => HookExit::Failed,
-                Err(_) => HookExit::Failed,
+                _ => HookExit::Failed,
             };
             let _ = tx.send(Input::HookExit(id, exit));
         });
