@@ -201,15 +201,8 @@ impl Drill {
     }
 
     fn step_start(&self, name: &str) -> usize {
+        let now = self.mark("step", None, serde_json::json!(name));
         let mut r = self.report();
-        let now = hale_agent::view::unix_ms();
-        r.timeline.push(Entry {
-            unix_ms: now,
-            source: "drill".into(),
-            kind: "step".into(),
-            member: None,
-            detail: Some(serde_json::json!(name)),
-        });
         r.steps.push(Step {
             name: name.to_owned(),
             started_unix_ms: now,
@@ -234,14 +227,17 @@ impl Drill {
         r.steps[step].ended_unix_ms = hale_agent::view::unix_ms();
     }
 
-    fn mark(&self, kind: &str, member: Option<&str>, detail: serde_json::Value) {
+    /// Puts a drill action on the timeline, stamped now; when that was.
+    fn mark(&self, kind: &str, member: Option<&str>, detail: serde_json::Value) -> u64 {
+        let now = hale_agent::view::unix_ms();
         self.report().timeline.push(Entry {
-            unix_ms: hale_agent::view::unix_ms(),
+            unix_ms: now,
             source: "drill".into(),
             kind: kind.into(),
             member: member.map(str::to_owned),
             detail: Some(detail),
         });
+        now
     }
 
     /// Appends every agent's new events to the timeline; returns them.
@@ -291,14 +287,12 @@ impl Drill {
         while start.elapsed() < length {
             let tick = tokio::time::sleep(TICK);
             events.extend(self.poll_events().await);
-            let nodes: Vec<String> = self
+            for n in self
                 .agents
                 .addrs
                 .keys()
                 .filter(|n| Some(n.as_str()) != skip)
-                .cloned()
-                .collect();
-            for n in &nodes {
+            {
                 let Ok(c) = self.agents.client(n) else {
                     continue;
                 };
