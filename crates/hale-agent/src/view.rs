@@ -1,11 +1,12 @@
 //! What the agent shows about the cluster: stable JSON shapes for the API and CLI.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use serde::{Deserialize, Serialize};
 
 use std::collections::BTreeMap;
 
+/// Wall-clock milliseconds since the Unix epoch (the control plane's clock
+/// for sealed requests, the same one).
+pub use hale_control::auth::unix_ms;
 use hale_control::{HookOutcome, RoleState, StepDownReason};
 use hale_core::{DeathEvidence, Event, Member, NodeId, Time};
 
@@ -245,13 +246,6 @@ impl AgentEvent {
 struct EventWire {
     kind: String,
     detail: Option<serde_json::Value>,
-}
-
-/// Wall-clock milliseconds since the Unix epoch.
-pub fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 fn ms_between(later: Time, earlier: Time) -> u64 {
