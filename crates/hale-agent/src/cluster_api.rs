@@ -189,21 +189,21 @@ pub(crate) async fn roles(State(st): State<AppState>) -> Json<ClusterRolesView> 
     let RolesView { leases, leader, .. } = crate::roles_api::roles(State(st.clone())).await.0;
     let leases = leases.unwrap_or_default();
     let local = st.roles.lock().expect("role views lock").clone();
-    // role -> (node, priority, eligible, member state)
-    let mut candidates: BTreeMap<String, Vec<(String, i64, bool, String)>> = BTreeMap::new();
+    let mut candidates: BTreeMap<String, Vec<CandidateView>> = BTreeMap::new();
     let mut http: HashMap<&str, String> = HashMap::new();
     for m in &members {
         let p = published(m);
         if let Some(h) = p.http {
             http.insert(m.name.as_str(), h);
         }
-        for (role, (prio, eligible)) in p.roles {
-            candidates.entry(role).or_default().push((
-                m.name.clone(),
-                prio,
+        for (role, (priority, eligible)) in p.roles {
+            candidates.entry(role).or_default().push(CandidateView {
+                node: m.name.clone(),
+                priority,
                 eligible,
-                m.state.clone(),
-            ));
+                member_state: m.state.clone(),
+                holder: false,
+            });
         }
     }
     let mut names: BTreeSet<String> = leases.keys().cloned().collect();
@@ -226,27 +226,20 @@ pub(crate) async fn roles(State(st): State<AppState>) -> Json<ClusterRolesView> 
                 .and_then(|v| v.local.into_iter().find(|r| r.role == role)),
             _ => None,
         };
-        let mut cands = candidates.remove(&role).unwrap_or_default();
+        let mut candidates = candidates.remove(&role).unwrap_or_default();
+        for c in &mut candidates {
+            c.holder = Some(&c.node) == holder.as_ref();
+        }
         // Holder first, then who would be promoted next: live, eligible,
         // highest priority first; then the rest.
-        cands.sort_by_key(|(n, prio, eligible, state)| {
+        candidates.sort_by_key(|c| {
             (
-                Some(n) != holder.as_ref(),
-                !(*eligible && state == "alive"),
-                -prio,
-                n.clone(),
+                !c.holder,
+                !(c.eligible && c.member_state == "alive"),
+                -c.priority,
+                c.node.clone(),
             )
         });
-        let candidates = cands
-            .into_iter()
-            .map(|(node, priority, eligible, member_state)| CandidateView {
-                holder: Some(&node) == holder.as_ref(),
-                node,
-                priority,
-                eligible,
-                member_state,
-            })
-            .collect();
         out.push(ClusterRoleView {
             role,
             holder,
