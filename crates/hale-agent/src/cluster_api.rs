@@ -20,7 +20,7 @@ use futures_util::stream::{self, StreamExt};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
-use crate::api::error;
+use crate::api::ApiError;
 use crate::app::AppState;
 use crate::meta::AgentMeta;
 use crate::view::{
@@ -136,11 +136,8 @@ pub(crate) struct ServicesQuery {
 pub(crate) async fn services(
     State(st): State<AppState>,
     q: Result<Query<ServicesQuery>, axum::extract::rejection::QueryRejection>,
-) -> Response {
-    let Query(q) = match q {
-        Ok(q) => q,
-        Err(e) => return error(StatusCode::BAD_REQUEST, e.body_text()),
-    };
+) -> Result<Response, ApiError> {
+    let Query(q) = q.map_err(|e| ApiError(StatusCode::BAD_REQUEST, e.body_text()))?;
     let members = st.snapshot().await.map(|s| s.members).unwrap_or_default();
     let wanted: Option<BTreeSet<&str>> = q
         .nodes
@@ -180,7 +177,7 @@ pub(crate) async fn services(
         .buffered(FANOUT_CONCURRENCY)
         .collect()
         .await;
-    Json(ClusterServicesView { nodes, truncated }).into_response()
+    Ok(Json(ClusterServicesView { nodes, truncated }).into_response())
 }
 
 pub(crate) async fn roles(State(st): State<AppState>) -> Json<ClusterRolesView> {
