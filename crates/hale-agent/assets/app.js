@@ -254,9 +254,12 @@ function parseSse(block) {
   return data ? JSON.parse(data) : null;
 }
 
+/** Adds the events after the last one seen; how many there were. */
 async function backfill() {
-  for (const e of await api(`/v1/events?since=${S.lastSeq}`)) addEvent(e, false);
+  const list = await api(`/v1/events?since=${S.lastSeq}`);
+  for (const e of list) addEvent(e, false);
   mark('timeline');
+  return list.length;
 }
 
 /** Reads the event stream until it ends; then the caller reconnects. */
@@ -267,9 +270,7 @@ async function stream() {
   if (!r.ok || !r.body) throw new Error(`stream: HTTP ${r.status}`);
   setConn('live');
   // Backfill what happened while we were away (the stream only has what comes next).
-  const missed = await api(`/v1/events?since=${S.lastSeq}`);
-  for (const e of missed) addEvent(e, false);
-  if (missed.length) { later('members', loadMembers, 0); later('roles', loadRoles, 0); }
+  if (await backfill()) { later('members', loadMembers, 0); later('roles', loadRoles, 0); }
   const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
   let buf = '';
   for (;;) {
@@ -599,10 +600,7 @@ function start() {
   $('retry').addEventListener('click', () => { S.backoff = 500; S.wake?.(); });
   mark('header', 'counts', 'list', 'timeline', 'chart', 'roles', 'relay', 'services');
   // History first (so the chart and timeline have the past), then live.
-  api('/v1/events?since=0')
-    .then((list) => { for (const e of list) addEvent(e, false); })
-    .catch(() => {})
-    .finally(() => connect());
+  backfill().catch(() => {}).finally(() => connect());
   setInterval(() => { tick().catch(() => {}); }, 1000);
 }
 

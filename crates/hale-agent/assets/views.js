@@ -113,9 +113,8 @@ export function eventDetail(e) {
       (d.demote && d.demote !== 'succeeded' ? `; demote ${d.demote}` : '');
     case 'eligible': return `${d.role}: ${d.eligible ? 'eligible' : 'not eligible'}`;
     case 'breaker': return `${d.role} upstream ${d.upstream}: ${d.from} → ${d.to}`;
-    case 'holder': return `${d.role}: ${d.from ?? 'none'} → ${d.to ?? 'released'}, epoch ${d.epoch}` +
-      (d.duration_ms != null ? `, ${fmtMs(d.duration_ms)} after ${d.from} went silent` : '');
-    case 'failover': return `${d.role}: ${d.from ?? 'none'} → ${d.to}, epoch ${d.epoch}` +
+    // A failover always names its new holder: `released` is for holder events.
+    case 'holder': case 'failover': return `${d.role}: ${d.from ?? 'none'} → ${d.to ?? 'released'}, epoch ${d.epoch}` +
       (d.duration_ms != null ? `, ${fmtMs(d.duration_ms)} after ${d.from} went silent` : '');
     default: return e.incarnation != null ? `incarnation ${e.incarnation}` : '';
   }

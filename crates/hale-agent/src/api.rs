@@ -25,7 +25,7 @@ pub const OPENAPI: &str = include_str!("openapi.json");
 
 /// An API error: a status and a message.
 #[derive(Debug)]
-pub struct ApiError(StatusCode, String);
+pub struct ApiError(pub(crate) StatusCode, pub(crate) String);
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {

@@ -365,10 +365,7 @@ impl Client {
 
     /// `POST /v1/drill/restore`: reverts `fault`, or every fault.
     pub async fn restore(&self, fault: Option<Fault>) -> Result<RestoredView, ClientError> {
-        let body = match fault {
-            Some(f) => serde_json::json!({ "fault": f }),
-            None => serde_json::json!({}),
-        };
+        let body = serde_json::json!({ "fault": fault });
         self.post("/v1/drill/restore", &body).await
     }
 

@@ -20,7 +20,7 @@ use futures_util::stream::{self, StreamExt};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
-use crate::api::error;
+use crate::api::ApiError;
 use crate::app::AppState;
 use crate::meta::AgentMeta;
 use crate::view::{
@@ -136,11 +136,8 @@ pub(crate) struct ServicesQuery {
 pub(crate) async fn services(
     State(st): State<AppState>,
     q: Result<Query<ServicesQuery>, axum::extract::rejection::QueryRejection>,
-) -> Response {
-    let Query(q) = match q {
-        Ok(q) => q,
-        Err(e) => return error(StatusCode::BAD_REQUEST, e.body_text()),
-    };
+) -> Result<Response, ApiError> {
+    let Query(q) = q.map_err(|e| ApiError(StatusCode::BAD_REQUEST, e.body_text()))?;
     let members = st.snapshot().await.map(|s| s.members).unwrap_or_default();
     let wanted: Option<BTreeSet<&str>> = q
         .nodes
@@ -180,7 +177,7 @@ pub(crate) async fn services(
         .buffered(FANOUT_CONCURRENCY)
         .collect()
         .await;
-    Json(ClusterServicesView { nodes, truncated }).into_response()
+    Ok(Json(ClusterServicesView { nodes, truncated }).into_response())
 }
 
 pub(crate) async fn roles(State(st): State<AppState>) -> Json<ClusterRolesView> {
@@ -189,21 +186,21 @@ pub(crate) async fn roles(State(st): State<AppState>) -> Json<ClusterRolesView> 
     let RolesView { leases, leader, .. } = crate::roles_api::roles(State(st.clone())).await.0;
     let leases = leases.unwrap_or_default();
     let local = st.roles.lock().expect("role views lock").clone();
-    // role -> (node, priority, eligible, member state)
-    let mut candidates: BTreeMap<String, Vec<(String, i64, bool, String)>> = BTreeMap::new();
+    let mut candidates: BTreeMap<String, Vec<CandidateView>> = BTreeMap::new();
     let mut http: HashMap<&str, String> = HashMap::new();
     for m in &members {
         let p = published(m);
         if let Some(h) = p.http {
             http.insert(m.name.as_str(), h);
         }
-        for (role, (prio, eligible)) in p.roles {
-            candidates.entry(role).or_default().push((
-                m.name.clone(),
-                prio,
+        for (role, (priority, eligible)) in p.roles {
+            candidates.entry(role).or_default().push(CandidateView {
+                node: m.name.clone(),
+                priority,
                 eligible,
-                m.state.clone(),
-            ));
+                member_state: m.state.clone(),
+                holder: false,
+            });
         }
     }
     let mut names: BTreeSet<String> = leases.keys().cloned().collect();
@@ -215,41 +212,31 @@ pub(crate) async fn roles(State(st): State<AppState>) -> Json<ClusterRolesView> 
             .get(&role)
             .map_or((None, 0), |l| (l.holder.clone(), l.epoch));
         // The holder's own view: lease left and since when it holds.
-        let held = match holder.as_deref() {
-            Some(h) if h == st.me() => local.get(&role).cloned(),
-            Some(h) => match http.get(h) {
-                // Typed on the way through (a peer's strings are data only).
-                Some(addr) => st
-                    .peers
-                    .peer_get::<RolesView>(addr, "/v1/roles")
-                    .await
-                    .ok()
-                    .and_then(|v| v.local.into_iter().find(|r| r.role == role)),
-                None => None,
-            },
-            None => None,
+        let held = match holder.as_deref().map(|h| (h, http.get(h))) {
+            Some((h, _)) if h == st.me() => local.get(&role).cloned(),
+            // Typed on the way through (a peer's strings are data only).
+            Some((_, Some(addr))) => st
+                .peers
+                .peer_get::<RolesView>(addr, "/v1/roles")
+                .await
+                .ok()
+                .and_then(|v| v.local.into_iter().find(|r| r.role == role)),
+            _ => None,
         };
-        let mut cands = candidates.remove(&role).unwrap_or_default();
+        let mut candidates = candidates.remove(&role).unwrap_or_default();
+        for c in &mut candidates {
+            c.holder = Some(&c.node) == holder.as_ref();
+        }
         // Holder first, then who would be promoted next: live, eligible,
         // highest priority first; then the rest.
-        cands.sort_by_key(|(n, prio, eligible, state)| {
+        candidates.sort_by_key(|c| {
             (
-                Some(n) != holder.as_ref(),
-                !(*eligible && state == "alive"),
-                -prio,
-                n.clone(),
+                !c.holder,
+                !(c.eligible && c.member_state == "alive"),
+                -c.priority,
+                c.node.clone(),
             )
         });
-        let candidates = cands
-            .into_iter()
-            .map(|(node, priority, eligible, member_state)| CandidateView {
-                holder: Some(&node) == holder.as_ref(),
-                node,
-                priority,
-                eligible,
-                member_state,
-            })
-            .collect();
         out.push(ClusterRoleView {
             role,
             holder,

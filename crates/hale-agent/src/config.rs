@@ -468,9 +468,7 @@ impl FileConfig {
             profile,
         })
     }
-}
 
-impl FileConfig {
     /// The keyring a live rotation saved in `[agent] state_dir`, if any.
     fn saved_keyring(&self) -> Result<Option<Keyring>, ConfigError> {
         let Some(dir) = &self.agent.state_dir else {

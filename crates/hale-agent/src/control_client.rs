@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,10 +24,10 @@ pub struct ControlClient {
     servers: Vec<(u64, SocketAddr)>,
     auth: ControlAuth,
     http: reqwest::Client,
-    preferred: Arc<std::sync::atomic::AtomicUsize>,
+    preferred: Arc<AtomicUsize>,
     /// While this flag is set (a drill's freeze), every request fails as if
     /// no server answered.
-    gate: Option<Arc<std::sync::atomic::AtomicBool>>,
+    gate: Option<Arc<AtomicBool>>,
 }
 
 impl ControlClient {
@@ -39,7 +40,7 @@ impl ControlClient {
                 .connect_timeout(Duration::from_millis(300))
                 .build()
                 .expect("a plain HTTP client builds"),
-            preferred: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+            preferred: Arc::new(AtomicUsize::new(0)),
             gate: None,
         }
     }
@@ -49,15 +50,14 @@ impl ControlClient {
     /// leader).
     pub fn preferring(self, id: u64) -> ControlClient {
         if let Some(i) = self.servers.iter().position(|(s, _)| *s == id) {
-            self.preferred
-                .store(i, std::sync::atomic::Ordering::Relaxed);
+            self.preferred.store(i, Ordering::Relaxed);
         }
         self
     }
 
     /// This client, failing every request while `gate` is set (a drill's
     /// freeze: the node cannot reach the control plane).
-    pub fn gated(mut self, gate: Arc<std::sync::atomic::AtomicBool>) -> ControlClient {
+    pub fn gated(mut self, gate: Arc<AtomicBool>) -> ControlClient {
         self.gate = Some(gate);
         self
     }
@@ -71,7 +71,6 @@ impl ControlClient {
         path: &str,
         body: &(impl Serialize + ?Sized),
     ) -> Option<T> {
-        use std::sync::atomic::Ordering;
         if self
             .gate
             .as_ref()

@@ -18,19 +18,8 @@ struct Asset {
     name: &'static str,
     body: &'static [u8],
     content_type: &'static str,
+    /// FNV-1a of the body: a content hash for `ETag`, computed at compile time.
     etag: u64,
-}
-
-/// FNV-1a over the bytes: a content hash for `ETag`, computed at compile time.
-const fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut i = 0;
-    while i < bytes.len() {
-        h ^= bytes[i] as u64;
-        h = h.wrapping_mul(0x0100_0000_01b3);
-        i += 1;
-    }
-    h
 }
 
 macro_rules! asset {
@@ -40,7 +29,7 @@ macro_rules! asset {
             name: $name,
             body: BODY,
             content_type: $ct,
-            etag: fnv1a(BODY),
+            etag: hale_core::wire::fnv1a(BODY),
         }
     }};
 }

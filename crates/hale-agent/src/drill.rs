@@ -39,7 +39,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
 
-use crate::api::error;
+use crate::api::{error, ApiError};
 use crate::app::AppState;
 use crate::metrics::family;
 use crate::runtime::{Command, Shared};
@@ -342,65 +342,59 @@ pub(crate) async fn set(
     State(st): State<AppState>,
     Path(fault): Path<String>,
     body: Bytes,
-) -> Response {
-    let Some(f) = Fault::parse(&fault) else {
-        return error(
-            StatusCode::NOT_FOUND,
-            format!("no fault {fault:?}: blackhole, freeze or quiet"),
-        );
-    };
+) -> Result<Response, ApiError> {
+    let f = parse_fault(&fault, ": blackhole, freeze or quiet")?;
     let Ok(req) = serde_json::from_slice::<SetBody>(&body) else {
-        return error(StatusCode::BAD_REQUEST, r#"expected {"duration_ms": 5000}"#);
+        let expected = r#"expected {"duration_ms": 5000}"#;
+        return Err(ApiError(StatusCode::BAD_REQUEST, expected.into()));
     };
     let length = Duration::from_millis(req.duration_ms);
     if length.is_zero() || length > MAX_FAULT {
-        return error(
+        return Err(ApiError(
             StatusCode::BAD_REQUEST,
             format!("duration_ms must be 1 to {}", MAX_FAULT.as_millis()),
-        );
+        ));
     }
-    match DrillState::of(&st).set(f, length).await {
+    Ok(match DrillState::of(&st).set(f, length).await {
         Ok(v) => Json(v).into_response(),
         Err(e @ SetFaultError::NoRelay) => error(StatusCode::CONFLICT, e.to_string()),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-    }
+    })
 }
 
-#[derive(Deserialize)]
+/// The fault named `name`, or the answer that there is none (`more` added
+/// to the message).
+fn parse_fault(name: &str, more: &str) -> Result<Fault, ApiError> {
+    Fault::parse(name)
+        .ok_or_else(|| ApiError(StatusCode::NOT_FOUND, format!("no fault {name:?}{more}")))
+}
+
+#[derive(Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RestoreBody {
     fault: Option<String>,
 }
 
-pub(crate) async fn restore(State(st): State<AppState>, body: Bytes) -> Response {
-    let which = if body.is_empty() {
-        None
-    } else {
-        match serde_json::from_slice::<RestoreBody>(&body) {
-            Ok(RestoreBody { fault: None }) => None,
-            Ok(RestoreBody { fault: Some(f) }) => match Fault::parse(&f) {
-                Some(f) => Some(f),
-                None => return error(StatusCode::NOT_FOUND, format!("no fault {f:?}")),
-            },
-            Err(_) => {
-                return error(
-                    StatusCode::BAD_REQUEST,
-                    r#"expected {"fault": "freeze"} or an empty body"#,
-                )
-            }
-        }
+pub(crate) async fn restore(State(st): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+    let req: RestoreBody = match body.is_empty() {
+        true => RestoreBody::default(),
+        false => serde_json::from_slice(&body).map_err(|_| {
+            let expected = r#"expected {"fault": "freeze"} or an empty body"#;
+            ApiError(StatusCode::BAD_REQUEST, expected.into())
+        })?,
     };
+    let which = req.fault.map(|f| parse_fault(&f, "")).transpose()?;
     let drill = DrillState::of(&st);
     let restored = Fault::ALL
         .into_iter()
         .filter(|f| which.is_none_or(|w| w == *f))
         .filter(|f| drill.revert(*f, None, "restored"))
         .collect();
-    Json(RestoredView {
+    Ok(Json(RestoredView {
         restored,
         drill: view(&st),
     })
-    .into_response()
+    .into_response())
 }
 
 #[derive(Deserialize)]

@@ -35,7 +35,7 @@ use serde::{Deserialize, Serialize};
 use hale_control::auth::{self, ControlAuth, Guard};
 use hale_keyring::{Key, KeyringChangeError, SharedKeyring};
 
-use crate::api::error;
+use crate::api::ApiError;
 use crate::app::AppState;
 use crate::meta::AgentMeta;
 
@@ -58,12 +58,9 @@ pub enum KeyOp {
 
 impl KeyOp {
     fn parse(s: &str) -> Option<KeyOp> {
-        match s {
-            "install" => Some(KeyOp::Install),
-            "use" => Some(KeyOp::Use),
-            "remove" => Some(KeyOp::Remove),
-            _ => None,
-        }
+        [KeyOp::Install, KeyOp::Use, KeyOp::Remove]
+            .into_iter()
+            .find(|op| op.as_str() == s)
     }
 
     /// Its name in the API (`/v1/keys/{op}`).
@@ -156,18 +153,18 @@ fn view(st: &AppState, keys: &SharedKeyring) -> KeysView {
     }
 }
 
-fn no_keyring() -> Response {
-    error(
-        StatusCode::CONFLICT,
-        "this agent has no keyring (insecure_plaintext = true)",
-    )
+/// This agent's keyring, or the answer that it has none.
+fn keyring(st: &AppState) -> Result<&SharedKeyring, ApiError> {
+    st.keys.as_ref().ok_or_else(|| {
+        ApiError(
+            StatusCode::CONFLICT,
+            "this agent has no keyring (insecure_plaintext = true)".into(),
+        )
+    })
 }
 
-pub(crate) async fn list(State(st): State<AppState>) -> Response {
-    match &st.keys {
-        Some(k) => Json(view(&st, k)).into_response(),
-        None => no_keyring(),
-    }
+pub(crate) async fn list(State(st): State<AppState>) -> Result<Response, ApiError> {
+    Ok(Json(view(&st, keyring(&st)?)).into_response())
 }
 
 /// Applies `op` with `key` to `keys`.
@@ -179,22 +176,22 @@ fn apply(keys: &SharedKeyring, op: KeyOp, key: &Key) -> Result<(), KeyringChange
     })
 }
 
-/// Reads an operation and its key; the error is the status and message to answer.
-fn parse(op: &str, body: &[u8]) -> Result<(KeyOp, Key), (StatusCode, String)> {
+/// Reads an operation and its key; the error is the answer.
+fn parse(op: &str, body: &[u8]) -> Result<(KeyOp, Key), ApiError> {
     let op = KeyOp::parse(op).ok_or_else(|| {
-        (
+        ApiError(
             StatusCode::NOT_FOUND,
             format!("no key operation {op:?}: install, use or remove"),
         )
     })?;
     let req: KeyRequest = serde_json::from_slice(body).map_err(|e| {
-        (
+        ApiError(
             StatusCode::BAD_REQUEST,
             format!("expected {{\"key\": \"<base64>\"}}: {e}"),
         )
     })?;
-    let key =
-        Key::from_base64(&req.key).map_err(|e| (StatusCode::BAD_REQUEST, format!("key: {e}")))?;
+    let key = Key::from_base64(&req.key)
+        .map_err(|e| ApiError(StatusCode::BAD_REQUEST, format!("key: {e}")))?;
     Ok((op, key))
 }
 
@@ -202,14 +199,9 @@ async fn peer_op(
     State(st): State<AppState>,
     Path(op): Path<String>,
     body: axum::body::Bytes,
-) -> Response {
-    let Some(keys) = &st.keys else {
-        return no_keyring();
-    };
-    let (op, key) = match parse(&op, &body) {
-        Ok(x) => x,
-        Err((status, why)) => return error(status, why),
-    };
+) -> Result<Response, ApiError> {
+    let keys = keyring(&st)?;
+    let (op, key) = parse(&op, &body)?;
     let answer: Result<KeysView, String> = match apply(keys, op, &key) {
         Ok(()) => {
             tracing::info!(op = op.as_str(), key = %key.fingerprint(), "keyring changed by the cluster");
@@ -217,26 +209,19 @@ async fn peer_op(
         }
         Err(e) => Err(e.to_string()),
     };
-    Json(answer).into_response()
+    Ok(Json(answer).into_response())
 }
 
 pub(crate) async fn fan_out(
     State(st): State<AppState>,
     Path(op): Path<String>,
     body: axum::body::Bytes,
-) -> Response {
-    let Some(keys) = st.keys.clone() else {
-        return no_keyring();
-    };
-    let (op, key) = match parse(&op, &body) {
-        Ok(x) => x,
-        Err((status, why)) => return error(status, why),
-    };
+) -> Result<Response, ApiError> {
+    let keys = keyring(&st)?.clone();
+    let (op, key) = parse(&op, &body)?;
     // This agent first: a refused change (use of a key not installed,
     // removal of the primary) goes no further.
-    if let Err(e) = apply(&keys, op, &key) {
-        return error(StatusCode::CONFLICT, e.to_string());
-    }
+    apply(&keys, op, &key).map_err(|e| ApiError(StatusCode::CONFLICT, e.to_string()))?;
     tracing::info!(op = op.as_str(), key = %key.fingerprint(), "keyring changed; telling the cluster");
     let members = st.snapshot().await.map(|s| s.members).unwrap_or_default();
     let peers: Vec<(String, Option<String>)> = members
@@ -276,12 +261,7 @@ pub(crate) async fn fan_out(
                     PEER_TIMEOUT,
                 )
                 .await;
-                let r = match r {
-                    Ok(Ok(_)) => Ok(()),
-                    Ok(Err(e)) => Err(e),
-                    Err(e) => Err(e.to_string()),
-                };
-                (name, r)
+                (name, r.map_err(|e| e.to_string()).and_then(|r| r.map(drop)))
             }
         })
         .buffer_unordered(CONCURRENCY)
@@ -303,5 +283,5 @@ pub(crate) async fn fan_out(
         }
     }
     report.ok.sort();
-    Json(report).into_response()
+    Ok(Json(report).into_response())
 }

@@ -131,19 +131,18 @@ impl Agent {
         }
         core.generation = generation(cfg.state_dir.as_deref());
         let node = Node::new(id.clone(), core, Time::ZERO)?;
-        let relay = match &cfg.relay {
-            Some(r) => {
-                if r.keys.is_empty() {
-                    tracing::warn!(
-                        http = %cfg.http,
-                        "the relay accepts events with ANY sentry_key and forwards them with the \
-                         upstream's credentials: set [relay] keys to the DSN keys your services use"
-                    );
-                }
-                Some(hale_relay::Relay::start(r.clone())?)
-            }
-            None => None,
-        };
+        if cfg.relay.as_ref().is_some_and(|r| r.keys.is_empty()) {
+            tracing::warn!(
+                http = %cfg.http,
+                "the relay accepts events with ANY sentry_key and forwards them with the \
+                 upstream's credentials: set [relay] keys to the DSN keys your services use"
+            );
+        }
+        let relay = cfg
+            .relay
+            .clone()
+            .map(hale_relay::Relay::start)
+            .transpose()?;
         // One keyring for gossip, the control plane and the keys API: a
         // live rotation (`hale keys`) applies to all of them at once.
         if cfg.keys_from_state {
@@ -455,16 +454,31 @@ async fn start_roles(
         check_tasks,
         server: None,
     };
+    // Candidacies are published in this member's metadata (priority and
+    // readiness per role), for operators and dashboards; which candidate
+    // wins is decided by the control-plane leader from their requests. An
+    // agent without roles publishes none, and operators' tools (dashboard,
+    // `hale status`, `hale drill`) still find its API there.
+    let candidacy: Arc<Mutex<BTreeMap<String, (i64, bool)>>> = Arc::new(Mutex::new(
+        cfg.roles
+            .iter()
+            .map(|r| (r.name.clone(), (r.priority, false)))
+            .collect(),
+    ));
+    let user_meta = String::from_utf8_lossy(&cfg.core.meta).into_owned();
+    let publish_meta = {
+        let (candidacy, cmds) = (candidacy.clone(), cmds.clone());
+        move || {
+            let meta = AgentMeta {
+                user: user_meta.clone(),
+                http: Some(http_addr.to_string()),
+                roles: candidacy.lock().expect("candidacy lock").clone(),
+            };
+            let _ = cmds.try_send(Command::SetMeta(meta.encode()));
+        }
+    };
+    publish_meta();
     let Some(plan) = &cfg.control else {
-        // No roles here, but operators' tools (dashboard, `hale status`,
-        // `hale drill`) still find this agent's API through its metadata.
-        let user_meta = String::from_utf8_lossy(&cfg.core.meta).into_owned();
-        let meta = AgentMeta {
-            user: user_meta,
-            http: Some(http_addr.to_string()),
-            roles: BTreeMap::new(),
-        };
-        let _ = cmds.try_send(Command::SetMeta(meta.encode()));
         return Ok(out);
     };
     let mut servers = plan.servers.clone();
@@ -509,29 +523,7 @@ async fn start_roles(
     if let Some((id, _)) = plan.server {
         client = client.preferring(id);
     }
-    // Candidacies are published in this member's metadata (priority and
-    // readiness per role), for operators and dashboards; which candidate
-    // wins is decided by the control-plane leader from their requests.
-    let candidacy: Arc<Mutex<BTreeMap<String, (i64, bool)>>> = Arc::new(Mutex::new(
-        cfg.roles
-            .iter()
-            .map(|r| (r.name.clone(), (r.priority, false)))
-            .collect(),
-    ));
-    let user_meta = String::from_utf8_lossy(&cfg.core.meta).into_owned();
     let me = cfg.id.name().to_owned();
-    let publish_meta = {
-        let (candidacy, cmds) = (candidacy.clone(), cmds.clone());
-        move || {
-            let meta = AgentMeta {
-                user: user_meta.clone(),
-                http: Some(http_addr.to_string()),
-                roles: candidacy.lock().expect("candidacy lock").clone(),
-            };
-            let _ = cmds.try_send(Command::SetMeta(meta.encode()));
-        }
-    };
-    publish_meta();
     let on_change: roles::OnRoleChange = {
         let (shared, candidacy) = (shared.clone(), candidacy.clone());
         Arc::new(move |change| match change {

@@ -32,13 +32,8 @@ struct WireOut<'a> {
 
 /// A value that reads as None when it is malformed, rather than making
 /// the whole metadata unreadable: a member's metadata is data from a peer.
+#[derive(Default)]
 struct Lenient<T>(Option<T>);
-
-impl<T> Default for Lenient<T> {
-    fn default() -> Self {
-        Lenient(None)
-    }
-}
 
 impl<'de, T: DeserializeOwned> Deserialize<'de> for Lenient<T> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

@@ -194,16 +194,12 @@ impl ControlSection {
         };
         let servers = parse_servers(&c.servers)?;
         let timing = c.timing()?;
-        let server = match c.id {
-            Some(id) => {
-                let bind = c.bind.as_deref().unwrap_or("127.0.0.1:7948");
-                let addr: SocketAddr = bind
-                    .parse()
-                    .map_err(|_| invalid("control.bind", format!("{bind:?} is not an address")))?;
-                Some((id, addr))
-            }
-            None => None,
+        let bind = c.bind.as_deref().unwrap_or("127.0.0.1:7948");
+        let addr = |id| {
+            let bad = |_| invalid("control.bind", format!("{bind:?} is not an address"));
+            bind.parse().map(|a: SocketAddr| (id, a)).map_err(bad)
         };
+        let server = c.id.map(addr).transpose()?;
         if server.is_none() && servers.is_empty() {
             let problem = "name at least one server, or give this agent an id to run one";
             return Err(invalid("control.servers", problem));
@@ -472,12 +468,9 @@ impl RoleManager {
     }
 
     fn publish_view(&self, sm: &Holder, run: &Running) {
-        let left = sm
-            .lease_valid_until()
-            .map(|t| run.left(t).as_millis() as u64);
-        let valid_until = sm
-            .lease_valid_until()
-            .map(|t| run.origin + Duration::from_nanos(t.as_nanos()));
+        let until = sm.lease_valid_until();
+        let left = until.map(|t| run.left(t).as_millis() as u64);
+        let valid_until = until.map(|t| run.origin + Duration::from_nanos(t.as_nanos()));
         self.view(|v| {
             v.state = sm.state();
             v.epoch = sm.epoch();
@@ -589,8 +582,7 @@ impl RoleManager {
         tokio::spawn(async move {
             let exit = match child.wait().await {
                 Ok(s) if s.success() => HookExit::Succeeded,
-                Ok(_) => HookExit::Failed,
-                Err(_) => HookExit::Failed,
+                _ => HookExit::Failed,
             };
             let _ = tx.send(Input::HookExit(id, exit));
         });

@@ -201,15 +201,8 @@ impl Drill {
     }
 
     fn step_start(&self, name: &str) -> usize {
+        let now = self.mark("step", None, serde_json::json!(name));
         let mut r = self.report();
-        let now = hale_agent::view::unix_ms();
-        r.timeline.push(Entry {
-            unix_ms: now,
-            source: "drill".into(),
-            kind: "step".into(),
-            member: None,
-            detail: Some(serde_json::json!(name)),
-        });
         r.steps.push(Step {
             name: name.to_owned(),
             started_unix_ms: now,
@@ -220,14 +213,8 @@ impl Drill {
     }
 
     fn add(&self, step: usize, c: Check) {
-        let mut r = self.report();
-        eprintln!(
-            "  {} {}: {}",
-            if c.passed { "ok  " } else { "FAIL" },
-            c.name,
-            c.detail
-        );
-        r.steps[step].checks.push(c);
+        eprintln!("  {c}");
+        self.report().steps[step].checks.push(c);
     }
 
     /// Adds the check `name` (see [`check`]) to `step`.
@@ -240,14 +227,17 @@ impl Drill {
         r.steps[step].ended_unix_ms = hale_agent::view::unix_ms();
     }
 
-    fn mark(&self, kind: &str, member: Option<&str>, detail: serde_json::Value) {
+    /// Puts a drill action on the timeline, stamped now; when that was.
+    fn mark(&self, kind: &str, member: Option<&str>, detail: serde_json::Value) -> u64 {
+        let now = hale_agent::view::unix_ms();
         self.report().timeline.push(Entry {
-            unix_ms: hale_agent::view::unix_ms(),
+            unix_ms: now,
             source: "drill".into(),
             kind: kind.into(),
             member: member.map(str::to_owned),
             detail: Some(detail),
         });
+        now
     }
 
     /// Appends every agent's new events to the timeline; returns them.
@@ -270,16 +260,6 @@ impl Drill {
             .timeline
             .extend(fresh.iter().map(Entry::event));
         fresh
-    }
-
-    async fn init_cursors(&mut self) {
-        let nodes: Vec<String> = self.agents.addrs.keys().cloned().collect();
-        for n in nodes {
-            if let Ok(list) = self.agents.events(&n, 0).await {
-                let last = list.iter().map(|e| e.seq).max().unwrap_or(0);
-                self.cursors.insert(n, last);
-            }
-        }
     }
 
     async fn set_fault(&self, node: &str, fault: Fault) -> anyhow::Result<()> {
@@ -307,14 +287,12 @@ impl Drill {
         while start.elapsed() < length {
             let tick = tokio::time::sleep(TICK);
             events.extend(self.poll_events().await);
-            let nodes: Vec<String> = self
+            for n in self
                 .agents
                 .addrs
                 .keys()
                 .filter(|n| Some(n.as_str()) != skip)
-                .cloned()
-                .collect();
-            for n in &nodes {
+            {
                 let Ok(c) = self.agents.client(n) else {
                     continue;
                 };

@@ -34,6 +34,14 @@ pub struct Check {
     pub detail: String,
 }
 
+impl std::fmt::Display for Check {
+    /// `ok   name: detail`, or `FAIL name: detail`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mark = if self.passed { "ok  " } else { "FAIL" };
+        write!(f, "{mark} {}: {}", self.name, self.detail)
+    }
+}
+
 /// One step of a drill.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Step {
@@ -75,7 +83,7 @@ impl Entry {
         Entry {
             unix_ms: e.unix_ms,
             source: e.observer.clone(),
-            kind: e.event.kind().to_owned(),
+            kind: e.event.kind(),
             member: e.member.clone(),
             detail: e.event.detail(),
         }
@@ -174,12 +182,7 @@ impl Report {
                 }
             ));
             for c in &s.checks {
-                out.push_str(&format!(
-                    "    {} {}: {}\n",
-                    if c.passed { "ok  " } else { "FAIL" },
-                    c.name,
-                    c.detail
-                ));
+                out.push_str(&format!("    {c}\n"));
             }
         }
         out.push_str("\nTIMELINE\n");

@@ -7,7 +7,7 @@ use hale_agent::drill::Fault;
 use hale_agent::{AgentEvent, MemberView};
 use hale_control::RoleState;
 
-use super::{check, none_check, preflight, secs, Drill, DrillKind, TICK};
+use super::{check, names_or_none, none_check, preflight, secs, Drill, DrillKind, TICK};
 use crate::client_cmd::until;
 use crate::cluster::{self, NodeState};
 use crate::drill_report::Outcome;
@@ -15,7 +15,10 @@ use crate::drill_report::Outcome;
 impl Drill {
     /// Runs the whole drill: preflight, fault windows, restore, verdicts.
     pub(super) async fn run(&mut self, members: Vec<MemberView>) -> anyhow::Result<()> {
-        self.init_cursors().await;
+        // Past every agent's history: only what happens from now on goes
+        // on the timeline.
+        self.poll_events().await;
+        self.report().timeline.clear();
         let step = self.step_start("preflight: the cluster is healthy");
         let nodes = self.agents.survey().await;
         for c in preflight(&self.args.kind, &members, &nodes) {
@@ -214,14 +217,12 @@ impl Drill {
                 let target = self.args.promote_target;
                 for role in held.keys() {
                     let moved = seen.new_holder.get(role).cloned();
-                    let c = match seen.new_holder.get(role) {
-                        Some((t, h, e)) => check(
-                            format!("a standby took {role} within {}", secs(target)),
+                    let (took, detail) = match &moved {
+                        Some((t, h, e)) => (
                             *t <= target,
                             format!("{h} holds it at epoch {e}, {} after the freeze", secs(*t)),
                         ),
-                        None => check(
-                            format!("a standby took {role} within {}", secs(target)),
+                        None => (
                             false,
                             format!(
                                 "no standby held it during the {} freeze",
@@ -229,7 +230,8 @@ impl Drill {
                             ),
                         ),
                     };
-                    self.add(step, c);
+                    let name = format!("a standby took {role} within {}", secs(target));
+                    self.check(step, name, took, detail);
                     if let Some((_, h, e)) = moved {
                         self.verify_serves(step, role, &h, e).await;
                     }
@@ -444,11 +446,7 @@ impl Drill {
                     local.state.as_str(),
                     local.epoch.map_or("-".to_owned(), |e| e.to_string()),
                     local.last_change.as_deref().unwrap_or("-"),
-                    if failing.is_empty() {
-                        "none".to_owned()
-                    } else {
-                        failing.join(", ")
-                    }
+                    names_or_none(failing.iter())
                 );
                 (local.state == RoleState::Holder
                     && local.epoch == Some(new_epoch)
@@ -526,11 +524,10 @@ impl Drill {
     async fn quiet(&mut self) {
         let step = self.fault_step("every agent ignores application traffic".to_owned());
         let before = self.traffic_ignored().await;
-        let nodes: Vec<String> = self.agents.addrs.keys().cloned().collect();
         let mut set = Ok(());
-        for n in &nodes {
-            if let Err(e) = self.set_fault(n, Fault::Quiet).await {
-                set = Err(e);
+        for n in self.agents.addrs.keys() {
+            set = self.set_fault(n, Fault::Quiet).await;
+            if set.is_err() {
                 break;
             }
         }

@@ -11,19 +11,21 @@ use crate::browser::{artifacts, Browser};
 use crate::failover::first_holder;
 use crate::support::Cluster;
 
-/// Every member row the page shows, as `[name, state]`.
-const ROWS: &str = "return [...document.querySelectorAll('#members-list [data-member]')]
-    .filter(r => !r.hidden).map(r => [r.dataset.member, r.dataset.state]);";
+/// Every member row the page shows, as `[name, state]` (a JS expression).
+const ROWS: &str = "[...document.querySelectorAll('#members-list [data-member]')]
+    .filter(r => !r.hidden).map(r => [r.dataset.member, r.dataset.state])";
 
-/// Role `db` as the page shows it: `[holder, epoch, [candidates in order]]`.
-const DB: &str = "const r = document.querySelector('#roles [data-role=\"db\"]');
+/// Role `db` as the page shows it: `[holder, epoch, [candidates in order]]`
+/// (a JS expression).
+const DB: &str = "(() => { const r = document.querySelector('#roles [data-role=\"db\"]');
     return r && [r.dataset.holder, Number(r.dataset.epoch),
-      [...r.querySelectorAll('[data-candidate]')].map(c => c.dataset.candidate)];";
+      [...r.querySelectorAll('[data-candidate]')].map(c => c.dataset.candidate)]; })()";
 
+/// The state the page shows member `name` in (a JS expression).
 fn state_js(name: &str) -> String {
     format!(
-        "const r = document.querySelector('#members-list [data-member=\"{name}\"]');
-         return r && !r.hidden && r.dataset.state;"
+        "(() => {{ const r = document.querySelector('#members-list [data-member=\"{name}\"]');
+         return r && !r.hidden && r.dataset.state; }})()"
     )
 }
 
@@ -49,18 +51,14 @@ fn the_dashboard_shows_members_roles_and_services_and_a_killed_node_turning_dead
         Duration::from_secs(15),
         "three members alive",
         &format!(
-            "const rows = ({})();
-             return rows.length === 3 && rows.every(r => r[1] === 'alive') && rows;",
-            wrap(ROWS)
+            "const rows = {ROWS};
+             return rows.length === 3 && rows.every(r => r[1] === 'alive') && rows;"
         ),
     );
     let db = b.wait_js(
         Duration::from_secs(15),
         "role db with its holder and standbys in order",
-        &format!(
-            "const db = ({})(); return db && db[0] === '{holder}' && db[2].length === 3 && db;",
-            wrap(DB)
-        ),
+        &format!("const db = {DB}; return db && db[0] === '{holder}' && db[2].length === 3 && db;"),
     );
     assert_eq!(db[1], epoch, "the page shows the fencing epoch");
     assert_eq!(
@@ -81,7 +79,7 @@ fn the_dashboard_shows_members_roles_and_services_and_a_killed_node_turning_dead
     b.wait_js(
         Duration::from_secs(15),
         "n2 dead",
-        &format!("return ({})() === 'dead';", wrap(&state_js("n2"))),
+        &format!("return {} === 'dead';", state_js("n2")),
     );
     b.eval("document.querySelector('#members-list [data-member=\"n2\"]').click(); return true;");
     let evidence = b.wait_js(
@@ -101,10 +99,6 @@ fn the_dashboard_shows_members_roles_and_services_and_a_killed_node_turning_dead
     b.screenshot(&artifacts(), "member-dead");
 }
 
-fn wrap(body: &str) -> String {
-    format!("() => {{ {body} }}")
-}
-
 #[test]
 fn the_dashboard_shows_the_failover_when_the_holder_is_killed_and_a_banner_while_its_agent_is_frozen(
 ) {
@@ -116,18 +110,14 @@ fn the_dashboard_shows_the_failover_when_the_holder_is_killed_and_a_banner_while
     b.wait_js(
         Duration::from_secs(15),
         "the holder on the roles panel",
-        &format!(
-            "const db = ({})(); return db && db[0] === '{holder}';",
-            wrap(DB)
-        ),
+        &format!("const db = {DB}; return db && db[0] === '{holder}';"),
     );
     c.agents[h].kill();
     let db = b.wait_js(
         Duration::from_secs(30),
         "a new holder with a higher epoch",
         &format!(
-            "const db = ({})(); return db && db[0] && db[0] !== '{holder}' && db[1] > {epoch} && db;",
-            wrap(DB)
+            "const db = {DB}; return db && db[0] && db[0] !== '{holder}' && db[1] > {epoch} && db;"
         ),
     );
     assert_eq!(db[0], "n1", "the next-best candidate takes over: {db}");
@@ -142,7 +132,7 @@ fn the_dashboard_shows_the_failover_when_the_holder_is_killed_and_a_banner_while
     b.wait_js(
         Duration::from_secs(15),
         "the old holder dead",
-        &format!("return ({})() === 'dead';", wrap(&state_js(&holder))),
+        &format!("return {} === 'dead';", state_js(&holder)),
     );
     b.wait_js(
         Duration::from_secs(10),
