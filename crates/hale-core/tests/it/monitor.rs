@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use hale_core::wire::{Header, Message, Packet};
+use hale_core::wire::Message;
 use hale_core::{Channel, Config, Event, Node, NodeId, Time, Transmit};
 
 use crate::support::*;
@@ -16,19 +16,6 @@ fn ring_config(seed: u64) -> Config {
     }
 }
 
-/// Runs `n`'s timers up to `until`: each packet with the time it was sent.
-fn sends_until(n: &mut Node<NodeId>, until: Time) -> Vec<(Time, Transmit<NodeId>)> {
-    let mut out = Vec::new();
-    while let Some(t) = n.poll_timeout() {
-        if t > until {
-            break;
-        }
-        n.handle_timeout(t);
-        out.extend(drain(n).into_iter().map(|x| (t, x)));
-    }
-    out
-}
-
 /// The datagram pings among `sent`, with their times and targets.
 fn pings(sent: &[(Time, Transmit<NodeId>)]) -> Vec<(Time, NodeId)> {
     sent.iter()
@@ -39,18 +26,7 @@ fn pings(sent: &[(Time, Transmit<NodeId>)]) -> Vec<(Time, NodeId)> {
 }
 
 fn from(sender: &NodeId, messages: Vec<Message<NodeId>>) -> Vec<u8> {
-    Packet {
-        header: Header {
-            cluster: hale_core::wire::cluster_id("hale"),
-            sender: sender.clone(),
-            incarnation: 0,
-            health: 0,
-            generation: 0,
-            sent_ms: 0,
-        },
-        messages,
-    }
-    .encode()
+    packet_from(sender, 0, messages)
 }
 
 #[test]

@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use hale_core::wire::{MemberRecord, Packet, WireState};
+use hale_core::wire::{Header, MemberRecord, Message, Packet, WireState};
 use hale_core::{Channel, Config, Event, Node, NodeId, Time, Transmit};
 
 pub fn id(name: &str, port: u16) -> NodeId {
@@ -78,4 +78,33 @@ pub fn deliver(to: &mut Node<NodeId>, t: &Transmit<NodeId>, now: Time) {
 
 pub fn secs(s: f64) -> Time {
     Time::ZERO + Duration::from_secs_f64(s)
+}
+
+/// Runs `n`'s timers up to `until`: each packet with the time it was sent.
+pub fn sends_until(n: &mut Node<NodeId>, until: Time) -> Vec<(Time, Transmit<NodeId>)> {
+    let mut out = Vec::new();
+    while let Some(t) = n.poll_timeout() {
+        if t > until {
+            break;
+        }
+        n.handle_timeout(t);
+        out.extend(drain(n).into_iter().map(|x| (t, x)));
+    }
+    out
+}
+
+/// A datagram from `sender` at `incarnation` carrying `messages`.
+pub fn packet_from(sender: &NodeId, incarnation: u32, messages: Vec<Message<NodeId>>) -> Vec<u8> {
+    Packet {
+        header: Header {
+            cluster: hale_core::wire::cluster_id("hale"),
+            sender: sender.clone(),
+            incarnation,
+            health: 0,
+            generation: 0,
+            sent_ms: 0,
+        },
+        messages,
+    }
+    .encode()
 }

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use hale_core::wire::{Header, Message, Packet};
+use hale_core::wire::Message;
 use hale_core::{Channel, Config, Node, NodeId, Time, Transmit};
 
 use crate::support::*;
@@ -15,34 +15,6 @@ fn ring_config(seed: u64) -> Config {
         walk_interval: Duration::from_secs(3600),
         ..config(seed)
     }
-}
-
-fn from(sender: &NodeId, incarnation: u32, messages: Vec<Message<NodeId>>) -> Vec<u8> {
-    Packet {
-        header: Header {
-            cluster: hale_core::wire::cluster_id("hale"),
-            sender: sender.clone(),
-            incarnation,
-            health: 0,
-            generation: 0,
-            sent_ms: 0,
-        },
-        messages,
-    }
-    .encode()
-}
-
-/// Runs `n`'s timers up to `until`: each packet with the time it was sent.
-fn timed_sends(n: &mut Node<NodeId>, until: Time) -> Vec<(Time, Transmit<NodeId>)> {
-    let mut out = Vec::new();
-    while let Some(t) = n.poll_timeout() {
-        if t > until {
-            break;
-        }
-        n.handle_timeout(t);
-        out.extend(drain(n).into_iter().map(|x| (t, x)));
-    }
-    out
 }
 
 /// Every (time, recipient) of a datagram carrying a message that `pick` selects.
@@ -90,14 +62,14 @@ fn failed_probe_of_predecessor(
     assert_eq!(two_deep.watchers()[0], all[0]);
     let mut others: Vec<NodeId> = two_deep.monitored().to_vec();
     others.push(two_deep.watchers()[1].clone());
-    let mut sent = timed_sends(&mut x, secs(1.3));
+    let mut sent = sends_until(&mut x, secs(1.3));
     for (_, t) in &sent {
         if let Message::PingReq { seq, .. } = decode(t).messages[0] {
-            let nack = from(&t.to, 0, vec![Message::Nack { seq }]);
+            let nack = packet_from(&t.to, 0, vec![Message::Nack { seq }]);
             x.handle_datagram(secs(1.6), &nack).unwrap();
         }
     }
-    sent.extend(timed_sends(&mut x, secs(until)));
+    sent.extend(sends_until(&mut x, secs(until)));
     (x, victim, others, sent)
 }
 
@@ -124,7 +96,7 @@ fn a_failed_probe_sends_the_suspicion_to_its_ring_neighbours_three_times_to_the_
 #[test]
 fn a_refutation_stops_the_resends_of_the_accusation() {
     let (mut x, victim, _, _) = failed_probe_of_predecessor(1.8);
-    let alive = from(
+    let alive = packet_from(
         &victim,
         1,
         vec![Message::Alive {
@@ -134,7 +106,7 @@ fn a_refutation_stops_the_resends_of_the_accusation() {
         }],
     );
     x.handle_datagram(secs(1.8), &alive).unwrap();
-    let later = timed_sends(&mut x, secs(3.0));
+    let later = sends_until(&mut x, secs(3.0));
     assert_eq!(carrying(&later, suspicion_of(&victim)), vec![]);
     // Nor is the refutation gossiped on: only those who heard the suspicion need it.
     let alive_of_victim =
@@ -147,7 +119,7 @@ fn a_suspected_member_refutes_to_its_accuser_and_its_ring_neighbours_two_deep_on
     let all = ids(12);
     let mut v = node(&all[0], &all, ring_config(6));
     let accuser = all[7].clone();
-    let suspect = from(
+    let suspect = packet_from(
         &accuser,
         0,
         vec![Message::Suspect {
@@ -161,7 +133,7 @@ fn a_suspected_member_refutes_to_its_accuser_and_its_ring_neighbours_two_deep_on
     assert_eq!(v.incarnation(), 1);
     let mut sent: Vec<(Time, Transmit<NodeId>)> =
         drain(&mut v).into_iter().map(|x| (secs(0.1), x)).collect();
-    sent.extend(timed_sends(&mut v, secs(0.6)));
+    sent.extend(sends_until(&mut v, secs(0.6)));
     let refutes = |m: &Message<NodeId>| matches!(m, Message::Alive { incarnation: 1, member, .. } if *member == all[0]);
     let mut got = carrying(&sent, refutes);
     got.sort();
@@ -196,7 +168,7 @@ fn an_accusation_older_than_the_refutation_is_answered_with_it() {
     let mut v = node(&all[0], &all, ring_config(7));
     let late = all[9].clone();
     let old = |accuser: &NodeId| {
-        from(
+        packet_from(
             accuser,
             0,
             vec![Message::Suspect {
@@ -230,7 +202,7 @@ fn another_members_accusation_is_not_gossiped_on_but_a_further_accuser_hears_of_
         .find(|m| **m != victim && !others.contains(m))
         .unwrap()
         .clone();
-    let theirs = from(
+    let theirs = packet_from(
         &third,
         0,
         vec![Message::Suspect {
@@ -265,7 +237,7 @@ fn with_targeting_off_a_suspicion_is_gossiped_to_the_cluster() {
     };
     let mut x = node(&all[0], &all, cfg);
     let victim = all[3].clone();
-    let theirs = from(
+    let theirs = packet_from(
         &all[7],
         0,
         vec![Message::Suspect {
@@ -278,7 +250,7 @@ fn with_targeting_off_a_suspicion_is_gossiped_to_the_cluster() {
     x.handle_datagram(secs(0.1), &theirs).unwrap();
     let mut sent: Vec<(Time, Transmit<NodeId>)> =
         drain(&mut x).into_iter().map(|t| (secs(0.1), t)).collect();
-    sent.extend(timed_sends(&mut x, secs(1.0)));
+    sent.extend(sends_until(&mut x, secs(1.0)));
     let got = carrying(&sent, suspicion_of(&victim));
     assert!(got.len() >= 3, "re-gossiped in gossip rounds: {got:?}");
 }
@@ -286,7 +258,7 @@ fn with_targeting_off_a_suspicion_is_gossiped_to_the_cluster() {
 #[test]
 fn a_declarer_sends_its_verdict_at_once_to_every_live_member_of_a_small_cluster() {
     let (mut x, victim, others, _) = failed_probe_of_predecessor(1.8);
-    let second = from(
+    let second = packet_from(
         &others[0],
         0,
         vec![Message::Suspect {
@@ -298,7 +270,7 @@ fn a_declarer_sends_its_verdict_at_once_to_every_live_member_of_a_small_cluster(
     );
     x.handle_datagram(secs(1.8), &second).unwrap();
     drain(&mut x);
-    let sent = timed_sends(&mut x, secs(6.0));
+    let sent = sends_until(&mut x, secs(6.0));
     let dead = |m: &Message<NodeId>| matches!(m, Message::Dead { member, .. } if *member == victim);
     let verdicts = carrying(&sent, dead);
     let first = verdicts.first().expect("a verdict").0;
