@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use hale_core::wire::Message;
-use hale_core::{Channel, Config, Event, Node, NodeId, Time, Transmit};
+use hale_core::{Channel, Config, Event, NodeId, Time, Transmit};
 
 use crate::support::*;
 
