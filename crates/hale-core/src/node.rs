@@ -427,6 +427,22 @@ impl<I: Identity> Node<I> {
     }
 
     fn dispatch(&mut self, now: Time, from: &I, channel: Channel, msg: Message<I>) {
+        if let Message::Suspect {
+            member,
+            incarnation,
+            accuser,
+            ..
+        }
+        | Message::Closed {
+            member,
+            incarnation,
+            accuser,
+        } = &msg
+        {
+            if *member == self.me {
+                self.answer_old_accusation(from, accuser, *incarnation);
+            }
+        }
         match msg {
             Message::Ping {
                 seq,
@@ -460,12 +476,7 @@ impl<I: Identity> Node<I> {
                 incarnation,
                 accuser,
                 accuser_health,
-            } => {
-                if member == self.me {
-                    self.answer_old_accusation(from, &accuser, incarnation);
-                }
-                self.apply_suspect(now, &member, incarnation, &accuser, accuser_health);
-            }
+            } => self.apply_suspect(now, &member, incarnation, &accuser, accuser_health),
             Message::Dead {
                 member,
                 incarnation,
@@ -481,9 +492,6 @@ impl<I: Identity> Node<I> {
                 incarnation,
                 accuser,
             } => {
-                if member == self.me {
-                    self.answer_old_accusation(from, &accuser, incarnation);
-                }
                 self.closed_from_relay(from, &member, &accuser);
                 self.apply_closed(now, &member, incarnation, &accuser);
             }

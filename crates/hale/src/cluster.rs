@@ -91,6 +91,18 @@ impl Agents {
         Ok(self.client.at(addr))
     }
 
+    /// A client of every agent whose API address is known, `skip` excepted,
+    /// with its name.
+    pub fn clients_except<'a>(
+        &'a self,
+        skip: Option<&'a str>,
+    ) -> impl Iterator<Item = (&'a String, Client)> + 'a {
+        self.addrs
+            .keys()
+            .filter(move |n| Some(n.as_str()) != skip)
+            .filter_map(|n| Some((n, self.client(n).ok()?)))
+    }
+
     /// Every member's events with a sequence number above `since`.
     pub async fn events(&self, node: &str, since: u64) -> anyhow::Result<Vec<EventView>> {
         Ok(self.client(node)?.events(since).await?)

@@ -287,15 +287,7 @@ impl Drill {
         while start.elapsed() < length {
             let tick = tokio::time::sleep(TICK);
             events.extend(self.poll_events().await);
-            for n in self
-                .agents
-                .addrs
-                .keys()
-                .filter(|n| Some(n.as_str()) != skip)
-            {
-                let Ok(c) = self.agents.client(n) else {
-                    continue;
-                };
+            for (n, c) in self.agents.clients_except(skip) {
                 let Ok(svcs) = c.services().await else {
                     continue;
                 };
@@ -349,15 +341,7 @@ impl Drill {
 
     /// The lease table as the first agent other than `skip` sees it.
     async fn leases(&self, skip: Option<&str>) -> Option<Leases> {
-        for n in self
-            .agents
-            .addrs
-            .keys()
-            .filter(|n| Some(n.as_str()) != skip)
-        {
-            let Ok(c) = self.agents.client(n) else {
-                continue;
-            };
+        for (_, c) in self.agents.clients_except(skip) {
             if let Some(l) = c.roles().await.ok().as_ref().and_then(cluster::lease_table) {
                 return Some(l);
             }
