@@ -794,8 +794,8 @@ impl<I: Identity> Node<I> {
         match accuser.filter(|a| *a != self.me) {
             // A suspicion went to our ring neighbours and its accusers: so
             // does the answer (a death verdict went everywhere: so does its).
+            // (A metadata change still queued keeps going to everyone.)
             Some(a) if !was_dead && self.targeted_refutation() => {
-                self.broadcasts.remove(&(me.clone(), None));
                 let to = self.refutation_targets(&a);
                 self.send_targeted(now, (me, None), msg, to, None);
             }

@@ -289,3 +289,49 @@ fn a_declarer_sends_its_verdict_at_once_to_every_live_member_of_a_small_cluster(
     live.sort();
     assert_eq!(at_once, live);
 }
+
+#[test]
+fn a_refutation_right_after_a_metadata_change_lets_the_change_still_reach_the_others() {
+    let all = ids(12);
+    let mut v = node(&all[0], &all, ring_config(10));
+    v.set_metadata(secs(0.05), b"v2".to_vec()).unwrap();
+    assert_eq!(v.incarnation(), 1);
+    let accuser = all[7].clone();
+    let suspect = packet_from(
+        &accuser,
+        0,
+        vec![Message::Suspect {
+            member: all[0].clone(),
+            incarnation: 1,
+            accuser: accuser.clone(),
+            accuser_health: 0,
+        }],
+    );
+    v.handle_datagram(secs(0.06), &suspect).unwrap();
+    assert_eq!(v.incarnation(), 2);
+    let mut sent: Vec<(Time, Transmit<NodeId>)> =
+        drain(&mut v).into_iter().map(|x| (secs(0.06), x)).collect();
+    sent.extend(sends_until(&mut v, secs(3.0)));
+    let change = |m: &Message<NodeId>| matches!(m, Message::Alive { member, incarnation: 1, meta } if *member == all[0] && meta == b"v2");
+    // The refutation's targets: the accuser and the ring neighbours two deep.
+    let two_deep = node(
+        &all[0],
+        &all,
+        Config {
+            monitors: 2,
+            ..ring_config(10)
+        },
+    );
+    let mut targets = vec![accuser.clone()];
+    targets.extend(two_deep.monitored().iter().cloned());
+    targets.extend(two_deep.watchers().iter().cloned());
+    let others: Vec<NodeId> = carrying(&sent, change)
+        .into_iter()
+        .map(|(_, to)| to)
+        .filter(|to| !targets.contains(to))
+        .collect();
+    assert!(
+        !others.is_empty(),
+        "the change went only to the refutation's targets"
+    );
+}
