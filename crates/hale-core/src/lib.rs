@@ -34,6 +34,7 @@ pub mod config;
 mod direct;
 pub mod event;
 mod freshness;
+mod gossip;
 pub mod identity;
 mod isolation;
 pub mod member;
