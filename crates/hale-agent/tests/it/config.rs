@@ -143,6 +143,26 @@ fn the_documented_example_file_is_valid() {
 }
 
 #[test]
+fn the_example_files_membership_values_are_the_lan_defaults() {
+    // Its comments present them as what an unset knob means: a user who
+    // copies the file must get the timing the defaults were measured with.
+    let text = include_str!("../../../../hale.toml.example").replace(
+        "REPLACE-WITH-OUTPUT-OF-hale-keygen",
+        &hale_agent::Key::generate().to_base64(),
+    );
+    let mut example = FileConfig::parse(&text, "hale.toml.example")
+        .unwrap()
+        .validate()
+        .unwrap()
+        .core;
+    let default = FileConfig::default().validate().unwrap().core;
+    example.cluster = default.cluster.clone();
+    example.rng_seed = default.rng_seed;
+    example.meta = default.meta.clone(); // [agent] meta: the node's own labels
+    assert_eq!(format!("{example:#?}"), format!("{default:#?}"));
+}
+
+#[test]
 fn the_relay_section_is_optional_and_validated() {
     assert!(FileConfig::default().validate().unwrap().relay.is_none());
     let ok = FileConfig::parse(
