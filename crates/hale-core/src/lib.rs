@@ -48,6 +48,7 @@ mod sync;
 mod table;
 mod targeted;
 pub mod time;
+mod verdict;
 mod warm;
 pub mod wire;
 

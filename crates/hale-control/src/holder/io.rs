@@ -1,0 +1,298 @@
+//! What a [`Holder`](super::Holder) takes in and gives out: its settings, the requests
+//! and hook runs it asks for, what the service's checks say, and the
+//! actions and events it produces.
+
+use std::time::Duration;
+
+use hale_core::Time;
+
+use crate::history::HookKind;
+use crate::lease::{LeaseRequest, LeaseTiming};
+
+/// A role candidacy's fixed settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HolderConfig {
+    /// The role.
+    pub role: String,
+    /// This node's name (the holder name in the lease table).
+    pub node: String,
+    /// Higher wins among healthy, ready candidates.
+    pub priority: i64,
+    /// Lease timing (must match the control plane's).
+    pub timing: LeaseTiming,
+    /// Hard limit on each hook's run time.
+    pub hook_timeout: Duration,
+    /// Step down when the service's essential checks fail this long.
+    pub fail_after: Duration,
+    /// How long an acquisition request may take before it counts as unanswered.
+    pub acquire_timeout: Duration,
+}
+
+/// Identifies one request the holder asked to send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RequestId(pub u64);
+
+/// Identifies one hook run the holder asked to start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct HookId(pub u64);
+
+/// A request for the control plane.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ControlRequest {
+    /// Ask the leader's grantor for the role.
+    Acquire {
+        /// The role.
+        role: String,
+        /// This node.
+        holder: String,
+        /// Its priority.
+        priority: i64,
+    },
+    /// Write a renewal or release through the leader.
+    Lease(LeaseRequest),
+}
+
+/// How a hook run ended, as the agent saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HookExit {
+    /// It exited with status 0 (or there was no command to run).
+    Succeeded,
+    /// It exited with another status, or was killed by a signal it was not sent by us.
+    Failed,
+    /// It could not be started.
+    NotStarted,
+    /// It was killed because we asked ([`Action::KillHook`]).
+    Killed,
+}
+
+/// How a hook ended, as reported in events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HookOutcome {
+    /// Exited with status 0.
+    Succeeded,
+    /// Exited with another status or could not be started.
+    Failed,
+    /// Ran past `hook_timeout` and was killed.
+    TimedOut,
+    /// Killed because the holding ended while it ran.
+    Killed,
+    /// Not run by the agent: the watchdog had already fenced.
+    FencedByWatchdog,
+}
+
+impl HookOutcome {
+    /// The outcome as the stable string events use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HookOutcome::Succeeded => "succeeded",
+            HookOutcome::Failed => "failed",
+            HookOutcome::TimedOut => "timed-out",
+            HookOutcome::Killed => "killed",
+            HookOutcome::FencedByWatchdog => "fenced-by-watchdog",
+        }
+    }
+
+    /// Whether the hook did its job.
+    pub fn ok(self) -> bool {
+        matches!(self, HookOutcome::Succeeded | HookOutcome::FencedByWatchdog)
+    }
+}
+
+/// Why a holding ended.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum StepDownReason {
+    /// The lease ran out on this node's clock (renewals not committed in time).
+    LeaseExpired,
+    /// The control plane refused a renewal: another node holds the role.
+    Fenced,
+    /// The service's essential checks failed for `fail_after`.
+    ServiceFailing,
+    /// An operator asked for a handover.
+    Handover,
+    /// The agent is stopping.
+    Leaving,
+    /// The promote hook failed.
+    #[serde(rename = "promote-hook-failed")]
+    PromoteFailed,
+    /// The promote hook ran past `hook_timeout`.
+    #[serde(rename = "promote-hook-timed-out")]
+    PromoteTimedOut,
+}
+
+impl StepDownReason {
+    /// The reason as the stable string events, hooks (`HALE_REASON`) and the API use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepDownReason::LeaseExpired => "lease-expired",
+            StepDownReason::Fenced => "fenced",
+            StepDownReason::ServiceFailing => "service-failing",
+            StepDownReason::Handover => "handover",
+            StepDownReason::Leaving => "leaving",
+            StepDownReason::PromoteFailed => "promote-hook-failed",
+            StepDownReason::PromoteTimedOut => "promote-hook-timed-out",
+        }
+    }
+
+    /// Whether the lease may already belong to someone else (the node
+    /// stops at once; it cannot wait for its demote before the next
+    /// holder's promote).
+    pub fn lease_lost(self) -> bool {
+        matches!(self, StepDownReason::LeaseExpired | StepDownReason::Fenced)
+    }
+}
+
+impl std::fmt::Display for StepDownReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where a candidacy stands.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum RoleState {
+    /// The service is not healthy and ready: not asking for the role.
+    #[default]
+    Ineligible,
+    /// Healthy and ready, asking for the role when it is free.
+    Standby,
+    /// Granted; the promote hook is running.
+    Promoting,
+    /// Granted and promoted.
+    Holder,
+    /// Giving the role up: stopping the promote hook, demoting, releasing.
+    Demoting,
+}
+
+impl RoleState {
+    /// The state as the stable string of the API (`/v1/roles`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RoleState::Ineligible => "ineligible",
+            RoleState::Standby => "standby",
+            RoleState::Promoting => "promoting",
+            RoleState::Holder => "holder",
+            RoleState::Demoting => "demoting",
+        }
+    }
+}
+
+/// What the holder reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HolderEvent {
+    /// The node became (un)able to hold the role.
+    Eligible(bool),
+    /// The role was granted at `epoch`; the promote hook starts.
+    Promoting {
+        /// The fencing epoch.
+        epoch: u64,
+    },
+    /// The promote hook succeeded: the node is the holder.
+    Promoted {
+        /// The fencing epoch.
+        epoch: u64,
+    },
+    /// The holding is ending.
+    SteppingDown {
+        /// The fencing epoch.
+        epoch: u64,
+        /// Why.
+        reason: StepDownReason,
+    },
+    /// The node no longer acts as holder: its demote hook has ended (or the
+    /// watchdog's fence did).
+    Demoted {
+        /// The fencing epoch.
+        epoch: u64,
+        /// Why.
+        reason: StepDownReason,
+        /// How the promote hook ended, if it ran.
+        promote: Option<HookOutcome>,
+        /// How the demote hook ended.
+        demote: HookOutcome,
+    },
+    /// The agent's stop has been carried out: nothing runs, the role is released.
+    Stopped,
+}
+
+/// Something the agent must do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Send `request` to the control plane; report its answer (or `None`
+    /// when no server answered by `deadline`) with
+    /// [`Holder::handle_response`](super::Holder::handle_response).
+    Send {
+        /// Echo it back.
+        id: RequestId,
+        /// The request.
+        request: ControlRequest,
+        /// Give up at this instant.
+        deadline: Time,
+    },
+    /// Start a hook in a process group of its own with `HALE_ROLE`,
+    /// `HALE_EPOCH`, `HALE_NODE` and `HALE_REASON` set; report its exit
+    /// with [`Holder::handle_hook_exit`](super::Holder::handle_hook_exit).
+    StartHook {
+        /// Echo it back.
+        id: HookId,
+        /// Promote or demote.
+        kind: HookKind,
+        /// The fencing epoch.
+        epoch: u64,
+        /// `HALE_REASON` (`promote` for a promotion).
+        reason: &'static str,
+    },
+    /// Kill the hook's whole process group now; its exit is still reported.
+    KillHook {
+        /// Which run.
+        id: HookId,
+    },
+    /// Start the fencing watchdog for `epoch`, to fence at `deadline` unless re-armed.
+    StartWatchdog {
+        /// The fencing epoch.
+        epoch: u64,
+        /// The lease's end on this node's clock.
+        deadline: Time,
+    },
+    /// Tell the watchdog the lease now lasts until `deadline`.
+    ArmWatchdog {
+        /// The lease's end on this node's clock.
+        deadline: Time,
+    },
+    /// Disarm the watchdog (it must not fence at its deadline any more, but
+    /// still fences if the agent dies before [`Action::StopWatchdog`]);
+    /// report whether it had already fenced with
+    /// [`Holder::handle_watchdog_released`](super::Holder::handle_watchdog_released).
+    DisarmWatchdog,
+    /// End the disarmed watchdog without fencing: the step-down is done.
+    StopWatchdog,
+    /// Publish an event.
+    Event(HolderEvent),
+}
+
+/// What the service's checks say now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ServiceStatus {
+    /// Essential checks pass.
+    pub healthy: bool,
+    /// Ready to serve.
+    pub ready: bool,
+    /// Since when essential checks have been failing, if they are.
+    pub failing_since: Option<Time>,
+}
