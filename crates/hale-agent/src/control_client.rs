@@ -64,7 +64,9 @@ impl ControlClient {
 
     /// Sends one request (`path`, `body`) to each server in turn, starting
     /// with the one that answered last, and returns the first authentic
-    /// answer (remembering who gave it).
+    /// answer (remembering who gave it). A `503` is no answer: a server
+    /// whose Raft stopped (its disk full) or that knows no leader says so,
+    /// and the next server is asked.
     async fn first_answer<T: serde::de::DeserializeOwned>(
         &self,
         limit: Duration,
@@ -89,6 +91,11 @@ impl ControlClient {
                     self.preferred.store(i, Ordering::Relaxed);
                     return Some(v);
                 }
+                // This server cannot serve it now (its Raft stopped, no
+                // leader known, or its leader unreachable): ask the next.
+                Err(CallError::Refused { status: 503, .. }) => {
+                    tracing::debug!(server = id, %addr, path, "control plane: unavailable");
+                }
                 Err(e @ (CallError::Refused { .. } | CallError::Unauthentic)) => {
                     tracing::warn!(server = id, %addr, path, "control plane: {e}");
                 }
@@ -104,8 +111,9 @@ impl ControlClient {
         body: &T,
         limit: Duration,
     ) -> Option<LeaseResponse> {
-        // Each server gets a share of the time. An error from a live server
-        // (no leader yet, not grantable yet) is an answer too.
+        // Each server gets a share of the time. The leader's refusal (not
+        // grantable yet, not the holder) is an answer too: every server
+        // would forward to the same leader.
         let share = (limit / 2).max(Duration::from_millis(200));
         self.first_answer::<Result<LeaseResponse, String>>(share, path, body)
             .await

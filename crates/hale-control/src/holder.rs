@@ -14,6 +14,9 @@
 //! * **Renewals never wait for hooks.** A holder renews every `renew_every`
 //!   from the moment it is granted, while its promote hook runs, and while a
 //!   voluntary demote hook runs; several renewals may be in flight.
+//! * **An unanswered renewal is retried after a fifth of `renew_every`**:
+//!   when the control plane's leader dies, its successor is elected within
+//!   about a second and must hear a renewal before the lease's end.
 //! * **The watchdog is armed by renewals only**: started at the grant with
 //!   the granted lease's end, re-armed with each committed renewal's end.
 //! * **Promote and demote never overlap on one node.** Whatever ends a
@@ -378,7 +381,15 @@ impl Holder {
                 Phase::SteppingDown { lease, .. } => *lease = None,
                 Phase::Candidate { .. } => {}
             },
-            _ => {}
+            // No server could serve it (an election under way, the leader
+            // gone): ask again soon rather than a whole interval later, so
+            // that the new leader hears from this holder within a fifth of
+            // `renew_every` of its election.
+            None => {
+                let retry = now + self.cfg.timing.renew_every / 5;
+                self.next_renewal = self.next_renewal.min(retry);
+            }
+            Some(_) => {}
         }
     }
 

@@ -16,6 +16,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use openraft::error::{ClientWriteError, RaftError};
@@ -23,7 +25,7 @@ use openraft::{BasicNode, Raft};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
-use crate::auth::{self, ControlAuth, Guard};
+use crate::auth::{self, CallError, ControlAuth, Guard};
 use crate::lease::{
     AppendClock, GrantDelay, Grantor, LeaseRequest, LeaseResponse, LeaseTable, LeaseTiming,
 };
@@ -64,12 +66,27 @@ pub enum ControlError {
     /// No leader is known (election in progress, or no quorum).
     #[error("no control-plane leader right now")]
     NoLeader,
+    /// This server cannot serve the request now, though another may: its
+    /// Raft has stopped (a failed storage write), or the leader it
+    /// forwards to did not answer. Nothing was written.
+    #[error("this control-plane server cannot serve it now: {0}")]
+    Unavailable(String),
     /// The leader could not be reached or failed the request.
     #[error("control-plane request failed: {0}")]
     Request(String),
     /// The grantor will not hand the role over yet.
     #[error("not yet: {0}")]
     NotYet(GrantDelay),
+}
+
+impl ControlError {
+    /// Whether a client should ask another server instead (answered with
+    /// HTTP 503, which [`auth::call`] reports as a refusal, not an
+    /// answer). A leader's decision, such as [`ControlError::NotYet`], is
+    /// an answer: every server would forward to the same leader.
+    pub fn ask_another(&self) -> bool {
+        matches!(self, ControlError::NoLeader | ControlError::Unavailable(_))
+    }
 }
 
 /// How long a voter may have no leader before [`ControlPlane`] makes it
@@ -491,9 +508,20 @@ impl ControlPlane {
         }
     }
 
-    /// The current leader, if known.
+    /// The current leader, if known (never, once this server's Raft has
+    /// stopped: its last view is stale).
     pub fn leader(&self) -> Option<u64> {
-        self.raft.metrics().borrow().current_leader
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        m.current_leader.filter(|_| m.running_state.is_ok())
+    }
+
+    /// Why this server's Raft has stopped, if it has (shut down included).
+    fn stopped_now(&self) -> Option<String> {
+        match &self.raft.metrics().borrow().running_state {
+            Ok(()) => None,
+            Err(e) => Some(e.to_string()),
+        }
     }
 
     /// This server's copy of the lease table (may lag the leader).
@@ -535,16 +563,27 @@ impl ControlPlane {
             Duration::from_secs(secs),
         )
         .await
-        .map_err(|e| ControlError::Request(e.to_string()))
+        .map_err(|e| match e {
+            // The leader is gone or cannot serve it: another server may
+            // already know the next one.
+            CallError::Unreachable(_) | CallError::Refused { status: 503, .. } => {
+                ControlError::Unavailable(format!("the leader {target}: {e}"))
+            }
+            e => ControlError::Request(e.to_string()),
+        })
     }
 
     /// Proposes `req` through the leader and returns what applying it did.
     pub async fn write(&self, req: LeaseRequest) -> Result<LeaseResponse, ControlError> {
+        if let Some(why) = self.stopped_now() {
+            return Err(ControlError::Unavailable(why));
+        }
         match self.raft.client_write(req.clone()).await {
             Ok(r) => Ok(r.data),
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => {
                 self.forward("write", &req).await
             }
+            Err(RaftError::Fatal(e)) => Err(ControlError::Unavailable(e.to_string())),
             Err(e) => Err(ControlError::Request(e.to_string())),
         }
     }
@@ -557,6 +596,9 @@ impl ControlPlane {
         holder: &str,
         priority: i64,
     ) -> Result<LeaseResponse, ControlError> {
+        if let Some(why) = self.stopped_now() {
+            return Err(ControlError::Unavailable(why));
+        }
         if self.leader() != Some(self.id) {
             let req = AcquireRequest {
                 role: role.to_owned(),
@@ -599,22 +641,27 @@ impl ControlPlane {
     }
 }
 
+/// A lease request's outcome on the wire: an answer (`200`, the leader's
+/// `Result`), or `503` when the client should ask another server
+/// ([`ControlError::ask_another`]).
+fn lease_answer(r: Result<LeaseResponse, ControlError>) -> Response {
+    match r {
+        Err(e) if e.ask_another() => {
+            (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response()
+        }
+        r => Json(r.map_err(|e| e.to_string())).into_response(),
+    }
+}
+
 async fn acquire_route(
     State(cp): State<ControlPlane>,
     Json(req): Json<AcquireRequest>,
-) -> Json<Result<LeaseResponse, String>> {
-    Json(
-        cp.acquire(&req.role, &req.holder, req.priority)
-            .await
-            .map_err(|e| e.to_string()),
-    )
+) -> Response {
+    lease_answer(cp.acquire(&req.role, &req.holder, req.priority).await)
 }
 
-async fn write_route(
-    State(cp): State<ControlPlane>,
-    Json(req): Json<LeaseRequest>,
-) -> Json<Result<LeaseResponse, String>> {
-    Json(cp.write(req).await.map_err(|e| e.to_string()))
+async fn write_route(State(cp): State<ControlPlane>, Json(req): Json<LeaseRequest>) -> Response {
+    lease_answer(cp.write(req).await)
 }
 
 async fn table_route(State(cp): State<ControlPlane>) -> Json<LeaseTable> {

@@ -19,7 +19,12 @@ fn holder() -> Holder {
             role: "db".into(),
             node: "a".into(),
             priority: 5,
-            timing: LeaseTiming::default(),
+            // Renewals every 500 ms keep the exact times below round.
+            timing: LeaseTiming {
+                lease: Duration::from_secs(2),
+                renew_every: Duration::from_millis(500),
+                drift_margin: Duration::from_millis(400),
+            },
             hook_timeout: Duration::from_secs(10),
             fail_after: Duration::from_secs(3),
             acquire_timeout: Duration::from_millis(1500),
@@ -145,6 +150,36 @@ fn a_holder_keeps_renewing_while_its_promote_hook_runs() {
     }
     assert_eq!(sent, 6);
     assert_eq!(h.state(), RoleState::Promoting);
+}
+
+#[test]
+fn an_unanswered_renewal_is_retried_after_a_fifth_of_the_interval() {
+    // A control-plane election answers "no leader" at once; the new leader
+    // is known about a second after the old one died, which leaves too
+    // little of the 1.6 s lease for the next regular renewal.
+    let mut h = holder();
+    let _hook = granted(&mut h);
+    h.handle_timeout(ms(510));
+    let a = actions(&mut h);
+    let [Action::Send { id, .. }] = a.as_slice() else {
+        panic!("{a:?}")
+    };
+    h.handle_response(ms(515), *id, None);
+    assert_eq!(actions(&mut h), vec![]);
+    assert_eq!(h.poll_timeout(), Some(ms(615)));
+    h.handle_timeout(ms(615));
+    let a = actions(&mut h);
+    let [Action::Send { id, request, .. }] = a.as_slice() else {
+        panic!("{a:?}")
+    };
+    assert_eq!(*request, renew(7));
+    // Answered: back to the regular interval, timed from the retry.
+    h.handle_response(ms(620), *id, Some(LeaseResponse::Renewed { epoch: 7 }));
+    assert_eq!(
+        actions(&mut h),
+        vec![Action::ArmWatchdog { deadline: ms(2215) }]
+    );
+    assert_eq!(h.poll_timeout(), Some(ms(1115)));
 }
 
 #[test]

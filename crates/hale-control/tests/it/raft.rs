@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use hale_control::raft::{ControlError, ControlPlane};
+use hale_control::auth::{self, CallError};
+use hale_control::raft::{AcquireRequest, ControlError, ControlPlane};
 use hale_control::{ControlAuth, LeaseRequest, LeaseResponse, LeaseTiming};
 use hale_keyring::{Key, Keyring};
 use tokio::net::TcpListener;
@@ -94,7 +95,12 @@ pub(crate) async fn acquire_eventually(
         match cp.acquire(role, holder, 0).await {
             Ok(LeaseResponse::Granted { epoch }) => return (epoch, Instant::now()),
             Ok(other) => panic!("unexpected {other:?}"),
-            Err(ControlError::NotYet(_) | ControlError::NoLeader | ControlError::Request(_)) => {}
+            Err(
+                ControlError::NotYet(_)
+                | ControlError::NoLeader
+                | ControlError::Unavailable(_)
+                | ControlError::Request(_),
+            ) => {}
             Err(e) => panic!("{e}"),
         }
         assert!(Instant::now() < deadline, "never granted");
@@ -191,6 +197,84 @@ async fn a_new_leader_grants_only_a_full_lease_after_the_last_renewal_it_holds()
     );
     for x in others {
         x.cp.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_whose_raft_stopped_refuses_lease_requests_with_503_so_the_holder_asks_another() {
+    // Its disk full, a server's Raft stops but its HTTP routes still
+    // serve. Its answer used to be an error *answer*, which ended the
+    // client's search: a holder preferring its own server (the agent's
+    // default) could not renew through the live ones and lost its lease.
+    let dir = tempfile::tempdir().unwrap();
+    let s = cluster(dir.path()).await;
+    let leader = until("a leader is elected", Duration::from_secs(10), || {
+        s[0].cp.leader()
+    })
+    .await;
+    let (epoch, _) = acquire_eventually(&s[0].cp, "db", "node-a").await;
+    let stopped = &s[(leader - 1) as usize];
+    stopped.cp.shutdown().await; // Raft stopped; the routes still serve.
+    let auth = ControlAuth::sealed(Keyring::new(cluster_key(), vec![]));
+    let http = reqwest::Client::new();
+    let renew = LeaseRequest::Renew {
+        role: "db".into(),
+        holder: "node-a".into(),
+        epoch,
+    };
+    let acquire = AcquireRequest {
+        role: "db".into(),
+        holder: "node-b".into(),
+        priority: 0,
+    };
+    let addr = stopped.addr.to_string();
+    let t = Duration::from_secs(5);
+    let r = auth::call::<_, Result<LeaseResponse, String>>(
+        &http,
+        &auth,
+        leader,
+        &addr,
+        "/control/write",
+        &renew,
+        t,
+    )
+    .await;
+    assert!(
+        matches!(r, Err(CallError::Refused { status: 503, .. })),
+        "{r:?}"
+    );
+    let r = auth::call::<_, Result<LeaseResponse, String>>(
+        &http,
+        &auth,
+        leader,
+        &addr,
+        "/control/acquire",
+        &acquire,
+        t,
+    )
+    .await;
+    assert!(
+        matches!(r, Err(CallError::Refused { status: 503, .. })),
+        "{r:?}"
+    );
+    assert_eq!(
+        stopped.cp.leader(),
+        None,
+        "a stopped server knows no leader"
+    );
+    // The others elect a leader and the holder renews through them.
+    let live = s.iter().find(|x| x.cp.id != leader).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        match live.cp.write(renew.clone()).await {
+            Ok(r) => break assert_eq!(r, LeaseResponse::Renewed { epoch }),
+            Err(e) => assert!(Instant::now() < deadline, "never renewed: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for x in s {
+        x.cp.shutdown().await;
+        x.task.abort();
     }
 }
 

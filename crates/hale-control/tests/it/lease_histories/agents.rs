@@ -552,6 +552,7 @@ impl World {
                 }
                 self.servers[f].commit_known = self.servers[f].commit_known.max(upto);
             }
+            Ev::Beat(l, term) => self.beat(l, term),
             Ev::LeaderCrash => {
                 if let Some(l) = self.leader.take() {
                     self.servers[l].up = false;

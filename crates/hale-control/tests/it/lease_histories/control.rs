@@ -94,15 +94,16 @@ impl World {
             let ent = &self.entries[e];
             // At the worst moment: the leader dies just after committing a
             // renewal (before its followers learn of the commit), while
-            // the holder freezes.
+            // the holder freezes or is cut off from the control plane.
             if matches!(ent.req, LeaseRequest::Renew { .. })
                 && self.faults
                 && self.rng.random_bool(0.005)
             {
                 let d = self.rng.random_range(1500..5000) * MS;
+                let cut = self.rng.random_bool(0.5);
                 self.push(
                     self.now + 100_000,
-                    Ev::HolderAndLeader(Duration::from_nanos(d), false),
+                    Ev::HolderAndLeader(Duration::from_nanos(d), cut),
                 );
             }
             let ent = &self.entries[e];
@@ -120,10 +121,22 @@ impl World {
             self.servers[l].commits.appended(&self.entries[e].req, now);
         }
         self.servers[l].commit_known = upto;
+        // Followers learn the commit index from the leader's next message
+        // (a heartbeat at the latest, every 100 ms): lost if it dies first.
+        let at = self.now + self.rng.random_range(0..100 * MS);
+        self.push(at, Ev::Beat(l, self.term));
+    }
+
+    /// Leader `l` of `term` sends its commit index to its followers, if it
+    /// still leads.
+    pub(super) fn beat(&mut self, l: usize, term: u64) {
+        if self.leader != Some(l) || self.term != term || !self.servers[l].up {
+            return;
+        }
         for f in 0..SERVERS {
             if f != l {
                 let at = self.now + self.net();
-                self.push(at, Ev::CommitNote(f, upto));
+                self.push(at, Ev::CommitNote(f, self.committed));
             }
         }
     }
@@ -143,10 +156,14 @@ impl World {
             .iter()
             .max_by_key(|&&s| (last_term(self, s), self.servers[s].log.len()))
             .expect("live servers");
-        assert!(
-            self.servers[l].log.len() >= self.committed,
-            "the model elected a leader without every committed entry"
-        );
+        if self.servers[l].log.len() < self.committed {
+            // Every server holding the committed entries is down (leaders
+            // crashed one after another): as in Raft, none of the others
+            // can win a vote until one of those is back.
+            let at = self.now + 200 * MS;
+            self.push(at, Ev::NewLeader);
+            return;
+        }
         self.leader = Some(l);
         self.grantor = Grantor::new(self.timing);
         self.granting_clock = match self.v.knowledge {

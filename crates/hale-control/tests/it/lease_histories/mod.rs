@@ -4,7 +4,8 @@
 //! Three candidates contend for a role through a control plane of three
 //! servers that replicate a log the way Raft does: the leader appends a
 //! request, followers append it when it reaches them, it commits once a
-//! majority holds it, and followers learn of the commit later. Each
+//! majority holds it, and followers learn of the commit from the leader's
+//! next message (a heartbeat within 100 ms; lost if the leader dies first). Each
 //! candidate is a [`Holder`] whose actions this world carries out the way
 //! the agent does: requests cross a network that delays (5% of messages
 //! slowly) and loses (2%) them; hooks are processes that take their time
@@ -122,6 +123,8 @@ enum Ev {
     Ack(usize, u64),
     /// A follower learns the commit index.
     CommitNote(usize, usize),
+    /// The leader (of this term) sends its commit index to its followers.
+    Beat(usize, u64),
     /// A hook process (index into `procs`) exits on its own.
     ProcEnd(usize),
     /// A watchdog's deadline (node, watchdog generation).
