@@ -15,8 +15,8 @@
 //!   from the moment it is granted, while its promote hook runs, and while a
 //!   voluntary demote hook runs; several renewals may be in flight.
 //! * **An unanswered renewal is retried after a fifth of `renew_every`**:
-//!   when the control plane's leader dies, its successor is elected within
-//!   about a second and must hear a renewal before the lease's end.
+//!   when the control plane's leader dies, its successor is elected in
+//!   about a second and should hear a renewal before the lease's end.
 //! * **The watchdog is armed by renewals only**: started at the grant with
 //!   the granted lease's end, re-armed with each committed renewal's end.
 //! * **Promote and demote never overlap on one node.** Whatever ends a
@@ -28,7 +28,10 @@
 //!   its fence was the demote and no second one runs.
 //! * **A voluntary step-down keeps the lease until its demote hook is
 //!   done**, then releases it: the next holder's promote starts only after
-//!   this node's demote ended.
+//!   this node's demote ended, as long as it can renew. Cut off from the
+//!   control plane meanwhile, its lease runs out during the demote and the
+//!   rest of the demote is covered by the fencing epoch, as after a lost
+//!   lease.
 //! * **A promotion that fails or outlives `hook_timeout` is abandoned**: the
 //!   hook is killed, the node demotes, releases the role and stands aside
 //!   for one lease so that the next candidate takes it.

@@ -192,9 +192,7 @@ impl LeaseTable {
 pub struct LeaseTiming {
     /// How long a lease lasts (default 2 s).
     pub lease: Duration,
-    /// How often the holder renews (default 250 ms: the last renewal
-    /// before a control-plane leader dies, plus the election that follows
-    /// (about 1.1 s), plus a retry, must fit in `lease - drift_margin`).
+    /// How often the holder renews (default 500 ms).
     pub renew_every: Duration,
     /// How much earlier than `lease` the holder stops (default 400 ms:
     /// tolerates clocks running 20% apart over one lease).
@@ -205,7 +203,7 @@ impl Default for LeaseTiming {
     fn default() -> Self {
         LeaseTiming {
             lease: Duration::from_secs(2),
-            renew_every: Duration::from_millis(250),
+            renew_every: Duration::from_millis(500),
             drift_margin: Duration::from_millis(400),
         }
     }

@@ -25,7 +25,9 @@
 //! intervals during which each acted as holder never overlap. A node acts
 //! as holder from the start of its promote hook until the later of the end
 //! of that hook and the end of its step-down: the end of its demote hook
-//! when it gave the role up while its lease was valid, the moment it began
+//! when it gave the role up while its lease was valid (or the lease's end,
+//! if it ran out during that hook: a holder cut off from the control plane
+//! cannot keep it), the moment it began
 //! to demote (or its watchdog began to fence) when it lost the lease (the
 //! demote hook's own run time is the window that the fencing epoch covers).
 //! Also: on one node a demote never starts while its promote hook runs, and
@@ -202,7 +204,14 @@ impl Holding {
         let stop = if self.lost {
             self.stop_start
         } else {
-            self.stop_end
+            // Given up while valid: until its demote hook ended, or until
+            // the lease ran out during it (cut off from the control plane,
+            // the holder could not renew; the rest of the demote is then
+            // covered by the fencing epoch, as after a lost lease).
+            self.stop_start.map(|s| {
+                let end = self.stop_end.unwrap_or(u64::MAX);
+                end.min(self.lease_end.max(s))
+            })
         };
         promote.max(stop.unwrap_or(u64::MAX))
     }
