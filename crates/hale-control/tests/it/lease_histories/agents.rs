@@ -96,7 +96,14 @@ impl World {
 
     /// Real time at which a clock running at `rate` shows `t`.
     pub(super) fn real(t: Time, rate: f64) -> u64 {
-        (t.as_nanos() as f64 / rate).ceil() as u64
+        let mut at = (t.as_nanos() as f64 / rate).ceil() as u64;
+        // Float rounding: the node's clock (`local`) must read at least `t`
+        // then, or a holder woken a nanosecond early asks for the same
+        // deadline again and the world wakes it at the same instant forever.
+        while ((at as f64 * rate) as u64) < t.as_nanos() as u64 {
+            at += 1;
+        }
+        at
     }
 
     pub(super) fn net(&mut self) -> u64 {
