@@ -100,7 +100,7 @@ impl World {
         // Float rounding: the node's clock (`local`) must read at least `t`
         // then, or a holder woken a nanosecond early asks for the same
         // deadline again and the world wakes it at the same instant forever.
-        while ((at as f64 * rate) as u64) < t.as_nanos() as u64 {
+        while ((at as f64 * rate) as u64) < t.as_nanos() {
             at += 1;
         }
         at
