@@ -262,6 +262,16 @@ async fn a_server_whose_raft_stopped_refuses_lease_requests_with_503_so_the_hold
         None,
         "a stopped server knows no leader"
     );
+    // A stranger still meets the seal first: 401, never the 503.
+    let stranger = http
+        .post(format!("http://{addr}/control/write"))
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(&renew).unwrap())
+        .timeout(t)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stranger.status().as_u16(), 401);
     // The others elect a leader and the holder renews through them.
     let live = s.iter().find(|x| x.cp.id != leader).unwrap();
     let deadline = Instant::now() + Duration::from_secs(15);
