@@ -23,6 +23,7 @@ enum Msg {
     Dead { member: u8, inc: u32, declarer: u8, accusers: u8 },
     Left { member: u8, inc: u32 },
     Closed { member: u8, inc: u32, accuser: u8 },
+    Superseded { known: u64 },
 }
 
 #[derive(Arbitrary, Debug)]
@@ -56,6 +57,7 @@ fn to_msg(m: Msg, me: &NodeId) -> Message<NodeId> {
         Msg::Dead { member, inc, declarer, accusers } => Message::Dead { member: id(member), incarnation: inc, declarer: id(declarer), accusers },
         Msg::Left { member, inc } => Message::Left { member: id(member), incarnation: inc },
         Msg::Closed { member, inc, accuser } => Message::Closed { member: id(member), incarnation: inc, accuser: id(accuser) },
+        Msg::Superseded { known } => Message::Superseded { known },
     }
 }
 

@@ -105,6 +105,7 @@ export function eventDetail(e) {
     case 'dead': return `declared by ${d.declared_by ?? '?'}; ${d.confirmations ?? 0} confirmation(s); silent ${fmtMs(d.silent_ms_before_verdict)}, suspected ${fmtMs(d.suspected_ms_before_verdict)}`;
     case 'recovered': case 'refuted': return d.was_dead ? 'had been declared dead' : 'was suspected';
     case 'paused': return `the agent was paused for ${fmtMs(d.gap_ms)}`;
+    case 'generation-raised': return `restarted behind an earlier run's clock: generation raised from ${d.previous} to ${d.generation}`;
     case 'promoted': return `${d.role} epoch ${d.epoch}${d.hook_ok === false ? ', promote hook FAILED' : ''}`;
     case 'promoting': return `${d.role} epoch ${d.epoch}: granted, promote hook running`;
     case 'demoting': return `${d.role} epoch ${d.epoch}: stepping down (${d.reason ?? ''})`;
@@ -112,6 +113,9 @@ export function eventDetail(e) {
       (d.promote && d.promote !== 'succeeded' ? `; promote hook ${d.promote}` : '') +
       (d.demote && d.demote !== 'succeeded' ? `; demote ${d.demote}` : '');
     case 'eligible': return `${d.role}: ${d.eligible ? 'eligible' : 'not eligible'}`;
+    case 'clock-skew': return d.side === 'server'
+      ? `control-plane server ${d.server} refused a member's request stamped ${fmtMs(Math.abs(d.skew_ms))} ${d.skew_ms < 0 ? 'behind' : 'ahead of'} its clock (told it the time)`
+      : `this host's clock is ${fmtMs(Math.abs(d.skew_ms))} ${d.skew_ms < 0 ? 'behind' : 'ahead of'} control-plane server ${d.server}'s: stamping in its time; fix NTP`;
     case 'breaker': return `${d.role} upstream ${d.upstream}: ${d.from} → ${d.to}`;
     // A failover always names its new holder: `released` is for holder events.
     case 'holder': case 'failover': return `${d.role}: ${d.from ?? 'none'} → ${d.to ?? 'released'}, epoch ${d.epoch}` +

@@ -66,6 +66,7 @@ pub(crate) async fn health(State(st): State<AppState>) -> Result<Response, ApiEr
     let body = HealthView {
         status: status.to_owned(),
         control,
+        clock: hale_control::auth::clock_report(),
         cluster: st.cluster.clone(),
         node: st.me().to_owned(),
         addr: st.shared.id.addr().to_string(),
@@ -200,6 +201,10 @@ pub(crate) async fn metrics(State(st): State<AppState>) -> Result<Response, ApiE
     if let Some(c) = &st.control_server {
         text.push_str(&crate::metrics::render_control(me, &c.status()));
     }
+    text.push_str(&crate::metrics::render_clocks(
+        me,
+        &hale_control::auth::clock_report(),
+    ));
     text.push_str(&st.shared.drill.render_metrics(me));
     if let Some(r) = st.relay() {
         text.push_str(&r.render_metrics());

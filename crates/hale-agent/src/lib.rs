@@ -16,6 +16,7 @@ pub mod api;
 mod api_guard;
 mod app;
 pub mod client;
+mod clocks;
 mod cluster_api;
 pub mod config;
 pub mod control_client;
@@ -482,6 +483,7 @@ async fn start_roles(
         return Ok(out);
     };
     let mut servers = plan.servers.clone();
+    tasks.spawn(clocks::watch_clocks(shared.clone(), stop.clone()));
     // The control plane speaks only to holders of the cluster keyring (the
     // gossip keys); `insecure_plaintext` leaves it open, loudly.
     let control_auth = match keys {

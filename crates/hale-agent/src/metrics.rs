@@ -55,6 +55,7 @@ pub fn render(s: &Snapshot, shared: &Shared) -> String {
         stream_bytes_in: "Stream bytes received.",
         stream_bytes_out: "Stream bytes sent.",
         pauses: "Local pauses detected (stop-the-world, SIGSTOP).",
+        generations_raised: "Times a peer's notice raised this agent's generation (restarted with its wall clock behind an earlier run's).",
     );
     for (name, help, v) in counters {
         family(&mut out, (name, "counter", help), [(me.clone(), v)]);
@@ -271,5 +272,41 @@ pub fn render_control(node: &str, c: &hale_control::raft::ControlStatus) -> Stri
         let name = format!("hale_control_{name}");
         family(&mut out, (&name, "gauge", help), [(l.clone(), v)]);
     }
+    out
+}
+
+/// Clocks that disagree with this agent's beyond the control plane's
+/// window: the offset it stamps requests to each server with, and the
+/// requests its own server refused for their stamps.
+pub fn render_clocks(node: &str, c: &hale_control::auth::ClockReport) -> String {
+    let mut out = String::new();
+    family(
+        &mut out,
+        (
+            "hale_control_clock_offset_ms",
+            "gauge",
+            "A control-plane server's wall clock minus this agent's, where they disagree beyond the 30 s window (requests to it are stamped in its time).",
+        ),
+        c.offsets.iter().map(|o| {
+            (
+                format!("node=\"{node}\",server=\"{}\"", o.server),
+                o.offset_ms,
+            )
+        }),
+    );
+    family(
+        &mut out,
+        (
+            "hale_control_stamps_refused_total",
+            "counter",
+            "Requests this agent's control-plane server refused because their stamps were beyond the 30 s window (a member's clock is off; it was told the server's time).",
+        ),
+        c.refused.iter().map(|r| {
+            (
+                format!("node=\"{node}\",server=\"{}\"", r.server),
+                r.count as i64,
+            )
+        }),
+    );
     out
 }

@@ -79,6 +79,16 @@ pub struct EventView {
     pub incarnation: Option<u32>,
 }
 
+/// Which side of the control plane noticed a clock skew.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClockSide {
+    /// This agent, as a client of a control-plane server.
+    Client,
+    /// This agent's control-plane server, refusing a member's requests.
+    Server,
+}
+
 /// What happened, one variant per kind. On the wire it is `"kind"` (the
 /// variant's name in kebab-case) and `"detail"` (its fields, absent for
 /// kinds without any).
@@ -114,6 +124,16 @@ pub enum AgentEvent {
     Paused {
         /// How long, in milliseconds.
         gap_ms: u64,
+    },
+    /// A peer (the event's `member`) had heard a newer generation from this
+    /// agent than its packets carried, so it dropped them as replays: the
+    /// agent restarted with its wall clock behind a previous run's. Its
+    /// packets now carry a generation above the one the peer named.
+    GenerationRaised {
+        /// The generation its packets carried.
+        previous: u64,
+        /// The generation they carry now.
+        generation: u64,
     },
     /// This node was granted a role; its promote hook is running.
     Promoting {
@@ -165,6 +185,21 @@ pub enum AgentEvent {
         to: Option<String>,
         /// The lease's epoch.
         epoch: u64,
+    },
+    /// Wall clocks disagree by more than the control plane's replay window
+    /// (30 s). `side` `client`: this agent's clock is `skew_ms` off
+    /// control-plane server `server`'s; it stamps its requests to that
+    /// server in the server's time from now on. `side` `server`: this
+    /// agent's server `server` refused a request stamped `skew_ms` from its
+    /// clock (a member whose clock is off) and told it the server's time.
+    /// Nothing stops working; fix the clocks (NTP).
+    ClockSkew {
+        /// The control-plane server concerned.
+        server: u64,
+        /// The other clock minus the server's, in ms.
+        skew_ms: i64,
+        /// Which side noticed.
+        side: ClockSide,
     },
     /// This agent's control-plane server stopped on a fatal error.
     ControlStopped {
@@ -338,6 +373,17 @@ pub fn event_view(seq: u64, observer: &NodeId, e: &Event<NodeId>) -> Option<Even
         }
         Event::SeedFallback => (AgentEvent::SeedFallback, (None, None)),
         Event::Paused { gap_ms } => (AgentEvent::Paused { gap_ms: *gap_ms }, (None, None)),
+        Event::GenerationRaised {
+            previous,
+            generation,
+            by,
+        } => (
+            AgentEvent::GenerationRaised {
+                previous: *previous,
+                generation: *generation,
+            },
+            (Some(by.name().to_owned()), None),
+        ),
         Event::ProbeVisit { .. } => return None,
     };
     Some(event.stamped(seq, observer.name(), member, inc))
@@ -477,6 +523,10 @@ pub struct HealthView {
     pub status: String,
     /// This agent's control-plane server, if it runs one.
     pub control: Option<hale_control::raft::ControlStatus>,
+    /// Clocks that disagree with this agent's by more than the control
+    /// plane's window, both sides (empty when all agree).
+    #[serde(default)]
+    pub clock: hale_control::auth::ClockReport,
     /// The cluster's name.
     pub cluster: String,
     /// This node's name.

@@ -16,6 +16,16 @@
 //! renewal, and an old response cannot be passed off as the answer to a
 //! new request.
 //!
+//! Clocks: a request whose timestamp is outside the window but which opens
+//! (it was sealed by a cluster key, so it comes from a member whose clock
+//! is off) is refused with the server's time, sealed to the request's
+//! nonce. The client opens it, learns its offset to that server's clock
+//! and stamps its requests to that server in the server's time from then on
+//! (and sends the refused one again at once). A host whose wall clock is
+//! minutes or hours off therefore keeps renewing and voting; both sides
+//! record it ([`clock_report`]) so the agent can name it (event, metric,
+//! `hale status`). Lease timing never reads wall clocks.
+//!
 //! Bodies are read with a cap ([`RAFT_BODY_LIMIT`], [`CONTROL_BODY_LIMIT`])
 //! before anything else is done with them. See ARCHITECTURE.md
 //! ("Control-plane authentication") for what an attacker on the path can
@@ -49,6 +59,8 @@ pub const RESPONSE_LIMIT: usize = 8 << 20;
 const MAX_REMEMBERED: usize = 1 << 18;
 
 const REQUEST_AAD: &[u8] = b"hale control request v1\0";
+/// The content type of a sealed refusal for a timestamp out of the window.
+const STALE_CONTENT_TYPE: &str = "application/x-hale-stale";
 const RESPONSE_AAD: &[u8] = b"hale control response v1\0";
 
 /// How the control plane authenticates its traffic.
@@ -229,6 +241,25 @@ impl Guard {
         })
     }
 
+    /// Seals the answer to an authentic request refused for its timestamp:
+    /// this server's wall-clock time, bound to the request's nonce, so the
+    /// client can trust it and nobody can replay it to another request.
+    /// None when `sealed` does not open here (only members learn the time).
+    pub fn seal_stale(
+        &self,
+        method: &str,
+        path: &str,
+        sealed: &[u8],
+        now_ms: u64,
+    ) -> Option<Vec<u8>> {
+        let nonce = sealed_nonce(sealed)?;
+        let keys = self.keys.current();
+        keys.open_with(&request_aad(self.id, method, path), sealed)
+            .ok()?;
+        let body = serde_json::to_vec(&StaleAnswer { server_ms: now_ms }).ok()?;
+        Some(keys.seal_with(&response_aad(&nonce), &body))
+    }
+
     /// Seals the response to an admitted request.
     pub fn seal_response(&self, req: &Admitted, body: &[u8]) -> Vec<u8> {
         self.keys
@@ -261,26 +292,50 @@ pub async fn authenticate(State(guard): State<Arc<Guard>>, req: Request, next: N
             format!("bodies are at most {limit} bytes"),
         );
     };
-    let mut admitted =
-        match guard.admit(parts.method.as_str(), parts.uri.path(), &sealed, unix_ms()) {
-            Ok(a) => a,
-            Err(r) => {
-                match &r {
-                    // A peer with the key but a wrong clock: the operator must know.
-                    Refusal::Stale { .. } | Refusal::Busy => {
-                        tracing::warn!(
-                            path = parts.uri.path(),
-                            "control plane refused a request: {r}"
-                        );
+    let now = unix_ms();
+    let mut admitted = match guard.admit(parts.method.as_str(), parts.uri.path(), &sealed, now) {
+        Ok(a) => a,
+        Err(r) => {
+            match &r {
+                // A member with the key but a clock off by more than the
+                // window: answered with this server's time, sealed, so that
+                // it corrects its stamps; recorded so the operator knows.
+                Refusal::Stale { skew_ms, .. } => {
+                    let answer =
+                        guard.seal_stale(parts.method.as_str(), parts.uri.path(), &sealed, now);
+                    tracing::warn!(
+                        path = parts.uri.path(),
+                        skew_ms,
+                        "control plane refused a request stamped by a clock {skew_ms} ms from this \
+                         server's; answering with this server's time so that it corrects"
+                    );
+                    CLOCKS.note_refused(guard.id, *skew_ms, now);
+                    if let Some(body) = answer {
+                        return (
+                            StatusCode::UNAUTHORIZED,
+                            [(
+                                header::CONTENT_TYPE,
+                                HeaderValue::from_static(STALE_CONTENT_TYPE),
+                            )],
+                            body,
+                        )
+                            .into_response();
                     }
-                    _ => tracing::debug!(
+                }
+                Refusal::Busy => {
+                    tracing::warn!(
                         path = parts.uri.path(),
                         "control plane refused a request: {r}"
-                    ),
+                    );
                 }
-                return refuse(StatusCode::UNAUTHORIZED, r.to_string());
+                _ => tracing::debug!(
+                    path = parts.uri.path(),
+                    "control plane refused a request: {r}"
+                ),
             }
-        };
+            return refuse(StatusCode::UNAUTHORIZED, r.to_string());
+        }
+    };
     parts.headers.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
@@ -344,7 +399,10 @@ pub async fn read_capped(r: &mut reqwest::Response, limit: usize) -> Result<Vec<
 
 /// Sends `body` to server `target` at `addr` (`POST path`) and returns its
 /// answer, sealing and opening per `auth`. Nothing unauthenticated is
-/// returned in sealed mode.
+/// returned in sealed mode. Requests are stamped with this process's
+/// wall clock corrected by what the server told it of its own (see the
+/// module's doc); a refusal for the timestamp corrects it and the request
+/// is sent once more at once.
 pub async fn call<Req: Serialize + ?Sized, Resp: DeserializeOwned>(
     http: &reqwest::Client,
     auth: &ControlAuth,
@@ -356,23 +414,60 @@ pub async fn call<Req: Serialize + ?Sized, Resp: DeserializeOwned>(
 ) -> Result<Resp, CallError> {
     let json = serde_json::to_vec(body).map_err(|e| CallError::Decode(e.to_string()))?;
     let url = format!("http://{addr}{path}");
-    let (req, sealed) = match auth {
-        ControlAuth::InsecurePlaintext => (
-            http.post(url)
+    let keys = match auth {
+        ControlAuth::InsecurePlaintext => {
+            let req = http
+                .post(url)
                 .header(header::CONTENT_TYPE, "application/json")
-                .body(json),
-            None,
-        ),
-        ControlAuth::Sealed(keys) => {
-            let s = seal_request(&keys.current(), target, "POST", path, unix_ms(), &json);
-            (
-                http.post(url)
-                    .header(header::CONTENT_TYPE, "application/octet-stream")
-                    .body(s.body.clone()),
-                Some((keys, s)),
-            )
+                .body(json);
+            let (status, raw) = send(req, timeout).await?;
+            refused(status, &raw)?;
+            return serde_json::from_slice(&raw).map_err(|e| CallError::Decode(e.to_string()));
         }
+        ControlAuth::Sealed(keys) => keys,
     };
+    let mut corrected = false;
+    loop {
+        let sent_at = unix_ms();
+        let stamp = CLOCKS.server_time(target, addr, sent_at);
+        let s = seal_request(&keys.current(), target, "POST", path, stamp, &json);
+        let req = http
+            .post(&url)
+            .header(header::CONTENT_TYPE, "application/octet-stream")
+            .body(s.body.clone());
+        let (status, raw) = send(req, timeout).await?;
+        if status == reqwest::StatusCode::UNAUTHORIZED && !corrected {
+            if let Ok(plain) = open_response(&keys.current(), &s, &raw) {
+                if let Ok(stale) = serde_json::from_slice::<StaleAnswer>(&plain) {
+                    // Offset from the midpoint of the exchange.
+                    let back = unix_ms();
+                    let mid = sent_at + back.saturating_sub(sent_at) / 2;
+                    let offset = stale.server_ms as i64 - mid as i64;
+                    CLOCKS.note_offset(target, addr, offset, back);
+                    tracing::warn!(
+                        server = target,
+                        addr,
+                        offset_ms = offset,
+                        "this host's wall clock is {offset} ms behind control-plane server \
+                         {target}'s (beyond the {} s window): stamping requests to it in its time",
+                        REPLAY_WINDOW.as_secs()
+                    );
+                    corrected = true;
+                    continue;
+                }
+            }
+        }
+        refused(status, &raw)?;
+        let plain = open_response(&keys.current(), &s, &raw).map_err(|_| CallError::Unauthentic)?;
+        return serde_json::from_slice(&plain).map_err(|e| CallError::Decode(e.to_string()));
+    }
+}
+
+/// Sends a request and reads its answer (capped).
+async fn send(
+    req: reqwest::RequestBuilder,
+    timeout: Duration,
+) -> Result<(reqwest::StatusCode, Vec<u8>), CallError> {
     let mut r = req
         .timeout(timeout)
         .send()
@@ -380,17 +475,131 @@ pub async fn call<Req: Serialize + ?Sized, Resp: DeserializeOwned>(
         .map_err(|e| CallError::Unreachable(e.to_string()))?;
     let status = r.status();
     let raw = read_capped(&mut r, RESPONSE_LIMIT).await?;
-    if !status.is_success() {
-        return Err(CallError::Refused {
-            status: status.as_u16(),
-            message: String::from_utf8_lossy(&raw[..raw.len().min(512)]).into_owned(),
+    Ok((status, raw))
+}
+
+/// A non-success status as [`CallError::Refused`].
+fn refused(status: reqwest::StatusCode, raw: &[u8]) -> Result<(), CallError> {
+    if status.is_success() {
+        return Ok(());
+    }
+    Err(CallError::Refused {
+        status: status.as_u16(),
+        message: String::from_utf8_lossy(&raw[..raw.len().min(512)]).into_owned(),
+    })
+}
+
+/// A server's answer to an authentic request whose timestamp was out of
+/// the window: its wall-clock time (sealed to the request's nonce).
+#[derive(Debug, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StaleAnswer {
+    #[serde(rename = "clock_refusal_server_ms")]
+    server_ms: u64,
+}
+
+/// What this process learned about clocks that disagree with its own, on
+/// both sides of the control plane (see [`clock_report`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct ClockReport {
+    /// Servers whose clocks this process's clock is off from by more than
+    /// the window, and the offset it stamps its requests to them with.
+    pub offsets: Vec<ServerOffset>,
+    /// Requests this process's control-plane server refused because their
+    /// stamps were out of the window (a member whose clock is off).
+    pub refused: Vec<StampsRefused>,
+}
+
+/// The offset this process applies to its wall clock for one server.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct ServerOffset {
+    /// The server's id.
+    pub server: u64,
+    /// Its address.
+    pub addr: String,
+    /// Its clock minus this process's, in ms (as learned).
+    pub offset_ms: i64,
+    /// When it was learned (this process's wall clock, ms since the epoch).
+    pub learned_unix_ms: u64,
+}
+
+/// Requests a server refused for their timestamps.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct StampsRefused {
+    /// The refusing server's id.
+    pub server: u64,
+    /// How many.
+    pub count: u64,
+    /// The last one's stamp minus the server's clock, in ms.
+    pub last_skew_ms: i64,
+    /// When the last one came (the server's wall clock, ms since the epoch).
+    pub last_unix_ms: u64,
+}
+
+/// The process-wide record behind [`clock_report`]. Process-wide because
+/// the wall clock it corrects is: every client in the process stamps with
+/// the same clock, so one offset per server serves them all.
+#[derive(Debug, Default)]
+struct Clocks {
+    inner: Mutex<ClockReport>,
+}
+
+static CLOCKS: std::sync::LazyLock<Clocks> = std::sync::LazyLock::new(Clocks::default);
+
+impl Clocks {
+    /// `now_ms` of this process's clock in server `target`'s time.
+    fn server_time(&self, target: u64, addr: &str, now_ms: u64) -> u64 {
+        let r = self.inner.lock().expect("clock record lock");
+        match r
+            .offsets
+            .iter()
+            .find(|o| o.server == target && o.addr == addr)
+        {
+            Some(o) => now_ms.saturating_add_signed(o.offset_ms),
+            None => now_ms,
+        }
+    }
+
+    fn note_offset(&self, server: u64, addr: &str, offset_ms: i64, now_ms: u64) {
+        let mut r = self.inner.lock().expect("clock record lock");
+        r.offsets
+            .retain(|o| !(o.server == server && o.addr == addr));
+        // Bounded: a handful of servers per cluster; the oldest goes first.
+        if r.offsets.len() >= 64 {
+            r.offsets.remove(0);
+        }
+        r.offsets.push(ServerOffset {
+            server,
+            addr: addr.to_owned(),
+            offset_ms,
+            learned_unix_ms: now_ms,
         });
     }
-    let plain = match sealed {
-        None => raw,
-        Some((keys, s)) => {
-            open_response(&keys.current(), &s, &raw).map_err(|_| CallError::Unauthentic)?
+
+    fn note_refused(&self, server: u64, skew_ms: i64, now_ms: u64) {
+        let mut r = self.inner.lock().expect("clock record lock");
+        if let Some(x) = r.refused.iter_mut().find(|x| x.server == server) {
+            x.count += 1;
+            x.last_skew_ms = skew_ms;
+            x.last_unix_ms = now_ms;
+            return;
         }
-    };
-    serde_json::from_slice(&plain).map_err(|e| CallError::Decode(e.to_string()))
+        if r.refused.len() >= 64 {
+            r.refused.remove(0);
+        }
+        r.refused.push(StampsRefused {
+            server,
+            count: 1,
+            last_skew_ms: skew_ms,
+            last_unix_ms: now_ms,
+        });
+    }
+}
+
+/// What this process knows of clocks that disagree with its own by more
+/// than [`REPLAY_WINDOW`]: the offsets it stamps requests to each server
+/// with (client side), and the requests its server refused for their
+/// stamps (server side). Empty when every clock agrees.
+pub fn clock_report() -> ClockReport {
+    CLOCKS.inner.lock().expect("clock record lock").clone()
 }

@@ -93,6 +93,17 @@ pub enum Event<I> {
     },
     /// This node has no live member left and is contacting its seeds.
     SeedFallback,
+    /// A peer had heard a newer generation from this node than its packets
+    /// carried (it restarted with its wall clock behind a previous run's)
+    /// and dropped them as replays; this run now carries `generation`.
+    GenerationRaised {
+        /// The generation its packets carried.
+        previous: u64,
+        /// The generation they carry now.
+        generation: u64,
+        /// The peer that told it.
+        by: I,
+    },
     /// This node was paused (no input for longer than the pause threshold).
     Paused {
         /// How long the pause lasted beyond the expected timer.

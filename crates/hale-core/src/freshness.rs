@@ -9,7 +9,14 @@
 //! packet is late by `(arrival - sent) - that offset`.
 //!
 //! * From an older generation than one already heard: a replay of a previous
-//!   run's packet. Dropped ([`DropReason::Replayed`]).
+//!   run's packet. Dropped ([`DropReason::Replayed`]), and the sender is told
+//!   (`Message::Superseded`, at most once per [`NOTICE_INTERVAL`] per
+//!   sender): the agent's generation is its wall clock at start, so a member
+//!   restarted with its clock set back (or corrected after running ahead)
+//!   would otherwise be locked out until its clock passed the old value. It
+//!   raises its generation above the one named and carries on. Raising a
+//!   generation is always safe: a replayed notice can only name a generation
+//!   that was really used, and a member above it ignores it.
 //! * Late by more than `replay_window` (plus the length of a pause this node
 //!   just came out of, whose queued packets are genuinely late): dropped
 //!   ([`DropReason::Stale`]).
@@ -32,11 +39,12 @@
 
 use std::time::Duration;
 
+use crate::event::Event;
 use crate::identity::Identity;
 use crate::node::Node;
 use crate::stats::DropReason;
 use crate::time::Time;
-use crate::wire::Header;
+use crate::wire::{Channel, Header, Message};
 
 /// What a node remembers about one sender's clock.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -62,9 +70,50 @@ pub(crate) enum Verdict {
     Drop(DropReason),
 }
 
-/// How fast the reference offset may creep up (1 ms per second: clocks
-/// drift far less than 1,000 ppm).
-const CREEP_PER_SEC_MS: f64 = 1.0;
+/// How fast the reference offset may creep up: 100 ms per second, so that
+/// a sender whose clock runs up to 10% slower than ours (a VM after a
+/// migration, a clock being slewed, libfaketime in a test) stays current.
+/// A replay gains at most this rate times the gap since the sender's last
+/// genuine packet, so a dead member's recorded packet is still dropped once
+/// it is late by the replay window over 0.9.
+const CREEP_PER_SEC_MS: f64 = 100.0;
+
+/// Least time between two `Superseded` notices to the same sender.
+pub const NOTICE_INTERVAL: Duration = Duration::from_millis(250);
+
+/// Senders remembered for the notice limit at most (a replay flood cannot
+/// grow it).
+const NOTICES_REMEMBERED: usize = 64;
+
+/// This node's own generation, and the notices it sent about others'.
+#[derive(Debug, Clone)]
+pub(crate) struct Generation {
+    /// The generation this node's packets carry.
+    pub(crate) mine: u64,
+    /// When each recently noticed sender was last told, most recent last.
+    noticed: Vec<(u64, Time)>,
+}
+
+impl Generation {
+    /// Starts at `mine` (`Config::generation`).
+    pub(crate) fn new(mine: u64) -> Generation {
+        Generation {
+            mine,
+            noticed: Vec::new(),
+        }
+    }
+
+    /// Whether a notice to the sender keyed `key` may go now; records it.
+    fn may_notice(&mut self, now: Time, key: u64) -> bool {
+        self.noticed
+            .retain(|(_, at)| now.saturating_since(*at) < NOTICE_INTERVAL);
+        if self.noticed.iter().any(|(k, _)| *k == key) || self.noticed.len() >= NOTICES_REMEMBERED {
+            return false;
+        }
+        self.noticed.push((key, now));
+        true
+    }
+}
 
 fn millis(t: Time) -> i64 {
     (t.as_nanos() / 1_000_000) as i64
@@ -133,6 +182,48 @@ impl<I: Identity> Node<I> {
         let heard = (verdict == Verdict::Current).then_some(now);
         self.members.set_fresh(&h.sender, f, heard);
         verdict
+    }
+
+    /// A packet from `h.sender` was dropped as a replay of an older
+    /// generation: tells the sender which generation this node heard from
+    /// it, so that a genuine new run (clock set back) can start above it.
+    pub(crate) fn notice_superseded(&mut self, now: Time, h: &Header<I>) {
+        let Some(f) = self.members.fresh(&h.sender) else {
+            return;
+        };
+        let key = crate::ring::ring_position(self.cluster, &h.sender, &mut self.scratch);
+        if !self.generation.may_notice(now, key) {
+            return;
+        }
+        let msg = Message::Superseded {
+            known: f.generation,
+        };
+        self.send(h.sender.clone(), Channel::Datagram, vec![msg]);
+    }
+
+    /// `from` heard a newer generation from this node than the one its
+    /// packets now carry (`known`): this run starts again above it, and
+    /// syncs with `from` so that it is heard at once.
+    pub(crate) fn handle_superseded(&mut self, from: &I, known: u64) {
+        if known < self.generation.mine || self.left {
+            return;
+        }
+        let previous = self.generation.mine;
+        self.generation.mine = known.saturating_add(1);
+        self.stats.generations_raised += 1;
+        self.push_event(Event::GenerationRaised {
+            previous,
+            generation: self.generation.mine,
+            by: from.clone(),
+        });
+        self.stats.syncs += 1;
+        let msg = Message::PushPull {
+            join: true,
+            reply: true,
+            digest: false,
+            members: self.state_records(),
+        };
+        self.send(from.clone(), Channel::Stream, vec![msg]);
     }
 
     fn pause_credit_now(&self, now: Time) -> Duration {

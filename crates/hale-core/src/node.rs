@@ -163,6 +163,8 @@ pub struct Node<I: Identity> {
     /// Until when packets may be late by how much more than the replay
     /// window allows: this node was paused and they queued up meanwhile.
     pub(crate) pause_credit: (Time, Duration),
+    /// This run's generation and the notices about others' (`freshness.rs`).
+    pub(crate) generation: crate::freshness::Generation,
     /// Scratch space for encoding (ring positions).
     pub(crate) scratch: Vec<u8>,
     /// No events while loading a snapshot.
@@ -231,6 +233,7 @@ impl<I: Identity> Node<I> {
             stats: Stats::default(),
             last_now: now,
             pause_credit: (Time::ZERO, Duration::ZERO),
+            generation: crate::freshness::Generation::new(cfg.generation),
             scratch,
             quiet: false,
             defer_monitors: false,
@@ -243,6 +246,13 @@ impl<I: Identity> Node<I> {
     /// This node's identity.
     pub fn id(&self) -> &I {
         &self.me
+    }
+
+    /// The generation this node's packets carry: `Config::generation`, or
+    /// higher once a peer told it that it had heard a newer one from it
+    /// (a restart with the wall clock set back; see `freshness.rs`).
+    pub fn generation(&self) -> u64 {
+        self.generation.mine
     }
 
     /// This node's incarnation.
@@ -412,6 +422,9 @@ impl<I: Identity> Node<I> {
             Verdict::Late => false,
             Verdict::Drop(reason) => {
                 self.stats.drop(reason);
+                if reason == DropReason::Replayed {
+                    self.notice_superseded(now, &pkt.header);
+                }
                 return Err(ReceiveError::Replay(reason));
             }
         };
@@ -461,6 +474,7 @@ impl<I: Identity> Node<I> {
             }
             Message::Ack { seq } => self.handle_ack(now, seq, channel),
             Message::Nack { seq } => self.handle_nack(seq),
+            Message::Superseded { known } => self.handle_superseded(from, known),
             Message::PingReq {
                 seq,
                 target,
@@ -678,7 +692,7 @@ impl<I: Identity> Node<I> {
             sender: self.me.clone(),
             incarnation: self.incarnation,
             health: self.health,
-            generation: self.cfg.generation,
+            generation: self.generation.mine,
             sent_ms: self.last_now.as_nanos() / 1_000_000,
         }
     }

@@ -132,6 +132,9 @@ pub struct Stats {
     pub events_dropped: u64,
     /// Pauses detected.
     pub pauses: u64,
+    /// Times a peer's `Superseded` notice raised this node's generation
+    /// (it had restarted with its wall clock behind a previous run's).
+    pub generations_raised: u64,
     /// Times this node concluded that it was cut off (heard from nobody).
     pub cut_offs: u64,
     /// Accusations this node took back on concluding that it was cut off.

@@ -264,6 +264,17 @@ pub enum Message<I> {
         /// Who found it closed.
         accuser: I,
     },
+    /// "Your packets carry an older generation than `known`, which I have
+    /// heard from you": sent to a sender whose packet was dropped as a
+    /// replay. A member restarted with its wall clock set back (its
+    /// generation is that clock) starts again above `known` instead of
+    /// being locked out until its clock catches up. Raising a generation
+    /// is always safe, so a replayed notice changes nothing that matters.
+    Superseded {
+        /// The newest generation the sender of the notice heard from the
+        /// receiver.
+        known: u64,
+    },
     /// Full-state sync (stream only).
     PushPull {
         /// The sender is joining and wants the state back even if rate limited.
@@ -293,6 +304,7 @@ enum Tag {
     Left,
     PushPull,
     Closed,
+    Superseded,
 }
 
 impl Tag {
@@ -300,7 +312,7 @@ impl Tag {
     fn of(b: u8) -> Option<Tag> {
         use Tag::*;
         [
-            Ping, Ack, Nack, PingReq, Alive, Suspect, Dead, Left, PushPull, Closed,
+            Ping, Ack, Nack, PingReq, Alive, Suspect, Dead, Left, PushPull, Closed, Superseded,
         ]
         .into_iter()
         .find(|t| *t as u8 == b)
@@ -441,6 +453,10 @@ impl<I: Identity> Message<I> {
                 out.varint(u64::from(*incarnation));
                 out.id(accuser);
             }
+            Message::Superseded { known } => {
+                out.byte(Tag::Superseded as u8);
+                out.varint(*known);
+            }
             Message::PushPull {
                 join,
                 reply,
@@ -492,6 +508,7 @@ impl<I: Identity> Message<I> {
             }
             Tag::Ack => Message::Ack { seq: r.varint32()? },
             Tag::Nack => Message::Nack { seq: r.varint32()? },
+            Tag::Superseded => Message::Superseded { known: r.varint()? },
             Tag::Alive => Message::Alive {
                 member: I::decode(r)?,
                 incarnation: r.varint32()?,

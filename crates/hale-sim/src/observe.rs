@@ -327,6 +327,7 @@ impl Observer {
             Event::SeedFallback => (8, 0),
             Event::Paused { .. } => (9, 0),
             Event::ProbeVisit { target, .. } => (10, target.0),
+            Event::GenerationRaised { by, .. } => (11, by.0),
         };
         self.mix(code);
         self.mix(u64::from(member));

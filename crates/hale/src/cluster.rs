@@ -130,8 +130,14 @@ impl Agents {
                 }
             }
         };
-        let (members, services, roles, relay, drill) =
-            tokio::join!(c.members(), c.services(), c.roles(), c.relay(), c.drill(),);
+        let (members, services, roles, relay, drill, health) = tokio::join!(
+            c.members(),
+            c.services(),
+            c.roles(),
+            c.relay(),
+            c.drill(),
+            c.health()
+        );
         NodeState {
             name: name.to_owned(),
             http: Some(c.addr().to_owned()),
@@ -144,6 +150,7 @@ impl Agents {
             roles: roles.ok(),
             relay: relay.ok().flatten(),
             drill: drill.ok(),
+            clock: health.ok().map(|h| h.clock),
         }
     }
 }
@@ -167,6 +174,9 @@ pub struct NodeState {
     pub relay: Option<RelayView>,
     /// Its drill faults.
     pub drill: Option<DrillView>,
+    /// Clocks that disagree with its own beyond the control plane's window
+    /// (from `/v1/health`).
+    pub clock: Option<hale_control::auth::ClockReport>,
 }
 
 impl NodeState {

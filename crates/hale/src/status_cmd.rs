@@ -44,6 +44,8 @@ pub struct Status {
     pub relays: Vec<(String, hale_agent::RelayView)>,
     /// Drill faults in force, per node.
     pub drill: Vec<(String, Vec<hale_agent::drill::FaultView>)>,
+    /// Clocks off beyond the control plane's window, per node that noticed.
+    pub clocks: Vec<(String, hale_control::auth::ClockReport)>,
     /// Agents that did not answer (name, why).
     pub unreachable: Vec<(String, String)>,
     /// The control-plane server the agent asked runs, if any.
@@ -151,6 +153,14 @@ pub fn summarize(
             .filter_map(|n| {
                 let d = n.drill.as_ref()?;
                 (!d.active.is_empty()).then(|| (n.name.clone(), d.active.clone()))
+            })
+            .collect(),
+        clocks: nodes
+            .iter()
+            .filter_map(|n| {
+                let c = n.clock.as_ref()?;
+                (!c.offsets.is_empty() || !c.refused.is_empty())
+                    .then(|| (n.name.clone(), c.clone()))
             })
             .collect(),
         unreachable: nodes
@@ -272,6 +282,20 @@ pub fn render(s: &Status) -> String {
     for (node, faults) in &s.drill {
         let f: Vec<&str> = faults.iter().map(|f| f.fault.as_str()).collect();
         out.push_str(&format!("DRILL on {node}: {} in force\n", f.join(", ")));
+    }
+    for (node, c) in &s.clocks {
+        for o in &c.offsets {
+            out.push_str(&format!(
+                "CLOCK {node}: its clock is {} ms off control-plane server {}'s ({}); requests stamped in the server's time: fix NTP\n",
+                -o.offset_ms, o.server, o.addr
+            ));
+        }
+        for r in &c.refused {
+            out.push_str(&format!(
+                "CLOCK {node}: its control-plane server {} refused {} request(s) from a member whose clock was off (last {} ms): fix NTP\n",
+                r.server, r.count, r.last_skew_ms
+            ));
+        }
     }
     for (node, why) in &s.unreachable {
         out.push_str(&format!("UNREACHABLE {node}: {why}\n"));

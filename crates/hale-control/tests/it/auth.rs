@@ -219,11 +219,29 @@ async fn a_replayed_stale_or_misaddressed_request_is_refused_and_a_fresh_one_is_
         "a request opens only on the route it was sealed for"
     );
     let window = auth::REPLAY_WINDOW.as_millis() as u64;
-    for stamp in [unix_ms() - window - 5_000, unix_ms() + window + 5_000] {
+    for stamp in [unix_ms() - window - 5_000, unix_ms() + 3_600_000] {
         let req = seal_request(&keys, 1, "POST", path, stamp, &renew);
-        let (status, _) = post(s[0].addr, path, req.body).await;
+        let (status, answer) = post(s[0].addr, path, req.body.clone()).await;
         assert_eq!(status, 401, "stamped {stamp}, outside the window");
+        // A member whose clock is off is told the server's time, sealed to
+        // its request, so that it can correct its stamps.
+        let told: Value =
+            serde_json::from_slice(&open_response(&keys, &req, &answer).unwrap()).unwrap();
+        let server_ms = told["clock_refusal_server_ms"].as_u64().unwrap();
+        assert!(server_ms.abs_diff(unix_ms()) < 5_000, "{told}");
+        // A stranger's stale request learns nothing.
+        let stranger = ring(&Key::generate());
+        let req = seal_request(&stranger, 1, "POST", path, stamp, &renew);
+        let (status, answer) = post(s[0].addr, path, req.body.clone()).await;
+        assert_eq!(status, 401);
+        assert!(open_response(&stranger, &req, &answer).is_err());
+        assert!(!String::from_utf8_lossy(&answer).contains("clock_refusal"));
     }
+    let report = auth::clock_report();
+    assert!(
+        report.refused.iter().any(|r| r.server == 1 && r.count >= 2),
+        "{report:?}"
+    );
     let (status, _) = post(s[0].addr, path, vec![b'x'; auth::CONTROL_BODY_LIMIT + 1]).await;
     assert_eq!(status, 413, "bodies are capped before anything else");
     assert_unchanged(&s);

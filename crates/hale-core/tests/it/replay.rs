@@ -131,3 +131,136 @@ fn with_the_window_at_zero_nothing_is_checked() {
         .unwrap();
     assert_eq!(last_heard(a, &all[1]), secs(601.0));
 }
+
+/// What `n` sent since the last drain, decoded, with its channel.
+fn sent(n: &mut Node<NodeId>) -> Vec<(NodeId, hale_core::wire::Channel, Vec<Message<NodeId>>)> {
+    crate::support::drain(n)
+        .iter()
+        .map(|t| (t.to.clone(), t.channel, crate::support::decode(t).messages))
+        .collect()
+}
+
+#[test]
+fn a_member_restarted_behind_its_last_generation_is_told_raises_it_and_is_heard_at_once() {
+    let all = ids(2);
+    let a = &mut guarded(&all[0], &all);
+    // The previous run of member 1 started with its wall clock at 9.
+    deliver(a, secs(1.0), &packet(&all[1], 9, secs(50.0))).unwrap();
+    sent(a);
+    // It restarts with its clock set back: generation 5.
+    let cfg = Config {
+        generation: 5,
+        replay_window: Config::default().replay_window,
+        probe_interval: Duration::from_secs(3600),
+        ..config(2)
+    };
+    let b = &mut crate::support::node(&all[1], &all, cfg);
+    run_timers(b, secs(3.0));
+    drain_events(b);
+    sent(b);
+    assert_eq!(b.generation(), 5);
+    // Its packets are dropped as replays, and it is told which generation
+    // was heard from it: once, however many of its packets arrive.
+    assert_eq!(
+        deliver(a, secs(3.0), &packet(&all[1], 5, secs(0.1))),
+        Err(ReceiveError::Replay(DropReason::Replayed))
+    );
+    assert_eq!(
+        deliver(a, secs(3.1), &packet(&all[1], 5, secs(0.2))),
+        Err(ReceiveError::Replay(DropReason::Replayed))
+    );
+    let notices: Vec<_> = sent(a)
+        .into_iter()
+        .filter(|(_, _, m)| m.iter().any(|m| matches!(m, Message::Superseded { .. })))
+        .collect();
+    assert_eq!(notices.len(), 1, "{notices:?}");
+    let (to, channel, msgs) = &notices[0];
+    assert_eq!(to, &all[1]);
+    assert_eq!(*channel, hale_core::wire::Channel::Datagram);
+    assert_eq!(msgs[0], Message::Superseded { known: 9 });
+    // A quarter second later a further replay is told again.
+    deliver(a, secs(3.3), &packet(&all[1], 5, secs(0.4))).unwrap_err();
+    assert_eq!(
+        sent(a)
+            .iter()
+            .filter(|(_, _, m)| m.contains(&Message::Superseded { known: 9 }))
+            .count(),
+        1
+    );
+    // The restarted member takes the notice: generation 10, an event, and
+    // a full sync with the peer that told it.
+    let notice = Packet {
+        header: Header {
+            cluster: cluster_id("hale"),
+            sender: all[0].clone(),
+            incarnation: 0,
+            health: 0,
+            generation: 1,
+            sent_ms: 3_000,
+        },
+        messages: vec![Message::Superseded { known: 9 }],
+    }
+    .encode();
+    b.handle_datagram(secs(3.0), &notice).unwrap();
+    assert_eq!(b.generation(), 10);
+    assert_eq!(b.stats().generations_raised, 1);
+    assert_eq!(
+        drain_events(b),
+        vec![hale_core::Event::GenerationRaised {
+            previous: 5,
+            generation: 10,
+            by: all[0].clone(),
+        }]
+    );
+    let syncs: Vec<_> = sent(b)
+        .into_iter()
+        .filter(|(_, _, m)| matches!(m[0], Message::PushPull { join: true, .. }))
+        .collect();
+    assert_eq!(syncs.len(), 1);
+    assert_eq!(syncs[0].0, all[0]);
+    assert_eq!(syncs[0].1, hale_core::wire::Channel::Stream);
+    // Its packets now carry generation 10: current at once.
+    deliver(a, secs(3.4), &packet(&all[1], 10, secs(0.5))).unwrap();
+    assert_eq!(last_heard(a, &all[1]), secs(3.4));
+}
+
+#[test]
+fn a_notice_naming_an_older_generation_changes_nothing() {
+    let all = ids(2);
+    let cfg = Config {
+        generation: 20,
+        ..config(2)
+    };
+    let b = &mut crate::support::node(&all[1], &all, cfg);
+    drain_events(b);
+    sent(b);
+    // A replay of a notice sent to an earlier run.
+    let old = Packet {
+        header: Header {
+            cluster: cluster_id("hale"),
+            sender: all[0].clone(),
+            incarnation: 0,
+            health: 0,
+            generation: 1,
+            sent_ms: 0,
+        },
+        messages: vec![Message::Superseded { known: 19 }],
+    }
+    .encode();
+    b.handle_datagram(secs(1.0), &old).unwrap();
+    assert_eq!(b.generation(), 20);
+    assert!(drain_events(b).is_empty());
+    assert!(sent(b).is_empty());
+}
+
+#[test]
+fn a_sender_whose_clock_runs_five_percent_slow_stays_current() {
+    let all = ids(2);
+    let a = &mut guarded(&all[0], &all);
+    // Its clock advances 0.95 s per second of ours, for ten minutes.
+    for s in 1..=600u64 {
+        let sent_at = Time::from_millis(s * 950);
+        deliver(a, secs(s as f64), &packet(&all[1], 9, sent_at)).unwrap();
+        assert_eq!(last_heard(a, &all[1]), secs(s as f64), "at {s} s");
+    }
+}

@@ -40,6 +40,7 @@ fn arb_message() -> impl Strategy<Value = Message<NodeId>> {
         }),
         any::<u32>().prop_map(|seq| Message::Ack { seq }),
         any::<u32>().prop_map(|seq| Message::Nack { seq }),
+        any::<u64>().prop_map(|known| Message::Superseded { known }),
         (any::<u32>(), arb_id(), any::<Option<u32>>()).prop_map(|(seq, target, suspected)| {
             Message::PingReq {
                 seq,
