@@ -555,9 +555,26 @@ impl RoleManager {
         epoch: u64,
         reason: &'static str,
     ) {
+        let claimed;
         let argv = match kind {
             HookKind::Promote => &self.spec.promote,
-            HookKind::Demote => &self.spec.demote,
+            // Under the holding's claim, shared with its watchdog's fence,
+            // so that the demote runs once (see `watchdog.rs`).
+            HookKind::Demote if self.spec.demote.is_empty() => &self.spec.demote,
+            HookKind::Demote => {
+                let claim = self.claim(epoch);
+                claimed = [
+                    self.watchdog_exe.display().to_string(),
+                    "demote-once".to_owned(),
+                    "--claim".to_owned(),
+                    claim.display().to_string(),
+                    "--".to_owned(),
+                ]
+                .into_iter()
+                .chain(self.spec.demote.iter().cloned())
+                .collect::<Vec<_>>();
+                &claimed
+            }
         };
         let tx = run.tx.clone();
         let Some(cmd) = crate::watchdog::hook_command(argv, &self.env(epoch), reason) else {
@@ -588,6 +605,11 @@ impl RoleManager {
         });
     }
 
+    /// The claim file this holding's demote and its watchdog's fence share.
+    fn claim(&self, epoch: u64) -> PathBuf {
+        crate::watchdog::claim_path(std::process::id(), &self.spec.name, epoch)
+    }
+
     fn start_watchdog(&self, run: &Running, epoch: u64, left: Duration) -> Option<Watchdog> {
         let mut cmd = std::process::Command::new(&self.watchdog_exe);
         cmd.arg("watchdog")
@@ -595,6 +617,8 @@ impl RoleManager {
             .arg(left.as_millis().to_string())
             .arg("--hook-timeout-ms")
             .arg(self.spec.hook_timeout.as_millis().to_string())
+            .arg("--claim")
+            .arg(self.claim(epoch))
             .arg("--")
             .args(&self.spec.demote)
             .envs(self.env(epoch))

@@ -11,15 +11,25 @@
 //!   `promote-done`: it has exited;
 //! * `disarm`: the agent is stepping down itself. The watchdog answers one
 //!   line on standard output, `fenced` if it has already run the fence (the
-//!   agent must not demote a second time) or `disarmed`, and from then on
-//!   does not fence at a deadline;
-//! * `stop`: exit without fencing.
+//!   agent need not demote) or `disarmed`. **It keeps its deadline** (and
+//!   renewals still re-arm it): an agent frozen between this answer and the
+//!   start of its demote is fenced at the deadline all the same;
+//! * `stop`: exit without fencing (the step-down is done).
 //!
 //! It fences (kills the promote hook's process group, then runs the demote
-//! command) when the deadline passes while armed, or at once when its
-//! standard input closes before `stop` (the agent died; demoting early is
-//! always safe). If the agent is frozen (SIGSTOP), the lines stop and the
-//! watchdog fences at the deadline.
+//! command) when the deadline passes, or at once when its standard input
+//! closes before `stop` (the agent died; demoting early is always safe). If
+//! the agent is frozen (SIGSTOP), the lines stop and the watchdog fences at
+//! the deadline.
+//!
+//! **The demote runs once per holding.** The agent's own demote (through
+//! `hale demote-once`) and the watchdog's fence both take the holding's
+//! [claim](run_claimed) first: an exclusive lock on a file that records
+//! that the demote ran. Whichever comes second waits for the first to end
+//! and then does nothing. A demote killed midway (its process group, the
+//! lock's holder with it) records nothing, so the other side runs it. Were
+//! the claim's file impossible to create, both run it: a second demote is
+//! better than none.
 //!
 //! Patroni needs the kernel's softdog for this; a process of our own is
 //! enough because the fence is a command, not a reboot. A whole machine
@@ -27,6 +37,7 @@
 //! systems check (see the README).
 
 use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -56,12 +67,95 @@ pub fn kill_group(pgid: u32) {
     }
 }
 
+/// What a claimed run came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claimed {
+    /// This side ran the demote: whether it succeeded.
+    Ran(bool),
+    /// The other side had already run it: nothing was run.
+    AlreadyRan,
+}
+
+/// The claim file of one holding's demote, shared by the agent (pid
+/// `agent_pid`) and the watchdog it starts for `role` at `epoch`.
+pub fn claim_path(agent_pid: u32, role: &str, epoch: u64) -> PathBuf {
+    let role: String = role
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    std::env::temp_dir().join(format!("hale-demote-{agent_pid}-{role}-{epoch}"))
+}
+
+/// Runs `demote` under the claim at `path`: takes the file's exclusive
+/// lock (waiting while the other side holds it), runs `demote` unless the
+/// file says the demote already ran, then records that it did. If the
+/// file cannot be opened or locked, `demote` runs anyway.
+pub fn run_claimed(path: &Path, demote: impl FnOnce() -> bool) -> Claimed {
+    use std::io::{Read, Seek};
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path);
+    let mut file = match file {
+        Ok(f) if f.lock().is_ok() => f,
+        _ => return Claimed::Ran(demote()),
+    };
+    let mut seen = String::new();
+    let _ = file.read_to_string(&mut seen);
+    if seen.starts_with(RAN) {
+        return Claimed::AlreadyRan;
+    }
+    let ok = demote();
+    let _ = file.rewind();
+    let _ = file.write_all(RAN.as_bytes());
+    let _ = file.sync_data();
+    Claimed::Ran(ok)
+}
+
+/// What a claim file holds once its demote ran.
+const RAN: &str = "ran\n";
+
+/// `hale demote-once`: the agent's demote command, run under the claim
+/// at `path` in this process's group (the agent kills the group to kill
+/// it). Exit status: the command's, or 0 when the watchdog already ran it.
+pub fn demote_once(path: &Path, argv: &[String]) -> std::process::ExitCode {
+    let outcome = run_claimed(path, || {
+        let Some((prog, args)) = argv.split_first() else {
+            return true;
+        };
+        Command::new(prog)
+            .args(args)
+            .stdin(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    });
+    match outcome {
+        Claimed::Ran(true) | Claimed::AlreadyRan => std::process::ExitCode::SUCCESS,
+        Claimed::Ran(false) => std::process::ExitCode::FAILURE,
+    }
+}
+
 /// Runs the watchdog on this process's standard input and output until it
 /// is stopped (or has fenced and its agent has gone). `fence` is the demote
-/// command; `env` is passed to it.
+/// command, run under the claim at `claim`; `env` is passed to it.
 pub fn run(
     first_deadline: Duration,
     fence: &[String],
+    claim: &Path,
+    env: &[(String, String)],
+    hook_timeout: Duration,
+) -> WatchdogExit {
+    let exit = watch(first_deadline, fence, claim, env, hook_timeout);
+    let _ = std::fs::remove_file(claim);
+    exit
+}
+
+fn watch(
+    first_deadline: Duration,
+    fence: &[String],
+    claim: &Path,
     env: &[(String, String)],
     hook_timeout: Duration,
 ) -> WatchdogExit {
@@ -97,7 +191,7 @@ pub fn run(
         } else {
             "watchdog-agent-gone"
         };
-        run_hook(fence, env, reason, hook_timeout);
+        run_claimed(claim, || run_hook(fence, env, reason, hook_timeout));
     };
     loop {
         let msg = match deadline {
@@ -110,16 +204,14 @@ pub fn run(
                 let mut words = line.splitn(2, ' ');
                 match (words.next(), words.next().map(str::trim)) {
                     (Some("arm"), Some(ms)) => {
-                        if let (Ok(ms), true, true) =
-                            (ms.parse::<u64>(), fenced.is_none(), deadline.is_some())
-                        {
+                        if let (Ok(ms), true) = (ms.parse::<u64>(), fenced.is_none()) {
                             deadline = Some(Instant::now() + Duration::from_millis(ms));
                         }
                     }
                     (Some("promote"), Some(pgid)) => promote = pgid.parse().ok(),
                     (Some("promote-done"), None) => promote = None,
                     (Some("disarm"), None) => {
-                        deadline = None;
+                        // The deadline stays: see the module's doc.
                         answer(if fenced.is_some() {
                             "fenced"
                         } else {

@@ -52,6 +52,9 @@ enum Command {
     /// Internal: the fencing watchdog the agent starts for each held role.
     #[command(hide = true)]
     Watchdog(roles_cmd::WatchdogArgs),
+    /// Internal: the agent's demote command, run once per holding.
+    #[command(hide = true)]
+    DemoteOnce(roles_cmd::DemoteOnceArgs),
     /// Run a scenario in the deterministic simulator and report on it.
     Sim(sim_cmd::SimArgs),
     /// Run a scripted, reversible outage against the cluster and report on it.
@@ -78,6 +81,7 @@ fn main() -> ExitCode {
         Command::Control(a) => roles_cmd::control(a).map(|()| ExitCode::SUCCESS),
         Command::Services(a) => roles_cmd::services(a).map(|()| ExitCode::SUCCESS),
         Command::Watchdog(a) => Ok(roles_cmd::watchdog(a)),
+        Command::DemoteOnce(a) => Ok(hale_agent::watchdog::demote_once(&a.claim, &a.demote)),
         Command::Drill(a) => drill_cmd::run(a),
         Command::Status(a) => status_cmd::run(a).map(|()| ExitCode::SUCCESS),
         Command::Demo(a) => demo_cmd::run(a).map(|ok| {

@@ -135,9 +135,25 @@ pub struct WatchdogArgs {
     /// Hard limit on the fence command.
     #[arg(long, default_value_t = 10_000)]
     pub hook_timeout_ms: u64,
+    /// The holding's demote claim, shared with the agent's own demote so
+    /// that the demote runs once (removed when the watchdog exits).
+    #[arg(long)]
+    pub claim: std::path::PathBuf,
     /// The fence (demote) command and its arguments.
     #[arg(last = true)]
     pub fence: Vec<String>,
+}
+
+/// `hale demote-once` (started by the agent, not by people): the agent's
+/// demote command under the holding's claim.
+#[derive(Debug, Args)]
+pub struct DemoteOnceArgs {
+    /// The holding's demote claim (see `hale watchdog --claim`).
+    #[arg(long)]
+    pub claim: std::path::PathBuf,
+    /// The demote command and its arguments.
+    #[arg(last = true)]
+    pub demote: Vec<String>,
 }
 
 /// Runs the watchdog; exit status 0 when released, 3 when it fenced.
@@ -149,6 +165,7 @@ pub fn watchdog(args: &WatchdogArgs) -> std::process::ExitCode {
     match hale_agent::watchdog::run(
         Duration::from_millis(args.deadline_ms),
         &args.fence,
+        &args.claim,
         &env,
         Duration::from_millis(args.hook_timeout_ms),
     ) {

@@ -24,3 +24,4 @@ mod netns;
 mod replay;
 mod slow_hooks;
 mod support;
+mod watchdog;

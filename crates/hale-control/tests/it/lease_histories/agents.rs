@@ -12,8 +12,11 @@ use super::*;
 
 impl World {
     pub(super) fn new(seed: u64, v: Variant, faults: bool) -> World {
+        World::with_timing(seed, v, faults, LeaseTiming::default())
+    }
+
+    pub(super) fn with_timing(seed: u64, v: Variant, faults: bool, timing: LeaseTiming) -> World {
         let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
-        let timing = LeaseTiming::default();
         // With faults, some promotions outlive the hook timeout; in the
         // steady state none does.
         let hook_timeout = Duration::from_secs(if faults { 4 } else { 10 });
@@ -292,7 +295,7 @@ impl World {
                 let skip = self.v.executor == Executor::DemoteWithoutKill
                     && self.procs[p].kind == HookKind::Promote;
                 if !skip {
-                    self.end_proc(p);
+                    self.end_proc(p, true);
                 }
                 self.push(
                     self.now + MS,
@@ -324,7 +327,18 @@ impl World {
                     );
                     return;
                 };
-                wd.armed = false;
+                if !self.v.claims {
+                    wd.armed = false;
+                }
+                // At the worst moment: the agent freezes just after asking,
+                // before it can start its demote.
+                if self.faults && self.rng.random_bool(0.1) {
+                    let d = self.rng.random_range(1500..4000) * MS;
+                    self.push(self.now + MS / 2, Ev::Freeze(c, Duration::from_nanos(d)));
+                }
+                let Some(wd) = self.nodes[c].watchdog.as_mut() else {
+                    return;
+                };
                 match wd.fence {
                     Fence::Running(_) => wd.asked = true,
                     Fence::Done => self.push(
@@ -371,6 +385,8 @@ impl World {
                     lease_end: 0,
                     stops: 0,
                     crashed: false,
+                    claim: Claim::Free,
+                    waiting: Vec::new(),
                 });
                 let h = self.holdings.len() - 1;
                 self.nodes[c].holding = Some(h);
@@ -381,7 +397,26 @@ impl World {
             }
             HookKind::Demote => {
                 let h = self.nodes[c].holding;
+                let claim = h.filter(|_| self.v.claims).map(|h| self.holdings[h].claim);
+                match claim {
+                    Some(Claim::Held(_)) => {
+                        // It waits for the other side's run to end.
+                        let p = self.new_proc(c, Some(id), life, kind, None);
+                        self.holdings[h.unwrap_or_default()].waiting.push((p, false));
+                        return;
+                    }
+                    Some(Claim::Ran) => {
+                        // Already run (by the watchdog): nothing to do.
+                        let p = self.new_proc(c, Some(id), life, kind, None);
+                        self.push(self.now + MS, Ev::ProcEnd(p));
+                        return;
+                    }
+                    Some(Claim::Free) | None => {}
+                }
                 if let Some(h) = h {
+                    if self.v.claims {
+                        self.holdings[h].claim = Claim::Held(self.procs.len());
+                    }
                     if self.holdings[h].promote_end.is_none() {
                         self.violations.push(format!(
                             "c{c} started its demote hook at {} ns while its promote hook ran",
@@ -393,16 +428,7 @@ impl World {
                 h
             }
         };
-        self.procs.push(Proc {
-            node: c,
-            hook: Some(id),
-            life,
-            kind,
-            holding,
-            alive: true,
-        });
-        let p = self.procs.len() - 1;
-        self.nodes[c].hooks.insert(id, p);
+        let p = self.new_proc(c, Some(id), life, kind, holding);
         if kind == HookKind::Promote {
             if let Some(wd) = self.nodes[c].watchdog.as_mut() {
                 wd.promote = Some(p);
@@ -413,6 +439,57 @@ impl World {
             HookKind::Demote => self.rng.random_range(0..2000) * MS,
         };
         self.push(self.now + d, Ev::ProcEnd(p));
+    }
+
+    /// A new process of node `c` (`hook`: the agent's id for it; None for
+    /// the watchdog's fence), not yet scheduled to end.
+    pub(super) fn new_proc(
+        &mut self,
+        c: usize,
+        hook: Option<HookId>,
+        life: u64,
+        kind: HookKind,
+        holding: Option<usize>,
+    ) -> usize {
+        self.procs.push(Proc {
+            node: c,
+            hook,
+            life,
+            kind,
+            holding,
+            alive: true,
+        });
+        let p = self.procs.len() - 1;
+        if let Some(id) = hook {
+            self.nodes[c].hooks.insert(id, p);
+        }
+        p
+    }
+
+    /// The run holding holding `h`'s claim ended now, to its end or
+    /// killed: the waiting runs find the demote done (or, after a kill,
+    /// the first of them runs it).
+    pub(super) fn release_claim(&mut self, h: usize, ran: bool) {
+        if ran {
+            self.holdings[h].claim = Claim::Ran;
+            for (w, _) in std::mem::take(&mut self.holdings[h].waiting) {
+                self.push(self.now + MS, Ev::ProcEnd(w));
+            }
+            return;
+        }
+        self.holdings[h].claim = Claim::Free;
+        if self.holdings[h].waiting.is_empty() {
+            return;
+        }
+        let (w, fence) = self.holdings[h].waiting.remove(0);
+        self.holdings[h].claim = Claim::Held(w);
+        self.procs[w].holding = Some(h);
+        self.begin_stop(h);
+        if fence {
+            self.holdings[h].lost = true;
+        }
+        let d = self.rng.random_range(0..2000) * MS;
+        self.push(self.now + d, Ev::ProcEnd(w));
     }
 
     /// A holding's demote (or fence) starts now.
@@ -429,12 +506,20 @@ impl World {
         }
     }
 
-    /// A hook process ends now (on its own, or killed).
-    pub(super) fn end_proc(&mut self, p: usize) {
+    /// A hook process ends now (on its own, or `killed`).
+    pub(super) fn end_proc(&mut self, p: usize, killed: bool) {
         if !self.procs[p].alive {
             return;
         }
         self.procs[p].alive = false;
+        for hd in &mut self.holdings {
+            hd.waiting.retain(|(w, _)| *w != p);
+        }
+        if let Some(h) = self.procs[p].holding {
+            if self.holdings[h].claim == Claim::Held(p) {
+                self.release_claim(h, !killed);
+            }
+        }
         let now = self.now;
         if let Some(h) = self.procs[p].holding {
             let hd = &mut self.holdings[h];
@@ -591,7 +676,7 @@ impl World {
         if !self.procs[p].alive {
             return;
         }
-        self.end_proc(p);
+        self.end_proc(p, false);
         let (c, life) = (self.procs[p].node, self.procs[p].life);
         match self.procs[p].hook {
             Some(id) => {
@@ -646,7 +731,7 @@ impl World {
         let (promote, holding) = (wd.promote, wd.holding);
         if let Some(p) = promote {
             if self.procs[p].alive {
-                self.end_proc(p);
+                self.end_proc(p, true);
                 if let Some(id) = self.procs[p].hook {
                     let at = self.now + MS;
                     self.push(
@@ -656,19 +741,33 @@ impl World {
                 }
             }
         }
+        let claim = holding.filter(|_| self.v.claims).map(|h| self.holdings[h].claim);
+        if claim == Some(Claim::Ran) {
+            // The agent's demote ran: the fence does nothing.
+            let p = self.new_proc(c, None, life, HookKind::Demote, None);
+            if let Some(wd) = self.nodes[c].watchdog.as_mut() {
+                wd.fence = Fence::Running(p);
+            }
+            self.push(self.now + MS, Ev::ProcEnd(p));
+            return;
+        }
+        if let (Some(h), Some(Claim::Held(_))) = (holding, claim) {
+            // The agent's demote runs: the fence waits for it.
+            let p = self.new_proc(c, None, life, HookKind::Demote, None);
+            self.holdings[h].waiting.push((p, true));
+            if let Some(wd) = self.nodes[c].watchdog.as_mut() {
+                wd.fence = Fence::Running(p);
+            }
+            return;
+        }
         if let Some(h) = holding {
             self.begin_stop(h);
             self.holdings[h].lost = true;
         }
-        self.procs.push(Proc {
-            node: c,
-            hook: None,
-            life,
-            kind: HookKind::Demote,
-            holding,
-            alive: true,
-        });
-        let p = self.procs.len() - 1;
+        let p = self.new_proc(c, None, life, HookKind::Demote, holding);
+        if let (Some(h), true) = (holding, self.v.claims) {
+            self.holdings[h].claim = Claim::Held(p);
+        }
         if let Some(wd) = self.nodes[c].watchdog.as_mut() {
             wd.fence = Fence::Running(p);
         }

@@ -93,14 +93,30 @@ struct Variant {
     /// A frozen agent's holding is fenced by its watchdog (safe: true);
     /// otherwise only when the agent resumes.
     watchdog: bool,
+    /// The watchdog keeps its deadline through the step-down, and the
+    /// agent's demote and the watchdog's fence take the holding's claim,
+    /// so that the demote runs once (safe: true). Otherwise a disarmed
+    /// watchdog never fences: hale before the claim.
+    claims: bool,
     executor: Executor,
 }
 
 const SAFE: Variant = Variant {
     knowledge: Knowledge::Appends,
     watchdog: true,
+    claims: true,
     executor: Executor::Faithful,
 };
+
+/// Who holds a holding's demote claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Claim {
+    Free,
+    /// This process (the agent's demote or the watchdog's fence) runs it.
+    Held(usize),
+    /// It ran to its end.
+    Ran,
+}
 
 /// What reaches an agent (and waits while it is frozen).
 #[derive(Debug, Clone)]
@@ -154,7 +170,9 @@ struct Proc {
     /// The agent life that started it.
     life: u64,
     kind: HookKind,
-    /// The holding it belongs to (index into `holdings`).
+    /// The holding it belongs to (index into `holdings`); None while it
+    /// waits for the holding's claim, and for a run that found the demote
+    /// done (it does nothing).
     holding: Option<usize>,
     alive: bool,
 }
@@ -195,6 +213,10 @@ struct Holding {
     lease_end: u64,
     stops: u32,
     crashed: bool,
+    /// The demote claim (with `Variant::claims`).
+    claim: Claim,
+    /// Runs waiting for the claim: (process, whether it is the watchdog's fence).
+    waiting: Vec<(usize, bool)>,
 }
 
 impl Holding {
@@ -406,6 +428,34 @@ fn a_new_leader_that_times_leases_from_commits_it_learned_is_caught() {
         caught(v, 600, 3) > 0,
         "timing from learned commits was never caught"
     );
+}
+
+#[test]
+fn a_watchdog_that_stops_watching_when_disarmed_is_caught() {
+    // Hale before the claim: an agent frozen between disarming its
+    // watchdog and starting its demote was fenced by nothing (model seed
+    // 998 with 250 ms renewals). The worst moment now freezes agents there.
+    let v = Variant {
+        claims: false,
+        ..SAFE
+    };
+    assert!(
+        caught(v, 200, 3) > 0,
+        "a holder frozen after disarming was never caught"
+    );
+}
+
+#[test]
+fn with_250_ms_renewals_seed_998_keeps_one_holder_at_a_time() {
+    let timing = LeaseTiming {
+        renew_every: Duration::from_millis(250),
+        ..LeaseTiming::default()
+    };
+    let mut w = World::with_timing(998, SAFE, true, timing);
+    w.run(Duration::from_secs(180));
+    if let Err(e) = w.verdict() {
+        panic!("seed 998 at 250 ms renewals: {e}");
+    }
 }
 
 #[test]
