@@ -27,7 +27,7 @@
 //! Environment variables override the file: `HALE_NAME`, `HALE_BIND`,
 //! `HALE_ADVERTISE`, `HALE_HTTP`, `HALE_SEEDS` (comma-separated),
 //! `HALE_CLUSTER`, `HALE_PROFILE`, `HALE_KEYS` (comma-separated),
-//! `HALE_API_TOKEN`.
+//! `HALE_API_TOKEN`, `HALE_STATE_DIR`.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -314,6 +314,9 @@ impl FileConfig {
             if let Some(v) = get(var) {
                 *field = list(v);
             }
+        }
+        if let Some(v) = get("HALE_STATE_DIR") {
+            a.state_dir = Some(v.into());
         }
     }
 

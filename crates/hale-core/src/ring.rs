@@ -68,7 +68,7 @@ mod tests {
                     x ^= x >> 7;
                     x ^= x << 17;
                     // Mostly zeros, in runs of every length.
-                    if x % 3 == 0 {
+                    if x.is_multiple_of(3) {
                         (x >> 8) as u8
                     } else {
                         0

@@ -109,7 +109,7 @@ async fn run(a: Args) -> anyhow::Result<()> {
     let mut seq = 0u64;
     loop {
         tick.tick().await;
-        if seq % 20 == 0
+        if seq.is_multiple_of(20)
             && (Instant::now() >= deadline || a.stop_file.as_ref().is_some_and(|f| f.exists()))
         {
             break;

@@ -218,6 +218,7 @@ mod tests {
             }),
             relay: None,
             drill: None,
+            clock: None,
         }
     }
 

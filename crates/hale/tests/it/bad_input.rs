@@ -100,7 +100,7 @@ impl Garbage {
             // Sealed with the right key, but the plaintext is garbage or a
             // truncated packet.
             4 => {
-                let b = if self.n % 2 == 0 {
+                let b = if self.n.is_multiple_of(2) {
                     let mut b = vec![0u8; r.random_range(0..hale_core::wire::MAX_DATAGRAM)];
                     r.fill_bytes(&mut b);
                     b

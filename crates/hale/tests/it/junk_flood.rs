@@ -57,7 +57,7 @@ pub fn start_flood(
                     c.datagram_bytes.fetch_add(1200, Ordering::Relaxed);
                 }
                 n += 1;
-                if n % 256 == 0 {
+                if n.is_multiple_of(256) {
                     std::thread::sleep(Duration::from_millis(1)); // pacing
                 }
             }

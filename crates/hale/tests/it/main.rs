@@ -7,6 +7,7 @@
 
 mod bad_input;
 mod browser;
+mod clocks;
 mod control_storage;
 mod daemon;
 mod dashboard;

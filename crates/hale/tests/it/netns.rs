@@ -157,6 +157,7 @@ impl Lab {
                 netns: Some(ns.clone()),
                 log: logs.join(format!("{name}.log")),
                 profile: "lan".into(),
+                env: Vec::new(),
             }));
         }
         agents
@@ -377,6 +378,7 @@ fn start_role_agents(lab: &Lab, test: &str) -> Vec<AgentProc> {
             http: SocketAddr::from(([127, 0, 0, 1], HTTP_PORT)),
             control: SocketAddr::from((*ip, 7948)),
             netns: Some(ns.clone()),
+            env: Vec::new(),
         })
         .collect();
     let key = Key::generate().to_base64();

@@ -187,6 +187,8 @@ pub struct Spec {
     pub log: PathBuf,
     /// Its timing profile (`lan`, `wan`, `local`).
     pub profile: String,
+    /// More environment for the agent's process (libfaketime, say).
+    pub env: Vec<(String, String)>,
 }
 
 /// A `lan` agent `name` of cluster `cluster` (key `key`) on loopback with
@@ -209,6 +211,7 @@ pub fn loopback_spec(
         netns: None,
         log: dir.join(format!("{name}.log")),
         profile: "lan".into(),
+        env: Vec::new(),
     }
 }
 
@@ -358,6 +361,7 @@ pub fn spawn(spec: &Spec) -> AgentProc {
         .env("HALE_PROFILE", &spec.profile)
         .env("HALE_LOG", "info")
         .env("NO_COLOR", "1")
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(log.try_clone().unwrap())
         .stderr(log);
@@ -397,12 +401,14 @@ pub fn spawn_with_config(
     gossip: SocketAddr,
     http: SocketAddr,
     netns: Option<&str>,
+    env: &[(String, String)],
 ) -> AgentProc {
     let log = dir.join(format!("{name}.log"));
     let out = std::fs::File::create(&log).unwrap();
     let child = hale(netns)
         .args(["agent", "-c"])
         .arg(config)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .env("HALE_LOG", "info")
         .env("NO_COLOR", "1")
         .stdin(Stdio::null())
@@ -613,13 +619,36 @@ impl Cluster {
         extra: impl Fn(usize) -> String,
         prepare: impl FnOnce(&Path),
     ) -> Cluster {
+        Cluster::roles_on(test, RoleNode::loopback(n), hooks, extra, prepare)
+    }
+
+    /// A role cluster of `n` agents on loopback with instant hooks, agent
+    /// `i` run with the extra environment `env(i)` (libfaketime, say).
+    pub fn roles_with_env(
+        test: &str,
+        n: usize,
+        env: impl Fn(usize) -> Vec<(String, String)>,
+    ) -> Cluster {
+        let mut nodes = RoleNode::loopback(n);
+        for (i, node) in nodes.iter_mut().enumerate() {
+            node.env = env(i);
+        }
+        Cluster::roles_on(test, nodes, |_, _| None, |_| String::new(), |_| {})
+    }
+
+    fn roles_on(
+        test: &str,
+        nodes: Vec<RoleNode>,
+        hooks: impl Fn(usize, &Path) -> Option<(String, String)>,
+        extra: impl Fn(usize) -> String,
+        prepare: impl FnOnce(&Path),
+    ) -> Cluster {
         let c = Cluster {
             agents: Vec::new(),
             key: Key::generate().to_base64(),
             cluster: cluster_name(test),
             logs: log_dir(test),
         };
-        let nodes = RoleNode::loopback(n);
         let agents = start_role_cluster(
             c.logs.path(),
             &c.cluster,

@@ -105,7 +105,10 @@ fn an_agent_frozen_between_disarming_its_watchdog_and_starting_its_demote_is_sti
     assert_eq!(lines(&log), ["fence", "done"]);
     say(&mut w, "stop");
     assert_eq!(w.0.wait().unwrap().code(), Some(3), "it says it fenced");
-    assert!(!claim.exists(), "the watchdog removes the claim when it exits");
+    assert!(
+        !claim.exists(),
+        "the watchdog removes the claim when it exits"
+    );
 }
 
 #[test]

@@ -402,7 +402,9 @@ impl World {
                     Some(Claim::Held(_)) => {
                         // It waits for the other side's run to end.
                         let p = self.new_proc(c, Some(id), life, kind, None);
-                        self.holdings[h.unwrap_or_default()].waiting.push((p, false));
+                        self.holdings[h.unwrap_or_default()]
+                            .waiting
+                            .push((p, false));
                         return;
                     }
                     Some(Claim::Ran) => {
@@ -741,7 +743,9 @@ impl World {
                 }
             }
         }
-        let claim = holding.filter(|_| self.v.claims).map(|h| self.holdings[h].claim);
+        let claim = holding
+            .filter(|_| self.v.claims)
+            .map(|h| self.holdings[h].claim);
         if claim == Some(Claim::Ran) {
             // The agent's demote ran: the fence does nothing.
             let p = self.new_proc(c, None, life, HookKind::Demote, None);

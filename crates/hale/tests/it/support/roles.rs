@@ -21,6 +21,8 @@ pub struct RoleNode {
     pub control: SocketAddr,
     /// The network namespace it runs in, if any.
     pub netns: Option<String>,
+    /// More environment for its agent (libfaketime, say).
+    pub env: Vec<(String, String)>,
 }
 
 impl RoleNode {
@@ -34,6 +36,7 @@ impl RoleNode {
                 http: port(),
                 control: port(),
                 netns: None,
+                env: Vec::new(),
             })
             .collect()
     }
@@ -149,7 +152,15 @@ fail_after = "1s"
         .iter()
         .zip(configs)
         .map(|(n, config)| {
-            spawn_with_config(dir, &n.name, &config, n.gossip, n.http, n.netns.as_deref())
+            spawn_with_config(
+                dir,
+                &n.name,
+                &config,
+                n.gossip,
+                n.http,
+                n.netns.as_deref(),
+                &n.env,
+            )
         })
         .collect()
 }
