@@ -22,6 +22,7 @@ use hale_agent::view::{
     NodeServicesView, PrimaryView, ReplicaView, RolesView,
 };
 use hale_agent::{EventView, EvidenceView, MemberView, RelayView, UpstreamView};
+use hale_control::auth::ClockReport;
 use hale_control::raft::ControlStatus;
 
 /// `(method, path)` of every `.route(...)` in these sources; `format!`
@@ -117,8 +118,12 @@ fn samples() -> BTreeMap<String, Vec<Value>> {
         "applied_index": 9, "snapshot_index": null, "voters": [1, 2, 3],
         "storage_error": "No space left on device"});
     let counts = json!({"alive": 0, "suspect": 0, "dead": 0, "left": 0});
+    let clock = json!({"offsets": [{"server": 2, "addr": "10.0.0.2:7948", "offset_ms": -61000,
+            "learned_unix_ms": 1_700_000_000_000_u64}],
+        "refused": [{"server": 1, "count": 3, "last_skew_ms": 60500,
+            "last_unix_ms": 1_700_000_000_000_u64}]});
     let health = |control: Value| {
-        json!({"status": "ok", "control": control, "cluster": "c",
+        json!({"status": "ok", "control": control, "cluster": "c", "clock": clock,
         "node": "n0", "addr": "127.0.0.1:7946", "incarnation": 0, "local_health": 0,
         "members": counts})
     };
@@ -159,6 +164,7 @@ fn samples() -> BTreeMap<String, Vec<Value>> {
     let mut s = samples! {
         "Error": ErrorBody = {"error": "no such endpoint"};
         "ControlStatus": ControlStatus = control;
+        "ClockReport": ClockReport = (clock.clone());
         "Health": HealthView = (health(control.clone()));
         "Health": HealthView = (health(Value::Null));
         "Evidence": EvidenceView = (evidence(None));
