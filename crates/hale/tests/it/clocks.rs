@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use hale_agent::view::AgentEvent;
 
 use crate::support::{
-    all_see, call, db_holder, spawn, wait_all_alive, wait_for, wait_until, Cluster,
+    all_see, call, db_holder, during, spawn, wait_all_alive, wait_for, wait_until, Cluster,
 };
 
 /// Where Debian's libfaketime is (`apt-get install faketime`).
@@ -52,6 +52,15 @@ fn restart_with_clock(test: &str, before: Option<&str>, after: Option<&str>, sta
     spec.env.extend(before.map(wall_clock).unwrap_or_default());
     c.agents.push(spawn(&spec));
     c.wait_formed(Duration::from_secs(30));
+    // It stays alive for one round of every peer's probe walk (2 s), so
+    // that every peer has heard its generation from it directly (a peer
+    // that only heard of it through gossip has nothing to compare with).
+    during(Duration::from_secs(3), Duration::from_millis(250), || {
+        assert!(
+            all_see(&c.agents[..4], "n4", "alive"),
+            "n4 stopped being alive"
+        );
+    });
     // It dies; the others see it dead.
     let gossip = c.agents[4].gossip;
     c.agents[4].kill();
