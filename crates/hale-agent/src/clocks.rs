@@ -66,13 +66,7 @@ fn news(seen: &mut Reported, report: &ClockReport) -> Vec<(u64, i64, ClockSide)>
 /// Publishes `clock-skew` events until `stop`.
 pub(crate) async fn watch_clocks(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     let mut seen = Reported::default();
-    let mut tick = tokio::time::interval(POLL);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = stop.changed() => return,
-        }
+    crate::holders::every(POLL, &mut stop, || {
         for (server, skew_ms, side) in news(&mut seen, &clock_report()) {
             tracing::warn!(
                 server,
@@ -89,7 +83,8 @@ pub(crate) async fn watch_clocks(shared: Arc<Shared>, mut stop: watch::Receiver<
                 None,
             );
         }
-    }
+    })
+    .await;
 }
 
 #[cfg(test)]

@@ -65,13 +65,7 @@ pub(crate) async fn watch_holders(
 ) {
     let mut seen = BTreeMap::new();
     changes(&mut seen, &cp.table());
-    let mut tick = tokio::time::interval(POLL);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = stop.changed() => return,
-        }
+    every(POLL, &mut stop, || {
         for (role, from, to, epoch) in changes(&mut seen, &cp.table()) {
             tracing::info!(role, ?from, ?to, epoch, "role changed hands");
             let member = to.clone();
@@ -84,6 +78,19 @@ pub(crate) async fn watch_holders(
                 },
                 member,
             );
+        }
+    })
+    .await;
+}
+
+/// Calls `f` every `period` until `stop` changes (or its sender is gone).
+pub(crate) async fn every(period: Duration, stop: &mut watch::Receiver<bool>, mut f: impl FnMut()) {
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => f(),
+            _ = stop.changed() => return,
         }
     }
 }

@@ -19,6 +19,15 @@ fn guarded(me: &NodeId, all: &[NodeId]) -> Node<NodeId> {
 }
 
 fn packet(from: &NodeId, generation: u64, sent: Time) -> Vec<u8> {
+    packet_with(from, generation, sent, vec![Message::Ack { seq: 4242 }])
+}
+
+fn packet_with(
+    from: &NodeId,
+    generation: u64,
+    sent: Time,
+    messages: Vec<Message<NodeId>>,
+) -> Vec<u8> {
     Packet {
         header: Header {
             cluster: cluster_id("hale"),
@@ -28,7 +37,7 @@ fn packet(from: &NodeId, generation: u64, sent: Time) -> Vec<u8> {
             generation,
             sent_ms: sent.as_nanos() / 1_000_000,
         },
-        messages: vec![Message::Ack { seq: 4242 }],
+        messages,
     }
     .encode()
 }
@@ -189,18 +198,12 @@ fn a_member_restarted_behind_its_last_generation_is_told_raises_it_and_is_heard_
     );
     // The restarted member takes the notice: generation 10, an event, and
     // a full sync with the peer that told it.
-    let notice = Packet {
-        header: Header {
-            cluster: cluster_id("hale"),
-            sender: all[0].clone(),
-            incarnation: 0,
-            health: 0,
-            generation: 1,
-            sent_ms: 3_000,
-        },
-        messages: vec![Message::Superseded { known: 9 }],
-    }
-    .encode();
+    let notice = packet_with(
+        &all[0],
+        1,
+        secs(3.0),
+        vec![Message::Superseded { known: 9 }],
+    );
     b.handle_datagram(secs(3.0), &notice).unwrap();
     assert_eq!(b.generation(), 10);
     assert_eq!(b.stats().generations_raised, 1);
@@ -235,18 +238,12 @@ fn a_notice_naming_an_older_generation_changes_nothing() {
     drain_events(b);
     sent(b);
     // A replay of a notice sent to an earlier run.
-    let old = Packet {
-        header: Header {
-            cluster: cluster_id("hale"),
-            sender: all[0].clone(),
-            incarnation: 0,
-            health: 0,
-            generation: 1,
-            sent_ms: 0,
-        },
-        messages: vec![Message::Superseded { known: 19 }],
-    }
-    .encode();
+    let old = packet_with(
+        &all[0],
+        1,
+        secs(0.0),
+        vec![Message::Superseded { known: 19 }],
+    );
     b.handle_datagram(secs(1.0), &old).unwrap();
     assert_eq!(b.generation(), 20);
     assert!(drain_events(b).is_empty());
