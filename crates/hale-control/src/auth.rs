@@ -360,9 +360,13 @@ pub async fn authenticate(State(guard): State<Arc<Guard>>, req: Request, next: N
 /// Why a call to a control-plane server got no usable answer.
 #[derive(Debug, thiserror::Error)]
 pub enum CallError {
-    /// The server could not be reached, or did not answer in time.
+    /// The server could not be reached (refused, reset, no route).
     #[error("unreachable: {0}")]
     Unreachable(String),
+    /// The server did not answer within the call's timeout: it may be
+    /// busy (a loaded host, a slow disk) rather than gone.
+    #[error("timed out: {0}")]
+    TimedOut(String),
     /// The server refused the request (e.g. 401: keys or clocks disagree).
     #[error("refused with {status}: {message}")]
     Refused {
@@ -392,7 +396,8 @@ pub async fn read_capped(r: &mut reqwest::Response, limit: usize) -> Result<Vec<
             Ok(Some(c)) if raw.len() + c.len() <= limit => raw.extend_from_slice(&c),
             Ok(Some(_)) => return Err(CallError::TooLarge),
             Ok(None) => return Ok(raw),
-            Err(e) => return Err(CallError::Unreachable(e.to_string())),
+            Err(e) if e.is_timeout() => return Err(CallError::TimedOut(chain(&e))),
+            Err(e) => return Err(CallError::Unreachable(chain(&e))),
         }
     }
 }
@@ -468,14 +473,29 @@ async fn send(
     req: reqwest::RequestBuilder,
     timeout: Duration,
 ) -> Result<(reqwest::StatusCode, Vec<u8>), CallError> {
-    let mut r = req
-        .timeout(timeout)
-        .send()
-        .await
-        .map_err(|e| CallError::Unreachable(e.to_string()))?;
+    let mut r = req.timeout(timeout).send().await.map_err(|e| {
+        if e.is_timeout() {
+            CallError::TimedOut(chain(&e))
+        } else {
+            CallError::Unreachable(chain(&e))
+        }
+    })?;
     let status = r.status();
     let raw = read_capped(&mut r, RESPONSE_LIMIT).await?;
     Ok((status, raw))
+}
+
+/// An error and its causes, `: `-separated (reqwest's own text leaves out
+/// why: refused, reset, timed out).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cause = c.source();
+    }
+    out
 }
 
 /// A non-success status as [`CallError::Refused`].

@@ -566,7 +566,9 @@ impl ControlPlane {
         .map_err(|e| match e {
             // The leader is gone or cannot serve it: another server may
             // already know the next one.
-            CallError::Unreachable(_) | CallError::Refused { status: 503, .. } => {
+            CallError::Unreachable(_)
+            | CallError::TimedOut(_)
+            | CallError::Refused { status: 503, .. } => {
                 ControlError::Unavailable(format!("the leader {target}: {e}"))
             }
             e => ControlError::Request(e.to_string()),

@@ -85,7 +85,13 @@ impl Conn {
         )
         .await
         .map_err(|e| match e {
+            // Gone: openraft backs off (500 ms) before trying it again.
             CallError::Unreachable(_) => RPCError::Unreachable(Unreachable::new(&e)),
+            // Slow, not gone (an append and its fsync on a loaded host can
+            // outlast the 100 ms openraft allows): no backoff, the next
+            // heartbeat tries again. Taken for unreachable, every slow
+            // append stopped replication for 500 ms, and three in a row
+            // cost a holder its lease with nothing wrong (CI, under load).
             _ => RPCError::Network(NetworkError::new(&e)),
         })?;
         res.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
