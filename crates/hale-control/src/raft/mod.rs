@@ -95,6 +95,23 @@ pub const STUCK_AFTER: Duration = Duration::from_millis(1800);
 /// Between two voters' forced campaigns (more than one election round).
 pub const STAGGER: Duration = Duration::from_millis(400);
 
+/// How a server runs beyond its identity, store, timing and auth.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerOptions {
+    /// Whether a voter with no leader for [`STUCK_AFTER`] campaigns on its
+    /// own after a per-server [`STAGGER`] (default on). Off only to measure
+    /// openraft's elections alone (`examples/election_split.rs`).
+    pub unstick_elections: bool,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions {
+            unstick_elections: true,
+        }
+    }
+}
+
 /// One control-plane server.
 #[derive(Clone)]
 pub struct ControlPlane {
@@ -164,6 +181,17 @@ impl ControlPlane {
         data_dir: &Path,
         timing: LeaseTiming,
         auth: ControlAuth,
+    ) -> Result<ControlPlane, ControlError> {
+        Self::start_with(id, data_dir, timing, auth, ServerOptions::default()).await
+    }
+
+    /// [`ControlPlane::start`] with `options`.
+    pub async fn start_with(
+        id: u64,
+        data_dir: &Path,
+        timing: LeaseTiming,
+        auth: ControlAuth,
+        options: ServerOptions,
     ) -> Result<ControlPlane, ControlError> {
         if matches!(auth, ControlAuth::InsecurePlaintext) {
             tracing::warn!(
@@ -252,7 +280,9 @@ impl ControlPlane {
             auth,
         };
         cp.watch_leadership();
-        cp.unstick_elections();
+        if options.unstick_elections {
+            cp.unstick_elections();
+        }
         Ok(cp)
     }
 
@@ -506,6 +536,12 @@ impl ControlPlane {
                 return None;
             }
         }
+    }
+
+    /// openraft's metrics of this server as they change (term, vote, state,
+    /// leader): for diagnostics and benchmarks of elections.
+    pub fn raft_metrics(&self) -> tokio::sync::watch::Receiver<openraft::RaftMetrics<u64, BasicNode>> {
+        self.raft.metrics()
     }
 
     /// The current leader, if known (never, once this server's Raft has
