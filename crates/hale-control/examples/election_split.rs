@@ -156,10 +156,9 @@ fn start_host(
             .await
             .map_err(|e| e.to_string())?;
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
-        let cp =
-            ControlPlane::start_with(id, &store, LeaseTiming::default(), auth, options)
-                .await
-                .map_err(|e| e.to_string())?;
+        let cp = ControlPlane::start_with(id, &store, LeaseTiming::default(), auth, options)
+            .await
+            .map_err(|e| e.to_string())?;
         let app = cp.routes();
         tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
@@ -332,9 +331,7 @@ fn trial(
     let campaigns = events
         .iter()
         .filter(|e| {
-            e.voted_for == Some(e.id)
-                && !e.committed
-                && leader.is_none_or(|l| e.at - killed <= l)
+            e.voted_for == Some(e.id) && !e.committed && leader.is_none_or(|l| e.at - killed <= l)
         })
         .count();
     let ms = |d: Option<Duration>| d.map_or("none".to_owned(), |d| d.as_millis().to_string());
@@ -407,7 +404,10 @@ fn summarize(results: &[Trial], opts: &Options) {
         );
     };
     show("leader", results.iter().filter_map(|t| t.leader).collect());
-    show("primary", results.iter().filter_map(|t| t.primary).collect());
+    show(
+        "primary",
+        results.iter().filter_map(|t| t.primary).collect(),
+    );
     let split = results.iter().filter(|t| t.campaigns > 1).count();
     let mut hist = BTreeMap::new();
     for t in results {

@@ -540,7 +540,9 @@ impl ControlPlane {
 
     /// openraft's metrics of this server as they change (term, vote, state,
     /// leader): for diagnostics and benchmarks of elections.
-    pub fn raft_metrics(&self) -> tokio::sync::watch::Receiver<openraft::RaftMetrics<u64, BasicNode>> {
+    pub fn raft_metrics(
+        &self,
+    ) -> tokio::sync::watch::Receiver<openraft::RaftMetrics<u64, BasicNode>> {
         self.raft.metrics()
     }
 
