@@ -24,11 +24,8 @@
 //!
 //! ```text
 //! cargo run -p hale-control --release --example election_split -- \
-//!     [--trials 200] [--deadline-secs 30] [--seed N] [--no-unstick] [--quiet]
+//!     [--trials 200] [--deadline-secs 30] [--seed N] [--quiet]
 //! ```
-//!
-//! `--no-unstick` turns off hale's own fallback (a voter with no leader for
-//! 1.8 s campaigns after a per-server stagger), leaving openraft alone.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -36,7 +33,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hale_control::raft::{ControlError, ControlPlane, ServerOptions};
+use hale_control::raft::{ControlError, ControlPlane};
 use hale_control::{ControlAuth, LeaseRequest, LeaseResponse, LeaseTiming};
 use hale_keyring::{Key, Keyring};
 use rand::{Rng, SeedableRng};
@@ -68,7 +65,6 @@ struct Options {
     trials: usize,
     deadline: Duration,
     seed: u64,
-    unstick: bool,
     quiet: bool,
 }
 
@@ -91,8 +87,8 @@ fn main() {
         .expect("a runtime");
     let mut rng = Xoshiro256PlusPlus::seed_from_u64(opts.seed);
     println!(
-        "# election_split: {} trials, deadline {:?}, seed {}, unstick_elections {}",
-        opts.trials, opts.deadline, opts.seed, opts.unstick
+        "# election_split: {} trials, deadline {:?}, seed {}",
+        opts.trials, opts.deadline, opts.seed
     );
     let mut results = Vec::new();
     for i in 0..opts.trials {
@@ -111,7 +107,6 @@ fn parse_args() -> Options {
         seed: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64),
-        unstick: true,
         quiet: false,
     };
     let mut args = std::env::args().skip(1);
@@ -125,7 +120,6 @@ fn parse_args() -> Options {
             "--trials" => o.trials = value() as usize,
             "--deadline-secs" => o.deadline = Duration::from_secs(value()),
             "--seed" => o.seed = value(),
-            "--no-unstick" => o.unstick = false,
             "--quiet" => o.quiet = true,
             other => panic!("unknown argument {other}"),
         }
@@ -133,13 +127,7 @@ fn parse_args() -> Options {
     o
 }
 
-fn start_host(
-    id: u64,
-    dir: &Path,
-    key: &Key,
-    opts: &Options,
-    timeline: &Timeline,
-) -> Result<Host, String> {
+fn start_host(id: u64, dir: &Path, key: &Key, timeline: &Timeline) -> Result<Host, String> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .thread_name(format!("cp{id}"))
@@ -147,16 +135,13 @@ fn start_host(
         .build()
         .map_err(|e| e.to_string())?;
     let auth = ControlAuth::sealed(Keyring::new(key.clone(), vec![]));
-    let options = ServerOptions {
-        unstick_elections: opts.unstick,
-    };
     let store = dir.join(format!("s{id}"));
     let (cp, addr) = rt.block_on(async {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .map_err(|e| e.to_string())?;
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
-        let cp = ControlPlane::start_with(id, &store, LeaseTiming::default(), auth, options)
+        let cp = ControlPlane::start(id, &store, LeaseTiming::default(), auth)
             .await
             .map_err(|e| e.to_string())?;
         let app = cp.routes();
@@ -250,7 +235,7 @@ fn trial(
     let timeline: Timeline = Arc::default();
     let mut hosts = Vec::new();
     for id in 1..=3 {
-        hosts.push(start_host(id, dir.path(), key, opts, &timeline)?);
+        hosts.push(start_host(id, dir.path(), key, &timeline)?);
     }
     let members: BTreeMap<u64, SocketAddr> = hosts.iter().map(|h| (h.id, h.addr)).collect();
     let phase = Duration::from_millis(rng.random_range(0..500));
