@@ -6,7 +6,9 @@
 //! lower. The tie ends in the round it happened, whatever the election
 //! timeouts were. `examples/election_split.rs` shows it in host-death
 //! trials on real servers; these tests pin the rule itself, through the
-//! same sealed `/raft/vote` route the servers use.
+//! same sealed `/raft/vote` route the servers use. Built with
+//! `--features openraft/single-term-leader` (same-term votes incomparable,
+//! the build in which the split does repeat), the first test fails.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
