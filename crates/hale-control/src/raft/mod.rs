@@ -89,12 +89,6 @@ impl ControlError {
     }
 }
 
-/// How long a voter may have no leader before [`ControlPlane`] makes it
-/// campaign on its own (three election timeouts of 300–600 ms).
-pub const STUCK_AFTER: Duration = Duration::from_millis(1800);
-/// Between two voters' forced campaigns (more than one election round).
-pub const STAGGER: Duration = Duration::from_millis(400);
-
 /// One control-plane server.
 #[derive(Clone)]
 pub struct ControlPlane {
@@ -217,6 +211,13 @@ impl ControlPlane {
         });
         let sm = StateMachine::new(db.clone(), Some(hook), Some(on_append.clone()))
             .map_err(|e| ControlError::Store(e.into()))?;
+        // Elections cannot split for ever, though openraft 0.9 draws each
+        // server's election timeout once for its life: without the
+        // `single-term-leader` feature it orders votes by term and then by
+        // candidate id, so of two candidates in one term the lower-numbered
+        // grants the higher (tests/elections.rs). Survivors that campaign
+        // together settle it in that round (BENCHMARKS.md, *Control-plane
+        // elections after a host death*). Do not turn that feature on.
         let config = openraft::Config {
             cluster_name: "hale".into(),
             heartbeat_interval: 100,
@@ -252,7 +253,6 @@ impl ControlPlane {
             auth,
         };
         cp.watch_leadership();
-        cp.unstick_elections();
         Ok(cp)
     }
 
@@ -279,53 +279,6 @@ impl ControlPlane {
                 if rx.changed().await.is_err() {
                     return;
                 }
-            }
-        });
-    }
-
-    /// Breaks split votes that openraft 0.9 cannot break on its own.
-    ///
-    /// openraft 0.9.25 draws each server's election timeout once, when the
-    /// `Raft` is built, and reuses it for every campaign (fixed upstream in
-    /// 0.10 only, databendlabs/openraft#1838). When a three-server control
-    /// plane loses its leader and the two survivors time out in the same
-    /// election tick, they vote for themselves, refuse each other, and
-    /// repeat term after term: no leader, so no standby is ever promoted.
-    /// We saw it once in about 150 host-death trials. This watchdog notices
-    /// a voter that has had no leader for [`STUCK_AFTER`] and, after a
-    /// delay that differs per server (its rank among the voters), asks it
-    /// to campaign at once: the survivors no longer start together, and the
-    /// first one wins.
-    fn unstick_elections(&self) {
-        let (id, raft) = (self.id, self.raft.clone());
-        tokio::spawn(async move {
-            let mut leaderless_since: Option<Instant> = None;
-            loop {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                let m = raft.metrics().borrow().clone();
-                if m.running_state.is_err() {
-                    return;
-                }
-                let voters: Vec<u64> = m.membership_config.membership().voter_ids().collect();
-                if m.current_leader.is_some() || !voters.contains(&id) || voters.len() < 2 {
-                    leaderless_since = None;
-                    continue;
-                }
-                let since = *leaderless_since.get_or_insert_with(Instant::now);
-                if since.elapsed() < STUCK_AFTER {
-                    continue;
-                }
-                let rank = voters.iter().filter(|v| **v < id).count() as u32;
-                tokio::time::sleep(STAGGER * rank).await;
-                if raft.metrics().borrow().current_leader.is_none() {
-                    tracing::warn!(
-                        server = id,
-                        term = m.current_term,
-                        "no control-plane leader for a while (a split vote?): campaigning now"
-                    );
-                    let _ = raft.trigger().elect().await;
-                }
-                leaderless_since = None;
             }
         });
     }
@@ -506,6 +459,14 @@ impl ControlPlane {
                 return None;
             }
         }
+    }
+
+    /// openraft's metrics of this server as they change (term, vote, state,
+    /// leader): for diagnostics and benchmarks of elections.
+    pub fn raft_metrics(
+        &self,
+    ) -> tokio::sync::watch::Receiver<openraft::RaftMetrics<u64, BasicNode>> {
+        self.raft.metrics()
     }
 
     /// The current leader, if known (never, once this server's Raft has
