@@ -5,6 +5,7 @@
 
 mod auth;
 mod checker;
+mod elections;
 mod holder;
 mod lease_histories;
 mod raft;
