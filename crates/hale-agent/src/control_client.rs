@@ -120,18 +120,20 @@ impl ControlClient {
             .and_then(Result::ok)
     }
 
-    /// Asks for `role` for `holder` at `priority`.
+    /// Asks for `role` for `holder` at `priority`, as acquisition `attempt`.
     pub async fn acquire(
         &self,
         role: &str,
         holder: &str,
         priority: i64,
+        attempt: u64,
         limit: Duration,
     ) -> Option<LeaseResponse> {
         let body = hale_control::raft::AcquireRequest {
             role: role.to_owned(),
             holder: holder.to_owned(),
             priority,
+            attempt,
         };
         self.post("/control/acquire", &body, limit).await
     }

@@ -123,6 +123,7 @@ mod tests {
             role: "db".into(),
             holder: holder.into(),
             epoch,
+            attempt: 0,
         });
     }
 

@@ -383,7 +383,7 @@ fn generation(state_dir: Option<&std::path::Path>) -> u64 {
 
 /// A random, non-zero seed from the standard library's per-process random
 /// hash keys (seeded by the operating system).
-fn fresh_seed() -> u64 {
+pub(crate) fn fresh_seed() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(

@@ -413,6 +413,7 @@ impl RoleManager {
                 hook_timeout: self.spec.hook_timeout,
                 fail_after: self.spec.fail_after,
                 acquire_timeout: Duration::from_millis(1500),
+                instance: crate::fresh_seed(),
             },
             run.now(),
         );
@@ -498,7 +499,12 @@ impl RoleManager {
                                 role,
                                 holder,
                                 priority,
-                            } => control.acquire(role, holder, *priority, limit).await,
+                                attempt,
+                            } => {
+                                control
+                                    .acquire(role, holder, *priority, *attempt, limit)
+                                    .await
+                            }
                             ControlRequest::Lease(r) => control.write(r, limit).await,
                         }
                     };

@@ -206,7 +206,7 @@ async fn poll<T>(limit: Duration, every: Duration, mut f: impl FnMut() -> Option
 async fn acquire(cp: &ControlPlane, role: &str, holder: &str, limit: Duration) -> Option<u64> {
     let deadline = tokio::time::Instant::now() + limit;
     loop {
-        match cp.acquire(role, holder, 0).await {
+        match cp.acquire(role, holder, 0, 0).await {
             Ok(LeaseResponse::Granted { epoch }) => return Some(epoch),
             Ok(_)
             | Err(

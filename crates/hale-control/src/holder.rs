@@ -146,6 +146,10 @@ pub struct Holder {
     stopping: bool,
     stopped: bool,
     next_id: u64,
+    /// This candidacy episode's acquisition attempt (see
+    /// [`ControlRequest::Acquire`]): the same while it asks again, a new
+    /// one after each holding.
+    attempt: u64,
     actions: VecDeque<Action>,
 }
 
@@ -153,6 +157,7 @@ impl Holder {
     /// A candidacy that starts as a standby waiting for its service's checks.
     pub fn new(cfg: HolderConfig, now: Time) -> Holder {
         Holder {
+            attempt: cfg.instance.max(1),
             cfg,
             phase: Phase::Candidate { acquiring: None },
             status: ServiceStatus::default(),
@@ -283,6 +288,7 @@ impl Holder {
                             role: self.cfg.role.clone(),
                             holder: self.cfg.node.clone(),
                             priority: self.cfg.priority,
+                            attempt: self.attempt,
                         },
                         deadline: now + self.cfg.acquire_timeout,
                     });
@@ -697,6 +703,8 @@ impl Holder {
             self.watchdog = Watchdog::None;
             self.actions.push_back(Action::StopWatchdog);
         }
+        // A new candidacy episode: a grant for the last one is not this one's.
+        self.attempt = self.attempt.wrapping_add(1).max(1);
         if reason != StepDownReason::Fenced {
             self.send_release(now, epoch, next);
         }

@@ -46,8 +46,14 @@ pub enum LeaseRequest {
         role: String,
         /// The new holder.
         holder: String,
-        /// Must be the role's last epoch plus one.
+        /// Must be the role's last epoch plus one, or, to answer the same
+        /// acquisition `attempt` again, the epoch the role holds now.
         epoch: u64,
+        /// The candidate's acquisition attempt it answers (0: none). A
+        /// candidate whose answer was lost asks again with the same attempt
+        /// and is granted the same epoch again (see [`LeaseTable::apply`]).
+        #[serde(default)]
+        attempt: u64,
     },
     /// The holder keeps `role` at `epoch`.
     Renew {
@@ -120,6 +126,25 @@ pub struct RoleLease {
     pub holder: Option<String>,
     /// The last epoch granted (0: never granted).
     pub epoch: u64,
+    /// The acquisition attempt that grant answered (0: none, or released).
+    #[serde(default)]
+    pub attempt: u64,
+}
+
+/// A request to the leader to grant a role (sent by candidates).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AcquireRequest {
+    /// The role.
+    pub role: String,
+    /// The candidate asking for it.
+    pub holder: String,
+    /// Its priority (higher wins among contenders).
+    #[serde(default)]
+    pub priority: i64,
+    /// Its acquisition attempt (the same while it asks again for an
+    /// answer it did not get; new after each holding; 0: none).
+    #[serde(default)]
+    pub attempt: u64,
 }
 
 /// The replicated lease table: applied in log order on every control-plane server.
@@ -136,8 +161,18 @@ impl LeaseTable {
                 role,
                 holder,
                 epoch,
+                attempt,
             } => {
                 let r = self.roles.entry(role.clone()).or_default();
+                // The same attempt again (its answer was lost): the same
+                // grant, which counts as a renewal (appended now).
+                let again = *attempt != 0
+                    && *epoch == r.epoch
+                    && r.attempt == *attempt
+                    && r.holder.as_deref() == Some(holder);
+                if again {
+                    return LeaseResponse::Granted { epoch: *epoch };
+                }
                 if *epoch != r.epoch + 1 {
                     return LeaseResponse::Rejected(LeaseRejection::NotNextEpoch {
                         got: *epoch,
@@ -146,6 +181,7 @@ impl LeaseTable {
                 }
                 r.epoch = *epoch;
                 r.holder = Some(holder.clone());
+                r.attempt = *attempt;
                 LeaseResponse::Granted { epoch: *epoch }
             }
             LeaseRequest::Renew {
@@ -168,6 +204,7 @@ impl LeaseTable {
                 }
                 if matches!(req, LeaseRequest::Release { .. }) {
                     r.holder = None;
+                    r.attempt = 0;
                     LeaseResponse::Released
                 } else {
                     LeaseResponse::Renewed { epoch: *epoch }
@@ -328,11 +365,23 @@ impl Grantor {
         &mut self,
         table: &LeaseTable,
         appends: &AppendClock,
-        role: &str,
-        holder: &str,
-        priority: i64,
+        ask: &AcquireRequest,
         now: Time,
     ) -> Result<LeaseRequest, GrantDelay> {
+        let (role, holder) = (ask.role.as_str(), ask.holder.as_str());
+        let (priority, attempt) = (ask.priority, ask.attempt);
+        // The holder's own attempt again: its answer was lost. Granted the
+        // same epoch again, at once (a renewal, appended now).
+        if let Some(r) = table.role(role) {
+            if attempt != 0 && r.attempt == attempt && r.holder.as_deref() == Some(holder) {
+                return Ok(LeaseRequest::Grant {
+                    role: role.to_owned(),
+                    holder: holder.to_owned(),
+                    epoch: r.epoch,
+                    attempt,
+                });
+            }
+        }
         let poll = self.timing.renew_every;
         let fresh = poll * 2 + poll / 2;
         let entry = self
@@ -353,7 +402,7 @@ impl Grantor {
                 if next == holder {
                     self.preferred.remove(role);
                     self.contenders.remove(role);
-                    return Ok(self.grant(table, role, holder));
+                    return Ok(self.grant(table, role, holder, attempt));
                 }
                 return Err(GrantDelay::BetterCandidate(next.clone()));
             }
@@ -371,15 +420,23 @@ impl Grantor {
             return Err(GrantDelay::BetterCandidate(best));
         }
         self.contenders.remove(role);
-        Ok(self.grant(table, role, holder))
+        Ok(self.grant(table, role, holder, attempt))
     }
 
-    /// The grant request for `holder` (epoch = last + 1).
-    pub fn grant(&self, table: &LeaseTable, role: &str, holder: &str) -> LeaseRequest {
+    /// The grant request for `holder` (epoch = last + 1) answering its
+    /// acquisition `attempt`.
+    pub fn grant(
+        &self,
+        table: &LeaseTable,
+        role: &str,
+        holder: &str,
+        attempt: u64,
+    ) -> LeaseRequest {
         LeaseRequest::Grant {
             role: role.to_owned(),
             holder: holder.to_owned(),
             epoch: table.role(role).map_or(0, |r| r.epoch) + 1,
+            attempt,
         }
     }
 }

@@ -26,6 +26,9 @@ pub struct HolderConfig {
     pub fail_after: Duration,
     /// How long an acquisition request may take before it counts as unanswered.
     pub acquire_timeout: Duration,
+    /// Distinguishes this run's acquisition attempts from an earlier run's
+    /// of the same node (random in the agent): the first attempt's number.
+    pub instance: u64,
 }
 
 /// Identifies one request the holder asked to send.
@@ -47,6 +50,10 @@ pub enum ControlRequest {
         holder: String,
         /// Its priority.
         priority: i64,
+        /// The candidacy episode's attempt: the same while it asks again
+        /// (an answer lost), so that a grant it did not hear is answered
+        /// again at once instead of a lease later at the next epoch.
+        attempt: u64,
     },
     /// Write a renewal or release through the leader.
     Lease(LeaseRequest),

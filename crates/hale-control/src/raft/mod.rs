@@ -137,17 +137,7 @@ pub struct ControlStatus {
     pub storage_error: Option<String>,
 }
 
-/// A request to the leader to grant a role (sent by candidates).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct AcquireRequest {
-    /// The role.
-    pub role: String,
-    /// The candidate asking for it.
-    pub holder: String,
-    /// Its priority (higher wins among contenders).
-    #[serde(default)]
-    pub priority: i64,
-}
+pub use crate::lease::AcquireRequest;
 
 impl ControlPlane {
     /// Opens the store in `data_dir` and starts a server with id `id`,
@@ -558,17 +548,19 @@ impl ControlPlane {
         role: &str,
         holder: &str,
         priority: i64,
+        attempt: u64,
     ) -> Result<LeaseResponse, ControlError> {
         if let Some(why) = self.stopped_now() {
             return Err(ControlError::Unavailable(why));
         }
+        let ask = AcquireRequest {
+            role: role.to_owned(),
+            holder: holder.to_owned(),
+            priority,
+            attempt,
+        };
         if self.leader() != Some(self.id) {
-            let req = AcquireRequest {
-                role: role.to_owned(),
-                holder: holder.to_owned(),
-                priority,
-            };
-            return self.forward("acquire", &req).await;
+            return self.forward("acquire", &ask).await;
         }
         let table = self.table();
         let grant = {
@@ -577,7 +569,7 @@ impl ControlPlane {
                 return Err(ControlError::NoLeader);
             };
             let appends = self.appends.lock().expect("appends lock");
-            g.contend(&table, &appends, role, holder, priority, self.now())
+            g.contend(&table, &appends, &ask, self.now())
                 .map_err(ControlError::NotYet)?
         };
         self.write(grant).await
@@ -620,7 +612,10 @@ async fn acquire_route(
     State(cp): State<ControlPlane>,
     Json(req): Json<AcquireRequest>,
 ) -> Response {
-    lease_answer(cp.acquire(&req.role, &req.holder, req.priority).await)
+    lease_answer(
+        cp.acquire(&req.role, &req.holder, req.priority, req.attempt)
+            .await,
+    )
 }
 
 async fn write_route(State(cp): State<ControlPlane>, Json(req): Json<LeaseRequest>) -> Response {

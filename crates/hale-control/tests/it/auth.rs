@@ -76,6 +76,7 @@ fn strangers_requests() -> Vec<(&'static str, Value)> {
         role: "db".into(),
         holder: "mallory".into(),
         epoch: 1,
+        attempt: 0,
     });
     let nodes = BTreeMap::from([(
         9,
@@ -111,6 +112,7 @@ fn strangers_requests() -> Vec<(&'static str, Value)> {
         role: "db".into(),
         holder: "mallory".into(),
         epoch: 2,
+        attempt: 0,
     };
     let renew = LeaseRequest::Renew {
         role: "db".into(),

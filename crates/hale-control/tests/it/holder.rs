@@ -28,6 +28,7 @@ fn holder() -> Holder {
             hook_timeout: Duration::from_secs(10),
             fail_after: Duration::from_secs(3),
             acquire_timeout: Duration::from_millis(1500),
+            instance: 7,
         },
         Time::ZERO,
     )
@@ -103,7 +104,8 @@ fn a_healthy_standby_asks_for_the_role_and_an_unhealthy_one_does_not() {
                 request: ControlRequest::Acquire {
                     role: "db".into(),
                     holder: "a".into(),
-                    priority: 5
+                    priority: 5,
+                    attempt: 7,
                 },
                 deadline: ms(1500)
             }

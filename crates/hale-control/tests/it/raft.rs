@@ -92,7 +92,7 @@ pub(crate) async fn acquire_eventually(
 ) -> (u64, Instant) {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        match cp.acquire(role, holder, 0).await {
+        match cp.acquire(role, holder, 0, 0).await {
             Ok(LeaseResponse::Granted { epoch }) => return (epoch, Instant::now()),
             Ok(other) => panic!("unexpected {other:?}"),
             Err(
@@ -130,7 +130,7 @@ async fn three_servers_elect_a_leader_and_grant_with_increasing_epochs() {
         LeaseResponse::Renewed { epoch: 1 }
     );
     // While node-a renews, nobody else gets the role.
-    let denied = s[0].cp.acquire("db", "node-b", 0).await;
+    let denied = s[0].cp.acquire("db", "node-b", 0, 0).await;
     assert!(
         matches!(
             denied,
@@ -226,6 +226,7 @@ async fn a_server_whose_raft_stopped_refuses_lease_requests_with_503_so_the_hold
         role: "db".into(),
         holder: "node-b".into(),
         priority: 0,
+        attempt: 0,
     };
     let addr = stopped.addr.to_string();
     let t = Duration::from_secs(5);

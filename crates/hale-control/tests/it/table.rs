@@ -7,6 +7,7 @@ fn grant(holder: &str, epoch: u64) -> LeaseRequest {
         role: "db".into(),
         holder: holder.into(),
         epoch,
+        attempt: 0,
     }
 }
 
@@ -57,4 +58,80 @@ fn only_the_holder_at_its_epoch_renews_or_releases() {
         2,
         "the epoch survives a release"
     );
+}
+
+#[test]
+fn the_same_acquisition_attempt_is_granted_the_same_epoch_again_and_no_other_is() {
+    let mut t = LeaseTable::default();
+    let attempt = |holder: &str, epoch: u64, attempt: u64| LeaseRequest::Grant {
+        role: "db".into(),
+        holder: holder.into(),
+        epoch,
+        attempt,
+    };
+    assert_eq!(
+        t.apply(&attempt("a", 1, 7)),
+        LeaseResponse::Granted { epoch: 1 }
+    );
+    // Its answer was lost: the same attempt again gets the same epoch.
+    assert_eq!(
+        t.apply(&attempt("a", 1, 7)),
+        LeaseResponse::Granted { epoch: 1 }
+    );
+    // Another attempt (a later candidacy), or another node, does not.
+    assert!(matches!(
+        t.apply(&attempt("a", 1, 8)),
+        LeaseResponse::Rejected(LeaseRejection::NotNextEpoch { .. })
+    ));
+    assert!(matches!(
+        t.apply(&attempt("b", 1, 7)),
+        LeaseResponse::Rejected(LeaseRejection::NotNextEpoch { .. })
+    ));
+    // Released, the attempt is over.
+    t.apply(&LeaseRequest::Release {
+        role: "db".into(),
+        holder: "a".into(),
+        epoch: 1,
+        next: None,
+    });
+    assert!(matches!(
+        t.apply(&attempt("a", 1, 7)),
+        LeaseResponse::Rejected(_)
+    ));
+}
+
+#[test]
+fn the_grantor_answers_a_holders_own_attempt_at_once_and_makes_any_other_wait_a_lease() {
+    use hale_control::{AppendClock, Grantor, LeaseTiming};
+    use hale_core::Time;
+    let timing = LeaseTiming::default();
+    let mut g = Grantor::new(timing);
+    let mut clock = AppendClock::new(Time::ZERO);
+    let mut t = LeaseTable::default();
+    let first = LeaseRequest::Grant {
+        role: "db".into(),
+        holder: "a".into(),
+        epoch: 1,
+        attempt: 7,
+    };
+    t.apply(&first);
+    let at = Time::from_millis(10_000);
+    clock.appended(&first, at);
+    let soon = Time::from_millis(10_100);
+    let ask = |holder: &str, attempt: u64| hale_control::raft::AcquireRequest {
+        role: "db".into(),
+        holder: holder.into(),
+        priority: 0,
+        attempt,
+    };
+    assert_eq!(
+        g.contend(&t, &clock, &ask("a", 7), soon),
+        Ok(first.clone()),
+        "the same attempt: the same grant, at once"
+    );
+    assert!(
+        g.contend(&t, &clock, &ask("a", 8), soon).is_err(),
+        "a new attempt waits for the lease like anyone"
+    );
+    assert!(g.contend(&t, &clock, &ask("b", 7), soon).is_err());
 }

@@ -582,7 +582,9 @@ impl World {
                 let now = self.node_now(c);
                 let n = &mut self.nodes[c];
                 n.crashed = false;
-                n.holder = Holder::new(config(c, self.timing, self.hook_timeout), now);
+                let mut cfg = config(c, self.timing, self.hook_timeout);
+                cfg.instance += n.life << 16;
+                n.holder = Holder::new(cfg, now);
                 let (life, ok) = (n.life, !n.failing);
                 self.deliver(c, life, Input::Checks(ok));
             }

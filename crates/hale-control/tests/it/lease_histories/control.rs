@@ -3,6 +3,7 @@
 
 use rand::Rng;
 
+use hale_control::raft::AcquireRequest;
 use hale_control::{AppendClock, ControlRequest, Grantor, LeaseRequest, RequestId};
 use hale_core::Time;
 
@@ -19,15 +20,19 @@ impl World {
                 role,
                 holder,
                 priority,
+                attempt,
             } => {
                 let clock = match self.v.knowledge {
                     Knowledge::Appends => &self.servers[l].appends,
                     Knowledge::Commits | Knowledge::Nothing => &self.granting_clock,
                 };
-                match self
-                    .grantor
-                    .contend(&self.table, clock, &role, &holder, priority, lnow)
-                {
+                let ask = AcquireRequest {
+                    role,
+                    holder,
+                    priority,
+                    attempt,
+                };
+                match self.grantor.contend(&self.table, clock, &ask, lnow) {
                     Ok(grant) => grant,
                     Err(_) => {
                         // "Not yet" is an error answer: the client sees no grant.

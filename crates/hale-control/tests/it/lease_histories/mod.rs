@@ -315,6 +315,8 @@ fn config(c: usize, timing: LeaseTiming, hook_timeout: Duration) -> HolderConfig
         hook_timeout,
         fail_after: Duration::from_secs(1),
         acquire_timeout: Duration::from_millis(1500),
+        // Each node's runs are told apart (a restart is a new life).
+        instance: (c as u64 + 1) << 32,
     }
 }
 
