@@ -334,11 +334,13 @@ hook_timeout = "10s"
         self.start_agent(i, self.clocks[i])
     }
 
-    /// The processes of host `i` whose command line contains `what`.
+    /// The processes of host `i` whose command is `what` (`argv[1]`:
+    /// `watchdog` for `hale watchdog`, `hook` for the hooks). Matching
+    /// words, not text: a watchdog's command line holds the fence command.
     pub fn host_pids(&self, i: usize, what: &str) -> Vec<i32> {
         ns_pids(&self.lab.hosts[i])
             .into_iter()
-            .filter(|&p| cmdline(p).contains(what))
+            .filter(|&p| cmdline(p).split(' ').nth(1) == Some(what))
             .collect()
     }
 

@@ -138,8 +138,9 @@ impl History {
     }
 
     /// Everything recorded between `from_ns` and `to_ns`, one line each,
-    /// in time order (times from the start of the fault phase).
-    pub fn slice(&self, from_ns: u64, to_ns: u64) -> String {
+    /// in time order (times from the start of the fault phase); of the
+    /// writes, only those of `values` and a count of the others.
+    pub fn slice(&self, from_ns: u64, to_ns: u64, values: &[u64]) -> String {
         let base = self.faults_start_ns;
         let mut lines: Vec<(u64, String)> = Vec::new();
         let within = |t: u64| t >= from_ns && t <= to_ns;
@@ -154,7 +155,12 @@ impl History {
                 lines.push((h, format!("heal {} on {:?}", f.fault.name(), f.hosts)));
             }
         }
+        let mut elided = 0usize;
         for o in &self.ops {
+            if !values.contains(&o.value) {
+                elided += usize::from(within(o.invoke_ns));
+                continue;
+            }
             if within(o.invoke_ns) || within(o.complete_ns) {
                 lines.push((
                     o.complete_ns,
@@ -177,7 +183,12 @@ impl History {
                     | RegisterRecord::Accepted { t, .. }
                     | RegisterRecord::Replica { t, .. } => *t,
                 };
-                if within(t) {
+                let write = match r {
+                    RegisterRecord::Accepted { value, .. }
+                    | RegisterRecord::Replica { value, .. } => Some(*value),
+                    _ => None,
+                };
+                if within(t) && write.is_none_or(|v| values.contains(&v)) {
                     lines.push((t, format!("register {node}: {r:?}")));
                 }
             }
@@ -204,7 +215,7 @@ impl History {
             ));
         }
         lines.sort_by_key(|l| l.0);
-        let mut out = String::new();
+        let mut out = format!("({elided} other writes in this stretch not shown)\n");
         for (t, l) in lines {
             let _ = writeln!(out, "{} {l}", secs(t, base));
         }

@@ -294,7 +294,7 @@ fn main() -> anyhow::Result<ExitCode> {
             let h: hale_nemesis::history::History = serde_json::from_slice(&text)?;
             let v = hale_nemesis::check::check_all(&h);
             for x in &v {
-                println!("{x}\n{}", h.slice(x.from_ns, x.to_ns));
+                println!("{x}\n{}", x.slice(&h));
             }
             println!("{} violation(s)", v.len());
             Ok(if v.is_empty() {

@@ -229,7 +229,7 @@ impl Nemesis {
                 format!("stopped {:?}", act.stopped)
             }
             Fault::KillWatchdog(_) | Fault::StopWatchdog(_) => {
-                let pids = c.host_pids(h, " watchdog ");
+                let pids = c.host_pids(h, "watchdog");
                 if matches!(fault, Fault::KillWatchdog(_)) {
                     signal_all(&pids, Signal::SIGKILL);
                     format!("killed watchdogs {pids:?}")
@@ -281,8 +281,7 @@ impl Nemesis {
             let Some(sig) = act.pending_hook else {
                 continue;
             };
-            let mut pids = c.host_pids(act.host, " hook promote");
-            pids.extend(c.host_pids(act.host, " hook demote"));
+            let pids = c.host_pids(act.host, "hook");
             if pids.is_empty() {
                 continue;
             }

@@ -166,6 +166,8 @@ struct Inner {
     highest: u64,
     primary: Option<u64>,
     log: std::fs::File,
+    /// The log's length after the last whole record.
+    len: u64,
 }
 
 struct Reg {
@@ -178,8 +180,22 @@ impl Inner {
     fn append(&mut self, rec: &RegisterRecord) -> std::io::Result<()> {
         let mut line = serde_json::to_vec(rec).map_err(std::io::Error::other)?;
         line.push(b'\n');
-        self.log.write_all(&line)?;
-        self.log.sync_data()
+        let done = self
+            .log
+            .write_all(&line)
+            .and_then(|()| self.log.sync_data());
+        match done {
+            Ok(()) => {
+                self.len += line.len() as u64;
+                Ok(())
+            }
+            Err(e) => {
+                // A full disk may have taken part of the line: cut it off,
+                // or the next record would be glued to it and lost.
+                let _ = self.log.set_len(self.len);
+                Err(e)
+            }
+        }
     }
 }
 
@@ -372,6 +388,13 @@ pub async fn serve(cfg: RegisterConfig) -> Result<(), RegisterError> {
         .append(true)
         .open(&cfg.log)
         .map_err(log_err)?;
+    // Whole records only: a torn last line (killed mid-write) is cut off.
+    let text = std::fs::read(&cfg.log).map_err(log_err)?;
+    let len = text
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(0, |i| i as u64 + 1);
+    log.set_len(len).map_err(log_err)?;
     let http = reqwest::Client::builder()
         .timeout(Duration::from_millis(400))
         .build()
@@ -383,6 +406,7 @@ pub async fn serve(cfg: RegisterConfig) -> Result<(), RegisterError> {
             highest,
             primary: None,
             log,
+            len,
         }),
         http,
     });

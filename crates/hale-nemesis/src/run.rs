@@ -18,7 +18,7 @@ use crate::cluster::{ClockMode, Cluster, ClusterConfig, ClusterError};
 use crate::history::{History, Outcome};
 use crate::lab::{Lab, LabError};
 use crate::nemesis::{Nemesis, Oracle};
-use crate::schedule::{Family, Schedule, ScheduleParams};
+use crate::schedule::{Family, Fault, Net, Schedule, ScheduleParams};
 
 /// Set when the process was asked to stop (Ctrl-C, SIGTERM): every wait
 /// gives up, and the run's processes and namespaces are cleaned up.
@@ -162,12 +162,24 @@ fn settled(client: &Client, rt: &tokio::runtime::Runtime, h: &mut History) -> Op
     (converged && primaries.len() == 1).then(|| primaries[0])
 }
 
-/// Failover times: for each fault that hit the host answering primary when
-/// it started, how long until another agent (or a higher epoch) answered
-/// primary.
+/// Failover times: for each fault that takes the primary's host away
+/// (SIGKILL or SIGSTOP of its agent or of the whole host, cutting it off
+/// or making it deaf or mute) when it started, how long until another
+/// agent (or a higher epoch) answered primary.
 fn failovers(h: &History) -> Vec<(String, u64)> {
     let mut out = Vec::new();
     for f in &h.faults {
+        let takes_away = matches!(
+            f.fault,
+            Fault::KillAgent(_)
+                | Fault::StopAgent(_)
+                | Fault::KillHost(_)
+                | Fault::StopHost(_)
+                | Fault::Net(Net::Isolate(_) | Net::OneWay { .. })
+        );
+        if !takes_away {
+            continue;
+        }
         let before = h.primaries.iter().filter(|p| p.t <= f.start_ns);
         let mut state: std::collections::BTreeMap<&str, (bool, Option<u64>)> = Default::default();
         for p in before {
@@ -375,7 +387,7 @@ pub fn run_one(opts: &RunOptions, seed: u64) -> Result<RunReport, RunError> {
                 "{v}\n---- history {:.1}s..{:.1}s ----\n{}",
                 (v.from_ns as i128 - history.faults_start_ns as i128) as f64 / 1e9,
                 (v.to_ns as i128 - history.faults_start_ns as i128) as f64 / 1e9,
-                history.slice(v.from_ns, v.to_ns)
+                v.slice(&history)
             ));
         }
         std::fs::write(dir.join("violations.txt"), &out)?;

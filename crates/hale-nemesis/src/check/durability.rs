@@ -35,7 +35,8 @@ pub fn check(h: &History) -> Result<(), Violation> {
                 ),
                 op.invoke_ns.saturating_sub(1_000_000_000),
                 op.complete_ns + 1_000_000_000,
-            ));
+            )
+            .about(vec![op.value]));
         }
     }
     Ok(())

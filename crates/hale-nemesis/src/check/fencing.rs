@@ -37,7 +37,8 @@ pub fn check(h: &History) -> Result<(), Violation> {
                 format!("two writers at epoch {epoch}: {w} and {node} (value {value})"),
                 first,
                 t,
-            ));
+            )
+            .about(vec![value]));
         }
         if let Some(hi) = highest.filter(|hi| hi.1 > epoch) {
             return Err(Violation::new(
@@ -48,7 +49,8 @@ pub fn check(h: &History) -> Result<(), Violation> {
                 ),
                 hi.0.saturating_sub(2_000_000_000),
                 t + 1_000_000_000,
-            ));
+            )
+            .about(vec![hi.3, value]));
         }
         if highest.is_none_or(|hi| epoch > hi.1) {
             highest = Some((t, epoch, node, value));

@@ -31,6 +31,9 @@ pub struct Violation {
     pub from_ns: u64,
     /// ...and ends here.
     pub to_ns: u64,
+    /// The writes it is about (the slice shows only these of all writes).
+    #[serde(default)]
+    pub values: Vec<u64>,
 }
 
 impl Violation {
@@ -41,7 +44,19 @@ impl Violation {
             what,
             from_ns,
             to_ns,
+            values: Vec::new(),
         }
+    }
+
+    /// The same, about writes `values`.
+    pub fn about(mut self, values: Vec<u64>) -> Violation {
+        self.values = values;
+        self
+    }
+
+    /// The history slice that shows it.
+    pub fn slice(&self, h: &History) -> String {
+        h.slice(self.from_ns, self.to_ns, &self.values)
     }
 }
 
