@@ -128,7 +128,7 @@ impl Cluster {
         let servers: Vec<String> = (0..SERVERS.min(n))
             .map(|i| format!("\"{}={}:{CONTROL_PORT}\"", i + 1, lab.ips[i]))
             .collect();
-        for i in 0..n {
+        for (i, name) in names.iter().enumerate() {
             let (ip, dir, disk) = (lab.ips[i], &lab.dirs[i], &lab.disks[i]);
             let seeds: Vec<String> = (0..2.min(n))
                 .filter(|&s| s != i)
@@ -138,7 +138,6 @@ impl Cluster {
                 format!(
                     "[\"env\", \"-u\", \"LD_PRELOAD\", {nem}, \"hook\", \"{kind}\", \"--node\", \"{name}\", \"--dir\", {dir}, \"--register\", \"{reg}\", \"--ms\", \"{ms}\"]",
                     nem = q(&cfg.nemesis_bin),
-                    name = names[i],
                     dir = q(dir),
                     reg = register_addr(ip),
                 )
@@ -188,7 +187,6 @@ promote = {promote}
 demote = {demote}
 hook_timeout = "10s"
 "#,
-                name = names[i],
                 seeds = seeds.join(", "),
                 hale = q(&cfg.hale_bin),
                 promote = hook("promote", cfg.promote_ms[i]),

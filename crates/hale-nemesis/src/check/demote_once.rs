@@ -117,7 +117,7 @@ mod tests {
     #[test]
     fn a_lease_demoted_twice_is_caught() {
         assert!(check(&promoted_then(2))
-            .unwrap_err()
+            .expect_err("the check catches it")
             .what
             .contains("2 times"));
     }
@@ -125,7 +125,7 @@ mod tests {
     #[test]
     fn a_lease_lost_without_a_demote_is_caught() {
         assert!(check(&promoted_then(0))
-            .unwrap_err()
+            .expect_err("the check catches it")
             .what
             .contains("never demoted"));
     }

@@ -80,7 +80,10 @@ mod tests {
             registers: [("h0".to_owned(), vec![accepted(1, 1, 7)])].into(),
             ..History::default()
         };
-        assert!(check(&h).unwrap_err().what.contains("value 7"));
+        assert!(check(&h)
+            .expect_err("the check catches it")
+            .what
+            .contains("value 7"));
     }
 
     #[test]
@@ -96,6 +99,9 @@ mod tests {
             ops: vec![refused, acked(9)],
             ..History::default()
         };
-        assert!(check(&h).unwrap_err().what.contains("value 9"));
+        assert!(check(&h)
+            .expect_err("the check catches it")
+            .what
+            .contains("value 9"));
     }
 }

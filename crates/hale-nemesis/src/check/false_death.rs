@@ -60,7 +60,7 @@ mod tests {
     #[test]
     fn an_untouched_host_declared_dead_is_caught() {
         assert!(check(&history("h3"))
-            .unwrap_err()
+            .expect_err("the check catches it")
             .what
             .contains("declared h3 dead"));
     }

@@ -89,7 +89,7 @@ mod tests {
             ("h0", vec![accepted(1, 1, 1), accepted(5, 1, 2)]),
             ("h1", vec![accepted(3, 2, 3)]),
         ]);
-        let v = check(&h).unwrap_err();
+        let v = check(&h).expect_err("the check catches it");
         assert!(
             v.what.contains("h0 accepted value 2 at epoch 1 after h1"),
             "{v}"
@@ -102,7 +102,7 @@ mod tests {
             ("h0", vec![accepted(1, 3, 1)]),
             ("h1", vec![accepted(2, 3, 2)]),
         ]);
-        let v = check(&h).unwrap_err();
+        let v = check(&h).expect_err("the check catches it");
         assert!(v.what.contains("two writers at epoch 3"), "{v}");
     }
 }

@@ -74,7 +74,7 @@ mod tests {
         let mut h = history(None);
         h.final_members
             .insert("h0".into(), [("h1".to_owned(), "dead".to_owned())].into());
-        let v = check(&h).unwrap_err();
+        let v = check(&h).expect_err("the check catches it");
         assert!(v.what.contains("h0 sees h1 Some(\"dead\")"), "{v}");
     }
 }
