@@ -1,8 +1,10 @@
 //! (e) Every lost lease demotes once: for every promote hook started on a
 //! node at epoch `e`, the node's demote hook for `e` (the agent's or its
 //! watchdog's) finishes at most once, and starts at least once, unless the
-//! node still holds `e` at the end or its whole host was killed after the
-//! promote began (nothing is left to demote; the register starts fenced).
+//! node still holds `e` at the end or its whole host was killed while `e`
+//! was the newest epoch promoted anywhere (nothing was left to demote; the
+//! register starts fenced). A host killed after a newer epoch's promote
+//! began excuses nothing: the lease was already lost by then.
 
 use std::collections::BTreeMap;
 
@@ -48,10 +50,18 @@ pub fn check(h: &History) -> Result<(), Violation> {
             continue;
         }
         let holds = h.final_primaries.iter().any(|p| p == node) && latest.get(node) == Some(&epoch);
+        // When the next epoch's promote began anywhere: the lease was lost by then.
+        let superseded = runs
+            .iter()
+            .filter(|((_, e), r)| *e > epoch && r.0.is_some())
+            .filter_map(|(_, r)| r.0)
+            .min()
+            .unwrap_or(u64::MAX);
         let host_killed = h.faults.iter().any(|f| {
             matches!(f.fault, Fault::KillHost(_))
                 && f.hosts.iter().any(|x| x == node)
-                && f.heal_ns.is_none_or(|heal| heal >= at)
+                && f.start_ns >= at
+                && f.start_ns < superseded
         });
         if !holds && !host_killed {
             return Err(Violation::new(
@@ -128,6 +138,32 @@ mod tests {
             .expect_err("the check catches it")
             .what
             .contains("never demoted"));
+    }
+
+    fn host_killed_at(mut h: History, t: u64) -> History {
+        h.faults.push(crate::history::FaultRecord {
+            fault: Fault::KillHost(crate::schedule::Target::Host(0)),
+            hosts: vec!["h0".into()],
+            start_ns: t,
+            heal_ns: Some(t + 5),
+            note: String::new(),
+        });
+        h
+    }
+
+    #[test]
+    fn a_host_killed_while_it_held_the_lease_needs_no_demote() {
+        assert_eq!(check(&host_killed_at(promoted_then(0), 5)), Ok(()));
+    }
+
+    #[test]
+    fn a_host_killed_after_another_node_took_over_does_not_excuse_a_missing_demote() {
+        let mut h = host_killed_at(promoted_then(0), 50);
+        h.hooks
+            .push(line(20, "h1", HookKind::Promote, Phase::Start, 5));
+        h.final_primaries = vec!["h1".into()];
+        let v = check(&h).expect_err("the check catches it");
+        assert!(v.what.contains("h0 promoted at epoch 4"), "{v}");
     }
 
     #[test]
