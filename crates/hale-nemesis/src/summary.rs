@@ -1,11 +1,14 @@
 //! `hale-nemesis summary DIR`: the figures of many runs (their
 //! `report.json` files): schedules, violations by check and seed, the fault
-//! mix, failover times and settling times.
+//! mix, failover times and settling times. Violations are those of this
+//! build's checker over each `history.json`.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::Path;
 
+use crate::check::check_all;
+use crate::history::History;
 use crate::run::RunReport;
 
 /// What can stop a summary.
@@ -22,7 +25,12 @@ fn reports(dir: &Path, out: &mut Vec<RunReport>) -> Result<(), SummaryError> {
         if p.is_dir() {
             reports(&p, out)?;
         } else if p.file_name().is_some_and(|n| n == "report.json") {
-            if let Ok(r) = serde_json::from_slice(&std::fs::read(&p)?) {
+            if let Ok(mut r) = serde_json::from_slice::<RunReport>(&std::fs::read(&p)?) {
+                // The violations of this checker, not of the one that ran.
+                let h = p.with_file_name("history.json");
+                if let Ok(h) = serde_json::from_slice::<History>(&std::fs::read(h)?) {
+                    r.violations = check_all(&h);
+                }
                 out.push(r);
             }
         }
