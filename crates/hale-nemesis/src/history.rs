@@ -102,6 +102,10 @@ pub struct History {
     /// The liveness bound: after `heal_ns`, exactly one primary and
     /// membership converged within this.
     pub liveness_bound_ns: u64,
+    /// The cluster never formed with one primary before the faults (none
+    /// were carried out).
+    #[serde(default)]
+    pub never_formed: bool,
     /// When, after `heal_ns`, exactly one agent reported itself primary
     /// and every agent saw every other alive (None: never within the bound).
     pub settled_ns: Option<u64>,

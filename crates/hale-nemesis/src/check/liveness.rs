@@ -8,6 +8,18 @@ use crate::history::History;
 
 /// Checks (c).
 pub fn check(h: &History) -> Result<(), Violation> {
+    if h.never_formed {
+        return Err(Violation::new(
+            "liveness",
+            format!(
+                "the cluster never formed with one primary in {} s (no fault was carried out): primaries {:?}",
+                crate::run::FORMATION.as_secs(),
+                h.final_primaries
+            ),
+            h.faults_start_ns.saturating_sub(crate::run::FORMATION.as_nanos() as u64),
+            h.end_ns,
+        ));
+    }
     let by = h.heal_ns + h.liveness_bound_ns;
     match h.settled_ns {
         Some(t) if t <= by => Ok(()),
@@ -67,6 +79,14 @@ mod tests {
     #[test]
     fn settling_after_the_bound_is_caught() {
         assert!(check(&history(Some(131))).is_err());
+    }
+
+    #[test]
+    fn a_cluster_that_never_formed_is_caught() {
+        let mut h = history(Some(120));
+        h.never_formed = true;
+        let v = check(&h).expect_err("the check catches it");
+        assert!(v.what.contains("never formed"), "{v}");
     }
 
     #[test]
