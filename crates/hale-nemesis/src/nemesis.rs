@@ -23,6 +23,8 @@ pub trait Oracle {
     fn any(&mut self, below: usize) -> usize;
     /// An agent was (re)started: its event history starts over.
     fn restarted(&self, host: usize);
+    /// Whether the host's agent says `degraded` (its control-plane storage failed).
+    fn degraded(&self, host: usize) -> bool;
 }
 
 /// A fault in progress.
@@ -323,6 +325,16 @@ impl Nemesis {
             }
             Fault::DiskFull(_) => {
                 let _ = std::fs::remove_file(c.lab.disks[h].join("filler"));
+                // The documented recovery (README, Metrics): a control-plane
+                // server whose storage failed stays stopped until its agent
+                // restarts, so the heal does what an operator is told to.
+                if o.degraded(h) {
+                    c.restart_agent(h, c.clocks[h])?;
+                    o.restarted(h);
+                    self.records[record]
+                        .note
+                        .push_str("; storage had failed: agent restarted at heal");
+                }
             }
             Fault::SlowHooks { .. } => {
                 let _ = std::fs::remove_file(c.lab.dirs[h].join("hook-delay-ms"));

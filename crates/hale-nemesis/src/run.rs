@@ -120,6 +120,11 @@ impl Oracle for RunOracle<'_> {
     fn any(&mut self, below: usize) -> usize {
         self.rng.random_range(0..below.max(1))
     }
+    fn degraded(&self, host: usize) -> bool {
+        self.rt
+            .block_on(self.client.get(host, "/v1/health"))
+            .is_some_and(|(_, v)| v.get("status").and_then(|s| s.as_str()) == Some("degraded"))
+    }
     fn restarted(&self, host: usize) {
         if let Ok(mut s) = self.client.shared.lock() {
             s.generations[host] += 1;
