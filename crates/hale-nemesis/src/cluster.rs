@@ -259,7 +259,7 @@ hook_timeout = "10s"
             .arg(self.lab.dirs[i].join("agent.toml"))
             .env_remove("LD_PRELOAD")
             .env_remove("FAKETIME")
-            .env("HALE_LOG", "info");
+            .env("HALE_LOG", "info,openraft=warn");
         if let Some(bug) = &self.cfg.planted_bug {
             cmd.env("HALE_PLANTED_BUG", bug);
         }
