@@ -323,16 +323,16 @@ pub fn run_one(opts: &RunOptions, seed: u64) -> Result<RunReport, RunError> {
     nemesis.heal_all(&mut cluster, &mut oracle)?;
     history.heal_ns = now_ns();
     let bound_at = Instant::now() + opts.liveness_bound;
-    while formed {
+    let mut waiting = formed;
+    while waiting {
         check_interrupt()?;
         if settled(&client, &rt, &mut history).is_some() {
             history.settled_ns = Some(now_ns());
-            break;
         }
-        if Instant::now() > bound_at {
-            break;
+        waiting = history.settled_ns.is_none() && Instant::now() <= bound_at;
+        if waiting {
+            std::thread::sleep(Duration::from_millis(250));
         }
-        std::thread::sleep(Duration::from_millis(250));
     }
     // A little more writing on the settled cluster, then let answers arrive.
     std::thread::sleep(Duration::from_secs(2));
