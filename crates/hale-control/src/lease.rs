@@ -347,6 +347,11 @@ impl Grantor {
         role: &str,
         now: Time,
     ) -> Result<(), GrantDelay> {
+        // Test builds only (see `planted.rs`): grant without waiting for the lease.
+        #[cfg(feature = "planted-bugs")]
+        if crate::planted::active("no-lease-wait") {
+            return Ok(());
+        }
         if table.role(role).is_some_and(|r| r.holder.is_some()) {
             let until = appends.last(role) + self.timing.lease;
             if now < until {

@@ -15,6 +15,8 @@ pub mod auth;
 pub mod history;
 pub mod holder;
 pub mod lease;
+#[cfg(feature = "planted-bugs")]
+pub mod planted;
 pub mod raft;
 
 pub use auth::ControlAuth;

@@ -158,6 +158,11 @@ pub struct DemoteOnceArgs {
 
 /// Runs the watchdog; exit status 0 when released, 3 when it fenced.
 pub fn watchdog(args: &WatchdogArgs) -> std::process::ExitCode {
+    // Test builds only (see `hale_control::planted`): a watchdog that never fences.
+    #[cfg(feature = "planted-bugs")]
+    if hale_control::planted::active("no-watchdog") {
+        return planted_idle_watchdog();
+    }
     let env: Vec<(String, String)> = ["HALE_ROLE", "HALE_EPOCH", "HALE_NODE"]
         .iter()
         .filter_map(|k| std::env::var(k).ok().map(|v| ((*k).to_owned(), v)))
@@ -172,6 +177,24 @@ pub fn watchdog(args: &WatchdogArgs) -> std::process::ExitCode {
         hale_agent::watchdog::WatchdogExit::Released => std::process::ExitCode::SUCCESS,
         _ => std::process::ExitCode::from(3),
     }
+}
+
+/// Planted bug `no-watchdog`: answers the agent as a watchdog would, fences never.
+#[cfg(feature = "planted-bugs")]
+fn planted_idle_watchdog() -> std::process::ExitCode {
+    use std::io::{BufRead, Write};
+    for line in std::io::stdin().lock().lines() {
+        match line.as_deref().map(str::trim) {
+            Ok("disarm") => {
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(out, "disarmed");
+                let _ = out.flush();
+            }
+            Ok("stop" | "release") | Err(_) => break,
+            Ok(_) => {}
+        }
+    }
+    std::process::ExitCode::SUCCESS
 }
 
 /// `hale control ...`: change the control plane's servers.

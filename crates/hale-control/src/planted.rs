@@ -1,0 +1,15 @@
+//! Planted bugs, for the nemesis harness only (`crates/hale-nemesis`):
+//! compiled only with the `planted-bugs` feature (off by default; never in
+//! a release), each selected at run time by `HALE_PLANTED_BUG=<name>` and
+//! read at exactly one point of the code. They prove that the harness's
+//! checker catches what they break.
+//!
+//! * `no-lease-wait` (`lease.rs`, `Grantor::may_grant`): the grantor grants
+//!   a role without waiting for the current holder's lease to run out.
+//! * `no-watchdog` (`hale/src/roles_cmd.rs`, `hale watchdog`): the watchdog
+//!   never fences.
+
+/// Whether planted bug `name` is selected (`HALE_PLANTED_BUG`).
+pub fn active(name: &str) -> bool {
+    std::env::var("HALE_PLANTED_BUG").is_ok_and(|b| b == name)
+}

@@ -1,0 +1,175 @@
+//! (e) Every lost lease demotes once: for every promote hook started on a
+//! node at epoch `e`, the node's demote hook for `e` (the agent's or its
+//! watchdog's) finishes at most once, and starts at least once, unless the
+//! node still holds `e` at the end or its whole host was killed while `e`
+//! was the newest epoch promoted anywhere (nothing was left to demote; the
+//! register starts fenced). A host killed after a newer epoch's promote
+//! began excuses nothing: the lease was already lost by then.
+
+use std::collections::BTreeMap;
+
+use super::Violation;
+use crate::history::History;
+use crate::hook::{HookKind, Phase};
+use crate::schedule::Fault;
+
+/// Checks (e).
+pub fn check(h: &History) -> Result<(), Violation> {
+    // (node, epoch) -> (promote start, demote starts, demote ends)
+    let mut runs: BTreeMap<(&str, u64), (Option<u64>, u32, u32)> = BTreeMap::new();
+    for l in &h.hooks {
+        let e = runs.entry((l.node.as_str(), l.epoch)).or_default();
+        match (l.kind, l.phase) {
+            (HookKind::Promote, Phase::Start) => {
+                e.0 = Some(e.0.map_or(l.t, |t: u64| t.min(l.t)));
+            }
+            (HookKind::Demote, Phase::Start) => e.1 += 1,
+            (HookKind::Demote, Phase::End) => e.2 += 1,
+            _ => {}
+        }
+    }
+    // The latest epoch each node promoted at (what it may still hold).
+    let mut latest: BTreeMap<&str, u64> = BTreeMap::new();
+    for (&(node, epoch), r) in &runs {
+        if r.0.is_some() {
+            let l = latest.entry(node).or_insert(epoch);
+            *l = (*l).max(epoch);
+        }
+    }
+    for (&(node, epoch), &(promoted, starts, ends)) in &runs {
+        let Some(at) = promoted else { continue };
+        if ends > 1 {
+            return Err(Violation::new(
+                "demote-once",
+                format!("{node} demoted epoch {epoch} {ends} times"),
+                at,
+                h.end_ns.max(at),
+            ));
+        }
+        if starts > 0 {
+            continue;
+        }
+        let holds = h.final_primaries.iter().any(|p| p == node) && latest.get(node) == Some(&epoch);
+        // When the next epoch's promote began anywhere: the lease was lost by then.
+        let superseded = runs
+            .iter()
+            .filter(|((_, e), r)| *e > epoch && r.0.is_some())
+            .filter_map(|(_, r)| r.0)
+            .min()
+            .unwrap_or(u64::MAX);
+        let host_killed = h.faults.iter().any(|f| {
+            matches!(f.fault, Fault::KillHost(_))
+                && f.hosts.iter().any(|x| x == node)
+                && f.start_ns >= at
+                && f.start_ns < superseded
+        });
+        if !holds && !host_killed {
+            return Err(Violation::new(
+                "demote-once",
+                format!("{node} promoted at epoch {epoch} and never demoted it"),
+                at,
+                h.end_ns.max(at),
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hook::HookLine;
+
+    fn line(t: u64, node: &str, kind: HookKind, phase: Phase, epoch: u64) -> HookLine {
+        HookLine {
+            t,
+            node: node.into(),
+            kind,
+            phase,
+            epoch,
+            reason: None,
+        }
+    }
+
+    fn promoted_then(demotes: u32) -> History {
+        let mut hooks = vec![
+            line(1, "h0", HookKind::Promote, Phase::Start, 4),
+            line(2, "h0", HookKind::Promote, Phase::End, 4),
+        ];
+        for i in 0..demotes {
+            hooks.push(line(
+                10 + u64::from(i),
+                "h0",
+                HookKind::Demote,
+                Phase::Start,
+                4,
+            ));
+            hooks.push(line(
+                11 + u64::from(i),
+                "h0",
+                HookKind::Demote,
+                Phase::End,
+                4,
+            ));
+        }
+        History {
+            hooks,
+            end_ns: 100,
+            ..History::default()
+        }
+    }
+
+    #[test]
+    fn a_lease_lost_and_demoted_once_passes() {
+        assert_eq!(check(&promoted_then(1)), Ok(()));
+    }
+
+    #[test]
+    fn a_lease_demoted_twice_is_caught() {
+        assert!(check(&promoted_then(2))
+            .expect_err("the check catches it")
+            .what
+            .contains("2 times"));
+    }
+
+    #[test]
+    fn a_lease_lost_without_a_demote_is_caught() {
+        assert!(check(&promoted_then(0))
+            .expect_err("the check catches it")
+            .what
+            .contains("never demoted"));
+    }
+
+    fn host_killed_at(mut h: History, t: u64) -> History {
+        h.faults.push(crate::history::FaultRecord {
+            fault: Fault::KillHost(crate::schedule::Target::Host(0)),
+            hosts: vec!["h0".into()],
+            start_ns: t,
+            heal_ns: Some(t + 5),
+            note: String::new(),
+        });
+        h
+    }
+
+    #[test]
+    fn a_host_killed_while_it_held_the_lease_needs_no_demote() {
+        assert_eq!(check(&host_killed_at(promoted_then(0), 5)), Ok(()));
+    }
+
+    #[test]
+    fn a_host_killed_after_another_node_took_over_does_not_excuse_a_missing_demote() {
+        let mut h = host_killed_at(promoted_then(0), 50);
+        h.hooks
+            .push(line(20, "h1", HookKind::Promote, Phase::Start, 5));
+        h.final_primaries = vec!["h1".into()];
+        let v = check(&h).expect_err("the check catches it");
+        assert!(v.what.contains("h0 promoted at epoch 4"), "{v}");
+    }
+
+    #[test]
+    fn a_lease_still_held_at_the_end_needs_no_demote() {
+        let mut h = promoted_then(0);
+        h.final_primaries = vec!["h0".into()];
+        assert_eq!(check(&h), Ok(()));
+    }
+}

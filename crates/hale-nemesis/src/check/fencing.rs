@@ -1,0 +1,108 @@
+//! (a) Fencing: across every register, no write is accepted at epoch `e`
+//! after a write was accepted at a higher epoch (by the shared clock), and
+//! no epoch has two writers. "Accepted" is a register's `accepted` record:
+//! the primary's epoch check passed, one replica's epoch check passed, and
+//! both logged it durably.
+
+use std::collections::BTreeMap;
+
+use super::Violation;
+use crate::history::History;
+use crate::register::RegisterRecord;
+
+/// Checks (a).
+pub fn check(h: &History) -> Result<(), Violation> {
+    let mut accepted: Vec<(u64, u64, &str, u64)> = Vec::new();
+    for (node, recs) in &h.registers {
+        for r in recs {
+            if let RegisterRecord::Accepted {
+                t, epoch, value, ..
+            } = r
+            {
+                accepted.push((*t, *epoch, node, *value));
+            }
+        }
+    }
+    accepted.sort();
+    let mut writers: BTreeMap<u64, &str> = BTreeMap::new();
+    let mut highest: Option<(u64, u64, &str, u64)> = None;
+    for &(t, epoch, node, value) in &accepted {
+        if let Some(w) = writers.insert(epoch, node).filter(|w| *w != node) {
+            let first = accepted
+                .iter()
+                .find(|a| a.1 == epoch && a.2 == w)
+                .map_or(t, |a| a.0);
+            return Err(Violation::new(
+                "fencing",
+                format!("two writers at epoch {epoch}: {w} and {node} (value {value})"),
+                first,
+                t,
+            )
+            .about(vec![value]));
+        }
+        if let Some(hi) = highest.filter(|hi| hi.1 > epoch) {
+            return Err(Violation::new(
+                "fencing",
+                format!(
+                    "{node} accepted value {value} at epoch {epoch} after {} accepted value {} at epoch {}",
+                    hi.2, hi.3, hi.1
+                ),
+                hi.0.saturating_sub(2_000_000_000),
+                t + 1_000_000_000,
+            )
+            .about(vec![hi.3, value]));
+        }
+        if highest.is_none_or(|hi| epoch > hi.1) {
+            highest = Some((t, epoch, node, value));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::tests::accepted;
+
+    fn history(regs: &[(&str, Vec<RegisterRecord>)]) -> History {
+        History {
+            registers: regs
+                .iter()
+                .map(|(n, r)| ((*n).to_owned(), r.clone()))
+                .collect(),
+            ..History::default()
+        }
+    }
+
+    #[test]
+    fn epochs_that_only_grow_across_registers_pass() {
+        let h = history(&[
+            ("h0", vec![accepted(1, 1, 1), accepted(2, 1, 2)]),
+            ("h1", vec![accepted(3, 2, 3), accepted(4, 2, 4)]),
+        ]);
+        assert_eq!(check(&h), Ok(()));
+    }
+
+    #[test]
+    fn a_write_at_an_old_epoch_after_a_newer_one_elsewhere_is_caught() {
+        let h = history(&[
+            ("h0", vec![accepted(1, 1, 1), accepted(5, 1, 2)]),
+            ("h1", vec![accepted(3, 2, 3)]),
+        ]);
+        let v = check(&h).expect_err("the check catches it");
+        assert!(
+            v.what.contains("h0 accepted value 2 at epoch 1 after h1"),
+            "{v}"
+        );
+    }
+
+    #[test]
+    fn two_writers_at_one_epoch_are_caught() {
+        let h = history(&[
+            ("h0", vec![accepted(1, 3, 1)]),
+            ("h1", vec![accepted(2, 3, 2)]),
+        ]);
+        let v = check(&h).expect_err("the check catches it");
+        assert!(v.what.contains("two writers at epoch 3"), "{v}");
+    }
+}

@@ -1,0 +1,101 @@
+//! The independent checker: invariants over a recorded [`History`], one
+//! per file, each `fn check(&History) -> Result<(), Violation>`. None asks
+//! hale what happened; they read the registers, the hooks, the client and
+//! what the agents published.
+//!
+//! * [`fencing`] — (a) no write accepted at an epoch after one accepted at a
+//!   higher epoch anywhere; no two writers accepted at one epoch.
+//! * [`durability`] — (b) every acknowledged write is on two registers at the end.
+//! * [`liveness`] — (c) after the last heal, exactly one primary and
+//!   membership converged within the bound.
+//! * [`false_death`] — (d) no member that no nemesis touched declared dead.
+//! * [`demote_once`] — (e) every lost lease demoted exactly once.
+
+use crate::history::History;
+
+pub mod demote_once;
+pub mod durability;
+pub mod false_death;
+pub mod fencing;
+pub mod liveness;
+
+/// A broken invariant, with the stretch of history that shows it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
+#[error("({check}) {what}")]
+pub struct Violation {
+    /// Which invariant: `fencing`, `durability`, `liveness`, `false-death`, `demote-once`.
+    pub check: String,
+    /// What happened.
+    pub what: String,
+    /// The history slice that shows it starts here (shared clock, ns)...
+    pub from_ns: u64,
+    /// ...and ends here.
+    pub to_ns: u64,
+    /// The writes it is about (the slice shows only these of all writes).
+    #[serde(default)]
+    pub values: Vec<u64>,
+}
+
+impl Violation {
+    /// A violation of `check` shown by the history between `from_ns` and `to_ns`.
+    pub fn new(check: &'static str, what: String, from_ns: u64, to_ns: u64) -> Violation {
+        Violation {
+            check: check.to_owned(),
+            what,
+            from_ns,
+            to_ns,
+            values: Vec::new(),
+        }
+    }
+
+    /// The same, about writes `values`.
+    pub fn about(mut self, values: Vec<u64>) -> Violation {
+        self.values = values;
+        self
+    }
+
+    /// The history slice that shows it.
+    pub fn slice(&self, h: &History) -> String {
+        h.slice(self.from_ns, self.to_ns, &self.values)
+    }
+}
+
+/// Every check, in order; all violations found.
+pub fn check_all(h: &History) -> Vec<Violation> {
+    [
+        fencing::check,
+        durability::check,
+        liveness::check,
+        false_death::check,
+        demote_once::check,
+    ]
+    .iter()
+    .filter_map(|c| c(h).err())
+    .collect()
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use crate::register::RegisterRecord;
+
+    /// An accepted write at `t` s, epoch `epoch`, value `value`.
+    pub fn accepted(t: u64, epoch: u64, value: u64) -> RegisterRecord {
+        RegisterRecord::Accepted {
+            t: t * 1_000_000_000,
+            epoch,
+            value,
+            client: 0,
+            replica: "x".into(),
+        }
+    }
+
+    /// A copy at `t` s.
+    pub fn replica(t: u64, epoch: u64, value: u64, from: &str) -> RegisterRecord {
+        RegisterRecord::Replica {
+            t: t * 1_000_000_000,
+            epoch,
+            value,
+            from: from.into(),
+        }
+    }
+}

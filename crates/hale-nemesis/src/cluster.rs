@@ -1,0 +1,351 @@
+//! The processes of a run: on every host of a [`Lab`], a fenced register
+//! (`hale-nemesis register`) and a `hale agent` (the first three are
+//! control-plane servers; all are candidates for role `db` with hooks that
+//! drive the local register), started with `ip netns exec`, optionally
+//! under libfaketime. Processes are found and signalled by process id:
+//! our own children, or the processes of a host's namespace.
+
+use std::fs::OpenOptions;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+use crate::lab::{cmdline, ns_pids, Lab, LabError};
+
+/// Gossip port of every agent.
+pub const GOSSIP_PORT: u16 = 7946;
+/// HTTP API port of every agent.
+pub const HTTP_PORT: u16 = 7947;
+/// Control-plane port of the servers.
+pub const CONTROL_PORT: u16 = 7948;
+/// The register's port.
+pub const REGISTER_PORT: u16 = 7070;
+/// How many of the hosts are control-plane servers.
+pub const SERVERS: usize = 3;
+
+/// The agents' API token (the API listens on the host's address).
+pub const API_TOKEN: &str = "nemesis-token";
+
+/// What can go wrong starting processes.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// A process could not be started or a file written.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    /// `hale keygen` failed.
+    #[error("`{0} keygen` failed")]
+    Keygen(PathBuf),
+    /// The lab failed.
+    #[error(transparent)]
+    Lab(#[from] LabError),
+}
+
+/// How an agent's clocks run (libfaketime).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClockMode {
+    /// The true clocks.
+    True,
+    /// The wall clock stepped by this many seconds; monotonic untouched.
+    Step(i64),
+    /// Every clock at this many thousandths of true speed.
+    Rate(u32),
+}
+
+/// The path of libfaketime, if installed.
+pub fn faketime_lib() -> Option<PathBuf> {
+    [
+        "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
+        "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
+        "/usr/lib/faketime/libfaketimeMT.so.1",
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .find(|p| p.exists())
+}
+
+/// How the cluster is set up.
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    /// The `hale` binary.
+    pub hale_bin: PathBuf,
+    /// This harness's binary (register and hooks).
+    pub nemesis_bin: PathBuf,
+    /// Each host's promote hook length (ms).
+    pub promote_ms: Vec<u64>,
+    /// Each host's demote hook length (ms).
+    pub demote_ms: Vec<u64>,
+    /// Give agents a `state_dir` (on the host's tmpfs).
+    pub state_dir: bool,
+    /// `HALE_PLANTED_BUG` for the agents (test builds only).
+    pub planted_bug: Option<String>,
+    /// The registers skip their epoch checks (planted bug).
+    pub register_skips_epoch_check: bool,
+}
+
+/// The running processes of every host.
+pub struct Cluster {
+    /// The network.
+    pub lab: Lab,
+    /// The setup.
+    pub cfg: ClusterConfig,
+    /// Node names (`h0`...).
+    pub names: Vec<String>,
+    agents: Vec<Option<Child>>,
+    registers: Vec<Option<Child>>,
+    /// Each agent's clocks now.
+    pub clocks: Vec<ClockMode>,
+    /// How many times each agent was started (the events' sequence restarts).
+    pub generations: Vec<u64>,
+}
+
+/// An agent's HTTP API address.
+pub fn api_addr(ip: Ipv4Addr) -> SocketAddr {
+    SocketAddr::from((ip, HTTP_PORT))
+}
+
+/// A register's address.
+pub fn register_addr(ip: Ipv4Addr) -> SocketAddr {
+    SocketAddr::from((ip, REGISTER_PORT))
+}
+
+fn q(p: &Path) -> String {
+    format!("{:?}", p.to_string_lossy())
+}
+
+impl Cluster {
+    /// Writes every host's configuration; starts nothing yet.
+    pub fn new(lab: Lab, cfg: ClusterConfig, cluster_name: &str) -> Result<Cluster, ClusterError> {
+        let out = Command::new(&cfg.hale_bin).arg("keygen").output()?;
+        let key = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        if !out.status.success() || key.is_empty() {
+            return Err(ClusterError::Keygen(cfg.hale_bin.clone()));
+        }
+        let n = lab.hosts.len();
+        let names: Vec<String> = (0..n).map(|i| format!("h{i}")).collect();
+        let servers: Vec<String> = (0..SERVERS.min(n))
+            .map(|i| format!("\"{}={}:{CONTROL_PORT}\"", i + 1, lab.ips[i]))
+            .collect();
+        for (i, name) in names.iter().enumerate() {
+            let (ip, dir, disk) = (lab.ips[i], &lab.dirs[i], &lab.disks[i]);
+            let seeds: Vec<String> = (0..2.min(n))
+                .filter(|&s| s != i)
+                .map(|s| format!("\"{}:{GOSSIP_PORT}\"", lab.ips[s]))
+                .collect();
+            let hook = |kind: &str, ms: u64| {
+                format!(
+                    "[\"env\", \"-u\", \"LD_PRELOAD\", {nem}, \"hook\", \"{kind}\", \"--node\", \"{name}\", \"--dir\", {dir}, \"--register\", \"{reg}\", \"--ms\", \"{ms}\"]",
+                    nem = q(&cfg.nemesis_bin),
+                    dir = q(dir),
+                    reg = register_addr(ip),
+                )
+            };
+            let control = if i < SERVERS {
+                format!(
+                    "id = {}\nbind = \"{ip}:{CONTROL_PORT}\"\nservers = [{}]\nbootstrap = {}\ndata_dir = {}",
+                    i + 1,
+                    servers.join(", "),
+                    i == 0,
+                    q(&disk.join("data"))
+                )
+            } else {
+                format!("servers = [{}]", servers.join(", "))
+            };
+            let state_dir = if cfg.state_dir {
+                format!("state_dir = {}", q(&disk.join("state")))
+            } else {
+                String::new()
+            };
+            let toml = format!(
+                r#"[agent]
+name = "{name}"
+bind = "{ip}:{GOSSIP_PORT}"
+http = "{ip}:{HTTP_PORT}"
+api_token = "{API_TOKEN}"
+seeds = [{seeds}]
+watchdog = {hale}
+{state_dir}
+[cluster]
+name = "{cluster_name}"
+keys = ["{key}"]
+[control]
+{control}
+[[service]]
+name = "store"
+essential = true
+[[service.check]]
+command = ["true"]
+interval = "500ms"
+timeout = "1s"
+[[role]]
+name = "db"
+service = "store"
+priority = 10
+promote = {promote}
+demote = {demote}
+hook_timeout = "10s"
+"#,
+                seeds = seeds.join(", "),
+                hale = q(&cfg.hale_bin),
+                promote = hook("promote", cfg.promote_ms[i]),
+                demote = hook("demote", cfg.demote_ms[i]),
+            );
+            std::fs::write(dir.join("agent.toml"), toml)?;
+        }
+        Ok(Cluster {
+            agents: (0..n).map(|_| None).collect(),
+            registers: (0..n).map(|_| None).collect(),
+            clocks: vec![ClockMode::True; n],
+            generations: vec![0; n],
+            names,
+            lab,
+            cfg,
+        })
+    }
+
+    fn log(&self, i: usize, file: &str) -> Result<std::fs::File, ClusterError> {
+        Ok(OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.lab.dirs[i].join(file))?)
+    }
+
+    /// Starts host `i`'s register.
+    pub fn start_register(&mut self, i: usize) -> Result<(), ClusterError> {
+        if let Some(mut c) = self.registers[i].take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let n = self.names.len();
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.lab.hosts[i]])
+            .arg(&self.cfg.nemesis_bin)
+            .args(["register", "--node", &self.names[i]])
+            .arg("--listen")
+            .arg(register_addr(self.lab.ips[i]).to_string())
+            .arg("--log")
+            .arg(self.lab.disks[i].join("register.log"));
+        for k in 1..n {
+            let p = (i + k) % n;
+            cmd.arg("--peer").arg(format!(
+                "{}={}",
+                self.names[p],
+                register_addr(self.lab.ips[p])
+            ));
+        }
+        if self.cfg.register_skips_epoch_check {
+            cmd.arg("--skip-epoch-check");
+        }
+        let log = self.log(i, "register.out")?;
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()?;
+        self.registers[i] = Some(child);
+        Ok(())
+    }
+
+    /// Starts host `i`'s agent with `clock`.
+    pub fn start_agent(&mut self, i: usize, clock: ClockMode) -> Result<(), ClusterError> {
+        self.kill_agent(i);
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.lab.hosts[i]])
+            .arg(&self.cfg.hale_bin)
+            .arg("agent")
+            .arg("--config")
+            .arg(self.lab.dirs[i].join("agent.toml"))
+            .env_remove("LD_PRELOAD")
+            .env_remove("FAKETIME")
+            .env("HALE_LOG", "info,openraft=warn");
+        if let Some(bug) = &self.cfg.planted_bug {
+            cmd.env("HALE_PLANTED_BUG", bug);
+        }
+        if let (Some(lib), true) = (faketime_lib(), clock != ClockMode::True) {
+            cmd.env("LD_PRELOAD", lib).env("FAKETIME_NO_CACHE", "1");
+            match clock {
+                ClockMode::Step(s) => {
+                    cmd.env("FAKETIME", format!("{s:+}"))
+                        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+                }
+                ClockMode::Rate(pm) => {
+                    cmd.env("FAKETIME", format!("+0 x{}", f64::from(pm) / 1000.0));
+                }
+                ClockMode::True => {}
+            }
+        }
+        let log = self.log(i, "agent.log")?;
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()?;
+        self.agents[i] = Some(child);
+        self.clocks[i] = clock;
+        self.generations[i] += 1;
+        Ok(())
+    }
+
+    /// Host `i`'s agent's process id, if it runs.
+    pub fn agent_pid(&mut self, i: usize) -> Option<i32> {
+        let c = self.agents[i].as_mut()?;
+        match c.try_wait() {
+            Ok(None) => Some(c.id() as i32),
+            _ => None,
+        }
+    }
+
+    /// SIGKILLs host `i`'s agent and reaps it (its watchdog lives on and fences).
+    pub fn kill_agent(&mut self, i: usize) {
+        if let Some(mut c) = self.agents[i].take() {
+            let _ = kill(Pid::from_raw(c.id() as i32), Signal::SIGCONT);
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Restarts host `i`'s agent with `clock` (killing it first if it runs).
+    pub fn restart_agent(&mut self, i: usize, clock: ClockMode) -> Result<(), ClusterError> {
+        self.kill_agent(i);
+        self.start_agent(i, clock)
+    }
+
+    /// SIGKILLs every process of host `i` and reaps our children.
+    pub fn kill_host(&mut self, i: usize) {
+        crate::lab::signal_ns(&self.lab.hosts[i], Signal::SIGCONT);
+        crate::lab::signal_ns(&self.lab.hosts[i], Signal::SIGKILL);
+        for c in [self.agents[i].take(), self.registers[i].take()]
+            .into_iter()
+            .flatten()
+        {
+            let mut c = c;
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Restarts host `i` after [`Cluster::kill_host`]: register, then agent (same clocks).
+    pub fn restart_host(&mut self, i: usize) -> Result<(), ClusterError> {
+        self.start_register(i)?;
+        self.start_agent(i, self.clocks[i])
+    }
+
+    /// The processes of host `i` whose command is `what` (`argv[1]`:
+    /// `watchdog` for `hale watchdog`, `hook` for the hooks). Matching
+    /// words, not text: a watchdog's command line holds the fence command.
+    pub fn host_pids(&self, i: usize, what: &str) -> Vec<i32> {
+        ns_pids(&self.lab.hosts[i])
+            .into_iter()
+            .filter(|&p| cmdline(p).split(' ').nth(1) == Some(what))
+            .collect()
+    }
+
+    /// Stops everything (every process of every host), reaping our children.
+    pub fn stop_all(&mut self) {
+        for i in 0..self.names.len() {
+            self.kill_host(i);
+        }
+    }
+}

@@ -1,0 +1,178 @@
+//! The role's hooks (`hale-nemesis hook promote|demote`), run by the agent
+//! (and by its watchdog, for the fence) inside the host's namespace, always
+//! through `env -u LD_PRELOAD` so that libfaketime never touches them.
+//!
+//! Each appends `start` and `end` lines to `<dir>/hooks.log` (JSON lines,
+//! shared-clock times). Promote: start, take `promote_ms` (plus any extra
+//! delay the nemesis wrote to `<dir>/hook-delay-ms`), make the local
+//! register primary at `HALE_EPOCH`, end. Demote: start, fence the local
+//! register at once, take `demote_ms` (plus the extra delay), end.
+//! With `HALE_PLANTED_BUG=skip-demote` (planted bug) a demote does nothing.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::clock::now_ns;
+use crate::register::EpochBody;
+
+/// What can make a hook fail.
+#[derive(Debug, thiserror::Error)]
+pub enum HookError {
+    /// `HALE_EPOCH` is missing or not a number.
+    #[error("HALE_EPOCH is missing or malformed")]
+    NoEpoch,
+    /// The hook log could not be written.
+    #[error("hook log: {0}")]
+    Log(#[from] std::io::Error),
+    /// The register refused or never answered.
+    #[error("register at {0} refused or did not answer")]
+    Register(SocketAddr),
+}
+
+/// Which hook.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum HookKind {
+    /// The promote hook.
+    Promote,
+    /// The demote hook (also the watchdog's fence).
+    Demote,
+}
+
+/// Start or end of a hook run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Phase {
+    /// It began.
+    Start,
+    /// It finished its work.
+    End,
+}
+
+/// One line of `hooks.log`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HookLine {
+    /// Shared-clock time, ns.
+    pub t: u64,
+    /// The node.
+    pub node: String,
+    /// Which hook.
+    pub kind: HookKind,
+    /// Start or end.
+    pub phase: Phase,
+    /// `HALE_EPOCH`.
+    pub epoch: u64,
+    /// `HALE_REASON`, if set.
+    pub reason: Option<String>,
+}
+
+/// How a hook runs.
+#[derive(Debug, Clone)]
+pub struct HookConfig {
+    /// Which hook.
+    pub kind: HookKind,
+    /// The node.
+    pub node: String,
+    /// The host's directory (`hooks.log`, `hook-delay-ms`).
+    pub dir: PathBuf,
+    /// The local register.
+    pub register: SocketAddr,
+    /// Base duration, ms.
+    pub ms: u64,
+}
+
+/// Reads `hooks.log` in `dir`.
+pub fn read_log(dir: &Path) -> Vec<HookLine> {
+    std::fs::read_to_string(dir.join("hooks.log"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+fn log(cfg: &HookConfig, phase: Phase, epoch: u64) -> Result<(), HookError> {
+    let line = HookLine {
+        t: now_ns(),
+        node: cfg.node.clone(),
+        kind: cfg.kind,
+        phase,
+        epoch,
+        reason: std::env::var("HALE_REASON").ok(),
+    };
+    let mut text = serde_json::to_vec(&line).map_err(std::io::Error::other)?;
+    text.push(b'\n');
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(cfg.dir.join("hooks.log"))?;
+    f.write_all(&text)?;
+    f.sync_data()?;
+    Ok(())
+}
+
+/// Tells the register `path` with `epoch`, retrying every 100 ms until it
+/// accepts or `patience` has passed.
+async fn tell(addr: SocketAddr, path: &str, epoch: u64, patience: Duration) -> bool {
+    let Ok(http) = reqwest::Client::builder()
+        .timeout(Duration::from_millis(500))
+        .build()
+    else {
+        return false;
+    };
+    let deadline = Instant::now() + patience;
+    loop {
+        let sent = http
+            .post(format!("http://{addr}/{path}"))
+            .json(&EpochBody { epoch })
+            .send()
+            .await;
+        match sent {
+            Ok(r) if r.status().is_success() => return true,
+            // A refusal (stale epoch) will not change.
+            Ok(r) if r.status().as_u16() == 409 => return false,
+            _ => {}
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Runs one hook to completion.
+pub async fn run(cfg: &HookConfig) -> Result<(), HookError> {
+    let epoch: u64 = std::env::var("HALE_EPOCH")
+        .ok()
+        .and_then(|e| e.parse().ok())
+        .ok_or(HookError::NoEpoch)?;
+    if cfg.kind == HookKind::Demote
+        && std::env::var("HALE_PLANTED_BUG").is_ok_and(|b| b == "skip-demote")
+    {
+        return Ok(());
+    }
+    let extra: u64 = std::fs::read_to_string(cfg.dir.join("hook-delay-ms"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0);
+    let took = Duration::from_millis(cfg.ms + extra);
+    log(cfg, Phase::Start, epoch)?;
+    match cfg.kind {
+        HookKind::Promote => {
+            tokio::time::sleep(took).await;
+            if !tell(cfg.register, "promote", epoch, Duration::from_secs(30)).await {
+                return Err(HookError::Register(cfg.register));
+            }
+        }
+        HookKind::Demote => {
+            // A register that is down (its host killed) needs no fence: it
+            // starts as no primary.
+            let _ = tell(cfg.register, "fence", epoch, Duration::from_secs(2)).await;
+            tokio::time::sleep(took).await;
+        }
+    }
+    log(cfg, Phase::End, epoch)
+}

@@ -1,0 +1,263 @@
+//! The network: `n` hosts, each in its own network namespace, joined by
+//! veth pairs to a bridge in one more namespace (as in
+//! `crates/hale/tests/it/netns.rs`). The bridge itself has an address, and
+//! the harness's own thread talks to the hosts from inside the bridge
+//! namespace ([`Lab::enter_bridge`]), so that no traffic leaves the
+//! namespaces this run made. Names hold the process id, so parallel runs
+//! coexist. Each host also gets a small tmpfs (its agent's `data_dir` and
+//! `state_dir`, its register's log) that a nemesis can fill.
+//!
+//! Dropping the lab (also on panic) kills every process in its namespaces
+//! by id (`ip netns pids`), deletes the namespaces and unmounts the tmpfs.
+
+use std::io::Write;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+/// What went wrong building or changing the lab.
+#[derive(Debug, thiserror::Error)]
+pub enum LabError {
+    /// A command failed.
+    #[error("`{cmd}` failed: {stderr}")]
+    Command {
+        /// The command line.
+        cmd: String,
+        /// Its standard error.
+        stderr: String,
+    },
+    /// A file or directory could not be made.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    /// Entering the bridge namespace failed.
+    #[error("setns into {0}: {1}")]
+    Setns(String, nix::Error),
+}
+
+/// The nftables table the harness owns in every host namespace.
+const TABLE: &str = "nemesis";
+
+/// The namespaces, addresses and directories of one run.
+#[derive(Debug)]
+pub struct Lab {
+    /// The bridge's namespace.
+    pub bridge: String,
+    /// Each host's namespace.
+    pub hosts: Vec<String>,
+    /// Each host's address.
+    pub ips: Vec<Ipv4Addr>,
+    /// The bridge's own address (the harness talks from it).
+    pub bridge_ip: Ipv4Addr,
+    /// Each host's directory (logs, configs, hook log).
+    pub dirs: Vec<PathBuf>,
+    /// Each host's tmpfs (data, state, register log).
+    pub disks: Vec<PathBuf>,
+    mounted: Vec<PathBuf>,
+}
+
+/// Runs a command, failing with its standard error.
+pub fn run(args: &[&str]) -> Result<String, LabError> {
+    let out = Command::new(args[0]).args(&args[1..]).output()?;
+    if !out.status.success() {
+        return Err(LabError::Command {
+            cmd: args.join(" "),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Runs `nft -f -` with `script` inside namespace `ns`.
+pub fn nft(ns: &str, script: &str) -> Result<(), LabError> {
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", ns, "nft", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin.write_all(script.as_bytes())?;
+    }
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        return Err(LabError::Command {
+            cmd: format!("nft in {ns}: {script}"),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        });
+    }
+    Ok(())
+}
+
+/// The process ids in network namespace `ns`.
+pub fn ns_pids(ns: &str) -> Vec<i32> {
+    run(&["ip", "netns", "pids", ns])
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+/// A process's command line, words joined by spaces.
+pub fn cmdline(pid: i32) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| {
+            b.split(|&c| c == 0)
+                .map(|w| String::from_utf8_lossy(w).into_owned())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default()
+}
+
+/// Sends `sig` to every process in namespace `ns`.
+pub fn signal_ns(ns: &str, sig: Signal) {
+    for p in ns_pids(ns) {
+        let _ = kill(Pid::from_raw(p), sig);
+    }
+}
+
+/// Why the lab cannot run here, if it cannot.
+pub fn unsupported() -> Option<String> {
+    if !nix::unistd::geteuid().is_root() {
+        return Some("not root".into());
+    }
+    for tool in [["ip", "-V"], ["nft", "--version"], ["mount", "--version"]] {
+        let ok = Command::new(tool[0])
+            .arg(tool[1])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            return Some(format!("`{}` is missing", tool[0]));
+        }
+    }
+    if crate::cluster::faketime_lib().is_none() {
+        return Some("libfaketime is missing (apt-get install faketime)".into());
+    }
+    None
+}
+
+impl Lab {
+    /// Builds `n` hosts under `dir`, tagged with this process's id and `tag`.
+    pub fn new(dir: &Path, tag: &str, n: usize, disk_mb: u32) -> Result<Lab, LabError> {
+        let tag = format!("hn{}-{tag}", std::process::id());
+        let mut lab = Lab {
+            bridge: format!("{tag}-br"),
+            hosts: Vec::new(),
+            ips: Vec::new(),
+            bridge_ip: Ipv4Addr::new(10, 77, 0, 254),
+            dirs: Vec::new(),
+            disks: Vec::new(),
+            mounted: Vec::new(),
+        };
+        // Every name is recorded before it is made, so a failure halfway cleans up.
+        let br = lab.bridge.clone();
+        run(&["ip", "netns", "add", &br])?;
+        run(&["ip", "-n", &br, "link", "add", "br0", "type", "bridge"])?;
+        run(&[
+            "ip",
+            "-n",
+            &br,
+            "addr",
+            "add",
+            "10.77.0.254/24",
+            "dev",
+            "br0",
+        ])?;
+        run(&["ip", "-n", &br, "link", "set", "br0", "up"])?;
+        run(&["ip", "-n", &br, "link", "set", "lo", "up"])?;
+        for i in 0..n {
+            let ns = format!("{tag}-h{i}");
+            let ip = Ipv4Addr::new(10, 77, 0, i as u8 + 1);
+            lab.hosts.push(ns.clone());
+            run(&["ip", "netns", "add", &ns])?;
+            lab.ips.push(ip);
+            let port = format!("p{i}");
+            run(&[
+                "ip", "-n", &br, "link", "add", &port, "type", "veth", "peer", "name", "eth0",
+                "netns", &ns,
+            ])?;
+            run(&["ip", "-n", &br, "link", "set", &port, "master", "br0", "up"])?;
+            run(&[
+                "ip",
+                "-n",
+                &ns,
+                "addr",
+                "add",
+                &format!("{ip}/24"),
+                "dev",
+                "eth0",
+            ])?;
+            run(&["ip", "-n", &ns, "link", "set", "eth0", "up"])?;
+            run(&["ip", "-n", &ns, "link", "set", "lo", "up"])?;
+            let hdir = dir.join(format!("h{i}"));
+            let disk = hdir.join("disk");
+            std::fs::create_dir_all(&disk)?;
+            lab.mounted.push(disk.clone());
+            run(&[
+                "mount",
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={disk_mb}m"),
+                "tmpfs",
+                &disk.to_string_lossy(),
+            ])?;
+            lab.dirs.push(hdir);
+            lab.disks.push(disk);
+        }
+        Ok(lab)
+    }
+
+    /// Moves the calling thread (and the threads it starts afterwards)
+    /// into the bridge namespace.
+    pub fn enter_bridge(&self) -> Result<(), LabError> {
+        let f = std::fs::File::open(format!("/run/netns/{}", self.bridge))?;
+        nix::sched::setns(f, nix::sched::CloneFlags::CLONE_NEWNET)
+            .map_err(|e| LabError::Setns(self.bridge.clone(), e))
+    }
+
+    /// Replaces host `i`'s input filter with `rules` (none: no table).
+    pub fn set_rules(&self, i: usize, rules: &[String]) -> Result<(), LabError> {
+        let ns = &self.hosts[i];
+        let _ = nft(ns, &format!("delete table inet {TABLE}\n"));
+        if rules.is_empty() {
+            return Ok(());
+        }
+        let body = rules.join("\n    ");
+        nft(
+            ns,
+            &format!(
+                "table inet {TABLE} {{\n  chain input {{\n    type filter hook input priority 0; policy accept;\n    {body}\n  }}\n}}\n"
+            ),
+        )
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        for ns in &self.hosts {
+            signal_ns(ns, Signal::SIGCONT);
+            signal_ns(ns, Signal::SIGKILL);
+        }
+        // Killed processes leave their namespace once reaped; the namespaces
+        // go regardless (a netns lives on until its last process is gone).
+        for ns in self.hosts.iter().chain([&self.bridge]) {
+            let _ = Command::new("ip")
+                .args(["netns", "del", ns])
+                .stderr(Stdio::null())
+                .status();
+        }
+        for m in &self.mounted {
+            let _ = Command::new("umount")
+                .arg("-l")
+                .arg(m)
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}

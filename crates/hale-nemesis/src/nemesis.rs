@@ -1,0 +1,371 @@
+//! Carrying faults out and healing them, on a [`Cluster`]. Network faults
+//! compose: every host's input rules are recomputed from all active
+//! network faults whenever one starts or heals.
+
+use std::io::Write;
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+use crate::clock::now_ns;
+use crate::cluster::{ClockMode, Cluster, ClusterError, SERVERS};
+use crate::history::FaultRecord;
+use crate::lab::ns_pids;
+use crate::schedule::{Fault, Net, Target};
+
+/// What the nemesis needs to know about the cluster now.
+pub trait Oracle {
+    /// The host that holds the role now, if any is known.
+    fn holder(&self) -> Option<usize>;
+    /// The control-plane leader's host now, if known.
+    fn leader(&self) -> Option<usize>;
+    /// A host picked at random (from the run's seeded generator).
+    fn any(&mut self, below: usize) -> usize;
+    /// An agent was (re)started: its event history starts over.
+    fn restarted(&self, host: usize);
+    /// Whether the host's agent says `degraded` (its control-plane storage failed).
+    fn degraded(&self, host: usize) -> bool;
+}
+
+/// A fault in progress.
+#[derive(Debug)]
+pub struct Active {
+    /// Index of its record.
+    pub record: usize,
+    /// The fault.
+    pub fault: Fault,
+    /// The host it targets (host faults).
+    pub host: usize,
+    /// Input rules it adds: (host, rule).
+    pub rules: Vec<(usize, String)>,
+    /// Processes it stopped (to continue at heal).
+    pub stopped: Vec<i32>,
+    /// A hook fault still waiting for a hook to run.
+    pub pending_hook: Option<Signal>,
+}
+
+/// The nemesis: active faults and the record of all of them.
+#[derive(Debug, Default)]
+pub struct Nemesis {
+    /// Faults in progress.
+    pub active: Vec<Active>,
+    /// Every fault carried out.
+    pub records: Vec<FaultRecord>,
+}
+
+fn resolve(t: Target, o: &mut dyn Oracle, hosts: usize) -> usize {
+    match t {
+        Target::Host(h) => h.min(hosts - 1),
+        Target::Holder => o.holder().unwrap_or_else(|| o.any(hosts)),
+        Target::Leader => o.leader().unwrap_or_else(|| o.any(SERVERS.min(hosts))),
+    }
+}
+
+fn signal_all(pids: &[i32], sig: Signal) {
+    for &p in pids {
+        let _ = kill(Pid::from_raw(p), sig);
+    }
+}
+
+fn ip_set(c: &Cluster, hosts: &[usize]) -> String {
+    let ips: Vec<String> = hosts.iter().map(|&h| c.lab.ips[h].to_string()).collect();
+    format!("{{ {} }}", ips.join(", "))
+}
+
+/// Rules for "`a` hears nothing from `b`" (both non-empty).
+fn cut(c: &Cluster, a: &[usize], b: &[usize], rules: &mut Vec<(usize, String)>) {
+    if b.is_empty() {
+        return;
+    }
+    for &h in a {
+        rules.push((h, format!("ip saddr {} drop", ip_set(c, b))));
+    }
+}
+
+fn fill(dir: &std::path::Path) -> String {
+    let chunk = vec![0u8; 1 << 20];
+    let Ok(mut f) = std::fs::File::create(dir.join("filler")) else {
+        return "could not create the filler".into();
+    };
+    let mut mb = 0;
+    while f.write_all(&chunk).is_ok() && mb < 4096 {
+        mb += 1;
+    }
+    let _ = f.sync_all();
+    format!("filled with {mb} MiB")
+}
+
+impl Nemesis {
+    /// Starts `fault`.
+    pub fn apply(
+        &mut self,
+        c: &mut Cluster,
+        fault: &Fault,
+        o: &mut dyn Oracle,
+    ) -> Result<(), ClusterError> {
+        let n = c.names.len();
+        let all: Vec<usize> = (0..n).collect();
+        let mut act = Active {
+            record: self.records.len(),
+            fault: fault.clone(),
+            host: 0,
+            rules: Vec::new(),
+            stopped: Vec::new(),
+            pending_hook: None,
+        };
+        let touched: Vec<usize>;
+        let note;
+        match fault {
+            Fault::Net(net) => {
+                let mut rules = Vec::new();
+                match net {
+                    Net::Halves { side } => {
+                        let other: Vec<usize> =
+                            all.iter().copied().filter(|h| !side.contains(h)).collect();
+                        cut(c, side, &other, &mut rules);
+                        cut(c, &other, side, &mut rules);
+                        touched = all.clone();
+                    }
+                    Net::Isolate(t) => {
+                        let h = resolve(*t, o, n);
+                        let other: Vec<usize> = all.iter().copied().filter(|&x| x != h).collect();
+                        cut(c, &[h], &other, &mut rules);
+                        cut(c, &other, &[h], &mut rules);
+                        touched = vec![h];
+                    }
+                    Net::OneWay { target, inbound } => {
+                        let h = resolve(*target, o, n);
+                        let other: Vec<usize> = all.iter().copied().filter(|&x| x != h).collect();
+                        if *inbound {
+                            cut(c, &[h], &other, &mut rules);
+                        } else {
+                            cut(c, &other, &[h], &mut rules);
+                        }
+                        touched = vec![h];
+                    }
+                    Net::Bridge { bridge, side } => {
+                        let other: Vec<usize> = all
+                            .iter()
+                            .copied()
+                            .filter(|h| !side.contains(h) && h != bridge)
+                            .collect();
+                        cut(c, side, &other, &mut rules);
+                        cut(c, &other, side, &mut rules);
+                        touched = all.clone();
+                    }
+                    Net::Loss { hosts, percent } => {
+                        for &h in hosts {
+                            let others: Vec<usize> =
+                                all.iter().copied().filter(|&x| x != h).collect();
+                            rules.push((
+                                h,
+                                format!(
+                                    "ip saddr {} numgen random mod 100 < {percent} drop",
+                                    ip_set(c, &others)
+                                ),
+                            ));
+                        }
+                        touched = hosts.clone();
+                    }
+                }
+                note = rules
+                    .iter()
+                    .map(|(h, r)| format!("{}: {r}", c.names[*h]))
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                act.rules = rules;
+            }
+            _ => {
+                let t = match fault {
+                    Fault::KillAgent(t)
+                    | Fault::StopAgent(t)
+                    | Fault::KillWatchdog(t)
+                    | Fault::StopWatchdog(t)
+                    | Fault::KillHook(t)
+                    | Fault::StopHook(t)
+                    | Fault::KillHost(t)
+                    | Fault::StopHost(t)
+                    | Fault::DiskFull(t)
+                    | Fault::ClockStep { target: t, .. }
+                    | Fault::ClockRate { target: t, .. }
+                    | Fault::SlowHooks { target: t, .. } => *t,
+                    Fault::Net(_) => Target::Host(0),
+                };
+                let h = resolve(t, o, n);
+                act.host = h;
+                touched = vec![h];
+                note = self.apply_host(c, fault, h, &mut act, o)?;
+            }
+        }
+        self.records.push(FaultRecord {
+            fault: fault.clone(),
+            hosts: touched.iter().map(|&h| c.names[h].clone()).collect(),
+            start_ns: now_ns(),
+            heal_ns: None,
+            note,
+        });
+        let net = !act.rules.is_empty();
+        self.active.push(act);
+        if net {
+            self.set_rules(c)?;
+        }
+        Ok(())
+    }
+
+    fn apply_host(
+        &mut self,
+        c: &mut Cluster,
+        fault: &Fault,
+        h: usize,
+        act: &mut Active,
+        o: &mut dyn Oracle,
+    ) -> Result<String, ClusterError> {
+        Ok(match fault {
+            Fault::KillAgent(_) => {
+                c.kill_agent(h);
+                "agent killed".into()
+            }
+            Fault::StopAgent(_) => {
+                act.stopped = c.agent_pid(h).into_iter().collect();
+                signal_all(&act.stopped, Signal::SIGSTOP);
+                format!("stopped {:?}", act.stopped)
+            }
+            Fault::KillWatchdog(_) | Fault::StopWatchdog(_) => {
+                let pids = c.host_pids(h, "watchdog");
+                if matches!(fault, Fault::KillWatchdog(_)) {
+                    signal_all(&pids, Signal::SIGKILL);
+                    format!("killed watchdogs {pids:?}")
+                } else {
+                    signal_all(&pids, Signal::SIGSTOP);
+                    act.stopped = pids.clone();
+                    format!("stopped watchdogs {pids:?}")
+                }
+            }
+            Fault::KillHook(_) | Fault::StopHook(_) => {
+                act.pending_hook = Some(if matches!(fault, Fault::KillHook(_)) {
+                    Signal::SIGKILL
+                } else {
+                    Signal::SIGSTOP
+                });
+                "waiting for a hook to run".into()
+            }
+            Fault::KillHost(_) => {
+                c.kill_host(h);
+                "every process killed".into()
+            }
+            Fault::StopHost(_) => {
+                act.stopped = ns_pids(&c.lab.hosts[h]);
+                signal_all(&act.stopped, Signal::SIGSTOP);
+                format!("stopped {:?}", act.stopped)
+            }
+            Fault::ClockStep { secs, .. } => {
+                c.restart_agent(h, ClockMode::Step(*secs))?;
+                o.restarted(h);
+                format!("agent restarted with its wall clock {secs:+} s")
+            }
+            Fault::ClockRate { permille, .. } => {
+                c.restart_agent(h, ClockMode::Rate(*permille))?;
+                o.restarted(h);
+                format!("agent restarted with clocks at {permille}/1000")
+            }
+            Fault::DiskFull(_) => fill(&c.lab.disks[h]),
+            Fault::SlowHooks { ms, .. } => {
+                std::fs::write(c.lab.dirs[h].join("hook-delay-ms"), ms.to_string())?;
+                format!("hooks {ms} ms slower")
+            }
+            Fault::Net(_) => String::new(),
+        })
+    }
+
+    /// Retries hook faults waiting for a hook to run.
+    pub fn tick(&mut self, c: &Cluster) {
+        for act in &mut self.active {
+            let Some(sig) = act.pending_hook else {
+                continue;
+            };
+            let pids = c.host_pids(act.host, "hook");
+            if pids.is_empty() {
+                continue;
+            }
+            signal_all(&pids, sig);
+            if sig == Signal::SIGSTOP {
+                act.stopped = pids.clone();
+            }
+            act.pending_hook = None;
+            let cmd: Vec<String> = pids.iter().map(|&p| crate::lab::cmdline(p)).collect();
+            self.records[act.record].note = format!("{sig:?} {pids:?} at {} ns: {cmd:?}", now_ns());
+        }
+    }
+
+    /// Heals the fault at `record`.
+    pub fn heal(
+        &mut self,
+        c: &mut Cluster,
+        record: usize,
+        o: &mut dyn Oracle,
+    ) -> Result<(), ClusterError> {
+        let Some(pos) = self.active.iter().position(|a| a.record == record) else {
+            return Ok(());
+        };
+        let act = self.active.remove(pos);
+        let h = act.host;
+        signal_all(&act.stopped, Signal::SIGCONT);
+        match act.fault {
+            Fault::KillAgent(_) => {
+                c.restart_agent(h, c.clocks[h])?;
+                o.restarted(h);
+            }
+            Fault::KillHost(_) => {
+                c.restart_host(h)?;
+                o.restarted(h);
+            }
+            Fault::ClockStep { .. } | Fault::ClockRate { .. } => {
+                c.restart_agent(h, ClockMode::True)?;
+                o.restarted(h);
+            }
+            Fault::DiskFull(_) => {
+                let _ = std::fs::remove_file(c.lab.disks[h].join("filler"));
+                // The documented recovery (README, Metrics): a control-plane
+                // server whose storage failed stays stopped until its agent
+                // restarts, so the heal does what an operator is told to.
+                if o.degraded(h) {
+                    c.restart_agent(h, c.clocks[h])?;
+                    o.restarted(h);
+                    self.records[record]
+                        .note
+                        .push_str("; storage had failed: agent restarted at heal");
+                }
+            }
+            Fault::SlowHooks { .. } => {
+                let _ = std::fs::remove_file(c.lab.dirs[h].join("hook-delay-ms"));
+            }
+            Fault::Net(_) => self.set_rules(c)?,
+            _ => {}
+        }
+        self.records[record].heal_ns = Some(now_ns());
+        Ok(())
+    }
+
+    /// Heals everything still active.
+    pub fn heal_all(&mut self, c: &mut Cluster, o: &mut dyn Oracle) -> Result<(), ClusterError> {
+        let records: Vec<usize> = self.active.iter().map(|a| a.record).collect();
+        for r in records {
+            self.heal(c, r, o)?;
+        }
+        Ok(())
+    }
+
+    fn set_rules(&self, c: &Cluster) -> Result<(), ClusterError> {
+        for h in 0..c.names.len() {
+            let rules: Vec<String> = self
+                .active
+                .iter()
+                .flat_map(|a| a.rules.iter())
+                .filter(|(x, _)| *x == h)
+                .map(|(_, r)| r.clone())
+                .collect();
+            c.lab.set_rules(h, &rules)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,425 @@
+//! The fenced register: a tiny stand-in for the database a role protects.
+//! One runs in every host's namespace (`hale-nemesis register`).
+//!
+//! * `POST /promote {"epoch": E}` (the promote hook): primary at epoch `E`.
+//! * `POST /fence {"epoch": E}` (the demote hook, and so the watchdog's
+//!   fence): no longer primary.
+//! * `POST /write {"value": v, "client": c}`: accepted only while primary
+//!   at an epoch `P` at least the highest epoch this register has seen;
+//!   then replicated synchronously to one other register (the next hosts in
+//!   order, first that answers), which accepts it only if `P` is at least the
+//!   highest epoch *it* has seen; only then is it recorded as accepted and
+//!   acknowledged. A refusal naming a higher epoch raises this register's.
+//! * `POST /replicate {...}`: a primary's write, epoch-checked as above.
+//!
+//! Every change is appended to a JSON-lines log and `fsync`ed before it is
+//! answered, timestamped on the shared clock ([`crate::clock`]). The
+//! highest epoch seen is recovered from the log at start. With
+//! `skip_epoch_check` (planted bug) both epoch checks are skipped.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use tokio::sync::Mutex;
+
+use crate::clock::now_ns;
+
+/// What can stop a register from serving.
+#[derive(Debug, thiserror::Error)]
+pub enum RegisterError {
+    /// Its log could not be opened or read.
+    #[error("register log {path}: {source}")]
+    Log {
+        /// The log's path.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// It could not listen or serve.
+    #[error("register on {addr}: {source}")]
+    Serve {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// One line of a register's log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum RegisterRecord {
+    /// The promote hook made it primary.
+    Promote {
+        /// Shared-clock time, ns.
+        t: u64,
+        /// Epoch.
+        epoch: u64,
+    },
+    /// The demote hook fenced it.
+    Fence {
+        /// Shared-clock time, ns.
+        t: u64,
+        /// The epoch the hook named.
+        epoch: u64,
+    },
+    /// A write this register accepted as primary (and a replica holds).
+    Accepted {
+        /// Shared-clock time, ns.
+        t: u64,
+        /// Its primary epoch.
+        epoch: u64,
+        /// The value written.
+        value: u64,
+        /// The client that wrote it.
+        client: u32,
+        /// The register that holds the copy.
+        replica: String,
+    },
+    /// A copy of another register's write.
+    Replica {
+        /// Shared-clock time, ns.
+        t: u64,
+        /// The primary's epoch.
+        epoch: u64,
+        /// The value.
+        value: u64,
+        /// The primary.
+        from: String,
+    },
+}
+
+impl RegisterRecord {
+    /// The epoch the record carries.
+    pub fn epoch(&self) -> u64 {
+        match self {
+            RegisterRecord::Promote { epoch, .. }
+            | RegisterRecord::Fence { epoch, .. }
+            | RegisterRecord::Accepted { epoch, .. }
+            | RegisterRecord::Replica { epoch, .. } => *epoch,
+        }
+    }
+}
+
+/// How a register runs.
+#[derive(Debug, Clone)]
+pub struct RegisterConfig {
+    /// This host's node name.
+    pub node: String,
+    /// Where to listen.
+    pub listen: SocketAddr,
+    /// The log file.
+    pub log: PathBuf,
+    /// The other registers, in the order replicas are tried.
+    pub peers: Vec<(String, SocketAddr)>,
+    /// Planted bug: accept any epoch.
+    pub skip_epoch_check: bool,
+}
+
+/// A body of `POST /promote` and `/fence`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EpochBody {
+    /// The epoch.
+    pub epoch: u64,
+}
+
+/// A body of `POST /write`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WriteBody {
+    /// The value (unique per run).
+    pub value: u64,
+    /// The client.
+    pub client: u32,
+}
+
+/// A body of `POST /replicate`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ReplicateBody {
+    /// The primary's node.
+    pub from: String,
+    /// Its epoch.
+    pub epoch: u64,
+    /// The value.
+    pub value: u64,
+}
+
+/// The answer to a write or replication.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WriteAnswer {
+    /// Accepted.
+    pub ok: bool,
+    /// The epoch it was accepted at (or this register's highest, refused).
+    pub epoch: u64,
+    /// Why it was refused, if it was.
+    pub error: Option<String>,
+}
+
+struct Inner {
+    highest: u64,
+    primary: Option<u64>,
+    log: std::fs::File,
+    /// The log's length after the last whole record.
+    len: u64,
+}
+
+struct Reg {
+    cfg: RegisterConfig,
+    inner: Mutex<Inner>,
+    http: reqwest::Client,
+}
+
+impl Inner {
+    fn append(&mut self, rec: &RegisterRecord) -> std::io::Result<()> {
+        let mut line = serde_json::to_vec(rec).map_err(std::io::Error::other)?;
+        line.push(b'\n');
+        let done = self
+            .log
+            .write_all(&line)
+            .and_then(|()| self.log.sync_data());
+        match done {
+            Ok(()) => {
+                self.len += line.len() as u64;
+                Ok(())
+            }
+            Err(e) => {
+                // A full disk may have taken part of the line: cut it off,
+                // or the next record would be glued to it and lost.
+                let _ = self.log.set_len(self.len);
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Reads a register's log (lines that do not parse, such as a line cut
+/// short by a full disk, are skipped).
+pub fn read_log(path: &Path) -> Vec<RegisterRecord> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+type Answer = (StatusCode, Json<WriteAnswer>);
+
+fn refuse(status: StatusCode, epoch: u64, why: &str) -> Answer {
+    let body = WriteAnswer {
+        ok: false,
+        epoch,
+        error: Some(why.to_owned()),
+    };
+    (status, Json(body))
+}
+
+async fn promote(State(r): State<Arc<Reg>>, Json(b): Json<EpochBody>) -> Answer {
+    let mut s = r.inner.lock().await;
+    if !r.cfg.skip_epoch_check && b.epoch < s.highest {
+        return refuse(StatusCode::CONFLICT, s.highest, "stale epoch");
+    }
+    let rec = RegisterRecord::Promote {
+        t: now_ns(),
+        epoch: b.epoch,
+    };
+    if let Err(e) = s.append(&rec) {
+        return refuse(StatusCode::INSUFFICIENT_STORAGE, s.highest, &e.to_string());
+    }
+    s.highest = s.highest.max(b.epoch);
+    s.primary = Some(b.epoch);
+    (
+        StatusCode::OK,
+        Json(WriteAnswer {
+            ok: true,
+            epoch: b.epoch,
+            error: None,
+        }),
+    )
+}
+
+async fn fence(State(r): State<Arc<Reg>>, Json(b): Json<EpochBody>) -> Answer {
+    let mut s = r.inner.lock().await;
+    // Fenced in memory first: a full disk must not keep it primary.
+    s.primary = None;
+    let rec = RegisterRecord::Fence {
+        t: now_ns(),
+        epoch: b.epoch,
+    };
+    let _ = s.append(&rec);
+    (
+        StatusCode::OK,
+        Json(WriteAnswer {
+            ok: true,
+            epoch: b.epoch,
+            error: None,
+        }),
+    )
+}
+
+async fn replicate(State(r): State<Arc<Reg>>, Json(b): Json<ReplicateBody>) -> Answer {
+    let mut s = r.inner.lock().await;
+    if !r.cfg.skip_epoch_check && b.epoch < s.highest {
+        return refuse(StatusCode::CONFLICT, s.highest, "stale epoch");
+    }
+    let rec = RegisterRecord::Replica {
+        t: now_ns(),
+        epoch: b.epoch,
+        value: b.value,
+        from: b.from,
+    };
+    if let Err(e) = s.append(&rec) {
+        return refuse(StatusCode::INSUFFICIENT_STORAGE, s.highest, &e.to_string());
+    }
+    s.highest = s.highest.max(b.epoch);
+    (
+        StatusCode::OK,
+        Json(WriteAnswer {
+            ok: true,
+            epoch: b.epoch,
+            error: None,
+        }),
+    )
+}
+
+async fn write(State(r): State<Arc<Reg>>, Json(b): Json<WriteBody>) -> Answer {
+    // Held throughout: a fence or a higher epoch waits for a write in flight.
+    let mut s = r.inner.lock().await;
+    let Some(epoch) = s.primary else {
+        return refuse(StatusCode::SERVICE_UNAVAILABLE, s.highest, "not primary");
+    };
+    if !r.cfg.skip_epoch_check && epoch < s.highest {
+        return refuse(StatusCode::CONFLICT, s.highest, "fenced by a higher epoch");
+    }
+    let body = ReplicateBody {
+        from: r.cfg.node.clone(),
+        epoch,
+        value: b.value,
+    };
+    let mut replica = None;
+    for (name, addr) in &r.cfg.peers {
+        let sent = r
+            .http
+            .post(format!("http://{addr}/replicate"))
+            .json(&body)
+            .send()
+            .await;
+        let Ok(resp) = sent else { continue };
+        let Ok(ans) = resp.json::<WriteAnswer>().await else {
+            continue;
+        };
+        if ans.ok {
+            replica = Some(name.clone());
+            break;
+        }
+        if ans.epoch > s.highest && !r.cfg.skip_epoch_check {
+            s.highest = ans.epoch;
+            return refuse(
+                StatusCode::CONFLICT,
+                s.highest,
+                "a replica has seen a higher epoch",
+            );
+        }
+    }
+    let Some(replica) = replica else {
+        return refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            s.highest,
+            "no replica answered",
+        );
+    };
+    let rec = RegisterRecord::Accepted {
+        t: now_ns(),
+        epoch,
+        value: b.value,
+        client: b.client,
+        replica,
+    };
+    if let Err(e) = s.append(&rec) {
+        return refuse(StatusCode::INSUFFICIENT_STORAGE, s.highest, &e.to_string());
+    }
+    (
+        StatusCode::OK,
+        Json(WriteAnswer {
+            ok: true,
+            epoch,
+            error: None,
+        }),
+    )
+}
+
+/// The register's state for the harness: `(highest epoch seen, primary epoch)`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RegisterState {
+    /// Highest epoch seen.
+    pub highest: u64,
+    /// Primary at this epoch, if primary.
+    pub primary: Option<u64>,
+}
+
+async fn state(State(r): State<Arc<Reg>>) -> Json<RegisterState> {
+    let s = r.inner.lock().await;
+    Json(RegisterState {
+        highest: s.highest,
+        primary: s.primary,
+    })
+}
+
+/// Serves a register until the process is killed. Not primary at start
+/// (a restarted database waits for its promote hook).
+pub async fn serve(cfg: RegisterConfig) -> Result<(), RegisterError> {
+    let log_err = |source| RegisterError::Log {
+        path: cfg.log.clone(),
+        source,
+    };
+    let highest = read_log(&cfg.log)
+        .iter()
+        .map(RegisterRecord::epoch)
+        .max()
+        .unwrap_or(0);
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&cfg.log)
+        .map_err(log_err)?;
+    // Whole records only: a torn last line (killed mid-write) is cut off.
+    let text = std::fs::read(&cfg.log).map_err(log_err)?;
+    let len = text
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(0, |i| i as u64 + 1);
+    log.set_len(len).map_err(log_err)?;
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_millis(400))
+        .build()
+        .map_err(|e| log_err(std::io::Error::other(e)))?;
+    let addr = cfg.listen;
+    let reg = Arc::new(Reg {
+        cfg,
+        inner: Mutex::new(Inner {
+            highest,
+            primary: None,
+            log,
+            len,
+        }),
+        http,
+    });
+    let app = Router::new()
+        .route("/promote", post(promote))
+        .route("/fence", post(fence))
+        .route("/write", post(write))
+        .route("/replicate", post(replicate))
+        .route("/state", get(state))
+        .with_state(reg);
+    let serve_err = |source| RegisterError::Serve { addr, source };
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(serve_err)?;
+    axum::serve(listener, app).await.map_err(serve_err)
+}
