@@ -287,13 +287,18 @@ pub type RoleViews = Arc<Mutex<BTreeMap<String, RoleView>>>;
 /// The watchdog process of one holding, and the thread reading its answers.
 struct Watchdog {
     child: Child,
+    /// Tells its answers from an earlier watchdog's.
+    gen: u64,
 }
 
 impl Watchdog {
-    fn send(&mut self, line: &str) {
-        if let Some(stdin) = self.child.stdin.as_mut() {
-            let _ = writeln!(stdin, "{line}");
-            let _ = stdin.flush();
+    /// Sends one line; false if the watchdog is gone (its pipe is closed).
+    fn send(&mut self, line: &str) -> bool {
+        match self.child.stdin.as_mut() {
+            Some(stdin) => writeln!(stdin, "{line}")
+                .and_then(|()| stdin.flush())
+                .is_ok(),
+            None => false,
         }
     }
 
@@ -310,8 +315,8 @@ impl Watchdog {
 enum Input {
     Response(RequestId, Option<LeaseResponse>),
     HookExit(HookId, HookExit),
-    /// The watchdog's answer to `disarm` (`None`: it exited without one).
-    Watchdog(Option<bool>),
+    /// Watchdog `gen`'s answer to `disarm` (`None`: it exited).
+    Watchdog(u64, Option<bool>),
 }
 
 /// Everything a role manager needs.
@@ -346,6 +351,11 @@ struct Running {
     /// Hook runs: process group, and whether it is the promote hook.
     hooks: BTreeMap<HookId, (u32, bool)>,
     watchdog: Option<Watchdog>,
+    /// The last watchdog started (its generation).
+    watchdog_gen: u64,
+    /// The holding the watchdog guards: its epoch and the lease's end, to
+    /// start another if it dies.
+    guarded: Option<(u64, Time)>,
     /// A `disarm` awaits its answer.
     disarming: bool,
 }
@@ -402,6 +412,8 @@ impl RoleManager {
             tx,
             hooks: BTreeMap::new(),
             watchdog: None,
+            watchdog_gen: 0,
+            guarded: None,
             disarming: false,
         };
         let mut sm = Holder::new(
@@ -448,9 +460,24 @@ impl RoleManager {
                         }
                         sm.handle_hook_exit(run.now(), id, exit);
                     }
-                    Input::Watchdog(answer) => {
-                        if std::mem::take(&mut run.disarming) {
-                            sm.handle_watchdog_released(run.now(), answer.unwrap_or(false));
+                    Input::Watchdog(gen, answer) => {
+                        let current = run.watchdog.as_ref().map(|w| w.gen);
+                        match answer {
+                            // An earlier watchdog, stopped on purpose.
+                            None if current != Some(gen) => {}
+                            // It died while guarding a holding (killed,
+                            // say): the holding must not go unguarded.
+                            None if !run.disarming => self.restart_watchdog(&mut run),
+                            _ if current.is_some() && current != Some(gen) => {}
+                            _ => {
+                                if answer.is_none() {
+                                    run.watchdog = None;
+                                }
+                                if std::mem::take(&mut run.disarming) {
+                                    let fenced = answer.unwrap_or(false);
+                                    sm.handle_watchdog_released(run.now(), fenced);
+                                }
+                            }
                         }
                     }
                 },
@@ -527,9 +554,13 @@ impl RoleManager {
                 if let Some(old) = run.watchdog.take() {
                     old.stop();
                 }
+                run.guarded = Some((epoch, deadline));
                 run.watchdog = self.start_watchdog(run, epoch, run.left(deadline));
             }
             Action::ArmWatchdog { deadline } => {
+                if let Some((_, until)) = run.guarded.as_mut() {
+                    *until = deadline;
+                }
                 let ms = run.left(deadline).as_millis();
                 if let Some(w) = run.watchdog.as_mut() {
                     w.send(&format!("arm {ms}"));
@@ -537,14 +568,19 @@ impl RoleManager {
             }
             Action::DisarmWatchdog => {
                 run.disarming = true;
-                match run.watchdog.as_mut() {
-                    Some(w) => w.send("disarm"),
-                    None => {
-                        let _ = run.tx.send(Input::Watchdog(Some(false)));
+                let asked = run.watchdog.as_mut().is_some_and(|w| w.send("disarm"));
+                if !asked {
+                    // None runs, or it is gone (its pipe closed): the agent
+                    // demotes itself (the claim keeps a fence the dead one
+                    // may have started from running the demote twice).
+                    if let Some(dead) = run.watchdog.take() {
+                        dead.stop();
                     }
+                    let _ = run.tx.send(Input::Watchdog(0, Some(false)));
                 }
             }
             Action::StopWatchdog => {
+                run.guarded = None;
                 if let Some(w) = run.watchdog.take() {
                     w.stop();
                 }
@@ -616,7 +652,30 @@ impl RoleManager {
         crate::watchdog::claim_path(std::process::id(), &self.spec.name, epoch)
     }
 
-    fn start_watchdog(&self, run: &Running, epoch: u64, left: Duration) -> Option<Watchdog> {
+    /// The watchdog died while guarding a holding: starts another with the
+    /// holding's deadline, told of a running promote hook.
+    fn restart_watchdog(&self, run: &mut Running) {
+        if let Some(dead) = run.watchdog.take() {
+            dead.stop();
+        }
+        let Some((epoch, deadline)) = run.guarded else {
+            return;
+        };
+        tracing::warn!(
+            role = %self.spec.name,
+            epoch,
+            "the fencing watchdog exited while guarding a holding: starting another"
+        );
+        run.watchdog = self.start_watchdog(run, epoch, run.left(deadline));
+        let promote = run.hooks.values().find(|(_, p)| *p).map(|(g, _)| *g);
+        if let (Some(w), Some(pgid)) = (run.watchdog.as_mut(), promote) {
+            w.send(&format!("promote {pgid}"));
+        }
+    }
+
+    fn start_watchdog(&self, run: &mut Running, epoch: u64, left: Duration) -> Option<Watchdog> {
+        run.watchdog_gen += 1;
+        let gen = run.watchdog_gen;
         let mut cmd = std::process::Command::new(&self.watchdog_exe);
         cmd.arg("watchdog")
             .arg("--deadline-ms")
@@ -643,12 +702,12 @@ impl RoleManager {
             if let Some(out) = out {
                 for line in std::io::BufReader::new(out).lines() {
                     let Ok(line) = line else { break };
-                    let _ = tx.send(Input::Watchdog(Some(line.trim() == "fenced")));
+                    let _ = tx.send(Input::Watchdog(gen, Some(line.trim() == "fenced")));
                 }
             }
-            let _ = tx.send(Input::Watchdog(None));
+            let _ = tx.send(Input::Watchdog(gen, None));
         });
-        Some(Watchdog { child })
+        Some(Watchdog { child, gen })
     }
 
     fn event(&self, e: HolderEvent) {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use hale_control::{check, HookEvent, HookKind, RoleState};
 use nix::sys::signal::Signal;
 
-use crate::support::{during, hook_history, wait_for, Cluster};
+use crate::support::{descendants, during, hook_history, wait_for, Cluster};
 
 /// The hook history of a role cluster (its `hooks.log`).
 pub(crate) fn history(c: &Cluster) -> Vec<HookEvent> {
@@ -204,5 +204,37 @@ fn losing_the_control_plane_leader_during_a_failover_still_promotes_a_standby() 
     });
     assert!(e2 > epoch);
     let h = promoted(&c, &next, e2);
+    check(&h).unwrap();
+}
+
+#[test]
+fn a_holder_whose_watchdog_is_killed_gets_another_that_still_fences_it_when_frozen() {
+    let c = Cluster::roles("fo-watchdog-killed", "");
+    let (holder, epoch) = first_holder(&c);
+    let i = c.index(&holder);
+    let agent = c.agents[i].pid().as_raw();
+    let watchdogs = || -> Vec<i32> {
+        descendants(agent)
+            .into_iter()
+            .filter(|p| {
+                std::fs::read(format!("/proc/{p}/cmdline"))
+                    .is_ok_and(|c| c.split(|b| *b == 0).any(|w| w == b"watchdog"))
+            })
+            .collect()
+    };
+    let first = wait_for(Duration::from_secs(10), "the holder's watchdog", || {
+        watchdogs().first().copied()
+    });
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(first), Signal::SIGKILL).unwrap();
+    wait_for(Duration::from_secs(10), "another watchdog", || {
+        watchdogs().into_iter().find(|p| *p != first)
+    });
+    // Frozen now: the new watchdog must fence it.
+    c.signal(i, Signal::SIGSTOP);
+    let (next, e2) = standby_takes_over(&c, &holder, 30);
+    c.signal(i, Signal::SIGCONT);
+    let h = promoted(&c, &next, e2);
+    let fenced = demote_time(&h, &holder, epoch).expect("fenced by the new watchdog");
+    assert!(fenced < promote_time(&h, &next, e2).expect("promoted"));
     check(&h).unwrap();
 }

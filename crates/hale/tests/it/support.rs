@@ -280,7 +280,7 @@ impl Drop for AgentProc {
 }
 
 /// Every process descended from `pid` (by the parent ids in `/proc`).
-fn descendants(pid: i32) -> Vec<i32> {
+pub fn descendants(pid: i32) -> Vec<i32> {
     let parent_of = |p: i32| -> Option<i32> {
         let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
         // `pid (comm) state ppid ...`: comm may hold spaces, not `)`.
