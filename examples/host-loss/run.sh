@@ -16,6 +16,8 @@
 #   examples/host-loss/run.sh --fault none --steady 600   # no fault: counts changes of
 #                                            # holder over 600 s of steady state
 #   --promote-secs S --demote-secs S         # hooks that take S seconds (like pg_ctl promote)
+#   KEEP_SLOW=S examples/host-loss/run.sh ...   # keep the logs of any trial whose promote
+#                                            # took over S seconds (in <trial dir>.slow)
 set -euo pipefail
 HALE=${HALE:-"$(cd "$(dirname "$0")/../.." && pwd)/target/release/hale"}
 TRIALS=1; QUIET=0; FAULT=kill; PROMOTE_SECS=0; DEMOTE_SECS=0; STOP_SECS=5; STEADY=0
@@ -151,6 +153,9 @@ TOML
        || [ "$(date +%s)" -ge "$t_end" ]; do sleep 0.05; done
   fi
   local lines; lines=$(awk -v t="$t0" '$1 > t && $3 == "promote" { printf "%s %s %s %.3f\n", $4, $2, $5, ($1 - t) / 1e9 }' "$dir/hooks.log")
+  if [ -n "${KEEP_SLOW:-}" ] && echo "$lines" | awk -v s="$KEEP_SLOW" '$4 > s { slow = 1 } END { exit !slow }'; then
+    cp -r "$dir" "$dir.slow"; echo "slow trial: logs kept in $dir.slow" >&2
+  fi
   local after=""
   if [ -n "$resumed" ]; then
     # Old holder's demote (hook or watchdog fence) after resuming, per role; and
