@@ -153,6 +153,9 @@ pub enum Refusal {
         skew_ms: i64,
         /// The window allowed either way.
         window_ms: u64,
+        /// Its nonce: it opened (a member whose clock is off), so the
+        /// server's time may be sealed to it ([`Guard::seal_stale`]).
+        nonce: [u8; NONCE],
     },
     /// This exact request was already admitted.
     #[error("replayed request")]
@@ -219,6 +222,7 @@ impl Guard {
         let window = REPLAY_WINDOW.as_millis() as u64;
         if stamp.abs_diff(now_ms) > window {
             return Err(Refusal::Stale {
+                nonce,
                 skew_ms: stamp as i64 - now_ms as i64,
                 window_ms: window,
             });
@@ -244,20 +248,12 @@ impl Guard {
     /// Seals the answer to an authentic request refused for its timestamp:
     /// this server's wall-clock time, bound to the request's nonce, so the
     /// client can trust it and nobody can replay it to another request.
-    /// None when `sealed` does not open here (only members learn the time).
-    pub fn seal_stale(
-        &self,
-        method: &str,
-        path: &str,
-        sealed: &[u8],
-        now_ms: u64,
-    ) -> Option<Vec<u8>> {
-        let nonce = sealed_nonce(sealed)?;
-        let keys = self.keys.current();
-        keys.open_with(&request_aad(self.id, method, path), sealed)
-            .ok()?;
-        let body = serde_json::to_vec(&StaleAnswer { server_ms: now_ms }).ok()?;
-        Some(keys.seal_with(&response_aad(&nonce), &body))
+    /// Only a request that opened is refused as stale, so only members
+    /// learn the time.
+    pub fn seal_stale(&self, nonce: &[u8; NONCE], now_ms: u64) -> Vec<u8> {
+        let body =
+            serde_json::to_vec(&StaleAnswer { server_ms: now_ms }).expect("one integer serializes");
+        self.keys.current().seal_with(&response_aad(nonce), &body)
     }
 
     /// Seals the response to an admitted request.
@@ -300,9 +296,7 @@ pub async fn authenticate(State(guard): State<Arc<Guard>>, req: Request, next: N
                 // A member with the key but a clock off by more than the
                 // window: answered with this server's time, sealed, so that
                 // it corrects its stamps; recorded so the operator knows.
-                Refusal::Stale { skew_ms, .. } => {
-                    let answer =
-                        guard.seal_stale(parts.method.as_str(), parts.uri.path(), &sealed, now);
+                Refusal::Stale { skew_ms, nonce, .. } => {
                     tracing::warn!(
                         path = parts.uri.path(),
                         skew_ms,
@@ -310,17 +304,15 @@ pub async fn authenticate(State(guard): State<Arc<Guard>>, req: Request, next: N
                          server's; answering with this server's time so that it corrects"
                     );
                     CLOCKS.note_refused(guard.id, *skew_ms, now);
-                    if let Some(body) = answer {
-                        return (
-                            StatusCode::UNAUTHORIZED,
-                            [(
-                                header::CONTENT_TYPE,
-                                HeaderValue::from_static(STALE_CONTENT_TYPE),
-                            )],
-                            body,
-                        )
-                            .into_response();
-                    }
+                    return (
+                        StatusCode::UNAUTHORIZED,
+                        [(
+                            header::CONTENT_TYPE,
+                            HeaderValue::from_static(STALE_CONTENT_TYPE),
+                        )],
+                        guard.seal_stale(nonce, now),
+                    )
+                        .into_response();
                 }
                 Refusal::Busy => {
                     tracing::warn!(
@@ -396,8 +388,7 @@ pub async fn read_capped(r: &mut reqwest::Response, limit: usize) -> Result<Vec<
             Ok(Some(c)) if raw.len() + c.len() <= limit => raw.extend_from_slice(&c),
             Ok(Some(_)) => return Err(CallError::TooLarge),
             Ok(None) => return Ok(raw),
-            Err(e) if e.is_timeout() => return Err(CallError::TimedOut(chain(&e))),
-            Err(e) => return Err(CallError::Unreachable(chain(&e))),
+            Err(e) => return Err(transport(&e)),
         }
     }
 }
@@ -453,8 +444,8 @@ pub async fn call<Req: Serialize + ?Sized, Resp: DeserializeOwned>(
                         server = target,
                         addr,
                         offset_ms = offset,
-                        "this host's wall clock is {offset} ms behind control-plane server \
-                         {target}'s (beyond the {} s window): stamping requests to it in its time",
+                        "control-plane server {target}'s wall clock minus this host's is \
+                         {offset} ms (beyond the {} s window): stamping requests to it in its time",
                         REPLAY_WINDOW.as_secs()
                     );
                     corrected = true;
@@ -473,16 +464,24 @@ async fn send(
     req: reqwest::RequestBuilder,
     timeout: Duration,
 ) -> Result<(reqwest::StatusCode, Vec<u8>), CallError> {
-    let mut r = req.timeout(timeout).send().await.map_err(|e| {
-        if e.is_timeout() {
-            CallError::TimedOut(chain(&e))
-        } else {
-            CallError::Unreachable(chain(&e))
-        }
-    })?;
+    let mut r = req
+        .timeout(timeout)
+        .send()
+        .await
+        .map_err(|e| transport(&e))?;
     let status = r.status();
     let raw = read_capped(&mut r, RESPONSE_LIMIT).await?;
     Ok((status, raw))
+}
+
+/// A transport error: timed out (the server may only be slow), or
+/// unreachable; with its causes.
+fn transport(e: &reqwest::Error) -> CallError {
+    if e.is_timeout() {
+        CallError::TimedOut(chain(e))
+    } else {
+        CallError::Unreachable(chain(e))
+    }
 }
 
 /// An error and its causes, `: `-separated (reqwest's own text leaves out
