@@ -77,13 +77,21 @@ pub enum Claimed {
 }
 
 /// The claim file of one holding's demote, shared by the agent (pid
-/// `agent_pid`) and the watchdog it starts for `role` at `epoch`.
+/// `agent_pid`) and the watchdog it starts for `role` at `epoch` (it is
+/// handed the path). The name holds a random number drawn once per agent
+/// process: the temporary directory is shared, and another local user who
+/// could guess the name could create the file first, saying the demote
+/// ran, and so stop both the demote and the fence.
 pub fn claim_path(agent_pid: u32, role: &str, epoch: u64) -> PathBuf {
+    static TOKEN: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let token = TOKEN.get_or_init(crate::fresh_seed);
     let role: String = role
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
         .collect();
-    std::env::temp_dir().join(format!("hale-demote-{agent_pid}-{role}-{epoch}"))
+    std::env::temp_dir().join(format!(
+        "hale-demote-{agent_pid}-{token:016x}-{role}-{epoch}"
+    ))
 }
 
 /// Runs `demote` under the claim at `path`: takes the file's exclusive
@@ -282,5 +290,27 @@ pub fn run_hook(
                 return false;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_claims_name_cannot_be_guessed_from_pid_role_and_epoch() {
+        let a = claim_path(42, "db", 7);
+        assert_eq!(a, claim_path(42, "db", 7), "stable within the agent");
+        let name = a
+            .file_name()
+            .expect("a file name")
+            .to_string_lossy()
+            .into_owned();
+        assert_ne!(name, "hale-demote-42-db-7");
+        assert!(
+            name.starts_with("hale-demote-42-") && name.ends_with("-db-7"),
+            "{name}"
+        );
+        assert_eq!(name.len(), "hale-demote-42--db-7".len() + 16);
     }
 }
