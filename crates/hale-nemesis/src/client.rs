@@ -3,8 +3,10 @@
 //! balancer would), a poller of every agent's `GET /v1/events` (death
 //! verdicts), and client workers that write through whichever register the
 //! observer last saw named primary, each keeping its target until a write
-//! fails or a second passes (as real clients cache), recording every
-//! request and answer on the shared clock.
+//! fails or a second passes (as real clients cache), and sticky writers
+//! that keep theirs until a write fails (a connection pool that never
+//! looks again: what keeps writing to an old primary nobody fenced),
+//! recording every request and answer on the shared clock.
 
 use std::collections::{BTreeMap, HashSet};
 use std::net::{Ipv4Addr, SocketAddr};
@@ -129,13 +131,14 @@ impl Client {
         v.get("leader")?.as_u64()
     }
 
-    /// Starts the observer, the event poller and `workers` writers.
-    pub fn start(&self, workers: u32) {
+    /// Starts the observer, the event poller, `workers` writers and
+    /// `sticky` sticky writers (numbered after the others).
+    pub fn start(&self, workers: u32, sticky: u32) {
         tokio::spawn(self.clone().observe());
         tokio::spawn(self.clone().poll_events());
         let next = Arc::new(AtomicU64::new(1));
-        for w in 0..workers {
-            tokio::spawn(self.clone().write_loop(w, next.clone()));
+        for w in 0..workers + sticky {
+            tokio::spawn(self.clone().write_loop(w, w >= workers, next.clone()));
         }
     }
 
@@ -212,10 +215,11 @@ impl Client {
         }
     }
 
-    async fn write_loop(self, worker: u32, next: Arc<AtomicU64>) {
+    async fn write_loop(self, worker: u32, sticky: bool, next: Arc<AtomicU64>) {
         let mut target: Option<(usize, Instant)> = None;
         while !self.stop.load(Ordering::Relaxed) {
-            if target.is_none_or(|(_, since)| since.elapsed() > Duration::from_secs(1)) {
+            let stale = |since: Instant| !sticky && since.elapsed() > Duration::from_secs(1);
+            if target.is_none_or(|(_, since)| stale(since)) {
                 target = lock(&self.shared)
                     .primary()
                     .map(|(i, _)| (i, Instant::now()));

@@ -13,7 +13,7 @@
 use std::io::Write;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -56,6 +56,36 @@ pub struct Lab {
     /// Each host's tmpfs (data, state, register log).
     pub disks: Vec<PathBuf>,
     mounted: Vec<PathBuf>,
+}
+
+/// The rate of a delayed host's link (kbit/s); its fillers send 5% more.
+pub const FILL_KBIT: u32 = 2_000;
+/// The UDP port fillers send to (dropped by the receiving host's rules).
+pub const FILL_PORT: u16 = 9;
+
+/// Sends UDP datagrams of 1,000 bytes to `to` at `kbit` kbit/s from inside
+/// namespace `netns`, until killed or until its parent exits: the load
+/// that keeps a delayed link's queue full.
+pub fn filler(netns: &str, to: std::net::SocketAddr, kbit: u32) -> Result<(), LabError> {
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
+        .map_err(|e| LabError::Setns(netns.to_owned(), e))?;
+    let f = std::fs::File::open(format!("/run/netns/{netns}"))?;
+    nix::sched::setns(f, nix::sched::CloneFlags::CLONE_NEWNET)
+        .map_err(|e| LabError::Setns(netns.to_owned(), e))?;
+    let sock = std::net::UdpSocket::bind("0.0.0.0:0")?;
+    let packet = [0u8; 1000];
+    let per_s = f64::from(kbit) * 1000.0 / 8.0 / packet.len() as f64;
+    let start = std::time::Instant::now();
+    let mut sent = 0.0_f64;
+    loop {
+        let due = start.elapsed().as_secs_f64() * per_s;
+        while sent < due {
+            // A full queue refuses some; the rate is what matters.
+            let _ = sock.send_to(&packet, to);
+            sent += 1.0;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
 }
 
 /// Runs a command, failing with its standard error.
@@ -124,7 +154,12 @@ pub fn unsupported() -> Option<String> {
     if !nix::unistd::geteuid().is_root() {
         return Some("not root".into());
     }
-    for tool in [["ip", "-V"], ["nft", "--version"], ["mount", "--version"]] {
+    for tool in [
+        ["ip", "-V"],
+        ["nft", "--version"],
+        ["mount", "--version"],
+        ["tc", "-V"],
+    ] {
         let ok = Command::new(tool[0])
             .arg(tool[1])
             .stdout(Stdio::null())
@@ -219,6 +254,67 @@ impl Lab {
         let f = std::fs::File::open(format!("/run/netns/{}", self.bridge))?;
         nix::sched::setns(f, nix::sched::CloneFlags::CLONE_NEWNET)
             .map_err(|e| LabError::Setns(self.bridge.clone(), e))
+    }
+
+    /// Gives host `i`'s link a token-bucket queue of `ms` milliseconds in
+    /// each direction (`None`: takes it away). With a [`filler`] keeping it
+    /// full, everything the host sends or receives waits about `ms` (the
+    /// kernel has no netem here, and nftables cannot delay: a saturated
+    /// link is how this lab delays, with the few percent of tail drops a
+    /// saturated link has).
+    pub fn set_delay(&self, i: usize, ms: Option<u32>) -> Result<(), LabError> {
+        let port = format!("p{i}");
+        let ends = [(&self.hosts[i], "eth0"), (&self.bridge, port.as_str())];
+        for (ns, dev) in ends {
+            match ms {
+                Some(ms) => {
+                    run(&[
+                        "tc",
+                        "-n",
+                        ns,
+                        "qdisc",
+                        "replace",
+                        "dev",
+                        dev,
+                        "root",
+                        "tbf",
+                        "rate",
+                        &format!("{FILL_KBIT}kbit"),
+                        "burst",
+                        "10kb",
+                        "latency",
+                        &format!("{ms}ms"),
+                    ])?;
+                }
+                None => {
+                    let _ = run(&["tc", "-n", ns, "qdisc", "del", "dev", dev, "root"]);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts the two fillers that keep host `i`'s delay queues full: one in
+    /// the host sending to the bridge, one in the bridge sending to the host
+    /// (to a port nothing listens on). They die with this process.
+    pub fn start_fillers(&self, i: usize, nemesis_bin: &Path) -> Result<Vec<Child>, LabError> {
+        let kbit = (FILL_KBIT * 21 / 20).to_string();
+        let ends = [
+            (&self.hosts[i], self.bridge_ip),
+            (&self.bridge, self.ips[i]),
+        ];
+        let mut out = Vec::new();
+        for (ns, to) in ends {
+            let child = Command::new(nemesis_bin)
+                .args(["filler", "--netns", ns, "--kbit", &kbit, "--to"])
+                .arg(format!("{to}:{FILL_PORT}"))
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()?;
+            out.push(child);
+        }
+        Ok(out)
     }
 
     /// Replaces host `i`'s input filter with `rules` (none: no table).

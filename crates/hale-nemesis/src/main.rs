@@ -43,6 +43,18 @@ enum Cmd {
         /// The history file.
         history: PathBuf,
     },
+    /// Keep a delayed link's queue full (started by `run`).
+    Filler {
+        /// The network namespace to send from.
+        #[arg(long)]
+        netns: String,
+        /// Where to send.
+        #[arg(long)]
+        to: SocketAddr,
+        /// The rate, kbit/s.
+        #[arg(long)]
+        kbit: u32,
+    },
 }
 
 #[derive(clap::Args)]
@@ -68,9 +80,13 @@ struct RunArgs {
     /// Seconds after the last heal for one primary and converged membership.
     #[arg(long, default_value_t = 30)]
     liveness_bound: u64,
-    /// Client writers.
+    /// Client writers that look the primary up again every second.
     #[arg(long, default_value_t = 3)]
     workers: u32,
+    /// Client writers that keep writing to one primary until a write fails
+    /// (a connection pool that never looks again).
+    #[arg(long, default_value_t = 1)]
+    sticky_workers: u32,
     /// Run agents without a state_dir.
     #[arg(long)]
     no_state_dir: bool,
@@ -107,7 +123,8 @@ struct RegisterArgs {
     /// The durable log.
     #[arg(long)]
     log: PathBuf,
-    /// Other registers, `name=addr`, in the order replicas are tried.
+    /// Every other register, `name=addr` (a write needs a majority of
+    /// them and this one).
     #[arg(long)]
     peer: Vec<String>,
     /// Planted bug: accept any epoch.
@@ -195,6 +212,7 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         max_overlap: args.max_overlap,
         liveness_bound: Duration::from_secs(args.liveness_bound),
         workers: args.workers,
+        sticky_workers: args.sticky_workers,
         state_dir: !args.no_state_dir,
         planted_bug: bug,
         register_skips_epoch_check: skip_epoch,
@@ -258,10 +276,13 @@ fn main() -> anyhow::Result<ExitCode> {
                     Ok((n.to_owned(), addr.parse()?))
                 })
                 .collect::<anyhow::Result<Vec<_>>>()?;
+            let registers = peers.len() + 1;
             let cfg = RegisterConfig {
                 node: a.node,
                 listen: a.listen,
                 log: a.log,
+                // A majority of all registers, this one included.
+                quorum: registers / 2 + 1,
                 peers,
                 skip_epoch_check: a.skip_epoch_check,
             };
@@ -287,6 +308,10 @@ fn main() -> anyhow::Result<ExitCode> {
         }
         Cmd::Summary { dir } => {
             print!("{}", hale_nemesis::summary::summarize(&dir)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Filler { netns, to, kbit } => {
+            hale_nemesis::lab::filler(&netns, to, kbit)?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Check { history } => {

@@ -42,6 +42,8 @@ pub struct Active {
     pub stopped: Vec<i32>,
     /// A hook fault still waiting for a hook to run.
     pub pending_hook: Option<Signal>,
+    /// The fillers that keep delayed links full.
+    pub fillers: Vec<std::process::Child>,
 }
 
 /// The nemesis: active faults and the record of all of them.
@@ -112,6 +114,7 @@ impl Nemesis {
             rules: Vec::new(),
             stopped: Vec::new(),
             pending_hook: None,
+            fillers: Vec::new(),
         };
         let touched: Vec<usize>;
         let note;
@@ -153,6 +156,15 @@ impl Nemesis {
                         cut(c, &other, side, &mut rules);
                         touched = all.clone();
                     }
+                    Net::Delay { hosts, ms } => {
+                        for &h in hosts {
+                            c.lab.set_delay(h, Some(*ms))?;
+                            act.fillers
+                                .extend(c.lab.start_fillers(h, &c.cfg.nemesis_bin)?);
+                            rules.push((h, format!("udp dport {} drop", crate::lab::FILL_PORT)));
+                        }
+                        touched = hosts.clone();
+                    }
                     Net::Loss { hosts, percent } => {
                         for &h in hosts {
                             let others: Vec<usize> =
@@ -185,6 +197,7 @@ impl Nemesis {
                     | Fault::StopHook(t)
                     | Fault::KillHost(t)
                     | Fault::StopHost(t)
+                    | Fault::StopHale(t)
                     | Fault::DiskFull(t)
                     | Fault::ClockStep { target: t, .. }
                     | Fault::ClockRate { target: t, .. }
@@ -258,6 +271,17 @@ impl Nemesis {
                 signal_all(&act.stopped, Signal::SIGSTOP);
                 format!("stopped {:?}", act.stopped)
             }
+            Fault::StopHale(_) => {
+                act.stopped = ns_pids(&c.lab.hosts[h])
+                    .into_iter()
+                    .filter(|&p| {
+                        let cmd = crate::lab::cmdline(p);
+                        !matches!(cmd.split(' ').nth(1), Some("register" | "filler"))
+                    })
+                    .collect();
+                signal_all(&act.stopped, Signal::SIGSTOP);
+                format!("stopped hale {:?}, not the register", act.stopped)
+            }
             Fault::ClockStep { secs, .. } => {
                 c.restart_agent(h, ClockMode::Step(*secs))?;
                 o.restarted(h);
@@ -307,8 +331,22 @@ impl Nemesis {
         let Some(pos) = self.active.iter().position(|a| a.record == record) else {
             return Ok(());
         };
-        let act = self.active.remove(pos);
+        let mut act = self.active.remove(pos);
         let h = act.host;
+        for f in &mut act.fillers {
+            let _ = f.kill();
+            let _ = f.wait();
+        }
+        if let Fault::Net(Net::Delay { hosts, .. }) = &act.fault {
+            for &d in hosts {
+                // Another delay still on this host keeps its queue.
+                let still = self.active.iter().find_map(|a| match &a.fault {
+                    Fault::Net(Net::Delay { hosts, ms }) if hosts.contains(&d) => Some(*ms),
+                    _ => None,
+                });
+                c.lab.set_delay(d, still)?;
+            }
+        }
         signal_all(&act.stopped, Signal::SIGCONT);
         match act.fault {
             Fault::KillAgent(_) => {

@@ -6,11 +6,24 @@
 //!   fence): no longer primary.
 //! * `POST /write {"value": v, "client": c}`: accepted only while primary
 //!   at an epoch `P` at least the highest epoch this register has seen;
-//!   then replicated synchronously to one other register (the next hosts in
-//!   order, first that answers), which accepts it only if `P` is at least the
-//!   highest epoch *it* has seen; only then is it recorded as accepted and
-//!   acknowledged. A refusal naming a higher epoch raises this register's.
+//!   then replicated synchronously, in parallel, to every other register,
+//!   each of which accepts it only if `P` is at least the highest epoch
+//!   *it* has seen; once a majority of all registers holds it (this one
+//!   and `quorum - 1` others) it is recorded as accepted and acknowledged.
+//!   A refusal naming a higher epoch raises this register's and refuses
+//!   the write.
 //! * `POST /replicate {...}`: a primary's write, epoch-checked as above.
+//!
+//! Why a majority: it makes the register a sound fenced store on its own
+//! (the fencing-token check Kleppmann describes), whatever hale does. A
+//! write at epoch `e` whose checks all pass after a write at `e' > e` was
+//! accepted would need a majority that all passed `e` after one majority
+//! had seen `e'`; two majorities share a register, whose check refuses.
+//! So a resumed old primary that hale could not fence (its agent and
+//! watchdog frozen while the database runs) is refused here, and a
+//! register that skips the check (the planted bug) is caught by (a).
+//! With a single replica, the old primary's replica may never have seen
+//! the new epoch.
 //!
 //! Every change is appended to a JSON-lines log and `fsync`ed before it is
 //! answered, timestamped on the shared clock ([`crate::clock`]). The
@@ -71,9 +84,10 @@ pub enum RegisterRecord {
         /// The epoch the hook named.
         epoch: u64,
     },
-    /// A write this register accepted as primary (and a replica holds).
+    /// A write this register accepted as primary (and a majority holds).
     Accepted {
-        /// Shared-clock time, ns.
+        /// Shared-clock time of this register's epoch check, ns (the
+        /// record is written later, once the replicas answered).
         t: u64,
         /// Its primary epoch.
         epoch: u64,
@@ -81,8 +95,8 @@ pub enum RegisterRecord {
         value: u64,
         /// The client that wrote it.
         client: u32,
-        /// The register that holds the copy.
-        replica: String,
+        /// The registers that hold its copies.
+        replicas: Vec<String>,
     },
     /// A copy of another register's write.
     Replica {
@@ -118,8 +132,11 @@ pub struct RegisterConfig {
     pub listen: SocketAddr,
     /// The log file.
     pub log: PathBuf,
-    /// The other registers, in the order replicas are tried.
+    /// The other registers.
     pub peers: Vec<(String, SocketAddr)>,
+    /// How many copies make a write accepted, this register's included
+    /// (a majority of all registers).
+    pub quorum: usize,
     /// Planted bug: accept any epoch.
     pub skip_epoch_check: bool,
 }
@@ -297,28 +314,37 @@ async fn write(State(r): State<Arc<Reg>>, Json(b): Json<WriteBody>) -> Answer {
     if !r.cfg.skip_epoch_check && epoch < s.highest {
         return refuse(StatusCode::CONFLICT, s.highest, "fenced by a higher epoch");
     }
+    let checked = now_ns();
     let body = ReplicateBody {
         from: r.cfg.node.clone(),
         epoch,
         value: b.value,
     };
-    let mut replica = None;
-    for (name, addr) in &r.cfg.peers {
-        let sent = r
-            .http
-            .post(format!("http://{addr}/replicate"))
-            .json(&body)
-            .send()
-            .await;
-        let Ok(resp) = sent else { continue };
-        let Ok(ans) = resp.json::<WriteAnswer>().await else {
+    let mut asks = tokio::task::JoinSet::new();
+    for (name, addr) in r.cfg.peers.clone() {
+        let (http, body) = (r.http.clone(), body.clone());
+        asks.spawn(async move {
+            let sent = http
+                .post(format!("http://{addr}/replicate"))
+                .json(&body)
+                .send()
+                .await
+                .ok()?;
+            Some((name, sent.json::<WriteAnswer>().await.ok()?))
+        });
+    }
+    let need = r.cfg.quorum.saturating_sub(1);
+    let mut replicas = Vec::new();
+    while replicas.len() < need {
+        let Some(joined) = asks.join_next().await else {
+            break;
+        };
+        let Ok(Some((name, ans))) = joined else {
             continue;
         };
         if ans.ok {
-            replica = Some(name.clone());
-            break;
-        }
-        if ans.epoch > s.highest && !r.cfg.skip_epoch_check {
+            replicas.push(name);
+        } else if ans.epoch > s.highest && !r.cfg.skip_epoch_check {
             s.highest = ans.epoch;
             return refuse(
                 StatusCode::CONFLICT,
@@ -327,19 +353,21 @@ async fn write(State(r): State<Arc<Reg>>, Json(b): Json<WriteBody>) -> Answer {
             );
         }
     }
-    let Some(replica) = replica else {
+    // The slower copies still land (or not); the write does not wait.
+    asks.detach_all();
+    if replicas.len() < need {
         return refuse(
             StatusCode::SERVICE_UNAVAILABLE,
             s.highest,
-            "no replica answered",
+            "no majority of replicas answered",
         );
-    };
+    }
     let rec = RegisterRecord::Accepted {
-        t: now_ns(),
+        t: checked,
         epoch,
         value: b.value,
         client: b.client,
-        replica,
+        replicas,
     };
     if let Err(e) = s.append(&rec) {
         return refuse(StatusCode::INSUFFICIENT_STORAGE, s.highest, &e.to_string());

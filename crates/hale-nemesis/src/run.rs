@@ -64,8 +64,10 @@ pub struct RunOptions {
     pub max_overlap: usize,
     /// After the last heal, the bound for one primary and converged membership.
     pub liveness_bound: Duration,
-    /// Client writers.
+    /// Client writers that look the primary up again every second.
     pub workers: u32,
+    /// Client writers that keep their primary until a write fails.
+    pub sticky_workers: u32,
     /// Agents get a `state_dir`.
     pub state_dir: bool,
     /// `HALE_PLANTED_BUG` for the agents and hooks.
@@ -259,7 +261,7 @@ pub fn run_one(opts: &RunOptions, seed: u64) -> Result<RunReport, RunError> {
     let client = Client::new(cluster.lab.ips.clone(), names.clone());
     {
         let _g = rt.enter();
-        client.start(opts.workers);
+        client.start(opts.workers, opts.sticky_workers);
     }
     let mut history = History {
         schedule: Some(schedule.clone()),

@@ -50,6 +50,14 @@ pub enum Net {
         /// One side (the rest, without the bridge, is the other).
         side: Vec<usize>,
     },
+    /// The hosts' links saturated: everything they send and receive waits
+    /// about `ms` in a full queue (and a few percent is dropped at its tail).
+    Delay {
+        /// The hosts whose links are slow.
+        hosts: Vec<usize>,
+        /// Milliseconds of queue, each way.
+        ms: u32,
+    },
     /// Random loss of `percent` of what the hosts receive from each other.
     Loss {
         /// The hosts whose input is lossy.
@@ -79,6 +87,10 @@ pub enum Fault {
     KillHost(Target),
     /// SIGSTOP every process of the host; heal: SIGCONT.
     StopHost(Target),
+    /// SIGSTOP every hale process of the host (agent, watchdog, hooks) but
+    /// not its register: hale starved or frozen while the database keeps
+    /// serving, so nothing on the host fences it; heal: SIGCONT.
+    StopHale(Target),
     /// A network fault; heal: its rules removed.
     Net(Net),
     /// Restart the agent with its wall clock stepped by `secs` (monotonic
@@ -121,6 +133,8 @@ pub enum Family {
     Partition,
     /// Packet loss.
     Loss,
+    /// Slow links (delay).
+    Delay,
     /// Wall-clock steps and clock rates.
     Clock,
     /// Full disks.
@@ -131,7 +145,7 @@ pub enum Family {
 
 impl Family {
     /// Every family.
-    pub const ALL: [Family; 7] = [
+    pub const ALL: [Family; 8] = [
         Family::Process,
         Family::Host,
         Family::Partition,
@@ -139,6 +153,7 @@ impl Family {
         Family::Clock,
         Family::Disk,
         Family::Hooks,
+        Family::Delay,
     ];
 }
 
@@ -151,9 +166,11 @@ impl Fault {
             | Fault::KillWatchdog(_)
             | Fault::StopWatchdog(_)
             | Fault::KillHook(_)
-            | Fault::StopHook(_) => Family::Process,
+            | Fault::StopHook(_)
+            | Fault::StopHale(_) => Family::Process,
             Fault::KillHost(_) | Fault::StopHost(_) => Family::Host,
             Fault::Net(Net::Loss { .. }) => Family::Loss,
+            Fault::Net(Net::Delay { .. }) => Family::Delay,
             Fault::Net(_) => Family::Partition,
             Fault::ClockStep { .. } | Fault::ClockRate { .. } => Family::Clock,
             Fault::DiskFull(_) => Family::Disk,
@@ -172,6 +189,7 @@ impl Fault {
             Fault::StopHook(_) => "stop-hook",
             Fault::KillHost(_) => "kill-host",
             Fault::StopHost(_) => "stop-host",
+            Fault::StopHale(_) => "stop-hale",
             Fault::Net(Net::Halves { .. }) => "partition-halves",
             Fault::Net(Net::Isolate(Target::Holder)) => "isolate-holder",
             Fault::Net(Net::Isolate(Target::Leader)) => "isolate-leader",
@@ -180,6 +198,7 @@ impl Fault {
             Fault::Net(Net::OneWay { .. }) => "one-way-out",
             Fault::Net(Net::Bridge { .. }) => "partition-bridge",
             Fault::Net(Net::Loss { .. }) => "loss",
+            Fault::Net(Net::Delay { .. }) => "delay",
             Fault::ClockStep { .. } => "clock-step",
             Fault::ClockRate { .. } => "clock-rate",
             Fault::DiskFull(_) => "disk-full",
@@ -245,13 +264,14 @@ fn draw_fault(rng: &mut Xoshiro256PlusPlus, family: Family, hosts: usize) -> Fau
     let all: Vec<usize> = (0..hosts).collect();
     let t = target(rng, hosts);
     match family {
-        Family::Process => match rng.random_range(0..6) {
+        Family::Process => match rng.random_range(0..7) {
             0 => Fault::KillAgent(t),
             1 => Fault::StopAgent(t),
             2 => Fault::KillWatchdog(t),
             3 => Fault::StopWatchdog(t),
             4 => Fault::KillHook(t),
-            _ => Fault::StopHook(t),
+            5 => Fault::StopHook(t),
+            _ => Fault::StopHale(t),
         },
         Family::Host => match rng.random_range(0..2) {
             0 => Fault::KillHost(t),
@@ -278,6 +298,13 @@ fn draw_fault(rng: &mut Xoshiro256PlusPlus, family: Family, hosts: usize) -> Fau
             Fault::Net(Net::Loss {
                 hosts: subset(rng, &all, n),
                 percent: [5, 10, 20, 30][rng.random_range(0..4)],
+            })
+        }
+        Family::Delay => {
+            let n = rng.random_range(1..=hosts);
+            Fault::Net(Net::Delay {
+                hosts: subset(rng, &all, n),
+                ms: [20, 100, 300, 800][rng.random_range(0..4)],
             })
         }
         Family::Clock => {

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 /// The fault families of the smoke run (see the module's documentation).
-const SMOKE_FAMILIES: &str = "process,host,partition,loss,clock,disk,hooks";
+const SMOKE_FAMILIES: &str = "process,host,partition,loss,clock,disk,hooks,delay";
 
 #[test]
 fn two_short_random_schedules_break_no_invariant() {

@@ -1,7 +1,7 @@
 //! (b) Durability: every write the client saw acknowledged is, at the end,
-//! in the log of the register that accepted it and in another register's
-//! log (its synchronous replica): the acknowledgement meant two hosts'
-//! disks, not one process's word.
+//! in the logs of a majority of the registers (the one that accepted it
+//! and its synchronous replicas): the acknowledgement meant a majority of
+//! hosts' disks, not one process's word.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -21,16 +21,18 @@ pub fn check(h: &History) -> Result<(), Violation> {
             }
         }
     }
+    let registers = h.nodes.len().max(h.registers.len());
+    let need = registers / 2 + 1;
     for op in &h.ops {
         if !matches!(op.outcome, Outcome::Ack { .. }) {
             continue;
         }
         let on = holders.get(&op.value).map_or(0, BTreeSet::len);
-        if on < 2 {
+        if on < need {
             return Err(Violation::new(
                 "durability",
                 format!(
-                    "value {} acknowledged by {} is on {on} register(s) at the end",
+                    "value {} acknowledged by {} is on {on} register(s) at the end, not a majority of {registers}",
                     op.value, op.node
                 ),
                 op.invoke_ns.saturating_sub(1_000_000_000),
@@ -48,6 +50,11 @@ mod tests {
     use crate::check::tests::{accepted, replica};
     use crate::history::Op;
 
+    /// Three hosts: a majority is two registers.
+    fn three() -> Vec<String> {
+        vec!["h0".into(), "h1".into(), "h2".into()]
+    }
+
     fn acked(value: u64) -> Op {
         Op {
             client: 0,
@@ -63,6 +70,7 @@ mod tests {
     fn an_acknowledged_write_on_primary_and_replica_passes() {
         let h = History {
             ops: vec![acked(7)],
+            nodes: three(),
             registers: [
                 ("h0".to_owned(), vec![accepted(1, 1, 7)]),
                 ("h1".to_owned(), vec![replica(1, 1, 7, "h0")]),
@@ -77,6 +85,7 @@ mod tests {
     fn an_acknowledged_write_on_one_register_only_is_caught() {
         let h = History {
             ops: vec![acked(7)],
+            nodes: three(),
             registers: [("h0".to_owned(), vec![accepted(1, 1, 7)])].into(),
             ..History::default()
         };
@@ -92,11 +101,13 @@ mod tests {
         refused.outcome = Outcome::Refused("not primary".into());
         let h = History {
             ops: vec![refused.clone()],
+            nodes: three(),
             ..History::default()
         };
         assert_eq!(check(&h), Ok(()));
         let h = History {
             ops: vec![refused, acked(9)],
+            nodes: three(),
             ..History::default()
         };
         assert!(check(&h)

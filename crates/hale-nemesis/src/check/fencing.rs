@@ -1,8 +1,11 @@
 //! (a) Fencing: across every register, no write is accepted at epoch `e`
 //! after a write was accepted at a higher epoch (by the shared clock), and
 //! no epoch has two writers. "Accepted" is a register's `accepted` record:
-//! the primary's epoch check passed, one replica's epoch check passed, and
-//! both logged it durably.
+//! the primary's epoch check passed, a majority's epoch checks passed, and
+//! they logged it durably. A write is accepted when its last counted epoch
+//! check passed: the latest of the primary's check and its replicas'
+//! copies (a primary frozen after its replicas answered records the write
+//! when it resumes, but every check it needed passed before).
 
 use std::collections::BTreeMap;
 
@@ -12,14 +15,37 @@ use crate::register::RegisterRecord;
 
 /// Checks (a).
 pub fn check(h: &History) -> Result<(), Violation> {
+    // (register, primary, epoch, value) -> when the copy was checked and logged.
+    let mut copies: BTreeMap<(&str, &str, u64, u64), u64> = BTreeMap::new();
+    for (node, recs) in &h.registers {
+        for r in recs {
+            if let RegisterRecord::Replica {
+                t,
+                epoch,
+                value,
+                from,
+            } = r
+            {
+                copies.insert((node, from, *epoch, *value), *t);
+            }
+        }
+    }
     let mut accepted: Vec<(u64, u64, &str, u64)> = Vec::new();
     for (node, recs) in &h.registers {
         for r in recs {
             if let RegisterRecord::Accepted {
-                t, epoch, value, ..
+                t,
+                epoch,
+                value,
+                replicas,
+                ..
             } = r
             {
-                accepted.push((*t, *epoch, node, *value));
+                let last_check = replicas
+                    .iter()
+                    .filter_map(|rep| copies.get(&(rep.as_str(), node, *epoch, *value)))
+                    .fold(*t, |a, &b| a.max(b));
+                accepted.push((last_check, *epoch, node, *value));
             }
         }
     }
@@ -94,6 +120,42 @@ mod tests {
             v.what.contains("h0 accepted value 2 at epoch 1 after h1"),
             "{v}"
         );
+    }
+
+    #[test]
+    fn a_write_is_accepted_when_its_last_replica_checked_it_not_when_the_primary_logged_it() {
+        // h0 checked value 2 at 1 s, its replicas copied it by 1.5 s, then h0
+        // was frozen and logged it at 9 s: all its checks passed before h1's
+        // epoch 2 existed, so nothing is wrong.
+        let frozen = RegisterRecord::Accepted {
+            t: 1_000_000_000,
+            epoch: 1,
+            value: 2,
+            client: 0,
+            replicas: vec!["h2".into(), "h3".into()],
+        };
+        let copy = |t: u64| RegisterRecord::Replica {
+            t,
+            epoch: 1,
+            value: 2,
+            from: "h0".into(),
+        };
+        let h = history(&[
+            ("h0", vec![frozen.clone()]),
+            ("h1", vec![accepted(3, 2, 3)]),
+            ("h2", vec![copy(1_200_000_000)]),
+            ("h3", vec![copy(1_500_000_000)]),
+        ]);
+        assert_eq!(check(&h), Ok(()));
+        // But a copy checked after the newer write makes it a late write.
+        let h = history(&[
+            ("h0", vec![frozen]),
+            ("h1", vec![accepted(3, 2, 3)]),
+            ("h2", vec![copy(1_200_000_000)]),
+            ("h3", vec![copy(4_000_000_000)]),
+        ]);
+        let v = check(&h).expect_err("the check catches it");
+        assert!(v.what.contains("h0 accepted value 2 at epoch 1"), "{v}");
     }
 
     #[test]

@@ -85,7 +85,7 @@ pub(crate) mod tests {
             epoch,
             value,
             client: 0,
-            replica: "x".into(),
+            replicas: vec!["x".into()],
         }
     }
 
