@@ -5,17 +5,22 @@
 //!
 //! * [`fencing`] — (a) no write accepted at an epoch after one accepted at a
 //!   higher epoch anywhere; no two writers accepted at one epoch.
-//! * [`durability`] — (b) every acknowledged write is on two registers at the end.
+//! * [`durability`] — (b) every acknowledged write is on a majority of
+//!   registers at the end.
 //! * [`liveness`] — (c) after the last heal, exactly one primary and
 //!   membership converged within the bound.
 //! * [`false_death`] — (d) no member that no nemesis touched declared dead.
 //! * [`demote_once`] — (e) every lost lease demoted exactly once.
+//! * [`fenced_first`] — (f) hale fences an old primary before a new one is
+//!   promoted (its register serves nothing after a newer promotion), unless
+//!   everything on its host that could fence it was frozen.
 
 use crate::history::History;
 
 pub mod demote_once;
 pub mod durability;
 pub mod false_death;
+pub mod fenced_first;
 pub mod fencing;
 pub mod liveness;
 
@@ -23,7 +28,8 @@ pub mod liveness;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 #[error("({check}) {what}")]
 pub struct Violation {
-    /// Which invariant: `fencing`, `durability`, `liveness`, `false-death`, `demote-once`.
+    /// Which invariant: `fencing`, `durability`, `liveness`, `false-death`,
+    /// `demote-once`, `fenced-first`.
     pub check: String,
     /// What happened.
     pub what: String,
@@ -68,6 +74,7 @@ pub fn check_all(h: &History) -> Vec<Violation> {
         liveness::check,
         false_death::check,
         demote_once::check,
+        fenced_first::check,
     ]
     .iter()
     .filter_map(|c| c(h).err())
