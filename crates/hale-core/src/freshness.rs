@@ -92,6 +92,9 @@ pub(crate) struct Generation {
     pub(crate) mine: u64,
     /// When each recently noticed sender was last told, most recent last.
     noticed: Vec<(u64, Time)>,
+    /// When this node last synced with a stranger (a member it did not know
+    /// that sent it a packet): at most one such sync per probe interval.
+    stranger_synced: Option<Time>,
 }
 
 impl Generation {
@@ -100,6 +103,7 @@ impl Generation {
         Generation {
             mine,
             noticed: Vec::new(),
+            stranger_synced: None,
         }
     }
 
@@ -199,6 +203,33 @@ impl<I: Identity> Node<I> {
             known: f.generation,
         };
         self.send(h.sender.clone(), Channel::Datagram, vec![msg]);
+    }
+
+    /// A member this node does not know sent it a packet that is not a
+    /// sync: they are on two islands (both restarted at once, each with the
+    /// other as its only seed, and the rest of the cluster still holding
+    /// them alive, so nobody sends them its state), or this node restarted
+    /// and its seeds had not met the stranger yet. A full-state sync both
+    /// ways merges them now instead of at the next periodic sync (30 s or
+    /// more). At most one a probe interval: one sync teaches a restarted
+    /// node the whole cluster, and a mass restart must not flood anyone.
+    pub(crate) fn sync_with_stranger(&mut self, now: Time, stranger: &I) {
+        let due = self
+            .generation
+            .stranger_synced
+            .is_none_or(|t| now.saturating_since(t) >= self.cfg.probe_interval);
+        if !due {
+            return;
+        }
+        self.generation.stranger_synced = Some(now);
+        self.stats.syncs += 1;
+        let msg = Message::PushPull {
+            join: false,
+            reply: true,
+            digest: false,
+            members: self.state_records(),
+        };
+        self.send(stranger.clone(), Channel::Stream, vec![msg]);
     }
 
     /// `from` heard a newer generation from this node than the one its

@@ -431,10 +431,18 @@ impl<I: Identity> Node<I> {
         if current {
             self.heard_from_someone(now);
         }
+        let stranger = self.members.get(&pkt.header.sender).is_none()
+            && !pkt
+                .messages
+                .iter()
+                .any(|m| matches!(m, Message::PushPull { .. }));
         self.note_header(now, &pkt.header, current);
         let from = pkt.header.sender;
         for msg in pkt.messages {
             self.dispatch(now, &from, channel, msg);
+        }
+        if stranger {
+            self.sync_with_stranger(now, &from);
         }
         Ok(())
     }

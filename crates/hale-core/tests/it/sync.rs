@@ -117,3 +117,66 @@ fn a_member_known_better_is_sent_whole_with_its_metadata() {
     // And b learns a's own record back only if it knew it worse: it did not.
     assert!(drain(&mut a).iter().all(|x| push_pulls(x).is_empty()));
 }
+
+#[test]
+fn a_ping_from_a_member_this_node_does_not_know_starts_a_full_sync_with_it_at_most_once_a_probe_interval(
+) {
+    // Two islands: this node knows only `all[1]` (both restarted at once,
+    // each the other's only seed); `all[2]` and `all[3]` hold it alive and
+    // ping it, but would never send it their state.
+    let all = ids(4);
+    let island = [all[0].clone(), all[1].clone()];
+    let mut n = node_with_meta(&all[0], &island, 1, None);
+    drain(&mut n);
+    let probe = n.config().probe_interval;
+    let ping = |from: &NodeId, seq| {
+        packet_from(
+            from,
+            0,
+            vec![Message::Ping {
+                seq,
+                target: all[0].clone(),
+                suspected: None,
+            }],
+        )
+    };
+    n.handle_datagram(secs(1.0), &ping(&all[2], 1)).unwrap();
+    let out = drain(&mut n);
+    let syncs: Vec<_> = out
+        .iter()
+        .filter(|x| !push_pulls(x).is_empty())
+        .map(|x| (x.to.clone(), x.channel, push_pulls(x)))
+        .collect();
+    assert_eq!(syncs.len(), 1, "{out:?}");
+    let (to, channel, pp) = &syncs[0];
+    assert_eq!(to, &all[2]);
+    assert_eq!(*channel, hale_core::wire::Channel::Stream);
+    let (reply, digest, members) = &pp[0];
+    assert!(*reply && !*digest, "its whole state, and asks for theirs");
+    let ids_sent: Vec<_> = members.iter().map(|r| r.id.clone()).collect();
+    assert!(ids_sent.contains(&all[0]) && ids_sent.contains(&all[1]));
+    // The ping is answered as before.
+    assert!(out.iter().any(|x| decode(x).messages == vec![Message::Ack { seq: 1 }]));
+    // Another stranger within the probe interval: answered, no second sync.
+    n.handle_datagram(secs(1.0) + probe / 2, &ping(&all[3], 2)).unwrap();
+    assert!(drain(&mut n).iter().all(|x| push_pulls(x).is_empty()));
+    // A known member's ping never starts one.
+    n.handle_datagram(secs(1.0) + probe * 2, &ping(&all[1], 3)).unwrap();
+    assert!(drain(&mut n).iter().all(|x| push_pulls(x).is_empty()));
+    // A stranger's join is a sync already: answered as a join, not twice.
+    let join = packet_from(
+        &all[3],
+        0,
+        vec![Message::PushPull {
+            join: true,
+            reply: true,
+            digest: false,
+            members: Vec::new(),
+        }],
+    );
+    n.handle_stream(secs(1.0) + probe * 3, &join).unwrap();
+    assert_eq!(
+        drain(&mut n).iter().filter(|x| !push_pulls(x).is_empty()).count(),
+        1
+    );
+}
