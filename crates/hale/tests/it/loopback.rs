@@ -192,3 +192,46 @@ fn hale_members_json_parses_as_the_documented_shape() {
     names.sort_unstable();
     assert_eq!(names, ["n0", "n1", "n2"]);
 }
+
+#[test]
+fn two_agents_restarted_at_once_each_the_others_only_seed_rejoin_the_whole_cluster() {
+    // n1..n3 joined through n0. n0 and n1 die together, stay dead until
+    // the news of it has stopped spreading, and come back at once on their
+    // old ports, each with the other as its only seed: an island of two.
+    // The rest hold them dead and only ping them now and then (reconnect);
+    // no periodic sync reaches them for 30 s or more (found by the
+    // nemesis harness, seed 3014).
+    let mut c = Cluster::start("island", 4);
+    let (g0, g1) = (c.agents[0].gossip, c.agents[1].gossip);
+    let mut s0 = c.spec("n0");
+    let mut s1 = c.spec("n1");
+    s0.bind = g0;
+    s0.seeds = vec![g1];
+    s0.log = c.logs.path().join("n0-again.log");
+    s1.bind = g1;
+    s1.seeds = vec![g0];
+    s1.log = c.logs.path().join("n1-again.log");
+    c.agents[0].kill();
+    c.agents[1].kill();
+    let rest = &c.agents[2..];
+    wait_until(DETECT, "n2 and n3 to see n0 and n1 dead", || {
+        all_see(rest, "n0", "dead") && all_see(rest, "n1", "dead")
+    });
+    during(Duration::from_secs(5), Duration::from_millis(250), || {
+        assert!(all_see(rest, "n0", "dead") && all_see(rest, "n1", "dead"));
+    });
+    let started = std::time::Instant::now();
+    c.agents[0] = spawn(&s0);
+    c.agents[1] = spawn(&s1);
+    // Well under the periodic sync (lan: every 30 s): what merges them is
+    // the first packet from a member they do not know.
+    crate::support::wait_all_alive(
+        &c.agents,
+        Duration::from_secs(25),
+        "all four agents to see all four alive after the island's restart",
+    );
+    eprintln!(
+        "island: merged {:.2} s after the restart",
+        started.elapsed().as_secs_f64()
+    );
+}
