@@ -99,6 +99,11 @@ pub struct History {
     pub heal_ns: u64,
     /// When the run ended.
     pub end_ns: u64,
+    /// When the harness began stopping the cluster (host after host: what
+    /// agents do from then on is the harness's doing, not a fault's).
+    /// Histories recorded before it existed: `None`.
+    #[serde(default)]
+    pub stopping_ns: Option<u64>,
     /// The liveness bound: after `heal_ns`, exactly one primary and
     /// membership converged within this.
     pub liveness_bound_ns: u64,
@@ -133,6 +138,19 @@ fn secs(t: u64, base: u64) -> String {
 }
 
 impl History {
+    /// When the harness began stopping the cluster; for histories recorded
+    /// before that was kept, when the last write was answered (the client
+    /// stops first, 1.5 s before the cluster).
+    pub fn stopping(&self) -> u64 {
+        self.stopping_ns.unwrap_or_else(|| {
+            self.ops
+                .iter()
+                .map(|o| o.complete_ns)
+                .max()
+                .unwrap_or(self.end_ns)
+        })
+    }
+
     /// The hosts a nemesis touched at any time of the run.
     pub fn touched(&self) -> std::collections::BTreeSet<&str> {
         self.faults

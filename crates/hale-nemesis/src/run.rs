@@ -340,6 +340,7 @@ pub fn run_one(opts: &RunOptions, seed: u64) -> Result<RunReport, RunError> {
     std::thread::sleep(Duration::from_secs(2));
     client.stop();
     std::thread::sleep(Duration::from_millis(1500));
+    history.stopping_ns = Some(now_ns());
     cluster.stop_all();
     history.end_ns = now_ns();
     history.faults = nemesis.records;

@@ -4,7 +4,9 @@
 //! node still holds `e` at the end or its whole host was killed while `e`
 //! was the newest epoch promoted anywhere (nothing was left to demote; the
 //! register starts fenced). A host killed after a newer epoch's promote
-//! began excuses nothing: the lease was already lost by then.
+//! began excuses nothing: the lease was already lost by then. Promotes that
+//! begin once the harness is stopping the cluster (its first host killed,
+//! the role moving to the next) are not the run's.
 
 use std::collections::BTreeMap;
 
@@ -36,8 +38,11 @@ pub fn check(h: &History) -> Result<(), Violation> {
             *l = (*l).max(epoch);
         }
     }
+    let stopping = h.stopping();
     for (&(node, epoch), &(promoted, starts, ends)) in &runs {
-        let Some(at) = promoted else { continue };
+        let Some(at) = promoted.filter(|&at| at < stopping) else {
+            continue;
+        };
         if ends > 1 {
             return Err(Violation::new(
                 "demote-once",
@@ -138,6 +143,13 @@ mod tests {
             .expect_err("the check catches it")
             .what
             .contains("never demoted"));
+    }
+
+    #[test]
+    fn a_promote_begun_once_the_harness_is_stopping_the_cluster_is_not_the_runs() {
+        let mut h = promoted_then(0);
+        h.stopping_ns = Some(1);
+        assert_eq!(check(&h), Ok(()));
     }
 
     fn host_killed_at(mut h: History, t: u64) -> History {

@@ -11,7 +11,8 @@
 //! sees the stale primary *serving* before the register's check saves it.
 //! The exceptions are what no process on a host can do: a process that
 //! does not run cannot fence anything (the database's own epoch check, or
-//! a kernel watchdog, is the answer there: README, "Fencing").
+//! a kernel watchdog, is the answer there: README, "What the epoch
+//! guarantees").
 
 use super::Violation;
 use crate::history::History;
