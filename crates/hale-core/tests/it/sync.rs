@@ -156,12 +156,16 @@ fn a_ping_from_a_member_this_node_does_not_know_starts_a_full_sync_with_it_at_mo
     let ids_sent: Vec<_> = members.iter().map(|r| r.id.clone()).collect();
     assert!(ids_sent.contains(&all[0]) && ids_sent.contains(&all[1]));
     // The ping is answered as before.
-    assert!(out.iter().any(|x| decode(x).messages == vec![Message::Ack { seq: 1 }]));
+    assert!(out
+        .iter()
+        .any(|x| decode(x).messages == vec![Message::Ack { seq: 1 }]));
     // Another stranger within the probe interval: answered, no second sync.
-    n.handle_datagram(secs(1.0) + probe / 2, &ping(&all[3], 2)).unwrap();
+    n.handle_datagram(secs(1.0) + probe / 2, &ping(&all[3], 2))
+        .unwrap();
     assert!(drain(&mut n).iter().all(|x| push_pulls(x).is_empty()));
     // A known member's ping never starts one.
-    n.handle_datagram(secs(1.0) + probe * 2, &ping(&all[1], 3)).unwrap();
+    n.handle_datagram(secs(1.0) + probe * 2, &ping(&all[1], 3))
+        .unwrap();
     assert!(drain(&mut n).iter().all(|x| push_pulls(x).is_empty()));
     // A stranger's join is a sync already: answered as a join, not twice.
     let join = packet_from(
@@ -176,7 +180,10 @@ fn a_ping_from_a_member_this_node_does_not_know_starts_a_full_sync_with_it_at_mo
     );
     n.handle_stream(secs(1.0) + probe * 3, &join).unwrap();
     assert_eq!(
-        drain(&mut n).iter().filter(|x| !push_pulls(x).is_empty()).count(),
+        drain(&mut n)
+            .iter()
+            .filter(|x| !push_pulls(x).is_empty())
+            .count(),
         1
     );
 }
