@@ -222,14 +222,7 @@ impl<I: Identity> Node<I> {
             return;
         }
         self.generation.stranger_synced = Some(now);
-        self.stats.syncs += 1;
-        let msg = Message::PushPull {
-            join: false,
-            reply: true,
-            digest: false,
-            members: self.state_records(),
-        };
-        self.send(stranger.clone(), Channel::Stream, vec![msg]);
+        self.send_full_state(stranger.clone(), false);
     }
 
     /// `from` heard a newer generation from this node than the one its
@@ -247,14 +240,7 @@ impl<I: Identity> Node<I> {
             generation: self.generation.mine,
             by: from.clone(),
         });
-        self.stats.syncs += 1;
-        let msg = Message::PushPull {
-            join: true,
-            reply: true,
-            digest: false,
-            members: self.state_records(),
-        };
-        self.send(from.clone(), Channel::Stream, vec![msg]);
+        self.send_full_state(from.clone(), true);
     }
 
     fn pause_credit_now(&self, now: Time) -> Duration {

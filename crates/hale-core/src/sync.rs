@@ -111,17 +111,23 @@ impl<I: Identity> Node<I> {
         if self.seeds.is_empty() || self.left {
             return;
         }
-        let records = self.state_records();
         for seed in self.seeds.clone() {
-            self.stats.syncs += 1;
-            let msg = Message::PushPull {
-                join: true,
-                reply: true,
-                digest: false,
-                members: records.clone(),
-            };
-            self.send(seed, Channel::Stream, vec![msg]);
+            self.send_full_state(seed, true);
         }
+    }
+
+    /// Sends this node's whole state to `to` and asks for theirs (a join
+    /// when `join`): a seed, a peer that said this node restarted, a
+    /// member this node did not know. Counted as a sync.
+    pub(crate) fn send_full_state(&mut self, to: I, join: bool) {
+        self.stats.syncs += 1;
+        let msg = Message::PushPull {
+            join,
+            reply: true,
+            digest: false,
+            members: self.state_records(),
+        };
+        self.send(to, Channel::Stream, vec![msg]);
     }
 
     /// `d` plus or minus up to 10%, so that nodes drift apart.
