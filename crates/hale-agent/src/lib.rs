@@ -374,7 +374,13 @@ fn generation(state_dir: Option<&std::path::Path>) -> u64 {
         .ok()
         .and_then(|t| t.trim().parse::<u64>().ok());
     let g = last.map_or(wall, |l| wall.max(l.saturating_add(1)));
-    let write = std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&path, format!("{g}\n")));
+    // Written beside it and renamed over it: a full disk leaves the last
+    // value whole, never an empty file that would start the next run at
+    // the wall clock again (peers then tell it, but the file must not lie).
+    let tmp = dir.join(format!("{GENERATION_FILE}.tmp"));
+    let write = std::fs::create_dir_all(dir)
+        .and_then(|()| std::fs::write(&tmp, format!("{g}\n")))
+        .and_then(|()| std::fs::rename(&tmp, &path));
     if let Err(e) = write {
         tracing::warn!(file = %path.display(), error = %e, "cannot save this run's generation");
     }

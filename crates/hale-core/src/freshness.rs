@@ -19,7 +19,13 @@
 //!   that was really used, and a member above it ignores it.
 //! * Late by more than `replay_window` (plus the length of a pause this node
 //!   just came out of, whose queued packets are genuinely late): dropped
-//!   ([`DropReason::Stale`]).
+//!   ([`DropReason::Stale`]), and the sender is told the same way: a member
+//!   whose wall clock was stepped back while it ran (an NTP step), or that
+//!   restarted with the generation of a run whose clock was ahead (a
+//!   generation that `state_dir` could not keep), would otherwise be
+//!   dropped until the reference crept up to its clock, 10 s per second
+//!   of step; it starts a new generation instead. A replayed old packet
+//!   makes the real sender raise its generation, which costs nothing.
 //! * Late by more than a probe timeout: its news is used (gossip is
 //!   ordered by incarnation, so old news changes nothing) but it is not proof
 //!   that the sender is alive now: it neither spares a probe nor counts as
@@ -189,8 +195,9 @@ impl<I: Identity> Node<I> {
     }
 
     /// A packet from `h.sender` was dropped as a replay of an older
-    /// generation: tells the sender which generation this node heard from
-    /// it, so that a genuine new run (clock set back) can start above it.
+    /// generation, or as stale: tells the sender which generation this node
+    /// heard from it, so that a genuine new run (clock set back), or a run
+    /// whose clock was stepped back, can start above it.
     pub(crate) fn notice_superseded(&mut self, now: Time, h: &Header<I>) {
         let Some(f) = self.members.fresh(&h.sender) else {
             return;

@@ -422,7 +422,7 @@ impl<I: Identity> Node<I> {
             Verdict::Late => false,
             Verdict::Drop(reason) => {
                 self.stats.drop(reason);
-                if reason == DropReason::Replayed {
+                if matches!(reason, DropReason::Replayed | DropReason::Stale) {
                     self.notice_superseded(now, &pkt.header);
                 }
                 return Err(ReceiveError::Replay(reason));

@@ -259,7 +259,13 @@ hook_timeout = "10s"
             .arg(self.lab.dirs[i].join("agent.toml"))
             .env_remove("LD_PRELOAD")
             .env_remove("FAKETIME")
-            .env("HALE_LOG", "info,openraft=warn");
+            // HALE_NEMESIS_AGENT_LOG: the agents' log filter for a replay
+            // that needs more (`debug,openraft=warn`).
+            .env(
+                "HALE_LOG",
+                std::env::var("HALE_NEMESIS_AGENT_LOG")
+                    .unwrap_or_else(|_| "info,openraft=warn".to_owned()),
+            );
         if let Some(bug) = &self.cfg.planted_bug {
             cmd.env("HALE_PLANTED_BUG", bug);
         }

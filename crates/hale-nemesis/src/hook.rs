@@ -143,6 +143,35 @@ async fn tell(addr: SocketAddr, path: &str, epoch: u64, patience: Duration) -> b
     }
 }
 
+/// Fences the register at `addr`: true once it answered, or once it is
+/// found down (connection refused); retries every 100 ms otherwise, for up
+/// to 30 s.
+async fn fence(addr: SocketAddr, epoch: u64) -> bool {
+    let Ok(http) = reqwest::Client::builder()
+        .timeout(Duration::from_millis(500))
+        .build()
+    else {
+        return false;
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let sent = http
+            .post(format!("http://{addr}/fence"))
+            .json(&EpochBody { epoch })
+            .send()
+            .await;
+        match sent {
+            Ok(r) if r.status().is_success() => return true,
+            Err(e) if e.is_connect() && !e.is_timeout() => return true,
+            _ => {}
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Runs one hook to completion.
 pub async fn run(cfg: &HookConfig) -> Result<(), HookError> {
     let epoch: u64 = std::env::var("HALE_EPOCH")
@@ -168,9 +197,14 @@ pub async fn run(cfg: &HookConfig) -> Result<(), HookError> {
             }
         }
         HookKind::Demote => {
-            // A register that is down (its host killed) needs no fence: it
-            // starts as no primary.
-            let _ = tell(cfg.register, "fence", epoch, Duration::from_secs(2)).await;
+            // A register that is down (nothing listens: its host was killed)
+            // needs no fence: it starts as no primary. One that does not
+            // answer is asked again until it does: a fence hook that gives
+            // up and exits 0 would tell hale a fence happened that did not
+            // (hale's hook timeout ends it otherwise, as a failure).
+            if !fence(cfg.register, epoch).await {
+                return Err(HookError::Register(cfg.register));
+            }
             tokio::time::sleep(took).await;
         }
     }

@@ -191,6 +191,11 @@ struct Reg {
     cfg: RegisterConfig,
     inner: Mutex<Inner>,
     http: reqwest::Client,
+    /// Set by a fence the moment it arrives, cleared by a promote: a fence
+    /// never waits behind writes in flight (they wait for replicas while
+    /// holding `inner`), and a write in flight when it arrived is refused,
+    /// as a killed database fails its open transactions.
+    fenced: std::sync::atomic::AtomicBool,
 }
 
 impl Inner {
@@ -251,6 +256,7 @@ async fn promote(State(r): State<Arc<Reg>>, Json(b): Json<EpochBody>) -> Answer 
     }
     s.highest = s.highest.max(b.epoch);
     s.primary = Some(b.epoch);
+    r.fenced.store(false, std::sync::atomic::Ordering::SeqCst);
     (
         StatusCode::OK,
         Json(WriteAnswer {
@@ -262,14 +268,18 @@ async fn promote(State(r): State<Arc<Reg>>, Json(b): Json<EpochBody>) -> Answer 
 }
 
 async fn fence(State(r): State<Arc<Reg>>, Json(b): Json<EpochBody>) -> Answer {
-    let mut s = r.inner.lock().await;
-    // Fenced in memory first: a full disk must not keep it primary.
-    s.primary = None;
-    let rec = RegisterRecord::Fence {
-        t: now_ns(),
-        epoch: b.epoch,
-    };
-    let _ = s.append(&rec);
+    // In force at once; recorded once the writes in flight are done.
+    r.fenced.store(true, std::sync::atomic::Ordering::SeqCst);
+    let t = now_ns();
+    let reg = r.clone();
+    tokio::spawn(async move {
+        let mut s = reg.inner.lock().await;
+        // Fenced in memory first: a full disk must not keep it primary.
+        if reg.fenced.load(std::sync::atomic::Ordering::SeqCst) {
+            s.primary = None;
+        }
+        let _ = s.append(&RegisterRecord::Fence { t, epoch: b.epoch });
+    });
     (
         StatusCode::OK,
         Json(WriteAnswer {
@@ -308,7 +318,10 @@ async fn replicate(State(r): State<Arc<Reg>>, Json(b): Json<ReplicateBody>) -> A
 async fn write(State(r): State<Arc<Reg>>, Json(b): Json<WriteBody>) -> Answer {
     // Held throughout: a fence or a higher epoch waits for a write in flight.
     let mut s = r.inner.lock().await;
-    let Some(epoch) = s.primary else {
+    let Some(epoch) = s
+        .primary
+        .filter(|_| !r.fenced.load(std::sync::atomic::Ordering::SeqCst))
+    else {
         return refuse(StatusCode::SERVICE_UNAVAILABLE, s.highest, "not primary");
     };
     if !r.cfg.skip_epoch_check && epoch < s.highest {
@@ -360,6 +373,13 @@ async fn write(State(r): State<Arc<Reg>>, Json(b): Json<WriteBody>) -> Answer {
             StatusCode::SERVICE_UNAVAILABLE,
             s.highest,
             "no majority of replicas answered",
+        );
+    }
+    if r.fenced.load(std::sync::atomic::Ordering::SeqCst) {
+        return refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            s.highest,
+            "fenced during the write",
         );
     }
     let rec = RegisterRecord::Accepted {
@@ -429,6 +449,7 @@ pub async fn serve(cfg: RegisterConfig) -> Result<(), RegisterError> {
         .map_err(|e| log_err(std::io::Error::other(e)))?;
     let addr = cfg.listen;
     let reg = Arc::new(Reg {
+        fenced: std::sync::atomic::AtomicBool::new(false),
         cfg,
         inner: Mutex::new(Inner {
             highest,

@@ -261,3 +261,47 @@ fn a_sender_whose_clock_runs_five_percent_slow_stays_current() {
         assert_eq!(last_heard(a, &all[1]), secs(s as f64), "at {s} s");
     }
 }
+
+#[test]
+fn a_member_whose_clock_stepped_back_while_it_ran_is_told_and_heard_again_in_a_new_generation() {
+    let all = ids(2);
+    let a = &mut guarded(&all[0], &all);
+    // Member 1 runs generation 9; its clock reads 5,000 s when ours reads 1 s.
+    deliver(a, secs(1.0), &packet(&all[1], 9, secs(5000.0))).unwrap();
+    sent(a);
+    // Its wall clock is stepped back an hour (NTP), same run: every packet
+    // now looks an hour late, stale, and the reference would take ten
+    // hours to creep down to it.
+    let stepped = |now: f64| secs(5000.0 + now - 1.0 - 3600.0);
+    assert_eq!(
+        deliver(a, secs(2.0), &packet(&all[1], 9, stepped(2.0))),
+        Err(ReceiveError::Replay(DropReason::Stale))
+    );
+    // It is told which generation was heard from it, as a replay would be.
+    let notices: Vec<_> = sent(a)
+        .into_iter()
+        .filter(|(_, _, m)| m.iter().any(|m| matches!(m, Message::Superseded { .. })))
+        .collect();
+    assert_eq!(notices.len(), 1, "{notices:?}");
+    assert_eq!(notices[0].0, all[1]);
+    assert_eq!(notices[0].2[0], Message::Superseded { known: 9 });
+    // The member takes it (its own generation is 9): generation 10, whose
+    // first packet sets a new reference, current at once.
+    let cfg = Config {
+        generation: 9,
+        ..config(2)
+    };
+    let b = &mut crate::support::node(&all[1], &all, cfg);
+    drain_events(b);
+    sent(b);
+    let notice = packet_with(
+        &all[0],
+        1,
+        secs(2.0),
+        vec![Message::Superseded { known: 9 }],
+    );
+    b.handle_datagram(secs(2.0), &notice).unwrap();
+    assert_eq!(b.generation(), 10);
+    deliver(a, secs(2.5), &packet(&all[1], 10, stepped(2.5))).unwrap();
+    assert_eq!(last_heard(a, &all[1]), secs(2.5));
+}
