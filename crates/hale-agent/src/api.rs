@@ -18,7 +18,7 @@ use tokio_stream::wrappers::BroadcastStream;
 
 use crate::app::{AppState, Stopping};
 use crate::runtime::Command;
-use crate::view::{EventView, HealthView, MemberCounts};
+use crate::view::{EventView, HealthView, MemberCounts, MemberState};
 
 /// The OpenAPI description of this API.
 pub const OPENAPI: &str = include_str!("openapi.json");
@@ -51,7 +51,7 @@ pub(crate) async fn not_found() -> ApiError {
 
 pub(crate) async fn health(State(st): State<AppState>) -> Result<Response, ApiError> {
     let s = st.snapshot().await?;
-    let count = |state: &str| s.members.iter().filter(|m| m.state == state).count();
+    let count = |state: MemberState| s.members.iter().filter(|m| m.state == state).count();
     let control = st.control_server.as_ref().map(|c| c.status());
     // A control-plane server whose storage failed is degraded: its Raft
     // has stopped (the others elect a leader without it).
@@ -73,10 +73,10 @@ pub(crate) async fn health(State(st): State<AppState>) -> Result<Response, ApiEr
         incarnation: s.incarnation,
         local_health: s.local_health,
         members: MemberCounts {
-            alive: count("alive"),
-            suspect: count("suspect"),
-            dead: count("dead"),
-            left: count("left"),
+            alive: count(MemberState::Alive),
+            suspect: count(MemberState::Suspect),
+            dead: count(MemberState::Dead),
+            left: count(MemberState::Left),
         },
     };
     Ok(Json(body).into_response())

@@ -24,8 +24,8 @@ use crate::api::ApiError;
 use crate::app::AppState;
 use crate::meta::AgentMeta;
 use crate::view::{
-    unix_ms, CandidateView, ClusterRoleView, ClusterRolesView, ClusterServicesView, MemberView,
-    NodeServicesView, RolesView,
+    routes, unix_ms, CandidateView, ClusterRoleView, ClusterRolesView, ClusterServicesView,
+    MemberState, MemberView, NodeServicesView, RolesView,
 };
 
 /// Most peers asked in one request.
@@ -147,7 +147,7 @@ pub(crate) async fn services(
         .iter()
         .filter(|m| match &wanted {
             Some(w) => w.contains(m.name.as_str()),
-            None => m.state == "alive" || m.state == "suspect",
+            None => m.state.is_live(),
         })
         .cloned()
         .collect();
@@ -159,7 +159,7 @@ pub(crate) async fn services(
                 let (services, error) = if m.is_self || m.name == st.me() {
                     (Some(crate::services::views(&st.services)), None)
                 } else if let Some(http) = published(&m).http {
-                    match st.peers.peer_get(&http, "/v1/services").await {
+                    match st.peers.peer_get(&http, routes::SERVICES).await {
                         Ok(v) => (Some(v), None),
                         Err(e) => (None, Some(e)),
                     }
@@ -198,7 +198,7 @@ pub(crate) async fn roles(State(st): State<AppState>) -> Json<ClusterRolesView> 
                 node: m.name.clone(),
                 priority,
                 eligible,
-                member_state: m.state.clone(),
+                member_state: m.state,
                 holder: false,
             });
         }
@@ -217,7 +217,7 @@ pub(crate) async fn roles(State(st): State<AppState>) -> Json<ClusterRolesView> 
             // Typed on the way through (a peer's strings are data only).
             Some((_, Some(addr))) => st
                 .peers
-                .peer_get::<RolesView>(addr, "/v1/roles")
+                .peer_get::<RolesView>(addr, routes::ROLES)
                 .await
                 .ok()
                 .and_then(|v| v.local.into_iter().find(|r| r.role == role)),
@@ -232,7 +232,7 @@ pub(crate) async fn roles(State(st): State<AppState>) -> Json<ClusterRolesView> 
         candidates.sort_by_key(|c| {
             (
                 !c.holder,
-                !(c.eligible && c.member_state == "alive"),
+                !(c.eligible && c.member_state == MemberState::Alive),
                 -c.priority,
                 c.node.clone(),
             )

@@ -37,70 +37,15 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use crate::api::{error, ApiError};
 use crate::app::AppState;
 use crate::metrics::family;
 use crate::runtime::{Command, Shared};
-use crate::view::{unix_ms, AgentEvent};
-
-/// Longest a drill fault may be set for.
-pub const MAX_FAULT: Duration = Duration::from_secs(3600);
-
-/// A fault a drill can set.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Fault {
-    /// The relay sends to a local black hole.
-    Blackhole,
-    /// The agent stops answering the cluster.
-    Freeze,
-    /// Application traffic signals are ignored.
-    Quiet,
-}
-
-impl Fault {
-    /// Every fault.
-    pub const ALL: [Fault; 3] = [Fault::Blackhole, Fault::Freeze, Fault::Quiet];
-
-    /// Its name in the API.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Fault::Blackhole => "blackhole",
-            Fault::Freeze => "freeze",
-            Fault::Quiet => "quiet",
-        }
-    }
-
-    fn parse(s: &str) -> Option<Fault> {
-        Fault::ALL.into_iter().find(|f| f.as_str() == s)
-    }
-}
-
-/// An active fault, as `GET /v1/drill` shows it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct FaultView {
-    /// The fault.
-    pub fault: Fault,
-    /// Unix time it was set, in milliseconds.
-    pub since_unix_ms: u64,
-    /// Unix time the agent reverts it on its own, in milliseconds.
-    pub until_unix_ms: u64,
-    /// Where the relay is diverted to (`blackhole` only).
-    pub divert: Option<String>,
-}
-
-/// `GET /v1/drill`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct DrillView {
-    /// This node.
-    pub node: String,
-    /// Active faults (empty: nothing is set).
-    pub active: Vec<FaultView>,
-    /// Application traffic signals ignored while `quiet` (since start).
-    pub traffic_ignored: u64,
-}
+use crate::view::{
+    unix_ms, AgentEvent, DrillView, Fault, FaultView, RestoredView, TrafficView, MAX_FAULT,
+};
 
 #[derive(Debug)]
 struct Active {
@@ -187,24 +132,6 @@ pub enum SetFaultError {
     /// The black hole's listener could not be bound.
     #[error("cannot open the black hole: {0}")]
     Bind(#[from] std::io::Error),
-}
-
-/// `POST /v1/drill/restore`'s answer.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct RestoredView {
-    /// The faults reverted.
-    pub restored: Vec<Fault>,
-    /// The drill state after.
-    pub drill: DrillView,
-}
-
-/// `POST /v1/traffic`'s answer.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct TrafficView {
-    /// Members noted.
-    pub noted: usize,
-    /// Whether a quiet drill makes the agent ignore them.
-    pub quiet: bool,
 }
 
 /// Sets and reverts faults (a revert may come from a timer, after the

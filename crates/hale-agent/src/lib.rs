@@ -52,9 +52,8 @@ pub use client::{Client, ClientError};
 pub use config::{AgentConfig, ConfigError, FileConfig};
 pub use keyring::{Key, Keyring};
 pub use meta::AgentMeta;
-pub use relay_api::{RelayView, UpstreamView};
 pub use runtime::Snapshot;
-pub use view::{AgentEvent, EventView, EvidenceView, MemberView};
+pub use view::{AgentEvent, EventView, EvidenceView, MemberView, RelayView, UpstreamView};
 
 use runtime::{Command, Shared};
 

@@ -112,7 +112,14 @@ pub fn render(s: &Snapshot, shared: &Shared) -> String {
         ("hale_incarnation", "gauge", help),
         [(me.clone(), s.incarnation)],
     );
-    let by_state = ["alive", "suspect", "dead", "left"].map(|state| {
+    use crate::view::MemberState;
+    let states = [
+        MemberState::Alive,
+        MemberState::Suspect,
+        MemberState::Dead,
+        MemberState::Left,
+    ];
+    let by_state = states.map(|state| {
         let n = s.members.iter().filter(|m| m.state == state).count();
         (format!("{me},state=\"{state}\""), n)
     });
@@ -138,7 +145,7 @@ pub fn render_roles(
     let mut out = String::new();
     let roles = roles.lock().expect("role views lock");
     if !roles.is_empty() {
-        type Get = fn(&crate::roles::RoleView) -> String;
+        type Get = fn(&crate::view::RoleView) -> String;
         let series: [(&str, &str, &str, Get); 6] = [
             (
                 "hale_role_holder",
@@ -234,7 +241,7 @@ pub fn render_control(node: &str, c: &hale_control::raft::ControlStatus) -> Stri
         (
             "is_leader",
             "Whether this server is the control-plane leader (1) or not (0).",
-            u64::from(c.state == "leader"),
+            u64::from(c.state == hale_control::raft::ControlState::Leader),
         ),
         (
             "leader",

@@ -17,7 +17,7 @@ use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -30,7 +30,7 @@ use hale_core::Time;
 use crate::config::{invalid, ConfigError};
 use crate::control_client::ControlClient;
 use crate::services::Services;
-use crate::view::AgentEvent;
+use crate::view::{AgentEvent, RoleView};
 
 /// `[control]` in hale.toml: where the control plane is.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -231,36 +231,6 @@ pub fn parse_servers(list: &[String]) -> Result<BTreeMap<u64, SocketAddr>, Confi
         );
     }
     Ok(out)
-}
-
-/// This node's view of one of its roles, for the API.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct RoleView {
-    /// The role.
-    pub role: String,
-    /// This node's priority.
-    pub priority: i64,
-    /// `holder`, `promoting` (granted, promote hook running), `demoting`
-    /// (giving the role up), `standby` or `ineligible`.
-    pub state: RoleState,
-    /// The fencing epoch held, if promoting, holder or demoting.
-    pub epoch: Option<u64>,
-    /// Milliseconds of lease left, if it holds one.
-    pub lease_left_ms: Option<u64>,
-    /// Why the last change happened.
-    pub last_change: Option<String>,
-    /// Unix time (ms) this node became holder (its promote hook succeeded), if holder.
-    #[serde(default)]
-    pub held_since_unix_ms: Option<u64>,
-    /// Promotions completed so far.
-    pub promotions: u64,
-    /// Demotions so far.
-    pub demotions: u64,
-    /// Renewals committed.
-    pub renewals: u64,
-    /// Until when this node may act as holder, on this agent's clock.
-    #[serde(skip)]
-    pub valid_until: Option<Instant>,
 }
 
 /// What a role manager reports.

@@ -48,7 +48,7 @@ pub(crate) async fn roles(State(st): State<AppState>) -> Json<RolesView> {
 }
 
 /// This node's view of `role` (None: it is no candidate for it).
-fn local_view(st: &AppState, role: &str) -> Option<crate::roles::RoleView> {
+fn local_view(st: &AppState, role: &str) -> Option<crate::view::RoleView> {
     st.roles.lock().expect("role views lock").get(role).cloned()
 }
 
@@ -150,7 +150,7 @@ pub(crate) async fn handover(
     match tx.try_send(to) {
         Ok(()) => (
             StatusCode::ACCEPTED,
-            Json(crate::client::HandoverView { handover: role }),
+            Json(crate::view::HandoverView { handover: role }),
         )
             .into_response(),
         Err(_) => error(

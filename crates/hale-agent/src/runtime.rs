@@ -19,8 +19,10 @@ use tokio::time::Instant;
 use hale_core::wire::{MAX_DATAGRAM, MAX_STREAM_FRAME};
 use hale_core::{Channel, Event, Node, NodeId, Stats, Time};
 
-use crate::keyring::{SharedKeyring, OVERHEAD};
-use crate::view::{event_view, evidence_view, member_view, EventView, EvidenceView, MemberView};
+use crate::view::{
+    event_view, evidence_view, member_view, EventView, EvidenceView, MemberState, MemberView,
+};
+use hale_keyring::{SharedKeyring, OVERHEAD};
 
 /// Events kept for `/v1/events` history.
 const EVENT_HISTORY: usize = 2048;
@@ -382,11 +384,10 @@ impl Driver {
             name: me.name().to_owned(),
             addr: me.addr().to_string(),
             state: if self.node.has_left() {
-                "left"
+                MemberState::Left
             } else {
-                "alive"
-            }
-            .to_owned(),
+                MemberState::Alive
+            },
             incarnation: self.node.incarnation(),
             health: self.node.local_health(),
             last_heard_ms_ago: Some(0),

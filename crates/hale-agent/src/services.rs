@@ -12,10 +12,11 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use tokio::time::Instant;
 
 use crate::config::{invalid, ConfigError};
+use crate::view::{CheckResult, CheckView, ServiceView};
 
 /// `[[service]]` in hale.toml.
 #[derive(Debug, Clone, Deserialize)]
@@ -161,17 +162,6 @@ impl ServiceSection {
             checks,
         })
     }
-}
-
-/// One run's outcome.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CheckResult {
-    /// Passed or not.
-    pub ok: bool,
-    /// What happened (status, error, timeout).
-    pub detail: String,
-    /// How long it took, in milliseconds.
-    pub took_ms: u64,
 }
 
 /// Live state of one check.
@@ -329,38 +319,6 @@ pub async fn run_check(client: &reqwest::Client, spec: &CheckSpec) -> CheckResul
         detail,
         took_ms,
     }
-}
-
-/// A service as the API shows it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ServiceView {
-    /// Name.
-    pub name: String,
-    /// Essential or not.
-    pub essential: bool,
-    /// All liveness checks passing.
-    pub healthy: bool,
-    /// All readiness checks passing.
-    pub ready: bool,
-    /// Milliseconds the longest failing liveness streak has lasted.
-    pub failing_for_ms: Option<u64>,
-    /// Checks.
-    pub checks: Vec<CheckView>,
-}
-
-/// A check as the API shows it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct CheckView {
-    /// Name.
-    pub name: String,
-    /// Readiness check or liveness check.
-    pub ready: bool,
-    /// Runs so far.
-    pub runs: u64,
-    /// Failures so far.
-    pub failures: u64,
-    /// Recent results, newest last.
-    pub recent: Vec<CheckResult>,
 }
 
 /// The API view of every service.

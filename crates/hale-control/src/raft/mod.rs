@@ -120,7 +120,7 @@ pub struct ControlStatus {
     pub id: u64,
     /// `leader`, `follower`, `candidate`, `learner`, or `stopped` (its Raft
     /// has stopped, e.g. on a storage error).
-    pub state: String,
+    pub state: ControlState,
     /// The leader it knows of.
     pub leader: Option<u64>,
     /// The Raft term.
@@ -138,6 +138,42 @@ pub struct ControlStatus {
 }
 
 pub use crate::lease::AcquireRequest;
+
+/// A control-plane server's Raft state (`leader`, `follower`, `candidate`,
+/// `learner`, `stopped`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ControlState {
+    /// It leads: it grants leases.
+    Leader,
+    /// It follows a leader.
+    Follower,
+    /// It is standing for election.
+    Candidate,
+    /// It replicates but does not vote.
+    Learner,
+    /// Its Raft has stopped (a storage error, or shut down).
+    Stopped,
+}
+
+impl ControlState {
+    /// Its name on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ControlState::Leader => "leader",
+            ControlState::Follower => "follower",
+            ControlState::Candidate => "candidate",
+            ControlState::Learner => "learner",
+            ControlState::Stopped => "stopped",
+        }
+    }
+}
+
+impl std::fmt::Display for ControlState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 impl ControlPlane {
     /// Opens the store in `data_dir` and starts a server with id `id`,
@@ -409,19 +445,19 @@ impl ControlPlane {
             Err(e) => Some(e.to_string()),
         };
         let state = if m.running_state.is_err() {
-            "stopped"
+            ControlState::Stopped
         } else {
             match m.state {
-                openraft::ServerState::Leader => "leader",
-                openraft::ServerState::Follower => "follower",
-                openraft::ServerState::Candidate => "candidate",
-                openraft::ServerState::Learner => "learner",
-                openraft::ServerState::Shutdown => "stopped",
+                openraft::ServerState::Leader => ControlState::Leader,
+                openraft::ServerState::Follower => ControlState::Follower,
+                openraft::ServerState::Candidate => ControlState::Candidate,
+                openraft::ServerState::Learner => ControlState::Learner,
+                openraft::ServerState::Shutdown => ControlState::Stopped,
             }
         };
         ControlStatus {
             id: self.id,
-            state: state.to_owned(),
+            state,
             // A stopped server's last view of the leader is stale.
             leader: m.current_leader.filter(|_| m.running_state.is_ok()),
             term: m.current_term,

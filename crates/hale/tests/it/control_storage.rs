@@ -2,6 +2,7 @@
 //! write, it says so (event, health, metrics), the other servers elect a
 //! leader without it, and the role stays held. Needs root (a tmpfs mount).
 
+use hale_control::raft::ControlState;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
@@ -63,7 +64,7 @@ fn a_control_plane_server_whose_disk_fills_stops_says_so_and_the_others_carry_on
         health(&c, 0).filter(|h| h.status == "degraded")
     });
     let control = h.control.unwrap();
-    assert_eq!(control.state, "stopped", "{control:?}");
+    assert_eq!(control.state, ControlState::Stopped, "{control:?}");
     let err = control.storage_error.unwrap();
     assert!(err.contains("No space left"), "{err}");
     let metrics = c.agents[0].metrics().unwrap();
@@ -81,7 +82,10 @@ fn a_control_plane_server_whose_disk_fills_stops_says_so_and_the_others_carry_on
     // The other servers elect a leader without it.
     wait_for(Duration::from_secs(30), "n1 or n2 leads", || {
         (1..3)
-            .any(|i| health(&c, i).is_some_and(|h| h.control.is_some_and(|c| c.state == "leader")))
+            .any(|i| {
+                health(&c, i)
+                    .is_some_and(|h| h.control.is_some_and(|c| c.state == ControlState::Leader))
+            })
             .then_some(())
     });
     // And the role stays held, renewed through the live servers. A holder
