@@ -16,31 +16,12 @@ use futures_util::stream::{self, StreamExt};
 use serde::Deserialize;
 use tokio_stream::wrappers::BroadcastStream;
 
-use crate::app::{AppState, Stopping};
 use crate::runtime::Command;
+use crate::state::{ApiError, AppState, Stopping};
 use crate::view::{EventView, HealthView, MemberCounts, MemberState};
 
 /// The OpenAPI description of this API.
 pub const OPENAPI: &str = include_str!("openapi.json");
-
-/// An API error: a status and a message.
-#[derive(Debug)]
-pub struct ApiError(pub(crate) StatusCode, pub(crate) String);
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        (self.0, Json(serde_json::json!({ "error": self.1 }))).into_response()
-    }
-}
-
-impl From<Stopping> for ApiError {
-    fn from(_: Stopping) -> ApiError {
-        ApiError(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "the agent is stopping".into(),
-        )
-    }
-}
 
 pub(crate) async fn not_found() -> ApiError {
     ApiError(
@@ -141,11 +122,6 @@ pub(crate) async fn event_stream(State(st): State<AppState>) -> Response {
         .into_response()
 }
 
-/// A JSON error response, `{"error": msg}`, with `status`.
-pub(crate) fn error(status: StatusCode, msg: impl Into<String>) -> Response {
-    ApiError(status, msg.into()).into_response()
-}
-
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct JoinBody {
@@ -205,7 +181,7 @@ pub(crate) async fn metrics(State(st): State<AppState>) -> Result<Response, ApiE
         me,
         &hale_control::auth::clock_report(),
     ));
-    text.push_str(&st.shared.drill.render_metrics(me));
+    text.push_str(&crate::metrics::render_drill(me, &st.shared.drill));
     if let Some(r) = st.relay() {
         text.push_str(&r.render_metrics());
     }

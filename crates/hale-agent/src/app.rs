@@ -5,70 +5,13 @@
 //! their own) shares [`AppState`], and the mutation guard wraps every
 //! mutating route once.
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::routing::{get, post};
 use axum::Router;
-use tokio::sync::mpsc;
 
-use crate::control_client::ControlClient;
-use crate::keyring::SharedKeyring;
-use crate::roles::RoleViews;
-use crate::runtime::{Command, Shared, Snapshot};
-use crate::services::Services;
-
-/// What every handler of the HTTP API may use.
-#[derive(Clone)]
-pub(crate) struct AppState {
-    /// Requests to the membership driver.
-    pub(crate) cmds: mpsc::Sender<Command>,
-    /// What the driver shares: identity, events, counters, drill faults.
-    pub(crate) shared: Arc<Shared>,
-    /// The cluster's name (`[cluster] name`).
-    pub(crate) cluster: String,
-    /// The relay and its configuration, if this agent runs one.
-    pub(crate) relay: Option<(hale_relay::Relay, Arc<hale_relay::RelayConfig>)>,
-    /// This node's view of each role it is a candidate for.
-    pub(crate) roles: RoleViews,
-    /// This node's services and their checks.
-    pub(crate) services: Services,
-    /// The control-plane server this agent runs, if any.
-    pub(crate) control_server: Option<hale_control::raft::ControlPlane>,
-    /// The control plane's client, if one is configured.
-    pub(crate) control: Option<ControlClient>,
-    /// Handover requests, per role this node is a candidate for.
-    pub(crate) handovers: Arc<BTreeMap<String, mpsc::Sender<Option<String>>>>,
-    /// The cluster keyring (None: `insecure_plaintext`).
-    pub(crate) keys: Option<SharedKeyring>,
-    /// Asks other agents (key fan-out, cluster views), with its answers'
-    /// cache for the cluster views.
-    pub(crate) peers: crate::cluster_api::Peers,
-}
-
-/// The agent is stopping: the request was not carried out.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Stopping;
-
-impl AppState {
-    /// This node's name.
-    pub(crate) fn me(&self) -> &str {
-        self.shared.id.name()
-    }
-
-    /// A snapshot of members and counters from the driver.
-    pub(crate) async fn snapshot(&self) -> Result<Snapshot, Stopping> {
-        let s = crate::runtime::ask(&self.cmds, Command::Snapshot).await;
-        s.ok_or(Stopping)
-    }
-
-    /// The relay, if this agent runs one.
-    pub(crate) fn relay(&self) -> Option<&hale_relay::Relay> {
-        self.relay.as_ref().map(|(r, _)| r)
-    }
-}
+use crate::state::AppState;
 
 /// Every route of the HTTP API on one state: mutating routes behind the
 /// browser/token guard, the sealed agent-to-agent key route behind its own,
@@ -120,6 +63,3 @@ pub(crate) fn router(st: AppState, token: Option<String>, http: SocketAddr) -> R
     }
     app
 }
-
-/// How long the agent waits to connect to another agent.
-pub(crate) const PEER_CONNECT: Duration = Duration::from_millis(500);

@@ -26,10 +26,8 @@
 //! `POST /v1/drill/restore` with an optional `{"fault": "..."}`, and
 //! `POST /v1/traffic` with `{"peers": ["name", ...]}`.
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
@@ -39,89 +37,10 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 
-use crate::api::{error, ApiError};
-use crate::app::AppState;
-use crate::metrics::family;
 use crate::runtime::{Command, Shared};
-use crate::view::{
-    unix_ms, AgentEvent, DrillView, Fault, FaultView, RestoredView, TrafficView, MAX_FAULT,
-};
-
-#[derive(Debug)]
-struct Active {
-    view: FaultView,
-    generation: u64,
-    /// The black hole's acceptor (dropping the handle does not stop it).
-    hole: Option<tokio::task::JoinHandle<()>>,
-}
-
-/// The drill faults of one agent; read by the driver on every packet.
-#[derive(Debug, Default)]
-pub struct Faults {
-    frozen: Arc<AtomicBool>,
-    quiet: AtomicBool,
-    traffic_ignored: AtomicU64,
-    generation: AtomicU64,
-    active: Mutex<BTreeMap<Fault, Active>>,
-}
-
-impl Faults {
-    /// Whether cluster traffic is being dropped (`freeze`).
-    pub fn frozen(&self) -> bool {
-        self.frozen.load(Ordering::Relaxed)
-    }
-
-    /// The freeze flag itself, for the control-plane client of role managers.
-    pub fn frozen_flag(&self) -> Arc<AtomicBool> {
-        self.frozen.clone()
-    }
-
-    /// Whether application traffic signals are being ignored (`quiet`);
-    /// counts the signal as ignored if so.
-    pub fn ignore_traffic(&self) -> bool {
-        let q = self.quiet.load(Ordering::Relaxed);
-        if q {
-            self.traffic_ignored.fetch_add(1, Ordering::Relaxed);
-        }
-        q
-    }
-
-    /// The active faults.
-    pub fn views(&self) -> Vec<FaultView> {
-        let a = self.active.lock().expect("drill lock");
-        a.values().map(|a| a.view.clone()).collect()
-    }
-
-    /// Prometheus text: `hale_drill_fault_active{node,fault}` and
-    /// `hale_drill_traffic_ignored_total{node}`.
-    pub fn render_metrics(&self, node: &str) -> String {
-        let active = self.active.lock().expect("drill lock");
-        let mut out = String::new();
-        let faults = Fault::ALL.map(|f| {
-            let l = format!("node=\"{node}\",fault=\"{}\"", f.as_str());
-            (l, u8::from(active.contains_key(&f)))
-        });
-        let help = "Whether a drill fault is set on this agent.";
-        family(&mut out, ("hale_drill_fault_active", "gauge", help), faults);
-        let ignored = self.traffic_ignored.load(Ordering::Relaxed);
-        let help = "Application traffic signals ignored during quiet drills.";
-        let name = "hale_drill_traffic_ignored_total";
-        family(
-            &mut out,
-            (name, "counter", help),
-            [(format!("node=\"{node}\""), ignored)],
-        );
-        out
-    }
-
-    fn flag(&self, f: Fault, on: bool) {
-        match f {
-            Fault::Freeze => self.frozen.store(on, Ordering::Relaxed),
-            Fault::Quiet => self.quiet.store(on, Ordering::Relaxed),
-            Fault::Blackhole => {}
-        }
-    }
-}
+use crate::state::AppState;
+use crate::state::{error, ApiError};
+use crate::view::{AgentEvent, DrillView, Fault, FaultView, RestoredView, TrafficView, MAX_FAULT};
 
 /// Why a fault could not be set.
 #[derive(Debug, thiserror::Error)]
@@ -161,7 +80,7 @@ impl DrillState {
         let faults = &self.shared.drill;
         let mut hole = None;
         let mut divert = None;
-        let already = faults.active.lock().expect("drill lock").contains_key(&f);
+        let already = faults.is_set(f);
         if f == Fault::Blackhole && !already {
             let relay = self.relay.as_ref().ok_or(SetFaultError::NoRelay)?;
             let (addr, task) = black_hole().await?;
@@ -169,25 +88,7 @@ impl DrillState {
             hole = Some(task);
             divert = Some(addr.to_string());
         }
-        let generation = faults.generation.fetch_add(1, Ordering::Relaxed) + 1;
-        let now = unix_ms();
-        let view = {
-            let mut a = faults.active.lock().expect("drill lock");
-            let e = a.entry(f).or_insert_with(|| Active {
-                view: FaultView {
-                    fault: f,
-                    since_unix_ms: now,
-                    until_unix_ms: 0,
-                    divert,
-                },
-                generation,
-                hole,
-            });
-            e.generation = generation;
-            e.view.until_unix_ms = now + length.as_millis() as u64;
-            e.view.clone()
-        };
-        faults.flag(f, true);
+        let (view, generation) = faults.set(f, length, hole, divert);
         self.event(AgentEvent::DrillSet {
             fault: f,
             duration_ms: length.as_millis() as u64,
@@ -204,18 +105,10 @@ impl DrillState {
     /// set again since). Returns whether anything changed.
     fn revert(&self, f: Fault, generation: Option<u64>, why: &str) -> bool {
         let faults = &self.shared.drill;
-        let removed = {
-            let mut a = faults.active.lock().expect("drill lock");
-            match a.get(&f) {
-                Some(e) if generation.is_none_or(|g| g == e.generation) => a.remove(&f),
-                _ => None,
-            }
-        };
-        let Some(removed) = removed else {
+        let Some(hole) = faults.clear(f, generation) else {
             return false;
         };
-        faults.flag(f, false);
-        if let Some(h) = removed.hole {
+        if let Some(h) = hole {
             h.abort();
         }
         if f == Fault::Blackhole {
@@ -251,7 +144,7 @@ fn view(st: &AppState) -> DrillView {
     DrillView {
         node: st.shared.id.name().to_owned(),
         active: st.shared.drill.views(),
-        traffic_ignored: st.shared.drill.traffic_ignored.load(Ordering::Relaxed),
+        traffic_ignored: st.shared.drill.traffic_ignored(),
     }
 }
 
@@ -347,7 +240,7 @@ pub(crate) async fn traffic(State(st): State<AppState>, body: Bytes) -> Response
             noted += 1;
         }
     }
-    let quiet = st.shared.drill.quiet.load(Ordering::Relaxed);
+    let quiet = st.shared.drill.quiet();
     (StatusCode::ACCEPTED, Json(TrafficView { noted, quiet })).into_response()
 }
 
@@ -365,8 +258,8 @@ mod tests {
 
     #[test]
     fn metrics_show_every_fault_inactive_at_first() {
-        let f = Faults::default();
-        let text = f.render_metrics("n1");
+        let f = crate::faults::Faults::default();
+        let text = crate::metrics::render_drill("n1", &f);
         assert!(text.contains("hale_drill_fault_active{node=\"n1\",fault=\"freeze\"} 0"));
         assert!(text.contains("hale_drill_traffic_ignored_total{node=\"n1\"} 0"));
         assert!(!f.frozen() && !f.ignore_traffic());

@@ -34,9 +34,9 @@ use futures_util::stream::{self, StreamExt};
 use hale_control::auth::{self, ControlAuth, Guard};
 use hale_keyring::{Key, KeyringChangeError, SharedKeyring};
 
-use crate::api::ApiError;
-use crate::app::AppState;
 use crate::meta::AgentMeta;
+use crate::state::ApiError;
+use crate::state::AppState;
 use crate::view::{routes, KeyOp, KeyReport, KeyRequest, KeyView, KeysView};
 
 /// How long one agent may take to answer a fanned-out key operation.

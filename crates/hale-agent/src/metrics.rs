@@ -5,7 +5,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use hale_core::DropReason;
 
+use crate::faults::Faults;
 use crate::runtime::{Shared, Snapshot};
+use crate::view::Fault;
 
 /// Writes one metric family: its HELP and TYPE lines, then one sample per
 /// `(labels, value)`.
@@ -314,6 +316,27 @@ pub fn render_clocks(node: &str, c: &hale_control::auth::ClockReport) -> String 
                 r.count as i64,
             )
         }),
+    );
+    out
+}
+
+/// Prometheus text: `hale_drill_fault_active{node,fault}` and
+/// `hale_drill_traffic_ignored_total{node}`.
+pub fn render_drill(node: &str, faults: &Faults) -> String {
+    let mut out = String::new();
+    let active = Fault::ALL.map(|f| {
+        let l = format!("node=\"{node}\",fault=\"{}\"", f.as_str());
+        (l, u8::from(faults.is_set(f)))
+    });
+    let help = "Whether a drill fault is set on this agent.";
+    family(&mut out, ("hale_drill_fault_active", "gauge", help), active);
+    let ignored = faults.traffic_ignored();
+    let help = "Application traffic signals ignored during quiet drills.";
+    let name = "hale_drill_traffic_ignored_total";
+    family(
+        &mut out,
+        (name, "counter", help),
+        [(format!("node=\"{node}\""), ignored)],
     );
     out
 }

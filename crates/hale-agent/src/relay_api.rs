@@ -10,8 +10,8 @@ use axum::Json;
 use hale_relay::{BreakerGauge, DropReason, Relay, RelayConfig};
 use tokio::sync::watch;
 
-use crate::app::AppState;
 use crate::runtime::Shared;
+use crate::state::AppState;
 use crate::view::{AgentEvent, RelayView, UpstreamView};
 
 fn target(dsn: &hale_relay::Dsn) -> String {

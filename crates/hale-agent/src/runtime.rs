@@ -130,7 +130,7 @@ pub struct Shared {
     pub seq: AtomicU64,
     /// Drill faults in force (freeze drops cluster traffic, quiet ignores
     /// application traffic signals).
-    pub drill: crate::drill::Faults,
+    pub drill: crate::faults::Faults,
     /// Addresses whose port was found closed, for the driver
     /// ([`hale_core::Node::handle_unreachable`]), and its wake-up.
     refused: std::sync::Mutex<Vec<SocketAddr>>,
@@ -296,11 +296,11 @@ impl Driver {
         };
         match k.current().open(sealed) {
             Ok(p) => Some(p),
-            Err(crate::keyring::OpenError::Auth) => {
+            Err(hale_keyring::OpenError::Auth) => {
                 count(&self.shared.counters.auth_failed);
                 None
             }
-            Err(crate::keyring::OpenError::Malformed) => {
+            Err(hale_keyring::OpenError::Malformed) => {
                 count(&self.shared.counters.seal_malformed);
                 None
             }
@@ -652,8 +652,8 @@ async fn accept_streams(
                 let ring = k.current();
                 match ring.open(&first) {
                     Ok(plain) => return Ok((plain, share)),
-                    Err(crate::keyring::OpenError::Malformed) => return Err(Refused::Malformed),
-                    Err(crate::keyring::OpenError::Auth) => {}
+                    Err(hale_keyring::OpenError::Malformed) => return Err(Refused::Malformed),
+                    Err(hale_keyring::OpenError::Auth) => {}
                 }
                 if ring.open_with(PREAMBLE_AAD, &first).is_err() {
                     return Err(Refused::Auth);
@@ -662,8 +662,8 @@ async fn accept_streams(
                 let (body, share) = read_frame(&mut sock, limit, &budget).await?;
                 match ring.open(&body) {
                     Ok(plain) => Ok((plain, share)),
-                    Err(crate::keyring::OpenError::Malformed) => Err(Refused::Malformed),
-                    Err(crate::keyring::OpenError::Auth) => Err(Refused::Auth),
+                    Err(hale_keyring::OpenError::Malformed) => Err(Refused::Malformed),
+                    Err(hale_keyring::OpenError::Auth) => Err(Refused::Auth),
                 }
             })
             .await;

@@ -84,7 +84,7 @@ pub enum Claimed {
 /// ran, and so stop both the demote and the fence.
 pub fn claim_path(agent_pid: u32, role: &str, epoch: u64) -> PathBuf {
     static TOKEN: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    let token = TOKEN.get_or_init(crate::fresh_seed);
+    let token = TOKEN.get_or_init(crate::seed::fresh_seed);
     let role: String = role
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })

@@ -20,10 +20,6 @@ pub const KNOWN: &[(&str, &str)] = &[
          (each `impl Node` imports `node`, which holds their state types): \
          being restructured on its own branch",
     ),
-    (
-        "hale-agent",
-        "issue 22: being untangled on the contracts branch",
-    ),
 ];
 
 /// The import cycles of more than [`MAX_CYCLE`] files in the crates under

@@ -6,6 +6,8 @@
 //! newly elected leader too).
 //! No consensus code of our own: openraft does elections and replication.
 
+pub mod api;
+mod client;
 mod network;
 mod store;
 
@@ -31,6 +33,8 @@ use crate::lease::{
 };
 use hale_core::Time;
 
+pub use api::{AddServer, Refusal, ServerChange};
+pub use client::ControlClient;
 pub use network::{raft_routes, Network};
 pub use store::{open_db, LogStore, StateData, StateMachine};
 
@@ -317,12 +321,12 @@ impl ControlPlane {
     pub fn routes(&self) -> Router {
         let app = raft_routes(self.raft.clone()).merge(
             Router::new()
-                .route("/control/acquire", post(acquire_route))
-                .route("/control/write", post(write_route))
-                .route("/control/table", get(table_route).post(table_route))
-                .route("/control/leader", get(leader_route).post(leader_route))
-                .route("/control/servers", post(add_server_route))
-                .route("/control/servers/{id}/remove", post(remove_server_route))
+                .route(api::ACQUIRE, post(acquire_route))
+                .route(api::WRITE, post(write_route))
+                .route(api::TABLE, get(table_route).post(table_route))
+                .route(api::LEADER, get(leader_route).post(leader_route))
+                .route(api::SERVERS, post(add_server_route))
+                .route(api::SERVER_REMOVE, post(remove_server_route))
                 .with_state(self.clone()),
         );
         match &self.auth {
@@ -402,30 +406,17 @@ impl ControlPlane {
     }
 
     /// Adds or removes a server through the leader (forwarding if needed).
-    pub async fn change_servers(
-        &self,
-        add: Option<AddServer>,
-        remove: Option<u64>,
-    ) -> Result<(), ControlError> {
+    pub async fn change_servers(&self, change: ServerChange) -> Result<(), ControlError> {
         if self.leader() != Some(self.id) {
             let (leader, addr) = self.leader_addr().ok_or(ControlError::NoLeader)?;
-            let res: Result<(), String> = match (&add, remove) {
-                (Some(a), _) => self.call(leader, &addr, "/control/servers", a, 10).await?,
-                (None, Some(id)) => {
-                    let path = format!("/control/servers/{id}/remove");
-                    self.call(leader, &addr, &path, &(), 10).await?
-                }
-                (None, None) => return Ok(()),
-            };
-            return res.map_err(ControlError::Request);
+            let path = change.path();
+            let res: api::Answer<()> = self.call(leader, &addr, &path, &change.body(), 10).await?;
+            return res.map_err(|r| ControlError::Request(r.to_string()));
         }
-        if let Some(a) = add {
-            self.add_server(a.id, a.addr).await?;
+        match change {
+            ServerChange::Add(a) => self.add_server(a.id, a.addr).await,
+            ServerChange::Remove(id) => self.remove_server(id).await,
         }
-        if let Some(id) = remove {
-            self.remove_server(id).await?;
-        }
-        Ok(())
     }
 
     /// The voters of the control plane.
@@ -570,7 +561,7 @@ impl ControlPlane {
         match self.raft.client_write(req.clone()).await {
             Ok(r) => Ok(r.data),
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => {
-                self.forward("write", &req).await
+                self.forward(api::WRITE, &req).await
             }
             Err(RaftError::Fatal(e)) => Err(ControlError::Unavailable(e.to_string())),
             Err(e) => Err(ControlError::Request(e.to_string())),
@@ -596,7 +587,7 @@ impl ControlPlane {
             attempt,
         };
         if self.leader() != Some(self.id) {
-            return self.forward("acquire", &ask).await;
+            return self.forward(api::ACQUIRE, &ask).await;
         }
         let table = self.table();
         let grant = {
@@ -620,10 +611,12 @@ impl ControlPlane {
         // One second: a leader that does not commit in that time is likely
         // frozen or gone, and the caller does better asking another server
         // (which may already know the next leader) than waiting on it.
-        let res: Result<LeaseResponse, String> = self
-            .call(leader, &addr, &format!("/control/{what}"), body, 1)
-            .await?;
-        res.map_err(ControlError::Request)
+        let res: api::Answer<LeaseResponse> = self.call(leader, &addr, what, body, 1).await?;
+        res.map_err(|r| match r {
+            Refusal::NoLeader => ControlError::NoLeader,
+            Refusal::Unavailable(m) => ControlError::Unavailable(m),
+            r => ControlError::Request(r.to_string()),
+        })
     }
 
     /// Stops this server.
@@ -640,7 +633,7 @@ fn lease_answer(r: Result<LeaseResponse, ControlError>) -> Response {
         Err(e) if e.ask_another() => {
             (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response()
         }
-        r => Json(r.map_err(|e| e.to_string())).into_response(),
+        r => Json(r.map_err(Refusal::from)).into_response(),
     }
 }
 
@@ -666,33 +659,18 @@ async fn leader_route(State(cp): State<ControlPlane>) -> Json<Option<u64>> {
     Json(cp.leader())
 }
 
-/// A request to add a control-plane server.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct AddServer {
-    /// The new server's id.
-    pub id: u64,
-    /// Its Raft/HTTP address.
-    pub addr: SocketAddr,
-}
-
 async fn add_server_route(
     State(cp): State<ControlPlane>,
     Json(req): Json<AddServer>,
-) -> Json<Result<(), String>> {
-    Json(
-        cp.change_servers(Some(req), None)
-            .await
-            .map_err(|e| e.to_string()),
-    )
+) -> Json<api::Answer<()>> {
+    let change = ServerChange::Add(req);
+    Json(cp.change_servers(change).await.map_err(Refusal::from))
 }
 
 async fn remove_server_route(
     State(cp): State<ControlPlane>,
     axum::extract::Path(id): axum::extract::Path<u64>,
-) -> Json<Result<(), String>> {
-    Json(
-        cp.change_servers(None, Some(id))
-            .await
-            .map_err(|e| e.to_string()),
-    )
+) -> Json<api::Answer<()>> {
+    let change = ServerChange::Remove(id);
+    Json(cp.change_servers(change).await.map_err(Refusal::from))
 }
