@@ -28,6 +28,7 @@ use hale_core::Time;
 use crate::config::RoleSpec;
 use crate::services::Services;
 use crate::view::{AgentEvent, RoleView};
+use crate::watchdog::{Disarmed, Order};
 use hale_control::raft::ControlClient;
 
 mod watchdog;
@@ -198,7 +199,7 @@ impl RoleManager {
                     Input::HookExit(id, exit) => {
                         if let Some((_, true)) = run.hooks.remove(&id) {
                             if let Some(w) = run.watchdog.as_mut() {
-                                w.send("promote-done");
+                                w.send(Order::PromoteDone);
                             }
                         }
                         sm.handle_hook_exit(run.now(), id, exit);
@@ -316,12 +317,12 @@ impl RoleManager {
                 }
                 let ms = run.left(deadline).as_millis();
                 if let Some(w) = run.watchdog.as_mut() {
-                    w.send(&format!("arm {ms}"));
+                    w.send(Order::Arm { ms: ms as u64 });
                 }
             }
             Action::DisarmWatchdog => {
                 run.disarming = true;
-                let asked = run.watchdog.as_mut().is_some_and(|w| w.send("disarm"));
+                let asked = run.watchdog.as_mut().is_some_and(|w| w.send(Order::Disarm));
                 if !asked {
                     // None runs, or it is gone (its pipe closed): the agent
                     // demotes itself (the claim keeps a fence the dead one
@@ -388,7 +389,7 @@ impl RoleManager {
         run.hooks.insert(id, (pgid, promote));
         if promote {
             if let Some(w) = run.watchdog.as_mut() {
-                w.send(&format!("promote {pgid}"));
+                w.send(Order::Promote { pgid });
             }
         }
         tokio::spawn(async move {
@@ -422,7 +423,7 @@ impl RoleManager {
         run.watchdog = self.start_watchdog(run, epoch, run.left(deadline));
         let promote = run.hooks.values().find(|(_, p)| *p).map(|(g, _)| *g);
         if let (Some(w), Some(pgid)) = (run.watchdog.as_mut(), promote) {
-            w.send(&format!("promote {pgid}"));
+            w.send(Order::Promote { pgid });
         }
     }
 
@@ -455,7 +456,9 @@ impl RoleManager {
             if let Some(out) = out {
                 for line in std::io::BufReader::new(out).lines() {
                     let Ok(line) = line else { break };
-                    let _ = tx.send(Input::Watchdog(gen, Some(line.trim() == "fenced")));
+                    let fenced = serde_json::from_str::<Disarmed>(line.trim()).ok()
+                        == Some(Disarmed::Fenced);
+                    let _ = tx.send(Input::Watchdog(gen, Some(fenced)));
                 }
             }
             let _ = tx.send(Input::Watchdog(gen, None));

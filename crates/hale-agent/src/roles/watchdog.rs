@@ -3,6 +3,8 @@
 use std::io::Write;
 use std::process::Child;
 
+use crate::watchdog::Order;
+
 /// The watchdog process of one holding, and the thread reading its answers.
 pub(super) struct Watchdog {
     pub(super) child: Child,
@@ -12,9 +14,9 @@ pub(super) struct Watchdog {
 
 impl Watchdog {
     /// Sends one line; false if the watchdog is gone (its pipe is closed).
-    pub(super) fn send(&mut self, line: &str) -> bool {
+    pub(super) fn send(&mut self, order: Order) -> bool {
         match self.child.stdin.as_mut() {
-            Some(stdin) => writeln!(stdin, "{line}")
+            Some(stdin) => writeln!(stdin, "{}", order.line())
                 .and_then(|()| stdin.flush())
                 .is_ok(),
             None => false,
@@ -23,7 +25,7 @@ impl Watchdog {
 
     /// Tells it to exit without fencing, and reaps it off the runtime.
     pub(super) fn stop(mut self) {
-        self.send("stop");
+        self.send(Order::Stop);
         std::thread::spawn(move || {
             let _ = self.child.wait();
         });
