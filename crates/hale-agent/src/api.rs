@@ -18,7 +18,7 @@ use tokio_stream::wrappers::BroadcastStream;
 
 use crate::runtime::Command;
 use crate::state::{ApiError, AppState, Stopping};
-use crate::view::{EventView, HealthView, MemberCounts, MemberState};
+use crate::view::{EventView, HealthStatus, HealthView, MemberCounts, MemberState};
 
 /// The OpenAPI description of this API.
 pub const OPENAPI: &str = include_str!("openapi.json");
@@ -38,14 +38,14 @@ pub(crate) async fn health(State(st): State<AppState>) -> Result<Response, ApiEr
     // has stopped (the others elect a leader without it).
     let degraded = control.as_ref().is_some_and(|c| c.storage_error.is_some());
     let status = if s.left {
-        "left"
+        HealthStatus::Left
     } else if degraded {
-        "degraded"
+        HealthStatus::Degraded
     } else {
-        "ok"
+        HealthStatus::Ok
     };
     let body = HealthView {
-        status: status.to_owned(),
+        status,
         control,
         clock: hale_control::auth::clock_report(),
         cluster: st.cluster.clone(),

@@ -17,7 +17,7 @@ use axum::Json;
 use futures_util::stream::{self, StreamExt};
 use serde::Deserialize;
 
-use crate::meta::AgentMeta;
+use crate::meta::{AgentMeta, Candidacy};
 use crate::peers::MAX_FANOUT;
 use crate::state::ApiError;
 use crate::state::AppState;
@@ -99,7 +99,7 @@ pub(crate) async fn roles(State(st): State<AppState>) -> Json<ClusterRolesView> 
         if let Some(h) = p.http {
             http.insert(m.name.as_str(), h);
         }
-        for (role, (priority, eligible)) in p.roles {
+        for (role, Candidacy { priority, eligible }) in p.roles {
             candidates.entry(role).or_default().push(CandidateView {
                 node: m.name.clone(),
                 priority,

@@ -54,7 +54,7 @@ use hale_core::{Node, NodeId, Time};
 pub use client::{Client, ClientError};
 pub use config::{AgentConfig, ConfigError, FileConfig, KEYRING_FILE};
 pub use keyring::{Key, Keyring};
-pub use meta::AgentMeta;
+pub use meta::{AgentMeta, Candidacy};
 pub use runtime::Snapshot;
 pub use view::{AgentEvent, EventView, EvidenceView, MemberView, RelayView, UpstreamView};
 
@@ -447,10 +447,10 @@ async fn start_roles(
     // wins is decided by the control-plane leader from their requests. An
     // agent without roles publishes none, and operators' tools (dashboard,
     // `hale status`, `hale drill`) still find its API there.
-    let candidacy: Arc<Mutex<BTreeMap<String, (i64, bool)>>> = Arc::new(Mutex::new(
+    let candidacy: Arc<Mutex<BTreeMap<String, meta::Candidacy>>> = Arc::new(Mutex::new(
         cfg.roles
             .iter()
-            .map(|r| (r.name.clone(), (r.priority, false)))
+            .map(|r| (r.name.clone(), (r.priority, false).into()))
             .collect(),
     ));
     let user_meta = String::from_utf8_lossy(&cfg.core.meta).into_owned();
@@ -518,7 +518,7 @@ async fn start_roles(
         Arc::new(move |change| match change {
             roles::RoleChange::Eligible { role, eligible } => {
                 if let Some(c) = candidacy.lock().expect("candidacy lock").get_mut(&role) {
-                    c.1 = eligible;
+                    c.eligible = eligible;
                 }
                 publish_meta();
             }

@@ -36,6 +36,18 @@ pub fn unix_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+/// An agent's health, as `/v1/health` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HealthStatus {
+    /// A member, and its control-plane server (if any) works.
+    Ok,
+    /// Its control-plane server's storage failed.
+    Degraded,
+    /// It left the cluster.
+    Left,
+}
+
 /// A member's state, as the API shows it: `alive`, `suspect`, `dead`, `left`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -483,7 +495,7 @@ pub struct MemberCounts {
 pub struct HealthView {
     /// `ok`, `left` (it left the cluster) or `degraded` (its control-plane
     /// server's storage failed).
-    pub status: String,
+    pub status: HealthStatus,
     /// This agent's control-plane server, if it runs one.
     pub control: Option<hale_control::raft::ControlStatus>,
     /// Clocks that disagree with this agent's by more than the control

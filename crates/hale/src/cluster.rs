@@ -224,7 +224,8 @@ pub fn leases(nodes: &[NodeState]) -> Option<Leases> {
 pub fn candidates(members: &[MemberView]) -> BTreeMap<String, Vec<(String, i64, bool)>> {
     let mut out: BTreeMap<String, Vec<(String, i64, bool)>> = BTreeMap::new();
     for m in members.iter().filter(|m| m.state == MemberState::Alive) {
-        for (role, (prio, eligible)) in AgentMeta::parse(&m.meta).unwrap_or_default().roles {
+        for (role, c) in AgentMeta::parse(&m.meta).unwrap_or_default().roles {
+            let (prio, eligible) = (c.priority, c.eligible);
             out.entry(role)
                 .or_default()
                 .push((m.name.clone(), prio, eligible));

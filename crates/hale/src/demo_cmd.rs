@@ -264,7 +264,7 @@ async fn scenario(c: &Cluster, hold: Duration, linger: Duration) -> anyhow::Resu
                 l.len() == n
                     && l.iter().all(|m| {
                         hale_agent::AgentMeta::parse(&m.meta).is_some_and(|p| {
-                            !p.roles.is_empty() && p.roles.values().all(|(_, eligible)| *eligible)
+                            !p.roles.is_empty() && p.roles.values().all(|c| c.eligible)
                         })
                     })
                     && l.iter().all(|m| {

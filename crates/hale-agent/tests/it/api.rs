@@ -59,7 +59,7 @@ async fn the_api_serves_members_health_events_metrics_and_openapi() {
     assert!(members[0].is_self);
     assert_eq!(members[0].name, "solo");
     let health = api.health().await.unwrap();
-    assert_eq!(health.status, "ok");
+    assert_eq!(health.status, hale_agent::view::HealthStatus::Ok);
     assert_eq!(health.members.alive, 1);
     api.events(0).await.unwrap();
     let metrics = api.metrics().await.unwrap();

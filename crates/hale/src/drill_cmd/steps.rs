@@ -324,7 +324,7 @@ impl Drill {
                 .is_some_and(|m| {
                     hale_agent::AgentMeta::parse(&m.meta)
                         .and_then(|p| p.roles.get(role).copied())
-                        .is_some_and(|c| c.1)
+                        .is_some_and(|c| c.eligible)
                 });
             match l.get(role) {
                 Some((Some(h), e)) if h == home || eligible => Some((h.clone(), *e)),

@@ -54,14 +54,14 @@ fn a_control_plane_server_whose_disk_fills_stops_says_so_and_the_others_carry_on
     let (holder, _) = first_holder(&c);
     assert_eq!(holder, "n0");
     let h = health(&c, 0).unwrap();
-    assert_eq!(h.status, "ok", "{h:?}");
+    assert_eq!(h.status, hale_agent::view::HealthStatus::Ok, "{h:?}");
     assert_eq!(h.control.unwrap().storage_error, None);
     // Fill n0's data filesystem.
     let dir = &disk.as_ref().unwrap().0;
     let _ = std::fs::write(dir.join("filler"), vec![0u8; 8 << 20]);
     // Its next log writes fail: its Raft stops and it says so.
     let h = wait_for(Duration::from_secs(60), "n0 reports degraded", || {
-        health(&c, 0).filter(|h| h.status == "degraded")
+        health(&c, 0).filter(|h| h.status == hale_agent::view::HealthStatus::Degraded)
     });
     let control = h.control.unwrap();
     assert_eq!(control.state, ControlState::Stopped, "{control:?}");
