@@ -18,7 +18,7 @@ use tokio_stream::wrappers::BroadcastStream;
 
 use crate::runtime::Command;
 use crate::state::{ApiError, AppState, Stopping};
-use crate::view::{EventView, HealthStatus, HealthView, MemberCounts, MemberState};
+use crate::view::{HealthStatus, HealthView, MemberCounts, MemberState};
 
 /// The OpenAPI description of this API.
 pub const OPENAPI: &str = include_str!("openapi.json");
@@ -50,7 +50,7 @@ pub(crate) async fn health(State(st): State<AppState>) -> Result<Response, ApiEr
         clock: hale_control::auth::clock_report(),
         cluster: st.cluster.clone(),
         node: st.me().to_owned(),
-        addr: st.shared.id.addr().to_string(),
+        addr: st.shared.id().addr().to_string(),
         incarnation: s.incarnation,
         local_health: s.local_health,
         members: MemberCounts {
@@ -79,8 +79,7 @@ pub(crate) async fn events(
 ) -> Result<Response, ApiError> {
     let Query(q) = q.map_err(|e| ApiError(StatusCode::BAD_REQUEST, e.body_text()))?;
     let since = q.since.unwrap_or(0);
-    let h = st.shared.history.lock().expect("history lock");
-    let list: Vec<EventView> = h.iter().filter(|e| e.seq > since).cloned().collect();
+    let list = st.shared.history_since(since);
     Ok(Json(list).into_response())
 }
 
@@ -89,7 +88,7 @@ pub(crate) async fn events(
 pub const MAX_EVENT_SUBSCRIBERS: usize = 64;
 
 pub(crate) async fn event_stream(State(st): State<AppState>) -> Response {
-    if st.shared.events.receiver_count() >= MAX_EVENT_SUBSCRIBERS {
+    if st.shared.subscribers() >= MAX_EVENT_SUBSCRIBERS {
         return ApiError(
             StatusCode::SERVICE_UNAVAILABLE,
             format!(
@@ -99,7 +98,7 @@ pub(crate) async fn event_stream(State(st): State<AppState>) -> Response {
         )
         .into_response();
     }
-    let rx = st.shared.events.subscribe();
+    let rx = st.shared.subscribe();
     let live = BroadcastStream::new(rx).map(|r| {
         Ok::<_, Infallible>(match r {
             Ok(e) => SseEvent::default()
@@ -181,7 +180,7 @@ pub(crate) async fn metrics(State(st): State<AppState>) -> Result<Response, ApiE
         me,
         &hale_control::auth::clock_report(),
     ));
-    text.push_str(&crate::metrics::render_drill(me, &st.shared.drill));
+    text.push_str(&crate::metrics::render_drill(me, st.shared.drill()));
     if let Some(r) = st.relay() {
         text.push_str(&r.render_metrics());
     }

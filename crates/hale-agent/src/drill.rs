@@ -77,7 +77,7 @@ impl DrillState {
     /// Sets `f` for `length` (replacing the deadline if it is already set)
     /// and schedules its revert.
     async fn set(&self, f: Fault, length: Duration) -> Result<FaultView, SetFaultError> {
-        let faults = &self.shared.drill;
+        let faults = &self.shared.drill();
         let mut hole = None;
         let mut divert = None;
         let already = faults.is_set(f);
@@ -104,7 +104,7 @@ impl DrillState {
     /// Reverts `f` if it is set (and, with `generation`, only if it was not
     /// set again since). Returns whether anything changed.
     fn revert(&self, f: Fault, generation: Option<u64>, why: &str) -> bool {
-        let faults = &self.shared.drill;
+        let faults = &self.shared.drill();
         let Some(hole) = faults.clear(f, generation) else {
             return false;
         };
@@ -142,9 +142,9 @@ async fn black_hole() -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()
 
 fn view(st: &AppState) -> DrillView {
     DrillView {
-        node: st.shared.id.name().to_owned(),
-        active: st.shared.drill.views(),
-        traffic_ignored: st.shared.drill.traffic_ignored(),
+        node: st.shared.id().name().to_owned(),
+        active: st.shared.drill().views(),
+        traffic_ignored: st.shared.drill().traffic_ignored(),
     }
 }
 
@@ -240,7 +240,7 @@ pub(crate) async fn traffic(State(st): State<AppState>, body: Bytes) -> Response
             noted += 1;
         }
     }
-    let quiet = st.shared.drill.quiet();
+    let quiet = st.shared.drill().quiet();
     (StatusCode::ACCEPTED, Json(TrafficView { noted, quiet })).into_response()
 }
 

@@ -198,7 +198,7 @@ impl Agent {
             // (dead) or probe (joined, recovered) their breakers at once.
             tasks.spawn(relay_api::follow_members(
                 r.clone(),
-                shared.events.subscribe(),
+                shared.subscribe(),
                 stop_rx.clone(),
             ));
         }
@@ -231,7 +231,7 @@ impl Agent {
 
     /// This node's identity.
     pub fn id(&self) -> &NodeId {
-        &self.shared.id
+        self.shared.id()
     }
 
     /// The bound gossip address.
@@ -267,7 +267,7 @@ impl Agent {
 
     /// Live membership events.
     pub fn subscribe(&self) -> broadcast::Receiver<EventView> {
-        self.shared.events.subscribe()
+        self.shared.subscribe()
     }
 
     /// Application traffic from member `peer` (by name) was seen: proof of
@@ -534,7 +534,7 @@ async fn start_roles(
         let mgr = roles::RoleManager {
             spec: spec.clone(),
             node: me.clone(),
-            control: client.clone().gated(shared.drill.frozen_flag()),
+            control: client.clone().gated(shared.drill().frozen_flag()),
             services: out.services.clone(),
             timing: plan.timing,
             views: out.views.clone(),

@@ -32,7 +32,7 @@ macro_rules! counters {
 /// Renders every metric.
 pub fn render(s: &Snapshot, shared: &Shared) -> String {
     let mut out = String::with_capacity(4096);
-    let node = shared.id.name();
+    let node = shared.id().name();
     let me = format!("node=\"{node}\"");
     let st = &s.stats;
     let counters = counters!(st;
@@ -62,7 +62,7 @@ pub fn render(s: &Snapshot, shared: &Shared) -> String {
     for (name, help, v) in counters {
         family(&mut out, (name, "counter", help), [(me.clone(), v)]);
     }
-    let c = &shared.counters;
+    let c = &shared.counters();
     let labelled = |label: &str, rows: &[(&str, &AtomicU64)]| -> Vec<(String, u64)> {
         rows.iter()
             .map(|(l, v)| (format!("{me},{label}=\"{l}\""), v.load(Ordering::Relaxed)))

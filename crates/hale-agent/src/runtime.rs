@@ -119,18 +119,18 @@ pub enum Command {
 #[derive(Debug)]
 pub struct Shared {
     /// This node.
-    pub id: NodeId,
+    id: NodeId,
     /// Runtime counters.
-    pub counters: RuntimeCounters,
+    counters: RuntimeCounters,
     /// Live events.
-    pub events: broadcast::Sender<EventView>,
+    events: broadcast::Sender<EventView>,
     /// Recent events.
-    pub history: std::sync::Mutex<VecDeque<EventView>>,
+    history: std::sync::Mutex<VecDeque<EventView>>,
     /// Event sequence numbers (membership and role events share them).
-    pub seq: AtomicU64,
+    seq: AtomicU64,
     /// Drill faults in force (freeze drops cluster traffic, quiet ignores
     /// application traffic signals).
-    pub drill: crate::faults::Faults,
+    drill: crate::faults::Faults,
     /// Addresses whose port was found closed, for the driver
     /// ([`hale_core::Node::handle_unreachable`]), and its wake-up.
     refused: std::sync::Mutex<Vec<SocketAddr>>,
@@ -140,6 +140,37 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// This node.
+    pub fn id(&self) -> &NodeId {
+        &self.id
+    }
+
+    /// The runtime's counters.
+    pub fn counters(&self) -> &RuntimeCounters {
+        &self.counters
+    }
+
+    /// The drill faults in force.
+    pub fn drill(&self) -> &crate::faults::Faults {
+        &self.drill
+    }
+
+    /// A new subscription to live events.
+    pub fn subscribe(&self) -> broadcast::Receiver<EventView> {
+        self.events.subscribe()
+    }
+
+    /// Subscribers to live events now.
+    pub fn subscribers(&self) -> usize {
+        self.events.receiver_count()
+    }
+
+    /// The recent events after sequence number `since`, oldest first.
+    pub fn history_since(&self, since: u64) -> Vec<EventView> {
+        let h = self.history.lock().expect("history lock");
+        h.iter().filter(|e| e.seq > since).cloned().collect()
+    }
+
     /// Records an event in the history and sends it to subscribers.
     pub fn publish(&self, v: EventView) {
         let mut h = self.history.lock().expect("history lock");

@@ -52,7 +52,7 @@ pub(crate) struct Stopping;
 impl AppState {
     /// This node's name.
     pub(crate) fn me(&self) -> &str {
-        self.shared.id.name()
+        self.shared.id().name()
     }
 
     /// A snapshot of members and counters from the driver.
