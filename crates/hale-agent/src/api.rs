@@ -16,31 +16,12 @@ use futures_util::stream::{self, StreamExt};
 use serde::Deserialize;
 use tokio_stream::wrappers::BroadcastStream;
 
-use crate::app::{AppState, Stopping};
 use crate::runtime::Command;
-use crate::view::{EventView, HealthView, MemberCounts};
+use crate::state::{ApiError, AppState, Stopping};
+use crate::view::{HealthStatus, HealthView, MemberCounts, MemberState};
 
 /// The OpenAPI description of this API.
 pub const OPENAPI: &str = include_str!("openapi.json");
-
-/// An API error: a status and a message.
-#[derive(Debug)]
-pub struct ApiError(pub(crate) StatusCode, pub(crate) String);
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        (self.0, Json(serde_json::json!({ "error": self.1 }))).into_response()
-    }
-}
-
-impl From<Stopping> for ApiError {
-    fn from(_: Stopping) -> ApiError {
-        ApiError(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "the agent is stopping".into(),
-        )
-    }
-}
 
 pub(crate) async fn not_found() -> ApiError {
     ApiError(
@@ -51,32 +32,32 @@ pub(crate) async fn not_found() -> ApiError {
 
 pub(crate) async fn health(State(st): State<AppState>) -> Result<Response, ApiError> {
     let s = st.snapshot().await?;
-    let count = |state: &str| s.members.iter().filter(|m| m.state == state).count();
+    let count = |state: MemberState| s.members.iter().filter(|m| m.state == state).count();
     let control = st.control_server.as_ref().map(|c| c.status());
     // A control-plane server whose storage failed is degraded: its Raft
     // has stopped (the others elect a leader without it).
     let degraded = control.as_ref().is_some_and(|c| c.storage_error.is_some());
     let status = if s.left {
-        "left"
+        HealthStatus::Left
     } else if degraded {
-        "degraded"
+        HealthStatus::Degraded
     } else {
-        "ok"
+        HealthStatus::Ok
     };
     let body = HealthView {
-        status: status.to_owned(),
+        status,
         control,
         clock: hale_control::auth::clock_report(),
         cluster: st.cluster.clone(),
         node: st.me().to_owned(),
-        addr: st.shared.id.addr().to_string(),
+        addr: st.shared.id().addr().to_string(),
         incarnation: s.incarnation,
         local_health: s.local_health,
         members: MemberCounts {
-            alive: count("alive"),
-            suspect: count("suspect"),
-            dead: count("dead"),
-            left: count("left"),
+            alive: count(MemberState::Alive),
+            suspect: count(MemberState::Suspect),
+            dead: count(MemberState::Dead),
+            left: count(MemberState::Left),
         },
     };
     Ok(Json(body).into_response())
@@ -98,8 +79,7 @@ pub(crate) async fn events(
 ) -> Result<Response, ApiError> {
     let Query(q) = q.map_err(|e| ApiError(StatusCode::BAD_REQUEST, e.body_text()))?;
     let since = q.since.unwrap_or(0);
-    let h = st.shared.history.lock().expect("history lock");
-    let list: Vec<EventView> = h.iter().filter(|e| e.seq > since).cloned().collect();
+    let list = st.shared.history_since(since);
     Ok(Json(list).into_response())
 }
 
@@ -108,7 +88,7 @@ pub(crate) async fn events(
 pub const MAX_EVENT_SUBSCRIBERS: usize = 64;
 
 pub(crate) async fn event_stream(State(st): State<AppState>) -> Response {
-    if st.shared.events.receiver_count() >= MAX_EVENT_SUBSCRIBERS {
+    if st.shared.subscribers() >= MAX_EVENT_SUBSCRIBERS {
         return ApiError(
             StatusCode::SERVICE_UNAVAILABLE,
             format!(
@@ -118,7 +98,7 @@ pub(crate) async fn event_stream(State(st): State<AppState>) -> Response {
         )
         .into_response();
     }
-    let rx = st.shared.events.subscribe();
+    let rx = st.shared.subscribe();
     let live = BroadcastStream::new(rx).map(|r| {
         Ok::<_, Infallible>(match r {
             Ok(e) => SseEvent::default()
@@ -139,11 +119,6 @@ pub(crate) async fn event_stream(State(st): State<AppState>) -> Response {
     Sse::new(stream::select(live, stream::pending()))
         .keep_alive(KeepAlive::default())
         .into_response()
-}
-
-/// A JSON error response, `{"error": msg}`, with `status`.
-pub(crate) fn error(status: StatusCode, msg: impl Into<String>) -> Response {
-    ApiError(status, msg.into()).into_response()
 }
 
 #[derive(Deserialize)]
@@ -205,7 +180,7 @@ pub(crate) async fn metrics(State(st): State<AppState>) -> Result<Response, ApiE
         me,
         &hale_control::auth::clock_report(),
     ));
-    text.push_str(&st.shared.drill.render_metrics(me));
+    text.push_str(&crate::metrics::render_drill(me, st.shared.drill()));
     if let Some(r) = st.relay() {
         text.push_str(&r.render_metrics());
     }

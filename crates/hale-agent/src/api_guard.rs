@@ -26,7 +26,7 @@ use axum::middleware::Next;
 use axum::response::Response;
 use subtle::ConstantTimeEq;
 
-use crate::api::error;
+use crate::state::error;
 
 /// The settings the guard checks against.
 #[derive(Debug)]

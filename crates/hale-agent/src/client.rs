@@ -1,21 +1,18 @@
 //! A typed client of an agent's HTTP API: what the `hale` commands, the
 //! tests and other tools use to talk to an agent. Every answer is decoded
-//! into the types the agent serves ([`crate::view`], [`crate::drill`],
-//! [`crate::keys_api`], ...), never dug out of untyped JSON.
+//! into the types the agent serves (the contract, [`crate::view`]), never
+//! dug out of untyped JSON.
 
 use std::time::Duration;
 
 use futures_util::{Stream, StreamExt};
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-use crate::drill::{DrillView, Fault, FaultView, RestoredView, TrafficView};
-use crate::keys_api::{KeyOp, KeyReport, KeysView};
-use crate::relay_api::RelayView;
-use crate::services::ServiceView;
 use crate::view::{
-    ClusterRolesView, ClusterServicesView, EventView, HealthView, MemberView, PrimaryView,
-    ReplicaView, RolesView,
+    routes, ClusterRolesView, ClusterServicesView, DrillView, ErrorBody, EventView, Fault,
+    FaultView, HandoverView, HealthView, KeyOp, KeyReport, KeysView, MemberView, PrimaryView,
+    RelayView, ReplicaView, RestoredView, RolesView, ServiceView, TrafficView,
 };
 
 /// The API address a client uses when told none.
@@ -64,20 +61,6 @@ impl ClientError {
             _ => None,
         }
     }
-}
-
-/// The error body every failing route answers with.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ErrorBody {
-    /// What went wrong.
-    pub error: String,
-}
-
-/// `POST /v1/roles/{role}/handover`'s answer.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct HandoverView {
-    /// The role handed over.
-    pub handover: String,
 }
 
 /// A client of one agent's HTTP API. Cheap to clone.
@@ -242,12 +225,12 @@ impl Client {
 
     /// `GET /v1/health`.
     pub async fn health(&self) -> Result<HealthView, ClientError> {
-        self.get("/v1/health").await
+        self.get(routes::HEALTH).await
     }
 
     /// `GET /metrics`: the Prometheus text.
     pub async fn metrics(&self) -> Result<String, ClientError> {
-        let path = "/metrics";
+        let path = routes::METRICS;
         let r = self.get_response(path).await?;
         let r = self.check(path, r).await?;
         r.text().await.map_err(|e| self.decode_error(path, e))
@@ -255,12 +238,12 @@ impl Client {
 
     /// `GET /v1/members`: every member, this node first.
     pub async fn members(&self) -> Result<Vec<MemberView>, ClientError> {
-        self.get("/v1/members").await
+        self.get(routes::MEMBERS).await
     }
 
     /// `GET /v1/events?since=`: recent events with a larger sequence number.
     pub async fn events(&self, since: u64) -> Result<Vec<EventView>, ClientError> {
-        self.get(&format!("/v1/events?since={since}")).await
+        self.get(&format!("{}?since={since}", routes::EVENTS)).await
     }
 
     /// `GET /v1/events/stream`: live events, until the agent closes the
@@ -268,7 +251,7 @@ impl Client {
     pub async fn event_stream(
         &self,
     ) -> Result<impl Stream<Item = Result<EventView, ClientError>>, ClientError> {
-        let path = "/v1/events/stream";
+        let path = routes::EVENT_STREAM;
         let r = self.send(self.http.get(self.url(path))).await?;
         let r = self.check(path, r).await?;
         let addr = self.addr.clone();
@@ -300,19 +283,19 @@ impl Client {
 
     /// `GET /v1/roles`.
     pub async fn roles(&self) -> Result<RolesView, ClientError> {
-        self.get("/v1/roles").await
+        self.get(routes::ROLES).await
     }
 
     /// `GET /v1/roles/{role}/primary`: the status (200: serving as primary)
     /// and this node's state for the role.
     pub async fn primary(&self, role: &str) -> Result<(u16, PrimaryView), ClientError> {
-        self.get_with_status(&format!("/v1/roles/{role}/primary"))
+        self.get_with_status(&routes::fill(routes::PRIMARY, "role", role))
             .await
     }
 
     /// `GET /v1/roles/{role}/replica`: the status (200: a ready standby).
     pub async fn replica(&self, role: &str) -> Result<(u16, ReplicaView), ClientError> {
-        self.get_with_status(&format!("/v1/roles/{role}/replica"))
+        self.get_with_status(&routes::fill(routes::REPLICA, "role", role))
             .await
     }
 
@@ -323,33 +306,33 @@ impl Client {
         to: Option<&str>,
     ) -> Result<HandoverView, ClientError> {
         let body = serde_json::json!({ "to": to });
-        self.post(&format!("/v1/roles/{role}/handover"), &body)
+        self.post(&routes::fill(routes::HANDOVER, "role", role), &body)
             .await
     }
 
     /// `GET /v1/cluster/roles`.
     pub async fn cluster_roles(&self) -> Result<ClusterRolesView, ClientError> {
-        self.get("/v1/cluster/roles").await
+        self.get(routes::CLUSTER_ROLES).await
     }
 
     /// `GET /v1/services`.
     pub async fn services(&self) -> Result<Vec<ServiceView>, ClientError> {
-        self.get("/v1/services").await
+        self.get(routes::SERVICES).await
     }
 
     /// `GET /v1/cluster/services`.
     pub async fn cluster_services(&self) -> Result<ClusterServicesView, ClientError> {
-        self.get("/v1/cluster/services").await
+        self.get(routes::CLUSTER_SERVICES).await
     }
 
     /// `GET /v1/relay` (None: the agent runs no relay).
     pub async fn relay(&self) -> Result<Option<RelayView>, ClientError> {
-        self.get("/v1/relay").await
+        self.get(routes::RELAY).await
     }
 
     /// `GET /v1/drill`.
     pub async fn drill(&self) -> Result<DrillView, ClientError> {
-        self.get("/v1/drill").await
+        self.get(routes::DRILL).await
     }
 
     /// `POST /v1/drill/{fault}`: sets `fault` for `length`.
@@ -359,14 +342,17 @@ impl Client {
         length: Duration,
     ) -> Result<FaultView, ClientError> {
         let body = serde_json::json!({ "duration_ms": length.as_millis() as u64 });
-        self.post(&format!("/v1/drill/{}", fault.as_str()), &body)
-            .await
+        self.post(
+            &routes::fill(routes::DRILL_FAULT, "fault", fault.as_str()),
+            &body,
+        )
+        .await
     }
 
     /// `POST /v1/drill/restore`: reverts `fault`, or every fault.
     pub async fn restore(&self, fault: Option<Fault>) -> Result<RestoredView, ClientError> {
         let body = serde_json::json!({ "fault": fault });
-        self.post("/v1/drill/restore", &body).await
+        self.post(routes::DRILL_RESTORE, &body).await
     }
 
     /// Sends a probe event to the relay's Sentry ingestion route `path`
@@ -396,7 +382,7 @@ impl Client {
     /// `POST /v1/traffic`: application traffic from `peers` was seen; the
     /// status (202: noted) and the answer.
     pub async fn traffic(&self, peers: &[&str]) -> Result<(u16, TrafficView), ClientError> {
-        let path = "/v1/traffic";
+        let path = routes::TRAFFIC;
         let body = serde_json::json!({ "peers": peers });
         let r = self.post_response(path, &body).await?;
         let status = r.status().as_u16();
@@ -405,35 +391,36 @@ impl Client {
 
     /// `POST /v1/join`.
     pub async fn join(&self, addrs: &[String]) -> Result<(), ClientError> {
-        self.post_only("/v1/join", &serde_json::json!({ "addrs": addrs }))
+        self.post_only(routes::JOIN, &serde_json::json!({ "addrs": addrs }))
             .await
     }
 
     /// `POST /v1/leave`.
     pub async fn leave(&self) -> Result<(), ClientError> {
-        self.post_only("/v1/leave", &serde_json::json!({})).await
+        self.post_only(routes::LEAVE, &serde_json::json!({})).await
     }
 
     /// `GET /v1/keys`.
     pub async fn keys(&self) -> Result<KeysView, ClientError> {
-        self.get("/v1/keys").await
+        self.get(routes::KEYS).await
     }
 
     /// `POST /v1/keys/{op}`: installs, uses or removes `key` on every live agent.
     pub async fn key_op(&self, op: KeyOp, key: &str) -> Result<KeyReport, ClientError> {
         let body = serde_json::json!({ "key": key });
-        self.post(&format!("/v1/keys/{}", op.as_str()), &body).await
+        self.post(&routes::fill(routes::KEY_OP, "op", op.as_str()), &body)
+            .await
     }
 
     /// `POST /v1/control/servers`: adds a control-plane server.
     pub async fn add_server(&self, id: u64, addr: &str) -> Result<(), ClientError> {
         let body = serde_json::json!({ "id": id, "addr": addr });
-        self.post_only("/v1/control/servers", &body).await
+        self.post_only(routes::CONTROL_SERVERS, &body).await
     }
 
     /// `POST /v1/control/servers/{id}/remove`.
     pub async fn remove_server(&self, id: u64) -> Result<(), ClientError> {
-        let path = format!("/v1/control/servers/{id}/remove");
+        let path = routes::fill(routes::CONTROL_SERVER_REMOVE, "id", &id.to_string());
         self.post_only(&path, &serde_json::json!({})).await
     }
 }

@@ -9,119 +9,25 @@
 //! at a time, each with a [`PEER_TIMEOUT`], answers cached for [`PEER_TTL`].
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures_util::stream::{self, StreamExt};
-use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
-use crate::api::ApiError;
-use crate::app::AppState;
-use crate::meta::AgentMeta;
+use crate::meta::{AgentMeta, Candidacy};
+use crate::peers::MAX_FANOUT;
+use crate::state::ApiError;
+use crate::state::AppState;
 use crate::view::{
-    unix_ms, CandidateView, ClusterRoleView, ClusterRolesView, ClusterServicesView, MemberView,
-    NodeServicesView, RolesView,
+    routes, unix_ms, CandidateView, ClusterRoleView, ClusterRolesView, ClusterServicesView,
+    MemberState, MemberView, NodeServicesView, RolesView,
 };
 
-/// Most peers asked in one request.
-pub const MAX_FANOUT: usize = 64;
 /// Peers asked at the same time.
 pub const FANOUT_CONCURRENCY: usize = 16;
-/// How long a peer may take to answer.
-pub const PEER_TIMEOUT: Duration = Duration::from_millis(300);
-/// How long a peer's answer (or failure) is reused.
-pub const PEER_TTL: Duration = Duration::from_secs(1);
-/// Largest answer read from a peer's agent: a peer is a member of the
-/// cluster, but not trusted to be small.
-pub const MAX_PEER_BODY: usize = 256 * 1024;
-
-/// Peer answers (bodies), by URL, with when they were fetched.
-type Cache = Arc<Mutex<HashMap<String, (Instant, Result<Arc<[u8]>, String>)>>>;
-
-/// How the agent asks other agents: one HTTP client (no proxy), and the
-/// cluster views' cache of peers' answers.
-#[derive(Clone)]
-pub(crate) struct Peers {
-    /// The client (connections time out after [`crate::app::PEER_CONNECT`]).
-    pub(crate) client: reqwest::Client,
-    cache: Cache,
-}
-
-impl Default for Peers {
-    fn default() -> Peers {
-        Peers {
-            client: reqwest::Client::builder()
-                .connect_timeout(crate::app::PEER_CONNECT)
-                .no_proxy()
-                .build()
-                .unwrap_or_default(),
-            cache: Cache::default(),
-        }
-    }
-}
-
-impl Peers {
-    /// GETs `path` from the agent at `http`, through the cache, as a `T`
-    /// (a peer's answer reaches the dashboard only as the fields of a `T`).
-    async fn peer_get<T: DeserializeOwned>(&self, http: &str, path: &str) -> Result<T, String> {
-        let body = self.peer_body(http, path).await?;
-        serde_json::from_slice(&body).map_err(|_| format!("bad answer to {path}"))
-    }
-
-    async fn peer_body(&self, http: &str, path: &str) -> Result<Arc<[u8]>, String> {
-        let url = format!("http://{http}{path}");
-        if let Some((at, v)) = self.cache.lock().expect("cache lock").get(&url) {
-            if at.elapsed() < PEER_TTL {
-                return v.clone();
-            }
-        }
-        let got = async {
-            let r = self
-                .client
-                .get(&url)
-                .timeout(PEER_TIMEOUT)
-                .send()
-                .await
-                .map_err(|e| format!("unreachable: {}", short(&e)))?;
-            if !r.status().is_success() {
-                return Err(format!("answered {}", r.status()));
-            }
-            let mut r = r;
-            hale_control::auth::read_capped(&mut r, MAX_PEER_BODY)
-                .await
-                .map(Arc::from)
-                .map_err(|e| match e {
-                    hale_control::auth::CallError::TooLarge => {
-                        format!("answer larger than {MAX_PEER_BODY} bytes")
-                    }
-                    _ => "bad answer: the connection failed".to_owned(),
-                })
-        }
-        .await;
-        let mut c = self.cache.lock().expect("cache lock");
-        if c.len() > 4 * MAX_FANOUT {
-            c.retain(|_, (at, _)| at.elapsed() < PEER_TTL);
-        }
-        c.insert(url, (Instant::now(), got.clone()));
-        got
-    }
-}
-
-fn short(e: &reqwest::Error) -> &'static str {
-    if e.is_timeout() {
-        "timed out"
-    } else if e.is_connect() {
-        "connection refused"
-    } else {
-        "request failed"
-    }
-}
-
 /// What a member publishes (nothing if it is not an agent's metadata).
 fn published(m: &MemberView) -> AgentMeta {
     AgentMeta::parse(&m.meta).unwrap_or_default()
@@ -147,7 +53,7 @@ pub(crate) async fn services(
         .iter()
         .filter(|m| match &wanted {
             Some(w) => w.contains(m.name.as_str()),
-            None => m.state == "alive" || m.state == "suspect",
+            None => m.state.is_live(),
         })
         .cloned()
         .collect();
@@ -159,7 +65,7 @@ pub(crate) async fn services(
                 let (services, error) = if m.is_self || m.name == st.me() {
                     (Some(crate::services::views(&st.services)), None)
                 } else if let Some(http) = published(&m).http {
-                    match st.peers.peer_get(&http, "/v1/services").await {
+                    match st.peers.peer_get(&http, routes::SERVICES).await {
                         Ok(v) => (Some(v), None),
                         Err(e) => (None, Some(e)),
                     }
@@ -193,12 +99,12 @@ pub(crate) async fn roles(State(st): State<AppState>) -> Json<ClusterRolesView> 
         if let Some(h) = p.http {
             http.insert(m.name.as_str(), h);
         }
-        for (role, (priority, eligible)) in p.roles {
+        for (role, Candidacy { priority, eligible }) in p.roles {
             candidates.entry(role).or_default().push(CandidateView {
                 node: m.name.clone(),
                 priority,
                 eligible,
-                member_state: m.state.clone(),
+                member_state: m.state,
                 holder: false,
             });
         }
@@ -217,7 +123,7 @@ pub(crate) async fn roles(State(st): State<AppState>) -> Json<ClusterRolesView> 
             // Typed on the way through (a peer's strings are data only).
             Some((_, Some(addr))) => st
                 .peers
-                .peer_get::<RolesView>(addr, "/v1/roles")
+                .peer_get::<RolesView>(addr, routes::ROLES)
                 .await
                 .ok()
                 .and_then(|v| v.local.into_iter().find(|r| r.role == role)),
@@ -232,7 +138,7 @@ pub(crate) async fn roles(State(st): State<AppState>) -> Json<ClusterRolesView> 
         candidates.sort_by_key(|c| {
             (
                 !c.holder,
-                !(c.eligible && c.member_state == "alive"),
+                !(c.eligible && c.member_state == MemberState::Alive),
                 -c.priority,
                 c.node.clone(),
             )

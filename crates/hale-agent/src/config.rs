@@ -37,7 +37,16 @@ use serde::Deserialize;
 
 use hale_core::{Config as CoreConfig, NodeId, Profile};
 
-use crate::keyring::{Key, Keyring};
+use hale_keyring::{Key, Keyring};
+
+mod role;
+mod service;
+
+pub use role::{parse_servers, ControlPlan, ControlSection, RoleSection, RoleSpec};
+pub use service::{CheckSection, CheckSpec, Probe, ServiceSection, ServiceSpec};
+
+/// The keyring file's name in `[agent] state_dir`.
+pub const KEYRING_FILE: &str = "keyring";
 
 /// The agent's configuration file, as written.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -53,13 +62,13 @@ pub struct FileConfig {
     #[serde(default)]
     pub membership: MembershipSection,
     /// `[control]`: the control plane for roles.
-    pub control: Option<crate::roles::ControlSection>,
+    pub control: Option<role::ControlSection>,
     /// `[[service]]`: this node's services and their checks.
     #[serde(default, rename = "service")]
-    pub services: Vec<crate::services::ServiceSection>,
+    pub services: Vec<service::ServiceSection>,
     /// `[[role]]`: this node's candidacies.
     #[serde(default, rename = "role")]
-    pub roles: Vec<crate::roles::RoleSection>,
+    pub roles: Vec<role::RoleSection>,
     /// `[relay]`: the Sentry-compatible relay (absent: disabled).
     #[serde(default)]
     pub relay: Option<RelaySection>,
@@ -257,11 +266,11 @@ pub struct AgentConfig {
     /// The profile in use.
     pub profile: Profile,
     /// This node's services.
-    pub services: Vec<crate::services::ServiceSpec>,
+    pub services: Vec<service::ServiceSpec>,
     /// This node's candidacies.
-    pub roles: Vec<crate::roles::RoleSpec>,
+    pub roles: Vec<role::RoleSpec>,
     /// The control plane, if roles are used.
-    pub control: Option<crate::roles::ControlPlan>,
+    pub control: Option<role::ControlPlan>,
     /// The `hale` executable that runs role watchdogs.
     pub watchdog_exe: std::path::PathBuf,
     /// The relay, if configured.
@@ -437,11 +446,8 @@ impl FileConfig {
             .enumerate()
             .map(|(i, r)| r.validate(i, &names))
             .collect::<Result<Vec<_>, _>>()?;
-        let control = crate::roles::ControlSection::plan(
-            self.control.as_ref(),
-            id.name(),
-            !roles.is_empty(),
-        )?;
+        let control =
+            role::ControlSection::plan(self.control.as_ref(), id.name(), !roles.is_empty())?;
         let watchdog_exe = match &self.agent.watchdog {
             Some(p) => p.clone(),
             None => std::env::current_exe().map_err(|e| {
@@ -477,7 +483,7 @@ impl FileConfig {
         let Some(dir) = &self.agent.state_dir else {
             return Ok(None);
         };
-        hale_keyring::file::load(&dir.join(crate::KEYRING_FILE))
+        hale_keyring::file::load(&dir.join(KEYRING_FILE))
             .map_err(|e| invalid("agent.state_dir", e.to_string()))
     }
 }

@@ -26,10 +26,8 @@
 //! `POST /v1/drill/restore` with an optional `{"fault": "..."}`, and
 //! `POST /v1/traffic` with `{"peers": ["name", ...]}`.
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
@@ -37,146 +35,12 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
-use crate::api::{error, ApiError};
-use crate::app::AppState;
-use crate::metrics::family;
 use crate::runtime::{Command, Shared};
-use crate::view::{unix_ms, AgentEvent};
-
-/// Longest a drill fault may be set for.
-pub const MAX_FAULT: Duration = Duration::from_secs(3600);
-
-/// A fault a drill can set.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Fault {
-    /// The relay sends to a local black hole.
-    Blackhole,
-    /// The agent stops answering the cluster.
-    Freeze,
-    /// Application traffic signals are ignored.
-    Quiet,
-}
-
-impl Fault {
-    /// Every fault.
-    pub const ALL: [Fault; 3] = [Fault::Blackhole, Fault::Freeze, Fault::Quiet];
-
-    /// Its name in the API.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Fault::Blackhole => "blackhole",
-            Fault::Freeze => "freeze",
-            Fault::Quiet => "quiet",
-        }
-    }
-
-    fn parse(s: &str) -> Option<Fault> {
-        Fault::ALL.into_iter().find(|f| f.as_str() == s)
-    }
-}
-
-/// An active fault, as `GET /v1/drill` shows it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct FaultView {
-    /// The fault.
-    pub fault: Fault,
-    /// Unix time it was set, in milliseconds.
-    pub since_unix_ms: u64,
-    /// Unix time the agent reverts it on its own, in milliseconds.
-    pub until_unix_ms: u64,
-    /// Where the relay is diverted to (`blackhole` only).
-    pub divert: Option<String>,
-}
-
-/// `GET /v1/drill`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct DrillView {
-    /// This node.
-    pub node: String,
-    /// Active faults (empty: nothing is set).
-    pub active: Vec<FaultView>,
-    /// Application traffic signals ignored while `quiet` (since start).
-    pub traffic_ignored: u64,
-}
-
-#[derive(Debug)]
-struct Active {
-    view: FaultView,
-    generation: u64,
-    /// The black hole's acceptor (dropping the handle does not stop it).
-    hole: Option<tokio::task::JoinHandle<()>>,
-}
-
-/// The drill faults of one agent; read by the driver on every packet.
-#[derive(Debug, Default)]
-pub struct Faults {
-    frozen: Arc<AtomicBool>,
-    quiet: AtomicBool,
-    traffic_ignored: AtomicU64,
-    generation: AtomicU64,
-    active: Mutex<BTreeMap<Fault, Active>>,
-}
-
-impl Faults {
-    /// Whether cluster traffic is being dropped (`freeze`).
-    pub fn frozen(&self) -> bool {
-        self.frozen.load(Ordering::Relaxed)
-    }
-
-    /// The freeze flag itself, for the control-plane client of role managers.
-    pub fn frozen_flag(&self) -> Arc<AtomicBool> {
-        self.frozen.clone()
-    }
-
-    /// Whether application traffic signals are being ignored (`quiet`);
-    /// counts the signal as ignored if so.
-    pub fn ignore_traffic(&self) -> bool {
-        let q = self.quiet.load(Ordering::Relaxed);
-        if q {
-            self.traffic_ignored.fetch_add(1, Ordering::Relaxed);
-        }
-        q
-    }
-
-    /// The active faults.
-    pub fn views(&self) -> Vec<FaultView> {
-        let a = self.active.lock().expect("drill lock");
-        a.values().map(|a| a.view.clone()).collect()
-    }
-
-    /// Prometheus text: `hale_drill_fault_active{node,fault}` and
-    /// `hale_drill_traffic_ignored_total{node}`.
-    pub fn render_metrics(&self, node: &str) -> String {
-        let active = self.active.lock().expect("drill lock");
-        let mut out = String::new();
-        let faults = Fault::ALL.map(|f| {
-            let l = format!("node=\"{node}\",fault=\"{}\"", f.as_str());
-            (l, u8::from(active.contains_key(&f)))
-        });
-        let help = "Whether a drill fault is set on this agent.";
-        family(&mut out, ("hale_drill_fault_active", "gauge", help), faults);
-        let ignored = self.traffic_ignored.load(Ordering::Relaxed);
-        let help = "Application traffic signals ignored during quiet drills.";
-        let name = "hale_drill_traffic_ignored_total";
-        family(
-            &mut out,
-            (name, "counter", help),
-            [(format!("node=\"{node}\""), ignored)],
-        );
-        out
-    }
-
-    fn flag(&self, f: Fault, on: bool) {
-        match f {
-            Fault::Freeze => self.frozen.store(on, Ordering::Relaxed),
-            Fault::Quiet => self.quiet.store(on, Ordering::Relaxed),
-            Fault::Blackhole => {}
-        }
-    }
-}
+use crate::state::AppState;
+use crate::state::{error, ApiError};
+use crate::view::{AgentEvent, DrillView, Fault, FaultView, RestoredView, TrafficView, MAX_FAULT};
 
 /// Why a fault could not be set.
 #[derive(Debug, thiserror::Error)]
@@ -187,24 +51,6 @@ pub enum SetFaultError {
     /// The black hole's listener could not be bound.
     #[error("cannot open the black hole: {0}")]
     Bind(#[from] std::io::Error),
-}
-
-/// `POST /v1/drill/restore`'s answer.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct RestoredView {
-    /// The faults reverted.
-    pub restored: Vec<Fault>,
-    /// The drill state after.
-    pub drill: DrillView,
-}
-
-/// `POST /v1/traffic`'s answer.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct TrafficView {
-    /// Members noted.
-    pub noted: usize,
-    /// Whether a quiet drill makes the agent ignore them.
-    pub quiet: bool,
 }
 
 /// Sets and reverts faults (a revert may come from a timer, after the
@@ -231,10 +77,10 @@ impl DrillState {
     /// Sets `f` for `length` (replacing the deadline if it is already set)
     /// and schedules its revert.
     async fn set(&self, f: Fault, length: Duration) -> Result<FaultView, SetFaultError> {
-        let faults = &self.shared.drill;
+        let faults = &self.shared.drill();
         let mut hole = None;
         let mut divert = None;
-        let already = faults.active.lock().expect("drill lock").contains_key(&f);
+        let already = faults.is_set(f);
         if f == Fault::Blackhole && !already {
             let relay = self.relay.as_ref().ok_or(SetFaultError::NoRelay)?;
             let (addr, task) = black_hole().await?;
@@ -242,25 +88,7 @@ impl DrillState {
             hole = Some(task);
             divert = Some(addr.to_string());
         }
-        let generation = faults.generation.fetch_add(1, Ordering::Relaxed) + 1;
-        let now = unix_ms();
-        let view = {
-            let mut a = faults.active.lock().expect("drill lock");
-            let e = a.entry(f).or_insert_with(|| Active {
-                view: FaultView {
-                    fault: f,
-                    since_unix_ms: now,
-                    until_unix_ms: 0,
-                    divert,
-                },
-                generation,
-                hole,
-            });
-            e.generation = generation;
-            e.view.until_unix_ms = now + length.as_millis() as u64;
-            e.view.clone()
-        };
-        faults.flag(f, true);
+        let (view, generation) = faults.set(f, length, hole, divert);
         self.event(AgentEvent::DrillSet {
             fault: f,
             duration_ms: length.as_millis() as u64,
@@ -276,19 +104,11 @@ impl DrillState {
     /// Reverts `f` if it is set (and, with `generation`, only if it was not
     /// set again since). Returns whether anything changed.
     fn revert(&self, f: Fault, generation: Option<u64>, why: &str) -> bool {
-        let faults = &self.shared.drill;
-        let removed = {
-            let mut a = faults.active.lock().expect("drill lock");
-            match a.get(&f) {
-                Some(e) if generation.is_none_or(|g| g == e.generation) => a.remove(&f),
-                _ => None,
-            }
-        };
-        let Some(removed) = removed else {
+        let faults = &self.shared.drill();
+        let Some(hole) = faults.clear(f, generation) else {
             return false;
         };
-        faults.flag(f, false);
-        if let Some(h) = removed.hole {
+        if let Some(h) = hole {
             h.abort();
         }
         if f == Fault::Blackhole {
@@ -322,9 +142,9 @@ async fn black_hole() -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()
 
 fn view(st: &AppState) -> DrillView {
     DrillView {
-        node: st.shared.id.name().to_owned(),
-        active: st.shared.drill.views(),
-        traffic_ignored: st.shared.drill.traffic_ignored.load(Ordering::Relaxed),
+        node: st.shared.id().name().to_owned(),
+        active: st.shared.drill().views(),
+        traffic_ignored: st.shared.drill().traffic_ignored(),
     }
 }
 
@@ -420,7 +240,7 @@ pub(crate) async fn traffic(State(st): State<AppState>, body: Bytes) -> Response
             noted += 1;
         }
     }
-    let quiet = st.shared.drill.quiet.load(Ordering::Relaxed);
+    let quiet = st.shared.drill().quiet();
     (StatusCode::ACCEPTED, Json(TrafficView { noted, quiet })).into_response()
 }
 
@@ -438,8 +258,8 @@ mod tests {
 
     #[test]
     fn metrics_show_every_fault_inactive_at_first() {
-        let f = Faults::default();
-        let text = f.render_metrics("n1");
+        let f = crate::faults::Faults::default();
+        let text = crate::metrics::render_drill("n1", &f);
         assert!(text.contains("hale_drill_fault_active{node=\"n1\",fault=\"freeze\"} 0"));
         assert!(text.contains("hale_drill_traffic_ignored_total{node=\"n1\"} 0"));
         assert!(!f.frozen() && !f.ignore_traffic());

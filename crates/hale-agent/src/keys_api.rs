@@ -30,89 +30,19 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 use futures_util::stream::{self, StreamExt};
-use serde::{Deserialize, Serialize};
 
 use hale_control::auth::{self, ControlAuth, Guard};
 use hale_keyring::{Key, KeyringChangeError, SharedKeyring};
 
-use crate::api::ApiError;
-use crate::app::AppState;
 use crate::meta::AgentMeta;
+use crate::state::ApiError;
+use crate::state::AppState;
+use crate::view::{routes, KeyOp, KeyReport, KeyRequest, KeyView, KeysView};
 
 /// How long one agent may take to answer a fanned-out key operation.
 pub const PEER_TIMEOUT: Duration = Duration::from_secs(2);
 /// How many agents are asked at once.
 const CONCURRENCY: usize = 16;
-
-/// A key operation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum KeyOp {
-    /// Add a key (it opens; the primary still seals).
-    Install,
-    /// Make an installed key the primary (it seals from now on).
-    Use,
-    /// Drop a key that is not the primary.
-    Remove,
-}
-
-impl KeyOp {
-    fn parse(s: &str) -> Option<KeyOp> {
-        [KeyOp::Install, KeyOp::Use, KeyOp::Remove]
-            .into_iter()
-            .find(|op| op.as_str() == s)
-    }
-
-    /// Its name in the API (`/v1/keys/{op}`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            KeyOp::Install => "install",
-            KeyOp::Use => "use",
-            KeyOp::Remove => "remove",
-        }
-    }
-}
-
-/// The body of a key operation.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct KeyRequest {
-    /// The key, base64 (as `hale keygen` prints it).
-    pub key: String,
-}
-
-/// One key of a ring, as listed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct KeyView {
-    /// A keyed hash of the key (the key itself is never shown).
-    pub fingerprint: String,
-    /// Whether it seals (the primary) or only opens.
-    pub primary: bool,
-}
-
-/// `GET /v1/keys`, and what an agent answers to a key operation.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct KeysView {
-    /// The agent.
-    pub node: String,
-    /// Its keys, the primary first.
-    pub keys: Vec<KeyView>,
-}
-
-/// What a fanned-out key operation did.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct KeyReport {
-    /// The operation.
-    pub op: KeyOp,
-    /// The key's fingerprint.
-    pub key: String,
-    /// Agents asked (this one included).
-    pub agents: usize,
-    /// Agents that applied it.
-    pub ok: Vec<String>,
-    /// Agents that did not, and why.
-    pub failed: BTreeMap<String, String>,
-}
 
 /// The id an agent's key route is sealed for (its name, hashed as the wire
 /// format hashes names).
@@ -129,7 +59,7 @@ pub(crate) fn peer_router(st: AppState) -> Router {
     };
     let guard = Arc::new(Guard::new(agent_id(st.me()), keys));
     Router::new()
-        .route("/v1/cluster/keys/{op}", post(peer_op))
+        .route(routes::CLUSTER_KEY_OP, post(peer_op))
         .layer(axum::middleware::from_fn_with_state(
             guard,
             auth::authenticate,
@@ -226,7 +156,7 @@ pub(crate) async fn fan_out(
     let members = st.snapshot().await.map(|s| s.members).unwrap_or_default();
     let peers: Vec<(String, Option<String>)> = members
         .iter()
-        .filter(|m| !m.is_self && (m.state == "alive" || m.state == "suspect"))
+        .filter(|m| !m.is_self && m.state.is_live())
         .map(|m| {
             (
                 m.name.clone(),
@@ -238,7 +168,7 @@ pub(crate) async fn fan_out(
     let req = KeyRequest {
         key: key.to_base64(),
     };
-    let path = format!("/v1/cluster/keys/{}", op.as_str());
+    let path = routes::fill(routes::CLUSTER_KEY_OP, "op", op.as_str());
     let answers: Vec<(String, Result<(), String>)> = stream::iter(peers)
         .map(|(name, http)| {
             let (client, auth, req, path) = (

@@ -19,20 +19,23 @@ pub mod client;
 mod clocks;
 mod cluster_api;
 pub mod config;
-pub mod control_client;
 pub mod dashboard;
 pub mod drill;
+mod faults;
 mod holders;
 /// The cluster keyring (the `hale-keyring` crate).
 pub use hale_keyring as keyring;
 pub mod keys_api;
 pub mod meta;
 pub mod metrics;
+mod peers;
 pub mod relay_api;
 pub mod roles;
 mod roles_api;
 pub mod runtime;
+mod seed;
 pub mod services;
+mod state;
 pub mod systemd;
 pub mod view;
 pub mod watchdog;
@@ -49,12 +52,11 @@ use tokio::task::JoinSet;
 use hale_core::{Node, NodeId, Time};
 
 pub use client::{Client, ClientError};
-pub use config::{AgentConfig, ConfigError, FileConfig};
+pub use config::{AgentConfig, ConfigError, FileConfig, KEYRING_FILE};
 pub use keyring::{Key, Keyring};
-pub use meta::AgentMeta;
-pub use relay_api::{RelayView, UpstreamView};
+pub use meta::{AgentMeta, Candidacy};
 pub use runtime::Snapshot;
-pub use view::{AgentEvent, EventView, EvidenceView, MemberView};
+pub use view::{AgentEvent, EventView, EvidenceView, MemberView, RelayView, UpstreamView};
 
 use runtime::{Command, Shared};
 
@@ -128,7 +130,7 @@ impl Agent {
         if core.rng_seed == 0 {
             // Every node needs its own random stream (probe order, gossip
             // targets, timer phases); seed 0 is the profile's placeholder.
-            core.rng_seed = fresh_seed();
+            core.rng_seed = seed::fresh_seed();
         }
         core.generation = generation(cfg.state_dir.as_deref());
         let node = Node::new(id.clone(), core, Time::ZERO)?;
@@ -171,7 +173,7 @@ impl Agent {
         )
         .await?;
         let relay = relay.zip(cfg.relay.clone().map(Arc::new));
-        let state = app::AppState {
+        let state = state::AppState {
             cmds: cmd_tx.clone(),
             shared: shared.clone(),
             cluster: cfg.core.cluster.clone(),
@@ -196,7 +198,7 @@ impl Agent {
             // (dead) or probe (joined, recovered) their breakers at once.
             tasks.spawn(relay_api::follow_members(
                 r.clone(),
-                shared.events.subscribe(),
+                shared.subscribe(),
                 stop_rx.clone(),
             ));
         }
@@ -229,7 +231,7 @@ impl Agent {
 
     /// This node's identity.
     pub fn id(&self) -> &NodeId {
-        &self.shared.id
+        self.shared.id()
     }
 
     /// The bound gossip address.
@@ -265,7 +267,7 @@ impl Agent {
 
     /// Live membership events.
     pub fn subscribe(&self) -> broadcast::Receiver<EventView> {
-        self.shared.events.subscribe()
+        self.shared.subscribe()
     }
 
     /// Application traffic from member `peer` (by name) was seen: proof of
@@ -353,8 +355,6 @@ async fn bind_gossip(bind: SocketAddr) -> Result<(UdpSocket, SocketAddr, TcpList
     }
 }
 
-/// The keyring file's name in `[agent] state_dir`.
-pub const KEYRING_FILE: &str = "keyring";
 /// The generation file's name in `[agent] state_dir`.
 const GENERATION_FILE: &str = "generation";
 
@@ -387,19 +387,6 @@ fn generation(state_dir: Option<&std::path::Path>) -> u64 {
     g
 }
 
-/// A random, non-zero seed from the standard library's per-process random
-/// hash keys (seeded by the operating system).
-pub(crate) fn fresh_seed() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
-    h.finish().max(1)
-}
-
 /// Runs an agent until `shutdown` completes, then leaves gracefully.
 pub async fn run(cfg: AgentConfig, shutdown: impl Future<Output = ()>) -> Result<(), StartError> {
     let agent = Agent::start(cfg).await?;
@@ -426,7 +413,7 @@ pub async fn run(cfg: AgentConfig, shutdown: impl Future<Output = ()>) -> Result
 struct RolesRunning {
     views: roles::RoleViews,
     services: services::Services,
-    client: Option<control_client::ControlClient>,
+    client: Option<hale_control::raft::ControlClient>,
     handovers: std::collections::BTreeMap<String, mpsc::Sender<Option<String>>>,
     stop: watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
@@ -466,10 +453,10 @@ async fn start_roles(
     // wins is decided by the control-plane leader from their requests. An
     // agent without roles publishes none, and operators' tools (dashboard,
     // `hale status`, `hale drill`) still find its API there.
-    let candidacy: Arc<Mutex<BTreeMap<String, (i64, bool)>>> = Arc::new(Mutex::new(
+    let candidacy: Arc<Mutex<BTreeMap<String, meta::Candidacy>>> = Arc::new(Mutex::new(
         cfg.roles
             .iter()
-            .map(|r| (r.name.clone(), (r.priority, false)))
+            .map(|r| (r.name.clone(), (r.priority, false).into()))
             .collect(),
     ));
     let user_meta = String::from_utf8_lossy(&cfg.core.meta).into_owned();
@@ -527,7 +514,7 @@ async fn start_roles(
         tasks.spawn(holders::watch_storage(cp.clone(), shared.clone()));
         out.server = Some(cp);
     }
-    let mut client = control_client::ControlClient::new(&servers, control_auth);
+    let mut client = hale_control::raft::ControlClient::new(&servers, control_auth);
     if let Some((id, _)) = plan.server {
         client = client.preferring(id);
     }
@@ -537,7 +524,7 @@ async fn start_roles(
         Arc::new(move |change| match change {
             roles::RoleChange::Eligible { role, eligible } => {
                 if let Some(c) = candidacy.lock().expect("candidacy lock").get_mut(&role) {
-                    c.1 = eligible;
+                    c.eligible = eligible;
                 }
                 publish_meta();
             }
@@ -553,7 +540,7 @@ async fn start_roles(
         let mgr = roles::RoleManager {
             spec: spec.clone(),
             node: me.clone(),
-            control: client.clone().gated(shared.drill.frozen_flag()),
+            control: client.clone().gated(shared.drill().frozen_flag()),
             services: out.services.clone(),
             timing: plan.timing,
             views: out.views.clone(),

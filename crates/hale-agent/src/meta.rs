@@ -17,8 +17,30 @@ pub struct AgentMeta {
     pub user: String,
     /// The agent's HTTP API address.
     pub http: Option<String>,
-    /// Candidacies: role -> (priority, eligible now).
-    pub roles: BTreeMap<String, (i64, bool)>,
+    /// Candidacies, by role.
+    pub roles: BTreeMap<String, Candidacy>,
+}
+
+/// A candidacy for a role, as published (a `[priority, eligible]` pair).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "(i64, bool)", into = "(i64, bool)")]
+pub struct Candidacy {
+    /// The candidate's priority (higher wins).
+    pub priority: i64,
+    /// Whether it may hold the role now (its checks pass).
+    pub eligible: bool,
+}
+
+impl From<(i64, bool)> for Candidacy {
+    fn from((priority, eligible): (i64, bool)) -> Candidacy {
+        Candidacy { priority, eligible }
+    }
+}
+
+impl From<Candidacy> for (i64, bool) {
+    fn from(c: Candidacy) -> (i64, bool) {
+        (c.priority, c.eligible)
+    }
 }
 
 /// What [`AgentMeta::encode`] writes (fields in the order agents have
@@ -27,7 +49,7 @@ pub struct AgentMeta {
 struct WireOut<'a> {
     http: &'a Option<String>,
     meta: &'a str,
-    roles: &'a BTreeMap<String, (i64, bool)>,
+    roles: &'a BTreeMap<String, Candidacy>,
 }
 
 /// A value that reads as None when it is malformed, rather than making
@@ -49,7 +71,7 @@ struct WireIn {
     http: Lenient<String>,
     meta: String,
     #[serde(default)]
-    roles: Lenient<BTreeMap<String, Lenient<(i64, bool)>>>,
+    roles: Lenient<BTreeMap<String, Lenient<Candidacy>>>,
 }
 
 impl AgentMeta {
@@ -117,7 +139,7 @@ mod tests {
         let m = AgentMeta {
             user: "rack=3".into(),
             http: Some("127.0.0.1:9".into()),
-            roles: [("db".to_owned(), (50, true))].into(),
+            roles: [("db".to_owned(), (50, true).into())].into(),
         };
         let raw = String::from_utf8(m.encode()).unwrap_or_default();
         assert_eq!(AgentMeta::parse(&raw), Some(m.clone()));

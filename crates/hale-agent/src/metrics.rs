@@ -5,7 +5,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use hale_core::DropReason;
 
+use crate::faults::Faults;
 use crate::runtime::{Shared, Snapshot};
+use crate::view::Fault;
 
 /// Writes one metric family: its HELP and TYPE lines, then one sample per
 /// `(labels, value)`.
@@ -30,7 +32,7 @@ macro_rules! counters {
 /// Renders every metric.
 pub fn render(s: &Snapshot, shared: &Shared) -> String {
     let mut out = String::with_capacity(4096);
-    let node = shared.id.name();
+    let node = shared.id().name();
     let me = format!("node=\"{node}\"");
     let st = &s.stats;
     let counters = counters!(st;
@@ -60,7 +62,7 @@ pub fn render(s: &Snapshot, shared: &Shared) -> String {
     for (name, help, v) in counters {
         family(&mut out, (name, "counter", help), [(me.clone(), v)]);
     }
-    let c = &shared.counters;
+    let c = &shared.counters();
     let labelled = |label: &str, rows: &[(&str, &AtomicU64)]| -> Vec<(String, u64)> {
         rows.iter()
             .map(|(l, v)| (format!("{me},{label}=\"{l}\""), v.load(Ordering::Relaxed)))
@@ -112,7 +114,14 @@ pub fn render(s: &Snapshot, shared: &Shared) -> String {
         ("hale_incarnation", "gauge", help),
         [(me.clone(), s.incarnation)],
     );
-    let by_state = ["alive", "suspect", "dead", "left"].map(|state| {
+    use crate::view::MemberState;
+    let states = [
+        MemberState::Alive,
+        MemberState::Suspect,
+        MemberState::Dead,
+        MemberState::Left,
+    ];
+    let by_state = states.map(|state| {
         let n = s.members.iter().filter(|m| m.state == state).count();
         (format!("{me},state=\"{state}\""), n)
     });
@@ -138,7 +147,7 @@ pub fn render_roles(
     let mut out = String::new();
     let roles = roles.lock().expect("role views lock");
     if !roles.is_empty() {
-        type Get = fn(&crate::roles::RoleView) -> String;
+        type Get = fn(&crate::view::RoleView) -> String;
         let series: [(&str, &str, &str, Get); 6] = [
             (
                 "hale_role_holder",
@@ -234,7 +243,7 @@ pub fn render_control(node: &str, c: &hale_control::raft::ControlStatus) -> Stri
         (
             "is_leader",
             "Whether this server is the control-plane leader (1) or not (0).",
-            u64::from(c.state == "leader"),
+            u64::from(c.state == hale_control::raft::ControlState::Leader),
         ),
         (
             "leader",
@@ -307,6 +316,27 @@ pub fn render_clocks(node: &str, c: &hale_control::auth::ClockReport) -> String 
                 r.count as i64,
             )
         }),
+    );
+    out
+}
+
+/// Prometheus text: `hale_drill_fault_active{node,fault}` and
+/// `hale_drill_traffic_ignored_total{node}`.
+pub fn render_drill(node: &str, faults: &Faults) -> String {
+    let mut out = String::new();
+    let active = Fault::ALL.map(|f| {
+        let l = format!("node=\"{node}\",fault=\"{}\"", f.as_str());
+        (l, u8::from(faults.is_set(f)))
+    });
+    let help = "Whether a drill fault is set on this agent.";
+    family(&mut out, ("hale_drill_fault_active", "gauge", help), active);
+    let ignored = faults.traffic_ignored();
+    let help = "Application traffic signals ignored during quiet drills.";
+    let name = "hale_drill_traffic_ignored_total";
+    family(
+        &mut out,
+        (name, "counter", help),
+        [(format!("node=\"{node}\""), ignored)],
     );
     out
 }

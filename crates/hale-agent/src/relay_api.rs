@@ -8,65 +8,11 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::Json;
 use hale_relay::{BreakerGauge, DropReason, Relay, RelayConfig};
-use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use crate::app::AppState;
 use crate::runtime::Shared;
-use crate::view::AgentEvent;
-
-/// One upstream Sentry, as `/v1/relay` shows it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct UpstreamView {
-    /// `primary` or `standby`.
-    pub role: String,
-    /// Where events go (`scheme://host:port/path/project`, no key).
-    pub target: String,
-    /// The hale member hosting it, if one is named.
-    pub member: Option<String>,
-    /// `closed` (requests flow), `open` (none until a probe) or `half-open`.
-    pub breaker: String,
-}
-
-/// The relay's state, as served by `GET /v1/relay`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct RelayView {
-    /// Bytes held in memory now, and the cap.
-    pub queue_bytes: u64,
-    /// The cap on bytes held in memory.
-    pub queue_cap: u64,
-    /// Bytes in the disk spool now (0 without a spool).
-    pub spool_bytes: u64,
-    /// Whether a disk spool is configured.
-    pub spool: bool,
-    /// Requests to upstreams in flight now.
-    pub in_flight: u64,
-    /// Events accepted, forwarded (2xx upstream), written to the spool.
-    pub accepted: u64,
-    /// Events an upstream acknowledged.
-    pub forwarded: u64,
-    /// Events written to the spool.
-    pub spooled: u64,
-    /// Switches from the primary to the standby.
-    pub failovers: u64,
-    /// The upstreams, primary first.
-    pub upstreams: Vec<UpstreamView>,
-    /// Events dropped, per reason (every reason listed, zeros included).
-    pub dropped: std::collections::BTreeMap<String, u64>,
-    /// Sum of `dropped`.
-    pub dropped_total: u64,
-    /// Where a drill diverts every request now (a black hole), if anywhere.
-    #[serde(default)]
-    pub diverted: Option<String>,
-}
-
-fn breaker_str(g: BreakerGauge) -> &'static str {
-    match g {
-        BreakerGauge::Closed => "closed",
-        BreakerGauge::Open => "open",
-        BreakerGauge::HalfOpen => "half-open",
-    }
-}
+use crate::state::AppState;
+use crate::view::{AgentEvent, RelayView, UpstreamView};
 
 fn target(dsn: &hale_relay::Dsn) -> String {
     // The DSN's text is scheme://key@host...: show it without the key.
@@ -105,7 +51,7 @@ pub fn relay_view(relay: &Relay, cfg: &RelayConfig) -> RelayView {
                 role: role.to_owned(),
                 target: target(&u.dsn),
                 member: u.member.clone(),
-                breaker: breaker_str(c.breaker(i)).to_owned(),
+                breaker: c.breaker(i),
             })
             .collect(),
         dropped_total: dropped.values().sum(),
@@ -153,8 +99,8 @@ pub(crate) async fn watch_breakers(
                 AgentEvent::Breaker {
                     upstream: u.target.clone(),
                     role: u.role.clone(),
-                    from: breaker_str(*prev).to_owned(),
-                    to: breaker_str(now).to_owned(),
+                    from: *prev,
+                    to: now,
                 },
                 u.member.clone(),
             );

@@ -10,14 +10,12 @@
 //! non-essential service never moves a role.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, Write};
-use std::net::SocketAddr;
+use std::io::BufRead;
 use std::path::PathBuf;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -27,241 +25,14 @@ use hale_control::{
 };
 use hale_core::Time;
 
-use crate::config::{invalid, ConfigError};
-use crate::control_client::ControlClient;
+use crate::config::RoleSpec;
 use crate::services::Services;
-use crate::view::AgentEvent;
+use crate::view::{AgentEvent, RoleView};
+use crate::watchdog::{Disarmed, Order};
+use hale_control::raft::ControlClient;
 
-/// `[control]` in hale.toml: where the control plane is.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ControlSection {
-    /// Run a control-plane server with this id (1, 2, ...). Omit on agents
-    /// that only use the control plane.
-    pub id: Option<u64>,
-    /// The server's Raft/HTTP listener (default 127.0.0.1:7948).
-    pub bind: Option<String>,
-    /// Every server, as `id=host:port`.
-    #[serde(default)]
-    pub servers: Vec<String>,
-    /// Initialise a new control plane from this server (exactly one server,
-    /// once; harmless afterwards).
-    #[serde(default)]
-    pub bootstrap: bool,
-    /// Where the server keeps its log and snapshots (default `hale-data/<name>`).
-    pub data_dir: Option<PathBuf>,
-    /// How long a lease lasts (default 2 s). Shorter: faster failover when
-    /// a holder's host dies, but a control-plane hiccup (an election, a
-    /// slow disk) of that length costs the holder its role. Must be the
-    /// same on every agent of the cluster.
-    #[serde(default, with = "humantime_serde")]
-    pub lease: Option<Duration>,
-    /// How often a holder renews (default 500 ms; at most a third of the lease).
-    #[serde(default, with = "humantime_serde")]
-    pub renew_every: Option<Duration>,
-}
-
-impl ControlSection {
-    /// The lease timing these settings give (defaults where unset).
-    pub fn timing(&self) -> Result<LeaseTiming, ConfigError> {
-        let d = LeaseTiming::default();
-        let lease = self.lease.unwrap_or(d.lease);
-        let renew_every = self.renew_every.unwrap_or(d.renew_every);
-        let bad = |field: &str, problem: String| invalid(&format!("control.{field}"), problem);
-        if lease < Duration::from_millis(500) || lease > Duration::from_secs(300) {
-            return Err(bad("lease", format!("{lease:?} is outside 500ms..300s")));
-        }
-        if renew_every < Duration::from_millis(50) {
-            return Err(bad("renew_every", format!("{renew_every:?} is below 50ms")));
-        }
-        if renew_every * 3 > lease {
-            return Err(bad(
-                "renew_every",
-                format!(
-                    "{renew_every:?} is more than a third of control.lease ({lease:?}): \
-                     a holder must be able to miss two renewals and keep its lease"
-                ),
-            ));
-        }
-        Ok(LeaseTiming {
-            lease,
-            renew_every,
-            // Tolerates clocks running 20% apart over one lease.
-            drift_margin: lease / 5,
-        })
-    }
-}
-
-/// `[[role]]`: this node's candidacy for a role.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RoleSection {
-    /// The role (e.g. `db-primary`).
-    pub name: String,
-    /// The service on this node that backs the role: its checks gate holding it.
-    pub service: String,
-    /// Higher wins among healthy, ready candidates (default 0).
-    #[serde(default)]
-    pub priority: i64,
-    /// Command run when this node becomes holder (`HALE_ROLE`, `HALE_EPOCH` set).
-    #[serde(default)]
-    pub promote: Vec<String>,
-    /// Command run when this node stops being holder (also the watchdog's fence).
-    #[serde(default)]
-    pub demote: Vec<String>,
-    /// Hard limit on a hook (default 10 s).
-    #[serde(default, with = "humantime_serde")]
-    pub hook_timeout: Option<Duration>,
-    /// Hand the role over when the service's essential checks fail this long (default 3 s).
-    #[serde(default, with = "humantime_serde")]
-    pub fail_after: Option<Duration>,
-}
-
-/// A validated candidacy.
-#[derive(Debug, Clone)]
-pub struct RoleSpec {
-    /// Role name.
-    pub name: String,
-    /// Backing service.
-    pub service: String,
-    /// Priority.
-    pub priority: i64,
-    /// Promote hook.
-    pub promote: Vec<String>,
-    /// Demote hook.
-    pub demote: Vec<String>,
-    /// Hook time limit.
-    pub hook_timeout: Duration,
-    /// Failing-checks threshold.
-    pub fail_after: Duration,
-}
-
-impl RoleSection {
-    /// Validates against the node's services.
-    pub fn validate(&self, i: usize, services: &[String]) -> Result<RoleSpec, ConfigError> {
-        let f = |x: &str| format!("role[{i}].{x}");
-        if self.name.is_empty() || self.name.len() > 64 {
-            return Err(invalid(&f("name"), "must be 1 to 64 bytes"));
-        }
-        if !services.contains(&self.service) {
-            let problem = format!("no [[service]] named {:?} on this node", self.service);
-            return Err(invalid(&f("service"), problem));
-        }
-        Ok(RoleSpec {
-            name: self.name.clone(),
-            service: self.service.clone(),
-            priority: self.priority,
-            promote: self.promote.clone(),
-            demote: self.demote.clone(),
-            hook_timeout: self.hook_timeout.unwrap_or(Duration::from_secs(10)),
-            fail_after: self.fail_after.unwrap_or(Duration::from_secs(3)),
-        })
-    }
-}
-
-/// Where this agent finds (and maybe runs) the control plane.
-#[derive(Debug, Clone)]
-pub struct ControlPlan {
-    /// Run a server: its id and listener.
-    pub server: Option<(u64, SocketAddr)>,
-    /// Every server's address (this one's added once bound, if missing).
-    pub servers: BTreeMap<u64, SocketAddr>,
-    /// Initialise the control plane from this server.
-    pub bootstrap: bool,
-    /// The server's data directory.
-    pub data_dir: PathBuf,
-    /// Lease timing (`[control] lease`, `renew_every`).
-    pub timing: LeaseTiming,
-}
-
-impl ControlSection {
-    /// The plan for an agent named `node`; a lone agent with roles and no
-    /// `[control]` runs a one-server control plane of its own.
-    pub fn plan(
-        section: Option<&ControlSection>,
-        node: &str,
-        has_roles: bool,
-    ) -> Result<Option<ControlPlan>, ConfigError> {
-        let default_dir = PathBuf::from("hale-data").join(node);
-        let Some(c) = section else {
-            return Ok(has_roles.then(|| ControlPlan {
-                server: Some((1, SocketAddr::from(([127, 0, 0, 1], 0)))),
-                servers: BTreeMap::new(),
-                bootstrap: true,
-                data_dir: default_dir,
-                timing: LeaseTiming::default(),
-            }));
-        };
-        let servers = parse_servers(&c.servers)?;
-        let timing = c.timing()?;
-        let bind = c.bind.as_deref().unwrap_or("127.0.0.1:7948");
-        let addr = |id| {
-            let bad = |_| invalid("control.bind", format!("{bind:?} is not an address"));
-            bind.parse().map(|a: SocketAddr| (id, a)).map_err(bad)
-        };
-        let server = c.id.map(addr).transpose()?;
-        if server.is_none() && servers.is_empty() {
-            let problem = "name at least one server, or give this agent an id to run one";
-            return Err(invalid("control.servers", problem));
-        }
-        Ok(Some(ControlPlan {
-            server,
-            servers,
-            bootstrap: c.bootstrap,
-            data_dir: c.data_dir.clone().unwrap_or(default_dir),
-            timing,
-        }))
-    }
-}
-
-/// Parses `id=host:port` server entries.
-pub fn parse_servers(list: &[String]) -> Result<BTreeMap<u64, SocketAddr>, ConfigError> {
-    let mut out = BTreeMap::new();
-    for s in list {
-        let bad = || {
-            invalid(
-                "control.servers",
-                format!("{s:?} is not like 1=10.0.0.5:7948"),
-            )
-        };
-        let (id, addr) = s.split_once('=').ok_or_else(bad)?;
-        out.insert(
-            id.trim().parse().map_err(|_| bad())?,
-            addr.trim().parse().map_err(|_| bad())?,
-        );
-    }
-    Ok(out)
-}
-
-/// This node's view of one of its roles, for the API.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct RoleView {
-    /// The role.
-    pub role: String,
-    /// This node's priority.
-    pub priority: i64,
-    /// `holder`, `promoting` (granted, promote hook running), `demoting`
-    /// (giving the role up), `standby` or `ineligible`.
-    pub state: RoleState,
-    /// The fencing epoch held, if promoting, holder or demoting.
-    pub epoch: Option<u64>,
-    /// Milliseconds of lease left, if it holds one.
-    pub lease_left_ms: Option<u64>,
-    /// Why the last change happened.
-    pub last_change: Option<String>,
-    /// Unix time (ms) this node became holder (its promote hook succeeded), if holder.
-    #[serde(default)]
-    pub held_since_unix_ms: Option<u64>,
-    /// Promotions completed so far.
-    pub promotions: u64,
-    /// Demotions so far.
-    pub demotions: u64,
-    /// Renewals committed.
-    pub renewals: u64,
-    /// Until when this node may act as holder, on this agent's clock.
-    #[serde(skip)]
-    pub valid_until: Option<Instant>,
-}
+mod watchdog;
+use watchdog::Watchdog;
 
 /// What a role manager reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -283,33 +54,6 @@ pub type OnRoleChange = Arc<dyn Fn(RoleChange) + Send + Sync>;
 
 /// Shared role views.
 pub type RoleViews = Arc<Mutex<BTreeMap<String, RoleView>>>;
-
-/// The watchdog process of one holding, and the thread reading its answers.
-struct Watchdog {
-    child: Child,
-    /// Tells its answers from an earlier watchdog's.
-    gen: u64,
-}
-
-impl Watchdog {
-    /// Sends one line; false if the watchdog is gone (its pipe is closed).
-    fn send(&mut self, line: &str) -> bool {
-        match self.child.stdin.as_mut() {
-            Some(stdin) => writeln!(stdin, "{line}")
-                .and_then(|()| stdin.flush())
-                .is_ok(),
-            None => false,
-        }
-    }
-
-    /// Tells it to exit without fencing, and reaps it off the runtime.
-    fn stop(mut self) {
-        self.send("stop");
-        std::thread::spawn(move || {
-            let _ = self.child.wait();
-        });
-    }
-}
 
 /// What reaches a role manager's loop from the tasks it started.
 enum Input {
@@ -425,7 +169,7 @@ impl RoleManager {
                 hook_timeout: self.spec.hook_timeout,
                 fail_after: self.spec.fail_after,
                 acquire_timeout: Duration::from_millis(1500),
-                instance: crate::fresh_seed(),
+                instance: crate::seed::fresh_seed(),
             },
             run.now(),
         );
@@ -455,7 +199,7 @@ impl RoleManager {
                     Input::HookExit(id, exit) => {
                         if let Some((_, true)) = run.hooks.remove(&id) {
                             if let Some(w) = run.watchdog.as_mut() {
-                                w.send("promote-done");
+                                w.send(Order::PromoteDone);
                             }
                         }
                         sm.handle_hook_exit(run.now(), id, exit);
@@ -535,7 +279,17 @@ impl RoleManager {
                             ControlRequest::Lease(r) => control.write(r, limit).await,
                         }
                     };
-                    let r = tokio::time::timeout(limit, call).await.ok().flatten();
+                    // A refusal (not yet, not the holder) is the leader's
+                    // answer too: the holder's logic reads the response's
+                    // absence the same way, so it is only logged.
+                    let r = match tokio::time::timeout(limit, call).await {
+                        Ok(Ok(r)) => Some(r),
+                        Ok(Err(refusal)) => {
+                            tracing::debug!(%refusal, "control plane");
+                            None
+                        }
+                        Err(_) => None,
+                    };
                     let _ = tx.send(Input::Response(id, r));
                 });
             }
@@ -563,12 +317,12 @@ impl RoleManager {
                 }
                 let ms = run.left(deadline).as_millis();
                 if let Some(w) = run.watchdog.as_mut() {
-                    w.send(&format!("arm {ms}"));
+                    w.send(Order::Arm { ms: ms as u64 });
                 }
             }
             Action::DisarmWatchdog => {
                 run.disarming = true;
-                let asked = run.watchdog.as_mut().is_some_and(|w| w.send("disarm"));
+                let asked = run.watchdog.as_mut().is_some_and(|w| w.send(Order::Disarm));
                 if !asked {
                     // None runs, or it is gone (its pipe closed): the agent
                     // demotes itself (the claim keeps a fence the dead one
@@ -635,7 +389,7 @@ impl RoleManager {
         run.hooks.insert(id, (pgid, promote));
         if promote {
             if let Some(w) = run.watchdog.as_mut() {
-                w.send(&format!("promote {pgid}"));
+                w.send(Order::Promote { pgid });
             }
         }
         tokio::spawn(async move {
@@ -669,7 +423,7 @@ impl RoleManager {
         run.watchdog = self.start_watchdog(run, epoch, run.left(deadline));
         let promote = run.hooks.values().find(|(_, p)| *p).map(|(g, _)| *g);
         if let (Some(w), Some(pgid)) = (run.watchdog.as_mut(), promote) {
-            w.send(&format!("promote {pgid}"));
+            w.send(Order::Promote { pgid });
         }
     }
 
@@ -702,7 +456,9 @@ impl RoleManager {
             if let Some(out) = out {
                 for line in std::io::BufReader::new(out).lines() {
                     let Ok(line) = line else { break };
-                    let _ = tx.send(Input::Watchdog(gen, Some(line.trim() == "fenced")));
+                    let fenced = serde_json::from_str::<Disarmed>(line.trim()).ok()
+                        == Some(Disarmed::Fenced);
+                    let _ = tx.send(Input::Watchdog(gen, Some(fenced)));
                 }
             }
             let _ = tx.send(Input::Watchdog(gen, None));

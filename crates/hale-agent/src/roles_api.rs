@@ -9,9 +9,10 @@ use axum::Json;
 
 use hale_control::RoleState;
 
-use crate::api::error;
-use crate::app::AppState;
+use hale_control::raft::ServerChange;
+
 use crate::services::views;
+use crate::state::{error, AppState};
 use crate::view::{LeaseView, PrimaryView, ReplicaView, RolesView};
 
 pub(crate) async fn roles(State(st): State<AppState>) -> Json<RolesView> {
@@ -48,7 +49,7 @@ pub(crate) async fn roles(State(st): State<AppState>) -> Json<RolesView> {
 }
 
 /// This node's view of `role` (None: it is no candidate for it).
-fn local_view(st: &AppState, role: &str) -> Option<crate::roles::RoleView> {
+fn local_view(st: &AppState, role: &str) -> Option<crate::view::RoleView> {
     st.roles.lock().expect("role views lock").get(role).cloned()
 }
 
@@ -150,7 +151,7 @@ pub(crate) async fn handover(
     match tx.try_send(to) {
         Ok(()) => (
             StatusCode::ACCEPTED,
-            Json(crate::client::HandoverView { handover: role }),
+            Json(crate::view::HandoverView { handover: role }),
         )
             .into_response(),
         Err(_) => error(
@@ -173,9 +174,9 @@ pub(crate) async fn add_server(State(st): State<AppState>, body: axum::body::Byt
             "this agent has no control plane configured",
         );
     };
-    match c.change_servers(Some((req.id, req.addr)), None).await {
+    match c.add_server(req.id, req.addr).await {
         Ok(()) => Json(serde_json::json!({ "added": req.id })).into_response(),
-        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
     }
 }
 
@@ -186,8 +187,8 @@ pub(crate) async fn remove_server(State(st): State<AppState>, Path(id): Path<u64
             "this agent has no control plane configured",
         );
     };
-    match c.change_servers(None, Some(id)).await {
+    match c.change_servers(ServerChange::Remove(id)).await {
         Ok(()) => Json(serde_json::json!({ "removed": id })).into_response(),
-        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
     }
 }

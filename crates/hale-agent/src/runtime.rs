@@ -19,8 +19,10 @@ use tokio::time::Instant;
 use hale_core::wire::{MAX_DATAGRAM, MAX_STREAM_FRAME};
 use hale_core::{Channel, Event, Node, NodeId, Stats, Time};
 
-use crate::keyring::{SharedKeyring, OVERHEAD};
-use crate::view::{event_view, evidence_view, member_view, EventView, EvidenceView, MemberView};
+use crate::view::{
+    event_view, evidence_view, member_view, EventView, EvidenceView, MemberState, MemberView,
+};
+use hale_keyring::{SharedKeyring, OVERHEAD};
 
 /// Events kept for `/v1/events` history.
 const EVENT_HISTORY: usize = 2048;
@@ -117,18 +119,18 @@ pub enum Command {
 #[derive(Debug)]
 pub struct Shared {
     /// This node.
-    pub id: NodeId,
+    id: NodeId,
     /// Runtime counters.
-    pub counters: RuntimeCounters,
+    counters: RuntimeCounters,
     /// Live events.
-    pub events: broadcast::Sender<EventView>,
+    events: broadcast::Sender<EventView>,
     /// Recent events.
-    pub history: std::sync::Mutex<VecDeque<EventView>>,
+    history: std::sync::Mutex<VecDeque<EventView>>,
     /// Event sequence numbers (membership and role events share them).
-    pub seq: AtomicU64,
+    seq: AtomicU64,
     /// Drill faults in force (freeze drops cluster traffic, quiet ignores
     /// application traffic signals).
-    pub drill: crate::drill::Faults,
+    drill: crate::faults::Faults,
     /// Addresses whose port was found closed, for the driver
     /// ([`hale_core::Node::handle_unreachable`]), and its wake-up.
     refused: std::sync::Mutex<Vec<SocketAddr>>,
@@ -138,6 +140,37 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// This node.
+    pub fn id(&self) -> &NodeId {
+        &self.id
+    }
+
+    /// The runtime's counters.
+    pub fn counters(&self) -> &RuntimeCounters {
+        &self.counters
+    }
+
+    /// The drill faults in force.
+    pub fn drill(&self) -> &crate::faults::Faults {
+        &self.drill
+    }
+
+    /// A new subscription to live events.
+    pub fn subscribe(&self) -> broadcast::Receiver<EventView> {
+        self.events.subscribe()
+    }
+
+    /// Subscribers to live events now.
+    pub fn subscribers(&self) -> usize {
+        self.events.receiver_count()
+    }
+
+    /// The recent events after sequence number `since`, oldest first.
+    pub fn history_since(&self, since: u64) -> Vec<EventView> {
+        let h = self.history.lock().expect("history lock");
+        h.iter().filter(|e| e.seq > since).cloned().collect()
+    }
+
     /// Records an event in the history and sends it to subscribers.
     pub fn publish(&self, v: EventView) {
         let mut h = self.history.lock().expect("history lock");
@@ -294,11 +327,11 @@ impl Driver {
         };
         match k.current().open(sealed) {
             Ok(p) => Some(p),
-            Err(crate::keyring::OpenError::Auth) => {
+            Err(hale_keyring::OpenError::Auth) => {
                 count(&self.shared.counters.auth_failed);
                 None
             }
-            Err(crate::keyring::OpenError::Malformed) => {
+            Err(hale_keyring::OpenError::Malformed) => {
                 count(&self.shared.counters.seal_malformed);
                 None
             }
@@ -382,11 +415,10 @@ impl Driver {
             name: me.name().to_owned(),
             addr: me.addr().to_string(),
             state: if self.node.has_left() {
-                "left"
+                MemberState::Left
             } else {
-                "alive"
-            }
-            .to_owned(),
+                MemberState::Alive
+            },
             incarnation: self.node.incarnation(),
             health: self.node.local_health(),
             last_heard_ms_ago: Some(0),
@@ -651,8 +683,8 @@ async fn accept_streams(
                 let ring = k.current();
                 match ring.open(&first) {
                     Ok(plain) => return Ok((plain, share)),
-                    Err(crate::keyring::OpenError::Malformed) => return Err(Refused::Malformed),
-                    Err(crate::keyring::OpenError::Auth) => {}
+                    Err(hale_keyring::OpenError::Malformed) => return Err(Refused::Malformed),
+                    Err(hale_keyring::OpenError::Auth) => {}
                 }
                 if ring.open_with(PREAMBLE_AAD, &first).is_err() {
                     return Err(Refused::Auth);
@@ -661,8 +693,8 @@ async fn accept_streams(
                 let (body, share) = read_frame(&mut sock, limit, &budget).await?;
                 match ring.open(&body) {
                     Ok(plain) => Ok((plain, share)),
-                    Err(crate::keyring::OpenError::Malformed) => Err(Refused::Malformed),
-                    Err(crate::keyring::OpenError::Auth) => Err(Refused::Auth),
+                    Err(hale_keyring::OpenError::Malformed) => Err(Refused::Malformed),
+                    Err(hale_keyring::OpenError::Auth) => Err(Refused::Auth),
                 }
             })
             .await;

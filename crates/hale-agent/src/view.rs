@@ -1,18 +1,106 @@
-//! What the agent shows about the cluster: stable JSON shapes for the API and CLI.
+//! The agent's API contract: every shape its HTTP API answers and accepts
+//! (stable JSON for the API and the CLI, states typed as enums with the
+//! wire's names), the error body, and the routes ([`routes`]). The
+//! handlers, [`crate::Client`] and the `hale` commands all use these
+//! types; this module imports nothing else of the agent.
 
 use serde::{Deserialize, Serialize};
 
-use std::collections::BTreeMap;
+use std::time::{SystemTime, UNIX_EPOCH};
 
-/// Wall-clock milliseconds since the Unix epoch (the control plane's clock
-/// for sealed requests, the same one).
-pub use hale_control::auth::unix_ms;
-use hale_control::{HookOutcome, RoleState, StepDownReason};
+use hale_control::{HookOutcome, StepDownReason};
 use hale_core::{DeathEvidence, Event, Member, NodeId, Time};
 
-use crate::drill::Fault;
-use crate::roles::RoleView;
-use crate::services::ServiceView;
+mod ops;
+mod role;
+pub mod routes;
+
+/// The control plane's view of one server, as `/v1/health` shows it.
+pub use hale_control::raft::{ControlState, ControlStatus};
+/// The state of a circuit breaker (`closed`, `open`, `half-open`).
+pub use hale_relay::BreakerGauge as BreakerState;
+pub use ops::{
+    DrillView, ErrorBody, Fault, FaultView, KeyOp, KeyReport, KeyRequest, KeyView, KeysView,
+    RelayView, RestoredView, TrafficView, UpstreamView, MAX_FAULT,
+};
+pub use role::{
+    CandidateView, CheckResult, CheckView, ClusterRoleView, ClusterRolesView, ClusterServicesView,
+    HandoverView, LeaseView, NodeServicesView, PrimaryView, ReplicaView, RoleView, RolesView,
+    ServiceView,
+};
+
+/// Wall-clock milliseconds since the Unix epoch.
+pub fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// An agent's health, as `/v1/health` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HealthStatus {
+    /// A member, and its control-plane server (if any) works.
+    Ok,
+    /// Its control-plane server's storage failed.
+    Degraded,
+    /// It left the cluster.
+    Left,
+}
+
+/// A member's state, as the API shows it: `alive`, `suspect`, `dead`, `left`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MemberState {
+    /// Answering probes, or not yet shown otherwise.
+    Alive,
+    /// Failed a probe; may still refute.
+    Suspect,
+    /// Declared dead on corroborated evidence.
+    Dead,
+    /// Left the cluster gracefully.
+    Left,
+}
+
+impl MemberState {
+    /// Alive or suspect: still probed and gossiped to.
+    pub fn is_live(self) -> bool {
+        matches!(self, MemberState::Alive | MemberState::Suspect)
+    }
+
+    /// Its name on the wire.
+    pub fn as_str(self) -> &'static str {
+        hale_core::MemberState::from(self).as_str()
+    }
+}
+
+impl From<hale_core::MemberState> for MemberState {
+    fn from(s: hale_core::MemberState) -> MemberState {
+        match s {
+            hale_core::MemberState::Alive => MemberState::Alive,
+            hale_core::MemberState::Suspect => MemberState::Suspect,
+            hale_core::MemberState::Dead => MemberState::Dead,
+            hale_core::MemberState::Left => MemberState::Left,
+        }
+    }
+}
+
+impl From<MemberState> for hale_core::MemberState {
+    fn from(s: MemberState) -> hale_core::MemberState {
+        match s {
+            MemberState::Alive => hale_core::MemberState::Alive,
+            MemberState::Suspect => hale_core::MemberState::Suspect,
+            MemberState::Dead => hale_core::MemberState::Dead,
+            MemberState::Left => hale_core::MemberState::Left,
+        }
+    }
+}
+
+impl std::fmt::Display for MemberState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// One member as the API and `hale members --json` show it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -22,7 +110,7 @@ pub struct MemberView {
     /// Gossip address.
     pub addr: String,
     /// `alive`, `suspect`, `dead` or `left`.
-    pub state: String,
+    pub state: MemberState,
     /// Incarnation.
     pub incarnation: u32,
     /// Local health score it advertised (0 is healthy); for this node, its own.
@@ -215,9 +303,9 @@ pub enum AgentEvent {
         /// `primary` or `standby`.
         role: String,
         /// The previous state (`closed`, `open`, `half-open`).
-        from: String,
+        from: BreakerState,
         /// The new state.
-        to: String,
+        to: BreakerState,
     },
     /// A drill set a fault on this agent.
     DrillSet {
@@ -292,7 +380,7 @@ pub fn member_view(m: &Member<NodeId>, now: Time, evidence: Option<EvidenceView>
     MemberView {
         name: m.id().name().to_owned(),
         addr: m.id().addr().to_string(),
-        state: m.state().as_str().to_owned(),
+        state: m.state().into(),
         incarnation: m.incarnation(),
         health: m.advertised_health(),
         last_heard_ms_ago: (m.last_heard() > Time::ZERO).then(|| ms_between(now, m.last_heard())),
@@ -389,119 +477,6 @@ pub fn event_view(seq: u64, observer: &NodeId, e: &Event<NodeId>) -> Option<Even
     Some(event.stamped(seq, observer.name(), member, inc))
 }
 
-/// A lease in the control plane's table.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct LeaseView {
-    /// Who holds it (None: free).
-    pub holder: Option<String>,
-    /// Its fencing epoch.
-    pub epoch: u64,
-}
-
-/// `GET /v1/roles`: this agent's candidacies and the leases it can see.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct RolesView {
-    /// Whether this agent is configured with a control plane.
-    pub control_plane: bool,
-    /// The control-plane leader's id, if known.
-    pub leader: Option<u64>,
-    /// Every lease, by role (None: no control plane, or it did not answer).
-    pub leases: Option<BTreeMap<String, LeaseView>>,
-    /// This node's view of each role it is a candidate for.
-    pub local: Vec<RoleView>,
-}
-
-/// `GET /v1/roles/{role}/primary`: whether this node serves as the role's primary.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct PrimaryView {
-    /// The role.
-    pub role: String,
-    /// This node's state for it.
-    pub state: RoleState,
-    /// The fencing epoch held, if any.
-    pub epoch: Option<u64>,
-    /// Milliseconds of lease left on this agent's clock, if it holds one.
-    pub lease_left_ms: Option<u64>,
-}
-
-/// `GET /v1/roles/{role}/replica`: whether this node is a ready standby.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ReplicaView {
-    /// The role.
-    pub role: String,
-    /// This node's state for it.
-    pub state: RoleState,
-}
-
-/// One candidate for a role, as `GET /v1/cluster/roles` lists it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct CandidateView {
-    /// The node.
-    pub node: String,
-    /// Its priority for the role.
-    pub priority: i64,
-    /// Whether it says it may hold the role (healthy and ready).
-    pub eligible: bool,
-    /// Its membership state, as this agent sees it.
-    pub member_state: String,
-    /// Whether it holds the role.
-    pub holder: bool,
-}
-
-/// One role across the cluster.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ClusterRoleView {
-    /// The role.
-    pub role: String,
-    /// Who holds its lease.
-    pub holder: Option<String>,
-    /// The lease's epoch (0: never granted).
-    pub epoch: u64,
-    /// The holder's own state for it (None: the holder was not reached).
-    pub holder_state: Option<RoleState>,
-    /// Milliseconds of lease left on the holder's clock.
-    pub lease_left_ms: Option<u64>,
-    /// Unix time (ms) the holder finished promoting.
-    pub held_since_unix_ms: Option<u64>,
-    /// Candidates: the holder first, then who would be promoted next.
-    pub candidates: Vec<CandidateView>,
-}
-
-/// `GET /v1/cluster/roles`: every role's holder and candidates.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ClusterRolesView {
-    /// Whether this agent is configured with a control plane.
-    pub control_plane: bool,
-    /// The control-plane leader's id, if known.
-    pub leader: Option<u64>,
-    /// When this answer was put together (Unix ms).
-    pub fetched_unix_ms: u64,
-    /// Every role known from leases, candidacies or this node.
-    pub roles: Vec<ClusterRoleView>,
-}
-
-/// One node's services, as `GET /v1/cluster/services` lists them.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct NodeServicesView {
-    /// The node.
-    pub node: String,
-    /// Its membership state.
-    pub state: String,
-    /// Its services (None: it could not be asked, see `error`).
-    pub services: Option<Vec<ServiceView>>,
-    /// Why its services are unknown.
-    pub error: Option<String>,
-}
-
-/// `GET /v1/cluster/services`: services and checks per node.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ClusterServicesView {
-    /// One entry per node asked.
-    pub nodes: Vec<NodeServicesView>,
-    /// Whether more nodes were chosen than are asked in one request.
-    pub truncated: bool,
-}
-
 /// Members per state, as `GET /v1/health` counts them.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct MemberCounts {
@@ -520,7 +495,7 @@ pub struct MemberCounts {
 pub struct HealthView {
     /// `ok`, `left` (it left the cluster) or `degraded` (its control-plane
     /// server's storage failed).
-    pub status: String,
+    pub status: HealthStatus,
     /// This agent's control-plane server, if it runs one.
     pub control: Option<hale_control::raft::ControlStatus>,
     /// Clocks that disagree with this agent's by more than the control

@@ -3,17 +3,18 @@
 //! the hook runner shared with the agent.
 //!
 //! The agent starts one per holding (`hale watchdog`) and talks to it over
-//! its standard input, one command per line:
+//! its standard input, one [`Order`] per line (JSON, `{"order": ...}`):
 //!
-//! * `arm <ms>`: the lease now lasts `<ms>` more milliseconds (sent only
+//! * `arm` `ms`: the lease now lasts `ms` more milliseconds (sent only
 //!   when a renewal has committed);
-//! * `promote <pgid>`: a promote hook runs in process group `<pgid>`;
+//! * `promote` `pgid`: a promote hook runs in process group `pgid`;
 //!   `promote-done`: it has exited;
 //! * `disarm`: the agent is stepping down itself. The watchdog answers one
-//!   line on standard output, `fenced` if it has already run the fence (the
-//!   agent need not demote) or `disarmed`. **It keeps its deadline** (and
-//!   renewals still re-arm it): an agent frozen between this answer and the
-//!   start of its demote is fenced at the deadline all the same;
+//!   [`Disarmed`] line on standard output, `fenced` if it has already run
+//!   the fence (the agent need not demote) or `disarmed`. **It keeps its
+//!   deadline** (and renewals still re-arm it): an agent frozen between
+//!   this answer and the start of its demote is fenced at the deadline all
+//!   the same;
 //! * `stop`: exit without fencing (the step-down is done).
 //!
 //! It fences (kills the promote hook's process group, then runs the demote
@@ -45,6 +46,46 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
+use serde::{Deserialize, Serialize};
+
+/// What the agent tells its watchdog: one JSON object a line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "order", rename_all = "kebab-case")]
+pub enum Order {
+    /// The lease now lasts `ms` more milliseconds.
+    Arm {
+        /// Milliseconds from now.
+        ms: u64,
+    },
+    /// A promote hook runs in process group `pgid`.
+    Promote {
+        /// Its process group.
+        pgid: u32,
+    },
+    /// The promote hook has exited.
+    PromoteDone,
+    /// The agent steps down itself: answer with [`Disarmed`].
+    Disarm,
+    /// Exit without fencing.
+    Stop,
+}
+
+impl Order {
+    /// Its line on the pipe (without the newline).
+    pub fn line(&self) -> String {
+        serde_json::to_string(self).expect("an order serialises")
+    }
+}
+
+/// The watchdog's answer to [`Order::Disarm`]: one JSON string a line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Disarmed {
+    /// It had already fenced: the agent need not demote.
+    Fenced,
+    /// It had not: the agent demotes (its deadline still stands).
+    Disarmed,
+}
 
 /// How the watchdog ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,7 +125,7 @@ pub enum Claimed {
 /// ran, and so stop both the demote and the fence.
 pub fn claim_path(agent_pid: u32, role: &str, epoch: u64) -> PathBuf {
     static TOKEN: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    let token = TOKEN.get_or_init(crate::fresh_seed);
+    let token = TOKEN.get_or_init(crate::seed::fresh_seed);
     let role: String = role
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
@@ -182,9 +223,9 @@ fn watch(
         }
         let _ = tx.send(None);
     });
-    let answer = |s: &str| {
+    let answer = |a: Disarmed| {
         let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "{s}");
+        let _ = writeln!(out, "{}", serde_json::to_string(&a).expect("serialises"));
         let _ = out.flush();
     };
     let mut deadline = Some(Instant::now() + first_deadline);
@@ -207,31 +248,25 @@ fn watch(
             None => rx.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected),
         };
         match msg {
-            Ok(Some(line)) => {
-                let line = line.trim();
-                let mut words = line.splitn(2, ' ');
-                match (words.next(), words.next().map(str::trim)) {
-                    (Some("arm"), Some(ms)) => {
-                        if let (Ok(ms), true) = (ms.parse::<u64>(), fenced.is_none()) {
-                            deadline = Some(Instant::now() + Duration::from_millis(ms));
-                        }
+            Ok(Some(line)) => match serde_json::from_str::<Order>(line.trim()) {
+                Ok(Order::Arm { ms }) => {
+                    if fenced.is_none() {
+                        deadline = Some(Instant::now() + Duration::from_millis(ms));
                     }
-                    (Some("promote"), Some(pgid)) => promote = pgid.parse().ok(),
-                    (Some("promote-done"), None) => promote = None,
-                    (Some("disarm"), None) => {
-                        // The deadline stays: see the module's doc.
-                        answer(if fenced.is_some() {
-                            "fenced"
-                        } else {
-                            "disarmed"
-                        });
-                    }
-                    (Some("stop" | "release"), None) => {
-                        return fenced.unwrap_or(WatchdogExit::Released);
-                    }
-                    _ => {}
                 }
-            }
+                Ok(Order::Promote { pgid }) => promote = Some(pgid),
+                Ok(Order::PromoteDone) => promote = None,
+                Ok(Order::Disarm) => {
+                    // The deadline stays: see the module's doc.
+                    answer(if fenced.is_some() {
+                        Disarmed::Fenced
+                    } else {
+                        Disarmed::Disarmed
+                    });
+                }
+                Ok(Order::Stop) => return fenced.unwrap_or(WatchdogExit::Released),
+                Err(_) => {}
+            },
             Ok(None) | Err(mpsc::RecvTimeoutError::Disconnected) => {
                 if fenced.is_none() {
                     do_fence(promote.take(), WatchdogExit::AgentGone);

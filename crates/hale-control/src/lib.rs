@@ -1,13 +1,19 @@
 //! # hale-control
 //!
-//! The control plane's safety core for roles and failover: role leases with
-//! strictly increasing fencing epochs ([`lease`]), and the history checker
-//! that proves from promote/demote timelines that no two nodes ever acted as
-//! holder of a role at once ([`history`]).
+//! The control plane for roles and failover, in two layers:
 //!
-//! Everything here is deterministic and takes time as an argument; the
-//! replicated log that orders [`lease::LeaseRequest`]s (openraft) and the
-//! agent-side hooks and watchdog build on it.
+//! * **The deterministic safety core**, sans IO, time passed in: role
+//!   leases with strictly increasing fencing epochs and the grantor
+//!   ([`lease`]), one candidacy's logic as a state machine ([`holder`]),
+//!   and the history checker that proves from promote/demote timelines
+//!   that no two nodes ever acted as holder of a role at once
+//!   ([`history`]).
+//! * **The replicated service around it**, with IO: openraft over HTTP
+//!   with a redb store ordering [`lease::LeaseRequest`]s, its axum routes
+//!   and its typed client ([`raft`]: [`raft::ControlPlane`],
+//!   [`raft::ControlClient`], the contract in [`raft::api`]), and the
+//!   sealed request/answer layer every control-plane and agent-to-agent
+//!   call goes through ([`auth`]).
 
 #![forbid(unsafe_code)]
 

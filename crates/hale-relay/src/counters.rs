@@ -150,8 +150,10 @@ impl Category {
 const REASONS: usize = DropReason::ALL.len();
 const CATEGORIES: usize = Category::ALL.len();
 
-/// The state of an upstream's circuit breaker, for metrics.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The state of an upstream's circuit breaker (metrics, the agent's API:
+/// `closed`, `open`, `half-open`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 #[repr(u8)]
 pub enum BreakerGauge {
     /// Requests flow.
@@ -160,6 +162,23 @@ pub enum BreakerGauge {
     Open = 1,
     /// One probe request is allowed.
     HalfOpen = 2,
+}
+
+impl BreakerGauge {
+    /// Its name on the wire: `closed`, `open` or `half-open`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BreakerGauge::Closed => "closed",
+            BreakerGauge::Open => "open",
+            BreakerGauge::HalfOpen => "half-open",
+        }
+    }
+}
+
+impl std::fmt::Display for BreakerGauge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// Counters shared by the callers, the HTTP handlers and the worker.

@@ -27,6 +27,7 @@ pub mod breaker;
 pub mod counters;
 pub mod dsn;
 pub mod envelope;
+#[cfg(feature = "fake")]
 pub mod fake;
 pub mod limits;
 pub mod pipeline;

@@ -20,6 +20,7 @@ mod browser;
 #[allow(dead_code)] // The browser's polling helpers; no agent process here.
 mod support;
 
+use hale_agent::view::MemberState;
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -49,7 +50,7 @@ fn member(i: usize) -> MemberView {
     MemberView {
         name: format!("sim-{i:04}"),
         addr: format!("10.{}.{}.{}:7946", i / 65536, (i / 256) % 256, i % 256),
-        state: "alive".into(),
+        state: MemberState::Alive,
         incarnation: 1,
         health: 0,
         last_heard_ms_ago: Some((i as u64 * 37) % 1000),
@@ -162,7 +163,7 @@ fn emit_death(sim: &Sim, seq: u64, i: usize) {
         .iter_mut()
         .find(|m| m.name == name)
     {
-        m.state = "dead".into();
+        m.state = MemberState::Dead;
         m.evidence = Some(evidence.clone());
     }
     let e = AgentEvent::Dead(evidence).stamped(seq, "sim-0000", Some(name), Some(1));

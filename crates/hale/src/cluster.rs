@@ -2,15 +2,16 @@
 //! agent's member list, and every agent's API (found through the `http`
 //! address members publish in their metadata, or `--peer NAME=ADDR`).
 
+use hale_agent::view::MemberState;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::bail;
 use serde::Serialize;
 
-use hale_agent::drill::DrillView;
-use hale_agent::services::ServiceView;
+use hale_agent::view::DrillView;
 use hale_agent::view::RolesView;
+use hale_agent::view::ServiceView;
 use hale_control::RoleState;
 
 use hale_agent::{AgentMeta, Client, EventView, MemberView, RelayView};
@@ -54,7 +55,7 @@ impl Agents {
         // Dead and departed members have no agent to ask.
         let mut addrs: BTreeMap<String, Option<String>> = members
             .iter()
-            .filter(|m| m.state == "alive" || m.state == "suspect")
+            .filter(|m| m.state == MemberState::Alive || m.state == MemberState::Suspect)
             .map(|m| {
                 let a = if m.is_self {
                     Some(api.http.clone())
@@ -222,8 +223,9 @@ pub fn leases(nodes: &[NodeState]) -> Option<Leases> {
 /// Role -> candidates (node, priority, eligible), best first, from members' metadata.
 pub fn candidates(members: &[MemberView]) -> BTreeMap<String, Vec<(String, i64, bool)>> {
     let mut out: BTreeMap<String, Vec<(String, i64, bool)>> = BTreeMap::new();
-    for m in members.iter().filter(|m| m.state == "alive") {
-        for (role, (prio, eligible)) in AgentMeta::parse(&m.meta).unwrap_or_default().roles {
+    for m in members.iter().filter(|m| m.state == MemberState::Alive) {
+        for (role, c) in AgentMeta::parse(&m.meta).unwrap_or_default().roles {
+            let (prio, eligible) = (c.priority, c.eligible);
             out.entry(role)
                 .or_default()
                 .push((m.name.clone(), prio, eligible));

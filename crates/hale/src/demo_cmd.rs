@@ -7,6 +7,7 @@
 //! the first agent shows it all live. Exit status 0 when everything went as
 //! expected.
 
+use hale_agent::view::MemberState;
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::net::{SocketAddr, TcpListener, UdpSocket};
@@ -219,7 +220,9 @@ async fn scenario(c: &Cluster, hold: Duration, linger: Duration) -> anyhow::Resu
     until(POLL, start + twenty, async || {
         for &h in &c.http {
             let alive = members(&client, h).await;
-            let alive = alive.map_or(0, |l| l.iter().filter(|m| m.state == "alive").count());
+            let alive = alive.map_or(0, |l| {
+                l.iter().filter(|m| m.state == MemberState::Alive).count()
+            });
             (alive == n).then_some(())?;
         }
         Some(())
@@ -261,7 +264,7 @@ async fn scenario(c: &Cluster, hold: Duration, linger: Duration) -> anyhow::Resu
                 l.len() == n
                     && l.iter().all(|m| {
                         hale_agent::AgentMeta::parse(&m.meta).is_some_and(|p| {
-                            !p.roles.is_empty() && p.roles.values().all(|(_, eligible)| *eligible)
+                            !p.roles.is_empty() && p.roles.values().all(|c| c.eligible)
                         })
                     })
                     && l.iter().all(|m| {
@@ -305,9 +308,11 @@ async fn scenario(c: &Cluster, hold: Duration, linger: Duration) -> anyhow::Resu
             };
             for target in [frozen, killed] {
                 if let Some(m) = state_of(&list, &c.names[target]) {
-                    for st in ["suspect", "dead"] {
-                        if m.state == st || (st == "suspect" && m.state == "dead") {
-                            seen.entry((o, target, st))
+                    for st in [MemberState::Suspect, MemberState::Dead] {
+                        if m.state == st
+                            || (st == MemberState::Suspect && m.state == MemberState::Dead)
+                        {
+                            seen.entry((o, target, st.as_str()))
                                 .or_insert(t0.elapsed().as_secs_f64());
                         }
                     }
@@ -359,7 +364,7 @@ async fn scenario(c: &Cluster, hold: Duration, linger: Duration) -> anyhow::Resu
         for &o in &observers {
             let l = members(&client, c.http[o]).await?;
             let m = state_of(&l, &c.names[frozen])?;
-            (m.state == "alive" && m.incarnation > 0).then_some(())?;
+            (m.state == MemberState::Alive && m.incarnation > 0).then_some(())?;
         }
         Some(())
     })

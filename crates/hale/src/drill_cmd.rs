@@ -9,6 +9,7 @@
 //! restores everything at once, verifies the restore and writes the partial
 //! report marked aborted.
 
+use hale_agent::view::BreakerState;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -17,7 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::bail;
 use clap::{Args, Subcommand};
 
-use hale_agent::drill::Fault;
+use hale_agent::view::Fault;
 use hale_agent::{AgentEvent, EventView};
 
 use crate::client_cmd::{block_on, until, ApiArgs};
@@ -315,7 +316,11 @@ impl Drill {
                     probe = c.relay_probe(path, key).await.unwrap_or(probe);
                     if seen.breaker_open_at.is_none() {
                         let v = c.relay().await.ok().flatten();
-                        if v.is_some_and(|v| v.upstreams.iter().any(|u| u.breaker != "closed")) {
+                        if v.is_some_and(|v| {
+                            v.upstreams
+                                .iter()
+                                .any(|u| u.breaker != BreakerState::Closed)
+                        }) {
                             seen.breaker_open_at = Some(start.elapsed());
                         }
                     }

@@ -4,7 +4,7 @@
 
 use clap::{Args, Subcommand};
 
-use hale_agent::keys_api::KeyOp;
+use hale_agent::view::KeyOp;
 
 use crate::client_cmd::{block_on, ApiArgs};
 

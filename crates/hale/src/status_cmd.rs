@@ -43,7 +43,7 @@ pub struct Status {
     /// Relays, per node running one.
     pub relays: Vec<(String, hale_agent::RelayView)>,
     /// Drill faults in force, per node.
-    pub drill: Vec<(String, Vec<hale_agent::drill::FaultView>)>,
+    pub drill: Vec<(String, Vec<hale_agent::view::FaultView>)>,
     /// Clocks off beyond the control plane's window, per node that noticed.
     pub clocks: Vec<(String, hale_control::auth::ClockReport)>,
     /// Agents that did not answer (name, why).
@@ -91,7 +91,7 @@ pub fn summarize(
             .collect();
     for m in members {
         by_state
-            .entry(m.state.clone())
+            .entry(m.state.as_str().to_owned())
             .or_default()
             .push(m.name.clone());
     }

@@ -1,9 +1,10 @@
 //! Agents embedded in one process: they form a cluster, and the HTTP API
 //! answers with members, events and metrics, and refuses bad requests.
 
+use hale_agent::view::MemberState;
 use std::time::Duration;
 
-use hale_agent::client::ErrorBody;
+use hale_agent::view::ErrorBody;
 use hale_agent::{ClientError, Key};
 
 use crate::support::{alive_count, start, start_cluster, state_of, wait_until};
@@ -14,7 +15,7 @@ async fn three_agents_join_through_a_seed_and_see_each_other() {
     // A graceful shutdown is recorded as left, not dead.
     c.shutdown().await;
     wait_until("c is recorded as left", Duration::from_secs(10), || async {
-        state_of(&a, "c").await.as_deref() == Some("left")
+        state_of(&a, "c").await == Some(MemberState::Left)
     })
     .await;
     a.shutdown().await;
@@ -58,7 +59,7 @@ async fn the_api_serves_members_health_events_metrics_and_openapi() {
     assert!(members[0].is_self);
     assert_eq!(members[0].name, "solo");
     let health = api.health().await.unwrap();
-    assert_eq!(health.status, "ok");
+    assert_eq!(health.status, hale_agent::view::HealthStatus::Ok);
     assert_eq!(health.members.alive, 1);
     api.events(0).await.unwrap();
     let metrics = api.metrics().await.unwrap();

@@ -28,7 +28,11 @@ async fn assert_nothing_done(a: &Agent) {
     let drill = a.client().drill().await.unwrap();
     assert!(drill.active.is_empty(), "a drill fault was set");
     let h = a.client().health().await.unwrap();
-    assert_eq!(h.status, "ok", "the agent left");
+    assert_eq!(
+        h.status,
+        hale_agent::view::HealthStatus::Ok,
+        "the agent left"
+    );
 }
 
 #[test]

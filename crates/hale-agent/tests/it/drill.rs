@@ -2,9 +2,10 @@
 //! own when their duration ends, and `freeze` cuts an agent off the cluster
 //! while its HTTP API keeps answering.
 
+use hale_agent::view::MemberState;
 use std::time::Duration;
 
-use hale_agent::drill::{DrillView, Fault};
+use hale_agent::view::{DrillView, Fault};
 use hale_agent::{Agent, AgentEvent, ClientError, Key};
 
 use crate::support::{start, start_cluster, state_of, wait_until};
@@ -67,7 +68,7 @@ async fn a_frozen_agent_is_cut_off_the_cluster_and_comes_back_when_restored() {
     wait_until(
         "the others stop hearing x",
         Duration::from_secs(20),
-        || async { state_of(&a, "x").await.as_deref() != Some("alive") },
+        || async { state_of(&a, "x").await != Some(MemberState::Alive) },
     )
     .await;
     let metrics = x.client().metrics().await.unwrap();
@@ -80,9 +81,9 @@ async fn a_frozen_agent_is_cut_off_the_cluster_and_comes_back_when_restored() {
         "x is alive everywhere again",
         Duration::from_secs(20),
         || async {
-            state_of(&a, "x").await.as_deref() == Some("alive")
-                && state_of(&b, "x").await.as_deref() == Some("alive")
-                && state_of(&x, "a").await.as_deref() == Some("alive")
+            state_of(&a, "x").await == Some(MemberState::Alive)
+                && state_of(&b, "x").await == Some(MemberState::Alive)
+                && state_of(&x, "a").await == Some(MemberState::Alive)
         },
     )
     .await;

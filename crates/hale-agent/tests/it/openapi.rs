@@ -12,37 +12,60 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use hale_agent::client::{ErrorBody, HandoverView};
-use hale_agent::drill::{DrillView, FaultView, RestoredView, TrafficView};
-use hale_agent::keys_api::{KeyReport, KeyView, KeysView};
-use hale_agent::roles::RoleView;
-use hale_agent::services::{CheckResult, CheckView, ServiceView};
+use hale_agent::view::RoleView;
 use hale_agent::view::{
     CandidateView, ClusterRoleView, ClusterRolesView, ClusterServicesView, HealthView, LeaseView,
     NodeServicesView, PrimaryView, ReplicaView, RolesView,
 };
+use hale_agent::view::{CheckResult, CheckView, ServiceView};
+use hale_agent::view::{DrillView, FaultView, RestoredView, TrafficView};
+use hale_agent::view::{ErrorBody, HandoverView};
+use hale_agent::view::{KeyReport, KeyView, KeysView};
 use hale_agent::{EventView, EvidenceView, MemberView, RelayView, UpstreamView};
 use hale_control::auth::ClockReport;
 use hale_control::raft::ControlStatus;
 
-/// `(method, path)` of every `.route(...)` in these sources; `format!`
-/// paths (the relay's, under its prefix) read with the prefix empty.
-fn declared_routes(sources: &[&Path]) -> BTreeSet<(String, String)> {
+/// The path constants of `view/routes.rs`, by name.
+fn route_constants(file: &Path) -> BTreeMap<String, String> {
+    let text = std::fs::read_to_string(file).unwrap();
+    text.lines()
+        .filter_map(|l| l.strip_prefix("pub const "))
+        .filter_map(|l| {
+            let (name, rest) = l.split_once(':')?;
+            let path = rest.split('"').nth(1)?;
+            Some((name.trim().to_owned(), path.to_owned()))
+        })
+        .collect()
+}
+
+/// `(method, path)` of every `.route(...)` in these sources, its path a
+/// literal or one of `constants` (`routes::NAME`); `format!` paths (the
+/// relay's, under its prefix) read with the prefix empty.
+fn declared_routes(
+    sources: &[&Path],
+    constants: &BTreeMap<String, String>,
+) -> BTreeSet<(String, String)> {
     let mut out = BTreeSet::new();
     for file in sources {
         let text = std::fs::read_to_string(file).unwrap();
         for (at, _) in text.match_indices(".route(") {
             let rest = text[at + ".route(".len()..].trim_start();
             let rest = rest.strip_prefix("&format!(").unwrap_or(rest);
-            let Some(rest) = rest.strip_prefix('"') else {
+            let (path, rest) = if let Some(named) = rest.strip_prefix("routes::") {
+                let end = named.find(|c: char| c != '_' && !c.is_ascii_alphanumeric());
+                let end = end.unwrap();
+                (constants[&named[..end]].clone(), &named[end..])
+            } else if let Some(rest) = rest.strip_prefix('"') {
+                let end = rest.find('"').unwrap();
+                (rest[..end].to_owned(), &rest[end + 1..])
+            } else {
                 continue; // Not a literal: not a route declaration.
             };
-            let end = rest.find('"').unwrap();
-            let path = rest[..end]
+            let path = path
                 .replace("{p}", "")
                 .replace("{{", "{")
                 .replace("}}", "}");
-            let after = rest[end + 1..].trim_start_matches([')', ',']);
+            let after = rest.trim_start_matches([')', ',']);
             let method: String = after
                 .trim_start()
                 .chars()
@@ -74,7 +97,8 @@ fn every_route_the_agent_serves_is_documented_and_every_documented_route_is_serv
         .collect();
     files.push(root.join("../hale-relay/src/relay.rs"));
     let files: Vec<&Path> = files.iter().map(|p| p.as_path()).collect();
-    let served = declared_routes(&files);
+    let constants = route_constants(&src.join("view/routes.rs"));
+    let served = declared_routes(&files, &constants);
     let doc: Value = serde_json::from_str(hale_agent::api::OPENAPI).unwrap();
     let documented = documented_routes(&doc);
     let undocumented: Vec<_> = served.difference(&documented).collect();

@@ -1,6 +1,7 @@
 //! The relay mounted on the agent's HTTP API: envelopes posted to the agent
 //! reach the upstream, and its counters are on /metrics.
 
+use hale_agent::view::MemberState;
 use std::time::Duration;
 
 use hale_agent::{Agent, FileConfig, Key};
@@ -156,7 +157,7 @@ async fn when_membership_declares_the_upstream_host_dead_the_breaker_opens_at_on
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
         let state = state_of(&app, "sentry-host").await;
-        if state.as_deref() == Some("dead") {
+        if state == Some(MemberState::Dead) {
             break;
         }
         assert!(

@@ -1,6 +1,7 @@
 //! `GET /v1/relay` shows the relay's queue, breakers and drops, and breaker
 //! changes reach the event stream.
 
+use hale_agent::view::BreakerState;
 use std::time::Duration;
 
 use hale_agent::{Agent, AgentEvent, FileConfig, Key};
@@ -29,7 +30,7 @@ async fn relay_status_shows_upstreams_and_a_dead_host_opens_its_breaker_with_an_
     assert_eq!(v.upstreams.len(), 2);
     assert_eq!(v.upstreams[0].role, "primary");
     assert_eq!(v.upstreams[0].member.as_deref(), Some("sentry-host"));
-    assert_eq!(v.upstreams[0].breaker, "closed");
+    assert_eq!(v.upstreams[0].breaker, BreakerState::Closed);
     assert!(
         !v.upstreams[0].target.contains('@'),
         "no key in {}",
@@ -48,11 +49,11 @@ async fn relay_status_shows_upstreams_and_a_dead_host_opens_its_breaker_with_an_
             AgentEvent::Breaker { role, from, to, .. } => Some((e, role, from, to)),
             _ => None,
         });
-        if v.upstreams[0].breaker == "open" {
+        if v.upstreams[0].breaker == BreakerState::Open {
             if let Some((e, role, from, to)) = ev {
                 assert_eq!(
-                    (role.as_str(), from.as_str(), to.as_str()),
-                    ("primary", "closed", "open")
+                    (role.as_str(), *from, *to),
+                    ("primary", BreakerState::Closed, BreakerState::Open)
                 );
                 assert_eq!(e.member.as_deref(), Some("sentry-host"));
                 break;

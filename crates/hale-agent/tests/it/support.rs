@@ -1,6 +1,7 @@
 //! Helpers shared by the agent tests: loopback configs and polling with a
 //! deadline.
 
+use hale_agent::view::MemberState;
 use std::time::Duration;
 
 use hale_agent::{Agent, AgentConfig, FileConfig, Key};
@@ -62,11 +63,14 @@ pub async fn start_cluster<const N: usize>(cluster: &str, names: [&str; N]) -> [
 /// How many members `a` sees alive (itself included).
 pub async fn alive_count(a: &Agent) -> usize {
     let members = a.members().await.unwrap();
-    members.iter().filter(|m| m.state == "alive").count()
+    members
+        .iter()
+        .filter(|m| m.state == MemberState::Alive)
+        .count()
 }
 
 /// The state `a` gives member `name`, if it knows it.
-pub async fn state_of(a: &Agent, name: &str) -> Option<String> {
+pub async fn state_of(a: &Agent, name: &str) -> Option<MemberState> {
     let members = a.members().await.ok()?;
     members
         .into_iter()

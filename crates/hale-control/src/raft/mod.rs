@@ -6,6 +6,8 @@
 //! newly elected leader too).
 //! No consensus code of our own: openraft does elections and replication.
 
+pub mod api;
+mod client;
 mod network;
 mod store;
 
@@ -31,6 +33,8 @@ use crate::lease::{
 };
 use hale_core::Time;
 
+pub use api::{AddServer, Refusal, ServerChange};
+pub use client::ControlClient;
 pub use network::{raft_routes, Network};
 pub use store::{open_db, LogStore, StateData, StateMachine};
 
@@ -120,7 +124,7 @@ pub struct ControlStatus {
     pub id: u64,
     /// `leader`, `follower`, `candidate`, `learner`, or `stopped` (its Raft
     /// has stopped, e.g. on a storage error).
-    pub state: String,
+    pub state: ControlState,
     /// The leader it knows of.
     pub leader: Option<u64>,
     /// The Raft term.
@@ -138,6 +142,42 @@ pub struct ControlStatus {
 }
 
 pub use crate::lease::AcquireRequest;
+
+/// A control-plane server's Raft state (`leader`, `follower`, `candidate`,
+/// `learner`, `stopped`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ControlState {
+    /// It leads: it grants leases.
+    Leader,
+    /// It follows a leader.
+    Follower,
+    /// It is standing for election.
+    Candidate,
+    /// It replicates but does not vote.
+    Learner,
+    /// Its Raft has stopped (a storage error, or shut down).
+    Stopped,
+}
+
+impl ControlState {
+    /// Its name on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ControlState::Leader => "leader",
+            ControlState::Follower => "follower",
+            ControlState::Candidate => "candidate",
+            ControlState::Learner => "learner",
+            ControlState::Stopped => "stopped",
+        }
+    }
+}
+
+impl std::fmt::Display for ControlState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 impl ControlPlane {
     /// Opens the store in `data_dir` and starts a server with id `id`,
@@ -281,12 +321,12 @@ impl ControlPlane {
     pub fn routes(&self) -> Router {
         let app = raft_routes(self.raft.clone()).merge(
             Router::new()
-                .route("/control/acquire", post(acquire_route))
-                .route("/control/write", post(write_route))
-                .route("/control/table", get(table_route).post(table_route))
-                .route("/control/leader", get(leader_route).post(leader_route))
-                .route("/control/servers", post(add_server_route))
-                .route("/control/servers/{id}/remove", post(remove_server_route))
+                .route(api::ACQUIRE, post(acquire_route))
+                .route(api::WRITE, post(write_route))
+                .route(api::TABLE, get(table_route).post(table_route))
+                .route(api::LEADER, get(leader_route).post(leader_route))
+                .route(api::SERVERS, post(add_server_route))
+                .route(api::SERVER_REMOVE, post(remove_server_route))
                 .with_state(self.clone()),
         );
         match &self.auth {
@@ -366,30 +406,17 @@ impl ControlPlane {
     }
 
     /// Adds or removes a server through the leader (forwarding if needed).
-    pub async fn change_servers(
-        &self,
-        add: Option<AddServer>,
-        remove: Option<u64>,
-    ) -> Result<(), ControlError> {
+    pub async fn change_servers(&self, change: ServerChange) -> Result<(), ControlError> {
         if self.leader() != Some(self.id) {
             let (leader, addr) = self.leader_addr().ok_or(ControlError::NoLeader)?;
-            let res: Result<(), String> = match (&add, remove) {
-                (Some(a), _) => self.call(leader, &addr, "/control/servers", a, 10).await?,
-                (None, Some(id)) => {
-                    let path = format!("/control/servers/{id}/remove");
-                    self.call(leader, &addr, &path, &(), 10).await?
-                }
-                (None, None) => return Ok(()),
-            };
-            return res.map_err(ControlError::Request);
+            let path = change.path();
+            let res: api::Answer<()> = self.call(leader, &addr, &path, &change.body(), 10).await?;
+            return res.map_err(|r| ControlError::Request(r.to_string()));
         }
-        if let Some(a) = add {
-            self.add_server(a.id, a.addr).await?;
+        match change {
+            ServerChange::Add(a) => self.add_server(a.id, a.addr).await,
+            ServerChange::Remove(id) => self.remove_server(id).await,
         }
-        if let Some(id) = remove {
-            self.remove_server(id).await?;
-        }
-        Ok(())
     }
 
     /// The voters of the control plane.
@@ -409,19 +436,19 @@ impl ControlPlane {
             Err(e) => Some(e.to_string()),
         };
         let state = if m.running_state.is_err() {
-            "stopped"
+            ControlState::Stopped
         } else {
             match m.state {
-                openraft::ServerState::Leader => "leader",
-                openraft::ServerState::Follower => "follower",
-                openraft::ServerState::Candidate => "candidate",
-                openraft::ServerState::Learner => "learner",
-                openraft::ServerState::Shutdown => "stopped",
+                openraft::ServerState::Leader => ControlState::Leader,
+                openraft::ServerState::Follower => ControlState::Follower,
+                openraft::ServerState::Candidate => ControlState::Candidate,
+                openraft::ServerState::Learner => ControlState::Learner,
+                openraft::ServerState::Shutdown => ControlState::Stopped,
             }
         };
         ControlStatus {
             id: self.id,
-            state: state.to_owned(),
+            state,
             // A stopped server's last view of the leader is stale.
             leader: m.current_leader.filter(|_| m.running_state.is_ok()),
             term: m.current_term,
@@ -534,7 +561,7 @@ impl ControlPlane {
         match self.raft.client_write(req.clone()).await {
             Ok(r) => Ok(r.data),
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => {
-                self.forward("write", &req).await
+                self.forward(api::WRITE, &req).await
             }
             Err(RaftError::Fatal(e)) => Err(ControlError::Unavailable(e.to_string())),
             Err(e) => Err(ControlError::Request(e.to_string())),
@@ -560,7 +587,7 @@ impl ControlPlane {
             attempt,
         };
         if self.leader() != Some(self.id) {
-            return self.forward("acquire", &ask).await;
+            return self.forward(api::ACQUIRE, &ask).await;
         }
         let table = self.table();
         let grant = {
@@ -584,10 +611,12 @@ impl ControlPlane {
         // One second: a leader that does not commit in that time is likely
         // frozen or gone, and the caller does better asking another server
         // (which may already know the next leader) than waiting on it.
-        let res: Result<LeaseResponse, String> = self
-            .call(leader, &addr, &format!("/control/{what}"), body, 1)
-            .await?;
-        res.map_err(ControlError::Request)
+        let res: api::Answer<LeaseResponse> = self.call(leader, &addr, what, body, 1).await?;
+        res.map_err(|r| match r {
+            Refusal::NoLeader => ControlError::NoLeader,
+            Refusal::Unavailable(m) => ControlError::Unavailable(m),
+            r => ControlError::Request(r.to_string()),
+        })
     }
 
     /// Stops this server.
@@ -604,7 +633,7 @@ fn lease_answer(r: Result<LeaseResponse, ControlError>) -> Response {
         Err(e) if e.ask_another() => {
             (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response()
         }
-        r => Json(r.map_err(|e| e.to_string())).into_response(),
+        r => Json(r.map_err(Refusal::from)).into_response(),
     }
 }
 
@@ -630,33 +659,18 @@ async fn leader_route(State(cp): State<ControlPlane>) -> Json<Option<u64>> {
     Json(cp.leader())
 }
 
-/// A request to add a control-plane server.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct AddServer {
-    /// The new server's id.
-    pub id: u64,
-    /// Its Raft/HTTP address.
-    pub addr: SocketAddr,
-}
-
 async fn add_server_route(
     State(cp): State<ControlPlane>,
     Json(req): Json<AddServer>,
-) -> Json<Result<(), String>> {
-    Json(
-        cp.change_servers(Some(req), None)
-            .await
-            .map_err(|e| e.to_string()),
-    )
+) -> Json<api::Answer<()>> {
+    let change = ServerChange::Add(req);
+    Json(cp.change_servers(change).await.map_err(Refusal::from))
 }
 
 async fn remove_server_route(
     State(cp): State<ControlPlane>,
     axum::extract::Path(id): axum::extract::Path<u64>,
-) -> Json<Result<(), String>> {
-    Json(
-        cp.change_servers(None, Some(id))
-            .await
-            .map_err(|e| e.to_string()),
-    )
+) -> Json<api::Answer<()>> {
+    let change = ServerChange::Remove(id);
+    Json(cp.change_servers(change).await.map_err(Refusal::from))
 }

@@ -202,7 +202,7 @@ async fn a_replayed_stale_or_misaddressed_request_is_refused_and_a_fresh_one_is_
     let req = seal_request(&keys, 1, "POST", path, unix_ms(), &renew);
     let (status, answer) = post(s[0].addr, path, req.body.clone()).await;
     assert_eq!(status, 200, "a fresh request from the cluster is served");
-    let answer: Result<LeaseResponse, String> =
+    let answer: hale_control::raft::api::Answer<LeaseResponse> =
         serde_json::from_slice(&open_response(&keys, &req, &answer).unwrap()).unwrap();
     assert_eq!(answer, Ok(LeaseResponse::Renewed { epoch: 1 }));
     let (status, _) = post(s[0].addr, path, req.body.clone()).await;
@@ -300,7 +300,7 @@ async fn a_forged_or_replayed_answer_to_a_renewal_is_not_believed() {
         ("a genuine answer to another request", genuine),
     ] {
         let (addr, task) = fake_server(answer).await;
-        let r = auth::call::<_, Result<LeaseResponse, String>>(
+        let r = auth::call::<_, hale_control::raft::api::Answer<LeaseResponse>>(
             &http,
             &auth,
             1,
@@ -314,7 +314,7 @@ async fn a_forged_or_replayed_answer_to_a_renewal_is_not_believed() {
         task.abort();
     }
     // The same call to the real server is believed.
-    let r: Result<LeaseResponse, String> =
+    let r: hale_control::raft::api::Answer<LeaseResponse> =
         auth::call(&http, &auth, 1, &s[0].addr.to_string(), path, &renew, t)
             .await
             .unwrap();
@@ -343,7 +343,7 @@ async fn renewals_work(s: &[Server], client: &ControlAuth, step: &str) {
             "{step}: through server {}",
             x.cp.id
         );
-        let r: Result<LeaseResponse, String> = auth::call(
+        let r: hale_control::raft::api::Answer<LeaseResponse> = auth::call(
             &http,
             client,
             x.cp.id,
@@ -436,7 +436,7 @@ async fn without_keys_the_control_plane_takes_a_strangers_grant() {
     )
     .await;
     assert_eq!(status, 200);
-    let r: Result<LeaseResponse, String> = serde_json::from_slice(&body).unwrap();
+    let r: hale_control::raft::api::Answer<LeaseResponse> = serde_json::from_slice(&body).unwrap();
     assert_eq!(r, Ok(LeaseResponse::Granted { epoch: 2 }));
     for x in s {
         x.cp.shutdown().await;

@@ -230,7 +230,7 @@ async fn a_server_whose_raft_stopped_refuses_lease_requests_with_503_so_the_hold
     };
     let addr = stopped.addr.to_string();
     let t = Duration::from_secs(5);
-    let r = auth::call::<_, Result<LeaseResponse, String>>(
+    let r = auth::call::<_, hale_control::raft::api::Answer<LeaseResponse>>(
         &http,
         &auth,
         leader,
@@ -244,7 +244,7 @@ async fn a_server_whose_raft_stopped_refuses_lease_requests_with_503_so_the_hold
         matches!(r, Err(CallError::Refused { status: 503, .. })),
         "{r:?}"
     );
-    let r = auth::call::<_, Result<LeaseResponse, String>>(
+    let r = auth::call::<_, hale_control::raft::api::Answer<LeaseResponse>>(
         &http,
         &auth,
         leader,
@@ -347,13 +347,12 @@ async fn servers_are_added_and_removed_through_any_server() {
     let fourth = serve(4, dir.path(), l).await;
     follower
         .cp
-        .change_servers(
-            Some(hale_control::raft::AddServer {
+        .change_servers(hale_control::raft::ServerChange::Add(
+            hale_control::raft::AddServer {
                 id: 4,
                 addr: fourth.addr,
-            }),
-            None,
-        )
+            },
+        ))
         .await
         .unwrap();
     until("four voters everywhere", Duration::from_secs(10), || {
@@ -369,7 +368,11 @@ async fn servers_are_added_and_removed_through_any_server() {
         || (fourth.cp.table().role("db").map(|r| r.epoch) == Some(1)).then_some(()),
     )
     .await;
-    follower.cp.change_servers(None, Some(4)).await.unwrap();
+    follower
+        .cp
+        .change_servers(hale_control::raft::ServerChange::Remove(4))
+        .await
+        .unwrap();
     until("three voters again", Duration::from_secs(10), || {
         s.iter().all(|x| x.cp.servers().len() == 3).then_some(())
     })

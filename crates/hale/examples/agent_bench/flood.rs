@@ -2,6 +2,7 @@
 //! a junk flood from several source addresses, in one run; its memory and
 //! what the flood sent.
 
+use hale_agent::view::MemberState;
 use std::net::UdpSocket;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -148,7 +149,7 @@ pub fn flood(b: &Bench, secs: u64) {
         a.members()
             .unwrap_or_default()
             .iter()
-            .any(|m| m.state != "alive")
+            .any(|m| m.state != MemberState::Alive)
     });
     println!("RESULT   any member seen not alive afterwards: {not_alive}");
 }

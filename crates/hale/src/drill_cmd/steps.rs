@@ -1,9 +1,11 @@
 //! The steps of each drill.
 
+use hale_agent::view::BreakerState;
+use hale_agent::view::MemberState;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use hale_agent::drill::Fault;
+use hale_agent::view::Fault;
 use hale_agent::{AgentEvent, MemberView};
 use hale_control::RoleState;
 
@@ -178,8 +180,10 @@ impl Drill {
                     .map(|u| format!("{} {}", u.role, u.breaker))
                     .collect::<Vec<_>>()
                     .join(", ");
-                (v.upstreams.first().is_some_and(|u| u.breaker == "closed")
-                    && v.upstreams.iter().all(|u| u.breaker != "open"))
+                (v.upstreams
+                    .first()
+                    .is_some_and(|u| u.breaker == BreakerState::Closed)
+                    && v.upstreams.iter().all(|u| u.breaker != BreakerState::Open))
                 .then_some(())
             })
             .await
@@ -316,11 +320,11 @@ impl Drill {
             };
             let eligible = members
                 .iter()
-                .find(|m| m.name == home && m.state == "alive")
+                .find(|m| m.name == home && m.state == MemberState::Alive)
                 .is_some_and(|m| {
                     hale_agent::AgentMeta::parse(&m.meta)
                         .and_then(|p| p.roles.get(role).copied())
-                        .is_some_and(|c| c.1)
+                        .is_some_and(|c| c.eligible)
                 });
             match l.get(role) {
                 Some((Some(h), e)) if h == home || eligible => Some((h.clone(), *e)),

@@ -4,6 +4,8 @@
 use super::{check, names_or_none, none_check, DrillKind};
 use crate::cluster::{self, NodeState};
 use crate::drill_report::Check;
+use hale_agent::view::BreakerState;
+use hale_agent::view::MemberState;
 
 /// What keeps the cluster from being whole: faults in force, members not
 /// alive in some agent's view, diverted relays, unreachable agents.
@@ -23,7 +25,7 @@ pub(super) fn whole(nodes: &[NodeState], expected: usize) -> Vec<String> {
             .members
             .iter()
             .flatten()
-            .filter(|m| m.state == "suspect" || m.state == "dead")
+            .filter(|m| m.state == MemberState::Suspect || m.state == MemberState::Dead)
             .map(|m| format!("{} {}", m.name, m.state))
             .collect();
         if !not_alive.is_empty() {
@@ -48,7 +50,7 @@ pub(super) fn preflight(
     let mut out = Vec::new();
     let degraded: Vec<String> = members
         .iter()
-        .filter(|m| m.state == "suspect" || m.state == "dead")
+        .filter(|m| m.state == MemberState::Suspect || m.state == MemberState::Dead)
         .map(|m| format!("{} is {}", m.name, m.state))
         .collect();
     out.push(none_check(
@@ -63,7 +65,7 @@ pub(super) fn preflight(
         .filter(|n| {
             members
                 .iter()
-                .any(|m| m.name == n.name && m.state == "alive")
+                .any(|m| m.name == n.name && m.state == MemberState::Alive)
         })
         .filter_map(|n| Some(format!("{}: {}", n.name, n.error.as_ref()?)))
         .collect();
@@ -112,7 +114,7 @@ pub(super) fn preflight(
             n.relay.iter().flat_map(move |r| {
                 r.upstreams
                     .iter()
-                    .filter(|u| u.breaker == "open")
+                    .filter(|u| u.breaker == BreakerState::Open)
                     .map(move |u| format!("{}'s {} upstream is {}", n.name, u.role, u.breaker))
             })
         })
@@ -141,7 +143,7 @@ pub(super) fn preflight(
             format!("{node} is a live member"),
             members
                 .iter()
-                .any(|m| &m.name == node && m.state == "alive"),
+                .any(|m| &m.name == node && m.state == MemberState::Alive),
             "the node to freeze",
         )),
         DrillKind::Handover { role } => {
@@ -179,11 +181,11 @@ mod tests {
     use super::*;
     use hale_agent::MemberView;
 
-    fn member(name: &str, state: &str, meta: &str) -> MemberView {
+    fn member(name: &str, state: MemberState, meta: &str) -> MemberView {
         MemberView {
             name: name.into(),
             addr: "127.0.0.1:1".into(),
-            state: state.into(),
+            state,
             incarnation: 0,
             health: 0,
             last_heard_ms_ago: Some(0),
@@ -234,7 +236,10 @@ mod tests {
 
     #[test]
     fn a_healthy_cluster_passes_the_preflight() {
-        let members = [member("a", "alive", META), member("b", "alive", META)];
+        let members = [
+            member("a", MemberState::Alive, META),
+            member("b", MemberState::Alive, META),
+        ];
         let nodes = [node("a", Some("a")), node("b", Some("a"))];
         let c = preflight(&DrillKind::Quiet, &members, &nodes);
         assert!(failed(&c).is_empty(), "{c:?}");
@@ -242,7 +247,10 @@ mod tests {
 
     #[test]
     fn a_suspect_member_a_role_without_holder_and_a_missing_node_refuse_a_drill() {
-        let members = [member("a", "alive", META), member("b", "suspect", META)];
+        let members = [
+            member("a", MemberState::Alive, META),
+            member("b", MemberState::Suspect, META),
+        ];
         let nodes = [node("a", None)];
         let kind = DrillKind::NodeFreeze { node: "c".into() };
         let c = preflight(&kind, &members, &nodes);
@@ -259,11 +267,14 @@ mod tests {
     #[test]
     fn a_cluster_with_a_fault_left_or_a_member_down_is_not_whole() {
         let mut n = node("a", Some("a"));
-        n.members = Some(vec![member("a", "alive", ""), member("b", "dead", "")]);
-        n.drill = Some(hale_agent::drill::DrillView {
+        n.members = Some(vec![
+            member("a", MemberState::Alive, ""),
+            member("b", MemberState::Dead, ""),
+        ]);
+        n.drill = Some(hale_agent::view::DrillView {
             node: "a".into(),
-            active: vec![hale_agent::drill::FaultView {
-                fault: hale_agent::drill::Fault::Quiet,
+            active: vec![hale_agent::view::FaultView {
+                fault: hale_agent::view::Fault::Quiet,
                 since_unix_ms: 0,
                 until_unix_ms: 1,
                 divert: None,

@@ -1,6 +1,7 @@
 //! Hostile input on an agent's gossip port: the agent stays up, its memory
 //! stays bounded and every dropped packet is counted.
 
+use hale_agent::view::MemberState;
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::time::Duration;
@@ -220,7 +221,7 @@ fn assert_unharmed(c: &Cluster, rss_before: u64) -> u64 {
     for a in &c.agents[1..] {
         assert_eq!(
             view(a).unwrap()[&target.name],
-            "alive",
+            MemberState::Alive,
             "{} lost the target",
             a.name
         );
@@ -315,5 +316,8 @@ fn a_first_stream_frame_over_64_kib_is_refused_unless_a_sealed_preamble_opens_th
     wait_until(ten, "the large frame to reach the core", || {
         streams_in() > before
     });
-    assert_eq!(view(&c.agents[1]).unwrap()[&target.name], "alive");
+    assert_eq!(
+        view(&c.agents[1]).unwrap()[&target.name],
+        MemberState::Alive
+    );
 }

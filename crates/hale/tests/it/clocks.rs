@@ -3,6 +3,7 @@
 //! or without `state_dir`; a control-plane server whose clock is a minute
 //! off still votes and serves, and both sides name the skew.
 
+use hale_agent::view::MemberState;
 use std::time::{Duration, Instant};
 
 use hale_agent::view::AgentEvent;
@@ -57,7 +58,7 @@ fn restart_with_clock(test: &str, before: Option<&str>, after: Option<&str>, sta
     // that only heard of it through gossip has nothing to compare with).
     during(Duration::from_secs(3), Duration::from_millis(250), || {
         assert!(
-            all_see(&c.agents[..4], "n4", "alive"),
+            all_see(&c.agents[..4], "n4", MemberState::Alive),
             "n4 stopped being alive"
         );
     });
@@ -66,7 +67,7 @@ fn restart_with_clock(test: &str, before: Option<&str>, after: Option<&str>, sta
     c.agents[4].kill();
     let others = &c.agents[..4];
     wait_until(Duration::from_secs(30), "n4 seen dead by all", || {
-        all_see(others, "n4", "dead")
+        all_see(others, "n4", MemberState::Dead)
     });
     // It comes back at the same address, its clock moved.
     let mut again = spec.clone();

@@ -2,6 +2,7 @@
 //! write, it says so (event, health, metrics), the other servers elect a
 //! leader without it, and the role stays held. Needs root (a tmpfs mount).
 
+use hale_control::raft::ControlState;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
@@ -53,17 +54,17 @@ fn a_control_plane_server_whose_disk_fills_stops_says_so_and_the_others_carry_on
     let (holder, _) = first_holder(&c);
     assert_eq!(holder, "n0");
     let h = health(&c, 0).unwrap();
-    assert_eq!(h.status, "ok", "{h:?}");
+    assert_eq!(h.status, hale_agent::view::HealthStatus::Ok, "{h:?}");
     assert_eq!(h.control.unwrap().storage_error, None);
     // Fill n0's data filesystem.
     let dir = &disk.as_ref().unwrap().0;
     let _ = std::fs::write(dir.join("filler"), vec![0u8; 8 << 20]);
     // Its next log writes fail: its Raft stops and it says so.
     let h = wait_for(Duration::from_secs(60), "n0 reports degraded", || {
-        health(&c, 0).filter(|h| h.status == "degraded")
+        health(&c, 0).filter(|h| h.status == hale_agent::view::HealthStatus::Degraded)
     });
     let control = h.control.unwrap();
-    assert_eq!(control.state, "stopped", "{control:?}");
+    assert_eq!(control.state, ControlState::Stopped, "{control:?}");
     let err = control.storage_error.unwrap();
     assert!(err.contains("No space left"), "{err}");
     let metrics = c.agents[0].metrics().unwrap();
@@ -81,7 +82,10 @@ fn a_control_plane_server_whose_disk_fills_stops_says_so_and_the_others_carry_on
     // The other servers elect a leader without it.
     wait_for(Duration::from_secs(30), "n1 or n2 leads", || {
         (1..3)
-            .any(|i| health(&c, i).is_some_and(|h| h.control.is_some_and(|c| c.state == "leader")))
+            .any(|i| {
+                health(&c, i)
+                    .is_some_and(|h| h.control.is_some_and(|c| c.state == ControlState::Leader))
+            })
             .then_some(())
     });
     // And the role stays held, renewed through the live servers. A holder

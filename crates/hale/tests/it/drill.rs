@@ -4,13 +4,14 @@
 //! is a file; n0 also runs a relay whose upstreams (primary and standby)
 //! are fake Sentries in this process. Drill tests run one at a time (they share two cores).
 
+use hale_agent::view::MemberState;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hale_agent::drill::Fault;
+use hale_agent::view::Fault;
 use hale_relay::fake::{FakeSentry, Mode};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -275,7 +276,11 @@ fn a_drill_refuses_to_start_on_a_degraded_cluster_and_changes_nothing() {
     wait_until(
         Duration::from_secs(20),
         "n0 no longer sees n2 alive",
-        || c.c.agents[0].state_of("n2").is_some_and(|s| s != "alive"),
+        || {
+            c.c.agents[0]
+                .state_of("n2")
+                .is_some_and(|s| s != MemberState::Alive)
+        },
     );
     let (code, report, dir) = c.drill(&["drill", "node-freeze", "n1", "--duration", "3"]);
     assert_eq!(code, Some(3), "{report:?}");

@@ -3,6 +3,7 @@
 //! 100, 50, 10). Hooks append to one log with the machine's clock; every
 //! test ends by running the history checker over it.
 
+use hale_agent::view::MemberState;
 use std::time::Duration;
 
 use hale_control::{check, HookEvent, HookKind, RoleState};
@@ -152,7 +153,10 @@ timeout = "200ms"
         }
     });
     let members = c.agents[0].members().unwrap();
-    assert!(members.iter().all(|m| m.state == "alive"), "{members:?}");
+    assert!(
+        members.iter().all(|m| m.state == MemberState::Alive),
+        "{members:?}"
+    );
     // Both show in the holder's metrics: the role held, the hanging sink reported.
     let i = c.index(&holder);
     let text = c.agents[i].metrics().unwrap();

@@ -3,6 +3,7 @@
 //! agent's memory stays bounded, nobody suspects it, and `/metrics` counts
 //! every refusal by reason.
 
+use hale_agent::view::MemberState;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,7 +28,12 @@ fn a_flood_of_junk_from_several_sources_leaves_memory_bounded_and_suspects_no_on
         peak = peak.max(target.rss_kib());
         for a in &c.agents[1..] {
             if let Some(s) = a.state_of(&name) {
-                assert_eq!(s, "alive", "{} sees the flooded agent as {s}", a.name);
+                assert_eq!(
+                    s,
+                    MemberState::Alive,
+                    "{} sees the flooded agent as {s}",
+                    a.name
+                );
             }
         }
     });

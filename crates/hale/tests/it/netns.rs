@@ -3,6 +3,7 @@
 //! make loss and partitions. Needs root, `ip` and `nft`; skipped (and
 //! passing, with a printed reason) otherwise.
 
+use hale_agent::view::MemberState;
 use std::collections::HashMap;
 use std::io::Write;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -240,7 +241,7 @@ fn dead_votes(agents: &[AgentProc]) -> HashMap<String, usize> {
     let mut votes = HashMap::new();
     for a in agents {
         for (n, st) in view(a).unwrap_or_default() {
-            if st == "dead" {
+            if st == MemberState::Dead {
                 *votes.entry(n).or_insert(0) += 1;
             }
         }
@@ -305,9 +306,9 @@ fn ten_percent_loss_on_every_link_for_a_minute_causes_no_false_deaths() {
                 continue; // The CLI's own connection is local and unfiltered; a miss is a slow machine.
             };
             for n in &all {
-                let st = v.get(n).map(String::as_str);
+                let st = v.get(n).copied();
                 assert!(
-                    matches!(st, Some("alive" | "suspect")),
+                    st.is_some_and(MemberState::is_live),
                     "{} sees {n} as {st:?} under 10% loss",
                     a.name
                 );
@@ -351,7 +352,7 @@ fn a_partition_that_heals_converges_to_everyone_alive() {
             a.iter().all(|&i| {
                 view(&agents[i]).is_some_and(|v| {
                     b.iter()
-                        .all(|&j| v.get(&agents[j].name).map(String::as_str) == Some("dead"))
+                        .all(|&j| v.get(&agents[j].name).copied() == Some(MemberState::Dead))
                 })
             })
         },

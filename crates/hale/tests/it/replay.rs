@@ -3,6 +3,7 @@
 //! replays them to everyone, again and again. Replays are dropped and counted, and the death is still
 //! declared on time.
 
+use hale_agent::view::MemberState;
 use std::io::Read;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -123,7 +124,9 @@ fn a_dead_members_replayed_packets_are_dropped_and_its_death_is_declared_on_time
         || {
             observers
                 .iter()
-                .all(|a| view(a).is_some_and(|v| v.get(&name).is_some_and(|s| s == "dead")))
+                .all(|a| {
+                    view(a).is_some_and(|v| v.get(&name).is_some_and(|s| *s == MemberState::Dead))
+                })
                 .then(|| killed.elapsed())
         },
     );
@@ -151,7 +154,13 @@ fn a_dead_members_replayed_packets_are_dropped_and_its_death_is_declared_on_time
     for a in observers {
         let v = view(a).unwrap();
         for other in observers {
-            assert_eq!(v[&other.name], "alive", "{} sees {}", a.name, other.name);
+            assert_eq!(
+                v[&other.name],
+                MemberState::Alive,
+                "{} sees {}",
+                a.name,
+                other.name
+            );
         }
     }
 }

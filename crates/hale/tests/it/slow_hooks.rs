@@ -13,7 +13,7 @@ use std::time::Duration;
 use nix::sys::signal::kill;
 use nix::unistd::Pid;
 
-use hale_agent::drill::Fault;
+use hale_agent::view::Fault;
 use hale_control::RoleState;
 
 use crate::failover::standby_takes_over;

@@ -5,6 +5,7 @@
 //! conditions with deadlines ([`wait_for`]) or check them throughout a
 //! period ([`during`]).
 
+use hale_agent::view::MemberState;
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -516,7 +517,7 @@ impl AgentProc {
     }
 
     /// The state this agent gives `name`, if it knows it.
-    pub fn state_of(&self, name: &str) -> Option<String> {
+    pub fn state_of(&self, name: &str) -> Option<MemberState> {
         self.members()?
             .into_iter()
             .find(|m| m.name == name)
@@ -702,28 +703,32 @@ pub fn db_holder(a: &AgentProc) -> Option<(String, u64)> {
 
 /// How many members `a` sees alive (itself included).
 pub fn alive_count(a: &AgentProc) -> Option<usize> {
-    Some(a.members()?.iter().filter(|m| m.state == "alive").count())
+    Some(
+        a.members()?
+            .iter()
+            .filter(|m| m.state == MemberState::Alive)
+            .count(),
+    )
 }
 
 /// Waits until every agent of `agents` sees every one of them (itself
 /// included) alive; panics naming `what` if `deadline` passes first.
 pub fn wait_all_alive(agents: &[AgentProc], deadline: Duration, what: &str) {
-    let alive =
-        |v: &HashMap<String, String>, b: &AgentProc| v.get(&b.name).is_some_and(|s| s == "alive");
+    let alive = |v: &HashMap<String, MemberState>, b: &AgentProc| {
+        v.get(&b.name) == Some(&MemberState::Alive)
+    };
     wait_until(deadline, what, || {
         (agents.iter()).all(|a| view(a).is_some_and(|v| agents.iter().all(|b| alive(&v, b))))
     });
 }
 
 /// Whether every agent of `agents` gives `name` the state `state`.
-pub fn all_see(agents: &[AgentProc], name: &str, state: &str) -> bool {
-    agents
-        .iter()
-        .all(|a| a.state_of(name).as_deref() == Some(state))
+pub fn all_see(agents: &[AgentProc], name: &str, state: MemberState) -> bool {
+    agents.iter().all(|a| a.state_of(name) == Some(state))
 }
 
 /// `name -> state` as agent `a` sees it.
-pub fn view(a: &AgentProc) -> Option<HashMap<String, String>> {
+pub fn view(a: &AgentProc) -> Option<HashMap<String, MemberState>> {
     Some(
         a.members()?
             .into_iter()

@@ -2,6 +2,7 @@
 //! it: it keeps its deadline through a step-down, and the demote runs once
 //! per holding whichever of the agent and the watchdog reaches for it.
 
+use hale_agent::watchdog::{Disarmed, Order};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -58,18 +59,18 @@ fn watchdog(deadline_ms: u64, claim: &Path, fence: &[String]) -> Reaped {
     )
 }
 
-fn say(w: &mut Reaped, line: &str) {
+fn say(w: &mut Reaped, order: Order) {
     let stdin = w.0.stdin.as_mut().unwrap();
-    writeln!(stdin, "{line}").unwrap();
+    writeln!(stdin, "{}", order.line()).unwrap();
     stdin.flush().unwrap();
 }
 
-fn answer(w: &mut Reaped) -> String {
+fn answer(w: &mut Reaped) -> Disarmed {
     let mut line = String::new();
     BufReader::new(w.0.stdout.as_mut().unwrap())
         .read_line(&mut line)
         .unwrap();
-    line.trim().to_owned()
+    serde_json::from_str(line.trim()).unwrap()
 }
 
 fn demote_once(claim: &Path, cmd: &[String]) -> Reaped {
@@ -92,8 +93,8 @@ fn an_agent_frozen_between_disarming_its_watchdog_and_starting_its_demote_is_sti
     let log = dir.path().join("log");
     let claim = dir.path().join("claim");
     let mut w = watchdog(800, &claim, &demote(&log, "fence", 0.0));
-    say(&mut w, "disarm");
-    assert_eq!(answer(&mut w), "disarmed");
+    say(&mut w, Order::Disarm);
+    assert_eq!(answer(&mut w), Disarmed::Disarmed);
     // The agent says nothing more (frozen): the deadline still holds.
     wait_until(Duration::from_secs(10), "the watchdog's fence", || {
         lines(&log) == ["fence", "done"]
@@ -103,7 +104,7 @@ fn an_agent_frozen_between_disarming_its_watchdog_and_starting_its_demote_is_sti
     let mut d = demote_once(&claim, &demote(&log, "agent", 0.0));
     assert!(d.0.wait().unwrap().success());
     assert_eq!(lines(&log), ["fence", "done"]);
-    say(&mut w, "stop");
+    say(&mut w, Order::Stop);
     assert_eq!(w.0.wait().unwrap().code(), Some(3), "it says it fenced");
     assert!(
         !claim.exists(),
@@ -117,13 +118,13 @@ fn the_demote_runs_once_when_the_watchdogs_deadline_passes_during_the_agents_dem
     let log = dir.path().join("log");
     let claim = dir.path().join("claim");
     let mut w = watchdog(300, &claim, &demote(&log, "fence", 0.0));
-    say(&mut w, "disarm");
-    assert_eq!(answer(&mut w), "disarmed");
+    say(&mut w, Order::Disarm);
+    assert_eq!(answer(&mut w), Disarmed::Disarmed);
     // The agent's demote takes a second: the deadline passes meanwhile.
     let mut d = demote_once(&claim, &demote(&log, "agent", 1.0));
     assert!(d.0.wait().unwrap().success());
     // The watchdog waited for it, then found it done.
-    say(&mut w, "stop");
+    say(&mut w, Order::Stop);
     w.0.wait().unwrap();
     assert_eq!(lines(&log), ["agent", "done"]);
 }

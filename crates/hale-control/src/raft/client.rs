@@ -1,8 +1,8 @@
 //! The typed client of the control plane: lease requests, acquisitions,
 //! server changes and the table, sent to whichever server answers. Every
 //! request is sealed with the cluster keyring and every answer must be
-//! sealed for that request ([`hale_control::auth`]); an answer that is not
-//! counts as no answer.
+//! sealed for that request ([`crate::auth`]); an answer that is not
+//! counts as no answer. A refusal comes back typed ([`Refusal`]).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -12,8 +12,10 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use hale_control::auth::{self, CallError, ControlAuth};
-use hale_control::{LeaseRequest, LeaseResponse};
+use super::api::{self, AddServer, Answer, Refusal, ServerChange};
+use super::AcquireRequest;
+use crate::auth::{self, CallError, ControlAuth};
+use crate::lease::{LeaseRequest, LeaseResponse, LeaseTable};
 
 /// Talks to whichever control-plane server answers (they forward to the
 /// leader). It sticks to the last server that answered, so that a frozen
@@ -110,14 +112,14 @@ impl ControlClient {
         path: &str,
         body: &T,
         limit: Duration,
-    ) -> Option<LeaseResponse> {
+    ) -> Answer<LeaseResponse> {
         // Each server gets a share of the time. The leader's refusal (not
         // grantable yet, not the holder) is an answer too: every server
         // would forward to the same leader.
         let share = (limit / 2).max(Duration::from_millis(200));
-        self.first_answer::<Result<LeaseResponse, String>>(share, path, body)
+        self.first_answer::<Answer<LeaseResponse>>(share, path, body)
             .await
-            .and_then(Result::ok)
+            .unwrap_or(Err(Refusal::NoAnswer))
     }
 
     /// Asks for `role` for `holder` at `priority`, as acquisition `attempt`.
@@ -128,55 +130,47 @@ impl ControlClient {
         priority: i64,
         attempt: u64,
         limit: Duration,
-    ) -> Option<LeaseResponse> {
-        let body = hale_control::raft::AcquireRequest {
+    ) -> Answer<LeaseResponse> {
+        let body = AcquireRequest {
             role: role.to_owned(),
             holder: holder.to_owned(),
             priority,
             attempt,
         };
-        self.post("/control/acquire", &body, limit).await
+        self.post(api::ACQUIRE, &body, limit).await
     }
 
     /// Writes a lease request through the leader.
-    pub async fn write(&self, req: &LeaseRequest, limit: Duration) -> Option<LeaseResponse> {
-        self.post("/control/write", req, limit).await
+    pub async fn write(&self, req: &LeaseRequest, limit: Duration) -> Answer<LeaseResponse> {
+        self.post(api::WRITE, req, limit).await
     }
 
     /// The control-plane leader's id, as the first server that answers knows it.
     pub async fn leader(&self) -> Option<u64> {
-        self.first_answer::<Option<u64>>(Duration::from_millis(500), "/control/leader", &())
+        self.first_answer::<Option<u64>>(Duration::from_millis(500), api::LEADER, &())
             .await
             .flatten()
     }
 
-    /// Adds (`add = Some((id, addr))`) or removes (`remove = Some(id)`) a
-    /// control-plane server, through whichever server answers.
-    pub async fn change_servers(
-        &self,
-        add: Option<(u64, SocketAddr)>,
-        remove: Option<u64>,
-    ) -> Result<(), String> {
+    /// Adds or removes a control-plane server, through whichever server
+    /// answers (it forwards to the leader).
+    pub async fn change_servers(&self, change: ServerChange) -> Answer<()> {
         let limit = Duration::from_secs(10);
-        let r = match (add, remove) {
-            (Some((id, addr)), _) => {
-                let body = hale_control::raft::AddServer { id, addr };
-                self.first_answer::<Result<(), String>>(limit, "/control/servers", &body)
-                    .await
-            }
-            (None, Some(id)) => {
-                let path = format!("/control/servers/{id}/remove");
-                self.first_answer::<Result<(), String>>(limit, &path, &())
-                    .await
-            }
-            (None, None) => return Ok(()),
-        };
-        r.unwrap_or_else(|| Err("no control-plane server answered".into()))
+        let path = change.path();
+        self.first_answer::<Answer<()>>(limit, &path, &change.body())
+            .await
+            .unwrap_or(Err(Refusal::NoAnswer))
+    }
+
+    /// Adds server `id` at `addr` (see [`ControlClient::change_servers`]).
+    pub async fn add_server(&self, id: u64, addr: SocketAddr) -> Answer<()> {
+        self.change_servers(ServerChange::Add(AddServer { id, addr }))
+            .await
     }
 
     /// Reads the lease table from the first server that answers.
-    pub async fn table(&self) -> Option<hale_control::LeaseTable> {
-        self.first_answer(Duration::from_millis(500), "/control/table", &())
+    pub async fn table(&self) -> Option<LeaseTable> {
+        self.first_answer(Duration::from_millis(500), api::TABLE, &())
             .await
     }
 }

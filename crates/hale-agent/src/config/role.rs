@@ -1,0 +1,214 @@
+//! `[control]` and `[[role]]`: where the control plane is, and this node's
+//! candidacies.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use hale_control::LeaseTiming;
+
+use super::{invalid, ConfigError};
+
+/// `[control]` in hale.toml: where the control plane is.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ControlSection {
+    /// Run a control-plane server with this id (1, 2, ...). Omit on agents
+    /// that only use the control plane.
+    pub id: Option<u64>,
+    /// The server's Raft/HTTP listener (default 127.0.0.1:7948).
+    pub bind: Option<String>,
+    /// Every server, as `id=host:port`.
+    #[serde(default)]
+    pub servers: Vec<String>,
+    /// Initialise a new control plane from this server (exactly one server,
+    /// once; harmless afterwards).
+    #[serde(default)]
+    pub bootstrap: bool,
+    /// Where the server keeps its log and snapshots (default `hale-data/<name>`).
+    pub data_dir: Option<PathBuf>,
+    /// How long a lease lasts (default 2 s). Shorter: faster failover when
+    /// a holder's host dies, but a control-plane hiccup (an election, a
+    /// slow disk) of that length costs the holder its role. Must be the
+    /// same on every agent of the cluster.
+    #[serde(default, with = "humantime_serde")]
+    pub lease: Option<Duration>,
+    /// How often a holder renews (default 500 ms; at most a third of the lease).
+    #[serde(default, with = "humantime_serde")]
+    pub renew_every: Option<Duration>,
+}
+
+impl ControlSection {
+    /// The lease timing these settings give (defaults where unset).
+    pub fn timing(&self) -> Result<LeaseTiming, ConfigError> {
+        let d = LeaseTiming::default();
+        let lease = self.lease.unwrap_or(d.lease);
+        let renew_every = self.renew_every.unwrap_or(d.renew_every);
+        let bad = |field: &str, problem: String| invalid(&format!("control.{field}"), problem);
+        if lease < Duration::from_millis(500) || lease > Duration::from_secs(300) {
+            return Err(bad("lease", format!("{lease:?} is outside 500ms..300s")));
+        }
+        if renew_every < Duration::from_millis(50) {
+            return Err(bad("renew_every", format!("{renew_every:?} is below 50ms")));
+        }
+        if renew_every * 3 > lease {
+            return Err(bad(
+                "renew_every",
+                format!(
+                    "{renew_every:?} is more than a third of control.lease ({lease:?}): \
+                     a holder must be able to miss two renewals and keep its lease"
+                ),
+            ));
+        }
+        Ok(LeaseTiming {
+            lease,
+            renew_every,
+            // Tolerates clocks running 20% apart over one lease.
+            drift_margin: lease / 5,
+        })
+    }
+}
+
+/// `[[role]]`: this node's candidacy for a role.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RoleSection {
+    /// The role (e.g. `db-primary`).
+    pub name: String,
+    /// The service on this node that backs the role: its checks gate holding it.
+    pub service: String,
+    /// Higher wins among healthy, ready candidates (default 0).
+    #[serde(default)]
+    pub priority: i64,
+    /// Command run when this node becomes holder (`HALE_ROLE`, `HALE_EPOCH` set).
+    #[serde(default)]
+    pub promote: Vec<String>,
+    /// Command run when this node stops being holder (also the watchdog's fence).
+    #[serde(default)]
+    pub demote: Vec<String>,
+    /// Hard limit on a hook (default 10 s).
+    #[serde(default, with = "humantime_serde")]
+    pub hook_timeout: Option<Duration>,
+    /// Hand the role over when the service's essential checks fail this long (default 3 s).
+    #[serde(default, with = "humantime_serde")]
+    pub fail_after: Option<Duration>,
+}
+
+/// A validated candidacy.
+#[derive(Debug, Clone)]
+pub struct RoleSpec {
+    /// Role name.
+    pub name: String,
+    /// Backing service.
+    pub service: String,
+    /// Priority.
+    pub priority: i64,
+    /// Promote hook.
+    pub promote: Vec<String>,
+    /// Demote hook.
+    pub demote: Vec<String>,
+    /// Hook time limit.
+    pub hook_timeout: Duration,
+    /// Failing-checks threshold.
+    pub fail_after: Duration,
+}
+
+impl RoleSection {
+    /// Validates against the node's services.
+    pub fn validate(&self, i: usize, services: &[String]) -> Result<RoleSpec, ConfigError> {
+        let f = |x: &str| format!("role[{i}].{x}");
+        if self.name.is_empty() || self.name.len() > 64 {
+            return Err(invalid(&f("name"), "must be 1 to 64 bytes"));
+        }
+        if !services.contains(&self.service) {
+            let problem = format!("no [[service]] named {:?} on this node", self.service);
+            return Err(invalid(&f("service"), problem));
+        }
+        Ok(RoleSpec {
+            name: self.name.clone(),
+            service: self.service.clone(),
+            priority: self.priority,
+            promote: self.promote.clone(),
+            demote: self.demote.clone(),
+            hook_timeout: self.hook_timeout.unwrap_or(Duration::from_secs(10)),
+            fail_after: self.fail_after.unwrap_or(Duration::from_secs(3)),
+        })
+    }
+}
+
+/// Where this agent finds (and maybe runs) the control plane.
+#[derive(Debug, Clone)]
+pub struct ControlPlan {
+    /// Run a server: its id and listener.
+    pub server: Option<(u64, SocketAddr)>,
+    /// Every server's address (this one's added once bound, if missing).
+    pub servers: BTreeMap<u64, SocketAddr>,
+    /// Initialise the control plane from this server.
+    pub bootstrap: bool,
+    /// The server's data directory.
+    pub data_dir: PathBuf,
+    /// Lease timing (`[control] lease`, `renew_every`).
+    pub timing: LeaseTiming,
+}
+
+impl ControlSection {
+    /// The plan for an agent named `node`; a lone agent with roles and no
+    /// `[control]` runs a one-server control plane of its own.
+    pub fn plan(
+        section: Option<&ControlSection>,
+        node: &str,
+        has_roles: bool,
+    ) -> Result<Option<ControlPlan>, ConfigError> {
+        let default_dir = PathBuf::from("hale-data").join(node);
+        let Some(c) = section else {
+            return Ok(has_roles.then(|| ControlPlan {
+                server: Some((1, SocketAddr::from(([127, 0, 0, 1], 0)))),
+                servers: BTreeMap::new(),
+                bootstrap: true,
+                data_dir: default_dir,
+                timing: LeaseTiming::default(),
+            }));
+        };
+        let servers = parse_servers(&c.servers)?;
+        let timing = c.timing()?;
+        let bind = c.bind.as_deref().unwrap_or("127.0.0.1:7948");
+        let addr = |id| {
+            let bad = |_| invalid("control.bind", format!("{bind:?} is not an address"));
+            bind.parse().map(|a: SocketAddr| (id, a)).map_err(bad)
+        };
+        let server = c.id.map(addr).transpose()?;
+        if server.is_none() && servers.is_empty() {
+            let problem = "name at least one server, or give this agent an id to run one";
+            return Err(invalid("control.servers", problem));
+        }
+        Ok(Some(ControlPlan {
+            server,
+            servers,
+            bootstrap: c.bootstrap,
+            data_dir: c.data_dir.clone().unwrap_or(default_dir),
+            timing,
+        }))
+    }
+}
+
+/// Parses `id=host:port` server entries.
+pub fn parse_servers(list: &[String]) -> Result<BTreeMap<u64, SocketAddr>, ConfigError> {
+    let mut out = BTreeMap::new();
+    for s in list {
+        let bad = || {
+            invalid(
+                "control.servers",
+                format!("{s:?} is not like 1=10.0.0.5:7948"),
+            )
+        };
+        let (id, addr) = s.split_once('=').ok_or_else(bad)?;
+        out.insert(
+            id.trim().parse().map_err(|_| bad())?,
+            addr.trim().parse().map_err(|_| bad())?,
+        );
+    }
+    Ok(out)
+}

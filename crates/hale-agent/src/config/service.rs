@@ -1,0 +1,153 @@
+//! `[[service]]` and its checks.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{invalid, ConfigError};
+
+/// `[[service]]` in hale.toml.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceSection {
+    /// Service name, unique on this node.
+    pub name: String,
+    /// Whether the service is essential (its failure can move roles).
+    #[serde(default)]
+    pub essential: bool,
+    /// Its checks.
+    #[serde(default, rename = "check")]
+    pub checks: Vec<CheckSection>,
+}
+
+/// `[[service.check]]`: exactly one of `http`, `tcp`, `command`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckSection {
+    /// Name shown in reports (default: derived from the target).
+    pub name: Option<String>,
+    /// URL to GET.
+    pub http: Option<String>,
+    /// Expected HTTP status (default 200).
+    pub expect_status: Option<u16>,
+    /// Address to connect to.
+    pub tcp: Option<String>,
+    /// Program and arguments to run.
+    pub command: Option<Vec<String>>,
+    /// Expected exit code (default 0).
+    pub expect_exit: Option<i32>,
+    /// Time between runs (default 1 s).
+    #[serde(default, with = "humantime_serde")]
+    pub interval: Option<Duration>,
+    /// Hard limit on one run (default 1 s): a run still going then fails.
+    #[serde(default, with = "humantime_serde")]
+    pub timeout: Option<Duration>,
+    /// A readiness check: gates promotion, does not make the service unhealthy.
+    #[serde(default)]
+    pub ready: bool,
+}
+
+/// What a check does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Probe {
+    /// GET the URL, expect the status.
+    Http {
+        /// The URL.
+        url: String,
+        /// The status.
+        status: u16,
+    },
+    /// Connect to the address.
+    Tcp(String),
+    /// Run the command, expect the exit code.
+    Command {
+        /// Program and arguments.
+        argv: Vec<String>,
+        /// The exit code.
+        exit: i32,
+    },
+}
+
+/// A validated check.
+#[derive(Debug, Clone)]
+pub struct CheckSpec {
+    /// Its name.
+    pub name: String,
+    /// What it does.
+    pub probe: Probe,
+    /// Time between runs.
+    pub interval: Duration,
+    /// Hard limit on one run.
+    pub timeout: Duration,
+    /// Readiness (true) or liveness (false).
+    pub ready: bool,
+}
+
+/// A validated service.
+#[derive(Debug, Clone)]
+pub struct ServiceSpec {
+    /// Name.
+    pub name: String,
+    /// Essential or not.
+    pub essential: bool,
+    /// Checks.
+    pub checks: Vec<CheckSpec>,
+}
+
+impl ServiceSection {
+    /// Validates the section; `i` is its index, for error messages.
+    pub fn validate(&self, i: usize) -> Result<ServiceSpec, ConfigError> {
+        let field = |f: &str| format!("service[{i}].{f}");
+        if self.name.is_empty() {
+            return Err(invalid(&field("name"), "is empty"));
+        }
+        let mut checks = Vec::new();
+        for (j, c) in self.checks.iter().enumerate() {
+            let cf = |f: &str| format!("service[{i}].check[{j}].{f}");
+            let probe = match (&c.http, &c.tcp, &c.command) {
+                (Some(url), None, None) => {
+                    if !url.starts_with("http://") {
+                        let problem = format!("{url:?} must start with http://");
+                        return Err(invalid(&cf("http"), problem));
+                    }
+                    Probe::Http {
+                        url: url.clone(),
+                        status: c.expect_status.unwrap_or(200),
+                    }
+                }
+                (None, Some(addr), None) => Probe::Tcp(addr.clone()),
+                (None, None, Some(argv)) if !argv.is_empty() => Probe::Command {
+                    argv: argv.clone(),
+                    exit: c.expect_exit.unwrap_or(0),
+                },
+                _ => {
+                    let problem = "a check needs exactly one of http, tcp or command (non-empty)";
+                    return Err(invalid(&cf("http"), problem));
+                }
+            };
+            let interval = c.interval.unwrap_or(Duration::from_secs(1));
+            let timeout = c.timeout.unwrap_or(Duration::from_secs(1));
+            if interval.is_zero() || timeout.is_zero() {
+                let problem = "interval and timeout must be greater than zero";
+                return Err(invalid(&cf("interval"), problem));
+            }
+            let name = c.name.clone().unwrap_or_else(|| match &probe {
+                Probe::Http { url, .. } => format!("http {url}"),
+                Probe::Tcp(a) => format!("tcp {a}"),
+                Probe::Command { argv, .. } => format!("command {}", argv[0]),
+            });
+            checks.push(CheckSpec {
+                name,
+                probe,
+                interval,
+                timeout,
+                ready: c.ready,
+            });
+        }
+        Ok(ServiceSpec {
+            name: self.name.clone(),
+            essential: self.essential,
+            checks,
+        })
+    }
+}

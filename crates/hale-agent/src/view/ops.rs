@@ -1,0 +1,208 @@
+//! The operator's endpoints: drills (`/v1/drill`, `/v1/traffic`), the
+//! relay (`/v1/relay`), keys (`/v1/keys`), and the error body every failing
+//! route answers with.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use hale_relay::BreakerGauge;
+use serde::{Deserialize, Serialize};
+
+/// The error body every failing route answers with.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// What went wrong.
+    pub error: String,
+}
+
+/// Longest a drill fault may be set for.
+pub const MAX_FAULT: Duration = Duration::from_secs(3600);
+
+/// A fault a drill can set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Fault {
+    /// The relay sends to a local black hole.
+    Blackhole,
+    /// The agent stops answering the cluster.
+    Freeze,
+    /// Application traffic signals are ignored.
+    Quiet,
+}
+
+impl Fault {
+    /// Every fault.
+    pub const ALL: [Fault; 3] = [Fault::Blackhole, Fault::Freeze, Fault::Quiet];
+
+    /// Its name in the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Fault::Blackhole => "blackhole",
+            Fault::Freeze => "freeze",
+            Fault::Quiet => "quiet",
+        }
+    }
+
+    /// The fault named `s` in the API.
+    pub fn parse(s: &str) -> Option<Fault> {
+        Fault::ALL.into_iter().find(|f| f.as_str() == s)
+    }
+}
+
+/// An active fault, as `GET /v1/drill` shows it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct FaultView {
+    /// The fault.
+    pub fault: Fault,
+    /// Unix time it was set, in milliseconds.
+    pub since_unix_ms: u64,
+    /// Unix time the agent reverts it on its own, in milliseconds.
+    pub until_unix_ms: u64,
+    /// Where the relay is diverted to (`blackhole` only).
+    pub divert: Option<String>,
+}
+
+/// `GET /v1/drill`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct DrillView {
+    /// This node.
+    pub node: String,
+    /// Active faults (empty: nothing is set).
+    pub active: Vec<FaultView>,
+    /// Application traffic signals ignored while `quiet` (since start).
+    pub traffic_ignored: u64,
+}
+
+/// `POST /v1/drill/restore`'s answer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RestoredView {
+    /// The faults reverted.
+    pub restored: Vec<Fault>,
+    /// The drill state after.
+    pub drill: DrillView,
+}
+
+/// `POST /v1/traffic`'s answer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TrafficView {
+    /// Members noted.
+    pub noted: usize,
+    /// Whether a quiet drill makes the agent ignore them.
+    pub quiet: bool,
+}
+
+/// One upstream Sentry, as `/v1/relay` shows it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct UpstreamView {
+    /// `primary` or `standby`.
+    pub role: String,
+    /// Where events go (`scheme://host:port/path/project`, no key).
+    pub target: String,
+    /// The hale member hosting it, if one is named.
+    pub member: Option<String>,
+    /// `closed` (requests flow), `open` (none until a probe) or `half-open`.
+    pub breaker: BreakerGauge,
+}
+
+/// The relay's state, as served by `GET /v1/relay`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RelayView {
+    /// Bytes held in memory now, and the cap.
+    pub queue_bytes: u64,
+    /// The cap on bytes held in memory.
+    pub queue_cap: u64,
+    /// Bytes in the disk spool now (0 without a spool).
+    pub spool_bytes: u64,
+    /// Whether a disk spool is configured.
+    pub spool: bool,
+    /// Requests to upstreams in flight now.
+    pub in_flight: u64,
+    /// Events accepted, forwarded (2xx upstream), written to the spool.
+    pub accepted: u64,
+    /// Events an upstream acknowledged.
+    pub forwarded: u64,
+    /// Events written to the spool.
+    pub spooled: u64,
+    /// Switches from the primary to the standby.
+    pub failovers: u64,
+    /// The upstreams, primary first.
+    pub upstreams: Vec<UpstreamView>,
+    /// Events dropped, per reason (every reason listed, zeros included).
+    pub dropped: std::collections::BTreeMap<String, u64>,
+    /// Sum of `dropped`.
+    pub dropped_total: u64,
+    /// Where a drill diverts every request now (a black hole), if anywhere.
+    #[serde(default)]
+    pub diverted: Option<String>,
+}
+
+/// A key operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KeyOp {
+    /// Add a key (it opens; the primary still seals).
+    Install,
+    /// Make an installed key the primary (it seals from now on).
+    Use,
+    /// Drop a key that is not the primary.
+    Remove,
+}
+
+impl KeyOp {
+    /// The operation named `s` in the API.
+    pub fn parse(s: &str) -> Option<KeyOp> {
+        [KeyOp::Install, KeyOp::Use, KeyOp::Remove]
+            .into_iter()
+            .find(|op| op.as_str() == s)
+    }
+
+    /// Its name in the API (`/v1/keys/{op}`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyOp::Install => "install",
+            KeyOp::Use => "use",
+            KeyOp::Remove => "remove",
+        }
+    }
+}
+
+/// The body of a key operation.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyRequest {
+    /// The key, base64 (as `hale keygen` prints it).
+    pub key: String,
+}
+
+/// One key of a ring, as listed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyView {
+    /// A keyed hash of the key (the key itself is never shown).
+    pub fingerprint: String,
+    /// Whether it seals (the primary) or only opens.
+    pub primary: bool,
+}
+
+/// `GET /v1/keys`, and what an agent answers to a key operation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeysView {
+    /// The agent.
+    pub node: String,
+    /// Its keys, the primary first.
+    pub keys: Vec<KeyView>,
+}
+
+/// What a fanned-out key operation did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyReport {
+    /// The operation.
+    pub op: KeyOp,
+    /// The key's fingerprint.
+    pub key: String,
+    /// Agents asked (this one included).
+    pub agents: usize,
+    /// Agents that applied it.
+    pub ok: Vec<String>,
+    /// Agents that did not, and why.
+    pub failed: BTreeMap<String, String>,
+}

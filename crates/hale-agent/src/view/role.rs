@@ -1,0 +1,204 @@
+//! Roles, services and the cluster views: what `/v1/roles`, `/v1/services`,
+//! `/v1/roles/{role}/...` and `/v1/cluster/...` answer.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+
+use hale_control::RoleState;
+
+use super::MemberState;
+
+/// This node's view of one of its roles, for the API.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RoleView {
+    /// The role.
+    pub role: String,
+    /// This node's priority.
+    pub priority: i64,
+    /// `holder`, `promoting` (granted, promote hook running), `demoting`
+    /// (giving the role up), `standby` or `ineligible`.
+    pub state: RoleState,
+    /// The fencing epoch held, if promoting, holder or demoting.
+    pub epoch: Option<u64>,
+    /// Milliseconds of lease left, if it holds one.
+    pub lease_left_ms: Option<u64>,
+    /// Why the last change happened.
+    pub last_change: Option<String>,
+    /// Unix time (ms) this node became holder (its promote hook succeeded), if holder.
+    #[serde(default)]
+    pub held_since_unix_ms: Option<u64>,
+    /// Promotions completed so far.
+    pub promotions: u64,
+    /// Demotions so far.
+    pub demotions: u64,
+    /// Renewals committed.
+    pub renewals: u64,
+    /// Until when this node may act as holder, on this agent's clock.
+    #[serde(skip)]
+    pub valid_until: Option<Instant>,
+}
+
+/// A lease in the control plane's table.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct LeaseView {
+    /// Who holds it (None: free).
+    pub holder: Option<String>,
+    /// Its fencing epoch.
+    pub epoch: u64,
+}
+
+/// `GET /v1/roles`: this agent's candidacies and the leases it can see.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RolesView {
+    /// Whether this agent is configured with a control plane.
+    pub control_plane: bool,
+    /// The control-plane leader's id, if known.
+    pub leader: Option<u64>,
+    /// Every lease, by role (None: no control plane, or it did not answer).
+    pub leases: Option<BTreeMap<String, LeaseView>>,
+    /// This node's view of each role it is a candidate for.
+    pub local: Vec<RoleView>,
+}
+
+/// `GET /v1/roles/{role}/primary`: whether this node serves as the role's primary.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PrimaryView {
+    /// The role.
+    pub role: String,
+    /// This node's state for it.
+    pub state: RoleState,
+    /// The fencing epoch held, if any.
+    pub epoch: Option<u64>,
+    /// Milliseconds of lease left on this agent's clock, if it holds one.
+    pub lease_left_ms: Option<u64>,
+}
+
+/// `GET /v1/roles/{role}/replica`: whether this node is a ready standby.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ReplicaView {
+    /// The role.
+    pub role: String,
+    /// This node's state for it.
+    pub state: RoleState,
+}
+
+/// One candidate for a role, as `GET /v1/cluster/roles` lists it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CandidateView {
+    /// The node.
+    pub node: String,
+    /// Its priority for the role.
+    pub priority: i64,
+    /// Whether it says it may hold the role (healthy and ready).
+    pub eligible: bool,
+    /// Its membership state, as this agent sees it.
+    pub member_state: MemberState,
+    /// Whether it holds the role.
+    pub holder: bool,
+}
+
+/// One role across the cluster.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ClusterRoleView {
+    /// The role.
+    pub role: String,
+    /// Who holds its lease.
+    pub holder: Option<String>,
+    /// The lease's epoch (0: never granted).
+    pub epoch: u64,
+    /// The holder's own state for it (None: the holder was not reached).
+    pub holder_state: Option<RoleState>,
+    /// Milliseconds of lease left on the holder's clock.
+    pub lease_left_ms: Option<u64>,
+    /// Unix time (ms) the holder finished promoting.
+    pub held_since_unix_ms: Option<u64>,
+    /// Candidates: the holder first, then who would be promoted next.
+    pub candidates: Vec<CandidateView>,
+}
+
+/// `GET /v1/cluster/roles`: every role's holder and candidates.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ClusterRolesView {
+    /// Whether this agent is configured with a control plane.
+    pub control_plane: bool,
+    /// The control-plane leader's id, if known.
+    pub leader: Option<u64>,
+    /// When this answer was put together (Unix ms).
+    pub fetched_unix_ms: u64,
+    /// Every role known from leases, candidacies or this node.
+    pub roles: Vec<ClusterRoleView>,
+}
+
+/// One node's services, as `GET /v1/cluster/services` lists them.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NodeServicesView {
+    /// The node.
+    pub node: String,
+    /// Its membership state.
+    pub state: MemberState,
+    /// Its services (None: it could not be asked, see `error`).
+    pub services: Option<Vec<ServiceView>>,
+    /// Why its services are unknown.
+    pub error: Option<String>,
+}
+
+/// `GET /v1/cluster/services`: services and checks per node.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ClusterServicesView {
+    /// One entry per node asked.
+    pub nodes: Vec<NodeServicesView>,
+    /// Whether more nodes were chosen than are asked in one request.
+    pub truncated: bool,
+}
+
+/// One run's outcome.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckResult {
+    /// Passed or not.
+    pub ok: bool,
+    /// What happened (status, error, timeout).
+    pub detail: String,
+    /// How long it took, in milliseconds.
+    pub took_ms: u64,
+}
+
+/// A service as the API shows it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ServiceView {
+    /// Name.
+    pub name: String,
+    /// Essential or not.
+    pub essential: bool,
+    /// All liveness checks passing.
+    pub healthy: bool,
+    /// All readiness checks passing.
+    pub ready: bool,
+    /// Milliseconds the longest failing liveness streak has lasted.
+    pub failing_for_ms: Option<u64>,
+    /// Checks.
+    pub checks: Vec<CheckView>,
+}
+
+/// A check as the API shows it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CheckView {
+    /// Name.
+    pub name: String,
+    /// Readiness check or liveness check.
+    pub ready: bool,
+    /// Runs so far.
+    pub runs: u64,
+    /// Failures so far.
+    pub failures: u64,
+    /// Recent results, newest last.
+    pub recent: Vec<CheckResult>,
+}
+
+/// `POST /v1/roles/{role}/handover`'s answer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HandoverView {
+    /// The role handed over.
+    pub handover: String,
+}

@@ -1,0 +1,98 @@
+//! The control plane's contract, owned by its server: the routes (defined
+//! once, mounted by [`super::ControlPlane::routes`] and asked by
+//! [`super::ControlClient`]), the requests, and the typed refusal every
+//! answer carries instead of a bare message.
+
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+
+use super::ControlError;
+
+/// `POST`: acquire a role ([`crate::lease::AcquireRequest`]).
+pub const ACQUIRE: &str = "/control/acquire";
+/// `POST`: write a lease request through the leader.
+pub const WRITE: &str = "/control/write";
+/// `GET`/`POST`: the lease table.
+pub const TABLE: &str = "/control/table";
+/// `GET`/`POST`: the leader's id.
+pub const LEADER: &str = "/control/leader";
+/// `POST`: add a server ([`AddServer`]).
+pub const SERVERS: &str = "/control/servers";
+/// `POST`: remove server `{id}`.
+pub const SERVER_REMOVE: &str = "/control/servers/{id}/remove";
+
+/// A request to add a control-plane server.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AddServer {
+    /// The new server's id.
+    pub id: u64,
+    /// Its Raft/HTTP address.
+    pub addr: SocketAddr,
+}
+
+/// A change to the control plane's servers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServerChange {
+    /// Add a server as a voter.
+    Add(AddServer),
+    /// Remove the server with this id.
+    Remove(u64),
+}
+
+impl ServerChange {
+    /// The route that carries it.
+    pub fn path(&self) -> String {
+        match self {
+            ServerChange::Add(_) => SERVERS.to_owned(),
+            ServerChange::Remove(id) => SERVER_REMOVE.replace("{id}", &id.to_string()),
+        }
+    }
+
+    /// Its body on that route.
+    pub fn body(&self) -> Option<&AddServer> {
+        match self {
+            ServerChange::Add(a) => Some(a),
+            ServerChange::Remove(_) => None,
+        }
+    }
+}
+
+/// Why the control plane did not do what it was asked, as it answers on the
+/// wire (`{"Err": ...}`): the client keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[serde(rename_all = "kebab-case", tag = "refusal", content = "detail")]
+pub enum Refusal {
+    /// No leader is known (election in progress, or no quorum).
+    #[error("no control-plane leader right now")]
+    NoLeader,
+    /// The server asked cannot serve it now, though another may.
+    #[error("this control-plane server cannot serve it now: {0}")]
+    Unavailable(String),
+    /// The grantor will not hand the role over yet (why, on the leader's clock).
+    #[error("not yet: {0}")]
+    NotYet(String),
+    /// The leader failed the request, or could not be reached.
+    #[error("control-plane request failed: {0}")]
+    Failed(String),
+    /// No server answered (said by the client, never on the wire).
+    #[error("no control-plane server answered")]
+    NoAnswer,
+}
+
+impl From<ControlError> for Refusal {
+    fn from(e: ControlError) -> Refusal {
+        match e {
+            ControlError::NoLeader => Refusal::NoLeader,
+            ControlError::Unavailable(m) => Refusal::Unavailable(m),
+            ControlError::NotYet(d) => Refusal::NotYet(d.to_string()),
+            ControlError::Request(m) => Refusal::Failed(m),
+            e @ (ControlError::StoreInUse(_) | ControlError::Store(_) | ControlError::Start(_)) => {
+                Refusal::Failed(e.to_string())
+            }
+        }
+    }
+}
+
+/// What a route answers: the value, or why not.
+pub type Answer<T> = Result<T, Refusal>;
