@@ -216,10 +216,10 @@ fn two_agents_restarted_at_once_each_the_others_only_seed_rejoin_the_whole_clust
     c.agents[1].kill();
     let rest = &c.agents[2..];
     wait_until(DETECT, "n2 and n3 to see n0 and n1 dead", || {
-        all_see(rest, "n0", "dead") && all_see(rest, "n1", "dead")
+        all_see(rest, "n0", MemberState::Dead) && all_see(rest, "n1", MemberState::Dead)
     });
     during(Duration::from_secs(5), Duration::from_millis(250), || {
-        assert!(all_see(rest, "n0", "dead") && all_see(rest, "n1", "dead"));
+        assert!(all_see(rest, "n0", MemberState::Dead) && all_see(rest, "n1", MemberState::Dead));
     });
     let started = std::time::Instant::now();
     c.agents[0] = spawn(&s0);
