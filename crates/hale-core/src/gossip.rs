@@ -145,11 +145,7 @@ impl<I: Identity> Node<I> {
     }
 
     pub(crate) fn broadcast_self_alive(&mut self, now: Time) {
-        let msg = Message::Alive {
-            member: self.local.id().clone(),
-            incarnation: self.local.incarnation(),
-            meta: self.local.meta().to_vec(),
-        };
+        let msg = self.local.alive();
         self.broadcast(now, Class::Alive, (self.local.id().clone(), None), msg);
     }
 }

@@ -4,6 +4,7 @@
 use crate::freshness::Generation;
 use crate::identity::Identity;
 use crate::ring::ring_position;
+use crate::wire::Message;
 
 /// This node's own record, as every packet's header carries it.
 ///
@@ -72,6 +73,15 @@ impl<I: Identity> Local<I> {
     /// This node's metadata.
     pub(crate) fn meta(&self) -> &[u8] {
         &self.meta
+    }
+
+    /// This node's own word that it is alive, at its incarnation.
+    pub(crate) fn alive(&self) -> Message<I> {
+        Message::Alive {
+            member: self.me.clone(),
+            incarnation: self.incarnation,
+            meta: self.meta.to_vec(),
+        }
     }
 
     /// Replaces the metadata.

@@ -270,12 +270,24 @@ impl<I: Identity> Node<I> {
             expected_nacks: 0,
             nacks: 0,
         });
+        self.send_ping(target.clone(), Channel::Datagram, seq, suspected);
+    }
+
+    /// Pings `target` on `channel` for probe `seq`, carrying the suspicion
+    /// of it this node holds, if any, so that it can refute at once.
+    pub(crate) fn send_ping(
+        &mut self,
+        target: I,
+        channel: Channel,
+        seq: u32,
+        suspected: Option<u32>,
+    ) {
         let ping = Message::Ping {
             seq,
             target: target.clone(),
             suspected,
         };
-        self.send(target.clone(), Channel::Datagram, vec![ping]);
+        self.send(target, channel, vec![ping]);
     }
 
     /// The incarnation at which this node suspects `target`, if it does:
@@ -305,12 +317,7 @@ impl<I: Identity> Node<I> {
                 p.retry_at = Time::NEVER;
                 let (seq, target) = (p.seq, p.target.clone());
                 let suspected = self.suspected_inc(&target);
-                let ping = Message::Ping {
-                    seq,
-                    target: target.clone(),
-                    suspected,
-                };
-                self.send(target, Channel::Datagram, vec![ping]);
+                self.send_ping(target, Channel::Datagram, seq, suspected);
             }
             let p = &self.probing.probes[i];
             if !p.indirect && now >= p.direct_deadline {
@@ -359,12 +366,7 @@ impl<I: Identity> Node<I> {
             self.send(r, Channel::Datagram, vec![req]);
         }
         if self.cfg.stream_fallback_probe {
-            let ping = Message::Ping {
-                seq,
-                target: target.clone(),
-                suspected,
-            };
-            self.send(target, Channel::Stream, vec![ping]);
+            self.send_ping(target, Channel::Stream, seq, suspected);
         }
     }
 
@@ -541,11 +543,6 @@ impl<I: Identity> Node<I> {
             expires: now + self.cfg.probe_interval + Duration::from_millis(1),
             nacked: false,
         });
-        let ping = Message::Ping {
-            seq,
-            target: target.clone(),
-            suspected,
-        };
-        self.send(target, Channel::Datagram, vec![ping]);
+        self.send_ping(target, Channel::Datagram, seq, suspected);
     }
 }

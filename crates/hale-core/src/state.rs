@@ -588,12 +588,7 @@ impl<I: Identity> Node<I> {
             // which the member answers.
             match self.probing.probe_of(member) {
                 Some(seq) => {
-                    let ping = Message::Ping {
-                        seq,
-                        target: member.clone(),
-                        suspected: Some(incarnation),
-                    };
-                    self.send(member.clone(), Channel::Datagram, vec![ping]);
+                    self.send_ping(member.clone(), Channel::Datagram, seq, Some(incarnation));
                 }
                 None => self.start_probe(now, member),
             }
@@ -691,11 +686,7 @@ impl<I: Identity> Node<I> {
         self.local.raise_incarnation(observed);
         self.stats.refutations += 1;
         self.bump_health(1);
-        let msg = Message::Alive {
-            member: self.local.id().clone(),
-            incarnation: self.local.incarnation(),
-            meta: self.local.meta().to_vec(),
-        };
+        let msg = self.local.alive();
         let me = self.local.id().clone();
         match accuser.filter(|a| *a != *self.local.id()) {
             // A suspicion went to our ring neighbours and its accusers: so

@@ -287,12 +287,7 @@ impl<I: Identity> Node<I> {
             .is_some_and(|m| m.state() == MemberState::Dead)
         {
             let seq = self.fresh_seq();
-            let ping = Message::Ping {
-                seq,
-                target: c.clone(),
-                suspected: None,
-            };
-            self.send(c, Channel::Datagram, vec![ping]);
+            self.send_ping(c, Channel::Datagram, seq, None);
         }
     }
 

@@ -247,11 +247,7 @@ impl<I: Identity> Node<I> {
         {
             return;
         }
-        let msg = Message::Alive {
-            member: self.local.id().clone(),
-            incarnation: self.local.incarnation(),
-            meta: self.local.meta().to_vec(),
-        };
+        let msg = self.local.alive();
         self.stats.targeted_sent += 1;
         self.send(from.clone(), Channel::Datagram, vec![msg]);
     }
