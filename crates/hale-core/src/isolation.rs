@@ -35,11 +35,13 @@ use crate::time::{Time, Timer};
 
 /// Where a node is in its life: one phase at a time.
 ///
-/// Invariants: `Left` is final. `in_fallback` (the one
-/// [`Event::SeedFallback`] was reported) holds only while alone or cut off,
-/// and is forgotten on leaving (nothing reads it then). A node that was cut
-/// off when it left stays cut off (`Left { cut_off: true }`) until traffic
-/// from a member arrives, as the cut-off rules still read it.
+/// Replaces the booleans `left`, `cut_off` and `in_fallback`, which
+/// described these phases. Invariants: `Left` is final. Whether
+/// [`Event::SeedFallback`] was reported ([`Lifecycle::in_fallback`]) is
+/// known only while alone or cut off, and forgotten on leaving (nothing
+/// reads it then). A node cut off when it left stays cut off
+/// (`Left { cut_off: true }`) until traffic from a member arrives, as the
+/// rules that read it still do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Lifecycle {
     /// In the cluster and hearing from it, or alone without having fallen back.
