@@ -108,7 +108,7 @@ enum Phase {
         lease: HeldLease,
         run: Run,
         /// A handover asked for meanwhile (taken when promoted).
-        handover: Option<Option<String>>,
+        handover: Handover,
     },
     /// Promoted.
     Holding { lease: HeldLease },
@@ -122,6 +122,29 @@ enum Phase {
         promote: Option<HookOutcome>,
         step: Step,
     },
+}
+
+/// A handover asked for while the promote hook runs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+enum Handover {
+    /// None.
+    #[default]
+    NotAsked,
+    /// To the best other candidate.
+    ToBest,
+    /// To this one.
+    To(String),
+}
+
+/// Whether the agent is stopping: `Stopped` comes only after `Stopping`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lifecycle {
+    /// Serving the role.
+    Running,
+    /// Giving the role up before stopping.
+    Stopping,
+    /// Stopped: [`HolderEvent::Stopped`] was reported; nothing more happens.
+    Stopped,
 }
 
 /// One role's candidacy on this node: see the module documentation.
@@ -143,8 +166,7 @@ pub struct Holder {
     renewals: BTreeMap<RequestId, (Time, u64)>,
     /// The watchdog process, if one runs.
     watchdog: Watchdog,
-    stopping: bool,
-    stopped: bool,
+    life: Lifecycle,
     next_id: u64,
     /// This candidacy episode's acquisition attempt (see
     /// [`ControlRequest::Acquire`]): the same while it asks again, a new
@@ -167,8 +189,7 @@ impl Holder {
             next_renewal: now,
             renewals: BTreeMap::new(),
             watchdog: Watchdog::None,
-            stopping: false,
-            stopped: false,
+            life: Lifecycle::Running,
             next_id: 0,
             actions: VecDeque::new(),
         }
@@ -206,7 +227,7 @@ impl Holder {
 
     /// Whether the agent's stop has been carried out.
     pub fn is_stopped(&self) -> bool {
-        self.stopped
+        self.life == Lifecycle::Stopped
     }
 
     /// The next action to carry out, in order.
@@ -216,14 +237,14 @@ impl Holder {
 
     /// The next instant at which [`Holder::handle_timeout`] has work.
     pub fn poll_timeout(&self) -> Option<Time> {
-        if self.stopped {
+        if self.life == Lifecycle::Stopped {
             return None;
         }
         let mut t: Option<Time> = None;
         let mut at = |x: Time| t = Some(t.map_or(x, |t| t.min(x)));
         match &self.phase {
             Phase::Candidate { acquiring } => {
-                if !self.stopping && acquiring.is_none() && self.is_eligible() {
+                if !self.stopping() && acquiring.is_none() && self.is_eligible() {
                     at(self
                         .next_poll
                         .max(self.hold_off_until.unwrap_or(Time::ZERO)));
@@ -263,7 +284,7 @@ impl Holder {
 
     /// Time has passed: renew, poll, and enforce deadlines that are due.
     pub fn handle_timeout(&mut self, now: Time) {
-        if self.stopped {
+        if self.life == Lifecycle::Stopped {
             return;
         }
         self.renewals
@@ -271,8 +292,8 @@ impl Holder {
         match &mut self.phase {
             Phase::Candidate { acquiring } => {
                 let held_off = self.hold_off_until.is_some_and(|t| now < t);
-                if !self.stopping
-                    && acquiring.is_none()
+                if acquiring.is_none()
+                    && !self.stopping()
                     && self.is_eligible()
                     && !held_off
                     && now >= self.next_poll
@@ -346,7 +367,7 @@ impl Holder {
 
     /// The answer to request `id` (`None`: no server answered in time).
     pub fn handle_response(&mut self, now: Time, id: RequestId, response: Option<LeaseResponse>) {
-        if self.stopped {
+        if self.life == Lifecycle::Stopped {
             return;
         }
         if let Phase::Candidate { acquiring } = &mut self.phase {
@@ -412,18 +433,21 @@ impl Holder {
             } if run.id == id => {
                 let outcome = run.outcome(exit);
                 let epoch = lease.epoch;
-                let handover = handover.take();
+                let handover = std::mem::take(handover);
                 if outcome == HookOutcome::Succeeded {
                     let lease = lease.clone();
                     self.phase = Phase::Holding { lease };
                     self.actions
                         .push_back(Action::Event(HolderEvent::Promoted { epoch }));
-                    if self.stopping {
-                        self.step_down(now, StepDownReason::Leaving, None);
-                    } else if let Some(next) = handover {
-                        self.step_down(now, StepDownReason::Handover, next);
-                    } else {
-                        self.handle_timeout(now);
+                    match handover {
+                        _ if self.stopping() => {
+                            self.step_down(now, StepDownReason::Leaving, None);
+                        }
+                        Handover::NotAsked => self.handle_timeout(now),
+                        Handover::ToBest => self.step_down(now, StepDownReason::Handover, None),
+                        Handover::To(next) => {
+                            self.step_down(now, StepDownReason::Handover, Some(next));
+                        }
                     }
                 } else {
                     let reason = if outcome == HookOutcome::TimedOut {
@@ -491,7 +515,9 @@ impl Holder {
     /// An operator asked for a handover (to `next`, or to the best other candidate).
     pub fn handle_handover(&mut self, now: Time, next: Option<String>) {
         match &mut self.phase {
-            Phase::Promoting { handover, .. } => *handover = Some(next),
+            Phase::Promoting { handover, .. } => {
+                *handover = next.map_or(Handover::ToBest, Handover::To);
+            }
             Phase::Holding { .. } => self.step_down(now, StepDownReason::Handover, next),
             Phase::Candidate { .. } | Phase::SteppingDown { .. } => {}
         }
@@ -500,10 +526,10 @@ impl Holder {
     /// The agent is stopping: give the role up (demote, release), then
     /// report [`HolderEvent::Stopped`].
     pub fn handle_stop(&mut self, now: Time) {
-        if self.stopping {
+        if self.stopping() {
             return;
         }
-        self.stopping = true;
+        self.life = Lifecycle::Stopping;
         match &self.phase {
             Phase::Candidate { .. } => self.stop_done(),
             Phase::Promoting { .. } | Phase::Holding { .. } => {
@@ -514,8 +540,13 @@ impl Holder {
     }
 
     fn stop_done(&mut self) {
-        self.stopped = true;
+        self.life = Lifecycle::Stopped;
         self.actions.push_back(Action::Event(HolderEvent::Stopped));
+    }
+
+    /// Stopping, or stopped.
+    fn stopping(&self) -> bool {
+        self.life != Lifecycle::Running
     }
 
     fn is_eligible(&self) -> bool {
@@ -556,7 +587,7 @@ impl Holder {
 
     fn granted(&mut self, now: Time, epoch: u64, sent: Time) {
         let lease = HeldLease::granted(self.cfg.timing, &self.cfg.role, epoch, sent);
-        if lease.expired(now) || self.stopping || !self.is_eligible() {
+        if lease.expired(now) || self.stopping() || !self.is_eligible() {
             // Too late to use, or no longer wanted: give it back.
             self.send_release(now, epoch, None);
             return;
@@ -574,7 +605,7 @@ impl Holder {
                 killed: false,
                 timed_out: false,
             },
-            handover: None,
+            handover: Handover::NotAsked,
         };
         // The grant counts as the first renewal.
         self.next_renewal = now + self.cfg.timing.renew_every;
@@ -725,7 +756,7 @@ impl Holder {
             self.hold_off_until = Some(now + self.cfg.timing.lease);
         }
         self.next_poll = now;
-        if self.stopping {
+        if self.stopping() {
             self.stop_done();
         } else {
             self.handle_timeout(now);

@@ -51,7 +51,7 @@ pub(crate) struct Broadcasts<I: Identity> {
     index: HashMap<Key<I>, Order, rustc_hash::FxBuildHasher>,
     next_id: u64,
     max: usize,
-    pub(crate) dropped: u64,
+    dropped: u64,
     /// Scratch for `take` (reused: `take` runs for every datagram sent).
     picked: Vec<Order>,
 }
@@ -66,6 +66,11 @@ impl<I: Identity> Broadcasts<I> {
             dropped: 0,
             picked: Vec::new(),
         }
+    }
+
+    /// News dropped because the queue was full.
+    pub(crate) fn dropped(&self) -> u64 {
+        self.dropped
     }
 
     pub(crate) fn len(&self) -> usize {

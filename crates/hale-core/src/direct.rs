@@ -9,6 +9,9 @@
 //! protocol steps), without encoding and decoding every datagram. A packet
 //! that the wire would not give back unchanged goes through the bytes.
 
+use std::collections::VecDeque;
+
+use crate::event::Event;
 use crate::identity::Identity;
 use crate::node::{Node, ReceiveError, Transmit};
 use crate::stats::DropReason;
@@ -44,12 +47,76 @@ impl<I: Identity> Outgoing<I> {
     }
 }
 
+/// What a node has produced for its runtime: packets to send and events.
+///
+/// Invariants: at most `max_events` events are kept (the oldest go first);
+/// while muted (a snapshot loads) no event is kept.
+#[derive(Debug)]
+pub(crate) struct Outbox<I> {
+    transmits: VecDeque<Outgoing<I>>,
+    events: VecDeque<Event<I>>,
+    /// A snapshot is loading (`Node::restore`). Not a [`Lifecycle`] phase:
+    /// it lasts within one call and can happen in any phase.
+    ///
+    /// [`Lifecycle`]: crate::isolation::Lifecycle
+    muted: bool,
+}
+
+impl<I> Outbox<I> {
+    /// Empty.
+    pub(crate) fn new() -> Outbox<I> {
+        Outbox {
+            transmits: VecDeque::new(),
+            events: VecDeque::new(),
+            muted: false,
+        }
+    }
+
+    /// Queues a packet.
+    pub(crate) fn send(&mut self, o: Outgoing<I>) {
+        self.transmits.push_back(o);
+    }
+
+    /// The next packet.
+    pub(crate) fn next_packet(&mut self) -> Option<Outgoing<I>> {
+        self.transmits.pop_front()
+    }
+
+    /// Queues an event, keeping at most `max`; whether an older one was dropped.
+    pub(crate) fn push_event(&mut self, e: Event<I>, max: usize) -> bool {
+        if self.muted {
+            return false;
+        }
+        let full = self.events.len() >= max;
+        if full {
+            self.events.pop_front();
+        }
+        self.events.push_back(e);
+        full
+    }
+
+    /// The next event.
+    pub(crate) fn pop_event(&mut self) -> Option<Event<I>> {
+        self.events.pop_front()
+    }
+
+    /// Mutes (or unmutes) events.
+    pub(crate) fn mute(&mut self, on: bool) {
+        self.muted = on;
+    }
+
+    /// Packets queued.
+    pub(crate) fn queued(&self) -> usize {
+        self.transmits.len()
+    }
+}
+
 impl<I: Identity> Node<I> {
     /// The next packet to send, not encoded: for a simulator that hands it
     /// to [`Node::handle_packet`] of its addressee. A runtime calls
     /// [`Node::poll_transmit`] instead.
     pub fn poll_packet(&mut self) -> Option<Outgoing<I>> {
-        self.transmits.pop_front()
+        self.out.next_packet()
     }
 
     /// Processes `packet`, received on `channel`, whose encoding takes `len`
@@ -78,7 +145,7 @@ impl<I: Identity> Node<I> {
         if !packet.round_trips(channel, len) {
             return self.receive(now, &packet.encode(), channel);
         }
-        if packet.header.cluster != self.cluster {
+        if packet.header.cluster != self.local.cluster() {
             let e = DecodeError::ForeignCluster;
             self.stats.drop(DropReason::of(&e));
             return Err(e.into());

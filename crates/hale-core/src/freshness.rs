@@ -95,7 +95,7 @@ const NOTICES_REMEMBERED: usize = 64;
 #[derive(Debug, Clone)]
 pub(crate) struct Generation {
     /// The generation this node's packets carry.
-    pub(crate) mine: u64,
+    mine: u64,
     /// When each recently noticed sender was last told, most recent last.
     noticed: Vec<(u64, Time)>,
     /// When this node last synced with a stranger (a member it did not know
@@ -113,8 +113,18 @@ impl Generation {
         }
     }
 
+    /// The generation this node's packets carry.
+    pub(crate) fn mine(&self) -> u64 {
+        self.mine
+    }
+
+    /// Starts above `known`, the one a peer heard from this node. The old one.
+    pub(crate) fn raise(&mut self, known: u64) -> u64 {
+        std::mem::replace(&mut self.mine, known.saturating_add(1))
+    }
+
     /// Whether a notice to the sender keyed `key` may go now; records it.
-    fn may_notice(&mut self, now: Time, key: u64) -> bool {
+    pub(crate) fn may_notice(&mut self, now: Time, key: u64) -> bool {
         self.noticed
             .retain(|(_, at)| now.saturating_since(*at) < NOTICE_INTERVAL);
         if self.noticed.iter().any(|(k, _)| *k == key) || self.noticed.len() >= NOTICES_REMEMBERED {
@@ -122,6 +132,18 @@ impl Generation {
         }
         self.noticed.push((key, now));
         true
+    }
+
+    /// Whether a sync with a stranger may go now (one per `interval`);
+    /// records it.
+    pub(crate) fn may_sync_stranger(&mut self, now: Time, interval: Duration) -> bool {
+        let due = self
+            .stranger_synced
+            .is_none_or(|t| now.saturating_since(t) >= interval);
+        if due {
+            self.stranger_synced = Some(now);
+        }
+        due
     }
 }
 
@@ -180,7 +202,7 @@ impl<I: Identity> Node<I> {
         if self.cfg.replay_window.is_zero() {
             return Verdict::Current;
         }
-        let credit = self.pause_credit_now(now);
+        let credit = self.isolation.pause_credit(now);
         let allowance = self.cfg.replay_window + credit;
         let proof_window = self.cfg.probe_timeout + credit;
         let Some(mut f) = self.members.fresh(&h.sender) else {
@@ -202,8 +224,8 @@ impl<I: Identity> Node<I> {
         let Some(f) = self.members.fresh(&h.sender) else {
             return;
         };
-        let key = crate::ring::ring_position(self.cluster, &h.sender, &mut self.scratch);
-        if !self.generation.may_notice(now, key) {
+        let key = self.local.ring_of(&h.sender);
+        if !self.local.generation().may_notice(now, key) {
             return;
         }
         let msg = Message::Superseded {
@@ -221,48 +243,35 @@ impl<I: Identity> Node<I> {
     /// more). At most one a probe interval: one sync teaches a restarted
     /// node the whole cluster, and a mass restart must not flood anyone.
     pub(crate) fn sync_with_stranger(&mut self, now: Time, stranger: &I) {
-        let due = self
-            .generation
-            .stranger_synced
-            .is_none_or(|t| now.saturating_since(t) >= self.cfg.probe_interval);
-        if !due {
-            return;
+        let interval = self.cfg.probe_interval;
+        if self.local.generation().may_sync_stranger(now, interval) {
+            self.send_full_state(stranger.clone(), false);
         }
-        self.generation.stranger_synced = Some(now);
-        self.send_full_state(stranger.clone(), false);
     }
 
     /// `from` heard a newer generation from this node than the one its
     /// packets now carry (`known`): this run starts again above it, and
     /// syncs with `from` so that it is heard at once.
     pub(crate) fn handle_superseded(&mut self, from: &I, known: u64) {
-        if known < self.generation.mine || self.left {
+        if known < self.local.my_generation() || self.phase.has_left() {
             return;
         }
-        let previous = self.generation.mine;
-        self.generation.mine = known.saturating_add(1);
+        let previous = self.local.generation().raise(known);
         self.stats.generations_raised += 1;
         self.push_event(Event::GenerationRaised {
             previous,
-            generation: self.generation.mine,
+            generation: self.local.my_generation(),
             by: from.clone(),
         });
         self.send_full_state(from.clone(), true);
-    }
-
-    fn pause_credit_now(&self, now: Time) -> Duration {
-        if now < self.pause_credit.0 {
-            self.pause_credit.1
-        } else {
-            Duration::ZERO
-        }
     }
 
     /// This node just came out of a pause of `length`: packets that queued
     /// up meanwhile are late by up to that much through no fault of their
     /// senders. They are accepted for one replay window.
     pub(crate) fn credit_pause(&mut self, now: Time, length: Duration) {
-        self.pause_credit = (now + self.cfg.replay_window, length);
+        self.isolation
+            .credit_pause(now + self.cfg.replay_window, length);
     }
 }
 

@@ -9,7 +9,7 @@ use crate::broadcast::Class;
 use crate::identity::Identity;
 use crate::member::MemberState;
 use crate::node::Node;
-use crate::time::Time;
+use crate::time::{Time, Timer};
 use crate::wire::{Channel, Message};
 
 impl<I: Identity> Node<I> {
@@ -22,7 +22,7 @@ impl<I: Identity> Node<I> {
     /// `4 * log10(N)` alone, the burst and one round used the whole budget
     /// and about one member in 300 never heard a verdict; found in `hale sim`.)
     pub(crate) fn retransmit_limit(&self) -> u32 {
-        let k = u64::from(crate::broadcast::ceil_log10(self.live + 2));
+        let k = u64::from(crate::broadcast::ceil_log10(self.members.live() + 2));
         let by_size = (self.cfg.retransmit_mult as u64).saturating_mul(k);
         let floor = (self.cfg.gossip_fanout as u64)
             .saturating_mul(5)
@@ -34,10 +34,10 @@ impl<I: Identity> Node<I> {
     /// and to one member recently declared dead.
     pub(crate) fn gossip_tick(&mut self, now: Time) {
         if self.broadcasts.is_empty() {
-            self.next_gossip = Time::NEVER;
+            self.timers.set(Timer::Gossip, Time::NEVER);
             return;
         }
-        self.next_gossip = now + self.gossip_period();
+        self.timers.set(Timer::Gossip, now + self.gossip_period());
         let targets = self.random_live(self.cfg.gossip_fanout, None);
         for t in targets {
             self.send(t, Channel::Datagram, Vec::new());
@@ -76,8 +76,12 @@ impl<I: Identity> Node<I> {
         msg: Message<I>,
     ) {
         self.broadcasts.push(Class::Confirmation, key, msg);
-        self.stats.broadcasts_dropped = self.broadcasts.dropped;
-        self.next_gossip = self.next_gossip.min(now + self.gossip_period());
+        self.stats.broadcasts_dropped = self.broadcasts.dropped();
+        let at = self
+            .timers
+            .get(Timer::Gossip)
+            .min(now + self.gossip_period());
+        self.timers.set(Timer::Gossip, at);
     }
 
     /// Queues news and gossips it right away.
@@ -89,8 +93,9 @@ impl<I: Identity> Node<I> {
         msg: Message<I>,
     ) {
         self.broadcasts.push(class, key, msg);
-        self.stats.broadcasts_dropped = self.broadcasts.dropped;
-        self.next_gossip = self.next_gossip.min(now);
+        self.stats.broadcasts_dropped = self.broadcasts.dropped();
+        let at = self.timers.get(Timer::Gossip).min(now);
+        self.timers.set(Timer::Gossip, at);
     }
 
     /// Up to `k` distinct random live members, never `except`.
@@ -112,14 +117,15 @@ impl<I: Identity> Node<I> {
         wanted: impl Fn(MemberState) -> bool,
     ) -> Vec<I> {
         let mut out: Vec<I> = Vec::with_capacity(k);
-        if self.walk.is_empty() || k == 0 {
+        let walk = self.probing.walk();
+        if walk.is_empty() || k == 0 {
             return out;
         }
         for _ in 0..k * 4 {
-            if out.len() >= k.min(self.live) {
+            if out.len() >= k.min(self.members.live()) {
                 break;
             }
-            let c = &self.walk[self.rng.random_range(0..self.walk.len())];
+            let c = &walk[self.rng.random_range(0..walk.len())];
             let ok = self.members.get(c).is_some_and(|m| wanted(m.state()))
                 && Some(c) != except
                 && !out.contains(c);
@@ -131,32 +137,15 @@ impl<I: Identity> Node<I> {
     }
 
     fn random_recent_dead(&mut self, now: Time) -> Option<I> {
-        if self.tombstones.is_empty() {
-            return None;
-        }
-        let c = &self.tombstones[self.rng.random_range(0..self.tombstones.len())];
+        let c = self.recovery.random_tombstone(&mut self.rng)?;
         let m = self.members.get(c)?;
         (m.state() == MemberState::Dead
             && now.saturating_since(self.members.since(c)) < self.cfg.gossip_to_dead)
             .then(|| c.clone())
     }
 
-    pub(crate) fn bump_health(&mut self, delta: i32) {
-        let max = i32::from(self.cfg.awareness_max) - 1;
-        self.health = (i32::from(self.health) + delta).clamp(0, max) as u8;
-    }
-
-    /// `d` scaled by the local health multiplier.
-    pub(crate) fn scaled(&self, d: Duration) -> Duration {
-        d * (u32::from(self.health) + 1)
-    }
-
     pub(crate) fn broadcast_self_alive(&mut self, now: Time) {
-        let msg = Message::Alive {
-            member: self.me.clone(),
-            incarnation: self.incarnation,
-            meta: self.meta.to_vec(),
-        };
-        self.broadcast(now, Class::Alive, (self.me.clone(), None), msg);
+        let msg = self.local.alive();
+        self.broadcast(now, Class::Alive, (self.local.id().clone(), None), msg);
     }
 }

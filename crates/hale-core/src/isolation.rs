@@ -26,87 +26,227 @@
 //! concludes on its own failed probes, and nobody else accepts such a
 //! verdict, which rests on one accuser.
 
+use std::time::Duration;
+
 use crate::event::Event;
 use crate::identity::Identity;
 use crate::node::Node;
-use crate::time::Time;
+use crate::time::{Time, Timer};
+
+/// Where a node is in its life: one phase at a time.
+///
+/// Replaces the booleans `left`, `cut_off` and `in_fallback`, which
+/// described these phases. Invariants: `Left` is final. Whether
+/// [`Event::SeedFallback`] was reported ([`Lifecycle::in_fallback`]) is
+/// known only while alone or cut off, and forgotten on leaving (nothing
+/// reads it then). A node cut off when it left stays cut off
+/// (`Left { cut_off: true }`) until traffic from a member arrives, as the
+/// rules that read it still do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lifecycle {
+    /// In the cluster and hearing from it, or alone without having fallen back.
+    Active,
+    /// No live member: contacting the seeds, [`Event::SeedFallback`] reported.
+    Fallback,
+    /// Concluded that it is cut off; `fallback`: [`Event::SeedFallback`] reported.
+    CutOff {
+        /// [`Event::SeedFallback`] was reported.
+        fallback: bool,
+    },
+    /// Left the cluster (final).
+    Left {
+        /// It was cut off when it left, and has heard from nobody since.
+        cut_off: bool,
+    },
+}
+
+impl Lifecycle {
+    /// Whether [`Node::leave`] was called.
+    pub(crate) fn has_left(self) -> bool {
+        matches!(self, Lifecycle::Left { .. })
+    }
+
+    /// Whether the node has concluded that it is cut off.
+    pub(crate) fn is_cut_off(self) -> bool {
+        matches!(
+            self,
+            Lifecycle::CutOff { .. } | Lifecycle::Left { cut_off: true }
+        )
+    }
+
+    /// Whether [`Event::SeedFallback`] was reported for the current spell.
+    pub(crate) fn in_fallback(self) -> bool {
+        matches!(
+            self,
+            Lifecycle::Fallback | Lifecycle::CutOff { fallback: true }
+        )
+    }
+
+    /// Leaves the cluster.
+    pub(crate) fn leave(&mut self) {
+        *self = Lifecycle::Left {
+            cut_off: self.is_cut_off(),
+        };
+    }
+
+    /// Falls back to the seeds (reports it once).
+    pub(crate) fn fall_back(&mut self) {
+        match self {
+            Lifecycle::Active => *self = Lifecycle::Fallback,
+            Lifecycle::CutOff { fallback } => *fallback = true,
+            Lifecycle::Fallback | Lifecycle::Left { .. } => {}
+        }
+    }
+
+    /// A member became live: a later fallback is reported again.
+    pub(crate) fn member_back(&mut self) {
+        match self {
+            Lifecycle::Fallback => *self = Lifecycle::Active,
+            Lifecycle::CutOff { fallback } => *fallback = false,
+            Lifecycle::Active | Lifecycle::Left { .. } => {}
+        }
+    }
+
+    /// Heard from a member: no longer cut off. Whether it was.
+    fn reconnected(&mut self) -> bool {
+        match self {
+            Lifecycle::CutOff { .. } => *self = Lifecycle::Active,
+            Lifecycle::Left { cut_off } if *cut_off => *cut_off = false,
+            _ => return false,
+        }
+        true
+    }
+}
+
+/// What tells this node that a fault may be its own: when it last heard
+/// from any member, when it stopped being cut off, the latest time it was
+/// given, and the pause it just came out of (`Node::check_pause`).
+///
+/// Invariant: `last_now` never goes backwards; `heard_any` only forwards.
+#[derive(Debug, Clone)]
+pub(crate) struct Isolation {
+    /// When a packet (or traffic) from another member last arrived.
+    heard_any: Time,
+    /// When it last stopped being cut off: probes started before then
+    /// accuse nobody.
+    back_at: Time,
+    /// The latest time any call was made with.
+    last_now: Time,
+    /// Until when packets may be late by how much more than the replay
+    /// window allows: this node was paused and they queued up meanwhile.
+    pause_credit: (Time, Duration),
+}
+
+impl Isolation {
+    /// Started at `now`, as if just heard from the cluster.
+    pub(crate) fn new(now: Time) -> Isolation {
+        Isolation {
+            heard_any: now,
+            back_at: Time::ZERO,
+            last_now: now,
+            pause_credit: (Time::ZERO, Duration::ZERO),
+        }
+    }
+
+    /// The latest time given.
+    pub(crate) fn last_now(&self) -> Time {
+        self.last_now
+    }
+
+    /// A call was made at `now`.
+    pub(crate) fn advance(&mut self, now: Time) {
+        self.last_now = self.last_now.max(now);
+    }
+
+    /// Counts as having heard from the cluster at `now`.
+    pub(crate) fn heard(&mut self, now: Time) {
+        self.heard_any = self.heard_any.max(now);
+    }
+
+    /// When this node last stopped being cut off.
+    pub(crate) fn back_at(&self) -> Time {
+        self.back_at
+    }
+
+    /// Extra lateness allowed at `now` after a pause.
+    pub(crate) fn pause_credit(&self, now: Time) -> Duration {
+        if now < self.pause_credit.0 {
+            self.pause_credit.1
+        } else {
+            Duration::ZERO
+        }
+    }
+
+    /// Packets late by up to `length` are accepted until `until`.
+    pub(crate) fn credit_pause(&mut self, until: Time, length: Duration) {
+        self.pause_credit = (until, length);
+    }
+
+    /// A hint for [`Node::warm_state`].
+    pub(crate) fn warm(&self) -> u64 {
+        self.last_now.as_nanos() ^ self.pause_credit.0.as_nanos() ^ self.heard_any.as_nanos()
+    }
+}
 
 impl<I: Identity> Node<I> {
     /// Whether this node has concluded that it is cut off from the cluster.
     pub fn is_cut_off(&self) -> bool {
-        self.cut_off
+        self.phase.is_cut_off()
     }
 
     /// Any packet from another member of the cluster, or traffic from one,
     /// arrived: this node is not cut off.
     pub(crate) fn heard_from_someone(&mut self, now: Time) {
-        self.heard_any = self.heard_any.max(now);
-        if self.cut_off {
-            self.cut_off = false;
-            self.in_fallback = false;
-            self.back_at = now;
+        self.isolation.heard(now);
+        if self.phase.reconnected() {
+            self.isolation.back_at = now;
         }
     }
 
     /// Whether a cluster this size lets a node that hears from nobody infer
     /// that it is the one cut off.
     pub(crate) fn large_enough_to_infer_cut_off(&self) -> bool {
-        self.live > self.cfg.corroboration
+        self.members.live() > self.cfg.corroboration
     }
 
     /// Silence from every member after which this node concludes that it is
     /// cut off: the longest suspicion, and at least two of its probe periods
     /// (a connected node hears acks to its own probes every period).
-    fn cut_off_after(&self) -> std::time::Duration {
+    fn cut_off_after(&self) -> Duration {
         self.cfg.suspicion_max.max(self.cfg.probe_interval * 2)
     }
 
     /// Concludes that this node is cut off if it has heard from no member
     /// for `suspicion_max`; see the module documentation.
     pub(crate) fn check_cut_off(&mut self, now: Time) {
-        if self.cut_off
-            || self.left
+        if self.phase.is_cut_off()
+            || self.phase.has_left()
             || !self.large_enough_to_infer_cut_off()
-            || now.saturating_since(self.heard_any) < self.cut_off_after()
+            || now.saturating_since(self.isolation.heard_any) < self.cut_off_after()
         {
             return;
         }
-        self.cut_off = true;
+        let seeds = !self.recovery.seeds().is_empty();
+        let report = seeds && !self.phase.in_fallback();
+        self.phase = Lifecycle::CutOff {
+            fallback: self.phase.in_fallback() || seeds,
+        };
         self.stats.cut_offs += 1;
         self.withdraw_all_accusations(now);
-        if !self.seeds.is_empty() {
-            if !self.in_fallback {
-                self.in_fallback = true;
+        if seeds {
+            if report {
                 self.push_event(Event::SeedFallback);
             }
-            self.next_seed_retry = now;
+            self.timers.set(Timer::SeedRetry, now);
         }
     }
 
     /// Takes back every accusation this node made, here and in the news
     /// still queued for others.
     fn withdraw_all_accusations(&mut self, now: Time) {
-        let mut mine: Vec<I> = self
-            .suspicions
-            .iter()
-            .filter(|(_, s)| {
-                s.accused_at.is_some()
-                    || s.accusers.contains(&self.me)
-                    || s.discounted.contains(&self.me)
-            })
-            .map(|(id, _)| id.clone())
-            .collect();
-        mine.sort_unstable();
-        for id in mine {
-            let me = self.me.clone();
-            if let Some(s) = self.suspicions.get_mut(&id) {
-                s.accused_at = None;
-                s.closed_at = None;
-                s.closed.retain(|a| *a != me);
-                s.accusers.retain(|a| *a != me);
-                s.discounted.retain(|a| *a != me);
-            }
-            self.broadcasts.remove(&(id.clone(), Some(me)));
+        let me = self.local.id().clone();
+        for id in self.suspicions.withdraw_all(&me) {
+            self.broadcasts.remove(&(id.clone(), Some(me.clone())));
             self.stats.accusations_withdrawn += 1;
             self.rearm(&id, now);
         }

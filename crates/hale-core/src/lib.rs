@@ -37,6 +37,7 @@ mod freshness;
 mod gossip;
 pub mod identity;
 mod isolation;
+mod local;
 pub mod member;
 mod monitor;
 mod node;

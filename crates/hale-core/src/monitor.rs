@@ -17,8 +17,65 @@ use std::time::Duration;
 use crate::identity::Identity;
 use crate::member::MemberState;
 use crate::node::Node;
-use crate::ring::ring_position;
 use crate::time::Time;
+
+/// The ring neighbours this node watches.
+///
+/// Invariants: `pinged` has one entry per member of `monitored`, then of
+/// `watchers`; no member is in both; `horizon` is the ring distance of the
+/// farthest unsuspected neighbour before and after (`u64::MAX` when there
+/// are fewer than `monitors`). While `deferred` (a snapshot loads), changes
+/// only set `dirty`.
+#[derive(Debug)]
+pub(crate) struct Monitors<I> {
+    /// Ring neighbours before this node: pinged when quiet for a monitor interval.
+    monitored: Vec<I>,
+    /// Ring neighbours after this node (they ping it): pinged when quiet longer.
+    watchers: Vec<I>,
+    /// When each of `monitored`, then `watchers`, was last pinged by turn.
+    pinged: Vec<Time>,
+    horizon: (u64, u64),
+    /// A snapshot is loading: not a lifecycle phase (it lasts within one
+    /// call, in any phase), and set apart from `dirty`, which says whether
+    /// a change came meanwhile.
+    deferred: bool,
+    dirty: bool,
+}
+
+impl<I: Identity> Monitors<I> {
+    /// No neighbours yet.
+    pub(crate) fn new() -> Monitors<I> {
+        Monitors {
+            monitored: Vec::new(),
+            watchers: Vec::new(),
+            pinged: Vec::new(),
+            horizon: (u64::MAX, u64::MAX),
+            deferred: false,
+            dirty: false,
+        }
+    }
+
+    /// The neighbours pinged by turn.
+    pub(crate) fn monitored(&self) -> &[I] {
+        &self.monitored
+    }
+
+    /// The neighbours expected to ping this node.
+    pub(crate) fn watchers(&self) -> &[I] {
+        &self.watchers
+    }
+
+    /// Defers recomputing until [`Monitors::resume`].
+    pub(crate) fn defer(&mut self) {
+        self.deferred = true;
+    }
+
+    /// Stops deferring; whether a change was deferred.
+    pub(crate) fn resume(&mut self) -> bool {
+        self.deferred = false;
+        self.dirty
+    }
+}
 
 impl<I: Identity> Node<I> {
     /// How long a neighbour may stay quiet before this node pings it:
@@ -38,7 +95,7 @@ impl<I: Identity> Node<I> {
     fn monitor_due(&self, i: usize) -> Option<Time> {
         let (id, passive) = self.neighbour(i)?;
         let m = self.members.get(id)?;
-        if !m.state().is_live() || self.probes.iter().any(|p| p.target == *id) {
+        if !m.state().is_live() || self.probing.probe_of(id).is_some() {
             return None;
         }
         // What it sends counts only while it is unsuspected and in good
@@ -51,25 +108,30 @@ impl<I: Identity> Node<I> {
         } else {
             Time::ZERO
         };
-        let since = heard.max(self.monitor_pinged[i]);
+        let since = heard.max(self.monitors.pinged[i]);
         Some(since + self.quiet_window(passive))
     }
 
     /// Neighbour `i`: an index into `monitored` (pinged by turn), then
     /// `watchers` (passive: `true`).
     fn neighbour(&self, i: usize) -> Option<(&I, bool)> {
-        match self.monitored.get(i) {
+        match self.monitors.monitored.get(i) {
             Some(id) => Some((id, false)),
-            None => Some((self.watchers.get(i - self.monitored.len())?, true)),
+            None => Some((
+                self.monitors
+                    .watchers
+                    .get(i - self.monitors.monitored.len())?,
+                true,
+            )),
         }
     }
 
     /// The earliest time a neighbour is due for a ping.
     pub(crate) fn next_monitor_due(&self) -> Time {
-        if self.left {
+        if self.phase.has_left() {
             return Time::NEVER;
         }
-        (0..self.monitor_pinged.len())
+        (0..self.monitors.pinged.len())
             .filter_map(|i| self.monitor_due(i))
             .min()
             .unwrap_or(Time::NEVER)
@@ -77,16 +139,16 @@ impl<I: Identity> Node<I> {
 
     /// Pings every neighbour whose quiet window ran out.
     pub(crate) fn monitor_tick(&mut self, now: Time) {
-        if self.left {
+        if self.phase.has_left() {
             return;
         }
-        for i in 0..self.monitor_pinged.len() {
+        for i in 0..self.monitors.pinged.len() {
             if self.monitor_due(i).is_some_and(|due| due <= now) {
                 let Some((target, _)) = self.neighbour(i) else {
                     continue;
                 };
                 let target = target.clone();
-                self.monitor_pinged[i] = now;
+                self.monitors.pinged[i] = now;
                 self.start_probe(now, &target);
             }
         }
@@ -97,19 +159,19 @@ impl<I: Identity> Node<I> {
         let Some(m) = self.members.get(id) else {
             return;
         };
-        if self.defer_monitors {
-            self.monitors_dirty = true;
+        if self.monitors.deferred {
+            self.monitors.dirty = true;
             return;
         }
         let relevant = if m.state().is_live() {
             let k = self.cfg.monitors;
-            self.monitored.len() < k || self.watchers.len() < k || {
-                let ring = ring_position(self.cluster, id, &mut self.scratch);
-                self.my_ring.wrapping_sub(ring) <= self.monitor_horizon.0
-                    || ring.wrapping_sub(self.my_ring) <= self.monitor_horizon.1
+            self.monitors.monitored.len() < k || self.monitors.watchers.len() < k || {
+                let ring = self.local.ring_of(id);
+                self.local.ring().wrapping_sub(ring) <= self.monitors.horizon.0
+                    || ring.wrapping_sub(self.local.ring()) <= self.monitors.horizon.1
             }
         } else {
-            self.monitored.contains(id) || self.watchers.contains(id)
+            self.monitors.monitored.contains(id) || self.monitors.watchers.contains(id)
         };
         if relevant {
             self.recompute_monitors();
@@ -124,7 +186,7 @@ impl<I: Identity> Node<I> {
     /// accusers. A member that is on both sides (a small cluster) is only
     /// pinged by turn.
     pub(crate) fn recompute_monitors(&mut self) {
-        self.monitors_dirty = false;
+        self.monitors.dirty = false;
         let k = self.cfg.monitors;
         let mut before: Vec<(u64, I)> = Vec::with_capacity(k + 1);
         let mut after: Vec<(u64, I)> = Vec::with_capacity(k + 1);
@@ -140,10 +202,10 @@ impl<I: Identity> Node<I> {
             if !m.state().is_live() || k == 0 {
                 continue;
             }
-            let ring = ring_position(self.cluster, &*id, &mut self.scratch);
+            let ring = self.local.ring_of(&*id);
             let (db, da) = (
-                self.my_ring.wrapping_sub(ring),
-                ring.wrapping_sub(self.my_ring),
+                self.local.ring().wrapping_sub(ring),
+                ring.wrapping_sub(self.local.ring()),
             );
             if m.state() == MemberState::Suspect {
                 suspects.push((db, da, id.into_owned()));
@@ -159,35 +221,37 @@ impl<I: Identity> Node<I> {
                 best.last().map_or(u64::MAX, |(d, _)| *d)
             }
         };
-        self.monitor_horizon = (horizon(&before), horizon(&after));
+        self.monitors.horizon = (horizon(&before), horizon(&after));
         for (db, da, id) in suspects {
-            if db < self.monitor_horizon.0 {
+            if db < self.monitors.horizon.0 {
                 before.push((db, id.clone()));
             }
-            if da < self.monitor_horizon.1 {
+            if da < self.monitors.horizon.1 {
                 after.push((da, id));
             }
         }
         before.sort_unstable_by_key(|e| e.0);
         after.sort_unstable_by_key(|e| e.0);
         let old: Vec<(I, Time)> = self
+            .monitors
             .monitored
             .iter()
-            .chain(&self.watchers)
+            .chain(&self.monitors.watchers)
             .cloned()
-            .zip(self.monitor_pinged.iter().copied())
+            .zip(self.monitors.pinged.iter().copied())
             .collect();
-        self.monitored = before.into_iter().map(|(_, id)| id).collect();
-        self.watchers = after
+        self.monitors.monitored = before.into_iter().map(|(_, id)| id).collect();
+        self.monitors.watchers = after
             .into_iter()
             .map(|(_, id)| id)
-            .filter(|id| !self.monitored.contains(id))
+            .filter(|id| !self.monitors.monitored.contains(id))
             .collect();
         // A neighbour kept keeps the time of its last ping.
-        self.monitor_pinged = self
+        self.monitors.pinged = self
+            .monitors
             .monitored
             .iter()
-            .chain(&self.watchers)
+            .chain(&self.monitors.watchers)
             .map(|id| {
                 old.iter()
                     .find(|(o, _)| o == id)

@@ -1,6 +1,6 @@
 //! The [`Node`]: one member's SWIM + Lifeguard state machine.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::HashMap;
 use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
@@ -9,17 +9,21 @@ use rustc_hash::FxBuildHasher;
 
 use crate::broadcast::{Broadcasts, Class};
 use crate::config::{Config, ConfigError};
-use crate::direct::Outgoing;
+use crate::direct::{Outbox, Outgoing};
 use crate::event::Event;
 use crate::freshness::Verdict;
 use crate::identity::Identity;
+use crate::isolation::{Isolation, Lifecycle};
+use crate::local::Local;
 use crate::member::{Member, MemberState};
-use crate::probe::{Probe, Relay};
-use crate::ring::ring_position;
-use crate::state::{AccuserWindow, Suspicion};
+use crate::monitor::Monitors;
+use crate::probe::Probing;
+use crate::state::Suspicions;
 use crate::stats::{DropReason, Stats};
+use crate::sync::Recovery;
 use crate::table::Table;
-use crate::time::Time;
+use crate::targeted::Targeted;
+use crate::time::{Time, Timer, TimerTable};
 use crate::wire::{
     cluster_id, Channel, DecodeError, Header, Message, Packet, MAX_DATAGRAM, MAX_MESSAGES, MAX_META,
 };
@@ -96,83 +100,41 @@ pub enum MetadataError {
 /// Time is whatever the caller says it is: it must not go backwards. The
 /// node never reads a clock, opens a socket or uses OS randomness; all its
 /// randomness comes from [`Config::rng_seed`].
+///
+/// # State
+///
+/// Each part of the state is a sub-state that owns its fields and keeps its
+/// own invariants (documented on its type); the `impl Node` blocks in the
+/// modules named below work through their methods.
 #[derive(Debug)]
 pub struct Node<I: Identity> {
     pub(crate) cfg: Config,
-    pub(crate) cluster: u64,
-    pub(crate) me: I,
-    pub(crate) my_ring: u64,
-    pub(crate) incarnation: u32,
-    pub(crate) meta: Box<[u8]>,
-    pub(crate) left: bool,
+    /// Identity, incarnation, metadata, generation (`local.rs`).
+    pub(crate) local: Local<I>,
+    /// Active, fallen back to seeds, cut off, or left (`isolation.rs`).
+    pub(crate) phase: Lifecycle,
     pub(crate) rng: Xoshiro256PlusPlus,
+    /// Every other member, with live and suspect counts (`table.rs`).
     pub(crate) members: Table<I>,
-    /// Alive or suspect members, not counting this node.
-    pub(crate) live: usize,
-    /// Suspected members.
-    pub(crate) suspects: usize,
-    // Probing.
-    pub(crate) walk: Vec<I>,
-    pub(crate) walk_pos: usize,
-    pub(crate) walk_round: u64,
-    /// Ring neighbours before this node: pinged when quiet for a monitor interval.
-    pub(crate) monitored: Vec<I>,
-    /// Ring neighbours after this node (they ping it): pinged when quiet longer.
-    pub(crate) watchers: Vec<I>,
-    /// When each of `monitored`, then `watchers`, was last pinged by turn.
-    pub(crate) monitor_pinged: Vec<Time>,
-    /// Ring distance of the farthest neighbour before and after (MAX when short).
-    pub(crate) monitor_horizon: (u64, u64),
-    pub(crate) probes: Vec<Probe<I>>,
-    pub(crate) relays: Vec<Relay<I>>,
-    pub(crate) next_seq: u32,
-    pub(crate) next_probe: Time,
-    pub(crate) health: u8,
-    // Suspicion.
-    pub(crate) suspicions: FxMap<I, Suspicion<I>>,
-    pub(crate) deadlines: BTreeSet<(Time, I)>,
-    pub(crate) accusers: FxMap<I, AccuserWindow>,
-    // Gossip.
+    /// The walk, probes in flight, local health (`probe.rs`).
+    pub(crate) probing: Probing<I>,
+    /// Ring neighbours (`monitor.rs`).
+    pub(crate) monitors: Monitors<I>,
+    /// Suspicions and their deadlines (`state.rs`, `verdict.rs`).
+    pub(crate) suspicions: Suspicions<I>,
+    /// News queued for gossip (`broadcast.rs`, `gossip.rs`).
     pub(crate) broadcasts: Broadcasts<I>,
-    pub(crate) next_gossip: Time,
     /// Suspicions and refutations sent to a few members (`targeted.rs`).
-    pub(crate) targeted: Vec<crate::targeted::TargetedItem<I>>,
-    // Sync and recovery.
-    pub(crate) seeds: Vec<I>,
-    pub(crate) next_push_pull: Time,
-    pub(crate) next_seed_retry: Time,
-    pub(crate) in_fallback: bool,
-    pub(crate) next_reconnect: Time,
-    pub(crate) next_reap: Time,
-    pub(crate) sync_tokens: f64,
-    pub(crate) sync_tokens_at: Time,
-    pub(crate) tombstones: Vec<I>,
-    pub(crate) dead_notices: FxMap<I, Time>,
-    /// When a packet (or traffic) from another member last arrived.
-    pub(crate) heard_any: Time,
-    /// This node concluded that it is cut off (see `isolation.rs`).
-    pub(crate) cut_off: bool,
-    /// When it last stopped being cut off: probes started before then
-    /// accuse nobody.
-    pub(crate) back_at: Time,
-    // Output.
-    pub(crate) transmits: VecDeque<Outgoing<I>>,
-    pub(crate) events: VecDeque<Event<I>>,
+    pub(crate) targeted: Targeted<I>,
+    /// Seeds, tombstones, sync budget (`sync.rs`).
+    pub(crate) recovery: Recovery<I>,
+    /// Whether faults are this node's own: silence, pauses (`isolation.rs`).
+    pub(crate) isolation: Isolation,
+    /// The periodic timers (`time.rs`).
+    pub(crate) timers: TimerTable,
+    /// Packets and events for the runtime (`direct.rs`).
+    pub(crate) out: Outbox<I>,
     pub(crate) stats: Stats,
-    pub(crate) last_now: Time,
-    /// Until when packets may be late by how much more than the replay
-    /// window allows: this node was paused and they queued up meanwhile.
-    pub(crate) pause_credit: (Time, Duration),
-    /// This run's generation and the notices about others' (`freshness.rs`).
-    pub(crate) generation: crate::freshness::Generation,
-    /// Scratch space for encoding (ring positions).
-    pub(crate) scratch: Vec<u8>,
-    /// No events while loading a snapshot.
-    pub(crate) quiet: bool,
-    /// Monitors are recomputed once at the end of a snapshot load, not per
-    /// record: set while loading, and when a change was deferred.
-    pub(crate) defer_monitors: bool,
-    pub(crate) monitors_dirty: bool,
 }
 
 impl<I: Identity> Node<I> {
@@ -180,95 +142,67 @@ impl<I: Identity> Node<I> {
     pub fn new(me: I, cfg: Config, now: Time) -> Result<Self, ConfigError> {
         cfg.validate()?;
         let mut rng = Xoshiro256PlusPlus::seed_from_u64(cfg.rng_seed);
-        let cluster = cluster_id(&cfg.cluster);
-        let mut scratch = Vec::with_capacity(128);
-        let my_ring = ring_position(cluster, &me, &mut scratch);
+        let local = Local::new(
+            me,
+            cluster_id(&cfg.cluster),
+            cfg.meta.clone(),
+            cfg.generation,
+        );
         // Random phases so that nodes started together do not probe in lockstep.
         let probe_phase = rng.random_range(0..cfg.walk_interval.as_nanos() as u64);
         let pp_phase = rng.random_range(0..cfg.push_pull_interval.as_nanos() as u64);
         let rc_phase = rng.random_range(0..cfg.reconnect_interval.as_nanos() as u64);
+        let mut timers = TimerTable::new();
+        timers.set(Timer::Probe, now + Duration::from_nanos(probe_phase));
+        timers.set(Timer::PushPull, now + Duration::from_nanos(pp_phase));
+        timers.set(Timer::SeedRetry, now + cfg.seed_retry_interval);
+        timers.set(Timer::Reconnect, now + Duration::from_nanos(rc_phase));
+        timers.set(Timer::Reap, now + Duration::from_secs(10));
         Ok(Node {
-            cluster,
-            my_ring,
-            incarnation: 0,
-            meta: cfg.meta.clone().into_boxed_slice(),
-            left: false,
+            local,
+            phase: Lifecycle::Active,
             rng,
             members: Table::new(),
-            live: 0,
-            suspects: 0,
-            walk: Vec::new(),
-            walk_pos: 0,
-            walk_round: 0,
-            monitored: Vec::new(),
-            watchers: Vec::new(),
-            monitor_pinged: Vec::new(),
-            monitor_horizon: (u64::MAX, u64::MAX),
-            probes: Vec::new(),
-            relays: Vec::new(),
-            next_seq: 1,
-            next_probe: now + Duration::from_nanos(probe_phase),
-            health: 0,
-            suspicions: FxMap::default(),
-            deadlines: BTreeSet::new(),
-            accusers: FxMap::default(),
+            probing: Probing::new(),
+            monitors: Monitors::new(),
+            suspicions: Suspicions::new(),
             broadcasts: Broadcasts::new(cfg.max_broadcasts),
-            next_gossip: Time::NEVER,
-            targeted: Vec::new(),
-            seeds: Vec::new(),
-            next_push_pull: now + Duration::from_nanos(pp_phase),
-            next_seed_retry: now + cfg.seed_retry_interval,
-            in_fallback: false,
-            next_reconnect: now + Duration::from_nanos(rc_phase),
-            next_reap: now + Duration::from_secs(10),
-            sync_tokens: f64::from(cfg.sync_replies_per_sec),
-            sync_tokens_at: now,
-            tombstones: Vec::new(),
-            dead_notices: FxMap::default(),
-            heard_any: now,
-            cut_off: false,
-            back_at: Time::ZERO,
-            transmits: VecDeque::new(),
-            events: VecDeque::new(),
+            targeted: Targeted::new(),
+            recovery: Recovery::new(cfg.sync_replies_per_sec, now),
+            isolation: Isolation::new(now),
+            timers,
+            out: Outbox::new(),
             stats: Stats::default(),
-            last_now: now,
-            pause_credit: (Time::ZERO, Duration::ZERO),
-            generation: crate::freshness::Generation::new(cfg.generation),
-            scratch,
-            quiet: false,
-            defer_monitors: false,
-            monitors_dirty: false,
-            me,
             cfg,
         })
     }
 
     /// This node's identity.
     pub fn id(&self) -> &I {
-        &self.me
+        self.local.id()
     }
 
     /// The generation this node's packets carry: `Config::generation`, or
     /// higher once a peer told it that it had heard a newer one from it
     /// (a restart with the wall clock set back; see `freshness.rs`).
     pub fn generation(&self) -> u64 {
-        self.generation.mine
+        self.local.my_generation()
     }
 
     /// This node's incarnation.
     pub fn incarnation(&self) -> u32 {
-        self.incarnation
+        self.local.incarnation()
     }
 
     /// This node's Lifeguard local health score: 0 is healthy, up to
     /// `awareness_max - 1`; probe interval and timeout are scaled by score + 1.
     pub fn local_health(&self) -> u8 {
-        self.health
+        self.probing.health()
     }
 
     /// Whether [`Node::leave`] was called.
     pub fn has_left(&self) -> bool {
-        self.left
+        self.phase.has_left()
     }
 
     /// The configuration in force.
@@ -294,19 +228,19 @@ impl<I: Identity> Node<I> {
 
     /// Alive or suspected members, this node excluded.
     pub fn num_live(&self) -> usize {
-        self.live
+        self.members.live()
     }
 
     /// The ring neighbours this node pings when they are quiet for a
     /// monitor interval (its predecessors).
     pub fn monitored(&self) -> &[I] {
-        &self.monitored
+        self.monitors.monitored()
     }
 
     /// The ring neighbours that ping this node (its successors); it pings
     /// them only when they stay quiet longer than expected.
     pub fn watchers(&self) -> &[I] {
-        &self.watchers
+        self.monitors.watchers()
     }
 
     /// News waiting to be gossiped.
@@ -316,13 +250,13 @@ impl<I: Identity> Node<I> {
 
     /// This node's metadata.
     pub fn metadata(&self) -> &[u8] {
-        &self.meta
+        self.local.meta()
     }
 
     /// Application traffic was received from `peer`: proof of life that
     /// spares a probe. Unknown peers are ignored.
     pub fn note_traffic(&mut self, now: Time, peer: &I) {
-        self.last_now = self.last_now.max(now);
+        self.isolation.advance(now);
         if self.members.contains(peer) {
             self.heard_from_someone(now);
         }
@@ -336,14 +270,14 @@ impl<I: Identity> Node<I> {
 
     /// Publishes new metadata (raising the incarnation so it wins everywhere).
     pub fn set_metadata(&mut self, now: Time, meta: Vec<u8>) -> Result<(), MetadataError> {
-        if self.left {
+        if self.phase.has_left() {
             return Err(MetadataError::Left);
         }
         if meta.len() > MAX_META {
             return Err(MetadataError::TooLarge(meta.len()));
         }
-        self.meta = meta.into_boxed_slice();
-        self.incarnation = self.incarnation.saturating_add(1);
+        self.local.set_meta(meta);
+        self.local.raise_incarnation(0);
         self.broadcast_self_alive(now);
         Ok(())
     }
@@ -351,24 +285,23 @@ impl<I: Identity> Node<I> {
     /// Leaves gracefully: announces it to the cluster so peers record it as
     /// left, not dead. Keep driving the node for a moment so the news spreads.
     pub fn leave(&mut self, now: Time) -> Result<(), LeaveError> {
-        if self.left {
+        if self.phase.has_left() {
             return Err(LeaveError::AlreadyLeft);
         }
-        self.left = true;
-        self.incarnation = self.incarnation.saturating_add(1);
-        self.probes.clear();
-        self.relays.clear();
+        self.phase.leave();
+        self.local.raise_incarnation(0);
+        self.probing.abandon();
         let msg = Message::Left {
-            member: self.me.clone(),
-            incarnation: self.incarnation,
+            member: self.local.id().clone(),
+            incarnation: self.local.incarnation(),
         };
         self.broadcasts
-            .push(Class::Left, (self.me.clone(), None), msg.clone());
+            .push(Class::Left, (self.local.id().clone(), None), msg.clone());
         let targets = self.random_live(2 * self.cfg.gossip_fanout, None);
         for t in targets {
             self.send(t, Channel::Datagram, vec![msg.clone()]);
         }
-        self.next_gossip = now;
+        self.timers.set(Timer::Gossip, now);
         Ok(())
     }
 
@@ -392,7 +325,7 @@ impl<I: Identity> Node<I> {
         bytes: &[u8],
         channel: Channel,
     ) -> Result<(), ReceiveError> {
-        match Packet::<I>::decode(bytes, channel, self.cluster) {
+        match Packet::<I>::decode(bytes, channel, self.local.cluster()) {
             Ok(pkt) => self.receive_decoded(now, pkt, channel),
             Err(e) => {
                 self.stats.drop(DropReason::of(&e));
@@ -408,11 +341,11 @@ impl<I: Identity> Node<I> {
         pkt: Packet<I>,
         channel: Channel,
     ) -> Result<(), ReceiveError> {
-        if pkt.header.sender == self.me {
+        if pkt.header.sender == *self.local.id() {
             self.stats.drop(DropReason::FromSelf);
             return Err(ReceiveError::FromSelf);
         }
-        if self.left {
+        if self.phase.has_left() {
             self.stats.drop(DropReason::AfterLeave);
             return Err(ReceiveError::Left);
         }
@@ -460,7 +393,7 @@ impl<I: Identity> Node<I> {
             accuser,
         } = &msg
         {
-            if *member == self.me {
+            if *member == *self.local.id() {
                 self.answer_old_accusation(from, accuser, *incarnation);
             }
         }
@@ -470,11 +403,11 @@ impl<I: Identity> Node<I> {
                 target,
                 suspected,
             } => {
-                if target != self.me {
+                if target != *self.local.id() {
                     return;
                 }
                 if let Some(inc) = suspected {
-                    if inc >= self.incarnation {
+                    if inc >= self.local.incarnation() {
                         self.refute(now, inc, Some(from.clone()), false);
                     }
                 }
@@ -552,13 +485,12 @@ impl<I: Identity> Node<I> {
             }
             MemberState::Dead => {
                 // It does not know it was declared dead: tell it, at most once a period.
-                let last = self.dead_notices.get(&h.sender).copied();
-                if last.is_none_or(|t| now.saturating_since(t) >= self.cfg.probe_interval) {
-                    self.dead_notices.insert(h.sender.clone(), now);
+                let period = self.cfg.probe_interval;
+                if self.recovery.may_notify_dead(&h.sender, now, period) {
                     let notice = Message::Dead {
                         member: h.sender.clone(),
                         incarnation: inc,
-                        declarer: self.me.clone(),
+                        declarer: self.local.id().clone(),
                         accusers: self.cfg.corroboration as u8,
                     };
                     self.send(h.sender.clone(), Channel::Datagram, vec![notice]);
@@ -572,7 +504,7 @@ impl<I: Identity> Node<I> {
     pub fn handle_timeout(&mut self, now: Time) {
         self.check_pause(now);
         self.check_cut_off(now);
-        if now >= self.next_probe {
+        if self.timers.due(Timer::Probe, now) {
             self.probe_tick(now);
         }
         self.probe_deadlines(now);
@@ -581,19 +513,19 @@ impl<I: Identity> Node<I> {
         self.monitor_tick(now);
         self.suspicion_deadlines(now);
         self.targeted_tick(now);
-        if now >= self.next_gossip {
+        if self.timers.due(Timer::Gossip, now) {
             self.gossip_tick(now);
         }
-        if now >= self.next_push_pull {
+        if self.timers.due(Timer::PushPull, now) {
             self.push_pull_tick(now);
         }
-        if now >= self.next_seed_retry {
+        if self.timers.due(Timer::SeedRetry, now) {
             self.seed_tick(now);
         }
-        if now >= self.next_reconnect {
+        if self.timers.due(Timer::Reconnect, now) {
             self.reconnect_tick(now);
         }
-        if now >= self.next_reap {
+        if self.timers.due(Timer::Reap, now) {
             self.reap(now);
         }
     }
@@ -604,30 +536,23 @@ impl<I: Identity> Node<I> {
         (t != Time::NEVER).then_some(t)
     }
 
+    /// The earliest of the armed timers in the table (gossip while news is
+    /// queued, seed retries while alone or cut off with seeds), and of the
+    /// deadlines the sub-states derive from their own state.
     fn next_deadline(&self) -> Time {
-        let mut t = self
-            .next_probe
+        let seeds = (self.members.live() == 0 || self.phase.is_cut_off())
+            && !self.recovery.seeds().is_empty();
+        let gossip = !self.broadcasts.is_empty();
+        self.timers
+            .next(|t| match t {
+                Timer::Gossip => gossip,
+                Timer::SeedRetry => seeds,
+                _ => true,
+            })
             .min(self.next_monitor_due())
-            .min(self.next_push_pull)
-            .min(self.next_reconnect)
-            .min(self.next_reap)
-            .min(self.next_targeted_due());
-        if !self.broadcasts.is_empty() {
-            t = t.min(self.next_gossip);
-        }
-        if (self.live == 0 || self.cut_off) && !self.seeds.is_empty() {
-            t = t.min(self.next_seed_retry);
-        }
-        for p in &self.probes {
-            t = t.min(p.next_deadline());
-        }
-        for r in &self.relays {
-            t = t.min(r.next_deadline());
-        }
-        if let Some((d, _)) = self.deadlines.first() {
-            t = t.min(*d);
-        }
-        t
+            .min(self.next_targeted_due())
+            .min(self.probing.next_deadline())
+            .min(self.suspicions.next_deadline())
     }
 
     /// Detects that this node itself was paused (stop-the-world, SIGSTOP):
@@ -636,38 +561,26 @@ impl<I: Identity> Node<I> {
     fn check_pause(&mut self, now: Time) {
         // The next deadline is never before the last input, so an input soon
         // after the previous one cannot reveal a pause: skip the work.
-        if now <= self.last_now + self.cfg.pause_threshold {
-            self.last_now = self.last_now.max(now);
+        if now <= self.isolation.last_now() + self.cfg.pause_threshold {
+            self.isolation.advance(now);
             return;
         }
-        let expected = self.next_deadline().max(self.last_now);
-        self.last_now = self.last_now.max(now);
+        let expected = self.next_deadline().max(self.isolation.last_now());
+        self.isolation.advance(now);
         if expected == Time::NEVER || now <= expected + self.cfg.pause_threshold {
             return;
         }
         self.stats.pauses += 1;
         self.credit_pause(now, now.saturating_since(expected));
-        self.stats.probes_abandoned += self.probes.len() as u64;
-        self.probes.clear();
-        self.relays.clear();
+        self.stats.probes_abandoned += self.probing.abandon() as u64;
         self.bump_health(1);
         // Nobody could reach us while we were paused: give the cluster time
         // to speak before concluding that we are cut off.
-        self.heard_any = self.heard_any.max(now);
+        self.isolation.heard(now);
         let floor = now + self.cfg.suspicion_min;
-        let late: Vec<(Time, I)> = self
-            .deadlines
-            .range(..(floor, self.me.clone()))
-            .cloned()
-            .collect();
-        for (d, id) in late {
-            self.deadlines.remove(&(d, id.clone()));
-            if let Some(s) = self.suspicions.get_mut(&id) {
-                s.deadline = floor;
-            }
-            self.deadlines.insert((floor, id));
-        }
-        self.next_probe = self.next_probe.max(now);
+        self.suspicions.postpone(floor, self.local.id());
+        let probe = self.timers.get(Timer::Probe).max(now);
+        self.timers.set(Timer::Probe, probe);
         self.push_event(Event::Paused {
             gap_ms: now.saturating_since(expected).as_millis() as u64,
         });
@@ -675,33 +588,28 @@ impl<I: Identity> Node<I> {
 
     /// The next packet to send.
     pub fn poll_transmit(&mut self) -> Option<Transmit<I>> {
-        self.transmits.pop_front().map(Outgoing::encode)
+        self.out.next_packet().map(Outgoing::encode)
     }
 
     /// The next event.
     pub fn poll_event(&mut self) -> Option<Event<I>> {
-        self.events.pop_front()
+        self.out.pop_event()
     }
 
     pub(crate) fn push_event(&mut self, e: Event<I>) {
-        if self.quiet {
-            return;
-        }
-        if self.events.len() >= self.cfg.max_events {
-            self.events.pop_front();
+        if self.out.push_event(e, self.cfg.max_events) {
             self.stats.events_dropped += 1;
         }
-        self.events.push_back(e);
     }
 
     fn header(&self) -> Header<I> {
         Header {
-            cluster: self.cluster,
-            sender: self.me.clone(),
-            incarnation: self.incarnation,
-            health: self.health,
-            generation: self.generation.mine,
-            sent_ms: self.last_now.as_nanos() / 1_000_000,
+            cluster: self.local.cluster(),
+            sender: self.local.id().clone(),
+            incarnation: self.local.incarnation(),
+            health: self.probing.health(),
+            generation: self.local.my_generation(),
+            sent_ms: self.isolation.last_now().as_nanos() / 1_000_000,
         }
     }
 
@@ -745,7 +653,7 @@ impl<I: Identity> Node<I> {
                 self.stats.stream_bytes_out += len as u64;
             }
         }
-        self.transmits.push_back(Outgoing {
+        self.out.send(Outgoing {
             to,
             channel,
             packet: Packet {

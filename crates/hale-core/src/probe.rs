@@ -11,28 +11,28 @@ use crate::identity::Identity;
 use crate::member::MemberState;
 use crate::node::Node;
 use crate::table::IN_WALK;
-use crate::time::Time;
+use crate::time::{Time, Timer};
 use crate::wire::{Channel, Message};
 
 /// A probe in flight.
 #[derive(Debug, Clone)]
 pub(crate) struct Probe<I> {
-    pub(crate) seq: u32,
-    pub(crate) started: Time,
-    pub(crate) target: I,
-    pub(crate) target_inc: u32,
+    seq: u32,
+    started: Time,
+    target: I,
+    target_inc: u32,
     /// When the ping is sent once more if no ack came (`NEVER` once done):
     /// a lost datagram costs one packet, not a round of indirect probes.
-    pub(crate) retry_at: Time,
-    pub(crate) direct_deadline: Time,
-    pub(crate) final_deadline: Time,
-    pub(crate) indirect: bool,
-    pub(crate) expected_nacks: u32,
-    pub(crate) nacks: u32,
+    retry_at: Time,
+    direct_deadline: Time,
+    final_deadline: Time,
+    indirect: bool,
+    expected_nacks: u32,
+    nacks: u32,
 }
 
 impl<I> Probe<I> {
-    pub(crate) fn next_deadline(&self) -> Time {
+    fn next_deadline(&self) -> Time {
         if self.indirect {
             self.final_deadline
         } else {
@@ -44,17 +44,17 @@ impl<I> Probe<I> {
 /// A ping we send on behalf of another member's indirect probe.
 #[derive(Debug, Clone)]
 pub(crate) struct Relay<I> {
-    pub(crate) seq: u32,
-    pub(crate) target: I,
-    pub(crate) origin: I,
-    pub(crate) origin_seq: u32,
-    pub(crate) nack_at: Time,
-    pub(crate) expires: Time,
-    pub(crate) nacked: bool,
+    seq: u32,
+    target: I,
+    origin: I,
+    origin_seq: u32,
+    nack_at: Time,
+    expires: Time,
+    nacked: bool,
 }
 
 impl<I> Relay<I> {
-    pub(crate) fn next_deadline(&self) -> Time {
+    fn next_deadline(&self) -> Time {
         if self.nacked {
             self.expires
         } else {
@@ -63,12 +63,87 @@ impl<I> Relay<I> {
     }
 }
 
+/// Probing: the round-robin walk, the probes in flight (ours, and those
+/// relayed for others) and Lifeguard's local health.
+///
+/// Invariants: `walk[walk_pos..]` is the part of the round not visited yet;
+/// a member is in `walk` at most once per round, with `IN_WALK` set on its
+/// record; sequence numbers are never 0; `health < awareness_max`; at most
+/// 64 relays.
+#[derive(Debug)]
+pub(crate) struct Probing<I> {
+    walk: Vec<I>,
+    walk_pos: usize,
+    walk_round: u64,
+    probes: Vec<Probe<I>>,
+    relays: Vec<Relay<I>>,
+    next_seq: u32,
+    health: u8,
+}
+
+impl<I: Identity> Probing<I> {
+    /// No walk and nothing in flight, healthy.
+    pub(crate) fn new() -> Probing<I> {
+        Probing {
+            walk: Vec::new(),
+            walk_pos: 0,
+            walk_round: 0,
+            probes: Vec::new(),
+            relays: Vec::new(),
+            next_seq: 1,
+            health: 0,
+        }
+    }
+
+    /// The Lifeguard local health score.
+    pub(crate) fn health(&self) -> u8 {
+        self.health
+    }
+
+    /// The members of the walk (live members, in random order).
+    pub(crate) fn walk(&self) -> &[I] {
+        &self.walk
+    }
+
+    /// Room for `n` more members.
+    pub(crate) fn reserve(&mut self, n: usize) {
+        self.walk.reserve(n);
+    }
+
+    /// The sequence number of our probe of `id`, if one is in flight.
+    pub(crate) fn probe_of(&self, id: &I) -> Option<u32> {
+        self.probes.iter().find(|p| p.target == *id).map(|p| p.seq)
+    }
+
+    /// Drops every probe and relay in flight; how many probes there were.
+    pub(crate) fn abandon(&mut self) -> usize {
+        let n = self.probes.len();
+        self.probes.clear();
+        self.relays.clear();
+        n
+    }
+
+    /// The earliest deadline of a probe or relay.
+    pub(crate) fn next_deadline(&self) -> Time {
+        let p = self.probes.iter().map(Probe::next_deadline);
+        let r = self.relays.iter().map(Relay::next_deadline);
+        p.chain(r).min().unwrap_or(Time::NEVER)
+    }
+
+    /// A hint for [`Node::warm_state`]; the walk's next member.
+    pub(crate) fn warm(&self) -> (u64, Option<&I>) {
+        let n = self.probes.len() ^ self.walk.len();
+        (n as u64, self.walk.get(self.walk_pos))
+    }
+}
+
 impl<I: Identity> Node<I> {
     /// One period of the randomized round-robin walk: its next member is
     /// probed unless it was heard from within a probe interval.
     pub(crate) fn probe_tick(&mut self, now: Time) {
-        self.next_probe = now + self.scaled(self.cfg.walk_interval);
-        if self.left {
+        let next = now + self.scaled(self.cfg.walk_interval);
+        self.timers.set(Timer::Probe, next);
+        if self.phase.has_left() {
             return;
         }
         if let Some(target) = self.next_walk_target() {
@@ -80,7 +155,7 @@ impl<I: Identity> Node<I> {
                 ProbeVisit::Probed
             };
             if self.cfg.trace_probes {
-                let round = self.walk_round;
+                let round = self.probing.walk_round;
                 self.push_event(Event::ProbeVisit {
                     target,
                     outcome,
@@ -106,22 +181,22 @@ impl<I: Identity> Node<I> {
     /// The next live member of the walk; the walk is rebuilt and reshuffled
     /// when it wraps, so each live member is visited once per round.
     fn next_walk_target(&mut self) -> Option<I> {
-        for _ in 0..=self.walk.len() + 1 {
-            if self.walk_pos >= self.walk.len() {
+        for _ in 0..=self.probing.walk.len() + 1 {
+            if self.probing.walk_pos >= self.probing.walk.len() {
                 self.rebuild_walk();
-                if self.walk.is_empty() {
+                if self.probing.walk.is_empty() {
                     return None;
                 }
             }
             #[cfg(feature = "fault-injection")]
             let idx = match self.cfg.fault {
                 Some(crate::config::Fault::RepeatFirstTarget) => 0,
-                None => self.walk_pos,
+                None => self.probing.walk_pos,
             };
             #[cfg(not(feature = "fault-injection"))]
-            let idx = self.walk_pos;
-            self.walk_pos += 1;
-            let c = &self.walk[idx];
+            let idx = self.probing.walk_pos;
+            self.probing.walk_pos += 1;
+            let c = &self.probing.walk[idx];
             if self.members.get(c).is_some_and(|m| m.state().is_live()) {
                 return Some(c.clone());
             }
@@ -130,20 +205,20 @@ impl<I: Identity> Node<I> {
     }
 
     fn rebuild_walk(&mut self) {
-        self.walk.clear();
+        self.probing.walk.clear();
         for (id, m) in self.members.iter() {
             if m.state().is_live() {
-                self.walk.push(id.into_owned());
+                self.probing.walk.push(id.into_owned());
             }
         }
         for m in self.members.recs_mut() {
             m.set(IN_WALK, m.state().is_live());
         }
         // The map's order is deterministic but not meaningful: sort, then shuffle.
-        self.walk.sort_unstable();
-        self.walk.shuffle(&mut self.rng);
-        self.walk_pos = 0;
-        self.walk_round += 1;
+        self.probing.walk.sort_unstable();
+        self.probing.walk.shuffle(&mut self.rng);
+        self.probing.walk_pos = 0;
+        self.probing.walk_round += 1;
     }
 
     /// Puts a member that became live into the not-yet-visited part of the walk.
@@ -155,10 +230,23 @@ impl<I: Identity> Node<I> {
             return;
         }
         m.set(IN_WALK, true);
-        let pos = self.rng.random_range(self.walk_pos..=self.walk.len());
-        self.walk.push(id.clone());
-        let last = self.walk.len() - 1;
-        self.walk.swap(pos, last);
+        let pos = self
+            .rng
+            .random_range(self.probing.walk_pos..=self.probing.walk.len());
+        self.probing.walk.push(id.clone());
+        let last = self.probing.walk.len() - 1;
+        self.probing.walk.swap(pos, last);
+    }
+
+    pub(crate) fn bump_health(&mut self, delta: i32) {
+        let max = i32::from(self.cfg.awareness_max) - 1;
+        let h = &mut self.probing.health;
+        *h = (i32::from(*h) + delta).clamp(0, max) as u8;
+    }
+
+    /// `d` scaled by the local health multiplier.
+    pub(crate) fn scaled(&self, d: Duration) -> Duration {
+        d * (u32::from(self.probing.health) + 1)
     }
 
     pub(crate) fn start_probe(&mut self, now: Time, target: &I) {
@@ -170,7 +258,7 @@ impl<I: Identity> Node<I> {
         let seq = self.next_seq();
         self.stats.probes += 1;
         let timeout = self.scaled(self.cfg.probe_timeout);
-        self.probes.push(Probe {
+        self.probing.probes.push(Probe {
             seq,
             started: now,
             target: target.clone(),
@@ -182,12 +270,24 @@ impl<I: Identity> Node<I> {
             expected_nacks: 0,
             nacks: 0,
         });
+        self.send_ping(target.clone(), Channel::Datagram, seq, suspected);
+    }
+
+    /// Pings `target` on `channel` for probe `seq`, carrying the suspicion
+    /// of it this node holds, if any, so that it can refute at once.
+    pub(crate) fn send_ping(
+        &mut self,
+        target: I,
+        channel: Channel,
+        seq: u32,
+        suspected: Option<u32>,
+    ) {
         let ping = Message::Ping {
             seq,
             target: target.clone(),
             suspected,
         };
-        self.send(target.clone(), Channel::Datagram, vec![ping]);
+        self.send(target, channel, vec![ping]);
     }
 
     /// The incarnation at which this node suspects `target`, if it does:
@@ -203,48 +303,43 @@ impl<I: Identity> Node<I> {
     }
 
     fn next_seq(&mut self) -> u32 {
-        let s = self.next_seq;
-        self.next_seq = self.next_seq.wrapping_add(1).max(1);
+        let s = self.probing.next_seq;
+        self.probing.next_seq = self.probing.next_seq.wrapping_add(1).max(1);
         s
     }
 
     /// Moves probes and relays whose deadlines passed.
     pub(crate) fn probe_deadlines(&mut self, now: Time) {
         let mut i = 0;
-        while i < self.probes.len() {
-            let p = &mut self.probes[i];
+        while i < self.probing.probes.len() {
+            let p = &mut self.probing.probes[i];
             if !p.indirect && now >= p.retry_at && now < p.direct_deadline {
                 p.retry_at = Time::NEVER;
                 let (seq, target) = (p.seq, p.target.clone());
                 let suspected = self.suspected_inc(&target);
-                let ping = Message::Ping {
-                    seq,
-                    target: target.clone(),
-                    suspected,
-                };
-                self.send(target, Channel::Datagram, vec![ping]);
+                self.send_ping(target, Channel::Datagram, seq, suspected);
             }
-            let p = &self.probes[i];
+            let p = &self.probing.probes[i];
             if !p.indirect && now >= p.direct_deadline {
                 self.start_indirect(i);
             }
-            if now >= self.probes[i].final_deadline {
-                let p = self.probes.swap_remove(i);
+            if now >= self.probing.probes[i].final_deadline {
+                let p = self.probing.probes.swap_remove(i);
                 self.probe_failed(now, p);
                 continue;
             }
             i += 1;
         }
         let mut i = 0;
-        while i < self.relays.len() {
-            let r = &mut self.relays[i];
+        while i < self.probing.relays.len() {
+            let r = &mut self.probing.relays[i];
             if !r.nacked && now >= r.nack_at {
                 r.nacked = true;
                 let (origin, seq) = (r.origin.clone(), r.origin_seq);
                 self.send(origin, Channel::Datagram, vec![Message::Nack { seq }]);
             }
-            if now >= self.relays[i].expires {
-                self.relays.swap_remove(i);
+            if now >= self.probing.relays[i].expires {
+                self.probing.relays.swap_remove(i);
                 continue;
             }
             i += 1;
@@ -252,16 +347,16 @@ impl<I: Identity> Node<I> {
     }
 
     fn start_indirect(&mut self, i: usize) {
-        let target = self.probes[i].target.clone();
-        let seq = self.probes[i].seq;
+        let target = self.probing.probes[i].target.clone();
+        let seq = self.probing.probes[i].seq;
         let suspected = self.suspected_inc(&target);
         // Relays are unsuspected members only: a suspect relay (another
         // failed node, when two fail together) would not nack, and Lifeguard
         // would wrongly read the missing nack as our own poor health, which
         // discounts our accusations and stalls the verdict.
         let relays = self.random_unsuspected(self.cfg.indirect_probes, Some(&target));
-        self.probes[i].indirect = true;
-        self.probes[i].expected_nacks = relays.len() as u32;
+        self.probing.probes[i].indirect = true;
+        self.probing.probes[i].expected_nacks = relays.len() as u32;
         for r in relays {
             let req = Message::PingReq {
                 seq,
@@ -271,12 +366,7 @@ impl<I: Identity> Node<I> {
             self.send(r, Channel::Datagram, vec![req]);
         }
         if self.cfg.stream_fallback_probe {
-            let ping = Message::Ping {
-                seq,
-                target: target.clone(),
-                suspected,
-            };
-            self.send(target, Channel::Stream, vec![ping]);
+            self.send_ping(target, Channel::Stream, seq, suspected);
         }
     }
 
@@ -291,7 +381,7 @@ impl<I: Identity> Node<I> {
             n => (n - p.nacks) as i32,
         };
         self.bump_health(delta);
-        if self.cut_off || p.started < self.back_at {
+        if self.phase.is_cut_off() || p.started < self.isolation.back_at() {
             // We hear from nobody, or did when this probe started: the
             // failure is ours, not the target's.
             self.stats.probe_failures_cut_off += 1;
@@ -301,29 +391,23 @@ impl<I: Identity> Node<I> {
             return;
         };
         if m.state().is_live() && m.incarnation == p.target_inc {
-            let (target, inc, health) = (p.target.clone(), m.incarnation, self.health);
-            let me = self.me.clone();
+            let (target, inc, health) = (p.target.clone(), m.incarnation, self.probing.health);
+            let me = self.local.id().clone();
             self.apply_suspect(now, &target, inc, &me, health);
             // The member has been silent since the ping went out: the
             // suspicion time runs from there, not from the probe's end.
-            let me = self.me.clone();
-            if let Some(s) = self.suspicions.get_mut(&target) {
-                if s.accused_at == Some(now) {
-                    s.accused_at = Some(p.started);
-                    for (a, t) in &mut s.silent_since {
-                        if *a == me {
-                            *t = p.started;
-                        }
-                    }
-                    self.rearm(&target, now);
-                }
+            if self
+                .suspicions
+                .date_accusation(&target, &me, now, p.started)
+            {
+                self.rearm(&target, now);
             }
         }
     }
 
     pub(crate) fn handle_ack(&mut self, now: Time, seq: u32, channel: Channel) {
-        if let Some(i) = self.probes.iter().position(|p| p.seq == seq) {
-            let p = self.probes.swap_remove(i);
+        if let Some(i) = self.probing.probes.iter().position(|p| p.seq == seq) {
+            let p = self.probing.probes.swap_remove(i);
             self.stats.acks += 1;
             if channel == Channel::Stream {
                 self.stats.fallback_acks += 1;
@@ -334,8 +418,8 @@ impl<I: Identity> Node<I> {
                 self.members.set_heard(&p.target, heard);
             }
             self.withdraw_accusation(&p.target, now);
-        } else if let Some(i) = self.relays.iter().position(|r| r.seq == seq) {
-            let r = self.relays.swap_remove(i);
+        } else if let Some(i) = self.probing.relays.iter().position(|r| r.seq == seq) {
+            let r = self.probing.relays.swap_remove(i);
             self.send(
                 r.origin,
                 Channel::Datagram,
@@ -368,26 +452,26 @@ impl<I: Identity> Node<I> {
     /// finding the port closed with its own probe, and an ack from the
     /// member withdraws an observer's finding.
     pub fn handle_unreachable(&mut self, now: Time, peer: &I) {
-        self.last_now = self.last_now.max(now);
-        if self.left || !self.cfg.closed_port_evidence || *peer == self.me {
+        self.isolation.advance(now);
+        if self.phase.has_left() || !self.cfg.closed_port_evidence || *peer == *self.local.id() {
             return;
         }
-        let me = self.me.clone();
-        if let Some(i) = self.probes.iter().position(|p| p.target == *peer) {
-            let inc = self.probes[i].target_inc;
-            if !self.probes[i].indirect {
+        let me = self.local.id().clone();
+        if let Some(i) = self.probing.probes.iter().position(|p| p.target == *peer) {
+            let inc = self.probing.probes[i].target_inc;
+            if !self.probing.probes[i].indirect {
                 self.start_indirect(i);
             }
             self.stats.closed_ports += 1;
             self.apply_closed(now, peer, inc, &me);
         }
         let mut i = 0;
-        while i < self.relays.len() {
-            if self.relays[i].target != *peer {
+        while i < self.probing.relays.len() {
+            if self.probing.relays[i].target != *peer {
                 i += 1;
                 continue;
             }
-            let r = self.relays.swap_remove(i);
+            let r = self.probing.relays.swap_remove(i);
             self.stats.closed_ports += 1;
             let inc = self.members.get(peer).map_or(0, |m| m.incarnation);
             let msg = Message::Closed {
@@ -407,6 +491,7 @@ impl<I: Identity> Node<I> {
             return;
         }
         if let Some(p) = self
+            .probing
             .probes
             .iter_mut()
             .find(|p| p.target == *member && p.indirect)
@@ -416,7 +501,12 @@ impl<I: Identity> Node<I> {
     }
 
     pub(crate) fn handle_nack(&mut self, seq: u32) {
-        if let Some(p) = self.probes.iter_mut().find(|p| p.seq == seq && p.indirect) {
+        if let Some(p) = self
+            .probing
+            .probes
+            .iter_mut()
+            .find(|p| p.seq == seq && p.indirect)
+        {
             p.nacks += 1;
             self.stats.nacks += 1;
         }
@@ -430,7 +520,7 @@ impl<I: Identity> Node<I> {
         target: I,
         suspected: Option<u32>,
     ) {
-        if target == self.me {
+        if target == *self.local.id() {
             self.send(
                 from.clone(),
                 Channel::Datagram,
@@ -438,13 +528,13 @@ impl<I: Identity> Node<I> {
             );
             return;
         }
-        if self.relays.len() >= 64 {
+        if self.probing.relays.len() >= 64 {
             return; // Bounded: an overloaded relay stays silent; the prober counts a missing nack.
         }
         self.stats.relays += 1;
         let seq = self.next_seq();
         let timeout = self.cfg.probe_timeout;
-        self.relays.push(Relay {
+        self.probing.relays.push(Relay {
             seq,
             target: target.clone(),
             origin: from.clone(),
@@ -453,11 +543,6 @@ impl<I: Identity> Node<I> {
             expires: now + self.cfg.probe_interval + Duration::from_millis(1),
             nacked: false,
         });
-        let ping = Message::Ping {
-            seq,
-            target: target.clone(),
-            suspected,
-        };
-        self.send(target, Channel::Datagram, vec![ping]);
+        self.send_ping(target, Channel::Datagram, seq, suspected);
     }
 }

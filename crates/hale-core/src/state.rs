@@ -16,13 +16,14 @@
 //! * News about this node at or above its incarnation (suspect, dead, left
 //!   while it has not) is refuted by raising the incarnation above it.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use crate::broadcast::Class;
 use crate::event::Event;
 use crate::identity::Identity;
 use crate::member::MemberState;
-use crate::node::Node;
+use crate::node::{FxMap, Node};
 use crate::table::{Rec, META_PENDING};
 use crate::time::Time;
 use crate::wire::{Channel, Message};
@@ -47,7 +48,8 @@ pub(crate) struct Suspicion<I> {
     /// period before it arrived (a probe fails that long after its ping).
     pub(crate) silent_since: Vec<(I, Time)>,
     pub(crate) discounted: Vec<I>,
-    pub(crate) deadline: Time,
+    /// When it is next looked at: kept by [`Suspicions`] with its index.
+    deadline: Time,
     /// A verification probe was started before a verdict on others' word.
     pub(crate) verifying: bool,
     /// Accusers that found the member's port closed (this node included).
@@ -63,36 +65,175 @@ pub(crate) struct AccuserWindow {
     pub(crate) count: u32,
 }
 
+/// Every suspicion this node holds, when each is next looked at, and how
+/// much each accuser has accused lately.
+///
+/// Invariants: `deadlines` holds `(s.deadline, id)` for every suspicion
+/// `s` of `id` whose deadline is set (not `NEVER`); it may also hold stale
+/// entries (an earlier deadline of the same suspicion, which
+/// [`Suspicions::pop_due`] skips), exactly as many as the rules leave, as
+/// their times are timer deadlines. Every suspicion is of a suspected member.
+#[derive(Debug)]
+pub(crate) struct Suspicions<I> {
+    map: FxMap<I, Suspicion<I>>,
+    deadlines: BTreeSet<(Time, I)>,
+    accusers: FxMap<I, AccuserWindow>,
+}
+
+impl<I: Identity> Suspicions<I> {
+    /// None.
+    pub(crate) fn new() -> Suspicions<I> {
+        Suspicions {
+            map: FxMap::default(),
+            deadlines: BTreeSet::new(),
+            accusers: FxMap::default(),
+        }
+    }
+
+    /// The suspicion of `id`.
+    pub(crate) fn get(&self, id: &I) -> Option<&Suspicion<I>> {
+        self.map.get(id)
+    }
+
+    /// The suspicion of `id`, to add evidence (not its deadline).
+    fn get_mut(&mut self, id: &I) -> Option<&mut Suspicion<I>> {
+        self.map.get_mut(id)
+    }
+
+    /// Drops the suspicion of `id` and its deadline.
+    fn remove(&mut self, id: &I) -> Option<Suspicion<I>> {
+        let s = self.map.remove(id)?;
+        self.deadlines.remove(&(s.deadline, id.clone()));
+        Some(s)
+    }
+
+    /// Moves the deadline of the suspicion of `id` to `t`.
+    pub(crate) fn set_deadline(&mut self, id: &I, t: Time) {
+        if let Some(s) = self.map.get_mut(id) {
+            self.deadlines.remove(&(s.deadline, id.clone()));
+            s.deadline = t;
+            self.deadlines.insert((t, id.clone()));
+        }
+    }
+
+    /// Sets the deadline of `id` (unset by [`Suspicions::pop_due`]) to `t`.
+    pub(crate) fn add_deadline(&mut self, id: &I, t: Time) {
+        if let Some(s) = self.map.get_mut(id) {
+            s.deadline = t;
+            self.deadlines.insert((t, id.clone()));
+        }
+    }
+
+    /// A verification probe of `id` starts; it is looked at again at `t`.
+    pub(crate) fn verify(&mut self, id: &I, t: Time) {
+        if let Some(s) = self.map.get_mut(id) {
+            s.verifying = true;
+        }
+        self.add_deadline(id, t);
+    }
+
+    /// A suspicion whose deadline is `now` or earlier, its deadline unset.
+    pub(crate) fn pop_due(&mut self, now: Time) -> Option<I> {
+        while let Some((t, id)) = self.deadlines.first().cloned() {
+            if t > now {
+                break;
+            }
+            self.deadlines.remove(&(t, id.clone()));
+            match self.map.get_mut(&id) {
+                Some(s) if s.deadline == t => {
+                    s.deadline = Time::NEVER;
+                    return Some(id);
+                }
+                _ => {} // A stale entry (an earlier suspicion of the member).
+            }
+        }
+        None
+    }
+
+    /// The earliest deadline.
+    pub(crate) fn next_deadline(&self) -> Time {
+        self.deadlines.first().map_or(Time::NEVER, |(t, _)| *t)
+    }
+
+    /// Moves every deadline before `floor` to `floor` (after a pause).
+    pub(crate) fn postpone(&mut self, floor: Time, me: &I) {
+        let late: Vec<(Time, I)> = self
+            .deadlines
+            .range(..(floor, me.clone()))
+            .cloned()
+            .collect();
+        for (d, id) in late {
+            self.deadlines.remove(&(d, id.clone()));
+            if let Some(s) = self.map.get_mut(&id) {
+                s.deadline = floor;
+            }
+            self.deadlines.insert((floor, id));
+        }
+    }
+
+    /// Dates `me`'s fresh accusation of `id` (made `now`) back to `started`,
+    /// when its probe began; whether it did.
+    pub(crate) fn date_accusation(&mut self, id: &I, me: &I, now: Time, started: Time) -> bool {
+        let Some(s) = self.map.get_mut(id).filter(|s| s.accused_at == Some(now)) else {
+            return false;
+        };
+        s.accused_at = Some(started);
+        for (a, t) in &mut s.silent_since {
+            if a == me {
+                *t = started;
+            }
+        }
+        true
+    }
+
+    /// Takes back every accusation `me` made; the members, in order.
+    pub(crate) fn withdraw_all(&mut self, me: &I) -> Vec<I> {
+        let mut mine: Vec<I> = self
+            .map
+            .iter()
+            .filter(|(_, s)| {
+                s.accused_at.is_some() || s.accusers.contains(me) || s.discounted.contains(me)
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        mine.sort_unstable();
+        for id in &mine {
+            if let Some(s) = self.map.get_mut(id) {
+                s.accused_at = None;
+                s.closed_at = None;
+                s.closed.retain(|a| a != me);
+                s.accusers.retain(|a| a != me);
+                s.discounted.retain(|a| a != me);
+            }
+        }
+        mine
+    }
+
+    /// Forgets accusers' windows older than `window`.
+    pub(crate) fn forget_accusers(&mut self, now: Time, window: Duration) {
+        self.accusers
+            .retain(|_, w| now.saturating_since(w.start) <= window);
+    }
+}
+
 impl<I: Identity> Node<I> {
     /// Moves a member to `state`, keeping counts, the walk, the monitors and
     /// tombstones consistent.
     pub(crate) fn set_state(&mut self, now: Time, id: &I, state: MemberState) {
-        let Some(m) = self.members.get_mut(id) else {
+        let Some(was) = self.members.set_state(id, state, now) else {
             return;
         };
-        let was_live = m.state().is_live();
-        let was_suspect = m.state() == MemberState::Suspect;
-        m.set_state(state);
-        self.members.set_since(id, now);
+        let (was_live, was_suspect) = (was.is_live(), was == MemberState::Suspect);
         let is_suspect = state == MemberState::Suspect;
-        if was_suspect != is_suspect {
-            if is_suspect {
-                self.suspects += 1;
-            } else {
-                self.suspects -= 1;
-            }
-        }
         match (was_live, state.is_live()) {
             (true, false) => {
-                self.live -= 1;
-                self.tombstones.push(id.clone());
+                self.recovery.bury(id);
                 self.monitors_changed(id);
             }
             (false, true) => {
-                self.live += 1;
                 self.walk_insert(id);
                 self.monitors_changed(id);
-                self.in_fallback = false;
+                self.phase.member_back();
             }
             // Suspected or cleared: the ring neighbours may change.
             (true, true) if was_suspect != is_suspect => self.monitors_changed(id),
@@ -103,7 +244,7 @@ impl<I: Identity> Node<I> {
         }
         if was_suspect != is_suspect && self.alive_witnesses() < self.cfg.corroboration {
             // Few witnesses are left: what a verdict needs may have changed.
-            let ids: Vec<I> = self.suspicions.keys().cloned().collect();
+            let ids: Vec<I> = self.suspicions.map.keys().cloned().collect();
             for s in ids {
                 self.rearm(&s, now);
             }
@@ -112,12 +253,11 @@ impl<I: Identity> Node<I> {
 
     /// Live members that are not suspected (this node excluded).
     pub(crate) fn alive_witnesses(&self) -> usize {
-        self.live - self.suspects
+        self.members.alive()
     }
 
     fn clear_suspicion(&mut self, id: &I) {
         if let Some(s) = self.suspicions.remove(id) {
-            self.deadlines.remove(&(s.deadline, id.clone()));
             for a in s.accusers.iter().chain(&s.discounted) {
                 self.broadcasts.remove(&(id.clone(), Some(a.clone())));
             }
@@ -135,10 +275,9 @@ impl<I: Identity> Node<I> {
         meta: Option<Vec<u8>>,
         spread: bool,
     ) {
-        if *member == self.me {
-            if incarnation > self.incarnation && !self.left {
+        if *member == *self.local.id() {
+            if incarnation > self.local.incarnation() && !self.phase.has_left() {
                 // News of a previous life of ours: supersede it.
-                self.incarnation = incarnation;
                 self.refute(now, incarnation, None, false);
             }
             return;
@@ -234,6 +373,7 @@ impl<I: Identity> Node<I> {
     fn discounted(&mut self, now: Time, accuser: &I, health: u8, new: bool) -> bool {
         let window = self.cfg.accusation_window;
         let w = self
+            .suspicions
             .accusers
             .entry(accuser.clone())
             .or_insert(AccuserWindow {
@@ -247,7 +387,7 @@ impl<I: Identity> Node<I> {
             };
         }
         w.count += u32::from(new);
-        let limit = (self.cfg.accusation_burst * (self.live + 1) as f64)
+        let limit = (self.cfg.accusation_burst * (self.members.live() + 1) as f64)
             .ceil()
             .max(3.0) as u32;
         health >= self.cfg.health_discount || w.count > limit
@@ -266,8 +406,8 @@ impl<I: Identity> Node<I> {
         accuser: &I,
         dead: bool,
     ) -> Option<(MemberState, u32)> {
-        if *member == self.me {
-            if incarnation >= self.incarnation && !self.left {
+        if *member == *self.local.id() {
+            if incarnation >= self.local.incarnation() && !self.phase.has_left() {
                 self.refute(now, incarnation, Some(accuser.clone()), dead);
             }
             return None;
@@ -316,13 +456,13 @@ impl<I: Identity> Node<I> {
         if discounted {
             self.stats.discounted_accusations += 1;
         }
-        let by_me = *accuser == self.me;
+        let by_me = *accuser == *self.local.id();
         if fresh_suspicion {
             self.stats.suspicions += 1;
             self.members.get_mut(member).expect("known").incarnation = incarnation;
             self.set_state(now, member, MemberState::Suspect);
             self.clear_suspicion(member);
-            self.suspicions.insert(
+            self.suspicions.map.insert(
                 member.clone(),
                 Suspicion {
                     started: now,
@@ -366,7 +506,7 @@ impl<I: Identity> Node<I> {
             }
         }
         let spread = fresh_suspicion || list.len() <= self.cfg.expected_confirmations + 1;
-        let ours_stands = !by_me && s.accused_at.is_some() && s.accusers.contains(&self.me);
+        let ours_stands = !by_me && s.accused_at.is_some() && s.accusers.contains(self.local.id());
         self.rearm(member, now);
         let msg = Message::Suspect {
             member: member.clone(),
@@ -384,8 +524,8 @@ impl<I: Identity> Node<I> {
                 let mine = Message::Suspect {
                     member: member.clone(),
                     incarnation,
-                    accuser: self.me.clone(),
-                    accuser_health: self.health,
+                    accuser: self.local.id().clone(),
+                    accuser_health: self.probing.health(),
                 };
                 self.stats.targeted_sent += 1;
                 self.send(accuser.clone(), Channel::Datagram, vec![mine]);
@@ -411,8 +551,8 @@ impl<I: Identity> Node<I> {
             self.apply_suspect(now, member, incarnation, accuser, 0);
             return;
         }
-        if *member == self.me {
-            if incarnation >= self.incarnation && !self.left {
+        if *member == *self.local.id() {
+            if incarnation >= self.local.incarnation() && !self.phase.has_left() {
                 self.refute(now, incarnation, Some(accuser.clone()), false);
             }
             return;
@@ -425,7 +565,7 @@ impl<I: Identity> Node<I> {
             return;
         }
         self.apply_suspect(now, member, incarnation, accuser, 0);
-        let by_me = *accuser == self.me;
+        let by_me = *accuser == *self.local.id();
         let Some(s) = self.suspicions.get_mut(member) else {
             return; // Old news, or not live here.
         };
@@ -440,20 +580,15 @@ impl<I: Identity> Node<I> {
         }
         let look_ourselves = !by_me && s.closed_at.is_none();
         self.rearm(member, now);
-        if look_ourselves && !self.cut_off {
+        if look_ourselves && !self.phase.is_cut_off() {
             // Someone found its port closed: ping it ourselves now, so that
             // corroboration takes a round trip, not a probe period (a probe
             // already in flight may have pinged it before it died: ping
             // again under that probe). A forged report costs one ping,
             // which the member answers.
-            match self.probes.iter().find(|p| p.target == *member) {
-                Some(p) => {
-                    let ping = Message::Ping {
-                        seq: p.seq,
-                        target: member.clone(),
-                        suspected: Some(incarnation),
-                    };
-                    self.send(member.clone(), Channel::Datagram, vec![ping]);
+            match self.probing.probe_of(member) {
+                Some(seq) => {
+                    self.send_ping(member.clone(), Channel::Datagram, seq, Some(incarnation));
                 }
                 None => self.start_probe(now, member),
             }
@@ -517,8 +652,8 @@ impl<I: Identity> Node<I> {
 
     /// `member` left at `incarnation`.
     pub(crate) fn apply_left(&mut self, now: Time, member: &I, incarnation: u32, spread: bool) {
-        if *member == self.me {
-            if incarnation >= self.incarnation && !self.left {
+        if *member == *self.local.id() {
+            if incarnation >= self.local.incarnation() && !self.phase.has_left() {
                 self.refute(now, incarnation, None, false);
             }
             return;
@@ -548,16 +683,12 @@ impl<I: Identity> Node<I> {
     /// `observed`: raise the incarnation above it and tell everyone, the
     /// accuser first.
     pub(crate) fn refute(&mut self, now: Time, observed: u32, accuser: Option<I>, was_dead: bool) {
-        self.incarnation = self.incarnation.max(observed).saturating_add(1);
+        self.local.raise_incarnation(observed);
         self.stats.refutations += 1;
         self.bump_health(1);
-        let msg = Message::Alive {
-            member: self.me.clone(),
-            incarnation: self.incarnation,
-            meta: self.meta.to_vec(),
-        };
-        let me = self.me.clone();
-        match accuser.filter(|a| *a != self.me) {
+        let msg = self.local.alive();
+        let me = self.local.id().clone();
+        match accuser.filter(|a| *a != *self.local.id()) {
             // A suspicion went to our ring neighbours and its accusers: so
             // does the answer (a death verdict went everywhere: so does its).
             // (A metadata change still queued keeps going to everyone.)
@@ -573,14 +704,14 @@ impl<I: Identity> Node<I> {
             }
         }
         self.push_event(Event::Refuted {
-            incarnation: self.incarnation,
+            incarnation: self.local.incarnation(),
             was_dead,
         });
     }
 
     /// We have fresh proof that `id` is alive: our own accusation no longer stands.
     pub(crate) fn withdraw_accusation(&mut self, id: &I, now: Time) {
-        let me = self.me.clone();
+        let me = self.local.id().clone();
         let Some(s) = self.suspicions.get_mut(id) else {
             return;
         };
@@ -590,32 +721,5 @@ impl<I: Identity> Node<I> {
             s.accusers.retain(|a| *a != me);
             self.rearm(id, now);
         }
-    }
-
-    /// Forgets dead and left members after the tombstone time, and old bookkeeping.
-    pub(crate) fn reap(&mut self, now: Time) {
-        self.next_reap = now + Duration::from_secs(10);
-        let ttl = self.cfg.tombstone_ttl;
-        let mut tombs = std::mem::take(&mut self.tombstones);
-        tombs.sort_unstable();
-        tombs.dedup();
-        tombs.retain(|id| match self.members.get(id) {
-            Some(m) if !m.state().is_live() => {
-                if now.saturating_since(self.members.since(id)) >= ttl {
-                    self.members.remove(id);
-                    false
-                } else {
-                    true
-                }
-            }
-            _ => false,
-        });
-        self.tombstones = tombs;
-        let window = self.cfg.accusation_window;
-        self.accusers
-            .retain(|_, w| now.saturating_since(w.start) <= window);
-        let period = self.cfg.probe_interval;
-        self.dead_notices
-            .retain(|_, t| now.saturating_since(*t) < period);
     }
 }

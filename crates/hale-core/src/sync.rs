@@ -21,18 +21,79 @@ use rand::Rng;
 use crate::event::Event;
 use crate::identity::Identity;
 use crate::member::MemberState;
-use crate::node::Node;
-use crate::time::Time;
+use crate::node::{FxMap, Node};
+use crate::time::{Time, Timer};
 use crate::wire::{Channel, MemberRecord, Message, WireState};
+
+/// Recovery: the seeds, the members declared dead or gone (pinged now and
+/// then, forgotten after `tombstone_ttl`), and the budget of sync replies.
+///
+/// Invariants: `seeds` is sorted, without duplicates or this node;
+/// `0 <= tokens <= sync_replies_per_sec`; every member that stopped being
+/// live since the last reap is in `tombstones`.
+#[derive(Debug)]
+pub(crate) struct Recovery<I> {
+    seeds: Vec<I>,
+    tokens: f64,
+    tokens_at: Time,
+    tombstones: Vec<I>,
+    /// When each member held dead was last told so.
+    dead_notices: FxMap<I, Time>,
+}
+
+impl<I: Identity> Recovery<I> {
+    /// No seeds, a full bucket of `rate` sync replies.
+    pub(crate) fn new(rate: u32, now: Time) -> Recovery<I> {
+        Recovery {
+            seeds: Vec::new(),
+            tokens: f64::from(rate),
+            tokens_at: now,
+            tombstones: Vec::new(),
+            dead_notices: FxMap::default(),
+        }
+    }
+
+    /// The seeds.
+    pub(crate) fn seeds(&self) -> &[I] {
+        &self.seeds
+    }
+
+    /// `id` stopped being live.
+    pub(crate) fn bury(&mut self, id: &I) {
+        self.tombstones.push(id.clone());
+    }
+
+    /// A random tombstone, if any.
+    pub(crate) fn random_tombstone(&self, rng: &mut impl Rng) -> Option<&I> {
+        if self.tombstones.is_empty() {
+            return None;
+        }
+        Some(&self.tombstones[rng.random_range(0..self.tombstones.len())])
+    }
+
+    /// Whether `id`, held dead, may be told so at `now` (at most once a
+    /// `period`); records it.
+    pub(crate) fn may_notify_dead(&mut self, id: &I, now: Time, period: Duration) -> bool {
+        let last = self.dead_notices.get(id).copied();
+        let ok = last.is_none_or(|t| now.saturating_since(t) >= period);
+        if ok {
+            self.dead_notices.insert(id.clone(), now);
+        }
+        ok
+    }
+}
 
 impl<I: Identity> Node<I> {
     /// Joins the cluster through `seeds` (their identities). Contacts every
     /// seed at once and again every `seed_retry_interval` while no member is
     /// live. Passing no seeds starts a new cluster.
     pub fn join(&mut self, now: Time, seeds: impl IntoIterator<Item = I>) {
-        self.seeds = seeds.into_iter().filter(|s| *s != self.me).collect();
-        self.seeds.sort_unstable();
-        self.seeds.dedup();
+        self.recovery.seeds = seeds
+            .into_iter()
+            .filter(|s| *s != *self.local.id())
+            .collect();
+        self.recovery.seeds.sort_unstable();
+        self.recovery.seeds.dedup();
         self.contact_seeds(now);
     }
 
@@ -46,19 +107,19 @@ impl<I: Identity> Node<I> {
         let records = records.into_iter();
         let expected = records.size_hint().0;
         self.members.reserve(expected);
-        self.walk.reserve(expected);
-        self.quiet = true;
-        self.defer_monitors = true;
+        self.probing.reserve(expected);
+        self.out.mute(true);
+        self.monitors.defer();
         for r in records {
             self.merge_record(now, None, r);
         }
-        self.quiet = false;
-        self.defer_monitors = false;
-        if self.monitors_dirty {
+        self.out.mute(false);
+        if self.monitors.resume() {
             self.recompute_monitors();
         }
         let interval = self.push_pull_interval().as_nanos() as u64;
-        self.next_push_pull = now + Duration::from_nanos(self.rng.random_range(0..interval.max(1)));
+        let at = now + Duration::from_nanos(self.rng.random_range(0..interval.max(1)));
+        self.timers.set(Timer::PushPull, at);
     }
 
     /// Every member known here, this node first, then the others in
@@ -78,15 +139,15 @@ impl<I: Identity> Node<I> {
     fn records(&self, with_meta: bool) -> Vec<MemberRecord<I>> {
         let mut out = Vec::with_capacity(self.members.len() + 1);
         out.push(MemberRecord {
-            id: self.me.clone(),
-            incarnation: self.incarnation,
-            state: if self.left {
+            id: self.local.id().clone(),
+            incarnation: self.local.incarnation(),
+            state: if self.phase.has_left() {
                 WireState::Left
             } else {
                 WireState::Alive
             },
             meta: if with_meta {
-                self.meta.to_vec()
+                self.local.meta().to_vec()
             } else {
                 Vec::new()
             },
@@ -107,11 +168,12 @@ impl<I: Identity> Node<I> {
     }
 
     fn contact_seeds(&mut self, now: Time) {
-        self.next_seed_retry = now + self.jitter(self.cfg.seed_retry_interval);
-        if self.seeds.is_empty() || self.left {
+        let at = now + self.jitter(self.cfg.seed_retry_interval);
+        self.timers.set(Timer::SeedRetry, at);
+        if self.recovery.seeds.is_empty() || self.phase.has_left() {
             return;
         }
-        for seed in self.seeds.clone() {
+        for seed in self.recovery.seeds.clone() {
             self.send_full_state(seed, true);
         }
     }
@@ -136,19 +198,56 @@ impl<I: Identity> Node<I> {
     }
 
     pub(crate) fn seed_tick(&mut self, now: Time) {
-        if (self.live == 0 || self.cut_off) && !self.seeds.is_empty() && !self.left {
-            if !self.in_fallback && self.members.recs().any(|m| !m.state().is_live()) {
-                self.in_fallback = true;
+        if self.seeds_due() {
+            if !self.phase.in_fallback() && self.members.recs().any(|m| !m.state().is_live()) {
+                self.phase.fall_back();
                 self.push_event(Event::SeedFallback);
             }
             self.contact_seeds(now);
         } else {
-            self.next_seed_retry = now + self.cfg.seed_retry_interval;
+            let at = now + self.cfg.seed_retry_interval;
+            self.timers.set(Timer::SeedRetry, at);
         }
     }
 
+    /// Whether this node contacts its seeds: it has some, has not left,
+    /// and is alone or cut off.
+    pub(crate) fn seeds_due(&self) -> bool {
+        (self.members.live() == 0 || self.phase.is_cut_off())
+            && !self.recovery.seeds.is_empty()
+            && !self.phase.has_left()
+    }
+
+    /// Forgets dead and left members after the tombstone time, and old bookkeeping.
+    pub(crate) fn reap(&mut self, now: Time) {
+        self.timers.set(Timer::Reap, now + Duration::from_secs(10));
+        let ttl = self.cfg.tombstone_ttl;
+        let tombs = &mut self.recovery.tombstones;
+        tombs.sort_unstable();
+        tombs.dedup();
+        tombs.retain(|id| match self.members.get(id) {
+            Some(m) if !m.state().is_live() => {
+                if now.saturating_since(self.members.since(id)) >= ttl {
+                    self.members.remove(id);
+                    false
+                } else {
+                    true
+                }
+            }
+            _ => false,
+        });
+        self.suspicions
+            .forget_accusers(now, self.cfg.accusation_window);
+        let period = self.cfg.probe_interval;
+        self.recovery
+            .dead_notices
+            .retain(|_, t| now.saturating_since(*t) < period);
+    }
+
     pub(crate) fn push_pull_interval(&self) -> Duration {
-        let scale = (self.live + 1).div_ceil(self.cfg.push_pull_scale).max(1);
+        let scale = (self.members.live() + 1)
+            .div_ceil(self.cfg.push_pull_scale)
+            .max(1);
         self.cfg.push_pull_interval * scale as u32
     }
 
@@ -158,8 +257,8 @@ impl<I: Identity> Node<I> {
         let interval = self
             .push_pull_interval()
             .mul_f64(self.rng.random_range(0.5..1.5));
-        self.next_push_pull = now + interval;
-        if self.left {
+        self.timers.set(Timer::PushPull, now + interval);
+        if self.phase.has_left() {
             return;
         }
         if let Some(peer) = self.random_live(1, None).pop() {
@@ -180,23 +279,21 @@ impl<I: Identity> Node<I> {
     /// full-state sync: every node does this, and the target is usually
     /// really dead.
     pub(crate) fn reconnect_tick(&mut self, now: Time) {
-        self.next_reconnect = now + self.jitter(self.cfg.reconnect_interval);
-        if self.left || self.tombstones.is_empty() {
+        let at = now + self.jitter(self.cfg.reconnect_interval);
+        self.timers.set(Timer::Reconnect, at);
+        if self.phase.has_left() {
             return;
         }
-        let c = self.tombstones[self.rng.random_range(0..self.tombstones.len())].clone();
+        let Some(c) = self.recovery.random_tombstone(&mut self.rng).cloned() else {
+            return;
+        };
         if self
             .members
             .get(&c)
             .is_some_and(|m| m.state() == MemberState::Dead)
         {
             let seq = self.fresh_seq();
-            let ping = Message::Ping {
-                seq,
-                target: c.clone(),
-                suspected: None,
-            };
-            self.send(c, Channel::Datagram, vec![ping]);
+            self.send_ping(c, Channel::Datagram, seq, None);
         }
     }
 
@@ -225,7 +322,7 @@ impl<I: Identity> Node<I> {
         }
         // A digest: deaths and departures need no metadata; the rest is
         // compared with what this node knows.
-        let mut theirs: crate::node::FxMap<I, (u32, u8)> = crate::node::FxMap::default();
+        let mut theirs: FxMap<I, (u32, u8)> = FxMap::default();
         theirs.reserve(members.len());
         for r in members {
             theirs.insert(r.id.clone(), (r.incarnation, rank(r.state)));
@@ -244,8 +341,8 @@ impl<I: Identity> Node<I> {
             })
             .collect();
         for r in &mut better {
-            r.meta = if r.id == self.me {
-                self.meta.to_vec()
+            r.meta = if r.id == *self.local.id() {
+                self.local.meta().to_vec()
             } else {
                 self.members.meta(&r.id).to_vec()
             };
@@ -279,11 +376,11 @@ impl<I: Identity> Node<I> {
     /// Bounded: a token bucket caps sync replies per second. Counts a refusal.
     fn take_sync_token(&mut self, now: Time) -> bool {
         let rate = f64::from(self.cfg.sync_replies_per_sec);
-        let elapsed = now.saturating_since(self.sync_tokens_at).as_secs_f64();
-        self.sync_tokens = (self.sync_tokens + elapsed * rate).min(rate);
-        self.sync_tokens_at = now;
-        if self.sync_tokens >= 1.0 {
-            self.sync_tokens -= 1.0;
+        let elapsed = now.saturating_since(self.recovery.tokens_at).as_secs_f64();
+        self.recovery.tokens = (self.recovery.tokens + elapsed * rate).min(rate);
+        self.recovery.tokens_at = now;
+        if self.recovery.tokens >= 1.0 {
+            self.recovery.tokens -= 1.0;
             true
         } else {
             self.stats.sync_replies_refused += 1;
@@ -296,20 +393,20 @@ impl<I: Identity> Node<I> {
     /// news to everyone else, and gossiping it would flood the cluster on joins.
     fn merge_record(&mut self, now: Time, from: Option<&I>, r: MemberRecord<I>) {
         let about_sender = from == Some(&r.id);
-        let declarer = from.cloned().unwrap_or_else(|| self.me.clone());
+        let declarer = from.cloned().unwrap_or_else(|| self.local.id().clone());
         match r.state {
             WireState::Alive | WireState::Suspect => {
                 self.apply_alive(now, &r.id, r.incarnation, Some(r.meta), about_sender);
             }
             WireState::Dead => {
-                if !self.members.contains(&r.id) && r.id != self.me {
+                if !self.members.contains(&r.id) && r.id != *self.local.id() {
                     return; // Never learn of a member through its death.
                 }
                 let accusers = self.cfg.corroboration as u8;
                 self.apply_dead(now, &r.id, r.incarnation, &declarer, accusers, false);
             }
             WireState::Left => {
-                if !self.members.contains(&r.id) && r.id != self.me {
+                if !self.members.contains(&r.id) && r.id != *self.local.id() {
                     return;
                 }
                 self.apply_left(now, &r.id, r.incarnation, about_sender);

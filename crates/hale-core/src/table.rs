@@ -152,6 +152,9 @@ impl Rec {
 type Slot = u32;
 
 /// Every member a node knows of, this node excluded.
+///
+/// Invariant: `live` and `suspects` count the records that are live and
+/// suspected; a record changes state only through [`Table::set_state`].
 #[derive(Debug)]
 pub(crate) struct Table<I> {
     dense: Vec<Rec>,
@@ -168,6 +171,8 @@ pub(crate) struct Table<I> {
     since: FxMap<Slot, Time>,
     meta: FxMap<Slot, Box<[u8]>>,
     len: usize,
+    live: usize,
+    suspects: usize,
 }
 
 impl<I: Identity> Table<I> {
@@ -183,7 +188,36 @@ impl<I: Identity> Table<I> {
             since: FxMap::default(),
             meta: FxMap::default(),
             len: 0,
+            live: 0,
+            suspects: 0,
         }
+    }
+
+    /// Alive or suspected members.
+    pub(crate) fn live(&self) -> usize {
+        self.live
+    }
+
+    /// Live members that are not suspected.
+    pub(crate) fn alive(&self) -> usize {
+        self.live - self.suspects
+    }
+
+    /// Moves a known `id` to `state` at `now`; its previous state.
+    pub(crate) fn set_state(
+        &mut self,
+        id: &I,
+        state: MemberState,
+        now: Time,
+    ) -> Option<MemberState> {
+        let m = self.get_mut(id)?;
+        let was = m.state();
+        m.set_state(state);
+        self.set_since(id, now);
+        let suspect = |s: MemberState| usize::from(s == MemberState::Suspect);
+        self.suspects = self.suspects + suspect(state) - suspect(was);
+        self.live = self.live + usize::from(state.is_live()) - usize::from(was.is_live());
+        Some(was)
     }
 
     /// Members known.

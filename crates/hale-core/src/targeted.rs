@@ -27,7 +27,6 @@ use crate::broadcast::Key;
 use crate::identity::Identity;
 use crate::member::MemberState;
 use crate::node::Node;
-use crate::ring::ring_position;
 use crate::time::Time;
 use crate::wire::{Channel, Message};
 
@@ -48,6 +47,22 @@ pub(crate) struct TargetedItem<I> {
     keep_sending: Option<(I, Time)>,
 }
 
+/// Targeted messages still to be sent again.
+///
+/// Invariant: at most one item per key; every item has a send left, or a
+/// suspect to keep sending to until a time after its next send.
+#[derive(Debug)]
+pub(crate) struct Targeted<I> {
+    items: Vec<TargetedItem<I>>,
+}
+
+impl<I> Targeted<I> {
+    /// Nothing pending.
+    pub(crate) fn new() -> Targeted<I> {
+        Targeted { items: Vec::new() }
+    }
+}
+
 impl<I: Identity> Node<I> {
     /// The members that watch `x` as this node sees the ring, this node
     /// included when it is one, each with whether it is unsuspected here
@@ -61,7 +76,7 @@ impl<I: Identity> Node<I> {
         if k == 0 {
             return Vec::new();
         }
-        let xr = ring_position(self.cluster, x, &mut self.scratch);
+        let xr = self.local.ring_of(x);
         // (distance, id, unsuspected), closest first, trimmed as it grows.
         let mut before: Vec<(u64, I, bool)> = Vec::with_capacity(k + 2);
         let mut after: Vec<(u64, I, bool)> = Vec::with_capacity(k + 2);
@@ -84,17 +99,17 @@ impl<I: Identity> Node<I> {
             }
             side.truncate(end);
         };
-        if *x != self.me {
-            let me = self.me.clone();
-            keep(&mut before, xr.wrapping_sub(self.my_ring), &me, true);
-            keep(&mut after, self.my_ring.wrapping_sub(xr), &me, true);
+        if *x != *self.local.id() {
+            let me = self.local.id().clone();
+            keep(&mut before, xr.wrapping_sub(self.local.ring()), &me, true);
+            keep(&mut after, self.local.ring().wrapping_sub(xr), &me, true);
         }
         for (id, m) in self.members.iter() {
             if !m.state().is_live() || *id == *x {
                 continue;
             }
             let alive = m.state() == MemberState::Alive;
-            let r = ring_position(self.cluster, &*id, &mut self.scratch);
+            let r = self.local.ring_of(&*id);
             keep(&mut before, xr.wrapping_sub(r), &id, alive);
             keep(&mut after, r.wrapping_sub(xr), &id, alive);
         }
@@ -116,7 +131,7 @@ impl<I: Identity> Node<I> {
         to.push(member.clone());
         if let Some(s) = self.suspicions.get(member) {
             for a in s.accusers.iter().chain(&s.discounted) {
-                if *a != self.me && !to.contains(a) {
+                if *a != *self.local.id() && !to.contains(a) {
                     to.push(a.clone());
                 }
             }
@@ -138,7 +153,7 @@ impl<I: Identity> Node<I> {
             return None;
         }
         let mut to = self.ring_neighbours(member);
-        to.retain(|(id, _)| *id != self.me);
+        to.retain(|(id, _)| *id != *self.local.id());
         let watching = to.iter().filter(|(_, alive)| *alive).count();
         (watching + 1 >= self.required_accusers(member))
             .then(|| to.into_iter().map(|(id, _)| id).collect())
@@ -148,7 +163,7 @@ impl<I: Identity> Node<I> {
     /// neighbours only: it has as many neighbours as a verdict needs
     /// accusers (so its accusers targeted their suspicions too).
     pub(crate) fn targeted_refutation(&self) -> bool {
-        let neighbours = self.monitored.len() + self.watchers.len();
+        let neighbours = self.monitors.monitored().len() + self.monitors.watchers().len();
         self.cfg.targeted_suspicions
             && neighbours >= self.cfg.corroboration.min(self.alive_witnesses().max(1))
     }
@@ -160,7 +175,7 @@ impl<I: Identity> Node<I> {
     /// failed probe in a later stall into a verdict at the old incarnation,
     /// which members that never heard the refutation would accept.
     pub(crate) fn refutation_targets(&mut self, accuser: &I) -> Vec<I> {
-        let me = self.me.clone();
+        let me = self.local.id().clone();
         let mut to = vec![accuser.clone()];
         for (id, _) in self.ring_neighbours(&me) {
             if !to.contains(&id) {
@@ -189,7 +204,7 @@ impl<I: Identity> Node<I> {
         for t in &to {
             self.send(t.clone(), Channel::Datagram, vec![msg.clone()]);
         }
-        self.targeted.push(TargetedItem {
+        self.targeted.items.push(TargetedItem {
             key,
             msg,
             to,
@@ -201,18 +216,20 @@ impl<I: Identity> Node<I> {
 
     /// Stops sending what is pending under `key`.
     pub(crate) fn drop_targeted(&mut self, key: &Key<I>) {
-        self.targeted.retain(|t| t.key != *key);
+        self.targeted.items.retain(|t| t.key != *key);
     }
 
     /// Stops sending every accusation of `member`.
     pub(crate) fn drop_targeted_about(&mut self, member: &I) {
         self.targeted
+            .items
             .retain(|t| t.key.0 != *member || t.key.1.is_none());
     }
 
     /// When a targeted message is next due.
     pub(crate) fn next_targeted_due(&self) -> Time {
         self.targeted
+            .items
             .iter()
             .map(|t| t.next)
             .min()
@@ -225,26 +242,22 @@ impl<I: Identity> Node<I> {
     pub(crate) fn answer_old_accusation(&mut self, from: &I, accuser: &I, incarnation: u32) {
         if !self.cfg.targeted_suspicions
             || from != accuser
-            || incarnation >= self.incarnation
-            || self.left
+            || incarnation >= self.local.incarnation()
+            || self.phase.has_left()
         {
             return;
         }
-        let msg = Message::Alive {
-            member: self.me.clone(),
-            incarnation: self.incarnation,
-            meta: self.meta.to_vec(),
-        };
+        let msg = self.local.alive();
         self.stats.targeted_sent += 1;
         self.send(from.clone(), Channel::Datagram, vec![msg]);
     }
 
     /// Sends every targeted message that is due again.
     pub(crate) fn targeted_tick(&mut self, now: Time) {
-        if self.targeted.iter().all(|t| t.next > now) {
+        if self.targeted.items.iter().all(|t| t.next > now) {
             return;
         }
-        let mut items = std::mem::take(&mut self.targeted);
+        let mut items = std::mem::take(&mut self.targeted.items);
         for item in &mut items {
             if item.next > now {
                 continue;
@@ -268,7 +281,7 @@ impl<I: Identity> Node<I> {
                     .is_some_and(|(_, until)| t.next < *until)
         });
         // Sends never queue targeted messages: nothing was added meanwhile.
-        debug_assert!(self.targeted.is_empty());
-        self.targeted = items;
+        debug_assert!(self.targeted.items.is_empty());
+        self.targeted.items = items;
     }
 }

@@ -80,3 +80,71 @@ impl fmt::Display for Time {
         fmt::Debug::fmt(self, f)
     }
 }
+
+/// A node's periodic timers: each has one slot in a [`TimerTable`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Timer {
+    /// The next step of the round-robin walk (`probe.rs`).
+    Probe,
+    /// The next gossip round (`gossip.rs`); armed only while news is queued.
+    Gossip,
+    /// The next periodic push/pull sync (`sync.rs`).
+    PushPull,
+    /// The next contact with the seeds; armed only while alone or cut off.
+    SeedRetry,
+    /// The next ping to a member declared dead (`sync.rs`).
+    Reconnect,
+    /// The next reaping of tombstones and old bookkeeping (`sync.rs`).
+    Reap,
+}
+
+impl Timer {
+    const ALL: [Timer; 6] = [
+        Timer::Probe,
+        Timer::Gossip,
+        Timer::PushPull,
+        Timer::SeedRetry,
+        Timer::Reconnect,
+        Timer::Reap,
+    ];
+}
+
+/// When each [`Timer`] fires next ([`Time::NEVER`]: not set).
+///
+/// Invariant: one slot per timer, nothing else; a slot keeps its value
+/// while its timer is disarmed (the gossip timer while no news is queued),
+/// so re-arming it with `min` behaves as it always did.
+#[derive(Debug, Clone)]
+pub(crate) struct TimerTable([Time; 6]);
+
+impl TimerTable {
+    /// Every timer unset.
+    pub(crate) fn new() -> TimerTable {
+        TimerTable([Time::NEVER; 6])
+    }
+
+    /// When `t` fires.
+    pub(crate) fn get(&self, t: Timer) -> Time {
+        self.0[t as usize]
+    }
+
+    /// Sets `t` to fire at `at`.
+    pub(crate) fn set(&mut self, t: Timer, at: Time) {
+        self.0[t as usize] = at;
+    }
+
+    /// Whether `t` is due at `now`.
+    pub(crate) fn due(&self, t: Timer, now: Time) -> bool {
+        now >= self.get(t)
+    }
+
+    /// The earliest of the timers that are `armed`.
+    pub(crate) fn next(&self, armed: impl Fn(Timer) -> bool) -> Time {
+        Timer::ALL
+            .into_iter()
+            .filter(|t| armed(*t))
+            .map(|t| self.get(t))
+            .min()
+            .unwrap_or(Time::NEVER)
+    }
+}

@@ -52,7 +52,7 @@ impl<I: Identity> Node<I> {
     /// could confirm, and every other member may really have failed. Such a
     /// verdict rests on one accuser, so other members do not accept it.
     pub(crate) fn verdict_allowed(&self, target: &I, s: &Suspicion<I>, now: Time) -> bool {
-        if self.cut_off {
+        if self.phase.is_cut_off() {
             return false;
         }
         s.accusers.len() >= self.required_accusers(target)
@@ -73,10 +73,9 @@ impl<I: Identity> Node<I> {
             self.cfg.suspicion_max,
             self.cfg.expected_confirmations,
         );
-        let Some(s) = self.suspicions.get_mut(member) else {
+        let Some(s) = self.suspicions.get(member) else {
             return;
         };
-        self.deadlines.remove(&(s.deadline, member.clone()));
         let expiry = s.started + max * 2;
         let closed_ready = s.closed.len() >= required;
         let verdict_at = match s.accused_at {
@@ -92,7 +91,11 @@ impl<I: Identity> Node<I> {
             // began (one accuser's probe may have failed on lost packets
             // before a stall began: the others' silence must be as long).
             Some(t0) => {
-                let others = s.accusers.iter().filter(|a| **a != self.me).count();
+                let others = s
+                    .accusers
+                    .iter()
+                    .filter(|a| **a != *self.local.id())
+                    .count();
                 let frac = ((others + 1) as f64).ln() / ((k + 1) as f64).ln();
                 let span = max.saturating_sub(min).mul_f64(frac.min(1.0));
                 let mut since: Vec<Time> = s
@@ -124,7 +127,7 @@ impl<I: Identity> Node<I> {
                 s.started + max.saturating_sub(span).max(min) + Duration::from_secs(1)
             }
         };
-        s.deadline = if s.verifying && s.accused_at.is_none() {
+        let deadline = if s.verifying && s.accused_at.is_none() {
             // A verification probe is under way or did not fail: its outcome,
             // news, or expiry decides.
             expiry
@@ -133,29 +136,17 @@ impl<I: Identity> Node<I> {
         } else {
             expiry
         };
-        self.deadlines.insert((s.deadline, member.clone()));
+        self.suspicions.set_deadline(member, deadline);
     }
 
     /// Looks at suspicions whose time came.
     pub(crate) fn suspicion_deadlines(&mut self, now: Time) {
-        while let Some((t, id)) = self.deadlines.first().cloned() {
-            if t > now {
-                break;
-            }
-            self.deadlines.remove(&(t, id.clone()));
-            let Some(s) = self.suspicions.get(&id) else {
-                continue;
-            };
-            if s.deadline != t {
-                continue; // A stale entry (an earlier suspicion of the member).
-            }
+        while let Some(id) = self.suspicions.pop_due(now) {
+            let s = self.suspicions.get(&id).expect("a suspicion is due");
             let allowed = self.verdict_allowed(&id, s, now);
             let started = s.started;
             let own_evidence = s.accused_at.is_some();
             let verifying = s.verifying;
-            if let Some(s) = self.suspicions.get_mut(&id) {
-                s.deadline = Time::NEVER;
-            }
             if allowed && !own_evidence && !verifying {
                 // Never convict on others' word alone: probe it ourselves
                 // first (the ping carries the suspicion, so a live member
@@ -170,10 +161,7 @@ impl<I: Identity> Node<I> {
             } else if verifying {
                 // Our own probe did not fail: wait for news, or let it expire.
                 let expiry = started + self.cfg.suspicion_max * 2;
-                if let Some(s) = self.suspicions.get_mut(&id) {
-                    s.deadline = expiry;
-                }
-                self.deadlines.insert((expiry, id.clone()));
+                self.suspicions.add_deadline(&id, expiry);
             } else {
                 self.rearm(&id, now);
             }
@@ -182,12 +170,8 @@ impl<I: Identity> Node<I> {
 
     pub(crate) fn start_verification(&mut self, now: Time, id: &I) {
         let wait = self.scaled(self.cfg.probe_interval) + Duration::from_millis(50);
-        if let Some(s) = self.suspicions.get_mut(id) {
-            s.verifying = true;
-            s.deadline = now + wait;
-            self.deadlines.insert((s.deadline, id.clone()));
-        }
-        if !self.probes.iter().any(|p| p.target == *id) {
+        self.suspicions.verify(id, now + wait);
+        if self.probing.probe_of(id).is_none() {
             self.start_probe(now, id);
         }
     }
@@ -212,7 +196,7 @@ impl<I: Identity> Node<I> {
     }
 
     pub(crate) fn declare_dead(&mut self, now: Time, id: &I) {
-        let evidence = self.evidence(now, id, self.me.clone());
+        let evidence = self.evidence(now, id, self.local.id().clone());
         let accusers = evidence.confirmations.min(255) as u8;
         let inc = self.members.get(id).expect("known member").incarnation;
         self.stats.deaths_declared += 1;
@@ -225,7 +209,7 @@ impl<I: Identity> Node<I> {
         let msg = Message::Dead {
             member: id.clone(),
             incarnation: inc,
-            declarer: self.me.clone(),
+            declarer: self.local.id().clone(),
             accusers,
         };
         // Our own verdict goes straight to up to VERDICT_FANOUT members
@@ -233,7 +217,7 @@ impl<I: Identity> Node<I> {
         // member to hear of a death otherwise waits a gossip round or two.
         // Sent before it is queued, so it is not sent twice in one packet
         // and the gossip keeps its whole retransmit budget.
-        let to: Vec<I> = if self.live <= VERDICT_FANOUT {
+        let to: Vec<I> = if self.members.live() <= VERDICT_FANOUT {
             self.members
                 .iter()
                 .filter(|(_, m)| m.state().is_live())

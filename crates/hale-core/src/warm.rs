@@ -14,23 +14,20 @@
 
 use crate::identity::Identity;
 use crate::node::Node;
-use crate::time::Time;
+use crate::time::{Time, Timer};
 
 impl<I: Identity> Node<I> {
     /// Reads the parts of this node's own state that the receive and timer
     /// paths read first. A hint: changes nothing, returns nothing useful.
     pub fn warm_state(&self) -> u64 {
-        self.last_now.as_nanos()
-            ^ self.pause_credit.0.as_nanos()
-            ^ self.next_probe.as_nanos()
-            ^ self.heard_any.as_nanos()
+        self.isolation.warm()
+            ^ self.timers.get(Timer::Probe).as_nanos()
             ^ self.stats.datagrams_in
             ^ self.members.len() as u64
-            ^ self.probes.len() as u64
-            ^ self.monitored.len() as u64
-            ^ self.walk.len() as u64
-            ^ self.transmits.len() as u64
-            ^ u64::from(self.incarnation)
+            ^ self.probing.warm().0
+            ^ self.monitors.monitored().len() as u64
+            ^ self.out.queued() as u64
+            ^ u64::from(self.local.incarnation())
     }
 
     /// Reads what handling a packet from `sender` reads first: the sender's
@@ -43,14 +40,14 @@ impl<I: Identity> Node<I> {
     /// probe tick is due by then, the records of the monitored members and
     /// of the walk's next member. A hint.
     pub fn warm_timeout(&self, at: Time) -> u64 {
-        if at < self.next_probe {
+        if at < self.timers.get(Timer::Probe) {
             return 0;
         }
         let mut acc = 0;
-        for m in &self.monitored {
+        for m in self.monitors.monitored() {
             acc ^= self.members.warm(m);
         }
-        if let Some(next) = self.walk.get(self.walk_pos) {
+        if let Some(next) = self.probing.warm().1 {
             acc ^= self.members.warm(next);
         }
         acc
