@@ -28,7 +28,9 @@
 //! [claim](run_claimed) first: an exclusive lock on a file that records
 //! that the demote ran. Whichever comes second waits for the first to end
 //! and then does nothing. A demote killed midway (its process group, the
-//! lock's holder with it) records nothing, so the other side runs it. Were
+//! lock's holder with it), or one that failed, records nothing, so the
+//! other side runs it; the watchdog itself tries a failed fence again every
+//! second (and answers a `disarm` meanwhile as not fenced). Were
 //! the claim's file impossible to create, both run it: a second demote is
 //! better than none.
 //!
@@ -157,11 +159,20 @@ pub fn run_claimed(path: &Path, demote: impl FnOnce() -> bool) -> Claimed {
         return Claimed::AlreadyRan;
     }
     let ok = demote();
-    let _ = file.rewind();
-    let _ = file.write_all(RAN.as_bytes());
-    let _ = file.sync_data();
+    // Only a demote that succeeded is recorded: one that failed (its hook
+    // killed, timed out or exiting non-zero) leaves the claim open, so the
+    // other side, or the next attempt, runs it again. An old primary must
+    // not stay unfenced because its first fence failed.
+    if ok {
+        let _ = file.rewind();
+        let _ = file.write_all(RAN.as_bytes());
+        let _ = file.sync_data();
+    }
     Claimed::Ran(ok)
 }
+
+/// How long the watchdog waits before trying a fence that failed again.
+const FENCE_RETRY: Duration = Duration::from_secs(1);
 
 /// What a claim file holds once its demote ran.
 const RAN: &str = "ran\n";
@@ -240,7 +251,10 @@ fn watch(
         } else {
             "watchdog-agent-gone"
         };
-        run_claimed(claim, || run_hook(fence, env, reason, hook_timeout));
+        matches!(
+            run_claimed(claim, || run_hook(fence, env, reason, hook_timeout)),
+            Claimed::Ran(true) | Claimed::AlreadyRan
+        )
     };
     loop {
         let msg = match deadline {
@@ -269,15 +283,24 @@ fn watch(
             },
             Ok(None) | Err(mpsc::RecvTimeoutError::Disconnected) => {
                 if fenced.is_none() {
-                    do_fence(promote.take(), WatchdogExit::AgentGone);
+                    // Nobody else is left to fence: until it succeeds.
+                    let mut group = promote.take();
+                    while !do_fence(group.take(), WatchdogExit::AgentGone) {
+                        std::thread::sleep(FENCE_RETRY);
+                    }
                     return WatchdogExit::AgentGone;
                 }
                 return fenced.unwrap_or(WatchdogExit::Released);
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {
-                deadline = None;
-                do_fence(promote.take(), WatchdogExit::Expired);
-                fenced = Some(WatchdogExit::Expired);
+                if do_fence(promote.take(), WatchdogExit::Expired) {
+                    deadline = None;
+                    fenced = Some(WatchdogExit::Expired);
+                } else {
+                    // Not fenced: tried again soon, and a `disarm` meanwhile
+                    // is told so, so that the agent runs its own demote.
+                    deadline = Some(Instant::now() + FENCE_RETRY);
+                }
             }
         }
     }
@@ -331,6 +354,16 @@ pub fn run_hook(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_demote_that_failed_leaves_the_claim_open_and_one_that_succeeded_closes_it() {
+        let path = std::env::temp_dir().join(format!("hale-claim-test-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        assert_eq!(run_claimed(&path, || false), Claimed::Ran(false));
+        assert_eq!(run_claimed(&path, || true), Claimed::Ran(true), "run again");
+        assert_eq!(run_claimed(&path, || true), Claimed::AlreadyRan);
+        let _ = std::fs::remove_file(&path);
+    }
 
     #[test]
     fn a_claims_name_cannot_be_guessed_from_pid_role_and_epoch() {

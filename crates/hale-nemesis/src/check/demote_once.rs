@@ -1,7 +1,8 @@
 //! (e) Every lost lease demotes once: for every promote hook started on a
 //! node at epoch `e`, the node's demote hook for `e` (the agent's or its
 //! watchdog's) finishes at most once, and starts at least once, unless the
-//! node still holds `e` at the end or its whole host was killed while `e`
+//! node still holds `e` at the end (the primary seen when the cluster
+//! settled, or promoted after that at the newest epoch) or its whole host was killed while `e`
 //! was the newest epoch promoted anywhere (nothing was left to demote; the
 //! register starts fenced). A host killed after a newer epoch's promote
 //! began excuses nothing: the lease was already lost by then. Promotes that
@@ -54,14 +55,21 @@ pub fn check(h: &History) -> Result<(), Violation> {
         if starts > 0 {
             continue;
         }
-        let holds = h.final_primaries.iter().any(|p| p == node) && latest.get(node) == Some(&epoch);
         // When the next epoch's promote began anywhere: the lease was lost by then.
         let superseded = runs
             .iter()
-            .filter(|((_, e), r)| *e > epoch && r.0.is_some())
+            .filter(|((_, e), r)| *e > epoch && r.0.is_some() && r.0 < Some(stopping))
             .filter_map(|(_, r)| r.0)
             .min()
             .unwrap_or(u64::MAX);
+        // It holds `epoch` at the end: the primary last seen when the cluster
+        // settled, or promoted after that look (a failover in the settling
+        // seconds) at the newest epoch promoted before the harness began
+        // stopping.
+        let after_last_look = h.settled_ns.is_some_and(|t| at >= t);
+        let holds = latest.get(node) == Some(&epoch)
+            && (h.final_primaries.iter().any(|p| p == node)
+                || (after_last_look && superseded == u64::MAX));
         let host_killed = h.faults.iter().any(|f| {
             matches!(f.fault, Fault::KillHost(_))
                 && f.hosts.iter().any(|x| x == node)
@@ -143,6 +151,19 @@ mod tests {
             .expect_err("the check catches it")
             .what
             .contains("never demoted"));
+    }
+
+    #[test]
+    fn a_failover_after_the_cluster_was_seen_settled_leaves_the_new_holder_holding() {
+        let mut h = promoted_then(0);
+        h.settled_ns = Some(1);
+        assert_eq!(check(&h), Ok(()));
+        h.hooks
+            .push(line(50, "h1", HookKind::Promote, Phase::Start, 5));
+        assert!(
+            check(&h).is_err(),
+            "superseded before the end: it lost the lease"
+        );
     }
 
     #[test]

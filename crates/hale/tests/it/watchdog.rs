@@ -150,3 +150,35 @@ fn a_demote_killed_midway_is_run_by_the_watchdog() {
     });
     assert_eq!(w.0.wait().unwrap().code(), Some(3));
 }
+
+#[test]
+fn a_fence_that_fails_is_tried_again_until_it_succeeds_and_the_agent_is_told_it_is_not_fenced_meanwhile(
+) {
+    let dir = log_dir("watchdog_fence_fails");
+    let log = dir.path().join("log");
+    let claim = dir.path().join("claim");
+    // The fence fails (exit 1) on its first three runs (a second apart:
+    // time enough to ask), then succeeds.
+    let fence = vec![
+        "sh".into(),
+        "-c".into(),
+        format!(
+            "echo try >> {l}; [ $(grep -c try {l}) -ge 4 ] && echo fenced >> {l}",
+            l = log.display()
+        ),
+    ];
+    let mut w = watchdog(100, &claim, &fence);
+    wait_until(Duration::from_secs(10), "the first failed fence", || {
+        !lines(&log).is_empty()
+    });
+    // Meanwhile the agent asks: not fenced, so it must demote itself.
+    say(&mut w, Order::Disarm);
+    assert_eq!(answer(&mut w), Disarmed::Disarmed);
+    wait_until(Duration::from_secs(10), "the fence, tried again", || {
+        lines(&log) == ["try", "try", "try", "try", "fenced"]
+    });
+    say(&mut w, Order::Disarm);
+    assert_eq!(answer(&mut w), Disarmed::Fenced);
+    say(&mut w, Order::Stop);
+    assert!(w.0.wait().unwrap().code().is_some());
+}
