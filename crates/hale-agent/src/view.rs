@@ -49,6 +49,9 @@ pub enum HealthStatus {
 }
 
 /// A member's state, as the API shows it: `alive`, `suspect`, `dead`, `left`.
+/// It mirrors `hale_core::MemberState` on purpose: this is the API's
+/// contract, owned by the agent and serialised, while the sans-IO core has
+/// no serde and may change its own type; `From` converts between them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum MemberState {
