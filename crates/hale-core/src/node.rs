@@ -364,12 +364,12 @@ impl<I: Identity> Node<I> {
         if current {
             self.heard_from_someone(now);
         }
-        let stranger = self.members.get(&pkt.header.sender).is_none()
+        let known = self.note_header(now, &pkt.header, current);
+        let stranger = !known
             && !pkt
                 .messages
                 .iter()
                 .any(|m| matches!(m, Message::PushPull { .. }));
-        self.note_header(now, &pkt.header, current);
         let from = pkt.header.sender;
         for msg in pkt.messages {
             self.dispatch(now, &from, channel, msg);
@@ -460,10 +460,11 @@ impl<I: Identity> Node<I> {
     }
 
     /// What a packet's header tells about its sender: it is alive at that
-    /// incarnation, with that local health.
-    fn note_header(&mut self, now: Time, h: &Header<I>, current: bool) {
+    /// incarnation, with that local health. False: the sender is not a
+    /// member this node knows.
+    fn note_header(&mut self, now: Time, h: &Header<I>, current: bool) -> bool {
         let Some(m) = self.members.get_mut(&h.sender) else {
-            return;
+            return false;
         };
         if current {
             m.set_health(h.health);
@@ -498,6 +499,7 @@ impl<I: Identity> Node<I> {
             }
             _ => {}
         }
+        true
     }
 
     /// Processes every timer that is due. Spurious calls do nothing.
