@@ -29,6 +29,7 @@
 
 #![forbid(unsafe_code)]
 
+mod admission;
 mod broadcast;
 pub mod config;
 mod direct;

@@ -1,11 +1,9 @@
 //! The [`Node`]: one member's SWIM + Lifeguard state machine.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
-use rustc_hash::FxBuildHasher;
 
 use crate::broadcast::{Broadcasts, Class};
 use crate::config::{Config, ConfigError};
@@ -27,8 +25,6 @@ use crate::time::{Time, Timer, TimerTable};
 use crate::wire::{
     cluster_id, Channel, DecodeError, Header, Message, Packet, MAX_DATAGRAM, MAX_MESSAGES, MAX_META,
 };
-
-pub(crate) type FxMap<K, V> = HashMap<K, V, FxBuildHasher>;
 
 /// Bytes to send to a member, and on which channel.
 #[derive(Debug, Clone, PartialEq, Eq)]

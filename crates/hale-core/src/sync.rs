@@ -21,7 +21,8 @@ use rand::Rng;
 use crate::event::Event;
 use crate::identity::Identity;
 use crate::member::MemberState;
-use crate::node::{FxMap, Node};
+use crate::node::Node;
+use crate::table::FxMap;
 use crate::time::{Time, Timer};
 use crate::wire::{Channel, MemberRecord, Message, WireState};
 

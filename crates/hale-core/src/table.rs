@@ -23,12 +23,17 @@
 //! order; callers that need an order independent of history sort.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
+
+use rustc_hash::FxBuildHasher;
 
 use crate::freshness::Freshness;
 use crate::identity::Identity;
 use crate::member::MemberState;
-use crate::node::FxMap;
 use crate::time::Time;
+
+/// A hash map with the fast, deterministic Fx hasher (no OS randomness).
+pub(crate) type FxMap<K, V> = HashMap<K, V, FxBuildHasher>;
 
 /// Dense indices at or above this are stored like any other identity, so
 /// that a forged index cannot make a node allocate a huge vector (at most
