@@ -1,12 +1,11 @@
 //! `/metrics` in the Prometheus text exposition format.
 
 use std::fmt::{Display, Write};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use hale_core::DropReason;
 
 use crate::faults::Faults;
-use crate::runtime::{Shared, Snapshot};
+use crate::runtime::{Counter, Shared, Snapshot};
 use crate::view::Fault;
 
 /// Writes one metric family: its HELP and TYPE lines, then one sample per
@@ -63,9 +62,9 @@ pub fn render(s: &Snapshot, shared: &Shared) -> String {
         family(&mut out, (name, "counter", help), [(me.clone(), v)]);
     }
     let c = &shared.counters();
-    let labelled = |label: &str, rows: &[(&str, &AtomicU64)]| -> Vec<(String, u64)> {
+    let labelled = |label: &str, rows: &[(&str, Counter)]| -> Vec<(String, u64)> {
         rows.iter()
-            .map(|(l, v)| (format!("{me},{label}=\"{l}\""), v.load(Ordering::Relaxed)))
+            .map(|(l, v)| (format!("{me},{label}=\"{l}\""), c.get(*v)))
             .collect()
     };
     let dropped = DropReason::ALL
@@ -74,9 +73,9 @@ pub fn render(s: &Snapshot, shared: &Shared) -> String {
         .chain(labelled(
             "reason",
             &[
-                ("auth_failed", &c.auth_failed),
-                ("seal_malformed", &c.seal_malformed),
-                ("oversize_datagram", &c.oversize),
+                ("auth_failed", Counter::AuthFailed),
+                ("seal_malformed", Counter::SealMalformed),
+                ("oversize_datagram", Counter::Oversize),
             ],
         ));
     let name = "hale_dropped_packets_total";
@@ -88,12 +87,12 @@ pub fn render(s: &Snapshot, shared: &Shared) -> String {
     let stream_errors = labelled(
         "kind",
         &[
-            ("error", &c.stream_errors),
-            ("out_dropped", &c.streams_out_dropped),
-            ("in_refused", &c.streams_in_refused),
-            ("in_refused_per_source", &c.streams_in_per_source),
-            ("in_refused_budget", &c.streams_in_budget),
-            ("in_refused_oversize", &c.streams_in_oversize),
+            ("error", Counter::StreamErrors),
+            ("out_dropped", Counter::StreamsOutDropped),
+            ("in_refused", Counter::StreamsInRefused),
+            ("in_refused_per_source", Counter::StreamsInPerSource),
+            ("in_refused_budget", Counter::StreamsInBudget),
+            ("in_refused_oversize", Counter::StreamsInOversize),
         ],
     );
     let help = "Stream connections that failed or were refused.";

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use axum::extract::State;
 use axum::Json;
-use hale_relay::{BreakerGauge, DropReason, Relay, RelayConfig};
+use hale_relay::{BreakerGauge, DropReason, Relay, RelayConfig, UpstreamRole};
 use tokio::sync::watch;
 
 use crate::runtime::Shared;
@@ -26,9 +26,9 @@ fn target(dsn: &hale_relay::Dsn) -> String {
 /// The relay's state now.
 pub fn relay_view(relay: &Relay, cfg: &RelayConfig) -> RelayView {
     let c = relay.counters();
-    let mut upstreams = vec![(&cfg.pipeline.primary, "primary")];
+    let mut upstreams = vec![(&cfg.pipeline.primary, UpstreamRole::Primary)];
     if let Some(s) = &cfg.pipeline.standby {
-        upstreams.push((s, "standby"));
+        upstreams.push((s, UpstreamRole::Standby));
     }
     let dropped: std::collections::BTreeMap<_, _> = DropReason::ALL
         .iter()
@@ -48,7 +48,7 @@ pub fn relay_view(relay: &Relay, cfg: &RelayConfig) -> RelayView {
             .into_iter()
             .enumerate()
             .map(|(i, (u, role))| UpstreamView {
-                role: role.to_owned(),
+                role,
                 target: target(&u.dsn),
                 member: u.member.clone(),
                 breaker: c.breaker(i),
@@ -98,7 +98,7 @@ pub(crate) async fn watch_breakers(
             shared.emit(
                 AgentEvent::Breaker {
                     upstream: u.target.clone(),
-                    role: u.role.clone(),
+                    role: u.role,
                     from: *prev,
                     to: now,
                 },

@@ -21,7 +21,7 @@ use tokio::time::Instant;
 
 use hale_control::{
     Action, ControlRequest, Holder, HolderConfig, HolderEvent, HookExit, HookId, HookKind,
-    LeaseResponse, LeaseTiming, RequestId, RoleState, ServiceStatus,
+    HookReason, LeaseResponse, LeaseTiming, RequestId, RoleState, ServiceStatus,
 };
 use hale_core::Time;
 
@@ -349,7 +349,7 @@ impl RoleManager {
         id: HookId,
         kind: HookKind,
         epoch: u64,
-        reason: &'static str,
+        reason: HookReason,
     ) {
         let claimed;
         let argv = match kind {
@@ -373,7 +373,8 @@ impl RoleManager {
             }
         };
         let tx = run.tx.clone();
-        let Some(cmd) = crate::watchdog::hook_command(argv, &self.env(epoch), reason) else {
+        let Some(cmd) = crate::watchdog::hook_command(argv, &self.env(epoch), reason.as_str())
+        else {
             let _ = tx.send(Input::HookExit(id, HookExit::Succeeded));
             return;
         };

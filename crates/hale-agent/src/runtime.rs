@@ -24,6 +24,9 @@ use crate::view::{
 };
 use hale_keyring::{SharedKeyring, OVERHEAD};
 
+mod counters;
+pub use counters::{Counter, RuntimeCounters};
+
 /// Events kept for `/v1/events` history.
 const EVENT_HISTORY: usize = 2048;
 /// Concurrent outbound stream connections.
@@ -54,34 +57,6 @@ const MAX_PROBE_SOCKETS: usize = 64;
 const PROBE_SOCKET_WAIT: Duration = Duration::from_secs(1);
 /// Closed-port reports waiting for the driver.
 const MAX_REFUSED: usize = 256;
-
-/// Counters kept by the runtime, outside the core.
-#[derive(Debug, Default)]
-pub struct RuntimeCounters {
-    /// Packets that failed authentication (wrong key, tampering).
-    pub auth_failed: AtomicU64,
-    /// Packets too short or of an unknown seal version.
-    pub seal_malformed: AtomicU64,
-    /// Datagrams larger than any hale datagram.
-    pub oversize: AtomicU64,
-    /// Outbound streams dropped because too many were open.
-    pub streams_out_dropped: AtomicU64,
-    /// Inbound streams refused because too many were open.
-    pub streams_in_refused: AtomicU64,
-    /// Stream connections that failed (connect, read, write, timeout).
-    pub stream_errors: AtomicU64,
-    /// Datagrams that could not be sent.
-    pub send_errors: AtomicU64,
-    /// Stream connections refused: too many already open from that address.
-    pub streams_in_per_source: AtomicU64,
-    /// Stream frames refused: the budget of unhandled frame bytes was spent.
-    pub streams_in_budget: AtomicU64,
-    /// Stream frames refused: they announced more than a frame may hold.
-    pub streams_in_oversize: AtomicU64,
-    /// Closed ports found (ICMP port unreachable on a probe socket, or a
-    /// stream connection refused), reported to the core.
-    pub closed_ports: AtomicU64,
-}
 
 /// Everything the API needs, taken at one instant.
 #[derive(Debug, Clone)]
@@ -195,7 +170,7 @@ impl Shared {
 
     /// A packet to `to` met a closed port: tell the driver.
     fn note_refused(&self, to: SocketAddr) {
-        count(&self.counters.closed_ports);
+        self.counters.bump(Counter::ClosedPorts);
         let mut q = self.refused.lock().expect("refused lock");
         if q.len() < MAX_REFUSED {
             q.push(to);
@@ -217,10 +192,6 @@ pub(crate) async fn ask<T>(
 }
 
 /// Counts one more of what `c` counts.
-fn count(c: &AtomicU64) {
-    c.fetch_add(1, Ordering::Relaxed);
-}
-
 /// A seed known only by its address: the core addresses it by a placeholder
 /// identity; only the address is used to reach it, and the real member
 /// replaces it once it answers.
@@ -328,11 +299,11 @@ impl Driver {
         match k.current().open(sealed) {
             Ok(p) => Some(p),
             Err(hale_keyring::OpenError::Auth) => {
-                count(&self.shared.counters.auth_failed);
+                self.shared.counters.bump(Counter::AuthFailed);
                 None
             }
             Err(hale_keyring::OpenError::Malformed) => {
-                count(&self.shared.counters.seal_malformed);
+                self.shared.counters.bump(Counter::SealMalformed);
                 None
             }
         }
@@ -343,7 +314,7 @@ impl Driver {
             return; // A drill's freeze: deaf to the cluster.
         }
         if bytes.len() > MAX_DATAGRAM + OVERHEAD {
-            count(&self.shared.counters.oversize);
+            self.shared.counters.bump(Counter::Oversize);
             return;
         }
         if let Some(plain) = self.open(bytes) {
@@ -465,7 +436,7 @@ impl Driver {
                 Channel::Datagram if t.probe && self.send_probe(to, &bytes) => {}
                 Channel::Datagram => {
                     if self.udp.try_send_to(&bytes, to).is_err() {
-                        count(&self.shared.counters.send_errors);
+                        self.shared.counters.bump(Counter::SendErrors);
                     }
                 }
                 Channel::Stream => self.send_stream(to, bytes),
@@ -556,7 +527,7 @@ impl Driver {
 
     fn send_stream(&self, to: SocketAddr, bytes: Vec<u8>) {
         let Ok(permit) = self.out_streams.clone().try_acquire_owned() else {
-            count(&self.shared.counters.streams_out_dropped);
+            self.shared.counters.bump(Counter::StreamsOutDropped);
             return;
         };
         let shared = self.shared.clone();
@@ -585,7 +556,7 @@ impl Driver {
             })
             .await;
             if !matches!(r, Ok(Ok(()))) {
-                count(&shared.counters.stream_errors);
+                shared.counters.bump(Counter::StreamErrors);
             }
             drop(permit);
         });
@@ -656,7 +627,7 @@ async fn accept_streams(
             let n = m.entry(from.ip()).or_insert(0);
             if *n >= MAX_IN_PER_SOURCE {
                 drop(m);
-                count(&shared.counters.streams_in_per_source);
+                shared.counters.bump(Counter::StreamsInPerSource);
                 continue;
             }
             *n += 1;
@@ -666,7 +637,7 @@ async fn accept_streams(
             })
         };
         let Ok(permit) = slots.clone().try_acquire_owned() else {
-            count(&shared.counters.streams_in_refused);
+            shared.counters.bump(Counter::StreamsInRefused);
             continue;
         };
         let (frames, shared, budget, keys) =
@@ -700,11 +671,15 @@ async fn accept_streams(
             .await;
             let (plain, share) = match r {
                 Ok(Ok(x)) => x,
-                Ok(Err(Refused::Budget)) => return count(&shared.counters.streams_in_budget),
-                Ok(Err(Refused::TooLarge)) => return count(&shared.counters.streams_in_oversize),
-                Ok(Err(Refused::Auth)) => return count(&shared.counters.auth_failed),
-                Ok(Err(Refused::Malformed)) => return count(&shared.counters.seal_malformed),
-                Ok(Err(Refused::Io)) | Err(_) => return count(&shared.counters.stream_errors),
+                Ok(Err(Refused::Budget)) => return shared.counters.bump(Counter::StreamsInBudget),
+                Ok(Err(Refused::TooLarge)) => {
+                    return shared.counters.bump(Counter::StreamsInOversize)
+                }
+                Ok(Err(Refused::Auth)) => return shared.counters.bump(Counter::AuthFailed),
+                Ok(Err(Refused::Malformed)) => return shared.counters.bump(Counter::SealMalformed),
+                Ok(Err(Refused::Io)) | Err(_) => {
+                    return shared.counters.bump(Counter::StreamErrors)
+                }
             };
             drop(permit);
             let frame = Frame {
@@ -712,7 +687,7 @@ async fn accept_streams(
                 _budget: share,
             };
             if frames.try_send(frame).is_err() {
-                count(&shared.counters.streams_in_refused);
+                shared.counters.bump(Counter::StreamsInRefused);
             }
         });
     }

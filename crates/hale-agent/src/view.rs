@@ -19,6 +19,7 @@ pub mod routes;
 pub use hale_control::raft::{ControlState, ControlStatus};
 /// The state of a circuit breaker (`closed`, `open`, `half-open`).
 pub use hale_relay::BreakerGauge as BreakerState;
+pub use hale_relay::UpstreamRole;
 pub use ops::{
     DrillView, ErrorBody, Fault, FaultView, KeyOp, KeyReport, KeyRequest, KeyView, KeysView,
     RelayView, RestoredView, TrafficView, UpstreamView, MAX_FAULT,
@@ -304,7 +305,7 @@ pub enum AgentEvent {
         /// The upstream (its DSN without the key).
         upstream: String,
         /// `primary` or `standby`.
-        role: String,
+        role: UpstreamRole,
         /// The previous state (`closed`, `open`, `half-open`).
         from: BreakerState,
         /// The new state.

@@ -46,8 +46,8 @@ use crate::lease::{HeldLease, LeaseRequest, LeaseResponse};
 
 mod io;
 pub use io::{
-    Action, ControlRequest, HolderConfig, HolderEvent, HookExit, HookId, HookOutcome, RequestId,
-    RoleState, ServiceStatus, StepDownReason,
+    Action, ControlRequest, HolderConfig, HolderEvent, HookExit, HookId, HookOutcome, HookReason,
+    RequestId, RoleState, ServiceStatus, StepDownReason,
 };
 
 /// The watchdog process, as the holder knows it.
@@ -508,7 +508,7 @@ impl Holder {
             id,
             kind: HookKind::Demote,
             epoch,
-            reason: reason.as_str(),
+            reason: HookReason::StepDown(reason),
         });
     }
 
@@ -615,7 +615,7 @@ impl Holder {
             id,
             kind: HookKind::Promote,
             epoch,
-            reason: "promote",
+            reason: HookReason::Promote,
         });
     }
 

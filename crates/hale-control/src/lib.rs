@@ -29,7 +29,7 @@ pub use auth::ControlAuth;
 pub use history::{check, HistoryViolation, HookEvent, HookKind};
 pub use holder::{
     Action, ControlRequest, Holder, HolderConfig, HolderEvent, HookExit, HookId, HookOutcome,
-    RequestId, RoleState, ServiceStatus, StepDownReason,
+    HookReason, RequestId, RoleState, ServiceStatus, StepDownReason,
 };
 pub use lease::{
     AppendClock, GrantDelay, Grantor, HeldLease, LeaseRejection, LeaseRequest, LeaseResponse,

@@ -150,6 +150,36 @@ impl Category {
 const REASONS: usize = DropReason::ALL.len();
 const CATEGORIES: usize = Category::ALL.len();
 
+/// Which upstream of the pipeline: events go to the primary, and to the
+/// standby while the primary's breaker is open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum UpstreamRole {
+    /// The upstream events go to first (index 0).
+    Primary,
+    /// The upstream events go to while the primary's breaker is open (index 1).
+    Standby,
+}
+
+impl UpstreamRole {
+    /// Both, in their index order (the breakers' and metrics' order).
+    pub const ALL: [UpstreamRole; 2] = [UpstreamRole::Primary, UpstreamRole::Standby];
+
+    /// Its name on the wire and in metrics: `primary` or `standby`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UpstreamRole::Primary => "primary",
+            UpstreamRole::Standby => "standby",
+        }
+    }
+}
+
+impl std::fmt::Display for UpstreamRole {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// The state of an upstream's circuit breaker (metrics, the agent's API:
 /// `closed`, `open`, `half-open`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -432,7 +462,7 @@ impl Counters {
             out,
             "# HELP {prefix}_breaker_state Circuit breaker: 0 closed, 1 open, 2 half-open.\n# TYPE {prefix}_breaker_state gauge"
         );
-        for (i, name) in ["primary", "standby"].iter().enumerate() {
+        for (i, name) in UpstreamRole::ALL.iter().enumerate() {
             let _ = writeln!(
                 out,
                 "{prefix}_breaker_state{{upstream=\"{name}\"}} {}",

@@ -38,7 +38,7 @@ mod spool;
 mod worker;
 
 pub use breaker::BreakerConfig;
-pub use counters::{BreakerGauge, Category, Counters, DropReason};
+pub use counters::{BreakerGauge, Category, Counters, DropReason, UpstreamRole};
 pub use dsn::{Dsn, DsnError};
 pub use envelope::{Envelope, EnvelopeError};
 pub use pipeline::{

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use hale_relay::BreakerGauge;
+use hale_relay::{BreakerGauge, UpstreamRole};
 use serde::{Deserialize, Serialize};
 
 /// The error body every failing route answers with.
@@ -95,7 +95,7 @@ pub struct TrafficView {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct UpstreamView {
     /// `primary` or `standby`.
-    pub role: String,
+    pub role: UpstreamRole,
     /// Where events go (`scheme://host:port/path/project`, no key).
     pub target: String,
     /// The hale member hosting it, if one is named.

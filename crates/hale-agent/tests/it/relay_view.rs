@@ -28,7 +28,7 @@ async fn relay_status_shows_upstreams_and_a_dead_host_opens_its_breaker_with_an_
 
     let v = api.relay().await.unwrap().unwrap();
     assert_eq!(v.upstreams.len(), 2);
-    assert_eq!(v.upstreams[0].role, "primary");
+    assert_eq!(v.upstreams[0].role, hale_agent::view::UpstreamRole::Primary);
     assert_eq!(v.upstreams[0].member.as_deref(), Some("sentry-host"));
     assert_eq!(v.upstreams[0].breaker, BreakerState::Closed);
     assert!(

@@ -200,6 +200,25 @@ impl RoleState {
     }
 }
 
+/// Why a hook runs: what its `HALE_REASON` says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HookReason {
+    /// The role was granted: the promote hook.
+    Promote,
+    /// The holding is ending: the demote hook.
+    StepDown(StepDownReason),
+}
+
+impl HookReason {
+    /// `HALE_REASON`: `promote`, or the step-down reason's stable string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HookReason::Promote => "promote",
+            HookReason::StepDown(r) => r.as_str(),
+        }
+    }
+}
+
 /// What the holder reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HolderEvent {
@@ -262,8 +281,8 @@ pub enum Action {
         kind: HookKind,
         /// The fencing epoch.
         epoch: u64,
-        /// `HALE_REASON` (`promote` for a promotion).
-        reason: &'static str,
+        /// Why it runs (`HALE_REASON`).
+        reason: HookReason,
     },
     /// Kill the hook's whole process group now; its exit is still reported.
     KillHook {

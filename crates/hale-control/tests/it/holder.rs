@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use hale_control::{
     Action, ControlRequest, Holder, HolderConfig, HolderEvent, HookExit, HookId, HookKind,
-    HookOutcome, LeaseRequest, LeaseResponse, LeaseTiming, RequestId, RoleState, ServiceStatus,
-    StepDownReason,
+    HookOutcome, HookReason, LeaseRequest, LeaseResponse, LeaseTiming, RequestId, RoleState,
+    ServiceStatus, StepDownReason,
 };
 use hale_core::Time;
 
@@ -73,7 +73,7 @@ fn granted(h: &mut Holder) -> HookId {
                 id: hook,
                 kind: HookKind::Promote,
                 epoch: 7,
-                reason: "promote"
+                reason: HookReason::Promote
             },
         ]
     );
@@ -233,7 +233,7 @@ fn a_lease_lost_during_a_promotion_kills_the_promote_hook_before_the_demote_star
         id: demote,
         kind: HookKind::Demote,
         epoch: 7,
-        reason: "lease-expired",
+        reason: HookReason::StepDown(StepDownReason::LeaseExpired),
     }] = a.as_slice()
     else {
         panic!("{a:?}")
