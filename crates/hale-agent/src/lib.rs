@@ -534,13 +534,16 @@ async fn start_roles(
             }
         })
     };
+    let requests = roles::LeaseRequests::start(client.clone().gated(shared.drill().frozen_flag()));
+    let origin = tokio::time::Instant::now();
     for spec in &cfg.roles {
         let (tx, rx) = mpsc::channel(1);
         out.handovers.insert(spec.name.clone(), tx);
         let mgr = roles::RoleManager {
             spec: spec.clone(),
             node: me.clone(),
-            control: client.clone().gated(shared.drill().frozen_flag()),
+            requests: requests.clone(),
+            origin,
             services: out.services.clone(),
             timing: plan.timing,
             views: out.views.clone(),

@@ -3,7 +3,7 @@
 //! Each role this node is a candidate for has a manager task that carries
 //! out what the role's [`Holder`] state machine (in `hale-control`) asks:
 //! control-plane requests (each on a task of its own, so that renewals
-//! never wait for anything), hooks (each in a process group of its own,
+//! never wait for anything, carried in the agent's batches: `requests.rs`), hooks (each in a process group of its own,
 //! killed as a group), and the fencing watchdog process. The decisions —
 //! when to ask for the role, renew, give it up, kill a hook, demote — are
 //! the state machine's, and the lease-history model checks them. A failing
@@ -20,8 +20,8 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use hale_control::{
-    Action, ControlRequest, Holder, HolderConfig, HolderEvent, HookExit, HookId, HookKind,
-    HookReason, LeaseResponse, LeaseTiming, RequestId, RoleState, ServiceStatus,
+    Action, Holder, HolderConfig, HolderEvent, HookExit, HookId, HookKind, HookReason,
+    LeaseResponse, LeaseTiming, RequestId, RoleState, ServiceStatus,
 };
 use hale_core::Time;
 
@@ -29,9 +29,9 @@ use crate::config::RoleSpec;
 use crate::services::Services;
 use crate::view::{AgentEvent, RoleView};
 use crate::watchdog::{Disarmed, Order};
-use hale_control::raft::ControlClient;
-
+mod requests;
 mod watchdog;
+pub use requests::LeaseRequests;
 use watchdog::Watchdog;
 
 /// What a role manager reports.
@@ -69,8 +69,11 @@ pub struct RoleManager {
     pub spec: RoleSpec,
     /// This node's name.
     pub node: String,
-    /// The control plane.
-    pub control: ControlClient,
+    /// The control plane, through the agent's batches.
+    pub requests: LeaseRequests,
+    /// The agent's time origin, shared by its role managers: their holders'
+    /// renewals fall on the same instants and travel in one batch.
+    pub origin: Instant,
     /// This node's services.
     pub services: Services,
     /// Lease timing.
@@ -152,7 +155,7 @@ impl RoleManager {
     pub async fn run(mut self) {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let mut run = Running {
-            origin: Instant::now(),
+            origin: self.origin,
             tx,
             hooks: BTreeMap::new(),
             watchdog: None,
@@ -262,34 +265,9 @@ impl RoleManager {
                 deadline,
             } => {
                 let limit = run.left(deadline).max(Duration::from_millis(50));
-                let (control, tx) = (self.control.clone(), run.tx.clone());
+                let (requests, tx) = (self.requests.clone(), run.tx.clone());
                 tokio::spawn(async move {
-                    let call = async {
-                        match &request {
-                            ControlRequest::Acquire {
-                                role,
-                                holder,
-                                priority,
-                                attempt,
-                            } => {
-                                control
-                                    .acquire(role, holder, *priority, *attempt, limit)
-                                    .await
-                            }
-                            ControlRequest::Lease(r) => control.write(r, limit).await,
-                        }
-                    };
-                    // A refusal (not yet, not the holder) is the leader's
-                    // answer too: the holder's logic reads the response's
-                    // absence the same way, so it is only logged.
-                    let r = match tokio::time::timeout(limit, call).await {
-                        Ok(Ok(r)) => Some(r),
-                        Ok(Err(refusal)) => {
-                            tracing::debug!(%refusal, "control plane");
-                            None
-                        }
-                        Err(_) => None,
-                    };
+                    let r = requests.send(request, limit).await;
                     let _ = tx.send(Input::Response(id, r));
                 });
             }

@@ -298,7 +298,7 @@ impl Holder {
                     && !held_off
                     && now >= self.next_poll
                 {
-                    self.next_poll = now + self.cfg.timing.renew_every / 2;
+                    self.next_poll = next_tick(now, self.cfg.timing.renew_every / 2);
                     let id = self.id();
                     self.phase = Phase::Candidate {
                         acquiring: Some((id, now)),
@@ -625,7 +625,7 @@ impl Holder {
             return;
         }
         let (epoch, until) = (lease.epoch, lease.valid_until());
-        self.next_renewal = now + self.cfg.timing.renew_every;
+        self.next_renewal = next_tick(now, self.cfg.timing.renew_every);
         let id = self.id();
         self.renewals.insert(id, (now, epoch));
         self.actions.push_back(Action::Send {
@@ -762,4 +762,13 @@ impl Holder {
             self.handle_timeout(now);
         }
     }
+}
+
+/// The first instant after `now` on the grid of `every` (from time zero).
+/// The holders of one agent share a time origin, so their renewals, and
+/// their polls, fall on the same instants and travel in one batch; none
+/// waits longer than `every`.
+fn next_tick(now: Time, every: Duration) -> Time {
+    let every = every.as_nanos().max(1) as u64;
+    Time::from_nanos((now.as_nanos() / every + 1) * every)
 }

@@ -77,6 +77,11 @@ pub enum LeaseRequest {
         #[serde(default)]
         next: Option<String>,
     },
+    /// Several requests in one log entry, applied in order (an agent's
+    /// renewals of every role it holds, and the grants answering its
+    /// acquisitions, in one entry: the log grows with hosts, not roles).
+    /// A batch inside a batch is rejected as a whole.
+    Batch(Vec<LeaseRequest>),
 }
 
 /// What applying a [`LeaseRequest`] did.
@@ -96,6 +101,8 @@ pub enum LeaseResponse {
     Released,
     /// Nothing changed.
     Rejected(LeaseRejection),
+    /// What each request of a [`LeaseRequest::Batch`] did, in its order.
+    Batch(Vec<LeaseResponse>),
 }
 
 /// Why a lease request changed nothing.
@@ -117,6 +124,9 @@ pub enum LeaseRejection {
         /// At which epoch.
         epoch: u64,
     },
+    /// A batch held another batch.
+    #[error("a batch inside a batch")]
+    NestedBatch,
 }
 
 /// One role in the replicated table.
@@ -157,6 +167,16 @@ impl LeaseTable {
     /// Applies one committed request. Deterministic: no clock, no randomness.
     pub fn apply(&mut self, req: &LeaseRequest) -> LeaseResponse {
         match req {
+            LeaseRequest::Batch(reqs) => LeaseResponse::Batch(
+                reqs.iter()
+                    .map(|r| match r {
+                        LeaseRequest::Batch(_) => {
+                            LeaseResponse::Rejected(LeaseRejection::NestedBatch)
+                        }
+                        r => self.apply(r),
+                    })
+                    .collect(),
+            ),
             LeaseRequest::Grant {
                 role,
                 holder,
@@ -269,9 +289,19 @@ impl AppendClock {
 
     /// `req` was appended to this server's log at `now`.
     pub fn appended(&mut self, req: &LeaseRequest, now: Time) {
-        if let LeaseRequest::Grant { role, .. } | LeaseRequest::Renew { role, .. } = req {
-            let t = self.roles.entry(role.clone()).or_insert(now);
-            *t = (*t).max(now);
+        match req {
+            LeaseRequest::Grant { role, .. } | LeaseRequest::Renew { role, .. } => {
+                let t = self.roles.entry(role.clone()).or_insert(now);
+                *t = (*t).max(now);
+            }
+            LeaseRequest::Batch(reqs) => {
+                for r in reqs {
+                    if !matches!(r, LeaseRequest::Batch(_)) {
+                        self.appended(r, now);
+                    }
+                }
+            }
+            LeaseRequest::Release { .. } => {}
         }
     }
 

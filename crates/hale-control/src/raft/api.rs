@@ -8,11 +8,15 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 use super::ControlError;
+use crate::lease::{AcquireRequest, LeaseRequest};
 
 /// `POST`: acquire a role ([`crate::lease::AcquireRequest`]).
 pub const ACQUIRE: &str = "/control/acquire";
 /// `POST`: write a lease request through the leader.
 pub const WRITE: &str = "/control/write";
+/// `POST`: several acquisitions and lease writes at once (`Vec<`[`BatchItem`]`>`),
+/// answered item by item (`Answer<Vec<Answer<LeaseResponse>>>`).
+pub const BATCH: &str = "/control/batch";
 /// `GET`/`POST`: the lease table.
 pub const TABLE: &str = "/control/table";
 /// `GET`/`POST`: the leader's id.
@@ -21,6 +25,18 @@ pub const LEADER: &str = "/control/leader";
 pub const SERVERS: &str = "/control/servers";
 /// `POST`: remove server `{id}`.
 pub const SERVER_REMOVE: &str = "/control/servers/{id}/remove";
+
+/// Most items in one batch: an agent splits larger ones.
+pub const MAX_BATCH: usize = 256;
+
+/// One request of a batch ([`BATCH`]).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum BatchItem {
+    /// Acquire a role (as [`ACQUIRE`]).
+    Acquire(AcquireRequest),
+    /// Write a lease request through the leader (as [`WRITE`]; not a batch).
+    Write(LeaseRequest),
+}
 
 /// A request to add a control-plane server.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

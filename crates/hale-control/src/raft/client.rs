@@ -103,23 +103,41 @@ impl ControlClient {
                 }
                 Err(_) => {}
             }
+            // Not answered: the next request starts with the next server
+            // (a frozen server costs one timeout, not one per request).
+            let _ = self.preferred.compare_exchange(
+                i,
+                (i + 1) % n,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
         }
         None
     }
 
-    async fn post<T: Serialize>(
+    async fn post<T: Serialize, R: serde::de::DeserializeOwned>(
         &self,
         path: &str,
         body: &T,
         limit: Duration,
-    ) -> Answer<LeaseResponse> {
+    ) -> Answer<R> {
         // Each server gets a share of the time. The leader's refusal (not
         // grantable yet, not the holder) is an answer too: every server
         // would forward to the same leader.
         let share = (limit / 2).max(Duration::from_millis(200));
-        self.first_answer::<Answer<LeaseResponse>>(share, path, body)
+        self.first_answer::<Answer<R>>(share, path, body)
             .await
             .unwrap_or(Err(Refusal::NoAnswer))
+    }
+
+    /// Sends several acquisitions and lease writes in one request (at most
+    /// [`api::MAX_BATCH`]); the answer holds one answer per item, in order.
+    pub async fn batch(
+        &self,
+        items: &[api::BatchItem],
+        limit: Duration,
+    ) -> Answer<Vec<Answer<LeaseResponse>>> {
+        self.post(api::BATCH, &items, limit).await
     }
 
     /// Asks for `role` for `holder` at `priority`, as acquisition `attempt`.

@@ -7,6 +7,7 @@
 //! No consensus code of our own: openraft does elections and replication.
 
 pub mod api;
+mod batch;
 mod client;
 mod network;
 mod store;
@@ -323,6 +324,7 @@ impl ControlPlane {
             Router::new()
                 .route(api::ACQUIRE, post(acquire_route))
                 .route(api::WRITE, post(write_route))
+                .route(api::BATCH, post(batch::route))
                 .route(api::TABLE, get(table_route).post(table_route))
                 .route(api::LEADER, get(leader_route).post(leader_route))
                 .route(api::SERVERS, post(add_server_route))
@@ -599,19 +601,35 @@ impl ControlPlane {
             g.contend(&table, &appends, &ask, self.now())
                 .map_err(ControlError::NotYet)?
         };
-        self.write(grant).await
+        self.write_here(grant).await
     }
 
-    async fn forward<T: Serialize>(
+    /// Proposes `req` to this server's Raft, which must still be the
+    /// leader: never forwarded. A grant is decided by this leader's grantor
+    /// from the renewals *its* log holds; forwarded to a newer leader, it
+    /// could land after renewals this one never saw, and take the role from
+    /// a holder that is still counting on them.
+    async fn write_here(&self, req: LeaseRequest) -> Result<LeaseResponse, ControlError> {
+        match self.raft.client_write(req).await {
+            Ok(r) => Ok(r.data),
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => Err(
+                ControlError::Unavailable("this server is no longer the leader".into()),
+            ),
+            Err(RaftError::Fatal(e)) => Err(ControlError::Unavailable(e.to_string())),
+            Err(e) => Err(ControlError::Request(e.to_string())),
+        }
+    }
+
+    async fn forward<T: Serialize, R: serde::de::DeserializeOwned>(
         &self,
         what: &str,
         body: &T,
-    ) -> Result<LeaseResponse, ControlError> {
+    ) -> Result<R, ControlError> {
         let (leader, addr) = self.leader_addr().ok_or(ControlError::NoLeader)?;
         // One second: a leader that does not commit in that time is likely
         // frozen or gone, and the caller does better asking another server
         // (which may already know the next leader) than waiting on it.
-        let res: api::Answer<LeaseResponse> = self.call(leader, &addr, what, body, 1).await?;
+        let res: api::Answer<R> = self.call(leader, &addr, what, body, 1).await?;
         res.map_err(|r| match r {
             Refusal::NoLeader => ControlError::NoLeader,
             Refusal::Unavailable(m) => ControlError::Unavailable(m),

@@ -24,7 +24,7 @@ use redb::{Database, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 
 use super::TypeConfig;
-use crate::lease::{LeaseResponse, LeaseTable};
+use crate::lease::{LeaseRequest, LeaseResponse, LeaseTable};
 
 const LOGS: TableDefinition<u64, &[u8]> = TableDefinition::new("logs");
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
@@ -343,7 +343,15 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         }
         if let Some(h) = &self.hook {
             for (req, r) in &applied {
-                h(req, r);
+                match (req, r) {
+                    // The hook sees a batch's requests one by one.
+                    (LeaseRequest::Batch(reqs), LeaseResponse::Batch(rs)) => {
+                        for (req, r) in reqs.iter().zip(rs) {
+                            h(req, r);
+                        }
+                    }
+                    (req, r) => h(req, r),
+                }
             }
         }
         Ok(out)

@@ -175,13 +175,14 @@ fn an_unanswered_renewal_is_retried_after_a_fifth_of_the_interval() {
         panic!("{a:?}")
     };
     assert_eq!(*request, renew(7));
-    // Answered: back to the regular interval, timed from the retry.
+    // Answered: back to the regular interval, on the grid every holder of
+    // the agent shares (its renewals travel in one batch).
     h.handle_response(ms(620), *id, Some(LeaseResponse::Renewed { epoch: 7 }));
     assert_eq!(
         actions(&mut h),
         vec![Action::ArmWatchdog { deadline: ms(2215) }]
     );
-    assert_eq!(h.poll_timeout(), Some(ms(1115)));
+    assert_eq!(h.poll_timeout(), Some(ms(1000)));
 }
 
 #[test]
@@ -416,4 +417,29 @@ fn states_reasons_and_outcomes_are_written_in_json_as_their_stable_strings() {
     ] {
         assert_eq!(json(serde_json::to_value(o).unwrap()), o.as_str());
     }
+}
+
+#[test]
+fn renewals_fall_on_the_grid_every_holder_of_the_agent_shares() {
+    // Granted at 10 ms: the first renewal is one interval after the grant,
+    // the next ones at whole multiples of the interval from time zero,
+    // where every other holder of the agent renews too (one batch).
+    let mut h = holder();
+    let _hook = granted(&mut h);
+    assert_eq!(h.poll_timeout(), Some(ms(510)));
+    let mut sent = Vec::new();
+    let mut t = ms(510);
+    while t < ms(2600) {
+        h.handle_timeout(t);
+        for a in actions(&mut h) {
+            if let Action::Send { id, request, .. } = a {
+                assert_eq!(request, renew(7));
+                sent.push(t.as_nanos() / 1_000_000);
+                h.handle_response(t, id, Some(LeaseResponse::Renewed { epoch: 7 }));
+                let _ = actions(&mut h);
+            }
+        }
+        t = h.poll_timeout().expect("a next renewal");
+    }
+    assert_eq!(sent, vec![510, 1000, 1500, 2000, 2500]);
 }

@@ -382,3 +382,77 @@ async fn servers_are_added_and_removed_through_any_server() {
         x.task.abort();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_through_any_server_is_answered_item_by_item_and_committed_as_one_entry() {
+    use hale_control::raft::api::BatchItem;
+    use hale_control::raft::{ControlClient, Refusal};
+    let dir = tempfile::tempdir().unwrap();
+    let s = cluster(dir.path()).await;
+    until("a leader is elected", Duration::from_secs(10), || {
+        s[0].cp.leader()
+    })
+    .await;
+    let servers: BTreeMap<u64, SocketAddr> = s.iter().map(|x| (x.cp.id, x.addr)).collect();
+    let auth = ControlAuth::sealed(Keyring::new(cluster_key(), vec![]));
+    let client = ControlClient::new(&servers, auth);
+    let acquire = |role: &str, holder: &str| {
+        BatchItem::Acquire(AcquireRequest {
+            role: role.into(),
+            holder: holder.into(),
+            priority: 0,
+            attempt: 1,
+        })
+    };
+    // node-a asks for two roles in one batch until both are granted.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut granted = BTreeMap::new();
+    while granted.len() < 2 {
+        assert!(Instant::now() < deadline, "never granted: {granted:?}");
+        let items: Vec<BatchItem> = ["db", "cache"]
+            .iter()
+            .filter(|r| !granted.contains_key(**r))
+            .map(|r| acquire(r, "node-a"))
+            .collect();
+        let roles: Vec<&str> = ["db", "cache"]
+            .into_iter()
+            .filter(|r| !granted.contains_key(*r))
+            .collect();
+        if let Ok(answers) = client.batch(&items, Duration::from_secs(2)).await {
+            assert_eq!(answers.len(), items.len());
+            for (role, a) in roles.into_iter().zip(answers) {
+                if let Ok(LeaseResponse::Granted { epoch }) = a {
+                    granted.insert(role.to_owned(), epoch);
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(granted.values().copied().collect::<Vec<_>>(), vec![1, 1]);
+    let leader_log = |x: &Server| x.cp.raft_metrics().borrow().last_log_index.unwrap_or(0);
+    let before = leader_log(&s[0]);
+    // Both renewals and another node's acquisition in one request: each
+    // item has its own answer; one log entry holds the two renewals.
+    let renew = |role: &str| {
+        BatchItem::Write(LeaseRequest::Renew {
+            role: role.into(),
+            holder: "node-a".into(),
+            epoch: 1,
+        })
+    };
+    let answers = client
+        .batch(
+            &[renew("db"), acquire("db", "node-b"), renew("cache")],
+            Duration::from_secs(2),
+        )
+        .await
+        .unwrap();
+    assert_eq!(answers[0], Ok(LeaseResponse::Renewed { epoch: 1 }));
+    assert!(matches!(answers[1], Err(Refusal::NotYet(_))), "{answers:?}");
+    assert_eq!(answers[2], Ok(LeaseResponse::Renewed { epoch: 1 }));
+    until("the batch is replicated", Duration::from_secs(5), || {
+        (leader_log(&s[0]) > before).then_some(())
+    })
+    .await;
+    assert_eq!(leader_log(&s[0]), before + 1);
+}

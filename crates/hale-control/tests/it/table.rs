@@ -135,3 +135,30 @@ fn the_grantor_answers_a_holders_own_attempt_at_once_and_makes_any_other_wait_a_
     );
     assert!(g.contend(&t, &clock, &ask("b", 7), soon).is_err());
 }
+
+#[test]
+fn a_batch_applies_each_request_in_order_and_refuses_a_batch_inside_it() {
+    let mut t = LeaseTable::default();
+    let renew = |e| LeaseRequest::Renew {
+        role: "db".into(),
+        holder: "a".into(),
+        epoch: e,
+    };
+    let batch = LeaseRequest::Batch(vec![
+        renew(1),
+        grant("a", 1),
+        renew(1),
+        LeaseRequest::Batch(vec![grant("b", 2)]),
+    ]);
+    let LeaseResponse::Batch(r) = t.apply(&batch) else {
+        panic!("not a batch answer")
+    };
+    assert!(matches!(
+        r[0],
+        LeaseResponse::Rejected(LeaseRejection::NotHolder { .. })
+    ));
+    assert_eq!(r[1], LeaseResponse::Granted { epoch: 1 });
+    assert_eq!(r[2], LeaseResponse::Renewed { epoch: 1 });
+    assert_eq!(r[3], LeaseResponse::Rejected(LeaseRejection::NestedBatch));
+    assert_eq!(t.role("db").unwrap().holder.as_deref(), Some("a"));
+}

@@ -1,0 +1,97 @@
+//! Several lease requests in one: an agent's renewals of every role it
+//! holds and its acquisitions, sent together and written as one log entry
+//! ([`LeaseRequest::Batch`]), so that the control plane's load grows with
+//! hosts, not roles.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+
+use super::api::{self, Answer, BatchItem, Refusal};
+use super::{ControlError, ControlPlane};
+use crate::lease::{LeaseRejection, LeaseRequest, LeaseResponse};
+
+impl ControlPlane {
+    /// Answers each item of `items` as [`ControlPlane::acquire`] and
+    /// [`ControlPlane::write`] would, with one proposal for all of them:
+    /// the grantor decides the acquisitions (a refusal answers that item
+    /// alone), then the grants and writes are committed as one entry.
+    /// Forwarded to the leader as a whole.
+    pub async fn batch(
+        &self,
+        items: Vec<BatchItem>,
+    ) -> Result<Vec<Answer<LeaseResponse>>, ControlError> {
+        if let Some(why) = self.stopped_now() {
+            return Err(ControlError::Unavailable(why));
+        }
+        if items.len() > api::MAX_BATCH {
+            return Err(ControlError::Request(format!(
+                "a batch of {} items (at most {})",
+                items.len(),
+                api::MAX_BATCH
+            )));
+        }
+        if self.leader() != Some(self.id) {
+            return self.forward(api::BATCH, &items).await;
+        }
+        let mut answers: Vec<Option<Answer<LeaseResponse>>> = vec![None; items.len()];
+        let (mut writes, mut slots) = (Vec::new(), Vec::new());
+        {
+            let table = self.table();
+            let mut g = self.grantor.lock().expect("grantor lock");
+            let Some(g) = g.as_mut() else {
+                return Err(ControlError::NoLeader);
+            };
+            let appends = self.appends.lock().expect("appends lock");
+            let now = self.now();
+            for (i, item) in items.into_iter().enumerate() {
+                let req = match item {
+                    BatchItem::Acquire(ask) => match g.contend(&table, &appends, &ask, now) {
+                        Ok(grant) => grant,
+                        Err(delay) => {
+                            answers[i] = Some(Err(Refusal::NotYet(delay.to_string())));
+                            continue;
+                        }
+                    },
+                    BatchItem::Write(LeaseRequest::Batch(_)) => {
+                        let nested = LeaseResponse::Rejected(LeaseRejection::NestedBatch);
+                        answers[i] = Some(Ok(nested));
+                        continue;
+                    }
+                    BatchItem::Write(req) => req,
+                };
+                writes.push(req);
+                slots.push(i);
+            }
+        }
+        if !writes.is_empty() {
+            // Grants are in it: written here, never forwarded (see `write_here`).
+            match self.write_here(LeaseRequest::Batch(writes)).await? {
+                LeaseResponse::Batch(rs) => {
+                    for (i, r) in slots.into_iter().zip(rs) {
+                        answers[i] = Some(Ok(r));
+                    }
+                }
+                other => return Err(ControlError::Request(format!("a batch answered {other:?}"))),
+            }
+        }
+        Ok(answers
+            .into_iter()
+            .map(|a| a.unwrap_or(Err(Refusal::NoAnswer)))
+            .collect())
+    }
+}
+
+/// `POST /control/batch`: as [`super::lease_answer`], item by item.
+pub(super) async fn route(
+    State(cp): State<ControlPlane>,
+    Json(items): Json<Vec<BatchItem>>,
+) -> Response {
+    match cp.batch(items).await {
+        Err(e) if e.ask_another() => {
+            (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response()
+        }
+        r => Json(r.map_err(Refusal::from)).into_response(),
+    }
+}
