@@ -245,11 +245,25 @@ impl LeaseTable {
 }
 
 /// Lease timing, shared by grantor and holders.
+///
+/// What a holder rides out: its last renewal that got through was sent at
+/// most `renew_every` before the control plane stopped answering, and the
+/// holder acts until `lease - drift_margin` after it; so it keeps its role
+/// through any control-plane hiccup (an election after the leader's host
+/// died or froze, a slow commit) shorter than [`LeaseTiming::ride_through`]
+/// = `lease - drift_margin - renew_every` (1.35 s by default). A Raft
+/// election takes at most [`crate::raft::ELECTION_TIMEOUT_MAX`] plus a
+/// heartbeat and a vote round (0.7 s on a LAN), which leaves 0.65 s for the
+/// first commit under the new leader and for scheduling delays on a loaded
+/// host; [`LeaseTiming::check`] refuses timing that leaves less than
+/// [`MIN_COMMIT_SLACK`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LeaseTiming {
-    /// How long a lease lasts (default 2 s).
+    /// How long a lease lasts (default 2 s): the longest a role waits for
+    /// its holder after the holder's host died.
     pub lease: Duration,
-    /// How often the holder renews (default 500 ms).
+    /// How often the holder renews (default 250 ms; an agent's renewals of
+    /// all its roles travel in one request and one log entry).
     pub renew_every: Duration,
     /// How much earlier than `lease` the holder stops (default 400 ms:
     /// tolerates clocks running 20% apart over one lease).
@@ -260,9 +274,55 @@ impl Default for LeaseTiming {
     fn default() -> Self {
         LeaseTiming {
             lease: Duration::from_secs(2),
-            renew_every: Duration::from_millis(500),
+            renew_every: Duration::from_millis(250),
             drift_margin: Duration::from_millis(400),
         }
+    }
+}
+
+/// The least time [`LeaseTiming::check`] leaves between the longest Raft
+/// election and [`LeaseTiming::ride_through`]: the new leader's first commit
+/// and a loaded host's scheduling delays.
+pub const MIN_COMMIT_SLACK: Duration = Duration::from_millis(400);
+
+/// Why lease timing was refused ([`LeaseTiming::check`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "a holder rides out {ride_through:?} without the control plane (lease - drift margin - \
+     renew_every), less than an election ({election:?}) plus {slack:?}: every control-plane \
+     election would risk moving roles; lengthen the lease or renew more often"
+)]
+pub struct TimingError {
+    /// What the timing rides out.
+    pub ride_through: Duration,
+    /// The longest election.
+    pub election: Duration,
+    /// The slack required beyond it.
+    pub slack: Duration,
+}
+
+impl LeaseTiming {
+    /// How long the control plane may be unreachable or electing without
+    /// costing a healthy holder its role.
+    pub fn ride_through(&self) -> Duration {
+        self.lease
+            .saturating_sub(self.drift_margin)
+            .saturating_sub(self.renew_every)
+    }
+
+    /// Refuses timing under which a control-plane election would cost
+    /// holders their roles: [`LeaseTiming::ride_through`] must exceed the
+    /// longest election by [`MIN_COMMIT_SLACK`].
+    pub fn check(&self) -> Result<(), TimingError> {
+        let election = crate::raft::ELECTION_WORST;
+        if self.ride_through() < election + MIN_COMMIT_SLACK {
+            return Err(TimingError {
+                ride_through: self.ride_through(),
+                election,
+                slack: MIN_COMMIT_SLACK,
+            });
+        }
+        Ok(())
     }
 }
 

@@ -33,5 +33,5 @@ pub use holder::{
 };
 pub use lease::{
     AppendClock, GrantDelay, Grantor, HeldLease, LeaseRejection, LeaseRequest, LeaseResponse,
-    LeaseTable, LeaseTiming, RoleLease,
+    LeaseTable, LeaseTiming, RoleLease, TimingError, MIN_COMMIT_SLACK,
 };

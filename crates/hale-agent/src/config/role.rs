@@ -36,7 +36,9 @@ pub struct ControlSection {
     /// same on every agent of the cluster.
     #[serde(default, with = "humantime_serde")]
     pub lease: Option<Duration>,
-    /// How often a holder renews (default 500 ms; at most a third of the lease).
+    /// How often a holder renews (default 250 ms; at most a third of the
+    /// lease; what the lease rides out is checked against the control
+    /// plane's election timing: [`LeaseTiming::check`]).
     #[serde(default, with = "humantime_serde")]
     pub renew_every: Option<Duration>,
 }
@@ -63,12 +65,23 @@ impl ControlSection {
                 ),
             ));
         }
-        Ok(LeaseTiming {
+        let timing = LeaseTiming {
             lease,
             renew_every,
             // Tolerates clocks running 20% apart over one lease.
             drift_margin: lease / 5,
-        })
+        };
+        timing.check().map_err(|e| {
+            bad(
+                if self.lease.is_some() {
+                    "lease"
+                } else {
+                    "renew_every"
+                },
+                e.to_string(),
+            )
+        })?;
+        Ok(timing)
     }
 }
 

@@ -221,7 +221,7 @@ fn lease_timing_is_read_and_its_errors_name_the_key() {
     let d = control("").unwrap().control.unwrap().timing;
     assert_eq!(d, hale_control::LeaseTiming::default());
     // Renewals must fit three times in a lease.
-    let e = control("lease = \"1s\"\nrenew_every = \"400ms\"").unwrap_err();
+    let e = control("lease = \"3s\"\nrenew_every = \"1100ms\"").unwrap_err();
     assert!(e.to_string().contains("third"), "{e}");
     assert_eq!(field_of(e), "control.renew_every");
     assert_eq!(
@@ -232,6 +232,20 @@ fn lease_timing_is_read_and_its_errors_name_the_key() {
         field_of(control("renew_every = \"10ms\"").unwrap_err()),
         "control.renew_every"
     );
+}
+
+#[test]
+fn lease_timing_that_cannot_ride_out_a_control_plane_election_is_refused() {
+    // 1.2 s with 300 ms renewals rides out 1.2 - 0.24 - 0.3 = 0.66 s, less
+    // than an election (0.8 s) plus the slack for the first commit.
+    let e = control("lease = \"1200ms\"\nrenew_every = \"300ms\"").unwrap_err();
+    assert!(e.to_string().contains("election"), "{e}");
+    assert_eq!(field_of(e), "control.lease");
+    // Renewing more often is not enough at that lease; 2 s with the
+    // default renewals rides out 1.35 s and is accepted.
+    assert!(control("lease = \"1500ms\"\nrenew_every = \"100ms\"").is_err());
+    let t = control("lease = \"2s\"").unwrap().control.unwrap().timing;
+    assert_eq!(t.ride_through(), Duration::from_millis(1350));
 }
 
 #[test]

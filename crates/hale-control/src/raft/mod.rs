@@ -94,6 +94,18 @@ impl ControlError {
     }
 }
 
+/// How often the leader sends heartbeats.
+pub const HEARTBEAT: Duration = Duration::from_millis(100);
+/// The shortest a follower waits without a heartbeat before campaigning.
+pub const ELECTION_TIMEOUT_MIN: Duration = Duration::from_millis(300);
+/// The longest a follower waits without a heartbeat before campaigning.
+pub const ELECTION_TIMEOUT_MAX: Duration = Duration::from_millis(600);
+/// The longest a leader's loss goes unanswered on a LAN: the last
+/// heartbeat, the longest election timeout, and a vote round.
+pub const ELECTION_WORST: Duration = Duration::from_millis(
+    HEARTBEAT.as_millis() as u64 + ELECTION_TIMEOUT_MAX.as_millis() as u64 + 100,
+);
+
 /// One control-plane server.
 #[derive(Clone)]
 pub struct ControlPlane {
@@ -251,9 +263,9 @@ impl ControlPlane {
         // elections after a host death*). Do not turn that feature on.
         let config = openraft::Config {
             cluster_name: "hale".into(),
-            heartbeat_interval: 100,
-            election_timeout_min: 300,
-            election_timeout_max: 600,
+            heartbeat_interval: HEARTBEAT.as_millis() as u64,
+            election_timeout_min: ELECTION_TIMEOUT_MIN.as_millis() as u64,
+            election_timeout_max: ELECTION_TIMEOUT_MAX.as_millis() as u64,
             // Chunks well under the authenticated body cap, JSON included.
             snapshot_max_chunk_size: 512 << 10,
             ..Default::default()

@@ -1,0 +1,259 @@
+#!/usr/bin/env python3
+"""Roles at scale: 3 agents on loopback (each a control-plane server and a
+candidate for every role, instant hooks), N roles spread over them by
+priority. Measures, over a steady window: changes of holder, demote hooks,
+control-plane log entries per second (the leader's last log index) and disk
+bytes written per second (/proc/PID/io of the agents, which hold the
+control-plane stores), agent CPU; then, with --kill, SIGKILLs the agent
+holding the most roles and reports how long each of its roles took to be
+promoted elsewhere, and whether any other role moved.
+
+Usage: bench/roles.py --roles 1000 --secs 600 [--kill] [--hale target/release/hale]
+Results: BENCHMARKS.md, section "Roles at scale". Only loopback; every
+process it starts is killed by pid when it ends.
+"""
+
+import argparse
+import base64
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+AGENTS = 3
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def get(url, timeout=2.0):
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.read().decode()
+
+
+def leases(http):
+    """role -> (holder, epoch) as agent `http` reads the lease table."""
+    try:
+        v = json.loads(get(f"http://{http}/v1/roles", timeout=5))
+    except Exception:
+        return None
+    out = {}
+    for role, l in (v.get("leases") or {}).items():
+        out[role] = (l.get("holder"), l.get("epoch"))
+    return out
+
+
+def metric(http, name):
+    """The sum of a metric's series on agent `http`."""
+    total, seen = 0.0, False
+    for line in get(f"http://{http}/metrics", timeout=5).splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            total += float(line.rsplit(" ", 1)[1])
+            seen = True
+    return total if seen else None
+
+
+def proc_io(pid):
+    try:
+        with open(f"/proc/{pid}/io") as f:
+            for line in f:
+                if line.startswith("write_bytes:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def proc_cpu(pid):
+    """User + system seconds of `pid` and its reaped children."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        tck = os.sysconf("SC_CLK_TCK")
+        return (int(fields[11]) + int(fields[12])) / tck
+    except OSError:
+        return 0.0
+
+
+def hook_lines(path):
+    """(unix ns, node, kind, role, epoch) per line of the hook log."""
+    out = []
+    try:
+        with open(path) as f:
+            for line in f:
+                p = line.split()
+                if len(p) >= 5:
+                    out.append((int(p[0]), p[1], p[2], p[3], int(p[4])))
+    except OSError:
+        pass
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--roles", type=int, default=200)
+    ap.add_argument("--secs", type=float, default=120)
+    ap.add_argument("--kill", action="store_true")
+    ap.add_argument("--hale", default="target/release/hale")
+    ap.add_argument("--settle", type=float, default=180, help="most seconds to wait for every role to be held")
+    a = ap.parse_args()
+    hale = os.path.abspath(a.hale)
+    d = tempfile.mkdtemp(prefix="hale-roles-")
+    log = os.path.join(d, "hooks.log")
+    key = base64.b64encode(os.urandom(32)).decode()
+    nodes = [
+        {"name": f"n{i}", "gossip": free_port(), "http": free_port(), "control": free_port()}
+        for i in range(AGENTS)
+    ]
+    servers = ", ".join(f'"{i + 1}=127.0.0.1:{n["control"]}"' for i, n in enumerate(nodes))
+    procs = []
+
+    def cleanup(*_):
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        for p in procs:
+            try:
+                p.wait(timeout=10)
+            except Exception:
+                pass
+
+    signal.signal(signal.SIGTERM, lambda *_: (cleanup(), sys.exit(1)))
+    try:
+        for i, n in enumerate(nodes):
+            name = n["name"]
+            hook = lambda kind: (
+                f'["sh", "-c", "echo $(date +%s%N) {name} {kind} $HALE_ROLE $HALE_EPOCH >> {log}"]'
+            )
+            roles = "".join(
+                f"""
+[[role]]
+name = "r{r}"
+service = "svc"
+priority = {100 if r % AGENTS == i else 50 - i}
+promote = {hook("promote")}
+demote = {hook("demote")}
+"""
+                for r in range(a.roles)
+            )
+            seeds = "" if i == 0 else f'seeds = ["127.0.0.1:{nodes[0]["gossip"]}"]'
+            cfg = f"""
+[agent]
+name = "{name}"
+bind = "127.0.0.1:{n["gossip"]}"
+http = "127.0.0.1:{n["http"]}"
+{seeds}
+watchdog = "{hale}"
+[cluster]
+name = "roles-bench"
+keys = ["{key}"]
+[control]
+id = {i + 1}
+bind = "127.0.0.1:{n["control"]}"
+servers = [{servers}]
+bootstrap = {"true" if i == 0 else "false"}
+data_dir = "{d}/data-{name}"
+[[service]]
+name = "svc"
+essential = true
+[[service.check]]
+command = ["true"]
+interval = "1s"
+timeout = "1s"
+{roles}"""
+            path = os.path.join(d, f"{name}.toml")
+            with open(path, "w") as f:
+                f.write(cfg)
+            out = open(os.path.join(d, f"{name}.log"), "w")
+            env = dict(os.environ, RUST_LOG=os.environ.get("RUST_LOG", "warn"))
+            procs.append(
+                subprocess.Popen([hale, "agent", "--config", path], stdout=out, stderr=out, env=env)
+            )
+        http = [f"127.0.0.1:{n['http']}" for n in nodes]
+        print(f"# {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} roles={a.roles} agents={AGENTS} secs={a.secs} dir={d}")
+        t0 = time.time()
+        while True:
+            l = leases(http[0])
+            held = sum(1 for h, _ in (l or {}).values() if h)
+            if held == a.roles:
+                break
+            if time.time() - t0 > a.settle:
+                print(f"RESULT settle FAILED: {held} of {a.roles} roles held after {a.settle} s")
+                return 1
+            time.sleep(1)
+        print(f"all {a.roles} roles held after {time.time() - t0:.1f} s")
+        time.sleep(5)  # let the grants' promote hooks finish
+        start = time.time()
+        start_ns = time.time_ns()
+        io0 = [proc_io(p.pid) for p in procs]
+        cpu0 = [proc_cpu(p.pid) for p in procs]
+        idx0 = max(metric(h, "hale_control_last_log_index") or 0 for h in http)
+        l0 = leases(http[0])
+        time.sleep(a.secs)
+        el = time.time() - start
+        io1 = [proc_io(p.pid) for p in procs]
+        cpu1 = [proc_cpu(p.pid) for p in procs]
+        idx1 = max(metric(h, "hale_control_last_log_index") or 0 for h in http)
+        l1 = leases(http[0])
+        window = [x for x in hook_lines(log) if x[0] >= start_ns]
+        promotes = sum(1 for x in window if x[2] == "promote")
+        demotes = sum(1 for x in window if x[2] == "demote")
+        changed = sum(1 for r in l0 if l1 and l1.get(r) != l0[r])
+        unheld = sum(1 for h, _ in (l1 or {}).values() if not h)
+        per = {n["name"]: sum(1 for h, _ in l1.values() if h == n["name"]) for n in nodes}
+        print(f"RESULT steady roles={a.roles} secs={el:.0f} changes_of_holder={changed} promote_hooks={promotes} demote_hooks={demotes} unheld_at_end={unheld} held_per_agent={per}")
+        print(
+            f"RESULT cost roles={a.roles} log_entries_per_s={(idx1 - idx0) / el:.1f} "
+            f"disk_bytes_per_s_per_server={sum(b - a_ for a_, b in zip(io0, io1)) / el / AGENTS:.0f} "
+            f"agent_cpu_percent={100 * sum(b - a_ for a_, b in zip(cpu0, cpu1)) / el / AGENTS:.1f}"
+        )
+        if not a.kill:
+            return 0
+        victim_name = max(per, key=per.get)
+        vi = [n["name"] for n in nodes].index(victim_name)
+        theirs = {r for r, (h, _) in l1.items() if h == victim_name}
+        kill_ns = time.time_ns()
+        procs[vi].send_signal(signal.SIGKILL)
+        procs[vi].wait()
+        alive = [h for j, h in enumerate(http) if j != vi]
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            lines = [x for x in hook_lines(log) if x[0] >= kill_ns and x[2] == "promote"]
+            if {x[3] for x in lines} >= theirs:
+                break
+            time.sleep(0.2)
+        time.sleep(3)
+        lines = [x for x in hook_lines(log) if x[0] >= kill_ns]
+        first = {}
+        for ns, node, kind, role, epoch in lines:
+            if kind == "promote" and role in theirs and role not in first:
+                first[role] = (ns - kill_ns) / 1e9
+        others = sorted({x[3] for x in lines if x[3] not in theirs})
+        times = sorted(first.values())
+        missing = len(theirs) - len(first)
+        if times:
+            p50 = times[len(times) // 2]
+            print(
+                f"RESULT kill roles={a.roles} victim={victim_name} its_roles={len(theirs)} "
+                f"promoted={len(first)} missing={missing} p50_s={p50:.2f} max_s={times[-1]:.2f} "
+                f"other_roles_moved={len(others)}"
+            )
+        else:
+            print(f"RESULT kill roles={a.roles} victim={victim_name} its_roles={len(theirs)} promoted=0 other_roles_moved={len(others)}")
+        l2 = leases(alive[0]) or {}
+        print(f"after kill: {sum(1 for h, _ in l2.values() if h)} of {a.roles} roles held")
+        return 0
+    finally:
+        cleanup()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
