@@ -6,9 +6,15 @@ control-plane log entries per second (the leader's last log index) and disk
 bytes written per second (/proc/PID/io of the agents, which hold the
 control-plane stores), agent CPU; then, with --kill, SIGKILLs the agent
 holding the most roles and reports how long each of its roles took to be
-promoted elsewhere, and whether any other role moved.
+promoted elsewhere, and whether any other role moved. With
+--leader-trials N, instead: N times, kill (or, with --freeze, SIGSTOP for
+5 s) the agent whose control-plane server leads, bring it back, and count
+the roles *it did not hold* that changed holder or ran a demote hook (none
+may). --busy N keeps N busy loops running (a loaded host, as in CI);
+--promote-sleep S makes promote hooks take S seconds.
 
 Usage: bench/roles.py --roles 1000 --secs 600 [--kill] [--hale target/release/hale]
+       bench/roles.py --roles 1 --leader-trials 50 [--freeze] --busy 2 --promote-sleep 3
 Results: BENCHMARKS.md, section "Roles at scale". Only loopback; every
 process it starts is killed by pid when it ends.
 """
@@ -17,6 +23,7 @@ import argparse
 import base64
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -104,6 +111,10 @@ def main():
     ap.add_argument("--kill", action="store_true")
     ap.add_argument("--hale", default="target/release/hale")
     ap.add_argument("--settle", type=float, default=180, help="most seconds to wait for every role to be held")
+    ap.add_argument("--leader-trials", type=int, default=0)
+    ap.add_argument("--freeze", action="store_true")
+    ap.add_argument("--busy", type=int, default=0)
+    ap.add_argument("--promote-sleep", type=float, default=0)
     a = ap.parse_args()
     hale = os.path.abspath(a.hale)
     d = tempfile.mkdtemp(prefix="hale-roles-")
@@ -127,11 +138,20 @@ def main():
                 pass
 
     signal.signal(signal.SIGTERM, lambda *_: (cleanup(), sys.exit(1)))
+
+    def start(path, name):
+        out = open(os.path.join(d, f"{name}.log"), "a")
+        env = dict(os.environ, RUST_LOG=os.environ.get("RUST_LOG", "warn"))
+        return subprocess.Popen([hale, "agent", "--config", path], stdout=out, stderr=out, env=env)
+
+    busy = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(a.busy)]
+    procs.extend(busy)
     try:
         for i, n in enumerate(nodes):
             name = n["name"]
+            nap = f"sleep {a.promote_sleep}; " if a.promote_sleep else ""
             hook = lambda kind: (
-                f'["sh", "-c", "echo $(date +%s%N) {name} {kind} $HALE_ROLE $HALE_EPOCH >> {log}"]'
+                f'["sh", "-c", "{nap if kind == "promote" else ""}echo $(date +%s%N) {name} {kind} $HALE_ROLE $HALE_EPOCH >> {log}"]'
             )
             roles = "".join(
                 f"""
@@ -172,11 +192,7 @@ timeout = "1s"
             path = os.path.join(d, f"{name}.toml")
             with open(path, "w") as f:
                 f.write(cfg)
-            out = open(os.path.join(d, f"{name}.log"), "w")
-            env = dict(os.environ, RUST_LOG=os.environ.get("RUST_LOG", "warn"))
-            procs.append(
-                subprocess.Popen([hale, "agent", "--config", path], stdout=out, stderr=out, env=env)
-            )
+            procs.append(start(path, name))
         http = [f"127.0.0.1:{n['http']}" for n in nodes]
         print(f"# {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} roles={a.roles} agents={AGENTS} secs={a.secs} dir={d}")
         t0 = time.time()
@@ -190,7 +206,9 @@ timeout = "1s"
                 return 1
             time.sleep(1)
         print(f"all {a.roles} roles held after {time.time() - t0:.1f} s")
-        time.sleep(5)  # let the grants' promote hooks finish
+        time.sleep(5 + a.promote_sleep)  # let the grants' promote hooks finish
+        if a.leader_trials:
+            return leader_trials(a, nodes, procs, http, log, start, d)
         start = time.time()
         start_ns = time.time_ns()
         io0 = [proc_io(p.pid) for p in procs]
@@ -253,6 +271,105 @@ timeout = "1s"
         return 0
     finally:
         cleanup()
+
+
+def descendants(pid):
+    """`pid` and every process below it (its watchdogs and hooks)."""
+    kids = {}
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                with open(f"/proc/{p}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                kids.setdefault(ppid, []).append(int(p))
+            except OSError:
+                pass
+    out, todo = [], [pid]
+    while todo:
+        x = todo.pop()
+        out.append(x)
+        todo.extend(kids.get(x, []))
+    return out
+
+
+def leader_of(http):
+    """The index of the agent whose control-plane server leads, if one does."""
+    for i, h in enumerate(http):
+        try:
+            if metric(h, "hale_control_is_leader") == 1:
+                return i
+        except Exception:
+            pass
+    return None
+
+
+def leader_trials(a, nodes, procs, http, log, start, d):
+    moved_total, demotes_total, done, skipped = 0, 0, 0, 0
+    for trial in range(a.leader_trials):
+        deadline = time.time() + 60
+        li, l0 = None, None
+        while time.time() < deadline:
+            li = leader_of(http)
+            l0 = leases(http[(li + 1) % AGENTS]) if li is not None else None
+            if li is not None and l0 and all(h for h, _ in l0.values()):
+                break
+            time.sleep(0.5)
+        if li is None or not l0:
+            skipped += 1
+            print(f"trial {trial}: no leader or roles unheld; skipped")
+            continue
+        victim = nodes[li]["name"]
+        others = {r for r, (h, _) in l0.items() if h != victim}
+        if not others:
+            skipped += 1
+            print(f"trial {trial}: the leader's host holds every role; skipped")
+            time.sleep(1)
+            continue
+        # A random point of the renewal period.
+        time.sleep(random.random() * 0.25)
+        t_ns = time.time_ns()
+        if a.freeze:
+            pids = descendants(procs[li].pid)
+            for p in pids:
+                try:
+                    os.kill(p, signal.SIGSTOP)
+                except OSError:
+                    pass
+            time.sleep(5)
+            for p in pids:
+                try:
+                    os.kill(p, signal.SIGCONT)
+                except OSError:
+                    pass
+        else:
+            procs[li].kill()
+            procs[li].wait()
+            time.sleep(2)
+            procs[li] = start(os.path.join(d, f"{victim}.toml"), victim)
+        # Settle: every role held again, then look.
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            l1 = leases(http[(li + 1) % AGENTS])
+            if l1 and all(h for h, _ in l1.values()):
+                break
+            time.sleep(0.5)
+        time.sleep(3 + a.promote_sleep)
+        l1 = leases(http[(li + 1) % AGENTS]) or {}
+        moved = sorted(r for r in others if l1.get(r) != l0.get(r))
+        demotes = [x for x in hook_lines(log) if x[0] >= t_ns and x[2] == "demote" and x[3] in others]
+        moved_total += len(moved)
+        demotes_total += len(demotes)
+        done += 1
+        print(
+            f"trial {trial}: leader {victim} {'frozen 5 s' if a.freeze else 'killed'}; "
+            f"{len(others)} roles held elsewhere, moved {len(moved)}, demote hooks {len(demotes)}"
+            + (f" {moved[:5]}" if moved else "")
+        )
+    print(
+        f"RESULT leader-{'freeze' if a.freeze else 'kill'} roles={a.roles} trials={done} skipped={skipped} "
+        f"busy={a.busy} promote_sleep={a.promote_sleep} roles_moved={moved_total} demote_hooks={demotes_total}"
+    )
+    return 0
 
 
 if __name__ == "__main__":
