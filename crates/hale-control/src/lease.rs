@@ -77,6 +77,15 @@ pub enum LeaseRequest {
         #[serde(default)]
         next: Option<String>,
     },
+    /// `holder` keeps each of these roles at its epoch: renewals of many
+    /// roles in one compact entry (answered with a [`LeaseResponse::Batch`]
+    /// of one [`LeaseRequest::Renew`]'s answer per role).
+    Renewals {
+        /// The holder.
+        holder: String,
+        /// Each role with its epoch.
+        leases: Vec<(String, u64)>,
+    },
     /// Several requests in one log entry, applied in order (an agent's
     /// renewals of every role it holds, and the grants answering its
     /// acquisitions, in one entry: the log grows with hosts, not roles).
@@ -204,6 +213,18 @@ impl LeaseTable {
                 r.attempt = *attempt;
                 LeaseResponse::Granted { epoch: *epoch }
             }
+            LeaseRequest::Renewals { holder, leases } => LeaseResponse::Batch(
+                leases
+                    .iter()
+                    .map(|(role, epoch)| {
+                        self.apply(&LeaseRequest::Renew {
+                            role: role.clone(),
+                            holder: holder.clone(),
+                            epoch: *epoch,
+                        })
+                    })
+                    .collect(),
+            ),
             LeaseRequest::Renew {
                 role,
                 holder,
@@ -353,6 +374,12 @@ impl AppendClock {
             LeaseRequest::Grant { role, .. } | LeaseRequest::Renew { role, .. } => {
                 let t = self.roles.entry(role.clone()).or_insert(now);
                 *t = (*t).max(now);
+            }
+            LeaseRequest::Renewals { leases, .. } => {
+                for (role, _) in leases {
+                    let t = self.roles.entry(role.clone()).or_insert(now);
+                    *t = (*t).max(now);
+                }
             }
             LeaseRequest::Batch(reqs) => {
                 for r in reqs {

@@ -3,6 +3,8 @@
 //! ([`LeaseRequest::Batch`]), so that the control plane's load grows with
 //! hosts, not roles.
 
+use std::collections::BTreeMap;
+
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -11,6 +13,13 @@ use axum::Json;
 use super::api::{self, Answer, BatchItem, Refusal};
 use super::{ControlError, ControlPlane};
 use crate::lease::{LeaseRejection, LeaseRequest, LeaseResponse};
+
+/// Where the answers to one entry of the batch go: one item, or each
+/// renewal of a [`LeaseRequest::Renewals`].
+enum Slot {
+    One(usize),
+    Many(Vec<usize>),
+}
 
 impl ControlPlane {
     /// Answers each item of `items` as [`ControlPlane::acquire`] and
@@ -37,6 +46,8 @@ impl ControlPlane {
         }
         let mut answers: Vec<Option<Answer<LeaseResponse>>> = vec![None; items.len()];
         let (mut writes, mut slots) = (Vec::new(), Vec::new());
+        // Renewals, by holder, go in one compact entry each.
+        let mut renewals: BTreeMap<String, Vec<(String, u64, usize)>> = BTreeMap::new();
         {
             let table = self.table();
             let mut g = self.grantor.lock().expect("grantor lock");
@@ -59,18 +70,39 @@ impl ControlPlane {
                         answers[i] = Some(Ok(nested));
                         continue;
                     }
+                    BatchItem::Write(LeaseRequest::Renew {
+                        role,
+                        holder,
+                        epoch,
+                    }) => {
+                        renewals.entry(holder).or_default().push((role, epoch, i));
+                        continue;
+                    }
                     BatchItem::Write(req) => req,
                 };
                 writes.push(req);
-                slots.push(i);
+                slots.push(Slot::One(i));
             }
+        }
+        for (holder, leases) in renewals {
+            slots.push(Slot::Many(leases.iter().map(|l| l.2).collect()));
+            let leases = leases.into_iter().map(|(r, e, _)| (r, e)).collect();
+            writes.push(LeaseRequest::Renewals { holder, leases });
         }
         if !writes.is_empty() {
             // Grants are in it: written here, never forwarded (see `write_here`).
             match self.write_here(LeaseRequest::Batch(writes)).await? {
                 LeaseResponse::Batch(rs) => {
-                    for (i, r) in slots.into_iter().zip(rs) {
-                        answers[i] = Some(Ok(r));
+                    for (slot, r) in slots.into_iter().zip(rs) {
+                        match (slot, r) {
+                            (Slot::One(i), r) => answers[i] = Some(Ok(r)),
+                            (Slot::Many(is), LeaseResponse::Batch(rs)) => {
+                                for (i, r) in is.into_iter().zip(rs) {
+                                    answers[i] = Some(Ok(r));
+                                }
+                            }
+                            (Slot::Many(_), _) => {}
+                        }
                     }
                 }
                 other => return Err(ControlError::Request(format!("a batch answered {other:?}"))),

@@ -268,6 +268,13 @@ impl ControlPlane {
             election_timeout_max: ELECTION_TIMEOUT_MAX.as_millis() as u64,
             // Chunks well under the authenticated body cap, JSON included.
             snapshot_max_chunk_size: 512 << 10,
+            // The log on disk stays bounded: a snapshot (the lease table,
+            // ~60 KB at 1,000 roles) every 1,000 entries, 100 kept behind
+            // it for followers that lag. An entry holds one agent's batch
+            // (a few KB at 1,000 roles), so the log stays under ~5 MB.
+            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(1000),
+            max_in_snapshot_log_to_keep: 100,
+            purge_batch_size: 256,
             ..Default::default()
         };
         let config = Arc::new(

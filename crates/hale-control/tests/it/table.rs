@@ -162,3 +162,25 @@ fn a_batch_applies_each_request_in_order_and_refuses_a_batch_inside_it() {
     assert_eq!(r[3], LeaseResponse::Rejected(LeaseRejection::NestedBatch));
     assert_eq!(t.role("db").unwrap().holder.as_deref(), Some("a"));
 }
+
+#[test]
+fn renewals_of_many_roles_answer_role_by_role() {
+    let mut t = LeaseTable::default();
+    t.apply(&grant("a", 1));
+    let renewals = LeaseRequest::Renewals {
+        holder: "a".into(),
+        leases: vec![("db".into(), 1), ("db".into(), 2), ("cache".into(), 1)],
+    };
+    let LeaseResponse::Batch(r) = t.apply(&renewals) else {
+        panic!("not a batch answer")
+    };
+    assert_eq!(r[0], LeaseResponse::Renewed { epoch: 1 });
+    assert!(matches!(
+        r[1],
+        LeaseResponse::Rejected(LeaseRejection::NotHolder { epoch: 2, .. })
+    ));
+    assert!(matches!(
+        r[2],
+        LeaseResponse::Rejected(LeaseRejection::NotHolder { .. })
+    ));
+}
