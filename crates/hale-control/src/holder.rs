@@ -298,7 +298,7 @@ impl Holder {
                     && !held_off
                     && now >= self.next_poll
                 {
-                    self.next_poll = next_tick(now, self.cfg.timing.renew_every / 2);
+                    self.next_poll = next_tick(now, self.cfg.timing.renew_every);
                     let id = self.id();
                     self.phase = Phase::Candidate {
                         acquiring: Some((id, now)),
