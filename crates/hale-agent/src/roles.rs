@@ -107,6 +107,21 @@ struct Running {
     disarming: bool,
 }
 
+/// Notices that the role manager was stopped: its 100 ms check tick keeps
+/// it awake, so a gap of over a second between two wake-ups is a pause.
+struct PauseWatch {
+    last: Time,
+}
+
+impl PauseWatch {
+    /// The pause before `now`, if the last wake-up was long enough ago.
+    fn gap(&mut self, now: Time) -> Option<Duration> {
+        let gap = now.saturating_since(self.last);
+        self.last = now;
+        (gap > Duration::from_secs(1)).then_some(gap)
+    }
+}
+
 impl Running {
     fn now(&self) -> Time {
         Time::from_nanos(self.origin.elapsed().as_nanos() as u64)
@@ -179,6 +194,7 @@ impl RoleManager {
         let mut checks = tokio::time::interval(Duration::from_millis(100));
         checks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut stopping = false;
+        let mut paused = PauseWatch { last: run.now() };
         loop {
             while let Some(a) = sm.poll_action() {
                 self.carry_out(&mut run, a);
@@ -191,7 +207,13 @@ impl RoleManager {
                 .poll_timeout()
                 .map(|t| run.origin + Duration::from_nanos(t.as_nanos()));
             tokio::select! {
-                _ = sleep_until(wake) => sm.handle_timeout(run.now()),
+                _ = sleep_until(wake) => {
+                    let now = run.now();
+                    if let Some(gap) = paused.gap(now) {
+                        sm.handle_pause(gap);
+                    }
+                    sm.handle_timeout(now);
+                }
                 Some(input) = rx.recv() => match input {
                     Input::Response(id, r) => {
                         if matches!(r, Some(LeaseResponse::Renewed { .. })) {
@@ -230,6 +252,9 @@ impl RoleManager {
                 },
                 _ = checks.tick() => {
                     let now = run.now();
+                    if let Some(gap) = paused.gap(now) {
+                        sm.handle_pause(gap);
+                    }
                     sm.handle_checks(now, self.status(now));
                 }
                 Some(to) = self.handover.recv() => sm.handle_handover(run.now(), to),

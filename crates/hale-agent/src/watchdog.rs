@@ -337,23 +337,52 @@ pub fn run_hook(
     let Ok(mut child) = cmd.spawn() else {
         return false;
     };
-    let start = Instant::now();
+    let (mut ran, mut last) = (Duration::ZERO, Instant::now());
     loop {
         match child.try_wait() {
             Ok(Some(status)) => return status.success(),
-            Ok(None) if start.elapsed() < timeout => std::thread::sleep(Duration::from_millis(10)),
-            _ => {
-                kill_group(child.id());
-                let _ = child.wait();
-                return false;
+            Ok(None) => {
+                let now = Instant::now();
+                ran = hook_time(ran, now - last);
+                last = now;
+                if ran < timeout {
+                    std::thread::sleep(HOOK_POLL);
+                    continue;
+                }
             }
+            Err(_) => {}
         }
+        kill_group(child.id());
+        let _ = child.wait();
+        return false;
     }
+}
+
+/// How often a synchronous hook is checked on.
+const HOOK_POLL: Duration = Duration::from_millis(10);
+/// A gap between two checks this much longer than [`HOOK_POLL`] means this
+/// process was stopped (the host frozen, `SIGSTOP`).
+const PAUSE: Duration = Duration::from_millis(500);
+
+/// A hook's running time after `ran`, given the `gap` since the last check:
+/// a pause of the watchdog (on a frozen host, the hook was frozen too) is
+/// not time the hook ran. Counting it killed a fence that had finished its
+/// work the moment the host thawed, and ran it a second time.
+fn hook_time(ran: Duration, gap: Duration) -> Duration {
+    ran + if gap > PAUSE { HOOK_POLL } else { gap }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pause_of_the_watchdog_is_not_counted_as_the_hooks_running_time() {
+        let ms = Duration::from_millis;
+        assert_eq!(hook_time(ms(100), ms(12)), ms(112));
+        // Ten seconds frozen between two checks: one poll's worth counts.
+        assert_eq!(hook_time(ms(100), Duration::from_secs(10)), ms(110));
+    }
 
     #[test]
     fn a_demote_that_failed_leaves_the_claim_open_and_one_that_succeeded_closes_it() {

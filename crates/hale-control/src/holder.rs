@@ -353,6 +353,23 @@ impl Holder {
         }
     }
 
+    /// This node was stopped for `length` (its host frozen, the agent
+    /// `SIGSTOP`ped): its hooks were stopped as long, so that time does not
+    /// count against their `hook_timeout`. (Killing a hook the moment the
+    /// host thaws, for time it never ran, fails a demote that had done its
+    /// work, and a failed demote runs again.) The lease is not extended: it
+    /// runs on real time.
+    pub fn handle_pause(&mut self, length: Duration) {
+        match &mut self.phase {
+            Phase::Promoting { run, .. }
+            | Phase::SteppingDown {
+                step: Step::Demoting(run),
+                ..
+            } => run.started = run.started + length,
+            _ => {}
+        }
+    }
+
     /// The service's checks changed (or were re-read).
     pub fn handle_checks(&mut self, now: Time, status: ServiceStatus) {
         self.status = status;

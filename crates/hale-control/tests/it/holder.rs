@@ -443,3 +443,28 @@ fn renewals_fall_on_the_grid_every_holder_of_the_agent_shares() {
     }
     assert_eq!(sent, vec![510, 1000, 1500, 2000, 2500]);
 }
+
+#[test]
+fn a_pause_of_the_host_does_not_count_against_a_running_hooks_timeout() {
+    // Granted at 10 ms, promote hook timeout 10 s (due at 10,010 ms). The
+    // host freezes for 4 s: the hook ran 4 s less, so it is killed 4 s later.
+    let mut h = holder();
+    let _promote = granted(&mut h);
+    h.handle_pause(Duration::from_secs(4));
+    let mut kill_at = None;
+    let mut t = 0;
+    while t < 14_010 && kill_at.is_none() {
+        t = h.poll_timeout().expect("a deadline").as_nanos() / 1_000_000;
+        h.handle_timeout(ms(t));
+        for a in actions(&mut h) {
+            match a {
+                Action::Send { id, .. } => {
+                    h.handle_response(ms(t), id, Some(LeaseResponse::Renewed { epoch: 7 }))
+                }
+                Action::KillHook { .. } => kill_at = Some(t),
+                _ => {}
+            }
+        }
+    }
+    assert_eq!(kill_at, Some(14_010));
+}
