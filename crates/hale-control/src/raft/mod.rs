@@ -273,6 +273,13 @@ impl ControlPlane {
             // it for followers that lag. An entry holds one agent's batch
             // (a few KB at 1,000 roles), so the log stays under ~5 MB.
             snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(1000),
+            // openraft gives an append one heartbeat interval (100 ms) and
+            // sends up to 300 entries in one: a follower that fell behind
+            // (a burst of grants, a loaded host) got catch-up appends of
+            // hundreds of batch entries that could never arrive in time,
+            // so it never caught up and commits stalled (1,000 roles, 3
+            // agents: elections, every lease lost). Small appends catch up.
+            max_payload_entries: 16,
             max_in_snapshot_log_to_keep: 100,
             purge_batch_size: 256,
             ..Default::default()
