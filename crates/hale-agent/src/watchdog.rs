@@ -251,10 +251,31 @@ fn watch(
         } else {
             "watchdog-agent-gone"
         };
-        matches!(
-            run_claimed(claim, || run_hook(fence, env, reason, hook_timeout)),
-            Claimed::Ran(true) | Claimed::AlreadyRan
-        )
+        // The fence runs as `hale demote-once` in a process group of its
+        // own: the claim is taken and recorded by that process, so a
+        // watchdog killed while its fence runs leaves the fence to finish
+        // and record itself, and the agent's demote then finds it done.
+        // (Run inside this process, a fence that had done its work was
+        // run again by the agent: nemesis seed 7081.)
+        match std::env::current_exe() {
+            Ok(exe) => {
+                let argv: Vec<String> = [
+                    exe.display().to_string(),
+                    "demote-once".to_owned(),
+                    "--claim".to_owned(),
+                    claim.display().to_string(),
+                    "--".to_owned(),
+                ]
+                .into_iter()
+                .chain(fence.iter().cloned())
+                .collect();
+                run_hook(&argv, env, reason, hook_timeout)
+            }
+            Err(_) => matches!(
+                run_claimed(claim, || run_hook(fence, env, reason, hook_timeout)),
+                Claimed::Ran(true) | Claimed::AlreadyRan
+            ),
+        }
     };
     loop {
         let msg = match deadline {

@@ -182,3 +182,23 @@ fn a_fence_that_fails_is_tried_again_until_it_succeeds_and_the_agent_is_told_it_
     say(&mut w, Order::Stop);
     assert!(w.0.wait().unwrap().code().is_some());
 }
+
+#[test]
+fn a_watchdog_killed_while_its_fence_runs_leaves_the_fence_to_finish_and_the_agent_runs_nothing() {
+    let dir = log_dir("watchdog_killed_fencing");
+    let log = dir.path().join("log");
+    let claim = dir.path().join("claim");
+    let mut w = watchdog(100, &claim, &demote(&log, "fence", 1.0));
+    wait_until(
+        Duration::from_secs(10),
+        "the watchdog's fence starts",
+        || lines(&log) == ["fence"],
+    );
+    // The watchdog dies (SIGKILL) while its fence runs: the fence goes on.
+    w.0.kill().unwrap();
+    w.0.wait().unwrap();
+    // The agent's demote waits for the fence to end and finds it done.
+    let mut d = demote_once(&claim, &demote(&log, "agent", 0.0));
+    assert!(d.0.wait().unwrap().success());
+    assert_eq!(lines(&log), ["fence", "done"]);
+}
