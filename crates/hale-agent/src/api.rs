@@ -47,7 +47,7 @@ pub(crate) async fn health(State(st): State<AppState>) -> Result<Response, ApiEr
     let body = HealthView {
         status,
         control,
-        clock: hale_control::auth::clock_report(),
+        clock: hale_seal::clock_report(),
         cluster: st.cluster.clone(),
         node: st.me().to_owned(),
         addr: st.shared.id().addr().to_string(),
@@ -178,7 +178,7 @@ pub(crate) async fn metrics(State(st): State<AppState>) -> Result<Response, ApiE
     }
     text.push_str(&crate::metrics::render_clocks(
         me,
-        &hale_control::auth::clock_report(),
+        &hale_seal::clock_report(),
     ));
     text.push_str(&crate::metrics::render_drill(me, st.shared.drill()));
     if let Some(r) = st.relay() {

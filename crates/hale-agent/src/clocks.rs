@@ -5,13 +5,13 @@
 //! refuses requests stamped by a member whose clock is off (that member is
 //! told the server's time, sealed, and corrects). The same record is in
 //! `/v1/health` (`clock`), `/metrics` and `hale status`. See
-//! `hale_control::auth` for the correction itself.
+//! `hale_seal` for the correction itself.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hale_control::auth::{clock_report, ClockReport};
+use hale_seal::{clock_report, ClockReport};
 use tokio::sync::watch;
 
 use crate::runtime::Shared;
@@ -90,7 +90,7 @@ pub(crate) async fn watch_clocks(shared: Arc<Shared>, mut stop: watch::Receiver<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hale_control::auth::{ServerOffset, StampsRefused};
+    use hale_seal::{ServerOffset, StampsRefused};
 
     #[test]
     fn a_learned_offset_is_reported_once_and_again_when_it_changes() {

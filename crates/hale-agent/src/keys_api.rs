@@ -7,9 +7,11 @@
 //! publishes an HTTP address, at `POST /v1/cluster/keys/{op}`, and reports
 //! which agents applied it. That route is for agents only: its body is
 //! sealed with the cluster keyring for that agent and route (stamped,
-//! used once, answered sealed to the request; see `hale_control::auth`),
+//! used once, answered sealed to the request; see `hale_seal`),
 //! so a key travels encrypted and only a holder of a current key can
 //! change anyone's keys. `GET /v1/keys` lists fingerprints, never keys.
+//! An agent that does not apply an operation says why as a
+//! [`KeyOpError`], which also says what that leaves of its keys.
 //!
 //! One keyring (`SharedKeyring`) seals and opens gossip, the control plane
 //! and these requests: a change applies to all of them at once. Rotation:
@@ -31,13 +33,13 @@ use axum::routing::post;
 use axum::{Json, Router};
 use futures_util::stream::{self, StreamExt};
 
-use hale_control::auth::{self, ControlAuth, Guard};
 use hale_keyring::{Key, KeyringChangeError, SharedKeyring};
+use hale_seal::{CallError, Guard, Sealing};
 
 use crate::meta::AgentMeta;
 use crate::state::ApiError;
 use crate::state::AppState;
-use crate::view::{routes, KeyOp, KeyReport, KeyRequest, KeyView, KeysView};
+use crate::view::{routes, KeyOp, KeyOpError, KeyReport, KeyRequest, KeyView, KeysView};
 
 /// How long one agent may take to answer a fanned-out key operation.
 pub const PEER_TIMEOUT: Duration = Duration::from_secs(2);
@@ -62,7 +64,7 @@ pub(crate) fn peer_router(st: AppState) -> Router {
         .route(routes::CLUSTER_KEY_OP, post(peer_op))
         .layer(axum::middleware::from_fn_with_state(
             guard,
-            auth::authenticate,
+            hale_seal::authenticate,
         ))
         .with_state(st)
 }
@@ -98,12 +100,40 @@ pub(crate) async fn list(State(st): State<AppState>) -> Result<Response, ApiErro
 }
 
 /// Applies `op` with `key` to `keys`.
-fn apply(keys: &SharedKeyring, op: KeyOp, key: &Key) -> Result<(), KeyringChangeError> {
+fn apply(keys: &SharedKeyring, op: KeyOp, key: &Key) -> Result<(), KeyOpError> {
     keys.update(|ring| match op {
         KeyOp::Install => Ok(ring.installing(key.clone())),
         KeyOp::Use => ring.using(key),
         KeyOp::Remove => ring.removing(key),
     })
+    .map_err(refused)
+}
+
+/// A keyring's refusal, as the API says it (the keys are unchanged).
+fn refused(e: KeyringChangeError) -> KeyOpError {
+    match e {
+        KeyringChangeError::NotInstalled(key) => KeyOpError::NotInstalled { key },
+        KeyringChangeError::IsPrimary(key) => KeyOpError::IsPrimary { key },
+        KeyringChangeError::Save { path, reason } => KeyOpError::NotSaved {
+            path,
+            detail: reason,
+        },
+    }
+}
+
+/// Why a call to another agent got no usable answer, as the report says
+/// it (with what that leaves of its keys).
+fn unanswered(e: CallError) -> KeyOpError {
+    match e {
+        CallError::Unreachable(detail) => KeyOpError::Unreachable { detail },
+        CallError::TimedOut(detail) => KeyOpError::TimedOut { detail },
+        CallError::Refused { status, message } => KeyOpError::Refused { status, message },
+        e @ (CallError::Unauthentic | CallError::TooLarge | CallError::Decode(_)) => {
+            KeyOpError::BadAnswer {
+                detail: e.to_string(),
+            }
+        }
+    }
 }
 
 /// Reads an operation and its key; the error is the answer.
@@ -132,13 +162,10 @@ async fn peer_op(
 ) -> Result<Response, ApiError> {
     let keys = keyring(&st)?;
     let (op, key) = parse(&op, &body)?;
-    let answer: Result<KeysView, String> = match apply(keys, op, &key) {
-        Ok(()) => {
-            tracing::info!(op = op.as_str(), key = %key.fingerprint(), "keyring changed by the cluster");
-            Ok(view(&st, keys))
-        }
-        Err(e) => Err(e.to_string()),
-    };
+    let answer: Result<KeysView, KeyOpError> = apply(keys, op, &key).map(|()| {
+        tracing::info!(op = op.as_str(), key = %key.fingerprint(), "keyring changed by the cluster");
+        view(&st, keys)
+    });
     Ok(Json(answer).into_response())
 }
 
@@ -164,26 +191,26 @@ pub(crate) async fn fan_out(
             )
         })
         .collect();
-    let auth = ControlAuth::Sealed(keys.clone());
+    let sealing = Sealing::Sealed(keys.clone());
     let req = KeyRequest {
         key: key.to_base64(),
     };
     let path = routes::fill(routes::CLUSTER_KEY_OP, "op", op.as_str());
-    let answers: Vec<(String, Result<(), String>)> = stream::iter(peers)
+    let answers: Vec<(String, Result<(), KeyOpError>)> = stream::iter(peers)
         .map(|(name, http)| {
-            let (client, auth, req, path) = (
+            let (client, sealing, req, path) = (
                 st.peers.client.clone(),
-                auth.clone(),
+                sealing.clone(),
                 req.clone(),
                 path.clone(),
             );
             async move {
                 let Some(addr) = http else {
-                    return (name, Err("publishes no HTTP address".to_owned()));
+                    return (name, Err(KeyOpError::NoAddress));
                 };
-                let r = auth::call::<_, Result<KeysView, String>>(
+                let r = hale_seal::call::<_, Result<KeysView, KeyOpError>>(
                     &client,
-                    &auth,
+                    &sealing,
                     agent_id(&name),
                     &addr,
                     &path,
@@ -191,7 +218,7 @@ pub(crate) async fn fan_out(
                     PEER_TIMEOUT,
                 )
                 .await;
-                (name, r.map_err(|e| e.to_string()).and_then(|r| r.map(drop)))
+                (name, r.map_err(unanswered).and_then(|r| r.map(drop)))
             }
         })
         .buffer_unordered(CONCURRENCY)

@@ -286,7 +286,7 @@ pub fn render_control(node: &str, c: &hale_control::raft::ControlStatus) -> Stri
 /// Clocks that disagree with this agent's beyond the control plane's
 /// window: the offset it stamps requests to each server with, and the
 /// requests its own server refused for their stamps.
-pub fn render_clocks(node: &str, c: &hale_control::auth::ClockReport) -> String {
+pub fn render_clocks(node: &str, c: &hale_seal::ClockReport) -> String {
     let mut out = String::new();
     family(
         &mut out,

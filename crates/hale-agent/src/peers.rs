@@ -78,11 +78,11 @@ impl Peers {
                 return Err(format!("answered {}", r.status()));
             }
             let mut r = r;
-            hale_control::auth::read_capped(&mut r, MAX_PEER_BODY)
+            hale_seal::read_capped(&mut r, MAX_PEER_BODY)
                 .await
                 .map(Arc::from)
                 .map_err(|e| match e {
-                    hale_control::auth::CallError::TooLarge => {
+                    hale_seal::CallError::TooLarge => {
                         format!("answer larger than {MAX_PEER_BODY} bytes")
                     }
                     _ => "bad answer: the connection failed".to_owned(),

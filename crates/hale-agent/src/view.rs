@@ -20,9 +20,11 @@ pub use hale_control::raft::{ControlState, ControlStatus};
 /// The state of a circuit breaker (`closed`, `open`, `half-open`).
 pub use hale_relay::BreakerGauge as BreakerState;
 pub use hale_relay::UpstreamRole;
+/// Clocks that disagree with this process's (`/v1/health`'s `clock`).
+pub use hale_seal::{ClockReport, ServerOffset, StampsRefused};
 pub use ops::{
-    DrillView, ErrorBody, Fault, FaultView, KeyOp, KeyReport, KeyRequest, KeyView, KeysView,
-    RelayView, RestoredView, TrafficView, UpstreamView, MAX_FAULT,
+    DrillView, ErrorBody, Fault, FaultView, KeyOp, KeyOpError, KeyReport, KeyRequest, KeyView,
+    KeysView, RelayView, RestoredView, TrafficView, UpstreamView, MAX_FAULT,
 };
 pub use role::{
     CandidateView, CheckResult, CheckView, ClusterRoleView, ClusterRolesView, ClusterServicesView,
@@ -505,7 +507,7 @@ pub struct HealthView {
     /// Clocks that disagree with this agent's by more than the control
     /// plane's window, both sides (empty when all agree).
     #[serde(default)]
-    pub clock: hale_control::auth::ClockReport,
+    pub clock: ClockReport,
     /// The cluster's name.
     pub cluster: String,
     /// This node's name.

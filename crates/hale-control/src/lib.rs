@@ -12,8 +12,8 @@
 //!   with a redb store ordering [`lease::LeaseRequest`]s, its axum routes
 //!   and its typed client ([`raft`]: [`raft::ControlPlane`],
 //!   [`raft::ControlClient`], the contract in [`raft::api`]), and the
-//!   sealed request/answer layer every control-plane and agent-to-agent
-//!   call goes through ([`auth`]).
+//!   control plane's use of the sealed request/answer layer below it,
+//!   `hale-seal` ([`auth`]: its body limits).
 
 #![forbid(unsafe_code)]
 

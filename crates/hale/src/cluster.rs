@@ -177,7 +177,7 @@ pub struct NodeState {
     pub drill: Option<DrillView>,
     /// Clocks that disagree with its own beyond the control plane's window
     /// (from `/v1/health`).
-    pub clock: Option<hale_control::auth::ClockReport>,
+    pub clock: Option<hale_agent::view::ClockReport>,
 }
 
 impl NodeState {

@@ -45,7 +45,7 @@ pub struct Status {
     /// Drill faults in force, per node.
     pub drill: Vec<(String, Vec<hale_agent::view::FaultView>)>,
     /// Clocks off beyond the control plane's window, per node that noticed.
-    pub clocks: Vec<(String, hale_control::auth::ClockReport)>,
+    pub clocks: Vec<(String, hale_agent::view::ClockReport)>,
     /// Agents that did not answer (name, why).
     pub unreachable: Vec<(String, String)>,
     /// The control-plane server the agent asked runs, if any.

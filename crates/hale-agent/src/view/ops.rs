@@ -203,6 +203,77 @@ pub struct KeyReport {
     pub agents: usize,
     /// Agents that applied it.
     pub ok: Vec<String>,
-    /// Agents that did not, and why.
-    pub failed: BTreeMap<String, String>,
+    /// Agents that did not, and why (with what that leaves of their keys).
+    pub failed: BTreeMap<String, KeyOpError>,
+}
+
+/// Why an agent did not apply a key operation, each saying what that
+/// leaves of its keys: *unchanged* (it refused, or was never asked), or
+/// *unknown* (it may have applied it: list its keys). The answer of the
+/// agents' own route (`/v1/cluster/keys/{op}`, sealed) is
+/// `{"Ok": KeysView}` or `{"Err": KeyOpError}`, and a `KeyReport` lists
+/// these per agent; on the wire an object tagged with its `reason`, e.g.
+/// `{"reason": "not-installed", "key": "ab12"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[serde(tag = "reason", rename_all = "kebab-case")]
+pub enum KeyOpError {
+    /// Only an installed key can become the primary: keys unchanged.
+    #[error("key {key} is not installed: install it first (keys unchanged)")]
+    NotInstalled {
+        /// The key's fingerprint.
+        key: String,
+    },
+    /// The primary key seals everything and cannot be removed: keys
+    /// unchanged.
+    #[error("key {key} is the primary key: use another key first (keys unchanged)")]
+    IsPrimary {
+        /// The key's fingerprint.
+        key: String,
+    },
+    /// The keyring file could not be saved, so the change would be lost on
+    /// restart: not made, keys unchanged.
+    #[error("cannot save the keyring file {path}: {detail} (keys unchanged)")]
+    NotSaved {
+        /// The keyring file.
+        path: String,
+        /// The I/O error.
+        detail: String,
+    },
+    /// The agent publishes no HTTP address, so it was not asked: keys
+    /// unchanged.
+    #[error("publishes no HTTP address, so it was not asked (keys unchanged)")]
+    NoAddress,
+    /// The agent could not be reached (connection refused, reset, no
+    /// route): most likely never asked, keys unchanged unless the
+    /// connection broke after the request went out.
+    #[error("unreachable: {detail} (keys most likely unchanged)")]
+    Unreachable {
+        /// The transport's error, with its causes.
+        detail: String,
+    },
+    /// No answer in time: it may have applied it (keys unknown).
+    #[error("no answer in time: {detail} (it may have applied it: list its keys)")]
+    TimedOut {
+        /// The transport's error.
+        detail: String,
+    },
+    /// The agent refused the request without reading it (401: it opens
+    /// with none of the keys this agent sealed with, or the stamp was
+    /// refused; 404: it has no keyring, or does not know the route): keys
+    /// unchanged.
+    #[error("refused with HTTP {status}: {message} (keys unchanged)")]
+    Refused {
+        /// The HTTP status.
+        status: u16,
+        /// Its explanation (not authenticated).
+        message: String,
+    },
+    /// Its answer could not be believed (not sealed for the request, too
+    /// large, or not a key operation's answer): it may have applied it
+    /// (keys unknown).
+    #[error("its answer cannot be trusted: {detail} (it may have applied it: list its keys)")]
+    BadAnswer {
+        /// What was wrong with it.
+        detail: String,
+    },
 }

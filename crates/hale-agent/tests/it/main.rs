@@ -9,6 +9,7 @@ mod config;
 mod dashboard;
 mod drill;
 mod keyring;
+mod keys;
 mod openapi;
 mod relay;
 mod relay_view;

@@ -12,6 +12,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{json, Value};
 
+use hale_agent::view::ClockReport;
 use hale_agent::view::RoleView;
 use hale_agent::view::{
     CandidateView, ClusterRoleView, ClusterRolesView, ClusterServicesView, HealthView, LeaseView,
@@ -20,9 +21,8 @@ use hale_agent::view::{
 use hale_agent::view::{CheckResult, CheckView, ServiceView};
 use hale_agent::view::{DrillView, FaultView, RestoredView, TrafficView};
 use hale_agent::view::{ErrorBody, HandoverView};
-use hale_agent::view::{KeyReport, KeyView, KeysView};
+use hale_agent::view::{KeyOpError, KeyReport, KeyView, KeysView};
 use hale_agent::{EventView, EvidenceView, MemberView, RelayView, UpstreamView};
-use hale_control::auth::ClockReport;
 use hale_control::raft::ControlStatus;
 
 /// The path constants of `view/routes.rs`, by name.
@@ -224,7 +224,16 @@ fn samples() -> BTreeMap<String, Vec<Value>> {
         "KeyEntry": KeyView = key;
         "Keys": KeysView = {"node": "n0", "keys": [key]};
         "KeyReport": KeyReport = {"op": "install", "key": "ab12", "agents": 2, "ok": ["n0"],
-            "failed": {"n1": "timed out"}};
+            "failed": {"n1": {"reason": "timed-out", "detail": "operation timed out"}}};
+        "KeyOpError": KeyOpError = {"reason": "not-installed", "key": "ab12"};
+        "KeyOpError": KeyOpError = {"reason": "is-primary", "key": "ab12"};
+        "KeyOpError": KeyOpError = {"reason": "not-saved", "path": "/var/lib/hale/keyring",
+            "detail": "No space left on device"};
+        "KeyOpError": KeyOpError = {"reason": "no-address"};
+        "KeyOpError": KeyOpError = {"reason": "unreachable", "detail": "connection refused"};
+        "KeyOpError": KeyOpError = {"reason": "refused", "status": 401,
+            "message": "not sealed with a cluster key for this server and route"};
+        "KeyOpError": KeyOpError = {"reason": "bad-answer", "detail": "the answer is not authentic"};
     };
     let (role, epoch) = ("db", 3);
     // Every event kind, with the schema of its detail (if it has one).

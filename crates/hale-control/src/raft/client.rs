@@ -1,7 +1,7 @@
 //! The typed client of the control plane: lease requests, acquisitions,
 //! server changes and the table, sent to whichever server answers. Every
 //! request is sealed with the cluster keyring and every answer must be
-//! sealed for that request ([`crate::auth`]); an answer that is not
+//! sealed for that request ([`hale_seal`]); an answer that is not
 //! counts as no answer. A refusal comes back typed ([`Refusal`]).
 
 use std::collections::BTreeMap;
@@ -14,7 +14,9 @@ use serde::Serialize;
 
 use super::api::{self, AddServer, Answer, Refusal, ServerChange};
 use super::AcquireRequest;
-use crate::auth::{self, CallError, ControlAuth};
+use hale_seal::CallError;
+
+use crate::auth::ControlAuth;
 use crate::lease::{LeaseRequest, LeaseResponse, LeaseTable};
 
 /// Talks to whichever control-plane server answers (they forward to the
@@ -88,7 +90,7 @@ impl ControlClient {
             let i = (first + k) % n;
             let (id, addr) = self.servers[i];
             let addr = addr.to_string();
-            match auth::call(&self.http, &self.auth, id, &addr, path, body, limit).await {
+            match hale_seal::call(&self.http, &self.auth, id, &addr, path, body, limit).await {
                 Ok(v) => {
                     self.preferred.store(i, Ordering::Relaxed);
                     return Some(v);

@@ -28,7 +28,9 @@ use openraft::{BasicNode, Raft};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
-use crate::auth::{self, CallError, ControlAuth, Guard};
+use hale_seal::CallError;
+
+use crate::auth::{self, ControlAuth};
 use crate::lease::{
     AppendClock, GrantDelay, Grantor, LeaseRequest, LeaseResponse, LeaseTable, LeaseTiming,
 };
@@ -86,7 +88,7 @@ pub enum ControlError {
 
 impl ControlError {
     /// Whether a client should ask another server instead (answered with
-    /// HTTP 503, which [`auth::call`] reports as a refusal, not an
+    /// HTTP 503, which [`hale_seal::call`] reports as a refusal, not an
     /// answer). A leader's decision, such as [`ControlError::NotYet`], is
     /// an answer: every server would forward to the same leader.
     pub fn ask_another(&self) -> bool {
@@ -342,7 +344,7 @@ impl ControlPlane {
 
     /// Routes to serve: Raft RPCs, and `/control/acquire` and `/control/write`
     /// for requests forwarded to the leader. With sealed auth every route
-    /// is behind [`auth::authenticate`]: a request that is not sealed for
+    /// is behind [`hale_seal::authenticate`]: a request that is not sealed for
     /// this server by a cluster key, fresh and first seen, gets 401 before
     /// any route sees it.
     pub fn routes(&self) -> Router {
@@ -360,10 +362,10 @@ impl ControlPlane {
         match &self.auth {
             ControlAuth::InsecurePlaintext => app,
             ControlAuth::Sealed(keys) => {
-                let guard = Arc::new(Guard::new(self.id, keys.clone()));
+                let guard = Arc::new(auth::guard(self.id, keys.clone()));
                 app.layer(axum::middleware::from_fn_with_state(
                     guard,
-                    auth::authenticate,
+                    hale_seal::authenticate,
                 ))
             }
         }
@@ -559,7 +561,7 @@ impl ControlPlane {
         body: &Req,
         secs: u64,
     ) -> Result<Resp, ControlError> {
-        auth::call(
+        hale_seal::call(
             &self.client,
             &self.auth,
             target,

@@ -18,7 +18,9 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::TypeConfig;
-use crate::auth::{self, CallError, ControlAuth};
+use hale_seal::CallError;
+
+use crate::auth::ControlAuth;
 
 /// Opens connections to peers.
 #[derive(Debug, Clone)]
@@ -74,7 +76,7 @@ impl Conn {
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
-        let res: Result<Resp, RaftError<u64, E>> = auth::call(
+        let res: Result<Resp, RaftError<u64, E>> = hale_seal::call(
             &self.client,
             &self.auth,
             self.target,

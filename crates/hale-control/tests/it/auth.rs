@@ -6,10 +6,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use hale_control::auth::{self, open_response, seal_request, unix_ms, CallError, ControlAuth};
+use hale_control::auth::{self, ControlAuth};
 use hale_control::raft::{AddServer, StateData, TypeConfig};
 use hale_control::{LeaseRequest, LeaseResponse, LeaseTable};
 use hale_keyring::{Key, Keyring, SharedKeyring};
+use hale_seal::{open_response, seal_request, unix_ms, CallError};
 use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
 use openraft::{
     BasicNode, CommittedLeaderId, LogId, Membership, SnapshotMeta, StoredMembership, Vote,
@@ -220,7 +221,7 @@ async fn a_replayed_stale_or_misaddressed_request_is_refused_and_a_fresh_one_is_
         status, 401,
         "a request opens only on the route it was sealed for"
     );
-    let window = auth::REPLAY_WINDOW.as_millis() as u64;
+    let window = hale_seal::REPLAY_WINDOW.as_millis() as u64;
     for stamp in [unix_ms() - window - 5_000, unix_ms() + 3_600_000] {
         let req = seal_request(&keys, 1, "POST", path, stamp, &renew);
         let (status, answer) = post(s[0].addr, path, req.body.clone()).await;
@@ -239,7 +240,7 @@ async fn a_replayed_stale_or_misaddressed_request_is_refused_and_a_fresh_one_is_
         assert!(open_response(&stranger, &req, &answer).is_err());
         assert!(!String::from_utf8_lossy(&answer).contains("clock_refusal"));
     }
-    let report = auth::clock_report();
+    let report = hale_seal::clock_report();
     assert!(
         report.refused.iter().any(|r| r.server == 1 && r.count >= 2),
         "{report:?}"
@@ -300,7 +301,7 @@ async fn a_forged_or_replayed_answer_to_a_renewal_is_not_believed() {
         ("a genuine answer to another request", genuine),
     ] {
         let (addr, task) = fake_server(answer).await;
-        let r = auth::call::<_, hale_control::raft::api::Answer<LeaseResponse>>(
+        let r = hale_seal::call::<_, hale_control::raft::api::Answer<LeaseResponse>>(
             &http,
             &auth,
             1,
@@ -315,7 +316,7 @@ async fn a_forged_or_replayed_answer_to_a_renewal_is_not_believed() {
     }
     // The same call to the real server is believed.
     let r: hale_control::raft::api::Answer<LeaseResponse> =
-        auth::call(&http, &auth, 1, &s[0].addr.to_string(), path, &renew, t)
+        hale_seal::call(&http, &auth, 1, &s[0].addr.to_string(), path, &renew, t)
             .await
             .unwrap();
     assert_eq!(r, Ok(LeaseResponse::Renewed { epoch: 1 }));
@@ -343,7 +344,7 @@ async fn renewals_work(s: &[Server], client: &ControlAuth, step: &str) {
             "{step}: through server {}",
             x.cp.id
         );
-        let r: hale_control::raft::api::Answer<LeaseResponse> = auth::call(
+        let r: hale_control::raft::api::Answer<LeaseResponse> = hale_seal::call(
             &http,
             client,
             x.cp.id,

@@ -75,7 +75,7 @@ async fn same_term_request(
     loop {
         let term = campaign_term(cp).await;
         let req = VoteRequest::new(Vote::new(term, from), Some(LogId::default()));
-        let answer: Result<VoteResponse<u64>, RaftError<u64>> = hale_control::auth::call(
+        let answer: Result<VoteResponse<u64>, RaftError<u64>> = hale_seal::call(
             &http,
             auth,
             cp.id,

@@ -4,10 +4,10 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use hale_control::auth::{self, CallError};
 use hale_control::raft::{AcquireRequest, ControlError, ControlPlane};
 use hale_control::{ControlAuth, LeaseRequest, LeaseResponse, LeaseTiming};
 use hale_keyring::{Key, Keyring};
+use hale_seal::CallError;
 use tokio::net::TcpListener;
 use tokio::time::Instant;
 
@@ -230,7 +230,7 @@ async fn a_server_whose_raft_stopped_refuses_lease_requests_with_503_so_the_hold
     };
     let addr = stopped.addr.to_string();
     let t = Duration::from_secs(5);
-    let r = auth::call::<_, hale_control::raft::api::Answer<LeaseResponse>>(
+    let r = hale_seal::call::<_, hale_control::raft::api::Answer<LeaseResponse>>(
         &http,
         &auth,
         leader,
@@ -244,7 +244,7 @@ async fn a_server_whose_raft_stopped_refuses_lease_requests_with_503_so_the_hold
         matches!(r, Err(CallError::Refused { status: 503, .. })),
         "{r:?}"
     );
-    let r = auth::call::<_, hale_control::raft::api::Answer<LeaseResponse>>(
+    let r = hale_seal::call::<_, hale_control::raft::api::Answer<LeaseResponse>>(
         &http,
         &auth,
         leader,

@@ -1,0 +1,98 @@
+//! Key operations between agents: an agent that does not apply one says
+//! why, typed, over the sealed agents' route, and the report carries it.
+
+use std::time::Duration;
+
+use hale_agent::view::{KeyOp, KeyOpError, KeyRequest, KeysView};
+use hale_agent::Key;
+use hale_seal::Sealing;
+
+use crate::support::{alive_count, start, wait_until};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_that_refuses_a_key_operation_says_why_and_keeps_its_keys() {
+    let key = Key::generate();
+    let a = start("keys", "a", &key.to_base64(), None).await;
+    let b = start("keys", "b", &key.to_base64(), None).await;
+    b.join(vec![a.gossip_addr()]).await.unwrap();
+    for x in [&a, &b] {
+        wait_until("both alive", Duration::from_secs(10), || async {
+            alive_count(x).await == 2
+        })
+        .await;
+    }
+    // A new key installed on b alone, as another agent would: sealed for
+    // b and the agents' route.
+    let new = Key::generate();
+    let sealing = Sealing::sealed(hale_agent::Keyring::new(key.clone(), vec![]));
+    let installed: Result<KeysView, KeyOpError> = hale_seal::call(
+        &reqwest::Client::new(),
+        &sealing,
+        hale_core::wire::fnv1a(b"b"),
+        &b.http_addr().to_string(),
+        "/v1/cluster/keys/install",
+        &KeyRequest {
+            key: new.to_base64(),
+        },
+        Duration::from_secs(5),
+    )
+    .await
+    .unwrap();
+    assert_eq!(installed.unwrap().keys.len(), 2);
+    // Using it through b: b applies it, then seals to a with it, which a
+    // cannot open: refused unread, a's keys unchanged.
+    let report = b
+        .client()
+        .key_op(KeyOp::Use, &new.to_base64())
+        .await
+        .unwrap();
+    assert_eq!(report.ok, ["b"]);
+    let why = &report.failed["a"];
+    assert!(
+        matches!(why, KeyOpError::Refused { status: 401, .. }),
+        "{why:?}"
+    );
+    assert!(why.to_string().contains("keys unchanged"), "{why}");
+    let kept = a.client().keys().await.unwrap();
+    assert_eq!(kept.keys.len(), 1, "{kept:?}");
+    assert_eq!(kept.keys[0].fingerprint, key.fingerprint());
+    // Removing it from b, as another agent holding both keys would: b
+    // refuses to remove its primary and says so, typed (sealed with its
+    // primary, the new key: an agent without it could not have read why).
+    let both = Sealing::sealed(hale_agent::Keyring::new(key.clone(), vec![new.clone()]));
+    let removed: Result<KeysView, KeyOpError> = hale_seal::call(
+        &reqwest::Client::new(),
+        &both,
+        hale_core::wire::fnv1a(b"b"),
+        &b.http_addr().to_string(),
+        "/v1/cluster/keys/remove",
+        &KeyRequest {
+            key: new.to_base64(),
+        },
+        Duration::from_secs(5),
+    )
+    .await
+    .unwrap();
+    let why = removed.unwrap_err();
+    assert_eq!(
+        why,
+        KeyOpError::IsPrimary {
+            key: new.fingerprint()
+        }
+    );
+    assert_eq!(
+        serde_json::to_value(&why).unwrap(),
+        serde_json::json!({"reason": "is-primary", "key": new.fingerprint()}),
+        "readable on the wire"
+    );
+    let said = why.to_string();
+    assert!(
+        said.contains("primary key") && said.contains("keys unchanged"),
+        "{said}"
+    );
+    let kept = b.client().keys().await.unwrap();
+    assert_eq!(kept.keys.len(), 2, "{kept:?}");
+    assert_eq!(kept.keys[0].fingerprint, new.fingerprint());
+    a.shutdown().await;
+    b.shutdown().await;
+}
