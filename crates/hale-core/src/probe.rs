@@ -233,7 +233,7 @@ impl<I: Identity> Node<I> {
         let pos = self
             .rng
             .random_range(self.probing.walk_pos..=self.probing.walk.len());
-        self.probing.walk.push(id.clone());
+        crate::table::push_sparingly(&mut self.probing.walk, id.clone());
         let last = self.probing.walk.len() - 1;
         self.probing.walk.swap(pos, last);
     }
