@@ -166,6 +166,15 @@ pub(crate) fn grow_to<T: Clone>(v: &mut Vec<T>, len: usize, fill: T) {
     v.resize(len.max(v.len()), fill);
 }
 
+/// `n` and a sixteenth more: the room a loaded snapshot of `n` members
+/// reserves for members that join later. Reallocating a full table when
+/// one joins leaves the old block free but resident; in a simulator whose
+/// 10,000 nodes all learn of the same joins, that fragmentation alone was
+/// gigabytes. Pages reserved and never written cost no memory.
+pub(crate) fn headroom(n: usize) -> usize {
+    n + n / 16
+}
+
 /// Pushes `x` onto `v`, growing it by a sixteenth (see [`grow_to`]) when full.
 pub(crate) fn push_sparingly<T>(v: &mut Vec<T>, x: T) {
     if v.len() == v.capacity() {
@@ -252,11 +261,12 @@ impl<I: Identity> Table<I> {
         self.len
     }
 
-    /// Makes room for `n` more members without reallocating as they arrive.
+    /// Makes room for `n` more members without reallocating as they
+    /// arrive, and for a sixteenth more ([`headroom`]) that join later.
     pub(crate) fn reserve(&mut self, n: usize) {
         if I::from_dense_index(0).is_some() {
-            self.dense.reserve(n);
-            self.dense_fresh.reserve(n);
+            self.dense.reserve(headroom(n));
+            self.dense_fresh.reserve(headroom(n));
         } else {
             self.keyed.reserve(n);
             self.index.reserve(n);

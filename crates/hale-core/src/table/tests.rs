@@ -124,11 +124,8 @@ fn dense_and_keyed_members_are_stored_found_and_forgotten() {
     assert_eq!(t.since(&Num(3)), Time::ZERO);
 }
 
-#[test]
-fn a_full_table_that_learns_one_more_member_grows_by_a_sixteenth_not_double() {
-    let mut t: Table<Num> = Table::new();
-    t.reserve(10_000);
-    for i in 0..10_000 {
+fn add(t: &mut Table<Num>, ids: std::ops::Range<u32>) {
+    for i in ids {
         t.insert(
             &Num(i),
             Rec::new(0, MemberState::Alive),
@@ -136,25 +133,34 @@ fn a_full_table_that_learns_one_more_member_grows_by_a_sixteenth_not_double() {
             Time::ZERO,
         );
     }
+}
+
+#[test]
+fn a_table_loaded_with_n_members_takes_a_sixteenth_more_without_reallocating() {
+    let mut t: Table<Num> = Table::new();
+    t.reserve(10_000);
+    add(&mut t, 0..10_000);
+    let room = 10_000 + 10_000 / 16;
+    assert_eq!(t.dense.capacity(), room);
+    add(&mut t, 10_000..room as u32);
+    assert_eq!(t.dense.capacity(), room);
+    assert_eq!(t.dense_fresh.capacity(), room);
+    assert_eq!(t.len(), room);
+}
+
+#[test]
+fn a_full_table_that_learns_one_more_member_grows_by_a_sixteenth_not_double() {
+    let mut t: Table<Num> = Table::new();
+    t.dense.reserve_exact(10_000);
+    t.dense_fresh.reserve_exact(10_000);
+    add(&mut t, 0..10_000);
     assert_eq!(t.dense.capacity(), 10_000);
-    t.insert(
-        &Num(10_000),
-        Rec::new(0, MemberState::Alive),
-        Box::new([]),
-        Time::ZERO,
-    );
+    add(&mut t, 10_000..10_001);
     let room = 10_001 + 10_001 / 16;
     assert_eq!(t.dense.capacity(), room);
     assert_eq!(t.dense_fresh.capacity(), room);
     // The next members up to that room take no new allocation.
-    for i in 10_001..room as u32 {
-        t.insert(
-            &Num(i),
-            Rec::new(0, MemberState::Alive),
-            Box::new([]),
-            Time::ZERO,
-        );
-    }
+    add(&mut t, 10_001..room as u32);
     assert_eq!(t.dense.capacity(), room);
     assert_eq!(t.len(), room);
     assert!(t.get(&Num(10_000)).is_some());
