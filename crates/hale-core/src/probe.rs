@@ -105,9 +105,10 @@ impl<I: Identity> Probing<I> {
         &self.walk
     }
 
-    /// Room for `n` more members.
+    /// Room for `n` more members, and a sixteenth more that join later
+    /// (see [`crate::table::headroom`]).
     pub(crate) fn reserve(&mut self, n: usize) {
-        self.walk.reserve(n);
+        self.walk.reserve(crate::table::headroom(n));
     }
 
     /// The sequence number of our probe of `id`, if one is in flight.
@@ -233,7 +234,7 @@ impl<I: Identity> Node<I> {
         let pos = self
             .rng
             .random_range(self.probing.walk_pos..=self.probing.walk.len());
-        self.probing.walk.push(id.clone());
+        crate::table::push_sparingly(&mut self.probing.walk, id.clone());
         let last = self.probing.walk.len() - 1;
         self.probing.walk.swap(pos, last);
     }

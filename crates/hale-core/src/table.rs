@@ -152,6 +152,37 @@ impl Rec {
     }
 }
 
+/// Resizes `v` to `len` (at least its length), filling with `fill`. When
+/// that needs a new allocation, it leaves room for a sixteenth more (at
+/// least 16), not twice as much as `Vec` would: a node of a 10,000-member
+/// cluster that learns of one new member must not double its table (in a
+/// simulator of 10,000 nodes, 1.4 GB for 50 joins). Still amortised: each
+/// reallocation is followed by at least `len / 16` pushes without one.
+pub(crate) fn grow_to<T: Clone>(v: &mut Vec<T>, len: usize, fill: T) {
+    if len > v.capacity() {
+        let room = len + (len / 16).max(16);
+        v.reserve_exact(room - v.len());
+    }
+    v.resize(len.max(v.len()), fill);
+}
+
+/// `n` and a sixteenth more: the room a loaded snapshot of `n` members
+/// reserves for members that join later. Reallocating a full table when
+/// one joins leaves the old block free but resident; in a simulator whose
+/// 10,000 nodes all learn of the same joins, that fragmentation alone was
+/// gigabytes. Pages reserved and never written cost no memory.
+pub(crate) fn headroom(n: usize) -> usize {
+    n + n / 16
+}
+
+/// Pushes `x` onto `v`, growing it by a sixteenth (see [`grow_to`]) when full.
+pub(crate) fn push_sparingly<T>(v: &mut Vec<T>, x: T) {
+    if v.len() == v.capacity() {
+        v.reserve_exact((v.len() / 16).max(16));
+    }
+    v.push(x);
+}
+
 /// A slot: a dense index below [`DENSE_LIMIT`], or `DENSE_LIMIT + k` for the
 /// `k`-th entry of the keyed part.
 type Slot = u32;
@@ -230,11 +261,12 @@ impl<I: Identity> Table<I> {
         self.len
     }
 
-    /// Makes room for `n` more members without reallocating as they arrive.
+    /// Makes room for `n` more members without reallocating as they
+    /// arrive, and for a sixteenth more ([`headroom`]) that join later.
     pub(crate) fn reserve(&mut self, n: usize) {
         if I::from_dense_index(0).is_some() {
-            self.dense.reserve(n);
-            self.dense_fresh.reserve(n);
+            self.dense.reserve(headroom(n));
+            self.dense_fresh.reserve(headroom(n));
         } else {
             self.keyed.reserve(n);
             self.index.reserve(n);
@@ -311,8 +343,8 @@ impl<I: Identity> Table<I> {
             Some(d) if d < DENSE_LIMIT => {
                 let i = d as usize;
                 if self.dense.len() <= i {
-                    self.dense.resize(i + 1, Rec::default());
-                    self.dense_fresh.resize(i + 1, 0);
+                    grow_to(&mut self.dense, i + 1, Rec::default());
+                    grow_to(&mut self.dense_fresh, i + 1, 0);
                 }
                 self.dense[i] = rec;
                 self.dense_fresh[i] = 0;

@@ -124,6 +124,60 @@ fn dense_and_keyed_members_are_stored_found_and_forgotten() {
     assert_eq!(t.since(&Num(3)), Time::ZERO);
 }
 
+fn add(t: &mut Table<Num>, ids: std::ops::Range<u32>) {
+    for i in ids {
+        t.insert(
+            &Num(i),
+            Rec::new(0, MemberState::Alive),
+            Box::new([]),
+            Time::ZERO,
+        );
+    }
+}
+
+#[test]
+fn a_table_loaded_with_n_members_takes_a_sixteenth_more_without_reallocating() {
+    let mut t: Table<Num> = Table::new();
+    t.reserve(10_000);
+    add(&mut t, 0..10_000);
+    let room = 10_000 + 10_000 / 16;
+    assert_eq!(t.dense.capacity(), room);
+    add(&mut t, 10_000..room as u32);
+    assert_eq!(t.dense.capacity(), room);
+    assert_eq!(t.dense_fresh.capacity(), room);
+    assert_eq!(t.len(), room);
+}
+
+#[test]
+fn a_full_table_that_learns_one_more_member_grows_by_a_sixteenth_not_double() {
+    let mut t: Table<Num> = Table::new();
+    t.dense.reserve_exact(10_000);
+    t.dense_fresh.reserve_exact(10_000);
+    add(&mut t, 0..10_000);
+    assert_eq!(t.dense.capacity(), 10_000);
+    add(&mut t, 10_000..10_001);
+    let room = 10_001 + 10_001 / 16;
+    assert_eq!(t.dense.capacity(), room);
+    assert_eq!(t.dense_fresh.capacity(), room);
+    // The next members up to that room take no new allocation.
+    add(&mut t, 10_001..room as u32);
+    assert_eq!(t.dense.capacity(), room);
+    assert_eq!(t.len(), room);
+    assert!(t.get(&Num(10_000)).is_some());
+}
+
+#[test]
+fn pushing_onto_a_full_vector_leaves_room_for_a_sixteenth_more() {
+    let mut v: Vec<u32> = Vec::with_capacity(3200);
+    v.extend(0..3200);
+    push_sparingly(&mut v, 7);
+    assert_eq!(v.capacity(), 3200 + 200);
+    assert_eq!(v.last(), Some(&7));
+    let mut small: Vec<u32> = Vec::new();
+    push_sparingly(&mut small, 1);
+    assert_eq!(small.capacity(), 16);
+}
+
 #[test]
 fn replay_state_is_stored_exactly_packed_or_not() {
     let mut t: Table<Num> = Table::new();
