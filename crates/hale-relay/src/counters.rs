@@ -176,7 +176,8 @@ impl UpstreamRole {
 
 impl std::fmt::Display for UpstreamRole {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+        // `pad`: width and alignment apply (`{:<8}` in `hale status`).
+        f.pad(self.as_str())
     }
 }
 
@@ -207,7 +208,8 @@ impl BreakerGauge {
 
 impl std::fmt::Display for BreakerGauge {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+        // `pad`: width and alignment apply (`{:<8}` in `hale status`).
+        f.pad(self.as_str())
     }
 }
 
@@ -501,4 +503,15 @@ pub(crate) fn client_report_json(
         return None;
     }
     Some(serde_json::json!({ "timestamp": timestamp_secs, "discarded_events": items }).to_string())
+}
+
+#[cfg(test)]
+mod display_tests {
+    use super::*;
+
+    #[test]
+    fn names_are_padded_to_the_width_asked_for() {
+        assert_eq!(format!("{:<8}|", UpstreamRole::Primary), "primary |");
+        assert_eq!(format!("{:<10}|", BreakerGauge::HalfOpen), "half-open |");
+    }
 }
