@@ -273,7 +273,7 @@ impl LeaseTable {
 /// through any control-plane hiccup (an election after the leader's host
 /// died or froze, a slow commit) shorter than [`LeaseTiming::ride_through`]
 /// = `lease - drift_margin - renew_every` (1.35 s by default). A Raft
-/// election takes at most [`crate::raft::ELECTION_WORST`] (a heartbeat, the
+/// election takes at most [`crate::election::ELECTION_WORST`] (a heartbeat, the
 /// longest election timeout and a vote round: 0.8 s on a LAN), which leaves
 /// 0.55 s for the first commit under the new leader and for scheduling
 /// delays on a loaded host; [`LeaseTiming::check`] refuses timing that
@@ -335,7 +335,7 @@ impl LeaseTiming {
     /// holders their roles: [`LeaseTiming::ride_through`] must exceed the
     /// longest election by [`MIN_COMMIT_SLACK`].
     pub fn check(&self) -> Result<(), TimingError> {
-        let election = crate::raft::ELECTION_WORST;
+        let election = crate::election::ELECTION_WORST;
         if self.ride_through() < election + MIN_COMMIT_SLACK {
             return Err(TimingError {
                 ride_through: self.ride_through(),

@@ -18,6 +18,7 @@
 #![forbid(unsafe_code)]
 
 pub mod auth;
+pub mod election;
 pub mod history;
 pub mod holder;
 pub mod lease;
