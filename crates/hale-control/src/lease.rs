@@ -166,6 +166,13 @@ pub struct AcquireRequest {
     pub attempt: u64,
 }
 
+fn not_holder(holder: &str, epoch: u64) -> LeaseResponse {
+    LeaseResponse::Rejected(LeaseRejection::NotHolder {
+        holder: holder.to_owned(),
+        epoch,
+    })
+}
+
 /// The replicated lease table: applied in log order on every control-plane server.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeaseTable {
@@ -216,21 +223,15 @@ impl LeaseTable {
             LeaseRequest::Renewals { holder, leases } => LeaseResponse::Batch(
                 leases
                     .iter()
-                    .map(|(role, epoch)| {
-                        self.apply(&LeaseRequest::Renew {
-                            role: role.clone(),
-                            holder: holder.clone(),
-                            epoch: *epoch,
-                        })
-                    })
+                    .map(|(role, epoch)| self.renew(role, holder, *epoch))
                     .collect(),
             ),
             LeaseRequest::Renew {
                 role,
                 holder,
                 epoch,
-            }
-            | LeaseRequest::Release {
+            } => self.renew(role, holder, *epoch),
+            LeaseRequest::Release {
                 role,
                 holder,
                 epoch,
@@ -238,20 +239,22 @@ impl LeaseTable {
             } => {
                 let r = self.roles.entry(role.clone()).or_default();
                 if r.epoch != *epoch || r.holder.as_deref() != Some(holder) {
-                    return LeaseResponse::Rejected(LeaseRejection::NotHolder {
-                        holder: holder.clone(),
-                        epoch: *epoch,
-                    });
+                    return not_holder(holder, *epoch);
                 }
-                if matches!(req, LeaseRequest::Release { .. }) {
-                    r.holder = None;
-                    r.attempt = 0;
-                    LeaseResponse::Released
-                } else {
-                    LeaseResponse::Renewed { epoch: *epoch }
-                }
+                r.holder = None;
+                r.attempt = 0;
+                LeaseResponse::Released
             }
         }
+    }
+
+    /// `holder` keeps `role` at `epoch`, if it holds it at that epoch.
+    fn renew(&mut self, role: &str, holder: &str, epoch: u64) -> LeaseResponse {
+        let r = self.roles.entry(role.to_owned()).or_default();
+        if r.epoch != epoch || r.holder.as_deref() != Some(holder) {
+            return not_holder(holder, epoch);
+        }
+        LeaseResponse::Renewed { epoch }
     }
 
     /// A role's state.
@@ -372,13 +375,11 @@ impl AppendClock {
     pub fn appended(&mut self, req: &LeaseRequest, now: Time) {
         match req {
             LeaseRequest::Grant { role, .. } | LeaseRequest::Renew { role, .. } => {
-                let t = self.roles.entry(role.clone()).or_insert(now);
-                *t = (*t).max(now);
+                self.note(role, now);
             }
             LeaseRequest::Renewals { leases, .. } => {
                 for (role, _) in leases {
-                    let t = self.roles.entry(role.clone()).or_insert(now);
-                    *t = (*t).max(now);
+                    self.note(role, now);
                 }
             }
             LeaseRequest::Batch(reqs) => {
@@ -389,6 +390,15 @@ impl AppendClock {
                 }
             }
             LeaseRequest::Release { .. } => {}
+        }
+    }
+
+    fn note(&mut self, role: &str, now: Time) {
+        match self.roles.get_mut(role) {
+            Some(t) => *t = (*t).max(now),
+            None => {
+                self.roles.insert(role.to_owned(), now);
+            }
         }
     }
 

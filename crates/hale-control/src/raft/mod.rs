@@ -579,12 +579,10 @@ impl ControlPlane {
             return Err(ControlError::Unavailable(why));
         }
         match self.raft.client_write(req.clone()).await {
-            Ok(r) => Ok(r.data),
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => {
                 self.forward(api::WRITE, &req).await
             }
-            Err(RaftError::Fatal(e)) => Err(ControlError::Unavailable(e.to_string())),
-            Err(e) => Err(ControlError::Request(e.to_string())),
+            r => written(r),
         }
     }
 
@@ -629,12 +627,10 @@ impl ControlPlane {
     /// a holder that is still counting on them.
     async fn write_here(&self, req: LeaseRequest) -> Result<LeaseResponse, ControlError> {
         match self.raft.client_write(req).await {
-            Ok(r) => Ok(r.data),
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => Err(
                 ControlError::Unavailable("this server is no longer the leader".into()),
             ),
-            Err(RaftError::Fatal(e)) => Err(ControlError::Unavailable(e.to_string())),
-            Err(e) => Err(ControlError::Request(e.to_string())),
+            r => written(r),
         }
     }
 
@@ -658,6 +654,21 @@ impl ControlPlane {
     /// Stops this server.
     pub async fn shutdown(&self) {
         let _ = self.raft.shutdown().await;
+    }
+}
+
+/// What a proposal to this server's Raft came to (a stopped Raft: ask
+/// another server; any other failure: the request failed).
+fn written(
+    r: Result<
+        openraft::raft::ClientWriteResponse<TypeConfig>,
+        RaftError<u64, ClientWriteError<u64, BasicNode>>,
+    >,
+) -> Result<LeaseResponse, ControlError> {
+    match r {
+        Ok(r) => Ok(r.data),
+        Err(RaftError::Fatal(e)) => Err(ControlError::Unavailable(e.to_string())),
+        Err(e) => Err(ControlError::Request(e.to_string())),
     }
 }
 

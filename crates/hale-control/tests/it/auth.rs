@@ -7,7 +7,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use hale_control::auth::{self, ControlAuth};
-use hale_control::raft::{AddServer, StateData, TypeConfig};
+use hale_control::raft::api::BatchItem;
+use hale_control::raft::{AcquireRequest, AddServer, StateData, TypeConfig};
 use hale_control::{LeaseRequest, LeaseResponse, LeaseTable};
 use hale_keyring::{Key, Keyring, SharedKeyring};
 use hale_seal::{open_response, seal_request, unix_ms, CallError};
@@ -126,6 +127,19 @@ fn strangers_requests() -> Vec<(&'static str, Value)> {
         epoch: 1,
         next: Some("mallory".into()),
     };
+    let batch = vec![
+        BatchItem::Write(grant.clone()),
+        BatchItem::Write(LeaseRequest::Renewals {
+            holder: "node-a".into(),
+            leases: vec![("db".into(), 1)],
+        }),
+        BatchItem::Acquire(AcquireRequest {
+            role: "db".into(),
+            holder: "mallory".into(),
+            priority: 1000,
+            attempt: 1,
+        }),
+    ];
     vec![
         ("/control/write", serde_json::to_value(grant).unwrap()),
         ("/control/write", serde_json::to_value(renew).unwrap()),
@@ -152,6 +166,7 @@ fn strangers_requests() -> Vec<(&'static str, Value)> {
         ("/control/servers/3/remove", Value::Null),
         ("/control/table", Value::Null),
         ("/control/leader", Value::Null),
+        ("/control/batch", serde_json::to_value(batch).unwrap()),
     ]
 }
 
