@@ -523,9 +523,8 @@ pub struct HealthView {
 }
 
 #[cfg(test)]
-// In tests a panic is the failure report.
-#[allow(clippy::unwrap_used)]
 mod tests {
+    #![allow(clippy::unwrap_used)] // In tests a panic is the failure report.
     use super::*;
 
     fn wire(e: &EventView) -> serde_json::Value {
