@@ -6,8 +6,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use hale_control::{HookOutcome, StepDownReason};
 use hale_core::{DeathEvidence, Event, Member, NodeId, Time};
 
@@ -33,11 +31,7 @@ pub use role::{
 };
 
 /// Wall-clock milliseconds since the Unix epoch.
-pub fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
+pub use hale_seal::unix_ms;
 
 /// An agent's health, as `/v1/health` shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
