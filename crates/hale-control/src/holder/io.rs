@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use hale_core::Time;
+use serde::{Deserialize, Serialize};
 
 use crate::history::HookKind;
 use crate::lease::{LeaseRequest, LeaseTiming};
@@ -73,7 +74,7 @@ pub enum HookExit {
 }
 
 /// How a hook ended, as reported in events.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum HookOutcome {
     /// Exited with status 0.
@@ -107,9 +108,7 @@ impl HookOutcome {
 }
 
 /// Why a holding ended.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum StepDownReason {
     /// The lease ran out on this node's clock (renewals not committed in time).
@@ -160,17 +159,7 @@ impl std::fmt::Display for StepDownReason {
 
 /// Where a candidacy stands.
 #[derive(
-    Debug,
-    Clone,
-    Copy,
-    Default,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-    serde::Serialize,
-    serde::Deserialize,
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
 )]
 #[serde(rename_all = "kebab-case")]
 pub enum RoleState {
