@@ -8,7 +8,7 @@ use hale_core::Time;
 use serde::{Deserialize, Serialize};
 
 use crate::history::HookKind;
-use crate::lease::{LeaseRequest, LeaseTiming};
+use crate::lease::{AcquireRequest, LeaseRequest, LeaseTiming};
 
 /// A role candidacy's fixed settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,19 +43,11 @@ pub struct HookId(pub u64);
 /// A request for the control plane.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ControlRequest {
-    /// Ask the leader's grantor for the role.
-    Acquire {
-        /// The role.
-        role: String,
-        /// This node.
-        holder: String,
-        /// Its priority.
-        priority: i64,
-        /// The candidacy episode's attempt: the same while it asks again
-        /// (an answer lost), so that a grant it did not hear is answered
-        /// again at once instead of a lease later at the next epoch.
-        attempt: u64,
-    },
+    /// Ask the leader's grantor for the role (as this node, at its
+    /// priority). The candidacy episode's attempt stays the same while it
+    /// asks again (an answer lost), so that a grant it did not hear is
+    /// answered again at once instead of a lease later at the next epoch.
+    Acquire(AcquireRequest),
     /// Write a renewal or release through the leader.
     Lease(LeaseRequest),
 }
