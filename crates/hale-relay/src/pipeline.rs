@@ -270,14 +270,9 @@ impl<T: Payload> Pipeline<T> {
             divert: Mutex::new(None),
         });
         if let Some(s) = &spool {
-            shared
-                .counters
-                .spool_bytes
-                .store(s.bytes(), Ordering::Relaxed);
-            shared
-                .counters
-                .spool_files
-                .store(s.len() as u64, Ordering::Relaxed);
+            let c = &shared.counters;
+            c.spool_bytes.store(s.bytes(), Ordering::Relaxed);
+            c.spool_files.store(s.len() as u64, Ordering::Relaxed);
         }
         let worker = crate::worker::Worker::new(cfg, client, consumer, shared.clone(), spool);
         std::thread::Builder::new()

@@ -313,11 +313,9 @@ impl<T: Payload> Worker<T> {
         let Some(t) = &self.targets[up] else {
             return;
         };
+        let c = &self.shared.counters;
         if up == STANDBY {
-            self.shared
-                .counters
-                .failovers
-                .fetch_add(1, Ordering::Relaxed);
+            c.failovers.fetch_add(1, Ordering::Relaxed);
         }
         let probe = {
             let mut b = lock(&self.shared.breakers);
@@ -340,10 +338,7 @@ impl<T: Payload> Worker<T> {
             .header("content-type", "application/x-sentry-envelope")
             .body(env.body.clone());
         self.tasks.spawn(async move { (seq, outcome(req).await) });
-        self.shared
-            .counters
-            .requests
-            .fetch_add(1, Ordering::Relaxed);
+        c.requests.fetch_add(1, Ordering::Relaxed);
         self.inflight.insert(
             seq,
             InFlight {
