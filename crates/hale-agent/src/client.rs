@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use futures_util::{Stream, StreamExt};
+use reqwest::Response;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -117,7 +118,7 @@ impl Client {
         format!("http://{}{}", self.addr, path)
     }
 
-    async fn send(&self, req: reqwest::RequestBuilder) -> Result<reqwest::Response, ClientError> {
+    async fn send(&self, req: reqwest::RequestBuilder) -> Result<Response, ClientError> {
         req.send().await.map_err(|source| ClientError::Unreachable {
             addr: self.addr.clone(),
             source,
@@ -125,11 +126,7 @@ impl Client {
     }
 
     /// `r` if its status is a success, else the agent's error.
-    async fn check(
-        &self,
-        path: &str,
-        r: reqwest::Response,
-    ) -> Result<reqwest::Response, ClientError> {
+    async fn check(&self, path: &str, r: Response) -> Result<Response, ClientError> {
         let status = r.status();
         if status.is_success() {
             return Ok(r);
@@ -152,17 +149,13 @@ impl Client {
         }
     }
 
-    async fn decode<T: DeserializeOwned>(
-        &self,
-        path: &str,
-        r: reqwest::Response,
-    ) -> Result<T, ClientError> {
+    async fn decode<T: DeserializeOwned>(&self, path: &str, r: Response) -> Result<T, ClientError> {
         let r = self.check(path, r).await?;
         r.json().await.map_err(|e| self.decode_error(path, e))
     }
 
     /// GETs `path`; the answer, whatever its status.
-    async fn get_response(&self, path: &str) -> Result<reqwest::Response, ClientError> {
+    async fn get_response(&self, path: &str) -> Result<Response, ClientError> {
         self.send(self.http.get(self.url(path)).timeout(self.timeout))
             .await
     }
@@ -190,7 +183,7 @@ impl Client {
         &self,
         path: &str,
         body: &B,
-    ) -> Result<reqwest::Response, ClientError> {
+    ) -> Result<Response, ClientError> {
         let mut req = self
             .http
             .post(self.url(path))

@@ -202,14 +202,7 @@ impl Agent {
                 stop_rx.clone(),
             ));
         }
-        let mut http_stop = stop_rx;
-        tasks.spawn(async move {
-            let _ = axum::serve(http, app)
-                .with_graceful_shutdown(async move {
-                    let _ = http_stop.changed().await;
-                })
-                .await;
-        });
+        tasks.spawn(serve(http, app, stop_rx));
         let agent = Agent {
             cmds: cmd_tx,
             shared,
@@ -315,6 +308,16 @@ impl Agent {
             let _ = tokio::task::spawn_blocking(move || r.close(Duration::from_secs(1))).await;
         }
     }
+}
+
+/// Serves `app` on `listener` until `stop` changes (or its sender is gone).
+async fn serve(listener: TcpListener, app: axum::Router, mut stop: watch::Receiver<bool>) {
+    let stopped = async move {
+        let _ = stop.changed().await;
+    };
+    let _ = axum::serve(listener, app)
+        .with_graceful_shutdown(stopped)
+        .await;
 }
 
 /// Binds the TCP listener of `what` on `addr`; with the address it bound.
@@ -493,24 +496,11 @@ async fn start_roles(
             control_auth.clone(),
         )
         .await?;
-        let app = cp.routes();
-        let stop_for_holders = stop.clone();
-        let mut stop = stop;
-        tasks.spawn(async move {
-            let _ = axum::serve(listener, app)
-                .with_graceful_shutdown(async move {
-                    let _ = stop.changed().await;
-                })
-                .await;
-        });
+        tasks.spawn(serve(listener, cp.routes(), stop.clone()));
         if plan.bootstrap {
             cp.bootstrap(servers.clone()).await?;
         }
-        tasks.spawn(holders::watch_holders(
-            cp.clone(),
-            shared.clone(),
-            stop_for_holders,
-        ));
+        tasks.spawn(holders::watch_holders(cp.clone(), shared.clone(), stop));
         tasks.spawn(holders::watch_storage(cp.clone(), shared.clone()));
         out.server = Some(cp);
     }

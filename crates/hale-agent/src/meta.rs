@@ -110,9 +110,8 @@ impl AgentMeta {
 }
 
 #[cfg(test)]
-// In tests a panic is the failure report.
-#[allow(clippy::unwrap_used)]
 mod tests {
+    #![allow(clippy::unwrap_used)] // In tests a panic is the failure report.
     #[test]
     fn a_published_http_address_that_is_not_an_ip_and_port_is_ignored() {
         for bad in [

@@ -5,7 +5,9 @@ use std::fmt::{Display, Write};
 use hale_core::DropReason;
 
 use crate::faults::Faults;
+use crate::roles::RoleViews;
 use crate::runtime::{Counter, Shared, Snapshot};
+use crate::services::Services;
 use crate::view::Fault;
 
 /// Writes one metric family: its HELP and TYPE lines, then one sample per
@@ -138,11 +140,7 @@ pub fn render(s: &Snapshot, shared: &Shared) -> String {
 
 /// Roles (holder, epoch, lease left, promotions, demotions, renewals) and
 /// service checks (runs, failures, health, readiness) of this node.
-pub fn render_roles(
-    node: &str,
-    roles: &crate::roles::RoleViews,
-    services: &crate::services::Services,
-) -> String {
+pub fn render_roles(node: &str, roles: &RoleViews, services: &Services) -> String {
     let mut out = String::new();
     let roles = roles.lock().expect("role views lock");
     if !roles.is_empty() {

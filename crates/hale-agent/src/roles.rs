@@ -28,7 +28,7 @@ use hale_core::Time;
 use crate::config::RoleSpec;
 use crate::services::Services;
 use crate::view::{AgentEvent, RoleView};
-use crate::watchdog::{Disarmed, Order};
+use crate::watchdog::{demote_once_argv, Disarmed, Order};
 mod requests;
 mod watchdog;
 pub use requests::LeaseRequests;
@@ -362,16 +362,7 @@ impl RoleManager {
             HookKind::Demote if self.spec.demote.is_empty() => &self.spec.demote,
             HookKind::Demote => {
                 let claim = self.claim(epoch);
-                claimed = [
-                    self.watchdog_exe.display().to_string(),
-                    "demote-once".to_owned(),
-                    "--claim".to_owned(),
-                    claim.display().to_string(),
-                    "--".to_owned(),
-                ]
-                .into_iter()
-                .chain(self.spec.demote.iter().cloned())
-                .collect::<Vec<_>>();
+                claimed = demote_once_argv(&self.watchdog_exe, &claim, &self.spec.demote);
                 &claimed
             }
         };

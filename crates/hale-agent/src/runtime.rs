@@ -296,17 +296,14 @@ impl Driver {
         let Some(k) = &self.keyring else {
             return Some(sealed.to_vec());
         };
-        match k.current().open(sealed) {
-            Ok(p) => Some(p),
-            Err(hale_keyring::OpenError::Auth) => {
-                self.shared.counters.bump(Counter::AuthFailed);
-                None
-            }
-            Err(hale_keyring::OpenError::Malformed) => {
-                self.shared.counters.bump(Counter::SealMalformed);
-                None
-            }
-        }
+        let refused = |e| match e {
+            hale_keyring::OpenError::Auth => Counter::AuthFailed,
+            hale_keyring::OpenError::Malformed => Counter::SealMalformed,
+        };
+        let opened = k.current().open(sealed);
+        opened
+            .map_err(|e| self.shared.counters.bump(refused(e)))
+            .ok()
     }
 
     fn on_datagram(&mut self, bytes: &[u8]) {
@@ -647,8 +644,7 @@ async fn accept_streams(
             let r = tokio::time::timeout(STREAM_TIMEOUT, async {
                 let Some(k) = &keys else {
                     // Plaintext (insecure_plaintext): nothing authenticates.
-                    let (body, share) = read_frame(&mut sock, limit, &budget).await?;
-                    return Ok((body, share));
+                    return read_frame(&mut sock, limit, &budget).await;
                 };
                 let (first, share) = read_frame(&mut sock, FIRST_FRAME_MAX, &budget).await?;
                 let ring = k.current();

@@ -6,8 +6,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use hale_control::{HookOutcome, StepDownReason};
 use hale_core::{DeathEvidence, Event, Member, NodeId, Time};
 
@@ -33,11 +31,7 @@ pub use role::{
 };
 
 /// Wall-clock milliseconds since the Unix epoch.
-pub fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
+pub use hale_seal::unix_ms;
 
 /// An agent's health, as `/v1/health` shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -523,9 +517,8 @@ pub struct HealthView {
 }
 
 #[cfg(test)]
-// In tests a panic is the failure report.
-#[allow(clippy::unwrap_used)]
 mod tests {
+    #![allow(clippy::unwrap_used)] // In tests a panic is the failure report.
     use super::*;
 
     fn wire(e: &EventView) -> serde_json::Value {

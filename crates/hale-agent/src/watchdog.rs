@@ -197,6 +197,15 @@ pub fn demote_once(path: &Path, argv: &[String]) -> std::process::ExitCode {
     }
 }
 
+/// The command line of `hale demote-once` (the `hale` executable `exe`)
+/// running `demote` under the claim at `claim`.
+pub fn demote_once_argv(exe: &Path, claim: &Path, demote: &[String]) -> Vec<String> {
+    let mut argv = vec![exe.display().to_string(), "demote-once".into()];
+    argv.extend(["--claim".into(), claim.display().to_string(), "--".into()]);
+    argv.extend_from_slice(demote);
+    argv
+}
+
 /// Runs the watchdog on this process's standard input and output until it
 /// is stopped (or has fenced and its agent has gone). `fence` is the demote
 /// command, run under the claim at `claim`; `env` is passed to it.
@@ -221,15 +230,9 @@ fn watch(
 ) -> WatchdogExit {
     let (tx, rx) = mpsc::channel::<Option<String>>();
     std::thread::spawn(move || {
-        let stdin = std::io::stdin();
-        for line in stdin.lock().lines() {
-            match line {
-                Ok(l) => {
-                    if tx.send(Some(l)).is_err() {
-                        return;
-                    }
-                }
-                Err(_) => break,
+        for l in std::io::stdin().lock().lines().map_while(Result::ok) {
+            if tx.send(Some(l)).is_err() {
+                return;
             }
         }
         let _ = tx.send(None);
@@ -259,16 +262,7 @@ fn watch(
         // run again by the agent: nemesis seed 7081.)
         match std::env::current_exe() {
             Ok(exe) => {
-                let argv: Vec<String> = [
-                    exe.display().to_string(),
-                    "demote-once".to_owned(),
-                    "--claim".to_owned(),
-                    claim.display().to_string(),
-                    "--".to_owned(),
-                ]
-                .into_iter()
-                .chain(fence.iter().cloned())
-                .collect();
+                let argv = demote_once_argv(&exe, claim, fence);
                 run_hook(&argv, env, reason, hook_timeout)
             }
             Err(_) => matches!(

@@ -42,7 +42,7 @@ use std::time::Duration;
 use hale_core::Time;
 
 use crate::history::HookKind;
-use crate::lease::{HeldLease, LeaseRequest, LeaseResponse};
+use crate::lease::{AcquireRequest, HeldLease, LeaseRequest, LeaseResponse};
 
 mod io;
 pub use io::{
@@ -305,12 +305,12 @@ impl Holder {
                     };
                     self.actions.push_back(Action::Send {
                         id,
-                        request: ControlRequest::Acquire {
+                        request: ControlRequest::Acquire(AcquireRequest {
                             role: self.cfg.role.clone(),
                             holder: self.cfg.node.clone(),
                             priority: self.cfg.priority,
                             attempt: self.attempt,
-                        },
+                        }),
                         deadline: now + self.cfg.acquire_timeout,
                     });
                 }

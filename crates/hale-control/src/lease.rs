@@ -151,7 +151,7 @@ pub struct RoleLease {
 }
 
 /// A request to the leader to grant a role (sent by candidates).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AcquireRequest {
     /// The role.
     pub role: String,

@@ -322,54 +322,36 @@ impl Config {
                 "must be at least suspicion_min",
             ));
         }
-        if self.awareness_max == 0 || self.awareness_max > 32 {
-            return Err(ConfigError::new("awareness_max", "must be 1 to 32"));
-        }
-        if self.indirect_probes > 16 {
-            return Err(ConfigError::new("indirect_probes", "must be at most 16"));
-        }
-        if self.monitors > 16 {
-            return Err(ConfigError::new("monitors", "must be at most 16"));
-        }
-        if self.gossip_fanout == 0 || self.gossip_fanout > 16 {
-            return Err(ConfigError::new("gossip_fanout", "must be 1 to 16"));
-        }
-        if self.retransmit_mult == 0 {
-            return Err(ConfigError::new("retransmit_mult", "must be at least 1"));
-        }
-        if self.suspicion_retransmits == 0 {
-            return Err(ConfigError::new(
-                "suspicion_retransmits",
-                "must be at least 1",
-            ));
-        }
-        if self.corroboration == 0 || self.corroboration > 16 {
-            return Err(ConfigError::new("corroboration", "must be 1 to 16"));
-        }
-        if self.expected_confirmations == 0 {
-            return Err(ConfigError::new(
-                "expected_confirmations",
-                "must be at least 1",
-            ));
-        }
+        // `field` in `lo..=hi` (no upper bound: `usize::MAX`).
+        let within = |field, v: usize, lo: usize, hi: usize| {
+            let problem = match (lo, hi) {
+                (_, usize::MAX) => format!("must be at least {lo}"),
+                (0, _) => format!("must be at most {hi}"),
+                _ => format!("must be {lo} to {hi}"),
+            };
+            if (lo..=hi).contains(&v) {
+                Ok(())
+            } else {
+                Err(ConfigError::new(field, problem))
+            }
+        };
+        let at_least = |field, v: usize, lo: usize| within(field, v, lo, usize::MAX);
+        within("awareness_max", self.awareness_max.into(), 1, 32)?;
+        within("indirect_probes", self.indirect_probes, 0, 16)?;
+        within("monitors", self.monitors, 0, 16)?;
+        within("gossip_fanout", self.gossip_fanout, 1, 16)?;
+        at_least("retransmit_mult", self.retransmit_mult, 1)?;
+        at_least("suspicion_retransmits", self.suspicion_retransmits, 1)?;
+        within("corroboration", self.corroboration, 1, 16)?;
+        at_least("expected_confirmations", self.expected_confirmations, 1)?;
         if !(self.accusation_burst > 0.0 && self.accusation_burst <= 1.0) {
             return Err(ConfigError::new("accusation_burst", "must be in (0, 1]"));
         }
-        if self.push_pull_scale == 0 {
-            return Err(ConfigError::new("push_pull_scale", "must be at least 1"));
-        }
-        if self.sync_replies_per_sec == 0 {
-            return Err(ConfigError::new(
-                "sync_replies_per_sec",
-                "must be at least 1",
-            ));
-        }
-        if self.max_broadcasts < 16 {
-            return Err(ConfigError::new("max_broadcasts", "must be at least 16"));
-        }
-        if self.max_events == 0 {
-            return Err(ConfigError::new("max_events", "must be at least 1"));
-        }
+        at_least("push_pull_scale", self.push_pull_scale, 1)?;
+        let sync_replies = self.sync_replies_per_sec as usize;
+        at_least("sync_replies_per_sec", sync_replies, 1)?;
+        at_least("max_broadcasts", self.max_broadcasts, 16)?;
+        at_least("max_events", self.max_events, 1)?;
         if self.meta.len() > MAX_META {
             return Err(ConfigError::new(
                 "meta",

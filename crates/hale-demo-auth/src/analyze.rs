@@ -148,23 +148,16 @@ pub fn main(a: Args) -> anyhow::Result<()> {
         (Some(a), Some(b)) => (a.saturating_sub(1_000_000_000), b + 1_000_000_000),
         _ => (u128::MAX, u128::MAX),
     };
-    let outside: Vec<u128> = all
-        .iter()
-        .filter(|x| x.ok && (x.done() < out_lo || x.sent > out_hi))
-        .map(|x| x.latency_us)
-        .collect();
-    let outside_split = |after: bool| {
-        percentile(
-            all.iter()
-                .filter(|x| {
-                    x.ok && (x.done() < out_lo || x.sent > out_hi) && (x.sent >= t0) == after
-                })
-                .map(|x| x.latency_us)
-                .collect(),
-            0.99,
-        )
+    let outside = |keep: &dyn Fn(&Attempt) -> bool| -> Vec<u128> {
+        let out = |x: &Attempt| x.ok && (x.done() < out_lo || x.sent > out_hi);
+        all.iter()
+            .filter(|x| out(x) && keep(x))
+            .map(|x| x.latency_us)
+            .collect()
     };
-    let (p99_before, p99_after) = (outside_split(false), outside_split(true));
+    let p99_before = percentile(outside(&|x| x.sent < t0), 0.99);
+    let p99_after = percentile(outside(&|x| x.sent >= t0), 0.99);
+    let outside = outside(&|_| true);
     let p50 = percentile(outside.clone(), 0.50);
     let p99 = percentile(outside, 0.99);
     let good_ok: Vec<i64> = all
@@ -189,17 +182,13 @@ pub fn main(a: Args) -> anyhow::Result<()> {
             .filter(|(t, _)| *t + 30_000_000_000 >= t0)
             .cloned()
             .collect();
-        if let Some(t) = last_ok_before {
-            lines.push((t, "auth: last successful login before the outage".into()));
-        }
-        if let Some(t) = first_fail {
-            lines.push((t, "auth: first failed login".into()));
-        }
-        if let Some(t) = last_fail {
-            lines.push((t, "auth: last failed login".into()));
-        }
-        if let Some(t) = first_ok_after {
-            lines.push((t, "auth: first successful login after the outage".into()));
+        for (t, what) in [
+            (last_ok_before, "last successful login before the outage"),
+            (first_fail, "first failed login"),
+            (last_fail, "last failed login"),
+            (first_ok_after, "first successful login after the outage"),
+        ] {
+            lines.extend(t.map(|t| (t, format!("auth: {what}"))));
         }
         lines.sort();
         for (t, what) in &lines {

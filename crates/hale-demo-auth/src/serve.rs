@@ -82,14 +82,14 @@ impl Auth {
             let c = self
                 .client()
                 .await
-                .map_err(|e| format!("connect: {}", chain(&e)))?;
+                .map_err(|e| format!("connect: {:#}", anyhow::Error::from(e)))?;
             // A connection whose query failed is dropped, never reused.
             let row = c
                 .query_opt(LOGIN, &[&l.user, &l.secret])
                 .await
                 .map_err(|e| match e.as_db_error() {
                     Some(db) => format!("query: {}", db.message()),
-                    None => format!("query: {}", chain(&e)),
+                    None => format!("query: {:#}", anyhow::Error::from(e)),
                 })?;
             self.idle.lock().expect("pool lock").push(c);
             Ok(row.map(|r| r.get::<_, i64>(0)))
@@ -109,18 +109,6 @@ impl Auth {
             self.reported.fetch_add(1, Ordering::Relaxed);
         }
     }
-}
-
-/// An error with its causes.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
 }
 
 async fn login(State(st): State<Arc<Auth>>, Json(l): Json<Login>) -> Response {

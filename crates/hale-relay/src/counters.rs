@@ -365,84 +365,70 @@ impl Counters {
     /// (e.g. `hale_relay`), queue gauges included.
     pub(crate) fn render(&self, prefix: &str, queue_bytes: usize, queue_cap: usize) -> String {
         let mut out = String::with_capacity(4096);
-        let mut simple = |name: &str, kind: &str, help: &str, v: u64| {
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let counters = [
+            (
+                "accepted_total",
+                "Events accepted into the queue.",
+                self.accepted(),
+            ),
+            (
+                "forwarded_total",
+                "Events acknowledged by an upstream.",
+                self.forwarded(),
+            ),
+            (
+                "spooled_total",
+                "Events written to the disk spool.",
+                self.spooled(),
+            ),
+            (
+                "requests_total",
+                "Requests sent upstream.",
+                load(&self.requests),
+            ),
+            (
+                "request_failures_total",
+                "Requests that timed out or failed.",
+                self.request_failures(),
+            ),
+            (
+                "failovers_total",
+                "Requests sent to the standby because the primary was unavailable.",
+                self.failovers(),
+            ),
+            (
+                "client_reports_total",
+                "Client reports of dropped events delivered upstream.",
+                self.client_reports_sent(),
+            ),
+        ];
+        let gauges = [
+            ("in_flight", "Requests in flight.", self.in_flight()),
+            ("queue_bytes", "Bytes held in memory.", queue_bytes as u64),
+            (
+                "queue_bytes_cap",
+                "Cap on bytes held in memory.",
+                queue_cap as u64,
+            ),
+            (
+                "spool_bytes",
+                "Bytes in the disk spool.",
+                self.spool_bytes(),
+            ),
+            (
+                "spool_files",
+                "Envelopes in the disk spool.",
+                load(&self.spool_files),
+            ),
+        ];
+        let families = counters.map(|c| (c, "counter")).into_iter();
+        for ((name, help, v), kind) in families.chain(gauges.map(|g| (g, "gauge"))) {
             let _ = writeln!(
                 out,
                 "# HELP {prefix}_{name} {help}\n# TYPE {prefix}_{name} {kind}\n{prefix}_{name} {v}"
             );
-        };
-        simple(
-            "accepted_total",
-            "counter",
-            "Events accepted into the queue.",
-            self.accepted(),
-        );
-        simple(
-            "forwarded_total",
-            "counter",
-            "Events acknowledged by an upstream.",
-            self.forwarded(),
-        );
-        simple(
-            "spooled_total",
-            "counter",
-            "Events written to the disk spool.",
-            self.spooled(),
-        );
-        simple(
-            "requests_total",
-            "counter",
-            "Requests sent upstream.",
-            self.requests.load(Ordering::Relaxed),
-        );
-        simple(
-            "request_failures_total",
-            "counter",
-            "Requests that timed out or failed.",
-            self.request_failures.load(Ordering::Relaxed),
-        );
-        simple(
-            "failovers_total",
-            "counter",
-            "Requests sent to the standby because the primary was unavailable.",
-            self.failovers(),
-        );
-        simple(
-            "client_reports_total",
-            "counter",
-            "Client reports of dropped events delivered upstream.",
-            self.client_reports_sent(),
-        );
-        simple(
-            "in_flight",
-            "gauge",
-            "Requests in flight.",
-            self.in_flight.load(Ordering::Relaxed),
-        );
-        simple(
-            "queue_bytes",
-            "gauge",
-            "Bytes held in memory.",
-            queue_bytes as u64,
-        );
-        simple(
-            "queue_bytes_cap",
-            "gauge",
-            "Cap on bytes held in memory.",
-            queue_cap as u64,
-        );
-        simple(
-            "spool_bytes",
-            "gauge",
-            "Bytes in the disk spool.",
-            self.spool_bytes(),
-        );
-        simple(
-            "spool_files",
-            "gauge",
-            "Envelopes in the disk spool.",
-            self.spool_files.load(Ordering::Relaxed),
-        );
+        }
         let _ = writeln!(
             out,
             "# HELP {prefix}_dropped_total Events dropped, by reason and category.\n# TYPE {prefix}_dropped_total counter"

@@ -123,8 +123,8 @@ impl fmt::Debug for Dsn {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)] // In tests a panic is the failure report.
 mod tests {
+    #![allow(clippy::unwrap_used)] // In tests a panic is the failure report.
     use super::*;
 
     #[test]

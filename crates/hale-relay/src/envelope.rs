@@ -250,8 +250,8 @@ impl Envelope {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)] // In tests a panic is the failure report.
 mod tests {
+    #![allow(clippy::unwrap_used)] // In tests a panic is the failure report.
     use super::*;
 
     #[test]

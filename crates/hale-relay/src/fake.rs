@@ -16,6 +16,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
 use crate::dsn::Dsn;
+use crate::pipeline::lock;
 
 /// How the fake behaves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,7 +115,7 @@ impl FakeSentry {
 
     /// Switches behaviour (connections already hung stay hung).
     pub fn set_mode(&self, mode: Mode) {
-        *self.state.mode.lock().unwrap_or_else(|e| e.into_inner()) = mode;
+        *lock(&self.state.mode) = mode;
     }
 
     /// Requests seen (answered or not).
@@ -124,19 +125,12 @@ impl FakeSentry {
 
     /// Every envelope accepted so far.
     pub fn received(&self) -> Vec<Received> {
-        self.state
-            .received
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        lock(&self.state.received).clone()
     }
 
     /// Envelopes accepted that carry an `event` or `transaction`.
     pub fn events(&self) -> usize {
-        self.state
-            .received
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        lock(&self.state.received)
             .iter()
             .filter(|r| {
                 r.item_types
@@ -172,7 +166,7 @@ impl FakeSentry {
 
 impl State {
     fn mode(&self) -> Mode {
-        *self.mode.lock().unwrap_or_else(|e| e.into_inner())
+        *lock(&self.mode)
     }
 }
 
@@ -281,10 +275,7 @@ async fn serve(mut sock: TcpStream, st: Arc<State>) {
 fn accept(st: &State, body: Vec<u8>) -> String {
     let r = parse_received(body);
     let answer = format!("{{\"id\":\"{}\"}}", r.event_id.clone().unwrap_or_default());
-    st.received
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .push(r);
+    lock(&st.received).push(r);
     format!(
         "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{answer}",
         answer.len()

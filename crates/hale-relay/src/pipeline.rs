@@ -11,7 +11,7 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -200,10 +200,16 @@ pub(crate) struct Shared {
     pub(crate) divert: Mutex<Option<std::net::SocketAddr>>,
 }
 
+/// Locks `m` even if a thread panicked holding it: every holder leaves
+/// the state whole between statements, and the relay must keep counting.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 impl Shared {
     pub(crate) fn notify_progress(&self) {
         if self.waiters.load(Ordering::SeqCst) > 0 {
-            let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+            let _g = lock(&self.lock);
             self.progress.notify_all();
         }
     }
@@ -264,14 +270,9 @@ impl<T: Payload> Pipeline<T> {
             divert: Mutex::new(None),
         });
         if let Some(s) = &spool {
-            shared
-                .counters
-                .spool_bytes
-                .store(s.bytes(), Ordering::Relaxed);
-            shared
-                .counters
-                .spool_files
-                .store(s.len() as u64, Ordering::Relaxed);
+            let c = &shared.counters;
+            c.spool_bytes.store(s.bytes(), Ordering::Relaxed);
+            c.spool_files.store(s.len() as u64, Ordering::Relaxed);
         }
         let worker = crate::worker::Worker::new(cfg, client, consumer, shared.clone(), spool);
         std::thread::Builder::new()
@@ -357,11 +358,7 @@ impl<T: Payload> Pipeline<T> {
     pub fn close(&self, timeout: Duration) -> Result<(), CloseError> {
         let deadline = std::time::Instant::now() + timeout;
         {
-            let mut c = self
-                .shared
-                .closing
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
+            let mut c = lock(&self.shared.closing);
             // The worker stops sending a little before the deadline, to
             // leave time to spool or count what is left.
             let margin = (timeout / 4).min(Duration::from_millis(100));
@@ -369,13 +366,7 @@ impl<T: Payload> Pipeline<T> {
             *c = Some(c.map_or(soft, |t| t.min(soft)));
         }
         self.producer.budget.close();
-        let stopped = self.wait(deadline, || {
-            *self
-                .shared
-                .stopped
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-        });
+        let stopped = self.wait(deadline, || *lock(&self.shared.stopped));
         if stopped {
             Ok(())
         } else {
@@ -387,17 +378,13 @@ impl<T: Payload> Pipeline<T> {
 
     /// Whether the worker has stopped.
     pub fn is_stopped(&self) -> bool {
-        *self
-            .shared
-            .stopped
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        *lock(&self.shared.stopped)
     }
 
     fn wait(&self, deadline: std::time::Instant, done: impl Fn() -> bool) -> bool {
         self.shared.waiters.fetch_add(1, Ordering::SeqCst);
         let mut ok = false;
-        let mut g = self.shared.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let mut g = lock(&self.shared.lock);
         loop {
             if done() {
                 ok = true;
@@ -423,14 +410,10 @@ impl<T: Payload> Pipeline<T> {
     /// diversion ends, what it taught the breakers is set aside: they start
     /// closed again (unless held open by a membership verdict).
     pub fn divert(&self, to: Option<std::net::SocketAddr>) {
-        *self.shared.divert.lock().unwrap_or_else(|e| e.into_inner()) = to;
+        *lock(&self.shared.divert) = to;
         if to.is_none() {
             let now = Instant::now();
-            let mut b = self
-                .shared
-                .breakers
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
+            let mut b = lock(&self.shared.breakers);
             b.iter_mut().for_each(|b| b.reset(now));
         }
         self.producer.budget.wake();
@@ -438,7 +421,7 @@ impl<T: Payload> Pipeline<T> {
 
     /// Where requests are diverted to now, if anywhere.
     pub fn diverted(&self) -> Option<std::net::SocketAddr> {
-        *self.shared.divert.lock().unwrap_or_else(|e| e.into_inner())
+        *lock(&self.shared.divert)
     }
 
     /// The member `name` was declared dead: open the breaker of every
@@ -457,11 +440,7 @@ impl<T: Payload> Pipeline<T> {
     /// Applies `f` to the breaker of every upstream member `name` hosts, then
     /// wakes the worker to act on it.
     fn with_breakers_of(&self, name: &str, mut f: impl FnMut(&mut Breaker)) {
-        let mut b = self
-            .shared
-            .breakers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut b = lock(&self.shared.breakers);
         for (i, m) in self.shared.members.iter().enumerate() {
             if m.as_deref() == Some(name) {
                 f(&mut b[i]);

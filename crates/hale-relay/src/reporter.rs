@@ -16,8 +16,9 @@ use crate::counters::Category;
 use crate::envelope::{self, Envelope};
 use crate::pipeline::{Payload, Pipeline, PipelineConfig, Rejected, StartError};
 
-/// Severity, as Sentry names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Severity, as Sentry names it (the serialized name).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Level {
     /// Debugging detail.
     Debug,
@@ -29,18 +30,6 @@ pub enum Level {
     Error,
     /// A fatal error.
     Fatal,
-}
-
-impl Level {
-    fn as_str(self) -> &'static str {
-        match self {
-            Level::Debug => "debug",
-            Level::Info => "info",
-            Level::Warning => "warning",
-            Level::Error => "error",
-            Level::Fatal => "fatal",
-        }
-    }
 }
 
 /// An error event. Build it on the caller's thread (the only allocations
@@ -112,7 +101,7 @@ impl Event {
         let mut v = serde_json::json!({
             "event_id": event_id,
             "timestamp": ts,
-            "level": self.level.as_str(),
+            "level": self.level,
             "platform": "other",
             "message": self.message.as_ref(),
             "sdk": { "name": "hale-relay.reporter", "version": env!("CARGO_PKG_VERSION") },

@@ -23,7 +23,7 @@ use tokio::time::Instant;
 use crate::counters::{client_report_json, Category, DropReason};
 use crate::envelope::{self, Envelope};
 use crate::limits::RateLimits;
-use crate::pipeline::{Payload, PipelineConfig, Shared};
+use crate::pipeline::{lock, Payload, PipelineConfig, Shared};
 use crate::queue::Consumer;
 use crate::spool::Spool;
 
@@ -134,8 +134,8 @@ impl<T: Payload> Worker<T> {
             }
             Err(e) => tracing::error!("hale-relay worker cannot start a runtime: {e}"),
         }
-        *shared.stopped.lock().unwrap_or_else(|e| e.into_inner()) = true;
-        let _g = shared.lock.lock().unwrap_or_else(|e| e.into_inner());
+        *lock(&shared.stopped) = true;
+        let _g = lock(&shared.lock);
         shared.progress.notify_all();
     }
 
@@ -147,11 +147,7 @@ impl<T: Payload> Worker<T> {
             self.expire(now);
             self.dispatch(now);
             self.publish();
-            let closing = *self
-                .shared
-                .closing
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
+            let closing = *lock(&self.shared.closing);
             if let Some(soft) = closing {
                 let idle = self.pending.is_empty() && self.inflight.is_empty();
                 if idle || now >= soft {
@@ -216,11 +212,7 @@ impl<T: Payload> Worker<T> {
             let o = &mut oldest[f.up];
             *o = Some(o.map_or(f.since, |t: Instant| t.min(f.since)));
         }
-        let mut b = self
-            .shared
-            .breakers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut b = lock(&self.shared.breakers);
         for (i, o) in oldest.iter().enumerate() {
             if b[i].check_stall(now, *o) {
                 tracing::warn!(upstream = i, "upstream stalled: circuit breaker opened");
@@ -240,11 +232,7 @@ impl<T: Payload> Worker<T> {
             self.in_flight_to(PRIMARY) >= self.cfg.max_in_flight,
             self.in_flight_to(STANDBY) >= self.cfg.max_in_flight,
         ];
-        let mut b = self
-            .shared
-            .breakers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut b = lock(&self.shared.breakers);
         // Closed but busy: wait for it. Open: only a probe, when a slot is free.
         let primary = !self.limits[PRIMARY].is_limited(cat, now)
             && (b[PRIMARY].is_closed() || (!busy[PRIMARY] && b[PRIMARY].can_send(now)));
@@ -325,18 +313,12 @@ impl<T: Payload> Worker<T> {
         let Some(t) = &self.targets[up] else {
             return;
         };
+        let c = &self.shared.counters;
         if up == STANDBY {
-            self.shared
-                .counters
-                .failovers
-                .fetch_add(1, Ordering::Relaxed);
+            c.failovers.fetch_add(1, Ordering::Relaxed);
         }
         let probe = {
-            let mut b = self
-                .shared
-                .breakers
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
+            let mut b = lock(&self.shared.breakers);
             let probe = !b[up].is_closed();
             b[up].on_send();
             probe
@@ -344,7 +326,7 @@ impl<T: Payload> Worker<T> {
         self.seq += 1;
         let seq = self.seq;
         // A drill's diversion (a black hole) replaces the upstream's address.
-        let diverted = *self.shared.divert.lock().unwrap_or_else(|e| e.into_inner());
+        let diverted = *lock(&self.shared.divert);
         let url = diverted.map_or_else(
             || t.url.to_string(),
             |a| format!("http://{a}/api/0/envelope/"),
@@ -356,10 +338,7 @@ impl<T: Payload> Worker<T> {
             .header("content-type", "application/x-sentry-envelope")
             .body(env.body.clone());
         self.tasks.spawn(async move { (seq, outcome(req).await) });
-        self.shared
-            .counters
-            .requests
-            .fetch_add(1, Ordering::Relaxed);
+        c.requests.fetch_add(1, Ordering::Relaxed);
         self.inflight.insert(
             seq,
             InFlight {
@@ -386,11 +365,7 @@ impl<T: Payload> Worker<T> {
         let now = Instant::now();
         let c = &self.shared.counters;
         let (ok, retry_reason) = {
-            let mut b = self
-                .shared
-                .breakers
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
+            let mut b = lock(&self.shared.breakers);
             match &outcome {
                 Outcome::Status {
                     code,
@@ -536,11 +511,7 @@ impl<T: Payload> Worker<T> {
         };
         let mut kept = VecDeque::with_capacity(self.pending.len());
         let reason = {
-            let b = self
-                .shared
-                .breakers
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
+            let b = lock(&self.shared.breakers);
             if (0..2).any(|i| self.targets[i].is_some() && b[i].is_closed()) {
                 DropReason::Timeout
             } else {
@@ -567,11 +538,7 @@ impl<T: Payload> Worker<T> {
     fn publish(&self) {
         let c = &self.shared.counters;
         {
-            let b = self
-                .shared
-                .breakers
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
+            let b = lock(&self.shared.breakers);
             for (i, br) in b.iter().enumerate() {
                 c.breaker[i].store(br.gauge() as u8, Ordering::Relaxed);
             }

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use axum::http::header;
+use reqwest::{RequestBuilder, StatusCode};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -95,7 +96,7 @@ pub async fn call<Req: Serialize + ?Sized, Resp: DeserializeOwned>(
             .header(header::CONTENT_TYPE, "application/octet-stream")
             .body(s.body.clone());
         let (status, raw) = send(req, timeout).await?;
-        if status == reqwest::StatusCode::UNAUTHORIZED && !corrected {
+        if status == StatusCode::UNAUTHORIZED && !corrected {
             if let Ok(plain) = open_response(&keys.current(), &s, &raw) {
                 if let Ok(stale) = serde_json::from_slice::<StaleAnswer>(&plain) {
                     // Offset from the midpoint of the exchange.
@@ -123,10 +124,7 @@ pub async fn call<Req: Serialize + ?Sized, Resp: DeserializeOwned>(
 }
 
 /// Sends a request and reads its answer (capped).
-async fn send(
-    req: reqwest::RequestBuilder,
-    timeout: Duration,
-) -> Result<(reqwest::StatusCode, Vec<u8>), CallError> {
+async fn send(req: RequestBuilder, timeout: Duration) -> Result<(StatusCode, Vec<u8>), CallError> {
     let mut r = req
         .timeout(timeout)
         .send()
@@ -149,19 +147,16 @@ fn transport(e: &reqwest::Error) -> CallError {
 
 /// An error and its causes, `: `-separated (reqwest's own text leaves out
 /// why: refused, reset, timed out).
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        out.push_str(": ");
-        out.push_str(&c.to_string());
-        cause = c.source();
-    }
-    out
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let causes = std::iter::successors(Some(e), |e| e.source());
+    causes
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(": ")
 }
 
 /// A non-success status as [`CallError::Refused`].
-fn refused(status: reqwest::StatusCode, raw: &[u8]) -> Result<(), CallError> {
+fn refused(status: StatusCode, raw: &[u8]) -> Result<(), CallError> {
     if status.is_success() {
         return Ok(());
     }

@@ -672,6 +672,14 @@ impl Sim {
             .collect()
     }
 
+    /// Nodes that are up and not cut off from the network in any way: the
+    /// observers whose views the checks and reports hold to account.
+    pub fn healthy_nodes(&self) -> Vec<u32> {
+        let mut up = self.up_nodes();
+        up.retain(|&i| !self.is_impaired(i));
+        up
+    }
+
     /// Statuses of every node, for checks.
     pub fn statuses(&self) -> Vec<Status> {
         self.slots.iter().map(|s| s.status).collect()

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
-use crate::report::Report;
+use crate::report::{FaultReport, Report};
 
 /// Drawing failed (usually: the file could not be written).
 #[derive(Debug, thiserror::Error)]
@@ -57,23 +57,16 @@ type Area<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
 
 fn draw_cdf(area: &Area<'_>, report: &Report) -> Result<(), String> {
     let faults = || report.runs.iter().flat_map(|r| r.faults.iter());
-    let series: [(&str, Vec<f64>, RGBColor); 3] = [
-        (
-            "first observer",
-            faults().filter_map(|f| f.first_secs).collect(),
-            GREEN,
-        ),
-        (
-            "median observer",
-            faults().filter_map(|f| f.median_secs).collect(),
-            BLUE,
-        ),
-        (
-            "all observers",
-            faults().filter_map(|f| f.all_secs).collect(),
-            RED,
-        ),
+    type Latency = fn(&FaultReport) -> Option<f64>;
+    let series: [(&str, Latency, RGBColor); 3] = [
+        ("first observer", |f| f.first_secs, GREEN),
+        ("median observer", |f| f.median_secs, BLUE),
+        ("all observers", |f| f.all_secs, RED),
     ];
+    let series = series.map(|(name, latency, color)| {
+        let values: Vec<f64> = faults().filter_map(latency).collect();
+        (name, values, color)
+    });
     let xmax = series
         .iter()
         .flat_map(|s| s.1.iter().copied())

@@ -161,11 +161,7 @@ impl RunReport {
     pub fn collect(sc: &Scenario, f: &Finished) -> RunReport {
         let sim = &f.sim;
         let o = &sim.observer;
-        let healthy: Vec<u32> = sim
-            .up_nodes()
-            .into_iter()
-            .filter(|&i| !sim.is_impaired(i))
-            .collect();
+        let healthy = sim.healthy_nodes();
         let faults = o
             .faults
             .iter()

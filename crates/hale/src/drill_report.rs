@@ -205,13 +205,11 @@ impl Report {
     /// Writes `report.txt` and `report.json` into `dir` (created if needed).
     pub fn write(&self, dir: &Path) -> anyhow::Result<()> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        std::fs::write(dir.join("report.txt"), self.render())
-            .with_context(|| format!("writing {}", dir.join("report.txt").display()))?;
-        std::fs::write(
-            dir.join("report.json"),
-            serde_json::to_string_pretty(self)? + "\n",
-        )
-        .with_context(|| format!("writing {}", dir.join("report.json").display()))?;
+        let json = serde_json::to_string_pretty(self)? + "\n";
+        for (name, text) in [("report.txt", self.render()), ("report.json", json)] {
+            let path = dir.join(name);
+            std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+        }
         Ok(())
     }
 }

@@ -84,13 +84,7 @@ fn main() -> ExitCode {
         Command::DemoteOnce(a) => Ok(hale_agent::watchdog::demote_once(&a.claim, &a.demote)),
         Command::Drill(a) => drill_cmd::run(a),
         Command::Status(a) => status_cmd::run(a).map(|()| ExitCode::SUCCESS),
-        Command::Demo(a) => demo_cmd::run(a).map(|ok| {
-            if ok {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            }
-        }),
+        Command::Demo(a) => demo_cmd::run(a).map(|ok| ExitCode::from(u8::from(!ok))),
     };
     match result {
         Ok(code) => code,

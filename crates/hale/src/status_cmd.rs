@@ -3,7 +3,10 @@
 //! drill faults in force. Asks the local agent, and every peer's agent (short
 //! timeouts) through the addresses members publish.
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use clap::Args;
+use hale_agent::MemberView;
 use serde::Serialize;
 
 use crate::client_cmd::{block_on, ApiArgs};
@@ -33,7 +36,7 @@ pub struct Status {
     /// Members the observer knows, itself included.
     pub size: usize,
     /// Member names by state (`alive`, `suspect`, `dead`, `left`).
-    pub members: std::collections::BTreeMap<String, Vec<String>>,
+    pub members: BTreeMap<String, Vec<String>>,
     /// Roles: holder, epoch, standbys (best first).
     pub roles: Vec<RoleStatus>,
     /// Whether the control plane answered.
@@ -79,16 +82,11 @@ pub struct FailingCheck {
 }
 
 /// Builds the summary from a survey.
-pub fn summarize(
-    observer: &str,
-    members: &[hale_agent::MemberView],
-    nodes: &[NodeState],
-) -> Status {
-    let mut by_state: std::collections::BTreeMap<String, Vec<String>> =
-        ["alive", "suspect", "dead", "left"]
-            .iter()
-            .map(|s| ((*s).to_owned(), Vec::new()))
-            .collect();
+pub fn summarize(observer: &str, members: &[MemberView], nodes: &[NodeState]) -> Status {
+    let mut by_state: BTreeMap<String, Vec<String>> = ["alive", "suspect", "dead", "left"]
+        .iter()
+        .map(|s| ((*s).to_owned(), Vec::new()))
+        .collect();
     for m in members {
         by_state
             .entry(m.state.as_str().to_owned())
@@ -98,7 +96,7 @@ pub fn summarize(
     let leases = cluster::leases(nodes);
     let cands = cluster::candidates(members);
     let mut roles: Vec<RoleStatus> = Vec::new();
-    let mut names: std::collections::BTreeSet<String> = cands.keys().cloned().collect();
+    let mut names: BTreeSet<String> = cands.keys().cloned().collect();
     names.extend(leases.iter().flat_map(|l| l.keys().cloned()));
     for role in names {
         let (holder, epoch) = leases

@@ -9,7 +9,6 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use hale_control::lease::AcquireRequest;
 use hale_control::raft::api::{BatchItem, MAX_BATCH};
 use hale_control::raft::ControlClient;
 use hale_control::{ControlRequest, LeaseResponse};
@@ -50,17 +49,7 @@ impl LeaseRequests {
     /// as the grantor's "not yet", is read by the holder as no answer).
     pub async fn send(&self, req: ControlRequest, limit: Duration) -> Option<LeaseResponse> {
         let item = match req {
-            ControlRequest::Acquire {
-                role,
-                holder,
-                priority,
-                attempt,
-            } => BatchItem::Acquire(AcquireRequest {
-                role,
-                holder,
-                priority,
-                attempt,
-            }),
+            ControlRequest::Acquire(a) => BatchItem::Acquire(a),
             ControlRequest::Lease(r) => BatchItem::Write(r),
         };
         let bytes = serde_json::to_vec(&item).map_or(MAX_BATCH_BYTES, |v| v.len());

@@ -5,9 +5,10 @@
 use std::time::Duration;
 
 use hale_core::Time;
+use serde::{Deserialize, Serialize};
 
 use crate::history::HookKind;
-use crate::lease::{LeaseRequest, LeaseTiming};
+use crate::lease::{AcquireRequest, LeaseRequest, LeaseTiming};
 
 /// A role candidacy's fixed settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,19 +43,11 @@ pub struct HookId(pub u64);
 /// A request for the control plane.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ControlRequest {
-    /// Ask the leader's grantor for the role.
-    Acquire {
-        /// The role.
-        role: String,
-        /// This node.
-        holder: String,
-        /// Its priority.
-        priority: i64,
-        /// The candidacy episode's attempt: the same while it asks again
-        /// (an answer lost), so that a grant it did not hear is answered
-        /// again at once instead of a lease later at the next epoch.
-        attempt: u64,
-    },
+    /// Ask the leader's grantor for the role (as this node, at its
+    /// priority). The candidacy episode's attempt stays the same while it
+    /// asks again (an answer lost), so that a grant it did not hear is
+    /// answered again at once instead of a lease later at the next epoch.
+    Acquire(AcquireRequest),
     /// Write a renewal or release through the leader.
     Lease(LeaseRequest),
 }
@@ -73,7 +66,7 @@ pub enum HookExit {
 }
 
 /// How a hook ended, as reported in events.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum HookOutcome {
     /// Exited with status 0.
@@ -107,9 +100,7 @@ impl HookOutcome {
 }
 
 /// Why a holding ended.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum StepDownReason {
     /// The lease ran out on this node's clock (renewals not committed in time).
@@ -160,17 +151,7 @@ impl std::fmt::Display for StepDownReason {
 
 /// Where a candidacy stands.
 #[derive(
-    Debug,
-    Clone,
-    Copy,
-    Default,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-    serde::Serialize,
-    serde::Deserialize,
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
 )]
 #[serde(rename_all = "kebab-case")]
 pub enum RoleState {

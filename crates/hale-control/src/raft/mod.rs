@@ -24,7 +24,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use openraft::error::{ClientWriteError, RaftError};
-use openraft::{BasicNode, Raft};
+use openraft::{BasicNode, Raft, RaftMetrics};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
@@ -366,14 +366,7 @@ impl ControlPlane {
     pub async fn bootstrap(&self, members: BTreeMap<u64, SocketAddr>) -> Result<(), ControlError> {
         let nodes: BTreeMap<u64, BasicNode> = members
             .into_iter()
-            .map(|(id, a)| {
-                (
-                    id,
-                    BasicNode {
-                        addr: a.to_string(),
-                    },
-                )
-            })
+            .map(|(id, a)| (id, BasicNode::new(a)))
             .collect();
         match self.raft.initialize(nodes).await {
             Ok(()) => Ok(()),
@@ -385,13 +378,7 @@ impl ControlPlane {
     /// Adds a server (as a voter) to the control plane. Leader only.
     pub async fn add_server(&self, id: u64, addr: SocketAddr) -> Result<(), ControlError> {
         self.raft
-            .add_learner(
-                id,
-                BasicNode {
-                    addr: addr.to_string(),
-                },
-                true,
-            )
+            .add_learner(id, BasicNode::new(addr), true)
             .await
             .map_err(|e| ControlError::Request(e.to_string()))?;
         let mut voters = self.voters();
@@ -500,9 +487,7 @@ impl ControlPlane {
 
     /// openraft's metrics of this server as they change (term, vote, state,
     /// leader): for diagnostics and benchmarks of elections.
-    pub fn raft_metrics(
-        &self,
-    ) -> tokio::sync::watch::Receiver<openraft::RaftMetrics<u64, BasicNode>> {
+    pub fn raft_metrics(&self) -> tokio::sync::watch::Receiver<RaftMetrics<u64, BasicNode>> {
         self.raft.metrics()
     }
 
@@ -524,12 +509,7 @@ impl ControlPlane {
 
     /// This server's copy of the lease table (may lag the leader).
     pub fn table(&self) -> LeaseTable {
-        self.sm
-            .data
-            .lock()
-            .expect("state machine lock")
-            .table
-            .clone()
+        self.sm.lock().table.clone()
     }
 
     /// The leader's id and address, if known.

@@ -17,8 +17,8 @@ use std::sync::{Arc, Mutex};
 
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage, RaftStateMachine, Snapshot};
 use openraft::{
-    AnyError, Entry, EntryPayload, LogId, OptionalSend, RaftLogReader, RaftSnapshotBuilder,
-    SnapshotMeta, StorageError, StorageIOError, StoredMembership, Vote,
+    AnyError, BasicNode, Entry, EntryPayload, LogId, OptionalSend, RaftLogReader,
+    RaftSnapshotBuilder, SnapshotMeta, StorageError, StorageIOError, StoredMembership, Vote,
 };
 use redb::{Database, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
@@ -191,20 +191,22 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn truncate(&mut self, log_id: LogId<u64>) -> Result<(), SErr> {
-        let tx = self.db.begin_write().map_err(write_err)?;
-        {
-            let mut t = tx.open_table(LOGS).map_err(write_err)?;
-            t.retain(|k, _| k < log_id.index).map_err(write_err)?;
-        }
-        tx.commit().map_err(write_err)
+        self.retain(|k| k < log_id.index)
     }
 
     async fn purge(&mut self, log_id: LogId<u64>) -> Result<(), SErr> {
         put_meta(&self.db, "purged", &log_id)?;
+        self.retain(|k| k > log_id.index)
+    }
+}
+
+impl LogStore {
+    /// Deletes the log entries whose index `keep` refuses.
+    fn retain(&self, keep: impl Fn(u64) -> bool) -> Result<(), SErr> {
         let tx = self.db.begin_write().map_err(write_err)?;
         {
             let mut t = tx.open_table(LOGS).map_err(write_err)?;
-            t.retain(|k, _| k > log_id.index).map_err(write_err)?;
+            t.retain(|k, _| keep(k)).map_err(write_err)?;
         }
         tx.commit().map_err(write_err)
     }
@@ -216,7 +218,7 @@ pub struct StateData {
     /// The last log entry applied.
     pub last_applied: Option<LogId<u64>>,
     /// The last membership applied.
-    pub membership: StoredMembership<u64, openraft::BasicNode>,
+    pub membership: StoredMembership<u64, BasicNode>,
     /// The leases.
     pub table: LeaseTable,
 }
@@ -242,7 +244,7 @@ impl std::fmt::Debug for StateMachine {
 
 #[derive(Serialize, Deserialize)]
 struct StoredSnapshot {
-    meta: SnapshotMeta<u64, openraft::BasicNode>,
+    meta: SnapshotMeta<u64, BasicNode>,
     data: Vec<u8>,
 }
 
@@ -267,7 +269,13 @@ impl StateMachine {
         })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, StateData> {
+    /// Keeps `data`, the lease table at `meta`, as the last snapshot.
+    fn save_snapshot(&self, meta: SnapshotMeta<u64, BasicNode>, data: Vec<u8>) -> Result<(), SErr> {
+        put_meta(&self.db, "snapshot", &StoredSnapshot { meta, data })
+    }
+
+    /// The state, locked.
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, StateData> {
         self.data.lock().expect("state machine lock")
     }
 }
@@ -285,14 +293,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
             last_membership: data.membership.clone(),
             snapshot_id: id,
         };
-        put_meta(
-            &self.db,
-            "snapshot",
-            &StoredSnapshot {
-                meta: meta.clone(),
-                data: bytes.clone(),
-            },
-        )?;
+        self.save_snapshot(meta.clone(), bytes.clone())?;
         Ok(Snapshot {
             meta,
             snapshot: Box::new(Cursor::new(bytes)),
@@ -305,13 +306,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 
     async fn applied_state(
         &mut self,
-    ) -> Result<
-        (
-            Option<LogId<u64>>,
-            StoredMembership<u64, openraft::BasicNode>,
-        ),
-        SErr,
-    > {
+    ) -> Result<(Option<LogId<u64>>, StoredMembership<u64, BasicNode>), SErr> {
         let d = self.lock();
         Ok((d.last_applied, d.membership.clone()))
     }
@@ -367,19 +362,12 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 
     async fn install_snapshot(
         &mut self,
-        meta: &SnapshotMeta<u64, openraft::BasicNode>,
+        meta: &SnapshotMeta<u64, BasicNode>,
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), SErr> {
         let bytes = snapshot.into_inner();
         let data: StateData = serde_json::from_slice(&bytes).map_err(read_err)?;
-        put_meta(
-            &self.db,
-            "snapshot",
-            &StoredSnapshot {
-                meta: meta.clone(),
-                data: bytes,
-            },
-        )?;
+        self.save_snapshot(meta.clone(), bytes)?;
         if let Some(h) = &self.on_install {
             h(None);
         }

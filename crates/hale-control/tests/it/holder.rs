@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use hale_control::lease::AcquireRequest;
 use hale_control::{
     Action, ControlRequest, Holder, HolderConfig, HolderEvent, HookExit, HookId, HookKind,
     HookOutcome, HookReason, LeaseRequest, LeaseResponse, LeaseTiming, RequestId, RoleState,
@@ -101,12 +102,12 @@ fn a_healthy_standby_asks_for_the_role_and_an_unhealthy_one_does_not() {
             Action::Event(HolderEvent::Eligible(true)),
             Action::Send {
                 id: RequestId(1),
-                request: ControlRequest::Acquire {
+                request: ControlRequest::Acquire(AcquireRequest {
                     role: "db".into(),
                     holder: "a".into(),
                     priority: 5,
                     attempt: 7,
-                },
+                }),
                 deadline: ms(1500)
             }
         ]

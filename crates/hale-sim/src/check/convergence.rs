@@ -15,11 +15,7 @@ use crate::id::SimId;
 /// when the count of healthy members seen alive is short.
 pub fn views_converged(sim: &Sim) -> Result<(), Violation> {
     let statuses = sim.statuses();
-    let healthy: Vec<u32> = sim
-        .up_nodes()
-        .into_iter()
-        .filter(|&i| !sim.is_impaired(i))
-        .collect();
+    let healthy = sim.healthy_nodes();
     let mut is_healthy = vec![false; statuses.len()];
     for &i in &healthy {
         is_healthy[i as usize] = true;

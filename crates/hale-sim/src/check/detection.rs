@@ -14,11 +14,7 @@ pub const OBSERVER_GRACE: Duration = Duration::from_secs(10);
 /// (other than the faulty node itself, nodes that joined after it, and nodes
 /// that were themselves faulty then: see [`OBSERVER_GRACE`]).
 pub fn every_fault_detected(sim: &Sim) -> Result<(), Violation> {
-    let healthy: Vec<u32> = sim
-        .up_nodes()
-        .into_iter()
-        .filter(|&i| !sim.is_impaired(i))
-        .collect();
+    let healthy = sim.healthy_nodes();
     for f in &sim.observer.faults {
         let missing: Vec<u32> = healthy
             .iter()

@@ -3,7 +3,6 @@
 
 use rand::Rng;
 
-use hale_control::raft::AcquireRequest;
 use hale_control::{AppendClock, ControlRequest, Grantor, LeaseRequest, RequestId};
 use hale_core::Time;
 
@@ -16,21 +15,10 @@ impl World {
         };
         let lnow = self.server_now(l);
         let req = match req {
-            ControlRequest::Acquire {
-                role,
-                holder,
-                priority,
-                attempt,
-            } => {
+            ControlRequest::Acquire(ask) => {
                 let clock = match self.v.knowledge {
                     Knowledge::Appends => &self.servers[l].appends,
                     Knowledge::Commits | Knowledge::Nothing => &self.granting_clock,
-                };
-                let ask = AcquireRequest {
-                    role,
-                    holder,
-                    priority,
-                    attempt,
                 };
                 match self.grantor.contend(&self.table, clock, &ask, lnow) {
                     Ok(grant) => grant,
