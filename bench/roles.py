@@ -214,12 +214,16 @@ timeout = "1s"
         io0 = [proc_io(p.pid) for p in procs]
         cpu0 = [proc_cpu(p.pid) for p in procs]
         idx0 = max(metric(h, "hale_control_last_log_index") or 0 for h in http)
+        term0 = max(metric(h, "hale_control_term") or 0 for h in http)
+        paused0 = paused_events(d)
         l0 = leases(http[0])
         time.sleep(a.secs)
         el = time.time() - start
         io1 = [proc_io(p.pid) for p in procs]
         cpu1 = [proc_cpu(p.pid) for p in procs]
         idx1 = max(metric(h, "hale_control_last_log_index") or 0 for h in http)
+        term1 = max(metric(h, "hale_control_term") or 0 for h in http)
+        paused1 = paused_events(d)
         l1 = leases(http[0])
         window = [x for x in hook_lines(log) if x[0] >= start_ns]
         promotes = sum(1 for x in window if x[2] == "promote")
@@ -231,7 +235,8 @@ timeout = "1s"
         print(
             f"RESULT cost roles={a.roles} log_entries_per_s={(idx1 - idx0) / el:.1f} "
             f"disk_bytes_per_s_per_server={sum(b - a_ for a_, b in zip(io0, io1)) / el / AGENTS:.0f} "
-            f"agent_cpu_percent={100 * sum(b - a_ for a_, b in zip(cpu0, cpu1)) / el / AGENTS:.1f}"
+            f"agent_cpu_percent={100 * sum(b - a_ for a_, b in zip(cpu0, cpu1)) / el / AGENTS:.1f} "
+            f"raft_elections={term1 - term0} agent_paused_events={paused1 - paused0}"
         )
         if not a.kill:
             return 0
@@ -271,6 +276,19 @@ timeout = "1s"
         return 0
     finally:
         cleanup()
+
+
+def paused_events(d):
+    """How many times the agents noticed their own runtime stalled (their
+    `paused` membership events, in their logs)."""
+    n = 0
+    for i in range(AGENTS):
+        try:
+            with open(os.path.join(d, f"n{i}.log"), errors="replace") as f:
+                n += sum(1 for line in f if "membership event" in line and '"paused"' in line)
+        except OSError:
+            pass
+    return n
 
 
 def descendants(pid):

@@ -58,14 +58,48 @@ fn get_meta<T: for<'a> Deserialize<'a>>(db: &Database, key: &str) -> Result<Opti
     }
 }
 
-fn put_meta<T: Serialize>(db: &Database, key: &str, v: &T) -> Result<(), SErr> {
+/// Runs one write transaction on the blocking pool, never on the runtime's
+/// threads: a commit waits for `fsync`, which on a loaded or stalling disk
+/// takes from milliseconds to seconds, and the agent's membership node, its
+/// Raft heartbeats and its role managers share those threads. Durable
+/// unless `durable` is false (redb persists such a commit with the next
+/// durable one).
+async fn write(
+    db: &Arc<Database>,
+    durable: bool,
+    f: impl FnOnce(&redb::WriteTransaction) -> Result<(), SErr> + Send + 'static,
+) -> Result<(), SErr> {
+    let db = Arc::clone(db);
+    let run = move || {
+        let mut tx = db.begin_write().map_err(write_err)?;
+        if !durable {
+            tx.set_durability(redb::Durability::None);
+        }
+        f(&tx)?;
+        tx.commit().map_err(write_err)
+    };
+    match tokio::runtime::Handle::try_current() {
+        Ok(_) => tokio::task::spawn_blocking(run)
+            .await
+            .map_err(|e| write_err(std::io::Error::other(e.to_string())))?,
+        // No runtime (a test driving the store by hand): here and now.
+        Err(_) => run(),
+    }
+}
+
+async fn put_meta<T: Serialize>(
+    db: &Arc<Database>,
+    key: &'static str,
+    v: &T,
+    durable: bool,
+) -> Result<(), SErr> {
     let bytes = serde_json::to_vec(v).map_err(write_err)?;
-    let tx = db.begin_write().map_err(write_err)?;
-    {
+    write(db, durable, move |tx| {
         let mut t = tx.open_table(META).map_err(write_err)?;
         t.insert(key, bytes.as_slice()).map_err(write_err)?;
-    }
-    tx.commit().map_err(write_err)
+        Ok(())
+    })
+    .await
 }
 
 /// Called when lease requests reach this server's log: `Some(req)` for each
@@ -151,7 +185,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote<u64>) -> Result<(), SErr> {
-        put_meta(&self.db, "vote", vote)
+        put_meta(&self.db, "vote", vote, true).await
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote<u64>>, SErr> {
@@ -159,7 +193,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_committed(&mut self, committed: Option<LogId<u64>>) -> Result<(), SErr> {
-        put_meta(&self.db, "committed", &committed)
+        // Not needed for safety (openraft may lose it and re-learns it from
+        // the leader): no fsync of its own, it rides on the next append's.
+        put_meta(&self.db, "committed", &committed, false).await
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId<u64>>, SErr> {
@@ -171,42 +207,42 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let tx = self.db.begin_write().map_err(write_err)?;
-        {
-            let mut t = tx.open_table(LOGS).map_err(write_err)?;
-            for e in entries {
-                // Noted as it arrives, before the write: the entry's sender
-                // sent it earlier still, which is all the grantor relies on.
-                if let (Some(h), EntryPayload::Normal(req)) = (&self.on_append, &e.payload) {
-                    h(Some(req));
-                }
-                let bytes = serde_json::to_vec(&e).map_err(write_err)?;
-                t.insert(e.log_id.index, bytes.as_slice())
-                    .map_err(write_err)?;
+        let mut rows = Vec::new();
+        for e in entries {
+            // Noted as it arrives, before the write: the entry's sender
+            // sent it earlier still, which is all the grantor relies on.
+            if let (Some(h), EntryPayload::Normal(req)) = (&self.on_append, &e.payload) {
+                h(Some(req));
             }
+            rows.push((e.log_id.index, serde_json::to_vec(&e).map_err(write_err)?));
         }
-        tx.commit().map_err(write_err)?;
+        write(&self.db, true, move |tx| {
+            let mut t = tx.open_table(LOGS).map_err(write_err)?;
+            for (index, bytes) in &rows {
+                t.insert(*index, bytes.as_slice()).map_err(write_err)?;
+            }
+            Ok(())
+        })
+        .await?;
         callback.log_io_completed(Ok(()));
         Ok(())
     }
 
     async fn truncate(&mut self, log_id: LogId<u64>) -> Result<(), SErr> {
-        let tx = self.db.begin_write().map_err(write_err)?;
-        {
+        write(&self.db, true, move |tx| {
             let mut t = tx.open_table(LOGS).map_err(write_err)?;
-            t.retain(|k, _| k < log_id.index).map_err(write_err)?;
-        }
-        tx.commit().map_err(write_err)
+            t.retain(|k, _| k < log_id.index).map_err(write_err)
+        })
+        .await
     }
 
     async fn purge(&mut self, log_id: LogId<u64>) -> Result<(), SErr> {
-        put_meta(&self.db, "purged", &log_id)?;
-        let tx = self.db.begin_write().map_err(write_err)?;
-        {
+        put_meta(&self.db, "purged", &log_id, true).await?;
+        write(&self.db, true, move |tx| {
             let mut t = tx.open_table(LOGS).map_err(write_err)?;
-            t.retain(|k, _| k > log_id.index).map_err(write_err)?;
-        }
-        tx.commit().map_err(write_err)
+            t.retain(|k, _| k > log_id.index).map_err(write_err)
+        })
+        .await
     }
 }
 
@@ -292,7 +328,9 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
                 meta: meta.clone(),
                 data: bytes.clone(),
             },
-        )?;
+            true,
+        )
+        .await?;
         Ok(Snapshot {
             meta,
             snapshot: Box::new(Cursor::new(bytes)),
@@ -379,7 +417,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 meta: meta.clone(),
                 data: bytes,
             },
-        )?;
+            true,
+        )
+        .await?;
         if let Some(h) = &self.on_install {
             h(None);
         }
