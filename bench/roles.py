@@ -115,6 +115,7 @@ def main():
     ap.add_argument("--freeze", action="store_true")
     ap.add_argument("--busy", type=int, default=0)
     ap.add_argument("--promote-sleep", type=float, default=0)
+    ap.add_argument("--no-hooks", action="store_true", help="roles with no promote or demote command (no hook processes)")
     a = ap.parse_args()
     hale = os.path.abspath(a.hale)
     d = tempfile.mkdtemp(prefix="hale-roles-")
@@ -160,8 +161,8 @@ def main():
 name = "r{r}"
 service = "svc"
 priority = {100 if r % AGENTS == i else 50 - i}
-promote = {hook("promote")}
-demote = {hook("demote")}
+promote = {"[]" if a.no_hooks else hook("promote")}
+demote = {"[]" if a.no_hooks else hook("demote")}
 """
                 for r in range(a.roles)
             )
