@@ -116,6 +116,7 @@ def main():
     ap.add_argument("--busy", type=int, default=0)
     ap.add_argument("--promote-sleep", type=float, default=0)
     ap.add_argument("--no-hooks", action="store_true", help="roles with no promote or demote command (no hook processes)")
+    ap.add_argument("--hook-nice", type=int, default=None, help="run the hooks under `nice -n N`")
     a = ap.parse_args()
     hale = os.path.abspath(a.hale)
     d = tempfile.mkdtemp(prefix="hale-roles-")
@@ -152,8 +153,9 @@ def main():
         for i, n in enumerate(nodes):
             name = n["name"]
             nap = f"sleep {a.promote_sleep}; " if a.promote_sleep else ""
+            niced = f'"nice", "-n", "{a.hook_nice}", ' if a.hook_nice is not None else ""
             hook = lambda kind: (
-                f'["sh", "-c", "{nap if kind == "promote" else ""}echo $(date +%s%N) {name} {kind} $HALE_ROLE $HALE_EPOCH >> {log}"]'
+                f'[{niced}"sh", "-c", "{nap if kind == "promote" else ""}echo $(date +%s%N) {name} {kind} $HALE_ROLE $HALE_EPOCH >> {log}"]'
             )
             roles = "".join(
                 f"""
