@@ -115,6 +115,8 @@ def main():
     ap.add_argument("--freeze", action="store_true")
     ap.add_argument("--busy", type=int, default=0)
     ap.add_argument("--promote-sleep", type=float, default=0)
+    ap.add_argument("--no-hooks", action="store_true", help="roles with no promote or demote command (no hook processes)")
+    ap.add_argument("--hook-nice", type=int, default=None, help="run the hooks under `nice -n N`")
     a = ap.parse_args()
     hale = os.path.abspath(a.hale)
     d = tempfile.mkdtemp(prefix="hale-roles-")
@@ -125,13 +127,15 @@ def main():
         for i in range(AGENTS)
     ]
     servers = ", ".join(f'"{i + 1}=127.0.0.1:{n["control"]}"' for i, n in enumerate(nodes))
-    procs = []
+    # The agents, by index (a restarted one replaces its entry), and the busy
+    # loops: kept apart, so that index i is always agent n{i}.
+    agents, busy = [], []
 
     def cleanup(*_):
-        for p in procs:
+        for p in busy + agents:
             if p.poll() is None:
                 p.kill()
-        for p in procs:
+        for p in busy + agents:
             try:
                 p.wait(timeout=10)
             except Exception:
@@ -144,14 +148,14 @@ def main():
         env = dict(os.environ, RUST_LOG=os.environ.get("RUST_LOG", "warn"))
         return subprocess.Popen([hale, "agent", "--config", path], stdout=out, stderr=out, env=env)
 
-    busy = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(a.busy)]
-    procs.extend(busy)
+    busy.extend(subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(a.busy))
     try:
         for i, n in enumerate(nodes):
             name = n["name"]
             nap = f"sleep {a.promote_sleep}; " if a.promote_sleep else ""
+            niced = f'"nice", "-n", "{a.hook_nice}", ' if a.hook_nice is not None else ""
             hook = lambda kind: (
-                f'["sh", "-c", "{nap if kind == "promote" else ""}echo $(date +%s%N) {name} {kind} $HALE_ROLE $HALE_EPOCH >> {log}"]'
+                f'[{niced}"sh", "-c", "{nap if kind == "promote" else ""}echo $(date +%s%N) {name} {kind} $HALE_ROLE $HALE_EPOCH >> {log}"]'
             )
             roles = "".join(
                 f"""
@@ -159,8 +163,8 @@ def main():
 name = "r{r}"
 service = "svc"
 priority = {100 if r % AGENTS == i else 50 - i}
-promote = {hook("promote")}
-demote = {hook("demote")}
+promote = {"[]" if a.no_hooks else hook("promote")}
+demote = {"[]" if a.no_hooks else hook("demote")}
 """
                 for r in range(a.roles)
             )
@@ -192,7 +196,7 @@ timeout = "1s"
             path = os.path.join(d, f"{name}.toml")
             with open(path, "w") as f:
                 f.write(cfg)
-            procs.append(start(path, name))
+            agents.append(start(path, name))
         http = [f"127.0.0.1:{n['http']}" for n in nodes]
         print(f"# {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} roles={a.roles} agents={AGENTS} secs={a.secs} dir={d}")
         t0 = time.time()
@@ -208,18 +212,22 @@ timeout = "1s"
         print(f"all {a.roles} roles held after {time.time() - t0:.1f} s")
         time.sleep(5 + a.promote_sleep)  # let the grants' promote hooks finish
         if a.leader_trials:
-            return leader_trials(a, nodes, procs, http, log, start, d)
+            return leader_trials(a, nodes, agents, http, log, start, d)
         start = time.time()
         start_ns = time.time_ns()
-        io0 = [proc_io(p.pid) for p in procs]
-        cpu0 = [proc_cpu(p.pid) for p in procs]
+        io0 = [proc_io(p.pid) for p in agents]
+        cpu0 = [proc_cpu(p.pid) for p in agents]
         idx0 = max(metric(h, "hale_control_last_log_index") or 0 for h in http)
+        term0 = max(metric(h, "hale_control_term") or 0 for h in http)
+        paused0 = paused_events(d)
         l0 = leases(http[0])
         time.sleep(a.secs)
         el = time.time() - start
-        io1 = [proc_io(p.pid) for p in procs]
-        cpu1 = [proc_cpu(p.pid) for p in procs]
+        io1 = [proc_io(p.pid) for p in agents]
+        cpu1 = [proc_cpu(p.pid) for p in agents]
         idx1 = max(metric(h, "hale_control_last_log_index") or 0 for h in http)
+        term1 = max(metric(h, "hale_control_term") or 0 for h in http)
+        paused1 = paused_events(d)
         l1 = leases(http[0])
         window = [x for x in hook_lines(log) if x[0] >= start_ns]
         promotes = sum(1 for x in window if x[2] == "promote")
@@ -231,7 +239,8 @@ timeout = "1s"
         print(
             f"RESULT cost roles={a.roles} log_entries_per_s={(idx1 - idx0) / el:.1f} "
             f"disk_bytes_per_s_per_server={sum(b - a_ for a_, b in zip(io0, io1)) / el / AGENTS:.0f} "
-            f"agent_cpu_percent={100 * sum(b - a_ for a_, b in zip(cpu0, cpu1)) / el / AGENTS:.1f}"
+            f"agent_cpu_percent={100 * sum(b - a_ for a_, b in zip(cpu0, cpu1)) / el / AGENTS:.1f} "
+            f"raft_elections={term1 - term0} agent_paused_events={paused1 - paused0}"
         )
         if not a.kill:
             return 0
@@ -239,8 +248,8 @@ timeout = "1s"
         vi = [n["name"] for n in nodes].index(victim_name)
         theirs = {r for r, (h, _) in l1.items() if h == victim_name}
         kill_ns = time.time_ns()
-        procs[vi].send_signal(signal.SIGKILL)
-        procs[vi].wait()
+        agents[vi].send_signal(signal.SIGKILL)
+        agents[vi].wait()
         alive = [h for j, h in enumerate(http) if j != vi]
         deadline = time.time() + 30
         while time.time() < deadline:
@@ -273,6 +282,19 @@ timeout = "1s"
         cleanup()
 
 
+def paused_events(d):
+    """How many times the agents noticed their own runtime stalled (their
+    `paused` membership events, in their logs)."""
+    n = 0
+    for i in range(AGENTS):
+        try:
+            with open(os.path.join(d, f"n{i}.log"), errors="replace") as f:
+                n += sum(1 for line in f if "membership event" in line and '"paused"' in line)
+        except OSError:
+            pass
+    return n
+
+
 def descendants(pid):
     """`pid` and every process below it (its watchdogs and hooks)."""
     kids = {}
@@ -303,8 +325,8 @@ def leader_of(http):
     return None
 
 
-def leader_trials(a, nodes, procs, http, log, start, d):
-    moved_total, demotes_total, done, skipped = 0, 0, 0, 0
+def leader_trials(a, nodes, agents, http, log, start, d):
+    moved_total, demotes_total, done, skipped, no_new_term = 0, 0, 0, 0, 0
     for trial in range(a.leader_trials):
         deadline = time.time() + 60
         li, l0 = None, None
@@ -325,11 +347,12 @@ def leader_trials(a, nodes, procs, http, log, start, d):
             print(f"trial {trial}: the leader's host holds every role; skipped")
             time.sleep(1)
             continue
+        term0 = metric(http[(li + 1) % AGENTS], "hale_control_term")
         # A random point of the renewal period.
         time.sleep(random.random() * 0.25)
         t_ns = time.time_ns()
         if a.freeze:
-            pids = descendants(procs[li].pid)
+            pids = descendants(agents[li].pid)
             for p in pids:
                 try:
                     os.kill(p, signal.SIGSTOP)
@@ -342,10 +365,10 @@ def leader_trials(a, nodes, procs, http, log, start, d):
                 except OSError:
                     pass
         else:
-            procs[li].kill()
-            procs[li].wait()
+            agents[li].kill()
+            agents[li].wait()
             time.sleep(2)
-            procs[li] = start(os.path.join(d, f"{victim}.toml"), victim)
+            agents[li] = start(os.path.join(d, f"{victim}.toml"), victim)
         # Settle: every role held again, then look.
         deadline = time.time() + 60
         while time.time() < deadline:
@@ -357,17 +380,24 @@ def leader_trials(a, nodes, procs, http, log, start, d):
         l1 = leases(http[(li + 1) % AGENTS]) or {}
         moved = sorted(r for r in others if l1.get(r) != l0.get(r))
         demotes = [x for x in hook_lines(log) if x[0] >= t_ns and x[2] == "demote" and x[3] in others]
+        # The fault really cost the leader its leadership: a new term.
+        term1 = metric(http[(li + 1) % AGENTS], "hale_control_term")
+        after = leader_of(http)
+        if not (term0 is not None and term1 is not None and term1 > term0):
+            no_new_term += 1
         moved_total += len(moved)
         demotes_total += len(demotes)
         done += 1
         print(
             f"trial {trial}: leader {victim} {'frozen 5 s' if a.freeze else 'killed'}; "
-            f"{len(others)} roles held elsewhere, moved {len(moved)}, demote hooks {len(demotes)}"
+            f"{len(others)} roles held elsewhere, moved {len(moved)}, demote hooks {len(demotes)}; "
+            f"term {term0} -> {term1}, leader now {nodes[after]['name'] if after is not None else None}"
             + (f" {moved[:5]}" if moved else "")
         )
     print(
         f"RESULT leader-{'freeze' if a.freeze else 'kill'} roles={a.roles} trials={done} skipped={skipped} "
-        f"busy={a.busy} promote_sleep={a.promote_sleep} roles_moved={moved_total} demote_hooks={demotes_total}"
+        f"busy={a.busy} promote_sleep={a.promote_sleep} roles_moved={moved_total} demote_hooks={demotes_total} "
+        f"trials_without_new_term={no_new_term}"
     )
     return 0
 

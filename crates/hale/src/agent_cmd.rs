@@ -61,14 +61,25 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<()> {
              accepts requests from ANYONE who can reach it"
         );
     }
-    crate::client_cmd::block_on(async move {
+    // Several worker threads, never one: a task that blocks for a moment
+    // (a hook's or a watchdog's fork and exec, a redb commit's fsync) must
+    // not stop the membership node's timers, the control plane's
+    // heartbeats or the holders' renewals with it.
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get().clamp(2, 4));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .thread_name("hale-agent")
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(async move {
         // The handlers are installed before the agent starts (and tells a
         // service manager it is ready): a SIGTERM right after readiness
         // still makes it leave gracefully.
         let shutdown = shutdown_signal().context("installing signal handlers")?;
         hale_agent::run(cfg, shutdown).await?;
         Ok::<(), anyhow::Error>(())
-    })?
+    })
 }
 
 fn init_logging(format: LogFormat) {

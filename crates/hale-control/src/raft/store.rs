@@ -58,14 +58,48 @@ fn get_meta<T: for<'a> Deserialize<'a>>(db: &Database, key: &str) -> Result<Opti
     }
 }
 
-fn put_meta<T: Serialize>(db: &Database, key: &str, v: &T) -> Result<(), SErr> {
+/// Runs one write transaction on the blocking pool, never on the runtime's
+/// threads: a commit waits for `fsync`, which on a loaded or stalling disk
+/// takes from milliseconds to seconds, and the agent's membership node, its
+/// Raft heartbeats and its role managers share those threads. Durable
+/// unless `durable` is false (redb persists such a commit with the next
+/// durable one).
+async fn write(
+    db: &Arc<Database>,
+    durable: bool,
+    f: impl FnOnce(&redb::WriteTransaction) -> Result<(), SErr> + Send + 'static,
+) -> Result<(), SErr> {
+    let db = Arc::clone(db);
+    let run = move || {
+        let mut tx = db.begin_write().map_err(write_err)?;
+        if !durable {
+            tx.set_durability(redb::Durability::None);
+        }
+        f(&tx)?;
+        tx.commit().map_err(write_err)
+    };
+    match tokio::runtime::Handle::try_current() {
+        Ok(_) => tokio::task::spawn_blocking(run)
+            .await
+            .map_err(|e| write_err(std::io::Error::other(e.to_string())))?,
+        // No runtime (a test driving the store by hand): here and now.
+        Err(_) => run(),
+    }
+}
+
+async fn put_meta<T: Serialize>(
+    db: &Arc<Database>,
+    key: &'static str,
+    v: &T,
+    durable: bool,
+) -> Result<(), SErr> {
     let bytes = serde_json::to_vec(v).map_err(write_err)?;
-    let tx = db.begin_write().map_err(write_err)?;
-    {
+    write(db, durable, move |tx| {
         let mut t = tx.open_table(META).map_err(write_err)?;
         t.insert(key, bytes.as_slice()).map_err(write_err)?;
-    }
-    tx.commit().map_err(write_err)
+        Ok(())
+    })
+    .await
 }
 
 /// Called when lease requests reach this server's log: `Some(req)` for each
@@ -151,7 +185,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote<u64>) -> Result<(), SErr> {
-        put_meta(&self.db, "vote", vote)
+        put_meta(&self.db, "vote", vote, true).await
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote<u64>>, SErr> {
@@ -159,7 +193,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_committed(&mut self, committed: Option<LogId<u64>>) -> Result<(), SErr> {
-        put_meta(&self.db, "committed", &committed)
+        // Not needed for safety (openraft may lose it and re-learns it from
+        // the leader): no fsync of its own, it rides on the next append's.
+        put_meta(&self.db, "committed", &committed, false).await
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId<u64>>, SErr> {
@@ -171,44 +207,45 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let tx = self.db.begin_write().map_err(write_err)?;
-        {
-            let mut t = tx.open_table(LOGS).map_err(write_err)?;
-            for e in entries {
-                // Noted as it arrives, before the write: the entry's sender
-                // sent it earlier still, which is all the grantor relies on.
-                if let (Some(h), EntryPayload::Normal(req)) = (&self.on_append, &e.payload) {
-                    h(Some(req));
-                }
-                let bytes = serde_json::to_vec(&e).map_err(write_err)?;
-                t.insert(e.log_id.index, bytes.as_slice())
-                    .map_err(write_err)?;
+        let mut rows = Vec::new();
+        for e in entries {
+            // Noted as it arrives, before the write: the entry's sender
+            // sent it earlier still, which is all the grantor relies on.
+            if let (Some(h), EntryPayload::Normal(req)) = (&self.on_append, &e.payload) {
+                h(Some(req));
             }
+            rows.push((e.log_id.index, serde_json::to_vec(&e).map_err(write_err)?));
         }
-        tx.commit().map_err(write_err)?;
+        write(&self.db, true, move |tx| {
+            let mut t = tx.open_table(LOGS).map_err(write_err)?;
+            for (index, bytes) in &rows {
+                t.insert(*index, bytes.as_slice()).map_err(write_err)?;
+            }
+            Ok(())
+        })
+        .await?;
         callback.log_io_completed(Ok(()));
         Ok(())
     }
 
     async fn truncate(&mut self, log_id: LogId<u64>) -> Result<(), SErr> {
-        self.retain(|k| k < log_id.index)
+        self.retain(move |k| k < log_id.index).await
     }
 
     async fn purge(&mut self, log_id: LogId<u64>) -> Result<(), SErr> {
-        put_meta(&self.db, "purged", &log_id)?;
-        self.retain(|k| k > log_id.index)
+        put_meta(&self.db, "purged", &log_id, true).await?;
+        self.retain(move |k| k > log_id.index).await
     }
 }
 
 impl LogStore {
     /// Deletes the log entries whose index `keep` refuses.
-    fn retain(&self, keep: impl Fn(u64) -> bool) -> Result<(), SErr> {
-        let tx = self.db.begin_write().map_err(write_err)?;
-        {
+    async fn retain(&self, keep: impl Fn(u64) -> bool + Send + 'static) -> Result<(), SErr> {
+        write(&self.db, true, move |tx| {
             let mut t = tx.open_table(LOGS).map_err(write_err)?;
-            t.retain(|k, _| keep(k)).map_err(write_err)?;
-        }
-        tx.commit().map_err(write_err)
+            t.retain(|k, _| keep(k)).map_err(write_err)
+        })
+        .await
     }
 }
 
@@ -270,8 +307,12 @@ impl StateMachine {
     }
 
     /// Keeps `data`, the lease table at `meta`, as the last snapshot.
-    fn save_snapshot(&self, meta: SnapshotMeta<u64, BasicNode>, data: Vec<u8>) -> Result<(), SErr> {
-        put_meta(&self.db, "snapshot", &StoredSnapshot { meta, data })
+    async fn save_snapshot(
+        &self,
+        meta: SnapshotMeta<u64, BasicNode>,
+        data: Vec<u8>,
+    ) -> Result<(), SErr> {
+        put_meta(&self.db, "snapshot", &StoredSnapshot { meta, data }, true).await
     }
 
     /// The state, locked.
@@ -293,7 +334,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
             last_membership: data.membership.clone(),
             snapshot_id: id,
         };
-        self.save_snapshot(meta.clone(), bytes.clone())?;
+        self.save_snapshot(meta.clone(), bytes.clone()).await?;
         Ok(Snapshot {
             meta,
             snapshot: Box::new(Cursor::new(bytes)),
@@ -367,7 +408,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     ) -> Result<(), SErr> {
         let bytes = snapshot.into_inner();
         let data: StateData = serde_json::from_slice(&bytes).map_err(read_err)?;
-        self.save_snapshot(meta.clone(), bytes)?;
+        self.save_snapshot(meta.clone(), bytes).await?;
         if let Some(h) = &self.on_install {
             h(None);
         }
