@@ -343,10 +343,30 @@ def leader_trials(a, nodes, agents, http, log, start, d):
         victim = nodes[li]["name"]
         others = {r for r, (h, _) in l0.items() if h != victim}
         if not others:
-            skipped += 1
-            print(f"trial {trial}: the leader's host holds every role; skipped")
-            time.sleep(1)
-            continue
+            # The leader's host holds every role (roles gather there as
+            # trials go): hand one to the next agent first (planned), so
+            # that the fault hits the leader alone, as the suite's test does.
+            role = sorted(l0)[0]
+            to = nodes[(li + 1) % AGENTS]["name"]
+            subprocess.run([a.hale, "roles", "handover", role, "--to", to, "--http", http[li]],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30)
+            deadline = time.time() + 30
+            while time.time() < deadline:
+                l0 = leases(http[(li + 1) % AGENTS]) or {}
+                if l0.get(role, (None,))[0] == to:
+                    break
+                time.sleep(0.5)
+            time.sleep(1 + a.promote_sleep)
+            l0 = leases(http[(li + 1) % AGENTS]) or {}
+            if leader_of(http) != li or not all(h for h, _ in l0.values()):
+                skipped += 1
+                print(f"trial {trial}: handed {role} to {to}, but the leader moved or a role is unheld; skipped")
+                continue
+            others = {r for r, (h, _) in l0.items() if h != victim}
+            if not others:
+                skipped += 1
+                print(f"trial {trial}: the leader's host holds every role and the handover failed; skipped")
+                continue
         term0 = metric(http[(li + 1) % AGENTS], "hale_control_term")
         # A random point of the renewal period.
         time.sleep(random.random() * 0.25)
