@@ -276,8 +276,9 @@ impl LeaseTable {
 /// through any control-plane hiccup (an election after the leader's host
 /// died or froze, a slow commit) shorter than [`LeaseTiming::ride_through`]
 /// = `lease - drift_margin - renew_every` (1.35 s by default). A Raft
-/// election takes at most [`crate::election::ELECTION_WORST`] (a heartbeat, the
-/// longest election timeout and a vote round: 0.8 s on a LAN), which leaves
+/// election takes at most [`crate::election::ELECTION_WORST`] (a heartbeat,
+/// openraft's leader lease, the longest election timeout and a vote round:
+/// 0.8 s on a LAN), which leaves
 /// 0.55 s for the first commit under the new leader and for scheduling
 /// delays on a loaded host; [`LeaseTiming::check`] refuses timing that
 /// leaves less than [`MIN_COMMIT_SLACK`].
