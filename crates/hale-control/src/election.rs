@@ -26,7 +26,5 @@ pub const ELECTION_TIMEOUT_MAX: Duration = Duration::from_millis(300);
 /// round (0.8 s). A follower campaigns after 0.5–0.6 s without a
 /// heartbeat: five missed heartbeats at least.
 pub const ELECTION_WORST: Duration = Duration::from_millis(
-    HEARTBEAT.as_millis() as u64
-        + 2 * ELECTION_TIMEOUT_MAX.as_millis() as u64
-        + 100,
+    HEARTBEAT.as_millis() as u64 + 2 * ELECTION_TIMEOUT_MAX.as_millis() as u64 + 100,
 );
