@@ -14,7 +14,7 @@ may). --busy N keeps N busy loops running (a loaded host, as in CI);
 --promote-sleep S makes promote hooks take S seconds.
 
 Usage: bench/roles.py --roles 1000 --secs 600 [--kill] [--hale target/release/hale]
-       bench/roles.py --roles 1 --leader-trials 50 [--freeze] --busy 2 --promote-sleep 3
+       bench/roles.py --roles 3 --leader-trials 50 [--freeze] --busy 2 --promote-sleep 3
 Results: BENCHMARKS.md, section "Roles at scale". Only loopback; every
 process it starts is killed by pid when it ends.
 """
