@@ -96,7 +96,7 @@ impl ControlError {
     }
 }
 
-pub use crate::election::{ELECTION_TIMEOUT_MAX, ELECTION_TIMEOUT_MIN, ELECTION_WORST, HEARTBEAT};
+use crate::election::{ELECTION_TIMEOUT_MAX, ELECTION_TIMEOUT_MIN, HEARTBEAT};
 
 /// One control-plane server.
 #[derive(Clone)]

@@ -184,3 +184,29 @@ fn renewals_of_many_roles_answer_role_by_role() {
         LeaseResponse::Rejected(LeaseRejection::NotHolder { .. })
     ));
 }
+
+#[test]
+fn renewing_or_releasing_a_role_never_granted_is_refused_and_leaves_the_table_as_it_was() {
+    let mut t = LeaseTable::default();
+    let not_holder = LeaseResponse::Rejected(LeaseRejection::NotHolder {
+        holder: "a".into(),
+        epoch: 0,
+    });
+    let renewals = LeaseRequest::Renewals {
+        holder: "a".into(),
+        leases: vec![("db".into(), 0)],
+    };
+    assert_eq!(
+        t.apply(&renewals),
+        LeaseResponse::Batch(vec![not_holder.clone()])
+    );
+    let release = LeaseRequest::Release {
+        role: "db".into(),
+        holder: "a".into(),
+        epoch: 0,
+        next: None,
+    };
+    assert_eq!(t.apply(&release), not_holder);
+    assert_eq!(t, LeaseTable::default());
+    assert!(t.role("db").is_none());
+}
