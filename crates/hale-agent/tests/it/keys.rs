@@ -25,19 +25,7 @@ async fn an_agent_that_refuses_a_key_operation_says_why_and_keeps_its_keys() {
     // b and the agents' route.
     let new = Key::generate();
     let sealing = Sealing::sealed(hale_agent::Keyring::new(key.clone(), vec![]));
-    let installed: Result<KeysView, KeyOpError> = hale_seal::call(
-        &reqwest::Client::new(),
-        &sealing,
-        hale_core::wire::fnv1a(b"b"),
-        &b.http_addr().to_string(),
-        "/v1/cluster/keys/install",
-        &KeyRequest {
-            key: new.to_base64(),
-        },
-        Duration::from_secs(5),
-    )
-    .await
-    .unwrap();
+    let installed = peer_op(&sealing, ("b", b.http_addr()), "install", &new).await;
     assert_eq!(installed.unwrap().keys.len(), 2);
     // Using it through b: b applies it, then seals to a with it, which a
     // cannot open: refused unread, a's keys unchanged.
@@ -60,19 +48,7 @@ async fn an_agent_that_refuses_a_key_operation_says_why_and_keeps_its_keys() {
     // refuses to remove its primary and says so, typed (sealed with its
     // primary, the new key: an agent without it could not have read why).
     let both = Sealing::sealed(hale_agent::Keyring::new(key.clone(), vec![new.clone()]));
-    let removed: Result<KeysView, KeyOpError> = hale_seal::call(
-        &reqwest::Client::new(),
-        &both,
-        hale_core::wire::fnv1a(b"b"),
-        &b.http_addr().to_string(),
-        "/v1/cluster/keys/remove",
-        &KeyRequest {
-            key: new.to_base64(),
-        },
-        Duration::from_secs(5),
-    )
-    .await
-    .unwrap();
+    let removed = peer_op(&both, ("b", b.http_addr()), "remove", &new).await;
     let why = removed.unwrap_err();
     assert_eq!(
         why,
@@ -95,4 +71,28 @@ async fn an_agent_that_refuses_a_key_operation_says_why_and_keeps_its_keys() {
     assert_eq!(kept.keys[0].fingerprint, new.fingerprint());
     a.shutdown().await;
     b.shutdown().await;
+}
+
+/// `op` with `key`, sent to agent `to` (its name and HTTP address) on the
+/// agents' route as another agent would (sealed with `sealing` for `to`
+/// and that route).
+async fn peer_op(
+    sealing: &Sealing,
+    to: (&str, std::net::SocketAddr),
+    op: &str,
+    key: &Key,
+) -> Result<KeysView, KeyOpError> {
+    hale_seal::call(
+        &reqwest::Client::new(),
+        sealing,
+        hale_core::wire::fnv1a(to.0.as_bytes()),
+        &to.1.to_string(),
+        &format!("/v1/cluster/keys/{op}"),
+        &KeyRequest {
+            key: key.to_base64(),
+        },
+        Duration::from_secs(5),
+    )
+    .await
+    .unwrap()
 }
