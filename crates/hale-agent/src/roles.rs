@@ -141,8 +141,14 @@ impl RoleManager {
         ]
     }
 
+    /// Updates this role's published view. Called on every wake-up of the
+    /// manager (ten a second per role): the name is cloned only the first
+    /// time, when the view is created.
     fn view(&self, f: impl FnOnce(&mut RoleView)) {
         let mut v = self.views.lock().expect("role views lock");
+        if let Some(e) = v.get_mut(&self.spec.name) {
+            return f(e);
+        }
         let e = v.entry(self.spec.name.clone()).or_insert_with(|| RoleView {
             role: self.spec.name.clone(),
             priority: self.spec.priority,
