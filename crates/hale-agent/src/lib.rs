@@ -526,6 +526,7 @@ async fn start_roles(
     };
     let requests = roles::LeaseRequests::start(client.clone().gated(shared.drill().frozen_flag()));
     let origin = tokio::time::Instant::now();
+    let watchdogs = roles::Watchdogs::new(cfg.watchdog_exe.clone());
     for spec in &cfg.roles {
         let (tx, rx) = mpsc::channel(1);
         out.handovers.insert(spec.name.clone(), tx);
@@ -537,7 +538,7 @@ async fn start_roles(
             services: out.services.clone(),
             timing: plan.timing,
             views: out.views.clone(),
-            watchdog_exe: cfg.watchdog_exe.clone(),
+            watchdogs: watchdogs.clone(),
             on_change: on_change.clone(),
             stop: roles_stop_rx.clone(),
             handover: rx,

@@ -10,9 +10,7 @@
 //! non-essential service never moves a role.
 
 use std::collections::BTreeMap;
-use std::io::BufRead;
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -28,11 +26,11 @@ use hale_core::Time;
 use crate::config::RoleSpec;
 use crate::services::Services;
 use crate::view::{AgentEvent, RoleView};
-use crate::watchdog::{demote_once_argv, Disarmed, Order};
+use crate::watchdog::demote_once_argv;
 mod requests;
 mod watchdog;
 pub use requests::LeaseRequests;
-use watchdog::Watchdog;
+pub use watchdog::Watchdogs;
 
 /// What a role manager reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,7 +57,8 @@ pub type RoleViews = Arc<Mutex<BTreeMap<String, RoleView>>>;
 enum Input {
     Response(RequestId, Option<LeaseResponse>),
     HookExit(HookId, HookExit),
-    /// Watchdog `gen`'s answer to `disarm` (`None`: it exited).
+    /// The watchdog's answer to a `disarm` of holding `.0` (`None`: it
+    /// exited before answering; holding 0: it could not be asked).
     Watchdog(u64, Option<bool>),
 }
 
@@ -80,8 +79,8 @@ pub struct RoleManager {
     pub timing: LeaseTiming,
     /// Where to publish this role's state.
     pub views: RoleViews,
-    /// The `hale` executable, to start the watchdog.
-    pub watchdog_exe: PathBuf,
+    /// The agent's fencing watchdog.
+    pub watchdogs: Watchdogs,
     /// Reports role changes as (kind, detail).
     pub on_change: OnRoleChange,
     /// Fires when the agent stops: hand the role over at once.
@@ -97,12 +96,8 @@ struct Running {
     tx: mpsc::UnboundedSender<Input>,
     /// Hook runs: process group, and whether it is the promote hook.
     hooks: BTreeMap<HookId, (u32, bool)>,
-    watchdog: Option<Watchdog>,
-    /// The last watchdog started (its generation).
-    watchdog_gen: u64,
-    /// The holding the watchdog guards: its epoch and the lease's end, to
-    /// start another if it dies.
-    guarded: Option<(u64, Time)>,
+    /// The holding the watchdog guards (its id there).
+    watchdog: Option<u64>,
     /// A `disarm` awaits its answer.
     disarming: bool,
 }
@@ -180,8 +175,6 @@ impl RoleManager {
             tx,
             hooks: BTreeMap::new(),
             watchdog: None,
-            watchdog_gen: 0,
-            guarded: None,
             disarming: false,
         };
         let mut sm = Holder::new(
@@ -228,33 +221,21 @@ impl RoleManager {
                         sm.handle_response(run.now(), id, r);
                     }
                     Input::HookExit(id, exit) => {
-                        if let Some((_, true)) = run.hooks.remove(&id) {
-                            if let Some(w) = run.watchdog.as_mut() {
-                                w.send(Order::PromoteDone);
-                            }
+                        if let (Some((_, true)), Some(h)) = (run.hooks.remove(&id), run.watchdog) {
+                            self.watchdogs.promote(h, None);
                         }
                         sm.handle_hook_exit(run.now(), id, exit);
                     }
-                    Input::Watchdog(gen, answer) => {
-                        let current = run.watchdog.as_ref().map(|w| w.gen);
-                        match answer {
-                            // An earlier watchdog, stopped on purpose.
-                            None if current != Some(gen) => {}
-                            // It died while guarding a holding (killed,
-                            // say): the holding must not go unguarded.
-                            None if !run.disarming => self.restart_watchdog(&mut run),
-                            _ if current.is_some() && current != Some(gen) => {}
-                            _ => {
-                                if answer.is_none() {
-                                    run.watchdog = None;
-                                }
-                                if std::mem::take(&mut run.disarming) {
-                                    let fenced = answer.unwrap_or(false);
-                                    sm.handle_watchdog_released(run.now(), fenced);
-                                }
-                            }
+                    // (An answer about an earlier holding is stale.)
+                    Input::Watchdog(h, answer) if h == 0 || run.watchdog == Some(h) => {
+                        if answer.is_none() {
+                            run.watchdog = None;
+                        }
+                        if std::mem::take(&mut run.disarming) {
+                            sm.handle_watchdog_released(run.now(), answer.unwrap_or(false));
                         }
                     }
+                    Input::Watchdog(..) => {}
                 },
                 _ = checks.tick() => {
                     let now = run.now();
@@ -315,37 +296,38 @@ impl RoleManager {
             }
             Action::StartWatchdog { epoch, deadline } => {
                 if let Some(old) = run.watchdog.take() {
-                    old.stop();
+                    self.watchdogs.stop(old);
                 }
-                run.guarded = Some((epoch, deadline));
-                run.watchdog = self.start_watchdog(run, epoch, run.left(deadline));
+                run.watchdog = Some(self.watchdogs.guard(
+                    run.tx.clone(),
+                    self.claim(epoch),
+                    self.spec.demote.clone(),
+                    self.env(epoch),
+                    self.spec.hook_timeout,
+                    run.left(deadline),
+                ));
             }
             Action::ArmWatchdog { deadline } => {
-                if let Some((_, until)) = run.guarded.as_mut() {
-                    *until = deadline;
-                }
-                let ms = run.left(deadline).as_millis();
-                if let Some(w) = run.watchdog.as_mut() {
-                    w.send(Order::Arm { ms: ms as u64 });
+                if let Some(h) = run.watchdog {
+                    self.watchdogs.arm(h, run.left(deadline));
                 }
             }
             Action::DisarmWatchdog => {
                 run.disarming = true;
-                let asked = run.watchdog.as_mut().is_some_and(|w| w.send(Order::Disarm));
+                let asked = run.watchdog.is_some_and(|h| self.watchdogs.disarm(h));
                 if !asked {
                     // None runs, or it is gone (its pipe closed): the agent
                     // demotes itself (the claim keeps a fence the dead one
                     // may have started from running the demote twice).
-                    if let Some(dead) = run.watchdog.take() {
-                        dead.stop();
+                    if let Some(h) = run.watchdog.take() {
+                        self.watchdogs.stop(h);
                     }
                     let _ = run.tx.send(Input::Watchdog(0, Some(false)));
                 }
             }
             Action::StopWatchdog => {
-                run.guarded = None;
-                if let Some(w) = run.watchdog.take() {
-                    w.stop();
+                if let Some(h) = run.watchdog.take() {
+                    self.watchdogs.stop(h);
                 }
             }
             Action::Event(e) => self.event(e),
@@ -368,7 +350,7 @@ impl RoleManager {
             HookKind::Demote if self.spec.demote.is_empty() => &self.spec.demote,
             HookKind::Demote => {
                 let claim = self.claim(epoch);
-                claimed = demote_once_argv(&self.watchdog_exe, &claim, &self.spec.demote);
+                claimed = demote_once_argv(self.watchdogs.exe(), &claim, &self.spec.demote);
                 &claimed
             }
         };
@@ -388,10 +370,8 @@ impl RoleManager {
         let pgid = child.id().unwrap_or(0);
         let promote = kind == HookKind::Promote;
         run.hooks.insert(id, (pgid, promote));
-        if promote {
-            if let Some(w) = run.watchdog.as_mut() {
-                w.send(Order::Promote { pgid });
-            }
+        if let (true, Some(h)) = (promote, run.watchdog) {
+            self.watchdogs.promote(h, Some(pgid));
         }
         tokio::spawn(async move {
             let exit = match child.wait().await {
@@ -405,66 +385,6 @@ impl RoleManager {
     /// The claim file this holding's demote and its watchdog's fence share.
     fn claim(&self, epoch: u64) -> PathBuf {
         crate::watchdog::claim_path(std::process::id(), &self.spec.name, epoch)
-    }
-
-    /// The watchdog died while guarding a holding: starts another with the
-    /// holding's deadline, told of a running promote hook.
-    fn restart_watchdog(&self, run: &mut Running) {
-        if let Some(dead) = run.watchdog.take() {
-            dead.stop();
-        }
-        let Some((epoch, deadline)) = run.guarded else {
-            return;
-        };
-        tracing::warn!(
-            role = %self.spec.name,
-            epoch,
-            "the fencing watchdog exited while guarding a holding: starting another"
-        );
-        run.watchdog = self.start_watchdog(run, epoch, run.left(deadline));
-        let promote = run.hooks.values().find(|(_, p)| *p).map(|(g, _)| *g);
-        if let (Some(w), Some(pgid)) = (run.watchdog.as_mut(), promote) {
-            w.send(Order::Promote { pgid });
-        }
-    }
-
-    fn start_watchdog(&self, run: &mut Running, epoch: u64, left: Duration) -> Option<Watchdog> {
-        run.watchdog_gen += 1;
-        let gen = run.watchdog_gen;
-        let mut cmd = std::process::Command::new(&self.watchdog_exe);
-        cmd.arg("watchdog")
-            .arg("--deadline-ms")
-            .arg(left.as_millis().to_string())
-            .arg("--hook-timeout-ms")
-            .arg(self.spec.hook_timeout.as_millis().to_string())
-            .arg("--claim")
-            .arg(self.claim(epoch))
-            .arg("--")
-            .args(&self.spec.demote)
-            .envs(self.env(epoch))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped());
-        let mut child = match cmd.spawn() {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::error!(role = %self.spec.name, "cannot start the watchdog: {e}");
-                return None;
-            }
-        };
-        let out = child.stdout.take();
-        let tx = run.tx.clone();
-        std::thread::spawn(move || {
-            if let Some(out) = out {
-                for line in std::io::BufReader::new(out).lines() {
-                    let Ok(line) = line else { break };
-                    let fenced = serde_json::from_str::<Disarmed>(line.trim()).ok()
-                        == Some(Disarmed::Fenced);
-                    let _ = tx.send(Input::Watchdog(gen, Some(fenced)));
-                }
-            }
-            let _ = tx.send(Input::Watchdog(gen, None));
-        });
-        Some(Watchdog { child, gen })
     }
 
     fn event(&self, e: HolderEvent) {

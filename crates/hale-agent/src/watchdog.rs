@@ -1,27 +1,37 @@
 //! The fencing watchdog: a small separate process that runs a role's
-//! demote command when the holder's lease runs out without a renewal, and
+//! demote command when a holding's lease runs out without a renewal, and
 //! the hook runner shared with the agent.
 //!
-//! The agent starts one per holding (`hale watchdog`) and talks to it over
-//! its standard input, one [`Order`] per line (JSON, `{"order": ...}`):
+//! The agent starts **one** (`hale watchdog`) for all the roles it holds,
+//! when it first holds one, and talks to it over its standard input, one
+//! [`Order`] per line (JSON, `{"order": ..., "h": ...}`); `h` names the
+//! holding (one role at one epoch) the order is about:
 //!
+//! * `guard`: start guarding holding `h`: its lease lasts `ms` more
+//!   milliseconds, its fence is the role's demote command (run with `env`,
+//!   under the holding's `claim`, within `hook_timeout_ms`);
 //! * `arm` `ms`: the lease now lasts `ms` more milliseconds (sent only
 //!   when a renewal has committed);
 //! * `promote` `pgid`: a promote hook runs in process group `pgid`;
 //!   `promote-done`: it has exited;
 //! * `disarm`: the agent is stepping down itself. The watchdog answers one
-//!   [`Disarmed`] line on standard output, `fenced` if it has already run
-//!   the fence (the agent need not demote) or `disarmed`. **It keeps its
+//!   [`Answer`] line on standard output, `fenced` if it has already run
+//!   the fence (the agent need not demote) or `disarmed`. **It keeps the
 //!   deadline** (and renewals still re-arm it): an agent frozen between
 //!   this answer and the start of its demote is fenced at the deadline all
 //!   the same;
-//! * `stop`: exit without fencing (the step-down is done).
+//! * `stop`: forget the holding without fencing (the step-down is done).
 //!
-//! It fences (kills the promote hook's process group, then runs the demote
-//! command) when the deadline passes, or at once when its standard input
-//! closes before `stop` (the agent died; demoting early is always safe). If
-//! the agent is frozen (SIGSTOP), the lines stop and the watchdog fences at
-//! the deadline.
+//! It fences a holding (kills its promote hook's process group, then runs
+//! the demote command) when its deadline passes, and every holding at once
+//! when its standard input closes (the agent died; demoting early is always
+//! safe), then exits. If the agent is frozen (SIGSTOP), the lines stop and
+//! each holding is fenced at its deadline. Each fence runs on a thread of
+//! its own: a slow fence never delays another holding's.
+//!
+//! One process for every holding, not one per holding: at 1,000 roles, a
+//! process started per grant (the 123 MB `hale` executable, each time) was
+//! what kept the host too busy to renew (see BENCHMARKS.md, "Roles").
 //!
 //! **The demote runs once per holding.** The agent's own demote (through
 //! `hale demote-once`) and the watchdog's fence both take the holding's
@@ -39,6 +49,7 @@
 //! frozen and resumed is covered by the fencing epoch, which downstream
 //! systems check (see the README).
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -51,25 +62,54 @@ use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
 
 /// What the agent tells its watchdog: one JSON object a line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "order", rename_all = "kebab-case")]
 pub enum Order {
-    /// The lease now lasts `ms` more milliseconds.
+    /// Start guarding holding `h`.
+    Guard {
+        /// The holding.
+        h: u64,
+        /// Its lease lasts this many more milliseconds.
+        ms: u64,
+        /// The fence's time limit, in milliseconds.
+        hook_timeout_ms: u64,
+        /// The claim the fence runs under, shared with the agent's demote.
+        claim: PathBuf,
+        /// The fence (the role's demote command and its arguments).
+        fence: Vec<String>,
+        /// Environment for the fence (`HALE_ROLE`, `HALE_EPOCH`, ...).
+        env: Vec<(String, String)>,
+    },
+    /// Holding `h`'s lease now lasts `ms` more milliseconds.
     Arm {
+        /// The holding.
+        h: u64,
         /// Milliseconds from now.
         ms: u64,
     },
-    /// A promote hook runs in process group `pgid`.
+    /// A promote hook of holding `h` runs in process group `pgid`.
     Promote {
+        /// The holding.
+        h: u64,
         /// Its process group.
         pgid: u32,
     },
-    /// The promote hook has exited.
-    PromoteDone,
-    /// The agent steps down itself: answer with [`Disarmed`].
-    Disarm,
-    /// Exit without fencing.
-    Stop,
+    /// Holding `h`'s promote hook has exited.
+    PromoteDone {
+        /// The holding.
+        h: u64,
+    },
+    /// The agent steps down from holding `h` itself: answer with an
+    /// [`Answer`].
+    Disarm {
+        /// The holding.
+        h: u64,
+    },
+    /// Forget holding `h` without fencing it.
+    Stop {
+        /// The holding.
+        h: u64,
+    },
 }
 
 impl Order {
@@ -79,7 +119,16 @@ impl Order {
     }
 }
 
-/// The watchdog's answer to [`Order::Disarm`]: one JSON string a line.
+/// The watchdog's answer to [`Order::Disarm`]: one JSON object a line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Answer {
+    /// The holding.
+    pub h: u64,
+    /// Whether it had already fenced it.
+    pub disarmed: Disarmed,
+}
+
+/// Whether the watchdog had fenced a holding the agent disarms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Disarmed {
@@ -89,15 +138,20 @@ pub enum Disarmed {
     Disarmed,
 }
 
-/// How the watchdog ended.
+impl Answer {
+    /// Its line on the pipe (without the newline).
+    pub fn line(&self) -> String {
+        serde_json::to_string(self).expect("an answer serialises")
+    }
+}
+
+/// How the watchdog ended (its agent gone).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WatchdogExit {
-    /// Stopped by the agent without fencing.
+    /// Nothing was left to guard: nothing fenced since the last holding.
     Released,
-    /// The deadline passed while armed: fenced.
-    Expired,
-    /// The agent went away: fenced.
-    AgentGone,
+    /// It fenced at least one holding.
+    Fenced,
 }
 
 /// Kills a hook's whole process group (the hook and everything it started
@@ -206,54 +260,39 @@ pub fn demote_once_argv(exe: &Path, claim: &Path, demote: &[String]) -> Vec<Stri
     argv
 }
 
-/// Runs the watchdog on this process's standard input and output until it
-/// is stopped (or has fenced and its agent has gone). `fence` is the demote
-/// command, run under the claim at `claim`; `env` is passed to it.
-pub fn run(
-    first_deadline: Duration,
-    fence: &[String],
-    claim: &Path,
-    env: &[(String, String)],
-    hook_timeout: Duration,
-) -> WatchdogExit {
-    let exit = watch(first_deadline, fence, claim, env, hook_timeout);
-    let _ = std::fs::remove_file(claim);
-    exit
+/// One holding the watchdog guards.
+struct Guarded {
+    /// The lease's end (none once fenced, or while a fence runs).
+    deadline: Option<Instant>,
+    /// Its running promote hook's process group.
+    promote: Option<u32>,
+    /// Its fence ran and succeeded.
+    fenced: bool,
+    /// A fence of it runs now (on a thread of its own).
+    fencing: bool,
+    /// A renewal that came while the fence ran: the deadline if it fails.
+    rearmed: Option<Instant>,
+    /// A `disarm` waits for the running fence's outcome.
+    asked: bool,
+    fence: Fence,
 }
 
-fn watch(
-    first_deadline: Duration,
-    fence: &[String],
-    claim: &Path,
-    env: &[(String, String)],
-    hook_timeout: Duration,
-) -> WatchdogExit {
-    let (tx, rx) = mpsc::channel::<Option<String>>();
-    std::thread::spawn(move || {
-        for l in std::io::stdin().lock().lines().map_while(Result::ok) {
-            if tx.send(Some(l)).is_err() {
-                return;
-            }
-        }
-        let _ = tx.send(None);
-    });
-    let answer = |a: Disarmed| {
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "{}", serde_json::to_string(&a).expect("serialises"));
-        let _ = out.flush();
-    };
-    let mut deadline = Some(Instant::now() + first_deadline);
-    let mut promote: Option<u32> = None;
-    let mut fenced: Option<WatchdogExit> = None;
-    let do_fence = |promote: Option<u32>, why: WatchdogExit| {
+/// What a holding's fence runs.
+#[derive(Clone)]
+struct Fence {
+    argv: Vec<String>,
+    claim: PathBuf,
+    env: Vec<(String, String)>,
+    timeout: Duration,
+}
+
+impl Fence {
+    /// Kills the promote hook's group, then runs the demote under the
+    /// claim; true when it succeeded or the agent's demote had already run.
+    fn run(&self, promote: Option<u32>, why: &str) -> bool {
         if let Some(pgid) = promote {
             kill_group(pgid);
         }
-        let reason = if why == WatchdogExit::Expired {
-            "watchdog-expired"
-        } else {
-            "watchdog-agent-gone"
-        };
         // The fence runs as `hale demote-once` in a process group of its
         // own: the claim is taken and recorded by that process, so a
         // watchdog killed while its fence runs leaves the fence to finish
@@ -262,63 +301,236 @@ fn watch(
         // run again by the agent: nemesis seed 7081.)
         match std::env::current_exe() {
             Ok(exe) => {
-                let argv = demote_once_argv(&exe, claim, fence);
-                run_hook(&argv, env, reason, hook_timeout)
+                let argv = demote_once_argv(&exe, &self.claim, &self.argv);
+                run_hook(&argv, &self.env, why, self.timeout)
             }
             Err(_) => matches!(
-                run_claimed(claim, || run_hook(fence, env, reason, hook_timeout)),
+                run_claimed(&self.claim, || run_hook(
+                    &self.argv,
+                    &self.env,
+                    why,
+                    self.timeout
+                )),
                 Claimed::Ran(true) | Claimed::AlreadyRan
             ),
         }
+    }
+}
+
+/// What reaches the watchdog's loop.
+enum Input {
+    /// A line from the agent.
+    Line(String),
+    /// The agent's pipe closed: it is gone.
+    AgentGone,
+    /// A fence of holding `.0` ended: whether it succeeded.
+    Fenced(u64, bool),
+}
+
+/// The watchdog's state: every holding it guards.
+struct Watch {
+    holdings: BTreeMap<u64, Guarded>,
+    tx: mpsc::Sender<Input>,
+    /// The agent is gone: every holding is fenced until it succeeds.
+    gone: bool,
+    fenced_any: bool,
+}
+
+/// Runs the watchdog on this process's standard input and output until its
+/// agent is gone and every holding it still guarded has been fenced.
+pub fn run() -> WatchdogExit {
+    let (tx, rx) = mpsc::channel::<Input>();
+    let lines = tx.clone();
+    std::thread::spawn(move || {
+        for l in std::io::stdin().lock().lines().map_while(Result::ok) {
+            if lines.send(Input::Line(l)).is_err() {
+                return;
+            }
+        }
+        let _ = lines.send(Input::AgentGone);
+    });
+    let mut w = Watch {
+        holdings: BTreeMap::new(),
+        tx,
+        gone: false,
+        fenced_any: false,
     };
     loop {
-        let msg = match deadline {
+        if w.gone && w.holdings.values().all(|g| g.fenced) {
+            for g in w.holdings.values() {
+                let _ = std::fs::remove_file(&g.fence.claim);
+            }
+            return if w.fenced_any {
+                WatchdogExit::Fenced
+            } else {
+                WatchdogExit::Released
+            };
+        }
+        let next = w.holdings.values().filter_map(|g| g.deadline).min();
+        let input = match next {
             Some(d) => rx.recv_timeout(d.saturating_duration_since(Instant::now())),
             None => rx.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected),
         };
-        match msg {
-            Ok(Some(line)) => match serde_json::from_str::<Order>(line.trim()) {
-                Ok(Order::Arm { ms }) => {
-                    if fenced.is_none() {
-                        deadline = Some(Instant::now() + Duration::from_millis(ms));
-                    }
+        match input {
+            Ok(Input::Line(line)) => {
+                if let Ok(order) = serde_json::from_str::<Order>(line.trim()) {
+                    w.order(order);
                 }
-                Ok(Order::Promote { pgid }) => promote = Some(pgid),
-                Ok(Order::PromoteDone) => promote = None,
-                Ok(Order::Disarm) => {
-                    // The deadline stays: see the module's doc.
-                    answer(if fenced.is_some() {
-                        Disarmed::Fenced
-                    } else {
-                        Disarmed::Disarmed
-                    });
-                }
-                Ok(Order::Stop) => return fenced.unwrap_or(WatchdogExit::Released),
-                Err(_) => {}
-            },
-            Ok(None) | Err(mpsc::RecvTimeoutError::Disconnected) => {
-                if fenced.is_none() {
-                    // Nobody else is left to fence: until it succeeds.
-                    let mut group = promote.take();
-                    while !do_fence(group.take(), WatchdogExit::AgentGone) {
-                        std::thread::sleep(FENCE_RETRY);
-                    }
-                    return WatchdogExit::AgentGone;
-                }
-                return fenced.unwrap_or(WatchdogExit::Released);
             }
+            Ok(Input::AgentGone) => {
+                w.gone = true;
+                let idle: Vec<u64> = w
+                    .holdings
+                    .iter()
+                    .filter(|(_, g)| !g.fenced && !g.fencing)
+                    .map(|(h, _)| *h)
+                    .collect();
+                for h in idle {
+                    w.fence(h);
+                }
+            }
+            Ok(Input::Fenced(h, ok)) => w.fenced(h, ok),
             Err(mpsc::RecvTimeoutError::Timeout) => {
-                if do_fence(promote.take(), WatchdogExit::Expired) {
-                    deadline = None;
-                    fenced = Some(WatchdogExit::Expired);
-                } else {
-                    // Not fenced: tried again soon, and a `disarm` meanwhile
-                    // is told so, so that the agent runs its own demote.
-                    deadline = Some(Instant::now() + FENCE_RETRY);
+                let now = Instant::now();
+                let due: Vec<u64> = w
+                    .holdings
+                    .iter()
+                    .filter(|(_, g)| g.deadline.is_some_and(|d| d <= now))
+                    .map(|(h, _)| *h)
+                    .collect();
+                for h in due {
+                    w.fence(h);
+                }
+            }
+            // Unreachable: the loop holds a sender itself.
+            Err(mpsc::RecvTimeoutError::Disconnected) => return WatchdogExit::Released,
+        }
+    }
+}
+
+impl Watch {
+    fn order(&mut self, order: Order) {
+        let now = Instant::now();
+        let ms = Duration::from_millis;
+        match order {
+            Order::Guard {
+                h,
+                ms: left,
+                hook_timeout_ms,
+                claim,
+                fence,
+                env,
+            } => {
+                let fence = Fence {
+                    argv: fence,
+                    claim,
+                    env,
+                    timeout: ms(hook_timeout_ms),
+                };
+                let g = Guarded {
+                    deadline: Some(now + ms(left)),
+                    promote: None,
+                    fenced: false,
+                    fencing: false,
+                    rearmed: None,
+                    asked: false,
+                    fence,
+                };
+                self.holdings.insert(h, g);
+            }
+            Order::Arm { h, ms: left } => match self.holdings.get_mut(&h) {
+                Some(g) if g.fencing => g.rearmed = Some(now + ms(left)),
+                Some(g) if !g.fenced => g.deadline = Some(now + ms(left)),
+                _ => {}
+            },
+            Order::Promote { h, pgid } => {
+                if let Some(g) = self.holdings.get_mut(&h) {
+                    g.promote = Some(pgid);
+                }
+            }
+            Order::PromoteDone { h } => {
+                if let Some(g) = self.holdings.get_mut(&h) {
+                    g.promote = None;
+                }
+            }
+            // The deadline stays: see the module's doc.
+            Order::Disarm { h } => match self.holdings.get_mut(&h) {
+                Some(g) if g.fencing => g.asked = true,
+                g => answer(h, g.is_some_and(|g| g.fenced)),
+            },
+            Order::Stop { h } => {
+                if let Some(g) = self.holdings.remove(&h) {
+                    let _ = std::fs::remove_file(&g.fence.claim);
                 }
             }
         }
     }
+
+    /// Starts a fence of holding `h` on a thread of its own. Once the
+    /// agent is gone, nobody else is left to fence: it is tried until it
+    /// succeeds.
+    fn fence(&mut self, h: u64) {
+        let Some(g) = self.holdings.get_mut(&h) else {
+            return;
+        };
+        g.fencing = true;
+        g.deadline = None;
+        let (fence, mut promote, tx, gone) = (
+            g.fence.clone(),
+            g.promote.take(),
+            self.tx.clone(),
+            self.gone,
+        );
+        let why = if gone {
+            "watchdog-agent-gone"
+        } else {
+            "watchdog-expired"
+        };
+        std::thread::spawn(move || loop {
+            let ok = fence.run(promote.take(), why);
+            if ok || !gone {
+                let _ = tx.send(Input::Fenced(h, ok));
+                return;
+            }
+            std::thread::sleep(FENCE_RETRY);
+        });
+    }
+
+    fn fenced(&mut self, h: u64, ok: bool) {
+        let gone = self.gone;
+        let Some(g) = self.holdings.get_mut(&h) else {
+            return;
+        };
+        g.fencing = false;
+        let rearmed = g.rearmed.take();
+        if ok {
+            g.fenced = true;
+            self.fenced_any = true;
+        } else if !gone {
+            // Not fenced: tried again soon (or when a renewal that came
+            // meanwhile runs out), and a `disarm` meanwhile is told so, so
+            // that the agent runs its own demote.
+            g.deadline = Some(rearmed.unwrap_or_else(|| Instant::now() + FENCE_RETRY));
+        }
+        if std::mem::take(&mut g.asked) {
+            answer(h, g.fenced);
+        }
+        if !ok && gone {
+            self.fence(h);
+        }
+    }
+}
+
+/// Writes the answer to a `disarm` of holding `h`.
+fn answer(h: u64, fenced: bool) {
+    let disarmed = if fenced {
+        Disarmed::Fenced
+    } else {
+        Disarmed::Disarmed
+    };
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{}", Answer { h, disarmed }.line());
+    let _ = out.flush();
 }
 
 /// Starts `argv` in a process group of its own (so that a kill reaches

@@ -49,9 +49,9 @@ enum Command {
     Control(roles_cmd::ControlArgs),
     /// Show this node's services and their checks.
     Services(roles_cmd::ServicesArgs),
-    /// Internal: the fencing watchdog the agent starts for each held role.
+    /// Internal: the fencing watchdog the agent starts for the roles it holds.
     #[command(hide = true)]
-    Watchdog(roles_cmd::WatchdogArgs),
+    Watchdog,
     /// Internal: the agent's demote command, run once per holding.
     #[command(hide = true)]
     DemoteOnce(roles_cmd::DemoteOnceArgs),
@@ -80,7 +80,7 @@ fn main() -> ExitCode {
         Command::Roles(a) => roles_cmd::roles(a).map(|()| ExitCode::SUCCESS),
         Command::Control(a) => roles_cmd::control(a).map(|()| ExitCode::SUCCESS),
         Command::Services(a) => roles_cmd::services(a).map(|()| ExitCode::SUCCESS),
-        Command::Watchdog(a) => Ok(roles_cmd::watchdog(a)),
+        Command::Watchdog => Ok(roles_cmd::watchdog()),
         Command::DemoteOnce(a) => Ok(hale_agent::watchdog::demote_once(&a.claim, &a.demote)),
         Command::Drill(a) => drill_cmd::run(a),
         Command::Status(a) => status_cmd::run(a).map(|()| ExitCode::SUCCESS),

@@ -1,8 +1,6 @@
 //! `hale roles`, `hale roles handover`, `hale services`, and the internal
 //! `hale watchdog` that fences a role when its lease runs out.
 
-use std::time::Duration;
-
 use clap::{Args, Subcommand};
 
 use crate::client_cmd::{block_on, ApiArgs};
@@ -126,29 +124,11 @@ pub fn services(args: &ServicesArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `hale watchdog` (started by the agent, not by people).
-#[derive(Debug, Args)]
-pub struct WatchdogArgs {
-    /// Fence if not re-armed within this many milliseconds.
-    #[arg(long)]
-    pub deadline_ms: u64,
-    /// Hard limit on the fence command.
-    #[arg(long, default_value_t = 10_000)]
-    pub hook_timeout_ms: u64,
-    /// The holding's demote claim, shared with the agent's own demote so
-    /// that the demote runs once (removed when the watchdog exits).
-    #[arg(long)]
-    pub claim: std::path::PathBuf,
-    /// The fence (demote) command and its arguments.
-    #[arg(last = true)]
-    pub fence: Vec<String>,
-}
-
 /// `hale demote-once` (started by the agent, not by people): the agent's
 /// demote command under the holding's claim.
 #[derive(Debug, Args)]
 pub struct DemoteOnceArgs {
-    /// The holding's demote claim (see `hale watchdog --claim`).
+    /// The holding's demote claim, shared with the watchdog's fence.
     #[arg(long)]
     pub claim: std::path::PathBuf,
     /// The demote command and its arguments.
@@ -156,42 +136,32 @@ pub struct DemoteOnceArgs {
     pub demote: Vec<String>,
 }
 
-/// Runs the watchdog; exit status 0 when released, 3 when it fenced.
-pub fn watchdog(args: &WatchdogArgs) -> std::process::ExitCode {
+/// `hale watchdog` (started by the agent, not by people): guards every
+/// holding the agent tells it of; exit status 0 when its agent went away
+/// with nothing to fence, 3 when it fenced.
+pub fn watchdog() -> std::process::ExitCode {
     // Test builds only (see `hale_control::planted`): a watchdog that never fences.
     #[cfg(feature = "planted-bugs")]
     if hale_control::planted::active("no-watchdog") {
         return planted_idle_watchdog();
     }
-    let env: Vec<(String, String)> = ["HALE_ROLE", "HALE_EPOCH", "HALE_NODE"]
-        .iter()
-        .filter_map(|k| std::env::var(k).ok().map(|v| ((*k).to_owned(), v)))
-        .collect();
-    match hale_agent::watchdog::run(
-        Duration::from_millis(args.deadline_ms),
-        &args.fence,
-        &args.claim,
-        &env,
-        Duration::from_millis(args.hook_timeout_ms),
-    ) {
+    match hale_agent::watchdog::run() {
         hale_agent::watchdog::WatchdogExit::Released => std::process::ExitCode::SUCCESS,
-        _ => std::process::ExitCode::from(3),
+        hale_agent::watchdog::WatchdogExit::Fenced => std::process::ExitCode::from(3),
     }
 }
 
 /// Planted bug `no-watchdog`: answers the agent as a watchdog would, fences never.
 #[cfg(feature = "planted-bugs")]
 fn planted_idle_watchdog() -> std::process::ExitCode {
+    use hale_agent::watchdog::{Answer, Disarmed, Order};
     use std::io::{BufRead, Write};
-    for line in std::io::stdin().lock().lines() {
-        match line.as_deref().map(str::trim) {
-            Ok("disarm") => {
-                let mut out = std::io::stdout().lock();
-                let _ = writeln!(out, "disarmed");
-                let _ = out.flush();
-            }
-            Ok("stop" | "release") | Err(_) => break,
-            Ok(_) => {}
+    for line in std::io::stdin().lock().lines().map_while(Result::ok) {
+        if let Ok(Order::Disarm { h }) = serde_json::from_str(line.trim()) {
+            let disarmed = Disarmed::Disarmed;
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "{}", Answer { h, disarmed }.line());
+            let _ = out.flush();
         }
     }
     std::process::ExitCode::SUCCESS

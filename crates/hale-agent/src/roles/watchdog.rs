@@ -1,33 +1,320 @@
-//! The agent's side of one holding's fencing watchdog process.
+//! The agent's side of its fencing watchdog: one process guarding every
+//! holding of every role manager (see `crate::watchdog` for its side).
+//!
+//! The hub starts the process when a first holding needs it, sends each
+//! manager's orders tagged with the holding's id, hands each `disarm`'s
+//! answer back to the manager that asked, and, should the process die
+//! (killed, say), starts another and tells it of every holding still
+//! guarded, with what is left of its lease and its running promote hook,
+//! so that no holding goes unguarded. A holding whose `disarm` was pending
+//! when the process died is answered "not fenced" (the agent demotes it
+//! itself; the claim keeps a fence the dead one may have started from
+//! running the demote twice).
+//!
+//! When the last manager lets go of the hub (the agent stops, or its role
+//! tasks are aborted), the process's standard input closes and it fences
+//! whatever it still guards.
 
-use std::io::Write;
-use std::process::Child;
+use std::collections::BTreeMap;
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{mpsc, Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
 
-use crate::watchdog::Order;
+use tokio::sync::mpsc::UnboundedSender;
 
-/// The watchdog process of one holding, and the thread reading its answers.
-pub(super) struct Watchdog {
-    pub(super) child: Child,
-    /// Tells its answers from an earlier watchdog's.
-    pub(super) gen: u64,
+use super::Input;
+use crate::watchdog::{Answer, Disarmed, Order};
+
+/// The agent's fencing watchdog, shared by its role managers.
+#[derive(Clone)]
+pub struct Watchdogs {
+    exe: PathBuf,
+    hub: Arc<Mutex<Hub>>,
 }
 
-impl Watchdog {
-    /// Sends one line; false if the watchdog is gone (its pipe is closed).
-    pub(super) fn send(&mut self, order: Order) -> bool {
-        match self.child.stdin.as_mut() {
-            Some(stdin) => writeln!(stdin, "{}", order.line())
-                .and_then(|()| stdin.flush())
-                .is_ok(),
-            None => false,
+/// What the hub knows of one holding: enough to guard it again in a new
+/// process.
+struct Guarded {
+    /// Its `guard` order, sent again (with the lease's remaining time) to
+    /// a new process.
+    guard: Order,
+    deadline: Instant,
+    promote: Option<u32>,
+    /// A `disarm` awaits its answer.
+    disarming: bool,
+    /// Its manager.
+    tx: UnboundedSender<Input>,
+}
+
+struct Hub {
+    /// The running process: its generation, the process, and the queue
+    /// of its writer thread (a frozen watchdog fills its pipe: the writer
+    /// blocks then, never a role manager, and never the agent's runtime).
+    process: Option<(u64, Child, mpsc::Sender<String>)>,
+    generation: u64,
+    /// The last holding id given out (ids start at 1).
+    last: u64,
+    holdings: BTreeMap<u64, Guarded>,
+}
+
+impl Watchdogs {
+    /// A hub that starts `exe watchdog` when a holding first needs it.
+    pub fn new(exe: PathBuf) -> Self {
+        let hub = Hub {
+            process: None,
+            generation: 0,
+            last: 0,
+            holdings: BTreeMap::new(),
+        };
+        Watchdogs {
+            exe,
+            hub: Arc::new(Mutex::new(hub)),
         }
     }
 
-    /// Tells it to exit without fencing, and reaps it off the runtime.
-    pub(super) fn stop(mut self) {
-        self.send(Order::Stop);
+    /// The `hale` executable (also for `hale demote-once`).
+    pub fn exe(&self) -> &std::path::Path {
+        &self.exe
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Hub> {
+        self.hub
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Starts guarding a holding whose lease lasts `left` more: its fence
+    /// is `fence` (run with `env` under `claim`, within `hook_timeout`).
+    /// Answers to its `disarm` go to `tx`. Returns the holding's id.
+    pub(super) fn guard(
+        &self,
+        tx: UnboundedSender<Input>,
+        claim: PathBuf,
+        fence: Vec<String>,
+        env: Vec<(String, String)>,
+        hook_timeout: Duration,
+        left: Duration,
+    ) -> u64 {
+        let mut hub = self.lock();
+        hub.last += 1;
+        let h = hub.last;
+        let guard = Order::Guard {
+            h,
+            ms: 0,
+            hook_timeout_ms: hook_timeout.as_millis() as u64,
+            claim,
+            fence,
+            env,
+        };
+        let g = Guarded {
+            guard,
+            deadline: Instant::now() + left,
+            promote: None,
+            disarming: false,
+            tx,
+        };
+        hub.holdings.insert(h, g);
+        if hub.process.is_none() {
+            // Starting the process guards every holding, this one included.
+            self.start(&mut hub);
+        } else {
+            let order = hub.holdings[&h].guard_now();
+            hub.send(&order);
+        }
+        h
+    }
+
+    /// Holding `h`'s lease now lasts `left` more.
+    pub(super) fn arm(&self, h: u64, left: Duration) {
+        let mut hub = self.lock();
+        if let Some(g) = hub.holdings.get_mut(&h) {
+            g.deadline = Instant::now() + left;
+            let ms = left.as_millis() as u64;
+            hub.send(&Order::Arm { h, ms });
+        }
+    }
+
+    /// Holding `h`'s promote hook runs in process group `pgid` (or, with
+    /// `None`, has exited).
+    pub(super) fn promote(&self, h: u64, pgid: Option<u32>) {
+        let mut hub = self.lock();
+        if let Some(g) = hub.holdings.get_mut(&h) {
+            g.promote = pgid;
+            hub.send(&match pgid {
+                Some(pgid) => Order::Promote { h, pgid },
+                None => Order::PromoteDone { h },
+            });
+        }
+    }
+
+    /// Asks whether holding `h` was fenced; the answer reaches its manager
+    /// as `Input::Watchdog`. False if it could not be asked (no process).
+    pub(super) fn disarm(&self, h: u64) -> bool {
+        let mut hub = self.lock();
+        let sent = hub.send(&Order::Disarm { h });
+        if let Some(g) = hub.holdings.get_mut(&h) {
+            g.disarming = sent;
+        }
+        sent
+    }
+
+    /// Forgets holding `h` without fencing it.
+    pub(super) fn stop(&self, h: u64) {
+        let mut hub = self.lock();
+        if hub.holdings.remove(&h).is_some() {
+            hub.send(&Order::Stop { h });
+        }
+    }
+
+    /// Starts a process and guards every holding in it (none is left
+    /// unguarded if it cannot start: each `disarm` then answers "not
+    /// asked" and the agent demotes itself).
+    fn start(&self, hub: &mut Hub) {
+        let child = Command::new(&self.exe)
+            .arg("watchdog")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn();
+        let mut child = match child {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!("cannot start the fencing watchdog: {e}");
+                return;
+            }
+        };
+        let (Some(stdin), Some(out)) = (child.stdin.take(), child.stdout.take()) else {
+            let _ = child.kill();
+            return;
+        };
+        hub.generation += 1;
+        let generation = hub.generation;
+        let (lines, queue) = mpsc::channel();
+        std::thread::spawn(move || write_lines(stdin, &queue));
+        hub.process = Some((generation, child, lines));
+        let orders: Vec<Order> = hub.holdings.values().flat_map(Guarded::orders).collect();
+        for o in &orders {
+            hub.send(o);
+        }
+        let (weak, exe) = (Arc::downgrade(&self.hub), self.exe.clone());
         std::thread::spawn(move || {
-            let _ = self.child.wait();
+            for line in std::io::BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                let Ok(a) = serde_json::from_str::<Answer>(line.trim()) else {
+                    continue;
+                };
+                let Some(hub) = weak.upgrade() else { return };
+                let mut hub = hub
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                if let Some(g) = hub.holdings.get_mut(&a.h) {
+                    if std::mem::take(&mut g.disarming) {
+                        let fenced = a.disarmed == Disarmed::Fenced;
+                        let _ = g.tx.send(Input::Watchdog(a.h, Some(fenced)));
+                    }
+                }
+            }
+            exited(&weak, exe, generation);
         });
+    }
+}
+
+/// Process `generation` exited: unless it was replaced already, answers
+/// pending `disarm`s "not fenced" and guards the rest in a new process.
+fn exited(weak: &Weak<Mutex<Hub>>, exe: PathBuf, generation: u64) {
+    let Some(arc) = weak.upgrade() else { return };
+    let mut hub = arc
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if hub.process.as_ref().map(|p| p.0) != Some(generation) {
+        return;
+    }
+    if let Some(process) = hub.process.take() {
+        reap(process);
+    }
+    hub.holdings.retain(|h, g| {
+        if g.disarming {
+            let _ = g.tx.send(Input::Watchdog(*h, None));
+        }
+        !g.disarming
+    });
+    if hub.holdings.is_empty() {
+        return;
+    }
+    tracing::warn!(
+        holdings = hub.holdings.len(),
+        "the fencing watchdog exited while guarding holdings: starting another"
+    );
+    let w = Watchdogs {
+        exe,
+        hub: arc.clone(),
+    };
+    w.start(&mut hub);
+}
+
+impl Guarded {
+    /// Its `guard` order with what is left of the lease now.
+    fn guard_now(&self) -> Order {
+        let mut o = self.guard.clone();
+        if let Order::Guard { ms, .. } = &mut o {
+            *ms = self
+                .deadline
+                .saturating_duration_since(Instant::now())
+                .as_millis() as u64;
+        }
+        o
+    }
+
+    /// What a new process must be told of it.
+    fn orders(&self) -> Vec<Order> {
+        let mut v = vec![self.guard_now()];
+        if let (Some(pgid), Order::Guard { h, .. }) = (self.promote, &self.guard) {
+            v.push(Order::Promote { h: *h, pgid });
+        }
+        v
+    }
+}
+
+impl Hub {
+    /// Queues one order; false if there is no process or its pipe has
+    /// closed.
+    fn send(&mut self, order: &Order) -> bool {
+        match self.process.as_mut() {
+            Some((_, _, lines)) => lines.send(order.line()).is_ok(),
+            None => false,
+        }
+    }
+}
+
+/// The writer thread: writes the queued lines to the process's pipe, all
+/// that are waiting in one write, until the pipe or the queue closes.
+fn write_lines(stdin: ChildStdin, queue: &mpsc::Receiver<String>) {
+    let mut out = std::io::BufWriter::new(stdin);
+    while let Ok(first) = queue.recv() {
+        let mut ok = writeln!(out, "{first}").is_ok();
+        while let (true, Ok(more)) = (ok, queue.try_recv()) {
+            ok = writeln!(out, "{more}").is_ok();
+        }
+        if !ok || out.flush().is_err() {
+            return;
+        }
+    }
+}
+
+/// Closes a process's queue (its pipe closes when the writer is done: it
+/// fences what it still guards, and exits) and reaps it off this thread.
+fn reap((_, mut child, lines): (u64, Child, mpsc::Sender<String>)) {
+    drop(lines);
+    std::thread::spawn(move || {
+        let _ = child.wait();
+    });
+}
+
+impl Drop for Hub {
+    fn drop(&mut self) {
+        if let Some(process) = self.process.take() {
+            reap(process);
+        }
     }
 }

@@ -1,8 +1,9 @@
 //! The fencing watchdog as a real process, talked to as the agent talks to
-//! it: it keeps its deadline through a step-down, and the demote runs once
-//! per holding whichever of the agent and the watchdog reaches for it.
+//! it: it keeps its deadline through a step-down, the demote runs once
+//! per holding whichever of the agent and the watchdog reaches for it, and
+//! one process guards many holdings, each on its own deadline.
 
-use hale_agent::watchdog::{Disarmed, Order};
+use hale_agent::watchdog::{Answer, Disarmed, Order};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -42,21 +43,35 @@ impl Drop for Reaped {
     }
 }
 
-fn watchdog(deadline_ms: u64, claim: &Path, fence: &[String]) -> Reaped {
+/// A watchdog process guarding nothing yet.
+fn watchdog_process() -> Reaped {
     Reaped(
         Command::new(hale_bin())
             .arg("watchdog")
-            .arg("--deadline-ms")
-            .arg(deadline_ms.to_string())
-            .arg("--claim")
-            .arg(claim)
-            .arg("--")
-            .args(fence)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
             .unwrap(),
     )
+}
+
+/// The order to guard holding `h` for `ms` with `fence` under `claim`.
+fn guard(h: u64, ms: u64, claim: &Path, fence: &[String]) -> Order {
+    Order::Guard {
+        h,
+        ms,
+        hook_timeout_ms: 10_000,
+        claim: claim.to_owned(),
+        fence: fence.to_vec(),
+        env: vec![],
+    }
+}
+
+/// A watchdog guarding one holding (number 1).
+fn watchdog(deadline_ms: u64, claim: &Path, fence: &[String]) -> Reaped {
+    let mut w = watchdog_process();
+    say(&mut w, guard(1, deadline_ms, claim, fence));
+    w
 }
 
 fn say(w: &mut Reaped, order: Order) {
@@ -65,12 +80,24 @@ fn say(w: &mut Reaped, order: Order) {
     stdin.flush().unwrap();
 }
 
+/// The next answer, which must be about holding 1.
 fn answer(w: &mut Reaped) -> Disarmed {
+    let a = next_answer(w);
+    assert_eq!(a.h, 1);
+    a.disarmed
+}
+
+fn next_answer(w: &mut Reaped) -> Answer {
     let mut line = String::new();
     BufReader::new(w.0.stdout.as_mut().unwrap())
         .read_line(&mut line)
         .unwrap();
     serde_json::from_str(line.trim()).unwrap()
+}
+
+/// The agent goes away cleanly: its pipe closes.
+fn close(w: &mut Reaped) {
+    drop(w.0.stdin.take());
 }
 
 fn demote_once(claim: &Path, cmd: &[String]) -> Reaped {
@@ -93,7 +120,7 @@ fn an_agent_frozen_between_disarming_its_watchdog_and_starting_its_demote_is_sti
     let log = dir.path().join("log");
     let claim = dir.path().join("claim");
     let mut w = watchdog(800, &claim, &demote(&log, "fence", 0.0));
-    say(&mut w, Order::Disarm);
+    say(&mut w, Order::Disarm { h: 1 });
     assert_eq!(answer(&mut w), Disarmed::Disarmed);
     // The agent says nothing more (frozen): the deadline still holds.
     wait_until(Duration::from_secs(10), "the watchdog's fence", || {
@@ -104,11 +131,12 @@ fn an_agent_frozen_between_disarming_its_watchdog_and_starting_its_demote_is_sti
     let mut d = demote_once(&claim, &demote(&log, "agent", 0.0));
     assert!(d.0.wait().unwrap().success());
     assert_eq!(lines(&log), ["fence", "done"]);
-    say(&mut w, Order::Stop);
+    say(&mut w, Order::Stop { h: 1 });
+    close(&mut w);
     assert_eq!(w.0.wait().unwrap().code(), Some(3), "it says it fenced");
     assert!(
         !claim.exists(),
-        "the watchdog removes the claim when it exits"
+        "the watchdog removes the claim when it forgets the holding"
     );
 }
 
@@ -118,13 +146,16 @@ fn the_demote_runs_once_when_the_watchdogs_deadline_passes_during_the_agents_dem
     let log = dir.path().join("log");
     let claim = dir.path().join("claim");
     let mut w = watchdog(300, &claim, &demote(&log, "fence", 0.0));
-    say(&mut w, Order::Disarm);
+    say(&mut w, Order::Disarm { h: 1 });
     assert_eq!(answer(&mut w), Disarmed::Disarmed);
     // The agent's demote takes a second: the deadline passes meanwhile.
     let mut d = demote_once(&claim, &demote(&log, "agent", 1.0));
     assert!(d.0.wait().unwrap().success());
     // The watchdog waited for it, then found it done.
-    say(&mut w, Order::Stop);
+    say(&mut w, Order::Disarm { h: 1 });
+    assert_eq!(answer(&mut w), Disarmed::Fenced, "its fence found it done");
+    say(&mut w, Order::Stop { h: 1 });
+    close(&mut w);
     w.0.wait().unwrap();
     assert_eq!(lines(&log), ["agent", "done"]);
 }
@@ -144,7 +175,7 @@ fn a_demote_killed_midway_is_run_by_the_watchdog() {
     nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL).unwrap();
     drop(d);
     // ...and dies: the watchdog fences at once, and the demote runs again.
-    drop(w.0.stdin.take());
+    close(&mut w);
     wait_until(Duration::from_secs(10), "the watchdog's fence", || {
         lines(&log) == ["agent", "fence", "done"]
     });
@@ -172,14 +203,15 @@ fn a_fence_that_fails_is_tried_again_until_it_succeeds_and_the_agent_is_told_it_
         !lines(&log).is_empty()
     });
     // Meanwhile the agent asks: not fenced, so it must demote itself.
-    say(&mut w, Order::Disarm);
+    say(&mut w, Order::Disarm { h: 1 });
     assert_eq!(answer(&mut w), Disarmed::Disarmed);
     wait_until(Duration::from_secs(10), "the fence, tried again", || {
         lines(&log) == ["try", "try", "try", "try", "fenced"]
     });
-    say(&mut w, Order::Disarm);
+    say(&mut w, Order::Disarm { h: 1 });
     assert_eq!(answer(&mut w), Disarmed::Fenced);
-    say(&mut w, Order::Stop);
+    say(&mut w, Order::Stop { h: 1 });
+    close(&mut w);
     assert!(w.0.wait().unwrap().code().is_some());
 }
 
@@ -201,4 +233,90 @@ fn a_watchdog_killed_while_its_fence_runs_leaves_the_fence_to_finish_and_the_age
     let mut d = demote_once(&claim, &demote(&log, "agent", 0.0));
     assert!(d.0.wait().unwrap().success());
     assert_eq!(lines(&log), ["fence", "done"]);
+}
+
+#[test]
+fn one_watchdog_fences_each_holding_at_its_own_deadline_and_a_slow_fence_delays_no_other() {
+    let dir = log_dir("watchdog_many");
+    let (slow, fast, kept) = (
+        dir.path().join("slow"),
+        dir.path().join("fast"),
+        dir.path().join("kept"),
+    );
+    let claim = |n: &str| dir.path().join(format!("claim-{n}"));
+    let mut w = watchdog_process();
+    // Holding 1's fence hangs until its 5 s limit kills it; holding 2's
+    // deadline passes while it runs; holding 3 is renewed, never fenced.
+    // (It hangs on its first run only.)
+    let hanging_once = vec![
+        "sh".into(),
+        "-c".into(),
+        format!(
+            "echo fence >> {l}; [ $(grep -c fence {l}) -ge 2 ] || sleep 8",
+            l = slow.display()
+        ),
+    ];
+    let mut hangs = guard(1, 100, &claim("1"), &hanging_once);
+    if let Order::Guard {
+        hook_timeout_ms, ..
+    } = &mut hangs
+    {
+        *hook_timeout_ms = 5_000;
+    }
+    say(&mut w, hangs);
+    say(
+        &mut w,
+        guard(2, 600, &claim("2"), &demote(&fast, "fence", 0.0)),
+    );
+    say(
+        &mut w,
+        guard(3, 600, &claim("3"), &demote(&kept, "fence", 0.0)),
+    );
+    wait_until(Duration::from_secs(10), "holding 1's fence starts", || {
+        lines(&slow) == ["fence"]
+    });
+    for _ in 0..10 {
+        say(&mut w, Order::Arm { h: 3, ms: 600 });
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(
+        lines(&fast),
+        ["fence", "done"],
+        "not held up by holding 1's"
+    );
+    assert!(lines(&kept).is_empty(), "holding 3 was renewed all along");
+    // A disarm of the holding whose fence still runs waits for its end;
+    // the others are answered at once, each by its own id.
+    for h in [1, 2, 3] {
+        say(&mut w, Order::Disarm { h });
+    }
+    let (fenced, disarmed) = (Disarmed::Fenced, Disarmed::Disarmed);
+    assert_eq!(
+        next_answer(&mut w),
+        Answer {
+            h: 2,
+            disarmed: fenced
+        }
+    );
+    assert_eq!(next_answer(&mut w), Answer { h: 3, disarmed });
+    // Holdings 2 and 3 handed over (before 3's deadline, which a disarm
+    // keeps): forgotten.
+    say(&mut w, Order::Stop { h: 3 });
+    say(&mut w, Order::Stop { h: 2 });
+    // Holding 1's fence ran out of time: not fenced.
+    assert_eq!(next_answer(&mut w), Answer { h: 1, disarmed });
+    // The agent goes away: the watchdog fences what it still guards
+    // (holding 1), and never 3.
+    close(&mut w);
+    assert_eq!(
+        w.0.wait().unwrap().code(),
+        Some(3),
+        "it fenced, then exited"
+    );
+    assert_eq!(lines(&slow), ["fence", "fence"]);
+    assert!(lines(&kept).is_empty());
+    assert!(
+        !claim("2").exists() && !claim("3").exists(),
+        "claims removed"
+    );
 }
