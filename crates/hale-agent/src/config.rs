@@ -42,7 +42,7 @@ use hale_keyring::{Key, Keyring};
 mod role;
 mod service;
 
-pub use role::{parse_servers, ControlPlan, ControlSection, RoleSection, RoleSpec};
+pub use role::{parse_servers, ControlPlan, ControlSection, RoleSpec};
 pub use service::{CheckSection, CheckSpec, Probe, ServiceSection, ServiceSpec};
 
 /// The keyring file's name in `[agent] state_dir`.
@@ -68,7 +68,7 @@ pub struct FileConfig {
     pub services: Vec<service::ServiceSection>,
     /// `[[role]]`: this node's candidacies.
     #[serde(default, rename = "role")]
-    pub roles: Vec<role::RoleSection>,
+    pub roles: Vec<RoleSpec>,
     /// `[relay]`: the Sentry-compatible relay (absent: disabled).
     #[serde(default)]
     pub relay: Option<RelaySection>,
@@ -268,7 +268,7 @@ pub struct AgentConfig {
     /// This node's services.
     pub services: Vec<service::ServiceSpec>,
     /// This node's candidacies.
-    pub roles: Vec<role::RoleSpec>,
+    pub roles: Vec<RoleSpec>,
     /// The control plane, if roles are used.
     pub control: Option<role::ControlPlan>,
     /// The `hale` executable that runs role watchdogs.
@@ -440,12 +440,10 @@ impl FileConfig {
             .map(|(i, s)| s.validate(i))
             .collect::<Result<Vec<_>, _>>()?;
         let names: Vec<String> = services.iter().map(|s| s.name.clone()).collect();
-        let roles = self
-            .roles
-            .iter()
-            .enumerate()
-            .map(|(i, r)| r.validate(i, &names))
-            .collect::<Result<Vec<_>, _>>()?;
+        for (i, r) in self.roles.iter().enumerate() {
+            r.validate(i, &names)?;
+        }
+        let roles = self.roles.clone();
         let control =
             role::ControlSection::plan(self.control.as_ref(), id.name(), !roles.is_empty())?;
         let watchdog_exe = match &self.agent.watchdog {

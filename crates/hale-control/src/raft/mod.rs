@@ -148,39 +148,22 @@ pub struct ControlStatus {
 
 pub use crate::lease::AcquireRequest;
 
-/// A control-plane server's Raft state (`leader`, `follower`, `candidate`,
-/// `learner`, `stopped`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ControlState {
-    /// It leads: it grants leases.
-    Leader,
-    /// It follows a leader.
-    Follower,
-    /// It is standing for election.
-    Candidate,
-    /// It replicates but does not vote.
-    Learner,
-    /// Its Raft has stopped (a storage error, or shut down).
-    Stopped,
-}
-
-impl ControlState {
-    /// Its name on the wire.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ControlState::Leader => "leader",
-            ControlState::Follower => "follower",
-            ControlState::Candidate => "candidate",
-            ControlState::Learner => "learner",
-            ControlState::Stopped => "stopped",
-        }
-    }
-}
-
-impl std::fmt::Display for ControlState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+crate::named_enum! {
+    /// A control-plane server's Raft state (`leader`, `follower`, `candidate`,
+    /// `learner`, `stopped`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+    #[serde(rename_all = "lowercase")]
+    pub enum ControlState {
+        /// It leads: it grants leases.
+        Leader => "leader",
+        /// It follows a leader.
+        Follower => "follower",
+        /// It is standing for election.
+        Candidate => "candidate",
+        /// It replicates but does not vote.
+        Learner => "learner",
+        /// Its Raft has stopped (a storage error, or shut down).
+        Stopped => "stopped",
     }
 }
 
