@@ -204,23 +204,17 @@ impl ControlPlane {
             ) = (req, resp)
             {
                 if let Some(gr) = g.lock().expect("grantor lock").as_mut() {
-                    gr.prefer(
-                        role,
-                        next,
-                        Time::from_nanos(origin.elapsed().as_nanos() as u64),
-                    );
+                    gr.prefer(role, next, since(origin));
                 }
             }
         });
         // Every server notes when it appended each grant or renewal (and
         // when a snapshot brought entries it never appended); the leader's
         // grantor reads this clock. Lock order: grantor, then appends.
-        let appends = Arc::new(Mutex::new(AppendClock::new(Time::from_nanos(
-            origin.elapsed().as_nanos() as u64,
-        ))));
+        let appends = Arc::new(Mutex::new(AppendClock::new(since(origin))));
         let a = appends.clone();
         let on_append: store::AppendHook = Arc::new(move |req| {
-            let now = Time::from_nanos(origin.elapsed().as_nanos() as u64);
+            let now = since(origin);
             let mut a = a.lock().expect("appends lock");
             match req {
                 Some(req) => a.appended(req, now),
@@ -289,7 +283,7 @@ impl ControlPlane {
     }
 
     fn now(&self) -> Time {
-        Time::from_nanos(self.origin.elapsed().as_nanos() as u64)
+        since(self.origin)
     }
 
     /// Keeps the grantor in step with leadership: a fresh grantor (which
@@ -622,6 +616,11 @@ impl ControlPlane {
 
 /// What a proposal to this server's Raft came to (a stopped Raft: ask
 /// another server; any other failure: the request failed).
+/// The control plane's clock: the time since `origin`.
+fn since(origin: Instant) -> Time {
+    Time::from_nanos(origin.elapsed().as_nanos() as u64)
+}
+
 fn written(
     r: Result<
         openraft::raft::ClientWriteResponse<TypeConfig>,
@@ -638,7 +637,7 @@ fn written(
 /// A lease request's outcome on the wire: an answer (`200`, the leader's
 /// `Result`), or `503` when the client should ask another server
 /// ([`ControlError::ask_another`]).
-fn lease_answer(r: Result<LeaseResponse, ControlError>) -> Response {
+fn lease_answer<T: Serialize>(r: Result<T, ControlError>) -> Response {
     match r {
         Err(e) if e.ask_another() => {
             (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response()
