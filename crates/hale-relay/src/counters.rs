@@ -258,11 +258,11 @@ impl Counters {
 
     /// The breaker state of upstream `i` (0 primary, 1 standby).
     pub fn breaker(&self, i: usize) -> BreakerGauge {
-        match self.breaker[i].load(Ordering::Relaxed) {
-            1 => BreakerGauge::Open,
-            2 => BreakerGauge::HalfOpen,
-            _ => BreakerGauge::Closed,
-        }
+        let gauge = usize::from(self.breaker[i].load(Ordering::Relaxed));
+        BreakerGauge::ALL
+            .get(gauge)
+            .copied()
+            .unwrap_or(BreakerGauge::Closed)
     }
 
     /// A snapshot of the drop matrix, for client reports: `(reason, category, count)`.
