@@ -20,9 +20,9 @@
 /// Declares a field-less enum whose variants each have one fixed name (on
 /// the wire, in metrics and in text), and gives it `ALL` (the variants in
 /// order), `as_str`, `parse` and a `Display` that writes the name (padded
-/// to the width asked for, as `{:<8}`).
-#[doc(hidden)]
-#[macro_export]
+/// to the width asked for, as `{:<8}`). Defined before the modules, which
+/// use it by name. (`hale_relay::named_enum!` is the same macro for crates
+/// that depend on the relay.)
 macro_rules! named_enum {
     (
         $(#[$meta:meta])*

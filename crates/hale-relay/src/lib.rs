@@ -26,7 +26,8 @@
 /// Declares a field-less enum whose variants each have one fixed name (on
 /// the wire, in metrics and in text), and gives it `ALL` (the variants in
 /// order), `as_str`, `parse` and a `Display` that writes the name (padded
-/// to the width asked for, as `{:<8}`).
+/// to the width asked for, as `{:<8}`). Defined before the modules, which
+/// use it by name; other crates as `hale_relay::named_enum!`.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! named_enum {

@@ -148,7 +148,7 @@ pub struct ControlStatus {
 
 pub use crate::lease::AcquireRequest;
 
-crate::named_enum! {
+named_enum! {
     /// A control-plane server's Raft state (`leader`, `follower`, `candidate`,
     /// `learner`, `stopped`).
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
