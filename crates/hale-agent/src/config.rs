@@ -42,7 +42,7 @@ use hale_keyring::{Key, Keyring};
 mod role;
 mod service;
 
-pub use role::{parse_servers, ControlPlan, ControlSection, RoleSection, RoleSpec};
+pub use role::{parse_servers, ControlPlan, ControlSection, RoleSpec};
 pub use service::{CheckSection, CheckSpec, Probe, ServiceSection, ServiceSpec};
 
 /// The keyring file's name in `[agent] state_dir`.
@@ -68,7 +68,7 @@ pub struct FileConfig {
     pub services: Vec<service::ServiceSection>,
     /// `[[role]]`: this node's candidacies.
     #[serde(default, rename = "role")]
-    pub roles: Vec<role::RoleSection>,
+    pub roles: Vec<RoleSpec>,
     /// `[relay]`: the Sentry-compatible relay (absent: disabled).
     #[serde(default)]
     pub relay: Option<RelaySection>,
@@ -158,49 +158,67 @@ pub struct ClusterSection {
     pub insecure_plaintext: bool,
 }
 
-/// `[membership]`: optional overrides of the profile's knobs (see
-/// `hale_core::Config` for what each does).
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[allow(missing_docs)] // Each field is documented on hale_core::Config, which it overrides.
-pub struct MembershipSection {
+/// Declares `[membership]` (each field an optional override of the
+/// `hale_core::Config` field of the same name) and `apply`, which overrides.
+macro_rules! membership_section {
+    ($($(#[$attr:meta])* $field:ident: $ty:ty,)*) => {
+        /// `[membership]`: optional overrides of the profile's knobs (see
+        /// `hale_core::Config` for what each does).
+        #[derive(Debug, Clone, Default, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        #[allow(missing_docs)] // Each field is documented on hale_core::Config, which it overrides.
+        pub struct MembershipSection {
+            $($(#[$attr])* pub $field: Option<$ty>,)*
+        }
+
+        impl MembershipSection {
+            fn apply(&self, c: &mut CoreConfig) {
+                $(if let Some(v) = self.$field {
+                    c.$field = v;
+                })*
+            }
+        }
+    };
+}
+
+membership_section! {
     #[serde(default, with = "humantime_serde")]
-    pub probe_interval: Option<Duration>,
+    probe_interval: Duration,
     #[serde(default, with = "humantime_serde")]
-    pub walk_interval: Option<Duration>,
+    walk_interval: Duration,
     #[serde(default, with = "humantime_serde")]
-    pub monitor_interval: Option<Duration>,
+    monitor_interval: Duration,
     #[serde(default, with = "humantime_serde")]
-    pub probe_timeout: Option<Duration>,
-    pub indirect_probes: Option<usize>,
-    pub stream_fallback_probe: Option<bool>,
-    pub monitors: Option<usize>,
-    pub skip_fresh: Option<bool>,
-    pub awareness_max: Option<u8>,
+    probe_timeout: Duration,
+    indirect_probes: usize,
+    stream_fallback_probe: bool,
+    monitors: usize,
+    skip_fresh: bool,
+    awareness_max: u8,
     #[serde(default, with = "humantime_serde")]
-    pub suspicion_min: Option<Duration>,
+    suspicion_min: Duration,
     #[serde(default, with = "humantime_serde")]
-    pub suspicion_max: Option<Duration>,
-    pub expected_confirmations: Option<usize>,
-    pub corroboration: Option<usize>,
-    pub health_discount: Option<u8>,
+    suspicion_max: Duration,
+    expected_confirmations: usize,
+    corroboration: usize,
+    health_discount: u8,
     #[serde(default, with = "humantime_serde")]
-    pub gossip_interval: Option<Duration>,
-    pub gossip_fanout: Option<usize>,
-    pub retransmit_mult: Option<usize>,
-    pub suspicion_retransmits: Option<usize>,
-    pub targeted_suspicions: Option<bool>,
+    gossip_interval: Duration,
+    gossip_fanout: usize,
+    retransmit_mult: usize,
+    suspicion_retransmits: usize,
+    targeted_suspicions: bool,
     #[serde(default, with = "humantime_serde")]
-    pub push_pull_interval: Option<Duration>,
+    push_pull_interval: Duration,
     #[serde(default, with = "humantime_serde")]
-    pub seed_retry_interval: Option<Duration>,
+    seed_retry_interval: Duration,
     #[serde(default, with = "humantime_serde")]
-    pub tombstone_ttl: Option<Duration>,
-    pub closed_port_evidence: Option<bool>,
+    tombstone_ttl: Duration,
+    closed_port_evidence: bool,
     #[serde(default, with = "humantime_serde")]
-    pub closed_port_min: Option<Duration>,
+    closed_port_min: Duration,
     #[serde(default, with = "humantime_serde")]
-    pub replay_window: Option<Duration>,
+    replay_window: Duration,
 }
 
 /// A configuration problem. Nothing was started.
@@ -268,7 +286,7 @@ pub struct AgentConfig {
     /// This node's services.
     pub services: Vec<service::ServiceSpec>,
     /// This node's candidacies.
-    pub roles: Vec<role::RoleSpec>,
+    pub roles: Vec<RoleSpec>,
     /// The control plane, if roles are used.
     pub control: Option<role::ControlPlan>,
     /// The `hale` executable that runs role watchdogs.
@@ -440,12 +458,10 @@ impl FileConfig {
             .map(|(i, s)| s.validate(i))
             .collect::<Result<Vec<_>, _>>()?;
         let names: Vec<String> = services.iter().map(|s| s.name.clone()).collect();
-        let roles = self
-            .roles
-            .iter()
-            .enumerate()
-            .map(|(i, r)| r.validate(i, &names))
-            .collect::<Result<Vec<_>, _>>()?;
+        for (i, r) in self.roles.iter().enumerate() {
+            r.validate(i, &names)?;
+        }
+        let roles = self.roles.clone();
         let control =
             role::ControlSection::plan(self.control.as_ref(), id.name(), !roles.is_empty())?;
         let watchdog_exe = match &self.agent.watchdog {
@@ -563,40 +579,5 @@ impl RelaySection {
             r.prefix = prefix.clone();
         }
         Ok(r)
-    }
-}
-
-impl MembershipSection {
-    fn apply(&self, c: &mut CoreConfig) {
-        macro_rules! set {
-            ($($f:ident),*) => { $( if let Some(v) = self.$f { c.$f = v; } )* };
-        }
-        set!(
-            probe_interval,
-            walk_interval,
-            monitor_interval,
-            probe_timeout,
-            indirect_probes,
-            stream_fallback_probe,
-            monitors,
-            skip_fresh,
-            awareness_max,
-            suspicion_min,
-            suspicion_max,
-            expected_confirmations,
-            corroboration,
-            health_discount,
-            gossip_interval,
-            gossip_fanout,
-            retransmit_mult,
-            suspicion_retransmits,
-            targeted_suspicions,
-            push_pull_interval,
-            seed_retry_interval,
-            tombstone_ttl,
-            closed_port_evidence,
-            closed_port_min,
-            replay_window
-        );
     }
 }

@@ -39,7 +39,7 @@ use serde::Deserialize;
 
 use crate::runtime::{Command, Shared};
 use crate::state::AppState;
-use crate::state::{error, ApiError};
+use crate::state::{error, json_body, ApiError};
 use crate::view::{AgentEvent, DrillView, Fault, FaultView, RestoredView, TrafficView, MAX_FAULT};
 
 /// Why a fault could not be set.
@@ -164,10 +164,7 @@ pub(crate) async fn set(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let f = parse_fault(&fault, ": blackhole, freeze or quiet")?;
-    let Ok(req) = serde_json::from_slice::<SetBody>(&body) else {
-        let expected = r#"expected {"duration_ms": 5000}"#;
-        return Err(ApiError(StatusCode::BAD_REQUEST, expected.into()));
-    };
+    let req: SetBody = json_body(&body, r#"expected {"duration_ms": 5000}"#)?;
     let length = Duration::from_millis(req.duration_ms);
     if length.is_zero() || length > MAX_FAULT {
         return Err(ApiError(
@@ -198,10 +195,7 @@ struct RestoreBody {
 pub(crate) async fn restore(State(st): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
     let req: RestoreBody = match body.is_empty() {
         true => RestoreBody::default(),
-        false => serde_json::from_slice(&body).map_err(|_| {
-            let expected = r#"expected {"fault": "freeze"} or an empty body"#;
-            ApiError(StatusCode::BAD_REQUEST, expected.into())
-        })?,
+        false => json_body(&body, r#"expected {"fault": "freeze"} or an empty body"#)?,
     };
     let which = req.fault.map(|f| parse_fault(&f, "")).transpose()?;
     let drill = DrillState::of(&st);
@@ -223,15 +217,11 @@ struct TrafficBody {
     peers: Vec<String>,
 }
 
-pub(crate) async fn traffic(State(st): State<AppState>, body: Bytes) -> Response {
-    let Ok(req) = serde_json::from_slice::<TrafficBody>(&body) else {
-        return error(
-            StatusCode::BAD_REQUEST,
-            r#"expected {"peers": ["node-name", ...]}"#,
-        );
-    };
+pub(crate) async fn traffic(State(st): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+    let req: TrafficBody = json_body(&body, r#"expected {"peers": ["node-name", ...]}"#)?;
     if req.peers.len() > 1024 {
-        return error(StatusCode::BAD_REQUEST, "at most 1024 peers per request");
+        let too_many = "at most 1024 peers per request";
+        return Err(ApiError(StatusCode::BAD_REQUEST, too_many.into()));
     }
     let mut noted = 0;
     for p in req.peers {
@@ -241,7 +231,7 @@ pub(crate) async fn traffic(State(st): State<AppState>, body: Bytes) -> Response
         }
     }
     let quiet = st.shared.drill().quiet();
-    (StatusCode::ACCEPTED, Json(TrafficView { noted, quiet })).into_response()
+    Ok((StatusCode::ACCEPTED, Json(TrafficView { noted, quiet })).into_response())
 }
 
 #[cfg(test)]

@@ -9,10 +9,11 @@ use axum::Json;
 
 use hale_control::RoleState;
 
-use hale_control::raft::ServerChange;
+use hale_control::raft::api::Answer;
+use hale_control::raft::{AddServer, ControlClient, ServerChange};
 
 use crate::services::views;
-use crate::state::{error, AppState};
+use crate::state::{error, json_body, ApiError, AppState};
 use crate::view::{LeaseView, PrimaryView, ReplicaView, RolesView};
 
 pub(crate) async fn roles(State(st): State<AppState>) -> Json<RolesView> {
@@ -161,34 +162,31 @@ pub(crate) async fn handover(
     }
 }
 
-pub(crate) async fn add_server(State(st): State<AppState>, body: axum::body::Bytes) -> Response {
-    let Ok(req) = serde_json::from_slice::<hale_control::raft::AddServer>(&body) else {
-        return error(
-            StatusCode::BAD_REQUEST,
-            r#"expected {"id": 4, "addr": "10.0.0.8:7948"}"#,
-        );
-    };
-    let Some(c) = &st.control else {
-        return error(
-            StatusCode::CONFLICT,
-            "this agent has no control plane configured",
-        );
-    };
-    match c.add_server(req.id, req.addr).await {
-        Ok(()) => Json(serde_json::json!({ "added": req.id })).into_response(),
-        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
-    }
+/// This agent's control-plane client, or the answer that it has none.
+fn control(st: &AppState) -> Result<&ControlClient, ApiError> {
+    let none = "this agent has no control plane configured";
+    (st.control.as_ref()).ok_or_else(|| ApiError(StatusCode::CONFLICT, none.into()))
 }
 
-pub(crate) async fn remove_server(State(st): State<AppState>, Path(id): Path<u64>) -> Response {
-    let Some(c) = &st.control else {
-        return error(
-            StatusCode::CONFLICT,
-            "this agent has no control plane configured",
-        );
-    };
-    match c.change_servers(ServerChange::Remove(id)).await {
-        Ok(()) => Json(serde_json::json!({ "removed": id })).into_response(),
-        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
-    }
+/// A server change's answer: `done` once it is made, else 503 and why.
+fn changed(r: Answer<()>, done: serde_json::Value) -> Result<Response, ApiError> {
+    r.map(|()| Json(done).into_response())
+        .map_err(|e| ApiError(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))
+}
+
+pub(crate) async fn add_server(
+    State(st): State<AppState>,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    let req: AddServer = json_body(&body, r#"expected {"id": 4, "addr": "10.0.0.8:7948"}"#)?;
+    let added = control(&st)?.add_server(req.id, req.addr).await;
+    changed(added, serde_json::json!({ "added": req.id }))
+}
+
+pub(crate) async fn remove_server(
+    State(st): State<AppState>,
+    Path(id): Path<u64>,
+) -> Result<Response, ApiError> {
+    let removed = control(&st)?.change_servers(ServerChange::Remove(id)).await;
+    changed(removed, serde_json::json!({ "removed": id }))
 }

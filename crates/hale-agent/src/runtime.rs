@@ -296,13 +296,9 @@ impl Driver {
         let Some(k) = &self.keyring else {
             return Some(sealed.to_vec());
         };
-        let refused = |e| match e {
-            hale_keyring::OpenError::Auth => Counter::AuthFailed,
-            hale_keyring::OpenError::Malformed => Counter::SealMalformed,
-        };
         let opened = k.current().open(sealed);
         opened
-            .map_err(|e| self.shared.counters.bump(refused(e)))
+            .map_err(|e| self.shared.counters.bump(unopened(e)))
             .ok()
     }
 
@@ -650,32 +646,23 @@ async fn accept_streams(
                 let ring = k.current();
                 match ring.open(&first) {
                     Ok(plain) => return Ok((plain, share)),
-                    Err(hale_keyring::OpenError::Malformed) => return Err(Refused::Malformed),
+                    Err(hale_keyring::OpenError::Malformed) => return Err(Counter::SealMalformed),
                     Err(hale_keyring::OpenError::Auth) => {}
                 }
                 if ring.open_with(PREAMBLE_AAD, &first).is_err() {
-                    return Err(Refused::Auth);
+                    return Err(Counter::AuthFailed);
                 }
                 drop(share);
                 let (body, share) = read_frame(&mut sock, limit, &budget).await?;
-                match ring.open(&body) {
-                    Ok(plain) => Ok((plain, share)),
-                    Err(hale_keyring::OpenError::Malformed) => Err(Refused::Malformed),
-                    Err(hale_keyring::OpenError::Auth) => Err(Refused::Auth),
-                }
+                ring.open(&body)
+                    .map(|plain| (plain, share))
+                    .map_err(unopened)
             })
             .await;
             let (plain, share) = match r {
                 Ok(Ok(x)) => x,
-                Ok(Err(Refused::Budget)) => return shared.counters.bump(Counter::StreamsInBudget),
-                Ok(Err(Refused::TooLarge)) => {
-                    return shared.counters.bump(Counter::StreamsInOversize)
-                }
-                Ok(Err(Refused::Auth)) => return shared.counters.bump(Counter::AuthFailed),
-                Ok(Err(Refused::Malformed)) => return shared.counters.bump(Counter::SealMalformed),
-                Ok(Err(Refused::Io)) | Err(_) => {
-                    return shared.counters.bump(Counter::StreamErrors)
-                }
+                Ok(Err(refused)) => return shared.counters.bump(refused),
+                Err(_) => return shared.counters.bump(Counter::StreamErrors),
             };
             drop(permit);
             let frame = Frame {
@@ -689,45 +676,37 @@ async fn accept_streams(
     }
 }
 
-/// Why a stream frame was not read.
-enum Refused {
-    /// It announced more than a frame may hold (at most
-    /// [`FIRST_FRAME_MAX`] before the connection authenticated).
-    TooLarge,
-    /// The budget of unhandled frame bytes is spent.
-    Budget,
-    /// No key of the ring opens it.
-    Auth,
-    /// Not a sealed frame.
-    Malformed,
-    /// The connection failed.
-    Io,
-}
-
 /// Reads one length-prefixed frame of at most `cap` bytes, its bytes taken
-/// from `budget` before they are allocated.
+/// from `budget` before they are allocated; refused, what the refusal
+/// counts as.
 async fn read_frame(
     sock: &mut TcpStream,
     cap: usize,
     budget: &Arc<Semaphore>,
-) -> Result<(Vec<u8>, tokio::sync::OwnedSemaphorePermit), Refused> {
+) -> Result<(Vec<u8>, tokio::sync::OwnedSemaphorePermit), Counter> {
     let mut len = [0u8; 4];
-    sock.read_exact(&mut len).await?;
+    sock.read_exact(&mut len)
+        .await
+        .map_err(|_| Counter::StreamErrors)?;
     let len = u32::from_be_bytes(len) as usize;
     if len > cap {
-        return Err(Refused::TooLarge);
+        return Err(Counter::StreamsInOversize);
     }
     let Ok(share) = budget.clone().try_acquire_many_owned(len.max(1) as u32) else {
-        return Err(Refused::Budget);
+        return Err(Counter::StreamsInBudget);
     };
     let mut body = vec![0u8; len];
-    sock.read_exact(&mut body).await?;
+    sock.read_exact(&mut body)
+        .await
+        .map_err(|_| Counter::StreamErrors)?;
     Ok((body, share))
 }
 
-impl From<std::io::Error> for Refused {
-    fn from(_: std::io::Error) -> Refused {
-        Refused::Io
+/// What a seal that does not open counts as.
+fn unopened(e: hale_keyring::OpenError) -> Counter {
+    match e {
+        hale_keyring::OpenError::Auth => Counter::AuthFailed,
+        hale_keyring::OpenError::Malformed => Counter::SealMalformed,
     }
 }
 

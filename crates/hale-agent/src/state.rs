@@ -90,3 +90,12 @@ impl From<Stopping> for ApiError {
 pub(crate) fn error(status: StatusCode, msg: impl Into<String>) -> Response {
     ApiError(status, msg.into()).into_response()
 }
+
+/// A JSON request body; one that does not parse is answered 400 with
+/// `expected`.
+pub(crate) fn json_body<T: serde::de::DeserializeOwned>(
+    body: &[u8],
+    expected: &str,
+) -> Result<T, ApiError> {
+    serde_json::from_slice(body).map_err(|_| ApiError(StatusCode::BAD_REQUEST, expected.into()))
+}

@@ -5,65 +5,39 @@
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
-/// Why an event was dropped. Every drop is counted under exactly one reason.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum DropReason {
-    /// The in-memory queue was full (bytes or slots) when the event was
-    /// offered: the newest event is dropped, the caller is never blocked.
-    Overflow,
-    /// The reporter or relay was closed (or closing) before the event was
-    /// delivered or spooled.
-    Shutdown,
-    /// Requests carrying the event timed out at every attempt.
-    Timeout,
-    /// Requests carrying the event failed (connection refused or reset, 5xx)
-    /// at every attempt.
-    UpstreamError,
-    /// The upstream answered with a 4xx other than 429: the event itself was
-    /// refused and is not retried.
-    Rejected,
-    /// The event waited in memory longer than its maximum age while every
-    /// upstream's circuit breaker was open (and no spool took it).
-    BreakerOpen,
-    /// The upstream asked us to back off (429, `Retry-After`,
-    /// `X-Sentry-Rate-Limits`) and no other upstream could take the event.
-    RateLimited,
-    /// The disk spool was full: the oldest spooled event was evicted, or a
-    /// new one could not be written.
-    SpoolFull,
-    /// The event stayed in the disk spool longer than its time to live.
-    Expired,
+named_enum! {
+    /// Why an event was dropped. Every drop is counted under exactly one reason.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum DropReason {
+        /// The in-memory queue was full (bytes or slots) when the event was
+        /// offered: the newest event is dropped, the caller is never blocked.
+        Overflow => "overflow",
+        /// The reporter or relay was closed (or closing) before the event was
+        /// delivered or spooled.
+        Shutdown => "shutdown",
+        /// Requests carrying the event timed out at every attempt.
+        Timeout => "timeout",
+        /// Requests carrying the event failed (connection refused or reset, 5xx)
+        /// at every attempt.
+        UpstreamError => "upstream_error",
+        /// The upstream answered with a 4xx other than 429: the event itself was
+        /// refused and is not retried.
+        Rejected => "rejected",
+        /// The event waited in memory longer than its maximum age while every
+        /// upstream's circuit breaker was open (and no spool took it).
+        BreakerOpen => "breaker_open",
+        /// The upstream asked us to back off (429, `Retry-After`,
+        /// `X-Sentry-Rate-Limits`) and no other upstream could take the event.
+        RateLimited => "rate_limited",
+        /// The disk spool was full: the oldest spooled event was evicted, or a
+        /// new one could not be written.
+        SpoolFull => "spool_full",
+        /// The event stayed in the disk spool longer than its time to live.
+        Expired => "expired",
+    }
 }
 
 impl DropReason {
-    /// Every reason, in a fixed order.
-    pub const ALL: [DropReason; 9] = [
-        DropReason::Overflow,
-        DropReason::Shutdown,
-        DropReason::Timeout,
-        DropReason::UpstreamError,
-        DropReason::Rejected,
-        DropReason::BreakerOpen,
-        DropReason::RateLimited,
-        DropReason::SpoolFull,
-        DropReason::Expired,
-    ];
-
-    /// The metric label.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DropReason::Overflow => "overflow",
-            DropReason::Shutdown => "shutdown",
-            DropReason::Timeout => "timeout",
-            DropReason::UpstreamError => "upstream_error",
-            DropReason::Rejected => "rejected",
-            DropReason::BreakerOpen => "breaker_open",
-            DropReason::RateLimited => "rate_limited",
-            DropReason::SpoolFull => "spool_full",
-            DropReason::Expired => "expired",
-        }
-    }
-
     /// The reason as Sentry's client reports name it.
     pub fn sentry_reason(self) -> &'static str {
         match self {
@@ -84,35 +58,27 @@ impl DropReason {
     }
 }
 
-/// What kind of data an envelope carries, as Sentry's rate limits and
-/// client reports categorise it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Category {
-    /// An error event (`event` item).
-    Error,
-    /// A performance transaction.
-    Transaction,
-    /// Release-health sessions.
-    Session,
-    /// An attachment.
-    Attachment,
-    /// A client report or other bookkeeping: never itself reported as lost.
-    Internal,
-    /// Anything else.
-    Default,
+named_enum! {
+    /// What kind of data an envelope carries, as Sentry's rate limits and
+    /// client reports categorise it.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum Category {
+        /// An error event (`event` item).
+        Error => "error",
+        /// A performance transaction.
+        Transaction => "transaction",
+        /// Release-health sessions.
+        Session => "session",
+        /// An attachment.
+        Attachment => "attachment",
+        /// A client report or other bookkeeping: never itself reported as lost.
+        Internal => "internal",
+        /// Anything else.
+        Default => "default",
+    }
 }
 
 impl Category {
-    /// Every category, in a fixed order.
-    pub const ALL: [Category; 6] = [
-        Category::Error,
-        Category::Transaction,
-        Category::Session,
-        Category::Attachment,
-        Category::Internal,
-        Category::Default,
-    ];
-
     /// The category of an envelope item type.
     pub fn of_item_type(ty: &str) -> Category {
         match ty {
@@ -125,23 +91,6 @@ impl Category {
         }
     }
 
-    /// Sentry's name for the category.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Category::Error => "error",
-            Category::Transaction => "transaction",
-            Category::Session => "session",
-            Category::Attachment => "attachment",
-            Category::Internal => "internal",
-            Category::Default => "default",
-        }
-    }
-
-    /// Parses Sentry's name; unknown names are `None`.
-    pub fn parse(s: &str) -> Option<Category> {
-        Category::ALL.into_iter().find(|c| c.as_str() == s)
-    }
-
     pub(crate) fn index(self) -> usize {
         self as usize
     }
@@ -150,66 +99,32 @@ impl Category {
 const REASONS: usize = DropReason::ALL.len();
 const CATEGORIES: usize = Category::ALL.len();
 
-/// Which upstream of the pipeline: events go to the primary, and to the
-/// standby while the primary's breaker is open.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum UpstreamRole {
-    /// The upstream events go to first (index 0).
-    Primary,
-    /// The upstream events go to while the primary's breaker is open (index 1).
-    Standby,
-}
-
-impl UpstreamRole {
-    /// Both, in their index order (the breakers' and metrics' order).
-    pub const ALL: [UpstreamRole; 2] = [UpstreamRole::Primary, UpstreamRole::Standby];
-
-    /// Its name on the wire and in metrics: `primary` or `standby`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            UpstreamRole::Primary => "primary",
-            UpstreamRole::Standby => "standby",
-        }
+named_enum! {
+    /// Which upstream of the pipeline: events go to the primary, and to the
+    /// standby while the primary's breaker is open.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+    #[serde(rename_all = "kebab-case")]
+    pub enum UpstreamRole {
+        /// The upstream events go to first (index 0).
+        Primary => "primary",
+        /// The upstream events go to while the primary's breaker is open (index 1).
+        Standby => "standby",
     }
 }
 
-impl std::fmt::Display for UpstreamRole {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // `pad`: width and alignment apply (`{:<8}` in `hale status`).
-        f.pad(self.as_str())
-    }
-}
-
-/// The state of an upstream's circuit breaker (metrics, the agent's API:
-/// `closed`, `open`, `half-open`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-#[repr(u8)]
-pub enum BreakerGauge {
-    /// Requests flow.
-    Closed = 0,
-    /// No requests until a probe is due.
-    Open = 1,
-    /// One probe request is allowed.
-    HalfOpen = 2,
-}
-
-impl BreakerGauge {
-    /// Its name on the wire: `closed`, `open` or `half-open`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BreakerGauge::Closed => "closed",
-            BreakerGauge::Open => "open",
-            BreakerGauge::HalfOpen => "half-open",
-        }
-    }
-}
-
-impl std::fmt::Display for BreakerGauge {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // `pad`: width and alignment apply (`{:<8}` in `hale status`).
-        f.pad(self.as_str())
+named_enum! {
+    /// The state of an upstream's circuit breaker (metrics, the agent's API:
+    /// `closed`, `open`, `half-open`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+    #[serde(rename_all = "kebab-case")]
+    #[repr(u8)]
+    pub enum BreakerGauge {
+        /// Requests flow.
+        Closed = 0 => "closed",
+        /// No requests until a probe is due.
+        Open = 1 => "open",
+        /// One probe request is allowed.
+        HalfOpen = 2 => "half-open",
     }
 }
 
@@ -343,11 +258,11 @@ impl Counters {
 
     /// The breaker state of upstream `i` (0 primary, 1 standby).
     pub fn breaker(&self, i: usize) -> BreakerGauge {
-        match self.breaker[i].load(Ordering::Relaxed) {
-            1 => BreakerGauge::Open,
-            2 => BreakerGauge::HalfOpen,
-            _ => BreakerGauge::Closed,
-        }
+        let gauge = usize::from(self.breaker[i].load(Ordering::Relaxed));
+        BreakerGauge::ALL
+            .get(gauge)
+            .copied()
+            .unwrap_or(BreakerGauge::Closed)
     }
 
     /// A snapshot of the drop matrix, for client reports: `(reason, category, count)`.

@@ -73,7 +73,7 @@ pub struct Parsed {
     pub items: usize,
 }
 
-fn line(buf: &[u8]) -> (&[u8], &[u8]) {
+pub(crate) fn line(buf: &[u8]) -> (&[u8], &[u8]) {
     match buf.iter().position(|&b| b == b'\n') {
         Some(i) => (&buf[..i], &buf[i + 1..]),
         None => (buf, &[]),

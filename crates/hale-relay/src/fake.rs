@@ -16,6 +16,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
 use crate::dsn::Dsn;
+use crate::envelope::line;
 use crate::pipeline::lock;
 
 /// How the fake behaves.
@@ -173,29 +174,19 @@ impl State {
 /// `(type, payload)` of each item of an envelope (best effort).
 pub fn items(body: &[u8]) -> Vec<(String, &[u8])> {
     let mut out = Vec::new();
-    let Some(nl) = body.iter().position(|&b| b == b'\n') else {
-        return out;
-    };
-    let mut rest = &body[nl + 1..];
+    let mut rest = line(body).1;
     while !rest.is_empty() {
-        let (h, after) = match rest.iter().position(|&b| b == b'\n') {
-            Some(i) => (&rest[..i], &rest[i + 1..]),
-            None => (rest, &rest[rest.len()..]),
-        };
+        let (h, after) = line(rest);
         let Ok(v) = serde_json::from_slice::<serde_json::Value>(h) else {
             break;
         };
         let ty = v["type"].as_str().unwrap_or("").to_owned();
         let (payload, next) = match v["length"].as_u64() {
             Some(n) if (n as usize) <= after.len() => {
-                let n = n as usize;
-                let next = &after[n..];
-                (&after[..n], next.strip_prefix(b"\n").unwrap_or(next))
+                let (payload, next) = after.split_at(n as usize);
+                (payload, next.strip_prefix(b"\n").unwrap_or(next))
             }
-            _ => match after.iter().position(|&b| b == b'\n') {
-                Some(i) => (&after[..i], &after[i + 1..]),
-                None => (after, &after[after.len()..]),
-            },
+            _ => line(after),
         };
         out.push((ty, payload));
         rest = next;
@@ -204,7 +195,7 @@ pub fn items(body: &[u8]) -> Vec<(String, &[u8])> {
 }
 
 fn parse_received(body: Vec<u8>) -> Received {
-    let head = body.split(|&b| b == b'\n').next().unwrap_or_default();
+    let head = line(&body).0;
     let event_id = serde_json::from_slice::<serde_json::Value>(head)
         .ok()
         .and_then(|v| v["event_id"].as_str().map(str::to_owned));

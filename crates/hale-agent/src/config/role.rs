@@ -85,10 +85,11 @@ impl ControlSection {
     }
 }
 
-/// `[[role]]`: this node's candidacy for a role.
+/// `[[role]]`: this node's candidacy for a role, as written and (once
+/// [`RoleSpec::validate`] accepts it) as the agent runs it.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RoleSection {
+pub struct RoleSpec {
     /// The role (e.g. `db-primary`).
     pub name: String,
     /// The service on this node that backs the role: its checks gate holding it.
@@ -103,35 +104,24 @@ pub struct RoleSection {
     #[serde(default)]
     pub demote: Vec<String>,
     /// Hard limit on a hook (default 10 s).
-    #[serde(default, with = "humantime_serde")]
-    pub hook_timeout: Option<Duration>,
-    /// Hand the role over when the service's essential checks fail this long (default 3 s).
-    #[serde(default, with = "humantime_serde")]
-    pub fail_after: Option<Duration>,
-}
-
-/// A validated candidacy.
-#[derive(Debug, Clone)]
-pub struct RoleSpec {
-    /// Role name.
-    pub name: String,
-    /// Backing service.
-    pub service: String,
-    /// Priority.
-    pub priority: i64,
-    /// Promote hook.
-    pub promote: Vec<String>,
-    /// Demote hook.
-    pub demote: Vec<String>,
-    /// Hook time limit.
+    #[serde(default = "default_hook_timeout", with = "humantime_serde")]
     pub hook_timeout: Duration,
-    /// Failing-checks threshold.
+    /// Hand the role over when the service's essential checks fail this long (default 3 s).
+    #[serde(default = "default_fail_after", with = "humantime_serde")]
     pub fail_after: Duration,
 }
 
-impl RoleSection {
-    /// Validates against the node's services.
-    pub fn validate(&self, i: usize, services: &[String]) -> Result<RoleSpec, ConfigError> {
+fn default_hook_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+
+fn default_fail_after() -> Duration {
+    Duration::from_secs(3)
+}
+
+impl RoleSpec {
+    /// Validates against the node's services; `i` is its index, for error messages.
+    pub fn validate(&self, i: usize, services: &[String]) -> Result<(), ConfigError> {
         let f = |x: &str| format!("role[{i}].{x}");
         if self.name.is_empty() || self.name.len() > 64 {
             return Err(invalid(&f("name"), "must be 1 to 64 bytes"));
@@ -140,15 +130,7 @@ impl RoleSection {
             let problem = format!("no [[service]] named {:?} on this node", self.service);
             return Err(invalid(&f("service"), problem));
         }
-        Ok(RoleSpec {
-            name: self.name.clone(),
-            service: self.service.clone(),
-            priority: self.priority,
-            promote: self.promote.clone(),
-            demote: self.demote.clone(),
-            hook_timeout: self.hook_timeout.unwrap_or(Duration::from_secs(10)),
-            fail_after: self.fail_after.unwrap_or(Duration::from_secs(3)),
-        })
+        Ok(())
     }
 }
 

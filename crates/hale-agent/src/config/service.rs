@@ -6,19 +6,24 @@ use serde::Deserialize;
 
 use super::{invalid, ConfigError};
 
-/// `[[service]]` in hale.toml.
+/// `[[service]]` in hale.toml: its checks as written ([`CheckSection`],
+/// the [`ServiceSection`] the file holds) or, once validated, as the agent
+/// runs them ([`CheckSpec`]).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ServiceSection {
+pub struct ServiceSpec<C = CheckSpec> {
     /// Service name, unique on this node.
     pub name: String,
     /// Whether the service is essential (its failure can move roles).
     #[serde(default)]
     pub essential: bool,
     /// Its checks.
-    #[serde(default, rename = "check")]
-    pub checks: Vec<CheckSection>,
+    #[serde(default = "Vec::new", rename = "check")]
+    pub checks: Vec<C>,
 }
+
+/// `[[service]]` as written in hale.toml.
+pub type ServiceSection = ServiceSpec<CheckSection>;
 
 /// `[[service.check]]`: exactly one of `http`, `tcp`, `command`.
 #[derive(Debug, Clone, Deserialize)]
@@ -81,17 +86,6 @@ pub struct CheckSpec {
     pub timeout: Duration,
     /// Readiness (true) or liveness (false).
     pub ready: bool,
-}
-
-/// A validated service.
-#[derive(Debug, Clone)]
-pub struct ServiceSpec {
-    /// Name.
-    pub name: String,
-    /// Essential or not.
-    pub essential: bool,
-    /// Checks.
-    pub checks: Vec<CheckSpec>,
 }
 
 impl ServiceSection {

@@ -18,34 +18,17 @@ pub struct ErrorBody {
 /// Longest a drill fault may be set for.
 pub const MAX_FAULT: Duration = Duration::from_secs(3600);
 
-/// A fault a drill can set.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Fault {
-    /// The relay sends to a local black hole.
-    Blackhole,
-    /// The agent stops answering the cluster.
-    Freeze,
-    /// Application traffic signals are ignored.
-    Quiet,
-}
-
-impl Fault {
-    /// Every fault.
-    pub const ALL: [Fault; 3] = [Fault::Blackhole, Fault::Freeze, Fault::Quiet];
-
-    /// Its name in the API.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Fault::Blackhole => "blackhole",
-            Fault::Freeze => "freeze",
-            Fault::Quiet => "quiet",
-        }
-    }
-
-    /// The fault named `s` in the API.
-    pub fn parse(s: &str) -> Option<Fault> {
-        Fault::ALL.into_iter().find(|f| f.as_str() == s)
+hale_relay::named_enum! {
+    /// A fault a drill can set.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+    #[serde(rename_all = "lowercase")]
+    pub enum Fault {
+        /// The relay sends to a local black hole.
+        Blackhole => "blackhole",
+        /// The agent stops answering the cluster.
+        Freeze => "freeze",
+        /// Application traffic signals are ignored.
+        Quiet => "quiet",
     }
 }
 
@@ -136,33 +119,17 @@ pub struct RelayView {
     pub diverted: Option<String>,
 }
 
-/// A key operation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum KeyOp {
-    /// Add a key (it opens; the primary still seals).
-    Install,
-    /// Make an installed key the primary (it seals from now on).
-    Use,
-    /// Drop a key that is not the primary.
-    Remove,
-}
-
-impl KeyOp {
-    /// The operation named `s` in the API.
-    pub fn parse(s: &str) -> Option<KeyOp> {
-        [KeyOp::Install, KeyOp::Use, KeyOp::Remove]
-            .into_iter()
-            .find(|op| op.as_str() == s)
-    }
-
-    /// Its name in the API (`/v1/keys/{op}`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            KeyOp::Install => "install",
-            KeyOp::Use => "use",
-            KeyOp::Remove => "remove",
-        }
+hale_relay::named_enum! {
+    /// A key operation.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+    #[serde(rename_all = "lowercase")]
+    pub enum KeyOp {
+        /// Add a key (it opens; the primary still seals).
+        Install => "install",
+        /// Make an installed key the primary (it seals from now on).
+        Use => "use",
+        /// Drop a key that is not the primary.
+        Remove => "remove",
     }
 }
 

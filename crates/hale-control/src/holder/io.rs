@@ -65,76 +65,56 @@ pub enum HookExit {
     Killed,
 }
 
-/// How a hook ended, as reported in events.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum HookOutcome {
-    /// Exited with status 0.
-    Succeeded,
-    /// Exited with another status or could not be started.
-    Failed,
-    /// Ran past `hook_timeout` and was killed.
-    TimedOut,
-    /// Killed because the holding ended while it ran.
-    Killed,
-    /// Not run by the agent: the watchdog had already fenced.
-    FencedByWatchdog,
+named_enum! {
+    /// How a hook ended, as reported in events.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+    #[serde(rename_all = "kebab-case")]
+    pub enum HookOutcome {
+        /// Exited with status 0.
+        Succeeded => "succeeded",
+        /// Exited with another status or could not be started.
+        Failed => "failed",
+        /// Ran past `hook_timeout` and was killed.
+        TimedOut => "timed-out",
+        /// Killed because the holding ended while it ran.
+        Killed => "killed",
+        /// Not run by the agent: the watchdog had already fenced.
+        FencedByWatchdog => "fenced-by-watchdog",
+    }
 }
 
 impl HookOutcome {
-    /// The outcome as the stable string events use.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            HookOutcome::Succeeded => "succeeded",
-            HookOutcome::Failed => "failed",
-            HookOutcome::TimedOut => "timed-out",
-            HookOutcome::Killed => "killed",
-            HookOutcome::FencedByWatchdog => "fenced-by-watchdog",
-        }
-    }
-
     /// Whether the hook did its job.
     pub fn ok(self) -> bool {
         matches!(self, HookOutcome::Succeeded | HookOutcome::FencedByWatchdog)
     }
 }
 
-/// Why a holding ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum StepDownReason {
-    /// The lease ran out on this node's clock (renewals not committed in time).
-    LeaseExpired,
-    /// The control plane refused a renewal: another node holds the role.
-    Fenced,
-    /// The service's essential checks failed for `fail_after`.
-    ServiceFailing,
-    /// An operator asked for a handover.
-    Handover,
-    /// The agent is stopping.
-    Leaving,
-    /// The promote hook failed.
-    #[serde(rename = "promote-hook-failed")]
-    PromoteFailed,
-    /// The promote hook ran past `hook_timeout`.
-    #[serde(rename = "promote-hook-timed-out")]
-    PromoteTimedOut,
+named_enum! {
+    /// Why a holding ended.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+    #[serde(rename_all = "kebab-case")]
+    pub enum StepDownReason {
+        /// The lease ran out on this node's clock (renewals not committed in time).
+        LeaseExpired => "lease-expired",
+        /// The control plane refused a renewal: another node holds the role.
+        Fenced => "fenced",
+        /// The service's essential checks failed for `fail_after`.
+        ServiceFailing => "service-failing",
+        /// An operator asked for a handover.
+        Handover => "handover",
+        /// The agent is stopping.
+        Leaving => "leaving",
+        /// The promote hook failed.
+        #[serde(rename = "promote-hook-failed")]
+        PromoteFailed => "promote-hook-failed",
+        /// The promote hook ran past `hook_timeout`.
+        #[serde(rename = "promote-hook-timed-out")]
+        PromoteTimedOut => "promote-hook-timed-out",
+    }
 }
 
 impl StepDownReason {
-    /// The reason as the stable string events, hooks (`HALE_REASON`) and the API use.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            StepDownReason::LeaseExpired => "lease-expired",
-            StepDownReason::Fenced => "fenced",
-            StepDownReason::ServiceFailing => "service-failing",
-            StepDownReason::Handover => "handover",
-            StepDownReason::Leaving => "leaving",
-            StepDownReason::PromoteFailed => "promote-hook-failed",
-            StepDownReason::PromoteTimedOut => "promote-hook-timed-out",
-        }
-    }
-
     /// Whether the lease may already belong to someone else (the node
     /// stops at once; it cannot wait for its demote before the next
     /// holder's promote).
@@ -143,41 +123,24 @@ impl StepDownReason {
     }
 }
 
-impl std::fmt::Display for StepDownReason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// Where a candidacy stands.
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
-)]
-#[serde(rename_all = "kebab-case")]
-pub enum RoleState {
-    /// The service is not healthy and ready: not asking for the role.
-    #[default]
-    Ineligible,
-    /// Healthy and ready, asking for the role when it is free.
-    Standby,
-    /// Granted; the promote hook is running.
-    Promoting,
-    /// Granted and promoted.
-    Holder,
-    /// Giving the role up: stopping the promote hook, demoting, releasing.
-    Demoting,
-}
-
-impl RoleState {
-    /// The state as the stable string of the API (`/v1/roles`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RoleState::Ineligible => "ineligible",
-            RoleState::Standby => "standby",
-            RoleState::Promoting => "promoting",
-            RoleState::Holder => "holder",
-            RoleState::Demoting => "demoting",
-        }
+named_enum! {
+    /// Where a candidacy stands.
+    #[derive(
+        Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+    )]
+    #[serde(rename_all = "kebab-case")]
+    pub enum RoleState {
+        /// The service is not healthy and ready: not asking for the role.
+        #[default]
+        Ineligible => "ineligible",
+        /// Healthy and ready, asking for the role when it is free.
+        Standby => "standby",
+        /// Granted; the promote hook is running.
+        Promoting => "promoting",
+        /// Granted and promoted.
+        Holder => "holder",
+        /// Giving the role up: stopping the promote hook, demoting, releasing.
+        Demoting => "demoting",
     }
 }
 

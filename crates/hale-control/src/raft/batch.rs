@@ -6,8 +6,7 @@
 use std::collections::BTreeMap;
 
 use axum::extract::State;
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::Json;
 
 use super::api::{self, Answer, BatchItem, Refusal};
@@ -120,10 +119,5 @@ pub(super) async fn route(
     State(cp): State<ControlPlane>,
     Json(items): Json<Vec<BatchItem>>,
 ) -> Response {
-    match cp.batch(items).await {
-        Err(e) if e.ask_another() => {
-            (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response()
-        }
-        r => Json(r.map_err(Refusal::from)).into_response(),
-    }
+    super::lease_answer(cp.batch(items).await)
 }

@@ -148,39 +148,22 @@ pub struct ControlStatus {
 
 pub use crate::lease::AcquireRequest;
 
-/// A control-plane server's Raft state (`leader`, `follower`, `candidate`,
-/// `learner`, `stopped`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ControlState {
-    /// It leads: it grants leases.
-    Leader,
-    /// It follows a leader.
-    Follower,
-    /// It is standing for election.
-    Candidate,
-    /// It replicates but does not vote.
-    Learner,
-    /// Its Raft has stopped (a storage error, or shut down).
-    Stopped,
-}
-
-impl ControlState {
-    /// Its name on the wire.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ControlState::Leader => "leader",
-            ControlState::Follower => "follower",
-            ControlState::Candidate => "candidate",
-            ControlState::Learner => "learner",
-            ControlState::Stopped => "stopped",
-        }
-    }
-}
-
-impl std::fmt::Display for ControlState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+named_enum! {
+    /// A control-plane server's Raft state (`leader`, `follower`, `candidate`,
+    /// `learner`, `stopped`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+    #[serde(rename_all = "lowercase")]
+    pub enum ControlState {
+        /// It leads: it grants leases.
+        Leader => "leader",
+        /// It follows a leader.
+        Follower => "follower",
+        /// It is standing for election.
+        Candidate => "candidate",
+        /// It replicates but does not vote.
+        Learner => "learner",
+        /// Its Raft has stopped (a storage error, or shut down).
+        Stopped => "stopped",
     }
 }
 
@@ -221,23 +204,17 @@ impl ControlPlane {
             ) = (req, resp)
             {
                 if let Some(gr) = g.lock().expect("grantor lock").as_mut() {
-                    gr.prefer(
-                        role,
-                        next,
-                        Time::from_nanos(origin.elapsed().as_nanos() as u64),
-                    );
+                    gr.prefer(role, next, since(origin));
                 }
             }
         });
         // Every server notes when it appended each grant or renewal (and
         // when a snapshot brought entries it never appended); the leader's
         // grantor reads this clock. Lock order: grantor, then appends.
-        let appends = Arc::new(Mutex::new(AppendClock::new(Time::from_nanos(
-            origin.elapsed().as_nanos() as u64,
-        ))));
+        let appends = Arc::new(Mutex::new(AppendClock::new(since(origin))));
         let a = appends.clone();
         let on_append: store::AppendHook = Arc::new(move |req| {
-            let now = Time::from_nanos(origin.elapsed().as_nanos() as u64);
+            let now = since(origin);
             let mut a = a.lock().expect("appends lock");
             match req {
                 Some(req) => a.appended(req, now),
@@ -306,7 +283,7 @@ impl ControlPlane {
     }
 
     fn now(&self) -> Time {
-        Time::from_nanos(self.origin.elapsed().as_nanos() as u64)
+        since(self.origin)
     }
 
     /// Keeps the grantor in step with leadership: a fresh grantor (which
@@ -639,6 +616,11 @@ impl ControlPlane {
 
 /// What a proposal to this server's Raft came to (a stopped Raft: ask
 /// another server; any other failure: the request failed).
+/// The control plane's clock: the time since `origin`.
+fn since(origin: Instant) -> Time {
+    Time::from_nanos(origin.elapsed().as_nanos() as u64)
+}
+
 fn written(
     r: Result<
         openraft::raft::ClientWriteResponse<TypeConfig>,
@@ -655,7 +637,7 @@ fn written(
 /// A lease request's outcome on the wire: an answer (`200`, the leader's
 /// `Result`), or `503` when the client should ask another server
 /// ([`ControlError::ask_another`]).
-fn lease_answer(r: Result<LeaseResponse, ControlError>) -> Response {
+fn lease_answer<T: Serialize>(r: Result<T, ControlError>) -> Response {
     match r {
         Err(e) if e.ask_another() => {
             (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response()
