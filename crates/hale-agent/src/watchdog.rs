@@ -174,11 +174,16 @@ pub enum Claimed {
 }
 
 /// The claim file of one holding's demote, shared by the agent (pid
-/// `agent_pid`) and the watchdog it starts for `role` at `epoch` (it is
-/// handed the path). The name holds a random number drawn once per agent
-/// process: the temporary directory is shared, and another local user who
-/// could guess the name could create the file first, saying the demote
-/// ran, and so stop both the demote and the fence.
+/// `agent_pid`) and its watchdog for `role` at `epoch` (it is handed the
+/// path). The name holds a random number drawn once per agent process:
+/// the directory is shared, and another local user who could guess the
+/// name could create the file first, saying the demote ran, and so stop
+/// both the demote and the fence.
+///
+/// The directory is `/dev/shm` (memory) where there is one, else the
+/// temporary directory: a claim only matters between two processes of one
+/// boot, and at 1,000 roles a storm of demotes creating, writing and
+/// removing files on the disk slowed the control plane's own commits.
 pub fn claim_path(agent_pid: u32, role: &str, epoch: u64) -> PathBuf {
     static TOKEN: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     let token = TOKEN.get_or_init(crate::seed::fresh_seed);
@@ -186,7 +191,13 @@ pub fn claim_path(agent_pid: u32, role: &str, epoch: u64) -> PathBuf {
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
         .collect();
-    std::env::temp_dir().join(format!(
+    let shm = Path::new("/dev/shm");
+    let dir = if shm.is_dir() {
+        shm.to_owned()
+    } else {
+        std::env::temp_dir()
+    };
+    dir.join(format!(
         "hale-demote-{agent_pid}-{token:016x}-{role}-{epoch}"
     ))
 }
@@ -217,10 +228,11 @@ pub fn run_claimed(path: &Path, demote: impl FnOnce() -> bool) -> Claimed {
     // killed, timed out or exiting non-zero) leaves the claim open, so the
     // other side, or the next attempt, runs it again. An old primary must
     // not stay unfenced because its first fence failed.
+    // Not synced to disk: both sides read it through the same page cache,
+    // and a claim outlives neither the boot nor the agent's run.
     if ok {
         let _ = file.rewind();
         let _ = file.write_all(RAN.as_bytes());
-        let _ = file.sync_data();
     }
     Claimed::Ran(ok)
 }
