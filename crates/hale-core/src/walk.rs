@@ -147,7 +147,7 @@ mod tests {
 
     fn order<I: Identity>(w: &Walk<I>) -> Vec<I> {
         (0..w.len())
-            .map(|i| w.get(i).unwrap().into_owned())
+            .map(|i| w.get(i).expect("in range").into_owned())
             .collect()
     }
 
