@@ -125,12 +125,14 @@ impl<I: Identity> Node<I> {
             if out.len() >= k.min(self.members.live()) {
                 break;
             }
-            let c = &walk[self.rng.random_range(0..walk.len())];
-            let ok = self.members.get(c).is_some_and(|m| wanted(m.state()))
-                && Some(c) != except
-                && !out.contains(c);
+            let Some(c) = walk.get(self.rng.random_range(0..walk.len())) else {
+                break;
+            };
+            let ok = self.members.get(&c).is_some_and(|m| wanted(m.state()))
+                && Some(&*c) != except
+                && !out.contains(&c);
             if ok {
-                out.push(c.clone());
+                out.push(c.into_owned());
             }
         }
         out

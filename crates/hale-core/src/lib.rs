@@ -51,6 +51,7 @@ mod table;
 mod targeted;
 pub mod time;
 mod verdict;
+mod walk;
 mod warm;
 pub mod wire;
 

@@ -1,9 +1,9 @@
 //! Probing: the randomized round-robin walk, ring monitors, direct and
 //! indirect probes, and Lifeguard's local health.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
-use rand::seq::SliceRandom;
 use rand::Rng;
 
 use crate::event::{Event, ProbeVisit};
@@ -12,6 +12,7 @@ use crate::member::MemberState;
 use crate::node::Node;
 use crate::table::IN_WALK;
 use crate::time::{Time, Timer};
+use crate::walk::Walk;
 use crate::wire::{Channel, Message};
 
 /// A probe in flight.
@@ -72,7 +73,7 @@ impl<I> Relay<I> {
 /// 64 relays.
 #[derive(Debug)]
 pub(crate) struct Probing<I> {
-    walk: Vec<I>,
+    walk: Walk<I>,
     walk_pos: usize,
     walk_round: u64,
     probes: Vec<Probe<I>>,
@@ -85,7 +86,7 @@ impl<I: Identity> Probing<I> {
     /// No walk and nothing in flight, healthy.
     pub(crate) fn new() -> Probing<I> {
         Probing {
-            walk: Vec::new(),
+            walk: Walk::default(),
             walk_pos: 0,
             walk_round: 0,
             probes: Vec::new(),
@@ -101,7 +102,7 @@ impl<I: Identity> Probing<I> {
     }
 
     /// The members of the walk (live members, in random order).
-    pub(crate) fn walk(&self) -> &[I] {
+    pub(crate) fn walk(&self) -> &Walk<I> {
         &self.walk
     }
 
@@ -132,7 +133,7 @@ impl<I: Identity> Probing<I> {
     }
 
     /// A hint for [`Node::warm_state`]; the walk's next member.
-    pub(crate) fn warm(&self) -> (u64, Option<&I>) {
+    pub(crate) fn warm(&self) -> (u64, Option<Cow<'_, I>>) {
         let n = self.probes.len() ^ self.walk.len();
         (n as u64, self.walk.get(self.walk_pos))
     }
@@ -197,9 +198,9 @@ impl<I: Identity> Node<I> {
             #[cfg(not(feature = "fault-injection"))]
             let idx = self.probing.walk_pos;
             self.probing.walk_pos += 1;
-            let c = &self.probing.walk[idx];
-            if self.members.get(c).is_some_and(|m| m.state().is_live()) {
-                return Some(c.clone());
+            let c = self.probing.walk.get(idx)?;
+            if self.members.get(&c).is_some_and(|m| m.state().is_live()) {
+                return Some(c.into_owned());
             }
         }
         None
@@ -209,15 +210,14 @@ impl<I: Identity> Node<I> {
         self.probing.walk.clear();
         for (id, m) in self.members.iter() {
             if m.state().is_live() {
-                self.probing.walk.push(id.into_owned());
+                self.probing.walk.push(&id, false);
             }
         }
         for m in self.members.recs_mut() {
             m.set(IN_WALK, m.state().is_live());
         }
         // The map's order is deterministic but not meaningful: sort, then shuffle.
-        self.probing.walk.sort_unstable();
-        self.probing.walk.shuffle(&mut self.rng);
+        self.probing.walk.sort_and_shuffle(&mut self.rng);
         self.probing.walk_pos = 0;
         self.probing.walk_round += 1;
     }
@@ -234,7 +234,7 @@ impl<I: Identity> Node<I> {
         let pos = self
             .rng
             .random_range(self.probing.walk_pos..=self.probing.walk.len());
-        crate::table::push_sparingly(&mut self.probing.walk, id.clone());
+        self.probing.walk.push(id, true);
         let last = self.probing.walk.len() - 1;
         self.probing.walk.swap(pos, last);
     }

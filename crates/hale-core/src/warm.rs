@@ -31,25 +31,31 @@ impl<I: Identity> Node<I> {
     }
 
     /// Reads what handling a packet from `sender` reads first: the sender's
-    /// record. Call [`Node::warm_state`] on every node first. A hint.
+    /// record, then (for the next deadline) the ring neighbours' records.
+    /// Call [`Node::warm_state`] on every node first. A hint.
     pub fn warm_receive(&self, sender: &I) -> u64 {
-        self.members.warm(sender)
+        self.members.warm(sender) ^ self.warm_neighbours()
     }
 
-    /// Reads what [`Node::handle_timeout`] at `at` reads first: when a
-    /// probe tick is due by then, the records of the monitored members and
-    /// of the walk's next member. A hint.
+    /// Reads what [`Node::handle_timeout`] at `at` reads first: the ring
+    /// neighbours' records, and when a probe tick is due by then, the walk's
+    /// next member's. A hint.
     pub fn warm_timeout(&self, at: Time) -> u64 {
-        if at < self.timers.get(Timer::Probe) {
-            return 0;
-        }
-        let mut acc = 0;
-        for m in self.monitors.monitored() {
-            acc ^= self.members.warm(m);
-        }
-        if let Some(next) = self.probing.warm().1 {
-            acc ^= self.members.warm(next);
+        let mut acc = self.warm_neighbours();
+        if at >= self.timers.get(Timer::Probe) {
+            if let Some(next) = self.probing.warm().1 {
+                acc ^= self.members.warm(&next);
+            }
         }
         acc
+    }
+
+    /// Reads the records of the ring neighbours, which every event reads
+    /// (the next deadline is the earliest a neighbour is due).
+    fn warm_neighbours(&self) -> u64 {
+        let neighbours = self.monitors.monitored().iter();
+        neighbours
+            .chain(self.monitors.watchers())
+            .fold(0, |acc, m| acc ^ self.members.warm(m))
     }
 }
