@@ -527,6 +527,7 @@ async fn start_roles(
     let requests = roles::LeaseRequests::start(client.clone().gated(shared.drill().frozen_flag()));
     let origin = tokio::time::Instant::now();
     let watchdogs = roles::Watchdogs::new(cfg.watchdog_exe.clone());
+    let hook_slots = Arc::new(tokio::sync::Semaphore::new(roles::HOOKS_AT_ONCE));
     for spec in &cfg.roles {
         let (tx, rx) = mpsc::channel(1);
         out.handovers.insert(spec.name.clone(), tx);
@@ -539,6 +540,7 @@ async fn start_roles(
             timing: plan.timing,
             views: out.views.clone(),
             watchdogs: watchdogs.clone(),
+            hook_slots: hook_slots.clone(),
             on_change: on_change.clone(),
             stop: roles_stop_rx.clone(),
             handover: rx,

@@ -56,6 +56,8 @@ pub type RoleViews = Arc<Mutex<BTreeMap<String, RoleView>>>;
 /// What reaches a role manager's loop from the tasks it started.
 enum Input {
     Response(RequestId, Option<LeaseResponse>),
+    /// A hook run got its slot and started, in this process group.
+    HookStarted(HookId, u32),
     HookExit(HookId, HookExit),
     /// The watchdog's answer to a `disarm` of holding `.0` (`None`: it
     /// exited before answering; holding 0: it could not be asked).
@@ -81,6 +83,8 @@ pub struct RoleManager {
     pub views: RoleViews,
     /// The agent's fencing watchdog.
     pub watchdogs: Watchdogs,
+    /// The agent's hook slots ([`HOOKS_AT_ONCE`]), shared by its roles.
+    pub hook_slots: Arc<tokio::sync::Semaphore>,
     /// Reports role changes as (kind, detail).
     pub on_change: OnRoleChange,
     /// Fires when the agent stops: hand the role over at once.
@@ -90,12 +94,28 @@ pub struct RoleManager {
     pub handover: tokio::sync::mpsc::Receiver<Option<String>>,
 }
 
+/// How many hooks an agent runs at once, over all its roles; the others
+/// wait for a slot (the wait counts toward their time limit). Without a
+/// bound, 1,000 roles lapsing at once (a control plane stalled on its
+/// disk) started thousands of processes; the agent, one process among
+/// them, could no longer renew what it still held, and the storm fed
+/// itself for minutes (BENCHMARKS.md, Roles).
+pub const HOOKS_AT_ONCE: usize = 32;
+
+/// A hook run: its process group once it has started, whether it is the
+/// promote hook, and whether a kill was asked (before it started, it is
+/// killed as it starts).
+struct HookRun {
+    pgid: Option<u32>,
+    promote: bool,
+    kill: bool,
+}
+
 /// The executor's own state: running hooks and the watchdog.
 struct Running {
     origin: Instant,
     tx: mpsc::UnboundedSender<Input>,
-    /// Hook runs: process group, and whether it is the promote hook.
-    hooks: BTreeMap<HookId, (u32, bool)>,
+    hooks: BTreeMap<HookId, HookRun>,
     /// The holding the watchdog guards (its id there).
     watchdog: Option<u64>,
     /// A `disarm` awaits its answer.
@@ -220,8 +240,12 @@ impl RoleManager {
                         }
                         sm.handle_response(run.now(), id, r);
                     }
+                    Input::HookStarted(id, pgid) => self.hook_started(&mut run, id, pgid),
                     Input::HookExit(id, exit) => {
-                        if let (Some((_, true)), Some(h)) = (run.hooks.remove(&id), run.watchdog) {
+                        let hook = run.hooks.remove(&id);
+                        if let (Some(HookRun { promote: true, pgid: Some(_), .. }), Some(h)) =
+                            (hook, run.watchdog)
+                        {
                             self.watchdogs.promote(h, None);
                         }
                         sm.handle_hook_exit(run.now(), id, exit);
@@ -290,8 +314,11 @@ impl RoleManager {
                 reason,
             } => self.start_hook(run, id, kind, epoch, reason),
             Action::KillHook { id } => {
-                if let Some((pgid, _)) = run.hooks.get(&id) {
-                    crate::watchdog::kill_group(*pgid);
+                if let Some(hook) = run.hooks.get_mut(&id) {
+                    hook.kill = true;
+                    if let Some(pgid) = hook.pgid {
+                        crate::watchdog::kill_group(pgid);
+                    }
                 }
             }
             Action::StartWatchdog { epoch, deadline } => {
@@ -360,26 +387,48 @@ impl RoleManager {
             let _ = tx.send(Input::HookExit(id, HookExit::Succeeded));
             return;
         };
-        let mut cmd = tokio::process::Command::from(cmd);
-        let child = cmd.kill_on_drop(false).spawn();
-        let Ok(mut child) = child else {
-            tracing::warn!(role = %self.spec.name, ?kind, "cannot start hook {argv:?}");
-            let _ = tx.send(Input::HookExit(id, HookExit::NotStarted));
-            return;
-        };
-        let pgid = child.id().unwrap_or(0);
         let promote = kind == HookKind::Promote;
-        run.hooks.insert(id, (pgid, promote));
-        if let (true, Some(h)) = (promote, run.watchdog) {
-            self.watchdogs.promote(h, Some(pgid));
-        }
+        run.hooks.insert(
+            id,
+            HookRun {
+                pgid: None,
+                promote,
+                kill: false,
+            },
+        );
+        let (slots, role) = (self.hook_slots.clone(), self.spec.name.clone());
+        let argv = argv.clone();
         tokio::spawn(async move {
+            // Waits for one of the agent's hook slots (see `HOOKS_AT_ONCE`).
+            let _slot = slots.acquire_owned().await;
+            let mut cmd = tokio::process::Command::from(cmd);
+            let Ok(mut child) = cmd.kill_on_drop(false).spawn() else {
+                tracing::warn!(%role, ?kind, "cannot start hook {argv:?}");
+                let _ = tx.send(Input::HookExit(id, HookExit::NotStarted));
+                return;
+            };
+            let _ = tx.send(Input::HookStarted(id, child.id().unwrap_or(0)));
             let exit = match child.wait().await {
                 Ok(s) if s.success() => HookExit::Succeeded,
                 _ => HookExit::Failed,
             };
             let _ = tx.send(Input::HookExit(id, exit));
         });
+    }
+
+    /// Hook run `id` has started in process group `pgid`: killed at once if
+    /// a kill was asked while it waited for its slot; the watchdog is told
+    /// of a promote hook.
+    fn hook_started(&self, run: &mut Running, id: HookId, pgid: u32) {
+        let Some(hook) = run.hooks.get_mut(&id) else {
+            return;
+        };
+        hook.pgid = Some(pgid);
+        if hook.kill {
+            crate::watchdog::kill_group(pgid);
+        } else if let (true, Some(h)) = (hook.promote, run.watchdog) {
+            self.watchdogs.promote(h, Some(pgid));
+        }
     }
 
     /// The claim file this holding's demote and its watchdog's fence share.
