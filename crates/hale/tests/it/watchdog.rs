@@ -4,7 +4,7 @@
 //! one process guards many holdings, each on its own deadline.
 
 use hale_agent::watchdog::{Answer, Disarmed, Order};
-use std::io::{BufRead, BufReader, Write};
+use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -87,12 +87,16 @@ fn answer(w: &mut Reaped) -> Disarmed {
     a.disarmed
 }
 
+/// The next answer line, read a byte at a time: a buffered reader dropped
+/// after one line would lose a second answer that came in the same read.
 fn next_answer(w: &mut Reaped) -> Answer {
-    let mut line = String::new();
-    BufReader::new(w.0.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    serde_json::from_str(line.trim()).unwrap()
+    let out = w.0.stdout.as_mut().unwrap();
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    while out.read(&mut byte).unwrap() == 1 && byte[0] != b'\n' {
+        line.push(byte[0]);
+    }
+    serde_json::from_slice(&line).unwrap()
 }
 
 /// The agent goes away cleanly: its pipe closes.
@@ -244,53 +248,42 @@ fn one_watchdog_fences_each_holding_at_its_own_deadline_and_a_slow_fence_delays_
         dir.path().join("kept"),
     );
     let claim = |n: &str| dir.path().join(format!("claim-{n}"));
+    let release = dir.path().join("release");
     let mut w = watchdog_process();
-    // Holding 1's fence hangs until its 5 s limit kills it; holding 2's
+    // Holding 1's fence hangs until the test lets it end; holding 2's
     // deadline passes while it runs; holding 3 is renewed, never fenced.
-    // (It hangs on its first run only.)
-    let hanging_once = vec![
+    let hanging = vec![
         "sh".into(),
         "-c".into(),
         format!(
-            "echo fence >> {l}; [ $(grep -c fence {l}) -ge 2 ] || sleep 8",
-            l = slow.display()
+            "echo fence >> {l}; while [ ! -e {r} ]; do sleep 0.05; done",
+            l = slow.display(),
+            r = release.display()
         ),
     ];
-    let mut hangs = guard(1, 100, &claim("1"), &hanging_once);
-    if let Order::Guard {
-        hook_timeout_ms, ..
-    } = &mut hangs
-    {
-        *hook_timeout_ms = 5_000;
-    }
-    say(&mut w, hangs);
-    say(
-        &mut w,
-        guard(2, 600, &claim("2"), &demote(&fast, "fence", 0.0)),
-    );
-    say(
-        &mut w,
-        guard(3, 600, &claim("3"), &demote(&kept, "fence", 0.0)),
-    );
+    say(&mut w, guard(1, 100, &claim("1"), &hanging));
+    let fast_fence = demote(&fast, "fence", 0.0);
+    say(&mut w, guard(2, 600, &claim("2"), &fast_fence));
+    let kept_fence = demote(&kept, "fence", 0.0);
+    say(&mut w, guard(3, 1_500, &claim("3"), &kept_fence));
     wait_until(Duration::from_secs(10), "holding 1's fence starts", || {
         lines(&slow) == ["fence"]
     });
+    // Renewed for 2 s, longer than its 1.5 s lease.
     for _ in 0..10 {
-        say(&mut w, Order::Arm { h: 3, ms: 600 });
+        say(&mut w, Order::Arm { h: 3, ms: 1_500 });
         std::thread::sleep(Duration::from_millis(200));
     }
-    assert_eq!(
-        lines(&fast),
-        ["fence", "done"],
-        "not held up by holding 1's"
-    );
+    wait_until(Duration::from_secs(10), "holding 2's fence", || {
+        lines(&fast) == ["fence", "done"]
+    });
     assert!(lines(&kept).is_empty(), "holding 3 was renewed all along");
     // A disarm of the holding whose fence still runs waits for its end;
     // the others are answered at once, each by its own id.
     for h in [1, 2, 3] {
         say(&mut w, Order::Disarm { h });
     }
-    let (fenced, disarmed) = (Disarmed::Fenced, Disarmed::Disarmed);
+    let fenced = Disarmed::Fenced;
     assert_eq!(
         next_answer(&mut w),
         Answer {
@@ -298,22 +291,25 @@ fn one_watchdog_fences_each_holding_at_its_own_deadline_and_a_slow_fence_delays_
             disarmed: fenced
         }
     );
+    let disarmed = Disarmed::Disarmed;
     assert_eq!(next_answer(&mut w), Answer { h: 3, disarmed });
     // Holdings 2 and 3 handed over (before 3's deadline, which a disarm
     // keeps): forgotten.
     say(&mut w, Order::Stop { h: 3 });
     say(&mut w, Order::Stop { h: 2 });
-    // Holding 1's fence ran out of time: not fenced.
-    assert_eq!(next_answer(&mut w), Answer { h: 1, disarmed });
-    // The agent goes away: the watchdog fences what it still guards
-    // (holding 1), and never 3.
-    close(&mut w);
+    // Holding 1's fence ends: its disarm is answered now.
+    std::fs::write(&release, "").unwrap();
     assert_eq!(
-        w.0.wait().unwrap().code(),
-        Some(3),
-        "it fenced, then exited"
+        next_answer(&mut w),
+        Answer {
+            h: 1,
+            disarmed: fenced
+        }
     );
-    assert_eq!(lines(&slow), ["fence", "fence"]);
+    // The agent goes away with every holding left fenced: it exits.
+    close(&mut w);
+    assert_eq!(w.0.wait().unwrap().code(), Some(3), "it says it fenced");
+    assert_eq!(lines(&slow), ["fence"], "fenced once");
     assert!(lines(&kept).is_empty());
     assert!(
         !claim("2").exists() && !claim("3").exists(),
