@@ -342,6 +342,21 @@ impl Client {
         .await
     }
 
+    /// `POST /v1/drill/slow-disk`: this agent's control-plane server takes
+    /// `delay` longer over every durable log write, for `length`.
+    pub async fn slow_disk(
+        &self,
+        length: Duration,
+        delay: Duration,
+    ) -> Result<FaultView, ClientError> {
+        let body = serde_json::json!({
+            "duration_ms": length.as_millis() as u64,
+            "delay_ms": delay.as_millis() as u64,
+        });
+        let path = routes::fill(routes::DRILL_FAULT, "fault", Fault::SlowDisk.as_str());
+        self.post(&path, &body).await
+    }
+
     /// `POST /v1/drill/restore`: reverts `fault`, or every fault.
     pub async fn restore(&self, fault: Option<Fault>) -> Result<RestoredView, ClientError> {
         let body = serde_json::json!({ "fault": fault });

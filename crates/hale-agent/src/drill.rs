@@ -17,12 +17,18 @@
 //!   can observe and restore. A control-plane server hosted by this agent
 //!   keeps serving the other servers: the drill measures membership and
 //!   role failover, not the loss of a Raft voter (kill the process for that).
+//! * `slow-disk` — this agent's control-plane server takes `delay_ms`
+//!   (default 300 ms, at most 10 s) longer over every durable write of its
+//!   Raft log and vote, as when another writer saturates the disk and
+//!   `fsync` stalls ([`hale_control::raft::ControlPlane::slow_disk`]).
+//!   Everything else keeps working. 409 on an agent that hosts no server.
 //! * `quiet` — application traffic signals (`POST /v1/traffic`,
 //!   [`crate::Agent::note_traffic`]) are ignored, so only probes keep
 //!   members alive (the night without traffic).
 //!
 //! Endpoints (the POSTs behind [`crate::api_guard`], like join/leave):
-//! `GET /v1/drill`, `POST /v1/drill/{fault}` with `{"duration_ms": N}`,
+//! `GET /v1/drill`, `POST /v1/drill/{fault}` with `{"duration_ms": N}` (and
+//! `"delay_ms"` for `slow-disk`),
 //! `POST /v1/drill/restore` with an optional `{"fault": "..."}`, and
 //! `POST /v1/traffic` with `{"peers": ["name", ...]}`.
 
@@ -40,7 +46,10 @@ use serde::Deserialize;
 use crate::runtime::{Command, Shared};
 use crate::state::AppState;
 use crate::state::{error, json_body, ApiError};
-use crate::view::{AgentEvent, DrillView, Fault, FaultView, RestoredView, TrafficView, MAX_FAULT};
+use crate::view::{
+    AgentEvent, DrillView, Fault, FaultView, RestoredView, TrafficView, DEFAULT_DISK_DELAY,
+    MAX_DISK_DELAY, MAX_FAULT,
+};
 
 /// Why a fault could not be set.
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +60,9 @@ pub enum SetFaultError {
     /// The black hole's listener could not be bound.
     #[error("cannot open the black hole: {0}")]
     Bind(#[from] std::io::Error),
+    /// `slow-disk` on an agent that hosts no control-plane server.
+    #[error("this agent hosts no control-plane server")]
+    NoServer,
 }
 
 /// Sets and reverts faults (a revert may come from a timer, after the
@@ -59,6 +71,7 @@ pub enum SetFaultError {
 struct DrillState {
     shared: Arc<Shared>,
     relay: Option<hale_relay::Relay>,
+    server: Option<hale_control::raft::ControlPlane>,
 }
 
 impl DrillState {
@@ -66,6 +79,7 @@ impl DrillState {
         DrillState {
             shared: st.shared.clone(),
             relay: st.relay().cloned(),
+            server: st.control_server.clone(),
         }
     }
 
@@ -74,13 +88,25 @@ impl DrillState {
         self.shared.emit(e, None);
     }
 
-    /// Sets `f` for `length` (replacing the deadline if it is already set)
-    /// and schedules its revert.
-    async fn set(&self, f: Fault, length: Duration) -> Result<FaultView, SetFaultError> {
+    /// Sets `f` for `length` (replacing the deadline if it is already set;
+    /// `delay` is `slow-disk`'s) and schedules its revert.
+    async fn set(
+        &self,
+        f: Fault,
+        length: Duration,
+        delay: Duration,
+    ) -> Result<FaultView, SetFaultError> {
         let faults = &self.shared.drill();
         let mut hole = None;
         let mut divert = None;
         let already = faults.is_set(f);
+        let delay = (f == Fault::SlowDisk).then_some(delay);
+        if let Some(d) = delay {
+            self.server
+                .as_ref()
+                .ok_or(SetFaultError::NoServer)?
+                .slow_disk(d);
+        }
         if f == Fault::Blackhole && !already {
             let relay = self.relay.as_ref().ok_or(SetFaultError::NoRelay)?;
             let (addr, task) = black_hole().await?;
@@ -88,7 +114,7 @@ impl DrillState {
             hole = Some(task);
             divert = Some(addr.to_string());
         }
-        let (view, generation) = faults.set(f, length, hole, divert);
+        let (view, generation) = faults.set(f, length, hole, divert, delay);
         self.event(AgentEvent::DrillSet {
             fault: f,
             duration_ms: length.as_millis() as u64,
@@ -115,6 +141,9 @@ impl DrillState {
             if let Some(r) = &self.relay {
                 r.divert(None);
             }
+        }
+        if let (Fault::SlowDisk, Some(s)) = (f, &self.server) {
+            s.slow_disk(Duration::ZERO);
         }
         self.event(AgentEvent::DrillRestored {
             fault: f,
@@ -156,6 +185,8 @@ pub(crate) async fn status(State(st): State<AppState>) -> Json<DrillView> {
 #[serde(deny_unknown_fields)]
 struct SetBody {
     duration_ms: u64,
+    /// `slow-disk` only.
+    delay_ms: Option<u64>,
 }
 
 pub(crate) async fn set(
@@ -163,7 +194,7 @@ pub(crate) async fn set(
     Path(fault): Path<String>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let f = parse_fault(&fault, ": blackhole, freeze or quiet")?;
+    let f = parse_fault(&fault, ": blackhole, freeze, quiet or slow-disk")?;
     let req: SetBody = json_body(&body, r#"expected {"duration_ms": 5000}"#)?;
     let length = Duration::from_millis(req.duration_ms);
     if length.is_zero() || length > MAX_FAULT {
@@ -172,9 +203,27 @@ pub(crate) async fn set(
             format!("duration_ms must be 1 to {}", MAX_FAULT.as_millis()),
         ));
     }
-    Ok(match DrillState::of(&st).set(f, length).await {
+    let delay = match (f, req.delay_ms) {
+        (Fault::SlowDisk, None) => DEFAULT_DISK_DELAY,
+        (Fault::SlowDisk, Some(ms)) if (1..=MAX_DISK_DELAY.as_millis() as u64).contains(&ms) => {
+            Duration::from_millis(ms)
+        }
+        (Fault::SlowDisk, Some(_)) => {
+            let max = MAX_DISK_DELAY.as_millis();
+            let e = format!("delay_ms must be 1 to {max}");
+            return Err(ApiError(StatusCode::BAD_REQUEST, e));
+        }
+        (_, Some(_)) => {
+            let e = "delay_ms is only for slow-disk".to_owned();
+            return Err(ApiError(StatusCode::BAD_REQUEST, e));
+        }
+        (_, None) => Duration::ZERO,
+    };
+    Ok(match DrillState::of(&st).set(f, length, delay).await {
         Ok(v) => Json(v).into_response(),
-        Err(e @ SetFaultError::NoRelay) => error(StatusCode::CONFLICT, e.to_string()),
+        Err(e @ (SetFaultError::NoRelay | SetFaultError::NoServer)) => {
+            error(StatusCode::CONFLICT, e.to_string())
+        }
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     })
 }

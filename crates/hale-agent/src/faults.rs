@@ -60,7 +60,7 @@ impl Faults {
         match f {
             Fault::Freeze => self.frozen.store(on, Ordering::Relaxed),
             Fault::Quiet => self.quiet.store(on, Ordering::Relaxed),
-            Fault::Blackhole => {}
+            Fault::Blackhole | Fault::SlowDisk => {}
         }
     }
 
@@ -80,14 +80,16 @@ impl Faults {
     }
 
     /// Sets `f` until `length` from now (a new deadline if it is already
-    /// set; `hole` and `divert` are kept only if it is new) and raises its
-    /// flag: its view, and the generation a revert must name.
+    /// set; `hole` and `divert` are kept only if it is new, `delay` is
+    /// replaced) and raises its flag: its view, and the generation a revert
+    /// must name.
     pub(crate) fn set(
         &self,
         f: Fault,
         length: Duration,
         hole: Option<JoinHandle<()>>,
         divert: Option<String>,
+        delay: Option<Duration>,
     ) -> (FaultView, u64) {
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
         let now = unix_ms();
@@ -99,11 +101,13 @@ impl Faults {
                     since_unix_ms: now,
                     until_unix_ms: 0,
                     divert,
+                    delay_ms: None,
                 },
                 generation,
                 hole,
             });
             e.generation = generation;
+            e.view.delay_ms = delay.map(|d| d.as_millis() as u64);
             e.view.until_unix_ms = now + length.as_millis() as u64;
             e.view.clone()
         };

@@ -22,7 +22,8 @@ pub use hale_relay::UpstreamRole;
 pub use hale_seal::{ClockReport, ServerOffset, StampsRefused};
 pub use ops::{
     DrillView, ErrorBody, Fault, FaultView, KeyOp, KeyOpError, KeyReport, KeyRequest, KeyView,
-    KeysView, RelayView, RestoredView, TrafficView, UpstreamView, MAX_FAULT,
+    KeysView, RelayView, RestoredView, TrafficView, UpstreamView, DEFAULT_DISK_DELAY,
+    MAX_DISK_DELAY, MAX_FAULT,
 };
 pub use role::{
     CandidateView, CheckResult, CheckView, ClusterRoleView, ClusterRolesView, ClusterServicesView,

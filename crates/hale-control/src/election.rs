@@ -13,9 +13,13 @@
 
 use std::time::Duration;
 
-/// How often the leader sends heartbeats (and how long openraft gives an
-/// append to answer).
+/// How often the leader sends heartbeats.
 pub const HEARTBEAT: Duration = Duration::from_millis(100);
+/// The least time a Raft RPC (append, heartbeat, vote) is given to answer,
+/// the peer's disk write included (`raft/runtime.rs`): openraft 0.9 would
+/// give an append one heartbeat and a vote request the shortest election
+/// timeout.
+pub const RPC_TIMEOUT_FLOOR: Duration = Duration::from_secs(1);
 /// The shortest election timeout a server draws (once, for its life).
 pub const ELECTION_TIMEOUT_MIN: Duration = Duration::from_millis(200);
 /// The longest election timeout a server draws; also every follower's

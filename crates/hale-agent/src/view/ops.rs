@@ -18,6 +18,12 @@ pub struct ErrorBody {
 /// Longest a drill fault may be set for.
 pub const MAX_FAULT: Duration = Duration::from_secs(3600);
 
+/// Longest `slow-disk` may make one durable log write wait.
+pub const MAX_DISK_DELAY: Duration = Duration::from_secs(10);
+
+/// What `slow-disk` adds to each durable log write unless told.
+pub const DEFAULT_DISK_DELAY: Duration = Duration::from_millis(300);
+
 hale_relay::named_enum! {
     /// A fault a drill can set.
     #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -29,6 +35,9 @@ hale_relay::named_enum! {
         Freeze => "freeze",
         /// Application traffic signals are ignored.
         Quiet => "quiet",
+        /// This agent's control-plane server writes its log slowly.
+        #[serde(rename = "slow-disk")]
+        SlowDisk => "slow-disk",
     }
 }
 
@@ -43,6 +52,8 @@ pub struct FaultView {
     pub until_unix_ms: u64,
     /// Where the relay is diverted to (`blackhole` only).
     pub divert: Option<String>,
+    /// The time added to every durable log write (`slow-disk` only).
+    pub delay_ms: Option<u64>,
 }
 
 /// `GET /v1/drill`.

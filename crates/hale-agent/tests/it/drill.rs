@@ -23,6 +23,17 @@ async fn a_drill_fault_needs_the_token_and_reverts_on_its_own_when_its_duration_
     let api = api.with_token(Some("tok".into()));
     let no_relay = api.set_fault(Fault::Blackhole, ms300).await;
     assert_eq!(status(no_relay), Some(409), "no relay to divert");
+    let no_server = api.slow_disk(ms300, ms300).await;
+    assert_eq!(status(no_server), Some(409), "no control-plane server");
+    let too_slow = api.slow_disk(ms300, Duration::from_secs(11)).await;
+    assert_eq!(status(too_slow), Some(400), "a delay over 10 s");
+    let delayed_quiet = api
+        .post::<_, hale_agent::view::FaultView>(
+            "/v1/drill/quiet",
+            &serde_json::json!({"duration_ms": 300, "delay_ms": 5}),
+        )
+        .await;
+    assert_eq!(status(delayed_quiet), Some(400), "delay_ms on quiet");
     assert_eq!(
         status(api.set_fault(quiet, Duration::ZERO).await),
         Some(400)

@@ -182,7 +182,9 @@ fn samples() -> BTreeMap<String, Vec<Value>> {
     let upstream = json!({"role": "primary", "target": "http://sentry:9000/1", "member": "n2",
         "breaker": "half-open"});
     let fault = json!({"fault": "blackhole", "since_unix_ms": 1, "until_unix_ms": 2,
-        "divert": "127.0.0.1:40000"});
+        "divert": "127.0.0.1:40000", "delay_ms": null});
+    let slow = json!({"fault": "slow-disk", "since_unix_ms": 1, "until_unix_ms": 2,
+        "divert": null, "delay_ms": 300});
     let drill = json!({"node": "n0", "active": [fault], "traffic_ignored": 0});
     let key = json!({"fingerprint": "ab12", "primary": true});
     let mut s = samples! {
@@ -218,6 +220,7 @@ fn samples() -> BTreeMap<String, Vec<Value>> {
             "failovers": 0, "upstreams": [upstream], "dropped": {"queue-full": 0},
             "dropped_total": 0, "diverted": "127.0.0.1:40000"};
         "Fault": FaultView = fault;
+        "Fault": FaultView = slow;
         "Drill": DrillView = drill;
         "Restored": RestoredView = {"restored": ["blackhole"], "drill": drill};
         "Traffic": TrafficView = {"noted": 2, "quiet": false};

@@ -10,6 +10,7 @@ pub mod api;
 mod batch;
 mod client;
 mod network;
+mod runtime;
 mod store;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -39,7 +40,7 @@ use hale_core::Time;
 pub use api::{AddServer, Refusal, ServerChange};
 pub use client::ControlClient;
 pub use network::{raft_routes, Network};
-pub use store::{open_db, LogStore, StateData, StateMachine};
+pub use store::{open_db, DiskStall, LogStore, StateData, StateMachine};
 
 openraft::declare_raft_types!(
     /// hale's Raft type configuration.
@@ -50,7 +51,7 @@ openraft::declare_raft_types!(
         Node = BasicNode,
         Entry = openraft::Entry<TypeConfig>,
         SnapshotData = std::io::Cursor<Vec<u8>>,
-        AsyncRuntime = openraft::TokioRuntime,
+        AsyncRuntime = runtime::Runtime,
 );
 
 /// An error from below (the store, openraft), kept as the source.
@@ -111,6 +112,7 @@ pub struct ControlPlane {
     origin: Instant,
     client: reqwest::Client,
     auth: ControlAuth,
+    stall: DiskStall,
 }
 
 impl std::fmt::Debug for ControlPlane {
@@ -242,12 +244,13 @@ impl ControlPlane {
             // it for followers that lag. An entry holds one agent's batch
             // (a few KB at 1,000 roles), so the log stays under ~5 MB.
             snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(1000),
-            // openraft gives an append one heartbeat interval (100 ms) and
-            // sends up to 300 entries in one: a follower that fell behind
-            // (a burst of grants, a loaded host) got catch-up appends of
-            // hundreds of batch entries that could never arrive in time,
-            // so it never caught up and commits stalled (1,000 roles, 3
-            // agents: elections, every lease lost). Small appends catch up.
+            // openraft sends up to 300 entries in one append: a follower
+            // that fell behind (a burst of grants, a loaded host) got
+            // catch-up appends of hundreds of batch entries that could not
+            // arrive within an append's timeout (one heartbeat then; now
+            // `RPC_TIMEOUT_FLOOR`), so it never caught up and commits
+            // stalled (1,000 roles, 3 agents: elections, every lease
+            // lost). Small appends catch up.
             max_payload_entries: 16,
             max_in_snapshot_log_to_keep: 100,
             purge_batch_size: 256,
@@ -258,15 +261,11 @@ impl ControlPlane {
                 .validate()
                 .map_err(|e| ControlError::Start(e.into()))?,
         );
-        let raft = Raft::new(
-            id,
-            config,
-            Network::new(auth.clone()),
-            LogStore::new(db, Some(on_append)),
-            sm.clone(),
-        )
-        .await
-        .map_err(|e| ControlError::Start(e.into()))?;
+        let log = LogStore::new(db, Some(on_append));
+        let stall = log.stall();
+        let raft = Raft::new(id, config, Network::new(auth.clone()), log, sm.clone())
+            .await
+            .map_err(|e| ControlError::Start(e.into()))?;
         let cp = ControlPlane {
             id,
             raft,
@@ -277,9 +276,17 @@ impl ControlPlane {
             origin,
             client: reqwest::Client::new(),
             auth,
+            stall,
         };
         cp.watch_leadership();
         Ok(cp)
+    }
+
+    /// Makes every durable write of this server's Raft log and vote take
+    /// `extra` longer, as on a disk stalled by another writer (the agent's
+    /// `slow-disk` drill); zero restores it.
+    pub fn slow_disk(&self, extra: Duration) {
+        self.stall.set(extra);
     }
 
     fn now(&self) -> Time {

@@ -21,6 +21,13 @@ use super::TypeConfig;
 use hale_seal::CallError;
 
 use crate::auth::ControlAuth;
+use crate::election::RPC_TIMEOUT_FLOOR;
+
+/// How long one RPC may take: what openraft asks, but no less than
+/// [`RPC_TIMEOUT_FLOOR`] (see `runtime.rs`).
+fn ttl(option: &RPCOption) -> Duration {
+    option.hard_ttl().max(RPC_TIMEOUT_FLOOR)
+}
 
 /// Opens connections to peers.
 #[derive(Debug, Clone)]
@@ -106,7 +113,7 @@ impl RaftNetwork<TypeConfig> for Conn {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
-        self.call("append", &rpc, option.hard_ttl()).await
+        self.call("append", &rpc, ttl(&option)).await
     }
 
     async fn install_snapshot(
@@ -117,7 +124,7 @@ impl RaftNetwork<TypeConfig> for Conn {
         InstallSnapshotResponse<u64>,
         RPCError<u64, BasicNode, RaftError<u64, InstallSnapshotError>>,
     > {
-        self.call("snapshot", &rpc, option.hard_ttl()).await
+        self.call("snapshot", &rpc, ttl(&option)).await
     }
 
     async fn vote(
@@ -125,7 +132,7 @@ impl RaftNetwork<TypeConfig> for Conn {
         rpc: VoteRequest<u64>,
         option: RPCOption,
     ) -> Result<VoteResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
-        self.call("vote", &rpc, option.hard_ttl()).await
+        self.call("vote", &rpc, ttl(&option)).await
     }
 }
 

@@ -13,7 +13,9 @@ use std::fmt::Debug;
 use std::io::Cursor;
 use std::ops::{Bound, RangeBounds};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage, RaftStateMachine, Snapshot};
 use openraft::{
@@ -58,22 +60,45 @@ fn get_meta<T: for<'a> Deserialize<'a>>(db: &Database, key: &str) -> Result<Opti
     }
 }
 
+/// Extra time every durable write of the Raft log and vote takes, in
+/// milliseconds (0: none): a disk stalled by another writer, set by the
+/// agent's `slow-disk` drill ([`crate::raft::ControlPlane::slow_disk`]).
+#[derive(Debug, Clone, Default)]
+pub struct DiskStall(Arc<AtomicU64>);
+
+impl DiskStall {
+    /// Makes every durable log write take `extra` longer (zero: restore).
+    pub fn set(&self, extra: Duration) {
+        let ms = u64::try_from(extra.as_millis()).unwrap_or(u64::MAX);
+        self.0.store(ms, Ordering::Relaxed);
+    }
+
+    fn wait(&self) {
+        let ms = self.0.load(Ordering::Relaxed);
+        if ms > 0 {
+            std::thread::sleep(Duration::from_millis(ms));
+        }
+    }
+}
+
 /// Runs one write transaction on the blocking pool, never on the runtime's
 /// threads: a commit waits for `fsync`, which on a loaded or stalling disk
 /// takes from milliseconds to seconds, and the agent's membership node, its
 /// Raft heartbeats and its role managers share those threads. Durable
-/// unless `durable` is false (redb persists such a commit with the next
-/// durable one).
+/// (after `durable`'s stall, if any) unless `durable` is `None` (redb
+/// persists such a commit with the next durable one).
 async fn write(
     db: &Arc<Database>,
-    durable: bool,
+    durable: Option<&DiskStall>,
     f: impl FnOnce(&redb::WriteTransaction) -> Result<(), SErr> + Send + 'static,
 ) -> Result<(), SErr> {
     let db = Arc::clone(db);
+    let stall = durable.cloned();
     let run = move || {
         let mut tx = db.begin_write().map_err(write_err)?;
-        if !durable {
-            tx.set_durability(redb::Durability::None);
+        match &stall {
+            Some(s) => s.wait(),
+            None => tx.set_durability(redb::Durability::None),
         }
         f(&tx)?;
         tx.commit().map_err(write_err)
@@ -91,7 +116,7 @@ async fn put_meta<T: Serialize>(
     db: &Arc<Database>,
     key: &'static str,
     v: &T,
-    durable: bool,
+    durable: Option<&DiskStall>,
 ) -> Result<(), SErr> {
     let bytes = serde_json::to_vec(v).map_err(write_err)?;
     write(db, durable, move |tx| {
@@ -112,6 +137,7 @@ pub type AppendHook = Arc<dyn Fn(Option<&crate::lease::LeaseRequest>) + Send + S
 pub struct LogStore {
     db: Arc<Database>,
     on_append: Option<AppendHook>,
+    stall: DiskStall,
 }
 
 impl std::fmt::Debug for LogStore {
@@ -124,7 +150,16 @@ impl LogStore {
     /// A log store over `db`, telling `on_append` about each lease request
     /// appended.
     pub fn new(db: Arc<Database>, on_append: Option<AppendHook>) -> LogStore {
-        LogStore { db, on_append }
+        LogStore {
+            db,
+            on_append,
+            stall: DiskStall::default(),
+        }
+    }
+
+    /// The handle that slows this store's durable writes (a drill).
+    pub fn stall(&self) -> DiskStall {
+        self.stall.clone()
     }
 }
 
@@ -185,7 +220,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote<u64>) -> Result<(), SErr> {
-        put_meta(&self.db, "vote", vote, true).await
+        put_meta(&self.db, "vote", vote, Some(&self.stall)).await
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote<u64>>, SErr> {
@@ -195,7 +230,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn save_committed(&mut self, committed: Option<LogId<u64>>) -> Result<(), SErr> {
         // Not needed for safety (openraft may lose it and re-learns it from
         // the leader): no fsync of its own, it rides on the next append's.
-        put_meta(&self.db, "committed", &committed, false).await
+        put_meta(&self.db, "committed", &committed, None).await
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId<u64>>, SErr> {
@@ -216,7 +251,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             }
             rows.push((e.log_id.index, serde_json::to_vec(&e).map_err(write_err)?));
         }
-        write(&self.db, true, move |tx| {
+        write(&self.db, Some(&self.stall), move |tx| {
             let mut t = tx.open_table(LOGS).map_err(write_err)?;
             for (index, bytes) in &rows {
                 t.insert(*index, bytes.as_slice()).map_err(write_err)?;
@@ -233,7 +268,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn purge(&mut self, log_id: LogId<u64>) -> Result<(), SErr> {
-        put_meta(&self.db, "purged", &log_id, true).await?;
+        put_meta(&self.db, "purged", &log_id, Some(&self.stall)).await?;
         self.retain(move |k| k > log_id.index).await
     }
 }
@@ -241,7 +276,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 impl LogStore {
     /// Deletes the log entries whose index `keep` refuses.
     async fn retain(&self, keep: impl Fn(u64) -> bool + Send + 'static) -> Result<(), SErr> {
-        write(&self.db, true, move |tx| {
+        write(&self.db, Some(&self.stall), move |tx| {
             let mut t = tx.open_table(LOGS).map_err(write_err)?;
             t.retain(|k, _| keep(k)).map_err(write_err)
         })
@@ -312,7 +347,15 @@ impl StateMachine {
         meta: SnapshotMeta<u64, BasicNode>,
         data: Vec<u8>,
     ) -> Result<(), SErr> {
-        put_meta(&self.db, "snapshot", &StoredSnapshot { meta, data }, true).await
+        // Off the commit path: durable, never slowed by a drill.
+        let never = DiskStall::default();
+        put_meta(
+            &self.db,
+            "snapshot",
+            &StoredSnapshot { meta, data },
+            Some(&never),
+        )
+        .await
     }
 
     /// The state, locked.

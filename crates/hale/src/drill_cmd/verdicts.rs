@@ -278,6 +278,7 @@ mod tests {
                 since_unix_ms: 0,
                 until_unix_ms: 1,
                 divert: None,
+                delay_ms: None,
             }],
             traffic_ignored: 0,
         });

@@ -381,3 +381,57 @@ fn losing_the_control_plane_leader_costs_a_holder_on_another_host_nothing_on_a_b
         );
     }
 }
+
+/// The highest index applied to a lease table among the agents that answer.
+fn applied(c: &Cluster) -> u64 {
+    c.agents
+        .iter()
+        .filter_map(|a| call(a.api().health()).ok()?.control?.applied_index)
+        .max()
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_control_plane_disk_slow_on_every_server_keeps_committing_and_costs_the_holder_nothing() {
+    let c = Cluster::roles_with(
+        "slow-disk",
+        3,
+        |i, log| Some(timed_hooks(&format!("n{i}"), log, 3.0, 0.0)),
+        |_| String::new(),
+        |_| {},
+    );
+    let log = c.path("hooks.log");
+    wait_for(Duration::from_secs(30), "n0 is holder", || {
+        (local_state(&c, 0)? == RoleState::Holder).then_some(())
+    });
+    let before = c.holder().expect("db is held");
+    let since = hook_lines(&log).len();
+    // Every durable write of every server's log takes 300 ms longer: three
+    // heartbeat intervals, the time openraft 0.9 gives an append.
+    let stall = Duration::from_secs(6);
+    for a in &c.agents {
+        call(a.api().slow_disk(stall, Duration::from_millis(150))).unwrap();
+    }
+    let start = applied(&c);
+    during(
+        stall - Duration::from_secs(1),
+        Duration::from_millis(250),
+        || {
+            if let Some(now) = c.holder() {
+                assert_eq!(now, before, "db changed holder on a slow disk");
+            }
+        },
+    );
+    let end = applied(&c);
+    // Renewals kept committing (each agent owes one about every 250 ms).
+    assert!(
+        end >= start + 5,
+        "the control plane stopped committing on a slow disk: index {start} -> {end}"
+    );
+    let after = hook_lines(&log);
+    assert!(
+        after.len() == since,
+        "a slow disk ran hooks: {:#?}",
+        &after[since..]
+    );
+}
