@@ -22,6 +22,10 @@
 //!   Raft log and vote, as when another writer saturates the disk and
 //!   `fsync` stalls ([`hale_control::raft::ControlPlane::slow_disk`]).
 //!   Everything else keeps working. 409 on an agent that hosts no server.
+//! * `disk-stall` — no durable write of this agent's control-plane log and
+//!   vote finishes until the fault ends: the disk stops answering for
+//!   `duration_ms` ([`hale_control::raft::ControlPlane::stall_disk`]).
+//!   409 on an agent that hosts no server.
 //! * `quiet` — application traffic signals (`POST /v1/traffic`,
 //!   [`crate::Agent::note_traffic`]) are ignored, so only probes keep
 //!   members alive (the night without traffic).
@@ -101,11 +105,12 @@ impl DrillState {
         let mut divert = None;
         let already = faults.is_set(f);
         let delay = (f == Fault::SlowDisk).then_some(delay);
-        if let Some(d) = delay {
-            self.server
-                .as_ref()
-                .ok_or(SetFaultError::NoServer)?
-                .slow_disk(d);
+        if matches!(f, Fault::SlowDisk | Fault::DiskStall) {
+            let server = self.server.as_ref().ok_or(SetFaultError::NoServer)?;
+            match delay {
+                Some(d) => server.slow_disk(d),
+                None => server.stall_disk(true),
+            }
         }
         if f == Fault::Blackhole && !already {
             let relay = self.relay.as_ref().ok_or(SetFaultError::NoRelay)?;
@@ -142,8 +147,10 @@ impl DrillState {
                 r.divert(None);
             }
         }
-        if let (Fault::SlowDisk, Some(s)) = (f, &self.server) {
-            s.slow_disk(Duration::ZERO);
+        match (f, &self.server) {
+            (Fault::SlowDisk, Some(s)) => s.slow_disk(Duration::ZERO),
+            (Fault::DiskStall, Some(s)) => s.stall_disk(false),
+            _ => {}
         }
         self.event(AgentEvent::DrillRestored {
             fault: f,
@@ -194,7 +201,10 @@ pub(crate) async fn set(
     Path(fault): Path<String>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let f = parse_fault(&fault, ": blackhole, freeze, quiet or slow-disk")?;
+    let f = parse_fault(
+        &fault,
+        ": blackhole, freeze, quiet, slow-disk or disk-stall",
+    )?;
     let req: SetBody = json_body(&body, r#"expected {"duration_ms": 5000}"#)?;
     let length = Duration::from_millis(req.duration_ms);
     if length.is_zero() || length > MAX_FAULT {

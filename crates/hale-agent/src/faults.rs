@@ -60,7 +60,7 @@ impl Faults {
         match f {
             Fault::Freeze => self.frozen.store(on, Ordering::Relaxed),
             Fault::Quiet => self.quiet.store(on, Ordering::Relaxed),
-            Fault::Blackhole | Fault::SlowDisk => {}
+            Fault::Blackhole | Fault::SlowDisk | Fault::DiskStall => {}
         }
     }
 

@@ -38,6 +38,9 @@ hale_relay::named_enum! {
         /// This agent's control-plane server writes its log slowly.
         #[serde(rename = "slow-disk")]
         SlowDisk => "slow-disk",
+        /// This agent's control-plane server's log writes all wait.
+        #[serde(rename = "disk-stall")]
+        DiskStall => "disk-stall",
     }
 }
 

@@ -289,6 +289,13 @@ impl ControlPlane {
         self.stall.set(extra);
     }
 
+    /// While `held`, no durable write of this server's Raft log and vote
+    /// finishes, as on a disk that stopped answering (the agent's
+    /// `disk-stall` drill).
+    pub fn stall_disk(&self, held: bool) {
+        self.stall.hold(held);
+    }
+
     fn now(&self) -> Time {
         since(self.origin)
     }

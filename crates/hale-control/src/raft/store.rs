@@ -13,7 +13,7 @@ use std::fmt::Debug;
 use std::io::Cursor;
 use std::ops::{Bound, RangeBounds};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -60,23 +60,36 @@ fn get_meta<T: for<'a> Deserialize<'a>>(db: &Database, key: &str) -> Result<Opti
     }
 }
 
-/// Extra time every durable write of the Raft log and vote takes, in
-/// milliseconds (0: none): a disk stalled by another writer, set by the
-/// agent's `slow-disk` drill ([`crate::raft::ControlPlane::slow_disk`]).
+/// What the agent's disk drills do to this server's durable writes of its
+/// Raft log and vote ([`crate::raft::ControlPlane::slow_disk`],
+/// [`crate::raft::ControlPlane::stall_disk`]): each takes a fixed time
+/// longer (a disk saturated by another writer), and none finishes while
+/// the disk is held (a disk that stops answering for a moment).
 #[derive(Debug, Clone, Default)]
-pub struct DiskStall(Arc<AtomicU64>);
+pub struct DiskStall {
+    extra_ms: Arc<AtomicU64>,
+    held: Arc<AtomicBool>,
+}
 
 impl DiskStall {
     /// Makes every durable log write take `extra` longer (zero: restore).
     pub fn set(&self, extra: Duration) {
         let ms = u64::try_from(extra.as_millis()).unwrap_or(u64::MAX);
-        self.0.store(ms, Ordering::Relaxed);
+        self.extra_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Holds every durable log write until `hold(false)`.
+    pub fn hold(&self, held: bool) {
+        self.held.store(held, Ordering::Relaxed);
     }
 
     fn wait(&self) {
-        let ms = self.0.load(Ordering::Relaxed);
+        let ms = self.extra_ms.load(Ordering::Relaxed);
         if ms > 0 {
             std::thread::sleep(Duration::from_millis(ms));
+        }
+        while self.held.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(2));
         }
     }
 }

@@ -142,7 +142,7 @@ impl LogDir {
 
 impl Drop for LogDir {
     fn drop(&mut self) {
-        if std::thread::panicking() {
+        if std::thread::panicking() || std::env::var_os("HALE_KEEP_LOGS").is_some() {
             eprintln!("agent logs kept in {}", self.0.display());
         } else {
             let _ = std::fs::remove_dir_all(&self.0);
