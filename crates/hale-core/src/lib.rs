@@ -29,6 +29,50 @@
 
 #![forbid(unsafe_code)]
 
+/// Declares a field-less enum whose variants each have one fixed name (on
+/// the wire, in metrics and in text), and gives it `ALL` (the variants in
+/// order), `as_str`, `parse` and a `Display` that writes the name (padded
+/// to the width asked for, as `{:<8}`). Defined before the modules, which
+/// use it by name; other crates as `hale_core::named_enum!`.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! named_enum {
+    (
+        $(#[$meta:meta])*
+        $vis:vis enum $name:ident {
+            $( $(#[$vmeta:meta])* $variant:ident $(= $disc:literal)? => $text:literal ),+ $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        $vis enum $name {
+            $( $(#[$vmeta])* $variant $(= $disc)?, )+
+        }
+
+        impl $name {
+            /// Every variant, in a fixed order.
+            pub const ALL: [$name; [$($text),+].len()] = [$($name::$variant),+];
+
+            /// Its name on the wire.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text,)+
+                }
+            }
+
+            /// The variant with this name, if any.
+            pub fn parse(s: &str) -> Option<$name> {
+                $name::ALL.into_iter().find(|v| v.as_str() == s)
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.pad(self.as_str())
+            }
+        }
+    };
+}
+
 mod admission;
 mod broadcast;
 pub mod config;

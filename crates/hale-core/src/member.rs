@@ -3,33 +3,26 @@
 use crate::time::Time;
 use crate::wire::WireState;
 
-/// A member's state in this node's view.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum MemberState {
-    /// Answering probes, or not yet shown otherwise.
-    Alive,
-    /// Failed a probe; may still refute.
-    Suspect,
-    /// Declared dead on corroborated evidence.
-    Dead,
-    /// Left the cluster gracefully.
-    Left,
+named_enum! {
+    /// A member's state in this node's view (its lower-case name is what
+    /// the CLI and API show).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+    pub enum MemberState {
+        /// Answering probes, or not yet shown otherwise.
+        Alive => "alive",
+        /// Failed a probe; may still refute.
+        Suspect => "suspect",
+        /// Declared dead on corroborated evidence.
+        Dead => "dead",
+        /// Left the cluster gracefully.
+        Left => "left",
+    }
 }
 
 impl MemberState {
     /// Alive or suspect: still probed and gossiped to.
     pub fn is_live(self) -> bool {
         matches!(self, MemberState::Alive | MemberState::Suspect)
-    }
-
-    /// Lower-case name, as shown by the CLI and API.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            MemberState::Alive => "alive",
-            MemberState::Suspect => "suspect",
-            MemberState::Dead => "dead",
-            MemberState::Left => "left",
-        }
     }
 
     pub(crate) fn wire(self) -> WireState {

@@ -2,59 +2,34 @@
 
 use crate::wire::DecodeError;
 
-/// Why an incoming packet was dropped without being processed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum DropReason {
-    /// Larger than the channel allows.
-    Oversize,
-    /// Not hale's magic bytes.
-    BadMagic,
-    /// A wire version this build does not speak.
-    Version,
-    /// Another cluster's identifier.
-    ForeignCluster,
-    /// Truncated or malformed.
-    Malformed,
-    /// Sent by this node itself.
-    FromSelf,
-    /// Arrived after this node left the cluster.
-    AfterLeave,
-    /// From an older run of its sender than one already heard: a replay.
-    Replayed,
-    /// Later than its sender's clock allows (`Config::replay_window`): a
-    /// replay, or a packet held up longer than any network would.
-    Stale,
+named_enum! {
+    /// Why an incoming packet was dropped without being processed (its
+    /// name is the metrics label).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum DropReason {
+        /// Larger than the channel allows.
+        Oversize => "oversize",
+        /// Not hale's magic bytes.
+        BadMagic => "bad_magic",
+        /// A wire version this build does not speak.
+        Version => "version",
+        /// Another cluster's identifier.
+        ForeignCluster => "foreign_cluster",
+        /// Truncated or malformed.
+        Malformed => "malformed",
+        /// Sent by this node itself.
+        FromSelf => "from_self",
+        /// Arrived after this node left the cluster.
+        AfterLeave => "after_leave",
+        /// From an older run of its sender than one already heard: a replay.
+        Replayed => "replayed",
+        /// Later than its sender's clock allows (`Config::replay_window`): a
+        /// replay, or a packet held up longer than any network would.
+        Stale => "stale",
+    }
 }
 
 impl DropReason {
-    /// Every reason, in a stable order.
-    pub const ALL: [DropReason; 9] = [
-        DropReason::Oversize,
-        DropReason::BadMagic,
-        DropReason::Version,
-        DropReason::ForeignCluster,
-        DropReason::Malformed,
-        DropReason::FromSelf,
-        DropReason::AfterLeave,
-        DropReason::Replayed,
-        DropReason::Stale,
-    ];
-
-    /// Label used in metrics.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DropReason::Oversize => "oversize",
-            DropReason::BadMagic => "bad_magic",
-            DropReason::Version => "version",
-            DropReason::ForeignCluster => "foreign_cluster",
-            DropReason::Malformed => "malformed",
-            DropReason::FromSelf => "from_self",
-            DropReason::AfterLeave => "after_leave",
-            DropReason::Replayed => "replayed",
-            DropReason::Stale => "stale",
-        }
-    }
-
     pub(crate) fn of(e: &DecodeError) -> DropReason {
         match e {
             DecodeError::Oversize(_) => DropReason::Oversize,

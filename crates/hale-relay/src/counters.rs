@@ -5,7 +5,7 @@
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
-named_enum! {
+hale_core::named_enum! {
     /// Why an event was dropped. Every drop is counted under exactly one reason.
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
     pub enum DropReason {
@@ -58,7 +58,7 @@ impl DropReason {
     }
 }
 
-named_enum! {
+hale_core::named_enum! {
     /// What kind of data an envelope carries, as Sentry's rate limits and
     /// client reports categorise it.
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -99,7 +99,7 @@ impl Category {
 const REASONS: usize = DropReason::ALL.len();
 const CATEGORIES: usize = Category::ALL.len();
 
-named_enum! {
+hale_core::named_enum! {
     /// Which upstream of the pipeline: events go to the primary, and to the
     /// standby while the primary's breaker is open.
     #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -112,7 +112,7 @@ named_enum! {
     }
 }
 
-named_enum! {
+hale_core::named_enum! {
     /// The state of an upstream's circuit breaker (metrics, the agent's API:
     /// `closed`, `open`, `half-open`).
     #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

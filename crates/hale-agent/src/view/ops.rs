@@ -24,7 +24,7 @@ pub const MAX_DISK_DELAY: Duration = Duration::from_secs(10);
 /// What `slow-disk` adds to each durable log write unless told.
 pub const DEFAULT_DISK_DELAY: Duration = Duration::from_millis(300);
 
-hale_relay::named_enum! {
+hale_core::named_enum! {
     /// A fault a drill can set.
     #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
     #[serde(rename_all = "lowercase")]
@@ -133,7 +133,7 @@ pub struct RelayView {
     pub diverted: Option<String>,
 }
 
-hale_relay::named_enum! {
+hale_core::named_enum! {
     /// A key operation.
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
     #[serde(rename_all = "lowercase")]

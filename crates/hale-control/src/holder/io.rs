@@ -65,7 +65,7 @@ pub enum HookExit {
     Killed,
 }
 
-named_enum! {
+hale_core::named_enum! {
     /// How a hook ended, as reported in events.
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
     #[serde(rename_all = "kebab-case")]
@@ -90,7 +90,7 @@ impl HookOutcome {
     }
 }
 
-named_enum! {
+hale_core::named_enum! {
     /// Why a holding ended.
     #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
     #[serde(rename_all = "kebab-case")]
@@ -123,7 +123,7 @@ impl StepDownReason {
     }
 }
 
-named_enum! {
+hale_core::named_enum! {
     /// Where a candidacy stands.
     #[derive(
         Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,

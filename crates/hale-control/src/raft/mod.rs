@@ -150,7 +150,7 @@ pub struct ControlStatus {
 
 pub use crate::lease::AcquireRequest;
 
-named_enum! {
+hale_core::named_enum! {
     /// A control-plane server's Raft state (`leader`, `follower`, `candidate`,
     /// `learner`, `stopped`).
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
