@@ -207,6 +207,7 @@ impl RoleManager {
                 fail_after: self.spec.fail_after,
                 acquire_timeout: Duration::from_millis(1500),
                 instance: crate::seed::fresh_seed(),
+                max_lag: None,
             },
             run.now(),
         );

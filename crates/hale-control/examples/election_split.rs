@@ -262,6 +262,7 @@ fn trial(
             role: "db".into(),
             holder: holder.clone(),
             epoch,
+            mark: None,
         };
         for _ in 0..2 {
             tokio::time::sleep(Duration::from_millis(500)).await;

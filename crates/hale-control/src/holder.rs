@@ -43,11 +43,12 @@ use hale_core::Time;
 
 use crate::history::HookKind;
 use crate::lease::{AcquireRequest, HeldLease, LeaseRequest, LeaseResponse};
+use crate::replication::Standing;
 
 mod io;
 pub use io::{
-    Action, ControlRequest, HolderConfig, HolderEvent, HookExit, HookId, HookOutcome, HookReason,
-    RequestId, RoleState, ServiceStatus, StepDownReason,
+    Action, ControlRequest, DataState, HolderConfig, HolderEvent, HookExit, HookId, HookOutcome,
+    HookReason, RequestId, RoleState, ServiceStatus, StepDownReason,
 };
 
 /// The watchdog process, as the holder knows it.
@@ -153,6 +154,8 @@ pub struct Holder {
     cfg: HolderConfig,
     phase: Phase,
     status: ServiceStatus,
+    /// What a replicated service says of its data (see [`DataState`]).
+    data: DataState,
     /// Whether the last published eligibility was true.
     eligible: Option<bool>,
     /// Not asking for the role before this instant (after a handover or a
@@ -183,6 +186,7 @@ impl Holder {
             cfg,
             phase: Phase::Candidate { acquiring: None },
             status: ServiceStatus::default(),
+            data: DataState::Unknown,
             eligible: None,
             hold_off_until: None,
             next_poll: now,
@@ -203,7 +207,7 @@ impl Holder {
     /// Where the candidacy stands.
     pub fn state(&self) -> RoleState {
         match &self.phase {
-            Phase::Candidate { .. } if self.is_eligible() => RoleState::Standby,
+            Phase::Candidate { .. } if self.may_ask() => RoleState::Standby,
             Phase::Candidate { .. } => RoleState::Ineligible,
             Phase::Promoting { .. } => RoleState::Promoting,
             Phase::Holding { .. } => RoleState::Holder,
@@ -244,7 +248,7 @@ impl Holder {
         let mut at = |x: Time| t = Some(t.map_or(x, |t| t.min(x)));
         match &self.phase {
             Phase::Candidate { acquiring } => {
-                if !self.stopping() && acquiring.is_none() && self.is_eligible() {
+                if !self.stopping() && acquiring.is_none() && self.may_ask() {
                     at(self
                         .next_poll
                         .max(self.hold_off_until.unwrap_or(Time::ZERO)));
@@ -294,7 +298,7 @@ impl Holder {
                 let held_off = self.hold_off_until.is_some_and(|t| now < t);
                 if acquiring.is_none()
                     && !self.stopping()
-                    && self.is_eligible()
+                    && self.may_ask()
                     && !held_off
                     && now >= self.next_poll
                 {
@@ -310,6 +314,7 @@ impl Holder {
                             holder: self.cfg.node.clone(),
                             priority: self.cfg.priority,
                             attempt: self.attempt,
+                            standing: self.standing().flatten(),
                         }),
                         deadline: now + self.cfg.acquire_timeout,
                     });
@@ -368,6 +373,15 @@ impl Holder {
             } => run.started = run.started + length,
             _ => {}
         }
+    }
+
+    /// What a replicated service says of its data now (measured by the
+    /// agent; ignored unless [`HolderConfig::max_lag`] is set). A candidate
+    /// asks with its copy's position; a holder publishes its mark with its
+    /// renewals.
+    pub fn handle_data(&mut self, now: Time, data: DataState) {
+        self.data = data;
+        self.handle_timeout(now);
     }
 
     /// The service's checks changed (or were re-read).
@@ -570,6 +584,26 @@ impl Holder {
         self.status.healthy && self.status.ready
     }
 
+    /// The standing a candidate asks with: `Some(None)` for a role that
+    /// does not replicate, `Some(Some(_))` for a replicated role's copy,
+    /// `None` when a replicated role's candidate has no copy to offer (its
+    /// data unknown, or a primary's: it must rejoin first).
+    fn standing(&self) -> Option<Option<Standing>> {
+        let Some(max_lag) = self.cfg.max_lag else {
+            return Some(None);
+        };
+        match self.data {
+            DataState::Copy(position) => Some(Some(Standing { position, max_lag })),
+            DataState::Unknown | DataState::Primary(_) => None,
+        }
+    }
+
+    /// Whether a candidate asks for the role: its checks pass, and a
+    /// replicated role's candidate has a copy to offer.
+    fn may_ask(&self) -> bool {
+        self.is_eligible() && self.standing().is_some()
+    }
+
     fn failing_long(&self, now: Time) -> bool {
         self.status
             .failing_since
@@ -604,7 +638,7 @@ impl Holder {
 
     fn granted(&mut self, now: Time, epoch: u64, sent: Time) {
         let lease = HeldLease::granted(self.cfg.timing, &self.cfg.role, epoch, sent);
-        if lease.expired(now) || self.stopping() || !self.is_eligible() {
+        if lease.expired(now) || self.stopping() || !self.may_ask() {
             // Too late to use, or no longer wanted: give it back.
             self.send_release(now, epoch, None);
             return;
@@ -651,6 +685,10 @@ impl Holder {
                 role: self.cfg.role.clone(),
                 holder: self.cfg.node.clone(),
                 epoch,
+                mark: match &self.data {
+                    DataState::Primary(mark) => Some(mark.clone()),
+                    DataState::Unknown | DataState::Copy(_) => None,
+                },
             }),
             deadline: until.max(now + Duration::from_millis(50)),
         });

@@ -37,6 +37,8 @@ use serde::{Deserialize, Serialize};
 
 use hale_core::Time;
 
+use crate::replication::{self, Mark, Standing, Verdict};
+
 /// A request to the replicated lease table (a log entry).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum LeaseRequest {
@@ -63,6 +65,10 @@ pub enum LeaseRequest {
         holder: String,
         /// Its epoch.
         epoch: u64,
+        /// What the holder says of its data (replicated roles only): kept
+        /// in the table when the renewal holds.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mark: Option<Mark>,
     },
     /// The holder gives `role` up (graceful handover).
     Release {
@@ -85,6 +91,10 @@ pub enum LeaseRequest {
         holder: String,
         /// Each role with its epoch.
         leases: Vec<(String, u64)>,
+        /// The marks of the replicated roles among them (see
+        /// [`LeaseRequest::Renew`]'s `mark`), kept when their renewal holds.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        marks: Vec<(String, Mark)>,
     },
     /// Several requests in one log entry, applied in order (an agent's
     /// renewals of every role it holds, and the grants answering its
@@ -148,6 +158,11 @@ pub struct RoleLease {
     /// The acquisition attempt that grant answered (0: none, or released).
     #[serde(default)]
     pub attempt: u64,
+    /// What the last holder that published one said of its data
+    /// (replicated roles; [`crate::replication`]): kept across grants and
+    /// releases, so candidates are judged against it after the holder died.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mark: Option<Mark>,
 }
 
 /// A request to the leader to grant a role (sent by candidates).
@@ -164,6 +179,9 @@ pub struct AcquireRequest {
     /// answer it did not get; new after each holding; 0: none).
     #[serde(default)]
     pub attempt: u64,
+    /// Its copy of the data (replicated roles only; [`crate::replication`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub standing: Option<Standing>,
 }
 
 fn not_holder(holder: &str, epoch: u64) -> LeaseResponse {
@@ -220,17 +238,38 @@ impl LeaseTable {
                 r.attempt = *attempt;
                 LeaseResponse::Granted { epoch: *epoch }
             }
-            LeaseRequest::Renewals { holder, leases } => LeaseResponse::Batch(
-                leases
+            LeaseRequest::Renewals {
+                holder,
+                leases,
+                marks,
+            } => {
+                let answers = leases
                     .iter()
                     .map(|(role, epoch)| self.renew(role, holder, *epoch))
-                    .collect(),
-            ),
+                    .collect::<Vec<_>>();
+                for (role, mark) in marks {
+                    let held = leases
+                        .iter()
+                        .zip(&answers)
+                        .any(|((r, _), a)| r == role && matches!(a, LeaseResponse::Renewed { .. }));
+                    if held {
+                        self.set_mark(role, mark);
+                    }
+                }
+                LeaseResponse::Batch(answers)
+            }
             LeaseRequest::Renew {
                 role,
                 holder,
                 epoch,
-            } => self.renew(role, holder, *epoch),
+                mark,
+            } => {
+                let answer = self.renew(role, holder, *epoch);
+                if let (Some(mark), LeaseResponse::Renewed { .. }) = (mark, &answer) {
+                    self.set_mark(role, mark);
+                }
+                answer
+            }
             LeaseRequest::Release {
                 role,
                 holder,
@@ -257,6 +296,15 @@ impl LeaseTable {
                 LeaseResponse::Renewed { epoch }
             }
             _ => not_holder(holder, epoch),
+        }
+    }
+
+    /// Keeps `mark` for `role` (its renewal held, so the role exists).
+    fn set_mark(&mut self, role: &str, mark: &Mark) {
+        if let Some(r) = self.roles.get_mut(role) {
+            if r.mark.as_ref() != Some(mark) {
+                r.mark = Some(mark.clone());
+            }
         }
     }
 
@@ -429,9 +477,19 @@ pub enum GrantDelay {
     /// Contenders are still being heard from before choosing the best.
     #[error("collecting contenders until {0}")]
     Arbitrating(Time),
-    /// Another contender has a higher priority.
+    /// Another contender has a higher priority, or replicates the
+    /// holder's data synchronously.
     #[error("{0} is a better candidate")]
     BetterCandidate(String),
+    /// The asking candidate's copy lags the holder's last mark by more
+    /// than its `max_lag_on_failover` ([`crate::replication`]).
+    #[error("its copy lags the last primary position by {lag} bytes, more than max_lag_on_failover ({max_lag})")]
+    Lagging {
+        /// By how much (bytes).
+        lag: u64,
+        /// The most it may.
+        max_lag: u64,
+    },
 }
 
 /// Runs on the control-plane leader: decides when a role may change hands,
@@ -440,16 +498,24 @@ pub enum GrantDelay {
 #[derive(Debug, Clone)]
 pub struct Grantor {
     timing: LeaseTiming,
-    /// Per role: contenders heard from (name → priority, last request), and
-    /// since when this round of contention has been tracked.
+    /// Per role: contenders heard from (name → priority, last request,
+    /// standing), and since when this round of contention has been tracked.
     contenders: BTreeMap<String, Contention>,
     /// Per role: a candidate named by an operator handover, until when.
     preferred: BTreeMap<String, (String, Time)>,
 }
 
 /// One role's contention: since when it is tracked, and each contender's
-/// priority and last request.
-type Contention = (Time, BTreeMap<String, (i64, Time)>);
+/// priority, last request and standing.
+type Contention = (Time, BTreeMap<String, Contender>);
+
+/// One contender as last heard.
+#[derive(Debug, Clone, Copy)]
+struct Contender {
+    priority: i64,
+    heard: Time,
+    standing: Option<Standing>,
+}
 
 impl Grantor {
     /// A grantor for a newly elected leader.
@@ -526,12 +592,27 @@ impl Grantor {
             .or_insert_with(|| (now, BTreeMap::new()));
         entry
             .1
-            .retain(|_, (_, t)| now.saturating_since(*t) <= fresh);
+            .retain(|_, c| now.saturating_since(c.heard) <= fresh);
         if entry.1.is_empty() {
             entry.0 = now;
         }
-        entry.1.insert(holder.to_owned(), (priority, now));
+        let standing = ask.standing;
+        entry.1.insert(
+            holder.to_owned(),
+            Contender {
+                priority,
+                heard: now,
+                standing,
+            },
+        );
         self.may_grant(table, appends, role, now)?;
+        // A copy too far behind never takes the role, whoever else asks.
+        let mark = table.role(role).and_then(|r| r.mark.as_ref());
+        if let Verdict::Lagging { lag, max_lag } =
+            replication::judge(mark, holder, standing.as_ref())
+        {
+            return Err(GrantDelay::Lagging { lag, max_lag });
+        }
         let (since, contenders) = &self.contenders[role];
         if let Some((next, until)) = self.preferred.get(role) {
             if now < *until {
@@ -547,10 +628,18 @@ impl Grantor {
         if now < settled {
             return Err(GrantDelay::Arbitrating(settled));
         }
+        // Among the eligible (the asker is one): synchronous first, then
+        // priority, then the smaller name.
         let best = contenders
             .iter()
-            .max_by(|a, b| a.1 .0.cmp(&b.1 .0).then_with(|| b.0.cmp(a.0)))
-            .map(|(n, _)| n.clone())
+            .filter_map(
+                |(n, c)| match replication::judge(mark, n, c.standing.as_ref()) {
+                    Verdict::Eligible { synchronous } => Some((n, synchronous, c.priority)),
+                    Verdict::Lagging { .. } => None,
+                },
+            )
+            .max_by(|a, b| (a.1, a.2).cmp(&(b.1, b.2)).then_with(|| b.0.cmp(a.0)))
+            .map(|(n, ..)| n.clone())
             .unwrap_or_default();
         if best != holder {
             return Err(GrantDelay::BetterCandidate(best));

@@ -25,14 +25,16 @@ pub mod lease;
 #[cfg(feature = "planted-bugs")]
 pub mod planted;
 pub mod raft;
+pub mod replication;
 
 pub use auth::ControlAuth;
 pub use history::{check, HistoryViolation, HookEvent, HookKind};
 pub use holder::{
-    Action, ControlRequest, Holder, HolderConfig, HolderEvent, HookExit, HookId, HookOutcome,
-    HookReason, RequestId, RoleState, ServiceStatus, StepDownReason,
+    Action, ControlRequest, DataState, Holder, HolderConfig, HolderEvent, HookExit, HookId,
+    HookOutcome, HookReason, RequestId, RoleState, ServiceStatus, StepDownReason,
 };
 pub use lease::{
     AppendClock, GrantDelay, Grantor, HeldLease, LeaseRejection, LeaseRequest, LeaseResponse,
     LeaseTable, LeaseTiming, RoleLease, TimingError, MIN_COMMIT_SLACK,
 };
+pub use replication::{Mark, Standing};

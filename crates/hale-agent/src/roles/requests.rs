@@ -157,6 +157,7 @@ mod tests {
                 role: "r".into(),
                 holder: "n".into(),
                 epoch: 1,
+                mark: None,
             }),
             bytes,
             until: Instant::now(),

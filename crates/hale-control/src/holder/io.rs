@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::history::HookKind;
 use crate::lease::{AcquireRequest, LeaseRequest, LeaseTiming};
+use crate::replication::Mark;
 
 /// A role candidacy's fixed settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,6 +31,28 @@ pub struct HolderConfig {
     /// Distinguishes this run's acquisition attempts from an earlier run's
     /// of the same node (random in the agent): the first attempt's number.
     pub instance: u64,
+    /// A replicated role (a database with standbys): the most this
+    /// candidate's copy may lag the holder's last mark for it to take the
+    /// role (`max_lag_on_failover`, bytes). Its candidate asks only with a
+    /// copy ([`DataState::Copy`]); its holder publishes
+    /// [`DataState::Primary`]'s mark with its renewals. `None`: the role
+    /// does not replicate; priority alone decides.
+    pub max_lag: Option<u64>,
+}
+
+/// What a replicated role's service says of its data now
+/// ([`crate::replication`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum DataState {
+    /// Not known (not measured yet, or the service does not answer): its
+    /// candidate does not ask for the role.
+    #[default]
+    Unknown,
+    /// A copy, at this position (a standby's replayed WAL position).
+    Copy(u64),
+    /// The primary's data, published with every renewal. A candidate whose
+    /// data says primary does not ask: it must rejoin as a copy first.
+    Primary(Mark),
 }
 
 /// Identifies one request the holder asked to send.

@@ -20,6 +20,14 @@ enum Slot {
     Many(Vec<usize>),
 }
 
+/// One holder's renewals in a batch: each role with its epoch and the
+/// item it answers, and the marks of the replicated ones.
+#[derive(Default)]
+struct Renewing {
+    leases: Vec<(String, u64, usize)>,
+    marks: Vec<(String, crate::replication::Mark)>,
+}
+
 impl ControlPlane {
     /// Answers each item of `items` as [`ControlPlane::acquire`] and
     /// [`ControlPlane::write`] would, with one proposal for all of them:
@@ -46,7 +54,7 @@ impl ControlPlane {
         let mut answers: Vec<Option<Answer<LeaseResponse>>> = vec![None; items.len()];
         let (mut writes, mut slots) = (Vec::new(), Vec::new());
         // Renewals, by holder, go in one compact entry each.
-        let mut renewals: BTreeMap<String, Vec<(String, u64, usize)>> = BTreeMap::new();
+        let mut renewals: BTreeMap<String, Renewing> = BTreeMap::new();
         {
             let table = self.table();
             let mut g = self.grantor.lock().expect("grantor lock");
@@ -73,8 +81,13 @@ impl ControlPlane {
                         role,
                         holder,
                         epoch,
+                        mark,
                     }) => {
-                        renewals.entry(holder).or_default().push((role, epoch, i));
+                        let r = renewals.entry(holder).or_default();
+                        if let Some(mark) = mark {
+                            r.marks.push((role.clone(), mark));
+                        }
+                        r.leases.push((role, epoch, i));
                         continue;
                     }
                     BatchItem::Write(req) => req,
@@ -83,10 +96,14 @@ impl ControlPlane {
                 slots.push(Slot::One(i));
             }
         }
-        for (holder, leases) in renewals {
+        for (holder, Renewing { leases, marks }) in renewals {
             slots.push(Slot::Many(leases.iter().map(|l| l.2).collect()));
             let leases = leases.into_iter().map(|(r, e, _)| (r, e)).collect();
-            writes.push(LeaseRequest::Renewals { holder, leases });
+            writes.push(LeaseRequest::Renewals {
+                holder,
+                leases,
+                marks,
+            });
         }
         if !writes.is_empty() {
             // Grants are in it: written here, never forwarded (see `write_here`).

@@ -156,6 +156,7 @@ impl ControlClient {
             holder: holder.to_owned(),
             priority,
             attempt,
+            standing: None,
         };
         self.post(api::ACQUIRE, &body, limit).await
     }

@@ -574,6 +574,7 @@ impl ControlPlane {
             holder: holder.to_owned(),
             priority,
             attempt,
+            standing: None,
         };
         if self.leader() != Some(self.id) {
             return self.forward(api::ACQUIRE, &ask).await;

@@ -120,6 +120,7 @@ fn strangers_requests() -> Vec<(&'static str, Value)> {
         role: "db".into(),
         holder: "node-a".into(),
         epoch: 1,
+        mark: None,
     };
     let release = LeaseRequest::Release {
         role: "db".into(),
@@ -132,12 +133,14 @@ fn strangers_requests() -> Vec<(&'static str, Value)> {
         BatchItem::Write(LeaseRequest::Renewals {
             holder: "node-a".into(),
             leases: vec![("db".into(), 1)],
+            marks: Vec::new(),
         }),
         BatchItem::Acquire(AcquireRequest {
             role: "db".into(),
             holder: "mallory".into(),
             priority: 1000,
             attempt: 1,
+            standing: None,
         }),
     ];
     vec![
@@ -212,6 +215,7 @@ async fn a_replayed_stale_or_misaddressed_request_is_refused_and_a_fresh_one_is_
         role: "db".into(),
         holder: "node-a".into(),
         epoch: 1,
+        mark: None,
     })
     .unwrap();
     let path = "/control/write";
@@ -292,6 +296,7 @@ async fn a_forged_or_replayed_answer_to_a_renewal_is_not_believed() {
         role: "db".into(),
         holder: "node-a".into(),
         epoch: 1,
+        mark: None,
     };
     let http = reqwest::Client::new();
     let t = Duration::from_secs(5);
@@ -349,6 +354,7 @@ async fn renewals_work(s: &[Server], client: &ControlAuth, step: &str) {
         role: "db".into(),
         holder: "node-a".into(),
         epoch: 1,
+        mark: None,
     };
     let http = reqwest::Client::new();
     for x in s {
@@ -410,6 +416,7 @@ async fn rotating_the_key_server_by_server_keeps_the_control_plane_working_and_t
         role: "db".into(),
         holder: "node-a".into(),
         epoch: 1,
+        mark: None,
     })
     .unwrap();
     for x in &s {

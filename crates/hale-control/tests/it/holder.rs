@@ -30,6 +30,7 @@ fn holder() -> Holder {
             fail_after: Duration::from_secs(3),
             acquire_timeout: Duration::from_millis(1500),
             instance: 7,
+            max_lag: None,
         },
         Time::ZERO,
     )
@@ -86,6 +87,7 @@ fn renew(epoch: u64) -> ControlRequest {
         role: "db".into(),
         holder: "a".into(),
         epoch,
+        mark: None,
     })
 }
 
@@ -107,6 +109,7 @@ fn a_healthy_standby_asks_for_the_role_and_an_unhealthy_one_does_not() {
                     holder: "a".into(),
                     priority: 5,
                     attempt: 7,
+                    standing: None,
                 }),
                 deadline: ms(1500)
             }
@@ -479,4 +482,77 @@ fn run_renewing(
         }
     }
     None
+}
+
+/// A candidacy for a replicated role (`max_lag` 1 MiB).
+fn replicated() -> Holder {
+    let mut cfg = holder().config().clone();
+    cfg.max_lag = Some(1 << 20);
+    Holder::new(cfg, Time::ZERO)
+}
+
+#[test]
+fn a_replicated_roles_candidate_asks_only_with_a_copy_and_asks_with_its_position() {
+    use hale_control::{DataState, Mark, Standing};
+    let mut h = replicated();
+    h.handle_checks(ms(0), OK);
+    assert_eq!(
+        actions(&mut h),
+        vec![Action::Event(HolderEvent::Eligible(true))],
+        "healthy, but its data not measured yet: it does not ask"
+    );
+    assert_eq!(h.state(), RoleState::Ineligible);
+    h.handle_data(ms(100), DataState::Primary(Mark::default()));
+    assert_eq!(
+        actions(&mut h),
+        vec![],
+        "a primary that is not the holder must rejoin first"
+    );
+    h.handle_data(ms(200), DataState::Copy(4096));
+    assert_eq!(
+        actions(&mut h),
+        vec![Action::Send {
+            id: RequestId(1),
+            request: ControlRequest::Acquire(AcquireRequest {
+                role: "db".into(),
+                holder: "a".into(),
+                priority: 5,
+                attempt: 7,
+                standing: Some(Standing {
+                    position: 4096,
+                    max_lag: 1 << 20
+                }),
+            }),
+            deadline: ms(1700)
+        }]
+    );
+    assert_eq!(h.state(), RoleState::Standby);
+}
+
+#[test]
+fn a_replicated_roles_holder_publishes_its_mark_with_each_renewal() {
+    use hale_control::{DataState, Mark};
+    let mut h = replicated();
+    h.handle_data(ms(0), DataState::Copy(0));
+    let _hook = granted(&mut h);
+    let m = Mark {
+        position: 1 << 30,
+        synchronous: vec!["b".into()],
+    };
+    h.handle_data(ms(100), DataState::Primary(m.clone()));
+    let _ = actions(&mut h);
+    h.handle_timeout(ms(510));
+    let a = actions(&mut h);
+    let [Action::Send { request, .. }] = a.as_slice() else {
+        panic!("{a:?}")
+    };
+    assert_eq!(
+        *request,
+        ControlRequest::Lease(LeaseRequest::Renew {
+            role: "db".into(),
+            holder: "a".into(),
+            epoch: 7,
+            mark: Some(m),
+        })
+    );
 }

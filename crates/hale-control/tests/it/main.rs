@@ -9,4 +9,5 @@ mod elections;
 mod holder;
 mod lease_histories;
 mod raft;
+mod replication;
 mod table;

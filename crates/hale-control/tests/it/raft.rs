@@ -124,6 +124,7 @@ async fn three_servers_elect_a_leader_and_grant_with_increasing_epochs() {
         role: "db".into(),
         holder: "node-a".into(),
         epoch: 1,
+        mark: None,
     };
     assert_eq!(
         s[1].cp.write(renew).await.unwrap(),
@@ -177,6 +178,7 @@ async fn a_new_leader_grants_only_a_full_lease_after_the_last_renewal_it_holds()
                 role: "auth".into(),
                 holder: "node-a".into(),
                 epoch: 1,
+                mark: None,
             })
             .await
             .unwrap();
@@ -221,12 +223,14 @@ async fn a_server_whose_raft_stopped_refuses_lease_requests_with_503_so_the_hold
         role: "db".into(),
         holder: "node-a".into(),
         epoch,
+        mark: None,
     };
     let acquire = AcquireRequest {
         role: "db".into(),
         holder: "node-b".into(),
         priority: 0,
         attempt: 0,
+        standing: None,
     };
     let addr = stopped.addr.to_string();
     let t = Duration::from_secs(5);
@@ -402,6 +406,7 @@ async fn a_batch_through_any_server_is_answered_item_by_item_and_committed_as_on
             holder: holder.into(),
             priority: 0,
             attempt: 1,
+            standing: None,
         })
     };
     // node-a asks for two roles in one batch until both are granted.
@@ -438,6 +443,7 @@ async fn a_batch_through_any_server_is_answered_item_by_item_and_committed_as_on
             role: role.into(),
             holder: "node-a".into(),
             epoch: 1,
+            mark: None,
         })
     };
     let answers = client

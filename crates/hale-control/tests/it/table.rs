@@ -34,6 +34,7 @@ fn only_the_holder_at_its_epoch_renews_or_releases() {
         role: "db".into(),
         holder: h.into(),
         epoch: e,
+        mark: None,
     };
     assert_eq!(t.apply(&renew("a", 1)), LeaseResponse::Renewed { epoch: 1 });
     assert!(matches!(
@@ -123,6 +124,7 @@ fn the_grantor_answers_a_holders_own_attempt_at_once_and_makes_any_other_wait_a_
         holder: holder.into(),
         priority: 0,
         attempt,
+        standing: None,
     };
     assert_eq!(
         g.contend(&t, &clock, &ask("a", 7), soon),
@@ -143,6 +145,7 @@ fn a_batch_applies_each_request_in_order_and_refuses_a_batch_inside_it() {
         role: "db".into(),
         holder: "a".into(),
         epoch: e,
+        mark: None,
     };
     let batch = LeaseRequest::Batch(vec![
         renew(1),
@@ -170,6 +173,7 @@ fn renewals_of_many_roles_answer_role_by_role() {
     let renewals = LeaseRequest::Renewals {
         holder: "a".into(),
         leases: vec![("db".into(), 1), ("db".into(), 2), ("cache".into(), 1)],
+        marks: Vec::new(),
     };
     let LeaseResponse::Batch(r) = t.apply(&renewals) else {
         panic!("not a batch answer")
@@ -195,6 +199,7 @@ fn renewing_or_releasing_a_role_never_granted_is_refused_and_leaves_the_table_as
     let renewals = LeaseRequest::Renewals {
         holder: "a".into(),
         leases: vec![("db".into(), 0)],
+        marks: Vec::new(),
     };
     assert_eq!(
         t.apply(&renewals),

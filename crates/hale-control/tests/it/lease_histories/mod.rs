@@ -317,6 +317,7 @@ fn config(c: usize, timing: LeaseTiming, hook_timeout: Duration) -> HolderConfig
         acquire_timeout: Duration::from_millis(1500),
         // Each node's runs are told apart (a restart is a new life).
         instance: (c as u64 + 1) << 32,
+        max_lag: None,
     }
 }
 
