@@ -1,0 +1,351 @@
+//! Running PostgreSQL's programs (as the OS user that owns the cluster, under
+//! hard timeouts), finding and killing the postmaster, and writing files the
+//! server will read.
+
+use std::ffi::OsStr;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+use std::time::Duration;
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::{Gid, Pid, Uid, User};
+
+use crate::PostgresConfig;
+
+/// Why one of PostgreSQL's programs did not do its job.
+#[derive(Debug, thiserror::Error)]
+pub enum ToolError {
+    /// `os_user` is not a user of this host.
+    #[error("no OS user {user:?} to run PostgreSQL's programs as{}", reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default())]
+    NoOsUser {
+        /// The configured user.
+        user: String,
+        /// The lookup's error, if it failed rather than found nobody.
+        reason: Option<String>,
+    },
+    /// The program could not be started (missing, not executable).
+    #[error("cannot run {tool}: {source}")]
+    Spawn {
+        /// The program's path.
+        tool: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// The program did not finish in time; it was killed.
+    #[error("{tool} did not finish within {after:?} and was killed")]
+    TimedOut {
+        /// The program's path.
+        tool: PathBuf,
+        /// The time it had.
+        after: Duration,
+    },
+    /// The program exited with an error.
+    #[error("{tool} failed ({status}): {stderr}")]
+    Failed {
+        /// The program's path.
+        tool: PathBuf,
+        /// Its exit status.
+        status: std::process::ExitStatus,
+        /// The end of what it wrote on standard error.
+        stderr: String,
+    },
+}
+
+/// The OS user the programs run as and the files are owned by; `None` when
+/// hale does not run as root (then everything is hale's own user's).
+#[derive(Debug, Clone)]
+pub(crate) struct OsUser {
+    uid: Uid,
+    gid: Gid,
+    home: PathBuf,
+}
+
+impl OsUser {
+    /// The user's id.
+    pub(crate) fn uid(&self) -> u32 {
+        self.uid.as_raw()
+    }
+
+    /// The user's primary group.
+    pub(crate) fn gid(&self) -> u32 {
+        self.gid.as_raw()
+    }
+
+    /// Looks up `cfg.os_user` when running as root.
+    pub(crate) fn resolve(cfg: &PostgresConfig) -> Result<Option<OsUser>, ToolError> {
+        if !Uid::effective().is_root() {
+            return Ok(None);
+        }
+        match User::from_name(&cfg.os_user) {
+            Ok(Some(user)) => Ok(Some(OsUser {
+                uid: user.uid,
+                gid: user.gid,
+                home: user.dir,
+            })),
+            Ok(None) => Err(ToolError::NoOsUser {
+                user: cfg.os_user.clone(),
+                reason: None,
+            }),
+            Err(err) => Err(ToolError::NoOsUser {
+                user: cfg.os_user.clone(),
+                reason: Some(err.to_string()),
+            }),
+        }
+    }
+}
+
+/// Runs PostgreSQL's programs from `cfg.bin_dir` as the cluster's OS user.
+#[derive(Debug, Clone)]
+pub(crate) struct Tools<'a> {
+    cfg: &'a PostgresConfig,
+    user: Option<OsUser>,
+}
+
+impl<'a> Tools<'a> {
+    pub(crate) fn new(cfg: &'a PostgresConfig) -> Result<Self, ToolError> {
+        Ok(Self {
+            cfg,
+            user: OsUser::resolve(cfg)?,
+        })
+    }
+
+    pub(crate) fn user(&self) -> Option<&OsUser> {
+        self.user.as_ref()
+    }
+
+    /// Runs `tool` with `args`, killing it if it has not exited after
+    /// `timeout`. Its output is collected, so a program that leaves a daemon
+    /// behind must redirect the daemon's output (`pg_ctl start -l`).
+    pub(crate) async fn run<I, S>(
+        &self,
+        tool: &str,
+        args: I,
+        timeout: Duration,
+    ) -> Result<Output, ToolError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let path = self.cfg.bin_dir.join(tool);
+        let mut cmd = tokio::process::Command::new(&path);
+        cmd.args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // The OS user may not enter hale's working directory.
+            .current_dir("/")
+            // Messages hale logs stay readable whatever the host's locale.
+            .env("LC_ALL", "C")
+            .kill_on_drop(true);
+        if let Some(user) = &self.user {
+            cmd.uid(user.uid.as_raw())
+                .gid(user.gid.as_raw())
+                .env("HOME", &user.home);
+        }
+        tracing::debug!(tool = %path.display(), "running");
+        let child = cmd.spawn().map_err(|source| ToolError::Spawn {
+            tool: path.clone(),
+            source,
+        })?;
+        // On timeout the future, and with it the child, is dropped: killed.
+        match tokio::time::timeout(timeout, child.wait_with_output()).await {
+            Err(_) => Err(ToolError::TimedOut {
+                tool: path,
+                after: timeout,
+            }),
+            Ok(Err(source)) => Err(ToolError::Spawn { tool: path, source }),
+            Ok(Ok(output)) if output.status.success() => Ok(output),
+            Ok(Ok(output)) => {
+                let stderr = String::from_utf8_lossy(&output.stderr);
+                let tail: String = {
+                    let trimmed = stderr.trim();
+                    let start = trimmed.len().saturating_sub(600);
+                    let start = (start..trimmed.len())
+                        .find(|&i| trimmed.is_char_boundary(i))
+                        .unwrap_or(trimmed.len());
+                    trimmed[start..].to_owned()
+                };
+                Err(ToolError::Failed {
+                    tool: path,
+                    status: output.status,
+                    stderr: tail,
+                })
+            }
+        }
+    }
+
+    /// `pg_ctl start -w`: waits until the server accepts connections (as a
+    /// primary, or as a hot standby once consistent). `options` go to
+    /// `postgres` (`-o`).
+    pub(crate) async fn start(
+        &self,
+        timeout: Duration,
+        options: Option<&str>,
+    ) -> Result<(), ToolError> {
+        let log = self.cfg.log_file();
+        let mut args: Vec<&OsStr> = vec![
+            OsStr::new("start"),
+            OsStr::new("-D"),
+            self.cfg.data_dir.as_os_str(),
+            OsStr::new("-l"),
+            log.as_os_str(),
+            OsStr::new("-w"),
+        ];
+        let secs = timeout_secs(timeout);
+        args.extend([OsStr::new("-t"), OsStr::new(&secs)]);
+        if let Some(options) = options {
+            args.extend([OsStr::new("-o"), OsStr::new(options)]);
+        }
+        // pg_ctl's own -t is whole seconds; the hard limit is a little longer.
+        self.run("pg_ctl", args, timeout + Duration::from_secs(1))
+            .await
+            .map(drop)
+    }
+
+    /// `pg_ctl stop -m MODE -w`.
+    pub(crate) async fn stop(&self, mode: &str, timeout: Duration) -> Result<(), ToolError> {
+        let secs = timeout_secs(timeout);
+        let args: [&OsStr; 8] = [
+            "stop".as_ref(),
+            "-D".as_ref(),
+            self.cfg.data_dir.as_os_str(),
+            "-m".as_ref(),
+            mode.as_ref(),
+            "-w".as_ref(),
+            "-t".as_ref(),
+            secs.as_ref(),
+        ];
+        self.run("pg_ctl", args, timeout + Duration::from_secs(1))
+            .await
+            .map(drop)
+    }
+}
+
+/// Whole seconds for a `-t` option, at least 1.
+pub(crate) fn timeout_secs(timeout: Duration) -> String {
+    timeout.as_secs().max(1).to_string()
+}
+
+/// The postmaster of `data_dir`, when one runs: the pid in `postmaster.pid`,
+/// checked to be a live process whose working directory is `data_dir` (a
+/// stale file's pid may have been reused by anything).
+pub(crate) fn postmaster(data_dir: &Path) -> Option<Pid> {
+    let text = std::fs::read_to_string(data_dir.join("postmaster.pid")).ok()?;
+    let pid: i32 = text.lines().next()?.trim().parse().ok()?;
+    if pid <= 0 {
+        return None;
+    }
+    let proc_dir = PathBuf::from(format!("/proc/{pid}"));
+    let cwd = std::fs::read_link(proc_dir.join("cwd")).ok()?;
+    let ours = std::fs::canonicalize(data_dir).ok()? == cwd;
+    (ours && !matches!(process_state(pid), None | Some('Z') | Some('X')))
+        .then(|| Pid::from_raw(pid))
+}
+
+/// The one-letter state of a process (`R`, `S`, `D`, `T` stopped, `Z`...), from
+/// `/proc/PID/stat`; `None` when it does not exist.
+pub(crate) fn process_state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // "pid (comm) S ppid ...": comm may hold spaces and parentheses.
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().next()?.chars().next()
+}
+
+/// The processes whose parent is `pid`.
+fn children(pid: i32) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&child| {
+            std::fs::read_to_string(format!("/proc/{child}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    let after = stat.get(stat.rfind(')')? + 1..)?.to_owned();
+                    after.split_whitespace().nth(1)?.parse::<i32>().ok()
+                })
+                == Some(pid)
+        })
+        .collect()
+}
+
+/// Kills a postmaster that does not stop: stops it (so it forks nothing more),
+/// kills its children (backends may still be committing), then kills it.
+pub(crate) fn kill_postmaster(pid: Pid) {
+    let _ = kill(pid, Signal::SIGSTOP);
+    for child in children(pid.as_raw()) {
+        let _ = kill(Pid::from_raw(child), Signal::SIGKILL);
+    }
+    let _ = kill(pid, Signal::SIGKILL);
+}
+
+/// Polls until process `pid` is gone (or a zombie), at most `timeout`.
+pub(crate) async fn wait_gone(pid: Pid, timeout: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + timeout;
+    crate::client::poll_until(deadline, Duration::from_millis(20), || async {
+        matches!(process_state(pid.as_raw()), None | Some('Z') | Some('X')).then_some(())
+    })
+    .await
+    .is_some()
+}
+
+/// Writes `contents` to `path` (through a temporary file and a rename, then
+/// synced with its directory) with mode 0600, owned by the OS user.
+pub(crate) async fn write_owned(
+    path: &Path,
+    contents: Vec<u8>,
+    user: Option<&OsUser>,
+) -> io::Result<()> {
+    let path = path.to_owned();
+    let owner = user.map(|u| (u.uid.as_raw(), u.gid.as_raw()));
+    run_blocking(move || {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut tmp_name = path.clone().into_os_string();
+        tmp_name.push(".hale-tmp");
+        let tmp = PathBuf::from(tmp_name);
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        file.write_all(&contents)?;
+        file.sync_all()?;
+        if let Some((uid, gid)) = owner {
+            std::os::unix::fs::chown(&tmp, Some(uid), Some(gid))?;
+        }
+        std::fs::rename(&tmp, &path)?;
+        sync_parent(&path)
+    })
+    .await
+}
+
+/// Removes `path` if it exists, and syncs its directory.
+pub(crate) async fn remove_synced(path: &Path) -> io::Result<()> {
+    let path = path.to_owned();
+    run_blocking(move || match std::fs::remove_file(&path) {
+        Ok(()) => sync_parent(&path),
+        Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(err) => Err(err),
+    })
+    .await
+}
+
+fn sync_parent(path: &Path) -> io::Result<()> {
+    match path.parent() {
+        Some(dir) => std::fs::File::open(dir)?.sync_all(),
+        None => Ok(()),
+    }
+}
+
+/// Runs blocking file work off the async threads.
+pub(crate) async fn run_blocking<T: Send + 'static>(
+    work: impl FnOnce() -> io::Result<T> + Send + 'static,
+) -> io::Result<T> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(io::Error::other)?
+}

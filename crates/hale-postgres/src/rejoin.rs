@@ -1,0 +1,483 @@
+//! Rejoin: the local server becomes a streaming replica of an upstream by
+//! itself, by `pg_rewind` when it can, by a fresh `pg_basebackup` when it
+//! cannot. The fence marker stays until it streams.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+
+use crate::client::{connect, poll_until, ConnectError};
+use crate::fence::{fence, mark, FenceError};
+use crate::files::{conninfo_value, set_auto_conf, LocalFiles};
+use crate::process::{postmaster, remove_synced, run_blocking, ToolError, Tools};
+use crate::standing::{standing, Standing, StandingError};
+use crate::{ConfigError, PostgresConfig};
+
+/// The server a replica streams from.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Upstream {
+    /// Its host name or address, as the replica reaches it.
+    pub host: String,
+    /// Its port.
+    pub port: u16,
+}
+
+/// A step of a rejoin, reported as it is reached (the events `rejoining`,
+/// `rewound`, `recloned`, `streaming`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RejoinStep {
+    /// The rejoin started: the server is fenced (and stopped, unless only its
+    /// upstream changes).
+    Rejoining,
+    /// `pg_rewind` rewound its diverged timeline onto the upstream's.
+    Rewound,
+    /// Its data directory was cloned afresh from the upstream.
+    Recloned,
+    /// It streams from the upstream; the fence marker is gone.
+    Streaming,
+}
+
+impl RejoinStep {
+    /// The step's name, as in events: `rejoining`, `rewound`, `recloned`,
+    /// `streaming`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RejoinStep::Rejoining => "rejoining",
+            RejoinStep::Rewound => "rewound",
+            RejoinStep::Recloned => "recloned",
+            RejoinStep::Streaming => "streaming",
+        }
+    }
+}
+
+/// How a rejoin got the server streaming.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Rejoined {
+    /// It streamed from the upstream already; nothing was done.
+    AlreadyStreaming,
+    /// A running replica was pointed at the upstream (`ALTER SYSTEM`, reload).
+    Repointed,
+    /// It was restarted as a standby of the upstream; no rewind was needed.
+    Restarted,
+    /// It was rewound (`pg_rewind`) and restarted as a standby.
+    Rewound,
+    /// It was cloned afresh (`pg_basebackup`) and started as a standby.
+    Recloned,
+}
+
+/// Why a rejoin did not complete. In every case but `Invalid` and
+/// `BadSlotName` the data directory carries the fence marker (or is empty).
+#[derive(Debug, thiserror::Error)]
+pub enum RejoinError {
+    /// The configuration is invalid; nothing was done.
+    #[error(transparent)]
+    Invalid(#[from] ConfigError),
+    /// Not a valid replication slot name (1 to 63 of `a-z`, `0-9`, `_`);
+    /// nothing was done.
+    #[error("{slot:?} is not a valid replication slot name (1 to 63 of a-z, 0-9 and _)")]
+    BadSlotName {
+        /// The name.
+        slot: String,
+    },
+    /// The local server answered but its standing could not be read; nothing
+    /// was done.
+    #[error("reading the local server's standing: {0}")]
+    Local(#[from] StandingError),
+    /// The local server could not be fenced and stopped.
+    #[error("fencing the local server: {0}")]
+    Fence(#[from] FenceError),
+    /// The upstream could not be reached or refused the replication slot; the
+    /// local server is fenced (stopped, unless it was a running replica).
+    #[error("creating the replication slot {slot:?} on the upstream: {reason}")]
+    Slot {
+        /// The slot.
+        slot: String,
+        /// Why.
+        reason: String,
+    },
+    /// `pg_rewind` (or the crash recovery before it) failed and
+    /// `reclone_on_rewind_failure` is off: the data directory was left as it
+    /// was, fenced and stopped.
+    #[error("rewinding failed and re-cloning is off (reclone_on_rewind_failure = false); the data directory is fenced and untouched: {0}")]
+    Rewind(ToolError),
+    /// The data directory holds no valid cluster and re-cloning is off;
+    /// nothing was changed in it.
+    #[error("{data_dir} holds no valid cluster and re-cloning is off (reclone_on_rewind_failure = false)")]
+    NotACluster {
+        /// The data directory.
+        data_dir: PathBuf,
+    },
+    /// Re-cloning failed: the data directory is empty (no cluster that could
+    /// be started or promoted).
+    #[error("re-cloning with pg_basebackup failed; the data directory is empty: {0}")]
+    Reclone(ToolError),
+    /// A file in the data directory could not be read or written; the server
+    /// is fenced and stopped.
+    #[error("{path}: {source}")]
+    Files {
+        /// The file or directory.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The server did not start as a standby; it is fenced and stopped.
+    #[error("starting as a standby: {0}")]
+    Start(ToolError),
+    /// It runs as a standby but did not stream from the upstream in time; it is
+    /// fenced.
+    #[error("not streaming from {host}:{port} after {waited:?}; the server stays fenced")]
+    NotStreaming {
+        /// The upstream's host.
+        host: String,
+        /// The upstream's port.
+        port: u16,
+        /// How long the rejoin took.
+        waited: Duration,
+    },
+    /// The OS user could not be found; nothing was done.
+    #[error(transparent)]
+    Tool(#[from] ToolError),
+}
+
+/// Makes the local server a streaming replica of `upstream`, using the
+/// replication slot `slot` there (created when missing) and announcing itself
+/// as `application_name`. `progress` hears each step as it is reached.
+///
+/// - Already streaming from `upstream`: nothing to do, `[Streaming]`.
+/// - A running replica of another upstream: repointed (`primary_conninfo`,
+///   `primary_slot_name` by `ALTER SYSTEM`, reloaded), `[Rejoining,
+///   Streaming]`; if it does not stream within a quarter of
+///   `rejoin_timeout` (its timeline diverged), as below.
+/// - Otherwise: fenced and stopped; after an unclean stop, run once as a
+///   standby for its crash recovery (not reachable over the network, not
+///   streaming) and stopped cleanly; `pg_rewind` from the upstream
+///   (`Rewound` when it rewound something); if that fails or the directory
+///   holds no valid cluster, re-cloned with `pg_basebackup` (`Recloned`) when
+///   `reclone_on_rewind_failure`, else an error; the node's own configuration
+///   files are put back, the replication settings written to
+///   `postgresql.auto.conf`, the server started as a standby; once it streams,
+///   the fence marker is removed (`Streaming`).
+///
+/// Everything is bounded by `rejoin_timeout`.
+pub async fn rejoin(
+    cfg: &PostgresConfig,
+    upstream: &Upstream,
+    slot: &str,
+    application_name: &str,
+    mut progress: impl FnMut(RejoinStep),
+) -> Result<Rejoined, RejoinError> {
+    cfg.validate()?;
+    let valid_slot = (1..=63).contains(&slot.len())
+        && slot
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    if !valid_slot {
+        return Err(RejoinError::BadSlotName {
+            slot: slot.to_owned(),
+        });
+    }
+    let started = Instant::now();
+    let deadline = started + cfg.rejoin_timeout;
+    let tools = Tools::new(cfg)?;
+    let now = if postmaster(&cfg.data_dir).is_some() {
+        standing(cfg).await?
+    } else {
+        Standing::Down
+    };
+    let conninfo = format!(
+        "host={} port={} user={} application_name={}",
+        conninfo_value(&upstream.host),
+        upstream.port,
+        conninfo_value(&cfg.replication_user),
+        conninfo_value(application_name),
+    );
+    if now.streams_from(&upstream.host, upstream.port) {
+        unfence(cfg).await?;
+        progress(RejoinStep::Streaming);
+        return Ok(Rejoined::AlreadyStreaming);
+    }
+    progress(RejoinStep::Rejoining);
+    if matches!(now, Standing::Replica { .. }) {
+        mark(cfg, &tools).await?;
+        ensure_slot(cfg, upstream, slot).await?;
+        let repoint_deadline = deadline.min(Instant::now() + cfg.rejoin_timeout / 4);
+        match repoint(cfg, &conninfo, slot).await {
+            Ok(()) if wait_streaming(cfg, upstream, repoint_deadline).await => {
+                unfence(cfg).await?;
+                progress(RejoinStep::Streaming);
+                return Ok(Rejoined::Repointed);
+            }
+            Ok(()) => tracing::warn!("repointed replica does not stream; restarting it"),
+            Err(err) => tracing::warn!(%err, "repointing failed; restarting it"),
+        }
+    }
+    ensure_data_dir(cfg, &tools).await?;
+    let fenced = fence(cfg).await?;
+    ensure_slot(cfg, upstream, slot).await?;
+    let local = LocalFiles::read(&cfg.data_dir)
+        .await
+        .map_err(files(&cfg.data_dir))?;
+    let is_cluster = ["PG_VERSION", "global/pg_control"]
+        .iter()
+        .all(|f| cfg.data_dir.join(f).is_file());
+    let how = if is_cluster {
+        match rewind(cfg, &tools, upstream, fenced.clean(), deadline).await {
+            Ok(how) => how,
+            Err(err) if cfg.reclone_on_rewind_failure => {
+                tracing::warn!(%err, "rewind failed; re-cloning");
+                reclone(cfg, &tools, upstream, slot, deadline).await?
+            }
+            Err(err) => return Err(RejoinError::Rewind(err)),
+        }
+    } else if cfg.reclone_on_rewind_failure {
+        reclone(cfg, &tools, upstream, slot, deadline).await?
+    } else {
+        return Err(RejoinError::NotACluster {
+            data_dir: cfg.data_dir.clone(),
+        });
+    };
+    // Rewind and re-clone both remove the marker: put it back at once.
+    mark(cfg, &tools).await?;
+    match how {
+        Rejoined::Rewound => progress(RejoinStep::Rewound),
+        Rejoined::Recloned => progress(RejoinStep::Recloned),
+        _ => {}
+    }
+    local
+        .restore(tools.user())
+        .await
+        .map_err(|(path, source)| RejoinError::Files { path, source })?;
+    let settings = [
+        ("primary_conninfo", conninfo.as_str()),
+        ("primary_slot_name", slot),
+    ];
+    set_auto_conf(&cfg.data_dir, &settings, tools.user())
+        .await
+        .map_err(|(path, source)| RejoinError::Files { path, source })?;
+    tools
+        .start(remaining(deadline).min(cfg.start_timeout), None)
+        .await
+        .map_err(RejoinError::Start)?;
+    if !wait_streaming(cfg, upstream, deadline).await {
+        return Err(RejoinError::NotStreaming {
+            host: upstream.host.clone(),
+            port: upstream.port,
+            waited: started.elapsed(),
+        });
+    }
+    unfence(cfg).await?;
+    progress(RejoinStep::Streaming);
+    Ok(how)
+}
+
+fn remaining(deadline: Instant) -> Duration {
+    deadline
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_secs(1))
+}
+
+fn files(path: &Path) -> impl FnOnce(std::io::Error) -> RejoinError + '_ {
+    move |source| RejoinError::Files {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// Removes the fence marker: only once the server streams.
+async fn unfence(cfg: &PostgresConfig) -> Result<(), RejoinError> {
+    let marker = cfg.fence_marker();
+    remove_synced(&marker)
+        .await
+        .map_err(|source| RejoinError::Files {
+            path: marker,
+            source,
+        })
+}
+
+/// Creates the data directory (0700, owned by the OS user) when it is missing.
+async fn ensure_data_dir(cfg: &PostgresConfig, tools: &Tools<'_>) -> Result<(), RejoinError> {
+    let dir = cfg.data_dir.clone();
+    let owner = tools.user().map(|u| (u.uid(), u.gid()));
+    run_blocking(move || {
+        use std::os::unix::fs::DirBuilderExt;
+        if dir.is_dir() {
+            return Ok(());
+        }
+        std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+        if let Some((uid, gid)) = owner {
+            std::os::unix::fs::chown(&dir, Some(uid), Some(gid))?;
+        }
+        Ok(())
+    })
+    .await
+    .map_err(files(&cfg.data_dir))
+}
+
+/// Creates the physical replication slot on the upstream unless it exists,
+/// reserving WAL from now on.
+async fn ensure_slot(
+    cfg: &PostgresConfig,
+    upstream: &Upstream,
+    slot: &str,
+) -> Result<(), RejoinError> {
+    let failed = |reason: String| RejoinError::Slot {
+        slot: slot.to_owned(),
+        reason,
+    };
+    let client = connect(cfg, &upstream.host, upstream.port)
+        .await
+        .map_err(|err: ConnectError| failed(err.to_string()))?;
+    client
+        .execute(
+            "SELECT pg_create_physical_replication_slot($1, true) \
+             WHERE NOT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)",
+            &[&slot],
+        )
+        .await
+        .map_err(|err| failed(err.to_string()))?;
+    Ok(())
+}
+
+/// Points a running replica at a new upstream (PostgreSQL 13 and later
+/// reload `primary_conninfo` and `primary_slot_name`).
+async fn repoint(cfg: &PostgresConfig, conninfo: &str, slot: &str) -> Result<(), RejoinError> {
+    let client = connect(cfg, &cfg.host, cfg.port)
+        .await
+        .map_err(|err| RejoinError::Local(StandingError::Connect(err)))?;
+    let sql = format!(
+        "ALTER SYSTEM SET primary_conninfo = {}; ALTER SYSTEM SET primary_slot_name = {}; \
+         SELECT pg_reload_conf();",
+        sql_literal(conninfo),
+        sql_literal(slot),
+    );
+    client
+        .batch_execute(&sql)
+        .await
+        .map_err(|err| RejoinError::Local(err.into()))
+}
+
+/// An SQL string literal, whatever `standard_conforming_strings` says.
+pub(crate) fn sql_literal(value: &str) -> String {
+    format!("E'{}'", value.replace('\\', "\\\\").replace('\'', "''"))
+}
+
+/// Polls the local server until it streams from `upstream`, or `deadline`.
+async fn wait_streaming(cfg: &PostgresConfig, upstream: &Upstream, deadline: Instant) -> bool {
+    poll_until(deadline, Duration::from_millis(100), || async {
+        match standing(cfg).await {
+            Ok(now) => now
+                .streams_from(&upstream.host, upstream.port)
+                .then_some(()),
+            Err(err) => {
+                tracing::debug!(%err, "waiting for streaming");
+                None
+            }
+        }
+    })
+    .await
+    .is_some()
+}
+
+/// Rewinds the (stopped, fenced) cluster onto the upstream's timeline.
+/// `pg_rewind` needs a cleanly shut down target and cannot recover one itself
+/// while `standby.signal` exists (single-user mode refuses standby mode), so
+/// after an unclean stop the server first runs once as a standby, unreachable
+/// over the network and not streaming, and is stopped cleanly.
+async fn rewind(
+    cfg: &PostgresConfig,
+    tools: &Tools<'_>,
+    upstream: &Upstream,
+    clean: bool,
+    deadline: Instant,
+) -> Result<Rejoined, ToolError> {
+    if !clean {
+        let options =
+            "-c listen_addresses= -c primary_conninfo= -c primary_slot_name= -c hot_standby=on";
+        tools
+            .start(remaining(deadline).min(cfg.start_timeout), Some(options))
+            .await?;
+        tools
+            .stop("fast", remaining(deadline).min(cfg.stop_timeout))
+            .await?;
+    }
+    let label = cfg.data_dir.join("backup_label");
+    let had_label = label.exists();
+    let source = format!(
+        "host={} port={} user={} dbname={} connect_timeout={}",
+        conninfo_value(&upstream.host),
+        upstream.port,
+        conninfo_value(&cfg.user),
+        conninfo_value(&cfg.database),
+        cfg.connect_timeout.as_secs().max(2),
+    );
+    let mut target = std::ffi::OsString::from("--target-pgdata=");
+    target.push(&cfg.data_dir);
+    let source = format!("--source-server={source}");
+    tools
+        .run(
+            "pg_rewind",
+            [target.as_os_str(), source.as_ref()],
+            remaining(deadline),
+        )
+        .await?;
+    // pg_rewind writes a backup_label only when it rewound something ("no
+    // rewind required" leaves the directory alone).
+    Ok(if !had_label && label.exists() {
+        Rejoined::Rewound
+    } else {
+        Rejoined::Restarted
+    })
+}
+
+/// Empties the data directory and clones it from the upstream.
+async fn reclone(
+    cfg: &PostgresConfig,
+    tools: &Tools<'_>,
+    upstream: &Upstream,
+    slot: &str,
+    deadline: Instant,
+) -> Result<Rejoined, RejoinError> {
+    let dir = cfg.data_dir.clone();
+    run_blocking(move || {
+        for entry in std::fs::read_dir(&dir)? {
+            let entry = entry?;
+            // Symbolic links (pg_wal, tablespaces) are removed, not followed.
+            if entry.file_type()?.is_dir() {
+                std::fs::remove_dir_all(entry.path())?;
+            } else {
+                std::fs::remove_file(entry.path())?;
+            }
+        }
+        Ok(())
+    })
+    .await
+    .map_err(files(&cfg.data_dir))?;
+    let port = upstream.port.to_string();
+    let args: [&std::ffi::OsStr; 15] = [
+        "-D".as_ref(),
+        cfg.data_dir.as_os_str(),
+        "-h".as_ref(),
+        upstream.host.as_ref(),
+        "-p".as_ref(),
+        port.as_ref(),
+        "-U".as_ref(),
+        cfg.replication_user.as_ref(),
+        "-X".as_ref(),
+        "stream".as_ref(),
+        "-c".as_ref(),
+        "fast".as_ref(),
+        "-S".as_ref(),
+        slot.as_ref(),
+        // Never prompt for a password.
+        "--no-password".as_ref(),
+    ];
+    tools
+        .run("pg_basebackup", args, remaining(deadline))
+        .await
+        .map_err(RejoinError::Reclone)?;
+    Ok(Rejoined::Recloned)
+}
