@@ -461,15 +461,19 @@ impl FileConfig {
         for (i, r) in self.roles.iter().enumerate() {
             r.validate(i, &names)?;
         }
-        let roles = self.roles.clone();
         let control =
-            role::ControlSection::plan(self.control.as_ref(), id.name(), !roles.is_empty())?;
+            role::ControlSection::plan(self.control.as_ref(), id.name(), !self.roles.is_empty())?;
         let watchdog_exe = match &self.agent.watchdog {
             Some(p) => p.clone(),
             None => std::env::current_exe().map_err(|e| {
                 invalid("agent.watchdog", format!("cannot locate this program: {e}"))
             })?,
         };
+        let roles = self
+            .roles
+            .iter()
+            .map(|r| r.clone().with_hooks(&watchdog_exe))
+            .collect::<Result<Vec<_>, _>>()?;
         let relay = match &self.relay {
             Some(r) => Some(r.validate()?),
             None => None,

@@ -531,6 +531,22 @@ async fn start_roles(
     for spec in &cfg.roles {
         let (tx, rx) = mpsc::channel(1);
         out.handovers.insert(spec.name.clone(), tx);
+        let data = spec.postgres.as_ref().map(|pg| {
+            let (data, rx) = watch::channel(hale_control::DataState::Unknown);
+            let keeper = roles::postgres::Keeper {
+                cfg: pg.clone(),
+                role: spec.name.clone(),
+                node: me.clone(),
+                views: out.views.clone(),
+                data,
+                control: client.clone().gated(shared.drill().frozen_flag()),
+                cmds: cmds.clone(),
+                on_change: on_change.clone(),
+                stop: roles_stop_rx.clone(),
+            };
+            out.tasks.push(tokio::spawn(keeper.run()));
+            rx
+        });
         let mgr = roles::RoleManager {
             spec: spec.clone(),
             node: me.clone(),
@@ -544,6 +560,7 @@ async fn start_roles(
             on_change: on_change.clone(),
             stop: roles_stop_rx.clone(),
             handover: rx,
+            data,
         };
         out.tasks.push(tokio::spawn(mgr.run()));
     }

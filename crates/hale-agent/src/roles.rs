@@ -17,16 +17,18 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use hale_control::raft::api::{Answer, Refusal};
 use hale_control::{
-    Action, Holder, HolderConfig, HolderEvent, HookExit, HookId, HookKind, HookReason,
+    Action, DataState, Holder, HolderConfig, HolderEvent, HookExit, HookId, HookKind, HookReason,
     LeaseResponse, LeaseTiming, RequestId, RoleState, ServiceStatus,
 };
 use hale_core::Time;
 
 use crate::config::RoleSpec;
 use crate::services::Services;
-use crate::view::{AgentEvent, RoleView};
+use crate::view::{AgentEvent, Lagging, RoleView};
 use crate::watchdog::demote_once_argv;
+pub mod postgres;
 mod requests;
 mod watchdog;
 pub use requests::LeaseRequests;
@@ -55,7 +57,7 @@ pub type RoleViews = Arc<Mutex<BTreeMap<String, RoleView>>>;
 
 /// What reaches a role manager's loop from the tasks it started.
 enum Input {
-    Response(RequestId, Option<LeaseResponse>),
+    Response(RequestId, Answer<LeaseResponse>),
     /// A hook run got its slot and started, in this process group.
     HookStarted(HookId, u32),
     HookExit(HookId, HookExit),
@@ -92,6 +94,9 @@ pub struct RoleManager {
     /// Operator handovers: step down and let the next candidate (or the
     /// named one) take over.
     pub handover: tokio::sync::mpsc::Receiver<Option<String>>,
+    /// A replicated role: what its keeper measures of the data
+    /// ([`postgres::Keeper`]).
+    pub data: Option<tokio::sync::watch::Receiver<DataState>>,
 }
 
 /// How many hooks an agent runs at once, over all its roles; the others
@@ -207,7 +212,7 @@ impl RoleManager {
                 fail_after: self.spec.fail_after,
                 acquire_timeout: Duration::from_millis(1500),
                 instance: crate::seed::fresh_seed(),
-                max_lag: None,
+                max_lag: self.spec.max_lag(),
             },
             run.now(),
         );
@@ -236,10 +241,15 @@ impl RoleManager {
                 }
                 Some(input) = rx.recv() => match input {
                     Input::Response(id, r) => {
-                        if matches!(r, Some(LeaseResponse::Renewed { .. })) {
-                            self.view(|v| v.renewals += 1);
+                        match &r {
+                            Ok(LeaseResponse::Renewed { .. }) => self.view(|v| v.renewals += 1),
+                            Ok(LeaseResponse::Granted { .. }) => self.refused(None),
+                            Err(Refusal::Lagging { lag, max_lag }) => {
+                                self.refused(Some(Lagging { lag: *lag, max_lag: *max_lag }));
+                            }
+                            _ => {}
                         }
-                        sm.handle_response(run.now(), id, r);
+                        sm.handle_response(run.now(), id, r.ok());
                     }
                     Input::HookStarted(id, pgid) => self.hook_started(&mut run, id, pgid),
                     Input::HookExit(id, exit) => {
@@ -270,6 +280,7 @@ impl RoleManager {
                     sm.handle_checks(now, self.status(now));
                 }
                 Some(to) = self.handover.recv() => sm.handle_handover(run.now(), to),
+                Some(data) = next_data(&mut self.data) => sm.handle_data(run.now(), data),
                 r = self.stop.changed(), if !stopping => {
                     let _ = r;
                     stopping = true;
@@ -437,6 +448,25 @@ impl RoleManager {
         crate::watchdog::claim_path(std::process::id(), &self.spec.name, epoch)
     }
 
+    /// The control plane refused this candidate the role because its copy
+    /// lags, or granted it (`None`): shown in the role's view while it
+    /// lasts, and a `not-eligible` event when it begins.
+    fn refused(&self, lagging: Option<Lagging>) {
+        let mut began = false;
+        self.view(|v| {
+            began = v.lagging.is_none() && lagging.is_some();
+            v.lagging = lagging;
+        });
+        if let (true, Some(Lagging { lag, max_lag })) = (began, lagging) {
+            let role = self.spec.name.clone();
+            (self.on_change)(RoleChange::Event(AgentEvent::NotEligible {
+                role,
+                lag,
+                max_lag,
+            }));
+        }
+    }
+
     fn event(&self, e: HolderEvent) {
         let role = self.spec.name.clone();
         let change = match e {
@@ -488,6 +518,22 @@ impl RoleManager {
         };
         (self.on_change)(change);
     }
+}
+
+/// The next measurement of a replicated role's data (never, for a role
+/// without one, or once its keeper has stopped).
+async fn next_data(
+    data: &mut Option<tokio::sync::watch::Receiver<DataState>>,
+) -> Option<DataState> {
+    let Some(rx) = data else {
+        return std::future::pending().await;
+    };
+    if rx.changed().await.is_err() {
+        *data = None;
+        return None;
+    }
+    let d = rx.borrow_and_update().clone();
+    Some(d)
 }
 
 async fn sleep_until(at: Option<Instant>) {

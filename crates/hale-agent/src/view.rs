@@ -27,8 +27,8 @@ pub use ops::{
 };
 pub use role::{
     CandidateView, CheckResult, CheckView, ClusterRoleView, ClusterRolesView, ClusterServicesView,
-    HandoverView, LeaseView, NodeServicesView, PrimaryView, ReplicaView, RoleView, RolesView,
-    ServiceView,
+    HandoverView, Lagging, LeaseView, NodeServicesView, PostgresView, PrimaryView, ReplicaView,
+    RoleView, RolesView, ServiceView,
 };
 
 /// Wall-clock milliseconds since the Unix epoch.
@@ -274,6 +274,64 @@ pub enum AgentEvent {
         to: Option<String>,
         /// The lease's epoch.
         epoch: u64,
+    },
+    /// The control plane will not grant this node a replicated role: its
+    /// copy lags the holder's last mark by more than `max_lag_on_failover`
+    /// (said when the refusal begins; the role's view shows it while it lasts).
+    NotEligible {
+        /// The role.
+        role: String,
+        /// How far its copy lags (bytes).
+        lag: u64,
+        /// The most it may (bytes).
+        max_lag: u64,
+    },
+    /// A PostgreSQL role (`[role.postgres]`): this node's server, not
+    /// streaming from the holder `upstream`, starts rejoining it (fenced,
+    /// and stopped unless only its upstream changes).
+    Rejoining {
+        /// The role.
+        role: String,
+        /// The holder it rejoins.
+        upstream: String,
+    },
+    /// Its diverged timeline was rewound onto the holder's (`pg_rewind`).
+    Rewound {
+        /// The role.
+        role: String,
+        /// The holder it rejoins.
+        upstream: String,
+    },
+    /// Its data directory was cloned afresh from the holder (`pg_basebackup`).
+    Recloned {
+        /// The role.
+        role: String,
+        /// The holder it rejoins.
+        upstream: String,
+    },
+    /// It streams from the holder again; its fence is lifted.
+    Streaming {
+        /// The role.
+        role: String,
+        /// The holder it streams from.
+        upstream: String,
+    },
+    /// A rejoin did not complete (tried again 5 s later); the server stays fenced.
+    RejoinFailed {
+        /// The role.
+        role: String,
+        /// The holder it was rejoining.
+        upstream: String,
+        /// What failed.
+        error: String,
+    },
+    /// This node's server ran as a primary while no node held the role:
+    /// fenced (it must rejoin before it may be promoted).
+    PostgresFenced {
+        /// The role.
+        role: String,
+        /// How it was stopped.
+        how: hale_postgres::Fenced,
     },
     /// Wall clocks disagree by more than the control plane's replay window
     /// (30 s). `side` `client`: this agent's clock is `skew_ms` off

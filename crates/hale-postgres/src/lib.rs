@@ -30,6 +30,7 @@ mod process;
 mod promote;
 mod rejoin;
 pub mod standing;
+mod start;
 mod synchronous;
 
 pub use client::ConnectError;
@@ -40,6 +41,7 @@ pub use process::ToolError;
 pub use promote::{promote, PromoteError, Promotion};
 pub use rejoin::{rejoin, RejoinError, RejoinStep, Rejoined, Upstream};
 pub use standing::{standing, StandbyState, Standing, StandingError};
+pub use start::{start_standby, StartError, StartedStandby};
 pub use synchronous::{maintain_synchronous, set_synchronous, SyncError, ANY_STANDBY};
 
 /// The fence marker's file name in the data directory. While it exists, hale

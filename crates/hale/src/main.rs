@@ -13,6 +13,7 @@ mod demo_cmd;
 mod drill_cmd;
 mod drill_report;
 mod keys_cmd;
+mod postgres_cmd;
 mod roles_cmd;
 mod sim_cmd;
 mod status_cmd;
@@ -61,6 +62,8 @@ enum Command {
     Drill(drill_cmd::DrillArgs),
     /// The cluster on one screen: members, roles, failing checks, relays.
     Status(status_cmd::StatusArgs),
+    /// A `[role.postgres]` role's server: promote, fence, status.
+    Postgres(postgres_cmd::PostgresArgs),
 }
 
 fn main() -> ExitCode {
@@ -84,6 +87,7 @@ fn main() -> ExitCode {
         Command::DemoteOnce(a) => Ok(hale_agent::watchdog::demote_once(&a.claim, &a.demote)),
         Command::Drill(a) => drill_cmd::run(a),
         Command::Status(a) => status_cmd::run(a).map(|()| ExitCode::SUCCESS),
+        Command::Postgres(a) => postgres_cmd::run(a),
         Command::Demo(a) => demo_cmd::run(a).map(|ok| ExitCode::from(u8::from(!ok))),
     };
     match result {

@@ -109,6 +109,14 @@ pub struct RoleSpec {
     /// Hand the role over when the service's essential checks fail this long (default 3 s).
     #[serde(default = "default_fail_after", with = "humantime_serde")]
     pub fail_after: Duration,
+    /// `[role.postgres]`: the role is a PostgreSQL primary. hale promotes
+    /// and fences the local server itself (its hooks are `hale postgres
+    /// promote` and `hale postgres fence`, so `promote` and `demote` stay
+    /// unset), keeps it following the holder (rejoin by `pg_rewind` or a
+    /// fresh clone), and grants the role only to a candidate whose copy
+    /// lags by at most `max_lag_on_failover`, a synchronous standby first.
+    #[serde(default)]
+    pub postgres: Option<hale_postgres::PostgresConfig>,
 }
 
 fn default_hook_timeout() -> Duration {
@@ -130,7 +138,48 @@ impl RoleSpec {
             let problem = format!("no [[service]] named {:?} on this node", self.service);
             return Err(invalid(&f("service"), problem));
         }
+        if let Some(pg) = &self.postgres {
+            for (key, set) in [("promote", &self.promote), ("demote", &self.demote)] {
+                if !set.is_empty() {
+                    let problem = "a [role.postgres] role runs hale's own hooks (hale postgres promote, fence): leave it unset";
+                    return Err(invalid(&f(key), problem));
+                }
+            }
+            pg.validate()
+                .map_err(|e| invalid(&f("postgres"), e.to_string()))?;
+        }
         Ok(())
+    }
+
+    /// The role as the agent runs it: a `[role.postgres]` role gets hale's
+    /// own hooks, `exe postgres promote|fence --settings JSON` (the
+    /// settings travel with the command, so that the watchdog's fence needs
+    /// nothing else, whatever happens to the configuration file).
+    pub fn with_hooks(mut self, exe: &std::path::Path) -> Result<RoleSpec, ConfigError> {
+        let Some(pg) = &self.postgres else {
+            return Ok(self);
+        };
+        let settings = serde_json::to_string(pg)
+            .map_err(|e| invalid(&format!("role {}.postgres", self.name), e.to_string()))?;
+        let hook = |op: &str| {
+            vec![
+                exe.display().to_string(),
+                "postgres".to_owned(),
+                op.to_owned(),
+                "--settings".to_owned(),
+                settings.clone(),
+            ]
+        };
+        self.promote = hook("promote");
+        self.demote = hook("fence");
+        Ok(self)
+    }
+
+    /// The most a candidate's copy may lag for it to take the role (a
+    /// `[role.postgres]` role's `max_lag_on_failover`); `None` for a role
+    /// that does not replicate.
+    pub fn max_lag(&self) -> Option<u64> {
+        self.postgres.as_ref().map(|p| p.max_lag_on_failover)
     }
 }
 

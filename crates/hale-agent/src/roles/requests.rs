@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use hale_control::raft::api::{BatchItem, MAX_BATCH};
+use hale_control::raft::api::{Answer, BatchItem, Refusal, MAX_BATCH};
 use hale_control::raft::ControlClient;
 use hale_control::{ControlRequest, LeaseResponse};
 
@@ -26,7 +26,7 @@ struct Pending {
     item: BatchItem,
     bytes: usize,
     until: Instant,
-    reply: oneshot::Sender<Option<LeaseResponse>>,
+    reply: oneshot::Sender<Answer<LeaseResponse>>,
 }
 
 /// Sends control-plane requests in batches; cloned into every role manager.
@@ -45,9 +45,10 @@ impl LeaseRequests {
     }
 
     /// Sends `req` with the next batch and waits for its answer, at most
-    /// `limit`: `None` when no server answered, or refused (a refusal, such
-    /// as the grantor's "not yet", is read by the holder as no answer).
-    pub async fn send(&self, req: ControlRequest, limit: Duration) -> Option<LeaseResponse> {
+    /// `limit`: the answer, or the refusal ([`Refusal::NoAnswer`] when no
+    /// server answered in time). The holder reads a refusal, such as the
+    /// grantor's "not yet", as no answer; the role manager shows why.
+    pub async fn send(&self, req: ControlRequest, limit: Duration) -> Answer<LeaseResponse> {
         let item = match req {
             ControlRequest::Acquire(a) => BatchItem::Acquire(a),
             ControlRequest::Lease(r) => BatchItem::Write(r),
@@ -61,8 +62,11 @@ impl LeaseRequests {
             until,
             reply,
         };
-        self.tx.send(pending).ok()?;
-        tokio::time::timeout_at(until, answer).await.ok()?.ok()?
+        self.tx.send(pending).map_err(|_| Refusal::NoAnswer)?;
+        match tokio::time::timeout_at(until, answer).await {
+            Ok(Ok(a)) => a,
+            Ok(Err(_)) | Err(_) => Err(Refusal::NoAnswer),
+        }
     }
 }
 
@@ -133,14 +137,10 @@ async fn send(control: ControlClient, chunk: Vec<Pending>) {
     };
     let mut answers = answers.into_iter();
     for p in chunk {
-        let r = match answers.next() {
-            Some(Ok(r)) => Some(r),
-            Some(Err(refusal)) => {
-                tracing::debug!(%refusal, "control plane");
-                None
-            }
-            None => None,
-        };
+        let r = answers.next().unwrap_or(Err(Refusal::NoAnswer));
+        if let Err(refusal) = &r {
+            tracing::debug!(%refusal, "control plane");
+        }
         let _ = p.reply.send(r);
     }
 }

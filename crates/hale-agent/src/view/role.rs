@@ -35,9 +35,40 @@ pub struct RoleView {
     pub demotions: u64,
     /// Renewals committed.
     pub renewals: u64,
+    /// A replicated role: why the control plane will not grant it to this
+    /// node now (its copy lags), if it said so at its last ask.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lagging: Option<Lagging>,
+    /// A PostgreSQL role (`[role.postgres]`): this node's server as last measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub postgres: Option<PostgresView>,
     /// Until when this node may act as holder, on this agent's clock.
     #[serde(skip)]
     pub valid_until: Option<Instant>,
+}
+
+/// A PostgreSQL role's server on this node, as its keeper last saw it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PostgresView {
+    /// Where it stands (primary, replica, down); absent until measured.
+    pub standing: Option<hale_postgres::Standing>,
+    /// Its data directory carries hale's fence marker: never promoted
+    /// until a rejoin reaches streaming.
+    pub fenced: bool,
+    /// The last rejoin step reached, if it ever rejoined.
+    pub rejoin: Option<hale_postgres::RejoinStep>,
+    /// The last error of a measurement or a rejoin, until the next success.
+    pub error: Option<String>,
+}
+
+/// How far a candidate's copy of a replicated role's data lags, as the
+/// control plane judged it when it refused the role.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Lagging {
+    /// Bytes behind the holder's last mark.
+    pub lag: u64,
+    /// `max_lag_on_failover` (bytes).
+    pub max_lag: u64,
 }
 
 /// A lease in the control plane's table.

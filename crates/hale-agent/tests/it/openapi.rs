@@ -22,8 +22,10 @@ use hale_agent::view::{CheckResult, CheckView, ServiceView};
 use hale_agent::view::{DrillView, FaultView, RestoredView, TrafficView};
 use hale_agent::view::{ErrorBody, HandoverView};
 use hale_agent::view::{KeyOpError, KeyReport, KeyView, KeysView};
+use hale_agent::view::{Lagging, PostgresView};
 use hale_agent::{EventView, EvidenceView, MemberView, RelayView, UpstreamView};
 use hale_control::raft::ControlStatus;
+use hale_postgres::{StandbyState, Standing};
 
 /// The path constants of `view/routes.rs`, by name.
 fn route_constants(file: &Path) -> BTreeMap<String, String> {
@@ -167,6 +169,22 @@ fn samples() -> BTreeMap<String, Vec<Value>> {
         "lease_left_ms": epoch.map(|_| 900), "last_change": epoch.map(|_| "promoted"),
         "held_since_unix_ms": epoch.map(|_| 5), "promotions": 1, "demotions": 0, "renewals": 12})
     };
+    let replica = json!({"standing": "replica", "receive_lsn": 50_331_648, "replay_lsn": 33_554_432,
+        "replay_paused": true, "last_replay": "2026-12-03T03:20:00.500000000Z", "streaming": true,
+        "upstream": "10.0.0.1", "upstream_port": 5432, "timeline": 2});
+    let primary = json!({"standing": "primary", "lsn": 50_331_648, "timeline": 2,
+        "standbys": [{"name": "b", "sync": true, "flush_lsn": 50_331_648,
+        "replay_lsn": 50_331_000, "state": "streaming"}, {"name": "c", "sync": false,
+        "flush_lsn": null, "replay_lsn": null, "state": "catchup"}]});
+    let pg_role = |standing: Value, lagging: Option<Value>| {
+        let mut r = role(None);
+        r["postgres"] = json!({"standing": standing, "fenced": lagging.is_none(),
+            "rejoin": "rewound", "error": null});
+        if let Some(l) = lagging {
+            r["lagging"] = l;
+        }
+        r
+    };
     let lease = json!({"holder": "n0", "epoch": 3});
     let candidate = json!({"node": "n0", "priority": 100, "eligible": true,
         "member_state": "alive", "holder": true});
@@ -199,6 +217,17 @@ fn samples() -> BTreeMap<String, Vec<Value>> {
         "Lease": LeaseView = lease;
         "Role": RoleView = (role(Some(3)));
         "Role": RoleView = (role(None));
+        "Role": RoleView = (pg_role(replica.clone(), Some(json!({"lag": 16_777_216, "max_lag": 1_048_576}))));
+        "Role": RoleView = (pg_role(primary.clone(), None));
+        "Role": RoleView = (pg_role(json!({"standing": "down"}), None));
+        "Lagging": Lagging = {"lag": 16_777_216, "max_lag": 1_048_576};
+        "Standing": Standing = (replica.clone());
+        "Standing": Standing = (primary.clone());
+        "Standing": Standing = {"standing": "down"};
+        "Standby": StandbyState = (primary["standbys"][0].clone());
+        "Standby": StandbyState = (primary["standbys"][1].clone());
+        "PostgresView": PostgresView = {"standing": null, "fenced": true, "rejoin": null,
+            "error": "connection refused"};
         "Roles": RolesView = {"control_plane": true, "leader": 1, "leases": {"db": lease},
             "local": [role(Some(3))]};
         "Primary": PrimaryView = {"role": "db", "state": "holder", "epoch": 3,
@@ -272,6 +301,16 @@ fn samples() -> BTreeMap<String, Vec<Value>> {
             "schema": "DrillSetDetail"},
         {"kind": "drill-restored", "detail": {"fault": "freeze", "reason": "expired"},
             "schema": "DrillRestoredDetail"},
+        {"kind": "not-eligible", "detail": {"role": role, "lag": 16_777_216, "max_lag": 1_048_576},
+            "schema": "NotEligibleDetail"},
+        {"kind": "rejoining", "detail": {"role": role, "upstream": "n1"}, "schema": "RejoinDetail"},
+        {"kind": "rewound", "detail": {"role": role, "upstream": "n1"}, "schema": "RejoinDetail"},
+        {"kind": "recloned", "detail": {"role": role, "upstream": "n1"}, "schema": "RejoinDetail"},
+        {"kind": "streaming", "detail": {"role": role, "upstream": "n1"}, "schema": "RejoinDetail"},
+        {"kind": "rejoin-failed", "detail": {"role": role, "upstream": "n1",
+            "error": "pg_rewind failed"}, "schema": "RejoinFailedDetail"},
+        {"kind": "postgres-fenced", "detail": {"role": role, "how": "stopped_fast"},
+            "schema": "PostgresFencedDetail"},
     ]);
     for (i, event) in events.as_array().unwrap().iter().enumerate() {
         let mut event = event.as_object().unwrap().clone();

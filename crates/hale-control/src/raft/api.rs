@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 use super::ControlError;
-use crate::lease::{AcquireRequest, LeaseRequest};
+use crate::lease::{AcquireRequest, GrantDelay, LeaseRequest};
 
 /// `POST`: acquire a role ([`crate::lease::AcquireRequest`]).
 pub const ACQUIRE: &str = "/control/acquire";
@@ -88,6 +88,16 @@ pub enum Refusal {
     /// The grantor will not hand the role over yet (why, on the leader's clock).
     #[error("not yet: {0}")]
     NotYet(String),
+    /// The asking candidate's copy of a replicated role's data lags the
+    /// holder's last mark by more than its `max_lag`: it will not be
+    /// granted the role until it catches up (`crate::replication`).
+    #[error("not eligible: its copy lags the last primary position by {lag} bytes, more than max_lag_on_failover ({max_lag})")]
+    Lagging {
+        /// By how much (bytes).
+        lag: u64,
+        /// The most it may.
+        max_lag: u64,
+    },
     /// The leader failed the request, or could not be reached.
     #[error("control-plane request failed: {0}")]
     Failed(String),
@@ -101,6 +111,9 @@ impl From<ControlError> for Refusal {
         match e {
             ControlError::NoLeader => Refusal::NoLeader,
             ControlError::Unavailable(m) => Refusal::Unavailable(m),
+            ControlError::NotYet(GrantDelay::Lagging { lag, max_lag }) => {
+                Refusal::Lagging { lag, max_lag }
+            }
             ControlError::NotYet(d) => Refusal::NotYet(d.to_string()),
             ControlError::Request(m) => Refusal::Failed(m),
             e @ (ControlError::StoreInUse(_) | ControlError::Store(_) | ControlError::Start(_)) => {

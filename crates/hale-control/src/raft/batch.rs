@@ -68,7 +68,7 @@ impl ControlPlane {
                     BatchItem::Acquire(ask) => match g.contend(&table, &appends, &ask, now) {
                         Ok(grant) => grant,
                         Err(delay) => {
-                            answers[i] = Some(Err(Refusal::NotYet(delay.to_string())));
+                            answers[i] = Some(Err(ControlError::NotYet(delay).into()));
                             continue;
                         }
                     },

@@ -1,0 +1,337 @@
+//! A PostgreSQL role's keeper (`[role.postgres]`): one task per such role
+//! beside its manager, which measures the local server twice a second and
+//! keeps it where the role's state says it belongs.
+//!
+//! * **Measures.** [`hale_postgres::standing`] every [`EVERY`]: the role's
+//!   `Holder` gets it as a [`DataState`] (a replica's replayed position is
+//!   its copy; a primary's position and synchronous standbys are the mark
+//!   its renewals publish), and the role's view shows it. A server carrying
+//!   the fence marker is never offered as a copy: it must rejoin first.
+//! * **Holder.** Keeps synchronous replication on while a standby streams
+//!   and off when none does ([`hale_postgres::maintain_synchronous`]).
+//! * **Not the holder.** Follows the holder the control plane's table
+//!   names: a server that is not already streaming from the holder's host
+//!   rejoins it ([`hale_postgres::rejoin`]: repointed, rewound or
+//!   re-cloned; each step an event). A server running as a primary while
+//!   this node does not hold the role is fenced at once. With no holder, a
+//!   stopped, unfenced server is started as a standby so that it can offer
+//!   its copy (a cold start of the whole cluster).
+//! * **Promoting, demoting.** Nothing: the hooks (`hale postgres promote`,
+//!   `hale postgres fence`) are at work.
+//!
+//! Invariants: the keeper never promotes (only the promote hook does, under
+//! a grant); the fence marker is removed only by a rejoin that reached
+//! streaming; while a rejoin runs the role's candidate offers no copy.
+
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+use hale_control::raft::ControlClient;
+use hale_control::{DataState, Mark, RoleState};
+use hale_postgres::{PostgresConfig, RejoinStep, Standing, Upstream};
+
+use super::{OnRoleChange, RoleChange, RoleViews};
+use crate::runtime::Command;
+use crate::view::{AgentEvent, PostgresView};
+
+/// How often the server is measured.
+pub const EVERY: Duration = Duration::from_millis(500);
+/// How often the holder is read from the control plane while not holding.
+const HOLDER_EVERY: Duration = Duration::from_secs(2);
+/// How long after a failed rejoin or start the next one is tried.
+const RETRY: Duration = Duration::from_secs(5);
+
+/// One `[role.postgres]` role's keeper: see the module documentation.
+pub struct Keeper {
+    /// The server's settings.
+    pub cfg: PostgresConfig,
+    /// The role.
+    pub role: String,
+    /// This node's name: its replication slot and `application_name`.
+    pub node: String,
+    /// The agent's role views (this role's state is read, its PostgreSQL
+    /// view written).
+    pub views: RoleViews,
+    /// To the role's manager: what the server says of its data.
+    pub data: watch::Sender<DataState>,
+    /// The control plane (the lease table names the holder).
+    pub control: ControlClient,
+    /// The membership driver (the holder's address).
+    pub cmds: mpsc::Sender<Command>,
+    /// Reports events.
+    pub on_change: OnRoleChange,
+    /// Fires when the agent stops.
+    pub stop: watch::Receiver<bool>,
+}
+
+/// The holder as last read, and when.
+struct HolderCache {
+    name: Option<String>,
+    read: Option<Instant>,
+}
+
+impl Keeper {
+    /// Runs until the agent stops.
+    pub async fn run(mut self) {
+        let mut tick = tokio::time::interval(EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut holder = HolderCache {
+            name: None,
+            read: None,
+        };
+        let mut retry_after: Option<Instant> = None;
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = self.stop.changed() => return,
+            }
+            if *self.stop.borrow() {
+                return;
+            }
+            let standing = match hale_postgres::standing(&self.cfg).await {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(role = %self.role, error = %e, "postgres: reading its standing");
+                    self.data.send_replace(DataState::Unknown);
+                    self.publish(|v| v.error = Some(e.to_string()));
+                    continue;
+                }
+            };
+            let fenced = self.cfg.fence_marker().exists();
+            self.data.send_replace(data_state(&standing, fenced));
+            self.publish(|v| {
+                v.standing = Some(standing.clone());
+                v.fenced = fenced;
+            });
+            match self.state() {
+                RoleState::Holder => {
+                    if let Err(e) = hale_postgres::maintain_synchronous(&self.cfg, &standing).await
+                    {
+                        tracing::warn!(role = %self.role, error = %e, "postgres: synchronous replication");
+                    }
+                }
+                RoleState::Promoting | RoleState::Demoting => {}
+                RoleState::Standby | RoleState::Ineligible => {
+                    if retry_after.is_some_and(|t| Instant::now() < t) {
+                        continue;
+                    }
+                    let now = Instant::now();
+                    if holder.read.is_none_or(|t| now >= t + HOLDER_EVERY) {
+                        if let Some(table) = self.control.table().await {
+                            holder.name = table.role(&self.role).and_then(|r| r.holder.clone());
+                            holder.read = Some(now);
+                        }
+                    }
+                    let ok = self.follow(holder.name.as_deref(), &standing, fenced).await;
+                    retry_after = (!ok).then(|| Instant::now() + RETRY);
+                    if !ok {
+                        // Read the holder again before the next try.
+                        holder.read = None;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Keeps a node that does not hold the role following the one that
+    /// does; false when what it tried failed (tried again after [`RETRY`]).
+    async fn follow(&mut self, holder: Option<&str>, standing: &Standing, fenced: bool) -> bool {
+        let holder = holder.filter(|h| *h != self.node);
+        match (holder, standing) {
+            (Some(h), _) => {
+                let Some(upstream) = self.upstream(h).await else {
+                    return true; // not in this node's view yet
+                };
+                if standing.streams_from(&upstream.host, upstream.port) && !fenced {
+                    return true;
+                }
+                self.rejoin(h, &upstream).await
+            }
+            (None, Standing::Primary { .. }) => {
+                // Nobody holds the role, yet this server takes writes.
+                match hale_postgres::fence(&self.cfg).await {
+                    Ok(how) => {
+                        let role = self.role.clone();
+                        self.emit(AgentEvent::PostgresFenced { role, how });
+                        true
+                    }
+                    Err(e) => {
+                        tracing::warn!(role = %self.role, error = %e, "postgres: fencing a primary nobody holds");
+                        false
+                    }
+                }
+            }
+            (None, Standing::Down) if !fenced => {
+                match hale_postgres::start_standby(&self.cfg).await {
+                    Ok(_) => true,
+                    Err(e) => {
+                        tracing::warn!(role = %self.role, error = %e, "postgres: starting as a standby");
+                        false
+                    }
+                }
+            }
+            (None, _) => true,
+        }
+    }
+
+    /// Rejoins the holder `holder` at `upstream`, reporting each step.
+    async fn rejoin(&mut self, holder: &str, upstream: &Upstream) -> bool {
+        self.data.send_replace(DataState::Unknown);
+        let slot = slot_name(&self.node);
+        let (role, on_change, views) = (
+            self.role.clone(),
+            self.on_change.clone(),
+            self.views.clone(),
+        );
+        let from = holder.to_owned();
+        let report = move |step: RejoinStep| {
+            if let Some(v) = views.lock().expect("role views lock").get_mut(&role) {
+                let pg = v.postgres.get_or_insert_with(PostgresView::default);
+                pg.rejoin = Some(step);
+                pg.error = None;
+            }
+            let (role, upstream) = (role.clone(), from.clone());
+            let e = match step {
+                RejoinStep::Rejoining => AgentEvent::Rejoining { role, upstream },
+                RejoinStep::Rewound => AgentEvent::Rewound { role, upstream },
+                RejoinStep::Recloned => AgentEvent::Recloned { role, upstream },
+                RejoinStep::Streaming => AgentEvent::Streaming { role, upstream },
+            };
+            on_change(RoleChange::Event(e));
+        };
+        match hale_postgres::rejoin(&self.cfg, upstream, &slot, &self.node, report).await {
+            Ok(how) => {
+                tracing::info!(role = %self.role, ?how, %holder, "postgres: streaming from the holder");
+                true
+            }
+            Err(e) => {
+                tracing::warn!(role = %self.role, error = %e, %holder, "postgres: rejoin failed");
+                let (role, upstream, error) = (self.role.clone(), holder.to_owned(), e.to_string());
+                self.publish(|v| v.error = Some(error.clone()));
+                self.emit(AgentEvent::RejoinFailed {
+                    role,
+                    upstream,
+                    error,
+                });
+                false
+            }
+        }
+    }
+
+    /// The PostgreSQL server of member `name`: its address in this node's
+    /// membership view, at this role's port (every member's server listens
+    /// on the same port).
+    async fn upstream(&self, name: &str) -> Option<Upstream> {
+        let snap = crate::runtime::ask(&self.cmds, Command::Snapshot).await?;
+        let m = snap.members.iter().find(|m| m.name == name)?;
+        let addr: std::net::SocketAddr = m.addr.parse().ok()?;
+        Some(Upstream {
+            host: addr.ip().to_string(),
+            port: self.cfg.port,
+        })
+    }
+
+    fn state(&self) -> RoleState {
+        let views = self.views.lock().expect("role views lock");
+        views
+            .get(&self.role)
+            .map_or(RoleState::Ineligible, |v| v.state)
+    }
+
+    fn publish(&self, f: impl FnOnce(&mut PostgresView)) {
+        if let Some(v) = self
+            .views
+            .lock()
+            .expect("role views lock")
+            .get_mut(&self.role)
+        {
+            f(v.postgres.get_or_insert_with(PostgresView::default));
+        }
+    }
+
+    fn emit(&self, e: AgentEvent) {
+        (self.on_change)(RoleChange::Event(e));
+    }
+}
+
+/// What the server says of its data, for the role's `Holder`: a replica's
+/// replayed position (unless fenced: it must rejoin first), a primary's
+/// position and synchronous standbys.
+pub fn data_state(standing: &Standing, fenced: bool) -> DataState {
+    match standing {
+        Standing::Replica { replay_lsn, .. } if !fenced => DataState::Copy(*replay_lsn),
+        Standing::Primary { lsn, standbys, .. } => DataState::Primary(Mark {
+            position: *lsn,
+            synchronous: standbys
+                .iter()
+                .filter(|s| s.sync)
+                .map(|s| s.name.clone())
+                .collect(),
+        }),
+        Standing::Replica { .. } | Standing::Down => DataState::Unknown,
+    }
+}
+
+/// This node's replication slot on the primary: `hale_` and its name in
+/// lower case, every other character an underscore (at most 63 bytes).
+pub fn slot_name(node: &str) -> String {
+    let mut s: String = "hale_"
+        .chars()
+        .chain(node.chars().map(|c| match c.to_ascii_lowercase() {
+            c @ ('a'..='z' | '0'..='9' | '_') => c,
+            _ => '_',
+        }))
+        .collect();
+    s.truncate(63);
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hale_postgres::StandbyState;
+
+    #[test]
+    fn slot_names_are_what_postgresql_accepts() {
+        assert_eq!(slot_name("host-A.example"), "hale_host_a_example");
+        assert_eq!(slot_name(&"x".repeat(100)).len(), 63);
+    }
+
+    #[test]
+    fn a_fenced_replica_offers_no_copy_and_a_primary_names_its_synchronous_standbys() {
+        let replica = Standing::Replica {
+            receive_lsn: Some(10),
+            replay_lsn: 8,
+            replay_paused: false,
+            last_replay: None,
+            streaming: true,
+            upstream: Some("10.0.0.1".into()),
+            upstream_port: Some(5432),
+            timeline: 2,
+        };
+        assert_eq!(data_state(&replica, false), DataState::Copy(8));
+        assert_eq!(data_state(&replica, true), DataState::Unknown);
+        let standby = |name: &str, sync| StandbyState {
+            name: name.into(),
+            sync,
+            flush_lsn: None,
+            replay_lsn: None,
+            state: "streaming".into(),
+        };
+        let primary = Standing::Primary {
+            lsn: 99,
+            timeline: 2,
+            standbys: vec![standby("b", true), standby("c", false)],
+        };
+        assert_eq!(
+            data_state(&primary, false),
+            DataState::Primary(Mark {
+                position: 99,
+                synchronous: vec!["b".into()]
+            })
+        );
+        assert_eq!(data_state(&Standing::Down, false), DataState::Unknown);
+    }
+}

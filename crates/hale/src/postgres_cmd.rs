@@ -1,0 +1,93 @@
+//! `hale postgres promote|fence|status`: the operations of a
+//! `[role.postgres]` role on the local server. The agent runs `promote` and
+//! `fence` as the role's hooks (with `--settings`, the role's
+//! `[role.postgres]` table as JSON); an operator runs them with `--config`
+//! and `--role`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+
+use hale_agent::config::FileConfig;
+use hale_postgres::PostgresConfig;
+
+use crate::client_cmd::block_on;
+
+/// `hale postgres ...`.
+#[derive(Debug, Args)]
+pub struct PostgresArgs {
+    #[command(subcommand)]
+    op: Op,
+}
+
+#[derive(Debug, Subcommand)]
+enum Op {
+    /// Make the local server the primary (refused while it is fenced): the
+    /// promote hook of a `[role.postgres]` role.
+    Promote(Target),
+    /// Fence the local server: no writes now or after a restart (fence
+    /// marker, standby.signal, stopped, killed if hung): the demote hook.
+    Fence(Target),
+    /// Where the local server stands in replication, as JSON.
+    Status(Target),
+}
+
+/// Which server: `--settings JSON`, or a role of a configuration file.
+#[derive(Debug, Args)]
+struct Target {
+    /// The role's `[role.postgres]` table as JSON (how the agent runs the hooks).
+    #[arg(long, conflicts_with_all = ["config", "role"])]
+    settings: Option<String>,
+    /// The agent's configuration file.
+    #[arg(long, short, requires = "role")]
+    config: Option<PathBuf>,
+    /// The `[[role]]` with a `[role.postgres]` table in it.
+    #[arg(long, requires = "config")]
+    role: Option<String>,
+}
+
+impl Target {
+    fn settings(&self) -> anyhow::Result<PostgresConfig> {
+        let pg: PostgresConfig = match (&self.settings, &self.config, &self.role) {
+            (Some(json), _, _) => serde_json::from_str(json).context("--settings")?,
+            (None, Some(path), Some(role)) => {
+                let file = FileConfig::load(path)?;
+                let spec = file
+                    .roles
+                    .iter()
+                    .find(|r| &r.name == role)
+                    .with_context(|| format!("{}: no [[role]] named {role:?}", path.display()))?;
+                spec.postgres.clone().with_context(|| {
+                    format!("{}: role {role:?} has no [role.postgres]", path.display())
+                })?
+            }
+            _ => anyhow::bail!("give --settings JSON, or --config FILE --role NAME"),
+        };
+        pg.validate()?;
+        Ok(pg)
+    }
+}
+
+/// Runs the operation; prints what it did (JSON for `status`).
+pub fn run(args: &PostgresArgs) -> anyhow::Result<ExitCode> {
+    match &args.op {
+        Op::Promote(t) => {
+            let pg = t.settings()?;
+            let done = block_on(hale_postgres::promote(&pg))??;
+            println!("{done:?}");
+        }
+        Op::Fence(t) => {
+            let pg = t.settings()?;
+            let done = block_on(hale_postgres::fence(&pg))??;
+            println!("{done:?}");
+        }
+        Op::Status(t) => {
+            let pg = t.settings()?;
+            let standing = block_on(hale_postgres::standing(&pg))??;
+            println!("{}", serde_json::to_string_pretty(&standing)?);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
