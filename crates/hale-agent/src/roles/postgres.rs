@@ -9,13 +9,22 @@
 //!   the fence marker is never offered as a copy: it must rejoin first.
 //! * **Holder.** Keeps synchronous replication on while a standby streams
 //!   and off when none does ([`hale_postgres::maintain_synchronous`]).
-//! * **Not the holder.** Follows the holder the control plane's table
-//!   names: a server that is not already streaming from the holder's host
-//!   rejoins it ([`hale_postgres::rejoin`]: repointed, rewound or
-//!   re-cloned; each step an event). A server running as a primary while
-//!   this node does not hold the role is fenced at once. With no holder, a
-//!   stopped, unfenced server is started as a standby so that it can offer
-//!   its copy (a cold start of the whole cluster).
+//! * **Not the holder.** Follows what the control plane's lease table
+//!   says (read every 2 s):
+//!   - another node holds the role and is alive in this node's view: a
+//!     server not streaming from the holder's host rejoins it
+//!     ([`hale_postgres::rejoin`]: repointed, restarted, rewound or
+//!     re-cloned; each step an event). A running replica that merely lost
+//!     its stream gets [`REJOIN_AFTER`] first, since a rejoin fences it;
+//!   - the holder is dead: the copy is kept as it is (this node is a
+//!     candidate), a stopped server starts as a standby;
+//!   - the role was never granted (a new cluster), or this node held it
+//!     last (its agent restarted and nobody was granted the role since): a
+//!     server running as a primary is offered as this node's copy, so that
+//!     the first primary an operator set up takes the role;
+//!   - released (nobody holds it): a server running as a primary is fenced;
+//!   - a stopped, unfenced server with nobody else holding the role starts
+//!     as a standby so that it can offer its copy (a cold start).
 //! * **Promoting, demoting.** Nothing: the hooks (`hale postgres promote`,
 //!   `hale postgres fence`) are at work.
 //!
@@ -34,7 +43,7 @@ use hale_postgres::{PostgresConfig, RejoinStep, Standing, Upstream};
 
 use super::{OnRoleChange, RoleChange, RoleViews};
 use crate::runtime::Command;
-use crate::view::{AgentEvent, PostgresView};
+use crate::view::{AgentEvent, MemberState, PostgresView};
 
 /// How often the server is measured.
 pub const EVERY: Duration = Duration::from_millis(500);
@@ -42,6 +51,10 @@ pub const EVERY: Duration = Duration::from_millis(500);
 const HOLDER_EVERY: Duration = Duration::from_secs(2);
 /// How long after a failed rejoin or start the next one is tried.
 const RETRY: Duration = Duration::from_secs(5);
+/// How long a running replica may have lost its stream from a live holder
+/// before it is rejoined (and so fenced): a blink of the network or of the
+/// holder's server must not cost a standby its place.
+const REJOIN_AFTER: Duration = Duration::from_secs(5);
 
 /// One `[role.postgres]` role's keeper: see the module documentation.
 pub struct Keeper {
@@ -64,12 +77,21 @@ pub struct Keeper {
     pub on_change: OnRoleChange,
     /// Fires when the agent stops.
     pub stop: watch::Receiver<bool>,
+    /// Since when a running replica has not streamed from the live holder.
+    pub adrift_since: Option<Instant>,
 }
 
-/// The holder as last read, and when.
-struct HolderCache {
-    name: Option<String>,
-    read: Option<Instant>,
+/// What the control plane's lease table says of the role, as last read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum TableSays {
+    /// Not read yet, or no server answered.
+    Unknown,
+    /// The role was never granted (a new cluster).
+    NeverGranted,
+    /// This node or another holds it (or held it last, its lease since run out).
+    Held(String),
+    /// Released: nobody holds it.
+    Free,
 }
 
 impl Keeper {
@@ -77,10 +99,8 @@ impl Keeper {
     pub async fn run(mut self) {
         let mut tick = tokio::time::interval(EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut holder = HolderCache {
-            name: None,
-            read: None,
-        };
+        let mut table = TableSays::Unknown;
+        let mut table_read: Option<Instant> = None;
         let mut retry_after: Option<Instant> = None;
         loop {
             tokio::select! {
@@ -100,12 +120,27 @@ impl Keeper {
                 }
             };
             let fenced = self.cfg.fence_marker().exists();
-            self.data.send_replace(data_state(&standing, fenced));
+            let state = self.state();
+            let following = matches!(state, RoleState::Standby | RoleState::Ineligible);
+            let now = Instant::now();
+            if following && table_read.is_none_or(|t| now >= t + HOLDER_EVERY) {
+                table = self.read_table().await;
+                table_read = Some(now);
+            }
+            let data = match &standing {
+                Standing::Primary { lsn, .. }
+                    if following && !fenced && self.offers_own_primary(&table) =>
+                {
+                    DataState::Copy(*lsn)
+                }
+                _ => data_state(&standing, fenced),
+            };
+            self.data.send_replace(data);
             self.publish(|v| {
                 v.standing = Some(standing.clone());
                 v.fenced = fenced;
             });
-            match self.state() {
+            match state {
                 RoleState::Holder => {
                     if let Err(e) = hale_postgres::maintain_synchronous(&self.cfg, &standing).await
                     {
@@ -117,40 +152,76 @@ impl Keeper {
                     if retry_after.is_some_and(|t| Instant::now() < t) {
                         continue;
                     }
-                    let now = Instant::now();
-                    if holder.read.is_none_or(|t| now >= t + HOLDER_EVERY) {
-                        if let Some(table) = self.control.table().await {
-                            holder.name = table.role(&self.role).and_then(|r| r.holder.clone());
-                            holder.read = Some(now);
-                        }
-                    }
-                    let ok = self.follow(holder.name.as_deref(), &standing, fenced).await;
+                    let ok = self.follow(&table, &standing, fenced).await;
                     retry_after = (!ok).then(|| Instant::now() + RETRY);
                     if !ok {
-                        // Read the holder again before the next try.
-                        holder.read = None;
+                        table_read = None; // read it again before the next try
                     }
                 }
             }
         }
     }
 
+    async fn read_table(&self) -> TableSays {
+        let Some(table) = self.control.table().await else {
+            return TableSays::Unknown;
+        };
+        match table.role(&self.role) {
+            None => TableSays::NeverGranted,
+            Some(r) => match &r.holder {
+                Some(h) => TableSays::Held(h.clone()),
+                None => TableSays::Free,
+            },
+        }
+    }
+
+    /// Whether a primary on this node that does not act as holder may be
+    /// offered as its copy: in a new cluster (the role never granted: the
+    /// server an operator set up as the first primary), or when this node
+    /// held the role last (its agent restarted; nobody was granted it
+    /// since, so no other server can have diverged from it).
+    fn offers_own_primary(&self, table: &TableSays) -> bool {
+        match table {
+            TableSays::NeverGranted => true,
+            TableSays::Held(h) => *h == self.node,
+            TableSays::Unknown | TableSays::Free => false,
+        }
+    }
+
     /// Keeps a node that does not hold the role following the one that
     /// does; false when what it tried failed (tried again after [`RETRY`]).
-    async fn follow(&mut self, holder: Option<&str>, standing: &Standing, fenced: bool) -> bool {
-        let holder = holder.filter(|h| *h != self.node);
-        match (holder, standing) {
-            (Some(h), _) => {
-                let Some(upstream) = self.upstream(h).await else {
+    async fn follow(&mut self, table: &TableSays, standing: &Standing, fenced: bool) -> bool {
+        match table {
+            TableSays::Unknown => true,
+            TableSays::Held(h) if *h != self.node => {
+                let Some((upstream, alive)) = self.upstream(h).await else {
                     return true; // not in this node's view yet
                 };
                 if standing.streams_from(&upstream.host, upstream.port) && !fenced {
+                    self.adrift_since = None;
                     return true;
                 }
-                self.rejoin(h, &upstream).await
+                if !alive {
+                    // The holder is gone: its role will move. Keep the copy
+                    // as it is (a candidate), never rejoin a dead server;
+                    // a stopped one starts as a standby to offer its copy.
+                    return self.start_if_down(standing, fenced).await;
+                }
+                // A running replica that lost its stream may only be
+                // blinking: rejoin it (which fences it) once the holder has
+                // been alive and unfollowed for REJOIN_AFTER.
+                if matches!(standing, Standing::Replica { .. }) && !fenced {
+                    let since = *self.adrift_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() < REJOIN_AFTER {
+                        return true;
+                    }
+                }
+                self.adrift_since = None;
+                let h = h.clone();
+                self.rejoin(&h, &upstream).await
             }
-            (None, Standing::Primary { .. }) => {
-                // Nobody holds the role, yet this server takes writes.
+            TableSays::Free if matches!(standing, Standing::Primary { .. }) => {
+                // Released, yet this server takes writes (started by hand?).
                 match hale_postgres::fence(&self.cfg).await {
                     Ok(how) => {
                         let role = self.role.clone();
@@ -163,16 +234,28 @@ impl Keeper {
                     }
                 }
             }
-            (None, Standing::Down) if !fenced => {
-                match hale_postgres::start_standby(&self.cfg).await {
-                    Ok(_) => true,
-                    Err(e) => {
-                        tracing::warn!(role = %self.role, error = %e, "postgres: starting as a standby");
-                        false
-                    }
-                }
+            // Nobody else holds it: a stopped, unfenced server starts as a
+            // standby so that it can offer its copy.
+            TableSays::Held(_) | TableSays::NeverGranted | TableSays::Free => {
+                self.start_if_down(standing, fenced).await
             }
-            (None, _) => true,
+        }
+    }
+
+    /// Starts a stopped, unfenced server as a standby (so that it can offer
+    /// its copy); false when that failed.
+    async fn start_if_down(&self, standing: &Standing, fenced: bool) -> bool {
+        if !matches!(standing, Standing::Down) || fenced {
+            return true;
+        }
+        match hale_postgres::start_standby(&self.cfg).await {
+            Ok(_) => true,
+            // Nothing to start yet (a member awaiting its first clone).
+            Err(hale_postgres::StartError::NotACluster(_)) => true,
+            Err(e) => {
+                tracing::warn!(role = %self.role, error = %e, "postgres: starting as a standby");
+                false
+            }
         }
     }
 
@@ -222,15 +305,16 @@ impl Keeper {
 
     /// The PostgreSQL server of member `name`: its address in this node's
     /// membership view, at this role's port (every member's server listens
-    /// on the same port).
-    async fn upstream(&self, name: &str) -> Option<Upstream> {
+    /// on the same port), and whether the member is alive.
+    async fn upstream(&self, name: &str) -> Option<(Upstream, bool)> {
         let snap = crate::runtime::ask(&self.cmds, Command::Snapshot).await?;
         let m = snap.members.iter().find(|m| m.name == name)?;
         let addr: std::net::SocketAddr = m.addr.parse().ok()?;
-        Some(Upstream {
+        let upstream = Upstream {
             host: addr.ip().to_string(),
             port: self.cfg.port,
-        })
+        };
+        Some((upstream, m.state == MemberState::Alive))
     }
 
     fn state(&self) -> RoleState {

@@ -22,6 +22,7 @@ mod junk_flood;
 mod keys;
 mod loopback;
 mod netns;
+mod postgres;
 mod replay;
 mod slow_hooks;
 mod support;
