@@ -33,6 +33,7 @@ pub(crate) fn router(st: AppState, token: Option<String>, http: SocketAddr) -> R
         .route(routes::HANDOVER, post(roles_api::handover))
         .route(routes::PRIMARY, get(roles_api::primary))
         .route(routes::REPLICA, get(roles_api::replica))
+        .route(routes::READ_ONLY, get(roles_api::read_only))
         .route(routes::CONTROL_SERVERS, post(roles_api::add_server))
         .route(
             routes::CONTROL_SERVER_REMOVE,

@@ -292,6 +292,23 @@ impl Client {
             .await
     }
 
+    /// `GET /v1/roles/{role}/replica?lag=BYTES`: the status (200: a
+    /// streaming replica within `lag` bytes of the holder's last mark).
+    pub async fn replica_within(
+        &self,
+        role: &str,
+        lag: u64,
+    ) -> Result<(u16, ReplicaView), ClientError> {
+        let path = format!("{}?lag={lag}", routes::fill(routes::REPLICA, "role", role));
+        self.get_with_status(&path).await
+    }
+
+    /// `GET /v1/roles/{role}/read-only`: the status (200: reads may go here).
+    pub async fn read_only(&self, role: &str) -> Result<(u16, ReplicaView), ClientError> {
+        self.get_with_status(&routes::fill(routes::READ_ONLY, "role", role))
+            .await
+    }
+
     /// `POST /v1/roles/{role}/handover`, to `to` or to whoever is next.
     pub async fn handover(
         &self,

@@ -2,7 +2,7 @@
 //! `POST /v1/roles/{role}/handover`, and the load balancers' checks
 //! `GET /v1/roles/{role}/primary` and `GET /v1/roles/{role}/replica`.
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -14,7 +14,7 @@ use hale_control::raft::{AddServer, ControlClient, ServerChange};
 
 use crate::services::views;
 use crate::state::{error, json_body, ApiError, AppState};
-use crate::view::{LeaseView, PrimaryView, ReplicaView, RolesView};
+use crate::view::{LeaseView, PostgresView, PrimaryView, ReplicaView, RolesView};
 
 pub(crate) async fn roles(State(st): State<AppState>) -> Json<RolesView> {
     let (leases, leader) = match &st.control {
@@ -88,18 +88,72 @@ pub(crate) async fn primary(State(st): State<AppState>, Path(role): Path<String>
     (status, Json(body)).into_response()
 }
 
-/// `GET /v1/roles/{role}/replica`: 200 on a healthy, ready standby of
-/// `role` (not holding it), 503 everywhere else.
-pub(crate) async fn replica(State(st): State<AppState>, Path(role): Path<String>) -> Response {
+/// `?lag=BYTES` of the replica check.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct LagQuery {
+    lag: Option<u64>,
+}
+
+/// `GET /v1/roles/{role}/replica[?lag=BYTES]`: 200 on a healthy, ready
+/// standby of `role` (not holding it), 503 everywhere else. For a
+/// `[role.postgres]` role, 200 only while its server streams from the
+/// holder, unfenced, and (with `lag`) replays within `lag` bytes of the
+/// holder's last mark; `lag` on a role that does not replicate is a 400.
+pub(crate) async fn replica(
+    State(st): State<AppState>,
+    Path(role): Path<String>,
+    q: Result<Query<LagQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let Query(q) = match q {
+        Ok(q) => q,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.body_text()),
+    };
     let Some(v) = local_view(&st, &role) else {
         return not_a_candidate(&role);
     };
-    let status = if v.state == RoleState::Standby {
+    let pg = v.postgres.as_ref();
+    if q.lag.is_some() && pg.is_none() {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("role {role:?} does not replicate: no lag to compare"),
+        );
+    }
+    let lag = pg.and_then(PostgresView::lag);
+    let ok = v.state == RoleState::Standby
+        && pg.is_none_or(|pg| pg.streams())
+        && q.lag.is_none_or(|max| lag.is_some_and(|l| l <= max));
+    let status = if ok {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
     let body = ReplicaView {
+        role,
+        state: v.state,
+        lag,
+    };
+    (status, Json(body)).into_response()
+}
+
+/// `GET /v1/roles/{role}/read-only`: 200 where reads may go: the holder,
+/// or a ready standby (for a `[role.postgres]` role: a server that serves
+/// as the primary, or streams from it unfenced); 503 elsewhere.
+pub(crate) async fn read_only(State(st): State<AppState>, Path(role): Path<String>) -> Response {
+    let Some(v) = local_view(&st, &role) else {
+        return not_a_candidate(&role);
+    };
+    let now = tokio::time::Instant::now();
+    let holder = v.state == RoleState::Holder && v.valid_until.is_some_and(|t| t > now);
+    let standby =
+        v.state == RoleState::Standby && v.postgres.as_ref().is_none_or(PostgresView::streams);
+    let status = if holder || standby {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    let body = ReplicaView {
+        lag: v.postgres.as_ref().and_then(PostgresView::lag),
         role,
         state: v.state,
     };

@@ -166,6 +166,11 @@ impl Keeper {
         let Some(table) = self.control.table().await else {
             return TableSays::Unknown;
         };
+        let mark = table
+            .role(&self.role)
+            .and_then(|r| r.mark.as_ref())
+            .map(|m| m.position);
+        self.publish(|v| v.primary_lsn = mark);
         match table.role(&self.role) {
             None => TableSays::NeverGranted,
             Some(r) => match &r.holder {

@@ -59,6 +59,34 @@ pub struct PostgresView {
     pub rejoin: Option<hale_postgres::RejoinStep>,
     /// The last error of a measurement or a rejoin, until the next success.
     pub error: Option<String>,
+    /// The holder's last mark (its WAL position), as the control plane's
+    /// table said when this node last read it (every 2 s while it follows).
+    #[serde(default)]
+    pub primary_lsn: Option<u64>,
+}
+
+impl PostgresView {
+    /// Whether its server is a replica streaming from an upstream, unfenced.
+    pub fn streams(&self) -> bool {
+        !self.fenced
+            && matches!(
+                self.standing,
+                Some(hale_postgres::Standing::Replica {
+                    streaming: true,
+                    ..
+                })
+            )
+    }
+
+    /// How many bytes a replica replays behind the holder's last mark.
+    pub fn lag(&self) -> Option<u64> {
+        match (&self.standing, self.primary_lsn) {
+            (Some(hale_postgres::Standing::Replica { replay_lsn, .. }), Some(p)) => {
+                Some(p.saturating_sub(*replay_lsn))
+            }
+            _ => None,
+        }
+    }
 }
 
 /// How far a candidate's copy of a replicated role's data lags, as the
@@ -113,6 +141,10 @@ pub struct ReplicaView {
     pub role: String,
     /// This node's state for it.
     pub state: RoleState,
+    /// A replicated role: how many bytes this node's copy replays behind
+    /// the holder's last mark (`None`: not known, or no replication).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lag: Option<u64>,
 }
 
 /// One candidate for a role, as `GET /v1/cluster/roles` lists it.

@@ -26,8 +26,10 @@ pub const SERVICES: &str = "/v1/services";
 pub const HANDOVER: &str = "/v1/roles/{role}/handover";
 /// `GET`: 200 if this node holds the role (for load balancers).
 pub const PRIMARY: &str = "/v1/roles/{role}/primary";
-/// `GET`: 200 if this node is a ready replica of the role.
+/// `GET`: 200 if this node is a ready replica of the role (`?lag=BYTES`).
 pub const REPLICA: &str = "/v1/roles/{role}/replica";
+/// `GET`: 200 if reads may go to this node (holder or ready replica).
+pub const READ_ONLY: &str = "/v1/roles/{role}/read-only";
 /// `POST`: add a control-plane server.
 pub const CONTROL_SERVERS: &str = "/v1/control/servers";
 /// `POST`: remove a control-plane server.

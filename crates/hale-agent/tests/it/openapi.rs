@@ -179,7 +179,7 @@ fn samples() -> BTreeMap<String, Vec<Value>> {
     let pg_role = |standing: Value, lagging: Option<Value>| {
         let mut r = role(None);
         r["postgres"] = json!({"standing": standing, "fenced": lagging.is_none(),
-            "rejoin": "rewound", "error": null});
+            "rejoin": "rewound", "error": null, "primary_lsn": 50_331_648});
         if let Some(l) = lagging {
             r["lagging"] = l;
         }
@@ -227,12 +227,13 @@ fn samples() -> BTreeMap<String, Vec<Value>> {
         "Standby": StandbyState = (primary["standbys"][0].clone());
         "Standby": StandbyState = (primary["standbys"][1].clone());
         "PostgresView": PostgresView = {"standing": null, "fenced": true, "rejoin": null,
-            "error": "connection refused"};
+            "error": "connection refused", "primary_lsn": null};
         "Roles": RolesView = {"control_plane": true, "leader": 1, "leases": {"db": lease},
             "local": [role(Some(3))]};
         "Primary": PrimaryView = {"role": "db", "state": "holder", "epoch": 3,
             "lease_left_ms": 900};
         "Replica": ReplicaView = {"role": "db", "state": "standby"};
+        "Replica": ReplicaView = {"role": "db", "state": "standby", "lag": 4096};
         "Handover": HandoverView = {"handover": "db"};
         "Candidate": CandidateView = candidate;
         "ClusterRole": ClusterRoleView = cluster_role;

@@ -482,6 +482,29 @@ fn a_failed_primary_comes_back_as_a_replica_and_a_lagging_standby_is_never_promo
     wait_until(minute, "a renewing its mark", || {
         db(&lab, 0).is_some_and(|r| r.renewals >= renewals + 4)
     });
+    // Load balancers' checks: b takes reads within 1 MB of the primary, c
+    // only reads that may be stale; a, the primary, is no replica.
+    let lb = |i: usize, within: bool| {
+        let api = agent(&lab, i).api();
+        let (status, view) = if within {
+            crate::support::call(api.replica_within("db", 1 << 20)).unwrap()
+        } else {
+            crate::support::call(api.read_only("db")).unwrap()
+        };
+        (status, view.lag)
+    };
+    wait_until(minute, "the replica checks seeing a's mark", || {
+        lb(1, true).0 == 200 && lb(2, true).0 == 503
+    });
+    assert!(
+        lb(2, true).1.is_some_and(|l| l > (2 << 20)),
+        "{:?}",
+        lb(2, true)
+    );
+    assert_eq!(
+        (lb(0, true).0, lb(0, false).0, lb(2, false).0),
+        (503, 200, 200)
+    );
 
     // a's host dies and b's database hangs: c, far behind, must not take
     // the role (b's agent, a control-plane server, lives on).
