@@ -273,12 +273,51 @@ fn children(pid: i32) -> Vec<i32> {
 
 /// Kills a postmaster that does not stop: stops it (so it forks nothing more),
 /// kills its children (backends may still be committing), then kills it.
-pub(crate) fn kill_postmaster(pid: Pid) {
+/// Answers the processes killed, the postmaster first.
+pub(crate) fn kill_postmaster(pid: Pid) -> Vec<Pid> {
     let _ = kill(pid, Signal::SIGSTOP);
+    let mut killed = vec![pid];
     for child in children(pid.as_raw()) {
-        let _ = kill(Pid::from_raw(child), Signal::SIGKILL);
+        let child = Pid::from_raw(child);
+        let _ = kill(child, Signal::SIGKILL);
+        killed.push(child);
     }
     let _ = kill(pid, Signal::SIGKILL);
+    killed
+}
+
+/// Removes the lock files of a postmaster that was killed (`pid`, now dead
+/// or a zombie): `postmaster.pid` and the lock of the unix socket it names,
+/// each only if it names `pid`.
+pub(crate) async fn remove_dead_locks(
+    data_dir: &Path,
+    pid: Pid,
+) -> Result<(), (PathBuf, io::Error)> {
+    let pid_file = data_dir.join("postmaster.pid");
+    let Ok(text) = tokio::fs::read_to_string(&pid_file).await else {
+        return Ok(());
+    };
+    let lines: Vec<&str> = text.lines().map(str::trim).collect();
+    let names_it = |line: Option<&&str>| line.is_some_and(|l| *l == pid.as_raw().to_string());
+    if !names_it(lines.first()) {
+        return Ok(());
+    }
+    // postmaster.pid: pid, data directory, start time, port, socket directory...
+    if let (Some(port), Some(dir)) = (lines.get(3), lines.get(4)) {
+        if !dir.is_empty() {
+            let lock = Path::new(dir).join(format!(".s.PGSQL.{port}.lock"));
+            if let Ok(lock_text) = tokio::fs::read_to_string(&lock).await {
+                if names_it(lock_text.lines().map(str::trim).collect::<Vec<_>>().first()) {
+                    remove_synced(&lock)
+                        .await
+                        .map_err(|err| (lock.clone(), err))?;
+                }
+            }
+        }
+    }
+    remove_synced(&pid_file)
+        .await
+        .map_err(|err| (pid_file.clone(), err))
 }
 
 /// Polls until process `pid` is gone (or a zombie), at most `timeout`.

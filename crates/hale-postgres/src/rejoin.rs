@@ -90,12 +90,15 @@ pub enum RejoinError {
     /// The local server could not be fenced and stopped.
     #[error("fencing the local server: {0}")]
     Fence(#[from] FenceError),
-    /// The upstream could not be reached or refused the replication slot; the
-    /// local server is fenced (stopped, unless it was a running replica).
-    #[error("creating the replication slot {slot:?} on the upstream: {reason}")]
-    Slot {
-        /// The slot.
-        slot: String,
+    /// The upstream could not be reached, or refused the replication slot or
+    /// the checkpoint; the local server is fenced (stopped, unless it was a
+    /// running replica).
+    #[error("readying the upstream {host}:{port}: {reason}")]
+    Upstream {
+        /// The upstream's host.
+        host: String,
+        /// The upstream's port.
+        port: u16,
         /// Why.
         reason: String,
     },
@@ -203,7 +206,7 @@ pub async fn rejoin(
     progress(RejoinStep::Rejoining);
     if matches!(now, Standing::Replica { .. }) {
         mark(cfg, &tools).await?;
-        ensure_slot(cfg, upstream, slot).await?;
+        prepare_upstream(cfg, upstream, slot).await?;
         let repoint_deadline = deadline.min(Instant::now() + cfg.rejoin_timeout / 4);
         match repoint(cfg, &conninfo, slot).await {
             Ok(()) if wait_streaming(cfg, upstream, repoint_deadline).await => {
@@ -217,7 +220,7 @@ pub async fn rejoin(
     }
     ensure_data_dir(cfg, &tools).await?;
     let fenced = fence(cfg).await?;
-    ensure_slot(cfg, upstream, slot).await?;
+    prepare_upstream(cfg, upstream, slot).await?;
     let local = LocalFiles::read(&cfg.data_dir)
         .await
         .map_err(files(&cfg.data_dir))?;
@@ -317,15 +320,19 @@ async fn ensure_data_dir(cfg: &PostgresConfig, tools: &Tools<'_>) -> Result<(), 
     .map_err(files(&cfg.data_dir))
 }
 
-/// Creates the physical replication slot on the upstream unless it exists,
-/// reserving WAL from now on.
-async fn ensure_slot(
+/// Readies the upstream: creates the physical replication slot unless it
+/// exists (reserving WAL from now on), and, when the upstream was promoted
+/// since its last checkpoint, checkpoints it: until then its control file
+/// names its former timeline and PostgreSQL 15's `pg_rewind` would see
+/// nothing to rewind.
+async fn prepare_upstream(
     cfg: &PostgresConfig,
     upstream: &Upstream,
     slot: &str,
 ) -> Result<(), RejoinError> {
-    let failed = |reason: String| RejoinError::Slot {
-        slot: slot.to_owned(),
+    let failed = |reason: String| RejoinError::Upstream {
+        host: upstream.host.clone(),
+        port: upstream.port,
         reason,
     };
     let client = connect(cfg, &upstream.host, upstream.port)
@@ -338,7 +345,23 @@ async fn ensure_slot(
             &[&slot],
         )
         .await
-        .map_err(|err| failed(err.to_string()))?;
+        .map_err(|err| failed(format!("creating the replication slot {slot:?}: {err}")))?;
+    let stale: bool = client
+        .query_one(
+            "SELECT NOT pg_is_in_recovery() AND c.timeline_id <> \
+                    ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int \
+             FROM pg_control_checkpoint() c",
+            &[],
+        )
+        .await
+        .map_err(|err| failed(format!("reading its timeline: {err}")))?
+        .get(0);
+    if stale {
+        client
+            .batch_execute("CHECKPOINT")
+            .await
+            .map_err(|err| failed(format!("checkpointing: {err}")))?;
+    }
     Ok(())
 }
 
@@ -348,16 +371,21 @@ async fn repoint(cfg: &PostgresConfig, conninfo: &str, slot: &str) -> Result<(),
     let client = connect(cfg, &cfg.host, cfg.port)
         .await
         .map_err(|err| RejoinError::Local(StandingError::Connect(err)))?;
-    let sql = format!(
-        "ALTER SYSTEM SET primary_conninfo = {}; ALTER SYSTEM SET primary_slot_name = {}; \
-         SELECT pg_reload_conf();",
-        sql_literal(conninfo),
-        sql_literal(slot),
-    );
-    client
-        .batch_execute(&sql)
-        .await
-        .map_err(|err| RejoinError::Local(err.into()))
+    // One statement per query: ALTER SYSTEM refuses a transaction block.
+    for sql in [
+        format!(
+            "ALTER SYSTEM SET primary_conninfo = {}",
+            sql_literal(conninfo)
+        ),
+        format!("ALTER SYSTEM SET primary_slot_name = {}", sql_literal(slot)),
+        "SELECT pg_reload_conf()".to_owned(),
+    ] {
+        client
+            .batch_execute(&sql)
+            .await
+            .map_err(|err| RejoinError::Local(err.into()))?;
+    }
+    Ok(())
 }
 
 /// An SQL string literal, whatever `standard_conforming_strings` says.
