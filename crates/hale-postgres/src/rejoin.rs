@@ -161,7 +161,8 @@ pub enum RejoinError {
 ///   (`Rewound` when it rewound something); if that fails or the directory
 ///   holds no valid cluster, re-cloned with `pg_basebackup` (`Recloned`) when
 ///   `reclone_on_rewind_failure`, else an error; the node's own configuration
-///   files are put back, the replication settings written to
+///   files are put back, its replication slots removed, the replication
+///   settings written to
 ///   `postgresql.auto.conf`, the server started as a standby; once it streams,
 ///   the fence marker is removed (`Streaming`).
 ///
@@ -245,6 +246,7 @@ pub async fn rejoin(
     };
     // Rewind and re-clone both remove the marker: put it back at once.
     mark(cfg, &tools).await?;
+    drop_local_slots(&cfg.data_dir).await?;
     match how {
         Rejoined::Rewound => progress(RejoinStep::Rewound),
         Rejoined::Recloned => progress(RejoinStep::Recloned),
@@ -459,6 +461,33 @@ async fn rewind(
     } else {
         Rejoined::Restarted
     })
+}
+
+/// Removes the replication slots kept in the (stopped) data directory: a
+/// former primary's slots survive `pg_rewind` (which leaves `pg_replslot`
+/// alone), and on a replica they would hold its WAL forever. The slots a
+/// primary needs are created on it by each standby's rejoin.
+async fn drop_local_slots(data_dir: &Path) -> Result<(), RejoinError> {
+    let dir = data_dir.join("pg_replslot");
+    run_blocking({
+        let dir = dir.clone();
+        move || {
+            let entries = match std::fs::read_dir(&dir) {
+                Ok(entries) => entries,
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+                Err(err) => return Err(err),
+            };
+            for entry in entries {
+                let entry = entry?;
+                if entry.file_type()?.is_dir() {
+                    std::fs::remove_dir_all(entry.path())?;
+                }
+            }
+            std::fs::File::open(&dir)?.sync_all()
+        }
+    })
+    .await
+    .map_err(|source| RejoinError::Files { path: dir, source })
 }
 
 /// Empties the data directory and clones it from the upstream.

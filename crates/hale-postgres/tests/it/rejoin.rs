@@ -173,3 +173,36 @@ async fn a_former_primary_whose_control_file_is_lost_is_recloned() {
     );
     check_rejoined(&a, &b).await;
 }
+
+#[tokio::test]
+async fn a_replica_of_the_former_primary_is_repointed_to_the_new_one_without_rewind() {
+    let lab = Lab::new();
+    let a = lab.primary("a", Opts::default()).await;
+    let b = lab.standby("b", &a, Opts::default()).await;
+    let c = lab.standby("c", &a, Opts::default()).await;
+    a.sql("CREATE TABLE t (id int PRIMARY KEY); INSERT INTO t SELECT generate_series(1, 100)")
+        .await;
+    // A clean stop: both standbys receive a's shutdown checkpoint, so c is
+    // not ahead of b's new timeline.
+    a.stop(&lab, "fast").await;
+    promote(&b.cfg).await.expect("promote b");
+    b.sql("INSERT INTO t SELECT generate_series(201, 300)")
+        .await;
+    let postmaster = c.postmaster_pid();
+
+    let mut steps = Vec::new();
+    let how = rejoin(&c.cfg, &b.upstream(), "c", "c", |step| steps.push(step)).await;
+    assert_eq!(how.expect("rejoin"), Rejoined::Repointed);
+    assert_eq!(steps, [RejoinStep::Rejoining, RejoinStep::Streaming]);
+    assert_eq!(
+        c.postmaster_pid(),
+        postmaster,
+        "repointed without a restart"
+    );
+    assert!(c.standing().await.streams_from("127.0.0.1", b.port));
+    assert!(!c.fenced());
+    eventually("c has b's rows", || async {
+        (c.number("SELECT count(*) FROM t").await == 200).then_some(())
+    })
+    .await;
+}
