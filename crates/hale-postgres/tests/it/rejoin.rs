@@ -9,8 +9,9 @@ use crate::fixture::{eventually, is_read_only, Lab, Node, Opts};
 
 /// A primary `a` with a standby `b` and rows 1..=100; `b` is promoted, `a`
 /// takes rows it alone will have (1001..=1100, a split brain) and is killed
-/// (`pg_ctl stop -m immediate`), then `b` takes rows 201..=300.
-async fn failover(lab: &Lab, a_opts: Opts) -> (Node, Node) {
+/// (`pg_ctl stop -m immediate`) unless `kill_a` is false (then it goes on
+/// running as a primary), then `b` takes rows 201..=300.
+async fn failover(lab: &Lab, a_opts: Opts, kill_a: bool) -> (Node, Node) {
     let a = lab.primary("a", a_opts).await;
     let b = lab.standby("b", &a, Opts::default()).await;
     a.sql("CREATE TABLE t (id int PRIMARY KEY); INSERT INTO t SELECT generate_series(1, 100)")
@@ -24,7 +25,9 @@ async fn failover(lab: &Lab, a_opts: Opts) -> (Node, Node) {
     promote(&b.cfg).await.expect("promote b");
     a.sql("INSERT INTO t SELECT generate_series(1001, 1100); CHECKPOINT")
         .await;
-    a.stop(lab, "immediate").await;
+    if kill_a {
+        a.stop(lab, "immediate").await;
+    }
     b.sql("INSERT INTO t SELECT generate_series(201, 300)")
         .await;
     (a, b)
@@ -75,7 +78,7 @@ async fn check_rejoined(a: &Node, b: &Node) {
 #[tokio::test]
 async fn a_former_primary_killed_after_its_standby_was_promoted_rejoins_by_rewind() {
     let lab = Lab::new();
-    let (a, b) = failover(&lab, Opts::default()).await;
+    let (a, b) = failover(&lab, Opts::default(), true).await;
 
     let mut steps = Vec::new();
     let how = rejoin(&a.cfg, &b.upstream(), "a", "a", |step| steps.push(step)).await;
@@ -94,6 +97,29 @@ async fn a_former_primary_killed_after_its_standby_was_promoted_rejoins_by_rewin
     let how = rejoin(&a.cfg, &b.upstream(), "a", "a", |step| again.push(step)).await;
     assert_eq!(how.expect("rejoin again"), Rejoined::AlreadyStreaming);
     assert_eq!(again, [RejoinStep::Streaming]);
+}
+
+#[tokio::test]
+async fn a_former_primary_still_running_as_a_primary_is_fenced_and_rewound() {
+    let lab = Lab::new();
+    let (a, b) = failover(&lab, Opts::default(), false).await;
+    assert!(
+        matches!(a.standing().await, Standing::Primary { .. }),
+        "a still takes writes"
+    );
+
+    let mut steps = Vec::new();
+    let how = rejoin(&a.cfg, &b.upstream(), "a", "a", |step| steps.push(step)).await;
+    assert_eq!(how.expect("rejoin"), Rejoined::Rewound);
+    assert_eq!(
+        steps,
+        [
+            RejoinStep::Rejoining,
+            RejoinStep::Rewound,
+            RejoinStep::Streaming
+        ]
+    );
+    check_rejoined(&a, &b).await;
 }
 
 fn entries(dir: &Path) -> BTreeSet<String> {
@@ -119,6 +145,7 @@ async fn a_former_primary_that_cannot_be_rewound_is_recloned_unless_recloning_is
         Opts {
             wal_log_hints: false,
         },
+        true,
     )
     .await;
     let before = entries(&a.cfg.data_dir);
@@ -157,7 +184,7 @@ async fn a_former_primary_that_cannot_be_rewound_is_recloned_unless_recloning_is
 #[tokio::test]
 async fn a_former_primary_whose_control_file_is_lost_is_recloned() {
     let lab = Lab::new();
-    let (a, b) = failover(&lab, Opts::default()).await;
+    let (a, b) = failover(&lab, Opts::default(), true).await;
     std::fs::remove_file(a.cfg.data_dir.join("global/pg_control")).expect("remove pg_control");
 
     let mut steps = Vec::new();
