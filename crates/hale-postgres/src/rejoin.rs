@@ -103,19 +103,23 @@ pub enum RejoinError {
         reason: String,
     },
     /// `pg_rewind` (or the crash recovery before it) failed and
-    /// `reclone_on_rewind_failure` is off: the data directory was left as it
-    /// was, fenced and stopped.
+    /// `reclone_on_rewind_failure` is off: the data directory was not
+    /// re-cloned; it is fenced and stopped. (`pg_rewind` checks what it needs
+    /// before it changes anything; one that fails midway leaves a directory
+    /// only a re-clone can repair.)
     #[error("rewinding failed and re-cloning is off (reclone_on_rewind_failure = false); the data directory is fenced and untouched: {0}")]
     Rewind(ToolError),
     /// The data directory holds no valid cluster and re-cloning is off;
-    /// nothing was changed in it.
+    /// nothing in it was changed but for the fence marker and
+    /// `standby.signal`.
     #[error("{data_dir} holds no valid cluster and re-cloning is off (reclone_on_rewind_failure = false)")]
     NotACluster {
         /// The data directory.
         data_dir: PathBuf,
     },
-    /// Re-cloning failed: the data directory is empty (no cluster that could
-    /// be started or promoted).
+    /// Re-cloning failed: the data directory is empty but for the fence
+    /// marker and `standby.signal` (no cluster that could be started or
+    /// promoted).
     #[error("re-cloning with pg_basebackup failed; the data directory is empty: {0}")]
     Reclone(ToolError),
     /// A file in the data directory could not be read or written; the server
@@ -233,6 +237,9 @@ pub async fn rejoin(
             Ok(how) => how,
             Err(err) if cfg.reclone_on_rewind_failure => {
                 tracing::warn!(%err, "rewind failed; re-cloning");
+                // Not when the upstream has gone meanwhile: the directory
+                // would be emptied for a clone that cannot be made.
+                prepare_upstream(cfg, upstream, slot).await?;
                 reclone(cfg, &tools, upstream, slot, deadline).await?
             }
             Err(err) => return Err(RejoinError::Rewind(err)),
@@ -350,8 +357,11 @@ async fn prepare_upstream(
         .map_err(|err| failed(format!("creating the replication slot {slot:?}: {err}")))?;
     let stale: bool = client
         .query_one(
-            "SELECT NOT pg_is_in_recovery() AND c.timeline_id <> \
+            // CASE, not AND: pg_walfile_name() fails during recovery, and
+            // only CASE fixes the order of evaluation.
+            "SELECT CASE WHEN pg_is_in_recovery() THEN false ELSE c.timeline_id <> \
                     ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int \
+                    END \
              FROM pg_control_checkpoint() c",
             &[],
         )
@@ -498,21 +508,7 @@ async fn reclone(
     slot: &str,
     deadline: Instant,
 ) -> Result<Rejoined, RejoinError> {
-    let dir = cfg.data_dir.clone();
-    run_blocking(move || {
-        for entry in std::fs::read_dir(&dir)? {
-            let entry = entry?;
-            // Symbolic links (pg_wal, tablespaces) are removed, not followed.
-            if entry.file_type()?.is_dir() {
-                std::fs::remove_dir_all(entry.path())?;
-            } else {
-                std::fs::remove_file(entry.path())?;
-            }
-        }
-        Ok(())
-    })
-    .await
-    .map_err(files(&cfg.data_dir))?;
+    empty(&cfg.data_dir).await?;
     let port = upstream.port.to_string();
     let args: [&std::ffi::OsStr; 15] = [
         "-D".as_ref(),
@@ -532,9 +528,35 @@ async fn reclone(
         // Never prompt for a password.
         "--no-password".as_ref(),
     ];
-    tools
-        .run("pg_basebackup", args, remaining(deadline))
-        .await
-        .map_err(RejoinError::Reclone)?;
+    if let Err(err) = tools.run("pg_basebackup", args, remaining(deadline)).await {
+        // pg_basebackup cleans up after itself unless it was killed (timeout):
+        // leave nothing half-cloned, and the marker.
+        if let Err(cleanup) = empty(&cfg.data_dir).await {
+            tracing::warn!(%cleanup, "cannot empty the data directory after a failed clone");
+        }
+        if let Err(marking) = mark(cfg, tools).await {
+            tracing::warn!(%marking, "cannot mark the data directory fenced after a failed clone");
+        }
+        return Err(RejoinError::Reclone(err));
+    }
     Ok(Rejoined::Recloned)
+}
+
+/// Removes everything in `dir` (symbolic links, to `pg_wal` or tablespaces,
+/// are removed, not followed).
+async fn empty(dir: &Path) -> Result<(), RejoinError> {
+    let owned = dir.to_owned();
+    run_blocking(move || {
+        for entry in std::fs::read_dir(&owned)? {
+            let entry = entry?;
+            if entry.file_type()?.is_dir() {
+                std::fs::remove_dir_all(entry.path())?;
+            } else {
+                std::fs::remove_file(entry.path())?;
+            }
+        }
+        Ok(())
+    })
+    .await
+    .map_err(files(dir))
 }
