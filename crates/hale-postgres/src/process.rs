@@ -41,14 +41,14 @@ pub enum ToolError {
         after: Duration,
     },
     /// The program exited with an error.
-    #[error("{tool} failed ({status}): {stderr}")]
+    #[error("{tool} failed ({status}): {output}")]
     Failed {
         /// The program's path.
         tool: PathBuf,
         /// Its exit status.
         status: std::process::ExitStatus,
-        /// The end of what it wrote on standard error.
-        stderr: String,
+        /// The end (600 bytes) of what it wrote, standard error first.
+        output: String,
     },
 }
 
@@ -157,19 +157,22 @@ impl<'a> Tools<'a> {
             Ok(Err(source)) => Err(ToolError::Spawn { tool: path, source }),
             Ok(Ok(output)) if output.status.success() => Ok(output),
             Ok(Ok(output)) => {
-                let stderr = String::from_utf8_lossy(&output.stderr);
-                let tail: String = {
-                    let trimmed = stderr.trim();
-                    let start = trimmed.len().saturating_sub(600);
-                    let start = (start..trimmed.len())
-                        .find(|&i| trimmed.is_char_boundary(i))
-                        .unwrap_or(trimmed.len());
-                    trimmed[start..].to_owned()
-                };
+                // pg_ctl explains itself on standard output.
+                let text = [&output.stderr, &output.stdout]
+                    .iter()
+                    .map(|bytes| String::from_utf8_lossy(bytes).trim().to_owned())
+                    .filter(|text| !text.is_empty())
+                    .collect::<Vec<_>>()
+                    .join(" / ");
+                let start = text.len().saturating_sub(600);
+                let start = (start..text.len())
+                    .find(|&i| text.is_char_boundary(i))
+                    .unwrap_or(text.len());
+                let tail = text[start..].to_owned();
                 Err(ToolError::Failed {
                     tool: path,
                     status: output.status,
-                    stderr: tail,
+                    output: tail,
                 })
             }
         }
