@@ -560,3 +560,30 @@ async fn empty(dir: &Path) -> Result<(), RejoinError> {
     .await
     .map_err(files(dir))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_are_named_in_lower_case_as_in_events() {
+        for step in [
+            RejoinStep::Rejoining,
+            RejoinStep::Rewound,
+            RejoinStep::Recloned,
+            RejoinStep::Streaming,
+        ] {
+            let json = serde_json::to_string(&step).expect("serializes");
+            assert_eq!(json, format!("\"{}\"", step.as_str()));
+            assert_eq!(
+                serde_json::from_str::<RejoinStep>(&json).expect("parses"),
+                step
+            );
+        }
+    }
+
+    #[test]
+    fn sql_literals_survive_quotes_and_backslashes() {
+        assert_eq!(sql_literal(r"host='a\b'"), r"E'host=''a\\b'''");
+    }
+}
