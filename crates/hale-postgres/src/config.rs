@@ -39,7 +39,7 @@ pub struct PostgresConfig {
     #[serde(default = "default_user")]
     pub user: String,
     /// The database hale connects to. Default `postgres`.
-    #[serde(default = "default_user")]
+    #[serde(default = "default_database")]
     pub database: String,
     /// The user a replica streams as (`primary_conninfo`) and clones as
     /// (`pg_basebackup`); it needs the `REPLICATION` attribute. Default
@@ -111,6 +111,9 @@ fn default_port() -> u16 {
 fn default_user() -> String {
     "postgres".to_owned()
 }
+fn default_database() -> String {
+    "postgres".to_owned()
+}
 fn default_max_lag() -> u64 {
     1 << 20
 }
@@ -168,7 +171,7 @@ impl PostgresConfig {
             host: default_host(),
             port: default_port(),
             user: default_user(),
-            database: default_user(),
+            database: default_database(),
             replication_user: default_user(),
             os_user: default_user(),
             max_lag_on_failover: default_max_lag(),

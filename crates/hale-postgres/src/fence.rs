@@ -49,6 +49,16 @@ pub enum FenceError {
         /// Why.
         source: std::io::Error,
     },
+    /// The server was killed, but a lock file naming it (`postmaster.pid`, its
+    /// socket's `.lock`) could not be removed: it is fenced and will not start
+    /// until the file is gone or its zombie reaped.
+    #[error("the server was killed but {path} could not be removed: {source}")]
+    LockFile {
+        /// The lock file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
     /// The server is marked fenced but its postmaster survived SIGKILL (a
     /// process in uninterruptible sleep): it may still accept writes.
     #[error("the postmaster (pid {pid}) is still alive after SIGKILL; it is marked fenced")]
@@ -90,12 +100,23 @@ pub async fn fence(cfg: &PostgresConfig) -> Result<Fenced, FenceError> {
         hung,
         "killing the postmaster and its children"
     );
-    kill_postmaster(pid);
-    if wait_gone(pid, cfg.stop_timeout).await {
-        Ok(Fenced::Killed)
-    } else {
-        Err(FenceError::StillRunning { pid: pid.as_raw() })
+    let deadline = tokio::time::Instant::now() + cfg.stop_timeout;
+    for process in kill_postmaster(pid) {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if !wait_gone(process, left).await {
+            return Err(FenceError::StillRunning {
+                pid: process.as_raw(),
+            });
+        }
     }
+    // A killed postmaster may stay a zombie until its parent (often init)
+    // reaps it, and PostgreSQL takes a lock file naming a zombie for a live
+    // server: it would refuse to start. It and its children are dead, so its
+    // lock files go.
+    process::remove_dead_locks(&cfg.data_dir, pid)
+        .await
+        .map_err(|(path, source)| FenceError::LockFile { path, source })?;
+    Ok(Fenced::Killed)
 }
 
 /// Writes the fence marker and `standby.signal`.

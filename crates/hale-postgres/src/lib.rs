@@ -5,7 +5,7 @@
 //! own programs (`pg_ctl`, `pg_rewind`, `pg_basebackup`), never by parsing
 //! their human output where a query answers.
 //!
-//! - [`standing`]: where the local server stands (primary with its
+//! - [`standing()`]: where the local server stands (primary with its
 //!   standbys, replica with its replay, or down), for eligibility and the API.
 //! - [`promote`]: make it the primary, never while it is fenced.
 //! - [`fence`]: it no longer accepts writes, now or after a restart (fence

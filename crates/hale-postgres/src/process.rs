@@ -41,14 +41,14 @@ pub enum ToolError {
         after: Duration,
     },
     /// The program exited with an error.
-    #[error("{tool} failed ({status}): {stderr}")]
+    #[error("{tool} failed ({status}): {output}")]
     Failed {
         /// The program's path.
         tool: PathBuf,
         /// Its exit status.
         status: std::process::ExitStatus,
-        /// The end of what it wrote on standard error.
-        stderr: String,
+        /// The end (600 bytes) of what it wrote, standard error first.
+        output: String,
     },
 }
 
@@ -157,19 +157,22 @@ impl<'a> Tools<'a> {
             Ok(Err(source)) => Err(ToolError::Spawn { tool: path, source }),
             Ok(Ok(output)) if output.status.success() => Ok(output),
             Ok(Ok(output)) => {
-                let stderr = String::from_utf8_lossy(&output.stderr);
-                let tail: String = {
-                    let trimmed = stderr.trim();
-                    let start = trimmed.len().saturating_sub(600);
-                    let start = (start..trimmed.len())
-                        .find(|&i| trimmed.is_char_boundary(i))
-                        .unwrap_or(trimmed.len());
-                    trimmed[start..].to_owned()
-                };
+                // pg_ctl explains itself on standard output.
+                let text = [&output.stderr, &output.stdout]
+                    .iter()
+                    .map(|bytes| String::from_utf8_lossy(bytes).trim().to_owned())
+                    .filter(|text| !text.is_empty())
+                    .collect::<Vec<_>>()
+                    .join(" / ");
+                let start = text.len().saturating_sub(600);
+                let start = (start..text.len())
+                    .find(|&i| text.is_char_boundary(i))
+                    .unwrap_or(text.len());
+                let tail = text[start..].to_owned();
                 Err(ToolError::Failed {
                     tool: path,
                     status: output.status,
-                    stderr: tail,
+                    output: tail,
                 })
             }
         }
@@ -273,12 +276,51 @@ fn children(pid: i32) -> Vec<i32> {
 
 /// Kills a postmaster that does not stop: stops it (so it forks nothing more),
 /// kills its children (backends may still be committing), then kills it.
-pub(crate) fn kill_postmaster(pid: Pid) {
+/// Answers the processes killed, the postmaster first.
+pub(crate) fn kill_postmaster(pid: Pid) -> Vec<Pid> {
     let _ = kill(pid, Signal::SIGSTOP);
+    let mut killed = vec![pid];
     for child in children(pid.as_raw()) {
-        let _ = kill(Pid::from_raw(child), Signal::SIGKILL);
+        let child = Pid::from_raw(child);
+        let _ = kill(child, Signal::SIGKILL);
+        killed.push(child);
     }
     let _ = kill(pid, Signal::SIGKILL);
+    killed
+}
+
+/// Removes the lock files of a postmaster that was killed (`pid`, now dead
+/// or a zombie): `postmaster.pid` and the lock of the unix socket it names,
+/// each only if it names `pid`.
+pub(crate) async fn remove_dead_locks(
+    data_dir: &Path,
+    pid: Pid,
+) -> Result<(), (PathBuf, io::Error)> {
+    let pid_file = data_dir.join("postmaster.pid");
+    let Ok(text) = tokio::fs::read_to_string(&pid_file).await else {
+        return Ok(());
+    };
+    let lines: Vec<&str> = text.lines().map(str::trim).collect();
+    let names_it = |line: Option<&&str>| line.is_some_and(|l| *l == pid.as_raw().to_string());
+    if !names_it(lines.first()) {
+        return Ok(());
+    }
+    // postmaster.pid: pid, data directory, start time, port, socket directory...
+    if let (Some(port), Some(dir)) = (lines.get(3), lines.get(4)) {
+        if !dir.is_empty() {
+            let lock = Path::new(dir).join(format!(".s.PGSQL.{port}.lock"));
+            if let Ok(lock_text) = tokio::fs::read_to_string(&lock).await {
+                if names_it(lock_text.lines().map(str::trim).collect::<Vec<_>>().first()) {
+                    remove_synced(&lock)
+                        .await
+                        .map_err(|err| (lock.clone(), err))?;
+                }
+            }
+        }
+    }
+    remove_synced(&pid_file)
+        .await
+        .map_err(|err| (pid_file.clone(), err))
 }
 
 /// Polls until process `pid` is gone (or a zombie), at most `timeout`.

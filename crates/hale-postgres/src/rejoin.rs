@@ -90,29 +90,36 @@ pub enum RejoinError {
     /// The local server could not be fenced and stopped.
     #[error("fencing the local server: {0}")]
     Fence(#[from] FenceError),
-    /// The upstream could not be reached or refused the replication slot; the
-    /// local server is fenced (stopped, unless it was a running replica).
-    #[error("creating the replication slot {slot:?} on the upstream: {reason}")]
-    Slot {
-        /// The slot.
-        slot: String,
+    /// The upstream could not be reached, or refused the replication slot or
+    /// the checkpoint; the local server is fenced (stopped, unless it was a
+    /// running replica).
+    #[error("readying the upstream {host}:{port}: {reason}")]
+    Upstream {
+        /// The upstream's host.
+        host: String,
+        /// The upstream's port.
+        port: u16,
         /// Why.
         reason: String,
     },
     /// `pg_rewind` (or the crash recovery before it) failed and
-    /// `reclone_on_rewind_failure` is off: the data directory was left as it
-    /// was, fenced and stopped.
+    /// `reclone_on_rewind_failure` is off: the data directory was not
+    /// re-cloned; it is fenced and stopped. (`pg_rewind` checks what it needs
+    /// before it changes anything; one that fails midway leaves a directory
+    /// only a re-clone can repair.)
     #[error("rewinding failed and re-cloning is off (reclone_on_rewind_failure = false); the data directory is fenced and untouched: {0}")]
     Rewind(ToolError),
     /// The data directory holds no valid cluster and re-cloning is off;
-    /// nothing was changed in it.
+    /// nothing in it was changed but for the fence marker and
+    /// `standby.signal`.
     #[error("{data_dir} holds no valid cluster and re-cloning is off (reclone_on_rewind_failure = false)")]
     NotACluster {
         /// The data directory.
         data_dir: PathBuf,
     },
-    /// Re-cloning failed: the data directory is empty (no cluster that could
-    /// be started or promoted).
+    /// Re-cloning failed: the data directory is empty but for the fence
+    /// marker and `standby.signal` (no cluster that could be started or
+    /// promoted).
     #[error("re-cloning with pg_basebackup failed; the data directory is empty: {0}")]
     Reclone(ToolError),
     /// A file in the data directory could not be read or written; the server
@@ -158,7 +165,8 @@ pub enum RejoinError {
 ///   (`Rewound` when it rewound something); if that fails or the directory
 ///   holds no valid cluster, re-cloned with `pg_basebackup` (`Recloned`) when
 ///   `reclone_on_rewind_failure`, else an error; the node's own configuration
-///   files are put back, the replication settings written to
+///   files are put back, its replication slots removed, the replication
+///   settings written to
 ///   `postgresql.auto.conf`, the server started as a standby; once it streams,
 ///   the fence marker is removed (`Streaming`).
 ///
@@ -203,7 +211,7 @@ pub async fn rejoin(
     progress(RejoinStep::Rejoining);
     if matches!(now, Standing::Replica { .. }) {
         mark(cfg, &tools).await?;
-        ensure_slot(cfg, upstream, slot).await?;
+        prepare_upstream(cfg, upstream, slot).await?;
         let repoint_deadline = deadline.min(Instant::now() + cfg.rejoin_timeout / 4);
         match repoint(cfg, &conninfo, slot).await {
             Ok(()) if wait_streaming(cfg, upstream, repoint_deadline).await => {
@@ -217,7 +225,7 @@ pub async fn rejoin(
     }
     ensure_data_dir(cfg, &tools).await?;
     let fenced = fence(cfg).await?;
-    ensure_slot(cfg, upstream, slot).await?;
+    prepare_upstream(cfg, upstream, slot).await?;
     let local = LocalFiles::read(&cfg.data_dir)
         .await
         .map_err(files(&cfg.data_dir))?;
@@ -229,6 +237,9 @@ pub async fn rejoin(
             Ok(how) => how,
             Err(err) if cfg.reclone_on_rewind_failure => {
                 tracing::warn!(%err, "rewind failed; re-cloning");
+                // Not when the upstream has gone meanwhile: the directory
+                // would be emptied for a clone that cannot be made.
+                prepare_upstream(cfg, upstream, slot).await?;
                 reclone(cfg, &tools, upstream, slot, deadline).await?
             }
             Err(err) => return Err(RejoinError::Rewind(err)),
@@ -242,6 +253,7 @@ pub async fn rejoin(
     };
     // Rewind and re-clone both remove the marker: put it back at once.
     mark(cfg, &tools).await?;
+    drop_local_slots(&cfg.data_dir).await?;
     match how {
         Rejoined::Rewound => progress(RejoinStep::Rewound),
         Rejoined::Recloned => progress(RejoinStep::Recloned),
@@ -317,15 +329,19 @@ async fn ensure_data_dir(cfg: &PostgresConfig, tools: &Tools<'_>) -> Result<(), 
     .map_err(files(&cfg.data_dir))
 }
 
-/// Creates the physical replication slot on the upstream unless it exists,
-/// reserving WAL from now on.
-async fn ensure_slot(
+/// Readies the upstream: creates the physical replication slot unless it
+/// exists (reserving WAL from now on), and, when the upstream was promoted
+/// since its last checkpoint, checkpoints it: until then its control file
+/// names its former timeline and PostgreSQL 15's `pg_rewind` would see
+/// nothing to rewind.
+async fn prepare_upstream(
     cfg: &PostgresConfig,
     upstream: &Upstream,
     slot: &str,
 ) -> Result<(), RejoinError> {
-    let failed = |reason: String| RejoinError::Slot {
-        slot: slot.to_owned(),
+    let failed = |reason: String| RejoinError::Upstream {
+        host: upstream.host.clone(),
+        port: upstream.port,
         reason,
     };
     let client = connect(cfg, &upstream.host, upstream.port)
@@ -338,7 +354,26 @@ async fn ensure_slot(
             &[&slot],
         )
         .await
-        .map_err(|err| failed(err.to_string()))?;
+        .map_err(|err| failed(format!("creating the replication slot {slot:?}: {err}")))?;
+    let stale: bool = client
+        .query_one(
+            // CASE, not AND: pg_walfile_name() fails during recovery, and
+            // only CASE fixes the order of evaluation.
+            "SELECT CASE WHEN pg_is_in_recovery() THEN false ELSE c.timeline_id <> \
+                    ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int \
+                    END \
+             FROM pg_control_checkpoint() c",
+            &[],
+        )
+        .await
+        .map_err(|err| failed(format!("reading its timeline: {err}")))?
+        .get(0);
+    if stale {
+        client
+            .batch_execute("CHECKPOINT")
+            .await
+            .map_err(|err| failed(format!("checkpointing: {err}")))?;
+    }
     Ok(())
 }
 
@@ -348,16 +383,21 @@ async fn repoint(cfg: &PostgresConfig, conninfo: &str, slot: &str) -> Result<(),
     let client = connect(cfg, &cfg.host, cfg.port)
         .await
         .map_err(|err| RejoinError::Local(StandingError::Connect(err)))?;
-    let sql = format!(
-        "ALTER SYSTEM SET primary_conninfo = {}; ALTER SYSTEM SET primary_slot_name = {}; \
-         SELECT pg_reload_conf();",
-        sql_literal(conninfo),
-        sql_literal(slot),
-    );
-    client
-        .batch_execute(&sql)
-        .await
-        .map_err(|err| RejoinError::Local(err.into()))
+    // One statement per query: ALTER SYSTEM refuses a transaction block.
+    for sql in [
+        format!(
+            "ALTER SYSTEM SET primary_conninfo = {}",
+            sql_literal(conninfo)
+        ),
+        format!("ALTER SYSTEM SET primary_slot_name = {}", sql_literal(slot)),
+        "SELECT pg_reload_conf()".to_owned(),
+    ] {
+        client
+            .batch_execute(&sql)
+            .await
+            .map_err(|err| RejoinError::Local(err.into()))?;
+    }
+    Ok(())
 }
 
 /// An SQL string literal, whatever `standard_conforming_strings` says.
@@ -433,6 +473,33 @@ async fn rewind(
     })
 }
 
+/// Removes the replication slots kept in the (stopped) data directory: a
+/// former primary's slots survive `pg_rewind` (which leaves `pg_replslot`
+/// alone), and on a replica they would hold its WAL forever. The slots a
+/// primary needs are created on it by each standby's rejoin.
+async fn drop_local_slots(data_dir: &Path) -> Result<(), RejoinError> {
+    let dir = data_dir.join("pg_replslot");
+    run_blocking({
+        let dir = dir.clone();
+        move || {
+            let entries = match std::fs::read_dir(&dir) {
+                Ok(entries) => entries,
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+                Err(err) => return Err(err),
+            };
+            for entry in entries {
+                let entry = entry?;
+                if entry.file_type()?.is_dir() {
+                    std::fs::remove_dir_all(entry.path())?;
+                }
+            }
+            std::fs::File::open(&dir)?.sync_all()
+        }
+    })
+    .await
+    .map_err(|source| RejoinError::Files { path: dir, source })
+}
+
 /// Empties the data directory and clones it from the upstream.
 async fn reclone(
     cfg: &PostgresConfig,
@@ -441,21 +508,7 @@ async fn reclone(
     slot: &str,
     deadline: Instant,
 ) -> Result<Rejoined, RejoinError> {
-    let dir = cfg.data_dir.clone();
-    run_blocking(move || {
-        for entry in std::fs::read_dir(&dir)? {
-            let entry = entry?;
-            // Symbolic links (pg_wal, tablespaces) are removed, not followed.
-            if entry.file_type()?.is_dir() {
-                std::fs::remove_dir_all(entry.path())?;
-            } else {
-                std::fs::remove_file(entry.path())?;
-            }
-        }
-        Ok(())
-    })
-    .await
-    .map_err(files(&cfg.data_dir))?;
+    empty(&cfg.data_dir).await?;
     let port = upstream.port.to_string();
     let args: [&std::ffi::OsStr; 15] = [
         "-D".as_ref(),
@@ -475,9 +528,62 @@ async fn reclone(
         // Never prompt for a password.
         "--no-password".as_ref(),
     ];
-    tools
-        .run("pg_basebackup", args, remaining(deadline))
-        .await
-        .map_err(RejoinError::Reclone)?;
+    if let Err(err) = tools.run("pg_basebackup", args, remaining(deadline)).await {
+        // pg_basebackup cleans up after itself unless it was killed (timeout):
+        // leave nothing half-cloned, and the marker.
+        if let Err(cleanup) = empty(&cfg.data_dir).await {
+            tracing::warn!(%cleanup, "cannot empty the data directory after a failed clone");
+        }
+        if let Err(marking) = mark(cfg, tools).await {
+            tracing::warn!(%marking, "cannot mark the data directory fenced after a failed clone");
+        }
+        return Err(RejoinError::Reclone(err));
+    }
     Ok(Rejoined::Recloned)
+}
+
+/// Removes everything in `dir` (symbolic links, to `pg_wal` or tablespaces,
+/// are removed, not followed).
+async fn empty(dir: &Path) -> Result<(), RejoinError> {
+    let owned = dir.to_owned();
+    run_blocking(move || {
+        for entry in std::fs::read_dir(&owned)? {
+            let entry = entry?;
+            if entry.file_type()?.is_dir() {
+                std::fs::remove_dir_all(entry.path())?;
+            } else {
+                std::fs::remove_file(entry.path())?;
+            }
+        }
+        Ok(())
+    })
+    .await
+    .map_err(files(dir))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_are_named_in_lower_case_as_in_events() {
+        for step in [
+            RejoinStep::Rejoining,
+            RejoinStep::Rewound,
+            RejoinStep::Recloned,
+            RejoinStep::Streaming,
+        ] {
+            let json = serde_json::to_string(&step).expect("serializes");
+            assert_eq!(json, format!("\"{}\"", step.as_str()));
+            assert_eq!(
+                serde_json::from_str::<RejoinStep>(&json).expect("parses"),
+                step
+            );
+        }
+    }
+
+    #[test]
+    fn sql_literals_survive_quotes_and_backslashes() {
+        assert_eq!(sql_literal(r"host='a\b'"), r"E'host=''a\\b'''");
+    }
 }

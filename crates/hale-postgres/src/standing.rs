@@ -50,7 +50,7 @@ pub enum Standing {
         /// True when replay is paused (`pg_wal_replay_pause()`).
         replay_paused: bool,
         /// When the last replayed transaction committed on the primary.
-        #[serde(with = "humantime_serde")]
+        #[serde(default, with = "humantime_serde")]
         last_replay: Option<SystemTime>,
         /// True when its WAL receiver streams from an upstream
         /// (`pg_stat_wal_receiver.status = 'streaming'`).
@@ -69,6 +69,17 @@ pub enum Standing {
 }
 
 impl Standing {
+    /// For a replica, how many bytes of WAL its replay is behind
+    /// `primary_lsn` (see [`lag_bytes`](crate::lag_bytes)); `None` otherwise.
+    pub fn replay_lag(&self, primary_lsn: u64) -> Option<u64> {
+        match self {
+            Standing::Replica { replay_lsn, .. } => {
+                Some(crate::lag_bytes(primary_lsn, *replay_lsn))
+            }
+            _ => None,
+        }
+    }
+
     /// True for a replica whose WAL receiver streams from `host:port`.
     pub fn streams_from(&self, host: &str, port: u16) -> bool {
         matches!(self, Standing::Replica { streaming: true, upstream: Some(h), upstream_port: Some(p), .. }

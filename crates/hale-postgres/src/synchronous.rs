@@ -55,11 +55,13 @@ pub async fn set_synchronous(cfg: &PostgresConfig, on: bool) -> Result<bool, Syn
     if row.get::<_, String>(1) == wanted {
         return Ok(false);
     }
+    // Two queries: ALTER SYSTEM refuses a transaction block.
     client
         .batch_execute(&format!(
-            "ALTER SYSTEM SET synchronous_standby_names = '{wanted}'; SELECT pg_reload_conf();"
+            "ALTER SYSTEM SET synchronous_standby_names = '{wanted}'"
         ))
         .await?;
+    client.batch_execute("SELECT pg_reload_conf()").await?;
     // The reload reaches each process asynchronously; a new session reads the
     // configuration the postmaster has loaded.
     let deadline = Instant::now() + cfg.promote_timeout;

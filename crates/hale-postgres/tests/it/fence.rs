@@ -1,0 +1,115 @@
+//! Fencing and promotion.
+
+use hale_postgres::{fence, promote, Fenced, PromoteError, Promotion, Standing};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+use crate::fixture::{eventually, is_read_only, Lab, Opts};
+
+#[tokio::test]
+async fn a_fenced_data_directory_refuses_promotion_and_fencing_twice_changes_nothing() {
+    let lab = Lab::new();
+    let p = lab.primary("p", Opts::default()).await;
+    assert_eq!(fence(&p.cfg).await.expect("fence"), Fenced::StoppedFast);
+    assert!(p.fenced());
+    assert!(p.cfg.data_dir.join("standby.signal").exists());
+    assert_eq!(fence(&p.cfg).await.expect("fence again"), Fenced::WasDown);
+
+    let refused = promote(&p.cfg).await;
+    assert!(
+        matches!(refused, Err(PromoteError::Fenced { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(
+        p.standing().await,
+        Standing::Down,
+        "a refused promotion starts nothing"
+    );
+}
+
+#[tokio::test]
+async fn fencing_a_sigstopped_primary_kills_it_and_it_then_boots_only_as_a_standby() {
+    let lab = Lab::new();
+    let p = lab.primary("p", Opts::default()).await;
+    p.sql("CREATE TABLE t (id int)").await;
+    let pid = p.postmaster_pid().expect("postmaster.pid");
+    let children = children(pid);
+    assert!(!children.is_empty(), "a running postmaster has children");
+    kill(Pid::from_raw(pid), Signal::SIGSTOP).expect("SIGSTOP");
+
+    assert_eq!(fence(&p.cfg).await.expect("fence"), Fenced::Killed);
+    for pid in std::iter::once(pid).chain(children) {
+        // A zombie (whose parent has not reaped it yet) runs nothing.
+        assert!(
+            matches!(state(pid), None | Some('Z')),
+            "process {pid} is still alive"
+        );
+    }
+    assert!(p.fenced());
+
+    p.start(&lab).await;
+    let standing = eventually("p answering", || async {
+        Some(p.standing().await).filter(|s| *s != Standing::Down)
+    })
+    .await;
+    assert!(matches!(standing, Standing::Replica { .. }), "{standing:?}");
+    let write = p
+        .client()
+        .await
+        .batch_execute("INSERT INTO t VALUES (1)")
+        .await;
+    assert!(write.as_ref().is_err_and(is_read_only), "{write:?}");
+}
+
+#[tokio::test]
+async fn promotion_starts_a_stopped_standby_and_is_idempotent() {
+    let lab = Lab::new();
+    let p = lab.primary("p", Opts::default()).await;
+    let s = lab.standby("s", &p, Opts::default()).await;
+    s.stop(&lab, "fast").await;
+
+    assert_eq!(
+        promote(&s.cfg).await.expect("promote"),
+        Promotion::Promoted { started: true }
+    );
+    assert!(matches!(
+        s.standing().await,
+        Standing::Primary { timeline: 2, .. }
+    ));
+    s.sql("CREATE TABLE after_promotion (id int)").await;
+    assert_eq!(
+        promote(&s.cfg).await.expect("promote again"),
+        Promotion::AlreadyPrimary { started: false }
+    );
+    assert_eq!(
+        promote(&p.cfg).await.expect("promote a primary"),
+        Promotion::AlreadyPrimary { started: false }
+    );
+}
+
+/// The state letter of a process, from `/proc/PID/stat`.
+fn state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..]
+        .split_whitespace()
+        .next()?
+        .chars()
+        .next()
+}
+
+/// The processes whose parent is `pid`.
+fn children(pid: i32) -> Vec<i32> {
+    let parent = |child: i32| -> Option<i32> {
+        let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).ok()?;
+        stat[stat.rfind(')')? + 1..]
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
+    };
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&child| parent(child) == Some(pid))
+        .collect()
+}

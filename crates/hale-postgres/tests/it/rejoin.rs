@@ -1,0 +1,235 @@
+//! A former primary rejoins as a streaming replica of the new one.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use hale_postgres::{promote, rejoin, RejoinError, RejoinStep, Rejoined, Standing};
+
+use crate::fixture::{eventually, is_read_only, Lab, Node, Opts};
+
+/// A primary `a` with a standby `b` and rows 1..=100; `b` is promoted, `a`
+/// takes rows it alone will have (1001..=1100, a split brain) and is killed
+/// (`pg_ctl stop -m immediate`) unless `kill_a` is false (then it goes on
+/// running as a primary), then `b` takes rows 201..=300.
+async fn failover(lab: &Lab, a_opts: Opts, kill_a: bool) -> (Node, Node) {
+    let a = lab.primary("a", a_opts).await;
+    let b = lab.standby("b", &a, Opts::default()).await;
+    a.sql("CREATE TABLE t (id int PRIMARY KEY); INSERT INTO t SELECT generate_series(1, 100)")
+        .await;
+    eventually("b has a's rows", || async {
+        let client = b.try_client().await.ok()?;
+        let row = client.query_one("SELECT count(*) FROM t", &[]).await.ok()?;
+        (row.get::<_, i64>(0) == 100).then_some(())
+    })
+    .await;
+    promote(&b.cfg).await.expect("promote b");
+    a.sql("INSERT INTO t SELECT generate_series(1001, 1100); CHECKPOINT")
+        .await;
+    if kill_a {
+        a.stop(lab, "immediate").await;
+    }
+    b.sql("INSERT INTO t SELECT generate_series(201, 300)")
+        .await;
+    (a, b)
+}
+
+/// After a rejoin of `a` onto `b`: `a` streams from `b`, has `b`'s rows after
+/// the failover and not its own split-brain rows, refuses writes, and is no
+/// longer fenced.
+async fn check_rejoined(a: &Node, b: &Node) {
+    assert!(
+        a.standing().await.streams_from("127.0.0.1", b.port),
+        "{:?}",
+        a.standing().await
+    );
+    b.sql("INSERT INTO t SELECT generate_series(301, 310)")
+        .await;
+    eventually("a has b's rows", || async {
+        (a.number("SELECT count(*) FROM t WHERE id BETWEEN 201 AND 310")
+            .await
+            == 110)
+            .then_some(())
+    })
+    .await;
+    assert_eq!(
+        a.number("SELECT count(*) FROM t WHERE id > 1000").await,
+        0,
+        "split-brain rows"
+    );
+    assert_eq!(a.number("SELECT count(*) FROM t").await, 210);
+    assert!(!a.fenced(), "the fence marker is removed once streaming");
+    let write = a
+        .client()
+        .await
+        .batch_execute("INSERT INTO t VALUES (5000)")
+        .await;
+    assert!(write.as_ref().is_err_and(is_read_only), "{write:?}");
+    let Standing::Primary { standbys, .. } = b.standing().await else {
+        panic!("b is not primary")
+    };
+    assert!(
+        standbys
+            .iter()
+            .any(|s| s.name == "a" && s.state == "streaming"),
+        "{standbys:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_former_primary_killed_after_its_standby_was_promoted_rejoins_by_rewind() {
+    let lab = Lab::new();
+    let (a, b) = failover(&lab, Opts::default(), true).await;
+
+    let mut steps = Vec::new();
+    let how = rejoin(&a.cfg, &b.upstream(), "a", "a", |step| steps.push(step)).await;
+    assert_eq!(how.expect("rejoin"), Rejoined::Rewound);
+    assert_eq!(
+        steps,
+        [
+            RejoinStep::Rejoining,
+            RejoinStep::Rewound,
+            RejoinStep::Streaming
+        ]
+    );
+    check_rejoined(&a, &b).await;
+
+    let mut again = Vec::new();
+    let how = rejoin(&a.cfg, &b.upstream(), "a", "a", |step| again.push(step)).await;
+    assert_eq!(how.expect("rejoin again"), Rejoined::AlreadyStreaming);
+    assert_eq!(again, [RejoinStep::Streaming]);
+}
+
+#[tokio::test]
+async fn a_former_primary_still_running_as_a_primary_is_fenced_and_rewound() {
+    let lab = Lab::new();
+    let (a, b) = failover(&lab, Opts::default(), false).await;
+    assert!(
+        matches!(a.standing().await, Standing::Primary { .. }),
+        "a still takes writes"
+    );
+
+    let mut steps = Vec::new();
+    let how = rejoin(&a.cfg, &b.upstream(), "a", "a", |step| steps.push(step)).await;
+    assert_eq!(how.expect("rejoin"), Rejoined::Rewound);
+    assert_eq!(
+        steps,
+        [
+            RejoinStep::Rejoining,
+            RejoinStep::Rewound,
+            RejoinStep::Streaming
+        ]
+    );
+    check_rejoined(&a, &b).await;
+}
+
+fn entries(dir: &Path) -> BTreeSet<String> {
+    let ignored = [
+        "hale.fenced",
+        "standby.signal",
+        "postmaster.opts",
+        "postmaster.pid",
+    ];
+    std::fs::read_dir(dir)
+        .expect("read data directory")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|name| !ignored.contains(&name.as_str()))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_former_primary_that_cannot_be_rewound_is_recloned_unless_recloning_is_off() {
+    let lab = Lab::new();
+    // Without WAL hints (and without checksums) pg_rewind refuses the target.
+    let (a, b) = failover(
+        &lab,
+        Opts {
+            wal_log_hints: false,
+        },
+        true,
+    )
+    .await;
+    let before = entries(&a.cfg.data_dir);
+
+    let mut keep = a.cfg.clone();
+    keep.reclone_on_rewind_failure = false;
+    let mut steps = Vec::new();
+    let refused = rejoin(&keep, &b.upstream(), "a", "a", |step| steps.push(step)).await;
+    assert!(
+        matches!(refused, Err(RejoinError::Rewind(_))),
+        "{refused:?}"
+    );
+    assert_eq!(steps, [RejoinStep::Rejoining]);
+    assert_eq!(
+        entries(&a.cfg.data_dir),
+        before,
+        "the data directory is left as it was"
+    );
+    assert!(a.fenced());
+    assert_eq!(a.standing().await, Standing::Down);
+
+    let mut steps = Vec::new();
+    let how = rejoin(&a.cfg, &b.upstream(), "a", "a", |step| steps.push(step)).await;
+    assert_eq!(how.expect("rejoin"), Rejoined::Recloned);
+    assert_eq!(
+        steps,
+        [
+            RejoinStep::Rejoining,
+            RejoinStep::Recloned,
+            RejoinStep::Streaming
+        ]
+    );
+    check_rejoined(&a, &b).await;
+}
+
+#[tokio::test]
+async fn a_former_primary_whose_control_file_is_lost_is_recloned() {
+    let lab = Lab::new();
+    let (a, b) = failover(&lab, Opts::default(), true).await;
+    std::fs::remove_file(a.cfg.data_dir.join("global/pg_control")).expect("remove pg_control");
+
+    let mut steps = Vec::new();
+    let how = rejoin(&a.cfg, &b.upstream(), "a", "a", |step| steps.push(step)).await;
+    assert_eq!(how.expect("rejoin"), Rejoined::Recloned);
+    assert_eq!(
+        steps,
+        [
+            RejoinStep::Rejoining,
+            RejoinStep::Recloned,
+            RejoinStep::Streaming
+        ]
+    );
+    check_rejoined(&a, &b).await;
+}
+
+#[tokio::test]
+async fn a_replica_of_the_former_primary_is_repointed_to_the_new_one_without_rewind() {
+    let lab = Lab::new();
+    let a = lab.primary("a", Opts::default()).await;
+    let b = lab.standby("b", &a, Opts::default()).await;
+    let c = lab.standby("c", &a, Opts::default()).await;
+    a.sql("CREATE TABLE t (id int PRIMARY KEY); INSERT INTO t SELECT generate_series(1, 100)")
+        .await;
+    // A clean stop: both standbys receive a's shutdown checkpoint, so c is
+    // not ahead of b's new timeline.
+    a.stop(&lab, "fast").await;
+    promote(&b.cfg).await.expect("promote b");
+    b.sql("INSERT INTO t SELECT generate_series(201, 300)")
+        .await;
+    let postmaster = c.postmaster_pid();
+
+    let mut steps = Vec::new();
+    let how = rejoin(&c.cfg, &b.upstream(), "c", "c", |step| steps.push(step)).await;
+    assert_eq!(how.expect("rejoin"), Rejoined::Repointed);
+    assert_eq!(steps, [RejoinStep::Rejoining, RejoinStep::Streaming]);
+    assert_eq!(
+        c.postmaster_pid(),
+        postmaster,
+        "repointed without a restart"
+    );
+    assert!(c.standing().await.streams_from("127.0.0.1", b.port));
+    assert!(!c.fenced());
+    eventually("c has b's rows", || async {
+        (c.number("SELECT count(*) FROM t").await == 200).then_some(())
+    })
+    .await;
+}
