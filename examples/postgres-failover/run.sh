@@ -4,13 +4,20 @@
 #
 #   host A  PostgreSQL 15 primary (role `db`, priority 100); a Sentry (half-dead
 #           by default: accepts connections, never answers) = the relay's primary
-#   host B  PostgreSQL 15 streaming replica (pg_basebackup, replication slot,
-#           synchronous: A acknowledges a commit only once B has flushed it)
-#   host C  HAProxy in front of PostgreSQL, following GET /v1/roles/db/primary
-#           on A's and B's agents; the auth service (hale-demo-auth serve:
+#   host B  PostgreSQL 15 synchronous standby (priority 50): A acknowledges a
+#           commit only once B has flushed it
+#   host C  PostgreSQL 15 asynchronous standby (priority 10); HAProxy in front
+#           of PostgreSQL, following GET /v1/roles/db/primary on the three
+#           agents; the auth service (hale-demo-auth serve:
 #           axum + tokio-postgres, failures to the `sentry` crate whose DSN is
 #           the agent's relay); the relay's standby Sentry (counts events); the
 #           load generator (200 logins/s, 1 in 20 with a wrong secret)
+#
+# PostgreSQL runs under hale ([role.postgres]): hale promotes and fences it (its hooks are
+# `hale postgres promote|fence`), clones B and C from A (their data directories hold only their
+# own settings), keeps synchronous replication on while a standby streams, grants the role only
+# to a standby within max_lag_on_failover (1 MB), the synchronous one first, and after the fault
+# brings the old primary back as a streaming replica of the new one (pg_rewind, or a fresh clone).
 #
 # Then a fault, and a timeline with the figures. As root:
 #
@@ -27,7 +34,7 @@
 #   --save DIR           copy the run's raw outputs (report, events, attempts) to DIR
 #
 # Needs: root, ip, nft, runuser, curl, PostgreSQL 15 server binaries (postgres,
-# initdb, pg_ctl, pg_basebackup, pg_isready, psql; Debian: postgresql-15) and
+# initdb, pg_ctl, pg_basebackup, pg_rewind, pg_isready, psql; Debian: postgresql-15) and
 # haproxy; and `cargo build --release -p hale -p hale-demo-auth`.
 # Exit status: 0 when the run completed (the figures say how it went), 1 when
 # it could not, 2 for bad usage, 3 when something it needs is missing.
@@ -65,7 +72,7 @@ if [ -z "$PGBIN" ]; then
   else PGBIN=/usr/lib/postgresql/15/bin; fi
 fi
 missing=()
-for t in postgres initdb pg_ctl pg_basebackup pg_isready psql; do [ -x "$PGBIN/$t" ] || missing+=("$t"); done
+for t in postgres initdb pg_ctl pg_basebackup pg_rewind pg_isready psql; do [ -x "$PGBIN/$t" ] || missing+=("$t"); done
 for t in haproxy ip nft runuser curl; do command -v "$t" >/dev/null 2>&1 || missing+=("$t"); done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "missing: ${missing[*]} (looked for PostgreSQL in $PGBIN; Debian: apt-get install postgresql-15 haproxy iproute2 nftables util-linux curl)" >&2
@@ -132,97 +139,48 @@ wait_for() {
   done
 }
 
-# --- PostgreSQL on A (primary) and B (synchronous streaming replica) -------------------------
-install -d -o postgres -g postgres "$DIR/pg" "$DIR/sock-a" "$DIR/sock-b"
-PGA=$DIR/pg/a; PGB=$DIR/pg/b
+# --- PostgreSQL: A's primary from initdb; B's and C's data directories hold only their own ---
+# settings, and hale clones them from the primary ([role.postgres]: pg_basebackup) -----------
+install -d -o postgres -g postgres "$DIR/pg" "$DIR/sock-a" "$DIR/sock-b" "$DIR/sock-c"
+PGA=$DIR/pg/a; PGB=$DIR/pg/b; PGC=$DIR/pg/c
 as_pg "$NS_A" "$PGBIN/initdb" -D "$PGA" -U postgres --auth=trust -E UTF8 >"$DIR/initdb.log" 2>&1 || fail "initdb"
-cat >> "$PGA/postgresql.conf" <<EOF
-listen_addresses = '*'
+DEFAULTS=$(cat "$PGA/postgresql.conf")
+for h in a b c; do
+  d=$DIR/pg/$h; ip=IP_${h^^}
+  install -d -m 700 -o postgres -g postgres "$d"
+  # Its own address only: on C, HAProxy listens on 127.0.0.1:5432.
+  { echo "$DEFAULTS"; cat <<EOF; } > "$d/postgresql.conf"
+listen_addresses = '${!ip}'
 port = 5432
-unix_socket_directories = '$DIR/sock-a'
+unix_socket_directories = '$DIR/sock-$h'
 wal_level = replica
-max_wal_senders = 5
-max_replication_slots = 5
+wal_log_hints = on
+max_wal_senders = 10
+max_replication_slots = 10
+wal_keep_size = '256MB'
 hot_standby = on
 synchronous_commit = on
 shared_buffers = 32MB
 max_connections = 100
 EOF
-cat >> "$PGA/pg_hba.conf" <<EOF
+  cat > "$d/pg_hba.conf" <<EOF
+local all all trust
 host all all $SUB.0/24 trust
 host replication all $SUB.0/24 trust
 EOF
+  chown postgres: "$d/postgresql.conf" "$d/pg_hba.conf"
+done
 as_pg "$NS_A" "$PGBIN/pg_ctl" -D "$PGA" -l "$DIR/pg/postgres-a.log" -w start >/dev/null || fail "starting PostgreSQL on A"
 psql_a() { as_pg "$NS_A" "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$DIR/sock-a" -d postgres "$@"; }
 psql_b() { as_pg "$NS_B" "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$DIR/sock-b" -d postgres "$@"; }
 psql_a -c "CREATE TABLE users (name text PRIMARY KEY, secret text NOT NULL);
   INSERT INTO users SELECT 'u' || i, 's' || i FROM generate_series(0, 999) i;
-  CREATE TABLE logins (id bigserial PRIMARY KEY, name text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());
-  SELECT pg_create_physical_replication_slot('b');" >/dev/null || fail "schema on A"
-as_pg "$NS_B" "$PGBIN/pg_basebackup" -h "$IP_A" -U postgres -D "$PGB" -S b -X stream --checkpoint=fast \
-  >"$DIR/basebackup.log" 2>&1 || fail "pg_basebackup of A on B"
-touch "$PGB/standby.signal"; chown postgres: "$PGB/standby.signal"
-cat >> "$PGB/postgresql.auto.conf" <<EOF
-unix_socket_directories = '$DIR/sock-b'
-primary_conninfo = 'host=$IP_A port=5432 user=postgres application_name=b'
-primary_slot_name = 'b'
-synchronous_standby_names = ''
-EOF
-as_pg "$NS_B" "$PGBIN/pg_ctl" -D "$PGB" -l "$DIR/pg/postgres-b.log" -w start >/dev/null || fail "starting PostgreSQL on B"
-# Synchronous from now on: a commit on A returns once B has flushed its WAL.
-psql_a -c "ALTER SYSTEM SET synchronous_standby_names = 'FIRST 1 (b)'" -c "SELECT pg_reload_conf()" >/dev/null
-sync_state() { psql_a -Atc "SELECT sync_state FROM pg_stat_replication WHERE application_name = 'b'"; }
-is_sync() { [ "$(sync_state)" = sync ]; }
-wait_for 30 "B streaming synchronously from A" is_sync
-say "PostgreSQL 15: A primary, B streaming replica (slot b), synchronous replication on:"
-say "  a login is acknowledged only once B has flushed it, so no acknowledged login can be lost."
-
-# --- hooks (shared by A and B; they run as root in the host's namespace) ---------------------
-mkdir -p "$DIR/bin"
-cat > "$DIR/bin/promote" <<EOF
-#!/bin/bash
-# promote DATA_DIR: make this PostgreSQL the primary (role db granted at HALE_EPOCH).
-D=\$1
-echo "\$(date +%s%N) \$HALE_NODE promote \$HALE_ROLE \$HALE_EPOCH" >> $EV
-if [ -f "\$D/fenced" ]; then
-  echo "\$(date +%s%N) \$HALE_NODE refused-promotion \$HALE_ROLE \$HALE_EPOCH (fenced: re-clone it first)" >> $EV
-  exit 1
-fi
-if [ -f "\$D/standby.signal" ]; then
-  runuser -u postgres -- $PGBIN/pg_ctl -D "\$D" promote -w -t 10 >/dev/null || exit 1
-fi
-echo "\$(date +%s%N) \$HALE_NODE promoted \$HALE_ROLE \$HALE_EPOCH" >> $EV
-EOF
-cat > "$DIR/bin/fence" <<EOF
-#!/bin/bash
-# fence DATA_DIR: this PostgreSQL must no longer accept writes, now or after any
-# restart: mark it fenced, make it boot as a standby, stop it (kill it if hung).
-D=\$1
-echo "\$(date +%s%N) \$HALE_NODE demote \$HALE_ROLE \$HALE_EPOCH \$HALE_REASON" >> $EV
-touch "\$D/fenced" "\$D/standby.signal"; chown postgres: "\$D/fenced" "\$D/standby.signal"
-pid=\$(head -1 "\$D/postmaster.pid" 2>/dev/null || true)
-if [ -n "\$pid" ] && kill -0 "\$pid" 2>/dev/null; then
-  state=\$(ps -o stat= -p "\$pid" 2>/dev/null || true)
-  if [ "\${state#T}" != "\$state" ] || ! runuser -u postgres -- $PGBIN/pg_ctl -D "\$D" stop -m immediate -t 3 >/dev/null 2>&1; then
-    # Hung (stopped): kill its backends, then the postmaster.
-    for c in \$(ps -o pid= --ppid "\$pid"); do kill -KILL "\$c" 2>/dev/null; done
-    kill -KILL "\$pid" 2>/dev/null
-  fi
-fi
-echo "\$(date +%s%N) \$HALE_NODE demoted \$HALE_ROLE \$HALE_EPOCH" >> $EV
-EOF
-# What a host runs at boot: PostgreSQL always comes up as a standby; only the holder
-# of db (the promote hook) makes it a primary.
-cat > "$DIR/bin/pg-boot" <<EOF
-#!/bin/bash
-D=\$1
-# No standby.signal: it went down as a primary, and another may have been promoted
-# since. It must be re-cloned before it may be promoted again.
-[ -f "\$D/standby.signal" ] || { touch "\$D/fenced"; chown postgres: "\$D/fenced"; }
-touch "\$D/standby.signal"; chown postgres: "\$D/standby.signal"
-runuser -u postgres -- $PGBIN/pg_ctl -D "\$D" -l "\$D.boot.log" -w -t 30 start >/dev/null
-EOF
-chmod 755 "$DIR/bin/"*
+  CREATE TABLE logins (id bigserial PRIMARY KEY, name text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());" \
+  >/dev/null || fail "schema on A"
+# Synchronous replication is hale's ([role.postgres] synchronous, the default): the primary
+# names '*' while a standby streams; the first to connect (B) is the synchronous one.
+sync_state() { psql_a -Atc "SELECT sync_state FROM pg_stat_replication WHERE application_name = '$1'"; }
+is_sync() { [ "$(sync_state host-B)" = sync ]; }
 
 # --- Sentries: A's (primary upstream of the relay) and C's standby ----------------------------
 setsid ip netns exec "$NS_A" "$DEMO" sink --listen "$IP_A:9000" --control "$IP_A:9100" --mode \
@@ -267,27 +225,35 @@ timeout = "1s"
 name = "db"
 service = "postgres"
 priority = $2
-promote = ["$DIR/bin/promote", "$DIR/pg/$1"]
-demote = ["$DIR/bin/fence", "$DIR/pg/$1"]
-hook_timeout = "15s"
+hook_timeout = "40s"
 fail_after = "2s"
+# hale promotes, fences and rejoins this PostgreSQL itself (hale postgres promote|fence).
+[role.postgres]
+data_dir = "$DIR/pg/$1"
+bin_dir = "$PGBIN"
+host = "$DIR/sock-$1"
+port = 5432
+log_file = "$DIR/pg/postgres-$1.log"
 EOF
 }
 { agent_conf A "$IP_A" 1 "$IP_B" "$IP_C"; db_conf a 100; } > "$DIR/A.toml"
 { agent_conf B "$IP_B" 2 "$IP_A" "$IP_C"; db_conf b 50; } > "$DIR/B.toml"
-{ agent_conf C "$IP_C" 3 "$IP_A" "$IP_B"; cat <<EOF; } > "$DIR/C.toml"
+{ agent_conf C "$IP_C" 3 "$IP_A" "$IP_B"; db_conf c 10; cat <<EOF; } > "$DIR/C.toml"
 [relay]
 primary = { dsn = "http://public@$IP_A:9000/1", member = "host-A" }
 standby = { dsn = "http://public@127.0.0.1:9001/1" }
 EOF
 start_agent() { HALE_LOG=warn setsid ip netns exec "$1" "$HALE" agent -c "$DIR/$2.toml" > "$DIR/agent-$2.log" 2>&1 & disown; }
 http_ok() { in_ns "$NS_C" curl -fsS -o /dev/null -m 1 "$1"; }
-# A (the primary) and C first, so that A takes db before B is a candidate.
-start_agent "$NS_A" A; start_agent "$NS_C" C
+# A and B first (two of the three control-plane servers): A's running primary takes db, and
+# hale clones B from it; B, the first standby to stream, is the synchronous one. Then C.
+start_agent "$NS_A" A; start_agent "$NS_B" B
 wait_for 60 "host A holding db (GET /v1/roles/db/primary on A)" http_ok "http://$IP_A:7947/v1/roles/db/primary"
-start_agent "$NS_B" B
-wait_for 30 "host B standing by for db (GET /v1/roles/db/replica on B)" http_ok "http://$IP_B:7947/v1/roles/db/replica"
-say "Agents up: A holds db (epoch $(in_ns "$NS_C" curl -fsS "http://$IP_A:7947/v1/roles/db/primary" | sed 's/.*"epoch":\([0-9]*\).*/\1/')), B stands by."
+wait_for 90 "host B cloned by hale and streaming (GET /v1/roles/db/replica on B)" http_ok "http://$IP_B:7947/v1/roles/db/replica"
+wait_for 30 "B streaming synchronously from A" is_sync
+start_agent "$NS_C" C
+wait_for 90 "host C cloned by hale and streaming (GET /v1/roles/db/replica on C)" http_ok "http://$IP_C:7947/v1/roles/db/replica"
+say "Agents up: A holds db (epoch $(in_ns "$NS_C" curl -fsS "http://$IP_A:7947/v1/roles/db/primary" | sed 's/.*"epoch":\([0-9]*\).*/\1/')); B (synchronous) and C (asynchronous) stream from it."
 
 # --- HAProxy, the auth service and the load on C ----------------------------------------------
 cat > "$DIR/haproxy.cfg" <<EOF
@@ -307,6 +273,7 @@ listen postgres
   default-server inter 500ms fall 2 rise 1 on-marked-down shutdown-sessions
   server a $IP_A:5432 check port 7947
   server b $IP_B:5432 check port 7947
+  server c $IP_C:5432 check port 7947
 EOF
 # HAProxy says when it marks a server up or down (on stderr): into the event log, timed.
 setsid ip netns exec "$NS_C" bash -c "haproxy -db -f '$DIR/haproxy.cfg' 2>&1 | while IFS= read -r l; do
@@ -366,21 +333,26 @@ kill -0 "$LOAD_PID" 2>/dev/null && fail "the load generator did not stop"
 
 # --- what was lost, what the old primary does, what Sentry got ---------------------------------
 if [ "$NEW" = B ]; then psql_b -Atc "SELECT id FROM logins" > "$DIR/committed.txt"; else psql_a -Atc "SELECT id FROM logins" > "$DIR/committed.txt"; fi
-OLD_WRITE=n/a; OLD_ROWS=n/a; B_KEPT=n/a
+OLD_WRITE=n/a; OLD_ROWS=n/a; B_KEPT=n/a; REJOIN_S=n/a
 if [ "$NEW" = B ]; then
-  # Host A comes back (its network; PostgreSQL started as at boot); try to write to it directly.
+  # Host A comes back: its network, then (after a host death) its agent, which finds its
+  # PostgreSQL down or fenced and rejoins B by itself (pg_rewind, or a fresh clone).
   case "$FAULT" in
     host-death) link_up "$NS_A" pa "$IP_A" ;;
     partition) in_ns "$NS_A" nft delete table inet hpg_partition ;;
     pg-hang) pid=$(head -1 "$PGA/postmaster.pid" 2>/dev/null || true); [ -n "$pid" ] && kill -CONT "$pid" 2>/dev/null || true ;;
   esac
-  if ! as_pg "$NS_A" "$PGBIN/pg_isready" -q -h "$DIR/sock-a"; then
-    in_ns "$NS_A" "$DIR/bin/pg-boot" "$PGA" 2>/dev/null || fail "PostgreSQL on A did not start again"
-  fi
-  event "host A back: PostgreSQL on A started again as at boot"
-  wait_for 30 "PostgreSQL on A accepting connections again" as_pg "$NS_A" "$PGBIN/pg_isready" -q -h "$DIR/sock-a"
-  PROMOTE_NS=$(awk '$2 == "host-B" && $3 == "promote" { print $1; exit }' "$EV")
-  OLD_ROWS=$(psql_a -Atc "SELECT count(*) FROM logins WHERE at >= to_timestamp(${PROMOTE_NS:-0} / 1e9)")
+  BACK_NS=$(now_ns)
+  if [ "$FAULT" = host-death ]; then start_agent "$NS_A" A; event "host A back: its agent started again"; else event "host A back"; fi
+  wait_for 90 "A's PostgreSQL streaming from B again (GET /v1/roles/db/replica on A)" http_ok "http://$IP_A:7947/v1/roles/db/replica"
+  REJOIN_S=$(awk -v a="$BACK_NS" -v b="$(now_ns)" 'BEGIN { printf "%.3f", (b - a) / 1e9 }')
+  event "hale: A streams from B again, ${REJOIN_S} s after its return"
+  # Rows on the returned old primary that the new one does not have: writes it took
+  # after the promotion (must be none). A replays B, so wait until it has caught up.
+  psql_a_ids() { as_pg "$NS_A" "$PGBIN/psql" -X -q -Atc "SELECT id FROM logins ORDER BY id" -h "$DIR/sock-a" -d postgres; }
+  end=$(( $(date +%s) + 30 ))
+  until [ "$(psql_a_ids | wc -l)" -ge "$(wc -l < "$DIR/committed.txt")" ] || [ "$(date +%s)" -ge "$end" ]; do sleep 0.2; done
+  OLD_ROWS=$(comm -23 <(psql_a_ids | sort) <(sort "$DIR/committed.txt") | wc -l)
   if out=$(as_pg "$NS_A" "$PGBIN/psql" -X -q -h "$DIR/sock-a" -d postgres -v ON_ERROR_STOP=1 \
       -c "INSERT INTO logins (name) VALUES ('write-to-old-primary')" 2>&1); then
     OLD_WRITE=accepted
@@ -388,9 +360,6 @@ if [ "$NEW" = B ]; then
     OLD_WRITE="refused($(echo "$out" | sed -n 's/^ERROR: *//p' | head -1 | tr ' ' '_'))"
   fi
   event "old primary A, direct INSERT: $OLD_WRITE"
-  # A's agent is back too (host death: started as at boot): B must keep db.
-  if [ "$FAULT" = host-death ]; then start_agent "$NS_A" A; event "host A back: its agent started again"; fi
-  wait_for 30 "A's agent answering again" http_ok "http://$IP_A:7947/v1/roles/db/replica"
   B_KEPT=yes
   end=$(( $(date +%s%N) + 5000000000 ))
   while [ "$(date +%s%N)" -lt "$end" ]; do
@@ -399,6 +368,21 @@ if [ "$NEW" = B ]; then
   done
   event "5 s after A returned: B kept db throughout: $B_KEPT"
 fi
+# The agents' role events, in the event log's form (`<ns> host-X promote|promoted|demote|demoted
+# db <epoch>`, and the rejoin steps), for the timeline.
+for h in A B C; do
+  ip=IP_$h
+  in_ns "$NS_C" curl -fsS -m 2 -H "Authorization: Bearer $TOKEN" "http://${!ip}:7947/v1/events" 2>/dev/null | python3 -c '
+import json, sys
+names = {"promoting": "promote", "promoted": "promoted", "demoting": "demote", "demoted": "demoted",
+         "rejoining": "rejoining", "rewound": "rewound", "recloned": "recloned", "streaming": "streaming"}
+for e in json.load(sys.stdin):
+    k = e.get("kind")
+    if k in names:
+        d = e.get("detail") or {}
+        print(e["unix_ms"] * 1000000, sys.argv[1], names[k], d.get("role", ""), d.get("epoch", d.get("upstream", "")))
+' "host-$h" >> "$EV" || true
+done
 auth_stat() { in_ns "$NS_C" curl -fsS -m 2 http://127.0.0.1:8080/stats | sed "s/.*\"$1\":\([0-9]*\).*/\1/"; }
 RAISED=$(auth_stat reported)
 TRANSPORT_DROPPED=$(auth_stat transport_dropped)
@@ -419,7 +403,7 @@ SYNC=$([ "$FAULT" = sentry-half-dead ] && sync_state || echo "sync-before-fault"
 
 "$DEMO" analyze --attempts "$DIR/attempts.csv" --t0 "$T0" --events "$EV" --committed "$DIR/committed.txt" \
   --fact "fault=$FAULT" --fact "sentry_a=$SENTRY" --fact "sentry_transport=$TRANSPORT" --fact "synchronous_replication=$SYNC" \
-  --fact "old_primary_direct_write=$OLD_WRITE" --fact "old_primary_rows_after_promotion=$OLD_ROWS" --fact "b_kept_db_after_a_returned=$B_KEPT" \
+  --fact "old_primary_direct_write=$OLD_WRITE" --fact "old_primary_rows_after_promotion=$OLD_ROWS" --fact "b_kept_db_after_a_returned=$B_KEPT" --fact "old_primary_streaming_after_return_s=$REJOIN_S" \
   --fact "reports_raised=$RAISED" --fact "reports_received=$RECEIVED" --fact "reports_received_by_standby=$RECEIVED_STANDBY" \
   --fact "relay_accepted=$(awk '$1 == "hale_relay_accepted_total" { print $2 }' "$DIR/relay-metrics.txt")" \
   > "$DIR/report.txt"

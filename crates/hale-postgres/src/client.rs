@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, NoTls};
 
-use crate::PostgresConfig;
+use crate::config::PostgresConfig;
 
 /// Why no session could be opened with a server.
 #[derive(Debug, thiserror::Error)]

@@ -6,6 +6,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+/// The fence marker's file name in the data directory. While it exists, hale
+/// never promotes the server; only a rejoin that reached streaming removes it.
+pub const FENCE_MARKER: &str = "hale.fenced";
+
 /// How hale runs the local PostgreSQL server. Every field but `data_dir` has
 /// a default, given in its documentation.
 ///
@@ -238,7 +242,7 @@ impl PostgresConfig {
     /// The fence marker: while it exists, this data directory is never
     /// promoted.
     pub fn fence_marker(&self) -> PathBuf {
-        self.data_dir.join(crate::FENCE_MARKER)
+        self.data_dir.join(FENCE_MARKER)
     }
 }
 

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::{ConfigError, PostgresConfig, FENCE_MARKER};
 use crate::process::{self, kill_postmaster, postmaster, wait_gone, ToolError, Tools};
-use crate::{ConfigError, PostgresConfig, FENCE_MARKER};
 
 /// How a fence left the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

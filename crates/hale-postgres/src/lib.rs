@@ -34,7 +34,7 @@ mod start;
 mod synchronous;
 
 pub use client::ConnectError;
-pub use config::{ConfigError, PostgresConfig};
+pub use config::{ConfigError, PostgresConfig, FENCE_MARKER};
 pub use fence::{fence, FenceError, Fenced};
 pub use lsn::{format_lsn, lag_bytes, parse_lsn, LsnParseError};
 pub use process::ToolError;
@@ -43,7 +43,3 @@ pub use rejoin::{rejoin, RejoinError, RejoinStep, Rejoined, Upstream};
 pub use standing::{standing, StandbyState, Standing, StandingError};
 pub use start::{start_standby, StartError, StartedStandby};
 pub use synchronous::{maintain_synchronous, set_synchronous, SyncError, ANY_STANDBY};
-
-/// The fence marker's file name in the data directory. While it exists, hale
-/// never promotes the server; only a rejoin that reached streaming removes it.
-pub const FENCE_MARKER: &str = "hale.fenced";

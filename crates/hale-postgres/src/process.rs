@@ -11,7 +11,7 @@ use std::time::Duration;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::{Gid, Pid, Uid, User};
 
-use crate::PostgresConfig;
+use crate::config::PostgresConfig;
 
 /// Why one of PostgreSQL's programs did not do its job.
 #[derive(Debug, thiserror::Error)]

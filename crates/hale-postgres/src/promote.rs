@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::client::{connect, ConnectError};
+use crate::config::{ConfigError, PostgresConfig};
 use crate::process::{postmaster, timeout_secs, ToolError, Tools};
-use crate::{ConfigError, PostgresConfig};
 
 /// What a promotion did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -9,11 +9,11 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use crate::client::{connect, poll_until, ConnectError};
+use crate::config::{ConfigError, PostgresConfig};
 use crate::fence::{fence, mark, FenceError};
 use crate::files::{conninfo_value, set_auto_conf, LocalFiles};
 use crate::process::{postmaster, remove_synced, run_blocking, ToolError, Tools};
 use crate::standing::{standing, Standing, StandingError};
-use crate::{ConfigError, PostgresConfig};
 
 /// The server a replica streams from.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -7,8 +7,8 @@ use serde::{Deserialize, Serialize};
 use tokio_postgres::Client;
 
 use crate::client::{connect, ConnectError};
+use crate::config::PostgresConfig;
 use crate::lsn::{parse_lsn, LsnParseError};
-use crate::PostgresConfig;
 
 /// A standby as its primary sees it (a row of `pg_stat_replication`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

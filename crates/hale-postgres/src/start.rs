@@ -4,8 +4,8 @@
 
 use std::path::PathBuf;
 
+use crate::config::{ConfigError, PostgresConfig};
 use crate::process::{postmaster, write_owned, ToolError, Tools};
-use crate::{ConfigError, PostgresConfig};
 
 /// What [`start_standby`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

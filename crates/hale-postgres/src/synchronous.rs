@@ -6,8 +6,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::client::{connect, poll_until, ConnectError};
+use crate::config::{ConfigError, PostgresConfig};
 use crate::standing::Standing;
-use crate::{ConfigError, PostgresConfig};
 
 /// The value of `synchronous_standby_names` hale sets when synchronous: any
 /// one streaming standby (PostgreSQL takes the first in its list).

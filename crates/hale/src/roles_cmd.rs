@@ -75,7 +75,68 @@ pub fn roles(args: &RolesArgs) -> anyhow::Result<()> {
             r.last_change.as_deref().unwrap_or("-"),
         );
     }
+    let pg: Vec<_> = v
+        .local
+        .iter()
+        .filter_map(|r| Some((r, r.postgres.as_ref()?)))
+        .collect();
+    if !pg.is_empty() {
+        println!("\nPostgreSQL on this node:");
+        println!(
+            "{:<16}{:<10}{:>14}{:>12}  {:<10}  DETAIL",
+            "ROLE", "SERVER", "POSITION", "LAG", "REJOIN"
+        );
+        for (r, p) in pg {
+            println!("{}", postgres_line(r, p));
+        }
+    }
     Ok(())
+}
+
+/// One `[role.postgres]` role's line of `hale roles`: the server's
+/// standing, WAL position, lag behind the holder's last mark, last rejoin
+/// step, and what is wrong (fenced, not eligible, an error).
+fn postgres_line(r: &hale_agent::view::RoleView, p: &hale_agent::view::PostgresView) -> String {
+    use hale_postgres::{format_lsn, Standing};
+    let (server, position) = match &p.standing {
+        Some(Standing::Primary { lsn, .. }) => ("primary", format_lsn(*lsn)),
+        Some(Standing::Replica {
+            replay_lsn,
+            streaming,
+            ..
+        }) => (
+            if *streaming { "streaming" } else { "replica" },
+            format_lsn(*replay_lsn),
+        ),
+        Some(Standing::Down) => ("down", "-".into()),
+        None => ("unknown", "-".into()),
+    };
+    let mut detail = Vec::new();
+    if p.fenced {
+        detail.push("fenced: rejoins before it may be promoted".to_owned());
+    }
+    if let Some(l) = r.lagging {
+        detail.push(format!(
+            "not eligible: {} bytes behind, max_lag_on_failover {}",
+            l.lag, l.max_lag
+        ));
+    }
+    if let Some(e) = &p.error {
+        detail.push(e.clone());
+    }
+    format!(
+        "{:<16}{:<10}{:>14}{:>12}  {:<10}  {}",
+        r.role,
+        server,
+        position,
+        p.lag().map_or("-".into(), |l| format!("{l} B")),
+        p.rejoin.map_or("-", |s| s.as_str()),
+        if detail.is_empty() {
+            "-".to_owned()
+        } else {
+            detail.join("; ")
+        }
+    )
 }
 
 /// Arguments of `hale services`.
