@@ -543,7 +543,6 @@ async fn start_roles(
                 cmds: cmds.clone(),
                 on_change: on_change.clone(),
                 stop: roles_stop_rx.clone(),
-                adrift_since: None,
             };
             out.tasks.push(tokio::spawn(keeper.run()));
             rx

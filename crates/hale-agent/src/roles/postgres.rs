@@ -77,8 +77,16 @@ pub struct Keeper {
     pub on_change: OnRoleChange,
     /// Fires when the agent stops.
     pub stop: watch::Receiver<bool>,
-    /// Since when a running replica has not streamed from the live holder.
-    pub adrift_since: Option<Instant>,
+}
+
+/// How this node's server has been following the holder (owned by
+/// [`Keeper::run`]).
+#[derive(Debug, Default)]
+struct Following {
+    /// The holder it was last seen streaming from.
+    holder: Option<String>,
+    /// Since when a running replica has not streamed from that holder.
+    adrift_since: Option<Instant>,
 }
 
 /// What the control plane's lease table says of the role, as last read.
@@ -102,6 +110,7 @@ impl Keeper {
         let mut table = TableSays::Unknown;
         let mut table_read: Option<Instant> = None;
         let mut retry_after: Option<Instant> = None;
+        let mut track = Following::default();
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
@@ -152,7 +161,7 @@ impl Keeper {
                     if retry_after.is_some_and(|t| Instant::now() < t) {
                         continue;
                     }
-                    let ok = self.follow(&table, &standing, fenced).await;
+                    let ok = self.follow(&mut track, &table, &standing, fenced).await;
                     retry_after = (!ok).then(|| Instant::now() + RETRY);
                     if !ok {
                         table_read = None; // read it again before the next try
@@ -195,7 +204,13 @@ impl Keeper {
 
     /// Keeps a node that does not hold the role following the one that
     /// does; false when what it tried failed (tried again after [`RETRY`]).
-    async fn follow(&mut self, table: &TableSays, standing: &Standing, fenced: bool) -> bool {
+    async fn follow(
+        &mut self,
+        following: &mut Following,
+        table: &TableSays,
+        standing: &Standing,
+        fenced: bool,
+    ) -> bool {
         match table {
             TableSays::Unknown => true,
             TableSays::Held(h) if *h != self.node => {
@@ -203,7 +218,8 @@ impl Keeper {
                     return true; // not in this node's view yet
                 };
                 if standing.streams_from(&upstream.host, upstream.port) && !fenced {
-                    self.adrift_since = None;
+                    following.adrift_since = None;
+                    following.holder = Some(h.clone());
                     return true;
                 }
                 if !alive {
@@ -212,16 +228,18 @@ impl Keeper {
                     // a stopped one starts as a standby to offer its copy.
                     return self.start_if_down(standing, fenced).await;
                 }
-                // A running replica that lost its stream may only be
-                // blinking: rejoin it (which fences it) once the holder has
-                // been alive and unfollowed for REJOIN_AFTER.
-                if matches!(standing, Standing::Replica { .. }) && !fenced {
-                    let since = *self.adrift_since.get_or_insert_with(Instant::now);
+                // A running replica that lost its stream from this holder
+                // may only be blinking: rejoin it (which fences it) once the
+                // holder has been alive and unfollowed for REJOIN_AFTER. One
+                // that never streamed from it rejoins at once.
+                let lost = following.holder.as_deref() == Some(h.as_str());
+                if lost && matches!(standing, Standing::Replica { .. }) && !fenced {
+                    let since = *following.adrift_since.get_or_insert_with(Instant::now);
                     if since.elapsed() < REJOIN_AFTER {
                         return true;
                     }
                 }
-                self.adrift_since = None;
+                following.adrift_since = None;
                 let h = h.clone();
                 self.rejoin(&h, &upstream).await
             }
