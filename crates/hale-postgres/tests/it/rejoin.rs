@@ -80,17 +80,17 @@ async fn a_former_primary_killed_after_its_standby_was_promoted_rejoins_by_rewin
     let lab = Lab::new();
     let (a, b) = failover(&lab, Opts::default(), true).await;
 
-    let mut steps = Vec::new();
-    let how = rejoin(&a.cfg, &b.upstream(), "a", "a", |step| steps.push(step)).await;
-    assert_eq!(how.expect("rejoin"), Rejoined::Rewound);
-    assert_eq!(
-        steps,
-        [
+    rejoined_by(
+        &a,
+        &b,
+        Rejoined::Rewound,
+        &[
             RejoinStep::Rejoining,
             RejoinStep::Rewound,
-            RejoinStep::Streaming
-        ]
-    );
+            RejoinStep::Streaming,
+        ],
+    )
+    .await;
     check_rejoined(&a, &b).await;
 
     let mut again = Vec::new();
@@ -108,18 +108,34 @@ async fn a_former_primary_still_running_as_a_primary_is_fenced_and_rewound() {
         "a still takes writes"
     );
 
-    let mut steps = Vec::new();
-    let how = rejoin(&a.cfg, &b.upstream(), "a", "a", |step| steps.push(step)).await;
-    assert_eq!(how.expect("rejoin"), Rejoined::Rewound);
-    assert_eq!(
-        steps,
-        [
+    rejoined_by(
+        &a,
+        &b,
+        Rejoined::Rewound,
+        &[
             RejoinStep::Rejoining,
             RejoinStep::Rewound,
-            RejoinStep::Streaming
-        ]
-    );
+            RejoinStep::Streaming,
+        ],
+    )
+    .await;
     check_rejoined(&a, &b).await;
+}
+
+/// Rejoins `node` to `upstream` (its slot and application name are its
+/// name): it must rejoin `how`, reporting exactly `steps`.
+async fn rejoined_by(node: &Node, upstream: &Node, how: Rejoined, steps: &[RejoinStep]) {
+    let mut seen = Vec::new();
+    let got = rejoin(
+        &node.cfg,
+        &upstream.upstream(),
+        &node.name,
+        &node.name,
+        |step| seen.push(step),
+    )
+    .await;
+    assert_eq!(got.expect("rejoin"), how);
+    assert_eq!(seen, steps);
 }
 
 fn entries(dir: &Path) -> BTreeSet<String> {
@@ -167,17 +183,17 @@ async fn a_former_primary_that_cannot_be_rewound_is_recloned_unless_recloning_is
     assert!(a.fenced());
     assert_eq!(a.standing().await, Standing::Down);
 
-    let mut steps = Vec::new();
-    let how = rejoin(&a.cfg, &b.upstream(), "a", "a", |step| steps.push(step)).await;
-    assert_eq!(how.expect("rejoin"), Rejoined::Recloned);
-    assert_eq!(
-        steps,
-        [
+    rejoined_by(
+        &a,
+        &b,
+        Rejoined::Recloned,
+        &[
             RejoinStep::Rejoining,
             RejoinStep::Recloned,
-            RejoinStep::Streaming
-        ]
-    );
+            RejoinStep::Streaming,
+        ],
+    )
+    .await;
     check_rejoined(&a, &b).await;
 }
 
@@ -187,17 +203,17 @@ async fn a_former_primary_whose_control_file_is_lost_is_recloned() {
     let (a, b) = failover(&lab, Opts::default(), true).await;
     std::fs::remove_file(a.cfg.data_dir.join("global/pg_control")).expect("remove pg_control");
 
-    let mut steps = Vec::new();
-    let how = rejoin(&a.cfg, &b.upstream(), "a", "a", |step| steps.push(step)).await;
-    assert_eq!(how.expect("rejoin"), Rejoined::Recloned);
-    assert_eq!(
-        steps,
-        [
+    rejoined_by(
+        &a,
+        &b,
+        Rejoined::Recloned,
+        &[
             RejoinStep::Rejoining,
             RejoinStep::Recloned,
-            RejoinStep::Streaming
-        ]
-    );
+            RejoinStep::Streaming,
+        ],
+    )
+    .await;
     check_rejoined(&a, &b).await;
 }
 
@@ -217,10 +233,13 @@ async fn a_replica_of_the_former_primary_is_repointed_to_the_new_one_without_rew
         .await;
     let postmaster = c.postmaster_pid();
 
-    let mut steps = Vec::new();
-    let how = rejoin(&c.cfg, &b.upstream(), "c", "c", |step| steps.push(step)).await;
-    assert_eq!(how.expect("rejoin"), Rejoined::Repointed);
-    assert_eq!(steps, [RejoinStep::Rejoining, RejoinStep::Streaming]);
+    rejoined_by(
+        &c,
+        &b,
+        Rejoined::Repointed,
+        &[RejoinStep::Rejoining, RejoinStep::Streaming],
+    )
+    .await;
     assert_eq!(
         c.postmaster_pid(),
         postmaster,

@@ -309,17 +309,7 @@ impl Drop for Busy {
 
 #[test]
 fn losing_the_control_plane_leader_costs_a_holder_on_another_host_nothing_on_a_busy_host() {
-    let mut c = Cluster::roles_with(
-        "leader-loss",
-        3,
-        |i, log| Some(timed_hooks(&format!("n{i}"), log, 3.0, 0.0)),
-        |_| String::new(),
-        |_| {},
-    );
-    let log = c.path("hooks.log");
-    wait_for(Duration::from_secs(30), "n0 is holder", || {
-        (local_state(&c, 0)? == RoleState::Holder).then_some(())
-    });
+    let (mut c, log) = n0_holding_with_3_s_promotes("leader-loss");
     let _busy = Busy::start();
     for fault in ["kill", "freeze"] {
         let leader = wait_for(Duration::from_secs(20), "a control-plane leader", || {
@@ -406,17 +396,7 @@ fn applied(c: &Cluster) -> u64 {
 #[test]
 fn a_control_plane_disk_slow_or_stalled_on_every_server_keeps_committing_and_costs_the_holder_nothing(
 ) {
-    let c = Cluster::roles_with(
-        "slow-disk",
-        3,
-        |i, log| Some(timed_hooks(&format!("n{i}"), log, 3.0, 0.0)),
-        |_| String::new(),
-        |_| {},
-    );
-    let log = c.path("hooks.log");
-    wait_for(Duration::from_secs(30), "n0 is holder", || {
-        (local_state(&c, 0)? == RoleState::Holder).then_some(())
-    });
+    let (c, log) = n0_holding_with_3_s_promotes("slow-disk");
     let before = c.holder().expect("db is held");
     let since = hook_lines(&log).len();
     // Every durable write of every server's log takes longer than the one
@@ -484,4 +464,21 @@ fn a_control_plane_disk_slow_or_stalled_on_every_server_keeps_committing_and_cos
         "a slow disk ran hooks: {:#?}",
         &after[since..]
     );
+}
+
+/// Three agents whose promote hooks take 3 s, once `n0` holds `db`; and
+/// their hook log.
+fn n0_holding_with_3_s_promotes(test: &str) -> (Cluster, std::path::PathBuf) {
+    let c = Cluster::roles_with(
+        test,
+        3,
+        |i, log| Some(timed_hooks(&format!("n{i}"), log, 3.0, 0.0)),
+        |_| String::new(),
+        |_| {},
+    );
+    let log = c.path("hooks.log");
+    wait_for(Duration::from_secs(30), "n0 is holder", || {
+        (local_state(&c, 0)? == RoleState::Holder).then_some(())
+    });
+    (c, log)
 }
