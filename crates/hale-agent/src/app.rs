@@ -31,6 +31,8 @@ pub(crate) fn router(st: AppState, token: Option<String>, http: SocketAddr) -> R
         .route(routes::ROLES, get(roles_api::roles))
         .route(routes::SERVICES, get(roles_api::services))
         .route(routes::HANDOVER, post(roles_api::handover))
+        .route(routes::PAUSE, post(roles_api::pause))
+        .route(routes::RESUME, post(roles_api::resume))
         .route(routes::PRIMARY, get(roles_api::primary))
         .route(routes::REPLICA, get(roles_api::replica))
         .route(routes::READ_ONLY, get(roles_api::read_only))

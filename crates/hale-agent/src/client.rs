@@ -12,8 +12,8 @@ use serde::Serialize;
 
 use crate::view::{
     routes, ClusterRolesView, ClusterServicesView, DrillView, ErrorBody, EventView, Fault,
-    FaultView, HandoverView, HealthView, KeyOp, KeyReport, KeysView, MemberView, PrimaryView,
-    RelayView, ReplicaView, RestoredView, RolesView, ServiceView, TrafficView,
+    FaultView, HandoverView, HealthView, KeyOp, KeyReport, KeysView, MemberView, PauseView,
+    PrimaryView, RelayView, ReplicaView, RestoredView, RolesView, ServiceView, TrafficView,
 };
 
 /// The API address a client uses when told none.
@@ -317,6 +317,17 @@ impl Client {
     ) -> Result<HandoverView, ClientError> {
         let body = serde_json::json!({ "to": to });
         self.post(&routes::fill(routes::HANDOVER, "role", role), &body)
+            .await
+    }
+
+    /// `POST /v1/roles/{role}/pause` (`true`) or `/resume` (`false`).
+    pub async fn set_paused(&self, role: &str, paused: bool) -> Result<PauseView, ClientError> {
+        let route = if paused {
+            routes::PAUSE
+        } else {
+            routes::RESUME
+        };
+        self.post(&routes::fill(route, "role", role), &serde_json::json!({}))
             .await
     }
 

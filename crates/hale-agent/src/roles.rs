@@ -514,6 +514,10 @@ impl RoleManager {
                     promote,
                 })
             }
+            HolderEvent::Paused(paused) => {
+                self.view(|v| v.paused = paused);
+                RoleChange::Event(AgentEvent::RolePaused { role, paused })
+            }
             HolderEvent::Stopped => return,
         };
         (self.on_change)(change);

@@ -25,6 +25,7 @@ pub(crate) async fn roles(State(st): State<AppState>) -> Json<RolesView> {
                         let lease = LeaseView {
                             holder: l.holder.clone(),
                             epoch: l.epoch,
+                            paused: l.paused,
                         };
                         (r.clone(), lease)
                     })
@@ -213,6 +214,55 @@ pub(crate) async fn handover(
             StatusCode::SERVICE_UNAVAILABLE,
             "a handover is already under way",
         ),
+    }
+}
+
+/// `POST /v1/roles/{role}/pause`: no automatic promotion or demotion of
+/// `role` until it is resumed (any member may ask; written to the control
+/// plane).
+pub(crate) async fn pause(
+    State(st): State<AppState>,
+    Path(role): Path<String>,
+) -> Result<Response, ApiError> {
+    set_paused(&st, role, true).await
+}
+
+/// `POST /v1/roles/{role}/resume`: the role moves on faults again.
+pub(crate) async fn resume(
+    State(st): State<AppState>,
+    Path(role): Path<String>,
+) -> Result<Response, ApiError> {
+    set_paused(&st, role, false).await
+}
+
+async fn set_paused(st: &AppState, role: String, paused: bool) -> Result<Response, ApiError> {
+    let c = control(st)?;
+    // A role the control plane never heard of, and this node is no
+    // candidate for, is a typo: pausing it would create it.
+    let known = st.handovers.contains_key(&role)
+        || c.table().await.is_some_and(|t| t.role(&role).is_some());
+    if !known {
+        return Err(ApiError(
+            StatusCode::NOT_FOUND,
+            format!("no role {role:?}: the control plane has never granted it and this node is no candidate for it"),
+        ));
+    }
+    let req = hale_control::LeaseRequest::Pause {
+        role: role.clone(),
+        paused,
+    };
+    match c.write(&req, std::time::Duration::from_secs(3)).await {
+        Ok(hale_control::LeaseResponse::Paused(p)) => {
+            Ok(Json(crate::view::PauseView { role, paused: p }).into_response())
+        }
+        Ok(other) => Err(ApiError(
+            StatusCode::BAD_GATEWAY,
+            format!("the control plane answered {other:?}"),
+        )),
+        Err(refusal) => Err(ApiError(
+            StatusCode::SERVICE_UNAVAILABLE,
+            refusal.to_string(),
+        )),
     }
 }
 

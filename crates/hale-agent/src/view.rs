@@ -27,8 +27,8 @@ pub use ops::{
 };
 pub use role::{
     CandidateView, CheckResult, CheckView, ClusterRoleView, ClusterRolesView, ClusterServicesView,
-    HandoverView, Lagging, LeaseView, NodeServicesView, PostgresView, PrimaryView, ReplicaView,
-    RoleView, RolesView, ServiceView,
+    HandoverView, Lagging, LeaseView, NodeServicesView, PauseView, PostgresView, PrimaryView,
+    ReplicaView, RoleView, RolesView, ServiceView,
 };
 
 /// Wall-clock milliseconds since the Unix epoch.
@@ -274,6 +274,14 @@ pub enum AgentEvent {
         to: Option<String>,
         /// The lease's epoch.
         epoch: u64,
+    },
+    /// A role this node holds was paused (`true`: maintenance, its checks
+    /// no longer move it) or resumed, as its committed renewal said.
+    RolePaused {
+        /// The role.
+        role: String,
+        /// Paused, or resumed.
+        paused: bool,
     },
     /// The control plane will not grant this node a replicated role: its
     /// copy lags the holder's last mark by more than `max_lag_on_failover`

@@ -156,6 +156,9 @@ pub struct Holder {
     status: ServiceStatus,
     /// What a replicated service says of its data (see [`DataState`]).
     data: DataState,
+    /// The role is paused, as the last committed renewal said: no step
+    /// down for failing checks (an operator's maintenance).
+    paused: bool,
     /// Whether the last published eligibility was true.
     eligible: Option<bool>,
     /// Not asking for the role before this instant (after a handover or a
@@ -187,6 +190,7 @@ impl Holder {
             phase: Phase::Candidate { acquiring: None },
             status: ServiceStatus::default(),
             data: DataState::Unknown,
+            paused: false,
             eligible: None,
             hold_off_until: None,
             next_poll: now,
@@ -426,7 +430,12 @@ impl Holder {
             return;
         }
         match response {
-            Some(LeaseResponse::Renewed { epoch: e }) if e == epoch => {
+            Some(LeaseResponse::Renewed { epoch: e, paused }) if e == epoch => {
+                if self.paused != paused {
+                    self.paused = paused;
+                    self.actions
+                        .push_back(Action::Event(HolderEvent::Paused(paused)));
+                }
                 if let Some(lease) = self.lease_mut() {
                     lease.renewed(sent);
                     let deadline = lease.valid_until();
@@ -605,9 +614,11 @@ impl Holder {
     }
 
     fn failing_long(&self, now: Time) -> bool {
-        self.status
-            .failing_since
-            .is_some_and(|s| now.saturating_since(s) >= self.cfg.fail_after)
+        !self.paused
+            && self
+                .status
+                .failing_since
+                .is_some_and(|s| now.saturating_since(s) >= self.cfg.fail_after)
     }
 
     fn id(&mut self) -> RequestId {

@@ -96,6 +96,15 @@ pub enum LeaseRequest {
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         marks: Vec<(String, Mark)>,
     },
+    /// Pause (`paused: true`) or resume the role: while it is paused no
+    /// node is granted it, and its holder keeps it whatever its checks say
+    /// (maintenance); its lease still has to be renewed. Any member may ask.
+    Pause {
+        /// The role.
+        role: String,
+        /// Paused from now on, or resumed.
+        paused: bool,
+    },
     /// Several requests in one log entry, applied in order (an agent's
     /// renewals of every role it holds, and the grants answering its
     /// acquisitions, in one entry: the log grows with hosts, not roles).
@@ -115,7 +124,13 @@ pub enum LeaseResponse {
     Renewed {
         /// Its epoch.
         epoch: u64,
+        /// The role is paused (maintenance): its holder keeps it whatever
+        /// its checks say.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        paused: bool,
     },
+    /// A [`LeaseRequest::Pause`] took effect: the role is paused now, or not.
+    Paused(bool),
     /// The role has no holder any more.
     Released,
     /// Nothing changed.
@@ -163,6 +178,10 @@ pub struct RoleLease {
     /// releases, so candidates are judged against it after the holder died.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mark: Option<Mark>,
+    /// Paused by an operator ([`LeaseRequest::Pause`]): no grant until it
+    /// is resumed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
 }
 
 /// A request to the leader to grant a role (sent by candidates).
@@ -270,6 +289,10 @@ impl LeaseTable {
                 }
                 answer
             }
+            LeaseRequest::Pause { role, paused } => {
+                self.roles.entry(role.clone()).or_default().paused = *paused;
+                LeaseResponse::Paused(*paused)
+            }
             LeaseRequest::Release {
                 role,
                 holder,
@@ -293,7 +316,10 @@ impl LeaseTable {
     fn renew(&self, role: &str, holder: &str, epoch: u64) -> LeaseResponse {
         match self.roles.get(role) {
             Some(r) if r.epoch == epoch && r.holder.as_deref() == Some(holder) => {
-                LeaseResponse::Renewed { epoch }
+                LeaseResponse::Renewed {
+                    epoch,
+                    paused: r.paused,
+                }
             }
             _ => not_holder(holder, epoch),
         }
@@ -441,7 +467,7 @@ impl AppendClock {
                     }
                 }
             }
-            LeaseRequest::Release { .. } => {}
+            LeaseRequest::Release { .. } | LeaseRequest::Pause { .. } => {}
         }
     }
 
@@ -481,6 +507,10 @@ pub enum GrantDelay {
     /// holder's data synchronously.
     #[error("{0} is a better candidate")]
     BetterCandidate(String),
+    /// The role is paused (maintenance): nobody is granted it until an
+    /// operator resumes it.
+    #[error("the role is paused: no new holder until it is resumed")]
+    Paused,
     /// The asking candidate's copy lags the holder's last mark by more
     /// than its `max_lag_on_failover` ([`crate::replication`]).
     #[error("its copy lags the last primary position by {lag} bytes, more than max_lag_on_failover ({max_lag})")]
@@ -548,6 +578,9 @@ impl Grantor {
         #[cfg(feature = "planted-bugs")]
         if crate::planted::active("no-lease-wait") {
             return Ok(());
+        }
+        if table.role(role).is_some_and(|r| r.paused) {
+            return Err(GrantDelay::Paused);
         }
         if table.role(role).is_some_and(|r| r.holder.is_some()) {
             let until = appends.last(role) + self.timing.lease;

@@ -28,18 +28,42 @@ pub enum RolesAction {
         #[arg(long)]
         to: Option<String>,
     },
+    /// Pause ROLE (from any member): no automatic promotion or demotion,
+    /// and its holder keeps it whatever its checks say, until `resume`.
+    Pause {
+        /// The role.
+        role: String,
+    },
+    /// Resume a paused ROLE: it moves on faults again.
+    Resume {
+        /// The role.
+        role: String,
+    },
 }
 
 /// `hale roles`.
 pub fn roles(args: &RolesArgs) -> anyhow::Result<()> {
     let client = args.api.client();
-    if let Some(RolesAction::Handover { role, to }) = &args.action {
-        block_on(client.handover(role, to.as_deref()))??;
-        match to {
-            Some(n) => println!("handing {role} over to {n}"),
-            None => println!("handing {role} over to the next candidate"),
+    match &args.action {
+        Some(RolesAction::Handover { role, to }) => {
+            block_on(client.handover(role, to.as_deref()))??;
+            match to {
+                Some(n) => println!("handing {role} over to {n}"),
+                None => println!("handing {role} over to the next candidate"),
+            }
+            return Ok(());
         }
-        return Ok(());
+        Some(RolesAction::Pause { role } | RolesAction::Resume { role }) => {
+            let pause = matches!(args.action, Some(RolesAction::Pause { .. }));
+            let v = block_on(client.set_paused(role, pause))??;
+            if v.paused {
+                println!("{role} paused: no automatic promotion or demotion until `hale roles resume {role}`");
+            } else {
+                println!("{role} resumed");
+            }
+            return Ok(());
+        }
+        None => {}
     }
     let v = block_on(client.roles())??;
     if args.json {
@@ -50,10 +74,11 @@ pub fn roles(args: &RolesArgs) -> anyhow::Result<()> {
     if let Some(leases) = &v.leases {
         for (role, l) in leases {
             println!(
-                "{:<16}{:<20}{:>7}",
+                "{:<16}{:<20}{:>7}{}",
                 role,
                 l.holder.as_deref().unwrap_or("-"),
-                l.epoch
+                l.epoch,
+                if l.paused { "  PAUSED" } else { "" }
             );
         }
     } else {

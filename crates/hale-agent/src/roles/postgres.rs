@@ -25,6 +25,8 @@
 //!   - released (nobody holds it): a server running as a primary is fenced;
 //!   - a stopped, unfenced server with nobody else holding the role starts
 //!     as a standby so that it can offer its copy (a cold start).
+//! * **Paused** (`hale roles pause`): measures only; never starts, fences
+//!   or rejoins the server.
 //! * **Promoting, demoting.** Nothing: the hooks (`hale postgres promote`,
 //!   `hale postgres fence`) are at work.
 //!
@@ -108,6 +110,7 @@ impl Keeper {
         let mut tick = tokio::time::interval(EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut table = TableSays::Unknown;
+        let mut paused = false;
         let mut table_read: Option<Instant> = None;
         let mut retry_after: Option<Instant> = None;
         let mut track = Following::default();
@@ -133,7 +136,7 @@ impl Keeper {
             let following = matches!(state, RoleState::Standby | RoleState::Ineligible);
             let now = Instant::now();
             if following && table_read.is_none_or(|t| now >= t + HOLDER_EVERY) {
-                table = self.read_table().await;
+                (table, paused) = self.read_table().await;
                 table_read = Some(now);
             }
             let data = match &standing {
@@ -157,6 +160,8 @@ impl Keeper {
                     }
                 }
                 RoleState::Promoting | RoleState::Demoting => {}
+                // Paused (maintenance): measure, never act on the server.
+                RoleState::Standby | RoleState::Ineligible if paused => {}
                 RoleState::Standby | RoleState::Ineligible => {
                     if retry_after.is_some_and(|t| Instant::now() < t) {
                         continue;
@@ -171,22 +176,26 @@ impl Keeper {
         }
     }
 
-    async fn read_table(&self) -> TableSays {
+    /// What the lease table says of the role, and whether it is paused.
+    async fn read_table(&self) -> (TableSays, bool) {
         let Some(table) = self.control.table().await else {
-            return TableSays::Unknown;
+            return (TableSays::Unknown, false);
         };
+        let paused = table.role(&self.role).is_some_and(|r| r.paused);
         let mark = table
             .role(&self.role)
             .and_then(|r| r.mark.as_ref())
             .map(|m| m.position);
         self.publish(|v| v.primary_lsn = mark);
-        match table.role(&self.role) {
+        let says = match table.role(&self.role) {
             None => TableSays::NeverGranted,
+            Some(r) if r.epoch == 0 => TableSays::NeverGranted,
             Some(r) => match &r.holder {
                 Some(h) => TableSays::Held(h.clone()),
                 None => TableSays::Free,
             },
-        }
+        };
+        (says, paused)
     }
 
     /// Whether a primary on this node that does not act as holder may be

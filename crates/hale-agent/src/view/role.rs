@@ -35,6 +35,10 @@ pub struct RoleView {
     pub demotions: u64,
     /// Renewals committed.
     pub renewals: u64,
+    /// The role is paused (maintenance), as this node's last committed
+    /// renewal said: it keeps the role whatever its checks say.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
     /// A replicated role: why the control plane will not grant it to this
     /// node now (its copy lags), if it said so at its last ask.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -106,6 +110,9 @@ pub struct LeaseView {
     pub holder: Option<String>,
     /// Its fencing epoch.
     pub epoch: u64,
+    /// Paused by an operator: no new holder until it is resumed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
 }
 
 /// `GET /v1/roles`: this agent's candidacies and the leases it can see.
@@ -264,4 +271,13 @@ pub struct CheckView {
 pub struct HandoverView {
     /// The role handed over.
     pub handover: String,
+}
+
+/// `POST /v1/roles/{role}/pause` and `/resume`: the role's state now.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PauseView {
+    /// The role.
+    pub role: String,
+    /// Paused (no automatic promotion or demotion), or resumed.
+    pub paused: bool,
 }

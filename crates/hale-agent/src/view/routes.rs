@@ -24,6 +24,10 @@ pub const ROLES: &str = "/v1/roles";
 pub const SERVICES: &str = "/v1/services";
 /// `POST`: hand a held role over.
 pub const HANDOVER: &str = "/v1/roles/{role}/handover";
+/// `POST`: pause a role (no automatic promotion or demotion).
+pub const PAUSE: &str = "/v1/roles/{role}/pause";
+/// `POST`: resume a paused role.
+pub const RESUME: &str = "/v1/roles/{role}/resume";
 /// `GET`: 200 if this node holds the role (for load balancers).
 pub const PRIMARY: &str = "/v1/roles/{role}/primary";
 /// `GET`: 200 if this node is a ready replica of the role (`?lag=BYTES`).

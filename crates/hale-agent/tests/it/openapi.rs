@@ -22,7 +22,7 @@ use hale_agent::view::{CheckResult, CheckView, ServiceView};
 use hale_agent::view::{DrillView, FaultView, RestoredView, TrafficView};
 use hale_agent::view::{ErrorBody, HandoverView};
 use hale_agent::view::{KeyOpError, KeyReport, KeyView, KeysView};
-use hale_agent::view::{Lagging, PostgresView};
+use hale_agent::view::{Lagging, PauseView, PostgresView};
 use hale_agent::{EventView, EvidenceView, MemberView, RelayView, UpstreamView};
 use hale_control::raft::ControlStatus;
 use hale_postgres::{StandbyState, Standing};
@@ -180,8 +180,9 @@ fn samples() -> BTreeMap<String, Vec<Value>> {
         let mut r = role(None);
         r["postgres"] = json!({"standing": standing, "fenced": lagging.is_none(),
             "rejoin": "rewound", "error": null, "primary_lsn": 50_331_648});
-        if let Some(l) = lagging {
-            r["lagging"] = l;
+        match lagging {
+            Some(l) => r["lagging"] = l,
+            None => r["paused"] = json!(true),
         }
         r
     };
@@ -221,6 +222,8 @@ fn samples() -> BTreeMap<String, Vec<Value>> {
         "Role": RoleView = (pg_role(primary.clone(), None));
         "Role": RoleView = (pg_role(json!({"standing": "down"}), None));
         "Lagging": Lagging = {"lag": 16_777_216, "max_lag": 1_048_576};
+        "Pause": PauseView = {"role": "db", "paused": true};
+        "Lease": LeaseView = {"holder": "n0", "epoch": 3, "paused": true};
         "Standing": Standing = (replica.clone());
         "Standing": Standing = (primary.clone());
         "Standing": Standing = {"standing": "down"};
@@ -302,6 +305,8 @@ fn samples() -> BTreeMap<String, Vec<Value>> {
             "schema": "DrillSetDetail"},
         {"kind": "drill-restored", "detail": {"fault": "freeze", "reason": "expired"},
             "schema": "DrillRestoredDetail"},
+        {"kind": "role-paused", "detail": {"role": role, "paused": true},
+            "schema": "RolePausedDetail"},
         {"kind": "not-eligible", "detail": {"role": role, "lag": 16_777_216, "max_lag": 1_048_576},
             "schema": "NotEligibleDetail"},
         {"kind": "rejoining", "detail": {"role": role, "upstream": "n1"}, "schema": "RejoinDetail"},

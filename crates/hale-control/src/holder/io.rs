@@ -220,6 +220,9 @@ pub enum HolderEvent {
         /// How the demote hook ended.
         demote: HookOutcome,
     },
+    /// A committed renewal said the role is now paused (`true`: failing
+    /// checks no longer make this holder step down) or resumed.
+    Paused(bool),
     /// The agent's stop has been carried out: nothing runs, the role is released.
     Stopped,
 }

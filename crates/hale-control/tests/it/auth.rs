@@ -224,7 +224,13 @@ async fn a_replayed_stale_or_misaddressed_request_is_refused_and_a_fresh_one_is_
     assert_eq!(status, 200, "a fresh request from the cluster is served");
     let answer: hale_control::raft::api::Answer<LeaseResponse> =
         serde_json::from_slice(&open_response(&keys, &req, &answer).unwrap()).unwrap();
-    assert_eq!(answer, Ok(LeaseResponse::Renewed { epoch: 1 }));
+    assert_eq!(
+        answer,
+        Ok(LeaseResponse::Renewed {
+            epoch: 1,
+            paused: false,
+        })
+    );
     let (status, _) = post(s[0].addr, path, req.body.clone()).await;
     assert_eq!(status, 401, "the same request again is a replay");
     // Addressed to server 1, delivered to server 2.
@@ -339,7 +345,13 @@ async fn a_forged_or_replayed_answer_to_a_renewal_is_not_believed() {
         hale_seal::call(&http, &auth, 1, &s[0].addr.to_string(), path, &renew, t)
             .await
             .unwrap();
-    assert_eq!(r, Ok(LeaseResponse::Renewed { epoch: 1 }));
+    assert_eq!(
+        r,
+        Ok(LeaseResponse::Renewed {
+            epoch: 1,
+            paused: false,
+        })
+    );
     for x in s {
         x.cp.shutdown().await;
         x.task.abort();
@@ -361,7 +373,10 @@ async fn renewals_work(s: &[Server], client: &ControlAuth, step: &str) {
         let r = x.cp.write(renew.clone()).await;
         assert_eq!(
             r.unwrap(),
-            LeaseResponse::Renewed { epoch: 1 },
+            LeaseResponse::Renewed {
+                epoch: 1,
+                paused: false,
+            },
             "{step}: through server {}",
             x.cp.id
         );
@@ -376,7 +391,14 @@ async fn renewals_work(s: &[Server], client: &ControlAuth, step: &str) {
         )
         .await
         .unwrap_or_else(|e| panic!("{step}: client to server {}: {e}", x.cp.id));
-        assert_eq!(r, Ok(LeaseResponse::Renewed { epoch: 1 }), "{step}");
+        assert_eq!(
+            r,
+            Ok(LeaseResponse::Renewed {
+                epoch: 1,
+                paused: false,
+            }),
+            "{step}"
+        );
     }
 }
 

@@ -132,7 +132,14 @@ fn a_holder_keeps_renewing_while_its_promote_hook_runs() {
     assert_eq!(*request, renew(7));
     // The renewal commits: the watchdog is re-armed with the renewal's end,
     // the hook is untouched.
-    h.handle_response(ms(520), *id, Some(LeaseResponse::Renewed { epoch: 7 }));
+    h.handle_response(
+        ms(520),
+        *id,
+        Some(LeaseResponse::Renewed {
+            epoch: 7,
+            paused: false,
+        }),
+    );
     assert_eq!(
         actions(&mut h),
         vec![Action::ArmWatchdog { deadline: ms(2110) }]
@@ -147,7 +154,14 @@ fn a_holder_keeps_renewing_while_its_promote_hook_runs() {
             if let Action::Send { id, request, .. } = a {
                 assert_eq!(request, renew(7));
                 sent += 1;
-                h.handle_response(ms(t + 5), id, Some(LeaseResponse::Renewed { epoch: 7 }));
+                h.handle_response(
+                    ms(t + 5),
+                    id,
+                    Some(LeaseResponse::Renewed {
+                        epoch: 7,
+                        paused: false,
+                    }),
+                );
                 let _ = actions(&mut h);
             } else {
                 panic!("unexpected {a:?} while promoting");
@@ -181,7 +195,14 @@ fn an_unanswered_renewal_is_retried_after_a_fifth_of_the_interval() {
     assert_eq!(*request, renew(7));
     // Answered: back to the regular interval, on the grid every holder of
     // the agent shares (its renewals travel in one batch).
-    h.handle_response(ms(620), *id, Some(LeaseResponse::Renewed { epoch: 7 }));
+    h.handle_response(
+        ms(620),
+        *id,
+        Some(LeaseResponse::Renewed {
+            epoch: 7,
+            paused: false,
+        }),
+    );
     assert_eq!(
         actions(&mut h),
         vec![Action::ArmWatchdog { deadline: ms(2215) }]
@@ -308,9 +329,14 @@ fn a_promote_hook_that_outlives_its_timeout_is_killed_and_the_role_released() {
         h.handle_timeout(ms(t));
         for a in actions(&mut h) {
             match a {
-                Action::Send { id, .. } => {
-                    h.handle_response(ms(t), id, Some(LeaseResponse::Renewed { epoch: 7 }))
-                }
+                Action::Send { id, .. } => h.handle_response(
+                    ms(t),
+                    id,
+                    Some(LeaseResponse::Renewed {
+                        epoch: 7,
+                        paused: false,
+                    }),
+                ),
                 Action::ArmWatchdog { .. } => {}
                 Action::Event(HolderEvent::SteppingDown { reason, .. }) => {
                     assert_eq!(reason, StepDownReason::PromoteTimedOut);
@@ -439,7 +465,14 @@ fn renewals_fall_on_the_grid_every_holder_of_the_agent_shares() {
             if let Action::Send { id, request, .. } = a {
                 assert_eq!(request, renew(7));
                 sent.push(t.as_nanos() / 1_000_000);
-                h.handle_response(t, id, Some(LeaseResponse::Renewed { epoch: 7 }));
+                h.handle_response(
+                    t,
+                    id,
+                    Some(LeaseResponse::Renewed {
+                        epoch: 7,
+                        paused: false,
+                    }),
+                );
                 let _ = actions(&mut h);
             }
         }
@@ -475,7 +508,14 @@ fn run_renewing(
         h.handle_timeout(ms(t));
         for a in actions(h) {
             if let Action::Send { id, .. } = a {
-                h.handle_response(ms(t), id, Some(LeaseResponse::Renewed { epoch: 7 }));
+                h.handle_response(
+                    ms(t),
+                    id,
+                    Some(LeaseResponse::Renewed {
+                        epoch: 7,
+                        paused: false,
+                    }),
+                );
             } else if stop(&a) {
                 return Some(t);
             }
@@ -555,4 +595,70 @@ fn a_replicated_roles_holder_publishes_its_mark_with_each_renewal() {
             mark: Some(m),
         })
     );
+}
+
+#[test]
+fn a_paused_holder_keeps_its_role_while_its_checks_fail_and_steps_down_once_resumed() {
+    let mut h = holder();
+    let hook = granted(&mut h);
+    h.handle_hook_exit(ms(100), hook, HookExit::Succeeded);
+    let _ = actions(&mut h);
+    // A renewal says the role is paused.
+    h.handle_timeout(ms(510));
+    let a = actions(&mut h);
+    let [Action::Send { id, .. }] = a.as_slice() else {
+        panic!("{a:?}")
+    };
+    h.handle_response(
+        ms(520),
+        *id,
+        Some(LeaseResponse::Renewed {
+            epoch: 7,
+            paused: true,
+        }),
+    );
+    assert!(actions(&mut h).contains(&Action::Event(HolderEvent::Paused(true))));
+    // Checks fail for far longer than fail_after (3 s): it keeps renewing.
+    let failing = ServiceStatus {
+        healthy: false,
+        ready: false,
+        failing_since: Some(ms(600)),
+    };
+    let mut t = 600;
+    let mut last = None;
+    while t < 6_000 {
+        t += 100;
+        h.handle_checks(ms(t), failing);
+        for a in actions(&mut h) {
+            match a {
+                Action::Send { id, .. } => {
+                    h.handle_response(
+                        ms(t + 5),
+                        id,
+                        Some(LeaseResponse::Renewed {
+                            epoch: 7,
+                            paused: t < 5_000,
+                        }),
+                    );
+                    last = Some(t);
+                }
+                Action::ArmWatchdog { .. } | Action::Event(HolderEvent::Eligible(_)) => {}
+                Action::Event(HolderEvent::Paused(false)) => assert!(t >= 5_000),
+                Action::Event(HolderEvent::SteppingDown {
+                    reason: StepDownReason::ServiceFailing,
+                    ..
+                }) => {
+                    assert!(t >= 5_000, "stepped down while paused, at {t} ms");
+                    assert_eq!(h.state(), RoleState::Demoting);
+                    return;
+                }
+                other => {
+                    if t < 5_000 {
+                        panic!("unexpected {other:?} while paused at {t} ms");
+                    }
+                }
+            }
+        }
+    }
+    panic!("never stepped down once resumed (last renewal at {last:?})");
 }

@@ -128,7 +128,10 @@ async fn three_servers_elect_a_leader_and_grant_with_increasing_epochs() {
     };
     assert_eq!(
         s[1].cp.write(renew).await.unwrap(),
-        LeaseResponse::Renewed { epoch: 1 }
+        LeaseResponse::Renewed {
+            epoch: 1,
+            paused: false,
+        }
     );
     // While node-a renews, nobody else gets the role.
     let denied = s[0].cp.acquire("db", "node-b", 0, 0).await;
@@ -182,7 +185,13 @@ async fn a_new_leader_grants_only_a_full_lease_after_the_last_renewal_it_holds()
             })
             .await
             .unwrap();
-        assert_eq!(r, LeaseResponse::Renewed { epoch: 1 });
+        assert_eq!(
+            r,
+            LeaseResponse::Renewed {
+                epoch: 1,
+                paused: false,
+            }
+        );
         last_sent = sent;
     }
     // The leader dies right after that renewal.
@@ -282,7 +291,15 @@ async fn a_server_whose_raft_stopped_refuses_lease_requests_with_503_so_the_hold
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         match live.cp.write(renew.clone()).await {
-            Ok(r) => break assert_eq!(r, LeaseResponse::Renewed { epoch }),
+            Ok(r) => {
+                break assert_eq!(
+                    r,
+                    LeaseResponse::Renewed {
+                        epoch,
+                        paused: false,
+                    }
+                )
+            }
             Err(e) => assert!(Instant::now() < deadline, "never renewed: {e}"),
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -453,9 +470,21 @@ async fn a_batch_through_any_server_is_answered_item_by_item_and_committed_as_on
         )
         .await
         .unwrap();
-    assert_eq!(answers[0], Ok(LeaseResponse::Renewed { epoch: 1 }));
+    assert_eq!(
+        answers[0],
+        Ok(LeaseResponse::Renewed {
+            epoch: 1,
+            paused: false,
+        })
+    );
     assert!(matches!(answers[1], Err(Refusal::NotYet(_))), "{answers:?}");
-    assert_eq!(answers[2], Ok(LeaseResponse::Renewed { epoch: 1 }));
+    assert_eq!(
+        answers[2],
+        Ok(LeaseResponse::Renewed {
+            epoch: 1,
+            paused: false,
+        })
+    );
     until("the batch is replicated", Duration::from_secs(5), || {
         (leader_log(&s[0]) > before).then_some(())
     })

@@ -53,7 +53,13 @@ fn held_by_a(last: Option<Mark>) -> (LeaseTable, AppendClock, Time) {
     t.apply(&grant);
     clock.appended(&grant, Time::from_millis(9_000));
     let r = renew("a", 1, last);
-    assert_eq!(t.apply(&r), LeaseResponse::Renewed { epoch: 1 });
+    assert_eq!(
+        t.apply(&r),
+        LeaseResponse::Renewed {
+            epoch: 1,
+            paused: false,
+        }
+    );
     clock.appended(&r, Time::from_millis(10_000));
     let free = Time::from_millis(10_000) + LeaseTiming::default().lease;
     (t, clock, free)

@@ -36,7 +36,13 @@ fn only_the_holder_at_its_epoch_renews_or_releases() {
         epoch: e,
         mark: None,
     };
-    assert_eq!(t.apply(&renew("a", 1)), LeaseResponse::Renewed { epoch: 1 });
+    assert_eq!(
+        t.apply(&renew("a", 1)),
+        LeaseResponse::Renewed {
+            epoch: 1,
+            paused: false,
+        }
+    );
     assert!(matches!(
         t.apply(&renew("b", 1)),
         LeaseResponse::Rejected(_)
@@ -161,7 +167,13 @@ fn a_batch_applies_each_request_in_order_and_refuses_a_batch_inside_it() {
         LeaseResponse::Rejected(LeaseRejection::NotHolder { .. })
     ));
     assert_eq!(r[1], LeaseResponse::Granted { epoch: 1 });
-    assert_eq!(r[2], LeaseResponse::Renewed { epoch: 1 });
+    assert_eq!(
+        r[2],
+        LeaseResponse::Renewed {
+            epoch: 1,
+            paused: false,
+        }
+    );
     assert_eq!(r[3], LeaseResponse::Rejected(LeaseRejection::NestedBatch));
     assert_eq!(t.role("db").unwrap().holder.as_deref(), Some("a"));
 }
@@ -178,7 +190,13 @@ fn renewals_of_many_roles_answer_role_by_role() {
     let LeaseResponse::Batch(r) = t.apply(&renewals) else {
         panic!("not a batch answer")
     };
-    assert_eq!(r[0], LeaseResponse::Renewed { epoch: 1 });
+    assert_eq!(
+        r[0],
+        LeaseResponse::Renewed {
+            epoch: 1,
+            paused: false,
+        }
+    );
     assert!(matches!(
         r[1],
         LeaseResponse::Rejected(LeaseRejection::NotHolder { epoch: 2, .. })
@@ -214,4 +232,52 @@ fn renewing_or_releasing_a_role_never_granted_is_refused_and_leaves_the_table_as
     assert_eq!(t.apply(&release), not_holder);
     assert_eq!(t, LeaseTable::default());
     assert!(t.role("db").is_none());
+}
+
+#[test]
+fn a_paused_role_is_granted_to_nobody_its_renewals_say_so_and_resuming_lifts_it() {
+    use hale_control::{AppendClock, GrantDelay, Grantor, LeaseTiming};
+    use hale_core::Time;
+    let mut t = LeaseTable::default();
+    t.apply(&grant("a", 1));
+    let pause = |paused| LeaseRequest::Pause {
+        role: "db".into(),
+        paused,
+    };
+    assert_eq!(t.apply(&pause(true)), LeaseResponse::Paused(true));
+    let renew = LeaseRequest::Renew {
+        role: "db".into(),
+        holder: "a".into(),
+        epoch: 1,
+        mark: None,
+    };
+    assert_eq!(
+        t.apply(&renew),
+        LeaseResponse::Renewed {
+            epoch: 1,
+            paused: true
+        }
+    );
+    // Long after a's last renewal, b still may not take it.
+    let mut g = Grantor::new(LeaseTiming::default());
+    let clock = AppendClock::new(Time::ZERO);
+    let late = Time::from_millis(600_000);
+    assert_eq!(g.may_grant(&t, &clock, "db", late), Err(GrantDelay::Paused));
+    let ask = hale_control::raft::AcquireRequest {
+        role: "db".into(),
+        holder: "b".into(),
+        priority: 0,
+        attempt: 1,
+        standing: None,
+    };
+    assert_eq!(g.contend(&t, &clock, &ask, late), Err(GrantDelay::Paused));
+    assert_eq!(t.apply(&pause(false)), LeaseResponse::Paused(false));
+    assert_eq!(g.may_grant(&t, &clock, "db", late), Ok(()));
+    assert_eq!(
+        t.apply(&renew),
+        LeaseResponse::Renewed {
+            epoch: 1,
+            paused: false
+        }
+    );
 }

@@ -212,6 +212,7 @@ mod tests {
                         hale_agent::view::LeaseView {
                             holder: holder.map(str::to_owned),
                             epoch: 1,
+                            paused: false,
                         },
                     )]
                     .into(),

@@ -242,3 +242,39 @@ fn a_holder_whose_watchdog_is_killed_gets_another_that_still_fences_it_when_froz
     assert!(fenced < promote_time(&h, &next, e2).expect("promoted"));
     check(&h).unwrap();
 }
+
+#[test]
+fn a_paused_role_stays_with_its_failing_holder_and_moves_once_resumed() {
+    let c = Cluster::roles("fo-pause", "");
+    let (holder, epoch) = first_holder(&c);
+    // Paused from a member that does not hold it.
+    let out = c.agents[2].cli_ok(&["roles", "pause", "db"]);
+    assert!(out.contains("db paused"), "{out}");
+    wait_for(
+        Duration::from_secs(10),
+        "the holder hears of the pause",
+        || c.agents[0].roles().filter(|v| v.local[0].paused),
+    );
+    let shown = c.agents[1].cli_ok(&["roles"]);
+    assert!(shown.contains("PAUSED"), "{shown}");
+    // Its service fails well past fail_after (1 s): nothing moves, no hook runs.
+    std::fs::remove_file(c.path(&format!("healthy-{holder}"))).unwrap();
+    let hooks = history(&c).len();
+    during(Duration::from_secs(4), Duration::from_millis(200), || {
+        if let Some(now) = c.holder() {
+            assert_eq!(now, (holder.clone(), epoch), "a paused role does not move");
+        }
+        assert_eq!(history(&c).len(), hooks, "no hook runs while paused");
+    });
+    // Resumed: the failing holder steps down and a standby takes over.
+    let out = c.agents[1].cli_ok(&["roles", "resume", "db"]);
+    assert!(out.contains("db resumed"), "{out}");
+    let (next, e2) = standby_takes_over(&c, &holder, 20);
+    let h = promoted(&c, &next, e2);
+    assert!(demote_time(&h, &holder, epoch).unwrap() < promote_time(&h, &next, e2).unwrap());
+    check(&h).unwrap();
+    // Pausing a role nobody ever heard of is refused, and creates nothing.
+    let typo = c.agents[1].cli(&["roles", "pause", "dbb"]);
+    assert!(!typo.status.success());
+    assert!(String::from_utf8_lossy(&typo.stderr).contains("no role \"dbb\""));
+}
