@@ -117,6 +117,11 @@ export function eventDetail(e) {
       ? `control-plane server ${d.server} refused a member's request stamped ${fmtMs(Math.abs(d.skew_ms))} ${d.skew_ms < 0 ? 'behind' : 'ahead of'} its clock (told it the time)`
       : `this host's clock is ${fmtMs(Math.abs(d.skew_ms))} ${d.skew_ms < 0 ? 'behind' : 'ahead of'} control-plane server ${d.server}'s: stamping in its time; fix NTP`;
     case 'breaker': return `${d.role} upstream ${d.upstream}: ${d.from} → ${d.to}`;
+    case 'role-paused': return `${d.role}: ${d.paused ? 'paused (no automatic promotion or demotion)' : 'resumed'}`;
+    case 'not-eligible': return `${d.role}: not eligible, its copy ${d.lag} bytes behind (max_lag_on_failover ${d.max_lag})`;
+    case 'rejoining': case 'rewound': case 'recloned': case 'streaming': return `${d.role}: ${e.kind} (holder ${d.upstream})`;
+    case 'rejoin-failed': return `${d.role}: rejoining ${d.upstream} failed: ${d.error}`;
+    case 'postgres-fenced': return `${d.role}: a primary nobody holds was fenced (${d.how})`;
     // A failover always names its new holder: `released` is for holder events.
     case 'holder': case 'failover': return `${d.role}: ${d.from ?? 'none'} → ${d.to ?? 'released'}, epoch ${d.epoch}` +
       (d.duration_ms != null ? `, ${fmtMs(d.duration_ms)} after ${d.from} went silent` : '');
@@ -152,6 +157,7 @@ export function rolesHtml(data, fetchedAt, members) {
     return `<div class="role" data-role="${esc(r.role)}" data-holder="${esc(r.holder ?? '')}" data-epoch="${r.epoch}">
       <div class="role-head"><span class="name">${esc(r.role)}</span><span>holder ${holder}</span>
       <span>epoch <b class="epoch">${esc(r.epoch)}</b></span><span>lease ${lease}</span>
+      ${r.paused ? `<span class="bad" title="hale roles resume ${esc(r.role)}">PAUSED: no automatic promotion or demotion</span>` : ''}
       ${r.held_since_unix_ms ? `<span class="muted">since ${fmtTime(r.held_since_unix_ms)}</span>` : ''}</div>
       <table class="t"><thead><tr><th>order</th><th>candidate</th><th>priority</th><th>member</th><th>readiness</th></tr></thead>
       <tbody>${rows || '<tr><td colspan="5" class="muted">no candidates known</td></tr>'}</tbody></table></div>`;

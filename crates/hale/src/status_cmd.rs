@@ -66,6 +66,8 @@ pub struct RoleStatus {
     pub epoch: u64,
     /// Other candidates: (node, priority, eligible).
     pub standbys: Vec<(String, i64, bool)>,
+    /// Paused by an operator: no automatic promotion or demotion.
+    pub paused: bool,
 }
 
 /// One failing service.
@@ -94,6 +96,16 @@ pub fn summarize(observer: &str, members: &[MemberView], nodes: &[NodeState]) ->
             .push(m.name.clone());
     }
     let leases = cluster::leases(nodes);
+    let paused: BTreeSet<String> = nodes
+        .iter()
+        .find_map(|n| n.roles.as_ref()?.leases.as_ref())
+        .map(|l| {
+            l.iter()
+                .filter(|(_, v)| v.paused)
+                .map(|(r, _)| r.clone())
+                .collect()
+        })
+        .unwrap_or_default();
     let cands = cluster::candidates(members);
     let mut roles: Vec<RoleStatus> = Vec::new();
     let mut names: BTreeSet<String> = cands.keys().cloned().collect();
@@ -111,6 +123,7 @@ pub fn summarize(observer: &str, members: &[MemberView], nodes: &[NodeState]) ->
             .cloned()
             .collect();
         roles.push(RoleStatus {
+            paused: paused.contains(&role),
             role,
             holder,
             epoch,
@@ -234,11 +247,16 @@ pub fn render(s: &Status) -> String {
             .map(|(n, p, e)| format!("{n} ({p}{})", if *e { "" } else { ", not eligible" }))
             .collect();
         out.push_str(&format!(
-            "  {:<16} holder {:<12} epoch {:<5} standbys {}\n",
+            "  {:<16} holder {:<12} epoch {:<5} standbys {}{}\n",
             r.role,
             r.holder.as_deref().unwrap_or("NONE"),
             r.epoch,
-            names(&standbys)
+            names(&standbys),
+            if r.paused {
+                "  PAUSED: no automatic promotion or demotion (hale roles resume)"
+            } else {
+                ""
+            }
         ));
     }
     out.push_str("CHECKS\n");

@@ -186,6 +186,9 @@ pub struct ClusterRoleView {
     pub held_since_unix_ms: Option<u64>,
     /// Candidates: the holder first, then who would be promoted next.
     pub candidates: Vec<CandidateView>,
+    /// Paused by an operator: no automatic promotion or demotion.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
 }
 
 /// `GET /v1/cluster/roles`: every role's holder and candidates.

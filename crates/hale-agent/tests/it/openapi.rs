@@ -240,6 +240,8 @@ fn samples() -> BTreeMap<String, Vec<Value>> {
         "Handover": HandoverView = {"handover": "db"};
         "Candidate": CandidateView = candidate;
         "ClusterRole": ClusterRoleView = cluster_role;
+        "ClusterRole": ClusterRoleView = {"role": "db", "holder": null, "epoch": 0, "holder_state": null,
+            "lease_left_ms": null, "held_since_unix_ms": null, "candidates": [], "paused": true};
         "ClusterRoles": ClusterRolesView = {"control_plane": true, "leader": null,
             "fetched_unix_ms": 5, "roles": [cluster_role]};
         "CheckResult": CheckResult = result;
