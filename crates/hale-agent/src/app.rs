@@ -18,7 +18,7 @@ use crate::state::AppState;
 /// the relay's ingestion (if any) behind neither.
 pub(crate) fn router(st: AppState, token: Option<String>, http: SocketAddr) -> Router {
     use crate::view::routes;
-    use crate::{api, cluster_api, drill, keys_api, relay_api, roles_api};
+    use crate::{api, cluster_api, drill, keys_api, relay_api, roles_api, switchover_api};
     let guarded = Router::new()
         .route(routes::HEALTH, get(api::health))
         .route(routes::MEMBERS, get(api::members))
@@ -33,6 +33,7 @@ pub(crate) fn router(st: AppState, token: Option<String>, http: SocketAddr) -> R
         .route(routes::HANDOVER, post(roles_api::handover))
         .route(routes::PAUSE, post(roles_api::pause))
         .route(routes::RESUME, post(roles_api::resume))
+        .route(routes::SWITCHOVER, post(switchover_api::switchover))
         .route(routes::PRIMARY, get(roles_api::primary))
         .route(routes::REPLICA, get(roles_api::replica))
         .route(routes::READ_ONLY, get(roles_api::read_only))

@@ -13,7 +13,8 @@ use serde::Serialize;
 use crate::view::{
     routes, ClusterRolesView, ClusterServicesView, DrillView, ErrorBody, EventView, Fault,
     FaultView, HandoverView, HealthView, KeyOp, KeyReport, KeysView, MemberView, PauseView,
-    PrimaryView, RelayView, ReplicaView, RestoredView, RolesView, ServiceView, TrafficView,
+    PrimaryView, RelayView, ReplicaView, RestoredView, RolesView, ServiceView, SwitchoverRequest,
+    SwitchoverView, TrafficView,
 };
 
 /// The API address a client uses when told none.
@@ -328,6 +329,24 @@ impl Client {
             routes::RESUME
         };
         self.post(&routes::fill(route, "role", role), &serde_json::json!({}))
+            .await
+    }
+
+    /// `POST /v1/roles/{role}/switchover`: orders (or, `to` none, cancels)
+    /// a planned switchover of `role` to candidate `to`, not before
+    /// `at_unix_ms`; any member may be asked.
+    pub async fn switchover(
+        &self,
+        role: &str,
+        to: Option<&str>,
+        at_unix_ms: Option<u64>,
+    ) -> Result<SwitchoverView, ClientError> {
+        let body = SwitchoverRequest {
+            to: to.map(str::to_owned),
+            at_unix_ms,
+            cancel: to.is_none(),
+        };
+        self.post(&routes::fill(routes::SWITCHOVER, "role", role), &body)
             .await
     }
 

@@ -36,6 +36,7 @@ pub mod runtime;
 mod seed;
 pub mod services;
 mod state;
+mod switchover_api;
 pub mod systemd;
 pub mod view;
 pub mod watchdog;

@@ -26,10 +26,11 @@ use hale_core::Time;
 
 use crate::config::RoleSpec;
 use crate::services::Services;
-use crate::view::{AgentEvent, Lagging, RoleView};
+use crate::view::{AgentEvent, Lagging, RoleView, SwitchoverStep};
 use crate::watchdog::demote_once_argv;
 pub mod postgres;
 mod requests;
+pub mod switchover;
 mod watchdog;
 pub use requests::LeaseRequests;
 pub use watchdog::Watchdogs;
@@ -114,6 +115,17 @@ struct HookRun {
     pgid: Option<u32>,
     promote: bool,
     kill: bool,
+}
+
+/// The switchover order last seen in a renewal's answer, and what the
+/// holder did about it.
+#[derive(Debug, Default)]
+struct Switching {
+    order: Option<hale_control::Switchover>,
+    /// A `waiting` event was published for it.
+    said_waiting: bool,
+    /// The holder stepped down for it.
+    handed: bool,
 }
 
 /// The executor's own state: running hooks and the watchdog.
@@ -220,6 +232,7 @@ impl RoleManager {
         checks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut stopping = false;
         let mut paused = PauseWatch { last: run.now() };
+        let mut switching = Switching::default();
         loop {
             while let Some(a) = sm.poll_action() {
                 self.carry_out(&mut run, a);
@@ -241,8 +254,12 @@ impl RoleManager {
                 }
                 Some(input) = rx.recv() => match input {
                     Input::Response(id, r) => {
+                        let mut ordered = None;
                         match &r {
-                            Ok(LeaseResponse::Renewed { .. }) => self.view(|v| v.renewals += 1),
+                            Ok(LeaseResponse::Renewed { switchover, paused, .. }) => {
+                                self.view(|v| v.renewals += 1);
+                                ordered = switchover.clone().map(|o| (o, *paused));
+                            }
                             Ok(LeaseResponse::Granted { .. }) => self.refused(None),
                             Err(Refusal::Lagging { lag, max_lag }) => {
                                 self.refused(Some(Lagging { lag: *lag, max_lag: *max_lag }));
@@ -250,6 +267,9 @@ impl RoleManager {
                             _ => {}
                         }
                         sm.handle_response(run.now(), id, r.ok());
+                        if let Some((order, paused)) = ordered {
+                            self.switch_over(&mut sm, &mut switching, order, paused, run.now());
+                        }
                     }
                     Input::HookStarted(id, pgid) => self.hook_started(&mut run, id, pgid),
                     Input::HookExit(id, exit) => {
@@ -441,6 +461,62 @@ impl RoleManager {
         } else if let (true, Some(h)) = (hook.promote, run.watchdog) {
             self.watchdogs.promote(h, Some(pgid));
         }
+    }
+
+    /// A switchover ordered for this holding came with a renewal's answer:
+    /// hand over if it is due and its target has caught up
+    /// ([`switchover::readiness`]); a `waiting` event once per order while
+    /// it has not, a `handing-over` event as it goes.
+    fn switch_over(
+        &self,
+        sm: &mut Holder,
+        seen: &mut Switching,
+        order: hale_control::Switchover,
+        paused: bool,
+        now: Time,
+    ) {
+        if order.to == self.node {
+            return;
+        }
+        if seen.order.as_ref() != Some(&order) {
+            *seen = Switching {
+                order: Some(order.clone()),
+                ..Switching::default()
+            };
+        }
+        if seen.handed {
+            return;
+        }
+        let postgres = self.spec.max_lag().and_then(|max| {
+            let views = self.views.lock().expect("role views lock");
+            let pg = views.get(&self.spec.name).and_then(|v| v.postgres.clone());
+            pg.map(|p| (p, max))
+        });
+        let ready = switchover::readiness(
+            &order,
+            crate::view::unix_ms(),
+            paused,
+            postgres.as_ref().map(|(p, m)| (p, *m)),
+        );
+        let (step, reason) = match ready {
+            switchover::Readiness::NotDue => return,
+            switchover::Readiness::Waiting(_) if seen.said_waiting => return,
+            switchover::Readiness::Waiting(why) => {
+                seen.said_waiting = true;
+                (SwitchoverStep::Waiting, Some(why.to_string()))
+            }
+            switchover::Readiness::Go => {
+                seen.handed = true;
+                sm.handle_handover(now, Some(order.to.clone()));
+                (SwitchoverStep::HandingOver, None)
+            }
+        };
+        (self.on_change)(RoleChange::Event(AgentEvent::Switchover {
+            role: self.spec.name.clone(),
+            to: order.to,
+            step,
+            reason,
+        }));
     }
 
     /// The claim file this holding's demote and its watchdog's fence share.

@@ -26,6 +26,7 @@ pub(crate) async fn roles(State(st): State<AppState>) -> Json<RolesView> {
                             holder: l.holder.clone(),
                             epoch: l.epoch,
                             paused: l.paused,
+                            switchover: l.switchover.clone(),
                         };
                         (r.clone(), lease)
                     })
@@ -267,7 +268,7 @@ async fn set_paused(st: &AppState, role: String, paused: bool) -> Result<Respons
 }
 
 /// This agent's control-plane client, or the answer that it has none.
-fn control(st: &AppState) -> Result<&ControlClient, ApiError> {
+pub(crate) fn control(st: &AppState) -> Result<&ControlClient, ApiError> {
     let none = "this agent has no control plane configured";
     (st.control.as_ref()).ok_or_else(|| ApiError(StatusCode::CONFLICT, none.into()))
 }

@@ -28,7 +28,8 @@ pub use ops::{
 pub use role::{
     CandidateView, CheckResult, CheckView, ClusterRoleView, ClusterRolesView, ClusterServicesView,
     HandoverView, Lagging, LeaseView, NodeServicesView, PauseView, PostgresView, PrimaryView,
-    ReplicaView, RoleView, RolesView, ServiceView,
+    ReplicaView, RoleView, RolesView, ServiceView, SwitchoverRequest, SwitchoverStep,
+    SwitchoverView,
 };
 
 /// Wall-clock milliseconds since the Unix epoch.
@@ -332,6 +333,21 @@ pub enum AgentEvent {
         upstream: String,
         /// What failed.
         error: String,
+    },
+    /// A planned switchover of `role` to `to`: `ordered` or `cancelled`
+    /// (on the member that was asked), `waiting` for the target to catch
+    /// up (on the holder, with why, once per order) and `handing-over` (on
+    /// the holder, as it steps down).
+    Switchover {
+        /// The role.
+        role: String,
+        /// The candidate it goes to.
+        to: String,
+        /// How far it got.
+        step: SwitchoverStep,
+        /// Why it waits (`waiting` only).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
     },
     /// This node's server ran as a primary while no node held the role:
     /// fenced (it must rejoin before it may be promoted).

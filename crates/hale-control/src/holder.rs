@@ -430,7 +430,9 @@ impl Holder {
             return;
         }
         match response {
-            Some(LeaseResponse::Renewed { epoch: e, paused }) if e == epoch => {
+            Some(LeaseResponse::Renewed {
+                epoch: e, paused, ..
+            }) if e == epoch => {
                 if self.paused != paused {
                     self.paused = paused;
                     self.actions

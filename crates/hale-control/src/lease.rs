@@ -38,6 +38,7 @@ use serde::{Deserialize, Serialize};
 use hale_core::Time;
 
 use crate::replication::{self, Mark, Standing, Verdict};
+use crate::switchover::Switchover;
 
 /// A request to the replicated lease table (a log entry).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -105,6 +106,20 @@ pub enum LeaseRequest {
         /// Paused from now on, or resumed.
         paused: bool,
     },
+    /// Order the holder of `role` at `epoch` to hand it to `to` (none:
+    /// cancel the order), not before `at_unix_ms`. Any member may ask; the
+    /// order lasts as long as that holding ([`crate::switchover`]).
+    Switchover {
+        /// The role.
+        role: String,
+        /// The holding the order is for (the epoch the asker saw).
+        epoch: u64,
+        /// The candidate to hand over to; `None` cancels the order.
+        to: Option<String>,
+        /// Not before this Unix time (ms; 0: at once).
+        #[serde(default)]
+        at_unix_ms: u64,
+    },
     /// Several requests in one log entry, applied in order (an agent's
     /// renewals of every role it holds, and the grants answering its
     /// acquisitions, in one entry: the log grows with hosts, not roles).
@@ -128,9 +143,16 @@ pub enum LeaseResponse {
         /// its checks say.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         paused: bool,
+        /// A switchover ordered for this holding, if any: the holder hands
+        /// the role over when it is due ([`crate::switchover`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        switchover: Option<Switchover>,
     },
     /// A [`LeaseRequest::Pause`] took effect: the role is paused now, or not.
     Paused(bool),
+    /// A [`LeaseRequest::Switchover`] took effect: the order now standing
+    /// (`None`: cancelled).
+    SwitchoverOrdered(Option<Switchover>),
     /// The role has no holder any more.
     Released,
     /// Nothing changed.
@@ -161,6 +183,16 @@ pub enum LeaseRejection {
     /// A batch held another batch.
     #[error("a batch inside a batch")]
     NestedBatch,
+    /// A switchover was asked for a holding that is over (the role moved,
+    /// was released, or was never held at that epoch).
+    #[error("the role is not held at epoch {epoch} any more")]
+    NotHeld {
+        /// The epoch the asker saw.
+        epoch: u64,
+    },
+    /// A switchover was asked for a paused role: resume it first.
+    #[error("the role is paused: resume it before a switchover")]
+    Paused,
 }
 
 /// One role in the replicated table.
@@ -182,6 +214,9 @@ pub struct RoleLease {
     /// is resumed.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub paused: bool,
+    /// A switchover ordered for the current holding, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub switchover: Option<Switchover>,
 }
 
 /// A request to the leader to grant a role (sent by candidates).
@@ -255,6 +290,7 @@ impl LeaseTable {
                 r.epoch = *epoch;
                 r.holder = Some(holder.clone());
                 r.attempt = *attempt;
+                r.switchover = None;
                 LeaseResponse::Granted { epoch: *epoch }
             }
             LeaseRequest::Renewals {
@@ -293,6 +329,25 @@ impl LeaseTable {
                 self.roles.entry(role.clone()).or_default().paused = *paused;
                 LeaseResponse::Paused(*paused)
             }
+            LeaseRequest::Switchover {
+                role,
+                epoch,
+                to,
+                at_unix_ms,
+            } => match self.roles.get_mut(role) {
+                Some(r) if r.epoch == *epoch && r.holder.is_some() => {
+                    if r.paused && to.is_some() {
+                        return LeaseResponse::Rejected(LeaseRejection::Paused);
+                    }
+                    r.switchover = to.as_ref().map(|to| Switchover {
+                        epoch: *epoch,
+                        to: to.clone(),
+                        at_unix_ms: *at_unix_ms,
+                    });
+                    LeaseResponse::SwitchoverOrdered(r.switchover.clone())
+                }
+                _ => LeaseResponse::Rejected(LeaseRejection::NotHeld { epoch: *epoch }),
+            },
             LeaseRequest::Release {
                 role,
                 holder,
@@ -302,6 +357,7 @@ impl LeaseTable {
                 Some(r) if r.epoch == *epoch && r.holder.as_deref() == Some(holder) => {
                     r.holder = None;
                     r.attempt = 0;
+                    r.switchover = None;
                     LeaseResponse::Released
                 }
                 _ => not_holder(holder, *epoch),
@@ -319,6 +375,7 @@ impl LeaseTable {
                 LeaseResponse::Renewed {
                     epoch,
                     paused: r.paused,
+                    switchover: r.switchover.clone(),
                 }
             }
             _ => not_holder(holder, epoch),
@@ -467,7 +524,9 @@ impl AppendClock {
                     }
                 }
             }
-            LeaseRequest::Release { .. } | LeaseRequest::Pause { .. } => {}
+            LeaseRequest::Release { .. }
+            | LeaseRequest::Pause { .. }
+            | LeaseRequest::Switchover { .. } => {}
         }
     }
 

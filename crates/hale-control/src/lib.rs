@@ -26,6 +26,7 @@ pub mod lease;
 pub mod planted;
 pub mod raft;
 pub mod replication;
+pub mod switchover;
 
 pub use auth::ControlAuth;
 pub use history::{check, HistoryViolation, HookEvent, HookKind};
@@ -38,3 +39,4 @@ pub use lease::{
     LeaseTable, LeaseTiming, RoleLease, TimingError, MIN_COMMIT_SLACK,
 };
 pub use replication::{Mark, Standing};
+pub use switchover::Switchover;

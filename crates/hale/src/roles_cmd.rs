@@ -1,4 +1,4 @@
-//! `hale roles`, `hale roles handover`, `hale services`, and the internal
+//! `hale roles`, `hale roles handover|pause|resume|switchover`, `hale services`, and the internal
 //! `hale watchdog` that fences a role when its lease runs out.
 
 use clap::{Args, Subcommand};
@@ -39,6 +39,43 @@ pub enum RolesAction {
         /// The role.
         role: String,
     },
+    /// Switch ROLE over to candidate NODE (from any member): refused, with
+    /// the reason, unless NODE is a live candidate whose checks pass and,
+    /// for a PostgreSQL role, a replica streaming within its
+    /// max_lag_on_failover. The holder waits for NODE to catch up, demotes,
+    /// and NODE is promoted.
+    Switchover {
+        /// The role.
+        role: String,
+        /// The candidate to hand it to.
+        #[arg(long, required_unless_present = "cancel")]
+        to: Option<String>,
+        /// Not before TIME: an RFC 3339 time (2026-12-03T02:00:00Z) or a
+        /// delay from now (10m, 1h30m).
+        #[arg(long, conflicts_with = "cancel")]
+        at: Option<String>,
+        /// Withdraw the switchover ordered for the current holder.
+        #[arg(long, conflicts_with = "to")]
+        cancel: bool,
+    },
+}
+
+/// `--at`: an RFC 3339 time or a delay from `now`, as Unix milliseconds.
+pub fn parse_at(at: &str, now: std::time::SystemTime) -> anyhow::Result<u64> {
+    let t = match humantime::parse_rfc3339_weak(at) {
+        Ok(t) => t,
+        Err(_) => match humantime::parse_duration(at) {
+            Ok(d) => now + d,
+            Err(_) => anyhow::bail!(
+                "--at {at:?}: expected an RFC 3339 time (2026-12-03T02:00:00Z) or a delay (10m)"
+            ),
+        },
+    };
+    let ms = t
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_err(|_| anyhow::anyhow!("--at {at:?} is before 1970"))?
+        .as_millis();
+    Ok(u64::try_from(ms)?)
 }
 
 /// `hale roles`.
@@ -63,6 +100,33 @@ pub fn roles(args: &RolesArgs) -> anyhow::Result<()> {
             }
             return Ok(());
         }
+        Some(RolesAction::Switchover {
+            role,
+            to,
+            at,
+            cancel: _,
+        }) => {
+            let at = at
+                .as_deref()
+                .map(|a| parse_at(a, std::time::SystemTime::now()))
+                .transpose()?;
+            let v = block_on(client.switchover(role, to.as_deref(), at))??;
+            match &v.to {
+                Some(to) if v.at_unix_ms == 0 => println!(
+                    "{role}: switchover from {} to {to} ordered; the holder hands over once {to} has caught up",
+                    v.from
+                ),
+                Some(to) => println!(
+                    "{role}: switchover from {} to {to} ordered for {}",
+                    v.from,
+                    humantime::format_rfc3339_seconds(
+                        std::time::UNIX_EPOCH + std::time::Duration::from_millis(v.at_unix_ms)
+                    )
+                ),
+                None => println!("{role}: switchover cancelled"),
+            }
+            return Ok(());
+        }
         None => {}
     }
     let v = block_on(client.roles())??;
@@ -80,6 +144,15 @@ pub fn roles(args: &RolesArgs) -> anyhow::Result<()> {
                 l.epoch,
                 if l.paused { "  PAUSED" } else { "" }
             );
+            if let Some(o) = &l.switchover {
+                let when = if o.at_unix_ms == 0 {
+                    "as soon as it has caught up".to_owned()
+                } else {
+                    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(o.at_unix_ms);
+                    format!("at {}", humantime::format_rfc3339_seconds(at))
+                };
+                println!("{:<16}switchover to {} ordered, {when}", "", o.to);
+            }
         }
     } else {
         println!("(control plane unreachable or not configured)");
@@ -293,4 +366,21 @@ pub fn control(args: &ControlArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+    #[test]
+    fn at_takes_an_rfc3339_time_or_a_delay_from_now_and_refuses_anything_else() {
+        let now = UNIX_EPOCH + Duration::from_secs(1_000);
+        assert_eq!(parse_at("10m", now).ok(), Some(1_600_000));
+        assert_eq!(
+            parse_at("2026-12-03T02:00:00Z", now).ok(),
+            Some(1_796_263_200_000)
+        );
+        assert!(parse_at("tomorrow-ish", SystemTime::now()).is_err());
+    }
 }

@@ -151,6 +151,7 @@ impl Keeper {
             self.publish(|v| {
                 v.standing = Some(standing.clone());
                 v.fenced = fenced;
+                v.max_lag = Some(self.cfg.max_lag_on_failover);
             });
             match state {
                 RoleState::Holder => {

@@ -67,6 +67,10 @@ pub struct PostgresView {
     /// table said when this node last read it (every 2 s while it follows).
     #[serde(default)]
     pub primary_lsn: Option<u64>,
+    /// This node's `max_lag_on_failover` (bytes): the most its copy may lag
+    /// for it to be promoted.
+    #[serde(default)]
+    pub max_lag: Option<u64>,
 }
 
 impl PostgresView {
@@ -113,6 +117,9 @@ pub struct LeaseView {
     /// Paused by an operator: no new holder until it is resumed.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub paused: bool,
+    /// A planned switchover ordered for this holding, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub switchover: Option<hale_control::Switchover>,
 }
 
 /// `GET /v1/roles`: this agent's candidacies and the leases it can see.
@@ -283,4 +290,50 @@ pub struct PauseView {
     pub role: String,
     /// Paused (no automatic promotion or demotion), or resumed.
     pub paused: bool,
+}
+
+hale_core::named_enum! {
+    /// How far a planned switchover got ([`crate::view::AgentEvent::Switchover`]).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+    #[serde(rename_all = "kebab-case")]
+    pub enum SwitchoverStep {
+        /// Written to the control plane.
+        Ordered => "ordered",
+        /// The order was withdrawn.
+        Cancelled => "cancelled",
+        /// Due, but the target has not caught up.
+        Waiting => "waiting",
+        /// The holder steps down for the target.
+        HandingOver => "handing-over",
+    }
+}
+
+/// A switchover as `POST /v1/roles/{role}/switchover` wrote it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SwitchoverView {
+    /// The role.
+    pub role: String,
+    /// Its holder when the order was written.
+    pub from: String,
+    /// The holding it applies to.
+    pub epoch: u64,
+    /// The candidate it goes to (`None`: the order was cancelled).
+    pub to: Option<String>,
+    /// Not before this Unix time, in milliseconds (0: at once).
+    pub at_unix_ms: u64,
+}
+
+/// The body of `POST /v1/roles/{role}/switchover`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct SwitchoverRequest {
+    /// The candidate to hand the role to; absent or null with `cancel`.
+    #[serde(default)]
+    pub to: Option<String>,
+    /// Not before this Unix time, in milliseconds (absent: at once).
+    #[serde(default)]
+    pub at_unix_ms: Option<u64>,
+    /// Withdraw the order standing for the current holding.
+    #[serde(default)]
+    pub cancel: bool,
 }

@@ -28,6 +28,8 @@ pub const HANDOVER: &str = "/v1/roles/{role}/handover";
 pub const PAUSE: &str = "/v1/roles/{role}/pause";
 /// `POST`: resume a paused role.
 pub const RESUME: &str = "/v1/roles/{role}/resume";
+/// `POST`: order (or cancel) a planned switchover of a role to a named candidate.
+pub const SWITCHOVER: &str = "/v1/roles/{role}/switchover";
 /// `GET`: 200 if this node holds the role (for load balancers).
 pub const PRIMARY: &str = "/v1/roles/{role}/primary";
 /// `GET`: 200 if this node is a ready replica of the role (`?lag=BYTES`).

@@ -22,7 +22,7 @@ use hale_agent::view::{CheckResult, CheckView, ServiceView};
 use hale_agent::view::{DrillView, FaultView, RestoredView, TrafficView};
 use hale_agent::view::{ErrorBody, HandoverView};
 use hale_agent::view::{KeyOpError, KeyReport, KeyView, KeysView};
-use hale_agent::view::{Lagging, PauseView, PostgresView};
+use hale_agent::view::{Lagging, PauseView, PostgresView, SwitchoverRequest, SwitchoverView};
 use hale_agent::{EventView, EvidenceView, MemberView, RelayView, UpstreamView};
 use hale_control::raft::ControlStatus;
 use hale_postgres::{StandbyState, Standing};
@@ -179,7 +179,7 @@ fn samples() -> BTreeMap<String, Vec<Value>> {
     let pg_role = |standing: Value, lagging: Option<Value>| {
         let mut r = role(None);
         r["postgres"] = json!({"standing": standing, "fenced": lagging.is_none(),
-            "rejoin": "rewound", "error": null, "primary_lsn": 50_331_648});
+            "rejoin": "rewound", "error": null, "primary_lsn": 50_331_648, "max_lag": 1_048_576});
         match lagging {
             Some(l) => r["lagging"] = l,
             None => r["paused"] = json!(true),
@@ -224,13 +224,24 @@ fn samples() -> BTreeMap<String, Vec<Value>> {
         "Lagging": Lagging = {"lag": 16_777_216, "max_lag": 1_048_576};
         "Pause": PauseView = {"role": "db", "paused": true};
         "Lease": LeaseView = {"holder": "n0", "epoch": 3, "paused": true};
+        "Lease": LeaseView = {"holder": "n0", "epoch": 3,
+            "switchover": {"epoch": 3, "to": "n1", "at_unix_ms": 0}};
+        "SwitchoverOrder": hale_control::Switchover = {"epoch": 3, "to": "n1",
+            "at_unix_ms": 1_764_727_200_000_u64};
+        "SwitchoverRequest": SwitchoverRequest = {"to": "n1", "at_unix_ms": 1_764_727_200_000_u64,
+            "cancel": false};
+        "SwitchoverRequest": SwitchoverRequest = {"to": null, "at_unix_ms": null, "cancel": true};
+        "Switchover": SwitchoverView = {"role": "db", "from": "n0", "epoch": 3, "to": "n1",
+            "at_unix_ms": 0};
+        "Switchover": SwitchoverView = {"role": "db", "from": "n0", "epoch": 3, "to": null,
+            "at_unix_ms": 0};
         "Standing": Standing = (replica.clone());
         "Standing": Standing = (primary.clone());
         "Standing": Standing = {"standing": "down"};
         "Standby": StandbyState = (primary["standbys"][0].clone());
         "Standby": StandbyState = (primary["standbys"][1].clone());
         "PostgresView": PostgresView = {"standing": null, "fenced": true, "rejoin": null,
-            "error": "connection refused", "primary_lsn": null};
+            "error": "connection refused", "primary_lsn": null, "max_lag": null};
         "Roles": RolesView = {"control_plane": true, "leader": 1, "leases": {"db": lease},
             "local": [role(Some(3))]};
         "Primary": PrimaryView = {"role": "db", "state": "holder", "epoch": 3,
@@ -319,6 +330,10 @@ fn samples() -> BTreeMap<String, Vec<Value>> {
             "error": "pg_rewind failed"}, "schema": "RejoinFailedDetail"},
         {"kind": "postgres-fenced", "detail": {"role": role, "how": "stopped_fast"},
             "schema": "PostgresFencedDetail"},
+        {"kind": "switchover", "detail": {"role": role, "to": "n1", "step": "ordered"},
+            "schema": "SwitchoverDetail"},
+        {"kind": "switchover", "detail": {"role": role, "to": "n1", "step": "waiting",
+            "reason": "n1 does not stream from this primary"}, "schema": "SwitchoverDetail"},
     ]);
     for (i, event) in events.as_array().unwrap().iter().enumerate() {
         let mut event = event.as_object().unwrap().clone();

@@ -229,6 +229,7 @@ async fn a_replayed_stale_or_misaddressed_request_is_refused_and_a_fresh_one_is_
         Ok(LeaseResponse::Renewed {
             epoch: 1,
             paused: false,
+            switchover: None,
         })
     );
     let (status, _) = post(s[0].addr, path, req.body.clone()).await;
@@ -350,6 +351,7 @@ async fn a_forged_or_replayed_answer_to_a_renewal_is_not_believed() {
         Ok(LeaseResponse::Renewed {
             epoch: 1,
             paused: false,
+            switchover: None,
         })
     );
     for x in s {
@@ -376,6 +378,7 @@ async fn renewals_work(s: &[Server], client: &ControlAuth, step: &str) {
             LeaseResponse::Renewed {
                 epoch: 1,
                 paused: false,
+                switchover: None,
             },
             "{step}: through server {}",
             x.cp.id
@@ -396,6 +399,7 @@ async fn renewals_work(s: &[Server], client: &ControlAuth, step: &str) {
             Ok(LeaseResponse::Renewed {
                 epoch: 1,
                 paused: false,
+                switchover: None,
             }),
             "{step}"
         );

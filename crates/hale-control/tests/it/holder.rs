@@ -138,6 +138,7 @@ fn a_holder_keeps_renewing_while_its_promote_hook_runs() {
         Some(LeaseResponse::Renewed {
             epoch: 7,
             paused: false,
+            switchover: None,
         }),
     );
     assert_eq!(
@@ -160,6 +161,7 @@ fn a_holder_keeps_renewing_while_its_promote_hook_runs() {
                     Some(LeaseResponse::Renewed {
                         epoch: 7,
                         paused: false,
+                        switchover: None,
                     }),
                 );
                 let _ = actions(&mut h);
@@ -201,6 +203,7 @@ fn an_unanswered_renewal_is_retried_after_a_fifth_of_the_interval() {
         Some(LeaseResponse::Renewed {
             epoch: 7,
             paused: false,
+            switchover: None,
         }),
     );
     assert_eq!(
@@ -335,6 +338,7 @@ fn a_promote_hook_that_outlives_its_timeout_is_killed_and_the_role_released() {
                     Some(LeaseResponse::Renewed {
                         epoch: 7,
                         paused: false,
+                        switchover: None,
                     }),
                 ),
                 Action::ArmWatchdog { .. } => {}
@@ -471,6 +475,7 @@ fn renewals_fall_on_the_grid_every_holder_of_the_agent_shares() {
                     Some(LeaseResponse::Renewed {
                         epoch: 7,
                         paused: false,
+                        switchover: None,
                     }),
                 );
                 let _ = actions(&mut h);
@@ -514,6 +519,7 @@ fn run_renewing(
                     Some(LeaseResponse::Renewed {
                         epoch: 7,
                         paused: false,
+                        switchover: None,
                     }),
                 );
             } else if stop(&a) {
@@ -615,6 +621,7 @@ fn a_paused_holder_keeps_its_role_while_its_checks_fail_and_steps_down_once_resu
         Some(LeaseResponse::Renewed {
             epoch: 7,
             paused: true,
+            switchover: None,
         }),
     );
     assert!(actions(&mut h).contains(&Action::Event(HolderEvent::Paused(true))));
@@ -638,6 +645,7 @@ fn a_paused_holder_keeps_its_role_while_its_checks_fail_and_steps_down_once_resu
                         Some(LeaseResponse::Renewed {
                             epoch: 7,
                             paused: t < 5_000,
+                            switchover: None,
                         }),
                     );
                     last = Some(t);

@@ -131,6 +131,7 @@ async fn three_servers_elect_a_leader_and_grant_with_increasing_epochs() {
         LeaseResponse::Renewed {
             epoch: 1,
             paused: false,
+            switchover: None,
         }
     );
     // While node-a renews, nobody else gets the role.
@@ -190,6 +191,7 @@ async fn a_new_leader_grants_only_a_full_lease_after_the_last_renewal_it_holds()
             LeaseResponse::Renewed {
                 epoch: 1,
                 paused: false,
+                switchover: None,
             }
         );
         last_sent = sent;
@@ -297,6 +299,7 @@ async fn a_server_whose_raft_stopped_refuses_lease_requests_with_503_so_the_hold
                     LeaseResponse::Renewed {
                         epoch,
                         paused: false,
+                        switchover: None,
                     }
                 )
             }
@@ -475,6 +478,7 @@ async fn a_batch_through_any_server_is_answered_item_by_item_and_committed_as_on
         Ok(LeaseResponse::Renewed {
             epoch: 1,
             paused: false,
+            switchover: None,
         })
     );
     assert!(matches!(answers[1], Err(Refusal::NotYet(_))), "{answers:?}");
@@ -483,6 +487,7 @@ async fn a_batch_through_any_server_is_answered_item_by_item_and_committed_as_on
         Ok(LeaseResponse::Renewed {
             epoch: 1,
             paused: false,
+            switchover: None,
         })
     );
     until("the batch is replicated", Duration::from_secs(5), || {

@@ -58,6 +58,7 @@ fn held_by_a(last: Option<Mark>) -> (LeaseTable, AppendClock, Time) {
         LeaseResponse::Renewed {
             epoch: 1,
             paused: false,
+            switchover: None,
         }
     );
     clock.appended(&r, Time::from_millis(10_000));

@@ -41,6 +41,7 @@ fn only_the_holder_at_its_epoch_renews_or_releases() {
         LeaseResponse::Renewed {
             epoch: 1,
             paused: false,
+            switchover: None,
         }
     );
     assert!(matches!(
@@ -172,6 +173,7 @@ fn a_batch_applies_each_request_in_order_and_refuses_a_batch_inside_it() {
         LeaseResponse::Renewed {
             epoch: 1,
             paused: false,
+            switchover: None,
         }
     );
     assert_eq!(r[3], LeaseResponse::Rejected(LeaseRejection::NestedBatch));
@@ -195,6 +197,7 @@ fn renewals_of_many_roles_answer_role_by_role() {
         LeaseResponse::Renewed {
             epoch: 1,
             paused: false,
+            switchover: None,
         }
     );
     assert!(matches!(
@@ -255,7 +258,8 @@ fn a_paused_role_is_granted_to_nobody_its_renewals_say_so_and_resuming_lifts_it(
         t.apply(&renew),
         LeaseResponse::Renewed {
             epoch: 1,
-            paused: true
+            paused: true,
+            switchover: None,
         }
     );
     // Long after a's last renewal, b still may not take it.
@@ -277,7 +281,116 @@ fn a_paused_role_is_granted_to_nobody_its_renewals_say_so_and_resuming_lifts_it(
         t.apply(&renew),
         LeaseResponse::Renewed {
             epoch: 1,
-            paused: false
+            paused: false,
+            switchover: None,
         }
     );
+}
+
+fn order(epoch: u64, to: Option<&str>, at: u64) -> LeaseRequest {
+    LeaseRequest::Switchover {
+        role: "db".into(),
+        epoch,
+        to: to.map(str::to_owned),
+        at_unix_ms: at,
+    }
+}
+
+fn renew_db(holder: &str, epoch: u64) -> LeaseRequest {
+    LeaseRequest::Renew {
+        role: "db".into(),
+        holder: holder.into(),
+        epoch,
+        mark: None,
+    }
+}
+
+#[test]
+fn a_switchover_order_reaches_the_holder_in_its_renewals_until_cancelled() {
+    let mut t = LeaseTable::default();
+    t.apply(&grant("a", 1));
+    let ordered = hale_control::Switchover {
+        epoch: 1,
+        to: "b".into(),
+        at_unix_ms: 5_000,
+    };
+    assert_eq!(
+        t.apply(&order(1, Some("b"), 5_000)),
+        LeaseResponse::SwitchoverOrdered(Some(ordered.clone()))
+    );
+    assert_eq!(
+        t.apply(&renew_db("a", 1)),
+        LeaseResponse::Renewed {
+            epoch: 1,
+            paused: false,
+            switchover: Some(ordered),
+        }
+    );
+    assert_eq!(
+        t.apply(&order(1, None, 0)),
+        LeaseResponse::SwitchoverOrdered(None)
+    );
+    assert_eq!(
+        t.apply(&renew_db("a", 1)),
+        LeaseResponse::Renewed {
+            epoch: 1,
+            paused: false,
+            switchover: None,
+        }
+    );
+}
+
+#[test]
+fn a_switchover_order_dies_with_its_holding_and_never_moves_the_next_holder() {
+    let mut t = LeaseTable::default();
+    t.apply(&grant("a", 1));
+    t.apply(&order(1, Some("b"), 0));
+    t.apply(&LeaseRequest::Release {
+        role: "db".into(),
+        holder: "a".into(),
+        epoch: 1,
+        next: Some("b".into()),
+    });
+    assert_eq!(t.role("db").unwrap().switchover, None);
+    t.apply(&grant("b", 2));
+    assert_eq!(
+        t.apply(&renew_db("b", 2)),
+        LeaseResponse::Renewed {
+            epoch: 2,
+            paused: false,
+            switchover: None,
+        }
+    );
+    // An order for the holding that is over changes nothing.
+    let before = t.clone();
+    assert_eq!(
+        t.apply(&order(1, Some("c"), 0)),
+        LeaseResponse::Rejected(LeaseRejection::NotHeld { epoch: 1 })
+    );
+    assert_eq!(t, before);
+    // A grant over an expired lease clears an order too.
+    t.apply(&order(2, Some("c"), 0));
+    t.apply(&grant("c", 3));
+    assert_eq!(t.role("db").unwrap().switchover, None);
+}
+
+#[test]
+fn a_paused_role_takes_no_switchover_order_and_a_role_never_held_takes_none() {
+    let mut t = LeaseTable::default();
+    assert_eq!(
+        t.apply(&order(0, Some("b"), 0)),
+        LeaseResponse::Rejected(LeaseRejection::NotHeld { epoch: 0 })
+    );
+    assert_eq!(t, LeaseTable::default());
+    t.apply(&grant("a", 1));
+    t.apply(&LeaseRequest::Pause {
+        role: "db".into(),
+        paused: true,
+    });
+    let before = t.clone();
+    assert_eq!(
+        t.apply(&order(1, Some("b"), 0)),
+        LeaseResponse::Rejected(LeaseRejection::Paused)
+    );
+    assert_eq!(t, before);
 }

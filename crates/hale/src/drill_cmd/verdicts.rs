@@ -213,6 +213,7 @@ mod tests {
                             holder: holder.map(str::to_owned),
                             epoch: 1,
                             paused: false,
+                            switchover: None,
                         },
                     )]
                     .into(),

@@ -581,4 +581,74 @@ fn a_failed_primary_comes_back_as_a_replica_and_a_lagging_standby_is_never_promo
         "a rejoined server takes no writes: {refused:?}"
     );
     assert_eq!(holder(&lab, 0).as_deref(), Some("b"));
+
+    // A switchover asked of a member that does not hold the role: to c,
+    // whose replay is still paused far behind, it is refused with the
+    // reason and nothing changes.
+    let refused = crate::support::call(agent(&lab, 0).api().switchover("db", Some("c"), None));
+    let message = match &refused {
+        Err(hale_agent::client::ClientError::Status {
+            status: 409,
+            message,
+            ..
+        }) => message.clone(),
+        other => panic!("a switchover to a lagging copy is refused: {other:?}"),
+    };
+    // (c, its replay paused, lags b; whether its receiver has found b yet
+    // or not, it is not a copy to switch over to.)
+    assert!(
+        message.contains("c's copy lags") || message.contains("c's PostgreSQL does not stream"),
+        "{message}"
+    );
+    let lease = agent(&lab, 0).roles().unwrap().leases.unwrap()["db"].clone();
+    assert_eq!(
+        (lease.holder.as_deref(), lease.switchover),
+        (Some("b"), None)
+    );
+
+    // To a, streaming from b: b waits for a to catch up, steps down, and a
+    // is promoted with every row b committed, the last one just before.
+    psql(
+        &lab,
+        1,
+        "INSERT INTO logins (pad) VALUES ('before-switchover')",
+    )
+    .unwrap();
+    let ordered = crate::support::call(agent(&lab, 2).api().switchover("db", Some("a"), None))
+        .expect("a switchover to a streaming replica is ordered");
+    assert_eq!(
+        (ordered.from.as_str(), ordered.to.as_deref()),
+        ("b", Some("a"))
+    );
+    wait_until(minute, "a holding db after the switchover", || {
+        db(&lab, 0).is_some_and(|r| r.state == RoleState::Holder)
+    });
+    let k = kinds(&lab, 1);
+    assert!(
+        k.contains(&"switchover".to_owned()),
+        "b says it hands over: {k:?}"
+    );
+    assert_eq!(
+        psql(
+            &lab,
+            0,
+            "SELECT count(*) FROM logins WHERE pad IN ('after-failover', 'before-switchover')"
+        )
+        .unwrap(),
+        "2",
+        "nothing committed on b is lost"
+    );
+    psql(
+        &lab,
+        0,
+        "INSERT INTO logins (pad) VALUES ('after-switchover')",
+    )
+    .unwrap();
+    wait_until(Duration::from_secs(90), "b streaming from a", || {
+        streams_from(&lab, 1, 0)
+    });
+    assert!(
+        !kinds(&lab, 2).contains(&"promoting".to_owned()),
+        "c, lagging, was never granted the role"
+    );
 }
