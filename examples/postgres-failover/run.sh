@@ -33,6 +33,12 @@
 #   --quiet              print only the RESULT line;  --keep  keep the work directory
 #   --save DIR           copy the run's raw outputs (report, events, attempts) to DIR
 #
+# Day two (day-two.sh: rounds on one cluster, a JSON line per round, per-round auth downtime):
+#   --scenario failovers --rounds 20 [--back 10]   kill the primary's host, back BACK s later
+#   --scenario lagging --rounds 10                 C held 16 MB behind: never promoted
+#   --scenario switchover --rounds 10              hale roles switchover, then one refused
+#   --scenario pause [--hold 60]                   paused: no promotion; resumed: failover
+#
 # Needs: root, ip, nft, runuser, curl, PostgreSQL 15 server binaries (postgres,
 # initdb, pg_ctl, pg_basebackup, pg_rewind, pg_isready, psql; Debian: postgresql-15) and
 # haproxy; and `cargo build --release -p hale -p hale-demo-auth`.
@@ -44,6 +50,7 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 HALE=${HALE:-$ROOT/target/release/hale}
 DEMO=${DEMO:-$ROOT/target/release/hale-demo-auth}
 FAULT=host-death; SENTRY=half-dead; TRANSPORT=concurrent; PRE=8; AFTER=15; RATE=200; QUIET=0; KEEP=0; SAVE=""
+SCENARIO=""; ROUNDS=1; BACK=10; HOLD=60
 while [ $# -gt 0 ]; do
   case "$1" in
     --fault) FAULT=$2; shift 2 ;;
@@ -55,13 +62,19 @@ while [ $# -gt 0 ]; do
     --quiet) QUIET=1; shift ;;
     --keep) KEEP=1; shift ;;
     --save) SAVE=$2; shift 2 ;;
-    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
+    --scenario) SCENARIO=$2; shift 2 ;;
+    --rounds) ROUNDS=$2; shift 2 ;;
+    --back) BACK=$2; shift 2 ;;
+    --hold) HOLD=$2; shift 2 ;;
+    -h|--help) sed -n '2,39p' "$0"; exit 0 ;;
     *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 case "$FAULT" in host-death|pg-hang|partition|sentry-half-dead) ;;
   *) echo "--fault is host-death, pg-hang, partition or sentry-half-dead" >&2; exit 2 ;; esac
 case "$SENTRY" in half-dead|healthy) ;; *) echo "--sentry is half-dead or healthy" >&2; exit 2 ;; esac
+case "$SCENARIO" in ""|failovers|lagging|switchover|pause) ;;
+  *) echo "--scenario is failovers, lagging, switchover or pause" >&2; exit 2 ;; esac
 [ "$FAULT" = sentry-half-dead ] && SENTRY=healthy   # healthy until the fault
 
 [ "$(id -u)" = 0 ] || { echo "run as root: the three hosts are network namespaces (ip netns) with nftables" >&2; exit 3; }
@@ -98,13 +111,17 @@ SUB=10.214.$(( $$ % 200 + 20 ))
 IP_A=$SUB.1; IP_B=$SUB.2; IP_C=$SUB.3
 cleanup() {
   local ns p
-  for ns in "$NS_A" "$NS_B" "$NS_C" "$BR"; do
-    for p in $(ip netns pids "$ns" 2>/dev/null); do kill -CONT "$p" 2>/dev/null || true; kill -KILL "$p" 2>/dev/null || true; done
+  # Kill rounds until the namespaces are empty (a process may fork while it dies), then
+  # delete them: only then is nothing left writing into the work directory.
+  for _ in $(seq 1 50); do
+    local left=0
+    for ns in "$NS_A" "$NS_B" "$NS_C" "$BR"; do
+      for p in $(ip netns pids "$ns" 2>/dev/null); do left=1; kill -CONT "$p" 2>/dev/null || true; kill -KILL "$p" 2>/dev/null || true; done
+    done
+    [ "$left" = 0 ] && break
+    sleep 0.1
   done
-  for ns in "$NS_A" "$NS_B" "$NS_C" "$BR"; do
-    for _ in 1 2 3 4 5 6 7 8 9 10; do [ -z "$(ip netns pids "$ns" 2>/dev/null)" ] && break; sleep 0.1; done
-    ip netns del "$ns" 2>/dev/null || true
-  done
+  for ns in "$NS_A" "$NS_B" "$NS_C" "$BR"; do ip netns del "$ns" 2>/dev/null || true; done
   if [ "$KEEP" = 1 ]; then echo "kept $DIR" >&2; else rm -rf "$DIR"; fi
 }
 trap cleanup EXIT
@@ -261,7 +278,11 @@ global
   maxconn 4000
 defaults
   mode tcp
-  timeout connect 1s
+  # A refused connection is retried on another server (redispatch) after min(timeout connect,
+  # 1 s): the old primary's refused connections wait 250 ms, not a second, per retry.
+  timeout connect 250ms
+  retries 3
+  option redispatch 1
   timeout client 60s
   timeout server 60s
   timeout check 1s
@@ -270,7 +291,10 @@ listen postgres
   # Patroni's convention: the primary is whichever server's agent answers 200.
   option httpchk GET /v1/roles/db/primary
   http-check expect status 200
-  default-server inter 500ms fall 2 rise 1 on-marked-down shutdown-sessions
+  # Every 500 ms; 100 ms apart once a check fails (fastinter: the old primary leaves rotation
+  # 0.1 s after its first failed check) and while a server is down (downinter: the new primary
+  # takes traffic within 0.1 s of its agent saying so).
+  default-server inter 500ms fastinter 100ms downinter 100ms fall 2 rise 1 on-marked-down shutdown-sessions
   server a $IP_A:5432 check port 7947
   server b $IP_B:5432 check port 7947
   server c $IP_C:5432 check port 7947
@@ -292,6 +316,11 @@ setsid ip netns exec "$NS_C" "$DEMO" load --url http://127.0.0.1:8080 --rate "$R
 LOAD_PID=$!
 say "Load: $RATE logins/s through HAProxy; Sentry on A: $SENTRY. Steady state for $PRE s..."
 sleep "$PRE"
+if [ -n "$SCENARIO" ]; then
+  # shellcheck source=day-two.sh
+  . "$(dirname "$0")/day-two.sh"
+  exit 0
+fi
 
 # --- the fault -------------------------------------------------------------------------------
 count() { in_ns "$NS_C" curl -fsS -m 2 "$1" | sed 's/.*"event_ids":\([0-9]*\).*/\1/'; }

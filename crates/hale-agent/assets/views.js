@@ -122,6 +122,8 @@ export function eventDetail(e) {
     case 'rejoining': case 'rewound': case 'recloned': case 'streaming': return `${d.role}: ${e.kind} (holder ${d.upstream})`;
     case 'rejoin-failed': return `${d.role}: rejoining ${d.upstream} failed: ${d.error}`;
     case 'postgres-fenced': return `${d.role}: a primary nobody holds was fenced (${d.how})`;
+    case 'switchover': return `${d.role}: switchover to ${d.to} ${{ordered: 'ordered', cancelled: 'cancelled', waiting: 'waiting for it to catch up', 'handing-over': 'under way: the holder steps down'}[d.step] ?? d.step}` +
+      (d.reason ? ` (${d.reason})` : '');
     // A failover always names its new holder: `released` is for holder events.
     case 'holder': case 'failover': return `${d.role}: ${d.from ?? 'none'} → ${d.to ?? 'released'}, epoch ${d.epoch}` +
       (d.duration_ms != null ? `, ${fmtMs(d.duration_ms)} after ${d.from} went silent` : '');

@@ -57,8 +57,14 @@ pub enum TargetRefused {
 }
 
 /// Judges a target from its own view of the role (`None`: it has none, so
-/// nothing replicates there to judge).
-pub fn judge_copy(to: &str, view: Option<&RoleView>) -> Result<(), TargetRefused> {
+/// nothing replicates there to judge), against the holder's last `mark`
+/// (its WAL position as its last renewal said, fresher than the one the
+/// target read) when there is one.
+pub fn judge_copy(
+    to: &str,
+    view: Option<&RoleView>,
+    mark: Option<u64>,
+) -> Result<(), TargetRefused> {
     let Some(pg) = view.and_then(|v| v.postgres.as_ref()) else {
         return Ok(());
     };
@@ -71,7 +77,13 @@ pub fn judge_copy(to: &str, view: Option<&RoleView>) -> Result<(), TargetRefused
     if let Some(l) = view.and_then(|v| v.lagging) {
         return Err(TargetRefused::Lagging(to.to_owned(), l.lag, l.max_lag));
     }
-    match (pg.lag(), pg.max_lag) {
+    let lag = match (&pg.standing, mark) {
+        (Some(hale_postgres::Standing::Replica { replay_lsn, .. }), Some(m)) => {
+            Some(m.saturating_sub(*replay_lsn))
+        }
+        _ => pg.lag(),
+    };
+    match (lag, pg.max_lag) {
         (Some(lag), Some(max)) if lag > max => Err(TargetRefused::Lagging(to.to_owned(), lag, max)),
         _ => Ok(()),
     }
@@ -113,7 +125,8 @@ pub(crate) async fn switchover(
                     "{role:?} is paused: resume it before a switchover"
                 )));
             }
-            check_target(&st, &role, &holder, to)
+            let mark = lease.mark.as_ref().map(|m| m.position);
+            check_target(&st, &role, &holder, to, mark)
                 .await
                 .map_err(|e| conflict(format!("switchover of {role:?} refused: {e}")))?;
             Some(to.clone())
@@ -174,6 +187,7 @@ async fn check_target(
     role: &str,
     holder: &str,
     to: &str,
+    mark: Option<u64>,
 ) -> Result<(), TargetRefused> {
     if to == holder {
         return Err(TargetRefused::Holder(to.to_owned()));
@@ -203,7 +217,7 @@ async fn check_target(
             .map_err(|e| TargetRefused::Unreachable(to.to_owned(), e))?;
         views.local.into_iter().find(|v| v.role == role)
     };
-    judge_copy(to, view.as_ref())
+    judge_copy(to, view.as_ref(), mark)
 }
 
 #[cfg(test)]
@@ -251,28 +265,40 @@ mod tests {
 
     #[test]
     fn a_target_that_replicates_nothing_is_judged_by_its_candidacy_alone() {
-        assert_eq!(judge_copy("b", None), Ok(()));
-        assert_eq!(judge_copy("b", Some(&view(None, None))), Ok(()));
+        assert_eq!(judge_copy("b", None, None), Ok(()));
+        assert_eq!(judge_copy("b", Some(&view(None, None)), Some(5)), Ok(()));
+    }
+
+    #[test]
+    fn a_target_is_judged_against_the_holders_last_mark_when_there_is_one() {
+        // The target read an older mark (10,000): level with it, yet 5,000
+        // behind what the holder's last renewal said.
+        let v = view(Some(replica(true, 10_000)), None);
+        assert_eq!(judge_copy("b", Some(&v), Some(10_500)), Ok(()));
+        assert_eq!(
+            judge_copy("b", Some(&v), Some(15_000)),
+            Err(TargetRefused::Lagging("b".into(), 5_000, 1_000))
+        );
     }
 
     #[test]
     fn a_postgres_target_must_stream_unfenced_within_its_max_lag() {
         let ok = view(Some(replica(true, 9_500)), None);
-        assert_eq!(judge_copy("b", Some(&ok)), Ok(()));
+        assert_eq!(judge_copy("b", Some(&ok), None), Ok(()));
         let far = view(Some(replica(true, 5_000)), None);
         assert_eq!(
-            judge_copy("b", Some(&far)),
+            judge_copy("b", Some(&far), None),
             Err(TargetRefused::Lagging("b".into(), 5_000, 1_000))
         );
         let cut = view(Some(replica(false, 10_000)), None);
         assert_eq!(
-            judge_copy("b", Some(&cut)),
+            judge_copy("b", Some(&cut), None),
             Err(TargetRefused::NotStreaming("b".into()))
         );
         let mut fenced = replica(true, 10_000);
         fenced.fenced = true;
         assert_eq!(
-            judge_copy("b", Some(&view(Some(fenced), None))),
+            judge_copy("b", Some(&view(Some(fenced), None)), None),
             Err(TargetRefused::Fenced("b".into()))
         );
         let refused = view(
@@ -283,7 +309,7 @@ mod tests {
             }),
         );
         assert_eq!(
-            judge_copy("b", Some(&refused)),
+            judge_copy("b", Some(&refused), None),
             Err(TargetRefused::Lagging("b".into(), 20_000_000, 1_000))
         );
     }

@@ -4,7 +4,7 @@
 //! The order reaches the holder in each renewal's answer (every
 //! `renew_every`), so this is asked again on each: nothing here waits. A
 //! PostgreSQL role hands over only once the target streams from this
-//! primary and has flushed all but `max_lag_on_failover` of its WAL; the
+//! primary and has replayed all but `max_lag_on_failover` of its WAL; the
 //! demote hook's clean shutdown then waits for every connected standby to
 //! flush the rest (PostgreSQL's walsenders send up to the shutdown
 //! checkpoint before the server exits), so the target holds every
@@ -35,8 +35,8 @@ pub enum Behind {
     /// The target does not stream from this primary.
     #[error("{0} does not stream from this primary")]
     NotStreaming(String),
-    /// The target streams but has flushed too little.
-    #[error("{to} has flushed {lag} bytes less than this primary wrote (at most {max_lag} to hand over)")]
+    /// The target streams but has replayed too little.
+    #[error("{to} has replayed {lag} bytes less than this primary wrote (at most {max_lag} to hand over)")]
     Lagging {
         /// The target.
         to: String,
@@ -72,7 +72,14 @@ pub fn readiness(
     else {
         return Readiness::Waiting(Behind::NotStreaming(to.clone()));
     };
-    let lag = s.flush_lsn.map_or(*lsn, |f| lsn.saturating_sub(f));
+    // Replayed, not only flushed: a promotion replays what it received
+    // before it takes writes, so a target whose replay is held back would
+    // keep the service down that much longer (and the grantor judges the
+    // replayed position too).
+    let lag = s
+        .replay_lsn
+        .or(s.flush_lsn)
+        .map_or(*lsn, |p| lsn.saturating_sub(p));
     if lag > max_lag {
         return Readiness::Waiting(Behind::Lagging {
             to: to.clone(),
