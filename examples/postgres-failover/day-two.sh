@@ -23,12 +23,12 @@ agent_url() { echo "http://$(host_ip "$1"):7947$2"; }
 holder() {
   local h out
   for h in C B A; do
-    out=$(in_ns "$NS_C" curl -fsS -m 1 "$(agent_url "$h" /v1/roles)" 2>/dev/null) || continue
+    out=$(in_ns "$NS_L" curl -fsS -m 1 "$(agent_url "$h" /v1/roles)" 2>/dev/null) || continue
     echo "$out" | python3 -c 'import json,sys; l=(json.load(sys.stdin).get("leases") or {}).get("db") or {}; h=l.get("holder") or ""; print(h.replace("host-",""))' && return 0
   done
 }
-primary_is() { http_ok "$(agent_url "$1" /v1/roles/db/primary)"; }
-streams() { http_ok "$(agent_url "$1" /v1/roles/db/replica)"; }
+primary_is() { http_ok "$(agent_url "$1" /v1/roles/db/primary)" 2>/dev/null; }
+streams() { http_ok "$(agent_url "$1" /v1/roles/db/replica)" 2>/dev/null; }
 psql_on() { local h=${1,,}; shift; as_pg "$(host_ns "${h^^}")" "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$DIR/sock-$h" -d postgres "$@"; }
 kill_host() {
   local p
@@ -37,7 +37,7 @@ kill_host() {
 }
 back_host() { link_up "$(host_ns "$1")" "$(link_of "$1")" "$(host_ip "$1")"; start_agent "$(host_ns "$1")" "$1"; }
 api_post() { # host path body
-  in_ns "$NS_C" curl -sS -m 5 -o "$DIR/post.out" -w '%{http_code}' -H "Authorization: Bearer $TOKEN" \
+  in_ns "$NS_L" curl -sS -m 5 -o "$DIR/post.out" -w '%{http_code}' -H "Authorization: Bearer $TOKEN" \
     -H 'Content-Type: application/json' -d "$3" "$(agent_url "$1" "$2")"
 }
 others() { local h; for h in A B C; do [ "$h" = "$1" ] || echo "$h"; done; }
@@ -63,18 +63,18 @@ c_far_behind() { [ "$(replay_behind "$1" C 2>/dev/null || echo 0)" -ge $(( 16 <<
 within_1mb() { http_ok "$(agent_url "$1" '/v1/roles/db/replica?lag=1048576')"; }
 caught_up() { [ "$(replay_behind "$1" "$2" 2>/dev/null || echo 99999999)" -le $(( 1 << 20 )) ]; }
 promoted_events() { # host: how many `promoting` events its agent reported
-  in_ns "$NS_C" curl -fsS -m 2 -H "Authorization: Bearer $TOKEN" "$(agent_url "$1" /v1/events)" 2>/dev/null |
+  in_ns "$NS_L" curl -fsS -m 2 -H "Authorization: Bearer $TOKEN" "$(agent_url "$1" /v1/events)" 2>/dev/null |
     python3 -c 'import json,sys; print(sum(1 for e in json.load(sys.stdin) if e.get("kind") == "promoting"))' || echo "?"
 }
 not_eligible_said() {
-  in_ns "$NS_C" curl -fsS -m 2 -H "Authorization: Bearer $TOKEN" "$(agent_url C /v1/events)" 2>/dev/null |
+  in_ns "$NS_L" curl -fsS -m 2 -H "Authorization: Bearer $TOKEN" "$(agent_url C /v1/events)" 2>/dev/null |
     python3 -c 'import json,sys; sys.exit(0 if any(e.get("kind") == "not-eligible" for e in json.load(sys.stdin)) else 1)'
 }
 # Holds C's replay back while the primary P writes some 20 MB of WAL outside the load's table.
 hold_c_back() {
   psql_on C -c "SELECT pg_wal_replay_pause()" >/dev/null
   psql_on "$1" -c "CREATE TABLE IF NOT EXISTS ballast (pad text);
-    INSERT INTO ballast SELECT md5(random()::text) FROM generate_series(1, 250000)" >/dev/null
+    INSERT INTO ballast SELECT md5(random()::text) FROM generate_series(1, 250000)" >/dev/null 2>&1
   wait_for 30 "C 16 MB behind $1" c_far_behind "$1"
 }
 release_c() { psql_on C -c "SELECT pg_wal_replay_resume()" >/dev/null 2>&1 || true; }
@@ -222,7 +222,7 @@ if serving:
     summary["new_primary_serving_p50_s"] = pct(serving, 0.5)
 if scenario == "lagging":
     summary["c_promoted_rounds"] = sum(1 for r in rounds if r.get("c_promoted"))
-    summary["up_to_date_promoted_rounds"] = sum(1 for r in rounds if r.get("new_primary") == r.get("up_to_date"))
+    summary["up_to_date_promoted_rounds"] = sum(1 for r in rounds if isinstance(r["round"], int) and r.get("new_primary") == r.get("up_to_date"))
 for r in rounds:
     print(json.dumps(r))
 print("RESULT " + json.dumps(summary))

@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # hale's first incident with real parts. Three hosts, each a network namespace
-# with a hale agent:
+# with a hale agent, and a fourth for the clients:
 #
 #   host A  PostgreSQL 15 primary (role `db`, priority 100); a Sentry (half-dead
 #           by default: accepts connections, never answers) = the relay's primary
 #   host B  PostgreSQL 15 synchronous standby (priority 50): A acknowledges a
 #           commit only once B has flushed it
-#   host C  PostgreSQL 15 asynchronous standby (priority 10); HAProxy in front
-#           of PostgreSQL, following GET /v1/roles/db/primary on the three
-#           agents; the auth service (hale-demo-auth serve:
-#           axum + tokio-postgres, failures to the `sentry` crate whose DSN is
-#           the agent's relay); the relay's standby Sentry (counts events); the
-#           load generator (200 logins/s, 1 in 20 with a wrong secret)
+#   host C  PostgreSQL 15 asynchronous standby (priority 10); the relay (its
+#           agent's) and the relay's standby Sentry (counts events)
+#   host L  HAProxy in front of PostgreSQL, following GET /v1/roles/db/primary on
+#           the three agents; the auth service (hale-demo-auth serve: axum +
+#           tokio-postgres, failures to the `sentry` crate whose DSN is C's
+#           relay); the load generator (200 logins/s, 1 in 20 with a wrong secret)
 #
 # PostgreSQL runs under hale ([role.postgres]): hale promotes and fences it (its hooks are
 # `hale postgres promote|fence`), clones B and C from A (their data directories hold only their
@@ -106,22 +106,22 @@ event() { echo "$(now_ns) $*" >> "$EV"; }
 
 # --- hosts: namespaces on a bridge -----------------------------------------------------------
 TAG=hpg$$
-BR=$TAG-br; NS_A=$TAG-a; NS_B=$TAG-b; NS_C=$TAG-c
+BR=$TAG-br; NS_A=$TAG-a; NS_B=$TAG-b; NS_C=$TAG-c; NS_L=$TAG-l
 SUB=10.214.$(( $$ % 200 + 20 ))
-IP_A=$SUB.1; IP_B=$SUB.2; IP_C=$SUB.3
+IP_A=$SUB.1; IP_B=$SUB.2; IP_C=$SUB.3; IP_L=$SUB.4
 cleanup() {
   local ns p
   # Kill rounds until the namespaces are empty (a process may fork while it dies), then
   # delete them: only then is nothing left writing into the work directory.
   for _ in $(seq 1 50); do
     local left=0
-    for ns in "$NS_A" "$NS_B" "$NS_C" "$BR"; do
+    for ns in "$NS_A" "$NS_B" "$NS_C" "$NS_L" "$BR"; do
       for p in $(ip netns pids "$ns" 2>/dev/null); do left=1; kill -CONT "$p" 2>/dev/null || true; kill -KILL "$p" 2>/dev/null || true; done
     done
     [ "$left" = 0 ] && break
     sleep 0.1
   done
-  for ns in "$NS_A" "$NS_B" "$NS_C" "$BR"; do ip netns del "$ns" 2>/dev/null || true; done
+  for ns in "$NS_A" "$NS_B" "$NS_C" "$NS_L" "$BR"; do ip netns del "$ns" 2>/dev/null || true; done
   if [ "$KEEP" = 1 ]; then echo "kept $DIR" >&2; else rm -rf "$DIR"; fi
 }
 trap cleanup EXIT
@@ -138,12 +138,12 @@ link_up() { # host-namespace port-name ip
 ip netns add "$BR"
 ip -n "$BR" link add br0 type bridge
 ip -n "$BR" link set br0 up
-for h in a b c; do
+for h in a b c l; do
   ns=$TAG-$h
   ip netns add "$ns"
   ip -n "$ns" link set lo up
 done
-link_up "$NS_A" pa "$IP_A"; link_up "$NS_B" pb "$IP_B"; link_up "$NS_C" pc "$IP_C"
+link_up "$NS_A" pa "$IP_A"; link_up "$NS_B" pb "$IP_B"; link_up "$NS_C" pc "$IP_C"; link_up "$NS_L" pl "$IP_L"
 
 fail() { echo "FAILED: $*" >&2; for f in "$DIR"/*.log "$DIR"/pg/*.log; do echo "--- $f" >&2; tail -15 "$f" >&2; done; exit 1; }
 # wait_for SECS WHAT CMD...: polls CMD every 100 ms until it succeeds, or fails after SECS.
@@ -261,7 +261,7 @@ primary = { dsn = "http://public@$IP_A:9000/1", member = "host-A" }
 standby = { dsn = "http://public@127.0.0.1:9001/1" }
 EOF
 start_agent() { HALE_LOG=warn setsid ip netns exec "$1" "$HALE" agent -c "$DIR/$2.toml" > "$DIR/agent-$2.log" 2>&1 & disown; }
-http_ok() { in_ns "$NS_C" curl -fsS -o /dev/null -m 1 "$1"; }
+http_ok() { in_ns "$NS_L" curl -fsS -o /dev/null -m 1 "$1"; }
 # A and B first (two of the three control-plane servers): A's running primary takes db, and
 # hale clones B from it; B, the first standby to stream, is the synchronous one. Then C.
 start_agent "$NS_A" A; start_agent "$NS_B" B
@@ -270,9 +270,9 @@ wait_for 90 "host B cloned by hale and streaming (GET /v1/roles/db/replica on B)
 wait_for 30 "B streaming synchronously from A" is_sync
 start_agent "$NS_C" C
 wait_for 90 "host C cloned by hale and streaming (GET /v1/roles/db/replica on C)" http_ok "http://$IP_C:7947/v1/roles/db/replica"
-say "Agents up: A holds db (epoch $(in_ns "$NS_C" curl -fsS "http://$IP_A:7947/v1/roles/db/primary" | sed 's/.*"epoch":\([0-9]*\).*/\1/')); B (synchronous) and C (asynchronous) stream from it."
+say "Agents up: A holds db (epoch $(in_ns "$NS_L" curl -fsS "http://$IP_A:7947/v1/roles/db/primary" | sed 's/.*"epoch":\([0-9]*\).*/\1/')); B (synchronous) and C (asynchronous) stream from it."
 
-# --- HAProxy, the auth service and the load on C ----------------------------------------------
+# --- HAProxy, the auth service and the load on L ----------------------------------------------
 cat > "$DIR/haproxy.cfg" <<EOF
 global
   maxconn 4000
@@ -300,18 +300,18 @@ listen postgres
   server c $IP_C:5432 check port 7947
 EOF
 # HAProxy says when it marks a server up or down (on stderr): into the event log, timed.
-setsid ip netns exec "$NS_C" bash -c "haproxy -db -f '$DIR/haproxy.cfg' 2>&1 | while IFS= read -r l; do
+setsid ip netns exec "$NS_L" bash -c "haproxy -db -f '$DIR/haproxy.cfg' 2>&1 | while IFS= read -r l; do
   case \"\$l\" in *Server*) echo \"\$(date +%s%N) haproxy: \${l#*: }\" >> '$EV' ;; esac; echo \"\$l\"; done" \
   > "$DIR/haproxy.log" 2>&1 & disown
 # HAProxy counts a server as up until its first check: no traffic before B is marked down.
 b_down() { grep -q "Server postgres/b is DOWN" "$EV"; }
 wait_for 10 "HAProxy's first check of B (503: not the primary)" b_down
-setsid ip netns exec "$NS_C" "$DEMO" serve --listen 127.0.0.1:8080 \
+setsid ip netns exec "$NS_L" "$DEMO" serve --listen 127.0.0.1:8080 \
   --db "host=127.0.0.1 port=5432 user=postgres dbname=postgres" --dsn "http://public@$IP_C:7947/1" --transport "$TRANSPORT" \
   > "$DIR/auth.log" 2>&1 & disown
-login_ok() { in_ns "$NS_C" curl -fsS -m 2 -H 'Content-Type: application/json' -d '{"user":"u1","secret":"s1"}' http://127.0.0.1:8080/login; }
+login_ok() { in_ns "$NS_L" curl -fsS -m 2 -H 'Content-Type: application/json' -d '{"user":"u1","secret":"s1"}' http://127.0.0.1:8080/login; }
 wait_for 30 "a login through HAProxy to A" login_ok
-setsid ip netns exec "$NS_C" "$DEMO" load --url http://127.0.0.1:8080 --rate "$RATE" \
+setsid ip netns exec "$NS_L" "$DEMO" load --url http://127.0.0.1:8080 --rate "$RATE" \
   --stop-file "$DIR/stop" --out "$DIR/attempts.csv" > "$DIR/load.log" 2>&1 &
 LOAD_PID=$!
 say "Load: $RATE logins/s through HAProxy; Sentry on A: $SENTRY. Steady state for $PRE s..."
@@ -401,7 +401,7 @@ fi
 # db <epoch>`, and the rejoin steps), for the timeline.
 for h in A B C; do
   ip=IP_$h
-  in_ns "$NS_C" curl -fsS -m 2 -H "Authorization: Bearer $TOKEN" "http://${!ip}:7947/v1/events" 2>/dev/null | python3 -c '
+  in_ns "$NS_L" curl -fsS -m 2 -H "Authorization: Bearer $TOKEN" "http://${!ip}:7947/v1/events" 2>/dev/null | python3 -c '
 import json, sys
 names = {"promoting": "promote", "promoted": "promoted", "demoting": "demote", "demoted": "demoted",
          "rejoining": "rejoining", "rewound": "rewound", "recloned": "recloned", "streaming": "streaming"}
@@ -412,7 +412,7 @@ for e in json.load(sys.stdin):
         print(e["unix_ms"] * 1000000, sys.argv[1], names[k], d.get("role", ""), d.get("epoch", d.get("upstream", "")))
 ' "host-$h" >> "$EV" || true
 done
-auth_stat() { in_ns "$NS_C" curl -fsS -m 2 http://127.0.0.1:8080/stats | sed "s/.*\"$1\":\([0-9]*\).*/\1/"; }
+auth_stat() { in_ns "$NS_L" curl -fsS -m 2 http://127.0.0.1:8080/stats | sed "s/.*\"$1\":\([0-9]*\).*/\1/"; }
 RAISED=$(auth_stat reported)
 TRANSPORT_DROPPED=$(auth_stat transport_dropped)
 received() {

@@ -160,6 +160,7 @@ export function rolesHtml(data, fetchedAt, members) {
       <div class="role-head"><span class="name">${esc(r.role)}</span><span>holder ${holder}</span>
       <span>epoch <b class="epoch">${esc(r.epoch)}</b></span><span>lease ${lease}</span>
       ${r.paused ? `<span class="bad" title="hale roles resume ${esc(r.role)}">PAUSED: no automatic promotion or demotion</span>` : ''}
+      ${r.switchover ? `<span class="warn" title="hale roles switchover ${esc(r.role)} --cancel">switchover to ${esc(r.switchover.to)} ordered${r.switchover.at_unix_ms ? ` for ${fmtTime(r.switchover.at_unix_ms)}` : ''}</span>` : ''}
       ${r.held_since_unix_ms ? `<span class="muted">since ${fmtTime(r.held_since_unix_ms)}</span>` : ''}</div>
       <table class="t"><thead><tr><th>order</th><th>candidate</th><th>priority</th><th>member</th><th>readiness</th></tr></thead>
       <tbody>${rows || '<tr><td colspan="5" class="muted">no candidates known</td></tr>'}</tbody></table></div>`;

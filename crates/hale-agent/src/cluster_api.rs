@@ -114,9 +114,10 @@ pub(crate) async fn roles(State(st): State<AppState>) -> Json<ClusterRolesView> 
     names.extend(local.keys().cloned());
     let mut out = Vec::new();
     for role in names {
-        let (holder, epoch, paused) = leases
-            .get(&role)
-            .map_or((None, 0, false), |l| (l.holder.clone(), l.epoch, l.paused));
+        let (holder, epoch, paused, switchover) =
+            leases.get(&role).map_or((None, 0, false, None), |l| {
+                (l.holder.clone(), l.epoch, l.paused, l.switchover.clone())
+            });
         // The holder's own view: lease left and since when it holds.
         let held = match holder.as_deref().map(|h| (h, http.get(h))) {
             Some((h, _)) if h == st.me() => local.get(&role).cloned(),
@@ -152,6 +153,7 @@ pub(crate) async fn roles(State(st): State<AppState>) -> Json<ClusterRolesView> 
             held_since_unix_ms: held.as_ref().and_then(|v| v.held_since_unix_ms),
             candidates,
             paused,
+            switchover,
         });
     }
     Json(ClusterRolesView {

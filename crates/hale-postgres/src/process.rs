@@ -50,6 +50,15 @@ pub enum ToolError {
         /// The end (600 bytes) of what it wrote, standard error first.
         output: String,
     },
+    /// A file the step needs could not be written or removed (the server
+    /// was not started).
+    #[error("cannot change {path}: {source}")]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
 }
 
 /// The OS user the programs run as and the files are owned by; `None` when

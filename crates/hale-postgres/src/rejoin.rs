@@ -211,10 +211,10 @@ pub async fn rejoin(
     progress(RejoinStep::Rejoining);
     if matches!(now, Standing::Replica { .. }) {
         mark(cfg, &tools).await?;
-        prepare_upstream(cfg, upstream, slot).await?;
+        let timeline = prepare_upstream(cfg, upstream, slot).await?;
         let repoint_deadline = deadline.min(Instant::now() + cfg.rejoin_timeout / 4);
         match repoint(cfg, &conninfo, slot).await {
-            Ok(()) if wait_streaming(cfg, upstream, repoint_deadline).await => {
+            Ok(()) if wait_streaming(cfg, upstream, timeline, repoint_deadline).await => {
                 unfence(cfg).await?;
                 progress(RejoinStep::Streaming);
                 return Ok(Rejoined::Repointed);
@@ -225,7 +225,7 @@ pub async fn rejoin(
     }
     ensure_data_dir(cfg, &tools).await?;
     let fenced = fence(cfg).await?;
-    prepare_upstream(cfg, upstream, slot).await?;
+    let mut timeline = prepare_upstream(cfg, upstream, slot).await?;
     let local = LocalFiles::read(&cfg.data_dir)
         .await
         .map_err(files(&cfg.data_dir))?;
@@ -239,7 +239,7 @@ pub async fn rejoin(
                 tracing::warn!(%err, "rewind failed; re-cloning");
                 // Not when the upstream has gone meanwhile: the directory
                 // would be emptied for a clone that cannot be made.
-                prepare_upstream(cfg, upstream, slot).await?;
+                timeline = prepare_upstream(cfg, upstream, slot).await?;
                 reclone(cfg, &tools, upstream, slot, deadline).await?
             }
             Err(err) => return Err(RejoinError::Rewind(err)),
@@ -251,39 +251,102 @@ pub async fn rejoin(
             data_dir: cfg.data_dir.clone(),
         });
     };
-    // Rewind and re-clone both remove the marker: put it back at once.
-    mark(cfg, &tools).await?;
-    drop_local_slots(&cfg.data_dir).await?;
-    match how {
-        Rejoined::Rewound => progress(RejoinStep::Rewound),
-        Rejoined::Recloned => progress(RejoinStep::Recloned),
-        _ => {}
-    }
-    local
-        .restore(tools.user())
-        .await
-        .map_err(|(path, source)| RejoinError::Files { path, source })?;
-    let settings = [
-        ("primary_conninfo", conninfo.as_str()),
-        ("primary_slot_name", slot),
-    ];
-    set_auto_conf(&cfg.data_dir, &settings, tools.user())
-        .await
-        .map_err(|(path, source)| RejoinError::Files { path, source })?;
-    tools
-        .start(remaining(deadline).min(cfg.start_timeout), None)
-        .await
-        .map_err(RejoinError::Start)?;
-    if !wait_streaming(cfg, upstream, deadline).await {
-        return Err(RejoinError::NotStreaming {
-            host: upstream.host.clone(),
-            port: upstream.port,
-            waited: started.elapsed(),
-        });
+    let standby = StandbyOf {
+        upstream,
+        timeline,
+        conninfo: &conninfo,
+        slot,
+        local: &local,
+    };
+    let mut how = how;
+    if !standby
+        .start(cfg, &tools, how, &mut progress, deadline)
+        .await?
+    {
+        // pg_rewind saw nothing to rewind, yet the server does not follow
+        // the upstream's timeline: its WAL runs past the fork in a way
+        // the control file does not show. Only a fresh copy helps.
+        if how != Rejoined::Restarted || !cfg.reclone_on_rewind_failure {
+            return Err(RejoinError::NotStreaming {
+                host: upstream.host.clone(),
+                port: upstream.port,
+                waited: started.elapsed(),
+            });
+        }
+        tracing::warn!(
+            "nothing was rewound, yet it does not follow the upstream's timeline; re-cloning"
+        );
+        fence(cfg).await?;
+        let timeline = prepare_upstream(cfg, upstream, slot).await?;
+        how = reclone(cfg, &tools, upstream, slot, deadline).await?;
+        let standby = StandbyOf {
+            timeline,
+            ..standby
+        };
+        if !standby
+            .start(cfg, &tools, how, &mut progress, deadline)
+            .await?
+        {
+            return Err(RejoinError::NotStreaming {
+                host: upstream.host.clone(),
+                port: upstream.port,
+                waited: started.elapsed(),
+            });
+        }
     }
     unfence(cfg).await?;
     progress(RejoinStep::Streaming);
     Ok(how)
+}
+
+/// How a rewound or re-cloned (stopped, fenced) data directory is started as
+/// a standby of the upstream.
+#[derive(Clone, Copy)]
+struct StandbyOf<'a> {
+    upstream: &'a Upstream,
+    timeline: Option<u32>,
+    conninfo: &'a str,
+    slot: &'a str,
+    local: &'a LocalFiles,
+}
+
+impl StandbyOf<'_> {
+    /// Marks it fenced again (rewind and re-clone remove the marker), drops
+    /// its own slots, puts its own files back, writes the replication
+    /// settings, starts it and waits until it streams on the upstream's
+    /// timeline: false if it does not by `deadline` (still fenced).
+    async fn start(
+        &self,
+        cfg: &PostgresConfig,
+        tools: &Tools<'_>,
+        how: Rejoined,
+        progress: &mut impl FnMut(RejoinStep),
+        deadline: Instant,
+    ) -> Result<bool, RejoinError> {
+        mark(cfg, tools).await?;
+        drop_local_slots(&cfg.data_dir).await?;
+        match how {
+            Rejoined::Rewound => progress(RejoinStep::Rewound),
+            Rejoined::Recloned => progress(RejoinStep::Recloned),
+            _ => {}
+        }
+        self.local
+            .restore(tools.user())
+            .await
+            .map_err(|(path, source)| RejoinError::Files { path, source })?;
+        let settings = [
+            ("primary_conninfo", self.conninfo),
+            ("primary_slot_name", self.slot),
+        ];
+        set_auto_conf(&cfg.data_dir, &settings, tools.user())
+            .await
+            .map_err(|(path, source)| RejoinError::Files { path, source })?;
+        tools
+            .start(remaining(deadline).min(cfg.start_timeout), None)
+            .await
+            .map_err(RejoinError::Start)?;
+        Ok(wait_streaming(cfg, self.upstream, self.timeline, deadline).await)
+    }
 }
 
 fn remaining(deadline: Instant) -> Duration {
@@ -338,7 +401,7 @@ async fn prepare_upstream(
     cfg: &PostgresConfig,
     upstream: &Upstream,
     slot: &str,
-) -> Result<(), RejoinError> {
+) -> Result<Option<u32>, RejoinError> {
     let failed = |reason: String| RejoinError::Upstream {
         host: upstream.host.clone(),
         port: upstream.port,
@@ -355,26 +418,27 @@ async fn prepare_upstream(
         )
         .await
         .map_err(|err| failed(format!("creating the replication slot {slot:?}: {err}")))?;
-    let stale: bool = client
+    // CASE: pg_walfile_name() fails during recovery, and only CASE fixes
+    // the order of evaluation.
+    let row = client
         .query_one(
-            // CASE, not AND: pg_walfile_name() fails during recovery, and
-            // only CASE fixes the order of evaluation.
-            "SELECT CASE WHEN pg_is_in_recovery() THEN false ELSE c.timeline_id <> \
+            "SELECT c.timeline_id, CASE WHEN pg_is_in_recovery() THEN NULL ELSE \
                     ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int \
                     END \
              FROM pg_control_checkpoint() c",
             &[],
         )
         .await
-        .map_err(|err| failed(format!("reading its timeline: {err}")))?
-        .get(0);
-    if stale {
+        .map_err(|err| failed(format!("reading its timeline: {err}")))?;
+    let checkpointed: i32 = row.get(0);
+    let current: Option<i32> = row.get(1);
+    if current.is_some_and(|c| c != checkpointed) {
         client
             .batch_execute("CHECKPOINT")
             .await
             .map_err(|err| failed(format!("checkpointing: {err}")))?;
     }
-    Ok(())
+    Ok(current.and_then(|c| u32::try_from(c).ok()))
 }
 
 /// Points a running replica at a new upstream (PostgreSQL 13 and later
@@ -405,13 +469,21 @@ pub(crate) fn sql_literal(value: &str) -> String {
     format!("E'{}'", value.replace('\\', "\\\\").replace('\'', "''"))
 }
 
-/// Polls the local server until it streams from `upstream`, or `deadline`.
-async fn wait_streaming(cfg: &PostgresConfig, upstream: &Upstream, deadline: Instant) -> bool {
+/// Polls the local server until it streams from `upstream` on the
+/// upstream's `timeline` (when known), or `deadline`. A server whose WAL
+/// runs past the upstream's fork connects, streams its old timeline a
+/// moment and is cut off, again and again: streaming alone is not enough.
+async fn wait_streaming(
+    cfg: &PostgresConfig,
+    upstream: &Upstream,
+    timeline: Option<u32>,
+    deadline: Instant,
+) -> bool {
     poll_until(deadline, Duration::from_millis(100), || async {
         match standing(cfg).await {
-            Ok(now) => now
-                .streams_from(&upstream.host, upstream.port)
-                .then_some(()),
+            Ok(now) => (now.streams_from(&upstream.host, upstream.port)
+                && timeline.is_none_or(|t| now.timeline() == Some(t)))
+            .then_some(()),
             Err(err) => {
                 tracing::debug!(%err, "waiting for streaming");
                 None
@@ -422,11 +494,104 @@ async fn wait_streaming(cfg: &PostgresConfig, upstream: &Upstream, deadline: Ins
     .is_some()
 }
 
+/// Runs the crash recovery of a (stopped, fenced) cluster that did not shut
+/// down cleanly, unreachable and not streaming, and stops it cleanly, so
+/// that `pg_rewind` reads where its WAL really ends:
+///
+/// * It crashed as a primary (`in production`): recovered as a primary,
+///   `standby.signal` set aside meanwhile (the fence marker stays). Its
+///   shutdown checkpoint then follows the last record it wrote. Recovered
+///   as a standby instead, its control file would say where its WAL ends
+///   only by `minRecoveryPoint`, which a last record that touches no page
+///   (a commit) does not move: `pg_rewind` would see nothing to rewind
+///   while its WAL runs past the new primary's fork, and the server would
+///   never follow the new timeline ("forked off ... before current recovery
+///   point").
+/// * It crashed as a standby: recovered as one. All its WAL came from an
+///   upstream; ending its recovery would write a checkpoint of its own.
+async fn recover(
+    cfg: &PostgresConfig,
+    tools: &Tools<'_>,
+    deadline: Instant,
+) -> Result<(), ToolError> {
+    let was_primary = matches!(
+        cluster_state(cfg, tools, deadline).await?.as_str(),
+        "in production" | "in crash recovery"
+    );
+    let signal = cfg.data_dir.join("standby.signal");
+    let mut options =
+        "-c listen_addresses= -c primary_conninfo= -c primary_slot_name= -c hot_standby=on"
+            .to_owned();
+    if was_primary {
+        // Nobody but its OS user may connect (no TCP; PostgreSQL needs one
+        // socket), and no commit waits for a synchronous standby.
+        options.push_str(" -c unix_socket_permissions=0700 -c synchronous_standby_names=");
+        remove_if_exists(&signal).await?;
+    }
+    let ran = async {
+        tools
+            .start(remaining(deadline).min(cfg.start_timeout), Some(&options))
+            .await?;
+        tools
+            .stop("fast", remaining(deadline).min(cfg.stop_timeout))
+            .await
+    }
+    .await;
+    if was_primary {
+        crate::process::write_owned(&signal, Vec::new(), tools.user())
+            .await
+            .map_err(|source| ToolError::File {
+                path: signal.clone(),
+                source,
+            })?;
+    }
+    ran
+}
+
+async fn remove_if_exists(path: &Path) -> Result<(), ToolError> {
+    match tokio::fs::remove_file(path).await {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(ToolError::File {
+            path: path.to_owned(),
+            source,
+        }),
+    }
+}
+
+/// The cluster's state as its control file says (`pg_controldata`'s
+/// "Database cluster state": `in production`, `shut down`, `shut down in
+/// recovery`, `in archive recovery`, `in crash recovery`, ...). A stopped
+/// server answers no query: the tool is the only way to ask.
+async fn cluster_state(
+    cfg: &PostgresConfig,
+    tools: &Tools<'_>,
+    deadline: Instant,
+) -> Result<String, ToolError> {
+    let out = tools
+        .run(
+            "pg_controldata",
+            ["-D".as_ref(), cfg.data_dir.as_os_str()],
+            remaining(deadline).min(Duration::from_secs(10)),
+        )
+        .await?;
+    Ok(parse_cluster_state(&String::from_utf8_lossy(&out.stdout)))
+}
+
+/// The value of `Database cluster state:` in `pg_controldata`'s output
+/// (run with `LC_ALL=C`); empty when it is missing.
+pub(crate) fn parse_cluster_state(text: &str) -> String {
+    text.lines()
+        .find_map(|l| l.strip_prefix("Database cluster state:"))
+        .map(|v| v.trim().to_owned())
+        .unwrap_or_default()
+}
+
 /// Rewinds the (stopped, fenced) cluster onto the upstream's timeline.
 /// `pg_rewind` needs a cleanly shut down target and cannot recover one itself
 /// while `standby.signal` exists (single-user mode refuses standby mode), so
-/// after an unclean stop the server first runs once as a standby, unreachable
-/// over the network and not streaming, and is stopped cleanly.
+/// after an unclean stop the server first runs its crash recovery
+/// ([`recover`]) and is stopped cleanly.
 async fn rewind(
     cfg: &PostgresConfig,
     tools: &Tools<'_>,
@@ -435,14 +600,7 @@ async fn rewind(
     deadline: Instant,
 ) -> Result<Rejoined, ToolError> {
     if !clean {
-        let options =
-            "-c listen_addresses= -c primary_conninfo= -c primary_slot_name= -c hot_standby=on";
-        tools
-            .start(remaining(deadline).min(cfg.start_timeout), Some(options))
-            .await?;
-        tools
-            .stop("fast", remaining(deadline).min(cfg.stop_timeout))
-            .await?;
+        recover(cfg, tools, deadline).await?;
     }
     let label = cfg.data_dir.join("backup_label");
     let had_label = label.exists();
@@ -580,6 +738,19 @@ mod tests {
                 step
             );
         }
+    }
+
+    #[test]
+    fn the_cluster_state_is_read_from_pg_controldata_and_missing_is_empty() {
+        let out = "pg_control version number:            1300\n\
+                   Database cluster state:               in production\n\
+                   pg_control last modified:             Thu Dec  3 07:02:18 2026\n";
+        assert_eq!(parse_cluster_state(out), "in production");
+        assert_eq!(
+            parse_cluster_state("Database cluster state:  shut down in recovery"),
+            "shut down in recovery"
+        );
+        assert_eq!(parse_cluster_state("garbage"), "");
     }
 
     #[test]

@@ -80,6 +80,16 @@ impl Standing {
         }
     }
 
+    /// The timeline it writes (a primary) or receives (a replica).
+    pub fn timeline(&self) -> Option<u32> {
+        match self {
+            Standing::Primary { timeline, .. } | Standing::Replica { timeline, .. } => {
+                Some(*timeline)
+            }
+            Standing::Down => None,
+        }
+    }
+
     /// True for a replica whose WAL receiver streams from `host:port`.
     pub fn streams_from(&self, host: &str, port: u16) -> bool {
         matches!(self, Standing::Replica { streaming: true, upstream: Some(h), upstream_port: Some(p), .. }

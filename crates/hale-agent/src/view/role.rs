@@ -196,6 +196,9 @@ pub struct ClusterRoleView {
     /// Paused by an operator: no automatic promotion or demotion.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub paused: bool,
+    /// A planned switchover ordered for the current holding, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub switchover: Option<hale_control::Switchover>,
 }
 
 /// `GET /v1/cluster/roles`: every role's holder and candidates.

@@ -253,6 +253,9 @@ fn samples() -> BTreeMap<String, Vec<Value>> {
         "ClusterRole": ClusterRoleView = cluster_role;
         "ClusterRole": ClusterRoleView = {"role": "db", "holder": null, "epoch": 0, "holder_state": null,
             "lease_left_ms": null, "held_since_unix_ms": null, "candidates": [], "paused": true};
+        "ClusterRole": ClusterRoleView = {"role": "db", "holder": "n0", "epoch": 3, "holder_state": "holder",
+            "lease_left_ms": 900, "held_since_unix_ms": 5, "candidates": [],
+            "switchover": {"epoch": 3, "to": "n1", "at_unix_ms": 0}};
         "ClusterRoles": ClusterRolesView = {"control_plane": true, "leader": null,
             "fetched_unix_ms": 5, "roles": [cluster_role]};
         "CheckResult": CheckResult = result;

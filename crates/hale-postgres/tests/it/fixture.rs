@@ -56,6 +56,11 @@ impl Lab {
     /// A lab; fails the test, saying what to install, when PostgreSQL 15 is
     /// missing.
     pub fn new() -> Lab {
+        // The library's own log lines, shown for a failing test (RUST_LOG).
+        let _ = tracing_subscriber::fmt()
+            .with_test_writer()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .try_init();
         for tool in ["initdb", "pg_ctl", "postgres", "pg_rewind", "pg_basebackup"] {
             let path = Path::new(BIN).join(tool);
             assert!(

@@ -100,6 +100,44 @@ async fn a_former_primary_killed_after_its_standby_was_promoted_rejoins_by_rewin
 }
 
 #[tokio::test]
+async fn a_former_primary_killed_with_much_wal_past_the_fork_is_rewound_not_left_behind_it() {
+    // a's WAL after b's promotion is long and unchecked-pointed: recovered
+    // as a standby and stopped as soon as it was consistent, its control
+    // file would end its WAL before the fork, pg_rewind would see nothing
+    // to rewind, and the server would never follow b's timeline.
+    let lab = Lab::new();
+    let a = lab.primary("a", Opts::default()).await;
+    let b = lab.standby("b", &a, Opts::default()).await;
+    a.sql("CREATE TABLE t (id int PRIMARY KEY); INSERT INTO t SELECT generate_series(1, 100)")
+        .await;
+    eventually("b has a's rows", || async {
+        let client = b.try_client().await.ok()?;
+        let row = client.query_one("SELECT count(*) FROM t", &[]).await.ok()?;
+        (row.get::<_, i64>(0) == 100).then_some(())
+    })
+    .await;
+    promote(&b.cfg).await.expect("promote b");
+    a.sql("CREATE TABLE pad (v text); INSERT INTO pad SELECT md5(i::text) FROM generate_series(1, 200000) i; INSERT INTO t SELECT generate_series(1001, 1100)")
+        .await;
+    a.stop(&lab, "immediate").await;
+    b.sql("INSERT INTO t SELECT generate_series(201, 300)")
+        .await;
+
+    rejoined_by(
+        &a,
+        &b,
+        Rejoined::Rewound,
+        &[
+            RejoinStep::Rejoining,
+            RejoinStep::Rewound,
+            RejoinStep::Streaming,
+        ],
+    )
+    .await;
+    check_rejoined(&a, &b).await;
+}
+
+#[tokio::test]
 async fn a_former_primary_still_running_as_a_primary_is_fenced_and_rewound() {
     let lab = Lab::new();
     let (a, b) = failover(&lab, Opts::default(), false).await;
