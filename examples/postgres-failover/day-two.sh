@@ -122,8 +122,10 @@ case "$SCENARIO" in
     # The up-to-date standby's PostgreSQL hangs too: nobody may be promoted.
     P=$(holder); U=$(others "$P" | grep -v C)
     hold_c_back "$P"; wait_for 30 "$U within 1 MB" within_1mb "$U"; sleep 1
-    UPID=$(head -1 "$DIR/pg/${U,,}/postmaster.pid")
-    T=$(now_ns); event "last round: host $P dies and $U's PostgreSQL hangs (SIGSTOP)"
+    upid_runs() { UPID=$(head -1 "$DIR/pg/${U,,}/postmaster.pid" 2>/dev/null) && kill -0 "$UPID" 2>/dev/null; }
+    wait_for 30 "$U's postmaster running" upid_runs
+    upid_runs
+    T=$(now_ns); event "last round: host $P dies and $U's PostgreSQL (pid $UPID) hangs (SIGSTOP)"
     kill -STOP "$UPID"; kill_host "$P"
     NOBODY=true
     end=$(( $(now_ns) + 20000000000 ))
@@ -233,4 +235,5 @@ if [ -n "$SAVE" ]; then
   cp "$DIR/report.txt" "$DIR/events.log" "$DIR/rounds.jsonl" "$DIR/haproxy.cfg" "$SAVE/"
   gzip -c "$DIR/attempts.csv" > "$SAVE/attempts.csv.gz"
   gzip -c "$DIR/committed.txt" > "$SAVE/committed.txt.gz"
+  for f in "$DIR"/agent-*.log; do gzip -c "$f" > "$SAVE/$(basename "$f").gz"; done
 fi

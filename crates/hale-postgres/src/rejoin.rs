@@ -150,6 +150,19 @@ pub enum RejoinError {
     Tool(#[from] ToolError),
 }
 
+/// How long a repointed replica may take to stream from its new upstream
+/// before it is restarted (and rewound) instead: its WAL receiver reconnects
+/// within `wal_retrieve_retry_interval` (5 s by default). A replica that
+/// cannot follow the upstream's timeline (an old primary started as a
+/// standby, its WAL past the fork) never will: the benchmark's 20
+/// consecutive failovers showed such a wait costing 30 s when it was a
+/// quarter of `rejoin_timeout`.
+const REPOINT_WAIT: Duration = Duration::from_secs(8);
+
+/// How long a server restarted without a rewind ("no rewind required") may
+/// take to stream on the upstream's timeline before it is re-cloned.
+const RESTART_WAIT: Duration = Duration::from_secs(30);
+
 /// Makes the local server a streaming replica of `upstream`, using the
 /// replication slot `slot` there (created when missing) and announcing itself
 /// as `application_name`. `progress` hears each step as it is reached.
@@ -157,8 +170,8 @@ pub enum RejoinError {
 /// - Already streaming from `upstream`: nothing to do, `[Streaming]`.
 /// - A running replica of another upstream: repointed (`primary_conninfo`,
 ///   `primary_slot_name` by `ALTER SYSTEM`, reloaded), `[Rejoining,
-///   Streaming]`; if it does not stream within a quarter of
-///   `rejoin_timeout` (its timeline diverged), as below.
+///   Streaming]`; if it does not stream within [`REPOINT_WAIT`] (its
+///   timeline diverged), as below.
 /// - Otherwise: fenced and stopped; after an unclean stop, run once as a
 ///   standby for its crash recovery (not reachable over the network, not
 ///   streaming) and stopped cleanly; `pg_rewind` from the upstream
@@ -212,7 +225,7 @@ pub async fn rejoin(
     if matches!(now, Standing::Replica { .. }) {
         mark(cfg, &tools).await?;
         let timeline = prepare_upstream(cfg, upstream, slot).await?;
-        let repoint_deadline = deadline.min(Instant::now() + cfg.rejoin_timeout / 4);
+        let repoint_deadline = deadline.min(Instant::now() + REPOINT_WAIT);
         match repoint(cfg, &conninfo, slot).await {
             Ok(()) if wait_streaming(cfg, upstream, timeline, repoint_deadline).await => {
                 unfence(cfg).await?;
@@ -345,6 +358,13 @@ impl StandbyOf<'_> {
             .start(remaining(deadline).min(cfg.start_timeout), None)
             .await
             .map_err(RejoinError::Start)?;
+        // Nothing rewound: it streams on the upstream's timeline at once or
+        // never (then it is re-cloned); rewound or cloned, it may first
+        // replay what it copied.
+        let deadline = match how {
+            Rejoined::Restarted => deadline.min(Instant::now() + RESTART_WAIT),
+            _ => deadline,
+        };
         Ok(wait_streaming(cfg, self.upstream, self.timeline, deadline).await)
     }
 }
