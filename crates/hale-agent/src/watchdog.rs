@@ -251,11 +251,10 @@ pub fn demote_once(path: &Path, argv: &[String]) -> std::process::ExitCode {
         let Some((prog, args)) = argv.split_first() else {
             return true;
         };
-        Command::new(prog)
-            .args(args)
-            .stdin(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
+        let mut cmd = Command::new(prog);
+        cmd.args(args).stdin(Stdio::null());
+        stdout_to_stderr(&mut cmd);
+        cmd.status().is_ok_and(|s| s.success())
     });
     match outcome {
         Claimed::Ran(true) | Claimed::AlreadyRan => std::process::ExitCode::SUCCESS,
@@ -545,9 +544,21 @@ fn answer(h: u64, fenced: bool) {
     let _ = out.flush();
 }
 
+/// A hook's standard output goes where its runner's errors go (the
+/// agent's log): the watchdog's standard output is its pipe to the agent,
+/// which a hook's output would corrupt, and a hook that prints into a pipe
+/// closed meanwhile would die of it (found when `hale postgres fence`
+/// panicked on a broken pipe).
+fn stdout_to_stderr(cmd: &mut Command) {
+    use std::os::fd::AsFd;
+    if let Ok(err) = std::io::stderr().as_fd().try_clone_to_owned() {
+        cmd.stdout(Stdio::from(err));
+    }
+}
+
 /// Starts `argv` in a process group of its own (so that a kill reaches
-/// everything it started), standard input closed, `HALE_REASON` and `env`
-/// set.
+/// everything it started), standard input closed, standard output to
+/// standard error, `HALE_REASON` and `env` set.
 pub fn hook_command(argv: &[String], env: &[(String, String)], reason: &str) -> Option<Command> {
     let (prog, args) = argv.split_first()?;
     let mut cmd = Command::new(prog);
@@ -555,6 +566,7 @@ pub fn hook_command(argv: &[String], env: &[(String, String)], reason: &str) -> 
         .stdin(Stdio::null())
         .env("HALE_REASON", reason)
         .process_group(0);
+    stdout_to_stderr(&mut cmd);
     for (k, v) in env {
         cmd.env(k, v);
     }

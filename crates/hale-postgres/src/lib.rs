@@ -39,7 +39,7 @@ pub use fence::{fence, FenceError, Fenced};
 pub use lsn::{format_lsn, lag_bytes, parse_lsn, LsnParseError};
 pub use process::ToolError;
 pub use promote::{promote, PromoteError, Promotion};
-pub use rejoin::{rejoin, RejoinError, RejoinStep, Rejoined, Upstream};
+pub use rejoin::{crashed_as_primary, rejoin, RejoinError, RejoinStep, Rejoined, Upstream};
 pub use standing::{standing, StandbyState, Standing, StandingError};
 pub use start::{start_standby, StartError, StartedStandby};
 pub use synchronous::{maintain_synchronous, set_synchronous, SyncError, ANY_STANDBY};

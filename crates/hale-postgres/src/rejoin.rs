@@ -579,6 +579,20 @@ async fn remove_if_exists(path: &Path) -> Result<(), ToolError> {
     }
 }
 
+/// Whether the stopped server's control file says it went down while it ran
+/// as a primary (`in production`, or `in crash recovery` from that): its
+/// WAL may run past what any standby received. A server that is not the
+/// role's last holder with such a data directory must rejoin, never offer
+/// its copy ([`crate::fence`] it).
+pub async fn crashed_as_primary(cfg: &PostgresConfig) -> Result<bool, ToolError> {
+    let tools = Tools::new(cfg)?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    Ok(matches!(
+        cluster_state(cfg, &tools, deadline).await?.as_str(),
+        "in production" | "in crash recovery"
+    ))
+}
+
 /// The cluster's state as its control file says (`pg_controldata`'s
 /// "Database cluster state": `in production`, `shut down`, `shut down in
 /// recovery`, `in archive recovery`, `in crash recovery`, ...). A stopped

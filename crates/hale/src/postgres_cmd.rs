@@ -70,18 +70,25 @@ impl Target {
     }
 }
 
+/// Prints what a hook did; an output nobody reads any more (a closed pipe)
+/// must not turn a promotion or a fence that happened into a failure.
+fn say(what: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stdout(), "{what}");
+}
+
 /// Runs the operation; prints what it did (JSON for `status`).
 pub fn run(args: &PostgresArgs) -> anyhow::Result<ExitCode> {
     match &args.op {
         Op::Promote(t) => {
             let pg = t.settings()?;
             let done = block_on(hale_postgres::promote(&pg))??;
-            println!("{done:?}");
+            say(format_args!("{done:?}"));
         }
         Op::Fence(t) => {
             let pg = t.settings()?;
             let done = block_on(hale_postgres::fence(&pg))??;
-            println!("{done:?}");
+            say(format_args!("{done:?}"));
         }
         Op::Status(t) => {
             let pg = t.settings()?;

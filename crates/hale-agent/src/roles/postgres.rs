@@ -233,9 +233,29 @@ impl Keeper {
                     return true;
                 }
                 if !alive {
-                    // The holder is gone: its role will move. Keep the copy
-                    // as it is (a candidate), never rejoin a dead server;
-                    // a stopped one starts as a standby to offer its copy.
+                    // The holder is gone (or not seen alive yet): its role
+                    // will move. Keep the copy as it is (a candidate), never
+                    // rejoin a dead server; a stopped one starts as a
+                    // standby to offer its copy, unless it went down as a
+                    // primary: another node holds the role, so its WAL may
+                    // run past the holder's fork, and such a copy is never
+                    // offered (fenced: it rejoins once a holder is alive).
+                    if matches!(standing, Standing::Down) && !fenced {
+                        match hale_postgres::crashed_as_primary(&self.cfg).await {
+                            Ok(true) => {
+                                return self
+                                    .fence_down(
+                                        "went down as a primary while another holds the role",
+                                    )
+                                    .await
+                            }
+                            Ok(false) => {}
+                            Err(e) => {
+                                tracing::warn!(role = %self.role, error = %e, "postgres: reading its control file");
+                                return false;
+                            }
+                        }
+                    }
                     return self.start_if_down(standing, fenced).await;
                 }
                 // A running replica that lost its stream from this holder
@@ -255,22 +275,30 @@ impl Keeper {
             }
             TableSays::Free if matches!(standing, Standing::Primary { .. }) => {
                 // Released, yet this server takes writes (started by hand?).
-                match hale_postgres::fence(&self.cfg).await {
-                    Ok(how) => {
-                        let role = self.role.clone();
-                        self.emit(AgentEvent::PostgresFenced { role, how });
-                        true
-                    }
-                    Err(e) => {
-                        tracing::warn!(role = %self.role, error = %e, "postgres: fencing a primary nobody holds");
-                        false
-                    }
-                }
+                self.fence_down("ran as a primary while nobody holds the role")
+                    .await
             }
             // Nobody else holds it: a stopped, unfenced server starts as a
             // standby so that it can offer its copy.
             TableSays::Held(_) | TableSays::NeverGranted | TableSays::Free => {
                 self.start_if_down(standing, fenced).await
+            }
+        }
+    }
+
+    /// Fences this node's server (`why`, logged; stopped if it runs): it
+    /// rejoins the holder before it may offer its copy or be promoted.
+    async fn fence_down(&self, why: &str) -> bool {
+        match hale_postgres::fence(&self.cfg).await {
+            Ok(how) => {
+                tracing::warn!(role = %self.role, why, "postgres: fenced");
+                let role = self.role.clone();
+                self.emit(AgentEvent::PostgresFenced { role, how });
+                true
+            }
+            Err(e) => {
+                tracing::warn!(role = %self.role, error = %e, why, "postgres: fencing");
+                false
             }
         }
     }
