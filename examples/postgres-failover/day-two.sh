@@ -131,7 +131,7 @@ case "$SCENARIO" in
     end=$(( $(now_ns) + 20000000000 ))
     while [ "$(now_ns)" -lt "$end" ]; do primary_is C && NOBODY=false; sleep 0.5; done
     SAID=$(not_eligible_said && echo true || echo false)
-    kill -CONT "$UPID"
+    kill -CONT "$UPID" 2>/dev/null || fail "$U's hung PostgreSQL was killed (fenced) while the primary was dead: nobody left to promote"
     wait_for 60 "$U promoted once its PostgreSQL thawed" primary_is "$U"
     THAWED=$(secs_since "$T")
     back_host "$P"; wait_for 120 "$P streaming" streams "$P"; release_c

@@ -258,12 +258,17 @@ impl Keeper {
                     }
                     return self.start_if_down(standing, fenced).await;
                 }
-                // A running replica that lost its stream from this holder
-                // may only be blinking: rejoin it (which fences it) once the
-                // holder has been alive and unfollowed for REJOIN_AFTER. One
-                // that never streamed from it rejoins at once.
+                // A replica that lost its stream from this holder may only
+                // be blinking, or hung, or restarting (it measures as down):
+                // rejoin it (which fences it, killing a hung server) only
+                // once the holder has been alive and unfollowed for
+                // REJOIN_AFTER. By then a holder that died with it is seen
+                // dead, and the copy, good, is kept and offered: fencing it
+                // would leave nobody to promote. One that never streamed
+                // from this holder rejoins at once.
                 let lost = following.holder.as_deref() == Some(h.as_str());
-                if lost && matches!(standing, Standing::Replica { .. }) && !fenced {
+                let blinking = matches!(standing, Standing::Replica { .. } | Standing::Down);
+                if lost && blinking && !fenced {
                     let since = *following.adrift_since.get_or_insert_with(Instant::now);
                     if since.elapsed() < REJOIN_AFTER {
                         return true;
