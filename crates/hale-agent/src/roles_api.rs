@@ -256,14 +256,19 @@ async fn set_paused(st: &AppState, role: String, paused: bool) -> Result<Respons
         Ok(hale_control::LeaseResponse::Paused(p)) => {
             Ok(Json(crate::view::PauseView { role, paused: p }).into_response())
         }
-        Ok(other) => Err(ApiError(
+        other => Err(unexpected(other)),
+    }
+}
+
+/// A control-plane write's answer that is not the one asked for: 502 with
+/// what it said, or 503 when no server could take it (retryable).
+pub(crate) fn unexpected(r: Answer<hale_control::LeaseResponse>) -> ApiError {
+    match r {
+        Ok(other) => ApiError(
             StatusCode::BAD_GATEWAY,
             format!("the control plane answered {other:?}"),
-        )),
-        Err(refusal) => Err(ApiError(
-            StatusCode::SERVICE_UNAVAILABLE,
-            refusal.to_string(),
-        )),
+        ),
+        Err(refusal) => ApiError(StatusCode::SERVICE_UNAVAILABLE, refusal.to_string()),
     }
 }
 

@@ -17,7 +17,7 @@ use axum::Json;
 use hale_control::{LeaseRequest, LeaseResponse, RoleLease};
 
 use crate::meta::AgentMeta;
-use crate::roles_api::control;
+use crate::roles_api::{control, unexpected};
 use crate::state::{json_body, ApiError, AppState};
 use crate::view::{
     routes, AgentEvent, MemberState, RoleView, RolesView, SwitchoverRequest, SwitchoverStep,
@@ -170,14 +170,7 @@ pub(crate) async fn switchover(
         Ok(LeaseResponse::Rejected(e)) => Err(conflict(format!(
             "the control plane refused the order: {e}"
         ))),
-        Ok(other) => Err(ApiError(
-            StatusCode::BAD_GATEWAY,
-            format!("the control plane answered {other:?}"),
-        )),
-        Err(refusal) => Err(ApiError(
-            StatusCode::SERVICE_UNAVAILABLE,
-            refusal.to_string(),
-        )),
+        other => Err(unexpected(other)),
     }
 }
 

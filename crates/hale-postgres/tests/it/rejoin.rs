@@ -12,6 +12,12 @@ use crate::fixture::{eventually, is_read_only, Lab, Node, Opts};
 /// (`pg_ctl stop -m immediate`) unless `kill_a` is false (then it goes on
 /// running as a primary), then `b` takes rows 201..=300.
 async fn failover(lab: &Lab, a_opts: Opts, kill_a: bool) -> (Node, Node) {
+    let split = "INSERT INTO t SELECT generate_series(1001, 1100); CHECKPOINT";
+    failover_with(lab, a_opts, kill_a, split).await
+}
+
+/// [`failover`], with `a` running `split` after `b`'s promotion.
+async fn failover_with(lab: &Lab, a_opts: Opts, kill_a: bool, split: &str) -> (Node, Node) {
     let a = lab.primary("a", a_opts).await;
     let b = lab.standby("b", &a, Opts::default()).await;
     a.sql("CREATE TABLE t (id int PRIMARY KEY); INSERT INTO t SELECT generate_series(1, 100)")
@@ -23,8 +29,7 @@ async fn failover(lab: &Lab, a_opts: Opts, kill_a: bool) -> (Node, Node) {
     })
     .await;
     promote(&b.cfg).await.expect("promote b");
-    a.sql("INSERT INTO t SELECT generate_series(1001, 1100); CHECKPOINT")
-        .await;
+    a.sql(split).await;
     if kill_a {
         a.stop(lab, "immediate").await;
     }
@@ -32,6 +37,20 @@ async fn failover(lab: &Lab, a_opts: Opts, kill_a: bool) -> (Node, Node) {
         .await;
     (a, b)
 }
+
+/// The steps of a rejoin by `pg_rewind`.
+const REWOUND: [RejoinStep; 3] = [
+    RejoinStep::Rejoining,
+    RejoinStep::Rewound,
+    RejoinStep::Streaming,
+];
+
+/// The steps of a rejoin by a fresh clone.
+const RECLONED: [RejoinStep; 3] = [
+    RejoinStep::Rejoining,
+    RejoinStep::Recloned,
+    RejoinStep::Streaming,
+];
 
 /// After a rejoin of `a` onto `b`: `a` streams from `b`, has `b`'s rows after
 /// the failover and not its own split-brain rows, refuses writes, and is no
@@ -80,17 +99,7 @@ async fn a_former_primary_killed_after_its_standby_was_promoted_rejoins_by_rewin
     let lab = Lab::new();
     let (a, b) = failover(&lab, Opts::default(), true).await;
 
-    rejoined_by(
-        &a,
-        &b,
-        Rejoined::Rewound,
-        &[
-            RejoinStep::Rejoining,
-            RejoinStep::Rewound,
-            RejoinStep::Streaming,
-        ],
-    )
-    .await;
+    rejoined_by(&a, &b, Rejoined::Rewound, &REWOUND).await;
     check_rejoined(&a, &b).await;
 
     let mut again = Vec::new();
@@ -101,39 +110,17 @@ async fn a_former_primary_killed_after_its_standby_was_promoted_rejoins_by_rewin
 
 #[tokio::test]
 async fn a_former_primary_killed_with_much_wal_past_the_fork_is_rewound_not_left_behind_it() {
-    // a's WAL after b's promotion is long and unchecked-pointed: recovered
+    // a's WAL after b's promotion is long and not checkpointed: recovered
     // as a standby and stopped as soon as it was consistent, its control
-    // file would end its WAL before the fork, pg_rewind would see nothing
+    // file could end its WAL before the fork, pg_rewind would see nothing
     // to rewind, and the server would never follow b's timeline.
     let lab = Lab::new();
-    let a = lab.primary("a", Opts::default()).await;
-    let b = lab.standby("b", &a, Opts::default()).await;
-    a.sql("CREATE TABLE t (id int PRIMARY KEY); INSERT INTO t SELECT generate_series(1, 100)")
-        .await;
-    eventually("b has a's rows", || async {
-        let client = b.try_client().await.ok()?;
-        let row = client.query_one("SELECT count(*) FROM t", &[]).await.ok()?;
-        (row.get::<_, i64>(0) == 100).then_some(())
-    })
-    .await;
-    promote(&b.cfg).await.expect("promote b");
-    a.sql("CREATE TABLE pad (v text); INSERT INTO pad SELECT md5(i::text) FROM generate_series(1, 200000) i; INSERT INTO t SELECT generate_series(1001, 1100)")
-        .await;
-    a.stop(&lab, "immediate").await;
-    b.sql("INSERT INTO t SELECT generate_series(201, 300)")
-        .await;
+    let split = "CREATE TABLE pad (v text); \
+                 INSERT INTO pad SELECT md5(i::text) FROM generate_series(1, 200000) i; \
+                 INSERT INTO t SELECT generate_series(1001, 1100)";
+    let (a, b) = failover_with(&lab, Opts::default(), true, split).await;
 
-    rejoined_by(
-        &a,
-        &b,
-        Rejoined::Rewound,
-        &[
-            RejoinStep::Rejoining,
-            RejoinStep::Rewound,
-            RejoinStep::Streaming,
-        ],
-    )
-    .await;
+    rejoined_by(&a, &b, Rejoined::Rewound, &REWOUND).await;
     check_rejoined(&a, &b).await;
 }
 
@@ -146,17 +133,7 @@ async fn a_former_primary_still_running_as_a_primary_is_fenced_and_rewound() {
         "a still takes writes"
     );
 
-    rejoined_by(
-        &a,
-        &b,
-        Rejoined::Rewound,
-        &[
-            RejoinStep::Rejoining,
-            RejoinStep::Rewound,
-            RejoinStep::Streaming,
-        ],
-    )
-    .await;
+    rejoined_by(&a, &b, Rejoined::Rewound, &REWOUND).await;
     check_rejoined(&a, &b).await;
 }
 
@@ -221,17 +198,7 @@ async fn a_former_primary_that_cannot_be_rewound_is_recloned_unless_recloning_is
     assert!(a.fenced());
     assert_eq!(a.standing().await, Standing::Down);
 
-    rejoined_by(
-        &a,
-        &b,
-        Rejoined::Recloned,
-        &[
-            RejoinStep::Rejoining,
-            RejoinStep::Recloned,
-            RejoinStep::Streaming,
-        ],
-    )
-    .await;
+    rejoined_by(&a, &b, Rejoined::Recloned, &RECLONED).await;
     check_rejoined(&a, &b).await;
 }
 
@@ -241,17 +208,7 @@ async fn a_former_primary_whose_control_file_is_lost_is_recloned() {
     let (a, b) = failover(&lab, Opts::default(), true).await;
     std::fs::remove_file(a.cfg.data_dir.join("global/pg_control")).expect("remove pg_control");
 
-    rejoined_by(
-        &a,
-        &b,
-        Rejoined::Recloned,
-        &[
-            RejoinStep::Rejoining,
-            RejoinStep::Recloned,
-            RejoinStep::Streaming,
-        ],
-    )
-    .await;
+    rejoined_by(&a, &b, Rejoined::Recloned, &RECLONED).await;
     check_rejoined(&a, &b).await;
 }
 
