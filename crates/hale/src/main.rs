@@ -4,12 +4,13 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 mod agent_cmd;
 mod client_cmd;
 mod cluster;
 mod demo_cmd;
+mod docs_cmd;
 mod drill_cmd;
 mod drill_report;
 mod keys_cmd;
@@ -64,10 +65,31 @@ enum Command {
     Status(status_cmd::StatusArgs),
     /// A `[role.postgres]` role's server: promote, fence, status.
     Postgres(postgres_cmd::PostgresArgs),
+    /// Print shell completions (bash, zsh, fish, elvish, powershell).
+    Completions(docs_cmd::CompletionsArgs),
+    /// Print the man page (roff: `hale man | man -l -`).
+    Man,
+}
+
+/// The CLI's definition, its long version naming the protocols it speaks.
+fn command() -> clap::Command {
+    Cli::command().long_version(long_version())
+}
+
+/// `hale --version`: the release and the wire protocol version.
+fn long_version() -> String {
+    format!(
+        "{}\nwire protocol: {}",
+        env!("CARGO_PKG_VERSION"),
+        hale_core::wire::VERSION
+    )
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::from_arg_matches(&command().get_matches()) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     let result = match &cli.command {
         Command::Sim(args) => sim_cmd::run(args),
         Command::Agent(a) => agent_cmd::run(a).map(|()| ExitCode::SUCCESS),
@@ -88,6 +110,10 @@ fn main() -> ExitCode {
         Command::Drill(a) => drill_cmd::run(a),
         Command::Status(a) => status_cmd::run(a).map(|()| ExitCode::SUCCESS),
         Command::Postgres(a) => postgres_cmd::run(a),
+        Command::Completions(a) => {
+            docs_cmd::completions(command(), a.shell).map(|()| ExitCode::SUCCESS)
+        }
+        Command::Man => docs_cmd::man(command()).map(|()| ExitCode::SUCCESS),
         Command::Demo(a) => demo_cmd::run(a).map(|ok| ExitCode::from(u8::from(!ok))),
     };
     match result {
@@ -103,7 +129,7 @@ fn main() -> ExitCode {
 mod tests {
     use clap::{CommandFactory, Parser};
 
-    use super::{Cli, Command};
+    use super::{command, long_version, Cli, Command};
 
     #[test]
     fn the_command_line_is_well_formed() {
@@ -150,5 +176,34 @@ mod tests {
     #[test]
     fn zero_runs_are_refused() {
         assert!(Cli::try_parse_from(["hale", "sim", "s.toml", "--runs", "0"]).is_err());
+    }
+
+    #[test]
+    fn the_long_version_names_the_wire_protocol_this_build_speaks() {
+        let v = long_version();
+        assert!(v.starts_with(env!("CARGO_PKG_VERSION")), "{v}");
+        let wire = format!("wire protocol: {}", hale_core::wire::VERSION);
+        assert!(v.contains(&wire), "{v}");
+    }
+
+    #[test]
+    fn the_man_page_and_completions_come_from_the_cli_definition() {
+        let mut man = Vec::new();
+        let rendered = clap_mangen::Man::new(command()).render(&mut man);
+        assert!(rendered.is_ok(), "{rendered:?}");
+        let man = String::from_utf8_lossy(&man);
+        assert!(man.contains(".TH hale"), "{man}");
+        let mut bash = Vec::new();
+        clap_complete::generate(
+            clap_complete::Shell::Bash,
+            &mut command(),
+            "hale",
+            &mut bash,
+        );
+        let bash = String::from_utf8_lossy(&bash);
+        assert!(
+            bash.contains("_hale()") && bash.contains("switchover"),
+            "{bash}"
+        );
     }
 }
