@@ -46,6 +46,15 @@ const OK: ServiceStatus = ServiceStatus {
     failing_since: None,
 };
 
+/// A holder whose promote hook succeeded 100 ms in (its actions taken).
+fn holding() -> Holder {
+    let mut h = holder();
+    let promote = granted(&mut h);
+    h.handle_hook_exit(ms(100), promote, HookExit::Succeeded);
+    let _ = actions(&mut h);
+    h
+}
+
 /// A standby that was granted epoch 7 at 0 ms (request sent at 0 ms): its
 /// promote hook's id.
 fn granted(h: &mut Holder) -> HookId {
@@ -605,10 +614,7 @@ fn a_replicated_roles_holder_publishes_its_mark_with_each_renewal() {
 
 #[test]
 fn a_paused_holder_keeps_its_role_while_its_checks_fail_and_steps_down_once_resumed() {
-    let mut h = holder();
-    let hook = granted(&mut h);
-    h.handle_hook_exit(ms(100), hook, HookExit::Succeeded);
-    let _ = actions(&mut h);
+    let mut h = holding();
     // A renewal says the role is paused.
     h.handle_timeout(ms(510));
     let a = actions(&mut h);
