@@ -44,6 +44,9 @@ fn wall_clock(offset: &str) -> Vec<(String, String)> {
 fn restart_with_clock(test: &str, before: Option<&str>, after: Option<&str>, state_dir: bool) {
     let mut c = Cluster::start(test, 4);
     let mut spec = c.spec("n4");
+    // It comes back on the same port: one no outgoing connection can take
+    // while it is down (see `Cluster::start_restartable`).
+    spec.bind = std::net::SocketAddr::from(([127, 0, 0, 1], crate::support::free_port()));
     let dir = c.logs.path().join("n4-state");
     if state_dir {
         spec.env

@@ -202,7 +202,7 @@ fn two_agents_restarted_at_once_each_the_others_only_seed_rejoin_the_whole_clust
     // The rest hold them dead and only ping them now and then (reconnect);
     // no periodic sync reaches them for 30 s or more (found by the
     // nemesis harness, seed 3014).
-    let mut c = Cluster::start("island", 4);
+    let mut c = Cluster::start_restartable("island", 4);
     let (g0, g1) = (c.agents[0].gossip, c.agents[1].gossip);
     let mut s0 = c.spec("n0");
     let mut s1 = c.spec("n1");

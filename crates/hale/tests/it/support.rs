@@ -567,6 +567,19 @@ impl Cluster {
     /// through the first, and waits (30 s at most) until every agent sees
     /// every agent alive.
     pub fn start(test: &str, n: usize) -> Cluster {
+        Cluster::start_bound(test, n, false)
+    }
+
+    /// [`Cluster::start`] with gossip ports from [`free_port`], below the
+    /// kernel's ephemeral range, for a test that restarts agents on their
+    /// old ports: a port-0 bind's port can be taken, while its agent is
+    /// down, by any outgoing connection on the machine (a concurrent test
+    /// failed to restart an agent on "Address already in use").
+    pub fn start_restartable(test: &str, n: usize) -> Cluster {
+        Cluster::start_bound(test, n, true)
+    }
+
+    fn start_bound(test: &str, n: usize, fixed_ports: bool) -> Cluster {
         let mut c = Cluster {
             agents: Vec::new(),
             key: Key::generate().to_base64(),
@@ -575,7 +588,10 @@ impl Cluster {
         };
         for i in 0..n {
             let name = format!("n{i}");
-            let spec = c.spec(&name);
+            let mut spec = c.spec(&name);
+            if fixed_ports {
+                spec.bind = SocketAddr::from(([127, 0, 0, 1], free_port()));
+            }
             c.agents.push(spawn(&spec));
         }
         c.wait_formed(Duration::from_secs(30));
