@@ -29,7 +29,6 @@ holder() {
 }
 primary_is() { http_ok "$(agent_url "$1" /v1/roles/db/primary)" 2>/dev/null; }
 streams() { http_ok "$(agent_url "$1" /v1/roles/db/replica)" 2>/dev/null; }
-psql_on() { local h=${1,,}; shift; as_pg "$(host_ns "${h^^}")" "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$DIR/sock-$h" -d postgres "$@"; }
 kill_host() {
   local p
   for p in $(ip netns pids "$(host_ns "$1")"); do kill -KILL "$p" 2>/dev/null || true; done
@@ -47,11 +46,6 @@ new_primary() { # not-this-host: prints the host whose agent answers 200 on /pri
   return 1
 }
 secs_since() { awk -v a="$1" -v b="$(now_ns)" 'BEGIN { printf "%.3f", (b - a) / 1e9 }'; }
-direct_write() { # host: accepted, or refused(<reason>)
-  local out
-  if out=$(psql_on "$1" -c "INSERT INTO logins (name) VALUES ('direct-write')" 2>&1); then echo accepted
-  else echo "refused($(echo "$out" | sed -n 's/^ERROR: *//p' | head -1 | tr ' ' '_'))"; fi
-}
 # Bytes host $2's replay is behind host $1's current WAL position.
 replay_behind() {
   local p r
@@ -173,9 +167,7 @@ case "$SCENARIO" in
     round "{\"round\": 1, \"t0_ns\": $T, \"killed\": \"$P\", \"paused_for_s\": $HOLD, \"promoted_while_paused\": $PROMOTED_WHILE_PAUSED, \"new_primary\": \"$Q\", \"new_primary_serving_after_resume_s\": $AFTER_RESUME}" ;;
 esac
 
-touch "$DIR/stop"
-for _ in $(seq 1 150); do kill -0 "$LOAD_PID" 2>/dev/null || break; sleep 0.1; done
-kill -0 "$LOAD_PID" 2>/dev/null && fail "the load generator did not stop"
+stop_load
 FINAL=$(holder)
 psql_on "$FINAL" -Atc "SELECT id FROM logins" > "$DIR/committed.txt"
 python3 - "$DIR/attempts.csv" "$DIR/committed.txt" "$DIR/rounds.jsonl" "$SCENARIO" "$RATE" > "$DIR/report.txt" <<'EOF'
@@ -229,11 +221,7 @@ for r in rounds:
     print(json.dumps(r))
 print("RESULT " + json.dumps(summary))
 EOF
-if [ "$QUIET" = 1 ]; then grep '^RESULT ' "$DIR/report.txt"; else cat "$DIR/report.txt"; fi
+report_and_save "$DIR/rounds.jsonl"
 if [ -n "$SAVE" ]; then
-  mkdir -p "$SAVE"
-  cp "$DIR/report.txt" "$DIR/events.log" "$DIR/rounds.jsonl" "$DIR/haproxy.cfg" "$SAVE/"
-  gzip -c "$DIR/attempts.csv" > "$SAVE/attempts.csv.gz"
-  gzip -c "$DIR/committed.txt" > "$SAVE/committed.txt.gz"
   for f in "$DIR"/agent-*.log; do gzip -c "$f" > "$SAVE/$(basename "$f").gz"; done
 fi

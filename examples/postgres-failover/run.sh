@@ -190,6 +190,13 @@ done
 as_pg "$NS_A" "$PGBIN/pg_ctl" -D "$PGA" -l "$DIR/pg/postgres-a.log" -w start >/dev/null || fail "starting PostgreSQL on A"
 psql_a() { as_pg "$NS_A" "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$DIR/sock-a" -d postgres "$@"; }
 psql_b() { as_pg "$NS_B" "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$DIR/sock-b" -d postgres "$@"; }
+psql_on() { local h=${1,,}; shift; as_pg "$TAG-$h" "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$DIR/sock-$h" -d postgres "$@"; }
+# A write straight to host $1's PostgreSQL, past HAProxy: accepted, or refused(<reason>).
+direct_write() {
+  local out
+  if out=$(psql_on "$1" -c "INSERT INTO logins (name) VALUES ('direct-write')" 2>&1); then echo accepted
+  else echo "refused($(echo "$out" | sed -n 's/^ERROR: *//p' | head -1 | tr ' ' '_'))"; fi
+}
 psql_a -c "CREATE TABLE users (name text PRIMARY KEY, secret text NOT NULL);
   INSERT INTO users SELECT 'u' || i, 's' || i FROM generate_series(0, 999) i;
   CREATE TABLE logins (id bigserial PRIMARY KEY, name text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());" \
@@ -314,6 +321,22 @@ wait_for 30 "a login through HAProxy to A" login_ok
 setsid ip netns exec "$NS_L" "$DEMO" load --url http://127.0.0.1:8080 --rate "$RATE" \
   --stop-file "$DIR/stop" --out "$DIR/attempts.csv" > "$DIR/load.log" 2>&1 &
 LOAD_PID=$!
+stop_load() {
+  touch "$DIR/stop"
+  for _ in $(seq 1 150); do kill -0 "$LOAD_PID" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "$LOAD_PID" 2>/dev/null && fail "the load generator did not stop"
+  [ -s "$DIR/attempts.csv" ] || fail "the load generator wrote no attempts"
+}
+# Prints the report (or its RESULT line) and, with --save, copies it, the event log, the
+# attempts, the committed ids and the files named to SAVE.
+report_and_save() {
+  if [ "$QUIET" = 1 ]; then grep '^RESULT ' "$DIR/report.txt"; else cat "$DIR/report.txt"; fi
+  [ -n "$SAVE" ] || return 0
+  mkdir -p "$SAVE"
+  cp "$DIR/report.txt" "$DIR/events.log" "$DIR/haproxy.cfg" "$@" "$SAVE/"
+  gzip -c "$DIR/attempts.csv" > "$SAVE/attempts.csv.gz"
+  gzip -c "$DIR/committed.txt" > "$SAVE/committed.txt.gz"
+}
 say "Load: $RATE logins/s through HAProxy; Sentry on A: $SENTRY. Steady state for $PRE s..."
 sleep "$PRE"
 if [ -n "$SCENARIO" ]; then
@@ -355,10 +378,7 @@ if [ "$NEW" = B ]; then
   event "hale: B's agent answers 200 on /v1/roles/db/primary"
 fi
 sleep "$AFTER"
-touch "$DIR/stop"
-for _ in $(seq 1 150); do kill -0 "$LOAD_PID" 2>/dev/null || break; sleep 0.1; done
-kill -0 "$LOAD_PID" 2>/dev/null && fail "the load generator did not stop"
-[ -s "$DIR/attempts.csv" ] || fail "the load generator wrote no attempts"
+stop_load
 
 # --- what was lost, what the old primary does, what Sentry got ---------------------------------
 if [ "$NEW" = B ]; then psql_b -Atc "SELECT id FROM logins" > "$DIR/committed.txt"; else psql_a -Atc "SELECT id FROM logins" > "$DIR/committed.txt"; fi
@@ -382,12 +402,7 @@ if [ "$NEW" = B ]; then
   end=$(( $(date +%s) + 30 ))
   until [ "$(psql_a_ids | wc -l)" -ge "$(wc -l < "$DIR/committed.txt")" ] || [ "$(date +%s)" -ge "$end" ]; do sleep 0.2; done
   OLD_ROWS=$(comm -23 <(psql_a_ids | sort) <(sort "$DIR/committed.txt") | wc -l)
-  if out=$(as_pg "$NS_A" "$PGBIN/psql" -X -q -h "$DIR/sock-a" -d postgres -v ON_ERROR_STOP=1 \
-      -c "INSERT INTO logins (name) VALUES ('write-to-old-primary')" 2>&1); then
-    OLD_WRITE=accepted
-  else
-    OLD_WRITE="refused($(echo "$out" | sed -n 's/^ERROR: *//p' | head -1 | tr ' ' '_'))"
-  fi
+  OLD_WRITE=$(direct_write A)
   event "old primary A, direct INSERT: $OLD_WRITE"
   B_KEPT=yes
   end=$(( $(date +%s%N) + 5000000000 ))
@@ -436,10 +451,4 @@ SYNC=$([ "$FAULT" = sentry-half-dead ] && sync_state || echo "sync-before-fault"
   --fact "reports_raised=$RAISED" --fact "reports_received=$RECEIVED" --fact "reports_received_by_standby=$RECEIVED_STANDBY" \
   --fact "relay_accepted=$(awk '$1 == "hale_relay_accepted_total" { print $2 }' "$DIR/relay-metrics.txt")" \
   > "$DIR/report.txt"
-if [ "$QUIET" = 1 ]; then grep '^RESULT ' "$DIR/report.txt"; else cat "$DIR/report.txt"; fi
-if [ -n "$SAVE" ]; then
-  mkdir -p "$SAVE"
-  cp "$DIR/report.txt" "$DIR/events.log" "$DIR/relay-metrics.txt" "$DIR/haproxy.cfg" "$SAVE/"
-  gzip -c "$DIR/attempts.csv" > "$SAVE/attempts.csv.gz"
-  gzip -c "$DIR/committed.txt" > "$SAVE/committed.txt.gz"
-fi
+report_and_save "$DIR/relay-metrics.txt"

@@ -77,12 +77,8 @@ pub fn judge_copy(
     if let Some(l) = view.and_then(|v| v.lagging) {
         return Err(TargetRefused::Lagging(to.to_owned(), l.lag, l.max_lag));
     }
-    let lag = match (&pg.standing, mark) {
-        (Some(hale_postgres::Standing::Replica { replay_lsn, .. }), Some(m)) => {
-            Some(m.saturating_sub(*replay_lsn))
-        }
-        _ => pg.lag(),
-    };
+    let fresher = mark.and_then(|m| pg.standing.as_ref()?.replay_lag(m));
+    let lag = fresher.or_else(|| pg.lag());
     match (lag, pg.max_lag) {
         (Some(lag), Some(max)) if lag > max => Err(TargetRefused::Lagging(to.to_owned(), lag, max)),
         _ => Ok(()),

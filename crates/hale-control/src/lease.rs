@@ -340,7 +340,6 @@ impl LeaseTable {
                         return LeaseResponse::Rejected(LeaseRejection::Paused);
                     }
                     r.switchover = to.as_ref().map(|to| Switchover {
-                        epoch: *epoch,
                         to: to.clone(),
                         at_unix_ms: *at_unix_ms,
                     });

@@ -1,6 +1,7 @@
 //! Planned switchover: an operator names the holder's successor (any member
 //! may ask, [`crate::LeaseRequest::Switchover`]); the order is kept in the
-//! replicated table against the holding it was asked for, and the holder
+//! replicated table with the holding it was asked for (the role's current
+//! epoch: it is cleared when that holding ends), and the holder
 //! learns it from its renewals' answers ([`crate::LeaseResponse::Renewed`]).
 //! The holder then hands the role over to the named candidate (the grantor
 //! prefers it for one lease, [`crate::Grantor::prefer`]) once the order is
@@ -17,11 +18,10 @@
 
 use serde::{Deserialize, Serialize};
 
-/// A switchover ordered for one holding of a role.
+/// A switchover ordered for the current holding of a role (its epoch is
+/// the role's: [`crate::RoleLease::epoch`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Switchover {
-    /// The holding it applies to (the holder's epoch when it was ordered).
-    pub epoch: u64,
     /// The candidate that is to take the role.
     pub to: String,
     /// Not before this Unix time in milliseconds (0: at once). Read against
@@ -44,7 +44,6 @@ mod tests {
     #[test]
     fn an_order_without_a_time_is_due_at_once_and_a_timed_one_from_its_time() {
         let mut s = Switchover {
-            epoch: 3,
             to: "b".into(),
             at_unix_ms: 0,
         };

@@ -546,7 +546,12 @@ async fn recover(
         // Nobody but its OS user may connect (no TCP; PostgreSQL needs one
         // socket), and no commit waits for a synchronous standby.
         options.push_str(" -c unix_socket_permissions=0700 -c synchronous_standby_names=");
-        remove_if_exists(&signal).await?;
+        remove_synced(&signal)
+            .await
+            .map_err(|source| ToolError::File {
+                path: signal.clone(),
+                source,
+            })?;
     }
     let ran = async {
         tools
@@ -566,17 +571,6 @@ async fn recover(
             })?;
     }
     ran
-}
-
-async fn remove_if_exists(path: &Path) -> Result<(), ToolError> {
-    match tokio::fs::remove_file(path).await {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(source) => Err(ToolError::File {
-            path: path.to_owned(),
-            source,
-        }),
-    }
 }
 
 /// Whether the stopped server's control file says it went down while it ran

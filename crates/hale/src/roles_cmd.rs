@@ -60,6 +60,13 @@ pub enum RolesAction {
     },
 }
 
+/// Unix milliseconds as an RFC 3339 time (to the second).
+fn rfc3339(unix_ms: u64) -> humantime::Rfc3339Timestamp {
+    humantime::format_rfc3339_seconds(
+        std::time::UNIX_EPOCH + std::time::Duration::from_millis(unix_ms),
+    )
+}
+
 /// `--at`: an RFC 3339 time or a delay from `now`, as Unix milliseconds.
 pub fn parse_at(at: &str, now: std::time::SystemTime) -> anyhow::Result<u64> {
     let t = match humantime::parse_rfc3339_weak(at) {
@@ -119,9 +126,7 @@ pub fn roles(args: &RolesArgs) -> anyhow::Result<()> {
                 Some(to) => println!(
                     "{role}: switchover from {} to {to} ordered for {}",
                     v.from,
-                    humantime::format_rfc3339_seconds(
-                        std::time::UNIX_EPOCH + std::time::Duration::from_millis(v.at_unix_ms)
-                    )
+                    rfc3339(v.at_unix_ms)
                 ),
                 None => println!("{role}: switchover cancelled"),
             }
@@ -148,8 +153,7 @@ pub fn roles(args: &RolesArgs) -> anyhow::Result<()> {
                 let when = if o.at_unix_ms == 0 {
                     "as soon as it has caught up".to_owned()
                 } else {
-                    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(o.at_unix_ms);
-                    format!("at {}", humantime::format_rfc3339_seconds(at))
+                    format!("at {}", rfc3339(o.at_unix_ms))
                 };
                 println!("{:<16}switchover to {} ordered, {when}", "", o.to);
             }

@@ -76,10 +76,7 @@ pub fn readiness(
     // before it takes writes, so a target whose replay is held back would
     // keep the service down that much longer (and the grantor judges the
     // replayed position too).
-    let lag = s
-        .replay_lsn
-        .or(s.flush_lsn)
-        .map_or(*lsn, |p| lsn.saturating_sub(p));
+    let lag = hale_postgres::lag_bytes(*lsn, s.replay_lsn.or(s.flush_lsn).unwrap_or(0));
     if lag > max_lag {
         return Readiness::Waiting(Behind::Lagging {
             to: to.clone(),
@@ -97,7 +94,6 @@ mod tests {
 
     fn order(at: u64) -> Switchover {
         Switchover {
-            epoch: 1,
             to: "b".into(),
             at_unix_ms: at,
         }

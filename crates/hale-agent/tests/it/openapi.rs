@@ -225,8 +225,8 @@ fn samples() -> BTreeMap<String, Vec<Value>> {
         "Pause": PauseView = {"role": "db", "paused": true};
         "Lease": LeaseView = {"holder": "n0", "epoch": 3, "paused": true};
         "Lease": LeaseView = {"holder": "n0", "epoch": 3,
-            "switchover": {"epoch": 3, "to": "n1", "at_unix_ms": 0}};
-        "SwitchoverOrder": hale_control::Switchover = {"epoch": 3, "to": "n1",
+            "switchover": {"to": "n1", "at_unix_ms": 0}};
+        "SwitchoverOrder": hale_control::Switchover = {"to": "n1",
             "at_unix_ms": 1_764_727_200_000_u64};
         "SwitchoverRequest": SwitchoverRequest = {"to": "n1", "at_unix_ms": 1_764_727_200_000_u64,
             "cancel": false};
@@ -255,7 +255,7 @@ fn samples() -> BTreeMap<String, Vec<Value>> {
             "lease_left_ms": null, "held_since_unix_ms": null, "candidates": [], "paused": true};
         "ClusterRole": ClusterRoleView = {"role": "db", "holder": "n0", "epoch": 3, "holder_state": "holder",
             "lease_left_ms": 900, "held_since_unix_ms": 5, "candidates": [],
-            "switchover": {"epoch": 3, "to": "n1", "at_unix_ms": 0}};
+            "switchover": {"to": "n1", "at_unix_ms": 0}};
         "ClusterRoles": ClusterRolesView = {"control_plane": true, "leader": null,
             "fetched_unix_ms": 5, "roles": [cluster_role]};
         "CheckResult": CheckResult = result;

@@ -310,7 +310,6 @@ fn a_switchover_order_reaches_the_holder_in_its_renewals_until_cancelled() {
     let mut t = LeaseTable::default();
     t.apply(&grant("a", 1));
     let ordered = hale_control::Switchover {
-        epoch: 1,
         to: "b".into(),
         at_unix_ms: 5_000,
     };
