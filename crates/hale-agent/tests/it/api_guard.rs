@@ -17,10 +17,40 @@ fn mutations() -> Vec<(&'static str, &'static str)> {
         ("/v1/drill/quiet", r#"{"duration_ms": 60000}"#),
         ("/v1/drill/restore", "{}"),
         ("/v1/roles/db/handover", "{}"),
+        ("/v1/roles/db/pause", "{}"),
+        ("/v1/roles/db/resume", "{}"),
+        ("/v1/roles/db/switchover", r#"{"to": "b"}"#),
+        ("/v1/keys/install", r#"{"key": "AAAA"}"#),
         ("/v1/control/servers", r#"{"id": 9, "addr": "127.0.0.1:9"}"#),
         ("/v1/control/servers/2/remove", "{}"),
         ("/v1/leave", "{}"),
     ]
+}
+
+#[test]
+fn the_guarded_list_holds_every_token_protected_post_route_of_the_openapi_document() {
+    let doc: serde_json::Value = serde_json::from_str(hale_agent::api::OPENAPI).unwrap();
+    let listed: Vec<&str> = mutations().into_iter().map(|(p, _)| p).collect();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        if item["post"]["security"].is_null() {
+            continue;
+        }
+        let filled = path
+            .replace("{role}", "db")
+            .replace("{id}", "2")
+            .replace("{op}", "install");
+        let covered = if filled.contains("{fault}") {
+            listed
+                .iter()
+                .any(|l| l.starts_with("/v1/drill/") && *l != "/v1/drill/restore")
+        } else {
+            listed.contains(&filled.as_str())
+        };
+        assert!(
+            covered,
+            "{path} is guarded but no test here tries it as a stranger"
+        );
+    }
 }
 
 /// The agent is still in the cluster, and no drill fault is set.
