@@ -50,6 +50,11 @@ pub struct PostgresConfig {
     /// `postgres`.
     #[serde(default = "default_user")]
     pub replication_user: String,
+    /// What each node's replication slot on the primary is named by:
+    /// `<slot_prefix><node>` ([`PostgresConfig::slot_name`]). 1 to 32 of
+    /// `a-z`, `0-9`, `_`. Default `hale_`.
+    #[serde(default = "default_slot_prefix")]
+    pub slot_prefix: String,
     /// The OS user that runs `pg_ctl`, `pg_rewind` and `pg_basebackup` and
     /// owns the files hale writes in the data directory (PostgreSQL refuses to
     /// run as root). Used only when hale runs as root; otherwise the tools run
@@ -118,6 +123,9 @@ fn default_user() -> String {
 fn default_database() -> String {
     "postgres".to_owned()
 }
+fn default_slot_prefix() -> String {
+    "hale_".to_owned()
+}
 fn default_max_lag() -> u64 {
     1 << 20
 }
@@ -163,6 +171,13 @@ pub enum ConfigError {
         /// The key.
         key: &'static str,
     },
+    /// A slot prefix PostgreSQL would refuse, or that leaves no room for
+    /// the node's name.
+    #[error("role.postgres.slot_prefix {prefix:?}: 1 to 32 of a-z, 0-9 and _")]
+    SlotPrefix {
+        /// Its value.
+        prefix: String,
+    },
 }
 
 impl PostgresConfig {
@@ -177,6 +192,7 @@ impl PostgresConfig {
             user: default_user(),
             database: default_database(),
             replication_user: default_user(),
+            slot_prefix: default_slot_prefix(),
             os_user: default_user(),
             max_lag_on_failover: default_max_lag(),
             reclone_on_rewind_failure: true,
@@ -212,6 +228,13 @@ impl PostgresConfig {
         if self.port == 0 {
             return Err(ConfigError::Zero { key: "port" });
         }
+        let p = &self.slot_prefix;
+        let valid = (1..=32).contains(&p.len())
+            && p.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+        if !valid {
+            return Err(ConfigError::SlotPrefix { prefix: p.clone() });
+        }
         for (key, value) in [
             ("connect_timeout", self.connect_timeout),
             ("promote_timeout", self.promote_timeout),
@@ -224,6 +247,22 @@ impl PostgresConfig {
             }
         }
         Ok(())
+    }
+
+    /// Node `node`'s replication slot on the primary: `slot_prefix` and the
+    /// node's name in lower case, every other character an underscore (at
+    /// most 63 bytes, PostgreSQL's limit).
+    pub fn slot_name(&self, node: &str) -> String {
+        let mut s: String = self
+            .slot_prefix
+            .chars()
+            .chain(node.chars().map(|c| match c.to_ascii_lowercase() {
+                c @ ('a'..='z' | '0'..='9' | '_') => c,
+                _ => '_',
+            }))
+            .collect();
+        s.truncate(63);
+        s
     }
 
     /// The server's log while hale starts it: `log_file`, else
@@ -310,5 +349,21 @@ mod tests {
                 key: "promote_timeout"
             })
         );
+    }
+
+    #[test]
+    fn slot_names_are_the_prefix_and_the_node_as_postgresql_accepts_them() {
+        let mut cfg = PostgresConfig::new("/d");
+        assert_eq!(cfg.slot_name("host-A.example"), "hale_host_a_example");
+        assert_eq!(cfg.slot_name(&"x".repeat(100)).len(), 63);
+        cfg.slot_prefix = "db2_".into();
+        assert_eq!(cfg.slot_name("b"), "db2_b");
+        for bad in ["", "Hale_", "a-b", &"p".repeat(33)] {
+            cfg.slot_prefix = bad.to_owned();
+            assert!(
+                matches!(cfg.validate(), Err(ConfigError::SlotPrefix { .. })),
+                "{bad:?}"
+            );
+        }
     }
 }

@@ -328,7 +328,7 @@ impl Keeper {
     /// Rejoins the holder `holder` at `upstream`, reporting each step.
     async fn rejoin(&mut self, holder: &str, upstream: &Upstream) -> bool {
         self.data.send_replace(DataState::Unknown);
-        let slot = slot_name(&self.node);
+        let slot = self.cfg.slot_name(&self.node);
         let (role, on_change, views) = (
             self.role.clone(),
             self.on_change.clone(),
@@ -424,30 +424,10 @@ pub fn data_state(standing: &Standing, fenced: bool) -> DataState {
     }
 }
 
-/// This node's replication slot on the primary: `hale_` and its name in
-/// lower case, every other character an underscore (at most 63 bytes).
-pub fn slot_name(node: &str) -> String {
-    let mut s: String = "hale_"
-        .chars()
-        .chain(node.chars().map(|c| match c.to_ascii_lowercase() {
-            c @ ('a'..='z' | '0'..='9' | '_') => c,
-            _ => '_',
-        }))
-        .collect();
-    s.truncate(63);
-    s
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use hale_postgres::StandbyState;
-
-    #[test]
-    fn slot_names_are_what_postgresql_accepts() {
-        assert_eq!(slot_name("host-A.example"), "hale_host_a_example");
-        assert_eq!(slot_name(&"x".repeat(100)).len(), 63);
-    }
 
     #[test]
     fn a_fenced_replica_offers_no_copy_and_a_primary_names_its_synchronous_standbys() {
