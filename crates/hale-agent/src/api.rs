@@ -59,6 +59,10 @@ pub(crate) async fn health(State(st): State<AppState>) -> Result<Response, ApiEr
             dead: count(MemberState::Dead),
             left: count(MemberState::Left),
         },
+        wire: s.wire.speaks.map(|speaks| crate::view::WireView {
+            speaks: speaks.to_string(),
+            writes: s.wire.writes,
+        }),
     };
     Ok(Json(body).into_response())
 }

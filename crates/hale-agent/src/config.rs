@@ -174,7 +174,7 @@ macro_rules! membership_section {
         impl MembershipSection {
             fn apply(&self, c: &mut CoreConfig) {
                 $(if let Some(v) = self.$field {
-                    c.$field = v;
+                    c.$field = v.into();
                 })*
             }
         }
@@ -219,6 +219,30 @@ membership_section! {
     closed_port_min: Duration,
     #[serde(default, with = "humantime_serde")]
     replay_window: Duration,
+    wire_versions: WireVersions,
+}
+
+/// `[membership] wire_versions = "2-3"`: the wire versions this agent
+/// speaks (default: every one this build does). Narrow it to the newest
+/// once every member runs a release that speaks it, so that an old agent
+/// started by mistake is refused (and reported) rather than holding the
+/// whole cluster to its version.
+#[derive(Debug, Clone, Copy)]
+pub struct WireVersions(hale_core::Versions);
+
+impl<'de> Deserialize<'de> for WireVersions {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse()
+            .map(WireVersions)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+impl From<WireVersions> for hale_core::Versions {
+    fn from(w: WireVersions) -> hale_core::Versions {
+        w.0
+    }
 }
 
 /// A configuration problem. Nothing was started.

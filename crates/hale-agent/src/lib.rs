@@ -56,7 +56,7 @@ pub use client::{Client, ClientError};
 pub use config::{AgentConfig, ConfigError, FileConfig, KEYRING_FILE};
 pub use keyring::{Key, Keyring};
 pub use meta::{AgentMeta, Candidacy};
-pub use runtime::Snapshot;
+pub use runtime::{Snapshot, WireSnapshot};
 pub use view::{AgentEvent, EventView, EvidenceView, MemberView, RelayView, UpstreamView};
 
 use runtime::{Command, Shared};
@@ -464,6 +464,7 @@ async fn start_roles(
             .collect(),
     ));
     let user_meta = String::from_utf8_lossy(&cfg.core.meta).into_owned();
+    let wire_versions = cfg.core.wire_versions;
     let publish_meta = {
         let (candidacy, cmds) = (candidacy.clone(), cmds.clone());
         move || {
@@ -471,6 +472,7 @@ async fn start_roles(
                 user: user_meta.clone(),
                 http: Some(http_addr.to_string()),
                 roles: candidacy.lock().expect("candidacy lock").clone(),
+                wire: Some(wire_versions),
             };
             let _ = cmds.try_send(Command::SetMeta(meta.encode()));
         }

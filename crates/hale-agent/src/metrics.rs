@@ -128,6 +128,29 @@ pub fn render(s: &Snapshot, shared: &Shared) -> String {
     });
     let help = "Members by state, as this node sees them (itself included).";
     family(&mut out, ("hale_members", "gauge", help), by_state);
+    let w = &s.wire;
+    let by_version = w
+        .received
+        .iter()
+        .map(|(v, n)| (format!("{me},direction=\"in\",version=\"{v}\""), *n))
+        .chain(
+            w.sent
+                .iter()
+                .map(|(v, n)| (format!("{me},direction=\"out\",version=\"{v}\""), *n)),
+        );
+    let help = "Membership packets by wire version (in: every packet that reached the core, dropped ones included).";
+    family(
+        &mut out,
+        ("hale_wire_packets_total", "counter", help),
+        by_version,
+    );
+    let help =
+        "The wire version this node writes (negotiated: the highest every live member speaks).";
+    family(
+        &mut out,
+        ("hale_wire_version", "gauge", help),
+        [(me.clone(), w.writes)],
+    );
     let help = "News waiting to be gossiped.";
     let pending = [(me, s.pending_broadcasts)];
     family(

@@ -225,6 +225,19 @@ pub enum AgentEvent {
         /// The generation they carry now.
         generation: u64,
     },
+    /// A packet in a wire version this agent does not speak was dropped
+    /// (its sender is the event's `member`, when the packet names it), or
+    /// a member advertises versions that share none with this agent's: the
+    /// two cannot hear each other. Upgrade the older one.
+    UnsupportedWireVersion {
+        /// The version of its packet (the newest it speaks, for a member
+        /// known by what it advertises).
+        version: u8,
+        /// The versions it speaks (`"3"`, `"3-4"`), when it says.
+        speaks: Option<String>,
+        /// The versions this agent speaks.
+        ours: String,
+    },
     /// This node was granted a role; its promote hook is running.
     Promoting {
         /// The role.
@@ -555,6 +568,19 @@ pub fn event_view(seq: u64, observer: &NodeId, e: &Event<NodeId>) -> Option<Even
             },
             (Some(by.name().to_owned()), None),
         ),
+        Event::UnsupportedVersion {
+            sender,
+            version,
+            speaks,
+            ours,
+        } => (
+            AgentEvent::UnsupportedWireVersion {
+                version: *version,
+                speaks: speaks.map(|s| s.to_string()),
+                ours: ours.to_string(),
+            },
+            (sender.as_ref().map(|s| s.name().to_owned()), None),
+        ),
         Event::ProbeVisit { .. } => return None,
     };
     Some(event.stamped(seq, observer.name(), member, inc))
@@ -597,6 +623,19 @@ pub struct HealthView {
     pub local_health: u8,
     /// Members per state.
     pub members: MemberCounts,
+    /// The wire versions it speaks and the one it writes (absent from
+    /// agents before 0.2.0).
+    #[serde(default)]
+    pub wire: Option<WireView>,
+}
+
+/// The wire versions of an agent, in `GET /v1/health`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct WireView {
+    /// The versions it decodes (`"2-3"`).
+    pub speaks: String,
+    /// The version it writes: the highest every live member speaks.
+    pub writes: u8,
 }
 
 #[cfg(test)]

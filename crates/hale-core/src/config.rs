@@ -165,6 +165,11 @@ pub struct Config {
     /// `probe_timeout` are processed but are not proof of life. Zero turns
     /// the check off.
     pub replay_window: Duration,
+    /// The wire versions this node decodes and may write (within
+    /// [`crate::wire::SPOKEN`], the default). Narrowing it (say, to the
+    /// newest alone once every member is upgraded) makes packets of the
+    /// versions left out dropped and reported.
+    pub wire_versions: crate::wire::Versions,
     /// This node's metadata (at most 512 bytes).
     pub meta: Vec<u8>,
     /// Emit an [`crate::Event::ProbeVisit`] for every round-robin visit.
@@ -278,6 +283,7 @@ impl Config {
             pause_threshold: ms(700),
             generation: 0,
             replay_window: smin,
+            wire_versions: crate::wire::SPOKEN,
             meta: Vec::new(),
             trace_probes: false,
             max_events: 65_536,
@@ -307,6 +313,16 @@ impl Config {
         nonzero("seed_retry_interval", self.seed_retry_interval)?;
         nonzero("reconnect_interval", self.reconnect_interval)?;
         nonzero("suspicion_min", self.suspicion_min)?;
+        if !crate::versions::valid_range(self.wire_versions) {
+            return Err(ConfigError::new(
+                "wire_versions",
+                format!(
+                    "{} is not within the versions this build speaks ({})",
+                    self.wire_versions,
+                    crate::wire::SPOKEN
+                ),
+            ));
+        }
         if self.probe_timeout >= self.probe_interval {
             return Err(ConfigError::new(
                 "probe_timeout",
