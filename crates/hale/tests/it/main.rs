@@ -26,4 +26,5 @@ mod postgres;
 mod replay;
 mod slow_hooks;
 mod support;
+mod versions;
 mod watchdog;

@@ -159,6 +159,8 @@ impl Lab {
                 log: logs.join(format!("{name}.log")),
                 profile: "lan".into(),
                 env: Vec::new(),
+                exe: None,
+                config: None,
             }));
         }
         agents
