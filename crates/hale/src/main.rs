@@ -76,12 +76,12 @@ fn command() -> clap::Command {
     Cli::command().long_version(long_version())
 }
 
-/// `hale --version`: the release and the wire protocol version.
+/// `hale --version`: the release and the protocol versions it speaks.
 fn long_version() -> String {
     format!(
-        "{}\nwire protocol: {}",
+        "{}\nwire protocol: {} (writes the highest every live member speaks)",
         env!("CARGO_PKG_VERSION"),
-        hale_core::wire::VERSION
+        hale_core::wire::SPOKEN
     )
 }
 
@@ -182,7 +182,7 @@ mod tests {
     fn the_long_version_names_the_wire_protocol_this_build_speaks() {
         let v = long_version();
         assert!(v.starts_with(env!("CARGO_PKG_VERSION")), "{v}");
-        let wire = format!("wire protocol: {}", hale_core::wire::VERSION);
+        let wire = format!("wire protocol: {}", hale_core::wire::SPOKEN);
         assert!(v.contains(&wire), "{v}");
     }
 
