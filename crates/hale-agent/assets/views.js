@@ -105,6 +105,7 @@ export function eventDetail(e) {
     case 'dead': return `declared by ${d.declared_by ?? '?'}; ${d.confirmations ?? 0} confirmation(s); silent ${fmtMs(d.silent_ms_before_verdict)}, suspected ${fmtMs(d.suspected_ms_before_verdict)}`;
     case 'recovered': case 'refuted': return d.was_dead ? 'had been declared dead' : 'was suspected';
     case 'paused': return `the agent was paused for ${fmtMs(d.gap_ms)}`;
+    case 'unsupported-wire-version': return `speaks wire ${d.speaks ?? d.version}, this agent ${d.ours}: they cannot hear each other, upgrade the older one`;
     case 'generation-raised': return `restarted behind an earlier run's clock: generation raised from ${d.previous} to ${d.generation}`;
     case 'promoted': return `${d.role} epoch ${d.epoch}${d.hook_ok === false ? ', promote hook FAILED' : ''}`;
     case 'promoting': return `${d.role} epoch ${d.epoch}: granted, promote hook running`;

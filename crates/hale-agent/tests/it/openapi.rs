@@ -149,9 +149,15 @@ fn samples() -> BTreeMap<String, Vec<Value>> {
         "refused": [{"server": 1, "count": 3, "last_skew_ms": 60500,
             "last_unix_ms": 1_700_000_000_000_u64}]});
     let health = |control: Value| {
+        // An agent before 0.2.0 says nothing of its wire versions.
+        let wire = if control.is_null() {
+            Value::Null
+        } else {
+            json!({"speaks": "2-3", "writes": 3})
+        };
         json!({"status": "ok", "control": control, "cluster": "c", "clock": clock,
         "node": "n0", "addr": "127.0.0.1:7946", "incarnation": 0, "local_health": 0,
-        "members": counts})
+        "members": counts, "wire": wire})
     };
     let evidence = |silent: Option<u64>| {
         json!({"declared_by": "n1", "accusers": ["n1", "n2"],
@@ -337,6 +343,10 @@ fn samples() -> BTreeMap<String, Vec<Value>> {
             "schema": "SwitchoverDetail"},
         {"kind": "switchover", "detail": {"role": role, "to": "n1", "step": "waiting",
             "reason": "n1 does not stream from this primary"}, "schema": "SwitchoverDetail"},
+        {"kind": "unsupported-wire-version", "detail": {"version": 4, "speaks": "3-4", "ours": "2-3"},
+            "schema": "UnsupportedWireVersionDetail"},
+        {"kind": "unsupported-wire-version", "detail": {"version": 2, "speaks": null, "ours": "3"},
+            "schema": "UnsupportedWireVersionDetail"},
     ]);
     for (i, event) in events.as_array().unwrap().iter().enumerate() {
         let mut event = event.as_object().unwrap().clone();
