@@ -1,18 +1,18 @@
-//! The previous release of hale, built from the commit that
-//! `dist/previous-release.toml` pins, for mixed-version clusters.
+//! The previous release of hale, pinned by `dist/previous-release.toml`,
+//! for mixed-version clusters.
 //!
-//! Built once per machine: its source is extracted with `git archive`
-//! (the repository must hold the commit: a full clone) into
-//! `target/previous-release/<commit>/src`, and built there in its own
-//! target directory, so later runs find the binary and cost nothing. A
-//! missing commit or a failed build fails the test that asked, with the
-//! reason: the compatibility promise is not checked by skipping it.
+//! Built once per machine by `dist/build-previous-release.sh` (its source
+//! from `git archive` of the pinned commit, built in its own target
+//! directory under `target/previous-release/`; CI runs the script before
+//! the tests), so later runs find the binary and cost nothing. A missing
+//! commit or a failed build fails the test that asked, with the reason:
+//! the compatibility promise is not checked by skipping it.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-/// What `dist/previous-release.toml` says.
+/// What `dist/previous-release.toml` says, and the built executable.
 #[derive(Debug, Clone)]
 pub struct PreviousRelease {
     /// Its version (`0.1.0`).
@@ -25,10 +25,6 @@ pub struct PreviousRelease {
     pub exe: PathBuf,
 }
 
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
 fn field(text: &str, key: &str) -> String {
     text.lines()
         .filter_map(|l| l.split_once('='))
@@ -37,89 +33,37 @@ fn field(text: &str, key: &str) -> String {
         .unwrap_or_else(|| panic!("dist/previous-release.toml has no {key}"))
 }
 
-fn run(cmd: &mut Command, what: &str) {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("{what}: cannot run: {e}"));
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// The previous release, built on first use (several minutes, once per
-/// machine; see the module docs).
+/// The previous release, built on first use (minutes, once per machine).
 pub fn previous_release() -> &'static PreviousRelease {
     static BUILT: OnceLock<PreviousRelease> = OnceLock::new();
     BUILT.get_or_init(|| {
-        let root = repo_root();
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
         let text = std::fs::read_to_string(root.join("dist/previous-release.toml")).unwrap();
-        let (version, commit, wire) = (
-            field(&text, "version"),
-            field(&text, "commit"),
-            field(&text, "wire"),
-        );
-        let target =
-            std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
-        let home = target.join("previous-release").join(&commit);
-        let exe = home.join("target/debug/hale");
-        if !exe.is_file() {
-            build(&root, &commit, &home);
+        let mut cmd = Command::new(root.join("dist/build-previous-release.sh"));
+        if let Some(cargo) = std::env::var_os("CARGO") {
+            // The cargo that runs these tests builds it too.
+            let dir = Path::new(&cargo).parent().map(Path::to_path_buf);
+            if let Some(dir) = dir {
+                let path = std::env::var_os("PATH").unwrap_or_default();
+                let mut paths = vec![dir];
+                paths.extend(std::env::split_paths(&path));
+                cmd.env("PATH", std::env::join_paths(paths).unwrap());
+            }
         }
+        let out = cmd.output().expect("dist/build-previous-release.sh runs");
+        assert!(
+            out.status.success(),
+            "building the previous release failed ({}):\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let exe = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        assert!(exe.is_file(), "no executable at {}", exe.display());
         PreviousRelease {
-            version,
-            commit,
-            wire,
+            version: field(&text, "version"),
+            commit: field(&text, "commit"),
+            wire: field(&text, "wire"),
             exe,
         }
     })
-}
-
-fn build(root: &Path, commit: &str, home: &Path) {
-    let src = home.join("src");
-    if !src.join("Cargo.toml").is_file() {
-        let has = Command::new("git")
-            .arg("-C")
-            .arg(root)
-            .args(["cat-file", "-e", &format!("{commit}^{{commit}}")])
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(
-            has,
-            "the previous release's commit {commit} is not in this repository (a shallow clone?): \
-             fetch it (git fetch --unshallow) to run the mixed-version tests"
-        );
-        let tmp = home.join(format!("src.tmp-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&tmp);
-        std::fs::create_dir_all(&tmp).unwrap();
-        let archive = format!(
-            "git -C '{}' archive --format=tar {commit} | tar -x -C '{}'",
-            root.display(),
-            tmp.display()
-        );
-        run(
-            Command::new("sh").args(["-c", &archive]),
-            "extracting the previous release",
-        );
-        if std::fs::rename(&tmp, &src).is_err() {
-            // Another process extracted it meanwhile.
-            let _ = std::fs::remove_dir_all(&tmp);
-        }
-    }
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    eprintln!(
-        "building the previous release ({commit}) once, in {}",
-        home.display()
-    );
-    run(
-        Command::new(cargo)
-            .current_dir(&src)
-            .env("CARGO_TARGET_DIR", home.join("target"))
-            .env_remove("RUSTFLAGS")
-            .args(["build", "--locked", "-p", "hale", "--bin", "hale"]),
-        "building the previous release",
-    );
 }
