@@ -330,7 +330,6 @@ impl<I: Identity> Node<I> {
             Err(e) => {
                 self.stats.drop(DropReason::of(&e));
                 if matches!(e, DecodeError::Version(_)) {
-                    self.isolation.advance(now);
                     self.unsupported_bytes(now, bytes);
                 }
                 Err(e.into())
@@ -638,6 +637,7 @@ impl<I: Identity> Node<I> {
         if primary.is_empty() {
             return;
         }
+        self.wire.count_sent(header.version);
         let probe = primary.iter().any(|m| matches!(m, Message::Ping { .. }));
         match channel {
             Channel::Datagram => {

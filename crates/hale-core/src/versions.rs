@@ -97,15 +97,17 @@ impl Wire {
         }
     }
 
-    /// The version to write to the member keyed `key`, counted as sent.
-    pub(crate) fn version_for(&mut self, now: Time, key: u64) -> u8 {
-        let v = self
-            .clamps
+    /// The version to write to the member keyed `key`.
+    pub(crate) fn version_for(&self, now: Time, key: u64) -> u8 {
+        self.clamps
             .iter()
             .find(|c| c.key == key && c.until > now)
-            .map_or(self.speak, |c| c.version);
-        *self.sent.entry(v).or_default() += 1;
-        v
+            .map_or(self.speak, |c| c.version)
+    }
+
+    /// A packet of `version` was sent.
+    pub(crate) fn count_sent(&mut self, version: u8) {
+        *self.sent.entry(version).or_default() += 1;
     }
 
     /// A packet of `version` and `generation` arrived from the member
