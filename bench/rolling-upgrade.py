@@ -266,7 +266,7 @@ demote = {hook("demote")}
         if i >= SERVERS:
             return True
         idx = [
-            (metric_series(http[j], "hale_control_applied_index") or {}).get(f'node="n{j}"')
+            (metric_series(http[j], "hale_control_applied_index") or {}).get(f'node="n{j}",server="{j + 1}"')
             for j in range(SERVERS)
         ]
         return None not in idx and idx[i] >= max(idx) - 5

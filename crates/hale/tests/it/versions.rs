@@ -173,6 +173,12 @@ fn the_previous_release_and_this_one_form_one_cluster_in_its_version_and_this_on
     for &i in &new(&agents) {
         assert_eq!(writes(&agents[i]), Some(2), "{}", agents[i].name);
     }
+    // `hale status` says who is upgraded and what is written.
+    let status = agents[1].cli_ok(&["status"]);
+    assert!(
+        status.contains("WIRE     new1 writes 2; speaks 2: old0, old3; speaks 2-3: new1, new2"),
+        "{status}"
+    );
     // Every pair keeps hearing each other for a while.
     during(Duration::from_secs(6), Duration::from_secs(1), || {
         for a in &agents {
