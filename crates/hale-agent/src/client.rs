@@ -332,6 +332,15 @@ impl Client {
             .await
     }
 
+    /// `POST /v1/roles/{role}/resume` with `{"force": true}`: resumes
+    /// `role` even though its holder has been silent for longer than a
+    /// lease (its service must have been stopped by hand).
+    pub async fn force_resume(&self, role: &str) -> Result<PauseView, ClientError> {
+        let route = routes::fill(routes::RESUME, "role", role);
+        self.post(&route, &serde_json::json!({ "force": true }))
+            .await
+    }
+
     /// `POST /v1/roles/{role}/switchover`: orders (or, `to` none, cancels)
     /// a planned switchover of `role` to candidate `to`, not before
     /// `at_unix_ms`; any member may be asked.

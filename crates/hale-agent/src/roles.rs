@@ -65,6 +65,9 @@ enum Input {
     /// The watchdog's answer to a `disarm` of holding `.0` (`None`: it
     /// exited before answering; holding 0: it could not be asked).
     Watchdog(u64, Option<bool>),
+    /// The control plane's table says this node holds the role, paused, at
+    /// this epoch: adopt it.
+    Adopt(u64),
 }
 
 /// Everything a role manager needs.
@@ -233,6 +236,7 @@ impl RoleManager {
         let mut stopping = false;
         let mut paused = PauseWatch { last: run.now() };
         let mut switching = Switching::default();
+        self.look_for_kept_role(&run.tx);
         loop {
             while let Some(a) = sm.poll_action() {
                 self.carry_out(&mut run, a);
@@ -291,6 +295,10 @@ impl RoleManager {
                         }
                     }
                     Input::Watchdog(..) => {}
+                    Input::Adopt(epoch) => {
+                        tracing::info!(role = %self.spec.name, epoch, "adopting the paused role this node holds");
+                        sm.handle_adopt(run.now(), epoch);
+                    }
                 },
                 _ = checks.tick() => {
                     let now = run.now();
@@ -387,6 +395,11 @@ impl RoleManager {
             Action::StopWatchdog => {
                 if let Some(h) = run.watchdog.take() {
                     self.watchdogs.stop(h);
+                }
+            }
+            Action::KeepWatchdog => {
+                if let Some(h) = run.watchdog.take() {
+                    self.watchdogs.keep(h);
                 }
             }
             Action::Event(e) => self.event(e),
@@ -519,6 +532,33 @@ impl RoleManager {
         }));
     }
 
+    /// Reads the control plane's table until a server answers (at most
+    /// for [`ADOPT_LOOKUP`], [`ADOPT_READS`] answers): if one says this node holds the role while it
+    /// is paused (an earlier run kept it when it stopped), the manager is
+    /// told to adopt it.
+    fn look_for_kept_role(&self, tx: &mpsc::UnboundedSender<Input>) {
+        let (requests, tx) = (self.requests.clone(), tx.clone());
+        let (role, node) = (self.spec.name.clone(), self.node.clone());
+        tokio::spawn(async move {
+            let until = Instant::now() + ADOPT_LOOKUP;
+            let mut answers = 0;
+            while Instant::now() < until && answers < ADOPT_READS {
+                if let Some(table) = requests.table().await {
+                    if let Some(epoch) = kept_by(&table, &role, &node) {
+                        let _ = tx.send(Input::Adopt(epoch));
+                        return;
+                    }
+                    // A server that has just restarted may not have
+                    // applied the pause yet: read again, a little later.
+                    answers += 1;
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                } else {
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+            }
+        });
+    }
+
     /// The claim file this holding's demote and its watchdog's fence share.
     fn claim(&self, epoch: u64) -> PathBuf {
         crate::watchdog::claim_path(std::process::id(), &self.spec.name, epoch)
@@ -590,6 +630,23 @@ impl RoleManager {
                     promote,
                 })
             }
+            HolderEvent::Kept { epoch } => {
+                tracing::warn!(
+                    %role, epoch,
+                    "stopping while the role is paused: keeping it (no demote, no release; \
+                     the watchdog exits without fencing); the next run adopts it"
+                );
+                self.view(|v| v.last_change = Some("kept".into()));
+                RoleChange::Event(AgentEvent::RoleKept { role, epoch })
+            }
+            HolderEvent::Adopted { epoch } => {
+                tracing::info!(%role, epoch, "adopted the paused role: holder again, no promote hook");
+                self.view(|v| {
+                    v.held_since_unix_ms = Some(crate::view::unix_ms());
+                    v.last_change = Some("adopted".into());
+                });
+                RoleChange::Event(AgentEvent::RoleAdopted { role, epoch })
+            }
             HolderEvent::Paused(paused) => {
                 self.view(|v| v.paused = paused);
                 RoleChange::Event(AgentEvent::RolePaused { role, paused })
@@ -621,4 +678,18 @@ async fn sleep_until(at: Option<Instant>) {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
+}
+
+/// How long a starting role manager keeps asking for the control plane's
+/// table to find a paused role it holds.
+const ADOPT_LOOKUP: Duration = Duration::from_secs(60);
+
+/// How many answers it reads before it concludes that no paused role of
+/// this node is there (a second apart).
+const ADOPT_READS: u32 = 3;
+
+/// The epoch at which `table` says `node` holds `role` while it is paused.
+fn kept_by(table: &hale_control::LeaseTable, role: &str, node: &str) -> Option<u64> {
+    let r = table.role(role)?;
+    (r.paused && r.holder.as_deref() == Some(node)).then_some(r.epoch)
 }

@@ -297,6 +297,22 @@ pub enum AgentEvent {
         /// Paused, or resumed.
         paused: bool,
     },
+    /// The agent stopped keeping a paused role it holds: no demote, no
+    /// release, its watchdog exited without fencing; its next run adopts it.
+    RoleKept {
+        /// The role.
+        role: String,
+        /// The fencing epoch kept.
+        epoch: u64,
+    },
+    /// The agent adopted a paused role its previous run kept: held again at
+    /// the same epoch, without a promote hook.
+    RoleAdopted {
+        /// The role.
+        role: String,
+        /// The fencing epoch.
+        epoch: u64,
+    },
     /// The control plane will not grant this node a replicated role: its
     /// copy lags the holder's last mark by more than `max_lag_on_failover`
     /// (said when the refusal begins; the role's view shows it while it lasts).

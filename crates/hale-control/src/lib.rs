@@ -36,7 +36,7 @@ pub use holder::{
 };
 pub use lease::{
     AppendClock, GrantDelay, Grantor, HeldLease, LeaseRejection, LeaseRequest, LeaseResponse,
-    LeaseTable, LeaseTiming, RoleLease, TimingError, MIN_COMMIT_SLACK,
+    LeaseTable, LeaseTiming, ResumeRefused, RoleLease, TimingError, MIN_COMMIT_SLACK,
 };
 pub use replication::{Mark, Standing};
 pub use switchover::Switchover;

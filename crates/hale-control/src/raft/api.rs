@@ -98,6 +98,15 @@ pub enum Refusal {
         /// The most it may.
         max_lag: u64,
     },
+    /// A resume was refused: the paused role's holder has been silent for
+    /// longer than a lease ([`crate::lease::ResumeRefused`]).
+    #[error("{}", crate::lease::ResumeRefused::HolderSilent { holder: holder.clone(), silent: std::time::Duration::from_millis(*silent_ms) })]
+    HolderSilent {
+        /// The silent holder.
+        holder: String,
+        /// For how long, in milliseconds.
+        silent_ms: u64,
+    },
     /// The leader failed the request, or could not be reached.
     #[error("control-plane request failed: {0}")]
     Failed(String),
@@ -115,6 +124,12 @@ impl From<ControlError> for Refusal {
                 Refusal::Lagging { lag, max_lag }
             }
             ControlError::NotYet(d) => Refusal::NotYet(d.to_string()),
+            ControlError::Resume(crate::lease::ResumeRefused::HolderSilent { holder, silent }) => {
+                Refusal::HolderSilent {
+                    holder,
+                    silent_ms: silent.as_millis() as u64,
+                }
+            }
             ControlError::Request(m) => Refusal::Failed(m),
             e @ (ControlError::StoreInUse(_) | ControlError::Store(_) | ControlError::Start(_)) => {
                 Refusal::Failed(e.to_string())

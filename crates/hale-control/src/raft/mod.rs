@@ -33,7 +33,8 @@ use hale_seal::CallError;
 
 use crate::auth::{self, ControlAuth};
 use crate::lease::{
-    AppendClock, GrantDelay, Grantor, LeaseRequest, LeaseResponse, LeaseTable, LeaseTiming,
+    resume_check, AppendClock, GrantDelay, Grantor, LeaseRequest, LeaseResponse, LeaseTable,
+    LeaseTiming, ResumeRefused,
 };
 use hale_core::Time;
 
@@ -85,6 +86,9 @@ pub enum ControlError {
     /// The grantor will not hand the role over yet.
     #[error("not yet: {0}")]
     NotYet(GrantDelay),
+    /// The leader refuses to resume a role ([`crate::lease::resume_check`]).
+    #[error("{0}")]
+    Resume(ResumeRefused),
 }
 
 impl ControlError {
@@ -549,6 +553,20 @@ impl ControlPlane {
         if let Some(why) = self.stopped_now() {
             return Err(ControlError::Unavailable(why));
         }
+        // A resume is checked by the leader (a follower forwards it).
+        if let LeaseRequest::Pause {
+            role,
+            paused: false,
+            force: false,
+        } = &req
+        {
+            if self.leader() == Some(self.id) {
+                let table = self.table();
+                let appends = self.appends.lock().expect("appends lock").clone();
+                resume_check(&table, &appends, role, self.now(), self.timing.lease)
+                    .map_err(ControlError::Resume)?;
+            }
+        }
         match self.raft.client_write(req.clone()).await {
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => {
                 self.forward(api::WRITE, &req).await
@@ -619,6 +637,12 @@ impl ControlPlane {
         res.map_err(|r| match r {
             Refusal::NoLeader => ControlError::NoLeader,
             Refusal::Unavailable(m) => ControlError::Unavailable(m),
+            Refusal::HolderSilent { holder, silent_ms } => {
+                ControlError::Resume(ResumeRefused::HolderSilent {
+                    holder,
+                    silent: Duration::from_millis(silent_ms),
+                })
+            }
             r => ControlError::Request(r.to_string()),
         })
     }

@@ -24,6 +24,7 @@ mod loopback;
 mod netns;
 mod postgres;
 mod replay;
+mod restart;
 mod slow_hooks;
 mod support;
 mod versions;
