@@ -335,7 +335,10 @@ demote = {hook("demote")}
             wait(f"{names[i]} back alive everywhere", all_alive)
             wait(f"{names[i]}'s control plane caught up", lambda: caught_up(i))
             if is_holder:
-                wait(f"{names[i]} holding again", lambda: holder() == (names[i], h0[1]), 30)
+                # The new run adopts the paused role at its epoch (its own
+                # gauge says it holds it again), then it is resumed.
+                held = lambda: (metric_series(http[i], "hale_role_holder") or {}).get(f'node="n{i}",role="db"') == 1
+                wait(f"{names[i]} holding again", lambda: held() and holder() == (names[i], h0[1]), 30)
                 r = cli("resume", "db")
                 if r.returncode != 0:
                     raise SystemExit(f"RESULT FAILED: resume: {r.stderr}")
