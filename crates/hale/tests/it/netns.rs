@@ -382,6 +382,7 @@ fn start_role_agents(lab: &Lab, test: &str) -> Vec<AgentProc> {
             control: SocketAddr::from((*ip, 7948)),
             netns: Some(ns.clone()),
             env: Vec::new(),
+            exe: None,
         })
         .collect();
     let key = Key::generate().to_base64();

@@ -10,7 +10,9 @@ use hale_control::{check, HookKind, RoleState};
 use nix::sys::signal::Signal;
 
 use crate::failover::{first_holder, history};
-use crate::support::{spawn_with_config, wait_for, wait_until, Cluster};
+use crate::support::{
+    descendants, previous_release, spawn_with_config, wait_for, wait_until, Cluster,
+};
 
 /// Pauses `db` from agent 1 and waits until agent 0 (its holder) hears of it.
 fn pause(c: &Cluster) {
@@ -124,4 +126,73 @@ fn resuming_a_role_whose_holders_agent_never_came_back_is_refused_unless_forced(
             .any(|e| e.node == "n0" && e.kind == HookKind::Demote),
         "n0's service was left to the operator: {h:?}"
     );
+}
+
+#[test]
+fn upgrading_the_holders_agent_from_the_previous_release_moves_nothing_and_runs_no_hook() {
+    let prev = previous_release();
+    let mut c = Cluster::roles_of("keep-upgrade", 3, &prev.exe);
+    let held = first_holder(&c);
+    assert_eq!(held.0, "n0");
+    wait_for(Duration::from_secs(10), "the promote hook ran", || {
+        (!history(&c).is_empty()).then_some(())
+    });
+    let out = c.agents[1].cli_ok(&["roles", "pause", "db"]);
+    assert!(out.contains("db paused"), "{out}");
+    wait_until(Duration::from_secs(10), "the pause is committed", || {
+        c.agents[0]
+            .roles()
+            .and_then(|v| v.leases)
+            .is_some_and(|l| l.get("db").is_some_and(|l| l.paused))
+    });
+    // The previous release steps down on SIGTERM even when paused: its
+    // agent and its watchdog are killed together (the README's procedure).
+    let pid = c.agents[0].pid();
+    let mut all = descendants(pid.as_raw());
+    all.push(pid.as_raw());
+    for p in all {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), Signal::SIGKILL);
+    }
+    wait_until(Duration::from_secs(10), "the old agent is gone", || {
+        c.agents[0].exited()
+    });
+    // The new release's agent and watchdog, on the same configuration.
+    let config = c.path("n0.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let new_exe = crate::support::hale_bin().display().to_string();
+    std::fs::write(
+        &config,
+        text.replace(&prev.exe.display().to_string(), &new_exe),
+    )
+    .unwrap();
+    restart(&mut c, 0);
+    wait_for(
+        Duration::from_secs(30),
+        "the new agent adopts db at the same epoch",
+        || {
+            let v = c.agents[0].roles()?;
+            let l = &v.local[0];
+            (l.state == RoleState::Holder && l.epoch == Some(held.1)).then_some(())
+        },
+    );
+    let out = c.agents[2].cli_ok(&["roles", "resume", "db"]);
+    assert!(out.contains("db resumed"), "{out}");
+    c.assert_holder_stays(
+        Duration::from_secs(4),
+        &held,
+        "after the upgrade and resume",
+    );
+    let h = history(&c);
+    let count = |k: HookKind| h.iter().filter(|e| e.kind == k).count();
+    assert_eq!(
+        count(HookKind::Promote),
+        1,
+        "only the first grant promoted: {h:?}"
+    );
+    assert_eq!(
+        count(HookKind::Demote),
+        0,
+        "nothing demoted, nothing fenced: {h:?}"
+    );
+    check(&h).unwrap();
 }

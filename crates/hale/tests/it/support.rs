@@ -425,9 +425,24 @@ pub fn spawn_with_config(
     netns: Option<&str>,
     env: &[(String, String)],
 ) -> AgentProc {
+    spawn_exe_with_config(hale_bin(), dir, name, config, gossip, http, netns, env)
+}
+
+/// [`spawn_with_config`] of another `hale` executable (the previous release).
+#[allow(clippy::too_many_arguments)] // spawn_with_config's, and the executable.
+pub fn spawn_exe_with_config(
+    exe: &Path,
+    dir: &Path,
+    name: &str,
+    config: &Path,
+    gossip: SocketAddr,
+    http: SocketAddr,
+    netns: Option<&str>,
+    env: &[(String, String)],
+) -> AgentProc {
     let log = dir.join(format!("{name}.log"));
     let out = std::fs::File::create(&log).unwrap();
-    let child = hale(netns)
+    let child = hale_exe(exe, netns)
         .args(["agent", "-c"])
         .arg(config)
         .envs(env.iter().map(|(k, v)| (k, v)))
@@ -658,6 +673,17 @@ impl Cluster {
         prepare: impl FnOnce(&Path),
     ) -> Cluster {
         Cluster::roles_on(test, RoleNode::loopback(n), hooks, extra, prepare)
+    }
+
+    /// A role cluster (see [`Cluster::roles`]) of `n` agents on loopback,
+    /// every one (and its watchdogs) run by executable `exe`: the previous
+    /// release, say.
+    pub fn roles_of(test: &str, n: usize, exe: &Path) -> Cluster {
+        let mut nodes = RoleNode::loopback(n);
+        for node in &mut nodes {
+            node.exe = Some(exe.to_owned());
+        }
+        Cluster::roles_on(test, nodes, |_, _| None, |_| String::new(), |_| {})
     }
 
     /// A role cluster of `n` agents on loopback with instant hooks, agent
