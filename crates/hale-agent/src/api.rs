@@ -181,6 +181,7 @@ pub(crate) async fn metrics(State(st): State<AppState>) -> Result<Response, ApiE
         &hale_seal::clock_report(),
     ));
     text.push_str(&crate::metrics::render_drill(me, st.shared.drill()));
+    text.push_str(&crate::metrics::render_reloads(me, st.reloader.counts()));
     if let Some(r) = st.relay() {
         text.push_str(&r.render_metrics());
     }
