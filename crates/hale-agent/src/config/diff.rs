@@ -377,3 +377,97 @@ fn same_ring(keys: &[Key], in_use: &[Key]) -> bool {
     let ring = Keyring::new(keys[0].clone(), keys[1..].to_vec());
     ring.keys() == in_use
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // In tests a panic is the failure report.
+    use super::*;
+
+    fn loaded(text: &str) -> LoadedConfig {
+        let file = FileConfig::parse(text, "test").unwrap();
+        let mut agent = file.validate().unwrap();
+        agent.watchdog_exe = "/usr/bin/hale".into();
+        LoadedConfig { file, agent }
+    }
+
+    const BASE: &str = r#"
+[agent]
+name = "a"
+[cluster]
+keys = ["AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="]
+[control]
+id = 1
+bootstrap = true
+[[service]]
+name = "pg"
+[[role]]
+name = "db"
+service = "pg"
+priority = 10
+demote = ["true"]
+"#;
+
+    fn refused(d: &ConfigDiff) -> Vec<&str> {
+        d.refused.iter().map(|k| k.key.as_str()).collect()
+    }
+
+    #[test]
+    fn a_roles_priority_and_hooks_are_told_apart_and_a_new_role_is_added() {
+        let old = loaded(BASE);
+        let new = loaded(&format!(
+            "{}\n[[role]]\nname = \"cache\"\nservice = \"pg\"\n",
+            BASE.replace("priority = 10", "priority = 20")
+                .replace("demote = [\"true\"]", "demote = [\"false\"]")
+        ));
+        let d = diff(&old, &new, None);
+        assert!(d.refused.is_empty(), "{:?}", d.refused);
+        let RoleDiff::Changed { keys, .. } = &d.roles[0] else {
+            panic!("{:?}", d.roles);
+        };
+        assert_eq!(keys, &["priority", "demote"]);
+        assert!(matches!(&d.roles[1], RoleDiff::Added(r) if r.name == "cache"));
+        let removed = diff(&new, &old, None);
+        assert!(removed.roles.contains(&RoleDiff::Removed("cache".into())));
+    }
+
+    #[test]
+    fn keys_written_down_after_a_live_rotation_are_no_change_and_other_keys_are_refused() {
+        let old = loaded(BASE);
+        let other = Key::generate();
+        let text = BASE.replace(
+            "keys = [\"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=\"]",
+            &format!("keys = [\"{}\"]", other.to_base64()),
+        );
+        let new = loaded(&text);
+        let started = old.agent.keyring.clone().unwrap();
+        assert_eq!(refused(&diff(&old, &new, Some(&started))), ["cluster.keys"]);
+        let rotated = Keyring::new(other, Vec::new());
+        let d = diff(&old, &new, Some(&rotated));
+        assert!(d.refused.is_empty(), "{:?}", d.refused);
+        assert_eq!(d.changes[0].key, "cluster.keys");
+    }
+
+    #[test]
+    fn the_control_plane_and_the_profile_are_read_at_start_but_bootstrap_is_no_matter() {
+        let old = loaded(BASE);
+        let new = loaded(
+            &BASE
+                .replace("bootstrap = true", "bootstrap = false")
+                .replace("[cluster]", "[cluster]\nprofile = \"wan\""),
+        );
+        let d = diff(&old, &new, None);
+        assert_eq!(refused(&d), ["cluster.profile"]);
+        assert_eq!(d.changes[0].key, "control.bootstrap");
+        let moved = loaded(&BASE.replace("id = 1", "id = 2"));
+        assert_eq!(refused(&diff(&old, &moved, None)), ["control.id"]);
+        // Roles where no control plane runs need a restart.
+        let bare = "[agent]\nname = \"a\"\n[[service]]\nname = \"pg\"\n";
+        let with_role = format!("{bare}[[role]]\nname = \"db\"\nservice = \"pg\"\n");
+        let d = diff(&loaded(bare), &loaded(&with_role), None);
+        assert_eq!(refused(&d), ["control"]);
+        // Without roles left, the control plane that runs keeps running.
+        assert!(diff(&loaded(&with_role), &loaded(bare), None)
+            .refused
+            .is_empty());
+    }
+}
