@@ -246,6 +246,9 @@ async fn a_reload_changing_an_unreloadable_key_is_refused_naming_the_key_and_app
     a.shutdown().await;
 }
 
+/// Who tries, with which headers, and the status they get.
+type Attempt = (&'static str, &'static [(&'static str, &'static str)], u16);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stranger_cannot_trigger_a_reload() {
     let dir = tempfile::tempdir().unwrap();
@@ -262,7 +265,7 @@ async fn a_stranger_cannot_trigger_a_reload() {
     .unwrap();
     let url = format!("http://{}/v1/reload", a.http_addr());
     let http = reqwest::Client::new();
-    let cases: [(&str, &[(&str, &str)], u16); 5] = [
+    let cases: [Attempt; 5] = [
         ("no token", &[("content-type", "application/json")], 401),
         (
             "a wrong token",

@@ -23,6 +23,7 @@ mod keys;
 mod loopback;
 mod netns;
 mod postgres;
+mod reload;
 mod replay;
 mod slow_hooks;
 mod support;
