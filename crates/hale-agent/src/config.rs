@@ -527,8 +527,19 @@ impl FileConfig {
             .map(|(i, s)| s.validate(i))
             .collect::<Result<Vec<_>, _>>()?;
         let names: Vec<String> = services.iter().map(|s| s.name.clone()).collect();
+        // Services and roles are known by name (checks, reloads, the API).
+        for (i, n) in names.iter().enumerate() {
+            if names[..i].contains(n) {
+                let problem = format!("another [[service]] is named {n:?}");
+                return Err(invalid(&format!("service[{i}].name"), problem));
+            }
+        }
         for (i, r) in self.roles.iter().enumerate() {
             r.validate(i, &names)?;
+            if self.roles[..i].iter().any(|o| o.name == r.name) {
+                let problem = format!("another [[role]] is named {:?}", r.name);
+                return Err(invalid(&format!("role[{i}].name"), problem));
+            }
         }
         let control =
             role::ControlSection::plan(self.control.as_ref(), id.name(), !self.roles.is_empty())?;

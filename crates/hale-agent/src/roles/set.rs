@@ -102,11 +102,15 @@ impl RoleSet {
     }
 
     /// Starts the candidacy `spec` (published at once, not eligible until
-    /// its checks pass). Without a control plane, nothing starts.
+    /// its checks pass). Without a control plane, or when this node is a
+    /// candidate for the role already, nothing starts.
     pub fn start(&self, spec: RoleSpec) {
         let Some(ctx) = self.ctx.lock().expect("role context lock").clone() else {
             return;
         };
+        if self.is_candidate(&spec.name) {
+            return;
+        }
         let (stop, stop_rx) = watch::channel(false);
         let (handover, handover_rx) = mpsc::channel(1);
         let (orders, orders_rx) = mpsc::unbounded_channel();
