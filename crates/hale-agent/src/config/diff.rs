@@ -18,8 +18,8 @@ use hale_core::Tuning;
 use hale_keyring::{Key, Keyring};
 
 use super::{
-    AgentConfig, AgentSection, ClusterSection, FileConfig, MembershipSection, RelaySection,
-    RoleSpec, ServiceSpec,
+    AgentConfig, AgentSection, ClusterSection, ControlSection, FileConfig, MembershipSection,
+    RelaySection, RoleSpec, ServiceSpec,
 };
 use crate::view::{ChangeKind, ConfigChange, RefusedKey};
 
@@ -77,7 +77,7 @@ pub fn diff(old: &LoadedConfig, new: &LoadedConfig, keys_in_use: Option<&Keyring
     let mut d = ConfigDiff::default();
     d.agent(old, new);
     d.cluster(old, new, keys_in_use);
-    d.control(&old.agent, &new.agent);
+    d.control(&new.file, &old.agent, &new.agent);
     d.relay(&old.file, new);
     d.services(&old.agent.services, &new.agent.services);
     d.roles(&old.agent.roles, &new.agent.roles);
@@ -194,7 +194,18 @@ impl ConfigDiff {
         }
     }
 
-    fn control(&mut self, a: &AgentConfig, b: &AgentConfig) {
+    fn control(&mut self, new: &FileConfig, a: &AgentConfig, b: &AgentConfig) {
+        // Every key of [control] (compared below through the plan it makes).
+        if let Some(ControlSection {
+            id: _,
+            bind: _,
+            servers: _,
+            bootstrap: _,
+            data_dir: _,
+            lease: _,
+            renew_every: _,
+        }) = &new.control
+        {}
         let (a, b) = match (&a.control, &b.control) {
             // No roles left: the control plane that runs keeps running.
             (_, None) => return,
