@@ -187,3 +187,12 @@ pub(crate) async fn metrics(State(st): State<AppState>) -> Result<Response, ApiE
     }
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
 }
+
+/// `POST /v1/reload`: 200 with what changed, or the refusal (409, 422,
+/// 503) with nothing changed (see [`crate::reload`]).
+pub(crate) async fn reload(State(st): State<AppState>) -> Response {
+    match st.reloader.reload().await {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => (e.status(), Json(e.refusal())).into_response(),
+    }
+}

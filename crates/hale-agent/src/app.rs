@@ -1,7 +1,7 @@
 //! The HTTP API's one state and its one route table: every handler of
 //! every API module ([`crate::api`], [`crate::roles_api`],
 //! [`crate::cluster_api`], [`crate::drill`], [`crate::relay_api`],
-//! [`crate::keys_api`], [`crate::reload`]; the dashboard and the relay's ingestion mount
+//! [`crate::keys_api`]; the dashboard and the relay's ingestion mount
 //! their own) shares [`AppState`], and the mutation guard wraps every
 //! mutating route once.
 
@@ -51,7 +51,7 @@ pub(crate) fn router(st: AppState, token: Option<String>, http: SocketAddr) -> R
         .route(routes::RELAY, get(relay_api::status))
         .route(routes::KEYS, get(keys_api::list))
         .route(routes::KEY_OP, post(keys_api::fan_out))
-        .route(routes::RELOAD, post(crate::reload::reload))
+        .route(routes::RELOAD, post(api::reload))
         .fallback(api::not_found)
         .with_state(st.clone())
         .merge(crate::dashboard::router())

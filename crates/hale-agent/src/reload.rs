@@ -26,10 +26,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use axum::extract::State;
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use axum::Json;
 use tokio::sync::mpsc;
 
 use hale_control::RoleState;
@@ -40,7 +37,6 @@ use crate::published::Published;
 use crate::roles::{RoleSet, RoleViews};
 use crate::runtime::{Command, Shared};
 use crate::services::Checks;
-use crate::state::AppState;
 use crate::view::{AgentEvent, RefusalReason, RefusedKey, ReloadRefusal, ReloadView};
 
 /// Why a reload was refused. In every case nothing changed: the agent
@@ -103,7 +99,8 @@ impl ReloadError {
         }
     }
 
-    fn status(&self) -> StatusCode {
+    /// The HTTP status `POST /v1/reload` answers it with.
+    pub(crate) fn status(&self) -> StatusCode {
         match self {
             ReloadError::NoFile | ReloadError::Unreloadable { .. } => StatusCode::CONFLICT,
             ReloadError::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
@@ -331,14 +328,5 @@ impl Reloader {
                 }],
             }),
         }
-    }
-}
-
-/// `POST /v1/reload`: 200 with what changed, or the refusal (409, 422,
-/// 503) with nothing changed.
-pub(crate) async fn reload(State(st): State<AppState>) -> Response {
-    match st.reloader.reload().await {
-        Ok(v) => Json(v).into_response(),
-        Err(e) => (e.status(), Json(e.refusal())).into_response(),
     }
 }
