@@ -185,8 +185,18 @@ pub(crate) async fn metrics(State(st): State<AppState>) -> Result<Response, ApiE
         &hale_seal::clock_report(),
     ));
     text.push_str(&crate::metrics::render_drill(me, st.shared.drill()));
+    text.push_str(&crate::metrics::render_reloads(me, st.reloader.counts()));
     if let Some(r) = st.relay() {
         text.push_str(&r.render_metrics());
     }
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
+}
+
+/// `POST /v1/reload`: 200 with what changed, or the refusal (409, 422,
+/// 503) with nothing changed (see [`crate::reload`]).
+pub(crate) async fn reload(State(st): State<AppState>) -> Response {
+    match st.reloader.reload().await {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => (e.status(), Json(e.refusal())).into_response(),
+    }
 }

@@ -340,6 +340,22 @@ pub fn render_clocks(node: &str, c: &hale_seal::ClockReport) -> String {
     out
 }
 
+/// Prometheus text: `hale_config_reloads_total{node,result}`, configuration
+/// reloads `applied` and `refused` (nothing changed) since the start.
+pub fn render_reloads(node: &str, (applied, refused): (u64, u64)) -> String {
+    let mut out = String::new();
+    let help =
+        "Configuration reloads (hale reload, SIGHUP): applied, or refused with nothing changed.";
+    let samples = [("applied", applied), ("refused", refused)]
+        .map(|(r, n)| (format!("node=\"{node}\",result=\"{r}\""), n));
+    family(
+        &mut out,
+        ("hale_config_reloads_total", "counter", help),
+        samples,
+    );
+    out
+}
+
 /// Prometheus text: `hale_drill_fault_active{node,fault}` and
 /// `hale_drill_traffic_ignored_total{node}`.
 pub fn render_drill(node: &str, faults: &Faults) -> String {

@@ -30,9 +30,11 @@ use crate::view::{AgentEvent, Lagging, RoleView, SwitchoverStep};
 use crate::watchdog::demote_once_argv;
 pub mod postgres;
 mod requests;
+mod set;
 pub mod switchover;
 mod watchdog;
 pub use requests::LeaseRequests;
+pub use set::{RoleContext, RoleSet, StillHeld};
 pub use watchdog::Watchdogs;
 
 /// What a role manager reports.
@@ -52,6 +54,20 @@ pub enum RoleChange {
 
 /// Reports role changes.
 pub type OnRoleChange = Arc<dyn Fn(RoleChange) + Send + Sync>;
+
+/// What the agent asks of a running role manager besides handovers (a
+/// configuration reload). Neither ever demotes or promotes.
+#[derive(Debug)]
+pub enum RoleOrder {
+    /// New settings for the candidacy: its priority at once; its service,
+    /// hooks, `hook_timeout` and `fail_after` at once when this node holds
+    /// no lease of the role, else when its holding has ended (its watchdog
+    /// fences with the demote hook the holding started with).
+    Retune(Box<RoleSpec>),
+    /// Stop being a candidate, unless this node holds a lease of the role
+    /// now: answers whether the manager stopped.
+    Retire(tokio::sync::oneshot::Sender<bool>),
+}
 
 /// Shared role views.
 pub type RoleViews = Arc<Mutex<BTreeMap<String, RoleView>>>;
@@ -98,6 +114,8 @@ pub struct RoleManager {
     /// Operator handovers: step down and let the next candidate (or the
     /// named one) take over.
     pub handover: tokio::sync::mpsc::Receiver<Option<String>>,
+    /// The agent's orders (see [`RoleOrder`]).
+    pub orders: mpsc::UnboundedReceiver<RoleOrder>,
     /// A replicated role: what its keeper measures of the data
     /// ([`postgres::Keeper`]).
     pub data: Option<tokio::sync::watch::Receiver<DataState>>,
@@ -237,7 +255,11 @@ impl RoleManager {
         let mut paused = PauseWatch { last: run.now() };
         let mut switching = Switching::default();
         self.look_for_kept_role(&run.tx);
+        let mut retuned: Option<RoleSpec> = None;
         loop {
+            if let Some(spec) = retuned.take() {
+                retuned = self.retune(&mut sm, spec);
+            }
             while let Some(a) = sm.poll_action() {
                 self.carry_out(&mut run, a);
             }
@@ -308,6 +330,16 @@ impl RoleManager {
                     sm.handle_checks(now, self.status(now));
                 }
                 Some(to) = self.handover.recv() => sm.handle_handover(run.now(), to),
+                Some(order) = self.orders.recv() => match order {
+                    RoleOrder::Retune(spec) => retuned = Some(*spec),
+                    RoleOrder::Retire(done) => {
+                        let free = sm.epoch().is_none();
+                        if free {
+                            sm.handle_stop(run.now());
+                        }
+                        let _ = done.send(free);
+                    }
+                },
                 Some(data) = next_data(&mut self.data) => sm.handle_data(run.now(), data),
                 r = self.stop.changed(), if !stopping => {
                     let _ = r;
@@ -316,6 +348,23 @@ impl RoleManager {
                 }
             }
         }
+    }
+
+    /// Takes the candidacy's new settings `spec` (see [`RoleOrder::Retune`]):
+    /// what must wait for the holding to end is given back.
+    fn retune(&mut self, sm: &mut Holder, spec: RoleSpec) -> Option<RoleSpec> {
+        let priority = spec.priority;
+        self.spec.priority = priority;
+        self.view(|v| v.priority = priority);
+        let later = if sm.epoch().is_some() {
+            (spec != self.spec).then_some(spec)
+        } else {
+            self.spec = spec;
+            None
+        };
+        let s = &self.spec;
+        sm.retune(s.priority, s.hook_timeout, s.fail_after);
+        later
     }
 
     fn publish_view(&self, sm: &Holder, run: &Running) {

@@ -171,7 +171,7 @@ pub(crate) async fn handover(
     Path(role): Path<String>,
     body: axum::body::Bytes,
 ) -> Response {
-    let Some(tx) = st.handovers.get(&role) else {
+    let Some(tx) = st.role_set.handover(&role) else {
         return error(
             StatusCode::NOT_FOUND,
             format!("this node is not a candidate for role {role:?}"),
@@ -259,8 +259,8 @@ async fn set_paused(
     let c = control(st)?;
     // A role the control plane never heard of, and this node is no
     // candidate for, is a typo: pausing it would create it.
-    let known = st.handovers.contains_key(&role)
-        || c.table().await.is_some_and(|t| t.role(&role).is_some());
+    let known =
+        st.role_set.is_candidate(&role) || c.table().await.is_some_and(|t| t.role(&role).is_some());
     if !known {
         return Err(ApiError(
             StatusCode::NOT_FOUND,

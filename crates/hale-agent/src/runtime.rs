@@ -107,6 +107,12 @@ pub enum Command {
     Leave(oneshot::Sender<()>),
     /// Publish new metadata for this node.
     SetMeta(Vec<u8>),
+    /// Take new values of the knobs the core changes live (a reload); the
+    /// core's refusal changes nothing.
+    Retune(
+        hale_core::Tuning,
+        oneshot::Sender<Result<(), hale_core::ConfigError>>,
+    ),
 }
 
 /// Shared between the driver and the API.
@@ -389,6 +395,9 @@ impl Driver {
             }
             Command::SetMeta(meta) => {
                 let _ = self.node.set_metadata(now, meta);
+            }
+            Command::Retune(t, done) => {
+                let _ = done.send(self.node.retune(t));
             }
             Command::Leave(_) => {}
         }

@@ -10,6 +10,7 @@ use hale_control::{HookOutcome, StepDownReason};
 use hale_core::{DeathEvidence, Event, Member, NodeId, Time};
 
 mod ops;
+mod reload;
 mod role;
 pub mod routes;
 
@@ -25,6 +26,7 @@ pub use ops::{
     KeysView, RelayView, RestoredView, TrafficView, UpstreamView, DEFAULT_DISK_DELAY,
     MAX_DISK_DELAY, MAX_FAULT,
 };
+pub use reload::{ChangeKind, ConfigChange, RefusalReason, RefusedKey, ReloadRefusal, ReloadView};
 pub use role::{
     CandidateView, CheckResult, CheckView, ClusterRoleView, ClusterRolesView, ClusterServicesView,
     HandoverView, Lagging, LeaseView, NodeServicesView, PauseView, PostgresView, PrimaryView,
@@ -433,6 +435,12 @@ pub enum AgentEvent {
         /// Why (`expired`, `restored`, ...).
         reason: String,
     },
+    /// This agent applied a changed configuration file (`hale reload`,
+    /// SIGHUP): what changed. No role it holds moved because of it.
+    ConfigReloaded(ReloadView),
+    /// This agent refused a changed configuration file: why, and the keys
+    /// concerned. Nothing changed.
+    ConfigReloadRefused(ReloadRefusal),
     /// A kind this version does not know (from a newer agent).
     #[serde(other)]
     Unknown,

@@ -219,6 +219,18 @@ impl Holder {
         &self.cfg
     }
 
+    /// New settings for this candidacy (an agent's configuration reload):
+    /// its `priority` is asked with from the next acquisition on; its
+    /// `hook_timeout` and `fail_after` bound the hook runs and failing
+    /// streaks from the next deadline on (a run under way is timed from
+    /// its start with the new limit). Nothing else changes: no request,
+    /// hook or step-down comes of it by itself.
+    pub fn retune(&mut self, priority: i64, hook_timeout: Duration, fail_after: Duration) {
+        self.cfg.priority = priority;
+        self.cfg.hook_timeout = hook_timeout;
+        self.cfg.fail_after = fail_after;
+    }
+
     /// Where the candidacy stands.
     pub fn state(&self) -> RoleState {
         match &self.phase {

@@ -200,6 +200,44 @@ impl ConfigError {
     }
 }
 
+/// The knobs a running [`crate::Node`] takes new values of
+/// ([`crate::Node::retune`], an agent's configuration reload). Each is read
+/// afresh wherever it is used and nothing is derived from it and kept:
+/// the gossip period and its fanout (each round), the retransmit limit
+/// (each time news is counted), the push/pull and seed-retry periods (each
+/// time their timer is set again: a timer already set keeps its deadline),
+/// the tombstone time (each reap). The other knobs shape state the node
+/// keeps (the walk and its phase, ring monitors, suspicions and their
+/// timeouts, the replay reference, the wire's limits) and only take effect
+/// in a new node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tuning {
+    /// [`Config::gossip_interval`].
+    pub gossip_interval: Duration,
+    /// [`Config::gossip_fanout`].
+    pub gossip_fanout: usize,
+    /// [`Config::retransmit_mult`].
+    pub retransmit_mult: usize,
+    /// [`Config::push_pull_interval`].
+    pub push_pull_interval: Duration,
+    /// [`Config::seed_retry_interval`].
+    pub seed_retry_interval: Duration,
+    /// [`Config::tombstone_ttl`].
+    pub tombstone_ttl: Duration,
+}
+
+impl Tuning {
+    /// The names of its fields, as in [`Config`].
+    pub const FIELDS: [&'static str; 6] = [
+        "gossip_interval",
+        "gossip_fanout",
+        "retransmit_mult",
+        "push_pull_interval",
+        "seed_retry_interval",
+        "tombstone_ttl",
+    ];
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config::new(Profile::Lan)
@@ -290,6 +328,37 @@ impl Config {
             #[cfg(feature = "fault-injection")]
             fault: None,
         }
+    }
+
+    /// The knobs a running node can take new values of.
+    pub fn tuning(&self) -> Tuning {
+        Tuning {
+            gossip_interval: self.gossip_interval,
+            gossip_fanout: self.gossip_fanout,
+            retransmit_mult: self.retransmit_mult,
+            push_pull_interval: self.push_pull_interval,
+            seed_retry_interval: self.seed_retry_interval,
+            tombstone_ttl: self.tombstone_ttl,
+        }
+    }
+
+    /// This configuration with the knobs of `t`.
+    pub fn with_tuning(mut self, t: Tuning) -> Config {
+        let Tuning {
+            gossip_interval,
+            gossip_fanout,
+            retransmit_mult,
+            push_pull_interval,
+            seed_retry_interval,
+            tombstone_ttl,
+        } = t;
+        self.gossip_interval = gossip_interval;
+        self.gossip_fanout = gossip_fanout;
+        self.retransmit_mult = retransmit_mult;
+        self.push_pull_interval = push_pull_interval;
+        self.seed_retry_interval = seed_retry_interval;
+        self.tombstone_ttl = tombstone_ttl;
+        self
     }
 
     /// Checks every field; the error names the first bad one.

@@ -100,7 +100,7 @@ mod walk;
 mod warm;
 pub mod wire;
 
-pub use config::{Config, ConfigError, Profile};
+pub use config::{Config, ConfigError, Profile, Tuning};
 pub use direct::Outgoing;
 pub use event::{DeathEvidence, Event, ProbeVisit};
 pub use identity::{Identity, NodeId, NodeIdError};

@@ -6,7 +6,7 @@ use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
 use crate::broadcast::{Broadcasts, Class};
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError, Tuning};
 use crate::direct::{Outbox, Outgoing};
 use crate::event::Event;
 use crate::freshness::Verdict;
@@ -208,6 +208,18 @@ impl<I: Identity> Node<I> {
     /// The configuration in force.
     pub fn config(&self) -> &Config {
         &self.cfg
+    }
+
+    /// Takes new values of the knobs a running node can change ([`Tuning`]),
+    /// validated with the rest of its configuration: nothing changes when
+    /// they are refused. Each applies where it is next read (a timer
+    /// already set keeps its deadline); no member, suspicion or timer is
+    /// touched.
+    pub fn retune(&mut self, t: Tuning) -> Result<(), ConfigError> {
+        let cfg = self.cfg.clone().with_tuning(t);
+        cfg.validate()?;
+        self.cfg = cfg;
+        Ok(())
     }
 
     /// Counters.

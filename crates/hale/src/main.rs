@@ -37,6 +37,9 @@ enum Command {
     Join(client_cmd::JoinArgs),
     /// Ask the local agent to leave the cluster gracefully.
     Leave(client_cmd::ApiArgs),
+    /// Ask the local agent to read its configuration file again and apply
+    /// it, all of it or nothing (what SIGHUP does); exits 1 when refused.
+    Reload(client_cmd::ReloadArgs),
     /// Print membership events (and follow them live with --follow).
     Events(client_cmd::EventsArgs),
     /// Print a new random cluster key (base64).
@@ -97,6 +100,7 @@ fn main() -> ExitCode {
         Command::Join(a) => client_cmd::join(a).map(|()| ExitCode::SUCCESS),
         Command::Leave(api) => client_cmd::leave(api).map(|()| ExitCode::SUCCESS),
         Command::Events(a) => client_cmd::events(a).map(|()| ExitCode::SUCCESS),
+        Command::Reload(a) => client_cmd::reload(a).map(|ok| ExitCode::from(u8::from(!ok))),
         Command::Keygen => {
             agent_cmd::keygen();
             Ok(ExitCode::SUCCESS)

@@ -13,4 +13,5 @@ mod keys;
 mod openapi;
 mod relay;
 mod relay_view;
+mod reload;
 mod support;

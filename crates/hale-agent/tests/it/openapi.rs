@@ -19,6 +19,7 @@ use hale_agent::view::{
     NodeServicesView, PrimaryView, ReplicaView, RolesView,
 };
 use hale_agent::view::{CheckResult, CheckView, ServiceView};
+use hale_agent::view::{ConfigChange, RefusedKey, ReloadRefusal, ReloadView};
 use hale_agent::view::{DrillView, FaultView, RestoredView, TrafficView};
 use hale_agent::view::{ErrorBody, HandoverView};
 use hale_agent::view::{KeyOpError, KeyReport, KeyView, KeysView};
@@ -212,6 +213,11 @@ fn samples() -> BTreeMap<String, Vec<Value>> {
         "divert": null, "delay_ms": 300});
     let drill = json!({"node": "n0", "active": [fault], "traffic_ignored": 0});
     let key = json!({"fingerprint": "ab12", "primary": true});
+    let change = json!({"key": "service[pg].check[ping]", "change": "added"});
+    let reloaded = json!({"changes": [change, {"key": "role[db].priority", "change": "changed"}]});
+    let refused_key = json!({"key": "agent.bind", "problem": "read at start only"});
+    let refusal = json!({"error": "cannot apply while the agent runs: agent.bind (read at start only); nothing changed",
+        "reason": "unreloadable", "keys": [refused_key]});
     let mut s = samples! {
         "Error": ErrorBody = {"error": "no such endpoint"};
         "ControlStatus": ControlStatus = control;
@@ -292,6 +298,11 @@ fn samples() -> BTreeMap<String, Vec<Value>> {
         "KeyOpError": KeyOpError = {"reason": "refused", "status": 401,
             "message": "not sealed with a cluster key for this server and route"};
         "KeyOpError": KeyOpError = {"reason": "bad-answer", "detail": "the answer is not authentic"};
+        "ConfigChange": ConfigChange = (change.clone());
+        "Reload": ReloadView = (reloaded.clone());
+        "Reload": ReloadView = {"changes": []};
+        "RefusedKey": RefusedKey = (refused_key.clone());
+        "ReloadRefusal": ReloadRefusal = (refusal.clone());
     };
     let (role, epoch) = ("db", 3);
     // Every event kind, with the schema of its detail (if it has one).
@@ -351,6 +362,8 @@ fn samples() -> BTreeMap<String, Vec<Value>> {
             "schema": "UnsupportedWireVersionDetail"},
         {"kind": "unsupported-wire-version", "detail": {"version": 2, "speaks": null, "ours": "3"},
             "schema": "UnsupportedWireVersionDetail"},
+        {"kind": "config-reloaded", "detail": reloaded, "schema": "Reload"},
+        {"kind": "config-reload-refused", "detail": refusal, "schema": "ReloadRefusal"},
     ]);
     for (i, event) in events.as_array().unwrap().iter().enumerate() {
         let mut event = event.as_object().unwrap().clone();

@@ -862,3 +862,34 @@ fn an_unanswered_adoption_is_asked_again_after_a_fifth_of_the_interval() {
     assert_eq!(h.state(), RoleState::Holder);
     assert_eq!(h.lease_valid_until(), Some(ms(3200)));
 }
+
+#[test]
+fn a_retuned_holder_keeps_its_holding_and_asks_with_the_new_priority_next_time() {
+    let mut h = holding();
+    h.retune(9, Duration::from_secs(4), Duration::from_secs(1));
+    assert_eq!(actions(&mut h), vec![], "a retune does nothing by itself");
+    assert_eq!((h.state(), h.epoch()), (RoleState::Holder, Some(7)));
+    assert_eq!(h.config().priority, 9);
+    // Handed over, it stands aside one lease, then asks at its new priority.
+    h.handle_handover(ms(200), None);
+    let _ = actions(&mut h);
+    h.handle_watchdog_released(ms(210), false);
+    let demote = actions(&mut h)
+        .into_iter()
+        .find_map(|a| match a {
+            Action::StartHook { id, .. } => Some(id),
+            _ => None,
+        })
+        .expect("the demote hook");
+    h.handle_hook_exit(ms(300), demote, HookExit::Succeeded);
+    let _ = actions(&mut h);
+    h.handle_checks(ms(2400), OK);
+    let asked = actions(&mut h).into_iter().find_map(|a| match a {
+        Action::Send {
+            request: ControlRequest::Acquire(r),
+            ..
+        } => Some(r.priority),
+        _ => None,
+    });
+    assert_eq!(asked, Some(9));
+}

@@ -23,6 +23,7 @@ mod keys;
 mod loopback;
 mod netns;
 mod postgres;
+mod reload;
 mod replay;
 mod restart;
 mod slow_hooks;
