@@ -34,7 +34,6 @@ import base64
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -42,18 +41,9 @@ import threading
 import time
 import urllib.request
 
+from roles import free_port, get  # bench/roles.py: the same loopback helpers
+
 AGENTS, SERVERS = 5, 3
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def get(url, timeout=2.0):
-    with urllib.request.urlopen(url, timeout=timeout) as r:
-        return r.read().decode()
 
 
 def getj(url, timeout=2.0):

@@ -43,6 +43,37 @@ fn restart(c: &mut Cluster, i: usize) {
     c.agents[i] = spawn_with_config(c.logs.path(), &name, &config, a.gossip, a.http, None, &[]);
 }
 
+/// Waits until the restarted agent 0 adopts `db` at `held`'s epoch,
+/// resumes the role, and checks that it stays there and that only the
+/// first grant ever ran a hook (`when` ends the messages).
+fn adopted_then_resumed(c: &Cluster, held: &(String, u64), when: &str) {
+    wait_for(
+        Duration::from_secs(30),
+        "the new agent adopts db at the same epoch",
+        || {
+            let v = c.agents[0].roles()?;
+            let l = &v.local[0];
+            (l.state == RoleState::Holder && l.epoch == Some(held.1)).then_some(())
+        },
+    );
+    let out = c.agents[2].cli_ok(&["roles", "resume", "db"]);
+    assert!(out.contains("db resumed"), "{out}");
+    c.assert_holder_stays(Duration::from_secs(4), held, when);
+    let h = history(c);
+    let count = |k: HookKind| h.iter().filter(|e| e.kind == k).count();
+    assert_eq!(
+        count(HookKind::Promote),
+        1,
+        "only the first grant promoted: {h:?}"
+    );
+    assert_eq!(
+        count(HookKind::Demote),
+        0,
+        "nothing demoted, nothing fenced: {h:?}"
+    );
+    check(&h).unwrap();
+}
+
 #[test]
 fn restarting_the_holders_agent_while_its_role_is_paused_moves_nothing_and_runs_no_hook() {
     let mut c = Cluster::roles("keep-restart", "");
@@ -61,35 +92,7 @@ fn restarting_the_holders_agent_while_its_role_is_paused_moves_nothing_and_runs_
     // Down for longer than a lease: the role stays with n0, unfenced.
     c.assert_holder_stays(Duration::from_secs(3), &held, "while n0's agent was down");
     restart(&mut c, 0);
-    wait_for(
-        Duration::from_secs(30),
-        "the new agent adopts db at the same epoch",
-        || {
-            let v = c.agents[0].roles()?;
-            let l = &v.local[0];
-            (l.state == RoleState::Holder && l.epoch == Some(held.1)).then_some(())
-        },
-    );
-    let out = c.agents[2].cli_ok(&["roles", "resume", "db"]);
-    assert!(out.contains("db resumed"), "{out}");
-    c.assert_holder_stays(
-        Duration::from_secs(4),
-        &held,
-        "after the restart and resume",
-    );
-    let h = history(&c);
-    let count = |k: HookKind| h.iter().filter(|e| e.kind == k).count();
-    assert_eq!(
-        count(HookKind::Promote),
-        1,
-        "only the first grant promoted: {h:?}"
-    );
-    assert_eq!(
-        count(HookKind::Demote),
-        0,
-        "nothing demoted, nothing fenced: {h:?}"
-    );
-    check(&h).unwrap();
+    adopted_then_resumed(&c, &held, "after the restart and resume");
     let events = c.agents[0].events().expect("n0 answers");
     assert!(
         events.iter().any(|e| e.event.kind() == "role-adopted"),
@@ -166,33 +169,5 @@ fn upgrading_the_holders_agent_from_the_previous_release_moves_nothing_and_runs_
     )
     .unwrap();
     restart(&mut c, 0);
-    wait_for(
-        Duration::from_secs(30),
-        "the new agent adopts db at the same epoch",
-        || {
-            let v = c.agents[0].roles()?;
-            let l = &v.local[0];
-            (l.state == RoleState::Holder && l.epoch == Some(held.1)).then_some(())
-        },
-    );
-    let out = c.agents[2].cli_ok(&["roles", "resume", "db"]);
-    assert!(out.contains("db resumed"), "{out}");
-    c.assert_holder_stays(
-        Duration::from_secs(4),
-        &held,
-        "after the upgrade and resume",
-    );
-    let h = history(&c);
-    let count = |k: HookKind| h.iter().filter(|e| e.kind == k).count();
-    assert_eq!(
-        count(HookKind::Promote),
-        1,
-        "only the first grant promoted: {h:?}"
-    );
-    assert_eq!(
-        count(HookKind::Demote),
-        0,
-        "nothing demoted, nothing fenced: {h:?}"
-    );
-    check(&h).unwrap();
+    adopted_then_resumed(&c, &held, "after the upgrade and resume");
 }

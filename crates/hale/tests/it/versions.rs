@@ -55,6 +55,24 @@ fn unsupported_reports(a: &AgentProc, about: &str) -> Vec<AgentEvent> {
         .collect()
 }
 
+/// Asserts every second for `length` that every agent sees every agent alive.
+fn every_pair_stays_alive(agents: &[AgentProc], length: Duration) {
+    during(length, Duration::from_secs(1), || {
+        for a in agents {
+            for b in agents {
+                let state = a.state_of(&b.name);
+                assert_eq!(
+                    state,
+                    Some(MemberState::Alive),
+                    "{} sees {}",
+                    a.name,
+                    b.name
+                );
+            }
+        }
+    });
+}
+
 #[test]
 fn a_cluster_moves_up_to_wire_version_three_when_its_last_version_two_member_leaves() {
     let mut c = Cluster::start("wire-up", 2);
@@ -180,19 +198,7 @@ fn the_previous_release_and_this_one_form_one_cluster_in_its_version_and_this_on
         "{status}"
     );
     // Every pair keeps hearing each other for a while.
-    during(Duration::from_secs(6), Duration::from_secs(1), || {
-        for a in &agents {
-            for b in &agents {
-                assert_eq!(
-                    a.state_of(&b.name),
-                    Some(MemberState::Alive),
-                    "{} sees {}",
-                    a.name,
-                    b.name
-                );
-            }
-        }
-    });
+    every_pair_stays_alive(&agents, Duration::from_secs(6));
     for a in &agents {
         assert_eq!(
             version_drops(a),
@@ -230,19 +236,7 @@ fn the_previous_release_and_this_one_form_one_cluster_in_its_version_and_this_on
         "the new ones to write version 2 again",
         || new(&agents).iter().all(|&i| writes(&agents[i]) == Some(2)),
     );
-    during(Duration::from_secs(5), Duration::from_secs(1), || {
-        for a in &agents {
-            for b in &agents {
-                assert_eq!(
-                    a.state_of(&b.name),
-                    Some(MemberState::Alive),
-                    "{} sees {}",
-                    a.name,
-                    b.name
-                );
-            }
-        }
-    });
+    every_pair_stays_alive(&agents, Duration::from_secs(5));
     for a in &agents {
         assert!(dead_events(a).is_empty(), "{}: a death", a.name);
     }
