@@ -9,6 +9,7 @@
 pub mod api;
 mod batch;
 mod client;
+pub mod format;
 mod network;
 mod runtime;
 mod store;
@@ -187,9 +188,7 @@ impl ControlPlane {
             );
         }
         let db = open_db(data_dir).map_err(|e| match e {
-            redb::DatabaseError::DatabaseAlreadyOpen => {
-                ControlError::StoreInUse(data_dir.to_path_buf())
-            }
+            format::StoreError::InUse(_) => ControlError::StoreInUse(data_dir.to_path_buf()),
             e => ControlError::Store(e.into()),
         })?;
         let origin = Instant::now();
