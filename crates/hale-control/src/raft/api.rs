@@ -104,6 +104,27 @@ pub enum Refusal {
     /// No server answered (said by the client, never on the wire).
     #[error("no control-plane server answered")]
     NoAnswer,
+    /// The request is newer than a control-plane server on its way
+    /// understands (a rolling upgrade under way): nothing was done; ask
+    /// again once the servers are upgraded (or of another server). Said
+    /// by a server that could not decode a newer client's request, by a
+    /// leader that will not write an entry some server could not apply
+    /// ([`crate::protocol`]), and by the client for the previous release's
+    /// decode failure (HTTP 422). Protocol 2 and later: an asker speaking
+    /// 1 gets it as [`Refusal::Unavailable`] with the same words.
+    #[error(
+        "the request needs control-plane protocol {needs}, but a server on its way speaks only up \
+         to {speaks} (a rolling upgrade under way?): nothing was done; retry once every \
+         control-plane server is upgraded"
+    )]
+    TooNew {
+        /// The protocol the request needs (for a request a server could
+        /// not decode: the newest its client speaks).
+        needs: u16,
+        /// The newest protocol the refusing server speaks (the leader: the
+        /// newest every server speaks).
+        speaks: u16,
+    },
 }
 
 impl From<ControlError> for Refusal {
@@ -116,6 +137,7 @@ impl From<ControlError> for Refusal {
             }
             ControlError::NotYet(d) => Refusal::NotYet(d.to_string()),
             ControlError::Request(m) => Refusal::Failed(m),
+            ControlError::TooNew { needs, speaks } => Refusal::TooNew { needs, speaks },
             e @ (ControlError::StoreInUse(_) | ControlError::Store(_) | ControlError::Start(_)) => {
                 Refusal::Failed(e.to_string())
             }

@@ -30,12 +30,13 @@ use openraft::{BasicNode, Raft, RaftMetrics};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
-use hale_seal::CallError;
+use hale_seal::{CallError, Target};
 
 use crate::auth::{self, ControlAuth};
 use crate::lease::{
     AppendClock, GrantDelay, Grantor, LeaseRequest, LeaseResponse, LeaseTable, LeaseTiming,
 };
+use crate::protocol::{self, Asker, Spoken, PROTOCOL};
 use hale_core::Time;
 
 pub use api::{AddServer, Refusal, ServerChange};
@@ -86,6 +87,19 @@ pub enum ControlError {
     /// The grantor will not hand the role over yet.
     #[error("not yet: {0}")]
     NotYet(GrantDelay),
+    /// The request needs a newer control-plane protocol than a server on
+    /// its way speaks (the leader: than every server speaks; see
+    /// [`crate::protocol`]). Nothing was written.
+    #[error(
+        "the request needs control-plane protocol {needs}, but a server on its way speaks only \
+         up to {speaks}"
+    )]
+    TooNew {
+        /// The protocol the request needs.
+        needs: u16,
+        /// The newest protocol the server (the leader: every server) speaks.
+        speaks: u16,
+    },
 }
 
 impl ControlError {
@@ -114,6 +128,10 @@ pub struct ControlPlane {
     client: reqwest::Client,
     auth: ControlAuth,
     stall: DiskStall,
+    /// The protocol this server speaks ([`PROTOCOL`] unless pinned lower).
+    speaks: u16,
+    /// What the other servers were last heard to speak.
+    spoken: Spoken,
 }
 
 impl std::fmt::Debug for ControlPlane {
@@ -147,6 +165,20 @@ pub struct ControlStatus {
     pub voters: Vec<u64>,
     /// Why its Raft stopped, if it did (a failed storage write: disk full).
     pub storage_error: Option<String>,
+    /// The newest control-plane protocol it speaks ([`crate::PROTOCOL`];
+    /// 1 for a server of the previous release, which does not say).
+    #[serde(default = "protocol_1")]
+    pub protocol: u16,
+    /// On the leader: the newest protocol every server speaks, as it last
+    /// heard each of them answer (a server not heard from counts as 1);
+    /// log entries that need a newer one are not written. `None`
+    /// elsewhere.
+    #[serde(default)]
+    pub common_protocol: Option<u16>,
+}
+
+fn protocol_1() -> u16 {
+    crate::OLDEST_PROTOCOL
 }
 
 pub use crate::lease::AcquireRequest;
@@ -174,12 +206,30 @@ impl ControlPlane {
     /// Opens the store in `data_dir` and starts a server with id `id`,
     /// authenticating its traffic per `auth` (see [`crate::auth`]).
     /// Serve [`ControlPlane::routes`] on the address peers know it by.
+    /// A store of the previous format is migrated, one of a newer format
+    /// refused ([`format`]).
     pub async fn start(
         id: u64,
         data_dir: &Path,
         timing: LeaseTiming,
         auth: ControlAuth,
     ) -> Result<ControlPlane, ControlError> {
+        Self::start_speaking(id, data_dir, timing, auth, PROTOCOL).await
+    }
+
+    /// [`ControlPlane::start`] for a server that speaks at most protocol
+    /// `speaks` on the wire (clamped to what this build speaks): at 1 it
+    /// asks and answers exactly in the previous release's form, says no
+    /// version, and refuses nothing as too new. For tests of clusters that
+    /// mix releases; what it decodes and applies is still this build's.
+    pub async fn start_speaking(
+        id: u64,
+        data_dir: &Path,
+        timing: LeaseTiming,
+        auth: ControlAuth,
+        speaks: u16,
+    ) -> Result<ControlPlane, ControlError> {
+        let speaks = speaks.clamp(crate::OLDEST_PROTOCOL, PROTOCOL);
         if matches!(auth, ControlAuth::InsecurePlaintext) {
             tracing::warn!(
                 server = id,
@@ -262,7 +312,9 @@ impl ControlPlane {
         );
         let log = LogStore::new(db, Some(on_append));
         let stall = log.stall();
-        let raft = Raft::new(id, config, Network::new(auth.clone()), log, sm.clone())
+        let spoken = Spoken::default();
+        let network = Network::new(auth.clone(), speaks, spoken.clone());
+        let raft = Raft::new(id, config, network, log, sm.clone())
             .await
             .map_err(|e| ControlError::Start(e.into()))?;
         let cp = ControlPlane {
@@ -276,6 +328,8 @@ impl ControlPlane {
             client: reqwest::Client::new(),
             auth,
             stall,
+            speaks,
+            spoken,
         };
         cp.watch_leadership();
         Ok(cp)
@@ -326,7 +380,8 @@ impl ControlPlane {
     /// for requests forwarded to the leader. With sealed auth every route
     /// is behind [`hale_seal::authenticate`]: a request that is not sealed for
     /// this server by a cluster key, fresh and first seen, gets 401 before
-    /// any route sees it.
+    /// any route sees it. Inside it, [`protocol::speak`] answers each asker
+    /// in the form of the protocol it speaks.
     pub fn routes(&self) -> Router {
         let app = raft_routes(self.raft.clone()).merge(
             Router::new()
@@ -339,6 +394,10 @@ impl ControlPlane {
                 .route(api::SERVER_REMOVE, post(remove_server_route))
                 .with_state(self.clone()),
         );
+        let app = app.layer(axum::middleware::from_fn_with_state(
+            self.speaks,
+            protocol::speak,
+        ));
         match &self.auth {
             ControlAuth::InsecurePlaintext => app,
             ControlAuth::Sealed(keys) => {
@@ -407,7 +466,8 @@ impl ControlPlane {
         if self.leader() != Some(self.id) {
             let (leader, addr) = self.leader_addr().ok_or(ControlError::NoLeader)?;
             let path = change.path();
-            let res: api::Answer<()> = self.call(leader, &addr, &path, &change.body(), 10).await?;
+            let body = (&change.body(), crate::OLDEST_PROTOCOL);
+            let res: api::Answer<()> = self.call((leader, &addr), &path, body, 10).await?;
             return res.map_err(|r| ControlError::Request(r.to_string()));
         }
         match change {
@@ -454,7 +514,35 @@ impl ControlPlane {
             snapshot_index: m.snapshot.map(|l| l.index),
             voters: m.membership_config.membership().voter_ids().collect(),
             storage_error,
+            protocol: self.speaks,
+            common_protocol: (m.current_leader == Some(self.id) && m.running_state.is_ok())
+                .then(|| self.common_protocol()),
         }
+    }
+
+    /// The newest control-plane protocol every server of the membership
+    /// (voters and learners) speaks, as this server last heard each of
+    /// them answer (a server not heard from yet counts as 1). Meaningful
+    /// on the leader, which hears every server with each append.
+    pub fn common_protocol(&self) -> u16 {
+        let m = self.raft.metrics().borrow().clone();
+        let servers = m.membership_config.membership().nodes().map(|(id, _)| *id);
+        protocol::common(servers, self.id, self.speaks, &self.spoken.all())
+    }
+
+    /// Whether this server, leading, may write a log entry that needs
+    /// protocol `needs`: only when every server speaks it
+    /// ([`crate::protocol`]'s gate; [`ControlError::TooNew`] otherwise).
+    pub fn admits(&self, needs: u16) -> Result<(), ControlError> {
+        protocol::admit(needs, self.common_protocol()).map_err(|t| ControlError::TooNew {
+            needs: t.needs,
+            speaks: t.common,
+        })
+    }
+
+    /// What each other server was last heard to speak (from its answers).
+    pub fn spoken(&self) -> BTreeMap<u64, u16> {
+        self.spoken.all()
     }
 
     /// Resolves with the error when this server's Raft stops on a fatal
@@ -512,45 +600,57 @@ impl ControlPlane {
             .map(|n| (leader, n.addr.clone()))
     }
 
-    /// One authenticated call to server `target` at `addr`.
+    /// One authenticated call to server `target` at `addr`, for a request
+    /// that needs protocol `needs`.
     async fn call<Req: Serialize, Resp: serde::de::DeserializeOwned>(
         &self,
-        target: u64,
-        addr: &str,
+        (target, addr): (u64, &str),
         path: &str,
-        body: &Req,
+        (body, needs): (&Req, u16),
         secs: u64,
     ) -> Result<Resp, ControlError> {
-        hale_seal::call(
-            &self.client,
-            &self.auth,
-            target,
-            addr,
-            path,
-            body,
-            Duration::from_secs(secs),
-        )
-        .await
-        .map_err(|e| match e {
+        let to = Target { target, addr, path };
+        let limit = Duration::from_secs(secs);
+        match protocol::call(&self.client, &self.auth, to, body, limit, self.speaks).await {
+            Ok(h) => {
+                self.spoken.note(target, h.protocol);
+                Ok(h.answer)
+            }
+            // The leader could not decode it: older than the request.
+            Err(e) if protocol::undecodable(&e) => Err(ControlError::TooNew {
+                needs: needs.max(self.speaks),
+                speaks: self.spoken.of(target).unwrap_or(crate::OLDEST_PROTOCOL),
+            }),
             // The leader is gone or cannot serve it: another server may
             // already know the next one.
-            CallError::Unreachable(_)
-            | CallError::TimedOut(_)
-            | CallError::Refused { status: 503, .. } => {
-                ControlError::Unavailable(format!("the leader {target}: {e}"))
-            }
-            e => ControlError::Request(e.to_string()),
-        })
+            Err(
+                e @ (CallError::Unreachable(_)
+                | CallError::TimedOut(_)
+                | CallError::Refused { status: 503, .. }),
+            ) => Err(ControlError::Unavailable(format!(
+                "the leader {target}: {e}"
+            ))),
+            Err(e) => Err(ControlError::Request(e.to_string())),
+        }
     }
 
     /// Proposes `req` through the leader and returns what applying it did.
+    /// The leader writes it only if every server speaks the protocol its
+    /// kind needs ([`ControlPlane::admits`]).
     pub async fn write(&self, req: LeaseRequest) -> Result<LeaseResponse, ControlError> {
         if let Some(why) = self.stopped_now() {
             return Err(ControlError::Unavailable(why));
         }
+        let needs = protocol::needs(&req);
+        // Only the leader knows what every server speaks: a follower
+        // forwards anything newer than the oldest protocol for it to judge.
+        if needs > crate::OLDEST_PROTOCOL && self.leader() != Some(self.id) {
+            return self.forward(api::WRITE, &req, needs).await;
+        }
+        self.admits(needs)?;
         match self.raft.client_write(req.clone()).await {
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => {
-                self.forward(api::WRITE, &req).await
+                self.forward(api::WRITE, &req, needs).await
             }
             r => written(r),
         }
@@ -576,7 +676,9 @@ impl ControlPlane {
             standing: None,
         };
         if self.leader() != Some(self.id) {
-            return self.forward(api::ACQUIRE, &ask).await;
+            return self
+                .forward(api::ACQUIRE, &ask, crate::OLDEST_PROTOCOL)
+                .await;
         }
         let table = self.table();
         let grant = {
@@ -597,6 +699,7 @@ impl ControlPlane {
     /// could land after renewals this one never saw, and take the role from
     /// a holder that is still counting on them.
     async fn write_here(&self, req: LeaseRequest) -> Result<LeaseResponse, ControlError> {
+        self.admits(protocol::needs(&req))?;
         match self.raft.client_write(req).await {
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => Err(
                 ControlError::Unavailable("this server is no longer the leader".into()),
@@ -605,19 +708,22 @@ impl ControlPlane {
         }
     }
 
+    /// Sends `body` (a request that needs protocol `needs`) to the leader.
     async fn forward<T: Serialize, R: serde::de::DeserializeOwned>(
         &self,
         what: &str,
         body: &T,
+        needs: u16,
     ) -> Result<R, ControlError> {
         let (leader, addr) = self.leader_addr().ok_or(ControlError::NoLeader)?;
         // One second: a leader that does not commit in that time is likely
         // frozen or gone, and the caller does better asking another server
         // (which may already know the next leader) than waiting on it.
-        let res: api::Answer<R> = self.call(leader, &addr, what, body, 1).await?;
+        let res: api::Answer<R> = self.call((leader, &addr), what, (body, needs), 1).await?;
         res.map_err(|r| match r {
             Refusal::NoLeader => ControlError::NoLeader,
             Refusal::Unavailable(m) => ControlError::Unavailable(m),
+            Refusal::TooNew { needs, speaks } => ControlError::TooNew { needs, speaks },
             r => ControlError::Request(r.to_string()),
         })
     }
@@ -649,29 +755,34 @@ fn written(
 }
 
 /// A lease request's outcome on the wire: an answer (`200`, the leader's
-/// `Result`), or `503` when the client should ask another server
-/// ([`ControlError::ask_another`]).
-fn lease_answer<T: Serialize>(r: Result<T, ControlError>) -> Response {
+/// `Result`, in a form the asker decodes), or `503` when the client should
+/// ask another server ([`ControlError::ask_another`]).
+fn lease_answer<T: Serialize>(r: Result<T, ControlError>, asker: Asker) -> Response {
     match r {
         Err(e) if e.ask_another() => {
             (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response()
         }
-        r => Json(r.map_err(Refusal::from)).into_response(),
+        r => Json(protocol::answer_for(r.map_err(Refusal::from), asker.0)).into_response(),
     }
 }
 
 async fn acquire_route(
     State(cp): State<ControlPlane>,
+    asker: Asker,
     Json(req): Json<AcquireRequest>,
 ) -> Response {
-    lease_answer(
-        cp.acquire(&req.role, &req.holder, req.priority, req.attempt)
-            .await,
-    )
+    let r = cp
+        .acquire(&req.role, &req.holder, req.priority, req.attempt)
+        .await;
+    lease_answer(r, asker)
 }
 
-async fn write_route(State(cp): State<ControlPlane>, Json(req): Json<LeaseRequest>) -> Response {
-    lease_answer(cp.write(req).await)
+async fn write_route(
+    State(cp): State<ControlPlane>,
+    asker: Asker,
+    Json(req): Json<LeaseRequest>,
+) -> Response {
+    lease_answer(cp.write(req).await, asker)
 }
 
 async fn table_route(State(cp): State<ControlPlane>) -> Json<LeaseTable> {
@@ -684,16 +795,20 @@ async fn leader_route(State(cp): State<ControlPlane>) -> Json<Option<u64>> {
 
 async fn add_server_route(
     State(cp): State<ControlPlane>,
+    asker: Asker,
     Json(req): Json<AddServer>,
 ) -> Json<api::Answer<()>> {
     let change = ServerChange::Add(req);
-    Json(cp.change_servers(change).await.map_err(Refusal::from))
+    let r = cp.change_servers(change).await.map_err(Refusal::from);
+    Json(protocol::answer_for(r, asker.0))
 }
 
 async fn remove_server_route(
     State(cp): State<ControlPlane>,
+    asker: Asker,
     axum::extract::Path(id): axum::extract::Path<u64>,
 ) -> Json<api::Answer<()>> {
     let change = ServerChange::Remove(id);
-    Json(cp.change_servers(change).await.map_err(Refusal::from))
+    let r = cp.change_servers(change).await.map_err(Refusal::from);
+    Json(protocol::answer_for(r, asker.0))
 }
