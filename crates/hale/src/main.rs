@@ -76,12 +76,16 @@ fn command() -> clap::Command {
     Cli::command().long_version(long_version())
 }
 
-/// `hale --version`: the release and the wire protocol version.
+/// `hale --version`: the release, the wire protocol version and the
+/// control-plane protocols.
 fn long_version() -> String {
     format!(
-        "{}\nwire protocol: {}",
+        "{}\nwire protocol: {}\ncontrol-plane protocol: {} (speaks {} to {})",
         env!("CARGO_PKG_VERSION"),
-        hale_core::wire::VERSION
+        hale_core::wire::VERSION,
+        hale_control::PROTOCOL,
+        hale_control::OLDEST_PROTOCOL,
+        hale_control::PROTOCOL,
     )
 }
 
@@ -179,11 +183,13 @@ mod tests {
     }
 
     #[test]
-    fn the_long_version_names_the_wire_protocol_this_build_speaks() {
+    fn the_long_version_names_the_protocols_this_build_speaks() {
         let v = long_version();
         assert!(v.starts_with(env!("CARGO_PKG_VERSION")), "{v}");
         let wire = format!("wire protocol: {}", hale_core::wire::VERSION);
         assert!(v.contains(&wire), "{v}");
+        let control = format!("control-plane protocol: {}", hale_control::PROTOCOL);
+        assert!(v.contains(&control), "{v}");
     }
 
     #[test]
