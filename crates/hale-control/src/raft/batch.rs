@@ -145,7 +145,7 @@ fn needs(item: &BatchItem) -> u16 {
     }
 }
 
-/// `POST /control/batch`: as [`super::lease_answer`], item by item.
+/// `POST /control/batch`: as [`super::routes::lease_answer`], item by item.
 pub(super) async fn route(
     State(cp): State<ControlPlane>,
     asker: Asker,
@@ -155,5 +155,5 @@ pub(super) async fn route(
         let form = |a| crate::protocol::answer_for(a, asker.0);
         answers.into_iter().map(form).collect::<Vec<_>>()
     });
-    super::lease_answer(answers, asker)
+    super::routes::lease_answer(answers, asker)
 }
