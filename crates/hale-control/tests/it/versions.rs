@@ -386,3 +386,96 @@ async fn a_cluster_mixing_releases_grants_roles_and_its_leader_gates_entries_on_
         x.cp.shutdown().await;
     }
 }
+
+/// The previous release's store (`tests/fixtures/previous-release`),
+/// unpacked as `control.redb` into `dir`.
+pub(crate) fn previous_release_store(dir: &std::path::Path) {
+    use std::io::Read;
+    let fixture = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/previous-release/control.redb.gz"
+    );
+    let mut raw = Vec::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(fixture).unwrap())
+        .read_to_end(&mut raw)
+        .unwrap();
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("control.redb"), raw).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_written_by_the_previous_release_starts_migrated_with_its_lease_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("control");
+    previous_release_store(&store);
+    let cp = ControlPlane::start(1, &store, LeaseTiming::default(), auth())
+        .await
+        .unwrap();
+    // It was server 1 alone: it leads again, with the roles it had.
+    until("the old log is applied", Duration::from_secs(10), || {
+        let t = cp.table();
+        let db = t.role("db")?;
+        let done = cp.leader() == Some(1) && t.role("web").is_some_and(|w| w.paused);
+        (done && db.holder.as_deref() == Some("node-a")).then_some(())
+    })
+    .await;
+    let db = cp.table().role("db").cloned().unwrap();
+    assert_eq!((db.epoch, db.attempt), (1, 7));
+    // And it takes new writes on top of them.
+    let renew = LeaseRequest::Renew {
+        role: "db".into(),
+        holder: "node-a".into(),
+        epoch: 1,
+        mark: None,
+    };
+    assert!(matches!(
+        cp.write(renew).await,
+        Ok(LeaseResponse::Renewed { epoch: 1, .. })
+    ));
+    cp.shutdown().await;
+    drop(cp);
+    // Migrated on the first start: the file now records format 2.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match hale_control::raft::format::open_store(&store) {
+            Ok((_, migrated)) => {
+                assert_eq!(migrated, None, "already in format 2");
+                break;
+            }
+            Err(hale_control::raft::format::StoreError::InUse(_)) => {
+                assert!(Instant::now() < deadline, "the store stays in use");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_store_of_a_future_format_keeps_the_server_from_starting_and_names_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("control");
+    previous_release_store(&store);
+    {
+        let db = redb::Database::create(store.join("control.redb")).unwrap();
+        let tx = db.begin_write().unwrap();
+        let meta: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("meta");
+        tx.open_table(meta)
+            .unwrap()
+            .insert("format", b"3".as_slice())
+            .unwrap();
+        tx.commit().unwrap();
+    }
+    let e = ControlPlane::start(1, &store, LeaseTiming::default(), auth())
+        .await
+        .err()
+        .unwrap();
+    assert!(matches!(e, ControlError::Store(_)), "{e:?}");
+    let words = e.to_string();
+    let file = store.join("control.redb").display().to_string();
+    assert!(words.contains(&file), "{words}");
+    assert!(
+        words.contains("format 3") && words.contains("up to 2"),
+        "{words}"
+    );
+}
