@@ -28,7 +28,7 @@
 //!
 //! **Newer than the server.** A request from a client speaking a newer
 //! version that the server cannot decode is refused with
-//! [`Refusal::TooNew`] naming both versions (retryable: nothing was done),
+//! [`crate::raft::api::Refusal::TooNew`] naming both versions (retryable: nothing was done),
 //! not a decode failure; the previous release answers such a request with
 //! axum's `422` (it ignores the header), which [`crate::raft::ControlClient`]
 //! and the servers' own calls read as the same refusal. A client writes
@@ -49,12 +49,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::body::Body;
-use axum::extract::{FromRequestParts, Request, State};
+use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::http::{HeaderMap, HeaderValue};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
@@ -62,7 +59,6 @@ use hale_seal::{CallError, Target};
 
 use crate::auth::ControlAuth;
 use crate::lease::LeaseRequest;
-use crate::raft::api::{Answer, Refusal};
 
 /// The newest control-plane protocol this build speaks (it speaks every
 /// one from [`OLDEST_PROTOCOL`] up).
@@ -197,7 +193,8 @@ impl Spoken {
 }
 
 /// The protocol the asker of a request speaks, as its header says (the
-/// routes answer in its form). Outside the [`speak`] layer: version 1.
+/// routes answer in its form). Outside the server's protocol layer
+/// (`raft/routes.rs`, `speak`): version 1.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Asker(pub u16);
 
@@ -211,102 +208,6 @@ impl<S: Send + Sync> FromRequestParts<S> for Asker {
             .copied()
             .unwrap_or(Asker(OLDEST_PROTOCOL)))
     }
-}
-
-impl Refusal {
-    /// This refusal in a form an asker speaking `protocol` decodes: a
-    /// refusal kind its version does not know becomes one it does, with
-    /// the same words.
-    pub fn for_asker(self, protocol: u16) -> Refusal {
-        match self {
-            r @ Refusal::TooNew { .. } if protocol < 2 => Refusal::Unavailable(r.to_string()),
-            r => r,
-        }
-    }
-}
-
-/// `a` in a form an asker speaking `protocol` decodes.
-pub fn answer_for<T>(a: Answer<T>, protocol: u16) -> Answer<T> {
-    a.map_err(|r| r.for_asker(protocol))
-}
-
-/// The largest answer [`speak`] wraps (what a client reads at most).
-const WRAP_LIMIT: usize = hale_seal::RESPONSE_LIMIT;
-
-/// The layer in front of a server's routes, inside the guard (it sees
-/// plaintext): notes the asker's protocol for the routes ([`Asker`]),
-/// refuses a request from a newer client that did not decode here
-/// ([`Refusal::TooNew`] on `/control/*`; `422` naming both versions on
-/// `/raft/*`, whose answers have no place for it), and answers in the
-/// asker's form: version 1 as it is, version 2 and newer in an
-/// [`Envelope`] with the [`HEADER`]. `ours` is what this server speaks
-/// (1: it behaves on the wire as the previous release did).
-pub async fn speak(State(ours): State<u16>, mut req: Request, next: Next) -> Response {
-    let theirs = spoken(req.headers());
-    req.extensions_mut().insert(Asker(theirs));
-    let path = req.uri().path().to_owned();
-    let res = next.run(req).await;
-    let form = theirs.min(ours);
-    if form < 2 {
-        return res;
-    }
-    let undecodable = matches!(
-        res.status(),
-        StatusCode::BAD_REQUEST | StatusCode::UNPROCESSABLE_ENTITY
-    );
-    if undecodable && theirs > ours {
-        tracing::warn!(
-            path,
-            client = theirs,
-            server = ours,
-            "a request from a client speaking control-plane protocol {theirs} did not decode \
-             on this server (protocol {ours}): refused as too new; upgrade this server"
-        );
-        return too_new(&path, theirs, ours);
-    }
-    let (mut parts, body) = res.into_parts();
-    parts.headers.insert(HEADER, HeaderValue::from(ours));
-    if !parts.status.is_success() {
-        return Response::from_parts(parts, body);
-    }
-    let Ok(plain) = axum::body::to_bytes(body, WRAP_LIMIT).await else {
-        return (StatusCode::INTERNAL_SERVER_ERROR, "answer too large").into_response();
-    };
-    parts.headers.remove(axum::http::header::CONTENT_LENGTH);
-    Response::from_parts(parts, Body::from(envelope(ours, &plain)))
-}
-
-/// `{"protocol": ours, "answer": <plain>}`, the answer's JSON kept as it is.
-fn envelope(ours: u16, plain: &[u8]) -> Vec<u8> {
-    let head = format!("{{\"protocol\":{ours},\"answer\":");
-    let mut out = Vec::with_capacity(head.len() + plain.len() + 1);
-    out.extend_from_slice(head.as_bytes());
-    out.extend_from_slice(if plain.is_empty() { b"null" } else { plain });
-    out.push(b'}');
-    out
-}
-
-/// The refusal of a request too new for this server (see [`speak`]).
-fn too_new(path: &str, theirs: u16, ours: u16) -> Response {
-    let header = [(HEADER, HeaderValue::from(ours))];
-    if path.starts_with("/raft/") {
-        let why = format!(
-            "this server speaks control-plane protocol up to {ours}; the RPC (from a server \
-             speaking {theirs}) did not decode"
-        );
-        return (StatusCode::UNPROCESSABLE_ENTITY, header, why).into_response();
-    }
-    let refusal: Answer<()> = Err(Refusal::TooNew {
-        needs: theirs,
-        speaks: ours,
-    });
-    let body = serde_json::to_vec(&Envelope {
-        protocol: ours,
-        answer: refusal,
-    })
-    .expect("a refusal serializes");
-    let json = [(axum::http::header::CONTENT_TYPE, "application/json")];
-    (StatusCode::OK, header, json, body).into_response()
 }
 
 /// An answer with the protocol of the server that gave it.
@@ -449,31 +350,13 @@ mod tests {
         let bare: Heard<Option<u64>> = decode(&h, b"7").unwrap();
         assert_eq!((bare.answer, bare.protocol), (Some(7), 1));
         h.insert(HEADER, HeaderValue::from_static("2"));
-        let wrapped: Heard<Option<u64>> = decode(&h, &envelope(2, b"7")).unwrap();
+        let wrapped: Heard<Option<u64>> = decode(&h, br#"{"protocol":2,"answer":7}"#).unwrap();
         assert_eq!((wrapped.answer, wrapped.protocol), (Some(7), 2));
         // A header forged onto a bare answer, or taken off a wrapped one:
         // undecodable (as if no answer came), never misread.
         assert!(decode::<Option<u64>>(&h, b"7").is_err());
-        assert!(decode::<Option<u64>>(&HeaderMap::new(), &envelope(2, b"7")).is_err());
-        assert!(decode::<Option<u64>>(&h, &envelope(1, b"7")).is_err());
-        // An empty version-1 body (a route answering nothing) wraps as null.
-        assert_eq!(
-            envelope(2, b""),
-            br#"{"protocol":2,"answer":null}"#.to_vec()
-        );
-    }
-
-    #[test]
-    fn an_old_asker_gets_a_refusal_it_can_decode() {
-        let r = Refusal::TooNew {
-            needs: 3,
-            speaks: 2,
-        };
-        assert_eq!(r.clone().for_asker(2), r);
-        let old = r.clone().for_asker(1);
-        assert_eq!(old, Refusal::Unavailable(r.to_string()));
-        let json = serde_json::to_value(&old).unwrap();
-        assert_eq!(json["refusal"], "unavailable");
-        assert_eq!(answer_for::<()>(Err(r), 1), Err(old));
+        let wrapped = br#"{"protocol":2,"answer":7}"#;
+        assert!(decode::<Option<u64>>(&HeaderMap::new(), wrapped).is_err());
+        assert!(decode::<Option<u64>>(&h, br#"{"protocol":1,"answer":7}"#).is_err());
     }
 }

@@ -147,3 +147,40 @@ impl From<ControlError> for Refusal {
 
 /// What a route answers: the value, or why not.
 pub type Answer<T> = Result<T, Refusal>;
+
+impl Refusal {
+    /// This refusal in a form an asker speaking `protocol` decodes: a
+    /// refusal kind its version does not know becomes one it does, with
+    /// the same words.
+    pub fn for_asker(self, protocol: u16) -> Refusal {
+        match self {
+            r @ Refusal::TooNew { .. } if protocol < 2 => Refusal::Unavailable(r.to_string()),
+            r => r,
+        }
+    }
+}
+
+/// `a` in a form an asker speaking `protocol` decodes.
+pub fn answer_for<T>(a: Answer<T>, protocol: u16) -> Answer<T> {
+    a.map_err(|r| r.for_asker(protocol))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn an_old_asker_gets_a_refusal_it_can_decode() {
+        let r = Refusal::TooNew {
+            needs: 3,
+            speaks: 2,
+        };
+        assert_eq!(r.clone().for_asker(2), r);
+        let old = r.clone().for_asker(1);
+        assert_eq!(old, Refusal::Unavailable(r.to_string()));
+        let json = serde_json::to_value(&old).unwrap();
+        assert_eq!(json["refusal"], "unavailable");
+        assert_eq!(answer_for::<()>(Err(r), 1), Err(old));
+    }
+}

@@ -12,7 +12,7 @@ use axum::Json;
 use super::api::{self, Answer, BatchItem, Refusal};
 use super::{ControlError, ControlPlane};
 use crate::lease::{LeaseRejection, LeaseRequest, LeaseResponse};
-use crate::protocol::Asker;
+use crate::protocol::{Asker, OLDEST_PROTOCOL};
 
 /// Where the answers to one entry of the batch go: one item, or each
 /// renewal of a [`LeaseRequest::Renewals`].
@@ -50,11 +50,7 @@ impl ControlPlane {
             )));
         }
         if self.leader() != Some(self.id) {
-            let needs = items
-                .iter()
-                .map(needs)
-                .max()
-                .unwrap_or(crate::OLDEST_PROTOCOL);
+            let needs = items.iter().map(needs).max().unwrap_or(OLDEST_PROTOCOL);
             return self.forward(api::BATCH, &items, needs).await;
         }
         let mut answers: Vec<Option<Answer<LeaseResponse>>> = vec![None; items.len()];
@@ -140,7 +136,7 @@ impl ControlPlane {
 /// The protocol a batch item needs (an acquisition: 1; a write: its kind's).
 fn needs(item: &BatchItem) -> u16 {
     match item {
-        BatchItem::Acquire(_) => crate::OLDEST_PROTOCOL,
+        BatchItem::Acquire(_) => OLDEST_PROTOCOL,
         BatchItem::Write(req) => crate::protocol::needs(req),
     }
 }
@@ -152,7 +148,7 @@ pub(super) async fn route(
     Json(items): Json<Vec<BatchItem>>,
 ) -> Response {
     let answers = cp.batch(items).await.map(|answers| {
-        let form = |a| crate::protocol::answer_for(a, asker.0);
+        let form = |a| super::api::answer_for(a, asker.0);
         answers.into_iter().map(form).collect::<Vec<_>>()
     });
     super::routes::lease_answer(answers, asker)

@@ -32,7 +32,7 @@ use crate::auth::ControlAuth;
 use crate::lease::{
     AppendClock, GrantDelay, Grantor, LeaseRequest, LeaseResponse, LeaseTable, LeaseTiming,
 };
-use crate::protocol::{self, Spoken, PROTOCOL};
+use crate::protocol::{self, Spoken, OLDEST_PROTOCOL, PROTOCOL};
 use hale_core::Time;
 
 pub use api::{AddServer, Refusal, ServerChange};
@@ -161,7 +161,7 @@ pub struct ControlStatus {
     pub voters: Vec<u64>,
     /// Why its Raft stopped, if it did (a failed storage write: disk full).
     pub storage_error: Option<String>,
-    /// The newest control-plane protocol it speaks ([`crate::PROTOCOL`];
+    /// The newest control-plane protocol it speaks ([`PROTOCOL`];
     /// 1 for a server of the previous release, which does not say).
     #[serde(default = "protocol_1")]
     pub protocol: u16,
@@ -174,7 +174,7 @@ pub struct ControlStatus {
 }
 
 fn protocol_1() -> u16 {
-    crate::OLDEST_PROTOCOL
+    OLDEST_PROTOCOL
 }
 
 pub use crate::lease::AcquireRequest;
@@ -203,7 +203,7 @@ impl ControlPlane {
     /// authenticating its traffic per `auth` (see [`crate::auth`]).
     /// Serve [`ControlPlane::routes`] on the address peers know it by.
     /// A store of the previous format is migrated, one of a newer format
-    /// refused ([`format`]).
+    /// refused ([`format`](mod@format)).
     pub async fn start(
         id: u64,
         data_dir: &Path,
@@ -225,7 +225,7 @@ impl ControlPlane {
         auth: ControlAuth,
         speaks: u16,
     ) -> Result<ControlPlane, ControlError> {
-        let speaks = speaks.clamp(crate::OLDEST_PROTOCOL, PROTOCOL);
+        let speaks = speaks.clamp(OLDEST_PROTOCOL, PROTOCOL);
         if matches!(auth, ControlAuth::InsecurePlaintext) {
             tracing::warn!(
                 server = id,
@@ -428,7 +428,7 @@ impl ControlPlane {
         if self.leader() != Some(self.id) {
             let (leader, addr) = self.leader_addr().ok_or(ControlError::NoLeader)?;
             let path = change.path();
-            let body = (&change.body(), crate::OLDEST_PROTOCOL);
+            let body = (&change.body(), OLDEST_PROTOCOL);
             let res: api::Answer<()> = self.call((leader, &addr), &path, body, 10).await?;
             return res.map_err(|r| ControlError::Request(r.to_string()));
         }
@@ -581,7 +581,7 @@ impl ControlPlane {
             // The leader could not decode it: older than the request.
             Err(e) if protocol::undecodable(&e) => Err(ControlError::TooNew {
                 needs: needs.max(self.speaks),
-                speaks: self.spoken.of(target).unwrap_or(crate::OLDEST_PROTOCOL),
+                speaks: self.spoken.of(target).unwrap_or(OLDEST_PROTOCOL),
             }),
             // The leader is gone or cannot serve it: another server may
             // already know the next one.
@@ -606,7 +606,7 @@ impl ControlPlane {
         let needs = protocol::needs(&req);
         // Only the leader knows what every server speaks: a follower
         // forwards anything newer than the oldest protocol for it to judge.
-        if needs > crate::OLDEST_PROTOCOL && self.leader() != Some(self.id) {
+        if needs > OLDEST_PROTOCOL && self.leader() != Some(self.id) {
             return self.forward(api::WRITE, &req, needs).await;
         }
         self.admits(needs)?;
@@ -638,9 +638,7 @@ impl ControlPlane {
             standing: None,
         };
         if self.leader() != Some(self.id) {
-            return self
-                .forward(api::ACQUIRE, &ask, crate::OLDEST_PROTOCOL)
-                .await;
+            return self.forward(api::ACQUIRE, &ask, OLDEST_PROTOCOL).await;
         }
         let table = self.table();
         let grant = {
