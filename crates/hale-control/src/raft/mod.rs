@@ -496,6 +496,10 @@ impl ControlPlane {
     /// protocol `needs`: only when every server speaks it
     /// ([`crate::protocol`]'s gate; [`ControlError::TooNew`] otherwise).
     pub fn admits(&self, needs: u16) -> Result<(), ControlError> {
+        // Every server speaks the oldest: no need to ask (the hot path).
+        if needs <= OLDEST_PROTOCOL {
+            return Ok(());
+        }
         protocol::admit(needs, self.common_protocol()).map_err(|t| ControlError::TooNew {
             needs: t.needs,
             speaks: t.common,
