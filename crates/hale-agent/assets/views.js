@@ -105,6 +105,7 @@ export function eventDetail(e) {
     case 'dead': return `declared by ${d.declared_by ?? '?'}; ${d.confirmations ?? 0} confirmation(s); silent ${fmtMs(d.silent_ms_before_verdict)}, suspected ${fmtMs(d.suspected_ms_before_verdict)}`;
     case 'recovered': case 'refuted': return d.was_dead ? 'had been declared dead' : 'was suspected';
     case 'paused': return `the agent was paused for ${fmtMs(d.gap_ms)}`;
+    case 'unsupported-wire-version': return `speaks wire ${d.speaks ?? d.version}, this agent ${d.ours}: they cannot hear each other, upgrade the older one`;
     case 'generation-raised': return `restarted behind an earlier run's clock: generation raised from ${d.previous} to ${d.generation}`;
     case 'promoted': return `${d.role} epoch ${d.epoch}${d.hook_ok === false ? ', promote hook FAILED' : ''}`;
     case 'promoting': return `${d.role} epoch ${d.epoch}: granted, promote hook running`;
@@ -124,6 +125,11 @@ export function eventDetail(e) {
     case 'postgres-fenced': return `${d.role}: a primary nobody holds was fenced (${d.how})`;
     case 'switchover': return `${d.role}: switchover to ${d.to} ${{ordered: 'ordered', cancelled: 'cancelled', waiting: 'waiting for it to catch up', 'handing-over': 'under way: the holder steps down'}[d.step] ?? d.step}` +
       (d.reason ? ` (${d.reason})` : '');
+    case 'config-reloaded': return (d.changes ?? []).length
+      ? `configuration reloaded: ${d.changes.map((c) => `${c.key} ${c.change}`).join(', ')}`
+      : 'configuration reloaded: nothing changed';
+    case 'config-reload-refused': return `configuration reload refused (${d.reason ?? '?'}), nothing changed: ` +
+      ((d.keys ?? []).map((k) => k.key || k.problem).join(', ') || d.error || '');
     // A failover always names its new holder: `released` is for holder events.
     case 'holder': case 'failover': return `${d.role}: ${d.from ?? 'none'} → ${d.to ?? 'released'}, epoch ${d.epoch}` +
       (d.duration_ms != null ? `, ${fmtMs(d.duration_ms)} after ${d.from} went silent` : '');

@@ -59,6 +59,10 @@ pub(crate) async fn health(State(st): State<AppState>) -> Result<Response, ApiEr
             dead: count(MemberState::Dead),
             left: count(MemberState::Left),
         },
+        wire: s.wire.speaks.map(|speaks| crate::view::WireView {
+            speaks: speaks.to_string(),
+            writes: s.wire.writes,
+        }),
     };
     Ok(Json(body).into_response())
 }
@@ -181,8 +185,18 @@ pub(crate) async fn metrics(State(st): State<AppState>) -> Result<Response, ApiE
         &hale_seal::clock_report(),
     ));
     text.push_str(&crate::metrics::render_drill(me, st.shared.drill()));
+    text.push_str(&crate::metrics::render_reloads(me, st.reloader.counts()));
     if let Some(r) = st.relay() {
         text.push_str(&r.render_metrics());
     }
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
+}
+
+/// `POST /v1/reload`: 200 with what changed, or the refusal (409, 422,
+/// 503) with nothing changed (see [`crate::reload`]).
+pub(crate) async fn reload(State(st): State<AppState>) -> Response {
+    match st.reloader.reload().await {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => (e.status(), Json(e.refusal())).into_response(),
+    }
 }

@@ -51,6 +51,7 @@ pub(crate) fn router(st: AppState, token: Option<String>, http: SocketAddr) -> R
         .route(routes::RELAY, get(relay_api::status))
         .route(routes::KEYS, get(keys_api::list))
         .route(routes::KEY_OP, post(keys_api::fan_out))
+        .route(routes::RELOAD, post(api::reload))
         .fallback(api::not_found)
         .with_state(st.clone())
         .merge(crate::dashboard::router())

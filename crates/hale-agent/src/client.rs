@@ -13,8 +13,8 @@ use serde::Serialize;
 use crate::view::{
     routes, ClusterRolesView, ClusterServicesView, DrillView, ErrorBody, EventView, Fault,
     FaultView, HandoverView, HealthView, KeyOp, KeyReport, KeysView, MemberView, PauseView,
-    PrimaryView, RelayView, ReplicaView, RestoredView, RolesView, ServiceView, SwitchoverRequest,
-    SwitchoverView, TrafficView,
+    PrimaryView, RelayView, ReloadRefusal, ReloadView, ReplicaView, RestoredView, RolesView,
+    ServiceView, SwitchoverRequest, SwitchoverView, TrafficView,
 };
 
 /// The API address a client uses when told none.
@@ -310,6 +310,29 @@ impl Client {
             .await
     }
 
+    /// `POST /v1/reload`: the agent reads its configuration file again and
+    /// applies it, all of it (`Ok(Ok(what changed))`) or nothing
+    /// (`Ok(Err(why))`, the keys named).
+    pub async fn reload(&self) -> Result<Result<ReloadView, ReloadRefusal>, ClientError> {
+        let path = routes::RELOAD;
+        let r = self.post_response(path, &serde_json::json!({})).await?;
+        let status = r.status().as_u16();
+        if matches!(status, 409 | 422 | 503) {
+            let text = r.text().await.unwrap_or_default();
+            if let Ok(refusal) = serde_json::from_str::<ReloadRefusal>(&text) {
+                return Ok(Err(refusal));
+            }
+            let message = serde_json::from_str::<ErrorBody>(&text).map_or(text, |b| b.error);
+            return Err(ClientError::Status {
+                addr: self.addr.clone(),
+                path: path.to_owned(),
+                status,
+                message,
+            });
+        }
+        self.decode(path, r).await.map(Ok)
+    }
+
     /// `POST /v1/roles/{role}/handover`, to `to` or to whoever is next.
     pub async fn handover(
         &self,
@@ -329,6 +352,15 @@ impl Client {
             routes::RESUME
         };
         self.post(&routes::fill(route, "role", role), &serde_json::json!({}))
+            .await
+    }
+
+    /// `POST /v1/roles/{role}/resume` with `{"force": true}`: resumes
+    /// `role` even though its holder has been silent for longer than a
+    /// lease (its service must have been stopped by hand).
+    pub async fn force_resume(&self, role: &str) -> Result<PauseView, ClientError> {
+        let route = routes::fill(routes::RESUME, "role", role);
+        self.post(&route, &serde_json::json!({ "force": true }))
             .await
     }
 

@@ -29,8 +29,9 @@
 //! `HALE_CLUSTER`, `HALE_PROFILE`, `HALE_KEYS` (comma-separated),
 //! `HALE_API_TOKEN`, `HALE_STATE_DIR`.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -39,9 +40,11 @@ use hale_core::{Config as CoreConfig, NodeId, Profile};
 
 use hale_keyring::{Key, Keyring};
 
+mod diff;
 mod role;
 mod service;
 
+pub use diff::{diff, ConfigDiff, LoadedConfig, RoleDiff};
 pub use role::{parse_servers, ControlPlan, ControlSection, RoleSpec};
 pub use service::{CheckSection, CheckSpec, Probe, ServiceSection, ServiceSpec};
 
@@ -76,7 +79,7 @@ pub struct FileConfig {
 
 /// `[relay]`: a Sentry-compatible relay mounted on the HTTP API, forwarding
 /// to a primary upstream Sentry (and a standby while the primary is down).
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RelaySection {
     /// The primary upstream (required when the section is present).
@@ -104,7 +107,7 @@ pub struct RelaySection {
 }
 
 /// One upstream Sentry of the relay.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UpstreamSection {
     /// Its DSN: `https://KEY@host/PROJECT_ID`.
@@ -174,8 +177,18 @@ macro_rules! membership_section {
         impl MembershipSection {
             fn apply(&self, c: &mut CoreConfig) {
                 $(if let Some(v) = self.$field {
-                    c.$field = v;
+                    c.$field = v.into();
                 })*
+            }
+
+            /// The knobs this section may override whose values differ
+            /// between `a` and `b`, by name.
+            pub(crate) fn differing(a: &CoreConfig, b: &CoreConfig) -> Vec<&'static str> {
+                let mut out = Vec::new();
+                $(if a.$field != b.$field {
+                    out.push(stringify!($field));
+                })*
+                out
             }
         }
     };
@@ -219,6 +232,30 @@ membership_section! {
     closed_port_min: Duration,
     #[serde(default, with = "humantime_serde")]
     replay_window: Duration,
+    wire_versions: WireVersions,
+}
+
+/// `[membership] wire_versions = "2-3"`: the wire versions this agent
+/// speaks (default: every one this build does). Narrow it to the newest
+/// once every member runs a release that speaks it, so that an old agent
+/// started by mistake is refused (and reported) rather than holding the
+/// whole cluster to its version.
+#[derive(Debug, Clone, Copy)]
+pub struct WireVersions(hale_core::Versions);
+
+impl<'de> Deserialize<'de> for WireVersions {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse()
+            .map(WireVersions)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+impl From<WireVersions> for hale_core::Versions {
+    fn from(w: WireVersions) -> hale_core::Versions {
+        w.0
+    }
 }
 
 /// A configuration problem. Nothing was started.
@@ -254,6 +291,50 @@ pub(crate) fn invalid(field: &str, problem: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
         field: field.to_owned(),
         problem: problem.into(),
+    }
+}
+
+/// Where the agent's configuration comes from: a file (or none: the
+/// defaults) and the `HALE_*` environment overrides, taken once at start,
+/// so that a reload reads the file again under the same overrides.
+#[derive(Debug, Clone, Default)]
+pub struct ConfigSource {
+    path: Option<PathBuf>,
+    env: BTreeMap<String, String>,
+}
+
+impl ConfigSource {
+    /// The file at `path` (None: no file, the defaults), without overrides.
+    pub fn new(path: Option<PathBuf>) -> ConfigSource {
+        ConfigSource {
+            path,
+            env: BTreeMap::new(),
+        }
+    }
+
+    /// The same source with the `HALE_*` variables among `vars` as its
+    /// overrides (`std::env::vars()` for the process's own).
+    pub fn with_env(mut self, vars: impl IntoIterator<Item = (String, String)>) -> ConfigSource {
+        self.env = vars
+            .into_iter()
+            .filter(|(k, _)| k.starts_with("HALE_"))
+            .collect();
+        self
+    }
+
+    /// The file, if there is one.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// Reads the file (the defaults without one) and applies the overrides.
+    pub fn read(&self) -> Result<FileConfig, ConfigError> {
+        let mut file = match &self.path {
+            Some(p) => FileConfig::load(p)?,
+            None => FileConfig::default(),
+        };
+        file.apply_env(|k| self.env.get(k).cloned());
+        Ok(file)
     }
 }
 
@@ -349,6 +430,18 @@ impl FileConfig {
 
     /// Validates everything and builds the agent's configuration.
     pub fn validate(&self) -> Result<AgentConfig, ConfigError> {
+        self.validate_with(None)
+    }
+
+    /// [`FileConfig::validate`] for a reload of the agent `running` runs:
+    /// without `[agent] watchdog`, its hooks run the executable the agent
+    /// runs (not what `/proc/self/exe` says now, which an upgrade of the
+    /// package may have replaced).
+    pub fn validate_for_reload(&self, running: &AgentConfig) -> Result<AgentConfig, ConfigError> {
+        self.validate_with(Some(&running.watchdog_exe))
+    }
+
+    fn validate_with(&self, running_exe: Option<&Path>) -> Result<AgentConfig, ConfigError> {
         let addr =
             |field: &str, v: &Option<String>, default: &str| -> Result<SocketAddr, ConfigError> {
                 let s = v.as_deref().unwrap_or(default);
@@ -458,14 +551,26 @@ impl FileConfig {
             .map(|(i, s)| s.validate(i))
             .collect::<Result<Vec<_>, _>>()?;
         let names: Vec<String> = services.iter().map(|s| s.name.clone()).collect();
+        // Services and roles are known by name (checks, reloads, the API).
+        for (i, n) in names.iter().enumerate() {
+            if names[..i].contains(n) {
+                let problem = format!("another [[service]] is named {n:?}");
+                return Err(invalid(&format!("service[{i}].name"), problem));
+            }
+        }
         for (i, r) in self.roles.iter().enumerate() {
             r.validate(i, &names)?;
+            if self.roles[..i].iter().any(|o| o.name == r.name) {
+                let problem = format!("another [[role]] is named {:?}", r.name);
+                return Err(invalid(&format!("role[{i}].name"), problem));
+            }
         }
         let control =
             role::ControlSection::plan(self.control.as_ref(), id.name(), !self.roles.is_empty())?;
-        let watchdog_exe = match &self.agent.watchdog {
-            Some(p) => p.clone(),
-            None => std::env::current_exe().map_err(|e| {
+        let watchdog_exe = match (&self.agent.watchdog, running_exe) {
+            (Some(p), _) => p.clone(),
+            (None, Some(p)) => p.to_path_buf(),
+            (None, None) => std::env::current_exe().map_err(|e| {
                 invalid("agent.watchdog", format!("cannot locate this program: {e}"))
             })?,
         };

@@ -30,7 +30,9 @@ pub mod keys_api;
 pub mod meta;
 pub mod metrics;
 mod peers;
+mod published;
 pub mod relay_api;
+pub mod reload;
 pub mod roles;
 mod roles_api;
 pub mod runtime;
@@ -54,10 +56,11 @@ use tokio::task::JoinSet;
 use hale_core::{Node, NodeId, Time};
 
 pub use client::{Client, ClientError};
-pub use config::{AgentConfig, ConfigError, FileConfig, KEYRING_FILE};
+pub use config::{AgentConfig, ConfigError, ConfigSource, FileConfig, LoadedConfig, KEYRING_FILE};
 pub use keyring::{Key, Keyring};
 pub use meta::{AgentMeta, Candidacy};
-pub use runtime::Snapshot;
+pub use reload::{ReloadError, Reloader};
+pub use runtime::{Snapshot, WireSnapshot};
 pub use view::{AgentEvent, EventView, EvidenceView, MemberView, RelayView, UpstreamView};
 
 use runtime::{Command, Shared};
@@ -91,6 +94,9 @@ pub enum StartError {
     /// format: see `hale_keyring::file`).
     #[error(transparent)]
     Keyring(#[from] keyring::file::LoadError),
+    /// The reload signal's handler (SIGHUP) could not be installed.
+    #[error("cannot install the SIGHUP handler: {0}")]
+    Signal(std::io::Error),
     /// The HTTP API would listen on a non-loopback address without a token.
     #[error(
         "the HTTP API (`agent.http` = {0}) is not on a loopback address: \
@@ -113,16 +119,35 @@ pub struct Agent {
     gossip_addr: SocketAddr,
     http_addr: SocketAddr,
     tasks: JoinSet<()>,
-    roles_stop: watch::Sender<bool>,
-    role_tasks: Vec<tokio::task::JoinHandle<()>>,
-    check_tasks: Vec<tokio::task::JoinHandle<()>>,
+    roles: Arc<roles::RoleSet>,
+    checks: Arc<services::Checks>,
+    reloader: Arc<Reloader>,
     control: Option<hale_control::raft::ControlPlane>,
     relay: Option<hale_relay::Relay>,
 }
 
 impl Agent {
     /// Binds the gossip (UDP + TCP) and HTTP sockets and starts the agent.
+    /// It was given no configuration file: [`Agent::reload`] refuses.
     pub async fn start(cfg: AgentConfig) -> Result<Agent, StartError> {
+        Agent::start_inner(cfg, None).await
+    }
+
+    /// [`Agent::start`] with the configuration `loaded` from `source`,
+    /// which [`Agent::reload`] (`POST /v1/reload`, SIGHUP under [`run`])
+    /// reads again.
+    pub async fn start_with_source(
+        loaded: LoadedConfig,
+        source: ConfigSource,
+    ) -> Result<Agent, StartError> {
+        let cfg = loaded.agent.clone();
+        Agent::start_inner(cfg, Some((source, loaded))).await
+    }
+
+    async fn start_inner(
+        cfg: AgentConfig,
+        file: Option<(ConfigSource, LoadedConfig)>,
+    ) -> Result<Agent, StartError> {
         if !cfg.http.ip().is_loopback() && cfg.api_token.is_none() {
             return Err(StartError::UnprotectedApi(cfg.http));
         }
@@ -192,16 +217,32 @@ impl Agent {
         )
         .await?;
         let relay = relay.zip(cfg.relay.clone().map(Arc::new));
+        let (source, running) = file.unzip();
+        let reloader = Arc::new(Reloader::new(
+            source,
+            running,
+            reload::Parts {
+                checks: roles.checks.clone(),
+                roles: roles.set.clone(),
+                views: roles.views.clone(),
+                published: roles.published.clone(),
+                relay: relay.as_ref().map(|(r, _)| r.clone()),
+                cmds: cmd_tx.clone(),
+                keys: keys.clone(),
+                shared: shared.clone(),
+            },
+        ));
         let state = state::AppState {
             cmds: cmd_tx.clone(),
             shared: shared.clone(),
             cluster: cfg.core.cluster.clone(),
             relay: relay.clone(),
             roles: roles.views.clone(),
-            services: roles.services.clone(),
+            services: roles.checks.services().clone(),
+            role_set: roles.set.clone(),
+            reloader: reloader.clone(),
             control_server: roles.server.clone(),
             control: roles.client.clone(),
-            handovers: Arc::new(roles.handovers),
             keys,
             peers: Default::default(),
         };
@@ -229,9 +270,9 @@ impl Agent {
             gossip_addr,
             http_addr,
             tasks,
-            roles_stop: roles.stop,
-            role_tasks: roles.tasks,
-            check_tasks: roles.check_tasks,
+            roles: roles.set,
+            checks: roles.checks,
+            reloader,
             control: roles.server,
             relay: relay.map(|(r, _)| r),
         };
@@ -272,6 +313,12 @@ impl Agent {
         Ok(self.snapshot().await?.members)
     }
 
+    /// Reads the configuration file again and applies it, all of it or
+    /// nothing (see [`reload`]): what changed, or why nothing did.
+    pub async fn reload(&self) -> Result<view::ReloadView, ReloadError> {
+        self.reloader.reload().await
+    }
+
     /// The relay, if configured.
     pub fn relay(&self) -> Option<&hale_relay::Relay> {
         self.relay.as_ref()
@@ -299,13 +346,8 @@ impl Agent {
     pub async fn shutdown(mut self) {
         // Hand roles over first (demote hooks, releases), while the control
         // plane and membership are still up.
-        let _ = self.roles_stop.send(true);
-        for t in std::mem::take(&mut self.role_tasks) {
-            let _ = tokio::time::timeout(Duration::from_secs(15), t).await;
-        }
-        for t in &self.check_tasks {
-            t.abort();
-        }
+        self.roles.stop_all().await;
+        self.checks.stop();
         let _ = self.stop.send(true);
         if let Some(cp) = self.control.take() {
             cp.shutdown().await;
@@ -393,9 +435,19 @@ fn migrate_keyring(file: &std::path::Path) -> Result<(), StartError> {
     Ok(())
 }
 
-/// Runs an agent until `shutdown` completes, then leaves gracefully.
-pub async fn run(cfg: AgentConfig, shutdown: impl Future<Output = ()>) -> Result<(), StartError> {
-    let agent = Agent::start(cfg).await?;
+/// Runs an agent on the configuration `loaded` from `source` until
+/// `shutdown` completes, then leaves gracefully. SIGHUP reloads the
+/// configuration (as `hale reload` does).
+pub async fn run(
+    loaded: LoadedConfig,
+    source: ConfigSource,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), StartError> {
+    use tokio::signal::unix::{signal, SignalKind};
+    // Before the agent says it is ready: a reload right after readiness
+    // must not find SIGHUP's default action (terminate) in place.
+    let mut hangups = signal(SignalKind::hangup()).map_err(StartError::Signal)?;
+    let agent = Agent::start_with_source(loaded, source).await?;
     tracing::info!(
         node = %agent.id(),
         gossip = %agent.gossip_addr(),
@@ -408,7 +460,20 @@ pub async fn run(cfg: AgentConfig, shutdown: impl Future<Output = ()>) -> Result
         agent.gossip_addr(),
         agent.http_addr()
     ));
-    shutdown.await;
+    let reloads = async {
+        while hangups.recv().await.is_some() {
+            tracing::info!("SIGHUP: reloading the configuration");
+            let status = match agent.reload().await {
+                Ok(v) => format!("configuration reloaded ({} changes)", v.changes.len()),
+                Err(e) => format!("configuration reload refused: {e}"),
+            };
+            systemd::notify(&format!("STATUS={status}"));
+        }
+    };
+    tokio::select! {
+        () = shutdown => {}
+        () = reloads => {}
+    }
     tracing::info!("leaving the cluster");
     systemd::notify("STOPPING=1\nSTATUS=leaving the cluster");
     agent.shutdown().await;
@@ -418,12 +483,10 @@ pub async fn run(cfg: AgentConfig, shutdown: impl Future<Output = ()>) -> Result
 /// What [`start_roles`] started.
 struct RolesRunning {
     views: roles::RoleViews,
-    services: services::Services,
+    checks: Arc<services::Checks>,
+    set: Arc<roles::RoleSet>,
+    published: Arc<published::Published>,
     client: Option<hale_control::raft::ControlClient>,
-    handovers: std::collections::BTreeMap<String, mpsc::Sender<Option<String>>>,
-    stop: watch::Sender<bool>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
-    check_tasks: Vec<tokio::task::JoinHandle<()>>,
     server: Option<hale_control::raft::ControlPlane>,
 }
 
@@ -441,43 +504,26 @@ async fn start_roles(
     use std::collections::BTreeMap;
     use std::sync::Mutex;
 
-    let (services, check_tasks) = services::start(cfg.services.clone());
+    let checks = Arc::new(services::Checks::start(cfg.services.clone()));
     let views: roles::RoleViews = Arc::new(Mutex::new(BTreeMap::new()));
-    let (roles_stop, roles_stop_rx) = watch::channel(false);
-    let mut out = RolesRunning {
-        views,
-        services,
-        client: None,
-        handovers: BTreeMap::new(),
-        stop: roles_stop,
-        tasks: Vec::new(),
-        check_tasks,
-        server: None,
-    };
     // Candidacies are published in this member's metadata (priority and
     // readiness per role), for operators and dashboards; which candidate
-    // wins is decided by the control-plane leader from their requests. An
-    // agent without roles publishes none, and operators' tools (dashboard,
-    // `hale status`, `hale drill`) still find its API there.
-    let candidacy: Arc<Mutex<BTreeMap<String, meta::Candidacy>>> = Arc::new(Mutex::new(
-        cfg.roles
-            .iter()
-            .map(|r| (r.name.clone(), (r.priority, false).into()))
-            .collect(),
-    ));
+    // wins is decided by the control-plane leader from their requests.
     let user_meta = String::from_utf8_lossy(&cfg.core.meta).into_owned();
-    let publish_meta = {
-        let (candidacy, cmds) = (candidacy.clone(), cmds.clone());
-        move || {
-            let meta = AgentMeta {
-                user: user_meta.clone(),
-                http: Some(http_addr.to_string()),
-                roles: candidacy.lock().expect("candidacy lock").clone(),
-            };
-            let _ = cmds.try_send(Command::SetMeta(meta.encode()));
-        }
+    let published = Arc::new(published::Published::new(
+        cmds.clone(),
+        user_meta,
+        http_addr.to_string(),
+        cfg.core.wire_versions,
+    ));
+    let mut out = RolesRunning {
+        set: Arc::new(roles::RoleSet::new(None, views.clone(), published.clone())),
+        views,
+        checks,
+        published,
+        client: None,
+        server: None,
     };
-    publish_meta();
     let Some(plan) = &cfg.control else {
         return Ok(out);
     };
@@ -511,15 +557,11 @@ async fn start_roles(
     if let Some((id, _)) = plan.server {
         client = client.preferring(id);
     }
-    let me = cfg.id.name().to_owned();
     let on_change: roles::OnRoleChange = {
-        let (shared, candidacy) = (shared.clone(), candidacy.clone());
+        let (shared, published) = (shared.clone(), out.published.clone());
         Arc::new(move |change| match change {
             roles::RoleChange::Eligible { role, eligible } => {
-                if let Some(c) = candidacy.lock().expect("candidacy lock").get_mut(&role) {
-                    c.eligible = eligible;
-                }
-                publish_meta();
+                published.candidacy(&role, |c| c.eligible = eligible);
             }
             roles::RoleChange::Event(e) => {
                 tracing::info!(event = ?e, "role event");
@@ -527,45 +569,26 @@ async fn start_roles(
             }
         })
     };
-    let requests = roles::LeaseRequests::start(client.clone().gated(shared.drill().frozen_flag()));
-    let origin = tokio::time::Instant::now();
-    let watchdogs = roles::Watchdogs::new(cfg.watchdog_exe.clone());
-    let hook_slots = Arc::new(tokio::sync::Semaphore::new(roles::HOOKS_AT_ONCE));
+    let gated = client.clone().gated(shared.drill().frozen_flag());
+    let ctx = roles::RoleContext {
+        node: cfg.id.name().to_owned(),
+        requests: roles::LeaseRequests::start(gated.clone()),
+        control: gated,
+        origin: tokio::time::Instant::now(),
+        services: out.checks.services().clone(),
+        timing: plan.timing,
+        watchdogs: roles::Watchdogs::new(cfg.watchdog_exe.clone()),
+        hook_slots: Arc::new(tokio::sync::Semaphore::new(roles::HOOKS_AT_ONCE)),
+        on_change,
+        cmds: cmds.clone(),
+    };
+    out.set = Arc::new(roles::RoleSet::new(
+        Some(ctx),
+        out.views.clone(),
+        out.published.clone(),
+    ));
     for spec in &cfg.roles {
-        let (tx, rx) = mpsc::channel(1);
-        out.handovers.insert(spec.name.clone(), tx);
-        let data = spec.postgres.as_ref().map(|pg| {
-            let (data, rx) = watch::channel(hale_control::DataState::Unknown);
-            let keeper = roles::postgres::Keeper {
-                cfg: pg.clone(),
-                role: spec.name.clone(),
-                node: me.clone(),
-                views: out.views.clone(),
-                data,
-                control: client.clone().gated(shared.drill().frozen_flag()),
-                cmds: cmds.clone(),
-                on_change: on_change.clone(),
-                stop: roles_stop_rx.clone(),
-            };
-            out.tasks.push(tokio::spawn(keeper.run()));
-            rx
-        });
-        let mgr = roles::RoleManager {
-            spec: spec.clone(),
-            node: me.clone(),
-            requests: requests.clone(),
-            origin,
-            services: out.services.clone(),
-            timing: plan.timing,
-            views: out.views.clone(),
-            watchdogs: watchdogs.clone(),
-            hook_slots: hook_slots.clone(),
-            on_change: on_change.clone(),
-            stop: roles_stop_rx.clone(),
-            handover: rx,
-            data,
-        };
-        out.tasks.push(tokio::spawn(mgr.run()));
+        out.set.start(spec.clone());
     }
     out.client = Some(client);
     Ok(out)

@@ -6,11 +6,14 @@
 
 use std::collections::BTreeMap;
 
+use hale_core::Versions;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize};
 
 /// An agent's published metadata, as JSON
-/// `{"http": "host:port", "meta": user, "roles": {role: [priority, eligible]}}`.
+/// `{"http": "host:port", "meta": user, "roles": {role: [priority, eligible]},
+/// "wire": [min, max]}` (`wire` from 0.2.0 on: agents before it publish none
+/// and ignore it).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AgentMeta {
     /// The operator's own metadata.
@@ -19,6 +22,9 @@ pub struct AgentMeta {
     pub http: Option<String>,
     /// Candidacies, by role.
     pub roles: BTreeMap<String, Candidacy>,
+    /// The wire versions the agent speaks (`None`: a release before
+    /// 0.2.0, which speaks [`hale_core::wire::OLDEST`] only).
+    pub wire: Option<Versions>,
 }
 
 /// A candidacy for a role, as published (a `[priority, eligible]` pair).
@@ -50,6 +56,8 @@ struct WireOut<'a> {
     http: &'a Option<String>,
     meta: &'a str,
     roles: &'a BTreeMap<String, Candidacy>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    wire: Option<(u8, u8)>,
 }
 
 /// A value that reads as None when it is malformed, rather than making
@@ -72,6 +80,8 @@ struct WireIn {
     meta: String,
     #[serde(default)]
     roles: Lenient<BTreeMap<String, Lenient<Candidacy>>>,
+    #[serde(default)]
+    wire: Lenient<(u8, u8)>,
 }
 
 impl AgentMeta {
@@ -81,6 +91,7 @@ impl AgentMeta {
             http: &self.http,
             meta: &self.user,
             roles: &self.roles,
+            wire: self.wire.map(|w| (w.min, w.max)),
         };
         serde_json::to_vec(&wire).unwrap_or_default()
     }
@@ -105,6 +116,11 @@ impl AgentMeta {
                 .into_iter()
                 .filter_map(|(r, c)| Some((r, c.0?)))
                 .collect(),
+            wire: w
+                .wire
+                .0
+                .filter(|(min, max)| min <= max)
+                .map(|(min, max)| Versions { min, max }),
         })
     }
 }
@@ -132,6 +148,7 @@ mod tests {
     }
 
     use super::AgentMeta;
+    use hale_core::Versions;
 
     #[test]
     fn published_metadata_round_trips_and_plain_text_is_no_agents() {
@@ -139,6 +156,7 @@ mod tests {
             user: "rack=3".into(),
             http: Some("127.0.0.1:9".into()),
             roles: [("db".to_owned(), (50, true).into())].into(),
+            wire: None,
         };
         let raw = String::from_utf8(m.encode()).unwrap_or_default();
         assert_eq!(AgentMeta::parse(&raw), Some(m.clone()));
@@ -154,6 +172,21 @@ mod tests {
             String::from_utf8(m.encode()).unwrap(),
             r#"{"http":"127.0.0.1:9","meta":"rack=3","roles":{"db":[50,true]}}"#,
             "the bytes agents have always published"
+        );
+        let new = AgentMeta {
+            wire: Some(Versions { min: 2, max: 3 }),
+            ..m.clone()
+        };
+        let raw = String::from_utf8(new.encode()).unwrap();
+        assert_eq!(
+            raw, r#"{"http":"127.0.0.1:9","meta":"rack=3","roles":{"db":[50,true]},"wire":[2,3]}"#,
+            "the wire range comes last, a field older agents ignore"
+        );
+        assert_eq!(AgentMeta::parse(&raw), Some(new));
+        assert_eq!(
+            AgentMeta::parse(r#"{"meta":"","wire":[3,2]}"#).map(|m| m.wire),
+            Some(None),
+            "an empty range is no range"
         );
         assert_eq!(AgentMeta::parse("rack=3"), None);
         assert_eq!(AgentMeta::parse(r#"{"other":1}"#), None);

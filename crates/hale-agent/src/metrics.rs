@@ -128,6 +128,29 @@ pub fn render(s: &Snapshot, shared: &Shared) -> String {
     });
     let help = "Members by state, as this node sees them (itself included).";
     family(&mut out, ("hale_members", "gauge", help), by_state);
+    let w = &s.wire;
+    let by_version = w
+        .received
+        .iter()
+        .map(|(v, n)| (format!("{me},direction=\"in\",version=\"{v}\""), *n))
+        .chain(
+            w.sent
+                .iter()
+                .map(|(v, n)| (format!("{me},direction=\"out\",version=\"{v}\""), *n)),
+        );
+    let help = "Membership packets by wire version (in: every packet that reached the core, dropped ones included).";
+    family(
+        &mut out,
+        ("hale_wire_packets_total", "counter", help),
+        by_version,
+    );
+    let help =
+        "The wire version this node writes (negotiated: the highest every live member speaks).";
+    family(
+        &mut out,
+        ("hale_wire_version", "gauge", help),
+        [(me.clone(), w.writes)],
+    );
     let help = "News waiting to be gossiped.";
     let pending = [(me, s.pending_broadcasts)];
     family(
@@ -313,6 +336,22 @@ pub fn render_clocks(node: &str, c: &hale_seal::ClockReport) -> String {
                 r.count as i64,
             )
         }),
+    );
+    out
+}
+
+/// Prometheus text: `hale_config_reloads_total{node,result}`, configuration
+/// reloads `applied` and `refused` (nothing changed) since the start.
+pub fn render_reloads(node: &str, (applied, refused): (u64, u64)) -> String {
+    let mut out = String::new();
+    let help =
+        "Configuration reloads (hale reload, SIGHUP): applied, or refused with nothing changed.";
+    let samples = [("applied", applied), ("refused", refused)]
+        .map(|(r, n)| (format!("node=\"{node}\",result=\"{r}\""), n));
+    family(
+        &mut out,
+        ("hale_config_reloads_total", "counter", help),
+        samples,
     );
     out
 }

@@ -30,9 +30,11 @@ use crate::view::{AgentEvent, Lagging, RoleView, SwitchoverStep};
 use crate::watchdog::demote_once_argv;
 pub mod postgres;
 mod requests;
+mod set;
 pub mod switchover;
 mod watchdog;
 pub use requests::LeaseRequests;
+pub use set::{RoleContext, RoleSet, StillHeld};
 pub use watchdog::Watchdogs;
 
 /// What a role manager reports.
@@ -53,6 +55,20 @@ pub enum RoleChange {
 /// Reports role changes.
 pub type OnRoleChange = Arc<dyn Fn(RoleChange) + Send + Sync>;
 
+/// What the agent asks of a running role manager besides handovers (a
+/// configuration reload). Neither ever demotes or promotes.
+#[derive(Debug)]
+pub enum RoleOrder {
+    /// New settings for the candidacy: its priority at once; its service,
+    /// hooks, `hook_timeout` and `fail_after` at once when this node holds
+    /// no lease of the role, else when its holding has ended (its watchdog
+    /// fences with the demote hook the holding started with).
+    Retune(Box<RoleSpec>),
+    /// Stop being a candidate, unless this node holds a lease of the role
+    /// now: answers whether the manager stopped.
+    Retire(tokio::sync::oneshot::Sender<bool>),
+}
+
 /// Shared role views.
 pub type RoleViews = Arc<Mutex<BTreeMap<String, RoleView>>>;
 
@@ -65,6 +81,9 @@ enum Input {
     /// The watchdog's answer to a `disarm` of holding `.0` (`None`: it
     /// exited before answering; holding 0: it could not be asked).
     Watchdog(u64, Option<bool>),
+    /// The control plane's table says this node holds the role, paused, at
+    /// this epoch: adopt it.
+    Adopt(u64),
 }
 
 /// Everything a role manager needs.
@@ -95,6 +114,8 @@ pub struct RoleManager {
     /// Operator handovers: step down and let the next candidate (or the
     /// named one) take over.
     pub handover: tokio::sync::mpsc::Receiver<Option<String>>,
+    /// The agent's orders (see [`RoleOrder`]).
+    pub orders: mpsc::UnboundedReceiver<RoleOrder>,
     /// A replicated role: what its keeper measures of the data
     /// ([`postgres::Keeper`]).
     pub data: Option<tokio::sync::watch::Receiver<DataState>>,
@@ -233,7 +254,12 @@ impl RoleManager {
         let mut stopping = false;
         let mut paused = PauseWatch { last: run.now() };
         let mut switching = Switching::default();
+        self.look_for_kept_role(&run.tx);
+        let mut retuned: Option<RoleSpec> = None;
         loop {
+            if let Some(spec) = retuned.take() {
+                retuned = self.retune(&mut sm, spec);
+            }
             while let Some(a) = sm.poll_action() {
                 self.carry_out(&mut run, a);
             }
@@ -291,6 +317,10 @@ impl RoleManager {
                         }
                     }
                     Input::Watchdog(..) => {}
+                    Input::Adopt(epoch) => {
+                        tracing::info!(role = %self.spec.name, epoch, "adopting the paused role this node holds");
+                        sm.handle_adopt(run.now(), epoch);
+                    }
                 },
                 _ = checks.tick() => {
                     let now = run.now();
@@ -300,6 +330,16 @@ impl RoleManager {
                     sm.handle_checks(now, self.status(now));
                 }
                 Some(to) = self.handover.recv() => sm.handle_handover(run.now(), to),
+                Some(order) = self.orders.recv() => match order {
+                    RoleOrder::Retune(spec) => retuned = Some(*spec),
+                    RoleOrder::Retire(done) => {
+                        let free = sm.epoch().is_none();
+                        if free {
+                            sm.handle_stop(run.now());
+                        }
+                        let _ = done.send(free);
+                    }
+                },
                 Some(data) = next_data(&mut self.data) => sm.handle_data(run.now(), data),
                 r = self.stop.changed(), if !stopping => {
                     let _ = r;
@@ -308,6 +348,23 @@ impl RoleManager {
                 }
             }
         }
+    }
+
+    /// Takes the candidacy's new settings `spec` (see [`RoleOrder::Retune`]):
+    /// what must wait for the holding to end is given back.
+    fn retune(&mut self, sm: &mut Holder, spec: RoleSpec) -> Option<RoleSpec> {
+        let priority = spec.priority;
+        self.spec.priority = priority;
+        self.view(|v| v.priority = priority);
+        let later = if sm.epoch().is_some() {
+            (spec != self.spec).then_some(spec)
+        } else {
+            self.spec = spec;
+            None
+        };
+        let s = &self.spec;
+        sm.retune(s.priority, s.hook_timeout, s.fail_after);
+        later
     }
 
     fn publish_view(&self, sm: &Holder, run: &Running) {
@@ -387,6 +444,11 @@ impl RoleManager {
             Action::StopWatchdog => {
                 if let Some(h) = run.watchdog.take() {
                     self.watchdogs.stop(h);
+                }
+            }
+            Action::KeepWatchdog => {
+                if let Some(h) = run.watchdog.take() {
+                    self.watchdogs.keep(h);
                 }
             }
             Action::Event(e) => self.event(e),
@@ -519,6 +581,33 @@ impl RoleManager {
         }));
     }
 
+    /// Reads the control plane's table until a server answers (at most
+    /// for [`ADOPT_LOOKUP`], [`ADOPT_READS`] answers): if one says this node holds the role while it
+    /// is paused (an earlier run kept it when it stopped), the manager is
+    /// told to adopt it.
+    fn look_for_kept_role(&self, tx: &mpsc::UnboundedSender<Input>) {
+        let (requests, tx) = (self.requests.clone(), tx.clone());
+        let (role, node) = (self.spec.name.clone(), self.node.clone());
+        tokio::spawn(async move {
+            let until = Instant::now() + ADOPT_LOOKUP;
+            let mut answers = 0;
+            while Instant::now() < until && answers < ADOPT_READS {
+                if let Some(table) = requests.table().await {
+                    if let Some(epoch) = kept_by(&table, &role, &node) {
+                        let _ = tx.send(Input::Adopt(epoch));
+                        return;
+                    }
+                    // A server that has just restarted may not have
+                    // applied the pause yet: read again, a little later.
+                    answers += 1;
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                } else {
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+            }
+        });
+    }
+
     /// The claim file this holding's demote and its watchdog's fence share.
     fn claim(&self, epoch: u64) -> PathBuf {
         crate::watchdog::claim_path(std::process::id(), &self.spec.name, epoch)
@@ -590,6 +679,23 @@ impl RoleManager {
                     promote,
                 })
             }
+            HolderEvent::Kept { epoch } => {
+                tracing::warn!(
+                    %role, epoch,
+                    "stopping while the role is paused: keeping it (no demote, no release; \
+                     the watchdog exits without fencing); the next run adopts it"
+                );
+                self.view(|v| v.last_change = Some("kept".into()));
+                RoleChange::Event(AgentEvent::RoleKept { role, epoch })
+            }
+            HolderEvent::Adopted { epoch } => {
+                tracing::info!(%role, epoch, "adopted the paused role: holder again, no promote hook");
+                self.view(|v| {
+                    v.held_since_unix_ms = Some(crate::view::unix_ms());
+                    v.last_change = Some("adopted".into());
+                });
+                RoleChange::Event(AgentEvent::RoleAdopted { role, epoch })
+            }
             HolderEvent::Paused(paused) => {
                 self.view(|v| v.paused = paused);
                 RoleChange::Event(AgentEvent::RolePaused { role, paused })
@@ -621,4 +727,18 @@ async fn sleep_until(at: Option<Instant>) {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
+}
+
+/// How long a starting role manager keeps asking for the control plane's
+/// table to find a paused role it holds.
+const ADOPT_LOOKUP: Duration = Duration::from_secs(60);
+
+/// How many answers it reads before it concludes that no paused role of
+/// this node is there (a second apart).
+const ADOPT_READS: u32 = 3;
+
+/// The epoch at which `table` says `node` holds `role` while it is paused.
+fn kept_by(table: &hale_control::LeaseTable, role: &str, node: &str) -> Option<u64> {
+    let r = table.role(role)?;
+    (r.paused && r.holder.as_deref() == Some(node)).then_some(r.epoch)
 }

@@ -171,7 +171,7 @@ pub(crate) async fn handover(
     Path(role): Path<String>,
     body: axum::body::Bytes,
 ) -> Response {
-    let Some(tx) = st.handovers.get(&role) else {
+    let Some(tx) = st.role_set.handover(&role) else {
         return error(
             StatusCode::NOT_FOUND,
             format!("this node is not a candidate for role {role:?}"),
@@ -225,23 +225,42 @@ pub(crate) async fn pause(
     State(st): State<AppState>,
     Path(role): Path<String>,
 ) -> Result<Response, ApiError> {
-    set_paused(&st, role, true).await
+    set_paused(&st, role, true, false).await
 }
 
 /// `POST /v1/roles/{role}/resume`: the role moves on faults again.
+/// Refused (409) while the role's holder has been silent for longer than
+/// a lease, unless the body says `{"force": true}`.
 pub(crate) async fn resume(
     State(st): State<AppState>,
     Path(role): Path<String>,
+    body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
-    set_paused(&st, role, false).await
+    let force = if body.iter().all(u8::is_ascii_whitespace) {
+        false
+    } else {
+        #[derive(serde::Deserialize)]
+        struct Resume {
+            #[serde(default)]
+            force: bool,
+        }
+        let r: Resume = json_body(&body, r#"expected {"force": true}, {} or an empty body"#)?;
+        r.force
+    };
+    set_paused(&st, role, false, force).await
 }
 
-async fn set_paused(st: &AppState, role: String, paused: bool) -> Result<Response, ApiError> {
+async fn set_paused(
+    st: &AppState,
+    role: String,
+    paused: bool,
+    force: bool,
+) -> Result<Response, ApiError> {
     let c = control(st)?;
     // A role the control plane never heard of, and this node is no
     // candidate for, is a typo: pausing it would create it.
-    let known = st.handovers.contains_key(&role)
-        || c.table().await.is_some_and(|t| t.role(&role).is_some());
+    let known =
+        st.role_set.is_candidate(&role) || c.table().await.is_some_and(|t| t.role(&role).is_some());
     if !known {
         return Err(ApiError(
             StatusCode::NOT_FOUND,
@@ -251,10 +270,14 @@ async fn set_paused(st: &AppState, role: String, paused: bool) -> Result<Respons
     let req = hale_control::LeaseRequest::Pause {
         role: role.clone(),
         paused,
+        force,
     };
     match c.write(&req, std::time::Duration::from_secs(3)).await {
         Ok(hale_control::LeaseResponse::Paused(p)) => {
             Ok(Json(crate::view::PauseView { role, paused: p }).into_response())
+        }
+        Err(refusal @ hale_control::raft::api::Refusal::HolderSilent { .. }) => {
+            Err(ApiError(StatusCode::CONFLICT, refusal.to_string()))
         }
         other => Err(unexpected(other)),
     }

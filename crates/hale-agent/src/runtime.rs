@@ -20,11 +20,13 @@ use hale_core::wire::{MAX_DATAGRAM, MAX_STREAM_FRAME};
 use hale_core::{Channel, Event, Node, NodeId, Stats, Time};
 
 use crate::view::{
-    event_view, evidence_view, member_view, EventView, EvidenceView, MemberState, MemberView,
+    event_view, evidence_view, member_view, AgentEvent, EventView, EvidenceView, MemberState,
+    MemberView,
 };
 use hale_keyring::{SharedKeyring, OVERHEAD};
 
 mod counters;
+mod wire;
 pub use counters::{Counter, RuntimeCounters};
 
 /// Events kept for `/v1/events` history.
@@ -73,6 +75,23 @@ pub struct Snapshot {
     pub pending_broadcasts: usize,
     /// Whether this node has left.
     pub left: bool,
+    /// The wire versions this node speaks and writes, and its packets by
+    /// version.
+    pub wire: WireSnapshot,
+}
+
+/// The wire versions of a node, for `/metrics` and `/v1/health`.
+#[derive(Debug, Clone, Default)]
+pub struct WireSnapshot {
+    /// The versions it decodes.
+    pub speaks: Option<hale_core::Versions>,
+    /// The version it writes (to every member not in a new run of an
+    /// older one).
+    pub writes: u8,
+    /// Packets received by version (dropped ones included).
+    pub received: std::collections::BTreeMap<u8, u64>,
+    /// Packets sent by version.
+    pub sent: std::collections::BTreeMap<u8, u64>,
 }
 
 /// Requests to the driver task.
@@ -88,6 +107,12 @@ pub enum Command {
     Leave(oneshot::Sender<()>),
     /// Publish new metadata for this node.
     SetMeta(Vec<u8>),
+    /// Take new values of the knobs the core changes live (a reload); the
+    /// core's refusal changes nothing.
+    Retune(
+        hale_core::Tuning,
+        oneshot::Sender<Result<(), hale_core::ConfigError>>,
+    ),
 }
 
 /// Shared between the driver and the API.
@@ -211,6 +236,8 @@ struct Driver {
     out_streams: Arc<Semaphore>,
     /// The evidence of each member the core holds dead.
     evidence: HashMap<String, EvidenceView>,
+    /// What the cluster speaks (`runtime/wire.rs`).
+    wire: wire::Negotiation,
 }
 
 impl Driver {
@@ -369,6 +396,9 @@ impl Driver {
             Command::SetMeta(meta) => {
                 let _ = self.node.set_metadata(now, meta);
             }
+            Command::Retune(t, done) => {
+                let _ = done.send(self.node.retune(t));
+            }
             Command::Leave(_) => {}
         }
     }
@@ -410,6 +440,15 @@ impl Driver {
             incarnation: self.node.incarnation(),
             pending_broadcasts: self.node.pending_broadcasts(),
             left: self.node.has_left(),
+            wire: {
+                let (received, sent) = self.node.packets_by_version();
+                WireSnapshot {
+                    speaks: Some(self.node.wire_versions()),
+                    writes: self.node.wire_version(),
+                    received: received.clone(),
+                    sent: sent.clone(),
+                }
+            },
         }
     }
 
@@ -437,10 +476,30 @@ impl Driver {
         }
         while let Some(e) = self.node.poll_event() {
             self.keep_evidence(&e);
+            self.wire.note(&e);
             if let Some(v) = event_view(self.shared.next_seq(), &self.shared.id, &e) {
-                tracing::info!(kind = v.event.kind(), member = ?v.member, "membership event");
+                if let AgentEvent::UnsupportedWireVersion {
+                    version,
+                    speaks,
+                    ours,
+                } = &v.event
+                {
+                    tracing::warn!(
+                        member = ?v.member, version, speaks = ?speaks, ours = %ours,
+                        "dropped a packet in a wire version this agent does not speak: upgrade the older side"
+                    );
+                } else {
+                    tracing::info!(kind = v.event.kind(), member = ?v.member, "membership event");
+                }
                 self.shared.publish(v);
             }
+        }
+        let shared = self.shared.clone();
+        let reports = self.wire.renegotiate(&mut self.node, |event, member| {
+            event.stamped(shared.next_seq(), shared.id.name(), Some(member), None)
+        });
+        for v in reports {
+            self.shared.publish(v);
         }
     }
 
@@ -733,6 +792,7 @@ pub(crate) fn spawn(
         shared: shared.clone(),
         out_streams: Arc::new(Semaphore::new(MAX_OUT_STREAMS)),
         evidence: HashMap::new(),
+        wire: wire::Negotiation::default(),
     };
     tasks.spawn(driver.run(cmd_rx, frame_rx, stop));
     tasks.spawn(accept_streams(tcp, frame_tx, shared.clone(), keyring));

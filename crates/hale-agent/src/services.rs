@@ -8,7 +8,8 @@
 //! A failing non-essential service is only reported: it never triggers a
 //! failover and never changes this node's membership.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -20,6 +21,8 @@ use crate::view::{CheckResult, CheckView, ServiceView};
 /// Live state of one check.
 #[derive(Debug, Clone)]
 pub struct CheckState {
+    /// Its id in this agent (its task's).
+    pub id: u64,
     /// The check.
     pub spec: CheckSpec,
     /// Recent results, newest last (at most 20).
@@ -30,6 +33,20 @@ pub struct CheckState {
     pub runs: u64,
     /// Failed runs so far.
     pub failures: u64,
+}
+
+impl CheckState {
+    /// Check `id`, not run yet.
+    fn new(id: u64, spec: CheckSpec) -> CheckState {
+        CheckState {
+            id,
+            spec,
+            recent: VecDeque::new(),
+            failing_since: None,
+            runs: 0,
+            failures: 0,
+        }
+    }
 }
 
 /// Live state of one service.
@@ -71,57 +88,117 @@ impl ServiceState {
 /// Every service of this node, shared between the checkers and readers.
 pub type Services = Arc<Mutex<Vec<ServiceState>>>;
 
-/// Starts one task per check; they stop when the returned handles are dropped or aborted.
-pub fn start(specs: Vec<ServiceSpec>) -> (Services, Vec<tokio::task::JoinHandle<()>>) {
-    let services: Services = Arc::new(Mutex::new(
-        specs
-            .iter()
-            .map(|s| ServiceState {
-                spec: s.clone(),
-                checks: s
-                    .checks
-                    .iter()
-                    .map(|c| CheckState {
-                        spec: c.clone(),
-                        recent: VecDeque::new(),
-                        failing_since: None,
-                        runs: 0,
-                        failures: 0,
-                    })
-                    .collect(),
-            })
-            .collect(),
-    ));
-    let client = reqwest::Client::new();
-    let mut tasks = Vec::new();
-    for (si, s) in specs.iter().enumerate() {
-        for (ci, c) in s.checks.iter().enumerate() {
-            let (services, spec, client) = (services.clone(), c.clone(), client.clone());
-            tasks.push(tokio::spawn(async move {
-                let mut tick = tokio::time::interval(spec.interval);
-                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                loop {
-                    tick.tick().await;
-                    let r = run_check(&client, &spec).await;
-                    let now = Instant::now();
-                    let mut all = services.lock().expect("services lock");
-                    let st = &mut all[si].checks[ci];
-                    st.runs += 1;
-                    if r.ok {
-                        st.failing_since = None;
-                    } else {
-                        st.failures += 1;
-                        st.failing_since.get_or_insert(now);
+/// The checks of this node's services, one task each: started at once,
+/// then changed as the configuration changes ([`Checks::apply`]). Dropping
+/// it leaves the tasks running; [`Checks::stop`] ends them.
+#[derive(Debug)]
+pub struct Checks {
+    services: Services,
+    client: reqwest::Client,
+    /// The task of each check, by its id.
+    tasks: Mutex<BTreeMap<u64, tokio::task::JoinHandle<()>>>,
+    last_id: AtomicU64,
+}
+
+impl Checks {
+    /// Starts one task per check of `specs`.
+    pub fn start(specs: Vec<ServiceSpec>) -> Checks {
+        let checks = Checks {
+            services: Arc::new(Mutex::new(Vec::new())),
+            client: reqwest::Client::new(),
+            tasks: Mutex::new(BTreeMap::new()),
+            last_id: AtomicU64::new(0),
+        };
+        checks.apply(specs);
+        checks
+    }
+
+    /// The services and the state of their checks.
+    pub fn services(&self) -> &Services {
+        &self.services
+    }
+
+    /// Runs `specs` from now on, in their order: a check whose settings
+    /// did not change keeps running, with its history; a new or changed
+    /// one starts afresh (it has not run yet: its service is not healthy
+    /// until it has, which stops no holder, see `roles`); one gone stops.
+    pub fn apply(&self, specs: Vec<ServiceSpec>) {
+        let mut started = Vec::new();
+        let mut stopped = Vec::new();
+        let mut all = self.services.lock().expect("services lock");
+        let mut old = std::mem::take(&mut *all);
+        for spec in specs {
+            let mut kept = old
+                .iter_mut()
+                .find(|o| o.spec.name == spec.name)
+                .map(|o| std::mem::take(&mut o.checks))
+                .unwrap_or_default();
+            let checks = spec
+                .checks
+                .iter()
+                .map(|c| match kept.iter().position(|k| &k.spec == c) {
+                    Some(i) => kept.remove(i),
+                    None => {
+                        let id = self.last_id.fetch_add(1, Ordering::Relaxed) + 1;
+                        started.push((id, c.clone()));
+                        CheckState::new(id, c.clone())
                     }
-                    if st.recent.len() >= 20 {
-                        st.recent.pop_front();
-                    }
-                    st.recent.push_back(r);
-                }
-            }));
+                })
+                .collect();
+            stopped.extend(kept.iter().map(|c| c.id));
+            all.push(ServiceState { spec, checks });
+        }
+        stopped.extend(old.iter().flat_map(|o| o.checks.iter().map(|c| c.id)));
+        drop(all);
+        let mut tasks = self.tasks.lock().expect("check tasks lock");
+        for id in stopped {
+            if let Some(t) = tasks.remove(&id) {
+                t.abort();
+            }
+        }
+        for (id, spec) in started {
+            tasks.insert(id, self.spawn(id, spec));
         }
     }
-    (services, tasks)
+
+    /// Stops every check.
+    pub fn stop(&self) {
+        let tasks = std::mem::take(&mut *self.tasks.lock().expect("check tasks lock"));
+        for t in tasks.into_values() {
+            t.abort();
+        }
+    }
+
+    /// The task of check `id`: runs it every interval and records the
+    /// result, until it is aborted or its check is gone.
+    fn spawn(&self, id: u64, spec: CheckSpec) -> tokio::task::JoinHandle<()> {
+        let (services, client) = (self.services.clone(), self.client.clone());
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(spec.interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let r = run_check(&client, &spec).await;
+                let now = Instant::now();
+                let mut all = services.lock().expect("services lock");
+                let mut checks = all.iter_mut().flat_map(|s| s.checks.iter_mut());
+                let Some(st) = checks.find(|c| c.id == id) else {
+                    return;
+                };
+                st.runs += 1;
+                if r.ok {
+                    st.failing_since = None;
+                } else {
+                    st.failures += 1;
+                    st.failing_since.get_or_insert(now);
+                }
+                if st.recent.len() >= 20 {
+                    st.recent.pop_front();
+                }
+                st.recent.push_back(r);
+            }
+        })
+    }
 }
 
 /// Runs one check under its hard timeout.

@@ -1,7 +1,6 @@
 //! What every handler of the HTTP API shares: [`AppState`], and the error
 //! answer ([`ApiError`], the contract's [`ErrorBody`]).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::http::StatusCode;
@@ -12,7 +11,8 @@ use hale_keyring::SharedKeyring;
 use tokio::sync::mpsc;
 
 use crate::peers::Peers;
-use crate::roles::RoleViews;
+use crate::reload::Reloader;
+use crate::roles::{RoleSet, RoleViews};
 use crate::runtime::{Command, Shared, Snapshot};
 use crate::services::Services;
 use crate::view::ErrorBody;
@@ -32,12 +32,14 @@ pub(crate) struct AppState {
     pub(crate) roles: RoleViews,
     /// This node's services and their checks.
     pub(crate) services: Services,
+    /// This node's candidacies (handovers go to them).
+    pub(crate) role_set: Arc<RoleSet>,
+    /// Configuration reloads.
+    pub(crate) reloader: Arc<Reloader>,
     /// The control-plane server this agent runs, if any.
     pub(crate) control_server: Option<hale_control::raft::ControlPlane>,
     /// The control plane's client, if one is configured.
     pub(crate) control: Option<ControlClient>,
-    /// Handover requests, per role this node is a candidate for.
-    pub(crate) handovers: Arc<BTreeMap<String, mpsc::Sender<Option<String>>>>,
     /// The cluster keyring (None: `insecure_plaintext`).
     pub(crate) keys: Option<SharedKeyring>,
     /// Asks other agents (key fan-out, cluster views), with its answers'

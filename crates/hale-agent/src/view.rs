@@ -10,6 +10,7 @@ use hale_control::{HookOutcome, StepDownReason};
 use hale_core::{DeathEvidence, Event, Member, NodeId, Time};
 
 mod ops;
+mod reload;
 mod role;
 pub mod routes;
 
@@ -25,6 +26,7 @@ pub use ops::{
     KeysView, RelayView, RestoredView, TrafficView, UpstreamView, DEFAULT_DISK_DELAY,
     MAX_DISK_DELAY, MAX_FAULT,
 };
+pub use reload::{ChangeKind, ConfigChange, RefusalReason, RefusedKey, ReloadRefusal, ReloadView};
 pub use role::{
     CandidateView, CheckResult, CheckView, ClusterRoleView, ClusterRolesView, ClusterServicesView,
     HandoverView, Lagging, LeaseView, NodeServicesView, PauseView, PostgresView, PrimaryView,
@@ -225,6 +227,19 @@ pub enum AgentEvent {
         /// The generation they carry now.
         generation: u64,
     },
+    /// A packet in a wire version this agent does not speak was dropped
+    /// (its sender is the event's `member`, when the packet names it), or
+    /// a member advertises versions that share none with this agent's: the
+    /// two cannot hear each other. Upgrade the older one.
+    UnsupportedWireVersion {
+        /// The version of its packet (the newest it speaks, for a member
+        /// known by what it advertises).
+        version: u8,
+        /// The versions it speaks (`"3"`, `"3-4"`), when it says.
+        speaks: Option<String>,
+        /// The versions this agent speaks.
+        ours: String,
+    },
     /// This node was granted a role; its promote hook is running.
     Promoting {
         /// The role.
@@ -283,6 +298,22 @@ pub enum AgentEvent {
         role: String,
         /// Paused, or resumed.
         paused: bool,
+    },
+    /// The agent stopped keeping a paused role it holds: no demote, no
+    /// release, its watchdog exited without fencing; its next run adopts it.
+    RoleKept {
+        /// The role.
+        role: String,
+        /// The fencing epoch kept.
+        epoch: u64,
+    },
+    /// The agent adopted a paused role its previous run kept: held again at
+    /// the same epoch, without a promote hook.
+    RoleAdopted {
+        /// The role.
+        role: String,
+        /// The fencing epoch.
+        epoch: u64,
     },
     /// The control plane will not grant this node a replicated role: its
     /// copy lags the holder's last mark by more than `max_lag_on_failover`
@@ -404,6 +435,12 @@ pub enum AgentEvent {
         /// Why (`expired`, `restored`, ...).
         reason: String,
     },
+    /// This agent applied a changed configuration file (`hale reload`,
+    /// SIGHUP): what changed. No role it holds moved because of it.
+    ConfigReloaded(ReloadView),
+    /// This agent refused a changed configuration file: why, and the keys
+    /// concerned. Nothing changed.
+    ConfigReloadRefused(ReloadRefusal),
     /// A kind this version does not know (from a newer agent).
     #[serde(other)]
     Unknown,
@@ -555,6 +592,19 @@ pub fn event_view(seq: u64, observer: &NodeId, e: &Event<NodeId>) -> Option<Even
             },
             (Some(by.name().to_owned()), None),
         ),
+        Event::UnsupportedVersion {
+            sender,
+            version,
+            speaks,
+            ours,
+        } => (
+            AgentEvent::UnsupportedWireVersion {
+                version: *version,
+                speaks: speaks.map(|s| s.to_string()),
+                ours: ours.to_string(),
+            },
+            (sender.as_ref().map(|s| s.name().to_owned()), None),
+        ),
         Event::ProbeVisit { .. } => return None,
     };
     Some(event.stamped(seq, observer.name(), member, inc))
@@ -597,6 +647,19 @@ pub struct HealthView {
     pub local_health: u8,
     /// Members per state.
     pub members: MemberCounts,
+    /// The wire versions it speaks and the one it writes (absent from
+    /// agents before 0.2.0).
+    #[serde(default)]
+    pub wire: Option<WireView>,
+}
+
+/// The wire versions of an agent, in `GET /v1/health`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct WireView {
+    /// The versions it decodes (`"2-3"`).
+    pub speaks: String,
+    /// The version it writes: the highest every live member speaks.
+    pub writes: u8,
 }
 
 #[cfg(test)]

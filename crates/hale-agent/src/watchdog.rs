@@ -110,6 +110,12 @@ pub enum Order {
         /// The holding.
         h: u64,
     },
+    /// The agent stops but keeps holding `h`'s paused role, for its next
+    /// run to adopt: forget the holding without fencing it (as `stop`).
+    Keep {
+        /// The holding.
+        h: u64,
+    },
 }
 
 impl Order {
@@ -469,7 +475,7 @@ impl Watch {
                 Some(g) if g.fencing => g.asked = true,
                 g => answer(h, g.is_some_and(|g| g.fenced)),
             },
-            Order::Stop { h } => {
+            Order::Stop { h } | Order::Keep { h } => {
                 if let Some(g) = self.holdings.remove(&h) {
                     let _ = std::fs::remove_file(&g.fence.claim);
                 }

@@ -46,6 +46,7 @@ use crate::lease::{AcquireRequest, HeldLease, LeaseRequest, LeaseResponse};
 use crate::replication::Standing;
 
 mod io;
+mod keep;
 pub use io::{
     Action, ControlRequest, DataState, HolderConfig, HolderEvent, HookExit, HookId, HookOutcome,
     HookReason, RequestId, RoleState, ServiceStatus, StepDownReason,
@@ -178,6 +179,14 @@ pub struct Holder {
     /// [`ControlRequest::Acquire`]): the same while it asks again, a new
     /// one after each holding.
     attempt: u64,
+    /// A paused role this node holds in the control plane's table, being
+    /// adopted by a renewal ([`Holder::handle_adopt`]).
+    adopting: Option<keep::Adopting>,
+    /// The agent is stopping while its role is paused: the instant of the
+    /// stop. The first renewal sent since then that commits decides: still
+    /// paused, the role is kept ([`HolderEvent::Kept`]); resumed
+    /// meanwhile, it steps down as usual.
+    keeping: Option<Time>,
     actions: VecDeque<Action>,
 }
 
@@ -199,6 +208,8 @@ impl Holder {
             watchdog: Watchdog::None,
             life: Lifecycle::Running,
             next_id: 0,
+            adopting: None,
+            keeping: None,
             actions: VecDeque::new(),
         }
     }
@@ -206,6 +217,18 @@ impl Holder {
     /// The settings.
     pub fn config(&self) -> &HolderConfig {
         &self.cfg
+    }
+
+    /// New settings for this candidacy (an agent's configuration reload):
+    /// its `priority` is asked with from the next acquisition on; its
+    /// `hook_timeout` and `fail_after` bound the hook runs and failing
+    /// streaks from the next deadline on (a run under way is timed from
+    /// its start with the new limit). Nothing else changes: no request,
+    /// hook or step-down comes of it by itself.
+    pub fn retune(&mut self, priority: i64, hook_timeout: Duration, fail_after: Duration) {
+        self.cfg.priority = priority;
+        self.cfg.hook_timeout = hook_timeout;
+        self.cfg.fail_after = fail_after;
     }
 
     /// Where the candidacy stands.
@@ -251,6 +274,11 @@ impl Holder {
         let mut t: Option<Time> = None;
         let mut at = |x: Time| t = Some(t.map_or(x, |t| t.min(x)));
         match &self.phase {
+            Phase::Candidate { .. } if self.adopting.is_some() => {
+                if let Some(at_) = self.adopt_due() {
+                    at(at_);
+                }
+            }
             Phase::Candidate { acquiring } => {
                 if !self.stopping() && acquiring.is_none() && self.may_ask() {
                     at(self
@@ -298,6 +326,7 @@ impl Holder {
         self.renewals
             .retain(|_, (sent, _)| now.saturating_since(*sent) <= self.cfg.timing.lease);
         match &mut self.phase {
+            Phase::Candidate { .. } if self.adopting.is_some() => self.adopt_renew(now),
             Phase::Candidate { acquiring } => {
                 let held_off = self.hold_off_until.is_some_and(|t| now < t);
                 if acquiring.is_none()
@@ -405,6 +434,9 @@ impl Holder {
         if self.life == Lifecycle::Stopped {
             return;
         }
+        if self.adopt_answered(now, id, &response) {
+            return;
+        }
         if let Phase::Candidate { acquiring } = &mut self.phase {
             if let Some((aid, sent)) = *acquiring {
                 if aid == id {
@@ -445,6 +477,7 @@ impl Holder {
                         self.actions.push_back(Action::ArmWatchdog { deadline });
                     }
                 }
+                self.keep_or_leave(now, sent, paused);
             }
             Some(LeaseResponse::Rejected(_)) => match &mut self.phase {
                 Phase::Promoting { .. } | Phase::Holding { .. } => {
@@ -566,7 +599,11 @@ impl Holder {
     }
 
     /// The agent is stopping: give the role up (demote, release), then
-    /// report [`HolderEvent::Stopped`].
+    /// report [`HolderEvent::Stopped`]. A role held while paused (as the
+    /// last committed renewal said) is kept instead, once a renewal sent
+    /// from now on confirms it is still paused: no demote, no release, the
+    /// watchdog told to exit without fencing ([`Action::KeepWatchdog`]), so
+    /// that the agent's next run adopts it ([`Holder::handle_adopt`]).
     pub fn handle_stop(&mut self, now: Time) {
         if self.stopping() {
             return;
@@ -574,6 +611,7 @@ impl Holder {
         self.life = Lifecycle::Stopping;
         match &self.phase {
             Phase::Candidate { .. } => self.stop_done(),
+            Phase::Holding { .. } if self.paused => self.keep_when_confirmed(now),
             Phase::Promoting { .. } | Phase::Holding { .. } => {
                 self.step_down(now, StepDownReason::Leaving, None)
             }
@@ -692,17 +730,10 @@ impl Holder {
         self.next_renewal = next_tick(now, self.cfg.timing.renew_every);
         let id = self.id();
         self.renewals.insert(id, (now, epoch));
+        let request = self.renewal(epoch);
         self.actions.push_back(Action::Send {
             id,
-            request: ControlRequest::Lease(LeaseRequest::Renew {
-                role: self.cfg.role.clone(),
-                holder: self.cfg.node.clone(),
-                epoch,
-                mark: match &self.data {
-                    DataState::Primary(mark) => Some(mark.clone()),
-                    DataState::Unknown | DataState::Copy(_) => None,
-                },
-            }),
+            request,
             deadline: until.max(now + Duration::from_millis(50)),
         });
     }

@@ -105,6 +105,11 @@ pub enum LeaseRequest {
         role: String,
         /// Paused from now on, or resumed.
         paused: bool,
+        /// Resume even though the holder has been silent for longer than
+        /// a lease (see [`resume_check`]); read by the leader before it
+        /// proposes the entry, never by [`LeaseTable::apply`].
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        force: bool,
     },
     /// Order the holder of `role` at `epoch` to hand it to `to` (none:
     /// cancel the order), not before `at_unix_ms`. Any member may ask; the
@@ -325,7 +330,7 @@ impl LeaseTable {
                 }
                 answer
             }
-            LeaseRequest::Pause { role, paused } => {
+            LeaseRequest::Pause { role, paused, .. } => {
                 self.roles.entry(role.clone()).or_default().paused = *paused;
                 LeaseResponse::Paused(*paused)
             }
@@ -578,6 +583,53 @@ pub enum GrantDelay {
         /// The most it may.
         max_lag: u64,
     },
+}
+
+/// Why the leader refuses to resume a role ([`resume_check`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResumeRefused {
+    /// The paused role's holder has renewed nothing for longer than a
+    /// lease: its agent stopped (keeping the role for its next run) and
+    /// has not come back. Resumed, the role would go to another node while
+    /// the old holder's service may still run unfenced.
+    #[error(
+        "{holder} holds the role but has not renewed it for {:.1} s: its agent is down. \
+         Start it again (it adopts the role), or stop the service on {holder} and \
+         resume with --force",
+        silent.as_secs_f64()
+    )]
+    HolderSilent {
+        /// The silent holder.
+        holder: String,
+        /// For how long (on the leader's clock, at least).
+        silent: Duration,
+    },
+}
+
+/// Whether the leader may resume `role` at `now`: refused while the role
+/// is paused and held by a node that has not renewed it for longer than
+/// `lease` (its agent kept the role when it stopped and never came back).
+pub fn resume_check(
+    table: &LeaseTable,
+    appends: &AppendClock,
+    role: &str,
+    now: Time,
+    lease: Duration,
+) -> Result<(), ResumeRefused> {
+    let Some(r) = table.role(role) else {
+        return Ok(());
+    };
+    let (true, Some(holder)) = (r.paused, r.holder.as_ref()) else {
+        return Ok(());
+    };
+    let silent = now.saturating_since(appends.last(role));
+    if silent > lease {
+        return Err(ResumeRefused::HolderSilent {
+            holder: holder.clone(),
+            silent,
+        });
+    }
+    Ok(())
 }
 
 /// Runs on the control-plane leader: decides when a role may change hands,

@@ -39,7 +39,7 @@ pub use holder::{
 };
 pub use lease::{
     AppendClock, GrantDelay, Grantor, HeldLease, LeaseRejection, LeaseRequest, LeaseResponse,
-    LeaseTable, LeaseTiming, RoleLease, TimingError, MIN_COMMIT_SLACK,
+    LeaseTable, LeaseTiming, ResumeRefused, RoleLease, TimingError, MIN_COMMIT_SLACK,
 };
 pub use protocol::{OLDEST_PROTOCOL, PROTOCOL};
 pub use replication::{Mark, Standing};

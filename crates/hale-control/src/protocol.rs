@@ -3,9 +3,10 @@
 //! and the rule that keeps a leader from writing a log entry that some
 //! server could not apply.
 //!
-//! * **Version 1** is what the release before versioning spoke (commit
-//!   67c6e85): sealed JSON requests with no version anywhere, answers as
-//!   bare JSON (`{"Ok": ...}`, a lease table, openraft's answers).
+//! * **Version 1** is what the release before versioning spoke (0.1.0,
+//!   commit 67c6e85, `dist/previous-release.toml`): sealed JSON requests
+//!   with no version anywhere, answers as bare JSON (`{"Ok": ...}`, a lease
+//!   table, openraft's answers).
 //! * **Version 2** (this build, [`PROTOCOL`]): every request says the
 //!   highest version its sender speaks in the [`HEADER`] header. A server
 //!   answers an asker that says nothing (version 1) exactly as version 1
@@ -313,6 +314,7 @@ mod tests {
         let pause = LeaseRequest::Pause {
             role: "db".into(),
             paused: true,
+            force: true,
         };
         assert_eq!(needs(&renew), 1);
         assert_eq!(needs(&LeaseRequest::Batch(vec![renew, pause])), 1);

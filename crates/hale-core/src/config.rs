@@ -165,6 +165,11 @@ pub struct Config {
     /// `probe_timeout` are processed but are not proof of life. Zero turns
     /// the check off.
     pub replay_window: Duration,
+    /// The wire versions this node decodes and may write (within
+    /// [`crate::wire::SPOKEN`], the default). Narrowing it (say, to the
+    /// newest alone once every member is upgraded) makes packets of the
+    /// versions left out dropped and reported.
+    pub wire_versions: crate::wire::Versions,
     /// This node's metadata (at most 512 bytes).
     pub meta: Vec<u8>,
     /// Emit an [`crate::Event::ProbeVisit`] for every round-robin visit.
@@ -193,6 +198,44 @@ impl ConfigError {
             problem: problem.into(),
         }
     }
+}
+
+/// The knobs a running [`crate::Node`] takes new values of
+/// ([`crate::Node::retune`], an agent's configuration reload). Each is read
+/// afresh wherever it is used and nothing is derived from it and kept:
+/// the gossip period and its fanout (each round), the retransmit limit
+/// (each time news is counted), the push/pull and seed-retry periods (each
+/// time their timer is set again: a timer already set keeps its deadline),
+/// the tombstone time (each reap). The other knobs shape state the node
+/// keeps (the walk and its phase, ring monitors, suspicions and their
+/// timeouts, the replay reference, the wire's limits) and only take effect
+/// in a new node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tuning {
+    /// [`Config::gossip_interval`].
+    pub gossip_interval: Duration,
+    /// [`Config::gossip_fanout`].
+    pub gossip_fanout: usize,
+    /// [`Config::retransmit_mult`].
+    pub retransmit_mult: usize,
+    /// [`Config::push_pull_interval`].
+    pub push_pull_interval: Duration,
+    /// [`Config::seed_retry_interval`].
+    pub seed_retry_interval: Duration,
+    /// [`Config::tombstone_ttl`].
+    pub tombstone_ttl: Duration,
+}
+
+impl Tuning {
+    /// The names of its fields, as in [`Config`].
+    pub const FIELDS: [&'static str; 6] = [
+        "gossip_interval",
+        "gossip_fanout",
+        "retransmit_mult",
+        "push_pull_interval",
+        "seed_retry_interval",
+        "tombstone_ttl",
+    ];
 }
 
 impl Default for Config {
@@ -278,12 +321,44 @@ impl Config {
             pause_threshold: ms(700),
             generation: 0,
             replay_window: smin,
+            wire_versions: crate::wire::SPOKEN,
             meta: Vec::new(),
             trace_probes: false,
             max_events: 65_536,
             #[cfg(feature = "fault-injection")]
             fault: None,
         }
+    }
+
+    /// The knobs a running node can take new values of.
+    pub fn tuning(&self) -> Tuning {
+        Tuning {
+            gossip_interval: self.gossip_interval,
+            gossip_fanout: self.gossip_fanout,
+            retransmit_mult: self.retransmit_mult,
+            push_pull_interval: self.push_pull_interval,
+            seed_retry_interval: self.seed_retry_interval,
+            tombstone_ttl: self.tombstone_ttl,
+        }
+    }
+
+    /// This configuration with the knobs of `t`.
+    pub fn with_tuning(mut self, t: Tuning) -> Config {
+        let Tuning {
+            gossip_interval,
+            gossip_fanout,
+            retransmit_mult,
+            push_pull_interval,
+            seed_retry_interval,
+            tombstone_ttl,
+        } = t;
+        self.gossip_interval = gossip_interval;
+        self.gossip_fanout = gossip_fanout;
+        self.retransmit_mult = retransmit_mult;
+        self.push_pull_interval = push_pull_interval;
+        self.seed_retry_interval = seed_retry_interval;
+        self.tombstone_ttl = tombstone_ttl;
+        self
     }
 
     /// Checks every field; the error names the first bad one.
@@ -307,6 +382,16 @@ impl Config {
         nonzero("seed_retry_interval", self.seed_retry_interval)?;
         nonzero("reconnect_interval", self.reconnect_interval)?;
         nonzero("suspicion_min", self.suspicion_min)?;
+        if !crate::versions::valid_range(self.wire_versions) {
+            return Err(ConfigError::new(
+                "wire_versions",
+                format!(
+                    "{} is not within the versions this build speaks ({})",
+                    self.wire_versions,
+                    crate::wire::SPOKEN
+                ),
+            ));
+        }
         if self.probe_timeout >= self.probe_interval {
             return Err(ConfigError::new(
                 "probe_timeout",

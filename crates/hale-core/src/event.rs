@@ -1,6 +1,7 @@
 //! What a node reports to its user.
 
 use crate::time::Time;
+use crate::wire::Versions;
 
 /// Why a member was declared dead, so that a verdict read at 3 a.m. can be trusted or questioned.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -103,6 +104,18 @@ pub enum Event<I> {
         generation: u64,
         /// The peer that told it.
         by: I,
+    },
+    /// A packet in a wire version this node does not speak was dropped
+    /// (reported at most once a minute per sender; see `versions.rs`).
+    UnsupportedVersion {
+        /// Its sender, when the packet's prefix names it.
+        sender: Option<I>,
+        /// The packet's version.
+        version: u8,
+        /// The versions its sender speaks, when the packet says.
+        speaks: Option<Versions>,
+        /// The versions this node speaks.
+        ours: Versions,
     },
     /// This node was paused (no input for longer than the pause threshold).
     Paused {

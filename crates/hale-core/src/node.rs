@@ -6,7 +6,7 @@ use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
 use crate::broadcast::{Broadcasts, Class};
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError, Tuning};
 use crate::direct::{Outbox, Outgoing};
 use crate::event::Event;
 use crate::freshness::Verdict;
@@ -22,6 +22,7 @@ use crate::sync::Recovery;
 use crate::table::Table;
 use crate::targeted::Targeted;
 use crate::time::{Time, Timer, TimerTable};
+use crate::versions::Wire;
 use crate::wire::{
     cluster_id, Channel, DecodeError, Header, Message, Packet, MAX_DATAGRAM, MAX_MESSAGES, MAX_META,
 };
@@ -130,6 +131,8 @@ pub struct Node<I: Identity> {
     pub(crate) timers: TimerTable,
     /// Packets and events for the runtime (`direct.rs`).
     pub(crate) out: Outbox<I>,
+    /// Wire versions: written, per member, counted (`versions.rs`).
+    pub(crate) wire: Wire,
     pub(crate) stats: Stats,
 }
 
@@ -168,6 +171,7 @@ impl<I: Identity> Node<I> {
             isolation: Isolation::new(now),
             timers,
             out: Outbox::new(),
+            wire: Wire::new(cfg.wire_versions),
             stats: Stats::default(),
             cfg,
         })
@@ -204,6 +208,18 @@ impl<I: Identity> Node<I> {
     /// The configuration in force.
     pub fn config(&self) -> &Config {
         &self.cfg
+    }
+
+    /// Takes new values of the knobs a running node can change ([`Tuning`]),
+    /// validated with the rest of its configuration: nothing changes when
+    /// they are refused. Each applies where it is next read (a timer
+    /// already set keeps its deadline); no member, suspicion or timer is
+    /// touched.
+    pub fn retune(&mut self, t: Tuning) -> Result<(), ConfigError> {
+        let cfg = self.cfg.clone().with_tuning(t);
+        cfg.validate()?;
+        self.cfg = cfg;
+        Ok(())
     }
 
     /// Counters.
@@ -325,6 +341,9 @@ impl<I: Identity> Node<I> {
             Ok(pkt) => self.receive_decoded(now, pkt, channel),
             Err(e) => {
                 self.stats.drop(DropReason::of(&e));
+                if matches!(e, DecodeError::Version(_)) {
+                    self.unsupported_bytes(now, bytes);
+                }
                 Err(e.into())
             }
         }
@@ -346,6 +365,9 @@ impl<I: Identity> Node<I> {
             return Err(ReceiveError::Left);
         }
         self.check_pause(now);
+        if !self.admit_version(now, &pkt.header) {
+            return Err(DecodeError::Version(pkt.header.version).into());
+        }
         let current = match self.freshness(now, &pkt.header) {
             Verdict::Current => true,
             Verdict::Late => false,
@@ -600,21 +622,10 @@ impl<I: Identity> Node<I> {
         }
     }
 
-    fn header(&self) -> Header<I> {
-        Header {
-            cluster: self.local.cluster(),
-            sender: self.local.id().clone(),
-            incarnation: self.local.incarnation(),
-            health: self.probing.health(),
-            generation: self.local.my_generation(),
-            sent_ms: self.isolation.last_now().as_nanos() / 1_000_000,
-        }
-    }
-
     /// Sends `primary` to `to`; datagrams are topped up with queued news up
     /// to [`MAX_DATAGRAM`] bytes.
     pub(crate) fn send(&mut self, to: I, channel: Channel, mut primary: Vec<Message<I>>) {
-        let header = self.header();
+        let header = self.header_for(&to);
         // The encoding writes at most MAX_MESSAGES messages.
         primary.truncate(MAX_MESSAGES);
         let mut len =
@@ -638,6 +649,7 @@ impl<I: Identity> Node<I> {
         if primary.is_empty() {
             return;
         }
+        self.wire.count_sent(header.version);
         let probe = primary.iter().any(|m| matches!(m, Message::Ping { .. }));
         match channel {
             Channel::Datagram => {

@@ -277,8 +277,15 @@ impl<I: Identity> Node<I> {
         spread: bool,
     ) {
         if *member == *self.local.id() {
-            if incarnation > self.local.incarnation() && !self.phase.has_left() {
-                // News of a previous life of ours: supersede it.
+            let own = self.local.incarnation();
+            // News of a previous life of ours: supersede it. A previous
+            // run (restarted without leaving) may have reached our very
+            // incarnation with other metadata: at a tie, others keep the
+            // metadata they have, so ours would never spread (the wire
+            // versions a restarted, upgraded agent speaks, say).
+            let stale_meta =
+                incarnation == own && meta.as_deref().is_some_and(|m| m != self.local.meta());
+            if (incarnation > own || stale_meta) && !self.phase.has_left() {
                 self.refute(now, incarnation, None, false);
             }
             return;

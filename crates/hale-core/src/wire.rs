@@ -3,11 +3,24 @@
 //! Every datagram and stream frame starts with a header:
 //!
 //! ```text
-//! magic "HL" | version u8 | cluster id u64 LE | sender Identity
+//! version 2: magic "HL" | version u8 | cluster id u64 LE | sender Identity
 //!   | sender incarnation varint | sender local health u8
 //!   | sender generation varint | sent (sender's clock, ms) varint
 //!   | message count u8
+//! version 3: magic "HL" | version u8 | cluster id u64 LE | sender Identity
+//!   | speaks min u8 | speaks max u8
+//!   | (the rest as in version 2)
 //! ```
+//!
+//! **Versions.** A build speaks a range of versions ([`SPOKEN`]): it decodes
+//! every one of them and sends the one its cluster negotiated (the highest
+//! that every live member speaks; see [`negotiate`]). Version 3 adds the
+//! sender's own range to the header. Every version from 3 on starts with
+//! the same prefix, `magic | version | cluster | sender | speaks min | speaks
+//! max`, whatever follows it, so a build that cannot decode a newer
+//! version still reads who sent it and what that member speaks
+//! ([`peek`]), and reports it instead of dropping it silently. (Version 2
+//! has the prefix up to the sender.)
 //!
 //! The generation and the send time let a receiver reject replays (see
 //! `Config::replay_window`); the whole packet is sealed by the agent, so
@@ -22,8 +35,99 @@ use crate::identity::Identity;
 
 /// First two bytes of every packet.
 pub const MAGIC: [u8; 2] = *b"HL";
-/// The wire version this build speaks.
-pub const VERSION: u8 = 2;
+/// The newest wire version this build speaks.
+pub const VERSION: u8 = 3;
+/// The oldest wire version any hale build ever spoke: what a member that
+/// advertises no range (a release before 0.2.0) is taken to speak.
+pub const OLDEST: u8 = 2;
+/// The wire versions this build decodes and may send.
+pub const SPOKEN: Versions = Versions {
+    min: OLDEST,
+    max: VERSION,
+};
+
+/// A range of wire versions, both ends included.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Versions {
+    /// The oldest.
+    pub min: u8,
+    /// The newest.
+    pub max: u8,
+}
+
+impl Versions {
+    /// Whether `v` is in the range.
+    pub fn contains(self, v: u8) -> bool {
+        self.min <= v && v <= self.max
+    }
+
+    /// The versions both ranges hold, if any.
+    pub fn intersect(self, other: Versions) -> Option<Versions> {
+        let r = Versions {
+            min: self.min.max(other.min),
+            max: self.max.min(other.max),
+        };
+        (r.min <= r.max).then_some(r)
+    }
+}
+
+impl std::str::FromStr for Versions {
+    type Err = String;
+
+    /// `"3"` or `"2-3"`: the form [`Versions`] displays in.
+    fn from_str(s: &str) -> Result<Versions, String> {
+        let num = |t: &str| {
+            t.trim()
+                .parse::<u8>()
+                .map_err(|_| format!("{s:?} is not a wire version or range (\"3\", \"2-3\")"))
+        };
+        let (min, max) = match s.split_once('-') {
+            Some((a, b)) => (num(a)?, num(b)?),
+            None => (num(s)?, num(s)?),
+        };
+        if min > max {
+            return Err(format!("{s:?}: the range is empty"));
+        }
+        Ok(Versions { min, max })
+    }
+}
+
+impl std::fmt::Display for Versions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.min == self.max {
+            write!(f, "{}", self.min)
+        } else {
+            write!(f, "{}-{}", self.min, self.max)
+        }
+    }
+}
+
+/// The version a member speaking `own` sends when the other live members
+/// speak `others` (`None`: a member that advertises no range, taken to
+/// speak [`OLDEST`] only): the highest version that `own` and every one of
+/// them speaks. Members that share no version with `own` cannot be spoken
+/// to at all and do not hold the cluster back; they are returned apart so
+/// that they can be reported. With no other member known, the lowest of
+/// `own`: a node that has not heard its cluster yet must be understood by
+/// the oldest member it may meet.
+pub fn negotiate<K>(
+    own: Versions,
+    others: impl IntoIterator<Item = (K, Option<Versions>)>,
+) -> (u8, Vec<(K, Versions)>) {
+    let mut speak: Option<u8> = None;
+    let mut strangers = Vec::new();
+    for (k, r) in others {
+        let r = r.unwrap_or(Versions {
+            min: OLDEST,
+            max: OLDEST,
+        });
+        match own.intersect(r) {
+            Some(both) => speak = Some(speak.map_or(both.max, |s| s.min(both.max))),
+            None => strangers.push((k, r)),
+        }
+    }
+    (speak.unwrap_or(own.min), strangers)
+}
 /// Largest datagram hale ever sends (fits a 1280-byte IPv6 minimum MTU with
 /// headers to spare).
 pub const MAX_DATAGRAM: usize = 1200;
@@ -140,6 +244,11 @@ pub fn varint_len(v: u64) -> usize {
 /// What every packet says about its sender.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Header<I> {
+    /// The wire version the packet is written in (one of [`SPOKEN`]).
+    pub version: u8,
+    /// The versions its sender speaks (written from version 3 on; `None`
+    /// in a version 2 packet).
+    pub speaks: Option<Versions>,
     /// The cluster the packet belongs to.
     pub cluster: u64,
     /// Who sent it.
@@ -596,9 +705,17 @@ impl<I: Identity> Header<I> {
 
     fn write<S: Sink>(&self, out: &mut S, count: u8) {
         out.bytes(&MAGIC);
-        out.byte(VERSION);
+        out.byte(self.version);
         out.bytes(&self.cluster.to_le_bytes());
         out.id(&self.sender);
+        if self.version >= 3 {
+            let speaks = self.speaks.unwrap_or(Versions {
+                min: self.version,
+                max: self.version,
+            });
+            out.byte(speaks.min);
+            out.byte(speaks.max);
+        }
         out.varint(u64::from(self.incarnation));
         out.byte(self.health);
         out.varint(self.generation);
@@ -658,6 +775,12 @@ impl<I: Identity> Packet<I> {
             Channel::Stream => MAX_STREAM_FRAME,
         };
         len <= limit
+            && SPOKEN.contains(self.header.version)
+            && (self.header.version >= 3) == self.header.speaks.is_some()
+            && self
+                .header
+                .speaks
+                .is_none_or(|s| s.contains(self.header.version))
             && self.messages.len() <= MAX_MESSAGES
             && self.messages.iter().all(|m| match m {
                 Message::Alive { meta, .. } => meta.len() <= MAX_META,
@@ -686,7 +809,7 @@ impl<I: Identity> Packet<I> {
             return Err(DecodeError::BadMagic);
         }
         let version = r.u8()?;
-        if version != VERSION {
+        if !SPOKEN.contains(version) {
             return Err(DecodeError::Version(version));
         }
         let their_cluster = u64::from_le_bytes(r.array()?);
@@ -694,6 +817,11 @@ impl<I: Identity> Packet<I> {
             return Err(DecodeError::ForeignCluster);
         }
         let sender = I::decode(&mut r)?;
+        let speaks = if version >= 3 {
+            Some(read_speaks(&mut r, version)?)
+        } else {
+            None
+        };
         let incarnation = r.varint32()?;
         let health = r.u8()?;
         let generation = r.varint()?;
@@ -713,6 +841,8 @@ impl<I: Identity> Packet<I> {
         }
         Ok(Packet {
             header: Header {
+                version,
+                speaks,
                 cluster: their_cluster,
                 sender,
                 incarnation,
@@ -723,6 +853,60 @@ impl<I: Identity> Packet<I> {
             messages,
         })
     }
+}
+
+/// The sender's range in a header of version 3 or later: it must hold
+/// the version the packet is written in.
+fn read_speaks(r: &mut Reader<'_>, version: u8) -> Result<Versions, DecodeError> {
+    let speaks = Versions {
+        min: r.u8()?,
+        max: r.u8()?,
+    };
+    if !speaks.contains(version) {
+        return Err(DecodeError::Invalid(
+            "sender's versions exclude the packet's",
+        ));
+    }
+    Ok(speaks)
+}
+
+/// What can be read of a packet in a version this build may not decode:
+/// the prefix that every version keeps (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peek<I> {
+    /// The packet's version.
+    pub version: u8,
+    /// Its sender (versions 2 and later).
+    pub sender: Option<I>,
+    /// The versions its sender speaks (versions 3 and later).
+    pub speaks: Option<Versions>,
+}
+
+/// Reads the prefix of a packet of any version: `None` unless it is a
+/// hale packet of `cluster` (a version before 2 has no cluster to check:
+/// only its version is read). Total, like [`Packet::decode`].
+pub fn peek<I: Identity>(bytes: &[u8], cluster: u64) -> Option<Peek<I>> {
+    let mut r = Reader::new(bytes);
+    if r.array::<2>().ok()? != MAGIC {
+        return None;
+    }
+    let version = r.u8().ok()?;
+    let mut peek = Peek {
+        version,
+        sender: None,
+        speaks: None,
+    };
+    if version < OLDEST {
+        return Some(peek);
+    }
+    if u64::from_le_bytes(r.array().ok()?) != cluster {
+        return None;
+    }
+    peek.sender = I::decode(&mut r).ok();
+    if version >= 3 && peek.sender.is_some() {
+        peek.speaks = read_speaks(&mut r, version).ok();
+    }
+    Some(peek)
 }
 
 /// The cluster identifier for a cluster name: FNV-1a 64, stable across

@@ -58,9 +58,17 @@ impl RelayConfig {
 #[derive(Debug)]
 struct Inner {
     p: Pipeline<Envelope>,
+    /// Who may send and how much: taken by each request as it starts,
+    /// replaced whole by [`Relay::set_access`].
+    access: std::sync::RwLock<Arc<Access>>,
+    prefix: String,
+}
+
+/// What a request must present, and the most it may send.
+#[derive(Debug)]
+struct Access {
     keys: Vec<String>,
     body_limit: usize,
-    prefix: String,
 }
 
 impl Drop for Inner {
@@ -102,8 +110,10 @@ impl Relay {
         Ok(Relay {
             inner: Arc::new(Inner {
                 p: Pipeline::start(cfg.pipeline)?,
-                keys: cfg.keys,
-                body_limit: cfg.body_limit,
+                access: std::sync::RwLock::new(Arc::new(Access {
+                    keys: cfg.keys,
+                    body_limit: cfg.body_limit,
+                })),
                 prefix,
             }),
         })
@@ -132,13 +142,38 @@ impl Relay {
             .with_state(self.clone())
     }
 
+    /// Replaces the keys clients must present ([`RelayConfig::keys`]) and
+    /// the body limit ([`RelayConfig::body_limit`]) while the relay runs:
+    /// requests that start from now on are checked against them (one
+    /// already reading its body keeps the limit it started with). Nothing
+    /// queued or spooled is touched.
+    pub fn set_access(&self, keys: Vec<String>, body_limit: usize) {
+        let access = Arc::new(Access { keys, body_limit });
+        *self.inner.access.write().unwrap_or_else(|e| e.into_inner()) = access;
+    }
+
+    /// The keys clients must present and the body limit in force.
+    pub fn access(&self) -> (Vec<String>, usize) {
+        let a = self.current_access();
+        (a.keys.clone(), a.body_limit)
+    }
+
+    fn current_access(&self) -> Arc<Access> {
+        self.inner
+            .access
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     /// Prometheus text, metric names prefixed `hale_relay_`.
     pub fn render_metrics(&self) -> String {
         self.inner.p.metrics_text("hale_relay")
     }
 
     fn authorize(&self, headers: &HeaderMap, query: Option<&str>) -> Result<(), Refusal> {
-        if self.inner.keys.is_empty() {
+        let access = self.current_access();
+        if access.keys.is_empty() {
             return Ok(());
         }
         let from_header = headers
@@ -152,7 +187,7 @@ impl Relay {
                 .map(|(_, v)| v)
         });
         match from_header.or(from_query) {
-            Some(k) if self.inner.keys.iter().any(|want| want == k) => Ok(()),
+            Some(k) if access.keys.iter().any(|want| want == k) => Ok(()),
             Some(_) => Err(Refusal(
                 StatusCode::UNAUTHORIZED,
                 "unknown sentry_key".into(),
@@ -180,7 +215,7 @@ impl Relay {
     }
 
     async fn read_body(&self, headers: &HeaderMap, body: Body) -> Result<Vec<u8>, Refusal> {
-        let limit = self.inner.body_limit;
+        let limit = self.current_access().body_limit;
         let too_big = || {
             Refusal(
                 StatusCode::PAYLOAD_TOO_LARGE,

@@ -328,6 +328,7 @@ impl Observer {
             Event::Paused { .. } => (9, 0),
             Event::ProbeVisit { target, .. } => (10, target.0),
             Event::GenerationRaised { by, .. } => (11, by.0),
+            Event::UnsupportedVersion { sender, .. } => (12, sender.as_ref().map_or(0, |s| s.0)),
         };
         self.mix(code);
         self.mix(u64::from(member));

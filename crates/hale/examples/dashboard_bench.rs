@@ -17,7 +17,7 @@
 #[allow(dead_code)]
 mod browser;
 #[path = "../tests/it/support.rs"]
-#[allow(dead_code)] // The browser's polling helpers; no agent process here.
+#[allow(dead_code, unused_imports)] // The browser's polling helpers; no agent process here.
 mod support;
 
 use hale_agent::view::MemberState;

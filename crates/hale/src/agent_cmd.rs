@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Args;
 
-use hale_agent::{FileConfig, Key};
+use hale_agent::{ConfigSource, Key, LoadedConfig};
 
 /// Where `hale agent` looks for its configuration when given none.
 pub const DEFAULT_CONFIG: &str = "/etc/hale/hale.toml";
@@ -32,7 +32,8 @@ pub struct AgentArgs {
     pub log_format: LogFormat,
 }
 
-/// Runs the agent until SIGTERM or Ctrl-C, then leaves gracefully.
+/// Runs the agent until SIGTERM or Ctrl-C, then leaves gracefully; SIGHUP
+/// reloads its configuration file.
 pub fn run(args: &AgentArgs) -> anyhow::Result<()> {
     init_logging(args.log_format);
     let default = std::path::Path::new(DEFAULT_CONFIG);
@@ -40,14 +41,14 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<()> {
         .config
         .clone()
         .or_else(|| default.exists().then(|| default.to_path_buf()));
-    let mut file = match &path {
-        Some(p) => {
-            tracing::info!(config = %p.display(), "reading the configuration");
-            FileConfig::load(p)?
-        }
-        None => FileConfig::default(),
-    };
-    file.apply_env(|k| std::env::var(k).ok());
+    if let Some(p) = &path {
+        tracing::info!(config = %p.display(), "reading the configuration");
+    }
+    // SIGHUP and `hale reload` read the file again, with the same overrides.
+    let vars = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)));
+    let source = ConfigSource::new(path).with_env(vars);
+    let file = source.read()?;
     let cfg = file.validate()?;
     if cfg.ephemeral_key {
         tracing::warn!(
@@ -77,7 +78,7 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<()> {
         // service manager it is ready): a SIGTERM right after readiness
         // still makes it leave gracefully.
         let shutdown = shutdown_signal().context("installing signal handlers")?;
-        hale_agent::run(cfg, shutdown).await?;
+        hale_agent::run(LoadedConfig { file, agent: cfg }, source, shutdown).await?;
         Ok::<(), anyhow::Error>(())
     })
 }

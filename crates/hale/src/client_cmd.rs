@@ -182,6 +182,70 @@ pub fn leave(api: &ApiArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Arguments of `hale reload`.
+#[derive(Debug, Args)]
+pub struct ReloadArgs {
+    /// Print the agent's answer as JSON (the `Reload` or `ReloadRefusal`
+    /// schema of /v1/openapi.json).
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub api: ApiArgs,
+}
+
+/// `hale reload`: what the agent applied, or why it refused (and changed
+/// nothing); whether it applied.
+pub fn reload(args: &ReloadArgs) -> anyhow::Result<bool> {
+    // Retiring a role waits for its manager and keeper to stop.
+    let client = args.api.client().with_timeout(Duration::from_secs(30));
+    let answer = block_on(client.reload())??;
+    match (&answer, args.json) {
+        (Ok(v), true) => println!("{}", serde_json::to_string_pretty(v)?),
+        (Err(r), true) => println!("{}", serde_json::to_string_pretty(r)?),
+        (Ok(v), false) => print!("{}", reload_report(v)),
+        (Err(r), false) => eprint!("{}", refusal_report(r)),
+    }
+    Ok(answer.is_ok())
+}
+
+/// What `hale reload` prints when the agent applied the file.
+fn reload_report(v: &hale_agent::view::ReloadView) -> String {
+    if v.changes.is_empty() {
+        return "reloaded: nothing changed\n".to_owned();
+    }
+    let mut out = format!("reloaded: {} change(s) applied\n", v.changes.len());
+    let w = v.changes.iter().map(|c| c.key.len()).max().unwrap_or(0);
+    for c in &v.changes {
+        let how = match c.change {
+            hale_agent::view::ChangeKind::Added => "added",
+            hale_agent::view::ChangeKind::Removed => "removed",
+            hale_agent::view::ChangeKind::Changed => "changed",
+        };
+        out.push_str(&format!("  {:<w$}  {how}\n", c.key));
+    }
+    out
+}
+
+/// What `hale reload` prints when the agent refused the file.
+fn refusal_report(r: &hale_agent::view::ReloadRefusal) -> String {
+    use hale_agent::view::RefusalReason;
+    let why = match r.reason {
+        RefusalReason::NoFile => "the agent was started without a configuration file",
+        RefusalReason::Unreadable => "the file cannot be read",
+        RefusalReason::Invalid => "the file is not a valid configuration",
+        RefusalReason::Unreloadable => "keys changed that cannot change while the agent runs",
+        RefusalReason::Stopping => "the agent is stopping",
+    };
+    let mut out = format!("refused, nothing changed: {why}\n");
+    for k in &r.keys {
+        match k.key.as_str() {
+            "" => out.push_str(&format!("  {}\n", k.problem)),
+            key => out.push_str(&format!("  {key}: {}\n", k.problem)),
+        }
+    }
+    out
+}
+
 /// Arguments of `hale events`.
 #[derive(Debug, Args)]
 pub struct EventsArgs {
@@ -251,7 +315,47 @@ fn display_meta(raw: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::display_meta;
+    use super::{display_meta, refusal_report, reload_report};
+    use hale_agent::view::{
+        ChangeKind, ConfigChange, RefusalReason, RefusedKey, ReloadRefusal, ReloadView,
+    };
+
+    #[test]
+    fn a_reload_report_lists_each_change_and_a_refusal_each_key() {
+        let v = ReloadView {
+            changes: vec![
+                ConfigChange {
+                    key: "role[cache]".into(),
+                    change: ChangeKind::Added,
+                },
+                ConfigChange {
+                    key: "service[pg].check[ping]".into(),
+                    change: ChangeKind::Changed,
+                },
+            ],
+        };
+        let out = reload_report(&v);
+        assert!(out.starts_with("reloaded: 2 change(s) applied\n"), "{out}");
+        assert!(out.contains("  role[cache]              added\n"), "{out}");
+        assert_eq!(
+            reload_report(&ReloadView::default()),
+            "reloaded: nothing changed\n"
+        );
+        let r = ReloadRefusal {
+            error: "cannot apply".into(),
+            reason: RefusalReason::Unreloadable,
+            keys: vec![RefusedKey {
+                key: "agent.bind".into(),
+                problem: "read at start only".into(),
+            }],
+        };
+        let out = refusal_report(&r);
+        assert!(
+            out.starts_with("refused, nothing changed: keys changed"),
+            "{out}"
+        );
+        assert!(out.contains("  agent.bind: read at start only\n"), "{out}");
+    }
 
     #[test]
     fn the_meta_column_shows_the_operators_metadata_and_candidacies() {

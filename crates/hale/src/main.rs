@@ -37,6 +37,9 @@ enum Command {
     Join(client_cmd::JoinArgs),
     /// Ask the local agent to leave the cluster gracefully.
     Leave(client_cmd::ApiArgs),
+    /// Ask the local agent to read its configuration file again and apply
+    /// it, all of it or nothing (what SIGHUP does); exits 1 when refused.
+    Reload(client_cmd::ReloadArgs),
     /// Print membership events (and follow them live with --follow).
     Events(client_cmd::EventsArgs),
     /// Print a new random cluster key (base64).
@@ -76,13 +79,13 @@ fn command() -> clap::Command {
     Cli::command().long_version(long_version())
 }
 
-/// `hale --version`: the release, the wire protocol version and the
-/// control-plane protocols.
+/// `hale --version`: the release and the protocol versions it speaks.
 fn long_version() -> String {
     format!(
-        "{}\nwire protocol: {}\ncontrol-plane protocol: {} (speaks {} to {})",
+        "{}\nwire protocol: {} (writes the highest every live member speaks)\n\
+         control-plane protocol: {} (speaks {} to {})",
         env!("CARGO_PKG_VERSION"),
-        hale_core::wire::VERSION,
+        hale_core::wire::SPOKEN,
         hale_control::PROTOCOL,
         hale_control::OLDEST_PROTOCOL,
         hale_control::PROTOCOL,
@@ -101,6 +104,7 @@ fn main() -> ExitCode {
         Command::Join(a) => client_cmd::join(a).map(|()| ExitCode::SUCCESS),
         Command::Leave(api) => client_cmd::leave(api).map(|()| ExitCode::SUCCESS),
         Command::Events(a) => client_cmd::events(a).map(|()| ExitCode::SUCCESS),
+        Command::Reload(a) => client_cmd::reload(a).map(|ok| ExitCode::from(u8::from(!ok))),
         Command::Keygen => {
             agent_cmd::keygen();
             Ok(ExitCode::SUCCESS)
@@ -186,7 +190,7 @@ mod tests {
     fn the_long_version_names_the_protocols_this_build_speaks() {
         let v = long_version();
         assert!(v.starts_with(env!("CARGO_PKG_VERSION")), "{v}");
-        let wire = format!("wire protocol: {}", hale_core::wire::VERSION);
+        let wire = format!("wire protocol: {}", hale_core::wire::SPOKEN);
         assert!(v.contains(&wire), "{v}");
         let control = format!("control-plane protocol: {}", hale_control::PROTOCOL);
         assert!(v.contains(&control), "{v}");

@@ -34,10 +34,16 @@ pub enum RolesAction {
         /// The role.
         role: String,
     },
-    /// Resume a paused ROLE: it moves on faults again.
+    /// Resume a paused ROLE: it moves on faults again. Refused while
+    /// ROLE's holder has renewed nothing for longer than a lease (its
+    /// agent stopped keeping the role and has not come back).
     Resume {
         /// The role.
         role: String,
+        /// Resume even though the holder is silent: stop its service by
+        /// hand first, or another node is promoted while it still runs.
+        #[arg(long)]
+        force: bool,
     },
     /// Switch ROLE over to candidate NODE (from any member): refused, with
     /// the reason, unless NODE is a live candidate whose checks pass and,
@@ -97,9 +103,16 @@ pub fn roles(args: &RolesArgs) -> anyhow::Result<()> {
             }
             return Ok(());
         }
-        Some(RolesAction::Pause { role } | RolesAction::Resume { role }) => {
-            let pause = matches!(args.action, Some(RolesAction::Pause { .. }));
-            let v = block_on(client.set_paused(role, pause))??;
+        Some(RolesAction::Pause { role } | RolesAction::Resume { role, .. }) => {
+            let v = match &args.action {
+                Some(RolesAction::Resume { force: true, .. }) => {
+                    block_on(client.force_resume(role))??
+                }
+                a => {
+                    let pause = matches!(a, Some(RolesAction::Pause { .. }));
+                    block_on(client.set_paused(role, pause))??
+                }
+            };
             if v.paused {
                 println!("{role} paused: no automatic promotion or demotion until `hale roles resume {role}`");
             } else {

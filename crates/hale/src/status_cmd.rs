@@ -53,6 +53,11 @@ pub struct Status {
     pub unreachable: Vec<(String, String)>,
     /// The control-plane server the agent asked runs, if any.
     pub control: Option<hale_control::raft::ControlStatus>,
+    /// Live members by the wire versions they publish (`"2"` for agents
+    /// before 0.2.0, which publish none): who is upgraded, mid-upgrade.
+    pub wire: BTreeMap<String, Vec<String>>,
+    /// The wire version the agent asked writes, and the versions it speaks.
+    pub wire_written: Option<hale_agent::view::WireView>,
 }
 
 /// One role.
@@ -179,7 +184,26 @@ pub fn summarize(observer: &str, members: &[MemberView], nodes: &[NodeState]) ->
             .filter_map(|n| Some((n.name.clone(), n.error.clone()?)))
             .collect(),
         control: None,
+        wire: wire_ranges(members),
+        wire_written: None,
     }
+}
+
+/// Live members by the wire range they publish.
+fn wire_ranges(members: &[MemberView]) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for m in members.iter().filter(|m| m.state.is_live()) {
+        let range = hale_agent::AgentMeta::parse(&m.meta)
+            .and_then(|p| p.wire)
+            .unwrap_or(hale_core::Versions {
+                min: hale_core::wire::OLDEST,
+                max: hale_core::wire::OLDEST,
+            });
+        out.entry(range.to_string())
+            .or_default()
+            .push(m.name.clone());
+    }
+    out
 }
 
 fn names(v: &[String]) -> String {
@@ -240,6 +264,17 @@ pub fn render(s: &Status) -> String {
         if let Some(e) = &c.storage_error {
             out.push_str(&format!("  STORAGE FAILED: {e}\n"));
         }
+    }
+    if !s.wire.is_empty() {
+        let by_range: Vec<String> = s
+            .wire
+            .iter()
+            .map(|(r, n)| format!("speaks {r}: {}", names(n)))
+            .collect();
+        let written = s.wire_written.as_ref().map_or(String::new(), |w| {
+            format!("{} writes {}; ", s.observer, w.writes)
+        });
+        out.push_str(&format!("WIRE     {written}{}\n", by_range.join("; ")));
     }
     out.push_str("ROLES\n");
     if s.roles.is_empty() {
@@ -335,6 +370,7 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<()> {
         if let Ok(h) = args.api.client().health().await {
             s.cluster = Some(h.cluster);
             s.control = h.control;
+            s.wire_written = h.wire;
         }
         if args.json {
             println!("{}", serde_json::to_string_pretty(&s)?);

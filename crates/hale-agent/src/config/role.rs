@@ -87,7 +87,7 @@ impl ControlSection {
 
 /// `[[role]]`: this node's candidacy for a role, as written and (once
 /// [`RoleSpec::validate`] accepts it) as the agent runs it.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RoleSpec {
     /// The role (e.g. `db-primary`).
@@ -184,7 +184,7 @@ impl RoleSpec {
 }
 
 /// Where this agent finds (and maybe runs) the control plane.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ControlPlan {
     /// Run a server: its id and listener.
     pub server: Option<(u64, SocketAddr)>,

@@ -9,7 +9,7 @@ use super::{invalid, ConfigError};
 /// `[[service]]` in hale.toml: its checks as written ([`CheckSection`],
 /// the [`ServiceSection`] the file holds) or, once validated, as the agent
 /// runs them ([`CheckSpec`]).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServiceSpec<C = CheckSpec> {
     /// Service name, unique on this node.
@@ -26,7 +26,7 @@ pub struct ServiceSpec<C = CheckSpec> {
 pub type ServiceSection = ServiceSpec<CheckSection>;
 
 /// `[[service.check]]`: exactly one of `http`, `tcp`, `command`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CheckSection {
     /// Name shown in reports (default: derived from the target).
@@ -74,7 +74,7 @@ pub enum Probe {
 }
 
 /// A validated check.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CheckSpec {
     /// Its name.
     pub name: String,

@@ -33,6 +33,7 @@ struct Pending {
 #[derive(Clone)]
 pub struct LeaseRequests {
     tx: mpsc::UnboundedSender<Pending>,
+    control: ControlClient,
 }
 
 impl LeaseRequests {
@@ -40,8 +41,13 @@ impl LeaseRequests {
     /// of the returned handle is dropped.
     pub fn start(control: ControlClient) -> LeaseRequests {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(control, rx));
-        LeaseRequests { tx }
+        tokio::spawn(run(control.clone(), rx));
+        LeaseRequests { tx, control }
+    }
+
+    /// The lease table, as a control-plane server has it (None: none answered).
+    pub async fn table(&self) -> Option<hale_control::LeaseTable> {
+        self.control.table().await
     }
 
     /// Sends `req` with the next batch and waits for its answer, at most

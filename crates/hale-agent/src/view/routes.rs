@@ -58,6 +58,8 @@ pub const RELAY: &str = "/v1/relay";
 pub const KEYS: &str = "/v1/keys";
 /// `POST`: a key operation, fanned out to every live member.
 pub const KEY_OP: &str = "/v1/keys/{op}";
+/// `POST`: read the configuration file again and apply it (all or nothing).
+pub const RELOAD: &str = "/v1/reload";
 /// `POST`: a key operation from another agent (sealed).
 pub const CLUSTER_KEY_OP: &str = "/v1/cluster/keys/{op}";
 

@@ -23,6 +23,7 @@ fn mutations() -> Vec<(&'static str, &'static str)> {
         ("/v1/keys/install", r#"{"key": "AAAA"}"#),
         ("/v1/control/servers", r#"{"id": 9, "addr": "127.0.0.1:9"}"#),
         ("/v1/control/servers/2/remove", "{}"),
+        ("/v1/reload", "{}"),
         ("/v1/leave", "{}"),
     ]
 }

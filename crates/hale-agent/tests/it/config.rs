@@ -104,6 +104,15 @@ fn bad_values_name_their_field() {
             "[membership]\ngossip_fanout = 0\n",
             "membership.gossip_fanout",
         ),
+        (
+            "[[service]]\nname = \"pg\"\n[[service]]\nname = \"pg\"\n",
+            "service[1].name",
+        ),
+        (
+            "[[service]]\nname = \"pg\"\n[[role]]\nname = \"db\"\nservice = \"pg\"\n\
+             [[role]]\nname = \"db\"\nservice = \"pg\"\n",
+            "role[1].name",
+        ),
     ];
     for (text, field) in cases {
         assert_eq!(bad_field(text), field, "for {text:?}");

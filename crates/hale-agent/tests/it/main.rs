@@ -14,4 +14,5 @@ mod keys;
 mod openapi;
 mod relay;
 mod relay_view;
+mod reload;
 mod support;

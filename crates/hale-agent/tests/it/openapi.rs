@@ -19,6 +19,7 @@ use hale_agent::view::{
     NodeServicesView, PrimaryView, ReplicaView, RolesView,
 };
 use hale_agent::view::{CheckResult, CheckView, ServiceView};
+use hale_agent::view::{ConfigChange, RefusedKey, ReloadRefusal, ReloadView};
 use hale_agent::view::{DrillView, FaultView, RestoredView, TrafficView};
 use hale_agent::view::{ErrorBody, HandoverView};
 use hale_agent::view::{KeyOpError, KeyReport, KeyView, KeysView};
@@ -149,9 +150,15 @@ fn samples() -> BTreeMap<String, Vec<Value>> {
         "refused": [{"server": 1, "count": 3, "last_skew_ms": 60500,
             "last_unix_ms": 1_700_000_000_000_u64}]});
     let health = |control: Value| {
+        // An agent before 0.2.0 says nothing of its wire versions.
+        let wire = if control.is_null() {
+            Value::Null
+        } else {
+            json!({"speaks": "2-3", "writes": 3})
+        };
         json!({"status": "ok", "control": control, "cluster": "c", "clock": clock,
         "node": "n0", "addr": "127.0.0.1:7946", "incarnation": 0, "local_health": 0,
-        "members": counts})
+        "members": counts, "wire": wire})
     };
     let evidence = |silent: Option<u64>| {
         json!({"declared_by": "n1", "accusers": ["n1", "n2"],
@@ -206,6 +213,11 @@ fn samples() -> BTreeMap<String, Vec<Value>> {
         "divert": null, "delay_ms": 300});
     let drill = json!({"node": "n0", "active": [fault], "traffic_ignored": 0});
     let key = json!({"fingerprint": "ab12", "primary": true});
+    let change = json!({"key": "service[pg].check[ping]", "change": "added"});
+    let reloaded = json!({"changes": [change, {"key": "role[db].priority", "change": "changed"}]});
+    let refused_key = json!({"key": "agent.bind", "problem": "read at start only"});
+    let refusal = json!({"error": "cannot apply while the agent runs: agent.bind (read at start only); nothing changed",
+        "reason": "unreloadable", "keys": [refused_key]});
     let mut s = samples! {
         "Error": ErrorBody = {"error": "no such endpoint"};
         "ControlStatus": ControlStatus = control;
@@ -286,6 +298,11 @@ fn samples() -> BTreeMap<String, Vec<Value>> {
         "KeyOpError": KeyOpError = {"reason": "refused", "status": 401,
             "message": "not sealed with a cluster key for this server and route"};
         "KeyOpError": KeyOpError = {"reason": "bad-answer", "detail": "the answer is not authentic"};
+        "ConfigChange": ConfigChange = (change.clone());
+        "Reload": ReloadView = (reloaded.clone());
+        "Reload": ReloadView = {"changes": []};
+        "RefusedKey": RefusedKey = (refused_key.clone());
+        "ReloadRefusal": ReloadRefusal = (refusal.clone());
     };
     let (role, epoch) = ("db", 3);
     // Every event kind, with the schema of its detail (if it has one).
@@ -323,6 +340,10 @@ fn samples() -> BTreeMap<String, Vec<Value>> {
             "schema": "DrillRestoredDetail"},
         {"kind": "role-paused", "detail": {"role": role, "paused": true},
             "schema": "RolePausedDetail"},
+        {"kind": "role-kept", "detail": {"role": role, "epoch": epoch},
+            "schema": "RoleKeptDetail"},
+        {"kind": "role-adopted", "detail": {"role": role, "epoch": epoch},
+            "schema": "RoleKeptDetail"},
         {"kind": "not-eligible", "detail": {"role": role, "lag": 16_777_216, "max_lag": 1_048_576},
             "schema": "NotEligibleDetail"},
         {"kind": "rejoining", "detail": {"role": role, "upstream": "n1"}, "schema": "RejoinDetail"},
@@ -337,6 +358,12 @@ fn samples() -> BTreeMap<String, Vec<Value>> {
             "schema": "SwitchoverDetail"},
         {"kind": "switchover", "detail": {"role": role, "to": "n1", "step": "waiting",
             "reason": "n1 does not stream from this primary"}, "schema": "SwitchoverDetail"},
+        {"kind": "unsupported-wire-version", "detail": {"version": 4, "speaks": "3-4", "ours": "2-3"},
+            "schema": "UnsupportedWireVersionDetail"},
+        {"kind": "unsupported-wire-version", "detail": {"version": 2, "speaks": null, "ours": "3"},
+            "schema": "UnsupportedWireVersionDetail"},
+        {"kind": "config-reloaded", "detail": reloaded, "schema": "Reload"},
+        {"kind": "config-reload-refused", "detail": refusal, "schema": "ReloadRefusal"},
     ]);
     for (i, event) in events.as_array().unwrap().iter().enumerate() {
         let mut event = event.as_object().unwrap().clone();

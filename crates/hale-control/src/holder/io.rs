@@ -220,10 +220,24 @@ pub enum HolderEvent {
         /// How the demote hook ended.
         demote: HookOutcome,
     },
+    /// The agent is stopping and the role is paused: it is kept, not given
+    /// up (no demote, no release; the watchdog exits without fencing), for
+    /// the agent's next run to adopt.
+    Kept {
+        /// The fencing epoch.
+        epoch: u64,
+    },
+    /// A paused role this node held when its agent last stopped was
+    /// adopted: held again at the same epoch, without a promote hook.
+    Adopted {
+        /// The fencing epoch.
+        epoch: u64,
+    },
     /// A committed renewal said the role is now paused (`true`: failing
     /// checks no longer make this holder step down) or resumed.
     Paused(bool),
-    /// The agent's stop has been carried out: nothing runs, the role is released.
+    /// The agent's stop has been carried out: nothing runs, the role is
+    /// released (or kept: [`HolderEvent::Kept`]).
     Stopped,
 }
 
@@ -278,6 +292,9 @@ pub enum Action {
     DisarmWatchdog,
     /// End the disarmed watchdog without fencing: the step-down is done.
     StopWatchdog,
+    /// The agent stops keeping its paused role: the watchdog must forget
+    /// the holding without fencing it, and exit with the agent.
+    KeepWatchdog,
     /// Publish an event.
     Event(HolderEvent),
 }

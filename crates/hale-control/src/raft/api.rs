@@ -98,6 +98,15 @@ pub enum Refusal {
         /// The most it may.
         max_lag: u64,
     },
+    /// A resume was refused: the paused role's holder has been silent for
+    /// longer than a lease ([`crate::lease::ResumeRefused`]).
+    #[error("{}", crate::lease::ResumeRefused::HolderSilent { holder: holder.clone(), silent: std::time::Duration::from_millis(*silent_ms) })]
+    HolderSilent {
+        /// The silent holder.
+        holder: String,
+        /// For how long, in milliseconds.
+        silent_ms: u64,
+    },
     /// The leader failed the request, or could not be reached.
     #[error("control-plane request failed: {0}")]
     Failed(String),
@@ -136,6 +145,12 @@ impl From<ControlError> for Refusal {
                 Refusal::Lagging { lag, max_lag }
             }
             ControlError::NotYet(d) => Refusal::NotYet(d.to_string()),
+            ControlError::Resume(crate::lease::ResumeRefused::HolderSilent { holder, silent }) => {
+                Refusal::HolderSilent {
+                    holder,
+                    silent_ms: silent.as_millis() as u64,
+                }
+            }
             ControlError::Request(m) => Refusal::Failed(m),
             ControlError::TooNew { needs, speaks } => Refusal::TooNew { needs, speaks },
             e @ (ControlError::StoreInUse(_) | ControlError::Store(_) | ControlError::Start(_)) => {
@@ -152,9 +167,13 @@ impl Refusal {
     /// This refusal in a form an asker speaking `protocol` decodes: a
     /// refusal kind its version does not know becomes one it does, with
     /// the same words.
+    /// Protocol 1 (0.1.0) knows neither `too-new` (read as `unavailable`:
+    /// ask another server) nor `holder-silent` (read as `not-yet`: the
+    /// leader's decision, for now).
     pub fn for_asker(self, protocol: u16) -> Refusal {
         match self {
             r @ Refusal::TooNew { .. } if protocol < 2 => Refusal::Unavailable(r.to_string()),
+            r @ Refusal::HolderSilent { .. } if protocol < 2 => Refusal::NotYet(r.to_string()),
             r => r,
         }
     }
@@ -182,5 +201,13 @@ mod tests {
         let json = serde_json::to_value(&old).unwrap();
         assert_eq!(json["refusal"], "unavailable");
         assert_eq!(answer_for::<()>(Err(r), 1), Err(old));
+        let silent = Refusal::HolderSilent {
+            holder: "n1".into(),
+            silent_ms: 4000,
+        };
+        assert_eq!(silent.clone().for_asker(2), silent);
+        let old = silent.clone().for_asker(1);
+        assert_eq!(old, Refusal::NotYet(silent.to_string()));
+        assert_eq!(serde_json::to_value(&old).unwrap()["refusal"], "not-yet");
     }
 }

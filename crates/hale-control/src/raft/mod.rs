@@ -30,7 +30,8 @@ use hale_seal::{CallError, Target};
 
 use crate::auth::ControlAuth;
 use crate::lease::{
-    AppendClock, GrantDelay, Grantor, LeaseRequest, LeaseResponse, LeaseTable, LeaseTiming,
+    resume_check, AppendClock, GrantDelay, Grantor, LeaseRequest, LeaseResponse, LeaseTable,
+    LeaseTiming, ResumeRefused,
 };
 use crate::protocol::{self, Spoken, OLDEST_PROTOCOL, PROTOCOL};
 use hale_core::Time;
@@ -96,6 +97,9 @@ pub enum ControlError {
         /// The newest protocol the server (the leader: every server) speaks.
         speaks: u16,
     },
+    /// The leader refuses to resume a role ([`crate::lease::resume_check`]).
+    #[error("{0}")]
+    Resume(ResumeRefused),
 }
 
 impl ControlError {
@@ -614,6 +618,20 @@ impl ControlPlane {
             return self.forward(api::WRITE, &req, needs).await;
         }
         self.admits(needs)?;
+        // A resume is checked by the leader (a follower forwards it).
+        if let LeaseRequest::Pause {
+            role,
+            paused: false,
+            force: false,
+        } = &req
+        {
+            if self.leader() == Some(self.id) {
+                let table = self.table();
+                let appends = self.appends.lock().expect("appends lock").clone();
+                resume_check(&table, &appends, role, self.now(), self.timing.lease)
+                    .map_err(ControlError::Resume)?;
+            }
+        }
         match self.raft.client_write(req.clone()).await {
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => {
                 self.forward(api::WRITE, &req, needs).await
@@ -688,6 +706,12 @@ impl ControlPlane {
             Refusal::NoLeader => ControlError::NoLeader,
             Refusal::Unavailable(m) => ControlError::Unavailable(m),
             Refusal::TooNew { needs, speaks } => ControlError::TooNew { needs, speaks },
+            Refusal::HolderSilent { holder, silent_ms } => {
+                ControlError::Resume(ResumeRefused::HolderSilent {
+                    holder,
+                    silent: Duration::from_millis(silent_ms),
+                })
+            }
             r => ControlError::Request(r.to_string()),
         })
     }

@@ -676,3 +676,220 @@ fn a_paused_holder_keeps_its_role_while_its_checks_fail_and_steps_down_once_resu
     }
     panic!("never stepped down once resumed (last renewal at {last:?})");
 }
+
+/// A holder whose last committed renewal (sent at 510 ms) said the role is
+/// paused.
+fn holding_paused() -> Holder {
+    let mut h = holding();
+    h.handle_timeout(ms(510));
+    let a = actions(&mut h);
+    let [Action::Send { id, .. }] = a.as_slice() else {
+        panic!("{a:?}")
+    };
+    h.handle_response(ms(520), *id, Some(renewed(7, true)));
+    assert!(actions(&mut h).contains(&Action::Event(HolderEvent::Paused(true))));
+    h
+}
+
+fn renewed(epoch: u64, paused: bool) -> LeaseResponse {
+    LeaseResponse::Renewed {
+        epoch,
+        paused,
+        switchover: None,
+    }
+}
+
+/// The one renewal among `a`: its id.
+fn sent_renewal(a: &[Action], epoch: u64) -> RequestId {
+    match a {
+        [Action::Send { id, request, .. }] if *request == renew(epoch) => *id,
+        _ => panic!("expected one renewal at epoch {epoch} in {a:?}"),
+    }
+}
+
+#[test]
+fn a_holder_stopping_while_its_role_is_paused_keeps_it_once_a_renewal_confirms_the_pause() {
+    let mut h = holding_paused();
+    h.handle_stop(ms(600));
+    // It renews at once, and does nothing else until that renewal answers.
+    let id = sent_renewal(&actions(&mut h), 7);
+    assert!(!h.is_stopped());
+    h.handle_response(ms(610), id, Some(renewed(7, true)));
+    assert_eq!(
+        actions(&mut h),
+        vec![
+            Action::ArmWatchdog { deadline: ms(2200) },
+            Action::KeepWatchdog,
+            Action::Event(HolderEvent::Kept { epoch: 7 }),
+            Action::Event(HolderEvent::Stopped),
+        ],
+        "no demote hook, no release"
+    );
+    assert!(h.is_stopped());
+    assert_eq!(h.poll_timeout(), None);
+}
+
+#[test]
+fn a_holder_stopping_as_its_role_is_resumed_steps_down_as_usual() {
+    let mut h = holding_paused();
+    h.handle_stop(ms(600));
+    let id = sent_renewal(&actions(&mut h), 7);
+    h.handle_response(ms(610), id, Some(renewed(7, false)));
+    let a = actions(&mut h);
+    assert!(
+        a.contains(&Action::Event(HolderEvent::SteppingDown {
+            epoch: 7,
+            reason: StepDownReason::Leaving
+        })),
+        "{a:?}"
+    );
+    assert!(a.contains(&Action::DisarmWatchdog), "{a:?}");
+    assert!(!a.contains(&Action::KeepWatchdog), "{a:?}");
+}
+
+#[test]
+fn a_holder_stopping_while_its_role_is_not_paused_steps_down_at_once() {
+    let mut h = holding();
+    h.handle_stop(ms(600));
+    let a = actions(&mut h);
+    assert_eq!(
+        a.first(),
+        Some(&Action::Event(HolderEvent::SteppingDown {
+            epoch: 7,
+            reason: StepDownReason::Leaving
+        })),
+        "{a:?}"
+    );
+}
+
+#[test]
+fn an_adopted_role_is_held_at_its_epoch_without_a_promote_hook() {
+    let mut h = holder();
+    h.handle_adopt(ms(0), 7);
+    let id = sent_renewal(&actions(&mut h), 7);
+    assert!(h.is_adopting());
+    // Its checks pass meanwhile: it does not ask for the role.
+    h.handle_checks(ms(5), OK);
+    assert_eq!(
+        actions(&mut h),
+        vec![Action::Event(HolderEvent::Eligible(true))]
+    );
+    h.handle_response(ms(20), id, Some(renewed(7, true)));
+    assert_eq!(
+        actions(&mut h),
+        vec![
+            Action::StartWatchdog {
+                epoch: 7,
+                deadline: ms(1600)
+            },
+            Action::Event(HolderEvent::Adopted { epoch: 7 }),
+            Action::Event(HolderEvent::Paused(true)),
+        ]
+    );
+    assert_eq!(h.state(), RoleState::Holder);
+    assert_eq!(h.epoch(), Some(7));
+    // It renews on the grid like any holder, and the watchdog is re-armed.
+    assert_eq!(h.poll_timeout(), Some(ms(500)));
+    h.handle_timeout(ms(500));
+    let id = sent_renewal(&actions(&mut h), 7);
+    h.handle_response(ms(510), id, Some(renewed(7, true)));
+    assert_eq!(
+        actions(&mut h),
+        vec![Action::ArmWatchdog { deadline: ms(2100) }]
+    );
+}
+
+#[test]
+fn an_adoption_the_control_plane_refuses_runs_the_demote_hook_and_releases_nothing() {
+    let mut h = holder();
+    h.handle_adopt(ms(0), 7);
+    let id = sent_renewal(&actions(&mut h), 7);
+    h.handle_response(
+        ms(20),
+        id,
+        Some(LeaseResponse::Rejected(
+            hale_control::LeaseRejection::NotHolder {
+                holder: "a".into(),
+                epoch: 7,
+            },
+        )),
+    );
+    let a = actions(&mut h);
+    let demote = match a.as_slice() {
+        [Action::Event(HolderEvent::SteppingDown {
+            epoch: 7,
+            reason: StepDownReason::Fenced,
+        }), Action::StartHook {
+            id,
+            kind: HookKind::Demote,
+            epoch: 7,
+            reason: HookReason::StepDown(StepDownReason::Fenced),
+        }] => *id,
+        _ => panic!("{a:?}"),
+    };
+    h.handle_hook_exit(ms(100), demote, HookExit::Succeeded);
+    let a = actions(&mut h);
+    assert!(
+        a.iter().all(|x| !matches!(
+            x,
+            Action::Send {
+                request: ControlRequest::Lease(LeaseRequest::Release { .. }),
+                ..
+            }
+        )),
+        "a fenced holding releases nothing: {a:?}"
+    );
+    assert!(a.contains(&Action::Event(HolderEvent::Demoted {
+        epoch: 7,
+        reason: StepDownReason::Fenced,
+        promote: None,
+        demote: HookOutcome::Succeeded,
+    })));
+    assert!(!h.is_adopting());
+}
+
+#[test]
+fn an_unanswered_adoption_is_asked_again_after_a_fifth_of_the_interval() {
+    let mut h = holder();
+    h.handle_adopt(ms(0), 7);
+    let id = sent_renewal(&actions(&mut h), 7);
+    h.handle_response(ms(1500), id, None);
+    assert_eq!(actions(&mut h), vec![]);
+    assert_eq!(h.poll_timeout(), Some(ms(1600)));
+    h.handle_timeout(ms(1600));
+    let id = sent_renewal(&actions(&mut h), 7);
+    h.handle_response(ms(1610), id, Some(renewed(7, true)));
+    assert_eq!(h.state(), RoleState::Holder);
+    assert_eq!(h.lease_valid_until(), Some(ms(3200)));
+}
+
+#[test]
+fn a_retuned_holder_keeps_its_holding_and_asks_with_the_new_priority_next_time() {
+    let mut h = holding();
+    h.retune(9, Duration::from_secs(4), Duration::from_secs(1));
+    assert_eq!(actions(&mut h), vec![], "a retune does nothing by itself");
+    assert_eq!((h.state(), h.epoch()), (RoleState::Holder, Some(7)));
+    assert_eq!(h.config().priority, 9);
+    // Handed over, it stands aside one lease, then asks at its new priority.
+    h.handle_handover(ms(200), None);
+    let _ = actions(&mut h);
+    h.handle_watchdog_released(ms(210), false);
+    let demote = actions(&mut h)
+        .into_iter()
+        .find_map(|a| match a {
+            Action::StartHook { id, .. } => Some(id),
+            _ => None,
+        })
+        .expect("the demote hook");
+    h.handle_hook_exit(ms(300), demote, HookExit::Succeeded);
+    let _ = actions(&mut h);
+    h.handle_checks(ms(2400), OK);
+    let asked = actions(&mut h).into_iter().find_map(|a| match a {
+        Action::Send {
+            request: ControlRequest::Acquire(r),
+            ..
+        } => Some(r.priority),
+        _ => None,
+    });
+    assert_eq!(asked, Some(9));
+}

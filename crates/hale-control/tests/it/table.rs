@@ -244,6 +244,7 @@ fn a_paused_role_is_granted_to_nobody_its_renewals_say_so_and_resuming_lifts_it(
     let mut t = LeaseTable::default();
     t.apply(&grant("a", 1));
     let pause = |paused| LeaseRequest::Pause {
+        force: false,
         role: "db".into(),
         paused,
     };
@@ -385,6 +386,7 @@ fn a_paused_role_takes_no_switchover_order_and_a_role_never_held_takes_none() {
     t.apply(&LeaseRequest::Pause {
         role: "db".into(),
         paused: true,
+        force: false,
     });
     let before = t.clone();
     assert_eq!(
@@ -392,4 +394,59 @@ fn a_paused_role_takes_no_switchover_order_and_a_role_never_held_takes_none() {
         LeaseResponse::Rejected(LeaseRejection::Paused)
     );
     assert_eq!(t, before);
+}
+
+#[test]
+fn resuming_a_paused_role_is_refused_once_its_holder_has_been_silent_for_longer_than_a_lease() {
+    use hale_control::lease::resume_check;
+    use hale_control::{AppendClock, ResumeRefused};
+    use hale_core::Time;
+    use std::time::Duration;
+    let lease = Duration::from_secs(2);
+    let mut t = LeaseTable::default();
+    let mut clock = AppendClock::new(Time::ZERO);
+    let g = grant("a", 1);
+    t.apply(&g);
+    clock.appended(&g, Time::from_millis(100));
+    // Not paused: nothing to check.
+    assert_eq!(
+        resume_check(&t, &clock, "db", Time::from_secs(60), lease),
+        Ok(())
+    );
+    t.apply(&LeaseRequest::Pause {
+        role: "db".into(),
+        paused: true,
+        force: false,
+    });
+    // The holder renewed within a lease: resumed at once.
+    assert_eq!(
+        resume_check(&t, &clock, "db", Time::from_millis(2100), lease),
+        Ok(())
+    );
+    // Silent for longer: refused, naming the holder and the silence.
+    let refused = resume_check(&t, &clock, "db", Time::from_millis(5100), lease).unwrap_err();
+    assert_eq!(
+        refused,
+        ResumeRefused::HolderSilent {
+            holder: "a".into(),
+            silent: Duration::from_secs(5),
+        }
+    );
+    let said = refused.to_string();
+    assert!(
+        said.contains("a holds the role") && said.contains("5.0 s"),
+        "{said}"
+    );
+    assert!(said.contains("--force"), "{said}");
+    // Released meanwhile (its holder stepped down): nobody to fence.
+    t.apply(&LeaseRequest::Release {
+        role: "db".into(),
+        holder: "a".into(),
+        epoch: 1,
+        next: None,
+    });
+    assert_eq!(
+        resume_check(&t, &clock, "db", Time::from_secs(60), lease),
+        Ok(())
+    );
 }

@@ -108,6 +108,7 @@ fn pause() -> Value {
     serde_json::to_value(LeaseRequest::Pause {
         role: "db".into(),
         paused: true,
+        force: false,
     })
     .unwrap()
 }
@@ -255,6 +256,7 @@ async fn a_client_reads_an_older_servers_decode_failure_as_the_typed_too_new_ref
     let paused = LeaseRequest::Pause {
         role: "db".into(),
         paused: true,
+        force: false,
     };
     assert_eq!(
         client.write(&paused, t).await,

@@ -46,3 +46,35 @@ fn unknown_profiles_are_rejected() {
     let e = "lan2".parse::<Profile>().unwrap_err();
     assert_eq!(e.field, "profile");
 }
+
+#[test]
+fn a_running_node_takes_new_tuning_and_a_refused_one_changes_nothing() {
+    let mut n = Node::new(id("a", 1), Config::default(), Time::ZERO).unwrap();
+    let before = n.config().clone();
+    let mut t = n.config().tuning();
+    t.gossip_fanout = 5;
+    t.push_pull_interval = Duration::from_secs(60);
+    n.retune(t).unwrap();
+    assert_eq!(n.config().gossip_fanout, 5);
+    assert_eq!(n.config().push_pull_interval, Duration::from_secs(60));
+    assert_eq!(n.config().probe_interval, before.probe_interval);
+    let mut bad = t;
+    bad.gossip_fanout = 0;
+    bad.tombstone_ttl = Duration::from_secs(1);
+    let e = n.retune(bad).unwrap_err();
+    assert_eq!(e.field, "gossip_fanout");
+    assert_eq!(
+        n.config().tuning(),
+        t,
+        "nothing of a refused tuning was taken"
+    );
+}
+
+#[test]
+fn the_tuning_names_its_fields_as_the_configuration_does() {
+    let c = Config::default();
+    assert_eq!(c.clone().with_tuning(c.tuning()).tuning(), c.tuning());
+    for f in hale_core::Tuning::FIELDS {
+        assert!(format!("{c:?}").contains(&format!("{f}: ")), "{f}");
+    }
+}

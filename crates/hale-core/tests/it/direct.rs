@@ -73,6 +73,8 @@ fn a_packet_the_wire_would_change_goes_through_the_bytes() {
         node(&all[1], &all, config(2)),
     );
     let header = Header {
+        version: 2,
+        speaks: None,
         cluster: cluster_id("hale"),
         sender: all[0].clone(),
         incarnation: 0,

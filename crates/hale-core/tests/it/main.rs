@@ -11,4 +11,5 @@ mod replay;
 mod support;
 mod sync;
 mod targeted;
+mod versions;
 mod wire;

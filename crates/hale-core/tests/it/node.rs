@@ -20,6 +20,8 @@ fn cluster_of(n: usize) -> (Vec<NodeId>, Vec<Node<NodeId>>) {
 fn packet_from(from: &NodeId, inc: u32, health: u8, messages: Vec<Message<NodeId>>) -> Vec<u8> {
     Packet {
         header: Header {
+            version: 2,
+            speaks: None,
             cluster: hale_core::wire::cluster_id("hale"),
             sender: from.clone(),
             incarnation: inc,

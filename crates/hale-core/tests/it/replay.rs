@@ -30,6 +30,8 @@ fn packet_with(
 ) -> Vec<u8> {
     Packet {
         header: Header {
+            version: 2,
+            speaks: None,
             cluster: cluster_id("hale"),
             sender: from.clone(),
             incarnation: 0,

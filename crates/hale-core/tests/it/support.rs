@@ -97,6 +97,8 @@ pub fn sends_until(n: &mut Node<NodeId>, until: Time) -> Vec<(Time, Transmit<Nod
 pub fn packet_from(sender: &NodeId, incarnation: u32, messages: Vec<Message<NodeId>>) -> Vec<u8> {
     Packet {
         header: Header {
+            version: 2,
+            speaks: None,
             cluster: hale_core::wire::cluster_id("hale"),
             sender: sender.clone(),
             incarnation,

@@ -187,3 +187,53 @@ fn a_ping_from_a_member_this_node_does_not_know_starts_a_full_sync_with_it_at_mo
         1
     );
 }
+
+#[test]
+fn a_restarted_member_told_of_its_previous_run_at_its_own_incarnation_with_other_metadata_supersedes_it(
+) {
+    // b restarted without leaving and has reached incarnation 2 again, with
+    // new metadata; a's sync says b is alive at 2 with the old run's. At a
+    // tie nobody would take b's new metadata: b must supersede it.
+    let all = ids(2);
+    let (a, b) = (&all[0], &all[1]);
+    let mut node_b = Node::new(b.clone(), config(2), Time::ZERO).unwrap();
+    for _ in 0..2 {
+        node_b
+            .set_metadata(Time::ZERO, b"new run".to_vec())
+            .unwrap();
+    }
+    assert_eq!(node_b.incarnation(), 2);
+    drain(&mut node_b);
+    drain_events(&mut node_b);
+    let sync = |meta: &[u8]| {
+        packet_from(
+            a,
+            0,
+            vec![Message::PushPull {
+                join: false,
+                reply: false,
+                digest: false,
+                members: vec![MemberRecord {
+                    id: b.clone(),
+                    incarnation: 2,
+                    state: WireState::Alive,
+                    meta: meta.to_vec(),
+                }],
+            }],
+        )
+    };
+    node_b.handle_stream(secs(1.0), &sync(b"new run")).unwrap();
+    assert_eq!(
+        node_b.incarnation(),
+        2,
+        "the same metadata: nothing to supersede"
+    );
+    node_b.handle_stream(secs(2.0), &sync(b"old run")).unwrap();
+    assert_eq!(node_b.incarnation(), 3);
+    assert!(
+        drain_events(&mut node_b).contains(&hale_core::Event::Refuted {
+            incarnation: 3,
+            was_dead: false
+        })
+    );
+}

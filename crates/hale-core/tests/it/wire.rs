@@ -107,6 +107,8 @@ fn arb_record() -> impl Strategy<Value = MemberRecord<NodeId>> {
 
 fn header(sender: NodeId, incarnation: u32, health: u8) -> Header<NodeId> {
     Header {
+        version: 2,
+        speaks: None,
         cluster: cluster_id("hale"),
         sender,
         incarnation,

@@ -252,3 +252,19 @@ async fn good_input_in_every_accepted_form_is_delivered() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn new_keys_and_body_limit_apply_to_the_next_request_without_a_restart() {
+    let (_fake, relay, addr) = relay().await;
+    let path = "/api/1/envelope/";
+    let body = || event_envelope("9ec79c33ec9942ab8353589fcb2e04dc");
+    assert_eq!(post(addr, path, Some("public"), None, body()).await.0, 200);
+    assert_eq!(post(addr, path, Some("rotated"), None, body()).await.0, 401);
+    relay.set_access(vec!["rotated".into()], 16);
+    assert_eq!(relay.access(), (vec!["rotated".to_owned()], 16));
+    let (status, reason) = post(addr, path, Some("rotated"), None, body()).await;
+    assert_eq!(status, 413, "the new limit: {reason}");
+    relay.set_access(vec!["rotated".into()], 64 << 10);
+    assert_eq!(post(addr, path, Some("rotated"), None, body()).await.0, 200);
+    assert_eq!(post(addr, path, Some("public"), None, body()).await.0, 401);
+}

@@ -32,6 +32,8 @@ fn probe_rtts(b: &Bench, target: &NodeId, secs: u64) -> (Vec<u64>, u64) {
         seq += 1;
         let ping = Packet {
             header: Header {
+                version: hale_core::wire::OLDEST,
+                speaks: None,
                 cluster,
                 sender: me.clone(),
                 incarnation: 0,

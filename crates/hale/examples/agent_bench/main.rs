@@ -21,7 +21,7 @@ mod flood;
 mod junk_flood;
 mod loss;
 #[path = "../../tests/it/support.rs"]
-#[allow(dead_code)] // What the benchmark does not use of the tests' harness.
+#[allow(dead_code, unused_imports)] // What the benchmark does not use of the tests' harness.
 mod support;
 
 use std::path::PathBuf;

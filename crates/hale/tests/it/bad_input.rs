@@ -44,6 +44,8 @@ fn kernel_drops(port: u16) -> u64 {
 fn plain_packet(cluster: &str, from: &NodeId, msg: Message<NodeId>) -> Vec<u8> {
     Packet {
         header: Header {
+            version: hale_core::wire::OLDEST,
+            speaks: None,
             cluster: cluster_id(cluster),
             sender: from.clone(),
             incarnation: 0,

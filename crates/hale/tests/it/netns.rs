@@ -159,6 +159,8 @@ impl Lab {
                 log: logs.join(format!("{name}.log")),
                 profile: "lan".into(),
                 env: Vec::new(),
+                exe: None,
+                config: None,
             }));
         }
         agents
@@ -380,6 +382,7 @@ fn start_role_agents(lab: &Lab, test: &str) -> Vec<AgentProc> {
             control: SocketAddr::from((*ip, 7948)),
             netns: Some(ns.clone()),
             env: Vec::new(),
+            exe: None,
         })
         .collect();
     let key = Key::generate().to_base64();

@@ -24,6 +24,9 @@ use hale_agent::{AgentEvent, Client, EventView, Key, MemberView};
 #[path = "support/roles.rs"]
 mod roles;
 pub use roles::*;
+#[path = "support/previous.rs"]
+mod previous;
+pub use previous::*;
 
 /// The `hale` binary the agents run: the one under test, unless the agent
 /// benchmark (not a test: none is built for it) has set its own first.
@@ -190,6 +193,11 @@ pub struct Spec {
     pub profile: String,
     /// More environment for the agent's process (libfaketime, say).
     pub env: Vec<(String, String)>,
+    /// Another `hale` executable than the one under test (the previous
+    /// release: [`previous_release`]).
+    pub exe: Option<PathBuf>,
+    /// A configuration file (`-c`), under the environment's overrides.
+    pub config: Option<PathBuf>,
 }
 
 /// A `lan` agent `name` of cluster `cluster` (key `key`) on loopback with
@@ -213,6 +221,8 @@ pub fn loopback_spec(
         log: dir.join(format!("{name}.log")),
         profile: "lan".into(),
         env: Vec::new(),
+        exe: None,
+        config: None,
     }
 }
 
@@ -336,19 +346,30 @@ fn logged_addr(log: &Path, key: &str) -> Option<SocketAddr> {
 
 /// A `hale` command, run inside network namespace `netns` if given.
 fn hale(netns: Option<&str>) -> Command {
+    hale_exe(hale_bin(), netns)
+}
+
+/// Executable `exe` (a `hale`), run inside network namespace `netns` if given.
+fn hale_exe(exe: &Path, netns: Option<&str>) -> Command {
     let Some(ns) = netns else {
-        return Command::new(hale_bin());
+        return Command::new(exe);
     };
     let mut c = Command::new("ip");
-    c.args(["netns", "exec", ns]).arg(hale_bin());
+    c.args(["netns", "exec", ns]).arg(exe);
     c
 }
 
 /// Starts an agent and waits until it logs the addresses it bound.
 pub fn spawn(spec: &Spec) -> AgentProc {
     let log = std::fs::File::create(&spec.log).unwrap();
-    let mut cmd = hale(spec.netns.as_deref());
+    let mut cmd = hale_exe(
+        spec.exe.as_deref().unwrap_or(hale_bin()),
+        spec.netns.as_deref(),
+    );
     cmd.arg("agent");
+    if let Some(c) = &spec.config {
+        cmd.arg("-c").arg(c);
+    }
     for (k, _) in std::env::vars() {
         if k.starts_with("HALE_") {
             cmd.env_remove(k);
@@ -404,9 +425,24 @@ pub fn spawn_with_config(
     netns: Option<&str>,
     env: &[(String, String)],
 ) -> AgentProc {
+    spawn_exe_with_config(hale_bin(), dir, name, config, gossip, http, netns, env)
+}
+
+/// [`spawn_with_config`] of another `hale` executable (the previous release).
+#[allow(clippy::too_many_arguments)] // spawn_with_config's, and the executable.
+pub fn spawn_exe_with_config(
+    exe: &Path,
+    dir: &Path,
+    name: &str,
+    config: &Path,
+    gossip: SocketAddr,
+    http: SocketAddr,
+    netns: Option<&str>,
+    env: &[(String, String)],
+) -> AgentProc {
     let log = dir.join(format!("{name}.log"));
     let out = std::fs::File::create(&log).unwrap();
-    let child = hale(netns)
+    let child = hale_exe(exe, netns)
         .args(["agent", "-c"])
         .arg(config)
         .envs(env.iter().map(|(k, v)| (k, v)))
@@ -637,6 +673,17 @@ impl Cluster {
         prepare: impl FnOnce(&Path),
     ) -> Cluster {
         Cluster::roles_on(test, RoleNode::loopback(n), hooks, extra, prepare)
+    }
+
+    /// A role cluster (see [`Cluster::roles`]) of `n` agents on loopback,
+    /// every one (and its watchdogs) run by executable `exe`: the previous
+    /// release, say.
+    pub fn roles_of(test: &str, n: usize, exe: &Path) -> Cluster {
+        let mut nodes = RoleNode::loopback(n);
+        for node in &mut nodes {
+            node.exe = Some(exe.to_owned());
+        }
+        Cluster::roles_on(test, nodes, |_, _| None, |_| String::new(), |_| {})
     }
 
     /// A role cluster of `n` agents on loopback with instant hooks, agent

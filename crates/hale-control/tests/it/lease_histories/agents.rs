@@ -351,7 +351,7 @@ impl World {
                     ),
                 }
             }
-            Action::StopWatchdog => self.nodes[c].watchdog = None,
+            Action::StopWatchdog | Action::KeepWatchdog => self.nodes[c].watchdog = None,
             Action::Event(_) => {}
         }
     }

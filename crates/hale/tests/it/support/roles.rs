@@ -23,6 +23,9 @@ pub struct RoleNode {
     pub netns: Option<String>,
     /// More environment for its agent (libfaketime, say).
     pub env: Vec<(String, String)>,
+    /// Another `hale` than the one under test, for the agent and its
+    /// watchdogs (the previous release).
+    pub exe: Option<std::path::PathBuf>,
 }
 
 impl RoleNode {
@@ -37,6 +40,7 @@ impl RoleNode {
                 control: port(),
                 netns: None,
                 env: Vec::new(),
+                exe: None,
             })
             .collect()
     }
@@ -120,7 +124,7 @@ fail_after = "1s"
 "#,
             gossip = node.gossip,
             http = node.http,
-            hale = hale_bin().display(),
+            hale = node.exe.as_deref().unwrap_or(hale_bin()).display(),
             control_section = if i < 3 {
                 format!(
                     "id = {}\nbind = \"{}\"\nservers = [{}]\nbootstrap = {}\ndata_dir = \"{}\"",
@@ -152,7 +156,8 @@ fail_after = "1s"
         .iter()
         .zip(configs)
         .map(|(n, config)| {
-            spawn_with_config(
+            spawn_exe_with_config(
+                n.exe.as_deref().unwrap_or(hale_bin()),
                 dir,
                 &n.name,
                 &config,

@@ -1,0 +1,221 @@
+//! Restarting the holder's agent without moving its role: a role held
+//! while paused is kept when the agent stops, and adopted by its next run.
+//!
+//! * **Stop while paused keeps the role.** The stopping holder sends one
+//!   more renewal; when one sent since the stop commits and still says
+//!   paused, it keeps the role: no demote hook, no release, the watchdog is
+//!   told to exit without fencing ([`Action::KeepWatchdog`]). The lease
+//!   stays in the table with this node as holder. Nobody can be granted a
+//!   paused role, and resuming it is refused while its holder is silent
+//!   (see the control plane's write path), so the service runs on alone.
+//!   If the answer says the role was resumed meanwhile, it steps down as
+//!   any stopping holder does.
+//! * **The next run adopts it.** [`Holder::handle_adopt`]: the agent read
+//!   in the control plane's table that the role is paused and held by this
+//!   node at `epoch`. The candidate renews at that epoch; once the renewal
+//!   commits it is the holder, with a watchdog armed with the lease's end,
+//!   without running the promote hook (the service never stopped). Refused
+//!   (another node holds the role, or a newer epoch), it does what a lost
+//!   lease does: it runs the demote hook (reason `fenced`) and releases
+//!   nothing.
+
+use hale_core::Time;
+
+use super::{
+    Action, ControlRequest, DataState, HeldLease, Holder, HolderEvent, LeaseRequest, LeaseResponse,
+    Phase, RequestId, Step, StepDownReason, Watchdog,
+};
+
+/// An adoption under way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Adopting {
+    /// The epoch the table says this node holds.
+    epoch: u64,
+    /// The renewal in flight, and when it was sent.
+    request: Option<(RequestId, Time)>,
+    /// When to send the next one.
+    next: Time,
+}
+
+impl Holder {
+    /// The control plane's table says this node holds the role, paused, at
+    /// `epoch` (an earlier run of this agent kept it when it stopped):
+    /// adopt it by a renewal at that epoch, without a promote hook. Ignored
+    /// unless this node is a candidate, not stopping.
+    pub fn handle_adopt(&mut self, now: Time, epoch: u64) {
+        if self.stopping() || self.adopting.is_some() {
+            return;
+        }
+        // (An acquisition in flight is refused: the role is paused.)
+        if !matches!(self.phase, Phase::Candidate { .. }) {
+            return;
+        }
+        self.adopting = Some(Adopting {
+            epoch,
+            request: None,
+            next: now,
+        });
+        self.handle_timeout(now);
+    }
+
+    /// Whether an adoption is under way.
+    pub fn is_adopting(&self) -> bool {
+        self.adopting.is_some()
+    }
+
+    /// When the adoption's next renewal is due (none while one is in flight).
+    pub(super) fn adopt_due(&self) -> Option<Time> {
+        let a = self.adopting.as_ref()?;
+        a.request.is_none().then_some(a.next)
+    }
+
+    /// Sends the adoption's renewal if it is due.
+    pub(super) fn adopt_renew(&mut self, now: Time) {
+        let Some(a) = self.adopting else { return };
+        if a.request.is_some() || now < a.next || self.stopping() {
+            return;
+        }
+        let id = self.id();
+        self.adopting = Some(Adopting {
+            request: Some((id, now)),
+            ..a
+        });
+        let request = self.renewal(a.epoch);
+        self.actions.push_back(Action::Send {
+            id,
+            request,
+            deadline: now + self.cfg.acquire_timeout,
+        });
+    }
+
+    /// A renewal of this role at `epoch`.
+    pub(super) fn renewal(&self, epoch: u64) -> ControlRequest {
+        ControlRequest::Lease(LeaseRequest::Renew {
+            role: self.cfg.role.clone(),
+            holder: self.cfg.node.clone(),
+            epoch,
+            mark: match &self.data {
+                DataState::Primary(mark) => Some(mark.clone()),
+                DataState::Unknown | DataState::Copy(_) => None,
+            },
+        })
+    }
+
+    /// The answer to request `id`, if it is the adoption's renewal: true
+    /// when it was (and has been handled).
+    pub(super) fn adopt_answered(
+        &mut self,
+        now: Time,
+        id: RequestId,
+        response: &Option<LeaseResponse>,
+    ) -> bool {
+        let Some(a) = self.adopting else { return false };
+        let Some((rid, sent)) = a.request else {
+            return false;
+        };
+        if rid != id {
+            return false;
+        }
+        if !matches!(self.phase, Phase::Candidate { .. }) {
+            // Granted meanwhile: that holding stands; this answer is stale.
+            self.adopting = None;
+            return true;
+        }
+        match response {
+            Some(LeaseResponse::Renewed { epoch, paused, .. }) if *epoch == a.epoch => {
+                self.adopted(now, a.epoch, sent, *paused);
+            }
+            Some(LeaseResponse::Rejected(_)) => {
+                self.adopting = None;
+                self.adoption_refused(now, a.epoch);
+            }
+            // No answer (or a strange one): ask again soon.
+            _ => {
+                self.adopting = Some(Adopting {
+                    request: None,
+                    next: now + self.cfg.timing.renew_every / 5,
+                    ..a
+                });
+            }
+        }
+        self.handle_timeout(now);
+        true
+    }
+
+    /// The adoption's renewal, sent at `sent`, committed: this node holds
+    /// the role again, promoted all along.
+    fn adopted(&mut self, now: Time, epoch: u64, sent: Time, paused: bool) {
+        let lease = HeldLease::granted(self.cfg.timing, &self.cfg.role, epoch, sent);
+        if lease.expired(now) {
+            // Committed too late to count on: renew again at once.
+            if let Some(a) = &mut self.adopting {
+                a.request = None;
+                a.next = now;
+            }
+            return;
+        }
+        self.adopting = None;
+        let deadline = lease.valid_until();
+        self.watchdog = Watchdog::Armed;
+        self.actions
+            .push_back(Action::StartWatchdog { epoch, deadline });
+        self.phase = Phase::Holding { lease };
+        self.next_renewal = super::next_tick(now, self.cfg.timing.renew_every);
+        self.actions
+            .push_back(Action::Event(HolderEvent::Adopted { epoch }));
+        if self.paused != paused {
+            self.paused = paused;
+            self.actions
+                .push_back(Action::Event(HolderEvent::Paused(paused)));
+        }
+    }
+
+    /// The table no longer gives this node the role at `epoch`: whatever
+    /// it still runs as holder is demoted, as after a lost lease.
+    fn adoption_refused(&mut self, now: Time, epoch: u64) {
+        let reason = StepDownReason::Fenced;
+        self.actions
+            .push_back(Action::Event(HolderEvent::SteppingDown { epoch, reason }));
+        self.phase = Phase::SteppingDown {
+            epoch,
+            lease: None,
+            reason,
+            next: None,
+            promote: None,
+            step: Step::DisarmingWatchdog,
+        };
+        self.after_promote_stopped(now);
+    }
+
+    /// Stopping while holding a paused role: renew at once; the answer to
+    /// a renewal sent from now on decides ([`Holder::keep_or_leave`]).
+    pub(super) fn keep_when_confirmed(&mut self, now: Time) {
+        self.keeping = Some(now);
+        self.next_renewal = now;
+        self.handle_timeout(now);
+    }
+
+    /// A renewal sent at `sent` committed, saying whether the role is
+    /// paused: if the agent is stopping and it was sent since the stop,
+    /// keep the role (still paused) or step down (resumed meanwhile).
+    pub(super) fn keep_or_leave(&mut self, now: Time, sent: Time, paused: bool) {
+        let Some(since) = self.keeping else { return };
+        if sent < since || !matches!(self.phase, Phase::Holding { .. }) {
+            return;
+        }
+        self.keeping = None;
+        if !paused {
+            return self.step_down(now, StepDownReason::Leaving, None);
+        }
+        let Some(epoch) = self.epoch() else { return };
+        if self.watchdog != Watchdog::None {
+            self.watchdog = Watchdog::None;
+            self.actions.push_back(Action::KeepWatchdog);
+        }
+        self.phase = Phase::Candidate { acquiring: None };
+        self.renewals.clear();
+        self.actions
+            .push_back(Action::Event(HolderEvent::Kept { epoch }));
+        self.stop_done();
+    }
+}

@@ -1,0 +1,255 @@
+//! Which wire version a node writes, to whom, and what it does with a
+//! packet of a version it does not speak.
+//!
+//! A node decodes every version of its range (`Config::wire_versions`, at
+//! most [`SPOKEN`]) and writes the one its runtime negotiated
+//! ([`Node::set_wire_version`]; [`crate::wire::negotiate`] over the ranges
+//! the members advertise), which starts at the lowest of its range: until
+//! it has heard its cluster, it must be understood by the oldest member it
+//! may meet.
+//!
+//! Two exceptions, both about a member that just started a new run (its
+//! first packets, or a newer generation than any heard from it):
+//!
+//! * If that run writes another version than this node does, it may be a
+//!   downgraded build that cannot read ours, or one that speaks only newer
+//!   versions, and the cluster has not yet learned its range (its
+//!   metadata travels by gossip). For [`DOWNGRADE_GRACE`], or until it
+//!   writes another version, this node writes to it in its version (which
+//!   it reads: it wrote it): its probes, joins and syncs are answered in a
+//!   form it reads, and this node's probes of it do not fail for a version.
+//! * Members that only write an older version because their cluster has
+//!   not moved up yet are not new runs: they are written to in the
+//!   negotiated version, which they read, so that a cluster moves up as soon
+//!   as its members have learned that they all can.
+//!
+//! A packet of a version outside this node's range is dropped
+//! (`DropReason::Version`) and reported: [`Event::UnsupportedVersion`],
+//! naming its sender and the versions it speaks when the packet's prefix
+//! says so ([`peek`]), at most once per [`REPORT_INTERVAL`] per sender.
+//!
+//! Invariants: `speak` and every clamp's version are in `range`; a run
+//! (member and generation) is clamped at most once;
+//! at most [`CLAMPS_KEPT`] clamps and
+//! [`REPORTS_KEPT`] report times are kept (a flood of new runs or strangers
+//! cannot grow them).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::event::Event;
+use crate::identity::Identity;
+use crate::node::Node;
+use crate::stats::DropReason;
+use crate::time::Time;
+use crate::wire::{peek, Header, Versions, SPOKEN};
+
+/// How long a member's new run is written to in its version.
+pub const DOWNGRADE_GRACE: Duration = Duration::from_secs(15);
+/// Least time between two reports of the same sender's unsupported version.
+pub const REPORT_INTERVAL: Duration = Duration::from_secs(60);
+/// Members written to in an older version at most at once.
+const CLAMPS_KEPT: usize = 64;
+/// Senders whose reports are remembered at most.
+const REPORTS_KEPT: usize = 64;
+
+/// One member's new run, written to in its version. Kept after it
+/// ends (while there is room), so that one run is clamped once: two
+/// members that each took the other for a new run (with replay protection
+/// off, no run is known) would otherwise hold each other below the
+/// negotiated version for ever.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Clamp {
+    /// The member's ring key.
+    key: u64,
+    /// The run's generation.
+    generation: u64,
+    /// The version it writes.
+    version: u8,
+    /// Until when (or when it was lifted).
+    until: Time,
+}
+
+/// The wire versions of a node: its range, what it writes, and the
+/// per-version counters.
+#[derive(Debug, Clone)]
+pub(crate) struct Wire {
+    range: Versions,
+    speak: u8,
+    clamps: Vec<Clamp>,
+    reported: Vec<(u64, Time)>,
+    /// Packets received, by version (dropped ones included).
+    received: BTreeMap<u8, u64>,
+    /// Packets sent, by version.
+    sent: BTreeMap<u8, u64>,
+}
+
+impl Wire {
+    /// Speaking `range`, writing its lowest version.
+    pub(crate) fn new(range: Versions) -> Wire {
+        Wire {
+            range,
+            speak: range.min,
+            clamps: Vec::new(),
+            reported: Vec::new(),
+            received: BTreeMap::new(),
+            sent: BTreeMap::new(),
+        }
+    }
+
+    /// The version to write to the member keyed `key`.
+    pub(crate) fn version_for(&self, now: Time, key: u64) -> u8 {
+        self.clamps
+            .iter()
+            .find(|c| c.key == key && c.until > now)
+            .map_or(self.speak, |c| c.version)
+    }
+
+    /// A packet of `version` was sent.
+    pub(crate) fn count_sent(&mut self, version: u8) {
+        *self.sent.entry(version).or_default() += 1;
+    }
+
+    /// A packet of `version` and `generation` arrived from the member
+    /// keyed `key`; `new_run` if it is that member's first packet or from
+    /// a newer generation than any heard from it.
+    fn heard(&mut self, now: Time, key: u64, generation: u64, version: u8, new_run: bool) {
+        *self.received.entry(version).or_default() += 1;
+        let mut known_run = false;
+        for c in self.clamps.iter_mut().filter(|c| c.key == key) {
+            if c.version != version {
+                // It writes another version now: ours, or it restarted.
+                c.until = c.until.min(now);
+            }
+            known_run |= c.generation >= generation;
+        }
+        if version == self.speak || !new_run || known_run {
+            return;
+        }
+        self.clamps.retain(|c| c.key != key);
+        if self.clamps.len() >= CLAMPS_KEPT {
+            self.clamps.retain(|c| c.until > now);
+        }
+        if self.clamps.len() < CLAMPS_KEPT {
+            self.clamps.push(Clamp {
+                key,
+                generation,
+                version,
+                until: now + DOWNGRADE_GRACE,
+            });
+        }
+    }
+
+    /// Whether a report about the sender keyed `key` may go now; records it.
+    fn may_report(&mut self, now: Time, key: u64) -> bool {
+        self.reported
+            .retain(|(_, at)| now.saturating_since(*at) < REPORT_INTERVAL);
+        if self.reported.iter().any(|(k, _)| *k == key) || self.reported.len() >= REPORTS_KEPT {
+            return false;
+        }
+        self.reported.push((key, now));
+        true
+    }
+}
+
+impl<I: Identity> Node<I> {
+    /// The wire versions this node decodes (`Config::wire_versions`).
+    pub fn wire_versions(&self) -> Versions {
+        self.wire.range
+    }
+
+    /// The wire version this node writes (to members not in a new run of
+    /// an older version; see `versions.rs`).
+    pub fn wire_version(&self) -> u8 {
+        self.wire.speak
+    }
+
+    /// Writes `version` from now on, the one the runtime negotiated
+    /// ([`crate::wire::negotiate`]); a version outside this node's range is
+    /// brought to its nearest end. The version written now.
+    pub fn set_wire_version(&mut self, version: u8) -> u8 {
+        self.wire.speak = version.clamp(self.wire.range.min, self.wire.range.max);
+        self.wire.speak
+    }
+
+    /// Packets received (dropped ones included) and sent, by wire version.
+    pub fn packets_by_version(&self) -> (&BTreeMap<u8, u64>, &BTreeMap<u8, u64>) {
+        (&self.wire.received, &self.wire.sent)
+    }
+
+    /// The version to write to `to`: the negotiated one, or its run's.
+    pub(crate) fn version_for(&mut self, now: Time, to: &I) -> u8 {
+        let key = self.local.ring_of(to);
+        self.wire.version_for(now, key)
+    }
+
+    /// The header a packet to `to` carries, in the version written to it.
+    pub(crate) fn header_for(&mut self, to: &I) -> Header<I> {
+        let now = self.isolation.last_now();
+        let version = self.version_for(now, to);
+        Header {
+            version,
+            speaks: (version >= 3).then_some(self.wire.range),
+            cluster: self.local.cluster(),
+            sender: self.local.id().clone(),
+            incarnation: self.local.incarnation(),
+            health: self.probing.health(),
+            generation: self.local.my_generation(),
+            sent_ms: now.as_nanos() / 1_000_000,
+        }
+    }
+
+    /// Admits a decoded packet's version: `false` (dropped, counted,
+    /// reported) unless this node speaks it. Notes the sender's new run in
+    /// an older version (see the module docs).
+    pub(crate) fn admit_version(&mut self, now: Time, h: &Header<I>) -> bool {
+        let key = self.local.ring_of(&h.sender);
+        if !self.wire.range.contains(h.version) {
+            *self.wire.received.entry(h.version).or_default() += 1;
+            self.stats.drop(DropReason::Version);
+            self.report_version(now, key, Some(h.sender.clone()), h.version, h.speaks);
+            return false;
+        }
+        let new_run = h.version != self.wire.speak
+            && self
+                .members
+                .fresh(&h.sender)
+                .is_none_or(|f| !f.known || h.generation > f.generation);
+        self.wire.heard(now, key, h.generation, h.version, new_run);
+        true
+    }
+
+    /// A packet did not decode for its version: reads what its prefix
+    /// says of its sender and reports it.
+    pub(crate) fn unsupported_bytes(&mut self, now: Time, bytes: &[u8]) {
+        let Some(p) = peek::<I>(bytes, self.local.cluster()) else {
+            return;
+        };
+        *self.wire.received.entry(p.version).or_default() += 1;
+        let key = p.sender.as_ref().map_or(0, |s| self.local.ring_of(s));
+        self.report_version(now, key, p.sender, p.version, p.speaks);
+    }
+
+    fn report_version(
+        &mut self,
+        now: Time,
+        key: u64,
+        sender: Option<I>,
+        version: u8,
+        speaks: Option<Versions>,
+    ) {
+        if self.wire.may_report(now, key) {
+            self.push_event(Event::UnsupportedVersion {
+                sender,
+                version,
+                speaks,
+                ours: self.wire.range,
+            });
+        }
+    }
+}
+
+/// The range a configuration may ask for: within what this build speaks.
+pub(crate) fn valid_range(r: Versions) -> bool {
+    r.min <= r.max && SPOKEN.contains(r.min) && SPOKEN.contains(r.max)
+}

@@ -1,0 +1,312 @@
+//! Wire versions: what each version looks like, which one a node writes
+//! and to whom, and what it does with one it does not speak.
+
+use hale_core::wire::{
+    cluster_id, negotiate, peek, DecodeError, Header, Message, Packet, Versions, OLDEST, SPOKEN,
+};
+use hale_core::{Channel, Config, Event, Node, NodeId, ReceiveError, Time};
+
+use crate::support::{decode, drain, drain_events, id, ids, node, secs};
+
+fn v(min: u8, max: u8) -> Versions {
+    Versions { min, max }
+}
+
+fn header(
+    sender: &NodeId,
+    version: u8,
+    speaks: Option<Versions>,
+    generation: u64,
+) -> Header<NodeId> {
+    Header {
+        version,
+        speaks,
+        cluster: cluster_id("hale"),
+        sender: sender.clone(),
+        incarnation: 0,
+        health: 0,
+        generation,
+        sent_ms: 0,
+    }
+}
+
+/// A ping from `sender` to `to`, written in `version` by the run
+/// `generation`, sent at `at` of its clock (ours: the tests' clocks agree).
+fn ping_from(sender: &NodeId, to: &NodeId, version: u8, generation: u64, at: Time) -> Vec<u8> {
+    let speaks = (version >= 3).then_some(v(OLDEST, version));
+    let mut h = header(sender, version, speaks, generation);
+    h.sent_ms = at.as_nanos() / 1_000_000;
+    Packet {
+        header: h,
+        messages: vec![Message::Ping {
+            seq: 1,
+            target: to.clone(),
+            suspected: None,
+        }],
+    }
+    .encode()
+}
+
+/// The versions of the packets `a` sends answering `bytes` at `at`.
+fn answered(a: &mut Node<NodeId>, bytes: &[u8], at: Time) -> Vec<u8> {
+    a.handle_datagram(at, bytes).unwrap();
+    let out = drain(a);
+    assert!(!out.is_empty(), "answered");
+    out.iter().map(|t| decode(t).header.version).collect()
+}
+
+/// A packet of a future version: the prefix every version keeps, then
+/// bytes this build cannot read.
+fn future_packet(sender: &NodeId, version: u8, speaks: Versions) -> Vec<u8> {
+    let mut out = b"HL".to_vec();
+    out.push(version);
+    out.extend_from_slice(&cluster_id("hale").to_le_bytes());
+    hale_core::Identity::encode(sender, &mut out);
+    out.extend_from_slice(&[speaks.min, speaks.max, 0xff, 0xfe, 0xfd]);
+    out
+}
+
+#[test]
+fn this_build_speaks_versions_two_and_three() {
+    assert_eq!(SPOKEN, v(2, 3));
+    assert_eq!(OLDEST, 2);
+    assert_eq!("2-3".parse::<Versions>(), Ok(v(2, 3)));
+    assert_eq!("3".parse::<Versions>(), Ok(v(3, 3)));
+    assert!("3-2".parse::<Versions>().is_err());
+    assert!("three".parse::<Versions>().is_err());
+    assert_eq!(v(2, 3).to_string(), "2-3");
+    assert_eq!(v(3, 3).to_string(), "3");
+}
+
+#[test]
+fn a_version_three_header_carries_the_senders_range_and_a_version_two_header_does_not() {
+    let a = id("a", 1);
+    let m = vec![Message::Ack { seq: 9 }];
+    let v3 = Packet {
+        header: header(&a, 3, Some(v(2, 3)), 5),
+        messages: m.clone(),
+    };
+    let v2 = Packet {
+        header: header(&a, 2, None, 5),
+        messages: m,
+    };
+    let (b3, b2) = (v3.encode(), v2.encode());
+    assert_eq!(b3.len(), b2.len() + 2, "two bytes: min and max");
+    assert_eq!(b3.len(), v3.encoded_len());
+    let c = cluster_id("hale");
+    assert_eq!(Packet::decode(&b3, Channel::Datagram, c), Ok(v3));
+    assert_eq!(Packet::decode(&b2, Channel::Datagram, c), Ok(v2));
+    // The prefix (magic, version, cluster, sender) is where version 2 had it.
+    let prefix = 3 + 8 + hale_core::Identity::encoded_len(&a);
+    assert_eq!((b3[2], b2[2]), (3, 2));
+    assert_eq!(b3[3..prefix], b2[3..prefix]);
+    assert_eq!(b3[prefix..prefix + 2], [2, 3], "then the sender's range");
+}
+
+#[test]
+fn a_version_three_header_whose_range_excludes_three_is_malformed() {
+    let a = id("a", 1);
+    let p = Packet {
+        header: header(&a, 3, Some(v(4, 5)), 5),
+        messages: vec![],
+    };
+    assert_eq!(
+        Packet::<NodeId>::decode(&p.encode(), Channel::Datagram, cluster_id("hale")),
+        Err(DecodeError::Invalid(
+            "sender's versions exclude the packet's"
+        ))
+    );
+}
+
+#[test]
+fn the_prefix_of_a_future_version_names_its_sender_and_what_it_speaks() {
+    let a = id("a", 1);
+    let bytes = future_packet(&a, 4, v(3, 4));
+    let c = cluster_id("hale");
+    assert_eq!(
+        Packet::<NodeId>::decode(&bytes, Channel::Datagram, c),
+        Err(DecodeError::Version(4))
+    );
+    let p = peek::<NodeId>(&bytes, c).unwrap();
+    assert_eq!((p.version, p.sender, p.speaks), (4, Some(a), Some(v(3, 4))));
+    assert_eq!(
+        peek::<NodeId>(&bytes, cluster_id("other")),
+        None,
+        "another cluster's"
+    );
+    assert_eq!(peek::<NodeId>(b"HL\x01", c).map(|p| p.version), Some(1));
+    assert_eq!(peek::<NodeId>(b"XX\x04", c), None);
+}
+
+#[test]
+fn a_cluster_speaks_the_highest_version_every_live_member_speaks() {
+    let own = v(2, 3);
+    let (speak, none) = negotiate(own, [("b", Some(v(2, 3))), ("c", Some(v(3, 4)))]);
+    assert_eq!((speak, none.len()), (3, 0));
+    let (speak, _) = negotiate(own, [("b", Some(v(2, 3))), ("old", None)]);
+    assert_eq!(
+        speak, 2,
+        "a member that advertises nothing speaks the oldest version"
+    );
+    let (speak, strangers) = negotiate(own, [("b", Some(v(2, 3))), ("far", Some(v(5, 6)))]);
+    assert_eq!(
+        (speak, strangers),
+        (3, vec![("far", v(5, 6))]),
+        "a stranger does not hold the cluster back"
+    );
+    let (speak, _) = negotiate::<&str>(own, []);
+    assert_eq!(
+        speak, 2,
+        "alone, the oldest: the first member met may be old"
+    );
+}
+
+#[test]
+fn a_node_writes_the_lowest_version_of_its_range_until_told_otherwise() {
+    let all = ids(2);
+    let mut a = node(&all[0], &all, Config::default());
+    drain(&mut a);
+    assert_eq!((a.wire_versions(), a.wire_version()), (SPOKEN, 2));
+    let t = secs(1.0);
+    assert_eq!(
+        answered(&mut a, &ping_from(&all[1], &all[0], 2, 7, t), t),
+        [2]
+    );
+    assert_eq!(a.set_wire_version(3), 3);
+    assert_eq!(a.set_wire_version(9), 3, "brought within its range");
+    let t = secs(1.5);
+    a.handle_datagram(t, &ping_from(&all[1], &all[0], 3, 7, t))
+        .unwrap();
+    for p in drain(&mut a).iter().map(decode) {
+        assert_eq!((p.header.version, p.header.speaks), (3, Some(SPOKEN)));
+    }
+    let (received, sent) = a.packets_by_version();
+    assert_eq!(
+        (received[&2], received[&3], sent[&2], sent[&3]),
+        (1, 1, 1, 1)
+    );
+}
+
+#[test]
+fn a_packet_of_a_version_outside_the_range_is_dropped_and_reported_once_a_minute_per_sender() {
+    let all = ids(3);
+    let cfg = Config {
+        wire_versions: v(3, 3),
+        ..Config::default()
+    };
+    let mut a = node(&all[0], &all, cfg);
+    drain(&mut a);
+    let old = ping_from(&all[1], &all[0], 2, 1, secs(1.0));
+    assert_eq!(
+        a.handle_datagram(secs(1.0), &old),
+        Err(ReceiveError::Decode(DecodeError::Version(2)))
+    );
+    assert!(drain(&mut a).is_empty(), "not answered");
+    let future = future_packet(&all[2], 4, v(4, 5));
+    assert!(a.handle_datagram(secs(1.1), &future).is_err());
+    let reports = drain_events(&mut a);
+    assert_eq!(
+        reports,
+        vec![
+            Event::UnsupportedVersion {
+                sender: Some(all[1].clone()),
+                version: 2,
+                speaks: None,
+                ours: v(3, 3),
+            },
+            Event::UnsupportedVersion {
+                sender: Some(all[2].clone()),
+                version: 4,
+                speaks: Some(v(4, 5)),
+                ours: v(3, 3),
+            },
+        ]
+    );
+    let reports = |a: &mut Node<NodeId>| {
+        drain_events(a)
+            .into_iter()
+            .filter(|e| matches!(e, Event::UnsupportedVersion { .. }))
+            .count()
+    };
+    assert!(a.handle_datagram(secs(30.0), &old).is_err());
+    assert_eq!(reports(&mut a), 0, "once a minute per sender");
+    assert!(a.handle_datagram(secs(62.0), &old).is_err());
+    assert_eq!(reports(&mut a), 1);
+    assert_eq!(a.stats().dropped(hale_core::DropReason::Version), 4);
+    let (received, _) = a.packets_by_version();
+    assert_eq!((received[&2], received[&4]), (3, 1));
+}
+
+#[test]
+fn a_new_run_in_an_older_version_is_answered_in_its_version_for_a_while() {
+    let all = ids(3);
+    let (b, c) = (&all[1], &all[2]);
+    let mut a = node(&all[0], &all, Config::default());
+    drain(&mut a);
+    a.set_wire_version(3);
+    // b's first packet (a new run, for all a knows) is in version 2: maybe a
+    // downgraded build that cannot read 3. c writes 3.
+    let t = secs(1.0);
+    assert_eq!(answered(&mut a, &ping_from(b, &all[0], 2, 7, t), t), [2]);
+    let t = secs(1.2);
+    assert_eq!(answered(&mut a, &ping_from(c, &all[0], 3, 9, t), t), [3]);
+    // Once b writes 3, it gets 3.
+    let t = secs(2.0);
+    assert_eq!(answered(&mut a, &ping_from(b, &all[0], 3, 7, t), t), [3]);
+    // c writing 2 in the same run is not a new run: it reads 3.
+    let t = secs(2.5);
+    assert_eq!(answered(&mut a, &ping_from(c, &all[0], 2, 9, t), t), [3]);
+    // c restarted in version 2: answered in 2, until the grace ends.
+    let t = secs(3.0);
+    assert_eq!(answered(&mut a, &ping_from(c, &all[0], 2, 10, t), t), [2]);
+    let t = secs(3.0) + hale_core::versions::DOWNGRADE_GRACE;
+    assert_eq!(answered(&mut a, &ping_from(c, &all[0], 2, 10, t), t), [3]);
+}
+
+#[test]
+fn a_new_run_writing_a_newer_version_than_this_node_is_answered_in_it() {
+    let all = ids(2);
+    let mut a = node(&all[0], &all, Config::default());
+    drain(&mut a);
+    assert_eq!(a.wire_version(), 2);
+    // b speaks only 3 (its range narrowed), and has just started.
+    let t = secs(1.0);
+    assert_eq!(
+        answered(&mut a, &ping_from(&all[1], &all[0], 3, 7, t), t),
+        [3]
+    );
+}
+
+#[test]
+fn members_that_write_an_older_version_without_restarting_are_written_to_in_the_negotiated_one() {
+    let all = ids(2);
+    let b = &all[1];
+    // Replay protection off: no run is known, so every packet of b may be
+    // a new run. Each run is clamped once: two members that moved up must
+    // not hold each other at 2 for ever.
+    let cfg = Config {
+        replay_window: std::time::Duration::ZERO,
+        ..Config::default()
+    };
+    let mut a = node(&all[0], &all, cfg);
+    drain(&mut a);
+    a.set_wire_version(3);
+    let t = secs(1.0);
+    assert_eq!(answered(&mut a, &ping_from(b, &all[0], 2, 7, t), t), [2]);
+    let t = secs(1.0) + hale_core::versions::DOWNGRADE_GRACE;
+    assert_eq!(answered(&mut a, &ping_from(b, &all[0], 2, 7, t), t), [3]);
+    let t = t + std::time::Duration::from_secs(1);
+    assert_eq!(answered(&mut a, &ping_from(b, &all[0], 2, 7, t), t), [3]);
+}
+
+#[test]
+fn a_wire_range_outside_this_builds_is_refused() {
+    for bad in [v(1, 3), v(2, 4), v(3, 2)] {
+        let cfg = Config {
+            wire_versions: bad,
+            ..Config::default()
+        };
+        let e = Node::new(id("a", 1), cfg, Time::ZERO).unwrap_err();
+        assert_eq!(e.field, "wire_versions");
+    }
+}

@@ -1,0 +1,198 @@
+//! Restarting (or upgrading) the holder's agent with the service untouched:
+//! `hale roles pause db`, restart the agent, `hale roles resume db` (the
+//! README's maintenance section). Three agents on loopback, each a
+//! control-plane server and a candidate for `db`, with hooks that log
+//! every run.
+
+use std::time::Duration;
+
+use hale_control::{check, HookKind, RoleState};
+use nix::sys::signal::Signal;
+
+use crate::failover::{first_holder, history};
+use crate::support::{
+    descendants, previous_release, spawn_with_config, wait_for, wait_until, Cluster,
+};
+
+/// Pauses `db` from agent 1 and waits until agent 0 (its holder) hears of it.
+fn pause(c: &Cluster) {
+    let out = c.agents[1].cli_ok(&["roles", "pause", "db"]);
+    assert!(out.contains("db paused"), "{out}");
+    wait_for(
+        Duration::from_secs(10),
+        "the holder hears of the pause",
+        || c.agents[0].roles().filter(|v| v.local[0].paused),
+    );
+}
+
+/// Sends SIGTERM to agent `i` and waits until it has exited.
+fn terminate(c: &mut Cluster, i: usize) {
+    c.signal(i, Signal::SIGTERM);
+    wait_until(
+        Duration::from_secs(15),
+        "the agent to exit on SIGTERM",
+        || c.agents[i].exited(),
+    );
+}
+
+/// Starts agent `i` again with its configuration, on its ports.
+fn restart(c: &mut Cluster, i: usize) {
+    let a = &c.agents[i];
+    let name = a.name.clone();
+    let config = c.path(&format!("{name}.toml"));
+    c.agents[i] = spawn_with_config(c.logs.path(), &name, &config, a.gossip, a.http, None, &[]);
+}
+
+#[test]
+fn restarting_the_holders_agent_while_its_role_is_paused_moves_nothing_and_runs_no_hook() {
+    let mut c = Cluster::roles("keep-restart", "");
+    let held = first_holder(&c);
+    assert_eq!(held.0, "n0");
+    wait_for(Duration::from_secs(10), "the promote hook ran", || {
+        (!history(&c).is_empty()).then_some(())
+    });
+    pause(&c);
+    terminate(&mut c, 0);
+    let log = std::fs::read_to_string(&c.agents[0].log).unwrap();
+    assert!(
+        log.contains("keeping it"),
+        "the agent says it kept db:\n{log}"
+    );
+    // Down for longer than a lease: the role stays with n0, unfenced.
+    c.assert_holder_stays(Duration::from_secs(3), &held, "while n0's agent was down");
+    restart(&mut c, 0);
+    wait_for(
+        Duration::from_secs(30),
+        "the new agent adopts db at the same epoch",
+        || {
+            let v = c.agents[0].roles()?;
+            let l = &v.local[0];
+            (l.state == RoleState::Holder && l.epoch == Some(held.1)).then_some(())
+        },
+    );
+    let out = c.agents[2].cli_ok(&["roles", "resume", "db"]);
+    assert!(out.contains("db resumed"), "{out}");
+    c.assert_holder_stays(
+        Duration::from_secs(4),
+        &held,
+        "after the restart and resume",
+    );
+    let h = history(&c);
+    let count = |k: HookKind| h.iter().filter(|e| e.kind == k).count();
+    assert_eq!(
+        count(HookKind::Promote),
+        1,
+        "only the first grant promoted: {h:?}"
+    );
+    assert_eq!(
+        count(HookKind::Demote),
+        0,
+        "nothing demoted, nothing fenced: {h:?}"
+    );
+    check(&h).unwrap();
+    let events = c.agents[0].events().expect("n0 answers");
+    assert!(
+        events.iter().any(|e| e.event.kind() == "role-adopted"),
+        "a role-adopted event"
+    );
+}
+
+#[test]
+fn resuming_a_role_whose_holders_agent_never_came_back_is_refused_unless_forced() {
+    let mut c = Cluster::roles("keep-silent", "");
+    let held = first_holder(&c);
+    pause(&c);
+    terminate(&mut c, 0);
+    // Its agent stays down longer than a lease.
+    c.assert_holder_stays(Duration::from_secs(3), &held, "while n0's agent was down");
+    let out = c.agents[1].cli(&["roles", "resume", "db"]);
+    assert!(!out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("n0 holds the role but has not renewed it for") && err.contains("--force"),
+        "{err}"
+    );
+    c.assert_holder_stays(Duration::from_secs(1), &held, "after a refused resume");
+    // Forced (the operator stopped n0's service by hand): a standby takes over.
+    let out = c.agents[1].cli_ok(&["roles", "resume", "db", "--force"]);
+    assert!(out.contains("db resumed"), "{out}");
+    let next = wait_for(Duration::from_secs(20), "a standby takes db", || {
+        c.holder().filter(|(h, _)| h != "n0")
+    });
+    assert!(next.1 > held.1);
+    let h = history(&c);
+    assert!(
+        !h.iter()
+            .any(|e| e.node == "n0" && e.kind == HookKind::Demote),
+        "n0's service was left to the operator: {h:?}"
+    );
+}
+
+#[test]
+fn upgrading_the_holders_agent_from_the_previous_release_moves_nothing_and_runs_no_hook() {
+    let prev = previous_release();
+    let mut c = Cluster::roles_of("keep-upgrade", 3, &prev.exe);
+    let held = first_holder(&c);
+    assert_eq!(held.0, "n0");
+    wait_for(Duration::from_secs(10), "the promote hook ran", || {
+        (!history(&c).is_empty()).then_some(())
+    });
+    let out = c.agents[1].cli_ok(&["roles", "pause", "db"]);
+    assert!(out.contains("db paused"), "{out}");
+    wait_until(Duration::from_secs(10), "the pause is committed", || {
+        c.agents[0]
+            .roles()
+            .and_then(|v| v.leases)
+            .is_some_and(|l| l.get("db").is_some_and(|l| l.paused))
+    });
+    // The previous release steps down on SIGTERM even when paused: its
+    // agent and its watchdog are killed together (the README's procedure).
+    let pid = c.agents[0].pid();
+    let mut all = descendants(pid.as_raw());
+    all.push(pid.as_raw());
+    for p in all {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), Signal::SIGKILL);
+    }
+    wait_until(Duration::from_secs(10), "the old agent is gone", || {
+        c.agents[0].exited()
+    });
+    // The new release's agent and watchdog, on the same configuration.
+    let config = c.path("n0.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let new_exe = crate::support::hale_bin().display().to_string();
+    std::fs::write(
+        &config,
+        text.replace(&prev.exe.display().to_string(), &new_exe),
+    )
+    .unwrap();
+    restart(&mut c, 0);
+    wait_for(
+        Duration::from_secs(30),
+        "the new agent adopts db at the same epoch",
+        || {
+            let v = c.agents[0].roles()?;
+            let l = &v.local[0];
+            (l.state == RoleState::Holder && l.epoch == Some(held.1)).then_some(())
+        },
+    );
+    let out = c.agents[2].cli_ok(&["roles", "resume", "db"]);
+    assert!(out.contains("db resumed"), "{out}");
+    c.assert_holder_stays(
+        Duration::from_secs(4),
+        &held,
+        "after the upgrade and resume",
+    );
+    let h = history(&c);
+    let count = |k: HookKind| h.iter().filter(|e| e.kind == k).count();
+    assert_eq!(
+        count(HookKind::Promote),
+        1,
+        "only the first grant promoted: {h:?}"
+    );
+    assert_eq!(
+        count(HookKind::Demote),
+        0,
+        "nothing demoted, nothing fenced: {h:?}"
+    );
+    check(&h).unwrap();
+}

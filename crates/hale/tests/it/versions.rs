@@ -1,0 +1,260 @@
+//! Wire versions between real agents: what a cluster writes when its
+//! members speak different ranges, members that share none, and mixed
+//! clusters of the previous release (`dist/previous-release.toml`) and
+//! this build.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+
+use hale_agent::view::MemberState;
+use hale_agent::AgentEvent;
+
+use crate::support::*;
+
+/// The wire version agent `a` writes (`None`: it does not say, a release
+/// before 0.2.0, or it does not answer).
+fn writes(a: &AgentProc) -> Option<u8> {
+    Some(call(a.api().health()).ok()?.wire?.writes)
+}
+
+/// Packets of wire `version` agent `a` received.
+fn received_in(a: &AgentProc, version: u8) -> f64 {
+    let v = version.to_string();
+    let labels = ["direction=\"in\"", &format!("version=\"{v}\"")];
+    a.metrics()
+        .map_or(0.0, |m| metric(&m, "hale_wire_packets_total", &labels))
+}
+
+/// Packets agent `a` dropped for their wire version.
+fn version_drops(a: &AgentProc) -> f64 {
+    a.metrics().map_or(0.0, |m| {
+        metric(&m, "hale_dropped_packets_total", &["reason=\"version\""])
+    })
+}
+
+/// A configuration file holding only `[membership] wire_versions`.
+fn wire_config(dir: &std::path::Path, name: &str, versions: &str) -> std::path::PathBuf {
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(
+        &path,
+        format!("[membership]\nwire_versions = \"{versions}\"\n"),
+    )
+    .unwrap();
+    path
+}
+
+fn unsupported_reports(a: &AgentProc, about: &str) -> Vec<AgentEvent> {
+    a.events()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| e.member.as_deref() == Some(about))
+        .map(|e| e.event)
+        .filter(|e| matches!(e, AgentEvent::UnsupportedWireVersion { .. }))
+        .collect()
+}
+
+#[test]
+fn a_cluster_moves_up_to_wire_version_three_when_its_last_version_two_member_leaves() {
+    let mut c = Cluster::start("wire-up", 2);
+    let mut spec = c.spec("old");
+    spec.config = Some(wire_config(c.logs.path(), "old", "2"));
+    c.agents.push(spawn(&spec));
+    c.wait_formed(Duration::from_secs(30));
+    wait_until(
+        Duration::from_secs(10),
+        "everyone to write version 2",
+        || c.agents.iter().all(|a| writes(a) == Some(2)),
+    );
+    let mut old = c.agents.pop().unwrap();
+    old.signal(Signal::SIGTERM);
+    wait_until(Duration::from_secs(10), "the old member to leave", || {
+        old.exited()
+    });
+    wait_until(
+        Duration::from_secs(10),
+        "the rest to write version 3",
+        || c.agents.iter().all(|a| writes(a) == Some(3)),
+    );
+    wait_until(
+        Duration::from_secs(10),
+        "version 3 packets to flow both ways",
+        || c.agents.iter().all(|a| received_in(a, 3) > 0.0),
+    );
+    for a in &c.agents {
+        assert!(dead_events(a).is_empty(), "{}: a death", a.name);
+        assert_eq!(
+            version_drops(a),
+            0.0,
+            "{}: a packet dropped for its version",
+            a.name
+        );
+    }
+}
+
+#[test]
+fn agents_that_share_no_wire_version_report_each_other_by_name() {
+    let logs = log_dir("wire-none");
+    let cluster = cluster_name("wire-none");
+    let key = hale_agent::Key::generate().to_base64();
+    let ports = [free_port(), free_port()];
+    let addr = |i: usize| SocketAddr::from(([127, 0, 0, 1], ports[i]));
+    let mut agents = Vec::new();
+    for (i, (name, versions)) in [("newer", "3"), ("older", "2")].into_iter().enumerate() {
+        let mut spec = loopback_spec(name, None, &cluster, &key, logs.path());
+        spec.bind = addr(i);
+        spec.seeds = vec![addr(1 - i)];
+        spec.config = Some(wire_config(logs.path(), name, versions));
+        agents.push(spawn(&spec));
+    }
+    let (newer, older) = (&agents[0], &agents[1]);
+    wait_until(Duration::from_secs(20), "both to report the other", || {
+        !unsupported_reports(newer, "older").is_empty()
+            && !unsupported_reports(older, "newer").is_empty()
+    });
+    assert!(unsupported_reports(newer, "older").iter().any(|e| matches!(
+        e,
+        AgentEvent::UnsupportedWireVersion { version: 2, ours, .. } if ours == "3"
+    )));
+    assert!(unsupported_reports(older, "newer").iter().any(|e| matches!(
+        e,
+        AgentEvent::UnsupportedWireVersion { version: 3, speaks: Some(s), ours } if s == "3" && ours == "2"
+    )));
+    for a in &agents {
+        assert!(version_drops(a) > 0.0);
+        let log = std::fs::read_to_string(&a.log).unwrap();
+        assert!(
+            log.contains("wire version this agent does not speak"),
+            "{}: no warning in its log",
+            a.name
+        );
+        assert_ne!(
+            a.state_of(if a.name == "newer" { "older" } else { "newer" }),
+            Some(MemberState::Alive)
+        );
+    }
+}
+
+#[test]
+fn the_previous_release_and_this_one_form_one_cluster_in_its_version_and_this_one_moves_up_when_it_leaves(
+) {
+    let prev = previous_release();
+    let logs = log_dir("wire-mixed");
+    let cluster = cluster_name("wire-mixed");
+    let key = hale_agent::Key::generate().to_base64();
+    let mut agents: Vec<AgentProc> = Vec::new();
+    let start = |agents: &mut Vec<AgentProc>, name: &str, old: bool| {
+        let mut spec = loopback_spec(name, agents.first(), &cluster, &key, logs.path());
+        if old {
+            spec.exe = Some(prev.exe.clone());
+        }
+        agents.push(spawn(&spec));
+    };
+    // Old, new, new, old: the seed is an old one.
+    for (name, old) in [
+        ("old0", true),
+        ("new1", false),
+        ("new2", false),
+        ("old3", true),
+    ] {
+        start(&mut agents, name, old);
+    }
+    wait_all_alive(
+        &agents,
+        Duration::from_secs(30),
+        "the mixed cluster to form",
+    );
+    let new = |agents: &[AgentProc]| -> Vec<usize> {
+        (0..agents.len())
+            .filter(|&i| agents[i].name.starts_with("new"))
+            .collect()
+    };
+    for &i in &new(&agents) {
+        assert_eq!(writes(&agents[i]), Some(2), "{}", agents[i].name);
+    }
+    // `hale status` says who is upgraded and what is written.
+    let status = agents[1].cli_ok(&["status"]);
+    assert!(
+        status.contains("WIRE     new1 writes 2; speaks 2: old0, old3; speaks 2-3: new1, new2"),
+        "{status}"
+    );
+    // Every pair keeps hearing each other for a while.
+    during(Duration::from_secs(6), Duration::from_secs(1), || {
+        for a in &agents {
+            for b in &agents {
+                assert_eq!(
+                    a.state_of(&b.name),
+                    Some(MemberState::Alive),
+                    "{} sees {}",
+                    a.name,
+                    b.name
+                );
+            }
+        }
+    });
+    for a in &agents {
+        assert_eq!(
+            version_drops(a),
+            0.0,
+            "{}: a packet dropped for its version",
+            a.name
+        );
+    }
+    // The old ones leave: the new ones move up.
+    let olds: Vec<AgentProc> = {
+        let (o, n): (Vec<_>, Vec<_>) = agents.drain(..).partition(|a| a.name.starts_with("old"));
+        agents = n;
+        o
+    };
+    for mut o in olds {
+        o.signal(Signal::SIGTERM);
+        wait_until(Duration::from_secs(10), "an old agent to leave", || {
+            o.exited()
+        });
+    }
+    wait_until(
+        Duration::from_secs(10),
+        "the new ones to write version 3",
+        || agents.iter().all(|a| writes(a) == Some(3)),
+    );
+    // An old agent joins again (a downgrade): the cluster goes back to 2.
+    start(&mut agents, "old4", true);
+    wait_all_alive(
+        &agents,
+        Duration::from_secs(30),
+        "the downgraded agent to join",
+    );
+    wait_until(
+        Duration::from_secs(10),
+        "the new ones to write version 2 again",
+        || new(&agents).iter().all(|&i| writes(&agents[i]) == Some(2)),
+    );
+    during(Duration::from_secs(5), Duration::from_secs(1), || {
+        for a in &agents {
+            for b in &agents {
+                assert_eq!(
+                    a.state_of(&b.name),
+                    Some(MemberState::Alive),
+                    "{} sees {}",
+                    a.name,
+                    b.name
+                );
+            }
+        }
+    });
+    for a in &agents {
+        assert!(dead_events(a).is_empty(), "{}: a death", a.name);
+    }
+    // The new ones answer its new run in its version until they learn its
+    // range, so it never gets a packet it cannot read.
+    let old4 = agents.last().unwrap();
+    assert_eq!(
+        version_drops(old4),
+        0.0,
+        "previous release {} ({}, wire {}) got packets in a version it does not speak",
+        prev.version,
+        prev.commit,
+        prev.wire
+    );
+}
