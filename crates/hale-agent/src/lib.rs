@@ -22,6 +22,7 @@ pub mod config;
 pub mod dashboard;
 pub mod drill;
 mod faults;
+pub mod generation;
 mod holders;
 /// The cluster keyring (the `hale-keyring` crate).
 pub use hale_keyring as keyring;
@@ -86,6 +87,13 @@ pub enum StartError {
     /// The relay could not start (spool directory, HTTP client).
     #[error("cannot start the relay: {0}")]
     Relay(#[from] hale_relay::StartError),
+    /// The generation file in `[agent] state_dir` is of a newer format.
+    #[error(transparent)]
+    Generation(#[from] generation::GenerationError),
+    /// The keyring file in `[agent] state_dir` could not be read (a newer
+    /// format: see `hale_keyring::file`).
+    #[error(transparent)]
+    Keyring(#[from] keyring::file::LoadError),
     /// The reload signal's handler (SIGHUP) could not be installed.
     #[error("cannot install the SIGHUP handler: {0}")]
     Signal(std::io::Error),
@@ -158,7 +166,11 @@ impl Agent {
             // targets, timer phases); seed 0 is the profile's placeholder.
             core.rng_seed = seed::fresh_seed();
         }
-        core.generation = generation(cfg.state_dir.as_deref());
+        let (generation, migrated) = generation::next(cfg.state_dir.as_deref())?;
+        if let Some(m) = migrated {
+            tracing::info!(file = %m.file.display(), from = m.from, to = m.to, "{m}");
+        }
+        core.generation = generation;
         let node = Node::new(id.clone(), core, Time::ZERO)?;
         if cfg.relay.as_ref().is_some_and(|r| r.keys.is_empty()) {
             tracing::warn!(
@@ -175,10 +187,16 @@ impl Agent {
         // One keyring for gossip, the control plane and the keys API: a
         // live rotation (`hale keys`) applies to all of them at once.
         if cfg.keys_from_state {
+            let file = cfg
+                .state_dir
+                .as_deref()
+                .unwrap_or(std::path::Path::new("."))
+                .join(KEYRING_FILE);
             tracing::info!(
-                file = %cfg.state_dir.as_deref().unwrap_or(std::path::Path::new(".")).join(KEYRING_FILE).display(),
+                file = %file.display(),
                 "using the keys saved by a live rotation; [cluster] keys are ignored while this file exists"
             );
+            migrate_keyring(&file)?;
         }
         let keys = cfg.keyring.clone().map(|ring| match &cfg.state_dir {
             Some(dir) => keyring::SharedKeyring::saved_to(ring, dir.join(KEYRING_FILE)),
@@ -401,36 +419,20 @@ async fn bind_gossip(bind: SocketAddr) -> Result<(UdpSocket, SocketAddr, TcpList
     }
 }
 
-/// The generation file's name in `[agent] state_dir`.
-const GENERATION_FILE: &str = "generation";
-
-/// This run's generation (see `hale_core::Config::generation`): the wall
-/// clock in milliseconds, and never at or below the last one used when
-/// `state_dir` remembers it, so that a clock set back across a restart does
-/// not make peers take this run's packets for replays of the last one's.
-fn generation(state_dir: Option<&std::path::Path>) -> u64 {
-    let wall = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(1, |d| d.as_millis() as u64);
-    let Some(dir) = state_dir else {
-        return wall;
-    };
-    let path = dir.join(GENERATION_FILE);
-    let last = std::fs::read_to_string(&path)
-        .ok()
-        .and_then(|t| t.trim().parse::<u64>().ok());
-    let g = last.map_or(wall, |l| wall.max(l.saturating_add(1)));
-    // Written beside it and renamed over it: a full disk leaves the last
-    // value whole, never an empty file that would start the next run at
-    // the wall clock again (peers then tell it, but the file must not lie).
-    let tmp = dir.join(format!("{GENERATION_FILE}.tmp"));
-    let write = std::fs::create_dir_all(dir)
-        .and_then(|()| std::fs::write(&tmp, format!("{g}\n")))
-        .and_then(|()| std::fs::rename(&tmp, &path));
-    if let Err(e) = write {
-        tracing::warn!(file = %path.display(), error = %e, "cannot save this run's generation");
+/// Rewrites the keyring file in the current format if it is of an older
+/// one, and says so; a newer one is refused (the configuration already
+/// refused it, unless it changed since). A file that cannot be rewritten
+/// is left as it is: this build reads it.
+fn migrate_keyring(file: &std::path::Path) -> Result<(), StartError> {
+    match keyring::file::migrate(file) {
+        Ok(Some(m)) => {
+            tracing::info!(file = %m.file.display(), from = m.from, to = m.to, "{m}");
+        }
+        Ok(None) => {}
+        Err(keyring::file::MigrateError::Load(e)) => return Err(e.into()),
+        Err(e) => tracing::warn!("{e}: left as it is (this build reads it)"),
     }
-    g
+    Ok(())
 }
 
 /// Runs an agent on the configuration `loaded` from `source` until
@@ -590,29 +592,4 @@ async fn start_roles(
     }
     out.client = Some(client);
     Ok(out)
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)] // In tests a panic is the failure report.
-    use super::*;
-
-    #[test]
-    fn a_generation_grows_across_restarts_even_when_the_clock_is_set_back() {
-        let dir = std::env::temp_dir().join(format!("hale-generation-{}", std::process::id()));
-        let first = generation(Some(&dir));
-        assert!(
-            generation(Some(&dir)) > first,
-            "a second start in the same ms"
-        );
-        // The last run stamped a generation an hour ahead of this clock (the
-        // clock was set back since): this run still comes after it.
-        let ahead = first + 3_600_000;
-        std::fs::write(dir.join(GENERATION_FILE), format!("{ahead}\n")).unwrap();
-        assert_eq!(generation(Some(&dir)), ahead + 1);
-        assert_eq!(generation(Some(&dir)), ahead + 2);
-        // Without a state directory: the wall clock alone.
-        assert!(generation(None) >= first);
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
 }

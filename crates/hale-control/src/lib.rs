@@ -13,7 +13,9 @@
 //!   and its typed client ([`raft`]: [`raft::ControlPlane`],
 //!   [`raft::ControlClient`], the contract in [`raft::api`]), and the
 //!   control plane's use of the sealed request/answer layer below it,
-//!   `hale-seal` ([`auth`]: its body limits).
+//!   `hale-seal` ([`auth`]: its body limits), and the protocol versions
+//!   every request and RPC carries, so that releases side by side in a
+//!   rolling upgrade understand each other ([`protocol`]).
 
 #![forbid(unsafe_code)]
 
@@ -24,6 +26,7 @@ pub mod holder;
 pub mod lease;
 #[cfg(feature = "planted-bugs")]
 pub mod planted;
+pub mod protocol;
 pub mod raft;
 pub mod replication;
 pub mod switchover;
@@ -38,5 +41,6 @@ pub use lease::{
     AppendClock, GrantDelay, Grantor, HeldLease, LeaseRejection, LeaseRequest, LeaseResponse,
     LeaseTable, LeaseTiming, ResumeRefused, RoleLease, TimingError, MIN_COMMIT_SLACK,
 };
+pub use protocol::{OLDEST_PROTOCOL, PROTOCOL};
 pub use replication::{Mark, Standing};
 pub use switchover::Switchover;

@@ -5,11 +5,29 @@
 //! Written to a temporary file in the same directory, flushed to disk, then
 //! renamed over the old one (and the directory flushed), with mode 0600: a
 //! crash leaves the old file or the new one, never half of one.
+//!
+//! Format versions, named by the first line:
+//!
+//! * **1**, the previous release's (commit 67c6e85): no version line.
+//! * **2** (this build, [`FORMAT`]): the first line is `# hale keyring,
+//!   format 2`; the rest is as in format 1. The version line is a comment
+//!   to a format-1 reader, so the previous release reads a format-2 file
+//!   as it is: a downgrade keeps working.
+//!
+//! A file of format 1 is rewritten in format 2 at the agent's start
+//! ([`migrate`]); a file of a newer format than this build reads is
+//! refused ([`LoadError::Future`], naming the file and both formats): a
+//! newer release wrote it.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::{Key, KeyError, Keyring};
+
+/// The newest keyring file format this build reads, and the one it writes.
+pub const FORMAT: u16 = 2;
+/// The first line of a file of format 2 or later, before the number.
+const FORMAT_LINE: &str = "# hale keyring, format ";
 
 /// Why the keyring file could not be read. Nothing was changed.
 #[derive(Debug, thiserror::Error)]
@@ -38,10 +56,128 @@ pub enum LoadError {
         /// The file.
         path: PathBuf,
     },
+    /// The first line names a format, but not with a number.
+    #[error("{path} line 1: not a keyring format version: {line:?}")]
+    BadFormat {
+        /// The file.
+        path: PathBuf,
+        /// The line.
+        line: String,
+    },
+    /// A newer release wrote it, in a format this build does not read.
+    #[error(
+        "{path} is in keyring file format {found}, newer than this build reads (up to \
+         {supported}): it was written by a newer release of hale; run that release again, or \
+         delete the file to use the keys of the configuration"
+    )]
+    Future {
+        /// The file.
+        path: PathBuf,
+        /// Its format.
+        found: u16,
+        /// The newest this build reads.
+        supported: u16,
+    },
+}
+
+/// A keyring file as read: the keys, and the format the file is in.
+#[derive(Debug, Clone)]
+pub struct Saved {
+    /// The keys (the primary first).
+    pub ring: Keyring,
+    /// The file's format (1: no version line).
+    pub format: u16,
+}
+
+/// Why the keyring file could not be brought to the current format.
+#[derive(Debug, thiserror::Error)]
+pub enum MigrateError {
+    /// It could not be read.
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    /// Its keys could not be written back in the current format (the file
+    /// is as it was: this build still reads it).
+    #[error("cannot rewrite the keyring file {path} in format {FORMAT}: {source}")]
+    Save {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// A file brought forward to the current format; its text is the log
+/// line (`migrated <file> from format 1 to 2`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Migrated {
+    /// The file.
+    pub file: PathBuf,
+    /// The format it was in.
+    pub from: u16,
+    /// The format it is in now.
+    pub to: u16,
+}
+
+impl std::fmt::Display for Migrated {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "migrated {} from format {} to {}",
+            self.file.display(),
+            self.from,
+            self.to
+        )
+    }
 }
 
 /// Reads the keyring saved at `path`: `Ok(None)` if there is no file.
 pub fn load(path: &Path) -> Result<Option<Keyring>, LoadError> {
+    Ok(read(path)?.map(|s| s.ring))
+}
+
+/// Rewrites the keyring file at `path` in the current format if it is in
+/// an older one (same keys, atomically: see [`save`]): the migration, or
+/// `None` when there is no file or nothing to do.
+pub fn migrate(path: &Path) -> Result<Option<Migrated>, MigrateError> {
+    let Some(saved) = read(path)? else {
+        return Ok(None);
+    };
+    if saved.format >= FORMAT {
+        return Ok(None);
+    }
+    save(path, &saved.ring).map_err(|source| MigrateError::Save {
+        path: path.to_owned(),
+        source,
+    })?;
+    Ok(Some(Migrated {
+        file: path.to_owned(),
+        from: saved.format,
+        to: FORMAT,
+    }))
+}
+
+/// The format a file's first line names: 1 when it names none.
+fn format_of(path: &Path, first: &str) -> Result<u16, LoadError> {
+    let Some(number) = first.trim().strip_prefix(FORMAT_LINE) else {
+        return Ok(1);
+    };
+    match number.trim().parse::<u16>() {
+        Ok(f) if f > FORMAT => Err(LoadError::Future {
+            path: path.to_owned(),
+            found: f,
+            supported: FORMAT,
+        }),
+        Ok(f) if f >= 1 => Ok(f),
+        _ => Err(LoadError::BadFormat {
+            path: path.to_owned(),
+            line: first.chars().take(80).collect(),
+        }),
+    }
+}
+
+/// Reads the keyring saved at `path`, with its format: `Ok(None)` if
+/// there is no file.
+pub fn read(path: &Path) -> Result<Option<Saved>, LoadError> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -52,6 +188,7 @@ pub fn load(path: &Path) -> Result<Option<Keyring>, LoadError> {
             })
         }
     };
+    let format = format_of(path, text.lines().next().unwrap_or(""))?;
     let mut keys = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let line = line.trim();
@@ -70,7 +207,10 @@ pub fn load(path: &Path) -> Result<Option<Keyring>, LoadError> {
         });
     }
     let primary = keys.remove(0);
-    Ok(Some(Keyring::new(primary, keys)))
+    Ok(Some(Saved {
+        ring: Keyring::new(primary, keys),
+        format,
+    }))
 }
 
 /// Writes `ring` to `path` atomically and durably (see the module docs).
@@ -80,8 +220,9 @@ pub fn save(path: &Path, ring: &Keyring) -> std::io::Result<()> {
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
-    let mut text = String::from(
-        "# hale keyring, written by the agent on every live key change (hale keys).\n\
+    let mut text = format!(
+        "{FORMAT_LINE}{FORMAT}\n\
+         # hale keyring, written by the agent on every live key change (hale keys).\n\
          # The first key seals; every key opens. Delete this file to use the\n\
          # keys of the configuration again.\n",
     );
@@ -128,6 +269,120 @@ mod tests {
         assert!(matches!(load(&path), Err(LoadError::Empty { .. })));
         std::fs::write(&path, "not a key\n").unwrap();
         assert!(matches!(load(&path), Err(LoadError::Key { line: 1, .. })));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A fresh directory for one test.
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("hale-keyring-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    /// What the previous release's `save` wrote (commit 67c6e85).
+    fn previous_release_file(ring: &Keyring) -> String {
+        let mut text = String::from(
+            "# hale keyring, written by the agent on every live key change (hale keys).\n\
+             # The first key seals; every key opens. Delete this file to use the\n\
+             # keys of the configuration again.\n",
+        );
+        for k in ring.keys() {
+            text.push_str(&k.to_base64());
+            text.push('\n');
+        }
+        text
+    }
+
+    /// The previous release's `load`, as it reads a file (commit 67c6e85).
+    fn previous_release_load(text: &str) -> Option<Keyring> {
+        let mut keys = Vec::new();
+        for line in text.lines() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            keys.push(Key::from_base64(line).ok()?);
+        }
+        let primary = (!keys.is_empty()).then(|| keys.remove(0))?;
+        Some(Keyring::new(primary, keys))
+    }
+
+    #[test]
+    fn a_keyring_file_of_the_previous_format_is_read_and_migrated_with_the_same_keys() {
+        let dir = scratch("migrate");
+        let path = dir.join("keyring");
+        let (a, b) = (Key::generate(), Key::generate());
+        let ring = Keyring::new(b.clone(), vec![a.clone()]);
+        std::fs::write(&path, previous_release_file(&ring)).unwrap();
+        let saved = read(&path).unwrap().unwrap();
+        assert_eq!(saved.format, 1);
+        assert_eq!(saved.ring.keys(), &[b.clone(), a.clone()][..]);
+        let m = migrate(&path).unwrap().unwrap();
+        assert_eq!((m.from, m.to), (1, FORMAT));
+        assert_eq!(
+            m.to_string(),
+            format!("migrated {} from format 1 to 2", path.display())
+        );
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text.lines().next(), Some("# hale keyring, format 2"));
+        let again = read(&path).unwrap().unwrap();
+        assert_eq!((again.format, again.ring.keys()), (2, &[b, a][..]));
+        assert_eq!(migrate(&path).unwrap(), None, "nothing left to do");
+        assert_eq!(migrate(&dir.join("none")).unwrap(), None, "no file");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_keyring_file_in_this_format_is_one_the_previous_release_reads() {
+        let dir = scratch("downgrade");
+        let path = dir.join("keyring");
+        let (a, b) = (Key::generate(), Key::generate());
+        save(&path, &Keyring::new(a.clone(), vec![b.clone()])).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let old = previous_release_load(&text).unwrap();
+        assert_eq!(old.keys(), &[a, b][..]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_keyring_file_of_a_future_format_is_refused_naming_the_file_and_both_formats() {
+        let dir = scratch("future");
+        let path = dir.join("keyring");
+        let text = format!(
+            "# hale keyring, format 3\n{}\n",
+            Key::generate().to_base64()
+        );
+        std::fs::write(&path, &text).unwrap();
+        let e = load(&path).unwrap_err();
+        assert!(
+            matches!(
+                &e,
+                LoadError::Future {
+                    found: 3,
+                    supported: 2,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        let words = e.to_string();
+        assert!(words.contains(&path.display().to_string()), "{words}");
+        assert!(
+            words.contains("format 3") && words.contains("up to 2"),
+            "{words}"
+        );
+        assert!(matches!(
+            migrate(&path),
+            Err(MigrateError::Load(LoadError::Future { .. }))
+        ));
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            text,
+            "left as it was"
+        );
+        std::fs::write(&path, "# hale keyring, format two\n").unwrap();
+        assert!(matches!(load(&path), Err(LoadError::BadFormat { .. })));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

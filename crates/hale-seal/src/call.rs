@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use axum::http::header;
+use reqwest::header::HeaderMap;
 use reqwest::{RequestBuilder, StatusCode};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -57,6 +58,16 @@ pub async fn read_capped(r: &mut reqwest::Response, limit: usize) -> Result<Vec<
     }
 }
 
+/// An authentic answer as it came: its headers, as received (a header is
+/// not authenticated: only the body is sealed), and its body, opened.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    /// The answer's HTTP headers, as received.
+    pub headers: HeaderMap,
+    /// The answer's body: the JSON the server sealed for this request.
+    pub body: Vec<u8>,
+}
+
 /// Sends `body` to server `target` at `addr` (`POST path`) and returns its
 /// answer, sealing and opening per `sealing`. Nothing unauthenticated is
 /// returned in sealed mode. Requests are stamped with this process's
@@ -73,16 +84,49 @@ pub async fn call<Req: Serialize + ?Sized, Resp: DeserializeOwned>(
     timeout: Duration,
 ) -> Result<Resp, CallError> {
     let json = serde_json::to_vec(body).map_err(|e| CallError::Decode(e.to_string()))?;
+    let to = Target { target, addr, path };
+    let reply = exchange(http, sealing, to, &json, &HeaderMap::new(), timeout).await?;
+    serde_json::from_slice(&reply.body).map_err(|e| CallError::Decode(e.to_string()))
+}
+
+/// Where a call goes: server `target` at `addr`, `POST path`.
+#[derive(Debug, Clone, Copy)]
+pub struct Target<'a> {
+    /// The server's id (in the request's associated data).
+    pub target: u64,
+    /// Its address (`host:port`).
+    pub addr: &'a str,
+    /// The route.
+    pub path: &'a str,
+}
+
+/// [`call`] with the JSON already encoded and `headers` sent beside the
+/// body (unauthenticated: a header a stranger on the path could change
+/// must be one whose forgery can do no more harm than dropping the
+/// request), returning the opened answer with the headers it came with.
+/// A refusal's message is the server's sealed explanation when it opens
+/// for this request (a route's own refusal, such as a body the route could
+/// not decode), else the plain text the guard answered.
+pub async fn exchange(
+    http: &reqwest::Client,
+    sealing: &Sealing,
+    to: Target<'_>,
+    json: &[u8],
+    headers: &HeaderMap,
+    timeout: Duration,
+) -> Result<Reply, CallError> {
+    let Target { target, addr, path } = to;
     let url = format!("http://{addr}{path}");
     let keys = match sealing {
         Sealing::InsecurePlaintext => {
             let req = http
                 .post(url)
+                .headers(headers.clone())
                 .header(header::CONTENT_TYPE, "application/json")
-                .body(json);
-            let (status, raw) = send(req, timeout).await?;
+                .body(json.to_vec());
+            let (status, headers, raw) = send(req, timeout).await?;
             refused(status, &raw)?;
-            return serde_json::from_slice(&raw).map_err(|e| CallError::Decode(e.to_string()));
+            return Ok(Reply { headers, body: raw });
         }
         Sealing::Sealed(keys) => keys,
     };
@@ -90,15 +134,17 @@ pub async fn call<Req: Serialize + ?Sized, Resp: DeserializeOwned>(
     loop {
         let sent_at = unix_ms();
         let stamp = CLOCKS.server_time(target, addr, sent_at);
-        let s = seal_request(&keys.current(), target, "POST", path, stamp, &json);
+        let s = seal_request(&keys.current(), target, "POST", path, stamp, json);
         let req = http
             .post(&url)
+            .headers(headers.clone())
             .header(header::CONTENT_TYPE, "application/octet-stream")
             .body(s.body.clone());
-        let (status, raw) = send(req, timeout).await?;
+        let (status, got, raw) = send(req, timeout).await?;
+        let opened = open_response(&keys.current(), &s, &raw);
         if status == StatusCode::UNAUTHORIZED && !corrected {
-            if let Ok(plain) = open_response(&keys.current(), &s, &raw) {
-                if let Ok(stale) = serde_json::from_slice::<StaleAnswer>(&plain) {
+            if let Ok(plain) = &opened {
+                if let Ok(stale) = serde_json::from_slice::<StaleAnswer>(plain) {
                     // Offset from the midpoint of the exchange.
                     let back = unix_ms();
                     let mid = sent_at + back.saturating_sub(sent_at) / 2;
@@ -117,22 +163,28 @@ pub async fn call<Req: Serialize + ?Sized, Resp: DeserializeOwned>(
                 }
             }
         }
-        refused(status, &raw)?;
-        let plain = open_response(&keys.current(), &s, &raw).map_err(|_| CallError::Unauthentic)?;
-        return serde_json::from_slice(&plain).map_err(|e| CallError::Decode(e.to_string()));
+        // A route's refusal is sealed (the guard seals whatever the route
+        // answered): its text is the one to report.
+        refused(status, opened.as_deref().unwrap_or(&raw))?;
+        let body = opened.map_err(|_| CallError::Unauthentic)?;
+        return Ok(Reply { headers: got, body });
     }
 }
 
 /// Sends a request and reads its answer (capped).
-async fn send(req: RequestBuilder, timeout: Duration) -> Result<(StatusCode, Vec<u8>), CallError> {
+async fn send(
+    req: RequestBuilder,
+    timeout: Duration,
+) -> Result<(StatusCode, HeaderMap, Vec<u8>), CallError> {
     let mut r = req
         .timeout(timeout)
         .send()
         .await
         .map_err(|e| transport(&e))?;
     let status = r.status();
+    let headers = std::mem::take(r.headers_mut());
     let raw = read_capped(&mut r, RESPONSE_LIMIT).await?;
-    Ok((status, raw))
+    Ok((status, headers, raw))
 }
 
 /// A transport error: timed out (the server may only be slow), or

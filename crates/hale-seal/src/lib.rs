@@ -37,7 +37,8 @@
 //! [`DEFAULT_BODY_LIMIT`]; answers [`RESPONSE_LIMIT`]) before anything else
 //! is done with them. The pieces: [`seal_request`] / [`open_response`] (the
 //! format), [`Guard`] and the [`authenticate`] middleware (the server's
-//! side), [`call`] and [`read_capped`] (the client's side, errors typed as
+//! side), [`call`], [`exchange`] (with headers beside the body, and the
+//! answer's) and [`read_capped`] (the client's side, errors typed as
 //! [`CallError`]), [`clock_report`] (clock offsets). See ARCHITECTURE.md
 //! ("Control-plane authentication") for what an attacker on the path can
 //! and cannot do.
@@ -53,7 +54,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use hale_keyring::{Keyring, SharedKeyring};
 
-pub use call::{call, read_capped, CallError};
+pub use call::{call, exchange, read_capped, CallError, Reply, Target};
 pub use clocks::{clock_report, ClockReport, ServerOffset, StampsRefused};
 pub use format::{open_response, seal_request, SealedRequest};
 pub use guard::{authenticate, Admitted, Guard, Refusal};

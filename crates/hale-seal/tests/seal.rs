@@ -185,3 +185,60 @@ async fn an_unsealed_answer_is_not_believed_and_plaintext_needs_no_keys() {
     assert!(matches!(r, Err(CallError::Unreachable(_))), "{r:?}");
     task.abort();
 }
+
+#[tokio::test]
+async fn an_exchange_carries_headers_both_ways_and_reads_a_routes_sealed_refusal() {
+    use axum::http::{HeaderMap, StatusCode};
+    use hale_seal::{exchange, Target};
+    let key = Key::generate();
+    let keys = SharedKeyring::new(ring(&key));
+    // Echoes the `x-asked` header back as `x-said`; refuses `/no` with its
+    // own words (sealed by the guard, as every route answer is).
+    let app = Router::new()
+        .route(
+            "/echo",
+            post(|h: HeaderMap| async move {
+                let asked = h.get("x-asked").cloned();
+                let mut out = HeaderMap::new();
+                if let Some(v) = asked {
+                    out.insert("x-said", v);
+                }
+                (out, Json(json!("ok")))
+            }),
+        )
+        .route(
+            "/no",
+            post(|| async { (StatusCode::UNPROCESSABLE_ENTITY, "no such thing here") }),
+        )
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::new(Guard::new(5, keys.clone())),
+            hale_seal::authenticate,
+        ));
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let task = tokio::spawn(async move { axum::serve(l, app).await.unwrap() });
+    let http = reqwest::Client::new();
+    let t = Duration::from_secs(5);
+    let sealing = Sealing::Sealed(keys);
+    let mut headers = HeaderMap::new();
+    headers.insert("x-asked", "2".parse().unwrap());
+    let to = |path| Target {
+        target: 5,
+        addr: &addr,
+        path,
+    };
+    let reply = exchange(&http, &sealing, to("/echo"), b"{}", &headers, t)
+        .await
+        .unwrap();
+    assert_eq!(reply.headers.get("x-said").unwrap(), "2");
+    assert_eq!(reply.body, b"\"ok\"");
+    let r = exchange(&http, &sealing, to("/no"), b"{}", &headers, t).await;
+    match r {
+        Err(CallError::Refused { status, message }) => {
+            assert_eq!(status, 422);
+            assert_eq!(message, "no such thing here");
+        }
+        r => panic!("{r:?}"),
+    }
+    task.abort();
+}

@@ -82,9 +82,13 @@ fn command() -> clap::Command {
 /// `hale --version`: the release and the protocol versions it speaks.
 fn long_version() -> String {
     format!(
-        "{}\nwire protocol: {} (writes the highest every live member speaks)",
+        "{}\nwire protocol: {} (writes the highest every live member speaks)\n\
+         control-plane protocol: {} (speaks {} to {})",
         env!("CARGO_PKG_VERSION"),
-        hale_core::wire::SPOKEN
+        hale_core::wire::SPOKEN,
+        hale_control::PROTOCOL,
+        hale_control::OLDEST_PROTOCOL,
+        hale_control::PROTOCOL,
     )
 }
 
@@ -183,11 +187,13 @@ mod tests {
     }
 
     #[test]
-    fn the_long_version_names_the_wire_protocol_this_build_speaks() {
+    fn the_long_version_names_the_protocols_this_build_speaks() {
         let v = long_version();
         assert!(v.starts_with(env!("CARGO_PKG_VERSION")), "{v}");
         let wire = format!("wire protocol: {}", hale_core::wire::SPOKEN);
         assert!(v.contains(&wire), "{v}");
+        let control = format!("control-plane protocol: {}", hale_control::PROTOCOL);
+        assert!(v.contains(&control), "{v}");
     }
 
     #[test]

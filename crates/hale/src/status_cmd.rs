@@ -240,7 +240,7 @@ pub fn render(s: &Status) -> String {
     if let Some(c) = &s.control {
         let idx = |i: Option<u64>| i.map_or("-".to_owned(), |i| i.to_string());
         out.push_str(&format!(
-            "CONTROL  server {} is {}, leader {}, term {}, log {}, applied {}, snapshot {}, voters {}\n",
+            "CONTROL  server {} is {}, leader {}, term {}, log {}, applied {}, snapshot {}, voters {}, protocol {}\n",
             c.id,
             c.state,
             c.leader.map_or("none".to_owned(), |l| l.to_string()),
@@ -252,8 +252,15 @@ pub fn render(s: &Status) -> String {
                 .iter()
                 .map(u64::to_string)
                 .collect::<Vec<_>>()
-                .join(",")
+                .join(","),
+            c.protocol
         ));
+        if let Some(common) = c.common_protocol.filter(|p| *p < c.protocol) {
+            out.push_str(&format!(
+                "  MIXED RELEASES: a server speaks only control-plane protocol {common} (an upgrade \
+                 under way?); nothing newer is written until every server speaks it\n"
+            ));
+        }
         if let Some(e) = &c.storage_error {
             out.push_str(&format!("  STORAGE FAILED: {e}\n"));
         }

@@ -8,6 +8,7 @@ mod api_guard;
 mod config;
 mod dashboard;
 mod drill;
+mod formats;
 mod keyring;
 mod keys;
 mod openapi;

@@ -143,7 +143,7 @@ macro_rules! samples {
 fn samples() -> BTreeMap<String, Vec<Value>> {
     let control = json!({"id": 1, "state": "leader", "leader": 1, "term": 2, "last_log_index": 9,
         "applied_index": 9, "snapshot_index": null, "voters": [1, 2, 3],
-        "storage_error": "No space left on device"});
+        "storage_error": "No space left on device", "protocol": 2, "common_protocol": 2});
     let counts = json!({"alive": 0, "suspect": 0, "dead": 0, "left": 0});
     let clock = json!({"offsets": [{"server": 2, "addr": "10.0.0.2:7948", "offset_ms": -61000,
             "learned_unix_ms": 1_700_000_000_000_u64}],

@@ -113,6 +113,27 @@ pub enum Refusal {
     /// No server answered (said by the client, never on the wire).
     #[error("no control-plane server answered")]
     NoAnswer,
+    /// The request is newer than a control-plane server on its way
+    /// understands (a rolling upgrade under way): nothing was done; ask
+    /// again once the servers are upgraded (or of another server). Said
+    /// by a server that could not decode a newer client's request, by a
+    /// leader that will not write an entry some server could not apply
+    /// ([`crate::protocol`]), and by the client for the previous release's
+    /// decode failure (HTTP 422). Protocol 2 and later: an asker speaking
+    /// 1 gets it as [`Refusal::Unavailable`] with the same words.
+    #[error(
+        "the request needs control-plane protocol {needs}, but a server on its way speaks only up \
+         to {speaks} (a rolling upgrade under way?): nothing was done; retry once every \
+         control-plane server is upgraded"
+    )]
+    TooNew {
+        /// The protocol the request needs (for a request a server could
+        /// not decode: the newest its client speaks).
+        needs: u16,
+        /// The newest protocol the refusing server speaks (the leader: the
+        /// newest every server speaks).
+        speaks: u16,
+    },
 }
 
 impl From<ControlError> for Refusal {
@@ -131,6 +152,7 @@ impl From<ControlError> for Refusal {
                 }
             }
             ControlError::Request(m) => Refusal::Failed(m),
+            ControlError::TooNew { needs, speaks } => Refusal::TooNew { needs, speaks },
             e @ (ControlError::StoreInUse(_) | ControlError::Store(_) | ControlError::Start(_)) => {
                 Refusal::Failed(e.to_string())
             }
@@ -140,3 +162,52 @@ impl From<ControlError> for Refusal {
 
 /// What a route answers: the value, or why not.
 pub type Answer<T> = Result<T, Refusal>;
+
+impl Refusal {
+    /// This refusal in a form an asker speaking `protocol` decodes: a
+    /// refusal kind its version does not know becomes one it does, with
+    /// the same words.
+    /// Protocol 1 (0.1.0) knows neither `too-new` (read as `unavailable`:
+    /// ask another server) nor `holder-silent` (read as `not-yet`: the
+    /// leader's decision, for now).
+    pub fn for_asker(self, protocol: u16) -> Refusal {
+        match self {
+            r @ Refusal::TooNew { .. } if protocol < 2 => Refusal::Unavailable(r.to_string()),
+            r @ Refusal::HolderSilent { .. } if protocol < 2 => Refusal::NotYet(r.to_string()),
+            r => r,
+        }
+    }
+}
+
+/// `a` in a form an asker speaking `protocol` decodes.
+pub fn answer_for<T>(a: Answer<T>, protocol: u16) -> Answer<T> {
+    a.map_err(|r| r.for_asker(protocol))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn an_old_asker_gets_a_refusal_it_can_decode() {
+        let r = Refusal::TooNew {
+            needs: 3,
+            speaks: 2,
+        };
+        assert_eq!(r.clone().for_asker(2), r);
+        let old = r.clone().for_asker(1);
+        assert_eq!(old, Refusal::Unavailable(r.to_string()));
+        let json = serde_json::to_value(&old).unwrap();
+        assert_eq!(json["refusal"], "unavailable");
+        assert_eq!(answer_for::<()>(Err(r), 1), Err(old));
+        let silent = Refusal::HolderSilent {
+            holder: "n1".into(),
+            silent_ms: 4000,
+        };
+        assert_eq!(silent.clone().for_asker(2), silent);
+        let old = silent.clone().for_asker(1);
+        assert_eq!(old, Refusal::NotYet(silent.to_string()));
+        assert_eq!(serde_json::to_value(&old).unwrap()["refusal"], "not-yet");
+    }
+}

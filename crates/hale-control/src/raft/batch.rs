@@ -12,6 +12,7 @@ use axum::Json;
 use super::api::{self, Answer, BatchItem, Refusal};
 use super::{ControlError, ControlPlane};
 use crate::lease::{LeaseRejection, LeaseRequest, LeaseResponse};
+use crate::protocol::{Asker, OLDEST_PROTOCOL};
 
 /// Where the answers to one entry of the batch go: one item, or each
 /// renewal of a [`LeaseRequest::Renewals`].
@@ -49,7 +50,8 @@ impl ControlPlane {
             )));
         }
         if self.leader() != Some(self.id) {
-            return self.forward(api::BATCH, &items).await;
+            let needs = items.iter().map(needs).max().unwrap_or(OLDEST_PROTOCOL);
+            return self.forward(api::BATCH, &items, needs).await;
         }
         let mut answers: Vec<Option<Answer<LeaseResponse>>> = vec![None; items.len()];
         let (mut writes, mut slots) = (Vec::new(), Vec::new());
@@ -131,10 +133,23 @@ impl ControlPlane {
     }
 }
 
-/// `POST /control/batch`: as [`super::lease_answer`], item by item.
+/// The protocol a batch item needs (an acquisition: 1; a write: its kind's).
+fn needs(item: &BatchItem) -> u16 {
+    match item {
+        BatchItem::Acquire(_) => OLDEST_PROTOCOL,
+        BatchItem::Write(req) => crate::protocol::needs(req),
+    }
+}
+
+/// `POST /control/batch`: as [`super::routes::lease_answer`], item by item.
 pub(super) async fn route(
     State(cp): State<ControlPlane>,
+    asker: Asker,
     Json(items): Json<Vec<BatchItem>>,
 ) -> Response {
-    super::lease_answer(cp.batch(items).await)
+    let answers = cp.batch(items).await.map(|answers| {
+        let form = |a| super::api::answer_for(a, asker.0);
+        answers.into_iter().map(form).collect::<Vec<_>>()
+    });
+    super::routes::lease_answer(answers, asker)
 }

@@ -3,6 +3,12 @@
 //! request is sealed with the cluster keyring and every answer must be
 //! sealed for that request ([`hale_seal`]); an answer that is not
 //! counts as no answer. A refusal comes back typed ([`Refusal`]).
+//!
+//! Every request says the protocol this client speaks and every answer is
+//! read in the form its server chose ([`crate::protocol`]). A server that
+//! could not decode a request (the previous release answers a request
+//! newer than it with `422`) is refused like the others' decode failures:
+//! [`Refusal::TooNew`], once no other server answered.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -14,10 +20,11 @@ use serde::Serialize;
 
 use super::api::{self, AddServer, Answer, Refusal, ServerChange};
 use super::AcquireRequest;
-use hale_seal::CallError;
+use hale_seal::{CallError, Target};
 
 use crate::auth::ControlAuth;
 use crate::lease::{LeaseRequest, LeaseResponse, LeaseTable};
+use crate::protocol::{self, Spoken, OLDEST_PROTOCOL, PROTOCOL};
 
 /// Talks to whichever control-plane server answers (they forward to the
 /// leader). It sticks to the last server that answered, so that a frozen
@@ -32,6 +39,10 @@ pub struct ControlClient {
     /// While this flag is set (a drill's freeze), every request fails as if
     /// no server answered.
     gate: Option<Arc<AtomicBool>>,
+    /// The protocol it speaks ([`PROTOCOL`] unless pinned lower).
+    speaks: u16,
+    /// What each server answered in last.
+    spoken: Spoken,
 }
 
 impl ControlClient {
@@ -46,7 +57,22 @@ impl ControlClient {
                 .expect("a plain HTTP client builds"),
             preferred: Arc::new(AtomicUsize::new(0)),
             gate: None,
+            speaks: PROTOCOL,
+            spoken: Spoken::default(),
         }
+    }
+
+    /// This client, speaking at most protocol `speaks` (clamped to what
+    /// this build speaks): at 1 it asks and reads answers exactly as the
+    /// previous release's client did. For tests of mixed releases.
+    pub fn speaking(mut self, speaks: u16) -> ControlClient {
+        self.speaks = speaks.clamp(OLDEST_PROTOCOL, PROTOCOL);
+        self
+    }
+
+    /// What each server answered in last (the newest protocol it speaks).
+    pub fn spoken(&self) -> BTreeMap<u64, u16> {
+        self.spoken.all()
     }
 
     /// This client, asking server `id` first (an agent's own server: it
@@ -66,34 +92,60 @@ impl ControlClient {
         self
     }
 
-    /// Sends one request (`path`, `body`) to each server in turn, starting
-    /// with the one that answered last, and returns the first authentic
-    /// answer (remembering who gave it). A `503` is no answer: a server
-    /// whose Raft stopped (its disk full) or that knows no leader says so,
-    /// and the next server is asked.
+    /// Sends one request (`path`, `body`, which needs protocol `needs`) to
+    /// each server in turn, starting with the one that answered last, and
+    /// returns the first authentic answer (remembering who gave it). A
+    /// `503` is no answer: a server whose Raft stopped (its disk full) or
+    /// that knows no leader says so, and the next server is asked. So is a
+    /// server that could not decode it (older than the request): if no
+    /// server answers, that is [`Refusal::TooNew`], else
+    /// [`Refusal::NoAnswer`].
     async fn first_answer<T: serde::de::DeserializeOwned>(
         &self,
         limit: Duration,
         path: &str,
-        body: &(impl Serialize + ?Sized),
-    ) -> Option<T> {
+        (body, needs): (&(impl Serialize + ?Sized), u16),
+    ) -> Result<T, Refusal> {
         if self
             .gate
             .as_ref()
             .is_some_and(|g| g.load(Ordering::Relaxed))
         {
-            return None;
+            return Err(Refusal::NoAnswer);
         }
         let n = self.servers.len();
         let first = self.preferred.load(Ordering::Relaxed) % n.max(1);
+        let mut refusal = Refusal::NoAnswer;
         for k in 0..n {
             let i = (first + k) % n;
             let (id, addr) = self.servers[i];
             let addr = addr.to_string();
-            match hale_seal::call(&self.http, &self.auth, id, &addr, path, body, limit).await {
-                Ok(v) => {
+            let to = Target {
+                target: id,
+                addr: &addr,
+                path,
+            };
+            match protocol::call(&self.http, &self.auth, to, body, limit, self.speaks).await {
+                Ok(h) => {
+                    self.spoken.note(id, h.protocol);
                     self.preferred.store(i, Ordering::Relaxed);
-                    return Some(v);
+                    return Ok(h.answer);
+                }
+                // Older than the request: another server may be newer.
+                Err(e) if protocol::undecodable(&e) => {
+                    let speaks = self.spoken.of(id).unwrap_or(OLDEST_PROTOCOL);
+                    tracing::warn!(
+                        server = id,
+                        %addr,
+                        path,
+                        "control plane: server {id} (protocol {speaks}) could not decode a \
+                         request of this client (protocol {}): {e}",
+                        self.speaks
+                    );
+                    refusal = Refusal::TooNew {
+                        needs: needs.max(self.speaks),
+                        speaks,
+                    };
                 }
                 // This server cannot serve it now (its Raft stopped, no
                 // leader known, or its leader unreachable): ask the next.
@@ -114,22 +166,22 @@ impl ControlClient {
                 Ordering::Relaxed,
             );
         }
-        None
+        Err(refusal)
     }
 
-    async fn post<T: Serialize, R: serde::de::DeserializeOwned>(
+    async fn post<T: Serialize + ?Sized, R: serde::de::DeserializeOwned>(
         &self,
         path: &str,
-        body: &T,
+        (body, needs): (&T, u16),
         limit: Duration,
     ) -> Answer<R> {
         // Each server gets a share of the time. The leader's refusal (not
         // grantable yet, not the holder) is an answer too: every server
         // would forward to the same leader.
         let share = (limit / 2).max(Duration::from_millis(200));
-        self.first_answer::<Answer<R>>(share, path, body)
+        self.first_answer::<Answer<R>>(share, path, (body, needs))
             .await
-            .unwrap_or(Err(Refusal::NoAnswer))
+            .and_then(|a| a)
     }
 
     /// Sends several acquisitions and lease writes in one request (at most
@@ -139,7 +191,12 @@ impl ControlClient {
         items: &[api::BatchItem],
         limit: Duration,
     ) -> Answer<Vec<Answer<LeaseResponse>>> {
-        self.post(api::BATCH, &items, limit).await
+        let needs = items.iter().map(|i| match i {
+            api::BatchItem::Acquire(_) => OLDEST_PROTOCOL,
+            api::BatchItem::Write(req) => protocol::needs(req),
+        });
+        let needs = needs.max().unwrap_or(OLDEST_PROTOCOL);
+        self.post(api::BATCH, (items, needs), limit).await
     }
 
     /// Asks for `role` for `holder` at `priority`, as acquisition `attempt`.
@@ -158,19 +215,22 @@ impl ControlClient {
             attempt,
             standing: None,
         };
-        self.post(api::ACQUIRE, &body, limit).await
+        self.post(api::ACQUIRE, (&body, OLDEST_PROTOCOL), limit)
+            .await
     }
 
     /// Writes a lease request through the leader.
     pub async fn write(&self, req: &LeaseRequest, limit: Duration) -> Answer<LeaseResponse> {
-        self.post(api::WRITE, req, limit).await
+        self.post(api::WRITE, (req, protocol::needs(req)), limit)
+            .await
     }
 
     /// The control-plane leader's id, as the first server that answers knows it.
     pub async fn leader(&self) -> Option<u64> {
-        self.first_answer::<Option<u64>>(Duration::from_millis(500), api::LEADER, &())
-            .await
-            .flatten()
+        let limit = Duration::from_millis(500);
+        let asked = (&(), OLDEST_PROTOCOL);
+        let leader = self.first_answer::<Option<u64>>(limit, api::LEADER, asked);
+        leader.await.ok().flatten()
     }
 
     /// Adds or removes a control-plane server, through whichever server
@@ -178,9 +238,10 @@ impl ControlClient {
     pub async fn change_servers(&self, change: ServerChange) -> Answer<()> {
         let limit = Duration::from_secs(10);
         let path = change.path();
-        self.first_answer::<Answer<()>>(limit, &path, &change.body())
+        let asked = (&change.body(), OLDEST_PROTOCOL);
+        self.first_answer::<Answer<()>>(limit, &path, asked)
             .await
-            .unwrap_or(Err(Refusal::NoAnswer))
+            .and_then(|a| a)
     }
 
     /// Adds server `id` at `addr` (see [`ControlClient::change_servers`]).
@@ -191,7 +252,9 @@ impl ControlClient {
 
     /// Reads the lease table from the first server that answers.
     pub async fn table(&self) -> Option<LeaseTable> {
-        self.first_answer(Duration::from_millis(500), api::TABLE, &())
+        let asked = (&(), OLDEST_PROTOCOL);
+        self.first_answer(Duration::from_millis(500), api::TABLE, asked)
             .await
+            .ok()
     }
 }

@@ -9,7 +9,9 @@
 pub mod api;
 mod batch;
 mod client;
+pub mod format;
 mod network;
+mod routes;
 mod runtime;
 mod store;
 
@@ -19,23 +21,19 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::extract::State;
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Json, Router};
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, Raft, RaftMetrics};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
-use hale_seal::CallError;
+use hale_seal::{CallError, Target};
 
-use crate::auth::{self, ControlAuth};
+use crate::auth::ControlAuth;
 use crate::lease::{
     resume_check, AppendClock, GrantDelay, Grantor, LeaseRequest, LeaseResponse, LeaseTable,
     LeaseTiming, ResumeRefused,
 };
+use crate::protocol::{self, Spoken, OLDEST_PROTOCOL, PROTOCOL};
 use hale_core::Time;
 
 pub use api::{AddServer, Refusal, ServerChange};
@@ -86,6 +84,19 @@ pub enum ControlError {
     /// The grantor will not hand the role over yet.
     #[error("not yet: {0}")]
     NotYet(GrantDelay),
+    /// The request needs a newer control-plane protocol than a server on
+    /// its way speaks (the leader: than every server speaks; see
+    /// [`crate::protocol`]). Nothing was written.
+    #[error(
+        "the request needs control-plane protocol {needs}, but a server on its way speaks only \
+         up to {speaks}"
+    )]
+    TooNew {
+        /// The protocol the request needs.
+        needs: u16,
+        /// The newest protocol the server (the leader: every server) speaks.
+        speaks: u16,
+    },
     /// The leader refuses to resume a role ([`crate::lease::resume_check`]).
     #[error("{0}")]
     Resume(ResumeRefused),
@@ -117,6 +128,10 @@ pub struct ControlPlane {
     client: reqwest::Client,
     auth: ControlAuth,
     stall: DiskStall,
+    /// The protocol this server speaks ([`PROTOCOL`] unless pinned lower).
+    speaks: u16,
+    /// What the other servers were last heard to speak.
+    spoken: Spoken,
 }
 
 impl std::fmt::Debug for ControlPlane {
@@ -150,6 +165,20 @@ pub struct ControlStatus {
     pub voters: Vec<u64>,
     /// Why its Raft stopped, if it did (a failed storage write: disk full).
     pub storage_error: Option<String>,
+    /// The newest control-plane protocol it speaks ([`PROTOCOL`];
+    /// 1 for a server of the previous release, which does not say).
+    #[serde(default = "protocol_1")]
+    pub protocol: u16,
+    /// On the leader: the newest protocol every server speaks, as it last
+    /// heard each of them answer (a server not heard from counts as 1);
+    /// log entries that need a newer one are not written. `None`
+    /// elsewhere.
+    #[serde(default)]
+    pub common_protocol: Option<u16>,
+}
+
+fn protocol_1() -> u16 {
+    OLDEST_PROTOCOL
 }
 
 pub use crate::lease::AcquireRequest;
@@ -177,12 +206,30 @@ impl ControlPlane {
     /// Opens the store in `data_dir` and starts a server with id `id`,
     /// authenticating its traffic per `auth` (see [`crate::auth`]).
     /// Serve [`ControlPlane::routes`] on the address peers know it by.
+    /// A store of the previous format is migrated, one of a newer format
+    /// refused ([`format`](mod@format)).
     pub async fn start(
         id: u64,
         data_dir: &Path,
         timing: LeaseTiming,
         auth: ControlAuth,
     ) -> Result<ControlPlane, ControlError> {
+        Self::start_speaking(id, data_dir, timing, auth, PROTOCOL).await
+    }
+
+    /// [`ControlPlane::start`] for a server that speaks at most protocol
+    /// `speaks` on the wire (clamped to what this build speaks): at 1 it
+    /// asks and answers exactly in the previous release's form, says no
+    /// version, and refuses nothing as too new. For tests of clusters that
+    /// mix releases; what it decodes and applies is still this build's.
+    pub async fn start_speaking(
+        id: u64,
+        data_dir: &Path,
+        timing: LeaseTiming,
+        auth: ControlAuth,
+        speaks: u16,
+    ) -> Result<ControlPlane, ControlError> {
+        let speaks = speaks.clamp(OLDEST_PROTOCOL, PROTOCOL);
         if matches!(auth, ControlAuth::InsecurePlaintext) {
             tracing::warn!(
                 server = id,
@@ -191,9 +238,7 @@ impl ControlPlane {
             );
         }
         let db = open_db(data_dir).map_err(|e| match e {
-            redb::DatabaseError::DatabaseAlreadyOpen => {
-                ControlError::StoreInUse(data_dir.to_path_buf())
-            }
+            format::StoreError::InUse(_) => ControlError::StoreInUse(data_dir.to_path_buf()),
             e => ControlError::Store(e.into()),
         })?;
         let origin = Instant::now();
@@ -267,7 +312,9 @@ impl ControlPlane {
         );
         let log = LogStore::new(db, Some(on_append));
         let stall = log.stall();
-        let raft = Raft::new(id, config, Network::new(auth.clone()), log, sm.clone())
+        let spoken = Spoken::default();
+        let network = Network::new(auth.clone(), speaks, spoken.clone());
+        let raft = Raft::new(id, config, network, log, sm.clone())
             .await
             .map_err(|e| ControlError::Start(e.into()))?;
         let cp = ControlPlane {
@@ -281,6 +328,8 @@ impl ControlPlane {
             client: reqwest::Client::new(),
             auth,
             stall,
+            speaks,
+            spoken,
         };
         cp.watch_leadership();
         Ok(cp)
@@ -325,35 +374,6 @@ impl ControlPlane {
                 }
             }
         });
-    }
-
-    /// Routes to serve: Raft RPCs, and `/control/acquire` and `/control/write`
-    /// for requests forwarded to the leader. With sealed auth every route
-    /// is behind [`hale_seal::authenticate`]: a request that is not sealed for
-    /// this server by a cluster key, fresh and first seen, gets 401 before
-    /// any route sees it.
-    pub fn routes(&self) -> Router {
-        let app = raft_routes(self.raft.clone()).merge(
-            Router::new()
-                .route(api::ACQUIRE, post(acquire_route))
-                .route(api::WRITE, post(write_route))
-                .route(api::BATCH, post(batch::route))
-                .route(api::TABLE, get(table_route).post(table_route))
-                .route(api::LEADER, get(leader_route).post(leader_route))
-                .route(api::SERVERS, post(add_server_route))
-                .route(api::SERVER_REMOVE, post(remove_server_route))
-                .with_state(self.clone()),
-        );
-        match &self.auth {
-            ControlAuth::InsecurePlaintext => app,
-            ControlAuth::Sealed(keys) => {
-                let guard = Arc::new(auth::guard(self.id, keys.clone()));
-                app.layer(axum::middleware::from_fn_with_state(
-                    guard,
-                    hale_seal::authenticate,
-                ))
-            }
-        }
     }
 
     /// Makes this server the first member of a new control plane, with
@@ -412,7 +432,8 @@ impl ControlPlane {
         if self.leader() != Some(self.id) {
             let (leader, addr) = self.leader_addr().ok_or(ControlError::NoLeader)?;
             let path = change.path();
-            let res: api::Answer<()> = self.call(leader, &addr, &path, &change.body(), 10).await?;
+            let body = (&change.body(), OLDEST_PROTOCOL);
+            let res: api::Answer<()> = self.call((leader, &addr), &path, body, 10).await?;
             return res.map_err(|r| ControlError::Request(r.to_string()));
         }
         match change {
@@ -459,7 +480,39 @@ impl ControlPlane {
             snapshot_index: m.snapshot.map(|l| l.index),
             voters: m.membership_config.membership().voter_ids().collect(),
             storage_error,
+            protocol: self.speaks,
+            common_protocol: (m.current_leader == Some(self.id) && m.running_state.is_ok())
+                .then(|| self.common_protocol()),
         }
+    }
+
+    /// The newest control-plane protocol every server of the membership
+    /// (voters and learners) speaks, as this server last heard each of
+    /// them answer (a server not heard from yet counts as 1). Meaningful
+    /// on the leader, which hears every server with each append.
+    pub fn common_protocol(&self) -> u16 {
+        let m = self.raft.metrics().borrow().clone();
+        let servers = m.membership_config.membership().nodes().map(|(id, _)| *id);
+        protocol::common(servers, self.id, self.speaks, &self.spoken.all())
+    }
+
+    /// Whether this server, leading, may write a log entry that needs
+    /// protocol `needs`: only when every server speaks it
+    /// ([`crate::protocol`]'s gate; [`ControlError::TooNew`] otherwise).
+    pub fn admits(&self, needs: u16) -> Result<(), ControlError> {
+        // Every server speaks the oldest: no need to ask (the hot path).
+        if needs <= OLDEST_PROTOCOL {
+            return Ok(());
+        }
+        protocol::admit(needs, self.common_protocol()).map_err(|t| ControlError::TooNew {
+            needs: t.needs,
+            speaks: t.common,
+        })
+    }
+
+    /// What each other server was last heard to speak (from its answers).
+    pub fn spoken(&self) -> BTreeMap<u64, u16> {
+        self.spoken.all()
     }
 
     /// Resolves with the error when this server's Raft stops on a fatal
@@ -517,42 +570,54 @@ impl ControlPlane {
             .map(|n| (leader, n.addr.clone()))
     }
 
-    /// One authenticated call to server `target` at `addr`.
+    /// One authenticated call to server `target` at `addr`, for a request
+    /// that needs protocol `needs`.
     async fn call<Req: Serialize, Resp: serde::de::DeserializeOwned>(
         &self,
-        target: u64,
-        addr: &str,
+        (target, addr): (u64, &str),
         path: &str,
-        body: &Req,
+        (body, needs): (&Req, u16),
         secs: u64,
     ) -> Result<Resp, ControlError> {
-        hale_seal::call(
-            &self.client,
-            &self.auth,
-            target,
-            addr,
-            path,
-            body,
-            Duration::from_secs(secs),
-        )
-        .await
-        .map_err(|e| match e {
+        let to = Target { target, addr, path };
+        let limit = Duration::from_secs(secs);
+        match protocol::call(&self.client, &self.auth, to, body, limit, self.speaks).await {
+            Ok(h) => {
+                self.spoken.note(target, h.protocol);
+                Ok(h.answer)
+            }
+            // The leader could not decode it: older than the request.
+            Err(e) if protocol::undecodable(&e) => Err(ControlError::TooNew {
+                needs: needs.max(self.speaks),
+                speaks: self.spoken.of(target).unwrap_or(OLDEST_PROTOCOL),
+            }),
             // The leader is gone or cannot serve it: another server may
             // already know the next one.
-            CallError::Unreachable(_)
-            | CallError::TimedOut(_)
-            | CallError::Refused { status: 503, .. } => {
-                ControlError::Unavailable(format!("the leader {target}: {e}"))
-            }
-            e => ControlError::Request(e.to_string()),
-        })
+            Err(
+                e @ (CallError::Unreachable(_)
+                | CallError::TimedOut(_)
+                | CallError::Refused { status: 503, .. }),
+            ) => Err(ControlError::Unavailable(format!(
+                "the leader {target}: {e}"
+            ))),
+            Err(e) => Err(ControlError::Request(e.to_string())),
+        }
     }
 
     /// Proposes `req` through the leader and returns what applying it did.
+    /// The leader writes it only if every server speaks the protocol its
+    /// kind needs ([`ControlPlane::admits`]).
     pub async fn write(&self, req: LeaseRequest) -> Result<LeaseResponse, ControlError> {
         if let Some(why) = self.stopped_now() {
             return Err(ControlError::Unavailable(why));
         }
+        let needs = protocol::needs(&req);
+        // Only the leader knows what every server speaks: a follower
+        // forwards anything newer than the oldest protocol for it to judge.
+        if needs > OLDEST_PROTOCOL && self.leader() != Some(self.id) {
+            return self.forward(api::WRITE, &req, needs).await;
+        }
+        self.admits(needs)?;
         // A resume is checked by the leader (a follower forwards it).
         if let LeaseRequest::Pause {
             role,
@@ -569,7 +634,7 @@ impl ControlPlane {
         }
         match self.raft.client_write(req.clone()).await {
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => {
-                self.forward(api::WRITE, &req).await
+                self.forward(api::WRITE, &req, needs).await
             }
             r => written(r),
         }
@@ -595,7 +660,7 @@ impl ControlPlane {
             standing: None,
         };
         if self.leader() != Some(self.id) {
-            return self.forward(api::ACQUIRE, &ask).await;
+            return self.forward(api::ACQUIRE, &ask, OLDEST_PROTOCOL).await;
         }
         let table = self.table();
         let grant = {
@@ -616,6 +681,7 @@ impl ControlPlane {
     /// could land after renewals this one never saw, and take the role from
     /// a holder that is still counting on them.
     async fn write_here(&self, req: LeaseRequest) -> Result<LeaseResponse, ControlError> {
+        self.admits(protocol::needs(&req))?;
         match self.raft.client_write(req).await {
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => Err(
                 ControlError::Unavailable("this server is no longer the leader".into()),
@@ -624,19 +690,22 @@ impl ControlPlane {
         }
     }
 
+    /// Sends `body` (a request that needs protocol `needs`) to the leader.
     async fn forward<T: Serialize, R: serde::de::DeserializeOwned>(
         &self,
         what: &str,
         body: &T,
+        needs: u16,
     ) -> Result<R, ControlError> {
         let (leader, addr) = self.leader_addr().ok_or(ControlError::NoLeader)?;
         // One second: a leader that does not commit in that time is likely
         // frozen or gone, and the caller does better asking another server
         // (which may already know the next leader) than waiting on it.
-        let res: api::Answer<R> = self.call(leader, &addr, what, body, 1).await?;
+        let res: api::Answer<R> = self.call((leader, &addr), what, (body, needs), 1).await?;
         res.map_err(|r| match r {
             Refusal::NoLeader => ControlError::NoLeader,
             Refusal::Unavailable(m) => ControlError::Unavailable(m),
+            Refusal::TooNew { needs, speaks } => ControlError::TooNew { needs, speaks },
             Refusal::HolderSilent { holder, silent_ms } => {
                 ControlError::Resume(ResumeRefused::HolderSilent {
                     holder,
@@ -671,54 +740,4 @@ fn written(
         Err(RaftError::Fatal(e)) => Err(ControlError::Unavailable(e.to_string())),
         Err(e) => Err(ControlError::Request(e.to_string())),
     }
-}
-
-/// A lease request's outcome on the wire: an answer (`200`, the leader's
-/// `Result`), or `503` when the client should ask another server
-/// ([`ControlError::ask_another`]).
-fn lease_answer<T: Serialize>(r: Result<T, ControlError>) -> Response {
-    match r {
-        Err(e) if e.ask_another() => {
-            (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response()
-        }
-        r => Json(r.map_err(Refusal::from)).into_response(),
-    }
-}
-
-async fn acquire_route(
-    State(cp): State<ControlPlane>,
-    Json(req): Json<AcquireRequest>,
-) -> Response {
-    lease_answer(
-        cp.acquire(&req.role, &req.holder, req.priority, req.attempt)
-            .await,
-    )
-}
-
-async fn write_route(State(cp): State<ControlPlane>, Json(req): Json<LeaseRequest>) -> Response {
-    lease_answer(cp.write(req).await)
-}
-
-async fn table_route(State(cp): State<ControlPlane>) -> Json<LeaseTable> {
-    Json(cp.table())
-}
-
-async fn leader_route(State(cp): State<ControlPlane>) -> Json<Option<u64>> {
-    Json(cp.leader())
-}
-
-async fn add_server_route(
-    State(cp): State<ControlPlane>,
-    Json(req): Json<AddServer>,
-) -> Json<api::Answer<()>> {
-    let change = ServerChange::Add(req);
-    Json(cp.change_servers(change).await.map_err(Refusal::from))
-}
-
-async fn remove_server_route(
-    State(cp): State<ControlPlane>,
-    axum::extract::Path(id): axum::extract::Path<u64>,
-) -> Json<api::Answer<()>> {
-    let change = ServerChange::Remove(id);
-    Json(cp.change_servers(change).await.map_err(Refusal::from))
 }

@@ -1,4 +1,7 @@
-//! Raft RPCs over HTTP (JSON), and the routes that receive them.
+//! Raft RPCs over HTTP (JSON), and the routes that receive them. Every
+//! RPC says the protocol its sender speaks and notes the one its answer
+//! says ([`crate::protocol`]): the leader's gate reads what followers
+//! answered.
 
 use std::time::Duration;
 
@@ -18,10 +21,11 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::TypeConfig;
-use hale_seal::CallError;
+use hale_seal::{CallError, Target};
 
 use crate::auth::ControlAuth;
 use crate::election::RPC_TIMEOUT_FLOOR;
+use crate::protocol::{self, Spoken};
 
 /// How long one RPC may take: what openraft asks, but no less than
 /// [`RPC_TIMEOUT_FLOOR`] (see `runtime.rs`).
@@ -34,17 +38,23 @@ fn ttl(option: &RPCOption) -> Duration {
 pub struct Network {
     client: reqwest::Client,
     auth: ControlAuth,
+    speaks: u16,
+    spoken: Spoken,
 }
 
 impl Network {
-    /// A network with its own HTTP client, sealing RPCs per `auth`.
-    pub fn new(auth: ControlAuth) -> Network {
+    /// A network with its own HTTP client, sealing RPCs per `auth`, saying
+    /// it speaks protocol `speaks` and noting in `spoken` what each peer
+    /// answers in.
+    pub fn new(auth: ControlAuth, speaks: u16, spoken: Spoken) -> Network {
         Network {
             client: reqwest::Client::builder()
                 .connect_timeout(Duration::from_millis(500))
                 .build()
                 .expect("a plain HTTP client builds"),
             auth,
+            speaks,
+            spoken,
         }
     }
 }
@@ -54,8 +64,26 @@ impl Network {
 pub struct Conn {
     client: reqwest::Client,
     auth: ControlAuth,
+    speaks: u16,
+    spoken: Spoken,
     target: u64,
     addr: String,
+}
+
+/// An RPC the peer could not decode: newer than it speaks (the previous
+/// release answers such a request with `422`). Retried like any network
+/// error; the leader's gate keeps it from happening for log entries.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "control-plane server {target} could not decode this {path} RPC: it speaks protocol {theirs}, \
+     this server {ours} ({message})"
+)]
+struct NotUnderstood {
+    target: u64,
+    path: String,
+    theirs: String,
+    ours: u16,
+    message: String,
 }
 
 impl RaftNetworkFactory<TypeConfig> for Network {
@@ -65,6 +93,8 @@ impl RaftNetworkFactory<TypeConfig> for Network {
         Conn {
             client: self.client.clone(),
             auth: self.auth.clone(),
+            speaks: self.speaks,
+            spoken: self.spoken.clone(),
             target,
             addr: node.addr.clone(),
         }
@@ -83,19 +113,39 @@ impl Conn {
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
-        let res: Result<Resp, RaftError<u64, E>> = hale_seal::call(
-            &self.client,
-            &self.auth,
-            self.target,
-            &self.addr,
-            &format!("/raft/{path}"),
-            req,
-            ttl,
-        )
-        .await
+        let path = format!("/raft/{path}");
+        let to = Target {
+            target: self.target,
+            addr: &self.addr,
+            path: &path,
+        };
+        let heard = protocol::call(&self.client, &self.auth, to, req, ttl, self.speaks).await;
+        let res: Result<Resp, RaftError<u64, E>> = match heard {
+            Ok(h) => {
+                self.spoken.note(self.target, h.protocol);
+                Ok(h.answer)
+            }
+            Err(e) => Err(e),
+        }
         .map_err(|e| match e {
             // Gone: openraft backs off (500 ms) before trying it again.
             CallError::Unreachable(_) => RPCError::Unreachable(Unreachable::new(&e)),
+            e if protocol::undecodable(&e) => {
+                let message = match e {
+                    CallError::Refused { message, .. } => message,
+                    e => e.to_string(),
+                };
+                let theirs = self.spoken.of(self.target);
+                let e = NotUnderstood {
+                    target: self.target,
+                    path: path.clone(),
+                    theirs: theirs.map_or_else(|| "1 (or unknown)".into(), |v| v.to_string()),
+                    ours: self.speaks,
+                    message,
+                };
+                tracing::warn!("{e}");
+                RPCError::Network(NetworkError::new(&e))
+            }
             // Slow, not gone (an append and its fsync on a loaded host can
             // outlast the 100 ms openraft allows): no backoff, the next
             // heartbeat tries again. Taken for unreachable, every slow

@@ -1,8 +1,8 @@
 //! Durable Raft log and state machine on redb.
 //!
 //! One database file per server (`control.redb` in the data directory):
-//! the log entries, the vote, the committed and purged log ids, and the
-//! last snapshot of the lease table. The state machine itself lives in
+//! the log entries, the vote, the committed and purged log ids, the last
+//! snapshot of the lease table, and the store's format (`super::format`). The state machine itself lives in
 //! memory and is rebuilt on start from the snapshot plus the log.
 
 // openraft's storage traits fix `StorageError` (large) as the error type; our helpers return
@@ -25,6 +25,7 @@ use openraft::{
 use redb::{Database, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 
+use super::format::StoreError;
 use super::TypeConfig;
 use crate::lease::{LeaseRequest, LeaseResponse, LeaseTable};
 
@@ -41,10 +42,16 @@ fn write_err(e: impl std::error::Error + 'static) -> SErr {
     StorageIOError::write(AnyError::new(&e)).into()
 }
 
-/// Opens (or creates) the control plane's database.
-pub fn open_db(dir: &Path) -> Result<Arc<Database>, redb::DatabaseError> {
-    std::fs::create_dir_all(dir).map_err(|e| redb::DatabaseError::Storage(e.into()))?;
-    Ok(Arc::new(Database::create(dir.join("control.redb"))?))
+/// Opens (or creates) the control plane's database in `dir`, in the
+/// current format: a store of the previous format is migrated (and the
+/// migration logged), one of a newer format refused (see
+/// [`super::format`]).
+pub fn open_db(dir: &Path) -> Result<Arc<Database>, StoreError> {
+    let (db, migrated) = super::format::open_store(dir)?;
+    if let Some(m) = migrated {
+        tracing::info!(file = %m.file.display(), from = m.from, to = m.to, "{m}");
+    }
+    Ok(db)
 }
 
 fn get_meta<T: for<'a> Deserialize<'a>>(db: &Database, key: &str) -> Result<Option<T>, SErr> {

@@ -11,3 +11,4 @@ mod lease_histories;
 mod raft;
 mod replication;
 mod table;
+mod versions;

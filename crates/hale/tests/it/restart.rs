@@ -26,7 +26,7 @@ fn pause(c: &Cluster) {
 }
 
 /// Sends SIGTERM to agent `i` and waits until it has exited.
-fn terminate(c: &mut Cluster, i: usize) {
+pub(crate) fn terminate(c: &mut Cluster, i: usize) {
     c.signal(i, Signal::SIGTERM);
     wait_until(
         Duration::from_secs(15),
@@ -36,7 +36,7 @@ fn terminate(c: &mut Cluster, i: usize) {
 }
 
 /// Starts agent `i` again with its configuration, on its ports.
-fn restart(c: &mut Cluster, i: usize) {
+pub(crate) fn restart(c: &mut Cluster, i: usize) {
     let a = &c.agents[i];
     let name = a.name.clone();
     let config = c.path(&format!("{name}.toml"));

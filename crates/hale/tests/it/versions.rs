@@ -252,3 +252,101 @@ fn the_previous_release_and_this_one_form_one_cluster_in_its_version_and_this_on
         prev.wire
     );
 }
+
+/// What agent `a`'s control-plane server says of itself, if it answers
+/// (an agent of the previous release says no protocol: 1).
+fn control_of(a: &AgentProc) -> Option<hale_control::raft::ControlStatus> {
+    call(a.api().health()).ok()?.control
+}
+
+/// Makes agent `i`'s configuration name `exe` for its watchdogs (the
+/// `hale` it runs), instead of `from`.
+fn use_exe(c: &Cluster, i: usize, from: &std::path::Path, exe: &std::path::Path) {
+    let config = c.path(&format!("{}.toml", c.agents[i].name));
+    let text = std::fs::read_to_string(&config).unwrap();
+    let to = exe.display().to_string();
+    std::fs::write(&config, text.replace(&from.display().to_string(), &to)).unwrap();
+}
+
+/// The line agent `i` logs once it has migrated its control-plane store.
+fn store_migrated(c: &Cluster, i: usize) -> String {
+    let store = c.path(&format!("data-{}", c.agents[i].name));
+    let file = store.join("control.redb");
+    format!("migrated {} from format 1 to 2", file.display())
+}
+
+#[test]
+fn a_control_plane_of_the_previous_release_upgraded_server_by_server_keeps_serving_and_migrates_each_store(
+) {
+    use crate::failover::first_holder;
+    use crate::restart::{restart, terminate};
+    use hale_control::raft::ControlState;
+    use hale_control::PROTOCOL;
+
+    let prev = previous_release();
+    let new = hale_bin();
+    let mut c = Cluster::roles_of("control-upgrade", 3, &prev.exe);
+    let held = first_holder(&c);
+    assert_eq!(held.0, "n0");
+    // The standbys' agents (each a control-plane server) first, one at a
+    // time: a graceful stop, then this build on the same configuration
+    // and store, beside servers of the previous release.
+    for i in [1, 2] {
+        terminate(&mut c, i);
+        use_exe(&c, i, &prev.exe, new);
+        restart(&mut c, i);
+        let line = store_migrated(&c, i);
+        wait_until(
+            Duration::from_secs(20),
+            "the store's migration logged",
+            || std::fs::read_to_string(&c.agents[i].log).is_ok_and(|l| l.contains(&line)),
+        );
+        wait_until(
+            Duration::from_secs(20),
+            "the upgraded server to follow a leader",
+            || {
+                control_of(&c.agents[i])
+                    .is_some_and(|s| s.protocol == PROTOCOL && s.leader.is_some())
+            },
+        );
+        c.assert_holder_stays(Duration::from_secs(2), &held, "while upgrading");
+    }
+    // Writes through an upgraded agent reach whichever server leads.
+    let out = c.agents[1].cli_ok(&["roles", "pause", "db"]);
+    assert!(out.contains("db paused"), "{out}");
+    let out = c.agents[2].cli_ok(&["roles", "resume", "db"]);
+    assert!(out.contains("db resumed"), "{out}");
+    c.assert_holder_stays(Duration::from_secs(2), &held, "after a pause and resume");
+    // The holder's agent, the last of the previous release, stops: db
+    // moves to a standby, and a server of this build leads. It has not
+    // heard n0's server in protocol 2, so it writes nothing newer.
+    terminate(&mut c, 0);
+    let next = wait_for(Duration::from_secs(20), "a standby takes db", || {
+        c.holder().filter(|(h, _)| h != "n0")
+    });
+    let leader = wait_for(Duration::from_secs(20), "n1 or n2 leads", || {
+        (1..3).find(|&i| control_of(&c.agents[i]).is_some_and(|s| s.state == ControlState::Leader))
+    });
+    let s = control_of(&c.agents[leader]).unwrap();
+    assert_eq!(s.common_protocol, Some(1), "{s:?}");
+    let status = c.agents[leader].cli_ok(&["status"]);
+    assert!(status.contains("MIXED RELEASES"), "{status}");
+    // It comes back upgraded: once the leader has heard its server answer,
+    // every server speaks protocol 2.
+    use_exe(&c, 0, &prev.exe, new);
+    restart(&mut c, 0);
+    let line = store_migrated(&c, 0);
+    wait_until(
+        Duration::from_secs(20),
+        "n0's store's migration logged",
+        || std::fs::read_to_string(&c.agents[0].log).is_ok_and(|l| l.contains(&line)),
+    );
+    let leader = wait_for(
+        Duration::from_secs(30),
+        "the leader to hear every server speak protocol 2",
+        || (0..3).find(|&i| control_of(&c.agents[i]).is_some_and(|s| s.common_protocol == Some(2))),
+    );
+    let status = c.agents[leader].cli_ok(&["status"]);
+    assert!(!status.contains("MIXED RELEASES"), "{status}");
+    c.assert_holder_stays(Duration::from_secs(2), &next, "after the last upgrade");
+}
