@@ -310,3 +310,75 @@ fn a_wire_range_outside_this_builds_is_refused() {
         assert_eq!(e.field, "wire_versions");
     }
 }
+
+#[test]
+fn two_members_that_share_no_version_each_report_the_other_within_one_probe_interval() {
+    let all = ids(2);
+    let with = |versions| Config {
+        wire_versions: versions,
+        ..Config::default()
+    };
+    let interval = Config::default().probe_interval;
+    let mut old = node(&all[0], &all, with(v(2, 2)));
+    let mut new = node(&all[1], &all, with(v(3, 3)));
+    let until = Time::ZERO + interval;
+    let mut reports: Vec<(usize, Time, Event<NodeId>)> = Vec::new();
+    loop {
+        let next = [old.poll_timeout(), new.poll_timeout()]
+            .into_iter()
+            .flatten()
+            .min();
+        let Some(now) = next.filter(|t| *t <= until) else {
+            break;
+        };
+        for i in 0..2 {
+            let (from, to) = if i == 0 {
+                (&mut old, &mut new)
+            } else {
+                (&mut new, &mut old)
+            };
+            from.handle_timeout(now);
+            for t in drain(from) {
+                // Delivered at once; the other side cannot read it.
+                let _ = match t.channel {
+                    Channel::Datagram => to.handle_datagram(now, &t.bytes),
+                    Channel::Stream => to.handle_stream(now, &t.bytes),
+                };
+            }
+            reports.extend(
+                drain_events(to)
+                    .into_iter()
+                    .filter(|e| matches!(e, Event::UnsupportedVersion { .. }))
+                    .map(|e| (1 - i, now, e)),
+            );
+        }
+    }
+    let about = |who: usize| {
+        reports
+            .iter()
+            .filter(|(r, _, _)| *r == who)
+            .map(|(_, _, e)| e.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        about(0),
+        vec![Event::UnsupportedVersion {
+            sender: Some(all[1].clone()),
+            version: 3,
+            speaks: Some(v(3, 3)),
+            ours: v(2, 2),
+        }],
+        "the old side names the new member"
+    );
+    assert_eq!(
+        about(1),
+        vec![Event::UnsupportedVersion {
+            sender: Some(all[0].clone()),
+            version: 2,
+            speaks: None,
+            ours: v(3, 3),
+        }],
+        "the new side names the old member"
+    );
+    assert!(reports.iter().all(|(_, at, _)| *at <= until));
+}
