@@ -108,6 +108,10 @@ fn run_script(cmd: &mut Command, limit: Duration) -> (Option<i32>, String, Strin
 #[test]
 fn host_death_with_real_postgres_haproxy_and_sentry() {
     if !is_root() {
+        assert!(
+            std::env::var_os("HALE_TESTS_SKIP_NOTHING").is_none(),
+            "the postgres-failover example needs root (HALE_TESTS_SKIP_NOTHING is set)"
+        );
         println!("SKIPPED: the postgres-failover example needs root (network namespaces)");
         return;
     }

@@ -15,10 +15,22 @@ use std::process::{Command, Stdio};
 /// The fault families of the smoke run (see the module's documentation).
 const SMOKE_FAMILIES: &str = "process,host,partition,loss,clock,disk,hooks,delay";
 
+/// Skips, saying why; fails instead where `.ci/run` asks that nothing be
+/// skipped (`HALE_TESTS_SKIP_NOTHING`).
+fn skip(why: &str) {
+    assert!(
+        std::env::var_os("HALE_TESTS_SKIP_NOTHING").is_none(),
+        "cannot run here (HALE_TESTS_SKIP_NOTHING is set): {why}"
+    );
+    println!("SKIPPED: {why}");
+}
+
 #[test]
 fn two_short_random_schedules_break_no_invariant() {
     if let Some(why) = hale_nemesis::lab::unsupported() {
-        println!("SKIPPED: the nemesis smoke run needs root, ip, nft, mount and faketime: {why}");
+        skip(&format!(
+            "the nemesis smoke run needs root, ip, nft, mount and faketime: {why}"
+        ));
         return;
     }
     let me = PathBuf::from(env!("CARGO_BIN_EXE_hale-nemesis"));
@@ -27,10 +39,10 @@ fn two_short_random_schedules_break_no_invariant() {
         .or_else(|| me.parent().map(|d| d.join("hale")))
         .filter(|p| p.exists());
     let Some(hale) = hale else {
-        println!(
-            "SKIPPED: no hale binary beside {} (cargo build -p hale) and no HALE_BIN",
+        skip(&format!(
+            "no hale binary beside {} (cargo build -p hale) and no HALE_BIN",
             me.display()
-        );
+        ));
         return;
     };
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("nemesis-smoke");

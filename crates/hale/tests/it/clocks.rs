@@ -18,9 +18,9 @@ const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 macro_rules! require_faketime {
     () => {
         if !std::path::Path::new(LIBFAKETIME).exists() {
-            println!(
-                "SKIPPED: clock tests need libfaketime ({LIBFAKETIME}; apt-get install faketime)"
-            );
+            crate::support::skip(&format!(
+                "clock tests need libfaketime ({LIBFAKETIME}; apt-get install faketime)"
+            ));
             return;
         }
     };

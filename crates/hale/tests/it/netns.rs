@@ -50,7 +50,9 @@ fn unsupported() -> Option<String> {
 macro_rules! require_netns {
     () => {
         if let Some(why) = unsupported() {
-            println!("SKIPPED: network namespace tests need root, ip and nft: {why}");
+            crate::support::skip(&format!(
+                "network namespace tests need root, ip and nft: {why}"
+            ));
             return;
         }
     };

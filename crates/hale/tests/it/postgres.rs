@@ -421,7 +421,7 @@ fn position(lab: &Lab, i: usize) -> Option<u64> {
 #[test]
 fn a_failed_primary_comes_back_as_a_replica_and_a_lagging_standby_is_never_promoted() {
     if let Some(why) = skip_reason() {
-        println!("SKIPPED: PostgreSQL under hale needs root: {why}");
+        crate::support::skip(&format!("PostgreSQL under hale needs root: {why}"));
         return;
     }
     let mut lab = lab("postgres-rejoin");

@@ -93,6 +93,20 @@ pub fn api(http: SocketAddr) -> Client {
     Client::new(http.to_string())
 }
 
+/// The variable that makes a test which cannot run here fail instead of
+/// skip: `.ci/run` sets it, so CI never passes a test it did not run.
+pub const SKIP_NOTHING: &str = "HALE_TESTS_SKIP_NOTHING";
+
+/// A test that cannot run on this machine says why and is skipped (the
+/// caller returns); where [`SKIP_NOTHING`] is set it fails instead.
+pub fn skip(why: &str) {
+    assert!(
+        std::env::var_os(SKIP_NOTHING).is_none(),
+        "cannot run here ({SKIP_NOTHING} is set, so nothing is skipped): {why}"
+    );
+    println!("SKIPPED: {why}");
+}
+
 /// Polls `cond` until it holds; panics naming `what` if `deadline` passes first.
 pub fn wait_until(deadline: Duration, what: &str, mut cond: impl FnMut() -> bool) {
     wait_for(deadline, what, || cond().then_some(()));
