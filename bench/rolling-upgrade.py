@@ -20,7 +20,9 @@ and compatibility"):
 
 Throughout, every 100 ms: the lease table as one live agent reads it (a
 change of holder or epoch, or a moment with no holder, is counted), every
-agent's members (a live agent seen dead by another is a false death) and, at
+agent's members (a live agent seen dead by another is a false death; for
+every ordered pair of running agents, the longest one had heard nothing
+from the other, `last_heard_ms_ago`, and how often it suspected it) and, at
 each step, the packets per wire version (hale_wire_packets_total). Then
 --downgrade: one non-holder agent back to the previous release and up again.
 
@@ -102,6 +104,12 @@ class Watch(threading.Thread):
         self.lease = None  # (holder, epoch) last seen
         self.changes, self.gaps, self.false_deaths = [], [], []
         self.samples = 0
+        # When each agent came back: a pair is judged from 3 s after both
+        # sides run again (a new run has not heard everyone yet).
+        self.back = {}
+        # Per ordered pair (observer, member): the longest the observer had
+        # heard nothing from the member, and how often it suspected it.
+        self.silence, self.suspects = {}, 0
 
     def run(self):
         while not self.stop:
@@ -127,6 +135,15 @@ class Watch(threading.Thread):
                     j = self.names.index(m["name"]) if m["name"] in self.names else None
                     if m.get("state") == "dead" and j is not None and j not in self.down:
                         self.false_deaths.append((time.time(), self.names[i], m["name"]))
+                    settled = lambda k: time.time() - self.back.get(k, 0) > 3
+                    if j is None or j == i or j in self.down or not settled(i) or not settled(j):
+                        continue
+                    if m.get("state") == "suspect":
+                        self.suspects += 1
+                    heard = m.get("last_heard_ms_ago")
+                    pair = (self.names[i], m["name"])
+                    worst = self.silence.get(pair, 0)
+                    self.silence[pair] = max(worst, 10**9 if heard is None else heard)
             time.sleep(0.1)
 
 
@@ -332,6 +349,7 @@ demote = {hook("demote")}
                 r = cli("resume", "db")
                 if r.returncode != 0:
                     raise SystemExit(f"RESULT FAILED: resume: {r.stderr}")
+            watch.back[i] = time.time()
             watch.down.discard(i)
             took = time.time() - t0
             print(f"{label} {names[i]}{' (holder)' if is_holder else ''}: {took:.1f} s (stopped after {stopped:.1f} s); holder {holder()}; packets by version {versions()}")
@@ -352,6 +370,9 @@ demote = {hook("demote")}
             took_up = replace(i, new, "upgraded again")
             print(f"RESULT downgrade agent={names[i]} down_s={took:.1f} up_s={took_up:.1f} changes_of_holder={len(watch.changes)} lease_gaps={len(watch.gaps)} false_deaths={len(watch.false_deaths)} demote_hooks={hook_runs('demote', t_down)} wire_written_while_down={writes}")
         watch.stop = True
+        pairs = len(watch.silence)
+        worst = max(watch.silence.items(), key=lambda kv: kv[1]) if watch.silence else None
+        print(f"RESULT gossip pairs={pairs} of {AGENTS * (AGENTS - 1)} max_silence_ms={worst[1] if worst else None} worst_pair={worst[0] if worst else None} suspect_samples={watch.suspects}")
         print(f"lease samples {watch.samples}; changes {watch.changes[:5]}; gaps {len(watch.gaps)}; false deaths {watch.false_deaths[:5]}; packets by version {v_after}")
         return 0
     finally:

@@ -382,7 +382,7 @@ impl Config {
         nonzero("seed_retry_interval", self.seed_retry_interval)?;
         nonzero("reconnect_interval", self.reconnect_interval)?;
         nonzero("suspicion_min", self.suspicion_min)?;
-        if !crate::versions::valid_range(self.wire_versions) {
+        if !self.wire_versions.is_spoken() {
             return Err(ConfigError::new(
                 "wire_versions",
                 format!(

@@ -42,7 +42,7 @@ use crate::identity::Identity;
 use crate::node::Node;
 use crate::stats::DropReason;
 use crate::time::Time;
-use crate::wire::{peek, Header, Versions, SPOKEN};
+use crate::wire::{peek, Header, Versions};
 
 /// How long a member's new run is written to in its version.
 pub const DOWNGRADE_GRACE: Duration = Duration::from_secs(15);
@@ -247,9 +247,4 @@ impl<I: Identity> Node<I> {
             });
         }
     }
-}
-
-/// The range a configuration may ask for: within what this build speaks.
-pub(crate) fn valid_range(r: Versions) -> bool {
-    r.min <= r.max && SPOKEN.contains(r.min) && SPOKEN.contains(r.max)
 }

@@ -69,6 +69,12 @@ impl Versions {
         };
         (r.min <= r.max).then_some(r)
     }
+
+    /// Whether this is a range a configuration may ask for: not empty, and
+    /// within what this build speaks ([`SPOKEN`]).
+    pub fn is_spoken(self) -> bool {
+        self.min <= self.max && SPOKEN.contains(self.min) && SPOKEN.contains(self.max)
+    }
 }
 
 impl std::str::FromStr for Versions {
