@@ -511,7 +511,7 @@ async fn start_roles(
     // wins is decided by the control-plane leader from their requests.
     let user_meta = String::from_utf8_lossy(&cfg.core.meta).into_owned();
     let published = Arc::new(published::Published::new(
-        cmds.clone(),
+        shared.clone(),
         user_meta,
         http_addr.to_string(),
         cfg.core.wire_versions,

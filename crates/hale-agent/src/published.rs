@@ -5,25 +5,23 @@
 //! change). Operators' tools (dashboard, `hale status`, `hale drill`) find
 //! an agent's API there even when it has no roles.
 
-use std::sync::Mutex;
-
-use tokio::sync::mpsc;
+use std::sync::{Arc, Mutex};
 
 use crate::meta::{AgentMeta, Candidacy};
-use crate::runtime::Command;
+use crate::runtime::Shared;
 
 /// This agent's published metadata, and the driver it goes to.
 #[derive(Debug)]
 pub(crate) struct Published {
     meta: Mutex<AgentMeta>,
-    cmds: mpsc::Sender<Command>,
+    runtime: Arc<Shared>,
 }
 
 impl Published {
     /// Metadata with the operator's text `user`, the API at `http` and the
     /// wire versions this agent speaks, no candidacies yet; published at once.
     pub(crate) fn new(
-        cmds: mpsc::Sender<Command>,
+        runtime: Arc<Shared>,
         user: String,
         http: String,
         wire: hale_core::Versions,
@@ -35,18 +33,18 @@ impl Published {
                 roles: Default::default(),
                 wire: Some(wire),
             }),
-            cmds,
+            runtime,
         };
         p.update(|_| {});
         p
     }
 
-    /// Changes the metadata with `f` and publishes it (never waits: the
-    /// driver's queue has room for hundreds of requests).
+    /// Changes the metadata with `f` and publishes it (never waits, and
+    /// never lost: the driver applies the newest it was given).
     pub(crate) fn update(&self, f: impl FnOnce(&mut AgentMeta)) {
         let mut meta = self.meta.lock().expect("published metadata lock");
         f(&mut meta);
-        let _ = self.cmds.try_send(Command::SetMeta(meta.encode()));
+        self.runtime.publish_meta(meta.encode());
     }
 
     /// Changes the published candidacy for `role`, if it is one.

@@ -105,8 +105,6 @@ pub enum Command {
     Join(Vec<SocketAddr>, oneshot::Sender<()>),
     /// Leave gracefully and stop.
     Leave(oneshot::Sender<()>),
-    /// Publish new metadata for this node.
-    SetMeta(Vec<u8>),
     /// Take new values of the knobs the core changes live (a reload); the
     /// core's refusal changes nothing.
     Retune(
@@ -137,6 +135,9 @@ pub struct Shared {
     refused_wake: tokio::sync::Notify,
     /// Probe sockets open at once.
     probe_sockets: Arc<Semaphore>,
+    /// The metadata this member publishes, latest wins: the driver applies
+    /// whatever is newest, and no update is lost to a full queue.
+    meta: tokio::sync::watch::Sender<Vec<u8>>,
 }
 
 impl Shared {
@@ -153,6 +154,12 @@ impl Shared {
     /// The drill faults in force.
     pub fn drill(&self) -> &crate::faults::Faults {
         &self.drill
+    }
+
+    /// Publishes `meta` as this member's metadata (the driver applies the
+    /// newest it has been given; never waits).
+    pub(crate) fn publish_meta(&self, meta: Vec<u8>) {
+        self.meta.send_replace(meta);
     }
 
     /// A new subscription to live events.
@@ -254,6 +261,7 @@ impl Driver {
         mut self,
         mut cmds: mpsc::Receiver<Command>,
         mut frames: mpsc::Receiver<Frame>,
+        mut meta: tokio::sync::watch::Receiver<Vec<u8>>,
         mut stop: tokio::sync::watch::Receiver<bool>,
     ) {
         let mut buf = vec![0u8; 65_536];
@@ -275,6 +283,11 @@ impl Driver {
                 }
                 Some(frame) = frames.recv() => self.on_frame(&frame),
                 _ = self.shared.refused_wake.notified() => self.on_refused(),
+                Ok(()) = meta.changed() => {
+                    let newest = meta.borrow_and_update().clone();
+                    let now = self.now();
+                    let _ = self.node.set_metadata(now, newest);
+                }
                 cmd = cmds.recv() => match cmd {
                     Some(Command::Leave(done)) => {
                         self.leave_and_drain(&mut frames, &udp, &mut buf).await;
@@ -392,9 +405,6 @@ impl Driver {
             Command::Join(addrs, done) => {
                 self.node.join(now, addrs.into_iter().map(seed_id));
                 let _ = done.send(());
-            }
-            Command::SetMeta(meta) => {
-                let _ = self.node.set_metadata(now, meta);
             }
             Command::Retune(t, done) => {
                 let _ = done.send(self.node.retune(t));
@@ -794,7 +804,8 @@ pub(crate) fn spawn(
         evidence: HashMap::new(),
         wire: wire::Negotiation::default(),
     };
-    tasks.spawn(driver.run(cmd_rx, frame_rx, stop));
+    let meta = shared.meta.subscribe();
+    tasks.spawn(driver.run(cmd_rx, frame_rx, meta, stop));
     tasks.spawn(accept_streams(tcp, frame_tx, shared.clone(), keyring));
     (cmd_tx, shared)
 }
@@ -810,5 +821,6 @@ fn new_shared(id: NodeId) -> Arc<Shared> {
         refused: Default::default(),
         refused_wake: Default::default(),
         probe_sockets: Arc::new(Semaphore::new(MAX_PROBE_SOCKETS)),
+        meta: tokio::sync::watch::channel(Vec::new()).0,
     })
 }

@@ -148,10 +148,13 @@ impl RoleSet {
             orders: orders_rx,
             data,
         };
-        tasks.push(tokio::spawn(mgr.run()));
+        // Published before the manager runs: its first `Eligible` would
+        // otherwise find no candidacy to change, and the role would stay
+        // published as not eligible while its checks pass.
         self.published.update(|m| {
             m.roles.insert(name.clone(), (priority, false).into());
         });
+        tasks.push(tokio::spawn(mgr.run()));
         let running = Running {
             stop,
             handover,

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hale_agent::view::Fault;
 use hale_relay::fake::{FakeSentry, Mode};
@@ -52,10 +52,18 @@ impl Bench {
             _standby: standby,
             _serial: serial,
         };
-        wait_until(Duration::from_secs(40), "the cluster is healthy", || {
-            b.status().is_some_and(|s| healthy(&s))
-        });
-        b
+        let deadline = Instant::now() + Duration::from_secs(40);
+        loop {
+            let last = b.status();
+            if last.as_ref().is_some_and(healthy) {
+                return b;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the cluster never became healthy in 40 s; last `hale status --json`: {last:#?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     /// `hale status --json` through n0 (the CLI's own output format).
