@@ -106,8 +106,9 @@ pub enum MigrateError {
     },
 }
 
-/// A file brought forward to the current format; its text is the log
-/// line (`migrated <file> from format 1 to 2`).
+/// A file brought forward to the current format (the keyring file, the
+/// control plane's store, the generation file: every state file hale
+/// migrates); its text is the log line (`migrated <file> from format 1 to 2`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Migrated {
     /// The file.

@@ -76,29 +76,9 @@ pub enum StoreError {
     },
 }
 
-/// A file brought forward to the current format; its text is the log
-/// line (`migrated <file> from format 1 to 2`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Migrated {
-    /// The file.
-    pub file: PathBuf,
-    /// The format it was in.
-    pub from: u16,
-    /// The format it is in now.
-    pub to: u16,
-}
-
-impl std::fmt::Display for Migrated {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "migrated {} from format {} to {}",
-            self.file.display(),
-            self.from,
-            self.to
-        )
-    }
-}
+/// A file brought forward to the current format: one type for every
+/// file hale migrates (the keyring file's crate, below every other, owns it).
+pub use hale_keyring::file::Migrated;
 
 /// Opens (or creates) the store in `dir`, migrated to [`STORE_FORMAT`]:
 /// the database, and the migration if there was one (the caller logs it).

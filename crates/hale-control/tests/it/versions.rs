@@ -59,9 +59,14 @@ async fn lone_leader(dir: &std::path::Path) -> Server {
     s
 }
 
-/// A sealed `POST path` of raw `body` to server 1 at `addr`, saying
-/// `version` in the header (none: as the previous release).
-async fn raw(addr: SocketAddr, path: &str, body: &Value, version: Option<&str>) -> Reply {
+/// What a sealed `POST path` of raw `body` to server 1 at `addr` gets,
+/// saying `version` in the header (none: as the previous release).
+async fn exchange_raw(
+    addr: SocketAddr,
+    path: &str,
+    body: &Value,
+    version: Option<&str>,
+) -> Result<Reply, CallError> {
     let mut headers = HeaderMap::new();
     if let Some(v) = version {
         headers.insert(HEADER, HeaderValue::from_str(v).unwrap());
@@ -73,31 +78,22 @@ async fn raw(addr: SocketAddr, path: &str, body: &Value, version: Option<&str>) 
     };
     let json = serde_json::to_vec(body).unwrap();
     let t = Duration::from_secs(5);
-    exchange(&reqwest::Client::new(), &auth(), to, &json, &headers, t)
-        .await
-        .unwrap()
+    exchange(&reqwest::Client::new(), &auth(), to, &json, &headers, t).await
 }
 
+/// [`exchange_raw`]'s reply.
+async fn raw(addr: SocketAddr, path: &str, body: &Value, version: Option<&str>) -> Reply {
+    exchange_raw(addr, path, body, version).await.unwrap()
+}
+
+/// [`exchange_raw`]'s refusal.
 async fn raw_refused(
     addr: SocketAddr,
     path: &str,
     body: &Value,
     version: Option<&str>,
 ) -> CallError {
-    let mut headers = HeaderMap::new();
-    if let Some(v) = version {
-        headers.insert(HEADER, HeaderValue::from_str(v).unwrap());
-    }
-    let to = Target {
-        target: 1,
-        addr: &addr.to_string(),
-        path,
-    };
-    let json = serde_json::to_vec(body).unwrap();
-    let t = Duration::from_secs(5);
-    exchange(&reqwest::Client::new(), &auth(), to, &json, &headers, t)
-        .await
-        .unwrap_err()
+    exchange_raw(addr, path, body, version).await.unwrap_err()
 }
 
 fn body(r: &Reply) -> Value {
