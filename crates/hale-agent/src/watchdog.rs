@@ -268,6 +268,32 @@ pub fn demote_once(path: &Path, argv: &[String]) -> std::process::ExitCode {
     }
 }
 
+/// The executable this process runs, even once a package upgrade has
+/// replaced or removed its file: `/proc/self/exe` where there is one (it
+/// opens the running file, deleted or not), else the path it was started
+/// from.
+pub fn own_exe() -> std::io::Result<std::path::PathBuf> {
+    let proc_exe = Path::new("/proc/self/exe");
+    if proc_exe.exists() {
+        return Ok(proc_exe.to_path_buf());
+    }
+    std::env::current_exe()
+}
+
+/// `exe`, or [`own_exe`] when `exe` is the very file this process runs
+/// (same device and inode): what starts a watchdog or a `demote-once` of
+/// this release whatever later happens to the file.
+pub fn same_release(exe: std::path::PathBuf) -> std::path::PathBuf {
+    use std::os::unix::fs::MetadataExt;
+    let (Ok(own), Ok(file)) = (own_exe(), std::fs::metadata(&exe)) else {
+        return exe;
+    };
+    match std::fs::metadata(&own) {
+        Ok(m) if m.dev() == file.dev() && m.ino() == file.ino() => own,
+        _ => exe,
+    }
+}
+
 /// The command line of `hale demote-once` (the `hale` executable `exe`)
 /// running `demote` under the claim at `claim`.
 pub fn demote_once_argv(exe: &Path, claim: &Path, demote: &[String]) -> Vec<String> {
@@ -316,7 +342,9 @@ impl Fence {
         // and record itself, and the agent's demote then finds it done.
         // (Run inside this process, a fence that had done its work was
         // run again by the agent: nemesis seed 7081.)
-        match std::env::current_exe() {
+        // This release's own executable, even after an upgrade replaced
+        // its file (`current_exe` would name the new file, or a deleted one).
+        match own_exe() {
             Ok(exe) => {
                 let argv = demote_once_argv(&exe, &self.claim, &self.argv);
                 run_hook(&argv, &self.env, why, self.timeout)

@@ -17,6 +17,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard, Weak};
@@ -30,7 +31,10 @@ use crate::watchdog::{Answer, Disarmed, Order};
 /// The agent's fencing watchdog, shared by its role managers.
 #[derive(Clone)]
 pub struct Watchdogs {
+    /// What runs (this agent's own executable when it is the file named).
     exe: PathBuf,
+    /// The path named, shown as the watchdog's `argv[0]`.
+    named: PathBuf,
     hub: Arc<Mutex<Hub>>,
 }
 
@@ -61,7 +65,14 @@ struct Hub {
 
 impl Watchdogs {
     /// A hub that starts `exe watchdog` when a holding first needs it.
-    pub fn new(exe: PathBuf) -> Self {
+    ///
+    /// When `exe` is the file this agent runs, the watchdog (and `hale
+    /// demote-once`) are started from this very executable
+    /// ([`crate::watchdog::own_exe`]), not from the path: a package upgrade
+    /// that replaced the file under a running agent must not give it a
+    /// watchdog of another release, whose order protocol may differ.
+    pub fn new(named: PathBuf) -> Self {
+        let exe = crate::watchdog::same_release(named.clone());
         let hub = Hub {
             process: None,
             generation: 0,
@@ -70,6 +81,7 @@ impl Watchdogs {
         };
         Watchdogs {
             exe,
+            named,
             hub: Arc::new(Mutex::new(hub)),
         }
     }
@@ -182,6 +194,7 @@ impl Watchdogs {
     /// asked" and the agent demotes itself).
     fn start(&self, hub: &mut Hub) {
         let child = Command::new(&self.exe)
+            .arg0(&self.named)
             .arg("watchdog")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -206,7 +219,8 @@ impl Watchdogs {
         for o in &orders {
             hub.send(o);
         }
-        let (weak, exe) = (Arc::downgrade(&self.hub), self.exe.clone());
+        let weak = Arc::downgrade(&self.hub);
+        let exe = (self.exe.clone(), self.named.clone());
         std::thread::spawn(move || {
             for line in std::io::BufReader::new(out).lines() {
                 let Ok(line) = line else { break };
@@ -231,7 +245,7 @@ impl Watchdogs {
 
 /// Process `generation` exited: unless it was replaced already, answers
 /// pending `disarm`s "not fenced" and guards the rest in a new process.
-fn exited(weak: &Weak<Mutex<Hub>>, exe: PathBuf, generation: u64) {
+fn exited(weak: &Weak<Mutex<Hub>>, (exe, named): (PathBuf, PathBuf), generation: u64) {
     let Some(arc) = weak.upgrade() else { return };
     let mut hub = arc
         .lock()
@@ -257,6 +271,7 @@ fn exited(weak: &Weak<Mutex<Hub>>, exe: PathBuf, generation: u64) {
     );
     let w = Watchdogs {
         exe,
+        named,
         hub: arc.clone(),
     };
     w.start(&mut hub);

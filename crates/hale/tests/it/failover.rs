@@ -217,15 +217,7 @@ fn a_holder_whose_watchdog_is_killed_gets_another_that_still_fences_it_when_froz
     let (holder, epoch) = first_holder(&c);
     let i = c.index(&holder);
     let agent = c.agents[i].pid().as_raw();
-    let watchdogs = || -> Vec<i32> {
-        descendants(agent)
-            .into_iter()
-            .filter(|p| {
-                std::fs::read(format!("/proc/{p}/cmdline"))
-                    .is_ok_and(|c| c.split(|b| *b == 0).any(|w| w == b"watchdog"))
-            })
-            .collect()
-    };
+    let watchdogs = || watchdogs_of(agent);
     let first = wait_for(Duration::from_secs(10), "the holder's watchdog", || {
         watchdogs().first().copied()
     });
@@ -241,6 +233,64 @@ fn a_holder_whose_watchdog_is_killed_gets_another_that_still_fences_it_when_froz
     let fenced = demote_time(&h, &holder, epoch).expect("fenced by the new watchdog");
     assert!(fenced < promote_time(&h, &next, e2).expect("promoted"));
     check(&h).unwrap();
+}
+
+/// The watchdog processes among `agent`'s descendants.
+fn watchdogs_of(agent: i32) -> Vec<i32> {
+    descendants(agent)
+        .into_iter()
+        .filter(|p| {
+            std::fs::read(format!("/proc/{p}/cmdline"))
+                .is_ok_and(|c| c.split(|b| *b == 0).any(|w| w == b"watchdog"))
+        })
+        .collect()
+}
+
+#[test]
+fn a_watchdog_restarted_after_an_upgrade_replaced_the_executable_is_of_the_agents_release_and_fences(
+) {
+    // The agents run a copy of hale that a "package upgrade" then replaces
+    // under them (renamed over, as dpkg does) by a program that only
+    // leaves a mark: a watchdog or `demote-once` started from the path
+    // would be of another release.
+    let bin = crate::support::log_dir("fo-replaced-exe-bin");
+    let exe = bin.path().join("hale");
+    std::fs::copy(crate::support::hale_bin(), &exe).unwrap();
+    let c = Cluster::roles_of("fo-replaced-exe", 3, &exe);
+    let (holder, epoch) = first_holder(&c);
+    let i = c.index(&holder);
+    let agent = c.agents[i].pid().as_raw();
+    let first = wait_for(Duration::from_secs(10), "the holder's watchdog", || {
+        watchdogs_of(agent).first().copied()
+    });
+    let mark = bin.path().join("the-new-file-ran");
+    let new = bin.path().join("hale.dpkg-new");
+    std::fs::write(
+        &new,
+        format!("#!/bin/sh\ntouch '{}'\nexit 3\n", mark.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&new, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::rename(&new, &exe).unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(first), Signal::SIGKILL).unwrap();
+    let second = wait_for(Duration::from_secs(10), "another watchdog", || {
+        watchdogs_of(agent).into_iter().find(|p| *p != first)
+    });
+    let runs = std::fs::read_link(format!("/proc/{second}/exe")).unwrap();
+    assert!(
+        runs.to_string_lossy().ends_with("(deleted)"),
+        "the new watchdog runs the agent's own (now replaced) executable, not {runs:?}"
+    );
+    // Frozen now: the new watchdog fences it, through this release's
+    // `demote-once`.
+    c.signal(i, Signal::SIGSTOP);
+    let (next, e2) = standby_takes_over(&c, &holder, 30);
+    c.signal(i, Signal::SIGCONT);
+    let h = promoted(&c, &next, e2);
+    let fenced = demote_time(&h, &holder, epoch).expect("fenced by the new watchdog");
+    assert!(fenced < promote_time(&h, &next, e2).expect("promoted"));
+    check(&h).unwrap();
+    assert!(!mark.exists(), "the replacing file never ran");
 }
 
 #[test]
