@@ -59,7 +59,7 @@ fn a_neighbour_heard_from_is_pinged_only_once_quiet_for_the_interval_again() {
         &succ,
         vec![Message::Ping {
             seq: 7,
-            target: all[0].clone(),
+            target: tag(&all[0]),
             suspected: None,
         }],
     );
