@@ -1,6 +1,7 @@
 //! Random sequences of inputs to a node: datagrams (raw bytes or structured
-//! messages from known members), stream frames, traffic notes, timeouts,
-//! metadata changes and leaving. The node must never panic, never send a
+//! messages from known members, in wire version 2 or 3), stream frames,
+//! traffic notes, timeouts, metadata changes, leaving, and the wire version
+//! the node writes. The node must never panic, never send a
 //! datagram over the limit, and never ask for a timer in the past.
 #![no_main]
 
@@ -8,7 +9,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use arbitrary::Arbitrary;
-use hale_core::wire::{cluster_id, Header, Message, Packet, MAX_DATAGRAM};
+use hale_core::wire::{cluster_id, target_tag, Header, Message, Packet, PingTarget, MAX_DATAGRAM, SPOKEN};
 use hale_core::{Channel, Config, Node, NodeId, Time};
 use libfuzzer_sys::fuzz_target;
 
@@ -24,28 +25,42 @@ enum Msg {
     Left { member: u8, inc: u32 },
     Closed { member: u8, inc: u32, accuser: u8 },
     Superseded { known: u64 },
+    Summary { hash: u64 },
 }
 
 #[derive(Arbitrary, Debug)]
 enum Input {
     Raw { bytes: Vec<u8>, stream: bool },
-    Packet { from: u8, inc: u32, health: u8, generation: u8, sent: u32, msgs: Vec<Msg>, stream: bool },
-    Sync { from: u8, members: Vec<(u8, u32, u8)> },
+    Packet { from: u8, inc: u32, health: u8, generation: u8, sent: u32, msgs: Vec<Msg>, stream: bool, v3: bool },
+    Sync { from: u8, members: Vec<(u8, u32, u8)>, v3: bool },
     Traffic { from: u8 },
     Timeout,
     Advance { millis: u16 },
     Meta { bytes: Vec<u8> },
     Leave,
     Unreachable { peer: u8 },
+    WriteVersion { version: u8 },
 }
 
 fn id(i: u8) -> NodeId {
     NodeId::new(format!("n{}", i % 8), SocketAddr::from(([127, 0, 0, 1], 7000 + u16::from(i % 8)))).unwrap()
 }
 
-fn to_msg(m: Msg, me: &NodeId) -> Message<NodeId> {
+/// A header from `from` in version 3 (`v3`) or 2.
+fn header(v3: bool, from: u8, inc: u32, health: u8, generation: u64, sent_ms: u64) -> Header<NodeId> {
+    let version = if v3 { 3 } else { 2 };
+    Header { version, speaks: v3.then_some(SPOKEN), cluster: cluster_id("hale"), sender: id(from), incarnation: inc, health, generation, sent_ms }
+}
+
+/// The message `m` in a packet of version 3 (`v3`) or 2 (where a summary
+/// does not decode: the node drops the packet).
+fn to_msg(m: Msg, me: &NodeId, v3: bool) -> Message<NodeId> {
     match m {
-        Msg::Ping { seq, to_me, suspected } => Message::Ping { seq, target: if to_me { me.clone() } else { id(1) }, suspected },
+        Msg::Ping { seq, to_me, suspected } => {
+            let to = if to_me { me.clone() } else { id(1) };
+            let target = if v3 { PingTarget::Tag(target_tag(cluster_id("hale"), &to)) } else { PingTarget::Id(to) };
+            Message::Ping { seq, target, suspected }
+        }
         Msg::Ack { seq } => Message::Ack { seq },
         Msg::Nack { seq } => Message::Nack { seq },
         Msg::PingReq { seq, target } => Message::PingReq { seq, target: id(target), suspected: None },
@@ -58,6 +73,7 @@ fn to_msg(m: Msg, me: &NodeId) -> Message<NodeId> {
         Msg::Left { member, inc } => Message::Left { member: id(member), incarnation: inc },
         Msg::Closed { member, inc, accuser } => Message::Closed { member: id(member), incarnation: inc, accuser: id(accuser) },
         Msg::Superseded { known } => Message::Superseded { known },
+        Msg::Summary { hash } => Message::Summary { hash },
     }
 }
 
@@ -72,20 +88,20 @@ fuzz_target!(|inputs: Vec<Input>| {
             Input::Raw { bytes, stream } => {
                 let _ = if stream { node.handle_stream(now, &bytes) } else { node.handle_datagram(now, &bytes) };
             }
-            Input::Packet { from, inc, health, generation, sent, msgs, stream } => {
-                let messages: Vec<_> = msgs.into_iter().take(8).map(|m| to_msg(m, &me)).collect();
-                let p = Packet { header: Header { cluster, sender: id(from), incarnation: inc, health, generation: u64::from(generation), sent_ms: u64::from(sent) }, messages };
+            Input::Packet { from, inc, health, generation, sent, msgs, stream, v3 } => {
+                let messages: Vec<_> = msgs.into_iter().take(8).map(|m| to_msg(m, &me, v3)).collect();
+                let p = Packet { header: header(v3, from, inc, health, u64::from(generation), u64::from(sent)), messages };
                 let bytes = p.encode();
                 let _ = if stream { node.handle_stream(now, &bytes) } else { node.handle_datagram(now, &bytes) };
             }
-            Input::Sync { from, members } => {
+            Input::Sync { from, members, v3 } => {
                 let members = members.into_iter().take(16).map(|(m, inc, s)| hale_core::MemberRecord {
                     id: id(m),
                     incarnation: inc,
                     state: [hale_core::wire::WireState::Alive, hale_core::wire::WireState::Suspect, hale_core::wire::WireState::Dead, hale_core::wire::WireState::Left][usize::from(s % 4)],
                     meta: vec![],
                 }).collect();
-                let p = Packet { header: Header { cluster, sender: id(from), incarnation: 0, health: 0, generation: 0, sent_ms: 0 }, messages: vec![Message::PushPull { join: true, reply: true, digest: false, members }] };
+                let p = Packet { header: header(v3, from, 0, 0, 0, 0), messages: vec![Message::PushPull { join: true, reply: true, digest: false, members }] };
                 let _ = node.handle_stream(now, &p.encode());
             }
             Input::Traffic { from } => node.note_traffic(now, &id(from)),
@@ -107,6 +123,9 @@ fuzz_target!(|inputs: Vec<Input>| {
                 let _ = node.leave(now);
             }
             Input::Unreachable { peer } => node.handle_unreachable(now, &id(peer)),
+            Input::WriteVersion { version } => {
+                node.set_wire_version(version);
+            }
         }
         while let Some(t) = node.poll_transmit() {
             if t.channel == Channel::Datagram {

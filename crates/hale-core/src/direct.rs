@@ -129,7 +129,7 @@ impl<I: Identity> Node<I> {
         &mut self,
         now: Time,
         channel: Channel,
-        packet: Packet<I>,
+        mut packet: Packet<I>,
         len: usize,
     ) -> Result<(), ReceiveError> {
         match channel {
@@ -145,11 +145,14 @@ impl<I: Identity> Node<I> {
         if !packet.round_trips(channel, len) {
             return self.receive(now, &packet.encode(), channel);
         }
-        if packet.header.cluster != self.local.cluster() {
+        if !packet.header.is_of(self.local.cluster()) {
             let e = DecodeError::ForeignCluster;
             self.stats.drop(DropReason::of(&e));
             return Err(e.into());
         }
+        // As decoding does: the header holds the receiver's cluster id
+        // (from version 3 on, the wire carries only its low half).
+        packet.header.cluster = self.local.cluster();
         self.receive_decoded(now, packet, channel)
     }
 }

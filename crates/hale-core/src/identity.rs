@@ -4,7 +4,7 @@ use std::fmt::Debug;
 use std::hash::Hash;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use crate::wire::{DecodeError, Reader};
+use crate::wire::codec::{DecodeError, Reader};
 
 /// What names a member: compared for equality, hashed, and carried on the
 /// wire. It must hold everything a runtime needs to reach the member (the

@@ -3,7 +3,7 @@
 
 use crate::freshness::Generation;
 use crate::identity::Identity;
-use crate::ring::ring_position;
+use crate::ring::{ring_position, tag};
 use crate::wire::Message;
 
 /// This node's own record, as every packet's header carries it.
@@ -16,6 +16,9 @@ pub(crate) struct Local<I> {
     me: I,
     cluster: u64,
     ring: u64,
+    /// What pings meant for this node carry from wire version 3 on
+    /// (`ring::tag` of `ring`).
+    tag: u32,
     incarnation: u32,
     meta: Box<[u8]>,
     /// This run's generation and the notices about others' (`freshness.rs`).
@@ -33,6 +36,7 @@ impl<I: Identity> Local<I> {
             me,
             cluster,
             ring,
+            tag: tag(ring),
             incarnation: 0,
             meta: meta.into_boxed_slice(),
             generation: Generation::new(generation),
@@ -53,6 +57,11 @@ impl<I: Identity> Local<I> {
     /// This node's ring position.
     pub(crate) fn ring(&self) -> u64 {
         self.ring
+    }
+
+    /// The tag that pings meant for this node carry (version 3 on).
+    pub(crate) fn tag(&self) -> u32 {
+        self.tag
     }
 
     /// The ring position of `id`.

@@ -24,7 +24,8 @@ use crate::targeted::Targeted;
 use crate::time::{Time, Timer, TimerTable};
 use crate::versions::Wire;
 use crate::wire::{
-    cluster_id, Channel, DecodeError, Header, Message, Packet, MAX_DATAGRAM, MAX_MESSAGES, MAX_META,
+    cluster_id, Channel, DecodeError, Header, Message, Packet, PingTarget, MAX_DATAGRAM,
+    MAX_MESSAGES, MAX_META,
 };
 
 /// Bytes to send to a member, and on which channel.
@@ -421,7 +422,11 @@ impl<I: Identity> Node<I> {
                 target,
                 suspected,
             } => {
-                if target != *self.local.id() {
+                let mine = match target {
+                    PingTarget::Id(id) => id == *self.local.id(),
+                    PingTarget::Tag(tag) => tag == self.local.tag(),
+                };
+                if !mine {
                     return;
                 }
                 if let Some(inc) = suspected {
@@ -434,6 +439,7 @@ impl<I: Identity> Node<I> {
             Message::Ack { seq } => self.handle_ack(now, seq, channel),
             Message::Nack { seq } => self.handle_nack(seq),
             Message::Superseded { known } => self.handle_superseded(from, known),
+            Message::Summary { hash } => self.handle_summary(now, from, hash),
             Message::PingReq {
                 seq,
                 target,
@@ -649,6 +655,10 @@ impl<I: Identity> Node<I> {
         if primary.is_empty() {
             return;
         }
+        debug_assert!(
+            primary.iter().all(|m| m.fits(header.version)),
+            "a message its packet's version cannot carry"
+        );
         self.wire.count_sent(header.version);
         let probe = primary.iter().any(|m| matches!(m, Message::Ping { .. }));
         match channel {

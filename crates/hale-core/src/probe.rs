@@ -285,7 +285,7 @@ impl<I: Identity> Node<I> {
     ) {
         let ping = Message::Ping {
             seq,
-            target: target.clone(),
+            target: self.ping_target(&target),
             suspected,
         };
         self.send(target, channel, vec![ping]);

@@ -13,6 +13,15 @@
 //! metadata. Deaths and departures in a digest are merged at once (they
 //! carry no metadata); every reply spends a token of
 //! `sync_replies_per_sec`.
+//!
+//! To a member written to in wire version 3 or later, the periodic sync
+//! starts with a datagram: the view's hash (`Message::Summary`,
+//! [`Node::view_hash`]). Only a peer whose view hashes differently
+//! answers, by starting the digest exchange above over the stream
+//! channel; a cluster in agreement spends one small datagram per period,
+//! not a stream connection and two digests. To a member written to in
+//! version 2 (which cannot read a summary), the sync starts with the
+//! digest, as that version always did.
 
 use std::time::Duration;
 
@@ -24,7 +33,7 @@ use crate::member::MemberState;
 use crate::node::Node;
 use crate::table::FxMap;
 use crate::time::{Time, Timer};
-use crate::wire::{Channel, MemberRecord, Message, WireState};
+use crate::wire::{fnv1a, Channel, MemberRecord, Message, WireState};
 
 /// Recovery: the seeds, the members declared dead or gone (pinged now and
 /// then, forgotten after `tombstone_ttl`), and the budget of sync replies.
@@ -263,15 +272,62 @@ impl<I: Identity> Node<I> {
             return;
         }
         if let Some(peer) = self.random_live(1, None).pop() {
-            self.stats.syncs += 1;
-            let msg = Message::PushPull {
-                join: false,
-                reply: true,
-                digest: true,
-                members: self.digest_records(),
-            };
-            self.send(peer, Channel::Stream, vec![msg]);
+            if self.writes_v3_to(&peer) {
+                // The view's hash first: a peer that agrees answers nothing.
+                let hash = self.view_hash();
+                self.send(peer, Channel::Datagram, vec![Message::Summary { hash }]);
+            } else {
+                self.start_digest_sync(peer);
+            }
         }
+    }
+
+    /// Sends `peer` this node's digest, asking for its own back.
+    fn start_digest_sync(&mut self, peer: I) {
+        self.stats.syncs += 1;
+        let msg = Message::PushPull {
+            join: false,
+            reply: true,
+            digest: true,
+            members: self.digest_records(),
+        };
+        self.send(peer, Channel::Stream, vec![msg]);
+    }
+
+    /// A peer's view hashes to `hash`: if this node's does not, the two
+    /// sync by digest (this node starts it, spending a sync token, as a
+    /// reply to the summary).
+    pub(crate) fn handle_summary(&mut self, now: Time, from: &I, hash: u64) {
+        if self.phase.has_left() || hash == self.view_hash() || !self.take_sync_token(now) {
+            return;
+        }
+        self.start_digest_sync(from.clone());
+    }
+
+    /// A hash of what a digest sync compares (every member's identity,
+    /// incarnation and state, this node's own record included), whatever
+    /// the order: two nodes in agreement compute the same value. A sum of
+    /// one mixed FNV-1a hash per record: a difference in any record changes
+    /// it, except with negligible probability.
+    pub fn view_hash(&self) -> u64 {
+        let mut buf = Vec::with_capacity(64);
+        let mut record = |id: &I, incarnation: u32, state: WireState| -> u64 {
+            buf.clear();
+            id.encode(&mut buf);
+            buf.extend_from_slice(&incarnation.to_le_bytes());
+            buf.push(state as u8);
+            mix(fnv1a(&buf))
+        };
+        let me = if self.phase.has_left() {
+            WireState::Left
+        } else {
+            WireState::Alive
+        };
+        let mut sum = record(self.local.id(), self.local.incarnation(), me);
+        for (id, m) in self.members.iter() {
+            sum = sum.wrapping_add(record(&id, m.incarnation, m.state().wire()));
+        }
+        sum
     }
 
     /// Pings a random member declared dead. If it is alive on the other side
@@ -414,6 +470,14 @@ impl<I: Identity> Node<I> {
             }
         }
     }
+}
+
+/// The splitmix64 finalizer: spreads a hash's bits, so that a sum of
+/// hashes of records that differ in one byte differs.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 /// Which of two records at the same incarnation is news: a suspicion over

@@ -42,7 +42,7 @@ use crate::identity::Identity;
 use crate::node::Node;
 use crate::stats::DropReason;
 use crate::time::Time;
-use crate::wire::{peek, Header, Versions};
+use crate::wire::{peek, Header, PingTarget, Versions};
 
 /// How long a member's new run is written to in its version.
 pub const DOWNGRADE_GRACE: Duration = Duration::from_secs(15);
@@ -181,6 +181,25 @@ impl<I: Identity> Node<I> {
     pub(crate) fn version_for(&mut self, now: Time, to: &I) -> u8 {
         let key = self.local.ring_of(to);
         self.wire.version_for(now, key)
+    }
+
+    /// How a ping to `to` names it, in the version written to it: by its
+    /// tag from version 3 on, by its identity in version 2.
+    pub(crate) fn ping_target(&mut self, to: &I) -> PingTarget<I> {
+        let now = self.isolation.last_now();
+        let key = self.local.ring_of(to);
+        if self.wire.version_for(now, key) >= 3 {
+            PingTarget::Tag(crate::ring::tag(key))
+        } else {
+            PingTarget::Id(to.clone())
+        }
+    }
+
+    /// Whether packets to `to` are written in version 3 or later (which
+    /// alone carry [`crate::wire::Message::Summary`]).
+    pub(crate) fn writes_v3_to(&mut self, to: &I) -> bool {
+        let now = self.isolation.last_now();
+        self.version_for(now, to) >= 3
     }
 
     /// The header a packet to `to` carries, in the version written to it.

@@ -256,7 +256,12 @@ impl Sim {
         // A restarted node starts later, so its generation is larger (replay
         // protection tells its packets from its previous run's).
         c.generation = self.now.as_nanos() / 1_000_000 + 1;
-        Node::new(SimId(i), c, self.now).expect("simulator node config is valid")
+        let mut node = Node::new(SimId(i), c, self.now).expect("simulator node config is valid");
+        // Every simulated node is this build: they write what a cluster of
+        // it negotiates (an agent's runtime, from the ranges its members
+        // publish), the newest version of their range.
+        node.set_wire_version(node.wire_versions().max);
+        node
     }
 
     /// The current virtual time.

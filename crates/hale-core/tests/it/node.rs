@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use hale_core::wire::{Header, Message, Packet, MAX_DATAGRAM};
+use hale_core::wire::{Header, Message, Packet, PingTarget, MAX_DATAGRAM, SPOKEN, VERSION};
 use hale_core::{Channel, DropReason, Event, LeaveError, MemberState, Node, NodeId, Time};
 
 use crate::support::*;
@@ -20,8 +20,8 @@ fn cluster_of(n: usize) -> (Vec<NodeId>, Vec<Node<NodeId>>) {
 fn packet_from(from: &NodeId, inc: u32, health: u8, messages: Vec<Message<NodeId>>) -> Vec<u8> {
     Packet {
         header: Header {
-            version: 2,
-            speaks: None,
+            version: VERSION,
+            speaks: Some(SPOKEN),
             cluster: hale_core::wire::cluster_id("hale"),
             sender: from.clone(),
             incarnation: inc,
@@ -62,7 +62,7 @@ fn a_probe_period_sends_one_ping_and_the_ack_closes_it() {
     else {
         panic!("expected a ping, got {:?}", ping.messages);
     };
-    assert_eq!(target, &all[1]);
+    assert_eq!(target, &tag(&all[1]), "named by its 4-byte tag");
     deliver(&mut nodes[1], &sent[0], t);
     let reply = drain(&mut nodes[1]);
     assert_eq!(reply.len(), 1);
@@ -234,7 +234,7 @@ fn a_ping_carrying_a_suspicion_is_answered_with_the_refutation_first() {
         0,
         vec![Message::Ping {
             seq: 9,
-            target: all[1].clone(),
+            target: tag(&all[1]),
             suspected: Some(0),
         }],
     );
@@ -750,4 +750,52 @@ fn a_port_found_closed_is_withdrawn_when_the_member_answers() {
         events.extend(drain_events(x));
     }
     assert_eq!(deaths(&events), 0, "{events:?}");
+}
+
+#[test]
+fn a_ping_meant_for_another_member_is_not_answered_whether_named_by_tag_or_by_identity() {
+    let (all, mut nodes) = cluster_of(3);
+    let b = &mut nodes[1];
+    let ping = |target| {
+        packet_from(
+            &all[0],
+            0,
+            0,
+            vec![Message::Ping {
+                seq: 3,
+                target,
+                suspected: None,
+            }],
+        )
+    };
+    b.handle_datagram(secs(0.1), &ping(tag(&all[2]))).unwrap();
+    assert!(drain(b).is_empty(), "another member's tag");
+    b.handle_datagram(secs(0.2), &ping(tag(&all[1]))).unwrap();
+    assert_eq!(drain(b).len(), 1, "its own tag: answered");
+    // Version 2 names the target by its identity.
+    let v2 = |target: &NodeId| {
+        Packet {
+            header: Header {
+                version: 2,
+                speaks: None,
+                cluster: hale_core::wire::cluster_id("hale"),
+                sender: all[0].clone(),
+                incarnation: 0,
+                health: 0,
+                generation: 0,
+                sent_ms: 0,
+            },
+            messages: vec![Message::Ping {
+                seq: 4,
+                target: PingTarget::Id(target.clone()),
+                suspected: None,
+            }],
+        }
+        .encode()
+    };
+    b.handle_datagram(secs(0.3), &v2(&all[2])).unwrap();
+    assert!(drain(b).is_empty(), "another member's identity");
+    b.handle_datagram(secs(0.4), &v2(&all[1])).unwrap();
+    let out = drain(b);
+    assert_eq!(out.len(), 1, "its own identity: answered");
 }

@@ -3,7 +3,9 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use hale_core::wire::{Header, MemberRecord, Message, Packet, WireState};
+use hale_core::wire::{
+    Header, MemberRecord, Message, Packet, PingTarget, WireState, SPOKEN, VERSION,
+};
 use hale_core::{Channel, Config, Event, Node, NodeId, Time, Transmit};
 
 pub fn id(name: &str, port: u16) -> NodeId {
@@ -21,6 +23,10 @@ pub fn config(seed: u64) -> Config {
         rng_seed: seed,
         // One member watched by round robin only, to keep packet flows simple.
         monitors: 0,
+        // With no ring, the walk is the detector: every 2 s, as the timings
+        // these tests check were written for (lan walks every 5 s beside
+        // its ring).
+        walk_interval: Duration::from_secs(2),
         // Hand-made packets carry no meaningful send time; the replay tests
         // turn the check on and build their headers themselves.
         replay_window: Duration::ZERO,
@@ -28,8 +34,17 @@ pub fn config(seed: u64) -> Config {
     }
 }
 
-/// A node that knows `all` as alive (warm start), at time zero.
+/// A node that knows `all` as alive (warm start), at time zero, writing
+/// the newest wire version (what a cluster of this build negotiates).
 pub fn node(me: &NodeId, all: &[NodeId], cfg: Config) -> Node<NodeId> {
+    let mut n = node_unnegotiated(me, all, cfg);
+    n.set_wire_version(VERSION);
+    n
+}
+
+/// [`node`] before its runtime negotiated a wire version: it writes the
+/// lowest of its range (version 2, the previous release's, by default).
+pub fn node_unnegotiated(me: &NodeId, all: &[NodeId], cfg: Config) -> Node<NodeId> {
     let mut n = Node::new(me.clone(), cfg, Time::ZERO).unwrap();
     n.restore(
         Time::ZERO,
@@ -93,12 +108,21 @@ pub fn sends_until(n: &mut Node<NodeId>, until: Time) -> Vec<(Time, Transmit<Nod
     out
 }
 
-/// A datagram from `sender` at `incarnation` carrying `messages`.
+/// The tag a ping to `id` carries in cluster "hale" (wire version 3 on).
+pub fn tag(id: &NodeId) -> PingTarget<NodeId> {
+    PingTarget::Tag(hale_core::wire::target_tag(
+        hale_core::wire::cluster_id("hale"),
+        id,
+    ))
+}
+
+/// A datagram from `sender` at `incarnation` carrying `messages`, in the
+/// newest wire version.
 pub fn packet_from(sender: &NodeId, incarnation: u32, messages: Vec<Message<NodeId>>) -> Vec<u8> {
     Packet {
         header: Header {
-            version: 2,
-            speaks: None,
+            version: VERSION,
+            speaks: Some(SPOKEN),
             cluster: hale_core::wire::cluster_id("hale"),
             sender: sender.clone(),
             incarnation,

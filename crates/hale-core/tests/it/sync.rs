@@ -1,22 +1,45 @@
-//! The periodic sync: digests, and whole records only where a side knows better.
+//! The periodic sync: a summary of the view first (wire version 3 on),
+//! digests where views differ, and whole records only where a side knows
+//! better.
 
-use hale_core::wire::{MemberRecord, Message, WireState};
-use hale_core::{Node, NodeId, Time, Transmit};
+use hale_core::wire::{MemberRecord, Message, WireState, VERSION};
+use hale_core::{Channel, Node, NodeId, Time, Transmit};
 
 use crate::support::*;
 
-/// Runs `n`'s timers until it sends its periodic sync.
+/// Runs `n`'s timers until it sends its periodic sync's first step: the
+/// view's hash in a datagram (version 3 on), or its digest (version 2).
 fn until_sync(n: &mut Node<NodeId>) -> (Time, Transmit<NodeId>) {
     loop {
         let t = n.poll_timeout().unwrap();
         n.handle_timeout(t);
-        if let Some(x) = drain(n).into_iter().find(|x| !push_pulls(x).is_empty()) {
+        if let Some(x) = drain(n)
+            .into_iter()
+            .find(|x| summary(x).is_some() || !push_pulls(x).is_empty())
+        {
             return (t, x);
         }
     }
 }
 
-/// `all` known alive with metadata, at incarnation 0 except `newer`.
+/// The view hash `x` carries, if it is a summary.
+fn summary(x: &Transmit<NodeId>) -> Option<u64> {
+    decode(x).messages.into_iter().find_map(|m| match m {
+        Message::Summary { hash } => Some(hash),
+        _ => None,
+    })
+}
+
+/// What `n` sends that holds a push/pull.
+fn syncs_of(n: &mut Node<NodeId>) -> Vec<Transmit<NodeId>> {
+    drain(n)
+        .into_iter()
+        .filter(|x| !push_pulls(x).is_empty())
+        .collect()
+}
+
+/// `all` known alive with metadata, at incarnation 0 except `newer`,
+/// writing the newest wire version.
 fn node_with_meta(
     me: &NodeId,
     all: &[NodeId],
@@ -30,6 +53,7 @@ fn node_with_meta(
         ..config(seed)
     };
     let mut n = Node::new(me.clone(), cfg, Time::ZERO).unwrap();
+    n.set_wire_version(VERSION);
     n.restore(
         Time::ZERO,
         all.iter().filter(|i| *i != me).map(|i| {
@@ -62,11 +86,112 @@ fn push_pulls(x: &Transmit<NodeId>) -> Vec<(bool, bool, Vec<MemberRecord<NodeId>
 }
 
 #[test]
-fn members_in_agreement_exchange_two_digests_and_no_metadata() {
+fn members_in_agreement_exchange_one_summary_datagram_and_nothing_else() {
     let all = ids(6);
     let mut a = node_with_meta(&all[0], &all, 1, None);
     let (t, sync) = until_sync(&mut a);
+    assert_eq!(sync.channel, Channel::Datagram);
+    assert!(
+        push_pulls(&sync).is_empty(),
+        "no digest until the views differ"
+    );
     let mut b = node_with_meta(&sync.to, &all, 2, None);
+    assert_eq!(
+        summary(&sync),
+        Some(b.view_hash()),
+        "the same view, the same hash"
+    );
+    deliver(&mut b, &sync, t);
+    assert!(drain(&mut b).is_empty(), "nothing to answer");
+}
+
+#[test]
+fn views_that_differ_sync_by_digest_and_a_member_known_better_is_sent_whole() {
+    let all = ids(6);
+    let mut a = node_with_meta(&all[0], &all, 1, None);
+    let (t, sync) = until_sync(&mut a);
+    // b knows a third member at a newer incarnation, with newer metadata.
+    let newer = all[1..].iter().find(|i| **i != sync.to).unwrap().clone();
+    let mut b = node_with_meta(&sync.to, &all, 2, Some((&newer, 4)));
+    assert_ne!(summary(&sync), Some(b.view_hash()));
+    deliver(&mut b, &sync, t);
+    // b starts a digest sync with a.
+    let started = syncs_of(&mut b);
+    assert_eq!(started.len(), 1);
+    assert_eq!(started[0].channel, Channel::Stream);
+    let sent = push_pulls(&started[0]);
+    assert_eq!(sent.len(), 1);
+    let (reply, digest, members) = &sent[0];
+    assert!(*reply && *digest);
+    assert_eq!(members.len(), 6, "this node and the five others");
+    assert!(members.iter().all(|m| m.meta.is_empty()));
+    // a knows nothing better: only its digest back.
+    deliver(&mut a, &started[0], t);
+    let back = syncs_of(&mut a);
+    assert_eq!(back.len(), 1);
+    let parts = push_pulls(&back[0]);
+    assert_eq!(parts.len(), 1, "only a's digest: nothing to teach");
+    assert!(!parts[0].0 && parts[0].1);
+    // b sends the record a knows worse, whole, with its metadata.
+    deliver(&mut b, &back[0], t);
+    let answer = syncs_of(&mut b);
+    assert_eq!(answer.len(), 1);
+    let parts = push_pulls(&answer[0]);
+    assert_eq!(parts.len(), 1, "the better record, no further digest");
+    let (reply, digest, members) = &parts[0];
+    assert!(!reply && !digest);
+    assert_eq!(members.len(), 1);
+    assert_eq!(members[0].id, newer);
+    assert_eq!(members[0].incarnation, 4);
+    assert!(!members[0].meta.is_empty());
+    deliver(&mut a, &answer[0], t);
+    let m = a.member(&newer).unwrap();
+    assert_eq!(m.incarnation(), 4);
+    assert_eq!(m.meta(), members[0].meta.as_slice());
+    assert!(syncs_of(&mut a).is_empty());
+    assert_eq!(a.view_hash(), b.view_hash(), "in agreement now");
+}
+
+#[test]
+fn a_view_hash_is_the_same_for_the_same_view_and_changes_with_any_incarnation_or_state() {
+    let all = ids(4);
+    let a = node_with_meta(&all[0], &all, 1, None);
+    let same = node_with_meta(&all[0], &all, 9, None);
+    assert_eq!(a.view_hash(), same.view_hash(), "whatever the seed");
+    let newer = node_with_meta(&all[0], &all, 1, Some((&all[2], 1)));
+    assert_ne!(a.view_hash(), newer.view_hash());
+    let mut other_meta = node_with_meta(&all[0], &all, 1, None);
+    other_meta
+        .set_metadata(Time::ZERO, b"other".to_vec())
+        .unwrap();
+    assert_ne!(
+        a.view_hash(),
+        other_meta.view_hash(),
+        "new metadata raises the incarnation"
+    );
+    let mut dead = node_with_meta(&all[0], &all, 1, None);
+    dead.restore(
+        Time::ZERO,
+        [MemberRecord {
+            id: all[3].clone(),
+            incarnation: 0,
+            state: WireState::Dead,
+            meta: Vec::new(),
+        }],
+    );
+    assert_ne!(a.view_hash(), dead.view_hash());
+}
+
+#[test]
+fn a_member_written_to_in_version_2_gets_the_digest_at_once_and_agreement_costs_two_digests() {
+    let all = ids(6);
+    let mut a = node_with_meta(&all[0], &all, 1, None);
+    a.set_wire_version(2);
+    let (t, sync) = until_sync(&mut a);
+    assert_eq!(decode(&sync).header.version, 2);
+    assert_eq!(sync.channel, Channel::Stream);
+    let mut b = node_with_meta(&sync.to, &all, 2, None);
+    b.set_wire_version(2);
     let sent = push_pulls(&sync);
     assert_eq!(sent.len(), 1);
     let (reply, digest, members) = &sent[0];
@@ -74,48 +199,38 @@ fn members_in_agreement_exchange_two_digests_and_no_metadata() {
     assert_eq!(members.len(), 6, "this node and the five others");
     assert!(members.iter().all(|m| m.meta.is_empty()));
     deliver(&mut b, &sync, t);
-    let answers: Vec<_> = drain(&mut b)
-        .into_iter()
-        .filter(|x| !push_pulls(x).is_empty())
-        .collect();
+    let answers = syncs_of(&mut b);
     assert_eq!(answers.len(), 1);
     let answer = push_pulls(&answers[0]);
     assert_eq!(answer.len(), 1, "only b's digest: nothing to teach");
     assert!(!answer[0].0 && answer[0].1);
     deliver(&mut a, &answers[0], t);
-    assert!(
-        drain(&mut a).iter().all(|x| push_pulls(x).is_empty()),
-        "nothing to teach back"
-    );
+    assert!(syncs_of(&mut a).is_empty(), "nothing to teach back");
 }
 
 #[test]
-fn a_member_known_better_is_sent_whole_with_its_metadata() {
+fn a_member_written_to_in_version_2_known_better_is_sent_whole_in_the_answer_to_the_digest() {
     let all = ids(6);
     let mut a = node_with_meta(&all[0], &all, 1, None);
+    a.set_wire_version(2);
     let (t, sync) = until_sync(&mut a);
     // b knows a third member at a newer incarnation, with newer metadata.
     let newer = all[1..].iter().find(|i| **i != sync.to).unwrap().clone();
     let mut b = node_with_meta(&sync.to, &all, 2, Some((&newer, 4)));
+    b.set_wire_version(2);
     deliver(&mut b, &sync, t);
-    let answer = drain(&mut b)
-        .into_iter()
-        .find(|x| !push_pulls(x).is_empty())
-        .unwrap();
+    let answer = syncs_of(&mut b).pop().unwrap();
     let parts = push_pulls(&answer);
     assert_eq!(parts.len(), 2, "the better record, then b's digest");
     let (reply, digest, members) = &parts[0];
     assert!(!reply && !digest);
     assert_eq!(members.len(), 1);
     assert_eq!(members[0].id, newer);
-    assert_eq!(members[0].incarnation, 4);
     assert!(!members[0].meta.is_empty());
     deliver(&mut a, &answer, t);
-    let m = a.member(&newer).unwrap();
-    assert_eq!(m.incarnation(), 4);
-    assert_eq!(m.meta(), members[0].meta.as_slice());
+    assert_eq!(a.member(&newer).unwrap().incarnation(), 4);
     // And b learns a's own record back only if it knew it worse: it did not.
-    assert!(drain(&mut a).iter().all(|x| push_pulls(x).is_empty()));
+    assert!(syncs_of(&mut a).is_empty());
 }
 
 #[test]
@@ -135,7 +250,7 @@ fn a_ping_from_a_member_this_node_does_not_know_starts_a_full_sync_with_it_at_mo
             0,
             vec![Message::Ping {
                 seq,
-                target: all[0].clone(),
+                target: tag(&all[0]),
                 suspected: None,
             }],
         )

@@ -2,11 +2,12 @@
 //! and to whom, and what it does with one it does not speak.
 
 use hale_core::wire::{
-    cluster_id, negotiate, peek, DecodeError, Header, Message, Packet, Versions, OLDEST, SPOKEN,
+    cluster_id, negotiate, peek, DecodeError, Header, Message, Packet, PingTarget, Versions,
+    OLDEST, SPOKEN,
 };
 use hale_core::{Channel, Config, Event, Node, NodeId, ReceiveError, Time};
 
-use crate::support::{decode, drain, drain_events, id, ids, node, secs};
+use crate::support::{decode, drain, drain_events, id, ids, node_unnegotiated as node, secs, tag};
 
 fn v(min: u8, max: u8) -> Versions {
     Versions { min, max }
@@ -40,7 +41,11 @@ fn ping_from(sender: &NodeId, to: &NodeId, version: u8, generation: u64, at: Tim
         header: h,
         messages: vec![Message::Ping {
             seq: 1,
-            target: to.clone(),
+            target: if version >= 3 {
+                tag(to)
+            } else {
+                PingTarget::Id(to.clone())
+            },
             suspected: None,
         }],
     }
@@ -55,12 +60,12 @@ fn answered(a: &mut Node<NodeId>, bytes: &[u8], at: Time) -> Vec<u8> {
     out.iter().map(|t| decode(t).header.version).collect()
 }
 
-/// A packet of a future version: the prefix every version keeps, then
-/// bytes this build cannot read.
+/// A packet of a future version: the prefix every version from 3 on keeps,
+/// then bytes this build cannot read.
 fn future_packet(sender: &NodeId, version: u8, speaks: Versions) -> Vec<u8> {
     let mut out = b"HL".to_vec();
     out.push(version);
-    out.extend_from_slice(&cluster_id("hale").to_le_bytes());
+    out.extend_from_slice(&(cluster_id("hale") as u32).to_le_bytes());
     hale_core::Identity::encode(sender, &mut out);
     out.extend_from_slice(&[speaks.min, speaks.max, 0xff, 0xfe, 0xfd]);
     out
@@ -79,7 +84,7 @@ fn this_build_speaks_versions_two_and_three() {
 }
 
 #[test]
-fn a_version_three_header_carries_the_senders_range_and_a_version_two_header_does_not() {
+fn a_version_three_header_carries_the_senders_range_half_the_cluster_id_and_no_message_count() {
     let a = id("a", 1);
     let m = vec![Message::Ack { seq: 9 }];
     let v3 = Packet {
@@ -91,16 +96,23 @@ fn a_version_three_header_carries_the_senders_range_and_a_version_two_header_doe
         messages: m,
     };
     let (b3, b2) = (v3.encode(), v2.encode());
-    assert_eq!(b3.len(), b2.len() + 2, "two bytes: min and max");
+    assert_eq!(
+        b3.len() + 3,
+        b2.len(),
+        "4 bytes of cluster id and the count saved, 2 of range spent"
+    );
     assert_eq!(b3.len(), v3.encoded_len());
     let c = cluster_id("hale");
     assert_eq!(Packet::decode(&b3, Channel::Datagram, c), Ok(v3));
     assert_eq!(Packet::decode(&b2, Channel::Datagram, c), Ok(v2));
-    // The prefix (magic, version, cluster, sender) is where version 2 had it.
-    let prefix = 3 + 8 + hale_core::Identity::encoded_len(&a);
+    // The prefix every version from 3 on keeps: magic, version, the
+    // cluster id's low half, the sender, its range.
+    let sender = hale_core::Identity::encoded_len(&a);
     assert_eq!((b3[2], b2[2]), (3, 2));
-    assert_eq!(b3[3..prefix], b2[3..prefix]);
-    assert_eq!(b3[prefix..prefix + 2], [2, 3], "then the sender's range");
+    assert_eq!(b3[..2], b2[..2]);
+    assert_eq!(b3[3..7], b2[3..7], "the low half of version 2's id");
+    assert_eq!(b3[7..7 + sender], b2[11..11 + sender], "the sender");
+    assert_eq!(b3[7 + sender..9 + sender], [2, 3], "then its range");
 }
 
 #[test]
@@ -128,11 +140,23 @@ fn the_prefix_of_a_future_version_names_its_sender_and_what_it_speaks() {
         Err(DecodeError::Version(4))
     );
     let p = peek::<NodeId>(&bytes, c).unwrap();
-    assert_eq!((p.version, p.sender, p.speaks), (4, Some(a), Some(v(3, 4))));
+    assert_eq!(
+        (p.version, p.sender, p.speaks),
+        (4, Some(a.clone()), Some(v(3, 4)))
+    );
     assert_eq!(
         peek::<NodeId>(&bytes, cluster_id("other")),
         None,
         "another cluster's"
+    );
+    let mut v2 = b"HL\x02".to_vec();
+    v2.extend_from_slice(&c.to_le_bytes());
+    hale_core::Identity::encode(&a, &mut v2);
+    let p = peek::<NodeId>(&v2, c).unwrap();
+    assert_eq!(
+        (p.version, p.sender, p.speaks),
+        (2, Some(a), None),
+        "version 2's prefix: its 8-byte cluster id"
     );
     assert_eq!(peek::<NodeId>(b"HL\x01", c).map(|p| p.version), Some(1));
     assert_eq!(peek::<NodeId>(b"XX\x04", c), None);
@@ -381,4 +405,85 @@ fn two_members_that_share_no_version_each_report_the_other_within_one_probe_inte
         "the new side names the old member"
     );
     assert!(reports.iter().all(|(_, at, _)| *at <= until));
+}
+
+/// The first ping `a` sends `b`, and the sync that opens its periodic
+/// sync with it (a summary, or a digest). `b` started a new run writing
+/// `b_writes` at time zero (so that, for [`DOWNGRADE_GRACE`], `a` writes
+/// to it in that version, and no longer than that is needed: `a` syncs
+/// every 2 s), and acks `a`'s pings in it.
+///
+/// [`DOWNGRADE_GRACE`]: hale_core::versions::DOWNGRADE_GRACE
+fn probe_and_sync_of(b_writes: u8) -> (Message<NodeId>, Packet<NodeId>) {
+    let all = ids(2);
+    let cfg = Config {
+        push_pull_interval: std::time::Duration::from_secs(2),
+        ..Config::default()
+    };
+    let mut a = node(&all[0], &all, cfg);
+    drain(&mut a);
+    a.set_wire_version(3);
+    let run = |sent_at: Time, messages| {
+        let mut h = header(&all[1], b_writes, (b_writes >= 3).then_some(SPOKEN), 7);
+        h.sent_ms = sent_at.as_nanos() / 1_000_000;
+        Packet {
+            header: h,
+            messages,
+        }
+        .encode()
+    };
+    a.handle_datagram(Time::ZERO, &run(Time::ZERO, vec![]))
+        .unwrap();
+    let (mut ping, mut sync) = (None, None);
+    loop {
+        let t = a.poll_timeout().unwrap();
+        assert!(
+            t < Time::ZERO + hale_core::versions::DOWNGRADE_GRACE,
+            "no ping or sync within the grace"
+        );
+        a.handle_timeout(t);
+        for p in drain(&mut a).iter().map(decode) {
+            for m in &p.messages {
+                match m {
+                    Message::Ping { seq, .. } => {
+                        ping.get_or_insert_with(|| m.clone());
+                        let ack = run(t, vec![Message::Ack { seq: *seq }]);
+                        a.handle_datagram(t, &ack).unwrap();
+                    }
+                    Message::Summary { .. } | Message::PushPull { .. } => {
+                        sync.get_or_insert_with(|| p.clone());
+                    }
+                    _ => {}
+                }
+            }
+        }
+        if let (Some(ping), Some(sync)) = (&ping, &sync) {
+            return (ping.clone(), sync.clone());
+        }
+    }
+}
+
+#[test]
+fn a_member_written_to_in_version_2_gets_pings_naming_it_and_a_digest_never_a_summary() {
+    let (ping, sync) = probe_and_sync_of(2);
+    assert!(
+        matches!(ping, Message::Ping { target: PingTarget::Id(ref id), .. } if *id == ids(2)[1]),
+        "{ping:?}"
+    );
+    assert_eq!(sync.header.version, 2);
+    assert!(matches!(
+        sync.messages[..],
+        [Message::PushPull { digest: true, .. }]
+    ));
+}
+
+#[test]
+fn a_member_written_to_in_version_3_gets_pings_naming_its_tag_and_a_summary() {
+    let (ping, sync) = probe_and_sync_of(3);
+    assert!(
+        matches!(ping, Message::Ping { ref target, .. } if *target == tag(&ids(2)[1])),
+        "{ping:?}"
+    );
+    assert_eq!(sync.header.version, 3);
+    assert!(matches!(sync.messages[..], [Message::Summary { .. }]));
 }

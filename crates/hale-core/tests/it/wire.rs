@@ -1,10 +1,14 @@
-//! The wire format: round trips, and total decoding of any input.
+//! The wire format: round trips in every version, the exact bytes of each
+//! version, and total decoding of any input.
 
 use std::net::SocketAddr;
 
 use proptest::prelude::*;
 
-use hale_core::wire::{cluster_id, Header, MemberRecord, Message, Packet, WireState, MAX_DATAGRAM};
+use hale_core::wire::{
+    cluster_id, target_tag, Header, MemberRecord, Message, Packet, PingTarget, Versions, WireState,
+    MAX_DATAGRAM, SPOKEN,
+};
 use hale_core::{Channel, NodeId};
 
 fn arb_id() -> impl Strategy<Value = NodeId> {
@@ -29,15 +33,33 @@ fn arb_meta() -> impl Strategy<Value = Vec<u8>> {
     prop::collection::vec(any::<u8>(), 0..=512)
 }
 
-fn arb_message() -> impl Strategy<Value = Message<NodeId>> {
+/// A ping's target as `version` names it.
+fn arb_target(version: u8) -> BoxedStrategy<PingTarget<NodeId>> {
+    if version >= 3 {
+        any::<u32>().prop_map(PingTarget::Tag).boxed()
+    } else {
+        arb_id().prop_map(PingTarget::Id).boxed()
+    }
+}
+
+/// Any message a packet of `version` carries.
+fn arb_message(version: u8) -> impl Strategy<Value = Message<NodeId>> {
+    let summary = any::<u64>().prop_map(move |hash| {
+        if version >= 3 {
+            Message::Summary { hash }
+        } else {
+            Message::Ack { seq: hash as u32 }
+        }
+    });
     prop_oneof![
-        (any::<u32>(), arb_id(), any::<Option<u32>>()).prop_map(|(seq, target, suspected)| {
-            Message::Ping {
+        (any::<u32>(), arb_target(version), any::<Option<u32>>()).prop_map(
+            |(seq, target, suspected)| Message::Ping {
                 seq,
                 target,
                 suspected,
             }
-        }),
+        ),
+        summary,
         any::<u32>().prop_map(|seq| Message::Ack { seq }),
         any::<u32>().prop_map(|seq| Message::Nack { seq }),
         any::<u64>().prop_map(|known| Message::Superseded { known }),
@@ -105,10 +127,28 @@ fn arb_record() -> impl Strategy<Value = MemberRecord<NodeId>> {
     })
 }
 
+/// A version this build speaks.
+fn arb_version() -> impl Strategy<Value = u8> {
+    SPOKEN.min..=SPOKEN.max
+}
+
+/// A version and messages of it.
+fn arb_messages(n: std::ops::Range<usize>) -> impl Strategy<Value = (u8, Vec<Message<NodeId>>)> {
+    arb_version()
+        .prop_flat_map(move |v| (Just(v), prop::collection::vec(arb_message(v), n.clone())))
+}
+
 fn header(sender: NodeId, incarnation: u32, health: u8) -> Header<NodeId> {
+    header_v(3, sender, incarnation, health)
+}
+
+fn header_v(version: u8, sender: NodeId, incarnation: u32, health: u8) -> Header<NodeId> {
     Header {
-        version: 2,
-        speaks: None,
+        version,
+        speaks: (version >= 3).then_some(Versions {
+            min: 2,
+            max: version,
+        }),
         cluster: cluster_id("hale"),
         sender,
         incarnation,
@@ -121,27 +161,28 @@ fn header(sender: NodeId, incarnation: u32, health: u8) -> Header<NodeId> {
 proptest! {
     #[test]
     fn any_datagram_round_trips(sender in arb_id(), inc in any::<u32>(), health in any::<u8>(),
-                                messages in prop::collection::vec(arb_message(), 0..8)) {
-        let p = Packet { header: header(sender, inc, health), messages };
+                                (version, messages) in arb_messages(0..8)) {
+        let p = Packet { header: header_v(version, sender, inc, health), messages };
+        prop_assert!(p.round_trips(Channel::Stream, p.encoded_len()));
         let bytes = p.encode();
         prop_assert_eq!(bytes.len(), p.encoded_len());
         prop_assert_eq!(Packet::decode(&bytes, Channel::Stream, cluster_id("hale")).unwrap(), p);
     }
 
     #[test]
-    fn any_full_state_sync_round_trips(sender in arb_id(), join in any::<bool>(), reply in any::<bool>(),
-                                       members in prop::collection::vec(arb_record(), 0..20)) {
-        let p = Packet { header: header(sender, 1, 0), messages: vec![Message::PushPull { join, reply, digest: false, members }] };
+    fn any_full_state_sync_round_trips(version in arb_version(), sender in arb_id(), join in any::<bool>(),
+                                       reply in any::<bool>(), members in prop::collection::vec(arb_record(), 0..20)) {
+        let p = Packet { header: header_v(version, sender, 1, 0), messages: vec![Message::PushPull { join, reply, digest: false, members }] };
         let bytes = p.encode();
         prop_assert_eq!(bytes.len(), p.encoded_len());
         prop_assert_eq!(Packet::decode(&bytes, Channel::Stream, cluster_id("hale")).unwrap(), p);
     }
 
     #[test]
-    fn any_digest_round_trips_without_its_metadata(sender in arb_id(), reply in any::<bool>(),
+    fn any_digest_round_trips_without_its_metadata(version in arb_version(), sender in arb_id(), reply in any::<bool>(),
                                                   members in prop::collection::vec(arb_record(), 0..20)) {
         let full = Message::PushPull { join: false, reply, digest: true, members: members.clone() };
-        let p = Packet { header: header(sender, 1, 0), messages: vec![full] };
+        let p = Packet { header: header_v(version, sender, 1, 0), messages: vec![full] };
         let bytes = p.encode();
         prop_assert_eq!(bytes.len(), p.encoded_len());
         let bare = members.into_iter().map(|m| MemberRecord { meta: Vec::new(), ..m }).collect();
@@ -156,18 +197,38 @@ proptest! {
     }
 
     #[test]
-    fn every_truncation_of_a_valid_packet_is_an_error(sender in arb_id(),
-                                                     messages in prop::collection::vec(arb_message(), 1..4)) {
-        let bytes = Packet { header: header(sender, 3, 0), messages }.encode();
+    fn every_truncation_of_a_version_2_packet_is_an_error(sender in arb_id(),
+                                                         messages in prop::collection::vec(arb_message(2), 1..4)) {
+        let bytes = Packet { header: header_v(2, sender, 3, 0), messages }.encode();
         for cut in 0..bytes.len() {
             prop_assert!(Packet::<NodeId>::decode(&bytes[..cut], Channel::Stream, cluster_id("hale")).is_err());
         }
     }
 
     #[test]
-    fn mutated_packets_never_panic(sender in arb_id(), messages in prop::collection::vec(arb_message(), 1..4),
+    fn every_truncation_of_a_version_3_packet_is_an_error_or_its_first_messages(sender in arb_id(),
+                                                     messages in prop::collection::vec(arb_message(3), 1..4)) {
+        // Messages run to the end of the packet (no count): a cut between
+        // two messages leaves a packet of the first ones. (A datagram
+        // arrives whole or not at all; a stream frame has its length.)
+        let p = Packet { header: header_v(3, sender, 3, 0), messages };
+        let bytes = p.encode();
+        for cut in 0..bytes.len() {
+            match Packet::<NodeId>::decode(&bytes[..cut], Channel::Stream, cluster_id("hale")) {
+                Err(_) => {}
+                Ok(q) => {
+                    prop_assert_eq!(&q.header, &p.header);
+                    prop_assert!(q.messages.len() < p.messages.len());
+                    prop_assert_eq!(&q.messages[..], &p.messages[..q.messages.len()]);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn mutated_packets_never_panic(sender in arb_id(), (version, messages) in arb_messages(1..4),
                                    flips in prop::collection::vec((any::<usize>(), any::<u8>()), 1..8)) {
-        let mut bytes = Packet { header: header(sender, 3, 0), messages }.encode();
+        let mut bytes = Packet { header: header_v(version, sender, 3, 0), messages }.encode();
         for (i, b) in flips {
             let n = bytes.len();
             bytes[i % n] ^= b;
@@ -214,7 +275,7 @@ fn a_huge_member_count_is_rejected_before_allocating() {
 fn another_version_is_rejected() {
     let a = NodeId::new("a", SocketAddr::from(([127, 0, 0, 1], 1))).unwrap();
     let mut bytes = Packet {
-        header: header(a, 0, 0),
+        header: header_v(2, a, 0, 0),
         messages: vec![Message::Ack { seq: 1 }],
     }
     .encode();
@@ -224,4 +285,194 @@ fn another_version_is_rejected() {
         Err(hale_core::DecodeError::Version(1))
     );
     assert!(bytes.len() < MAX_DATAGRAM);
+}
+
+fn a() -> NodeId {
+    NodeId::new("a", SocketAddr::from(([127, 0, 0, 1], 1))).unwrap()
+}
+
+/// A ping from "a" (incarnation 2, health 1, generation 5, sent at 300 ms)
+/// with sequence 9, suspecting its target at 4, in `version`.
+fn ping_packet(version: u8, target: PingTarget<NodeId>) -> Packet<NodeId> {
+    Packet {
+        header: Header {
+            version,
+            speaks: (version >= 3).then_some(SPOKEN),
+            cluster: cluster_id("hale"),
+            sender: a(),
+            incarnation: 2,
+            health: 1,
+            generation: 5,
+            sent_ms: 300,
+        },
+        messages: vec![Message::Ping {
+            seq: 9,
+            target,
+            suspected: Some(4),
+        }],
+    }
+}
+
+/// "a" at 127.0.0.1:1 as `NodeId` writes itself.
+const A: [u8; 9] = [1, b'a', 4, 127, 0, 0, 1, 0, 1];
+
+#[test]
+fn a_version_2_ping_packet_is_exactly_the_previous_releases_bytes() {
+    let b = NodeId::new("b", SocketAddr::from(([127, 0, 0, 1], 2))).unwrap();
+    let p = ping_packet(2, PingTarget::Id(b));
+    let mut expected = vec![b'H', b'L', 2];
+    expected.extend_from_slice(&cluster_id("hale").to_le_bytes());
+    expected.extend_from_slice(&A); // the sender
+    expected.extend_from_slice(&[2, 1, 5, 0xac, 0x02]); // inc, health, gen, sent
+    expected.push(1); // one message
+    expected.extend_from_slice(&[1, 9]); // a ping, seq 9
+    expected.extend_from_slice(&[1, b'b', 4, 127, 0, 0, 1, 0, 2]); // its target
+    expected.extend_from_slice(&[1, 4]); // suspected at 4
+    assert_eq!(p.encode(), expected);
+    assert_eq!(p.encoded_len(), expected.len());
+    let c = cluster_id("hale");
+    assert_eq!(Packet::decode(&expected, Channel::Datagram, c), Ok(p));
+}
+
+#[test]
+fn a_version_3_ping_packet_is_exactly_its_bytes() {
+    let p = ping_packet(3, PingTarget::Tag(0xaabb_ccdd));
+    let mut expected = vec![b'H', b'L', 3];
+    expected.extend_from_slice(&(cluster_id("hale") as u32).to_le_bytes());
+    expected.extend_from_slice(&A); // the sender
+    expected.extend_from_slice(&[2, 3]); // it speaks 2-3
+    expected.extend_from_slice(&[2, 1, 5, 0xac, 0x02]); // inc, health, gen, sent
+    expected.extend_from_slice(&[1, 9, 0xdd, 0xcc, 0xbb, 0xaa, 1, 4]); // the ping
+    assert_eq!(p.encode(), expected);
+    assert_eq!(p.encoded_len(), expected.len());
+    let c = cluster_id("hale");
+    assert_eq!(Packet::decode(&expected, Channel::Datagram, c), Ok(p));
+    let v2 = ping_packet(2, PingTarget::Id(a())).encode();
+    // The target's 9-byte identity becomes a 4-byte tag (5 saved), the
+    // cluster id loses 4 bytes and the count 1, the range costs 2.
+    assert_eq!(v2.len() - expected.len(), 5 + 4 + 1 - 2);
+}
+
+#[test]
+fn a_summary_is_its_tag_and_eight_bytes_of_hash_and_only_version_3_carries_it() {
+    let hash = 0x0102_0304_0506_0708;
+    let mut out = Vec::new();
+    Message::<NodeId>::Summary { hash }.encode(&mut out);
+    assert_eq!(out, [12, 8, 7, 6, 5, 4, 3, 2, 1]);
+    assert_eq!(Message::<NodeId>::Summary { hash }.encoded_len(), 9);
+    let p = Packet {
+        header: header_v(3, a(), 0, 0),
+        messages: vec![Message::Summary { hash }],
+    };
+    let bytes = p.encode();
+    let c = cluster_id("hale");
+    assert_eq!(Packet::decode(&bytes, Channel::Datagram, c), Ok(p));
+    // Cut anywhere inside the hash: an error, never a panic.
+    for cut in bytes.len() - 8..bytes.len() {
+        assert!(Packet::<NodeId>::decode(&bytes[..cut], Channel::Datagram, c).is_err());
+    }
+    let v2 = Packet {
+        header: header_v(2, a(), 0, 0),
+        messages: vec![Message::Summary { hash }],
+    };
+    assert!(!v2.round_trips(Channel::Datagram, v2.encoded_len()));
+    assert_eq!(
+        Packet::<NodeId>::decode(&v2.encode(), Channel::Datagram, c),
+        Err(hale_core::DecodeError::Invalid("message tag")),
+        "tag 12 means nothing in version 2"
+    );
+}
+
+#[test]
+fn a_ping_whose_target_is_named_as_another_version_names_it_does_not_round_trip() {
+    let by_tag = ping_packet(2, PingTarget::Tag(7));
+    assert!(!by_tag.round_trips(Channel::Datagram, by_tag.encoded_len()));
+    let by_id = ping_packet(3, PingTarget::Id(a()));
+    assert!(!by_id.round_trips(Channel::Datagram, by_id.encoded_len()));
+    let c = cluster_id("hale");
+    assert_ne!(
+        Packet::decode(&by_id.encode(), Channel::Datagram, c),
+        Ok(by_id)
+    );
+}
+
+#[test]
+fn version_2_checks_all_8_bytes_of_the_cluster_id_and_version_3_its_low_half() {
+    let ours = cluster_id("hale");
+    // Another cluster whose id has the same low half as ours.
+    let twin = ours ^ (1 << 40);
+    for version in [2, 3] {
+        let p = Packet {
+            header: Header {
+                cluster: twin,
+                ..header_v(version, a(), 0, 0)
+            },
+            messages: vec![Message::Ack { seq: 1 }],
+        };
+        let got = Packet::<NodeId>::decode(&p.encode(), Channel::Datagram, ours);
+        if version == 2 {
+            assert_eq!(got, Err(hale_core::DecodeError::ForeignCluster));
+            assert!(!p.header.is_of(ours));
+        } else {
+            let got = got.unwrap();
+            assert_eq!(
+                got.header.cluster, ours,
+                "the receiver's id, which it matched"
+            );
+            assert!(p.header.is_of(ours));
+        }
+        let other = Packet::<NodeId>::decode(&p.encode(), Channel::Datagram, cluster_id("other"));
+        assert_eq!(other, Err(hale_core::DecodeError::ForeignCluster));
+    }
+}
+
+#[test]
+fn a_ping_tag_is_the_high_half_of_a_ring_position_and_differs_between_members() {
+    let b = NodeId::new("b", SocketAddr::from(([127, 0, 0, 1], 1))).unwrap();
+    let c = cluster_id("hale");
+    assert_eq!(target_tag(c, &a()), target_tag(c, &a().clone()));
+    assert_ne!(
+        target_tag(c, &a()),
+        target_tag(c, &b),
+        "same address, another name"
+    );
+    assert_ne!(target_tag(c, &a()), target_tag(cluster_id("other"), &a()));
+}
+
+#[test]
+fn a_version_3_packet_of_more_than_max_messages_is_rejected() {
+    let mut bytes = Packet {
+        header: header_v(3, a(), 0, 0),
+        messages: vec![Message::Ack { seq: 1 }; 255],
+    }
+    .encode();
+    let c = cluster_id("hale");
+    assert_eq!(
+        Packet::<NodeId>::decode(&bytes, Channel::Datagram, c)
+            .unwrap()
+            .messages
+            .len(),
+        255
+    );
+    bytes.extend_from_slice(&[2, 1]); // a 256th ack
+    assert_eq!(
+        Packet::<NodeId>::decode(&bytes, Channel::Datagram, c),
+        Err(hale_core::DecodeError::Invalid(
+            "more than MAX_MESSAGES messages"
+        ))
+    );
+}
+
+#[test]
+fn a_version_2_packet_with_bytes_after_its_counted_messages_is_rejected() {
+    let mut bytes = Packet {
+        header: header_v(2, a(), 0, 0),
+        messages: vec![Message::Ack { seq: 1 }],
+    }
+    .encode();
+    bytes.extend_from_slice(&[2, 1]);
+    assert_eq!(
+        Packet::<NodeId>::decode(&bytes, Channel::Datagram, cluster_id("hale")),
+        Err(hale_core::DecodeError::Trailing)
+    );
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hale_agent::keyring::{Key, Keyring};
-use hale_core::wire::{cluster_id, Header, Message, Packet};
+use hale_core::wire::{cluster_id, Header, Message, Packet, PingTarget};
 use hale_core::{Channel, NodeId};
 
 use crate::junk_flood::{start_flood, Sent, SOURCES};
@@ -43,7 +43,7 @@ fn probe_rtts(b: &Bench, target: &NodeId, secs: u64) -> (Vec<u64>, u64) {
             },
             messages: vec![Message::Ping {
                 seq,
-                target: target.clone(),
+                target: PingTarget::Id(target.clone()),
                 suspected: None,
             }],
         };

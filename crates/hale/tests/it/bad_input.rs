@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use hale_agent::runtime::PREAMBLE_AAD;
 use hale_agent::{Key, Keyring};
-use hale_core::wire::{cluster_id, Header, Message, Packet};
+use hale_core::wire::{cluster_id, Header, Message, Packet, PingTarget};
 use hale_core::NodeId;
 use rand::{Rng, RngCore, SeedableRng};
 
@@ -133,7 +133,7 @@ fn an_agent_flooded_with_garbage_datagrams_stays_up_with_bounded_memory_and_coun
     let their_id = NodeId::new(target.name.clone(), target.gossip).unwrap();
     let ping = Message::Ping {
         seq: 7,
-        target: their_id,
+        target: PingTarget::Id(their_id),
         suspected: None,
     };
     let mut g = Garbage {
