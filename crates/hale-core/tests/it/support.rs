@@ -23,10 +23,6 @@ pub fn config(seed: u64) -> Config {
         rng_seed: seed,
         // One member watched by round robin only, to keep packet flows simple.
         monitors: 0,
-        // With no ring, the walk is the detector: every 2 s, as the timings
-        // these tests check were written for (lan walks every 5 s beside
-        // its ring).
-        walk_interval: Duration::from_secs(2),
         // Hand-made packets carry no meaningful send time; the replay tests
         // turn the check on and build their headers themselves.
         replay_window: Duration::ZERO,

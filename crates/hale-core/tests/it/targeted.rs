@@ -13,8 +13,6 @@ fn ring_config(seed: u64) -> Config {
     Config {
         monitors: 1,
         walk_interval: Duration::from_secs(3600),
-        // The timings these tests check were written for 0.75 s (lan: 0.8 s).
-        monitor_interval: Duration::from_millis(750),
         ..config(seed)
     }
 }
