@@ -162,6 +162,39 @@ pub struct ConfigOverrides {
     pub reconnect_interval: Option<Dur>,
     pub tombstone_ttl: Option<Dur>,
     pub pause_threshold: Option<Dur>,
+    /// `"2"` or `"2-3"`: the wire versions every node speaks; each writes
+    /// the newest of them, as a cluster of one build negotiates.
+    #[serde(
+        default,
+        deserialize_with = "versions_from",
+        serialize_with = "versions_to",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub wire_versions: Option<hale_core::Versions>,
+}
+
+fn versions_from<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<hale_core::Versions>, D::Error> {
+    let text = String::deserialize(d)?;
+    let v: hale_core::Versions = text.parse().map_err(serde::de::Error::custom)?;
+    if !v.is_spoken() {
+        return Err(serde::de::Error::custom(format!(
+            "wire_versions {v}: this build speaks {}",
+            hale_core::wire::SPOKEN
+        )));
+    }
+    Ok(Some(v))
+}
+
+fn versions_to<S: serde::Serializer>(
+    v: &Option<hale_core::Versions>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    match v {
+        Some(v) => s.serialize_str(&v.to_string()),
+        None => s.serialize_none(),
+    }
 }
 
 macro_rules! apply {
@@ -184,6 +217,9 @@ impl ConfigOverrides {
                  gossip_fanout, retransmit_mult, suspicion_retransmits, targeted_suspicions, max_broadcasts,
                  push_pull_scale,
                  sync_replies_per_sec);
+        if let Some(v) = o.wire_versions {
+            cfg.wire_versions = v;
+        }
     }
 }
 

@@ -340,3 +340,25 @@ fn a_frozen_observer_catching_up_on_a_verdict_is_not_a_false_death() {
     assert!(report.stale_deaths > 0, "the case was not exercised");
     assert!(report.passed(), "{:?}", report.checks);
 }
+
+#[test]
+fn a_scenario_can_hold_its_nodes_to_an_older_wire_version_and_one_this_build_does_not_speak_is_refused(
+) {
+    let v2 = Scenario::from_toml(&with("[config]\nwire_versions = \"2\"\n")).unwrap();
+    assert_eq!(
+        v2.config.wire_versions,
+        Some(hale_core::Versions { min: 2, max: 2 })
+    );
+    let sc = small();
+    let mut held = sc.clone();
+    held.config.wire_versions = Some(hale_core::Versions { min: 2, max: 2 });
+    let newest = simulate(&sc, 3, &mut |_| {}).expect("runs");
+    let older = simulate(&held, 3, &mut |_| {}).expect("runs");
+    assert_ne!(
+        newest.sim.observer.digest(),
+        older.sim.observer.digest(),
+        "version 3's summary sync runs only when the nodes write 3"
+    );
+    let e = parse_error(&with("[config]\nwire_versions = \"9\"\n"));
+    assert!(e.contains("wire_versions 9"), "{e}");
+}
