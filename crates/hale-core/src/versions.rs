@@ -2,7 +2,7 @@
 //! packet of a version it does not speak.
 //!
 //! A node decodes every version of its range (`Config::wire_versions`, at
-//! most [`SPOKEN`]) and writes the one its runtime negotiated
+//! most [`crate::wire::SPOKEN`]) and writes the one its runtime negotiated
 //! ([`Node::set_wire_version`]; [`crate::wire::negotiate`] over the ranges
 //! the members advertise), which starts at the lowest of its range: until
 //! it has heard its cluster, it must be understood by the oldest member it
@@ -30,8 +30,8 @@
 //!
 //! Invariants: `speak` and every clamp's version are in `range`; a run
 //! (member and generation) is clamped at most once;
-//! at most [`CLAMPS_KEPT`] clamps and
-//! [`REPORTS_KEPT`] report times are kept (a flood of new runs or strangers
+//! at most `CLAMPS_KEPT` clamps and
+//! `REPORTS_KEPT` report times are kept (a flood of new runs or strangers
 //! cannot grow them).
 
 use std::collections::BTreeMap;
