@@ -226,11 +226,19 @@ fn a_holder_whose_watchdog_is_killed_gets_another_that_still_fences_it_when_froz
         watchdogs().into_iter().find(|p| *p != first)
     });
     // Frozen now: the new watchdog must fence it.
+    frozen_holder_is_fenced_before_a_standby_promotes(&c, &holder, epoch);
+}
+
+/// Freezes `holder` (SIGSTOP) until a standby takes `db`, then thaws it:
+/// its watchdog fenced it (its demote at `epoch` ran) before the new
+/// holder's promote hook, and the history passes the checker.
+fn frozen_holder_is_fenced_before_a_standby_promotes(c: &Cluster, holder: &str, epoch: u64) {
+    let i = c.index(holder);
     c.signal(i, Signal::SIGSTOP);
-    let (next, e2) = standby_takes_over(&c, &holder, 30);
+    let (next, e2) = standby_takes_over(c, holder, 30);
     c.signal(i, Signal::SIGCONT);
-    let h = promoted(&c, &next, e2);
-    let fenced = demote_time(&h, &holder, epoch).expect("fenced by the new watchdog");
+    let h = promoted(c, &next, e2);
+    let fenced = demote_time(&h, holder, epoch).expect("fenced by the new watchdog");
     assert!(fenced < promote_time(&h, &next, e2).expect("promoted"));
     check(&h).unwrap();
 }
@@ -283,13 +291,7 @@ fn a_watchdog_restarted_after_an_upgrade_replaced_the_executable_is_of_the_agent
     );
     // Frozen now: the new watchdog fences it, through this release's
     // `demote-once`.
-    c.signal(i, Signal::SIGSTOP);
-    let (next, e2) = standby_takes_over(&c, &holder, 30);
-    c.signal(i, Signal::SIGCONT);
-    let h = promoted(&c, &next, e2);
-    let fenced = demote_time(&h, &holder, epoch).expect("fenced by the new watchdog");
-    assert!(fenced < promote_time(&h, &next, e2).expect("promoted"));
-    check(&h).unwrap();
+    frozen_holder_is_fenced_before_a_standby_promotes(&c, &holder, epoch);
     assert!(!mark.exists(), "the replacing file never ran");
 }
 
