@@ -26,6 +26,8 @@ enum Msg {
     Closed { member: u8, inc: u32, accuser: u8 },
     Superseded { known: u64 },
     Summary { hash: u64 },
+    Heartbeat,
+    Corroborate { target: u8 },
 }
 
 #[derive(Arbitrary, Debug)]
@@ -52,8 +54,9 @@ fn header(v3: bool, from: u8, inc: u32, health: u8, generation: u64, sent_ms: u6
     Header { version, speaks: v3.then_some(SPOKEN), cluster: cluster_id("hale"), sender: id(from), incarnation: inc, health, generation, sent_ms }
 }
 
-/// The message `m` in a packet of version 3 (`v3`) or 2 (where a summary
-/// does not decode: the node drops the packet).
+/// The message `m` in a packet of version 3 (`v3`) or 2 (where a summary,
+/// heartbeat or corroboration request does not decode: the node drops the
+/// packet).
 fn to_msg(m: Msg, me: &NodeId, v3: bool) -> Message<NodeId> {
     match m {
         Msg::Ping { seq, to_me, suspected } => {
@@ -74,6 +77,8 @@ fn to_msg(m: Msg, me: &NodeId, v3: bool) -> Message<NodeId> {
         Msg::Closed { member, inc, accuser } => Message::Closed { member: id(member), incarnation: inc, accuser: id(accuser) },
         Msg::Superseded { known } => Message::Superseded { known },
         Msg::Summary { hash } => Message::Summary { hash },
+        Msg::Heartbeat => Message::Heartbeat,
+        Msg::Corroborate { target } => Message::Corroborate { target: id(target) },
     }
 }
 

@@ -77,6 +77,14 @@ pub struct Config {
     /// ping it: every member has `2 × monitors` watchers for `monitors`
     /// exchanges a period, whatever the cluster's size. 0 turns them off.
     pub monitors: usize,
+    /// Ring neighbours before this node get a [`crate::wire::Message::Heartbeat`]
+    /// by turn instead of a ping (to members written wire version 3 or
+    /// later, while this node's local health is perfect): the watcher's
+    /// proof of life for one datagram a period instead of two, and the
+    /// watcher pings only when they stop. A node whose local health is
+    /// not perfect pings by turn, unscaled, so that acks bring it back.
+    /// Off: each neighbour pair is one ping and its ack a period.
+    pub ring_heartbeats: bool,
     /// Skip probing a member heard from (any packet or application traffic)
     /// within the last probe interval: the saving under load.
     pub skip_fresh: bool,
@@ -248,11 +256,13 @@ impl Config {
     /// The knobs of `profile`, with cluster `"hale"` and RNG seed 0.
     pub fn new(profile: Profile) -> Config {
         let ms = Duration::from_millis;
-        // Lan and local: neighbours pinged after 0.75 s of quiet, the walk
-        // every 2 s (about 3.7 packets a second per node when idle); wan:
-        // both at the probe interval.
+        // Lan and local: a heartbeat to the neighbour before after 0.75 s
+        // of quiet, the walk every 5 s (about 1.7 packets a second per node
+        // when idle: 1.33 heartbeats, 0.4 for the walk's ping and ack);
+        // wan: both at 5 s. With heartbeats a 2 s walk bought nothing in
+        // the simulator's scenarios (`bench/results/heartbeats-20261203/`).
         let (walk, monitor) = match profile {
-            Profile::Lan | Profile::Local => (ms(2000), ms(750)),
+            Profile::Lan | Profile::Local => (ms(5000), ms(750)),
             Profile::Wan => (ms(5000), ms(5000)),
         };
         let (interval, timeout, smin, smax, gossip, pp, dead_gossip) = match profile {
@@ -294,6 +304,7 @@ impl Config {
             indirect_probes: 3,
             stream_fallback_probe: true,
             monitors: 1,
+            ring_heartbeats: true,
             skip_fresh: true,
             awareness_max: 8,
             suspicion_min: smin,

@@ -2,15 +2,31 @@
 //! the first probe of a crashed member comes within one monitor interval of
 //! its last packet, whatever the cluster's size.
 //!
-//! Each node pings its `monitors` closest live neighbours *before* it on the
-//! ring (`monitored`) whenever it has not heard from one of them within
-//! `monitor_interval`: the ack and the ping are each one side's proof of
-//! life to the other, so a pair costs one exchange a period. The
-//! `monitors` closest neighbours *after* it (`watchers`, who ping it) are
-//! watched passively: they are expected to speak every interval, and are
-//! pinged only when they stay quiet an eighth of an interval longer. So each
-//! member has `2 × monitors` watchers (those before it ping it, those after
-//! it expect its pings), for the cost of `monitors` exchanges a period.
+//! Each node sends its `monitors` closest live neighbours *before* it on
+//! the ring (`monitored`) a heartbeat whenever it has not heard from one of
+//! them within `monitor_interval` (`Config::ring_heartbeats`, to members
+//! written version 3). The `monitors` closest neighbours *after* it
+//! (`watchers`, whose heartbeats it gets) are watched: they are expected to
+//! speak every interval, and are pinged only when they stay quiet a
+//! sixteenth of an interval longer; as that probe starts, a second observer
+//! is asked to probe too ([`crate::wire::Message::Corroborate`]), so that a
+//! verdict's two accusers date from the same silence. So each member is
+//! watched by the `monitors` members before it, for one datagram per
+//! member a period.
+//!
+//! A heartbeat is sent the way a ping is, so that a closed port answers it
+//! ([`Node::handle_unreachable`] then probes at once): a crashed
+//! predecessor is found by its successor's next heartbeat. What a
+//! heartbeat cannot find (a frozen predecessor) is found by that member's
+//! own predecessor, whose heartbeats stop.
+//!
+//! Without heartbeats (a member written version 2, `ring_heartbeats`
+//! off, or this node's local health not perfect) the neighbour before is
+//! pinged: the ack and the ping are each one side's proof of life to the
+//! other, so each member has `2 × monitors` watchers for `monitors`
+//! exchanges a period. A node whose health is not perfect pings by turn
+//! unscaled, whatever it heard: its acks are what bring its score back,
+//! and its watchers' pings (which its slower turn invites) are not.
 
 use std::time::Duration;
 
@@ -18,6 +34,7 @@ use crate::identity::Identity;
 use crate::member::MemberState;
 use crate::node::Node;
 use crate::time::Time;
+use crate::wire::{Channel, Message};
 
 /// The ring neighbours this node watches.
 ///
@@ -79,14 +96,17 @@ impl<I: Identity> Monitors<I> {
 
 impl<I: Identity> Node<I> {
     /// How long a neighbour may stay quiet before this node pings it:
-    /// `monitor_interval` for the members it pings by turn, an eighth more
-    /// for the watchers who are expected to ping it (scaled by local health).
+    /// `monitor_interval` for the members it pings by turn, and for the
+    /// watchers who are expected to speak to it an eighth more (a
+    /// sixteenth with heartbeats); scaled by local health.
     fn quiet_window(&self, passive: bool) -> Duration {
         let w = self.scaled(self.cfg.monitor_interval);
-        if passive {
-            w + w / 8
-        } else {
-            w
+        match (passive, self.cfg.ring_heartbeats) {
+            // A heartbeat is due on the sender's timer, a ping's ack a
+            // round trip later: a sixteenth (47 ms on lan) is the slack.
+            (true, true) => w + w / 16,
+            (true, false) => w + w / 8,
+            (false, _) => w,
         }
     }
 
@@ -97,6 +117,10 @@ impl<I: Identity> Node<I> {
         let m = self.members.get(id)?;
         if !m.state().is_live() || self.probing.probe_of(id).is_some() {
             return None;
+        }
+        if !passive && self.cfg.ring_heartbeats && self.probing.health() > 0 {
+            // Recovering: pinged by turn for the acks (module docs).
+            return Some(self.monitors.pinged[i] + self.cfg.monitor_interval);
         }
         // What it sends counts only while it is unsuspected and in good
         // health (a node that cannot receive still sends).
@@ -126,6 +150,18 @@ impl<I: Identity> Node<I> {
         }
     }
 
+    /// Whether `id` is a neighbour this node sent a heartbeat to within
+    /// `window` of `now`.
+    pub(crate) fn heartbeat_within(&self, id: &I, now: Time, window: Duration) -> bool {
+        self.cfg.ring_heartbeats
+            && self
+                .monitors
+                .monitored
+                .iter()
+                .zip(&self.monitors.pinged)
+                .any(|(m, at)| m == id && *at + window >= now)
+    }
+
     /// The earliest time a neighbour is due for a ping.
     pub(crate) fn next_monitor_due(&self) -> Time {
         if self.phase.has_left() {
@@ -144,14 +180,70 @@ impl<I: Identity> Node<I> {
         }
         for i in 0..self.monitors.pinged.len() {
             if self.monitor_due(i).is_some_and(|due| due <= now) {
-                let Some((target, _)) = self.neighbour(i) else {
+                let Some((target, passive)) = self.neighbour(i) else {
                     continue;
                 };
                 let target = target.clone();
                 self.monitors.pinged[i] = now;
-                self.start_probe(now, &target);
+                if !passive
+                    && self.cfg.ring_heartbeats
+                    && self.probing.health() == 0
+                    && self.writes_v3_to(&target)
+                {
+                    self.stats.heartbeats += 1;
+                    self.send(target, Channel::Datagram, vec![Message::Heartbeat]);
+                } else {
+                    self.start_probe(now, &target);
+                    if passive && self.cfg.ring_heartbeats {
+                        self.ask_corroboration(&target);
+                    }
+                }
             }
         }
+    }
+
+    /// A watcher's probe of `target` started: a second observer probes it
+    /// too (the module docs), if written version 3. It is the unsuspected
+    /// ring neighbour closest after `target` (whose heartbeats it gets),
+    /// or a random unsuspected member: a ring neighbour holds `target`'s
+    /// latest incarnation (refutations go to them), where a random member
+    /// may hold an older one and accuse at it, which counts for nothing.
+    fn ask_corroboration(&mut self, target: &I) {
+        let me = self.local.id().clone();
+        let at = self.local.ring_of(target);
+        let neighbour = self
+            .ring_neighbours(target)
+            .into_iter()
+            .filter(|(id, unsuspected)| *unsuspected && *id != me)
+            .min_by_key(|(id, _)| self.local.ring_of(id).wrapping_sub(at))
+            .map(|(id, _)| id);
+        let Some(other) = neighbour.or_else(|| self.random_unsuspected(1, Some(target)).pop())
+        else {
+            return;
+        };
+        if self.writes_v3_to(&other) {
+            let msg = Message::Corroborate {
+                target: target.clone(),
+            };
+            self.send(other, Channel::Datagram, vec![msg]);
+        }
+    }
+
+    /// A watcher asked this node to probe `target` too: it does, unless a
+    /// probe of it is in flight, it is not a live member here, or it is
+    /// this node.
+    pub(crate) fn corroborate(&mut self, now: Time, target: &I) {
+        if self.phase.has_left()
+            || target == self.local.id()
+            || self.probing.probe_of(target).is_some()
+            || !self
+                .members
+                .get(target)
+                .is_some_and(|m| m.state().is_live())
+        {
+            return;
+        }
+        self.start_probe(now, target);
     }
 
     /// Recomputes the neighbours if a change of `id` can affect them.

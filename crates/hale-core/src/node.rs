@@ -440,6 +440,9 @@ impl<I: Identity> Node<I> {
             Message::Nack { seq } => self.handle_nack(seq),
             Message::Superseded { known } => self.handle_superseded(from, known),
             Message::Summary { hash } => self.handle_summary(now, from, hash),
+            // Its header was the proof of life (`note_header`).
+            Message::Heartbeat => {}
+            Message::Corroborate { target } => self.corroborate(now, &target),
             Message::PingReq {
                 seq,
                 target,
@@ -660,7 +663,11 @@ impl<I: Identity> Node<I> {
             "a message its packet's version cannot carry"
         );
         self.wire.count_sent(header.version);
-        let probe = primary.iter().any(|m| matches!(m, Message::Ping { .. }));
+        // A heartbeat goes the way a ping does, so that a closed port is
+        // reported for it (`handle_unreachable`).
+        let probe = primary
+            .iter()
+            .any(|m| matches!(m, Message::Ping { .. } | Message::Heartbeat));
         match channel {
             Channel::Datagram => {
                 debug_assert!(len <= MAX_DATAGRAM);

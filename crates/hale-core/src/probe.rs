@@ -431,8 +431,8 @@ impl<I: Identity> Node<I> {
 
     /// The runtime learned that `peer`'s port is closed: an ICMP port
     /// unreachable, or a connection refused, for a packet it sent there.
-    /// Only a probe in flight to `peer` (ours, or one we relay) gives it
-    /// weight: our own probe accuses with closed-port evidence and asks
+    /// Only a probe in flight to `peer` (ours, or one we relay), or a
+    /// heartbeat just sent to it (which starts our probe), gives it weight: our own probe accuses with closed-port evidence and asks
     /// indirect probers at once, so that they can find the same; a relayed
     /// probe answers its origin with that evidence instead of a nack.
     ///
@@ -458,6 +458,12 @@ impl<I: Identity> Node<I> {
             return;
         }
         let me = self.local.id().clone();
+        if self.probing.probe_of(peer).is_none()
+            && self.heartbeat_within(peer, now, self.cfg.probe_timeout)
+        {
+            // Our heartbeat found the port closed: probe, as a ping would have.
+            self.start_probe(now, peer);
+        }
         if let Some(i) = self.probing.probes.iter().position(|p| p.target == *peer) {
             let inc = self.probing.probes[i].target_inc;
             if !self.probing.probes[i].indirect {

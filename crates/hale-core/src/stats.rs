@@ -66,6 +66,8 @@ pub struct Stats {
     pub largest_datagram: u64,
     /// Probes started (direct pings).
     pub probes: u64,
+    /// Heartbeats sent to ring neighbours (`Config::ring_heartbeats`).
+    pub heartbeats: u64,
     /// Round-robin visits skipped because the member was heard from recently.
     pub probes_skipped_fresh: u64,
     /// Probes answered.

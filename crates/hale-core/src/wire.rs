@@ -28,7 +28,10 @@
 //! * a ping names its target by a 4-byte tag ([`target_tag`], the high half
 //!   of its ring position: [`PingTarget::Tag`]) rather than its identity;
 //! * [`Message::Summary`] (tag 12), the view's hash, opens the periodic
-//!   sync; a version 2 packet cannot carry it.
+//!   sync; [`Message::Heartbeat`] (tag 13, the tag alone) is a ring
+//!   neighbour's unanswered proof of life, and [`Message::Corroborate`]
+//!   (tag 14, an identity) asks a second observer to probe a member that
+//!   went quiet; a version 2 packet carries none of them.
 //!
 //! Every other message is the same in both. A node writes a [`Summary`]
 //! or a tagged ping only to members it writes version 3 to (`versions.rs`):
@@ -56,7 +59,8 @@
 //!
 //! Decoding never panics and never allocates more than a small multiple of
 //! the input's length: every count is checked against the bytes that remain
-//! before anything is reserved, and a message takes at least two bytes.
+//! before anything is reserved, a message takes at least one byte, and a
+//! packet holds at most [`MAX_MESSAGES`].
 //!
 //! [`Summary`]: Message::Summary
 

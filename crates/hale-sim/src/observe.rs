@@ -16,6 +16,12 @@ use crate::id::SimId;
 /// not a false death.
 pub const PARTITION_GRACE: Duration = Duration::from_secs(30);
 
+/// A verdict on a member declared less than this after its fault ended,
+/// on a suspicion that started during the fault, was reached on the
+/// fault's evidence: the member hears the suspicion again (targeted copies
+/// go every gossip interval, 200 ms on lan) and refutes only after it.
+pub const VERDICT_RACE: Duration = Duration::from_millis(200);
+
 /// Which fault was injected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FaultKind {
@@ -144,6 +150,11 @@ pub struct Observer {
     stalls: FxHashMap<u32, Vec<(Time, Time)>>,
     /// Indices in `faults` of each node's faults, in order.
     faults_of: FxHashMap<u32, Vec<usize>>,
+    /// When each member's last partial loss (ingress or egress) ended.
+    impairment_ended: FxHashMap<u32, Time>,
+    /// Members declared dead on the evidence of a fault that had just
+    /// ended, and when (`verdict_from_fault`).
+    raced: FxHashMap<u32, Time>,
 }
 
 impl Observer {
@@ -223,6 +234,10 @@ impl Observer {
                 self.stalls.entry(i).or_default().push((now, now + d));
                 None
             }
+            Action::IngressLoss(i, p) | Action::EgressLoss(i, p) if p == 0.0 => {
+                self.impairment_ended.insert(i, now);
+                None
+            }
             Action::CutOff(i, false) | Action::BlockIngress(i, false) | Action::Restart(i) => {
                 self.end_fault(i, now);
                 None
@@ -296,6 +311,43 @@ impl Observer {
             })
     }
 
+    /// Whether this death rests on a verdict reached on the evidence of a
+    /// fault or impairment of `m` that had just ended: the declarer's own
+    /// verdict less than [`VERDICT_RACE`] after it ended, on a suspicion
+    /// that started during it (`m` could not yet have heard the suspicion
+    /// to refute it), or an observer accepting such a verdict within
+    /// [`PARTITION_GRACE`].
+    fn verdict_from_fault(
+        &mut self,
+        m: u32,
+        observer: u32,
+        evidence: &hale_core::DeathEvidence<SimId>,
+        now: Time,
+    ) -> bool {
+        if self
+            .raced
+            .get(&m)
+            .is_some_and(|at| now.saturating_since(*at) < PARTITION_GRACE)
+        {
+            return true;
+        }
+        let fault_end = self
+            .faults_of
+            .get(&m)
+            .and_then(|f| f.last())
+            .and_then(|&k| self.faults[k].ended);
+        let ended = fault_end.max(self.impairment_ended.get(&m).copied());
+        let raced = evidence.declared_by.0 == observer
+            && ended.is_some_and(|e| {
+                now.saturating_since(e) < VERDICT_RACE
+                    && evidence.suspected_at.is_some_and(|s| s < e)
+            });
+        if raced {
+            self.raced.insert(m, now);
+        }
+        raced
+    }
+
     fn end_fault(&mut self, i: u32, now: Time) {
         if let Some(idx) = self.open.remove(&i) {
             self.faults[idx].ended = Some(now);
@@ -348,7 +400,9 @@ impl Observer {
                     self.partition_deaths += 1;
                 } else if !truth.healthy(observer) {
                     self.impaired_observer_deaths += 1;
-                } else if self.recently_detected_fault(m, now) {
+                } else if self.recently_detected_fault(m, now)
+                    || self.verdict_from_fault(m, observer, evidence, now)
+                {
                     self.stale_deaths += 1;
                 } else if truth.healthy(m) {
                     self.false_deaths.push(FalseDeath {

@@ -139,6 +139,7 @@ pub struct ConfigOverrides {
     pub indirect_probes: Option<usize>,
     pub stream_fallback_probe: Option<bool>,
     pub monitors: Option<usize>,
+    pub ring_heartbeats: Option<bool>,
     pub skip_fresh: Option<bool>,
     pub awareness_max: Option<u8>,
     pub suspicion_min: Option<Dur>,
@@ -212,7 +213,7 @@ impl ConfigOverrides {
             dur: probe_interval, walk_interval, monitor_interval, probe_timeout, suspicion_min, suspicion_max, accusation_window,
                  gossip_interval, gossip_to_dead, push_pull_interval, seed_retry_interval,
                  reconnect_interval, tombstone_ttl, pause_threshold;
-            val: indirect_probes, stream_fallback_probe, monitors, skip_fresh, awareness_max,
+            val: indirect_probes, stream_fallback_probe, monitors, ring_heartbeats, skip_fresh, awareness_max,
                  expected_confirmations, corroboration, health_discount, accusation_burst,
                  gossip_fanout, retransmit_mult, suspicion_retransmits, targeted_suspicions, max_broadcasts,
                  push_pull_scale,

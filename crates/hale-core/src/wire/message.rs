@@ -158,6 +158,22 @@ pub enum Message<I> {
         /// The sender's view hash.
         hash: u64,
     },
+    /// "I am alive", answered by nothing (version 3 on): a ring neighbour's
+    /// proof of life to the member that watches it (`monitor.rs`). Half an
+    /// exchange: the watcher pings only when these stop. Carried in a
+    /// packet whose header already names the sender; the tag is all there
+    /// is of it.
+    Heartbeat,
+    /// "I am probing `target`, which went quiet: probe it too" (version 3
+    /// on). Sent by a ring watcher as its probe starts, to a second
+    /// observer, so that the `corroboration` a verdict needs runs from the
+    /// same moment as the first accusation (a member has one ring watcher
+    /// with heartbeats). The receiver probes as it would on its own; it
+    /// accuses only if its own probe fails.
+    Corroborate {
+        /// The member to probe.
+        target: I,
+    },
     /// Full-state sync (stream only).
     PushPull {
         /// The sender is joining and wants the state back even if rate limited.
@@ -189,6 +205,8 @@ enum Tag {
     Closed,
     Superseded,
     Summary,
+    Heartbeat,
+    Corroborate,
 }
 
 impl Tag {
@@ -196,8 +214,20 @@ impl Tag {
     fn of(b: u8) -> Option<Tag> {
         use Tag::*;
         [
-            Ping, Ack, Nack, PingReq, Alive, Suspect, Dead, Left, PushPull, Closed, Superseded,
+            Ping,
+            Ack,
+            Nack,
+            PingReq,
+            Alive,
+            Suspect,
+            Dead,
+            Left,
+            PushPull,
+            Closed,
+            Superseded,
             Summary,
+            Heartbeat,
+            Corroborate,
         ]
         .into_iter()
         .find(|t| *t as u8 == b)
@@ -207,13 +237,16 @@ impl Tag {
 impl<I: Identity> Message<I> {
     /// Whether a packet of `version` carries this message as it is: a
     /// ping's target named as `version` names it ([`PingTarget::fits`]),
-    /// and a [`Message::Summary`] only from version 3 on. A message that
+    /// and a [`Message::Summary`], [`Message::Heartbeat`] or
+    /// [`Message::Corroborate`] only from version 3 on. A message that
     /// does not fit its packet's version is still encoded, as its form
     /// says, but does not decode back to itself.
     pub fn fits(&self, version: u8) -> bool {
         match self {
             Message::Ping { target, .. } => target.fits(version),
-            Message::Summary { .. } => version >= 3,
+            Message::Summary { .. } | Message::Heartbeat | Message::Corroborate { .. } => {
+                version >= 3
+            }
             _ => true,
         }
     }
@@ -323,6 +356,11 @@ impl<I: Identity> Message<I> {
                 out.byte(Tag::Summary as u8);
                 out.bytes(&hash.to_le_bytes());
             }
+            Message::Heartbeat => out.byte(Tag::Heartbeat as u8),
+            Message::Corroborate { target } => {
+                out.byte(Tag::Corroborate as u8);
+                out.id(target);
+            }
             Message::PushPull {
                 join,
                 reply,
@@ -376,7 +414,13 @@ impl<I: Identity> Message<I> {
             Tag::Summary if version >= 3 => Message::Summary {
                 hash: u64::from_le_bytes(r.array()?),
             },
-            Tag::Summary => return Err(DecodeError::Invalid("message tag")),
+            Tag::Heartbeat if version >= 3 => Message::Heartbeat,
+            Tag::Corroborate if version >= 3 => Message::Corroborate {
+                target: I::decode(r)?,
+            },
+            Tag::Summary | Tag::Heartbeat | Tag::Corroborate => {
+                return Err(DecodeError::Invalid("message tag"))
+            }
             Tag::Alive => Message::Alive {
                 member: I::decode(r)?,
                 incarnation: r.varint32()?,

@@ -8,12 +8,34 @@ use hale_core::{Channel, Config, Event, NodeId, Time, Transmit};
 use crate::support::*;
 
 /// Monitors on (one neighbour each side), the walk out of the way.
+/// Neighbours are pinged by turn (as in a cluster written version 2):
+/// [`heartbeat_config`] has the heartbeats.
 fn ring_config(seed: u64) -> Config {
     Config {
         monitors: 1,
+        ring_heartbeats: false,
         walk_interval: Duration::from_secs(3600),
         ..config(seed)
     }
+}
+
+/// Monitors on with heartbeats (the default), the walk out of the way.
+fn heartbeat_config(seed: u64) -> Config {
+    Config {
+        ring_heartbeats: true,
+        ..ring_config(seed)
+    }
+}
+
+/// Every (time, recipient) of a datagram whose first message `pick` selects.
+fn sent_where(
+    sent: &[(Time, Transmit<NodeId>)],
+    pick: impl Fn(&Message<NodeId>) -> bool,
+) -> Vec<(Time, NodeId)> {
+    sent.iter()
+        .filter(|(_, x)| x.channel == Channel::Datagram && pick(&decode(x).messages[0]))
+        .map(|(t, x)| (*t, x.to.clone()))
+        .collect()
 }
 
 /// The datagram pings among `sent`, with their times and targets.
@@ -45,6 +67,80 @@ fn a_quiet_predecessor_is_pinged_after_the_monitor_interval_and_a_quiet_successo
             (secs(0.84375), succ[0].clone())
         ]
     );
+}
+
+#[test]
+fn a_quiet_predecessor_gets_a_heartbeat_and_a_quiet_successor_a_ping_a_sixteenth_later_with_a_second_observer_asked_to_probe_it(
+) {
+    let all = ids(8);
+    let mut x = node(&all[0], &all, heartbeat_config(1));
+    let (pred, succ) = (x.monitored()[0].clone(), x.watchers()[0].clone());
+    let sent = sends_until(&mut x, secs(0.95));
+    let beats = sent_where(&sent, |m| matches!(m, Message::Heartbeat));
+    assert_eq!(beats, vec![(secs(0.75), pred.clone())]);
+    let beat = sent.iter().find(|(_, t)| t.to == pred).map(|(_, t)| t);
+    assert!(beat.is_some_and(|t| t.probe), "sent the way a ping is");
+    assert_eq!(pings(&sent), vec![(secs(0.796875), succ.clone())]);
+    let asked = sent_where(
+        &sent,
+        |m| matches!(m, Message::Corroborate { target } if *target == succ),
+    );
+    assert_eq!(asked.len(), 1);
+    assert_eq!(asked[0].0, secs(0.796875));
+    assert!(asked[0].1 != succ && asked[0].1 != all[0]);
+    // Its heartbeats keep coming: never pinged again.
+    let beat = from(&succ, vec![Message::Heartbeat]);
+    x.handle_datagram(secs(1.0), &beat).unwrap();
+    x.handle_datagram(secs(1.75), &beat).unwrap();
+    let later = sends_until(&mut x, secs(2.4));
+    assert!(pings(&later).iter().all(|(_, to)| *to != succ));
+}
+
+#[test]
+fn a_heartbeat_that_finds_the_port_closed_starts_a_probe_with_closed_port_evidence() {
+    let all = ids(8);
+    let mut x = node(&all[0], &all, heartbeat_config(3));
+    let pred = x.monitored()[0].clone();
+    sends_until(&mut x, secs(0.76));
+    x.handle_unreachable(secs(0.76), &pred);
+    let sent: Vec<_> = std::iter::from_fn(|| x.poll_transmit())
+        .map(|t| (secs(0.76), t))
+        .collect();
+    assert_eq!(pings(&sent)[..1], [(secs(0.76), pred.clone())]);
+    let reqs = sent_where(&sent, |m| matches!(m, Message::PingReq { .. }));
+    assert!(!reqs.is_empty(), "indirect probes asked at once");
+    assert_eq!(x.stats().closed_ports, 1);
+    // Long after the heartbeat, a closed port means nothing on its own.
+    let mut y = node(&all[0], &all, heartbeat_config(3));
+    sends_until(&mut y, secs(1.4));
+    y.handle_unreachable(secs(1.4), &pred);
+    assert_eq!(y.poll_transmit().map(|t| t.to), None);
+    assert_eq!(y.stats().closed_ports, 0);
+}
+
+#[test]
+fn a_corroboration_request_makes_its_receiver_probe_the_member_but_not_itself_or_a_stranger() {
+    let all = ids(8);
+    let mut x = node(&all[0], &all, heartbeat_config(4));
+    let asker = all[1].clone();
+    for target in [all[0].clone(), ids(9)[8].clone()] {
+        let ask = from(&asker, vec![Message::Corroborate { target }]);
+        x.handle_datagram(secs(0.1), &ask).unwrap();
+        assert_eq!(x.poll_transmit().map(|t| t.to), None);
+    }
+    let target = all[5].clone();
+    let ask = from(
+        &asker,
+        vec![Message::Corroborate {
+            target: target.clone(),
+        }],
+    );
+    x.handle_datagram(secs(0.1), &ask).unwrap();
+    let sent: Vec<_> = std::iter::from_fn(|| x.poll_transmit())
+        .map(|t| (secs(0.1), t))
+        .collect();
+    assert_eq!(pings(&sent), vec![(secs(0.1), target)]);
+    assert_eq!(x.stats().probes, 1);
 }
 
 #[test]

@@ -23,6 +23,9 @@ pub fn config(seed: u64) -> Config {
         rng_seed: seed,
         // One member watched by round robin only, to keep packet flows simple.
         monitors: 0,
+        // The walk's times in these tests were written for a 2 s walk (the
+        // lan default before ring heartbeats).
+        walk_interval: Duration::from_secs(2),
         // Hand-made packets carry no meaningful send time; the replay tests
         // turn the check on and build their headers themselves.
         replay_window: Duration::ZERO,

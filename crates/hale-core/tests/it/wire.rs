@@ -44,11 +44,12 @@ fn arb_target(version: u8) -> BoxedStrategy<PingTarget<NodeId>> {
 
 /// Any message a packet of `version` carries.
 fn arb_message(version: u8) -> impl Strategy<Value = Message<NodeId>> {
-    let summary = any::<u64>().prop_map(move |hash| {
-        if version >= 3 {
-            Message::Summary { hash }
-        } else {
-            Message::Ack { seq: hash as u32 }
+    let summary = (any::<u64>(), 0..3u8, arb_id()).prop_map(move |(hash, which, target)| {
+        match (version >= 3, which) {
+            (true, 0) => Message::Summary { hash },
+            (true, 1) => Message::Heartbeat,
+            (true, _) => Message::Corroborate { target },
+            (false, _) => Message::Ack { seq: hash as u32 },
         }
     });
     prop_oneof![
@@ -475,4 +476,39 @@ fn a_version_2_packet_with_bytes_after_its_counted_messages_is_rejected() {
         Packet::<NodeId>::decode(&bytes, Channel::Datagram, cluster_id("hale")),
         Err(hale_core::DecodeError::Trailing)
     );
+}
+
+#[test]
+fn a_heartbeat_is_its_tag_alone_a_corroboration_request_names_its_target_and_only_version_3_carries_them(
+) {
+    let c = cluster_id("hale");
+    let mut out = Vec::new();
+    Message::<NodeId>::Heartbeat.encode(&mut out);
+    assert_eq!(out, [13]);
+    let ask = Message::Corroborate {
+        target: NodeId::new("b", SocketAddr::from(([127, 0, 0, 1], 2))).unwrap(),
+    };
+    let mut out = Vec::new();
+    ask.encode(&mut out);
+    assert_eq!(out[0], 14);
+    assert_eq!(ask.encoded_len(), out.len());
+    let p = Packet {
+        header: header_v(3, a(), 0, 0),
+        messages: vec![Message::Heartbeat, ask.clone()],
+    };
+    let bytes = p.encode();
+    assert_eq!(bytes.len(), p.header.encoded_len() + 1 + out.len());
+    assert_eq!(Packet::decode(&bytes, Channel::Datagram, c), Ok(p));
+    for msg in [Message::Heartbeat, ask] {
+        let v2 = Packet {
+            header: header_v(2, a(), 0, 0),
+            messages: vec![msg],
+        };
+        assert!(!v2.round_trips(Channel::Datagram, v2.encoded_len()));
+        assert_eq!(
+            Packet::<NodeId>::decode(&v2.encode(), Channel::Datagram, c),
+            Err(hale_core::DecodeError::Invalid("message tag")),
+            "tags 13 and 14 mean nothing in version 2"
+        );
+    }
 }
