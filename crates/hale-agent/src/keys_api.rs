@@ -196,30 +196,23 @@ pub(crate) async fn fan_out(
         key: key.to_base64(),
     };
     let path = routes::fill(routes::CLUSTER_KEY_OP, "op", op.as_str());
+    let (client, sealing, req, path) = (&st.peers.client, &sealing, &req, &path);
     let answers: Vec<(String, Result<(), KeyOpError>)> = stream::iter(peers)
-        .map(|(name, http)| {
-            let (client, sealing, req, path) = (
-                st.peers.client.clone(),
-                sealing.clone(),
-                req.clone(),
-                path.clone(),
-            );
-            async move {
-                let Some(addr) = http else {
-                    return (name, Err(KeyOpError::NoAddress));
-                };
-                let r = hale_seal::call::<_, Result<KeysView, KeyOpError>>(
-                    &client,
-                    &sealing,
-                    agent_id(&name),
-                    &addr,
-                    &path,
-                    &req,
-                    PEER_TIMEOUT,
-                )
-                .await;
-                (name, r.map_err(unanswered).and_then(|r| r.map(drop)))
-            }
+        .map(|(name, http)| async move {
+            let Some(addr) = http else {
+                return (name, Err(KeyOpError::NoAddress));
+            };
+            let r = hale_seal::call::<_, Result<KeysView, KeyOpError>>(
+                client,
+                sealing,
+                agent_id(&name),
+                &addr,
+                path,
+                req,
+                PEER_TIMEOUT,
+            )
+            .await;
+            (name, r.map_err(unanswered).and_then(|r| r.map(drop)))
         })
         .buffer_unordered(CONCURRENCY)
         .collect()
@@ -234,9 +227,7 @@ pub(crate) async fn fan_out(
     for (name, r) in answers {
         match r {
             Ok(()) => report.ok.push(name),
-            Err(e) => {
-                report.failed.insert(name, e);
-            }
+            Err(e) => drop(report.failed.insert(name, e)),
         }
     }
     report.ok.sort();

@@ -115,14 +115,8 @@ pub fn render(s: &Snapshot, shared: &Shared) -> String {
         ("hale_incarnation", "gauge", help),
         [(me.clone(), s.incarnation)],
     );
-    use crate::view::MemberState;
-    let states = [
-        MemberState::Alive,
-        MemberState::Suspect,
-        MemberState::Dead,
-        MemberState::Left,
-    ];
-    let by_state = states.map(|state| {
+    let by_state = hale_core::MemberState::ALL.map(|state| {
+        let state = crate::view::MemberState::from(state);
         let n = s.members.iter().filter(|m| m.state == state).count();
         (format!("{me},state=\"{state}\""), n)
     });

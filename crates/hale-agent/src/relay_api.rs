@@ -82,13 +82,7 @@ pub(crate) async fn watch_breakers(
     let mut last: Vec<BreakerGauge> = (0..upstreams.len())
         .map(|i| relay.counters().breaker(i))
         .collect();
-    let mut tick = tokio::time::interval(BREAKER_POLL);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = stop.changed() => return,
-        }
+    crate::holders::every(BREAKER_POLL, &mut stop, || {
         for (i, prev) in last.iter_mut().enumerate() {
             let now = relay.counters().breaker(i);
             if now == *prev {
@@ -106,7 +100,8 @@ pub(crate) async fn watch_breakers(
             );
             *prev = now;
         }
-    }
+    })
+    .await;
 }
 
 /// Opens the breakers of upstreams on members declared dead, and probes

@@ -412,7 +412,7 @@ impl RoleManager {
             }
             Action::StartWatchdog { epoch, deadline } => {
                 if let Some(old) = run.watchdog.take() {
-                    self.watchdogs.stop(old);
+                    self.watchdogs.forget(old, false);
                 }
                 run.watchdog = Some(self.watchdogs.guard(
                     run.tx.clone(),
@@ -436,19 +436,19 @@ impl RoleManager {
                     // demotes itself (the claim keeps a fence the dead one
                     // may have started from running the demote twice).
                     if let Some(h) = run.watchdog.take() {
-                        self.watchdogs.stop(h);
+                        self.watchdogs.forget(h, false);
                     }
                     let _ = run.tx.send(Input::Watchdog(0, Some(false)));
                 }
             }
             Action::StopWatchdog => {
                 if let Some(h) = run.watchdog.take() {
-                    self.watchdogs.stop(h);
+                    self.watchdogs.forget(h, false);
                 }
             }
             Action::KeepWatchdog => {
                 if let Some(h) = run.watchdog.take() {
-                    self.watchdogs.keep(h);
+                    self.watchdogs.forget(h, true);
                 }
             }
             Action::Event(e) => self.event(e),

@@ -82,7 +82,12 @@ pub(crate) async fn primary(State(st): State<AppState>, Path(role): Path<String>
         state: v.state,
         epoch: v.epoch,
     };
-    let status = if v.state == RoleState::Holder && valid {
+    check(v.state == RoleState::Holder && valid, body)
+}
+
+/// A load balancer's check: 200 with `body` if `ok`, else 503 with it.
+fn check(ok: bool, body: impl serde::Serialize) -> Response {
+    let status = if ok {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
@@ -125,17 +130,12 @@ pub(crate) async fn replica(
     let ok = v.state == RoleState::Standby
         && pg.is_none_or(|pg| pg.streams())
         && q.lag.is_none_or(|max| lag.is_some_and(|l| l <= max));
-    let status = if ok {
-        StatusCode::OK
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
-    };
     let body = ReplicaView {
         role,
         state: v.state,
         lag,
     };
-    (status, Json(body)).into_response()
+    check(ok, body)
 }
 
 /// `GET /v1/roles/{role}/read-only`: 200 where reads may go: the holder,
@@ -149,17 +149,12 @@ pub(crate) async fn read_only(State(st): State<AppState>, Path(role): Path<Strin
     let holder = v.state == RoleState::Holder && v.valid_until.is_some_and(|t| t > now);
     let standby =
         v.state == RoleState::Standby && v.postgres.as_ref().is_none_or(PostgresView::streams);
-    let status = if holder || standby {
-        StatusCode::OK
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
-    };
     let body = ReplicaView {
         lag: v.postgres.as_ref().and_then(PostgresView::lag),
         role,
         state: v.state,
     };
-    (status, Json(body)).into_response()
+    check(holder || standby, body)
 }
 
 pub(crate) async fn services(State(st): State<AppState>) -> Response {
@@ -177,11 +172,7 @@ pub(crate) async fn handover(
             format!("this node is not a candidate for role {role:?}"),
         );
     };
-    let holding = st
-        .roles
-        .lock()
-        .expect("role views lock")
-        .get(&role)
+    let holding = local_view(&st, &role)
         .is_some_and(|v| matches!(v.state, RoleState::Holder | RoleState::Promoting));
     if !holding {
         return error(

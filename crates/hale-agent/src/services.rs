@@ -61,18 +61,18 @@ pub struct ServiceState {
 impl ServiceState {
     /// Whether every liveness check has run and passed last time.
     pub fn healthy(&self) -> bool {
-        self.checks
-            .iter()
-            .filter(|c| !c.spec.ready)
-            .all(|c| c.recent.back().is_some_and(|r| r.ok))
+        self.passing(false)
     }
 
     /// Whether every readiness check passed last time.
     pub fn ready(&self) -> bool {
-        self.checks
-            .iter()
-            .filter(|c| c.spec.ready)
-            .all(|c| c.recent.back().is_some_and(|r| r.ok))
+        self.passing(true)
+    }
+
+    /// Whether every readiness (or liveness) check passed last time.
+    fn passing(&self, ready: bool) -> bool {
+        let mut checks = self.checks.iter().filter(|c| c.spec.ready == ready);
+        checks.all(|c| c.recent.back().is_some_and(|r| r.ok))
     }
 
     /// How long some liveness check has been failing (the longest streak).

@@ -89,11 +89,7 @@ async fn attempt(http: reqwest::Client, url: String, seq: u64, good: bool, user:
 
 /// Runs the load until the stop file appears (or `--secs`), then writes the CSV.
 pub fn main(a: Args) -> anyhow::Result<()> {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()?
-        .block_on(run(a))
+    crate::block_on(1, run(a))
 }
 
 async fn run(a: Args) -> anyhow::Result<()> {

@@ -43,3 +43,25 @@ fn main() -> anyhow::Result<()> {
         Cmd::Analyze(a) => analyze::main(a),
     }
 }
+
+/// Runs `f` on a runtime of `threads` worker threads.
+fn block_on<T>(
+    threads: usize,
+    f: impl std::future::Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()?
+        .block_on(f)
+}
+
+/// Serves `app` on `addr`.
+async fn serve_on(addr: std::net::SocketAddr, app: axum::Router) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let l = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding {addr}"))?;
+    axum::serve(l, app).await?;
+    Ok(())
+}

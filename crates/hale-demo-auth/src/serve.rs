@@ -196,15 +196,5 @@ pub fn main(a: Args) -> anyhow::Result<()> {
         .route("/login", post(login))
         .route("/stats", get(stats))
         .with_state(auth);
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?
-        .block_on(async {
-            let l = tokio::net::TcpListener::bind(a.listen)
-                .await
-                .with_context(|| format!("binding {}", a.listen))?;
-            axum::serve(l, app).await?;
-            Ok(())
-        })
+    crate::block_on(2, crate::serve_on(a.listen, app))
 }

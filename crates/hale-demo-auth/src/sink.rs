@@ -55,24 +55,16 @@ async fn set_mode(State(s): State<Arc<FakeSentry>>, Path(m): Path<String>) -> St
 /// Runs the sink until killed.
 pub fn main(a: Args) -> anyhow::Result<()> {
     let m = mode(&a.mode).context("--mode is up or half-dead")?;
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()?
-        .block_on(async {
-            let sentry = Arc::new(
-                FakeSentry::start_on(a.listen, m)
-                    .await
-                    .with_context(|| format!("binding {}", a.listen))?,
-            );
-            let app = Router::new()
-                .route("/count", get(count))
-                .route("/mode/{mode}", post(set_mode))
-                .with_state(sentry);
-            let l = tokio::net::TcpListener::bind(a.control)
+    crate::block_on(1, async {
+        let sentry = Arc::new(
+            FakeSentry::start_on(a.listen, m)
                 .await
-                .with_context(|| format!("binding {}", a.control))?;
-            axum::serve(l, app).await?;
-            Ok(())
-        })
+                .with_context(|| format!("binding {}", a.listen))?,
+        );
+        let app = Router::new()
+            .route("/count", get(count))
+            .route("/mode/{mode}", post(set_mode))
+            .with_state(sentry);
+        crate::serve_on(a.control, app).await
+    })
 }

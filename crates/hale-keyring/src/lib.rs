@@ -110,9 +110,9 @@ pub enum OpenError {
 /// The primary key and the extra keys accepted for rotation.
 #[derive(Clone)]
 pub struct Keyring {
-    primary: ChaCha20Poly1305,
     /// Every key, the primary first.
     keys: Vec<Key>,
+    /// Their ciphers, in the same order (the first seals).
     all: Vec<ChaCha20Poly1305>,
 }
 
@@ -151,15 +151,11 @@ impl Keyring {
                 keys.push(k);
             }
         }
-        let all: Vec<ChaCha20Poly1305> = keys
+        let all = keys
             .iter()
             .map(|k| ChaCha20Poly1305::new((&k.0).into()))
             .collect();
-        Keyring {
-            primary: all[0].clone(),
-            keys,
-            all,
-        }
+        Keyring { keys, all }
     }
 
     /// The primary key (to hand to processes this agent starts, e.g. the demo).
@@ -229,8 +225,7 @@ impl Keyring {
         let mut out = Vec::with_capacity(plain.len() + OVERHEAD);
         out.push(SEAL_VERSION);
         out.extend_from_slice(&nonce);
-        let sealed = self
-            .primary
+        let sealed = self.all[0]
             .encrypt(&nonce, Payload { msg: plain, aad })
             .expect("ChaCha20-Poly1305 encryption cannot fail for in-memory buffers");
         out.extend_from_slice(&sealed);

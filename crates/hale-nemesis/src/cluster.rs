@@ -205,11 +205,18 @@ hook_timeout = "10s"
         })
     }
 
-    fn log(&self, i: usize, file: &str) -> Result<std::fs::File, ClusterError> {
-        Ok(OpenOptions::new()
+    /// Spawns `cmd` with no input, its output appended to host `i`'s `file`.
+    fn spawn(&self, i: usize, cmd: &mut Command, file: &str) -> Result<Child, ClusterError> {
+        let log = OpenOptions::new()
             .create(true)
             .append(true)
-            .open(self.lab.dirs[i].join(file))?)
+            .open(self.lab.dirs[i].join(file))?;
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()?;
+        Ok(child)
     }
 
     /// Starts host `i`'s register.
@@ -238,13 +245,7 @@ hook_timeout = "10s"
         if self.cfg.register_skips_epoch_check {
             cmd.arg("--skip-epoch-check");
         }
-        let log = self.log(i, "register.out")?;
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()?;
-        self.registers[i] = Some(child);
+        self.registers[i] = Some(self.spawn(i, &mut cmd, "register.out")?);
         Ok(())
     }
 
@@ -282,13 +283,7 @@ hook_timeout = "10s"
                 ClockMode::True => {}
             }
         }
-        let log = self.log(i, "agent.log")?;
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()?;
-        self.agents[i] = Some(child);
+        self.agents[i] = Some(self.spawn(i, &mut cmd, "agent.log")?);
         self.clocks[i] = clock;
         self.generations[i] += 1;
         Ok(())

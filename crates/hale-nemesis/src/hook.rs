@@ -70,18 +70,23 @@ pub struct HookLine {
     pub reason: Option<String>,
 }
 
-/// How a hook runs.
-#[derive(Debug, Clone)]
+/// How a hook runs (the arguments of `hale-nemesis hook`). Its host's
+/// directory holds `hooks.log` and `hook-delay-ms`.
+#[derive(Debug, Clone, clap::Args)]
 pub struct HookConfig {
     /// Which hook.
     pub kind: HookKind,
     /// The node.
+    #[arg(long)]
     pub node: String,
-    /// The host's directory (`hooks.log`, `hook-delay-ms`).
+    /// The host's directory.
+    #[arg(long)]
     pub dir: PathBuf,
     /// The local register.
+    #[arg(long)]
     pub register: SocketAddr,
     /// Base duration, ms.
+    #[arg(long, default_value_t = 1000)]
     pub ms: u64,
 }
 
@@ -114,39 +119,14 @@ fn log(cfg: &HookConfig, phase: Phase, epoch: u64) -> Result<(), HookError> {
     Ok(())
 }
 
-/// Tells the register `path` with `epoch`, retrying every 100 ms until it
-/// accepts or `patience` has passed.
-async fn tell(addr: SocketAddr, path: &str, epoch: u64, patience: Duration) -> bool {
-    let Ok(http) = reqwest::Client::builder()
-        .timeout(Duration::from_millis(500))
-        .build()
-    else {
-        return false;
-    };
-    let deadline = Instant::now() + patience;
-    loop {
-        let sent = http
-            .post(format!("http://{addr}/{path}"))
-            .json(&EpochBody { epoch })
-            .send()
-            .await;
-        match sent {
-            Ok(r) if r.status().is_success() => return true,
-            // A refusal (stale epoch) will not change.
-            Ok(r) if r.status().as_u16() == 409 => return false,
-            _ => {}
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// Fences the register at `addr`: true once it answered, or once it is
-/// found down (connection refused); retries every 100 ms otherwise, for up
-/// to 30 s.
-async fn fence(addr: SocketAddr, epoch: u64) -> bool {
+/// Posts `epoch` to the register at `addr` (`/{path}`) every 100 ms until
+/// `ended` says how the hook's request ended, or for up to 30 s (false).
+async fn tell(
+    addr: SocketAddr,
+    path: &str,
+    epoch: u64,
+    ended: fn(&reqwest::Result<reqwest::Response>) -> Option<bool>,
+) -> bool {
     let Ok(http) = reqwest::Client::builder()
         .timeout(Duration::from_millis(500))
         .build()
@@ -156,20 +136,41 @@ async fn fence(addr: SocketAddr, epoch: u64) -> bool {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let sent = http
-            .post(format!("http://{addr}/fence"))
+            .post(format!("http://{addr}/{path}"))
             .json(&EpochBody { epoch })
             .send()
             .await;
-        match sent {
-            Ok(r) if r.status().is_success() => return true,
-            Err(e) if e.is_connect() && !e.is_timeout() => return true,
-            _ => {}
+        if let Some(done) = ended(&sent) {
+            return done;
         }
         if Instant::now() >= deadline {
             return false;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Promotes the register at `addr`: true once it accepts, false on a
+/// refusal (a stale epoch: it will not change) or after 30 s.
+async fn promote(addr: SocketAddr, epoch: u64) -> bool {
+    tell(addr, "promote", epoch, |sent| match sent {
+        Ok(r) if r.status().is_success() => Some(true),
+        Ok(r) if r.status().as_u16() == 409 => Some(false),
+        _ => None,
+    })
+    .await
+}
+
+/// Fences the register at `addr`: true once it answered, or once it is
+/// found down (connection refused); retries every 100 ms otherwise, for up
+/// to 30 s.
+async fn fence(addr: SocketAddr, epoch: u64) -> bool {
+    tell(addr, "fence", epoch, |sent| match sent {
+        Ok(r) if r.status().is_success() => Some(true),
+        Err(e) if e.is_connect() && !e.is_timeout() => Some(true),
+        _ => None,
+    })
+    .await
 }
 
 /// Runs one hook to completion.
@@ -192,7 +193,7 @@ pub async fn run(cfg: &HookConfig) -> Result<(), HookError> {
     match cfg.kind {
         HookKind::Promote => {
             tokio::time::sleep(took).await;
-            if !tell(cfg.register, "promote", epoch, Duration::from_secs(30)).await {
+            if !promote(cfg.register, epoch).await {
                 return Err(HookError::Register(cfg.register));
             }
         }

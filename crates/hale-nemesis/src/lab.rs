@@ -100,6 +100,12 @@ pub fn run(args: &[&str]) -> Result<String, LabError> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// [`run`] with the command written as one line of words (none of which
+/// holds a space: names and addresses, never a path).
+fn run_line(line: &str) -> Result<String, LabError> {
+    run(&line.split_whitespace().collect::<Vec<_>>())
+}
+
 /// Runs `nft -f -` with `script` inside namespace `ns`.
 pub fn nft(ns: &str, script: &str) -> Result<(), LabError> {
     let mut child = Command::new("ip")
@@ -191,44 +197,23 @@ impl Lab {
         };
         // Every name is recorded before it is made, so a failure halfway cleans up.
         let br = lab.bridge.clone();
-        run(&["ip", "netns", "add", &br])?;
-        run(&["ip", "-n", &br, "link", "add", "br0", "type", "bridge"])?;
-        run(&[
-            "ip",
-            "-n",
-            &br,
-            "addr",
-            "add",
-            "10.77.0.254/24",
-            "dev",
-            "br0",
-        ])?;
-        run(&["ip", "-n", &br, "link", "set", "br0", "up"])?;
-        run(&["ip", "-n", &br, "link", "set", "lo", "up"])?;
+        run_line(&format!("ip netns add {br}"))?;
+        run_line(&format!("ip -n {br} link add br0 type bridge"))?;
+        run_line(&format!("ip -n {br} addr add 10.77.0.254/24 dev br0"))?;
+        run_line(&format!("ip -n {br} link set br0 up"))?;
+        run_line(&format!("ip -n {br} link set lo up"))?;
         for i in 0..n {
             let ns = format!("{tag}-h{i}");
             let ip = Ipv4Addr::new(10, 77, 0, i as u8 + 1);
             lab.hosts.push(ns.clone());
-            run(&["ip", "netns", "add", &ns])?;
+            run_line(&format!("ip netns add {ns}"))?;
             lab.ips.push(ip);
-            let port = format!("p{i}");
-            run(&[
-                "ip", "-n", &br, "link", "add", &port, "type", "veth", "peer", "name", "eth0",
-                "netns", &ns,
-            ])?;
-            run(&["ip", "-n", &br, "link", "set", &port, "master", "br0", "up"])?;
-            run(&[
-                "ip",
-                "-n",
-                &ns,
-                "addr",
-                "add",
-                &format!("{ip}/24"),
-                "dev",
-                "eth0",
-            ])?;
-            run(&["ip", "-n", &ns, "link", "set", "eth0", "up"])?;
-            run(&["ip", "-n", &ns, "link", "set", "lo", "up"])?;
+            let veth = format!("ip -n {br} link add p{i} type veth peer name eth0 netns {ns}");
+            run_line(&veth)?;
+            run_line(&format!("ip -n {br} link set p{i} master br0 up"))?;
+            run_line(&format!("ip -n {ns} addr add {ip}/24 dev eth0"))?;
+            run_line(&format!("ip -n {ns} link set eth0 up"))?;
+            run_line(&format!("ip -n {ns} link set lo up"))?;
             let hdir = dir.join(format!("h{i}"));
             let disk = hdir.join("disk");
             std::fs::create_dir_all(&disk)?;
@@ -268,26 +253,13 @@ impl Lab {
         for (ns, dev) in ends {
             match ms {
                 Some(ms) => {
-                    run(&[
-                        "tc",
-                        "-n",
-                        ns,
-                        "qdisc",
-                        "replace",
-                        "dev",
-                        dev,
-                        "root",
-                        "tbf",
-                        "rate",
-                        &format!("{FILL_KBIT}kbit"),
-                        "burst",
-                        "10kb",
-                        "latency",
-                        &format!("{ms}ms"),
-                    ])?;
+                    run_line(&format!(
+                        "tc -n {ns} qdisc replace dev {dev} root tbf rate {FILL_KBIT}kbit \
+                         burst 10kb latency {ms}ms"
+                    ))?;
                 }
                 None => {
-                    let _ = run(&["tc", "-n", ns, "qdisc", "del", "dev", dev, "root"]);
+                    let _ = run_line(&format!("tc -n {ns} qdisc del dev {dev} root"));
                 }
             }
         }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
-use hale_nemesis::hook::{HookConfig, HookKind};
+use hale_nemesis::hook::HookConfig;
 use hale_nemesis::register::RegisterConfig;
 use hale_nemesis::run::{run_one, RunOptions, INTERRUPTED};
 use hale_nemesis::schedule::Family;
@@ -32,7 +32,7 @@ enum Cmd {
     /// Serve a fenced register (started by `run` inside each host).
     Register(RegisterArgs),
     /// Run a role hook (configured by `run` as the agents' hooks).
-    Hook(HookArgs),
+    Hook(HookConfig),
     /// Summarize the `report.json` files under a directory.
     Summary {
         /// The results directory.
@@ -132,24 +132,6 @@ struct RegisterArgs {
     skip_epoch_check: bool,
 }
 
-#[derive(clap::Args)]
-struct HookArgs {
-    /// Which hook.
-    kind: HookKind,
-    /// The node.
-    #[arg(long)]
-    node: String,
-    /// The host's directory.
-    #[arg(long)]
-    dir: PathBuf,
-    /// The local register.
-    #[arg(long)]
-    register: SocketAddr,
-    /// Base duration, ms.
-    #[arg(long, default_value_t = 1000)]
-    ms: u64,
-}
-
 fn default_hale_bin() -> PathBuf {
     // target/release/hale-nemesis -> target/release/hale
     std::env::current_exe()
@@ -158,16 +140,18 @@ fn default_hale_bin() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("target/release/hale"))
 }
 
+/// Runs `f` to completion on a single-threaded runtime.
+fn block_on<F: std::future::Future>(f: F) -> std::io::Result<F::Output> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    Ok(rt.block_on(f))
+}
+
 fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     // Ctrl-C and SIGTERM set INTERRUPTED; the run cleans up and returns.
     std::thread::spawn(|| {
-        let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-        else {
-            return;
-        };
-        rt.block_on(async {
+        let _ = block_on(async {
             let mut term =
                 tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
             let term = async {
@@ -286,24 +270,11 @@ fn main() -> anyhow::Result<ExitCode> {
                 peers,
                 skip_epoch_check: a.skip_epoch_check,
             };
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
-            rt.block_on(hale_nemesis::register::serve(cfg))?;
+            block_on(hale_nemesis::register::serve(cfg))??;
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Hook(a) => {
-            let cfg = HookConfig {
-                kind: a.kind,
-                node: a.node,
-                dir: a.dir,
-                register: a.register,
-                ms: a.ms,
-            };
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
-            rt.block_on(hale_nemesis::hook::run(&cfg))?;
+        Cmd::Hook(cfg) => {
+            block_on(hale_nemesis::hook::run(&cfg))??;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Summary { dir } => {

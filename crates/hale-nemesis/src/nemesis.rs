@@ -107,6 +107,7 @@ impl Nemesis {
     ) -> Result<(), ClusterError> {
         let n = c.names.len();
         let all: Vec<usize> = (0..n).collect();
+        let except = |h: usize| all.iter().copied().filter(|&x| x != h).collect::<Vec<_>>();
         let mut act = Active {
             record: self.records.len(),
             fault: fault.clone(),
@@ -131,14 +132,14 @@ impl Nemesis {
                     }
                     Net::Isolate(t) => {
                         let h = resolve(*t, o, n);
-                        let other: Vec<usize> = all.iter().copied().filter(|&x| x != h).collect();
+                        let other = except(h);
                         cut(c, &[h], &other, &mut rules);
                         cut(c, &other, &[h], &mut rules);
                         touched = vec![h];
                     }
                     Net::OneWay { target, inbound } => {
                         let h = resolve(*target, o, n);
-                        let other: Vec<usize> = all.iter().copied().filter(|&x| x != h).collect();
+                        let other = except(h);
                         if *inbound {
                             cut(c, &[h], &other, &mut rules);
                         } else {
@@ -167,15 +168,10 @@ impl Nemesis {
                     }
                     Net::Loss { hosts, percent } => {
                         for &h in hosts {
-                            let others: Vec<usize> =
-                                all.iter().copied().filter(|&x| x != h).collect();
-                            rules.push((
-                                h,
-                                format!(
-                                    "ip saddr {} numgen random mod 100 < {percent} drop",
-                                    ip_set(c, &others)
-                                ),
-                            ));
+                            let others = ip_set(c, &except(h));
+                            let rule =
+                                format!("ip saddr {others} numgen random mod 100 < {percent} drop");
+                            rules.push((h, rule));
                         }
                         touched = hosts.clone();
                     }

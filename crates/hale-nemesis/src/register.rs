@@ -242,6 +242,15 @@ fn refuse(status: StatusCode, epoch: u64, why: &str) -> Answer {
     (status, Json(body))
 }
 
+fn accept(epoch: u64) -> Answer {
+    let body = WriteAnswer {
+        ok: true,
+        epoch,
+        error: None,
+    };
+    (StatusCode::OK, Json(body))
+}
+
 async fn promote(State(r): State<Arc<Reg>>, Json(b): Json<EpochBody>) -> Answer {
     let mut s = r.inner.lock().await;
     if !r.cfg.skip_epoch_check && b.epoch < s.highest {
@@ -257,14 +266,7 @@ async fn promote(State(r): State<Arc<Reg>>, Json(b): Json<EpochBody>) -> Answer 
     s.highest = s.highest.max(b.epoch);
     s.primary = Some(b.epoch);
     r.fenced.store(false, std::sync::atomic::Ordering::SeqCst);
-    (
-        StatusCode::OK,
-        Json(WriteAnswer {
-            ok: true,
-            epoch: b.epoch,
-            error: None,
-        }),
-    )
+    accept(b.epoch)
 }
 
 async fn fence(State(r): State<Arc<Reg>>, Json(b): Json<EpochBody>) -> Answer {
@@ -280,14 +282,7 @@ async fn fence(State(r): State<Arc<Reg>>, Json(b): Json<EpochBody>) -> Answer {
         }
         let _ = s.append(&RegisterRecord::Fence { t, epoch: b.epoch });
     });
-    (
-        StatusCode::OK,
-        Json(WriteAnswer {
-            ok: true,
-            epoch: b.epoch,
-            error: None,
-        }),
-    )
+    accept(b.epoch)
 }
 
 async fn replicate(State(r): State<Arc<Reg>>, Json(b): Json<ReplicateBody>) -> Answer {
@@ -305,14 +300,7 @@ async fn replicate(State(r): State<Arc<Reg>>, Json(b): Json<ReplicateBody>) -> A
         return refuse(StatusCode::INSUFFICIENT_STORAGE, s.highest, &e.to_string());
     }
     s.highest = s.highest.max(b.epoch);
-    (
-        StatusCode::OK,
-        Json(WriteAnswer {
-            ok: true,
-            epoch: b.epoch,
-            error: None,
-        }),
-    )
+    accept(b.epoch)
 }
 
 async fn write(State(r): State<Arc<Reg>>, Json(b): Json<WriteBody>) -> Answer {
@@ -392,14 +380,7 @@ async fn write(State(r): State<Arc<Reg>>, Json(b): Json<WriteBody>) -> Answer {
     if let Err(e) = s.append(&rec) {
         return refuse(StatusCode::INSUFFICIENT_STORAGE, s.highest, &e.to_string());
     }
-    (
-        StatusCode::OK,
-        Json(WriteAnswer {
-            ok: true,
-            epoch,
-            error: None,
-        }),
-    )
+    accept(epoch)
 }
 
 /// The register's state for the harness: `(highest epoch seen, primary epoch)`.

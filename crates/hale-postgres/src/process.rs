@@ -92,13 +92,9 @@ impl OsUser {
                 gid: user.gid,
                 home: user.dir,
             })),
-            Ok(None) => Err(ToolError::NoOsUser {
+            found => Err(ToolError::NoOsUser {
                 user: cfg.os_user.clone(),
-                reason: None,
-            }),
-            Err(err) => Err(ToolError::NoOsUser {
-                user: cfg.os_user.clone(),
-                reason: Some(err.to_string()),
+                reason: found.err().map(|err| err.to_string()),
             }),
         }
     }
@@ -255,13 +251,18 @@ pub(crate) fn postmaster(data_dir: &Path) -> Option<Pid> {
         .then(|| Pid::from_raw(pid))
 }
 
+/// The fields of `/proc/PID/stat` after the command name (`S ppid ...`);
+/// `None` when the process does not exist.
+fn stat_fields(pid: i32) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // "pid (comm) S ppid ...": comm may hold spaces and parentheses.
+    Some(stat.get(stat.rfind(')')? + 1..)?.to_owned())
+}
+
 /// The one-letter state of a process (`R`, `S`, `D`, `T` stopped, `Z`...), from
 /// `/proc/PID/stat`; `None` when it does not exist.
 pub(crate) fn process_state(pid: i32) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // "pid (comm) S ppid ...": comm may hold spaces and parentheses.
-    let after = &stat[stat.rfind(')')? + 1..];
-    after.split_whitespace().next()?.chars().next()
+    stat_fields(pid)?.split_whitespace().next()?.chars().next()
 }
 
 /// The processes whose parent is `pid`.
@@ -272,13 +273,8 @@ fn children(pid: i32) -> Vec<i32> {
     entries
         .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
         .filter(|&child| {
-            std::fs::read_to_string(format!("/proc/{child}/stat"))
-                .ok()
-                .and_then(|stat| {
-                    let after = stat.get(stat.rfind(')')? + 1..)?.to_owned();
-                    after.split_whitespace().nth(1)?.parse::<i32>().ok()
-                })
-                == Some(pid)
+            let ppid = stat_fields(child).and_then(|s| s.split_whitespace().nth(1)?.parse().ok());
+            ppid == Some(pid)
         })
         .collect()
 }

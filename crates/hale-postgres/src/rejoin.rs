@@ -276,15 +276,16 @@ pub async fn rejoin(
         .start(cfg, &tools, how, &mut progress, deadline)
         .await?
     {
+        let not_streaming = || RejoinError::NotStreaming {
+            host: upstream.host.clone(),
+            port: upstream.port,
+            waited: started.elapsed(),
+        };
         // pg_rewind saw nothing to rewind, yet the server does not follow
         // the upstream's timeline: its WAL runs past the fork in a way
         // the control file does not show. Only a fresh copy helps.
         if how != Rejoined::Restarted || !cfg.reclone_on_rewind_failure {
-            return Err(RejoinError::NotStreaming {
-                host: upstream.host.clone(),
-                port: upstream.port,
-                waited: started.elapsed(),
-            });
+            return Err(not_streaming());
         }
         tracing::warn!(
             "nothing was rewound, yet it does not follow the upstream's timeline; re-cloning"
@@ -300,11 +301,7 @@ pub async fn rejoin(
             .start(cfg, &tools, how, &mut progress, deadline)
             .await?
         {
-            return Err(RejoinError::NotStreaming {
-                host: upstream.host.clone(),
-                port: upstream.port,
-                waited: started.elapsed(),
-            });
+            return Err(not_streaming());
         }
     }
     unfence(cfg).await?;
@@ -385,12 +382,7 @@ fn files(path: &Path) -> impl FnOnce(std::io::Error) -> RejoinError + '_ {
 /// Removes the fence marker: only once the server streams.
 async fn unfence(cfg: &PostgresConfig) -> Result<(), RejoinError> {
     let marker = cfg.fence_marker();
-    remove_synced(&marker)
-        .await
-        .map_err(|source| RejoinError::Files {
-            path: marker,
-            source,
-        })
+    remove_synced(&marker).await.map_err(files(&marker))
 }
 
 /// Creates the data directory (0700, owned by the OS user) when it is missing.
@@ -539,6 +531,10 @@ async fn recover(
         "in production" | "in crash recovery"
     );
     let signal = cfg.data_dir.join("standby.signal");
+    let file = |source| ToolError::File {
+        path: signal.clone(),
+        source,
+    };
     let mut options =
         "-c listen_addresses= -c primary_conninfo= -c primary_slot_name= -c hot_standby=on"
             .to_owned();
@@ -546,12 +542,7 @@ async fn recover(
         // Nobody but its OS user may connect (no TCP; PostgreSQL needs one
         // socket), and no commit waits for a synchronous standby.
         options.push_str(" -c unix_socket_permissions=0700 -c synchronous_standby_names=");
-        remove_synced(&signal)
-            .await
-            .map_err(|source| ToolError::File {
-                path: signal.clone(),
-                source,
-            })?;
+        remove_synced(&signal).await.map_err(file)?;
     }
     let ran = async {
         tools
@@ -565,10 +556,7 @@ async fn recover(
     if was_primary {
         crate::process::write_owned(&signal, Vec::new(), tools.user())
             .await
-            .map_err(|source| ToolError::File {
-                path: signal.clone(),
-                source,
-            })?;
+            .map_err(file)?;
     }
     ran
 }
@@ -683,7 +671,7 @@ async fn drop_local_slots(data_dir: &Path) -> Result<(), RejoinError> {
         }
     })
     .await
-    .map_err(|source| RejoinError::Files { path: dir, source })
+    .map_err(files(&dir))
 }
 
 /// Empties the data directory and clones it from the upstream.

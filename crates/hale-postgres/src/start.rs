@@ -63,10 +63,7 @@ pub async fn start_standby(cfg: &PostgresConfig) -> Result<StartedStandby, Start
     let path = cfg.data_dir.join("standby.signal");
     write_owned(&path, Vec::new(), tools.user())
         .await
-        .map_err(|source| StartError::Signal {
-            path: path.clone(),
-            source,
-        })?;
+        .map_err(|source| StartError::Signal { path, source })?;
     tools.start(cfg.start_timeout, None).await?;
     Ok(StartedStandby::Started)
 }

@@ -179,6 +179,15 @@ fn stripe() -> usize {
     })
 }
 
+/// Public getters of counters kept as atomics: each one's value now.
+macro_rules! getters {
+    ($($(#[$doc:meta])* $name:ident,)*) => {
+        $($(#[$doc])* pub fn $name(&self) -> u64 {
+            self.$name.load(Ordering::Relaxed)
+        })*
+    };
+}
+
 impl Counters {
     pub(crate) fn drop_event(&self, reason: DropReason, cat: Category, n: u64) {
         if reason == DropReason::Overflow {
@@ -216,44 +225,23 @@ impl Counters {
         DropReason::ALL.iter().map(|r| self.dropped(*r)).sum()
     }
 
-    /// Events accepted into the queue.
-    pub fn accepted(&self) -> u64 {
-        self.accepted.load(Ordering::Relaxed)
-    }
-
-    /// Events acknowledged by an upstream.
-    pub fn forwarded(&self) -> u64 {
-        self.forwarded.load(Ordering::Relaxed)
-    }
-
-    /// Events written to the spool (cumulative).
-    pub fn spooled(&self) -> u64 {
-        self.spooled.load(Ordering::Relaxed)
-    }
-
-    /// Bytes in the spool now.
-    pub fn spool_bytes(&self) -> u64 {
-        self.spool_bytes.load(Ordering::Relaxed)
-    }
-
-    /// Times a request went to the standby because the primary was unavailable.
-    pub fn failovers(&self) -> u64 {
-        self.failovers.load(Ordering::Relaxed)
-    }
-
-    /// Client reports delivered upstream.
-    pub fn client_reports_sent(&self) -> u64 {
-        self.client_reports_sent.load(Ordering::Relaxed)
-    }
-
-    /// Requests in flight upstream now (as of the worker's last turn).
-    pub fn in_flight(&self) -> u64 {
-        self.in_flight.load(Ordering::Relaxed)
-    }
-
-    /// Requests that failed (timeouts, connection errors, 5xx; not 429).
-    pub fn request_failures(&self) -> u64 {
-        self.request_failures.load(Ordering::Relaxed)
+    getters! {
+        /// Events accepted into the queue.
+        accepted,
+        /// Events acknowledged by an upstream.
+        forwarded,
+        /// Events written to the spool (cumulative).
+        spooled,
+        /// Bytes in the spool now.
+        spool_bytes,
+        /// Times a request went to the standby because the primary was unavailable.
+        failovers,
+        /// Client reports delivered upstream.
+        client_reports_sent,
+        /// Requests in flight upstream now (as of the worker's last turn).
+        in_flight,
+        /// Requests that failed (timeouts, connection errors, 5xx; not 429).
+        request_failures,
     }
 
     /// The breaker state of upstream `i` (0 primary, 1 standby).

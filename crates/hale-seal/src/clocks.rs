@@ -58,14 +58,11 @@ impl Clocks {
     /// `now_ms` of this process's clock in server `target`'s time.
     pub(crate) fn server_time(&self, target: u64, addr: &str, now_ms: u64) -> u64 {
         let r = self.inner.lock().expect("clock record lock");
-        match r
+        let known = r
             .offsets
             .iter()
-            .find(|o| o.server == target && o.addr == addr)
-        {
-            Some(o) => now_ms.saturating_add_signed(o.offset_ms),
-            None => now_ms,
-        }
+            .find(|o| o.server == target && o.addr == addr);
+        known.map_or(now_ms, |o| now_ms.saturating_add_signed(o.offset_ms))
     }
 
     /// Server `server` at `addr` is `offset_ms` ahead of this process.

@@ -209,11 +209,7 @@ pub async fn authenticate(State(guard): State<Arc<Guard>>, req: Request, next: N
             return refuse(StatusCode::UNAUTHORIZED, r.to_string());
         }
     };
-    parts.headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    parts.headers.remove(header::CONTENT_LENGTH);
+    retype(&mut parts.headers, "application/json");
     let payload = std::mem::take(&mut admitted.payload);
     let answer = next
         .run(Request::from_parts(parts, Body::from(payload)))
@@ -222,10 +218,12 @@ pub async fn authenticate(State(guard): State<Arc<Guard>>, req: Request, next: N
     let Ok(plain) = axum::body::to_bytes(body, RESPONSE_LIMIT).await else {
         return refuse(StatusCode::INTERNAL_SERVER_ERROR, "answer too large".into());
     };
-    parts.headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/octet-stream"),
-    );
-    parts.headers.remove(header::CONTENT_LENGTH);
+    retype(&mut parts.headers, "application/octet-stream");
     Response::from_parts(parts, Body::from(guard.seal_response(&admitted, &plain)))
+}
+
+/// A body's headers once it is opened or sealed: its new type, no length.
+fn retype(headers: &mut axum::http::HeaderMap, content_type: &'static str) {
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    headers.remove(header::CONTENT_LENGTH);
 }

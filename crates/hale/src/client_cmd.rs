@@ -216,12 +216,7 @@ fn reload_report(v: &hale_agent::view::ReloadView) -> String {
     let mut out = format!("reloaded: {} change(s) applied\n", v.changes.len());
     let w = v.changes.iter().map(|c| c.key.len()).max().unwrap_or(0);
     for c in &v.changes {
-        let how = match c.change {
-            hale_agent::view::ChangeKind::Added => "added",
-            hale_agent::view::ChangeKind::Removed => "removed",
-            hale_agent::view::ChangeKind::Changed => "changed",
-        };
-        out.push_str(&format!("  {:<w$}  {how}\n", c.key));
+        out.push_str(&format!("  {:<w$}  {}\n", c.key, c.change));
     }
     out
 }

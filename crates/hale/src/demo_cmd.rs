@@ -86,6 +86,7 @@ fn role_config(i: usize, n: usize, control: &[SocketAddr], logs: &std::path::Pat
 }
 
 /// Kills every agent it started, whatever happens.
+#[derive(Default)]
 struct Cluster {
     children: Vec<Child>,
     http: Vec<SocketAddr>,
@@ -155,11 +156,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<bool> {
         .map(|_| free_port().map(|p| SocketAddr::from(([127, 0, 0, 1], p))))
         .collect::<anyhow::Result<_>>()?;
     let key = Key::generate().to_base64();
-    let mut cluster = Cluster {
-        children: Vec::new(),
-        http: Vec::new(),
-        names: Vec::new(),
-    };
+    let mut cluster = Cluster::default();
     let mut seed = None;
     println!(
         "Starting {} hale agents on 127.0.0.1 (logs in {}) ...",

@@ -182,13 +182,11 @@ impl Keeper {
         let Some(table) = self.control.table().await else {
             return (TableSays::Unknown, false);
         };
-        let paused = table.role(&self.role).is_some_and(|r| r.paused);
-        let mark = table
-            .role(&self.role)
-            .and_then(|r| r.mark.as_ref())
-            .map(|m| m.position);
+        let lease = table.role(&self.role);
+        let paused = lease.is_some_and(|r| r.paused);
+        let mark = lease.and_then(|r| r.mark.as_ref()).map(|m| m.position);
         self.publish(|v| v.primary_lsn = mark);
-        let says = match table.role(&self.role) {
+        let says = match lease {
             None => TableSays::NeverGranted,
             Some(r) if r.epoch == 0 => TableSays::NeverGranted,
             Some(r) => match &r.holder {

@@ -172,20 +172,17 @@ impl Watchdogs {
         sent
     }
 
-    /// Forgets holding `h` without fencing it: the agent stops and keeps
-    /// its paused role for its next run to adopt.
-    pub(super) fn keep(&self, h: u64) {
+    /// Forgets holding `h` without fencing it: the step-down is done or,
+    /// with `keep`, the agent stops and keeps its paused role for its next
+    /// run to adopt.
+    pub(super) fn forget(&self, h: u64, keep: bool) {
         let mut hub = self.lock();
         if hub.holdings.remove(&h).is_some() {
-            hub.send(&Order::Keep { h });
-        }
-    }
-
-    /// Forgets holding `h` without fencing it.
-    pub(super) fn stop(&self, h: u64) {
-        let mut hub = self.lock();
-        if hub.holdings.remove(&h).is_some() {
-            hub.send(&Order::Stop { h });
+            hub.send(&if keep {
+                Order::Keep { h }
+            } else {
+                Order::Stop { h }
+            });
         }
     }
 

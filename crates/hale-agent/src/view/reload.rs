@@ -4,16 +4,18 @@
 
 use serde::{Deserialize, Serialize};
 
-/// How a key changed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ChangeKind {
-    /// It is new (a service, check or role).
-    Added,
-    /// It is gone.
-    Removed,
-    /// Its value changed.
-    Changed,
+hale_core::named_enum! {
+    /// How a key changed.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+    #[serde(rename_all = "kebab-case")]
+    pub enum ChangeKind {
+        /// It is new (a service, check or role).
+        Added => "added",
+        /// It is gone.
+        Removed => "removed",
+        /// Its value changed.
+        Changed => "changed",
+    }
 }
 
 /// One change a reload applied: a key of hale.toml, services and roles
