@@ -206,6 +206,7 @@ membership_section! {
     indirect_probes: usize,
     stream_fallback_probe: bool,
     monitors: usize,
+    ring_heartbeats: bool,
     skip_fresh: bool,
     awareness_max: u8,
     #[serde(default, with = "humantime_serde")]

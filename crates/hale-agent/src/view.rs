@@ -102,7 +102,7 @@ impl From<MemberState> for hale_core::MemberState {
 
 impl std::fmt::Display for MemberState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+        f.pad(self.as_str())
     }
 }
 

@@ -310,10 +310,38 @@ fn display_meta(raw: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{display_meta, refusal_report, reload_report};
+    use super::{display_meta, members_table, refusal_report, reload_report};
     use hale_agent::view::{
-        ChangeKind, ConfigChange, RefusalReason, RefusedKey, ReloadRefusal, ReloadView,
+        ChangeKind, ConfigChange, MemberState, MemberView, RefusalReason, RefusedKey,
+        ReloadRefusal, ReloadView,
     };
+
+    #[test]
+    fn the_members_table_lines_its_columns_up_whatever_the_state() {
+        let member = |name: &str, state| MemberView {
+            name: name.into(),
+            addr: "127.0.0.1:7946".into(),
+            state,
+            incarnation: 3,
+            health: 0,
+            last_heard_ms_ago: Some(200),
+            state_for_ms: 1000,
+            meta: String::new(),
+            is_self: false,
+            evidence: None,
+        };
+        let out = members_table(&[
+            member("a", MemberState::Alive),
+            member("b", MemberState::Suspect),
+        ]);
+        let inc: Vec<usize> = out
+            .lines()
+            .skip(1)
+            .map(|l| l.find(" 3 ").expect("the incarnation column"))
+            .collect();
+        assert_eq!(inc.len(), 2, "{out}");
+        assert_eq!(inc[0], inc[1], "{out}");
+    }
 
     #[test]
     fn a_reload_report_lists_each_change_and_a_refusal_each_key() {
