@@ -26,21 +26,39 @@ pub(crate) fn tag(ring: u64) -> u32 {
 /// The FNV-1a prime.
 const FNV_PRIME: u64 = 0x0100_0000_01b3;
 
+/// The FNV-1a prime to the `k` (wrapping), by squaring.
+const fn prime_power(k: u32) -> u64 {
+    let (mut p, mut b, mut e) = (1u64, FNV_PRIME, k);
+    while e > 0 {
+        if e & 1 == 1 {
+            p = p.wrapping_mul(b);
+        }
+        b = b.wrapping_mul(b);
+        e >>= 1;
+    }
+    p
+}
+
+/// [`prime_power`] of the zero runs most identities have (the
+/// simulator's: twelve), computed once.
+const PRIME_POWERS: [u64; 33] = {
+    let mut t = [0u64; 33];
+    let mut k = 0;
+    while k < t.len() {
+        t[k] = prime_power(k as u32);
+        k += 1;
+    }
+    t
+};
+
 /// [`crate::wire::fnv1a`], equal on every input, but a run of `k` zero
 /// bytes costs one multiplication (by the prime to the `k`) instead of `k`
 /// dependent ones: identities padded with zeros (the simulator's) hash
 /// several times faster, and monitors are recomputed over every member.
 fn fnv1a_zero_runs(bytes: &[u8]) -> u64 {
-    let pow = |k: u32| {
-        let (mut p, mut b, mut e) = (1u64, FNV_PRIME, k);
-        while e > 0 {
-            if e & 1 == 1 {
-                p = p.wrapping_mul(b);
-            }
-            b = b.wrapping_mul(b);
-            e >>= 1;
-        }
-        p
+    let pow = |k: u32| match PRIME_POWERS.get(k as usize) {
+        Some(&p) => p,
+        None => prime_power(k),
     };
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     let mut zeros = 0u32;
