@@ -455,8 +455,8 @@ impl Driver {
                 WireSnapshot {
                     speaks: Some(self.node.wire_versions()),
                     writes: self.node.wire_version(),
-                    received: received.clone(),
-                    sent: sent.clone(),
+                    received,
+                    sent,
                 }
             },
         }

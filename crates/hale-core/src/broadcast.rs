@@ -141,7 +141,9 @@ impl<I: Identity> Broadcasts<I> {
                     self.index.remove(&item.key);
                 } else {
                     let new = (order.0, sent, order.2);
-                    self.index.insert(item.key.clone(), new);
+                    if let Some(o) = self.index.get_mut(&item.key) {
+                        *o = new;
+                    }
                     self.queue.insert(new, item);
                 }
             }

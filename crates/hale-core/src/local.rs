@@ -3,7 +3,7 @@
 
 use crate::freshness::Generation;
 use crate::identity::Identity;
-use crate::ring::{ring_position, tag};
+use crate::ring::{ring_position_from, ring_seed, tag};
 use crate::wire::Message;
 
 /// This node's own record, as every packet's header carries it.
@@ -15,6 +15,8 @@ use crate::wire::Message;
 pub(crate) struct Local<I> {
     me: I,
     cluster: u64,
+    /// Where ring positions in the cluster start (`ring::ring_seed`).
+    ring_seed: u64,
     ring: u64,
     /// What pings meant for this node carry from wire version 3 on
     /// (`ring::tag` of `ring`).
@@ -31,10 +33,12 @@ impl<I: Identity> Local<I> {
     /// `me` in `cluster`, at incarnation 0.
     pub(crate) fn new(me: I, cluster: u64, meta: Vec<u8>, generation: u64) -> Local<I> {
         let mut scratch = Vec::with_capacity(128);
-        let ring = ring_position(cluster, &me, &mut scratch);
+        let seed = ring_seed(cluster);
+        let ring = ring_position_from(seed, &me, &mut scratch);
         Local {
             me,
             cluster,
+            ring_seed: seed,
             ring,
             tag: tag(ring),
             incarnation: 0,
@@ -66,7 +70,7 @@ impl<I: Identity> Local<I> {
 
     /// The ring position of `id`.
     pub(crate) fn ring_of(&mut self, id: &I) -> u64 {
-        ring_position(self.cluster, id, &mut self.scratch)
+        ring_position_from(self.ring_seed, id, &mut self.scratch)
     }
 
     /// This node's incarnation.
