@@ -4,7 +4,7 @@
 //! Every table rejects unknown keys, and every error names the key at fault.
 //! The format is documented by the files under `scenarios/` at the
 //! repository root; [`Scenario::plan`] turns a scenario into the timed
-//! [`Action`]s of one run, drawing every random choice from the seed.
+//! [`Action`](crate::engine::Action)s of one run, drawing every random choice from the seed.
 
 use std::fmt;
 use std::path::Path;
