@@ -1,6 +1,6 @@
 //! The HTTP API (axum): members, events, health, metrics, join, leave.
 //! Listens on 127.0.0.1 by default; mutating endpoints are behind
-//! [`crate::api_guard`] (same-origin, JSON, the token when one is
+//! `api_guard` (same-origin, JSON, the token when one is
 //! configured). Bad requests get a 4xx with `{"error": "..."}`.
 
 use std::convert::Infallible;

@@ -4,7 +4,7 @@
 //!
 //! * `blackhole` — the relay's upstream is made half-dead: the agent opens a
 //!   loopback TCP listener that accepts connections and never answers, and
-//!   diverts the relay there ([`hale_relay::Relay::divert`]).
+//!   diverts the relay there ([`hale_relay::pipeline::Pipeline::divert`]).
 //! * `freeze` — this agent stops answering the cluster, as a half-dead host
 //!   would: the driver drops every inbound and outbound gossip packet and
 //!   stream (UDP and TCP), and the role managers' requests to the control
@@ -30,7 +30,7 @@
 //!   [`crate::Agent::note_traffic`]) are ignored, so only probes keep
 //!   members alive (the night without traffic).
 //!
-//! Endpoints (the POSTs behind [`crate::api_guard`], like join/leave):
+//! Endpoints (the POSTs behind `api_guard`, like join/leave):
 //! `GET /v1/drill`, `POST /v1/drill/{fault}` with `{"duration_ms": N}` (and
 //! `"delay_ms"` for `slow-disk`),
 //! `POST /v1/drill/restore` with an optional `{"fault": "..."}`, and

@@ -2,7 +2,7 @@
 //! beside its manager, which measures the local server twice a second and
 //! keeps it where the role's state says it belongs.
 //!
-//! * **Measures.** [`hale_postgres::standing`] every [`EVERY`]: the role's
+//! * **Measures.** [`hale_postgres::standing()`] every `EVERY`: the role's
 //!   `Holder` gets it as a [`DataState`] (a replica's replayed position is
 //!   its copy; a primary's position and synchronous standbys are the mark
 //!   its renewals publish), and the role's view shows it. A server carrying
@@ -15,7 +15,7 @@
 //!     server not streaming from the holder's host rejoins it
 //!     ([`hale_postgres::rejoin`]: repointed, restarted, rewound or
 //!     re-cloned; each step an event). A running replica that merely lost
-//!     its stream gets [`REJOIN_AFTER`] first, since a rejoin fences it;
+//!     its stream gets `REJOIN_AFTER` first, since a rejoin fences it;
 //!   - the holder is dead: the copy is kept as it is (this node is a
 //!     candidate), a stopped server starts as a standby;
 //!   - the role was never granted (a new cluster), or this node held it
