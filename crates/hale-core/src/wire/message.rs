@@ -189,49 +189,44 @@ pub enum Message<I> {
     },
 }
 
-/// A message's first byte.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-enum Tag {
-    Ping = 1,
-    Ack,
-    Nack,
-    PingReq,
-    Alive,
-    Suspect,
-    Dead,
-    Left,
-    PushPull,
-    Closed,
-    Superseded,
-    Summary,
-    Heartbeat,
-    Corroborate,
+/// Declares `Tag` and its decoding from one list, so that the two cannot
+/// disagree.
+macro_rules! tags {
+    ($($tag:ident = $byte:literal),* $(,)?) => {
+        /// A message's first byte.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        #[repr(u8)]
+        enum Tag {
+            $($tag = $byte),*
+        }
+
+        impl Tag {
+            /// The tag `b` stands for.
+            fn of(b: u8) -> Option<Tag> {
+                match b {
+                    $($byte => Some(Tag::$tag),)*
+                    _ => None,
+                }
+            }
+        }
+    };
 }
 
-impl Tag {
-    /// The tag `b` stands for.
-    fn of(b: u8) -> Option<Tag> {
-        use Tag::*;
-        [
-            Ping,
-            Ack,
-            Nack,
-            PingReq,
-            Alive,
-            Suspect,
-            Dead,
-            Left,
-            PushPull,
-            Closed,
-            Superseded,
-            Summary,
-            Heartbeat,
-            Corroborate,
-        ]
-        .into_iter()
-        .find(|t| *t as u8 == b)
-    }
+tags! {
+    Ping = 1,
+    Ack = 2,
+    Nack = 3,
+    PingReq = 4,
+    Alive = 5,
+    Suspect = 6,
+    Dead = 7,
+    Left = 8,
+    PushPull = 9,
+    Closed = 10,
+    Superseded = 11,
+    Summary = 12,
+    Heartbeat = 13,
+    Corroborate = 14,
 }
 
 impl<I: Identity> Message<I> {
