@@ -230,11 +230,14 @@ impl<I: Identity> Node<I> {
     }
 
     /// A watcher asked this node to probe `target` too: it does, unless a
-    /// probe of it is in flight, it is not a live member here, or it is
-    /// this node.
-    pub(crate) fn corroborate(&mut self, now: Time, target: &I) {
+    /// probe of it is in flight, it is not a live member here, it is this
+    /// node, or the asker is not a live member here (a stranger gets no
+    /// probes out of this node).
+    pub(crate) fn corroborate(&mut self, now: Time, from: &I, target: &I) {
+        let live = |id: &I| self.members.get(id).is_some_and(|m| m.state().is_live());
         if self.phase.has_left()
             || target == self.local.id()
+            || !live(from)
             || self.probing.probe_of(target).is_some()
             || !self
                 .members

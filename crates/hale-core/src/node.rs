@@ -442,7 +442,7 @@ impl<I: Identity> Node<I> {
             Message::Summary { hash } => self.handle_summary(now, from, hash),
             // Its header was the proof of life (`note_header`).
             Message::Heartbeat => {}
-            Message::Corroborate { target } => self.corroborate(now, &target),
+            Message::Corroborate { target } => self.corroborate(now, from, &target),
             Message::PingReq {
                 seq,
                 target,

@@ -119,7 +119,8 @@ fn a_heartbeat_that_finds_the_port_closed_starts_a_probe_with_closed_port_eviden
 }
 
 #[test]
-fn a_corroboration_request_makes_its_receiver_probe_the_member_but_not_itself_or_a_stranger() {
+fn a_corroboration_request_makes_its_receiver_probe_the_member_but_not_itself_nor_a_stranger_nor_for_a_stranger(
+) {
     let all = ids(8);
     let mut x = node(&all[0], &all, heartbeat_config(4));
     let asker = all[1].clone();
@@ -129,6 +130,18 @@ fn a_corroboration_request_makes_its_receiver_probe_the_member_but_not_itself_or
         assert_eq!(x.poll_transmit().map(|t| t.to), None);
     }
     let target = all[5].clone();
+    let stranger = ids(12)[11].clone();
+    let ask = from(
+        &stranger,
+        vec![Message::Corroborate {
+            target: target.clone(),
+        }],
+    );
+    x.handle_datagram(secs(0.1), &ask).unwrap();
+    let none: Vec<_> = std::iter::from_fn(|| x.poll_transmit())
+        .map(|t| (secs(0.1), t))
+        .collect();
+    assert_eq!(pings(&none), vec![], "a stranger's request probes nobody");
     let ask = from(
         &asker,
         vec![Message::Corroborate {
