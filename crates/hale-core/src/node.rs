@@ -273,7 +273,7 @@ impl<I: Identity> Node<I> {
         if self.members.contains(peer) {
             self.heard_from_someone(now);
         }
-        if let Some(m) = self.members.get_mut(peer) {
+        if let Some(m) = self.members.get(peer) {
             if m.state().is_live() {
                 self.members.set_heard(peer, now);
                 self.withdraw_accusation(peer, now);
@@ -490,13 +490,14 @@ impl<I: Identity> Node<I> {
     /// incarnation, with that local health. False: the sender is not a
     /// member this node knows.
     fn note_header(&mut self, now: Time, h: &Header<I>, current: bool) -> bool {
-        let Some(m) = self.members.get_mut(&h.sender) else {
+        let Some((state, inc)) = self.members.update(&h.sender, |m| {
+            if current {
+                m.set_health(h.health);
+            }
+            (m.state(), m.incarnation)
+        }) else {
             return false;
         };
-        if current {
-            m.set_health(h.health);
-        }
-        let (state, inc) = (m.state(), m.incarnation);
         if current {
             self.members.set_heard(&h.sender, now);
         }

@@ -213,9 +213,8 @@ impl<I: Identity> Node<I> {
                 self.probing.walk.push(&id, false);
             }
         }
-        for m in self.members.recs_mut() {
-            m.set(IN_WALK, m.state().is_live());
-        }
+        self.members
+            .for_each_rec_mut(|m| m.set(IN_WALK, m.state().is_live()));
         // The map's order is deterministic but not meaningful: sort, then shuffle.
         self.probing.walk.sort_and_shuffle(&mut self.rng);
         self.probing.walk_pos = 0;
@@ -224,13 +223,14 @@ impl<I: Identity> Node<I> {
 
     /// Puts a member that became live into the not-yet-visited part of the walk.
     pub(crate) fn walk_insert(&mut self, id: &I) {
-        let Some(m) = self.members.get_mut(id) else {
-            return;
-        };
-        if m.has(IN_WALK) {
+        let added = self.members.update(id, |m| {
+            let added = !m.has(IN_WALK);
+            m.set(IN_WALK, true);
+            added
+        });
+        if added != Some(true) {
             return;
         }
-        m.set(IN_WALK, true);
         let pos = self
             .rng
             .random_range(self.probing.walk_pos..=self.probing.walk.len());

@@ -316,8 +316,7 @@ impl<I: Identity> Node<I> {
                         .is_some_and(|m| m.has(META_PENDING)) =>
             {
                 // The header told us of this incarnation; here is its metadata.
-                let m = self.members.get_mut(member).expect("known member");
-                m.set(META_PENDING, false);
+                self.members.update(member, |m| m.set(META_PENDING, false));
                 let new = meta.unwrap_or_default();
                 for_all = *new != *self.members.meta(member);
                 if for_all {
@@ -329,9 +328,10 @@ impl<I: Identity> Node<I> {
                 }
             }
             Some((state, inc)) if incarnation > inc => {
-                let m = self.members.get_mut(member).expect("known member");
-                m.incarnation = incarnation;
-                m.set(META_PENDING, meta.is_none());
+                self.members.update(member, |m| {
+                    m.incarnation = incarnation;
+                    m.set(META_PENDING, meta.is_none());
+                });
                 let meta_changed = meta
                     .as_ref()
                     .is_some_and(|new| **new != *self.members.meta(member));
@@ -467,7 +467,7 @@ impl<I: Identity> Node<I> {
         let by_me = *accuser == *self.local.id();
         if fresh_suspicion {
             self.stats.suspicions += 1;
-            self.members.get_mut(member).expect("known").incarnation = incarnation;
+            self.members.update(member, |m| m.incarnation = incarnation);
             self.set_state(now, member, MemberState::Suspect);
             self.clear_suspicion(member);
             self.suspicions.map.insert(
@@ -639,7 +639,7 @@ impl<I: Identity> Node<I> {
         // The verdict rests on the declarer's accusers, whether or not this
         // node heard the suspicion (targeted suspicions reach few).
         evidence.confirmations = evidence.confirmations.max(usize::from(accusers));
-        self.members.get_mut(member).expect("known").incarnation = incarnation;
+        self.members.update(member, |m| m.incarnation = incarnation);
         self.stats.deaths_accepted += 1;
         self.set_state(now, member, MemberState::Dead);
         self.push_event(Event::Dead {
@@ -672,7 +672,7 @@ impl<I: Identity> Node<I> {
         if m.state() == MemberState::Left || incarnation < m.incarnation {
             return;
         }
-        self.members.get_mut(member).expect("known").incarnation = incarnation;
+        self.members.update(member, |m| m.incarnation = incarnation);
         self.set_state(now, member, MemberState::Left);
         self.push_event(Event::Left {
             member: member.clone(),

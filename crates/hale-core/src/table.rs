@@ -68,7 +68,7 @@ const F_OFF_MAX: u64 = 63;
 /// after the table's epoch, see [`Table::set_heard`]), its state (2 bits),
 /// the flags [`IN_WALK`] and [`META_PENDING`], whether the slot is in use,
 /// and the local health score it last advertised (8 bits).
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Rec {
     /// Its incarnation.
     pub(crate) incarnation: u32,
@@ -206,6 +206,8 @@ pub(crate) struct Table<I> {
     free: Vec<Slot>,
     since: FxMap<Slot, Time>,
     meta: FxMap<Slot, Box<[u8]>>,
+    /// Copies of the ring neighbours' records (`watch.rs`).
+    watch: Watch<I>,
     len: usize,
     live: usize,
     suspects: usize,
@@ -223,6 +225,7 @@ impl<I: Identity> Table<I> {
             free: Vec::new(),
             since: FxMap::default(),
             meta: FxMap::default(),
+            watch: Watch::default(),
             len: 0,
             live: 0,
             suspects: 0,
@@ -246,9 +249,11 @@ impl<I: Identity> Table<I> {
         state: MemberState,
         now: Time,
     ) -> Option<MemberState> {
-        let m = self.get_mut(id)?;
-        let was = m.state();
-        m.set_state(state);
+        let was = self.update(id, |m| {
+            let was = m.state();
+            m.set_state(state);
+            was
+        })?;
         self.set_since(id, now);
         let suspect = |s: MemberState| usize::from(s == MemberState::Suspect);
         self.suspects = self.suspects + suspect(state) - suspect(was);
@@ -303,18 +308,14 @@ impl<I: Identity> Table<I> {
         }
     }
 
-    /// The record of `id`, if known, to change.
-    pub(crate) fn get_mut(&mut self, id: &I) -> Option<&mut Rec> {
-        match id.dense_index() {
-            Some(d) if d < DENSE_LIMIT => self.dense.get_mut(d as usize).filter(|r| r.present()),
-            _ => {
-                let slot = *self.index.get(id)?;
-                self.keyed
-                    .get_mut((slot - DENSE_LIMIT) as usize)?
-                    .as_mut()
-                    .map(|(_, r)| r)
-            }
-        }
+    /// Changes the record of `id` with `f`, if known; what `f` returns.
+    pub(crate) fn update<R>(&mut self, id: &I, f: impl FnOnce(&mut Rec) -> R) -> Option<R> {
+        let slot = self.slot(id)?;
+        let r = self.rec_mut(slot)?;
+        let out = f(r);
+        let rec = *r;
+        self.watch.refresh(slot, rec);
+        Some(out)
     }
 
     /// Reads `id`'s record and packed replay state, for cache warming
@@ -365,6 +366,7 @@ impl<I: Identity> Table<I> {
                 slot
             }
         };
+        self.watch.refresh(slot, rec);
         self.len += 1;
         self.put_meta(slot, meta);
         self.put_since(slot, since);
@@ -385,6 +387,7 @@ impl<I: Identity> Table<I> {
         if slot < DENSE_LIMIT {
             self.dense_fresh[slot as usize] = 0;
         }
+        self.watch.drop_slot(slot);
         self.fresh_big.remove(&slot);
         self.meta.remove(&slot);
         self.since.remove(&slot);
@@ -447,6 +450,8 @@ impl<I: Identity> Table<I> {
         let raw = self.heard_raw_for(t).unwrap_or(1);
         if let Some(r) = self.rec_mut(slot) {
             r.set_heard_raw(raw);
+            let rec = *r;
+            self.watch.refresh(slot, rec);
         }
     }
 
@@ -478,7 +483,7 @@ impl<I: Identity> Table<I> {
                 r.set_heard_raw((old + raw).saturating_sub(new).max(1));
             }
         };
-        self.recs_mut().for_each(shift);
+        self.for_each_rec_mut(shift);
         self.epoch = epoch;
     }
 
@@ -647,14 +652,15 @@ impl<I: Identity> Table<I> {
         })
     }
 
-    /// Every record, to change (identities not needed).
-    pub(crate) fn recs_mut(&mut self) -> impl Iterator<Item = &mut Rec> {
+    /// Changes every record with `f` (identities not needed).
+    pub(crate) fn for_each_rec_mut(&mut self, f: impl FnMut(&mut Rec)) {
         let dense = self.dense.iter_mut().filter(|r| r.present());
         let keyed = self
             .keyed
             .iter_mut()
             .filter_map(|e| e.as_mut().map(|(_, r)| r));
-        dense.chain(keyed)
+        dense.chain(keyed).for_each(f);
+        self.refresh_watched();
     }
 
     /// Every record.
@@ -692,3 +698,6 @@ impl<I: Identity> Table<I> {
 
 #[cfg(test)]
 mod tests;
+mod watch;
+
+use watch::Watch;

@@ -53,9 +53,6 @@ impl<I: Identity> Node<I> {
     /// Reads the records of the ring neighbours, which every event reads
     /// (the next deadline is the earliest a neighbour is due).
     fn warm_neighbours(&self) -> u64 {
-        let neighbours = self.monitors.monitored().iter();
-        neighbours
-            .chain(self.monitors.watchers())
-            .fold(0, |acc, m| acc ^ self.members.warm(m))
+        self.members.warm_watched()
     }
 }
