@@ -31,6 +31,7 @@ use crate::freshness::Freshness;
 use crate::identity::Identity;
 use crate::member::MemberState;
 use crate::time::Time;
+use crate::wire::{fnv1a, WireState};
 
 /// A hash map with the fast, deterministic Fx hasher (no OS randomness).
 pub(crate) type FxMap<K, V> = HashMap<K, V, FxBuildHasher>;
@@ -208,6 +209,8 @@ pub(crate) struct Table<I> {
     meta: FxMap<Slot, Box<[u8]>>,
     /// Copies of the ring neighbours' records (`watch.rs`).
     watch: Watch<I>,
+    /// The sum of [`record_hash`] over every record ([`Table::view_sum`]).
+    view_sum: u64,
     len: usize,
     live: usize,
     suspects: usize,
@@ -226,6 +229,7 @@ impl<I: Identity> Table<I> {
             since: FxMap::default(),
             meta: FxMap::default(),
             watch: Watch::default(),
+            view_sum: 0,
             len: 0,
             live: 0,
             suspects: 0,
@@ -312,10 +316,30 @@ impl<I: Identity> Table<I> {
     pub(crate) fn update<R>(&mut self, id: &I, f: impl FnOnce(&mut Rec) -> R) -> Option<R> {
         let slot = self.slot(id)?;
         let r = self.rec_mut(slot)?;
+        let was = *r;
         let out = f(r);
         let rec = *r;
         self.watch.refresh(slot, rec);
+        if (was.incarnation, was.state()) != (rec.incarnation, rec.state()) {
+            self.view_sum = self
+                .view_sum
+                .wrapping_sub(rec_hash(id, &was))
+                .wrapping_add(rec_hash(id, &rec));
+        }
         Some(out)
+    }
+
+    /// The sum of [`record_hash`] over every member's identity,
+    /// incarnation and state: the members' part of
+    /// [`crate::Node::view_hash`], kept as records change.
+    pub(crate) fn view_sum(&self) -> u64 {
+        debug_assert_eq!(
+            self.view_sum,
+            self.iter()
+                .fold(0u64, |s, (id, r)| s.wrapping_add(rec_hash(&*id, r))),
+            "the kept view sum differs from the records'"
+        );
+        self.view_sum
     }
 
     /// Reads `id`'s record and packed replay state, for cache warming
@@ -367,6 +391,7 @@ impl<I: Identity> Table<I> {
             }
         };
         self.watch.refresh(slot, rec);
+        self.view_sum = self.view_sum.wrapping_add(rec_hash(id, &rec));
         self.len += 1;
         self.put_meta(slot, meta);
         self.put_since(slot, since);
@@ -377,6 +402,9 @@ impl<I: Identity> Table<I> {
         let Some(slot) = self.slot(id) else {
             return;
         };
+        if let Some(r) = self.rec(slot) {
+            self.view_sum = self.view_sum.wrapping_sub(rec_hash(id, r));
+        }
         if slot < DENSE_LIMIT {
             self.dense[slot as usize] = Rec::default();
         } else {
@@ -652,7 +680,8 @@ impl<I: Identity> Table<I> {
         })
     }
 
-    /// Changes every record with `f` (identities not needed).
+    /// Changes every record with `f` (identities not needed), which must
+    /// not change an incarnation or a state (the view sum is not updated).
     pub(crate) fn for_each_rec_mut(&mut self, f: impl FnMut(&mut Rec)) {
         let dense = self.dense.iter_mut().filter(|r| r.present());
         let keyed = self
@@ -694,6 +723,29 @@ impl<I: Identity> Table<I> {
             state_since: self.since_of(slot),
         }
     }
+}
+
+/// One record's share of a view hash ([`crate::Node::view_hash`]): its
+/// identity, incarnation and state, hashed and mixed. Two nodes in
+/// agreement sum the same shares, whatever the order.
+pub(crate) fn record_hash<I: Identity>(id: &I, incarnation: u32, state: WireState) -> u64 {
+    let mut buf = Vec::with_capacity(64);
+    id.encode(&mut buf);
+    buf.extend_from_slice(&incarnation.to_le_bytes());
+    buf.push(state as u8);
+    mix(fnv1a(&buf))
+}
+
+fn rec_hash<I: Identity>(id: &I, r: &Rec) -> u64 {
+    record_hash(id, r.incarnation, r.state().wire())
+}
+
+/// The splitmix64 finalizer: spreads a hash's bits, so that a sum of
+/// hashes of records that differ in one byte differs.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 #[cfg(test)]
