@@ -274,6 +274,7 @@ impl<I: Identity> Node<I> {
         if let Some(peer) = self.random_live(1, None).pop() {
             if self.writes_v3_to(&peer) {
                 // The view's hash first: a peer that agrees answers nothing.
+                self.members.keep_view_sum();
                 let hash = self.view_hash();
                 self.send(peer, Channel::Datagram, vec![Message::Summary { hash }]);
             } else {
@@ -298,6 +299,7 @@ impl<I: Identity> Node<I> {
     /// sync by digest (this node starts it, spending a sync token, as a
     /// reply to the summary).
     pub(crate) fn handle_summary(&mut self, now: Time, from: &I, hash: u64) {
+        self.members.keep_view_sum();
         if self.phase.has_left() || hash == self.view_hash() || !self.take_sync_token(now) {
             return;
         }
@@ -310,9 +312,11 @@ impl<I: Identity> Node<I> {
     /// one mixed FNV-1a hash per record: a difference in any record changes
     /// it, except with negligible probability.
     ///
-    /// The members' part is kept up to date by the table as records change
-    /// ([`crate::table::Table::view_sum`]): a summary costs no walk over
-    /// 10,000 records.
+    /// Once this node has sent or read a summary, the members' part is kept
+    /// up to date by the table as records change
+    /// ([`crate::table::Table::keep_view_sum`]): a summary then costs no
+    /// walk over 10,000 records, and a snapshot still loads without
+    /// hashing each one.
     pub fn view_hash(&self) -> u64 {
         let me = if self.phase.has_left() {
             WireState::Left

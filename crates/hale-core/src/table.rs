@@ -209,8 +209,10 @@ pub(crate) struct Table<I> {
     meta: FxMap<Slot, Box<[u8]>>,
     /// Copies of the ring neighbours' records (`watch.rs`).
     watch: Watch<I>,
-    /// The sum of [`record_hash`] over every record ([`Table::view_sum`]).
-    view_sum: u64,
+    /// The sum of [`record_hash`] over every record, once something asked
+    /// to keep it ([`Table::keep_view_sum`]): a snapshot of 10,000 loads
+    /// without hashing each record.
+    view_sum: Option<u64>,
     len: usize,
     live: usize,
     suspects: usize,
@@ -229,7 +231,7 @@ impl<I: Identity> Table<I> {
             since: FxMap::default(),
             meta: FxMap::default(),
             watch: Watch::default(),
-            view_sum: 0,
+            view_sum: None,
             len: 0,
             live: 0,
             suspects: 0,
@@ -320,26 +322,43 @@ impl<I: Identity> Table<I> {
         let out = f(r);
         let rec = *r;
         self.watch.refresh(slot, rec);
-        if (was.incarnation, was.state()) != (rec.incarnation, rec.state()) {
-            self.view_sum = self
-                .view_sum
-                .wrapping_sub(rec_hash(id, &was))
-                .wrapping_add(rec_hash(id, &rec));
+        if let Some(sum) = self.view_sum.as_mut() {
+            if (was.incarnation, was.state()) != (rec.incarnation, rec.state()) {
+                *sum = sum
+                    .wrapping_sub(rec_hash(id, &was))
+                    .wrapping_add(rec_hash(id, &rec));
+            }
         }
         Some(out)
     }
 
     /// The sum of [`record_hash`] over every member's identity,
     /// incarnation and state: the members' part of
-    /// [`crate::Node::view_hash`], kept as records change.
+    /// [`crate::Node::view_hash`]. Read from the kept sum if
+    /// [`Table::keep_view_sum`] was called, else summed here.
     pub(crate) fn view_sum(&self) -> u64 {
-        debug_assert_eq!(
-            self.view_sum,
+        let sum_all = || {
             self.iter()
-                .fold(0u64, |s, (id, r)| s.wrapping_add(rec_hash(&*id, r))),
-            "the kept view sum differs from the records'"
-        );
-        self.view_sum
+                .fold(0u64, |s, (id, r)| s.wrapping_add(rec_hash(&*id, r)))
+        };
+        match self.view_sum {
+            Some(sum) => {
+                debug_assert_eq!(
+                    sum,
+                    sum_all(),
+                    "the kept view sum differs from the records'"
+                );
+                sum
+            }
+            None => sum_all(),
+        }
+    }
+
+    /// Keeps [`Table::view_sum`] from now on, updated as records change.
+    pub(crate) fn keep_view_sum(&mut self) {
+        if self.view_sum.is_none() {
+            self.view_sum = Some(self.view_sum());
+        }
     }
 
     /// Reads `id`'s record and packed replay state, for cache warming
@@ -391,7 +410,9 @@ impl<I: Identity> Table<I> {
             }
         };
         self.watch.refresh(slot, rec);
-        self.view_sum = self.view_sum.wrapping_add(rec_hash(id, &rec));
+        if let Some(sum) = self.view_sum.as_mut() {
+            *sum = sum.wrapping_add(rec_hash(id, &rec));
+        }
         self.len += 1;
         self.put_meta(slot, meta);
         self.put_since(slot, since);
@@ -402,8 +423,9 @@ impl<I: Identity> Table<I> {
         let Some(slot) = self.slot(id) else {
             return;
         };
-        if let Some(r) = self.rec(slot) {
-            self.view_sum = self.view_sum.wrapping_sub(rec_hash(id, r));
+        if let (Some(r), Some(_)) = (self.rec(slot), self.view_sum) {
+            let h = rec_hash(id, r);
+            self.view_sum = self.view_sum.map(|s| s.wrapping_sub(h));
         }
         if slot < DENSE_LIMIT {
             self.dense[slot as usize] = Rec::default();
