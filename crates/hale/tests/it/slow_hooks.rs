@@ -235,14 +235,19 @@ fn a_lease_lost_during_a_promotion_kills_the_promote_hook_before_the_demote_star
         beats.exists().then_some(e)
     });
     // n0 loses the control plane (a drill freeze: every request fails):
-    // its lease runs out while the promote hook still runs.
+    // its lease runs out while the promote hook still runs. It stays cut
+    // off until a standby holds db: the standby's grant needs a control
+    // plane that commits, and one that stalls past a fixed freeze (every
+    // server's `fsync` stopped for 6 s on a loaded host) gives the role
+    // back to n0, the best candidate, as soon as it thaws.
     call(
         c.agents[0]
             .api()
-            .set_fault(Fault::Freeze, Duration::from_secs(8)),
+            .set_fault(Fault::Freeze, Duration::from_secs(60)),
     )
     .unwrap();
     let (next, e2) = standby_takes_over(&c, "n0", 30);
+    call(c.agents[0].api().restore(Some(Fault::Freeze))).unwrap();
     let l = wait_for(Duration::from_secs(10), "n0 demoted", || {
         let l = hook_lines(&log);
         find(&l, "n0", "demote", epoch).is_some().then_some(l)
