@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use hale_core::wire::Message;
-use hale_core::{Channel, Config, Event, NodeId, Time, Transmit};
+use hale_core::{Channel, Config, Event, Node, NodeId, Time, Transmit};
 
 use crate::support::*;
 
@@ -118,6 +118,24 @@ fn a_heartbeat_that_finds_the_port_closed_starts_a_probe_with_closed_port_eviden
     assert_eq!(y.stats().closed_ports, 0);
 }
 
+/// `asker` asks `x` at 0.1 s to probe `target` too; what `x` sends then.
+fn corroboration_asked(
+    x: &mut Node<NodeId>,
+    asker: &NodeId,
+    target: &NodeId,
+) -> Vec<(Time, Transmit<NodeId>)> {
+    let ask = from(
+        asker,
+        vec![Message::Corroborate {
+            target: target.clone(),
+        }],
+    );
+    x.handle_datagram(secs(0.1), &ask).unwrap();
+    std::iter::from_fn(|| x.poll_transmit())
+        .map(|t| (secs(0.1), t))
+        .collect()
+}
+
 #[test]
 fn a_corroboration_request_makes_its_receiver_probe_the_member_but_not_itself_nor_a_stranger_nor_for_a_stranger(
 ) {
@@ -125,33 +143,13 @@ fn a_corroboration_request_makes_its_receiver_probe_the_member_but_not_itself_no
     let mut x = node(&all[0], &all, heartbeat_config(4));
     let asker = all[1].clone();
     for target in [all[0].clone(), ids(9)[8].clone()] {
-        let ask = from(&asker, vec![Message::Corroborate { target }]);
-        x.handle_datagram(secs(0.1), &ask).unwrap();
-        assert_eq!(x.poll_transmit().map(|t| t.to), None);
+        assert_eq!(corroboration_asked(&mut x, &asker, &target).len(), 0);
     }
     let target = all[5].clone();
     let stranger = ids(12)[11].clone();
-    let ask = from(
-        &stranger,
-        vec![Message::Corroborate {
-            target: target.clone(),
-        }],
-    );
-    x.handle_datagram(secs(0.1), &ask).unwrap();
-    let none: Vec<_> = std::iter::from_fn(|| x.poll_transmit())
-        .map(|t| (secs(0.1), t))
-        .collect();
+    let none = corroboration_asked(&mut x, &stranger, &target);
     assert_eq!(pings(&none), vec![], "a stranger's request probes nobody");
-    let ask = from(
-        &asker,
-        vec![Message::Corroborate {
-            target: target.clone(),
-        }],
-    );
-    x.handle_datagram(secs(0.1), &ask).unwrap();
-    let sent: Vec<_> = std::iter::from_fn(|| x.poll_transmit())
-        .map(|t| (secs(0.1), t))
-        .collect();
+    let sent = corroboration_asked(&mut x, &asker, &target);
     assert_eq!(pings(&sent), vec![(secs(0.1), target)]);
     assert_eq!(x.stats().probes, 1);
 }
