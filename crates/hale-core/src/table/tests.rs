@@ -241,3 +241,55 @@ fn replay_state_is_stored_exactly_packed_or_not() {
         assert_eq!(t.fresh(&id), Some(small));
     }
 }
+
+#[test]
+fn watched_copies_and_the_kept_view_sum_follow_every_change_even_an_epoch_move_and_a_reused_slot() {
+    let mut t: Table<Num> = Table::new();
+    let far = Num(DENSE_LIMIT + 1);
+    add(&mut t, 0..3);
+    t.insert(
+        &far,
+        Rec::new(0, MemberState::Alive),
+        Box::new([]),
+        Time::ZERO,
+    );
+    t.keep_view_sum();
+    let watched = [Num(1), far.clone(), Num(2)];
+    t.watch(&watched);
+    let agree = |t: &Table<Num>| {
+        for (k, id) in watched.iter().enumerate() {
+            assert_eq!(t.watched(k, id).copied(), t.get(id).copied(), "{id:?}");
+        }
+        let sum = t
+            .iter()
+            .fold(0u64, |s, (id, r)| s.wrapping_add(rec_hash(&*id, r)));
+        assert_eq!(t.view_sum(), sum);
+    };
+    let day = 86_400_000_000_000u64;
+    t.set_heard(&Num(1), Time::from_secs(5));
+    t.update(&far, |r| r.set_health(3));
+    agree(&t);
+    // A clock 30 days ahead moves the epoch: every stored time shifts.
+    t.set_heard(&Num(2), Time::from_nanos(30 * day));
+    agree(&t);
+    assert_eq!(
+        t.heard(t.watched(2, &Num(2)).expect("known")),
+        Time::from_nanos(30 * day)
+    );
+    t.set_state(&Num(1), MemberState::Suspect, Time::from_secs(6));
+    t.update(&far, |r| r.incarnation = 4);
+    agree(&t);
+    // Forgotten, and its keyed slot taken by another member: the copy is
+    // not read as the newcomer's.
+    t.remove(&far);
+    t.insert(
+        &Num(DENSE_LIMIT + 2),
+        Rec::new(9, MemberState::Dead),
+        Box::new([]),
+        Time::ZERO,
+    );
+    agree(&t);
+    assert!(t.watched(1, &far).is_none());
+    t.for_each_rec_mut(|r| r.set(IN_WALK, true));
+    agree(&t);
+}
