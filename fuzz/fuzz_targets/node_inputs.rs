@@ -1,5 +1,5 @@
 //! Random sequences of inputs to a node: datagrams (raw bytes or structured
-//! messages from known members, in wire version 2 or 3), stream frames,
+//! messages from known members, in wire versions 2 to 4), stream frames,
 //! traffic notes, timeouts, metadata changes, leaving, and the wire version
 //! the node writes. The node must never panic, never send a
 //! datagram over the limit, and never ask for a timer in the past.
@@ -28,13 +28,15 @@ enum Msg {
     Summary { hash: u64 },
     Heartbeat,
     Corroborate { target: u8 },
+    Buckets { fill: u64, differ: u8 },
+    DigestPart { buckets: u64, reply: bool, members: Vec<(u8, u32, u8)> },
 }
 
 #[derive(Arbitrary, Debug)]
 enum Input {
     Raw { bytes: Vec<u8>, stream: bool },
-    Packet { from: u8, inc: u32, health: u8, generation: u8, sent: u32, msgs: Vec<Msg>, stream: bool, v3: bool },
-    Sync { from: u8, members: Vec<(u8, u32, u8)>, v3: bool },
+    Packet { from: u8, inc: u32, health: u8, generation: u8, sent: u32, msgs: Vec<Msg>, stream: bool, version: u8 },
+    Sync { from: u8, members: Vec<(u8, u32, u8)>, version: u8 },
     Traffic { from: u8 },
     Timeout,
     Advance { millis: u16 },
@@ -48,16 +50,30 @@ fn id(i: u8) -> NodeId {
     NodeId::new(format!("n{}", i % 8), SocketAddr::from(([127, 0, 0, 1], 7000 + u16::from(i % 8)))).unwrap()
 }
 
-/// A header from `from` in version 3 (`v3`) or 2.
-fn header(v3: bool, from: u8, inc: u32, health: u8, generation: u64, sent_ms: u64) -> Header<NodeId> {
-    let version = if v3 { 3 } else { 2 };
-    Header { version, speaks: v3.then_some(SPOKEN), cluster: cluster_id("hale"), sender: id(from), incarnation: inc, health, generation, sent_ms }
+/// One of the versions this build speaks, from any byte.
+fn spoken(v: u8) -> u8 {
+    SPOKEN.min + v % (SPOKEN.max - SPOKEN.min + 1)
 }
 
-/// The message `m` in a packet of version 3 (`v3`) or 2 (where a summary,
-/// heartbeat or corroboration request does not decode: the node drops the
-/// packet).
-fn to_msg(m: Msg, me: &NodeId, v3: bool) -> Message<NodeId> {
+/// A header from `from` in `version` (one of [`SPOKEN`]).
+fn header(version: u8, from: u8, inc: u32, health: u8, generation: u64, sent_ms: u64) -> Header<NodeId> {
+    Header { version, speaks: (version >= 3).then_some(SPOKEN), cluster: cluster_id("hale"), sender: id(from), incarnation: inc, health, generation, sent_ms }
+}
+
+/// Sync records from fuzz bytes.
+fn records(members: Vec<(u8, u32, u8)>) -> Vec<hale_core::MemberRecord<NodeId>> {
+    members.into_iter().take(16).map(|(m, inc, s)| hale_core::MemberRecord {
+        id: id(m),
+        incarnation: inc,
+        state: [hale_core::wire::WireState::Alive, hale_core::wire::WireState::Suspect, hale_core::wire::WireState::Dead, hale_core::wire::WireState::Left][usize::from(s % 4)],
+        meta: vec![],
+    }).collect()
+}
+
+/// The message `m` in a packet of `version` (where a message newer than
+/// the version does not decode: the node drops the packet).
+fn to_msg(m: Msg, me: &NodeId, version: u8) -> Message<NodeId> {
+    let v3 = version >= 3;
     match m {
         Msg::Ping { seq, to_me, suspected } => {
             let to = if to_me { me.clone() } else { id(1) };
@@ -79,6 +95,12 @@ fn to_msg(m: Msg, me: &NodeId, v3: bool) -> Message<NodeId> {
         Msg::Summary { hash } => Message::Summary { hash },
         Msg::Heartbeat => Message::Heartbeat,
         Msg::Corroborate { target } => Message::Corroborate { target: id(target) },
+        Msg::Buckets { fill, differ } => {
+            let mut sums = Box::new([fill; hale_core::wire::BUCKETS]);
+            sums[usize::from(differ) % hale_core::wire::BUCKETS] ^= 1;
+            Message::Buckets { sums }
+        }
+        Msg::DigestPart { buckets, reply, members } => Message::DigestPart { buckets, reply, members: records(members) },
     }
 }
 
@@ -93,20 +115,16 @@ fuzz_target!(|inputs: Vec<Input>| {
             Input::Raw { bytes, stream } => {
                 let _ = if stream { node.handle_stream(now, &bytes) } else { node.handle_datagram(now, &bytes) };
             }
-            Input::Packet { from, inc, health, generation, sent, msgs, stream, v3 } => {
-                let messages: Vec<_> = msgs.into_iter().take(8).map(|m| to_msg(m, &me, v3)).collect();
-                let p = Packet { header: header(v3, from, inc, health, u64::from(generation), u64::from(sent)), messages };
+            Input::Packet { from, inc, health, generation, sent, msgs, stream, version } => {
+                let version = spoken(version);
+                let messages: Vec<_> = msgs.into_iter().take(8).map(|m| to_msg(m, &me, version)).collect();
+                let p = Packet { header: header(version, from, inc, health, u64::from(generation), u64::from(sent)), messages };
                 let bytes = p.encode();
                 let _ = if stream { node.handle_stream(now, &bytes) } else { node.handle_datagram(now, &bytes) };
             }
-            Input::Sync { from, members, v3 } => {
-                let members = members.into_iter().take(16).map(|(m, inc, s)| hale_core::MemberRecord {
-                    id: id(m),
-                    incarnation: inc,
-                    state: [hale_core::wire::WireState::Alive, hale_core::wire::WireState::Suspect, hale_core::wire::WireState::Dead, hale_core::wire::WireState::Left][usize::from(s % 4)],
-                    meta: vec![],
-                }).collect();
-                let p = Packet { header: header(v3, from, 0, 0, 0, 0), messages: vec![Message::PushPull { join: true, reply: true, digest: false, members }] };
+            Input::Sync { from, members, version } => {
+                let members = records(members);
+                let p = Packet { header: header(spoken(version), from, 0, 0, 0, 0), messages: vec![Message::PushPull { join: true, reply: true, digest: false, members }] };
                 let _ = node.handle_stream(now, &p.encode());
             }
             Input::Traffic { from } => node.note_traffic(now, &id(from)),

@@ -143,10 +143,14 @@ pub struct Config {
     pub targeted_suspicions: bool,
     /// Most pieces of news queued; the least urgent are dropped beyond it.
     pub max_broadcasts: usize,
-    /// Base interval of full-state push/pull with a random member.
+    /// Mean interval of the periodic sync with a random member (a summary
+    /// of the view, then digests where views differ; `digest.rs`).
     pub push_pull_interval: Duration,
-    /// The push/pull interval is multiplied by `ceil(N / push_pull_scale)`,
-    /// which keeps its bandwidth per node flat as the cluster grows.
+    /// Below wire version 4 (where a disagreement costs two whole
+    /// digests), the sync interval is multiplied by
+    /// `ceil(N / push_pull_scale)`, which keeps its bandwidth per node flat
+    /// as the cluster grows. From version 4 on a disagreement costs what
+    /// differs, and the interval stays put.
     pub push_pull_scale: usize,
     /// Most full-state replies this node sends per second (joins included).
     pub sync_replies_per_sec: u32,

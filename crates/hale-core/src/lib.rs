@@ -76,6 +76,7 @@ macro_rules! named_enum {
 mod admission;
 mod broadcast;
 pub mod config;
+mod digest;
 mod direct;
 pub mod event;
 mod freshness;

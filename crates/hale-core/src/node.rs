@@ -483,6 +483,12 @@ impl<I: Identity> Node<I> {
                 members,
                 ..
             } => self.handle_push_pull(now, from, reply, digest, members),
+            Message::Buckets { sums } => self.handle_buckets(now, from, &sums),
+            Message::DigestPart {
+                buckets,
+                reply,
+                members,
+            } => self.answer_digest(now, from, reply, Some(buckets), members),
         }
     }
 

@@ -37,7 +37,7 @@ pub(crate) fn tag(ring: u64) -> u32 {
 /// The FNV-1a prime.
 const FNV_PRIME: u64 = 0x0100_0000_01b3;
 /// The FNV-1a offset basis: the hash of no bytes.
-const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+pub(crate) const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 
 /// The FNV-1a prime to the `k` (wrapping), by squaring.
 const fn prime_power(k: u32) -> u64 {
@@ -70,7 +70,7 @@ const PRIME_POWERS: [u64; 33] = {
 /// ones: identities padded with zeros (the simulator's) hash several times
 /// faster, and monitors are recomputed over every member. Hashing a prefix
 /// and then continuing from its result equals hashing the whole.
-fn fnv1a_zero_runs(mut h: u64, bytes: &[u8]) -> u64 {
+pub(crate) fn fnv1a_zero_runs(mut h: u64, bytes: &[u8]) -> u64 {
     let pow = |k: u32| match PRIME_POWERS.get(k as usize) {
         Some(&p) => p,
         None => prime_power(k),

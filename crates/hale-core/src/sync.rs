@@ -2,26 +2,7 @@
 //! falling back to seeds when alone, and reconnecting to members declared
 //! dead so that partitions heal.
 //!
-//! # Periodic sync by digest
-//!
-//! A join sends and gets back whole records. The periodic sync does not
-//! resend what the other side knows: A sends a digest (every member's
-//! identity, incarnation and state, no metadata); B answers with the whole
-//! records it knows better than the digest says, and its own digest; A
-//! sends back the whole records it knows better than B's digest. In a
-//! cluster in agreement that is two digests, not two copies of everyone's
-//! metadata. Deaths and departures in a digest are merged at once (they
-//! carry no metadata); every reply spends a token of
-//! `sync_replies_per_sec`.
-//!
-//! To a member written to in wire version 3 or later, the periodic sync
-//! starts with a datagram: the view's hash (`Message::Summary`,
-//! [`Node::view_hash`]). Only a peer whose view hashes differently
-//! answers, by starting the digest exchange above over the stream
-//! channel; a cluster in agreement spends one small datagram per period,
-//! not a stream connection and two digests. To a member written to in
-//! version 2 (which cannot read a summary), the sync starts with the
-//! digest, as that version always did.
+//! The periodic sync by digest, and its summaries, are in `digest.rs`.
 
 use std::time::Duration;
 
@@ -31,7 +12,7 @@ use crate::event::Event;
 use crate::identity::Identity;
 use crate::member::MemberState;
 use crate::node::Node;
-use crate::table::{record_hash, FxMap};
+use crate::table::FxMap;
 use crate::time::{Time, Timer};
 use crate::wire::{Channel, MemberRecord, Message, WireState};
 
@@ -120,6 +101,12 @@ impl<I: Identity> Node<I> {
         self.probing.reserve(expected);
         self.out.mute(true);
         self.monitors.defer();
+        if self.wire_version() >= 4 {
+            // Its first summary is due within a period: the view sums are
+            // needed anyway, and adding each record's share as it loads
+            // costs no second pass.
+            self.members.keep_view_sum();
+        }
         for r in records {
             self.merge_record(now, None, r);
         }
@@ -254,7 +241,17 @@ impl<I: Identity> Node<I> {
             .retain(|_, t| now.saturating_since(*t) < period);
     }
 
+    /// The periodic sync's mean period. In version 4 it is
+    /// `push_pull_interval` at every size: a sync in agreement is one
+    /// datagram each way at most, and a disagreement costs what differs
+    /// (`digest.rs`), so that a member that gossip missed is repaired in
+    /// about a period, not in hours at 10,000 members. Before, it grows
+    /// with the cluster (`push_pull_scale`): a disagreement costs two
+    /// whole digests.
     pub(crate) fn push_pull_interval(&self) -> Duration {
+        if self.wire_version() >= 4 {
+            return self.cfg.push_pull_interval;
+        }
         let scale = (self.members.live() + 1)
             .div_ceil(self.cfg.push_pull_scale)
             .max(1);
@@ -272,59 +269,8 @@ impl<I: Identity> Node<I> {
             return;
         }
         if let Some(peer) = self.random_live(1, None).pop() {
-            if self.writes_v3_to(&peer) {
-                // The view's hash first: a peer that agrees answers nothing.
-                self.members.keep_view_sum();
-                let hash = self.view_hash();
-                self.send(peer, Channel::Datagram, vec![Message::Summary { hash }]);
-            } else {
-                self.start_digest_sync(peer);
-            }
+            self.open_sync(peer);
         }
-    }
-
-    /// Sends `peer` this node's digest, asking for its own back.
-    fn start_digest_sync(&mut self, peer: I) {
-        self.stats.syncs += 1;
-        let msg = Message::PushPull {
-            join: false,
-            reply: true,
-            digest: true,
-            members: self.digest_records(),
-        };
-        self.send(peer, Channel::Stream, vec![msg]);
-    }
-
-    /// A peer's view hashes to `hash`: if this node's does not, the two
-    /// sync by digest (this node starts it, spending a sync token, as a
-    /// reply to the summary).
-    pub(crate) fn handle_summary(&mut self, now: Time, from: &I, hash: u64) {
-        self.members.keep_view_sum();
-        if self.phase.has_left() || hash == self.view_hash() || !self.take_sync_token(now) {
-            return;
-        }
-        self.start_digest_sync(from.clone());
-    }
-
-    /// A hash of what a digest sync compares (every member's identity,
-    /// incarnation and state, this node's own record included), whatever
-    /// the order: two nodes in agreement compute the same value. A sum of
-    /// one mixed FNV-1a hash per record: a difference in any record changes
-    /// it, except with negligible probability.
-    ///
-    /// Once this node has sent or read a summary, the members' part is kept
-    /// up to date by the table as records change
-    /// ([`crate::table::Table::keep_view_sum`]): a summary then costs no
-    /// walk over 10,000 records, and a snapshot still loads without
-    /// hashing each one.
-    pub fn view_hash(&self) -> u64 {
-        let me = if self.phase.has_left() {
-            WireState::Left
-        } else {
-            WireState::Alive
-        };
-        record_hash(self.local.id(), self.local.incarnation(), me)
-            .wrapping_add(self.members.view_sum())
     }
 
     /// Pings a random member declared dead. If it is alive on the other side
@@ -374,61 +320,11 @@ impl<I: Identity> Node<I> {
             }
             return;
         }
-        // A digest: deaths and departures need no metadata; the rest is
-        // compared with what this node knows.
-        let mut theirs: FxMap<I, (u32, u8)> = FxMap::default();
-        theirs.reserve(members.len());
-        for r in members {
-            theirs.insert(r.id.clone(), (r.incarnation, rank(r.state)));
-            if matches!(r.state, WireState::Dead | WireState::Left) {
-                self.merge_record(now, Some(from), r);
-            }
-        }
-        // Chosen without metadata; only what is sent gets its metadata copied.
-        let mut better: Vec<MemberRecord<I>> = self
-            .digest_records()
-            .into_iter()
-            .filter(|m| match theirs.get(&m.id) {
-                Some(&(inc, r)) => (m.incarnation, rank(m.state)) > (inc, r),
-                // Never teach a member through its death.
-                None => matches!(m.state, WireState::Alive | WireState::Suspect),
-            })
-            .collect();
-        for r in &mut better {
-            r.meta = if r.id == *self.local.id() {
-                self.local.meta().to_vec()
-            } else {
-                self.members.meta(&r.id).to_vec()
-            };
-        }
-        if better.is_empty() && !reply {
-            return;
-        }
-        if !self.take_sync_token(now) {
-            return;
-        }
-        let mut msgs = Vec::with_capacity(2);
-        if !better.is_empty() {
-            msgs.push(Message::PushPull {
-                join: false,
-                reply: false,
-                digest: false,
-                members: better,
-            });
-        }
-        if reply {
-            msgs.push(Message::PushPull {
-                join: false,
-                reply: false,
-                digest: true,
-                members: self.digest_records(),
-            });
-        }
-        self.send(from.clone(), Channel::Stream, msgs);
+        self.answer_digest(now, from, reply, None, members);
     }
 
     /// Bounded: a token bucket caps sync replies per second. Counts a refusal.
-    fn take_sync_token(&mut self, now: Time) -> bool {
+    pub(crate) fn take_sync_token(&mut self, now: Time) -> bool {
         let rate = f64::from(self.cfg.sync_replies_per_sec);
         let elapsed = now.saturating_since(self.recovery.tokens_at).as_secs_f64();
         self.recovery.tokens = (self.recovery.tokens + elapsed * rate).min(rate);
@@ -445,7 +341,7 @@ impl<I: Identity> Node<I> {
     /// Merges one record of a full-state sync from `from` (None: a restore).
     /// Only news about the sender itself is re-gossiped: bulk state is old
     /// news to everyone else, and gossiping it would flood the cluster on joins.
-    fn merge_record(&mut self, now: Time, from: Option<&I>, r: MemberRecord<I>) {
+    pub(crate) fn merge_record(&mut self, now: Time, from: Option<&I>, r: MemberRecord<I>) {
         let about_sender = from == Some(&r.id);
         let declarer = from.cloned().unwrap_or_else(|| self.local.id().clone());
         match r.state {
@@ -466,16 +362,5 @@ impl<I: Identity> Node<I> {
                 self.apply_left(now, &r.id, r.incarnation, about_sender);
             }
         }
-    }
-}
-
-/// Which of two records at the same incarnation is news: a suspicion over
-/// an alive, a death over both, a departure over everything.
-fn rank(s: WireState) -> u8 {
-    match s {
-        WireState::Alive => 0,
-        WireState::Suspect => 1,
-        WireState::Dead => 2,
-        WireState::Left => 3,
     }
 }

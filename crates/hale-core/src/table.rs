@@ -31,7 +31,6 @@ use crate::freshness::Freshness;
 use crate::identity::Identity;
 use crate::member::MemberState;
 use crate::time::Time;
-use crate::wire::{fnv1a, WireState};
 
 /// A hash map with the fast, deterministic Fx hasher (no OS randomness).
 pub(crate) type FxMap<K, V> = HashMap<K, V, FxBuildHasher>;
@@ -209,10 +208,11 @@ pub(crate) struct Table<I> {
     meta: FxMap<Slot, Box<[u8]>>,
     /// Copies of the ring neighbours' records (`watch.rs`).
     watch: Watch<I>,
-    /// The sum of [`record_hash`] over every record, once something asked
-    /// to keep it ([`Table::keep_view_sum`]): a snapshot of 10,000 loads
-    /// without hashing each record.
-    view_sum: Option<u64>,
+    /// The per-bucket sums of [`record_hash`] over every record
+    /// (`view.rs`), once something asked to keep them
+    /// ([`Table::keep_view_sum`]): a snapshot of 10,000 loads without
+    /// hashing each record.
+    view: Option<ViewSums>,
     len: usize,
     live: usize,
     suspects: usize,
@@ -231,7 +231,7 @@ impl<I: Identity> Table<I> {
             since: FxMap::default(),
             meta: FxMap::default(),
             watch: Watch::default(),
-            view_sum: None,
+            view: None,
             len: 0,
             live: 0,
             suspects: 0,
@@ -322,11 +322,10 @@ impl<I: Identity> Table<I> {
         let out = f(r);
         let rec = *r;
         self.watch.refresh(slot, rec);
-        if let Some(sum) = self.view_sum.as_mut() {
+        if let Some(view) = self.view.as_mut() {
             if (was.incarnation, was.state()) != (rec.incarnation, rec.state()) {
-                *sum = sum
-                    .wrapping_sub(rec_hash(id, &was))
-                    .wrapping_add(rec_hash(id, &rec));
+                view.sub(id, was.incarnation, was.state().wire());
+                view.add(id, rec.incarnation, rec.state().wire());
             }
         }
         Some(out)
@@ -334,30 +333,34 @@ impl<I: Identity> Table<I> {
 
     /// The sum of [`record_hash`] over every member's identity,
     /// incarnation and state: the members' part of
-    /// [`crate::Node::view_hash`]. Read from the kept sum if
-    /// [`Table::keep_view_sum`] was called, else summed here.
+    /// [`crate::Node::view_hash`].
     pub(crate) fn view_sum(&self) -> u64 {
+        self.view_sums().total()
+    }
+
+    /// The members' view sums by bucket (`view.rs`): read from the kept
+    /// sums if [`Table::keep_view_sum`] was called, else summed here.
+    pub(crate) fn view_sums(&self) -> Cow<'_, ViewSums> {
         let sum_all = || {
-            self.iter()
-                .fold(0u64, |s, (id, r)| s.wrapping_add(rec_hash(&*id, r)))
-        };
-        match self.view_sum {
-            Some(sum) => {
-                debug_assert_eq!(
-                    sum,
-                    sum_all(),
-                    "the kept view sum differs from the records'"
-                );
-                sum
+            let mut v = ViewSums::default();
+            for (id, r) in self.iter() {
+                v.add(&*id, r.incarnation, r.state().wire());
             }
-            None => sum_all(),
+            v
+        };
+        match &self.view {
+            Some(v) => {
+                debug_assert_eq!(*v, sum_all(), "the kept view sums differ from the records'");
+                Cow::Borrowed(v)
+            }
+            None => Cow::Owned(sum_all()),
         }
     }
 
-    /// Keeps [`Table::view_sum`] from now on, updated as records change.
+    /// Keeps [`Table::view_sums`] from now on, updated as records change.
     pub(crate) fn keep_view_sum(&mut self) {
-        if self.view_sum.is_none() {
-            self.view_sum = Some(self.view_sum());
+        if self.view.is_none() {
+            self.view = Some(self.view_sums().into_owned());
         }
     }
 
@@ -410,8 +413,8 @@ impl<I: Identity> Table<I> {
             }
         };
         self.watch.refresh(slot, rec);
-        if let Some(sum) = self.view_sum.as_mut() {
-            *sum = sum.wrapping_add(rec_hash(id, &rec));
+        if let Some(view) = self.view.as_mut() {
+            view.add(id, rec.incarnation, rec.state().wire());
         }
         self.len += 1;
         self.put_meta(slot, meta);
@@ -423,9 +426,10 @@ impl<I: Identity> Table<I> {
         let Some(slot) = self.slot(id) else {
             return;
         };
-        if let (Some(r), Some(_)) = (self.rec(slot), self.view_sum) {
-            let h = rec_hash(id, r);
-            self.view_sum = self.view_sum.map(|s| s.wrapping_sub(h));
+        if let Some(r) = self.rec(slot).copied() {
+            if let Some(view) = self.view.as_mut() {
+                view.sub(id, r.incarnation, r.state().wire());
+            }
         }
         if slot < DENSE_LIMIT {
             self.dense[slot as usize] = Rec::default();
@@ -747,31 +751,10 @@ impl<I: Identity> Table<I> {
     }
 }
 
-/// One record's share of a view hash ([`crate::Node::view_hash`]): its
-/// identity, incarnation and state, hashed and mixed. Two nodes in
-/// agreement sum the same shares, whatever the order.
-pub(crate) fn record_hash<I: Identity>(id: &I, incarnation: u32, state: WireState) -> u64 {
-    let mut buf = Vec::with_capacity(64);
-    id.encode(&mut buf);
-    buf.extend_from_slice(&incarnation.to_le_bytes());
-    buf.push(state as u8);
-    mix(fnv1a(&buf))
-}
-
-fn rec_hash<I: Identity>(id: &I, r: &Rec) -> u64 {
-    record_hash(id, r.incarnation, r.state().wire())
-}
-
-/// The splitmix64 finalizer: spreads a hash's bits, so that a sum of
-/// hashes of records that differ in one byte differs.
-fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
 #[cfg(test)]
 mod tests;
+mod view;
 mod watch;
 
+pub(crate) use view::{bucket_of, record_hash, ViewSums};
 use watch::Watch;

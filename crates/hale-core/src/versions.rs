@@ -284,6 +284,14 @@ impl<I: Identity> Node<I> {
         self.version_for(now, to) >= 3
     }
 
+    /// Whether packets to `to` are written in version 4 or later (which
+    /// alone carry [`crate::wire::Message::Buckets`] and
+    /// [`crate::wire::Message::DigestPart`]).
+    pub(crate) fn writes_v4_to(&mut self, to: &I) -> bool {
+        let now = self.isolation.last_now();
+        self.version_for(now, to) >= 4
+    }
+
     /// The header a packet to `to` carries, in the version written to it.
     pub(crate) fn header_for(&mut self, to: &I) -> Header<I> {
         let now = self.isolation.last_now();

@@ -13,6 +13,7 @@
 //!   | sender incarnation varint | sender local health u8
 //!   | sender generation varint | sent (sender's clock, ms) varint
 //!   | messages to the end of the packet (at most [`MAX_MESSAGES`])
+//! version 4: as version 3
 //! ```
 //!
 //! Each message is a tag byte and its fields. Integers are LEB128 varints
@@ -33,9 +34,16 @@
 //!   (tag 14, an identity) asks a second observer to probe a member that
 //!   went quiet; a version 2 packet carries none of them.
 //!
-//! Every other message is the same in both. A node writes a [`Summary`]
-//! or a tagged ping only to members it writes version 3 to (`versions.rs`):
-//! a message that does not fit its packet's version ([`Message::fits`])
+//! Version 4 has version 3's header and messages, and two more, for the
+//! periodic sync of a large cluster (`sync.rs`): [`Message::Buckets`]
+//! (tag 15, 64 sums of 8 bytes LE), the answer to a summary that differs,
+//! and [`Message::DigestPart`] (tag 16, stream only: a flags byte, a
+//! 64-bit bucket mask LE, then records as in a digest push/pull).
+//!
+//! Every other message is the same in all versions. A node writes a
+//! [`Summary`] or a tagged ping only to members it writes version 3 or
+//! later to, and buckets or a digest part only to those it writes version
+//! 4 to (`versions.rs`): a message that does not fit its packet's version ([`Message::fits`])
 //! does not decode back to itself.
 //!
 //! **Versions.** A build speaks a range of versions ([`SPOKEN`]): it decodes
@@ -71,7 +79,7 @@ pub use codec::{
     put_varint, varint_len, DecodeError, Reader, MAX_DATAGRAM, MAX_MESSAGES, MAX_META,
     MAX_STREAM_FRAME,
 };
-pub use message::{MemberRecord, Message, PingTarget, WireState};
+pub use message::{MemberRecord, Message, PingTarget, WireState, BUCKETS};
 
 use crate::identity::Identity;
 use codec::{Len, Sink};
@@ -79,7 +87,7 @@ use codec::{Len, Sink};
 /// First two bytes of every packet.
 pub const MAGIC: [u8; 2] = *b"HL";
 /// The newest wire version this build speaks.
-pub const VERSION: u8 = 3;
+pub const VERSION: u8 = 4;
 /// The oldest wire version any hale build ever spoke: what a member that
 /// advertises no range (a release before 0.2.0) is taken to speak.
 pub const OLDEST: u8 = 2;

@@ -1,7 +1,7 @@
 //! Tests of the member table.
 
 use super::*;
-use crate::wire::{DecodeError, Reader};
+use crate::wire::{DecodeError, Reader, WireState};
 
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
 struct Num(u32);
@@ -260,9 +260,9 @@ fn watched_copies_and_the_kept_view_sum_follow_every_change_even_an_epoch_move_a
         for (k, id) in watched.iter().enumerate() {
             assert_eq!(t.watched(k, id).copied(), t.get(id).copied(), "{id:?}");
         }
-        let sum = t
-            .iter()
-            .fold(0u64, |s, (id, r)| s.wrapping_add(rec_hash(&*id, r)));
+        let sum = t.iter().fold(0u64, |s, (id, r)| {
+            s.wrapping_add(record_hash(&*id, r.incarnation, r.state().wire()))
+        });
         assert_eq!(t.view_sum(), sum);
     };
     let day = 86_400_000_000_000u64;
@@ -292,4 +292,38 @@ fn watched_copies_and_the_kept_view_sum_follow_every_change_even_an_epoch_move_a
     assert!(t.watched(1, &far).is_none());
     t.for_each_rec_mut(|r| r.set(IN_WALK, true));
     agree(&t);
+}
+
+#[test]
+fn a_records_share_of_the_view_hash_is_the_mixed_fnv1a_of_its_identity_incarnation_and_state() {
+    // A version 3 summary sums these shares: they must never change.
+    let mut buf = Vec::new();
+    Num(7).encode(&mut buf);
+    buf.extend_from_slice(&9u32.to_le_bytes());
+    buf.push(WireState::Suspect as u8);
+    let mut z = crate::wire::fnv1a(&buf);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    assert_eq!(record_hash(&Num(7), 9, WireState::Suspect), z);
+}
+
+#[test]
+fn a_change_of_one_record_moves_the_view_sum_of_its_bucket_alone() {
+    let mut t: Table<Num> = Table::new();
+    add(&mut t, 0..200);
+    t.keep_view_sum();
+    let before = t.view_sums().into_owned();
+    t.set_state(&Num(17), MemberState::Suspect, Time::from_secs(1));
+    let after = t.view_sums().into_owned();
+    let b = bucket_of(&Num(17), &mut Vec::new());
+    for k in 0..crate::wire::BUCKETS {
+        assert_eq!(before.sums()[k] == after.sums()[k], k != b, "bucket {k}");
+    }
+    // The buckets spread the members: none holds more than a tenth.
+    let mut counts = [0usize; crate::wire::BUCKETS];
+    for i in 0..200 {
+        counts[bucket_of(&Num(i), &mut Vec::new())] += 1;
+    }
+    assert!(counts.iter().all(|&c| c <= 20), "{counts:?}");
 }

@@ -5,6 +5,11 @@
 use super::codec::{DecodeError, Len, Reader, Sink, MAX_META};
 use crate::identity::Identity;
 
+/// Buckets a view is summed in (`Message::Buckets`), one bit each in a
+/// [`Message::DigestPart`]'s mask: a member's bucket is the top six bits of
+/// a mixed FNV-1a hash of its identity's wire form.
+pub const BUCKETS: usize = 64;
+
 /// A state of a member as carried in a full-state sync.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum WireState {
@@ -187,6 +192,29 @@ pub enum Message<I> {
         /// The sender's member list (whole, unless it answers a digest).
         members: Vec<MemberRecord<I>>,
     },
+    /// "My view sums to these, bucket by bucket" (version 4 on): the
+    /// answer to a [`Message::Summary`] whose hash differs from the
+    /// receiver's, in a cluster large enough that a whole digest costs
+    /// more than this. The summary's sender compares the sums with its own
+    /// and opens a digest exchange of only the buckets that differ
+    /// ([`Message::DigestPart`]): a member missed by gossip costs a
+    /// sixty-fourth of a digest to repair.
+    Buckets {
+        /// The sender's sum of record shares in each bucket.
+        sums: Box<[u64; BUCKETS]>,
+    },
+    /// A digest of the members in some buckets only (version 4 on, stream
+    /// only): like a digest [`Message::PushPull`], but members outside
+    /// `buckets` are neither sent nor taken to be unknown to the sender.
+    DigestPart {
+        /// The buckets covered, one bit each (bit `b` for bucket `b`).
+        buckets: u64,
+        /// The receiver should answer with its own digest of the same
+        /// buckets.
+        reply: bool,
+        /// The sender's records in those buckets, without metadata.
+        members: Vec<MemberRecord<I>>,
+    },
 }
 
 /// Declares `Tag` and its decoding from one list, so that the two cannot
@@ -227,13 +255,16 @@ tags! {
     Summary = 12,
     Heartbeat = 13,
     Corroborate = 14,
+    Buckets = 15,
+    DigestPart = 16,
 }
 
 impl<I: Identity> Message<I> {
     /// Whether a packet of `version` carries this message as it is: a
     /// ping's target named as `version` names it ([`PingTarget::fits`]),
-    /// and a [`Message::Summary`], [`Message::Heartbeat`] or
-    /// [`Message::Corroborate`] only from version 3 on. A message that
+    /// a [`Message::Summary`], [`Message::Heartbeat`] or
+    /// [`Message::Corroborate`] only from version 3 on, and a
+    /// [`Message::Buckets`] or [`Message::DigestPart`] from version 4 on. A message that
     /// does not fit its packet's version is still encoded, as its form
     /// says, but does not decode back to itself.
     pub fn fits(&self, version: u8) -> bool {
@@ -242,6 +273,7 @@ impl<I: Identity> Message<I> {
             Message::Summary { .. } | Message::Heartbeat | Message::Corroborate { .. } => {
                 version >= 3
             }
+            Message::Buckets { .. } | Message::DigestPart { .. } => version >= 4,
             _ => true,
         }
     }
@@ -364,16 +396,23 @@ impl<I: Identity> Message<I> {
             } => {
                 out.byte(Tag::PushPull as u8);
                 out.byte(u8::from(*join) | (u8::from(*reply) << 1) | (u8::from(*digest) << 2));
-                out.varint(members.len() as u64);
-                for m in members {
-                    out.id(&m.id);
-                    out.varint(u64::from(m.incarnation));
-                    out.byte(m.state as u8);
-                    if !*digest {
-                        out.varint(m.meta.len() as u64);
-                        out.bytes(&m.meta);
-                    }
+                write_records(out, members, !*digest);
+            }
+            Message::Buckets { sums } => {
+                out.byte(Tag::Buckets as u8);
+                for s in sums.iter() {
+                    out.bytes(&s.to_le_bytes());
                 }
+            }
+            Message::DigestPart {
+                buckets,
+                reply,
+                members,
+            } => {
+                out.byte(Tag::DigestPart as u8);
+                out.byte(u8::from(*reply));
+                out.bytes(&buckets.to_le_bytes());
+                write_records(out, members, false);
             }
         }
     }
@@ -448,41 +487,87 @@ impl<I: Identity> Message<I> {
                     return Err(DecodeError::Invalid("push-pull flags"));
                 }
                 let digest = flags & 4 != 0;
-                let count = r.varint()?;
-                // Each record takes at least 3 bytes (a digest's: identity,
-                // incarnation, state): never reserve more than the input could hold.
-                if count > (r.remaining() / 3) as u64 {
-                    return Err(DecodeError::Invalid("member count exceeds packet"));
-                }
-                let mut members = Vec::with_capacity(count as usize);
-                for _ in 0..count {
-                    let id = I::decode(r)?;
-                    let incarnation = r.varint32()?;
-                    let state = match r.u8()? {
-                        0 => WireState::Alive,
-                        1 => WireState::Suspect,
-                        2 => WireState::Dead,
-                        3 => WireState::Left,
-                        _ => return Err(DecodeError::Invalid("member state")),
-                    };
-                    let meta = if digest { Vec::new() } else { read_meta(r)? };
-                    members.push(MemberRecord {
-                        id,
-                        incarnation,
-                        state,
-                        meta,
-                    });
-                }
                 Message::PushPull {
                     join: flags & 1 != 0,
                     reply: flags & 2 != 0,
                     digest,
-                    members,
+                    members: read_records(r, !digest)?,
                 }
             }
+            Tag::Buckets | Tag::DigestPart if version < 4 => {
+                return Err(DecodeError::Invalid("message tag"))
+            }
+            Tag::Buckets => {
+                let mut sums = Box::new([0u64; BUCKETS]);
+                for s in sums.iter_mut() {
+                    *s = u64::from_le_bytes(r.array()?);
+                }
+                Message::Buckets { sums }
+            }
+            Tag::DigestPart if stream => {
+                let reply = match r.u8()? {
+                    0 => false,
+                    1 => true,
+                    _ => return Err(DecodeError::Invalid("digest part flags")),
+                };
+                Message::DigestPart {
+                    reply,
+                    buckets: u64::from_le_bytes(r.array()?),
+                    members: read_records(r, false)?,
+                }
+            }
+            Tag::DigestPart => return Err(DecodeError::Invalid("digest part in a datagram")),
             Tag::PushPull => return Err(DecodeError::Invalid("push-pull in a datagram")),
         })
     }
+}
+
+/// A sync's records: identity, incarnation, state, and (`with_meta`)
+/// metadata.
+fn write_records<S: Sink, I: Identity>(out: &mut S, members: &[MemberRecord<I>], with_meta: bool) {
+    out.varint(members.len() as u64);
+    for m in members {
+        out.id(&m.id);
+        out.varint(u64::from(m.incarnation));
+        out.byte(m.state as u8);
+        if with_meta {
+            out.varint(m.meta.len() as u64);
+            out.bytes(&m.meta);
+        }
+    }
+}
+
+/// Reads what [`write_records`] wrote.
+fn read_records<I: Identity>(
+    r: &mut Reader<'_>,
+    with_meta: bool,
+) -> Result<Vec<MemberRecord<I>>, DecodeError> {
+    let count = r.varint()?;
+    // Each record takes at least 3 bytes (a digest's: identity,
+    // incarnation, state): never reserve more than the input could hold.
+    if count > (r.remaining() / 3) as u64 {
+        return Err(DecodeError::Invalid("member count exceeds packet"));
+    }
+    let mut members = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        let id = I::decode(r)?;
+        let incarnation = r.varint32()?;
+        let state = match r.u8()? {
+            0 => WireState::Alive,
+            1 => WireState::Suspect,
+            2 => WireState::Dead,
+            3 => WireState::Left,
+            _ => return Err(DecodeError::Invalid("member state")),
+        };
+        let meta = if with_meta { read_meta(r)? } else { Vec::new() };
+        members.push(MemberRecord {
+            id,
+            incarnation,
+            state,
+            meta,
+        });
+    }
+    Ok(members)
 }
 
 fn write_suspected<S: Sink>(out: &mut S, suspected: Option<u32>) {

@@ -352,3 +352,154 @@ fn a_restarted_member_told_of_its_previous_run_at_its_own_incarnation_with_other
         })
     );
 }
+
+/// The bucket sums `x` carries, if any.
+fn buckets(x: &Transmit<NodeId>) -> Option<Box<[u64; hale_core::wire::BUCKETS]>> {
+    decode(x).messages.into_iter().find_map(|m| match m {
+        Message::Buckets { sums } => Some(sums),
+        _ => None,
+    })
+}
+
+/// The digest parts `x` carries: (buckets, reply, records).
+fn digest_parts(x: &Transmit<NodeId>) -> Vec<(u64, bool, Vec<MemberRecord<NodeId>>)> {
+    decode(x)
+        .messages
+        .into_iter()
+        .filter_map(|m| match m {
+            Message::DigestPart {
+                buckets,
+                reply,
+                members,
+            } => Some((buckets, reply, members)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn in_a_cluster_of_300_a_member_gossip_missed_costs_64_bucket_sums_and_digests_of_its_bucket_alone()
+{
+    let all = ids(300);
+    let mut a = node_with_meta(&all[0], &all, 1, None);
+    let (t, sync) = until_sync(&mut a);
+    assert_eq!(sync.channel, Channel::Datagram);
+    // b missed the join of one member that a knows.
+    let missing = all[1..].iter().find(|i| **i != sync.to).unwrap().clone();
+    let known: Vec<NodeId> = all.iter().filter(|i| **i != missing).cloned().collect();
+    let mut b = node_with_meta(&sync.to, &known, 2, None);
+    deliver(&mut b, &sync, t);
+    // b answers with its sums, in a datagram: no digest yet.
+    let out = drain(&mut b);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].channel, Channel::Datagram);
+    assert!(buckets(&out[0]).is_some() && push_pulls(&out[0]).is_empty());
+    // a finds one bucket that differs and sends the digest of it alone.
+    deliver(&mut a, &out[0], t);
+    let out = drain(&mut a);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].channel, Channel::Stream);
+    let parts = digest_parts(&out[0]);
+    assert_eq!(parts.len(), 1);
+    let (mask, reply, members) = &parts[0];
+    assert_eq!(mask.count_ones(), 1, "one bucket differs");
+    assert!(*reply);
+    assert!(members.iter().any(|m| m.id == missing));
+    assert!(
+        members.len() < 300 / 16,
+        "a bucket's members, not all 300: {}",
+        members.len()
+    );
+    assert!(members.iter().all(|m| m.meta.is_empty()));
+    // b knows nothing better there: its own digest of the same bucket back.
+    deliver(&mut b, &out[0], t);
+    let out = drain(&mut b);
+    assert_eq!(out.len(), 1);
+    assert!(push_pulls(&out[0]).is_empty(), "nothing to teach");
+    let back = digest_parts(&out[0]);
+    assert_eq!(back.len(), 1);
+    assert_eq!((back[0].0, back[0].1), (*mask, false));
+    assert_eq!(back[0].2.len(), members.len() - 1, "all but the missed one");
+    // a sends the missed member, whole, and the views agree.
+    deliver(&mut a, &out[0], t);
+    let out = drain(&mut a);
+    assert_eq!(out.len(), 1);
+    let whole = push_pulls(&out[0]);
+    assert_eq!(whole.len(), 1);
+    let (reply, digest, members) = &whole[0];
+    assert!(!reply && !digest);
+    assert_eq!(members.len(), 1);
+    assert_eq!(members[0].id, missing);
+    assert!(!members[0].meta.is_empty());
+    deliver(&mut b, &out[0], t);
+    assert_eq!(
+        b.member(&missing).map(|m| m.meta().to_vec()),
+        Some(members[0].meta.clone())
+    );
+    assert_eq!(a.view_hash(), b.view_hash(), "in agreement now");
+}
+
+#[test]
+fn a_large_cluster_member_written_to_in_version_3_gets_a_whole_digest_not_bucket_sums() {
+    let all = ids(300);
+    let mut a = node_with_meta(&all[0], &all, 1, None);
+    a.set_wire_version(3);
+    let (t, sync) = until_sync(&mut a);
+    let missing = all[1..].iter().find(|i| **i != sync.to).unwrap().clone();
+    let known: Vec<NodeId> = all.iter().filter(|i| **i != missing).cloned().collect();
+    let mut b = node_with_meta(&sync.to, &known, 2, None);
+    b.set_wire_version(3);
+    deliver(&mut b, &sync, t);
+    let out = syncs_of(&mut b);
+    assert_eq!(out.len(), 1);
+    let sent = push_pulls(&out[0]);
+    assert_eq!(sent.len(), 1);
+    let (reply, digest, members) = &sent[0];
+    assert!(*reply && *digest);
+    assert_eq!(members.len(), 299, "everyone b knows");
+}
+
+#[test]
+fn bucket_sums_that_agree_by_the_time_they_arrive_start_nothing() {
+    let all = ids(300);
+    let mut a = node_with_meta(&all[0], &all, 1, None);
+    let (t, sync) = until_sync(&mut a);
+    let newer = all[1..].iter().find(|i| **i != sync.to).unwrap().clone();
+    let mut b = node_with_meta(&sync.to, &all, 2, Some((&newer, 2)));
+    deliver(&mut b, &sync, t);
+    let sums = drain(&mut b).pop().unwrap();
+    assert!(buckets(&sums).is_some());
+    // Gossip brings a the news before b's sums arrive.
+    let alive = b
+        .state_records()
+        .into_iter()
+        .find(|r| r.id == newer)
+        .unwrap();
+    a.restore(t, [alive]);
+    deliver(&mut a, &sums, t);
+    assert!(drain(&mut a).is_empty(), "nothing differs any more");
+}
+
+#[test]
+fn the_sync_period_stays_put_as_the_cluster_grows_in_version_4_and_grows_with_it_before() {
+    let all = ids(1000);
+    // Gaps between the periodic syncs of one node over six periods.
+    let gaps = |version: u8| {
+        let mut a = node_with_meta(&all[0], &all, 1, None);
+        a.set_wire_version(version);
+        let mut times = Vec::new();
+        while times.len() < 6 {
+            times.push(until_sync(&mut a).0);
+        }
+        times
+            .windows(2)
+            .map(|w| w[1].saturating_since(w[0]).as_secs_f64())
+            .collect::<Vec<_>>()
+    };
+    // 30 s, jittered by half either way.
+    let v4 = gaps(4);
+    assert!(v4.iter().all(|g| (15.0..=45.0).contains(g)), "{v4:?}");
+    // 30 s times ceil(1000 / 200), jittered the same way.
+    let v3 = gaps(3);
+    assert!(v3.iter().all(|g| (75.0..=225.0).contains(g)), "{v3:?}");
+}

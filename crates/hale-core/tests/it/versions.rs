@@ -72,8 +72,8 @@ fn future_packet(sender: &NodeId, version: u8, speaks: Versions) -> Vec<u8> {
 }
 
 #[test]
-fn this_build_speaks_versions_two_and_three() {
-    assert_eq!(SPOKEN, v(2, 3));
+fn this_build_speaks_versions_two_to_four() {
+    assert_eq!(SPOKEN, v(2, 4));
     assert_eq!(OLDEST, 2);
     assert_eq!("2-3".parse::<Versions>(), Ok(v(2, 3)));
     assert_eq!("3".parse::<Versions>(), Ok(v(3, 3)));
@@ -133,16 +133,16 @@ fn a_version_three_header_whose_range_excludes_three_is_malformed() {
 #[test]
 fn the_prefix_of_a_future_version_names_its_sender_and_what_it_speaks() {
     let a = id("a", 1);
-    let bytes = future_packet(&a, 4, v(3, 4));
+    let bytes = future_packet(&a, 5, v(4, 5));
     let c = cluster_id("hale");
     assert_eq!(
         Packet::<NodeId>::decode(&bytes, Channel::Datagram, c),
-        Err(DecodeError::Version(4))
+        Err(DecodeError::Version(5))
     );
     let p = peek::<NodeId>(&bytes, c).unwrap();
     assert_eq!(
         (p.version, p.sender, p.speaks),
-        (4, Some(a.clone()), Some(v(3, 4)))
+        (5, Some(a.clone()), Some(v(4, 5)))
     );
     assert_eq!(
         peek::<NodeId>(&bytes, cluster_id("other")),
@@ -159,7 +159,7 @@ fn the_prefix_of_a_future_version_names_its_sender_and_what_it_speaks() {
         "version 2's prefix: its 8-byte cluster id"
     );
     assert_eq!(peek::<NodeId>(b"HL\x01", c).map(|p| p.version), Some(1));
-    assert_eq!(peek::<NodeId>(b"XX\x04", c), None);
+    assert_eq!(peek::<NodeId>(b"XX\x05", c), None);
 }
 
 #[test]
@@ -196,8 +196,8 @@ fn a_node_writes_the_lowest_version_of_its_range_until_told_otherwise() {
         answered(&mut a, &ping_from(&all[1], &all[0], 2, 7, t), t),
         [2]
     );
+    assert_eq!(a.set_wire_version(9), 4, "brought within its range");
     assert_eq!(a.set_wire_version(3), 3);
-    assert_eq!(a.set_wire_version(9), 3, "brought within its range");
     let t = secs(1.5);
     a.handle_datagram(t, &ping_from(&all[1], &all[0], 3, 7, t))
         .unwrap();
@@ -226,7 +226,7 @@ fn a_packet_of_a_version_outside_the_range_is_dropped_and_reported_once_a_minute
         Err(ReceiveError::Decode(DecodeError::Version(2)))
     );
     assert!(drain(&mut a).is_empty(), "not answered");
-    let future = future_packet(&all[2], 4, v(4, 5));
+    let future = future_packet(&all[2], 5, v(5, 6));
     assert!(a.handle_datagram(secs(1.1), &future).is_err());
     let reports = drain_events(&mut a);
     assert_eq!(
@@ -240,8 +240,8 @@ fn a_packet_of_a_version_outside_the_range_is_dropped_and_reported_once_a_minute
             },
             Event::UnsupportedVersion {
                 sender: Some(all[2].clone()),
-                version: 4,
-                speaks: Some(v(4, 5)),
+                version: 5,
+                speaks: Some(v(5, 6)),
                 ours: v(3, 3),
             },
         ]
@@ -258,7 +258,7 @@ fn a_packet_of_a_version_outside_the_range_is_dropped_and_reported_once_a_minute
     assert_eq!(reports(&mut a), 1);
     assert_eq!(a.stats().dropped(hale_core::DropReason::Version), 4);
     let (received, _) = a.packets_by_version();
-    assert_eq!((received[&2], received[&4]), (3, 1));
+    assert_eq!((received[&2], received[&5]), (3, 1));
 }
 
 #[test]
@@ -325,7 +325,7 @@ fn members_that_write_an_older_version_without_restarting_are_written_to_in_the_
 
 #[test]
 fn a_wire_range_outside_this_builds_is_refused() {
-    for bad in [v(1, 3), v(2, 4), v(3, 2)] {
+    for bad in [v(1, 3), v(2, 5), v(3, 2)] {
         let cfg = Config {
             wire_versions: bad,
             ..Config::default()

@@ -7,7 +7,7 @@ use proptest::prelude::*;
 
 use hale_core::wire::{
     cluster_id, target_tag, Header, MemberRecord, Message, Packet, PingTarget, Versions, WireState,
-    MAX_DATAGRAM, SPOKEN,
+    BUCKETS, MAX_DATAGRAM, SPOKEN,
 };
 use hale_core::{Channel, NodeId};
 
@@ -44,14 +44,34 @@ fn arb_target(version: u8) -> BoxedStrategy<PingTarget<NodeId>> {
 
 /// Any message a packet of `version` carries.
 fn arb_message(version: u8) -> impl Strategy<Value = Message<NodeId>> {
-    let summary = (any::<u64>(), 0..3u8, arb_id()).prop_map(move |(hash, which, target)| {
-        match (version >= 3, which) {
-            (true, 0) => Message::Summary { hash },
-            (true, 1) => Message::Heartbeat,
-            (true, _) => Message::Corroborate { target },
-            (false, _) => Message::Ack { seq: hash as u32 },
-        }
-    });
+    let summary = (
+        any::<u64>(),
+        0..5u8,
+        arb_id(),
+        any::<bool>(),
+        prop::collection::vec(arb_record(), 0..4),
+    )
+        .prop_map(
+            move |(hash, which, target, reply, mut members)| match (version, which) {
+                (4.., 3) => Message::Buckets {
+                    sums: Box::new(std::array::from_fn(|b| hash.rotate_left(b as u32))),
+                },
+                (4.., 4) => {
+                    for m in &mut members {
+                        m.meta.clear();
+                    }
+                    Message::DigestPart {
+                        buckets: hash,
+                        reply,
+                        members,
+                    }
+                }
+                (3.., 0) => Message::Summary { hash },
+                (3.., 1) => Message::Heartbeat,
+                (3.., _) => Message::Corroborate { target },
+                _ => Message::Ack { seq: hash as u32 },
+            },
+        );
     prop_oneof![
         (any::<u32>(), arb_target(version), any::<Option<u32>>()).prop_map(
             |(seq, target, suspected)| Message::Ping {
@@ -341,7 +361,7 @@ fn a_version_3_ping_packet_is_exactly_its_bytes() {
     let mut expected = vec![b'H', b'L', 3];
     expected.extend_from_slice(&(cluster_id("hale") as u32).to_le_bytes());
     expected.extend_from_slice(&A); // the sender
-    expected.extend_from_slice(&[2, 3]); // it speaks 2-3
+    expected.extend_from_slice(&[2, 4]); // it speaks 2-4
     expected.extend_from_slice(&[2, 1, 5, 0xac, 0x02]); // inc, health, gen, sent
     expected.extend_from_slice(&[1, 9, 0xdd, 0xcc, 0xbb, 0xaa, 1, 4]); // the ping
     assert_eq!(p.encode(), expected);
@@ -382,6 +402,83 @@ fn a_summary_is_its_tag_and_eight_bytes_of_hash_and_only_version_3_carries_it() 
         Err(hale_core::DecodeError::Invalid("message tag")),
         "tag 12 means nothing in version 2"
     );
+}
+
+#[test]
+fn bucket_sums_are_their_tag_and_64_sums_of_eight_bytes_and_only_version_4_carries_them() {
+    let sums: Box<[u64; BUCKETS]> = Box::new(std::array::from_fn(|b| b as u64 * 0x0101));
+    let m = Message::<NodeId>::Buckets { sums };
+    let mut out = Vec::new();
+    m.encode(&mut out);
+    assert_eq!(out.len(), 1 + 8 * BUCKETS);
+    assert_eq!(m.encoded_len(), out.len());
+    assert_eq!(
+        out[..1 + 16],
+        [15, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0]
+    );
+    let c = cluster_id("hale");
+    let p = Packet {
+        header: header_v(4, a(), 0, 0),
+        messages: vec![m.clone()],
+    };
+    assert!(p.encoded_len() <= MAX_DATAGRAM, "a datagram");
+    let bytes = p.encode();
+    assert_eq!(Packet::decode(&bytes, Channel::Datagram, c), Ok(p));
+    for cut in bytes.len() - 8 * BUCKETS..bytes.len() {
+        assert!(Packet::<NodeId>::decode(&bytes[..cut], Channel::Datagram, c).is_err());
+    }
+    let v3 = Packet {
+        header: header_v(3, a(), 0, 0),
+        messages: vec![m],
+    };
+    assert_eq!(
+        Packet::<NodeId>::decode(&v3.encode(), Channel::Datagram, c),
+        Err(hale_core::DecodeError::Invalid("message tag")),
+        "tag 15 means nothing in version 3"
+    );
+}
+
+#[test]
+fn a_digest_part_is_its_tag_a_flag_a_mask_and_records_on_a_stream_of_version_4_only() {
+    let members = vec![MemberRecord {
+        id: a(),
+        incarnation: 3,
+        state: WireState::Suspect,
+        meta: Vec::new(),
+    }];
+    let m = Message::DigestPart {
+        buckets: 0x8000_0000_0000_0001,
+        reply: true,
+        members,
+    };
+    let mut out = Vec::new();
+    m.encode(&mut out);
+    let mut expected = vec![16, 1, 1, 0, 0, 0, 0, 0, 0, 0x80, 1];
+    expected.extend_from_slice(&A);
+    expected.extend_from_slice(&[3, 1]);
+    assert_eq!(out, expected);
+    let c = cluster_id("hale");
+    let p = Packet {
+        header: header_v(4, a(), 0, 0),
+        messages: vec![m],
+    };
+    let bytes = p.encode();
+    assert_eq!(Packet::decode(&bytes, Channel::Stream, c), Ok(p.clone()));
+    assert_eq!(
+        Packet::<NodeId>::decode(&bytes, Channel::Datagram, c),
+        Err(hale_core::DecodeError::Invalid("digest part in a datagram"))
+    );
+    let mut bad_flags = bytes.clone();
+    let at = bytes.len() - expected.len() + 1;
+    bad_flags[at] = 2;
+    assert_eq!(
+        Packet::<NodeId>::decode(&bad_flags, Channel::Stream, c),
+        Err(hale_core::DecodeError::Invalid("digest part flags"))
+    );
+    // Cut anywhere inside the message: an error, never a panic.
+    for cut in bytes.len() - expected.len() + 1..bytes.len() {
+        assert!(Packet::<NodeId>::decode(&bytes[..cut], Channel::Stream, c).is_err());
+    }
 }
 
 #[test]

@@ -74,7 +74,8 @@ fn every_pair_stays_alive(agents: &[AgentProc], length: Duration) {
 }
 
 #[test]
-fn a_cluster_moves_up_to_wire_version_three_when_its_last_version_two_member_leaves() {
+fn a_cluster_moves_up_to_the_newest_wire_version_when_its_last_version_two_member_leaves() {
+    let newest = hale_core::wire::VERSION;
     let mut c = Cluster::start("wire-up", 2);
     let mut spec = c.spec("old");
     spec.config = Some(wire_config(c.logs.path(), "old", "2"));
@@ -92,13 +93,13 @@ fn a_cluster_moves_up_to_wire_version_three_when_its_last_version_two_member_lea
     });
     wait_until(
         Duration::from_secs(10),
-        "the rest to write version 3",
-        || c.agents.iter().all(|a| writes(a) == Some(3)),
+        "the rest to write the newest version",
+        || c.agents.iter().all(|a| writes(a) == Some(newest)),
     );
     wait_until(
         Duration::from_secs(10),
-        "version 3 packets to flow both ways",
-        || c.agents.iter().all(|a| received_in(a, 3) > 0.0),
+        "packets of the newest version to flow both ways",
+        || c.agents.iter().all(|a| received_in(a, newest) > 0.0),
     );
     for a in &c.agents {
         assert!(dead_events(a).is_empty(), "{}: a death", a.name);
@@ -194,7 +195,7 @@ fn the_previous_release_and_this_one_form_one_cluster_in_its_version_and_this_on
     // `hale status` says who is upgraded and what is written.
     let status = agents[1].cli_ok(&["status"]);
     assert!(
-        status.contains("WIRE     new1 writes 2; speaks 2: old0, old3; speaks 2-3: new1, new2"),
+        status.contains("WIRE     new1 writes 2; speaks 2: old0, old3; speaks 2-4: new1, new2"),
         "{status}"
     );
     // Every pair keeps hearing each other for a while.
@@ -221,8 +222,12 @@ fn the_previous_release_and_this_one_form_one_cluster_in_its_version_and_this_on
     }
     wait_until(
         Duration::from_secs(10),
-        "the new ones to write version 3",
-        || agents.iter().all(|a| writes(a) == Some(3)),
+        "the new ones to write the newest version",
+        || {
+            agents
+                .iter()
+                .all(|a| writes(a) == Some(hale_core::wire::VERSION))
+        },
     );
     // An old agent joins again (a downgrade): the cluster goes back to 2.
     start(&mut agents, "old4", true);
