@@ -469,3 +469,46 @@ fn two_wire_paths_run_the_same() {
         assert!(sent > 0);
     }
 }
+
+#[test]
+fn members_that_missed_a_join_in_a_cluster_of_1000_learn_it_within_three_sync_periods() {
+    // (In wire version 3, whose sync slows as the cluster grows, 2 of the
+    // 10 still did not know after three periods.)
+    let mut sim = Sim::new(cluster(1000, 31));
+    let period = sim.node(0).unwrap().config().push_pull_interval;
+    let joiner = 1000u32;
+    let deaf: Vec<u32> = (0..10).map(|k| 7 + 97 * k).collect();
+    // They hear nothing while the join's gossip runs its course.
+    for &d in &deaf {
+        sim.schedule(Time::from_secs(60), Action::BlockIngress(d, true));
+        sim.schedule(Time::from_secs(62), Action::BlockIngress(d, false));
+    }
+    sim.schedule(Time::from_millis(60_050), Action::Join(joiner));
+    sim.run_until(Time::from_secs(62));
+    for &d in &deaf {
+        assert_eq!(state_seen(&sim, d, joiner), None, "{d} missed the join");
+    }
+    assert!(sim
+        .healthy_nodes()
+        .iter()
+        .filter(|&&i| !deaf.contains(&i) && i != joiner)
+        .all(|&i| state_seen(&sim, i, joiner) == Some(MemberState::Alive)));
+    // Nothing gossips the join any more: the periodic sync repairs it.
+    let deadline = Time::from_secs(62) + period * 3;
+    let knows = |sim: &Sim| {
+        deaf.iter()
+            .filter(|&&d| state_seen(sim, d, joiner) == Some(MemberState::Alive))
+            .count()
+    };
+    while knows(&sim) < deaf.len() && sim.now() < deadline {
+        sim.run_for(Duration::from_secs(1));
+    }
+    assert_eq!(
+        knows(&sim),
+        deaf.len(),
+        "members that learned the join within three sync periods"
+    );
+    sim.run_for(SETTLE);
+    no_false_death(&sim.observer).unwrap();
+    views_converged(&sim).unwrap();
+}
