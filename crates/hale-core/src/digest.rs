@@ -192,11 +192,28 @@ impl<I: Identity> Node<I> {
     /// A digest of the members in `part`'s buckets (`None`: all), this
     /// node's own record first if it is in them.
     fn digest_records_in(&self, part: Option<u64>) -> Vec<MemberRecord<I>> {
-        let mut out = self.digest_records();
-        if let Some(p) = part {
-            let mut buf = Vec::new();
-            out.retain(|r| p & 1 << bucket_of(&r.id, &mut buf) != 0);
+        let Some(p) = part else {
+            return self.digest_records();
+        };
+        let mut buf = Vec::new();
+        let mut inside = |id: &I| p & 1 << bucket_of(id, &mut buf) != 0;
+        let mut out = Vec::new();
+        if inside(self.local.id()) {
+            out.push(self.own_record(false));
         }
+        let start = out.len();
+        for (id, r) in self.members.iter() {
+            if inside(&id) {
+                out.push(MemberRecord {
+                    id: id.into_owned(),
+                    incarnation: r.incarnation,
+                    state: r.state().wire(),
+                    meta: Vec::new(),
+                });
+            }
+        }
+        // In identity order, as a whole digest is.
+        out[start..].sort_unstable_by(|a, b| a.id.cmp(&b.id));
         out
     }
 
@@ -225,7 +242,7 @@ impl<I: Identity> Node<I> {
     }
 
     /// This node's own state as a sync carries it.
-    fn own_state(&self) -> WireState {
+    pub(crate) fn own_state(&self) -> WireState {
         if self.phase.has_left() {
             WireState::Left
         } else {

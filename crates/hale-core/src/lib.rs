@@ -108,5 +108,6 @@ pub use identity::{Identity, NodeId, NodeIdError};
 pub use member::{Member, MemberState};
 pub use node::{LeaveError, MetadataError, Node, ReceiveError, Transmit};
 pub use stats::{DropReason, Stats};
+pub use sync::SnapshotSums;
 pub use time::Time;
 pub use wire::{Channel, DecodeError, MemberRecord, Versions};

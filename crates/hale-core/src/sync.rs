@@ -12,7 +12,7 @@ use crate::event::Event;
 use crate::identity::Identity;
 use crate::member::MemberState;
 use crate::node::Node;
-use crate::table::FxMap;
+use crate::table::{FxMap, ViewSums};
 use crate::time::{Time, Timer};
 use crate::wire::{Channel, MemberRecord, Message, WireState};
 
@@ -74,6 +74,34 @@ impl<I: Identity> Recovery<I> {
     }
 }
 
+/// The view-hash shares of a snapshot's records, summed once, for
+/// [`Node::restore_summed`].
+#[derive(Debug, Clone)]
+pub struct SnapshotSums {
+    sums: ViewSums,
+    /// Every record is alive and names a member no other record does: a
+    /// node restored from them holds them as given.
+    exact: bool,
+}
+
+impl SnapshotSums {
+    /// Sums the shares of `records`.
+    pub fn of<I: Identity>(records: &[MemberRecord<I>]) -> SnapshotSums {
+        let mut sums = ViewSums::default();
+        for r in records {
+            sums.add(&r.id, r.incarnation, r.state);
+        }
+        let mut ids: Vec<&I> = records.iter().map(|r| &r.id).collect();
+        ids.sort_unstable();
+        let distinct = ids.windows(2).all(|w| w[0] != w[1]);
+        let alive = records.iter().all(|r| r.state == WireState::Alive);
+        SnapshotSums {
+            sums,
+            exact: distinct && alive,
+        }
+    }
+}
+
 impl<I: Identity> Node<I> {
     /// Joins the cluster through `seeds` (their identities). Contacts every
     /// seed at once and again every `seed_retry_interval` while no member is
@@ -92,6 +120,33 @@ impl<I: Identity> Node<I> {
     /// simulator's warm start): every record is merged as if received in a
     /// full-state sync, without gossiping it and without events.
     pub fn restore(&mut self, now: Time, records: impl IntoIterator<Item = MemberRecord<I>>) {
+        // Its first summary is due within a period: in version 4 the view
+        // sums are kept from the start, each record's share added as it
+        // loads (no second pass).
+        let keep = self.wire_version() >= 4;
+        self.load(now, records, keep);
+    }
+
+    /// [`Node::restore`] from `records` whose view-hash shares `sums`
+    /// holds ([`SnapshotSums::of`] the same records): when the snapshot
+    /// holds only alive members, each once, and this node knew nobody, the
+    /// node takes the sums instead of hashing every record. A simulator
+    /// that restores thousands of nodes from one snapshot hashes it once.
+    pub fn restore_summed(&mut self, now: Time, records: &[MemberRecord<I>], sums: &SnapshotSums) {
+        let empty = self.members.len() == 0;
+        let keep = self.wire_version() >= 4;
+        self.load(now, records.iter().cloned(), keep && !(empty && sums.exact));
+        if keep && empty && sums.exact {
+            // Every record went into the table as given, but this node's own.
+            let mut v = sums.sums.clone();
+            if let Some(own) = records.iter().find(|r| r.id == *self.local.id()) {
+                v.sub(&own.id, own.incarnation, own.state);
+            }
+            self.members.take_view_sums(v);
+        }
+    }
+
+    fn load(&mut self, now: Time, records: impl IntoIterator<Item = MemberRecord<I>>, keep: bool) {
         // A snapshot is not news: no events (read `members()`), and the first
         // full-state sync is spread over the interval for the new size, so
         // that nodes restored together do not all sync at once.
@@ -101,10 +156,7 @@ impl<I: Identity> Node<I> {
         self.probing.reserve(expected);
         self.out.mute(true);
         self.monitors.defer();
-        if self.wire_version() >= 4 {
-            // Its first summary is due within a period: the view sums are
-            // needed anyway, and adding each record's share as it loads
-            // costs no second pass.
+        if keep {
             self.members.keep_view_sum();
         }
         for r in records {
@@ -133,22 +185,23 @@ impl<I: Identity> Node<I> {
         self.records(false)
     }
 
-    fn records(&self, with_meta: bool) -> Vec<MemberRecord<I>> {
-        let mut out = Vec::with_capacity(self.members.len() + 1);
-        out.push(MemberRecord {
+    /// This node's own record, as a sync carries it.
+    pub(crate) fn own_record(&self, with_meta: bool) -> MemberRecord<I> {
+        MemberRecord {
             id: self.local.id().clone(),
             incarnation: self.local.incarnation(),
-            state: if self.phase.has_left() {
-                WireState::Left
-            } else {
-                WireState::Alive
-            },
+            state: self.own_state(),
             meta: if with_meta {
                 self.local.meta().to_vec()
             } else {
                 Vec::new()
             },
-        });
+        }
+    }
+
+    fn records(&self, with_meta: bool) -> Vec<MemberRecord<I>> {
+        let mut out = Vec::with_capacity(self.members.len() + 1);
+        out.push(self.own_record(with_meta));
         for (id, m, meta) in self.members.iter_meta() {
             out.push(MemberRecord {
                 id: id.into_owned(),

@@ -357,6 +357,12 @@ impl<I: Identity> Table<I> {
         }
     }
 
+    /// Keeps `sums` as [`Table::view_sums`] from now on, which the caller
+    /// knows equal the records' (debug builds check it on every read).
+    pub(crate) fn take_view_sums(&mut self, sums: ViewSums) {
+        self.view = Some(sums);
+    }
+
     /// Keeps [`Table::view_sums`] from now on, updated as records change.
     pub(crate) fn keep_view_sum(&mut self) {
         if self.view.is_none() {

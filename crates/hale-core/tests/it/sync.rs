@@ -503,3 +503,33 @@ fn the_sync_period_stays_put_as_the_cluster_grows_in_version_4_and_grows_with_it
     let v3 = gaps(3);
     assert!(v3.iter().all(|g| (75.0..=225.0).contains(g)), "{v3:?}");
 }
+
+#[test]
+fn a_node_restored_with_a_snapshots_sums_hashes_its_view_as_one_restored_record_by_record() {
+    let all = ids(40);
+    let record = |i: &NodeId, state| MemberRecord {
+        id: i.clone(),
+        incarnation: 3,
+        state,
+        meta: b"m".to_vec(),
+    };
+    let alive: Vec<_> = all.iter().map(|i| record(i, WireState::Alive)).collect();
+    let mut with_dead = alive.clone();
+    with_dead[5].state = WireState::Dead;
+    with_dead[6].state = WireState::Suspect;
+    for snapshot in [alive, with_dead] {
+        let sums = hale_core::SnapshotSums::of(&snapshot);
+        let mut one = node_with_meta(&all[0], &all[..1], 1, None);
+        one.restore(Time::ZERO, snapshot.clone());
+        let mut summed = node_with_meta(&all[0], &all[..1], 1, None);
+        summed.restore_summed(Time::ZERO, &snapshot, &sums);
+        assert_eq!(summed.view_hash(), one.view_hash());
+        assert_eq!(summed.state_records(), one.state_records());
+        // And the kept sums follow later changes (debug builds check them
+        // against the records on every read).
+        for n in [&mut one, &mut summed] {
+            n.restore(Time::from_secs(1), [record(&all[7], WireState::Dead)]);
+        }
+        assert_eq!(summed.view_hash(), one.view_hash());
+    }
+}
