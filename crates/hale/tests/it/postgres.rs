@@ -594,10 +594,12 @@ fn a_failed_primary_comes_back_as_a_replica_and_a_lagging_standby_is_never_promo
         }) => message.clone(),
         other => panic!("a switchover to a lagging copy is refused: {other:?}"),
     };
-    // (c, its replay paused, lags b; whether its receiver has found b yet
-    // or not, it is not a copy to switch over to.)
+    // (c, its replay paused, lags b; whether its receiver has found b yet,
+    // or its rejoin is still under way, it is not a copy to switch over to.)
     assert!(
-        message.contains("c's copy lags") || message.contains("c's PostgreSQL does not stream"),
+        message.contains("c's copy lags")
+            || message.contains("c's PostgreSQL does not stream")
+            || message.contains("c's PostgreSQL is fenced: it is rejoining"),
         "{message}"
     );
     let lease = agent(&lab, 0).roles().unwrap().leases.unwrap()["db"].clone();

@@ -170,9 +170,24 @@ impl Drop for LogDir {
     }
 }
 
-/// A directory for this test's logs, under the system temporary directory.
+/// A directory for this test's logs and its agents' data: under /dev/shm
+/// (a tmpfs) when there is one, else the system temporary directory.
+///
+/// The suite runs dozens of control-plane servers at once, and their
+/// `fsync`s on one shared disk stall each other for seconds (a leader's
+/// Raft core was seen blocked 4 s): past what a lease rides out, so a
+/// role moved in tests that are not about disks, and they measured the
+/// host. What a slow or full disk does is tested by injecting it (the
+/// disk drills, `control_storage.rs`), and measured in BENCHMARKS.md
+/// ("Roles at scale").
 pub fn log_dir(test: &str) -> LogDir {
-    let d = std::env::temp_dir()
+    let shm = std::path::Path::new("/dev/shm");
+    let root = if shm.is_dir() {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    };
+    let d = root
         .join(format!("hale-it-{}", std::process::id()))
         .join(test);
     std::fs::create_dir_all(&d).unwrap();
