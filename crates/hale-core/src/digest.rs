@@ -10,8 +10,10 @@
 //!    [`BUCKETED_FROM`] members) and B writes version 4 to A, B answers
 //!    with its view's sums bucket by bucket ([`Message::Buckets`]), and A
 //!    answers with a digest of the buckets whose sums differ
-//!    ([`Message::DigestPart`]). Otherwise B starts a digest of everything
-//!    (a digest [`Message::PushPull`]).
+//!    ([`Message::DigestPart`]); each side only when its own view is quiet
+//!    (nobody suspected, no news waiting to be gossiped), since a
+//!    difference while news is in flight is usually that news. Otherwise B
+//!    starts a digest of everything (a digest [`Message::PushPull`]).
 //! 3. A digest carries every member's identity, incarnation and state (no
 //!    metadata). Its receiver merges the deaths and departures in it at
 //!    once (they carry no metadata), answers with the whole records it
@@ -26,6 +28,8 @@
 //! digest, as that version always did. Every answer spends a token of
 //! `sync_replies_per_sec`.
 
+use rand::seq::SliceRandom;
+
 use crate::identity::Identity;
 use crate::node::Node;
 use crate::table::{bucket_of, record_hash, FxMap, ViewSums};
@@ -36,6 +40,12 @@ use crate::wire::{Channel, MemberRecord, Message, WireState, BUCKETS};
 /// a differing summary with its bucket sums rather than a whole digest:
 /// below, a whole digest costs about as much as the 513-byte sums.
 pub const BUCKETED_FROM: usize = 4 * BUCKETS;
+
+/// Buckets one digest part covers at most. Where views differ in many
+/// (loss and refutations leave members' incarnations apart in a storm of
+/// stalls), a sync every `push_pull_interval` exchanging all of them cost
+/// nearly three times the bytes of the scaled whole-digest sync.
+pub const PART_BUCKETS: usize = 8;
 
 impl<I: Identity> Node<I> {
     /// Starts the periodic sync with `peer`: a summary, or to a member
@@ -72,6 +82,13 @@ impl<I: Identity> Node<I> {
             return;
         }
         if self.members.len() + 1 >= BUCKETED_FROM && self.writes_v4_to(from) {
+            if !self.settled() {
+                // News in flight here: the difference is likely it, and
+                // gossip will settle it. A lasting one is met at a later
+                // sync, once this node is quiet (in a storm of stalls,
+                // answering every summary tripled the bytes sent).
+                return;
+            }
             let sums = Box::new(*self.view_sums().sums());
             self.send(
                 from.clone(),
@@ -88,16 +105,24 @@ impl<I: Identity> Node<I> {
     /// still do (spending a sync token).
     pub(crate) fn handle_buckets(&mut self, now: Time, from: &I, sums: &[u64; BUCKETS]) {
         self.members.keep_view_sum();
-        if self.phase.has_left() {
+        if self.phase.has_left() || !self.settled() {
             return;
         }
         let mine = self.view_sums();
-        let differ = (0..BUCKETS)
+        let mut differ: Vec<usize> = (0..BUCKETS)
             .filter(|&b| mine.sums()[b] != sums[b])
-            .fold(0u64, |m, b| m | 1 << b);
-        if differ == 0 || !self.take_sync_token(now) {
+            .collect();
+        if differ.is_empty() || !self.take_sync_token(now) {
             return;
         }
+        // At most PART_BUCKETS of them, at random: a sync costs at most an
+        // eighth of a whole digest, and what differs for long is met by
+        // later syncs.
+        if differ.len() > PART_BUCKETS {
+            let (chosen, _) = differ.partial_shuffle(&mut self.rng, PART_BUCKETS);
+            differ = chosen.to_vec();
+        }
+        let differ = differ.iter().fold(0u64, |m, b| m | 1 << b);
         if !self.writes_v4_to(from) {
             // This node does not write version 4 to it yet: all of it.
             self.start_digest_sync(from.clone());
@@ -187,6 +212,13 @@ impl<I: Identity> Node<I> {
             });
         }
         self.send(from.clone(), Channel::Stream, msgs);
+    }
+
+    /// Whether this node's view is quiet: nobody suspected, and no news but
+    /// confirmations waiting to be gossiped. Only a quiet node answers a
+    /// summary with bucket sums, or bucket sums with a digest part.
+    fn settled(&self) -> bool {
+        self.members.live() == self.members.alive() && !self.broadcasts.has_urgent()
     }
 
     /// A digest of the members in `part`'s buckets (`None`: all), this

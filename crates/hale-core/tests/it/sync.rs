@@ -533,3 +533,36 @@ fn a_node_restored_with_a_snapshots_sums_hashes_its_view_as_one_restored_record_
         assert_eq!(summed.view_hash(), one.view_hash());
     }
 }
+
+#[test]
+fn views_that_differ_in_many_buckets_exchange_digests_of_eight_of_them_per_sync() {
+    let all = ids(300);
+    let mut a = node_with_meta(&all[0], &all, 1, None);
+    let (t, sync) = until_sync(&mut a);
+    let mut b = node_with_meta(&sync.to, &all, 2, None);
+    // b heard 200 refutations that a missed.
+    let newer: Vec<MemberRecord<NodeId>> = all[1..]
+        .iter()
+        .filter(|i| **i != sync.to)
+        .take(200)
+        .map(|i| MemberRecord {
+            id: i.clone(),
+            incarnation: 1,
+            state: WireState::Alive,
+            meta: b"newer".to_vec(),
+        })
+        .collect();
+    b.restore(t, newer);
+    deliver(&mut b, &sync, t);
+    let sums = drain(&mut b).pop().unwrap();
+    deliver(&mut a, &sums, t);
+    let out = drain(&mut a);
+    let parts = digest_parts(&out[0]);
+    assert_eq!(parts.len(), 1);
+    assert_eq!(
+        parts[0].0.count_ones(),
+        8,
+        "eight buckets of the ~60 that differ"
+    );
+    assert!(parts[0].2.len() < 300 / 4, "{} records", parts[0].2.len());
+}
