@@ -16,6 +16,14 @@ use crate::support::{
 
 /// Pauses `db` from agent 1 and waits until agent 0 (its holder) hears of it.
 fn pause(c: &Cluster) {
+    // The holder's promote hook first: an agent stopped while its
+    // promotion is still under way steps down, paused or not (its
+    // service was never handed over, so it is not left to the operator).
+    wait_until(Duration::from_secs(10), "n0's promote hook ran", || {
+        history(c)
+            .iter()
+            .any(|e| e.node == "n0" && e.kind == HookKind::Promote)
+    });
     let out = c.agents[1].cli_ok(&["roles", "pause", "db"]);
     assert!(out.contains("db paused"), "{out}");
     wait_for(
