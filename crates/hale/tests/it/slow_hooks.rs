@@ -314,7 +314,7 @@ impl Drop for Busy {
 
 #[test]
 fn losing_the_control_plane_leader_costs_a_holder_on_another_host_nothing_on_a_busy_host() {
-    let (mut c, log) = n0_holding_with_3_s_promotes("leader-loss", |_| {});
+    let (mut c, log) = n0_holding_with_3_s_promotes("leader-loss");
     let _busy = Busy::start();
     for fault in ["kill", "freeze"] {
         let leader = wait_for(Duration::from_secs(20), "a control-plane leader", || {
@@ -399,21 +399,17 @@ fn applied(c: &Cluster) -> u64 {
 /// 0.8 s, on every server at once. The defaults are what the suite runs;
 /// BENCHMARKS.md's sweep sets `HALE_TEST_SLOW_MS` and `HALE_TEST_STALL_MS`.
 ///
-/// Every disk fault here is a drill, so the servers keep their data on a
-/// tmpfs ([`ShmData`]): a loaded host's own `fsync` stalls (hundreds of
-/// milliseconds to seconds while the suite runs beside it) would add to
-/// the drill's, past what the lease timing rides out, and the test would
-/// measure the host. Each stall starts from a holder whose lease has its
+/// Every disk fault here is a drill, and the servers keep their data on a
+/// tmpfs (as every test does, [`crate::support::log_dir`]): a loaded
+/// host's own `fsync` stalls (hundreds of milliseconds to seconds while
+/// the suite runs beside it) would add to the drill's, past what the lease
+/// timing rides out, and the test would measure the host. Each stall starts from a holder whose lease has its
 /// full ride-through left ([`renewing_promptly`]), which is what
 /// [`LeaseTiming::ride_through`] assumes.
 #[test]
 fn a_control_plane_disk_slow_or_stalled_on_every_server_keeps_committing_and_costs_the_holder_nothing(
 ) {
-    // Declared before the cluster: dropped after its agents are gone.
-    let mut shm = None;
-    let (c, log) = n0_holding_with_3_s_promotes("slow-disk", |dir| {
-        shm = Some(ShmData::link(dir, 3));
-    });
+    let (c, log) = n0_holding_with_3_s_promotes("slow-disk");
     let before = c.holder().expect("db is held");
     let since = hook_lines(&log).len();
     // Every durable write of every server's log takes longer than the one
@@ -513,52 +509,15 @@ fn renewing_promptly(c: &Cluster, what: &str) {
     });
 }
 
-/// The control-plane servers' data directories on /dev/shm (a tmpfs),
-/// linked from the cluster's directory as `data-n<i>`; removed when
-/// dropped, unless the test failed or `HALE_KEEP_LOGS` is set (as its
-/// logs). Without /dev/shm the data stays where it was.
-struct ShmData(Option<PathBuf>);
-
-impl ShmData {
-    /// Links `dir`'s `data-n0` .. `data-n<n-1>` to /dev/shm (call from a
-    /// cluster's `prepare`, before its agents start).
-    fn link(dir: &Path, n: usize) -> ShmData {
-        let shm = Path::new("/dev/shm");
-        if !shm.is_dir() {
-            return ShmData(None);
-        }
-        let test = dir.file_name().unwrap().to_string_lossy();
-        let base = shm.join(format!("hale-it-{}-{test}", std::process::id()));
-        for i in 0..n {
-            let data = base.join(format!("data-n{i}"));
-            std::fs::create_dir_all(&data).unwrap();
-            std::os::unix::fs::symlink(&data, dir.join(format!("data-n{i}"))).unwrap();
-        }
-        ShmData(Some(base))
-    }
-}
-
-impl Drop for ShmData {
-    fn drop(&mut self) {
-        let Some(base) = &self.0 else { return };
-        if std::thread::panicking() || std::env::var_os("HALE_KEEP_LOGS").is_some() {
-            eprintln!("control-plane data kept in {}", base.display());
-        } else {
-            let _ = std::fs::remove_dir_all(base);
-        }
-    }
-}
-
 /// Three agents whose promote hooks take 3 s, once `n0` holds `db`; and
 /// their hook log.
-/// `prepare(dir)` runs before the agents start (see [`Cluster::roles_with`]).
-fn n0_holding_with_3_s_promotes(test: &str, prepare: impl FnOnce(&Path)) -> (Cluster, PathBuf) {
+fn n0_holding_with_3_s_promotes(test: &str) -> (Cluster, PathBuf) {
     let c = Cluster::roles_with(
         test,
         3,
         |i, log| Some(timed_hooks(&format!("n{i}"), log, 3.0, 0.0)),
         |_| String::new(),
-        prepare,
+        |_| {},
     );
     let log = c.path("hooks.log");
     wait_for(Duration::from_secs(30), "n0 is holder", || {
