@@ -255,11 +255,11 @@ impl<I: Identity> Node<I> {
     /// one mixed FNV-1a hash per record: a difference in any record changes
     /// it, except with negligible probability.
     ///
-    /// Once this node has sent or read a summary, the members' part is kept
-    /// up to date by the table as records change
-    /// ([`crate::table::Table::keep_view_sum`]): a summary then costs no
-    /// walk over 10,000 records, and a snapshot still loads without
-    /// hashing each one.
+    /// Once this node has sent or read a summary, or restored a snapshot
+    /// in version 4, the members' part is kept up to date by the table as
+    /// records change ([`crate::table::Table::keep_view_sum`]): a summary
+    /// then costs no walk over 10,000 records. Below version 4 a snapshot
+    /// still loads without hashing each record.
     pub fn view_hash(&self) -> u64 {
         record_hash(self.local.id(), self.local.incarnation(), self.own_state())
             .wrapping_add(self.members.view_sum())

@@ -156,7 +156,8 @@ pub enum Message<I> {
     /// "My view of the cluster hashes to `hash`" (`Node::view_hash`): the
     /// periodic sync's first step, in a datagram (version 3 on). A
     /// receiver whose own view hashes the same does nothing; otherwise it
-    /// starts a digest push/pull with the sender. A cluster in agreement
+    /// answers with its [`Message::Buckets`] (version 4, large clusters)
+    /// or starts a digest push/pull with the sender. A cluster in agreement
     /// syncs with one small datagram per period instead of a stream
     /// exchange of two digests.
     Summary {
