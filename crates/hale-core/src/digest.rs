@@ -257,7 +257,7 @@ impl<I: Identity> Node<I> {
     ///
     /// Once this node has sent or read a summary, or restored a snapshot
     /// in version 4, the members' part is kept up to date by the table as
-    /// records change ([`crate::table::Table::keep_view_sum`]): a summary
+    /// records change (`Table::keep_view_sum`): a summary
     /// then costs no walk over 10,000 records. Below version 4 a snapshot
     /// still loads without hashing each record.
     pub fn view_hash(&self) -> u64 {
