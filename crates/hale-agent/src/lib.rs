@@ -570,6 +570,7 @@ async fn start_roles(
         })
     };
     let gated = client.clone().gated(shared.drill().frozen_flag());
+    sweep_claims();
     let ctx = roles::RoleContext {
         node: cfg.id.name().to_owned(),
         requests: roles::LeaseRequests::start(gated.clone()),
@@ -592,4 +593,17 @@ async fn start_roles(
     }
     out.client = Some(client);
     Ok(out)
+}
+
+/// Removes, on a thread of its own, the demote claims that agents killed
+/// together with their watchdogs left on this host
+/// ([`watchdog::sweep_stale_claims`]): nothing at start waits for it.
+fn sweep_claims() {
+    std::thread::spawn(|| {
+        let dir = watchdog::claim_dir();
+        let removed = watchdog::sweep_stale_claims(&dir, std::process::id());
+        if removed > 0 {
+            tracing::info!(removed, dir = %dir.display(), "removed demote claims of agents that are gone");
+        }
+    });
 }

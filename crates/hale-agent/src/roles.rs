@@ -130,12 +130,13 @@ pub struct RoleManager {
 pub const HOOKS_AT_ONCE: usize = 32;
 
 /// A hook run: its process group once it has started, whether it is the
-/// promote hook, and whether a kill was asked (before it started, it is
-/// killed as it starts).
+/// promote hook, whether a kill was asked (before it started, it is
+/// killed as it starts), and the claim a demote runs under.
 struct HookRun {
     pgid: Option<u32>,
     promote: bool,
     kill: bool,
+    claim: Option<PathBuf>,
 }
 
 /// The switchover order last seen in a renewal's answer, and what the
@@ -301,9 +302,15 @@ impl RoleManager {
                     Input::HookExit(id, exit) => {
                         let hook = run.hooks.remove(&id);
                         if let (Some(HookRun { promote: true, pgid: Some(_), .. }), Some(h)) =
-                            (hook, run.watchdog)
+                            (&hook, run.watchdog)
                         {
                             self.watchdogs.promote(h, None);
+                        }
+                        // With no watchdog left to remove it (it could not
+                        // be asked), the demote's claim is removed here: no
+                        // fence can come for this holding any more.
+                        if let (Some(claim), None) = (hook.and_then(|h| h.claim), run.watchdog) {
+                            let _ = std::fs::remove_file(claim);
                         }
                         sm.handle_hook_exit(run.now(), id, exit);
                     }
@@ -463,15 +470,17 @@ impl RoleManager {
         epoch: u64,
         reason: HookReason,
     ) {
-        let claimed;
+        let (claimed, mut claim);
+        claim = None;
         let argv = match kind {
             HookKind::Promote => &self.spec.promote,
             // Under the holding's claim, shared with its watchdog's fence,
             // so that the demote runs once (see `watchdog.rs`).
             HookKind::Demote if self.spec.demote.is_empty() => &self.spec.demote,
             HookKind::Demote => {
-                let claim = self.claim(epoch);
-                claimed = demote_once_argv(self.watchdogs.exe(), &claim, &self.spec.demote);
+                let path = self.claim(epoch);
+                claimed = demote_once_argv(self.watchdogs.exe(), &path, &self.spec.demote);
+                claim = Some(path);
                 &claimed
             }
         };
@@ -488,6 +497,7 @@ impl RoleManager {
                 pgid: None,
                 promote,
                 kill: false,
+                claim,
             },
         );
         let (slots, role) = (self.hook_slots.clone(), self.spec.name.clone());

@@ -58,6 +58,10 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{killpg, Signal};
+
+mod claim;
+
+pub use claim::{claim_dir, claim_path, run_claimed, sweep_stale_claims, Claimed};
 use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
 
@@ -170,84 +174,8 @@ pub fn kill_group(pgid: u32) {
     }
 }
 
-/// What a claimed run came to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Claimed {
-    /// This side ran the demote: whether it succeeded.
-    Ran(bool),
-    /// The other side had already run it: nothing was run.
-    AlreadyRan,
-}
-
-/// The claim file of one holding's demote, shared by the agent (pid
-/// `agent_pid`) and its watchdog for `role` at `epoch` (it is handed the
-/// path). The name holds a random number drawn once per agent process:
-/// the directory is shared, and another local user who could guess the
-/// name could create the file first, saying the demote ran, and so stop
-/// both the demote and the fence.
-///
-/// The directory is `/dev/shm` (memory) where there is one, else the
-/// temporary directory: a claim only matters between two processes of one
-/// boot, and at 1,000 roles a storm of demotes creating, writing and
-/// removing files on the disk slowed the control plane's own commits.
-pub fn claim_path(agent_pid: u32, role: &str, epoch: u64) -> PathBuf {
-    static TOKEN: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    let token = TOKEN.get_or_init(crate::seed::fresh_seed);
-    let role: String = role
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-        .collect();
-    let shm = Path::new("/dev/shm");
-    let dir = if shm.is_dir() {
-        shm.to_owned()
-    } else {
-        std::env::temp_dir()
-    };
-    dir.join(format!(
-        "hale-demote-{agent_pid}-{token:016x}-{role}-{epoch}"
-    ))
-}
-
-/// Runs `demote` under the claim at `path`: takes the file's exclusive
-/// lock (waiting while the other side holds it), runs `demote` unless the
-/// file says the demote already ran, then records that it did. If the
-/// file cannot be opened or locked, `demote` runs anyway.
-pub fn run_claimed(path: &Path, demote: impl FnOnce() -> bool) -> Claimed {
-    use std::io::{Read, Seek};
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path);
-    let mut file = match file {
-        Ok(f) if f.lock().is_ok() => f,
-        _ => return Claimed::Ran(demote()),
-    };
-    let mut seen = String::new();
-    let _ = file.read_to_string(&mut seen);
-    if seen.starts_with(RAN) {
-        return Claimed::AlreadyRan;
-    }
-    let ok = demote();
-    // Only a demote that succeeded is recorded: one that failed (its hook
-    // killed, timed out or exiting non-zero) leaves the claim open, so the
-    // other side, or the next attempt, runs it again. An old primary must
-    // not stay unfenced because its first fence failed.
-    // Not synced to disk: both sides read it through the same page cache,
-    // and a claim outlives neither the boot nor the agent's run.
-    if ok {
-        let _ = file.rewind();
-        let _ = file.write_all(RAN.as_bytes());
-    }
-    Claimed::Ran(ok)
-}
-
 /// How long the watchdog waits before trying a fence that failed again.
 const FENCE_RETRY: Duration = Duration::from_secs(1);
-
-/// What a claim file holds once its demote ran.
-const RAN: &str = "ran\n";
 
 /// `hale demote-once`: the agent's demote command, run under the claim
 /// at `path` in this process's group (the agent kills the group to kill
@@ -667,32 +595,5 @@ mod tests {
         assert_eq!(hook_time(ms(100), ms(12)), ms(112));
         // Ten seconds frozen between two checks: one poll's worth counts.
         assert_eq!(hook_time(ms(100), Duration::from_secs(10)), ms(110));
-    }
-
-    #[test]
-    fn a_demote_that_failed_leaves_the_claim_open_and_one_that_succeeded_closes_it() {
-        let path = std::env::temp_dir().join(format!("hale-claim-test-{}", std::process::id()));
-        let _ = std::fs::remove_file(&path);
-        assert_eq!(run_claimed(&path, || false), Claimed::Ran(false));
-        assert_eq!(run_claimed(&path, || true), Claimed::Ran(true), "run again");
-        assert_eq!(run_claimed(&path, || true), Claimed::AlreadyRan);
-        let _ = std::fs::remove_file(&path);
-    }
-
-    #[test]
-    fn a_claims_name_cannot_be_guessed_from_pid_role_and_epoch() {
-        let a = claim_path(42, "db", 7);
-        assert_eq!(a, claim_path(42, "db", 7), "stable within the agent");
-        let name = a
-            .file_name()
-            .expect("a file name")
-            .to_string_lossy()
-            .into_owned();
-        assert_ne!(name, "hale-demote-42-db-7");
-        assert!(
-            name.starts_with("hale-demote-42-") && name.ends_with("-db-7"),
-            "{name}"
-        );
-        assert_eq!(name.len(), "hale-demote-42--db-7".len() + 16);
     }
 }

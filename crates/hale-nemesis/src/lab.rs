@@ -152,6 +152,12 @@ pub fn cmdline(pid: i32) -> String {
 pub fn signal_ns(ns: &str, sig: Signal) {
     for p in ns_pids(ns) {
         let _ = kill(Pid::from_raw(p), sig);
+        if sig == Signal::SIGKILL {
+            // libfaketime removes its segment and semaphore at exit, which
+            // SIGKILL skips.
+            let _ = std::fs::remove_file(format!("/dev/shm/faketime_shm_{p}"));
+            let _ = std::fs::remove_file(format!("/dev/shm/sem.faketime_sem_{p}"));
+        }
     }
 }
 

@@ -145,14 +145,17 @@ impl Lab {
         ))
     }
 
-    /// Appends the node's own settings to its `postgresql.conf`.
+    /// Appends the node's own settings to its `postgresql.conf` (dynamic
+    /// shared memory in the data directory: a killed server's POSIX
+    /// segments were left in /dev/shm).
     fn configure(&self, node: &Node, opts: Opts) {
         let conf = format!(
             "\n# hale-postgres tests\nport = {}\nlisten_addresses = '127.0.0.1'\n\
              unix_socket_directories = '{}'\nwal_level = replica\nmax_wal_senders = 10\n\
              max_replication_slots = 10\nhot_standby = on\nwal_log_hints = {}\n\
              shared_buffers = 16MB\nmax_connections = 30\nfsync = off\n\
-             wal_retrieve_retry_interval = '500ms'\nwal_keep_size = '256MB'\n",
+             wal_retrieve_retry_interval = '500ms'\nwal_keep_size = '256MB'\n\
+             dynamic_shared_memory_type = mmap\n",
             node.port,
             self.path().display(),
             if opts.wal_log_hints { "on" } else { "off" },

@@ -9,7 +9,9 @@ use std::time::Duration;
 use hale_control::{check, HookEvent, HookKind, RoleState};
 use nix::sys::signal::Signal;
 
-use crate::support::{descendants, during, hook_history, wait_for, Cluster};
+use crate::support::{
+    demote_claim, descendants, during, hook_history, wait_for, wait_until, Cluster,
+};
 
 /// The hook history of a role cluster (its `hooks.log`).
 pub(crate) fn history(c: &Cluster) -> Vec<HookEvent> {
@@ -186,6 +188,14 @@ fn an_operator_handover_goes_to_the_named_standby() {
     let h = promoted(&c, &next, e2);
     assert!(demote_time(&h, &holder, epoch).unwrap() < promote_time(&h, &next, e2).unwrap());
     check(&h).unwrap();
+    // The old holding's demote claim went with it (a claim left behind
+    // keeps a page of /dev/shm until reboot).
+    let pid = c.agents[i].pid().as_raw() as u32;
+    wait_until(
+        Duration::from_secs(10),
+        "the old holding's claim removed",
+        || demote_claim(pid, epoch).is_none(),
+    );
 }
 
 #[test]

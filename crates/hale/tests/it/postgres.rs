@@ -125,13 +125,16 @@ fn kill_tree(pid: i32) {
 }
 
 /// The settings every server shares, then host `ip`'s own.
+/// Dynamic shared memory lives in the data directory (`mmap`): a killed
+/// server's POSIX segments were left in /dev/shm, hundreds a run.
 fn server_conf(port: u16, ip: Ipv4Addr, sock: &Path) -> String {
     format!(
         "\n# hale tests\nport = {port}\nlisten_addresses = '{ip}'\n\
          unix_socket_directories = '{}'\nwal_level = replica\nmax_wal_senders = 10\n\
          max_replication_slots = 10\nhot_standby = on\nwal_log_hints = on\n\
          shared_buffers = 16MB\nmax_connections = 30\nfsync = off\n\
-         wal_retrieve_retry_interval = '500ms'\nwal_keep_size = '256MB'\n",
+         wal_retrieve_retry_interval = '500ms'\nwal_keep_size = '256MB'\n\
+         dynamic_shared_memory_type = mmap\n",
         sock.display()
     )
 }

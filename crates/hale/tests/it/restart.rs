@@ -11,7 +11,7 @@ use nix::sys::signal::Signal;
 
 use crate::failover::{first_holder, history};
 use crate::support::{
-    descendants, previous_release, spawn_with_config, wait_for, wait_until, Cluster,
+    demote_claim, descendants, previous_release, spawn_with_config, wait_for, wait_until, Cluster,
 };
 
 /// Pauses `db` from agent 1 and waits until agent 0 (its holder) hears of it.
@@ -178,4 +178,60 @@ fn upgrading_the_holders_agent_from_the_previous_release_moves_nothing_and_runs_
     .unwrap();
     restart(&mut c, 0);
     adopted_then_resumed(&c, &held, "after the upgrade and resume");
+}
+
+/// An agent SIGKILLed together with everything it started while its
+/// watchdog fences (`systemctl kill -s KILL`, a test's teardown) leaves the
+/// holding's claim in /dev/shm, one tmpfs page until reboot: its next
+/// start removes it.
+#[test]
+fn a_claim_left_by_an_agent_killed_with_its_watchdog_mid_fence_is_removed_when_it_starts_again() {
+    let mut c = Cluster::roles_with(
+        "claim-sweep",
+        3,
+        |i, log| {
+            let line = |what: &str| {
+                let log = log.display();
+                format!("echo $(date +%s%N) n{i} {what} $HALE_EPOCH $HALE_REASON >> {log}")
+            };
+            // n0's demote (its watchdog's fence) outlasts the test.
+            let slow = if i == 0 { "; sleep 120" } else { "" };
+            Some((line("promote"), format!("{}{slow}", line("demote"))))
+        },
+        |_| String::new(),
+        |_| {},
+    );
+    let (_, epoch) = first_holder(&c);
+    let pid = c.agents[0].pid().as_raw();
+    let watchdogs = descendants(pid);
+    assert!(!watchdogs.is_empty(), "n0 runs a watchdog");
+    c.agents[0].kill();
+    // Its watchdog fences under the holding's claim.
+    wait_until(Duration::from_secs(10), "n0's fence runs", || {
+        history(&c)
+            .iter()
+            .any(|e| e.node == "n0" && e.epoch == epoch && e.kind == HookKind::Demote)
+    });
+    let claim = demote_claim(pid as u32, epoch).expect("the fence's claim");
+    // The watchdog and its fence are killed too, before the fence ends.
+    let started: Vec<i32> = watchdogs
+        .iter()
+        .flat_map(|&w| std::iter::once(w).chain(descendants(w)))
+        .collect();
+    for p in started {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), Signal::SIGKILL);
+    }
+    let left = std::fs::read(&claim).expect("the claim is left behind");
+    assert!(left.is_empty(), "the fence never finished: {left:?}");
+    restart(&mut c, 0);
+    wait_until(
+        Duration::from_secs(30),
+        "the restarted agent removes the dead agent's claim",
+        || !claim.exists(),
+    );
+    let log = std::fs::read_to_string(&c.agents[0].log).unwrap();
+    assert!(
+        log.contains("removed demote claims of agents that are gone"),
+        "{log}"
+    );
 }

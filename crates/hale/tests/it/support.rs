@@ -278,10 +278,21 @@ impl Proc {
 
 impl Drop for Proc {
     fn drop(&mut self) {
+        let pid = self.0.id() as i32;
         for p in self.stop() {
             let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
+            forget_faketime(p);
         }
+        forget_faketime(pid);
     }
+}
+
+/// Removes what libfaketime kept in /dev/shm for process `pid`, killed:
+/// it removes its segment and semaphore at exit, which SIGKILL skips (a
+/// full run of the suite left hundreds).
+pub fn forget_faketime(pid: i32) {
+    let _ = std::fs::remove_file(format!("/dev/shm/faketime_shm_{pid}"));
+    let _ = std::fs::remove_file(format!("/dev/shm/sem.faketime_sem_{pid}"));
 }
 
 /// A running agent process, killed on drop (see [`Proc`]).
@@ -315,6 +326,7 @@ impl Drop for AgentProc {
         self.proc.take();
         for p in std::mem::take(&mut self.orphans) {
             let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
+            forget_faketime(p);
         }
     }
 }

@@ -229,3 +229,17 @@ fn toml_sh(script: &str) -> String {
     let q = |x: &str| format!("{:?}", x);
     format!("[\"sh\", \"-c\", {}]", q(script))
 }
+
+/// The demote claim of agent `pid`'s holding of `db` at `epoch`, if its
+/// file exists.
+pub fn demote_claim(pid: u32, epoch: u64) -> Option<std::path::PathBuf> {
+    let (start, end) = (format!("hale-demote-{pid}-"), format!("-db-{epoch}"));
+    std::fs::read_dir(hale_agent::watchdog::claim_dir())
+        .ok()?
+        .map_while(Result::ok)
+        .map(|e| e.path())
+        .find(|p| {
+            let name = p.file_name().unwrap_or_default().to_string_lossy();
+            name.starts_with(&start) && name.ends_with(&end)
+        })
+}
