@@ -66,7 +66,7 @@ fn records(members: Vec<(u8, u32, u8)>) -> Vec<hale_core::MemberRecord<NodeId>> 
         id: id(m),
         incarnation: inc,
         state: [hale_core::wire::WireState::Alive, hale_core::wire::WireState::Suspect, hale_core::wire::WireState::Dead, hale_core::wire::WireState::Left][usize::from(s % 4)],
-        meta: vec![],
+        meta: Box::default(),
     }).collect()
 }
 
@@ -85,7 +85,7 @@ fn to_msg(m: Msg, me: &NodeId, version: u8) -> Message<NodeId> {
         Msg::PingReq { seq, target } => Message::PingReq { seq, target: id(target), suspected: None },
         Msg::Alive { member, inc, mut meta } => {
             meta.truncate(512);
-            Message::Alive { member: id(member), incarnation: inc, meta }
+            Message::Alive { member: id(member), incarnation: inc, meta: meta.into() }
         }
         Msg::Suspect { member, inc, accuser, health } => Message::Suspect { member: id(member), incarnation: inc, accuser: id(accuser), accuser_health: health },
         Msg::Dead { member, inc, declarer, accusers } => Message::Dead { member: id(member), incarnation: inc, declarer: id(declarer), accusers },
@@ -100,7 +100,7 @@ fn to_msg(m: Msg, me: &NodeId, version: u8) -> Message<NodeId> {
             sums[usize::from(differ) % hale_core::wire::BUCKETS] ^= 1;
             Message::Buckets { sums }
         }
-        Msg::DigestPart { buckets, reply, members } => Message::DigestPart { buckets, reply, members: records(members) },
+        Msg::DigestPart { buckets, reply, members } => Message::DigestPart { buckets, reply, members: records(members).into() },
     }
 }
 

@@ -132,7 +132,7 @@ impl<I: Identity> Node<I> {
         let msg = Message::DigestPart {
             buckets: differ,
             reply: true,
-            members: self.digest_records_in(Some(differ)),
+            members: self.digest_records_in(Some(differ)).into(),
         };
         self.send(from.clone(), Channel::Stream, vec![msg]);
     }
@@ -176,9 +176,9 @@ impl<I: Identity> Node<I> {
             .collect();
         for r in &mut better {
             r.meta = if r.id == *self.local.id() {
-                self.local.meta().to_vec()
+                self.local.meta().into()
             } else {
-                self.members.meta(&r.id).to_vec()
+                self.members.meta(&r.id).into()
             };
         }
         if better.is_empty() && !reply {
@@ -201,7 +201,7 @@ impl<I: Identity> Node<I> {
                 Some(buckets) => Message::DigestPart {
                     buckets,
                     reply: false,
-                    members: mine,
+                    members: mine.into(),
                 },
                 None => Message::PushPull {
                     join: false,
@@ -240,7 +240,7 @@ impl<I: Identity> Node<I> {
                     id: id.into_owned(),
                     incarnation: r.incarnation,
                     state: r.state().wire(),
-                    meta: Vec::new(),
+                    meta: Box::default(),
                 });
             }
         }

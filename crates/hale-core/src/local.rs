@@ -93,7 +93,7 @@ impl<I: Identity> Local<I> {
         Message::Alive {
             member: self.me.clone(),
             incarnation: self.incarnation,
-            meta: self.meta.to_vec(),
+            meta: self.meta.clone(),
         }
     }
 

@@ -488,7 +488,7 @@ impl<I: Identity> Node<I> {
                 buckets,
                 reply,
                 members,
-            } => self.answer_digest(now, from, reply, Some(buckets), members),
+            } => self.answer_digest(now, from, reply, Some(buckets), members.into_vec()),
         }
     }
 

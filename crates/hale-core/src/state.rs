@@ -273,7 +273,7 @@ impl<I: Identity> Node<I> {
         now: Time,
         member: &I,
         incarnation: u32,
-        meta: Option<Vec<u8>>,
+        meta: Option<Box<[u8]>>,
         spread: bool,
     ) {
         if *member == *self.local.id() {
@@ -299,7 +299,7 @@ impl<I: Identity> Node<I> {
             None => {
                 let mut rec = Rec::new(incarnation, MemberState::Dead);
                 rec.set(META_PENDING, meta.is_none());
-                let meta = meta.unwrap_or_default().into_boxed_slice();
+                let meta = meta.unwrap_or_default();
                 self.members.insert(member, rec, meta, now);
                 self.set_state(now, member, MemberState::Alive);
                 self.push_event(Event::Joined {
@@ -320,7 +320,7 @@ impl<I: Identity> Node<I> {
                 let new = meta.unwrap_or_default();
                 for_all = *new != *self.members.meta(member);
                 if for_all {
-                    self.members.set_meta(member, new.into_boxed_slice());
+                    self.members.set_meta(member, new);
                     self.push_event(Event::MetadataUpdated {
                         member: member.clone(),
                         incarnation,
@@ -336,7 +336,7 @@ impl<I: Identity> Node<I> {
                     .as_ref()
                     .is_some_and(|new| **new != *self.members.meta(member));
                 if let Some(new) = meta {
-                    self.members.set_meta(member, new.into_boxed_slice());
+                    self.members.set_meta(member, new);
                 }
                 self.set_state(now, member, MemberState::Alive);
                 match state {
@@ -368,7 +368,7 @@ impl<I: Identity> Node<I> {
             let msg = Message::Alive {
                 member: member.clone(),
                 incarnation,
-                meta: self.members.meta(member).to_vec(),
+                meta: self.members.meta(member).into(),
             };
             self.broadcast(now, Class::Alive, (member.clone(), None), msg);
         }

@@ -192,9 +192,9 @@ impl<I: Identity> Node<I> {
             incarnation: self.local.incarnation(),
             state: self.own_state(),
             meta: if with_meta {
-                self.local.meta().to_vec()
+                self.local.meta().into()
             } else {
-                Vec::new()
+                Box::default()
             },
         }
     }
@@ -207,7 +207,11 @@ impl<I: Identity> Node<I> {
                 id: id.into_owned(),
                 incarnation: m.incarnation,
                 state: m.state().wire(),
-                meta: if with_meta { meta.to_vec() } else { Vec::new() },
+                meta: if with_meta {
+                    meta.into()
+                } else {
+                    Box::default()
+                },
             });
         }
         let others = &mut out[1..];

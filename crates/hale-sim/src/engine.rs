@@ -181,7 +181,7 @@ impl Sim {
                 id: SimId(i),
                 incarnation: 0,
                 state: WireState::Alive,
-                meta: Vec::new(),
+                meta: Box::default(),
             })
             .collect();
         let mut nodes = sim.build_nodes(&records);

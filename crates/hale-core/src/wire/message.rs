@@ -33,7 +33,7 @@ pub struct MemberRecord<I> {
     /// Its state in the sender's view.
     pub state: WireState,
     /// Its metadata.
-    pub meta: Vec<u8>,
+    pub meta: Box<[u8]>,
 }
 
 /// Whom a ping is for: the receiver ignores a ping meant for another
@@ -98,7 +98,7 @@ pub enum Message<I> {
         /// Its incarnation.
         incarnation: u32,
         /// Its metadata.
-        meta: Vec<u8>,
+        meta: Box<[u8]>,
     },
     /// `accuser` suspects `member`.
     Suspect {
@@ -214,7 +214,7 @@ pub enum Message<I> {
         /// buckets.
         reply: bool,
         /// The sender's records in those buckets, without metadata.
-        members: Vec<MemberRecord<I>>,
+        members: Box<[MemberRecord<I>]>,
     },
 }
 
@@ -514,7 +514,7 @@ impl<I: Identity> Message<I> {
                 Message::DigestPart {
                     reply,
                     buckets: u64::from_le_bytes(r.array()?),
-                    members: read_records(r, false)?,
+                    members: read_records(r, false)?.into(),
                 }
             }
             Tag::DigestPart => return Err(DecodeError::Invalid("digest part in a datagram")),
@@ -560,7 +560,11 @@ fn read_records<I: Identity>(
             3 => WireState::Left,
             _ => return Err(DecodeError::Invalid("member state")),
         };
-        let meta = if with_meta { read_meta(r)? } else { Vec::new() };
+        let meta = if with_meta {
+            read_meta(r)?
+        } else {
+            Box::default()
+        };
         members.push(MemberRecord {
             id,
             incarnation,
@@ -589,10 +593,10 @@ fn read_suspected(r: &mut Reader<'_>) -> Result<Option<u32>, DecodeError> {
     }
 }
 
-fn read_meta(r: &mut Reader<'_>) -> Result<Vec<u8>, DecodeError> {
+fn read_meta(r: &mut Reader<'_>) -> Result<Box<[u8]>, DecodeError> {
     let len = r.varint()?;
     if len > MAX_META as u64 {
         return Err(DecodeError::Invalid("metadata too long"));
     }
-    Ok(r.bytes(len as usize)?.to_vec())
+    Ok(r.bytes(len as usize)?.into())
 }

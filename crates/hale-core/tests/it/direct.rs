@@ -102,7 +102,7 @@ fn a_packet_the_wire_would_change_goes_through_the_bytes() {
                 Message::Alive {
                     member: all[0].clone(),
                     incarnation: 1,
-                    meta: vec![1; 500],
+                    meta: vec![1; 500].into(),
                 };
                 3
             ],

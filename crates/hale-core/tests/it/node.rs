@@ -219,7 +219,7 @@ fn a_suspected_node_refutes_at_once_with_a_higher_incarnation() {
         Message::Alive {
             member: all[1].clone(),
             incarnation: 1,
-            meta: vec![]
+            meta: Box::default()
         }
     );
 }

@@ -51,7 +51,7 @@ pub fn node_unnegotiated(me: &NodeId, all: &[NodeId], cfg: Config) -> Node<NodeI
             id: i.clone(),
             incarnation: 0,
             state: WireState::Alive,
-            meta: Vec::new(),
+            meta: Box::default(),
         }),
     );
     drain_events(&mut n);

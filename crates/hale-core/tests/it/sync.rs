@@ -62,7 +62,7 @@ fn node_with_meta(
                 id: i.clone(),
                 incarnation: inc,
                 state: WireState::Alive,
-                meta: format!("metadata of {i:?}, inc {inc}").into_bytes(),
+                meta: format!("metadata of {i:?}, inc {inc}").into_bytes().into(),
             }
         }),
     );
@@ -147,7 +147,7 @@ fn views_that_differ_sync_by_digest_and_a_member_known_better_is_sent_whole() {
     deliver(&mut a, &answer[0], t);
     let m = a.member(&newer).unwrap();
     assert_eq!(m.incarnation(), 4);
-    assert_eq!(m.meta(), members[0].meta.as_slice());
+    assert_eq!(m.meta(), &*members[0].meta);
     assert!(syncs_of(&mut a).is_empty());
     assert_eq!(a.view_hash(), b.view_hash(), "in agreement now");
 }
@@ -176,7 +176,7 @@ fn a_view_hash_is_the_same_for_the_same_view_and_changes_with_any_incarnation_or
             id: all[3].clone(),
             incarnation: 0,
             state: WireState::Dead,
-            meta: Vec::new(),
+            meta: Box::default(),
         }],
     );
     assert_ne!(a.view_hash(), dead.view_hash());
@@ -332,7 +332,7 @@ fn a_restarted_member_told_of_its_previous_run_at_its_own_incarnation_with_other
                     id: b.clone(),
                     incarnation: 2,
                     state: WireState::Alive,
-                    meta: meta.to_vec(),
+                    meta: meta.into(),
                 }],
             }],
         )
@@ -371,7 +371,7 @@ fn digest_parts(x: &Transmit<NodeId>) -> Vec<(u64, bool, Vec<MemberRecord<NodeId
                 buckets,
                 reply,
                 members,
-            } => Some((buckets, reply, members)),
+            } => Some((buckets, reply, members.into_vec())),
             _ => None,
         })
         .collect()
@@ -434,7 +434,7 @@ fn in_a_cluster_of_300_a_member_gossip_missed_costs_64_bucket_sums_and_digests_o
     deliver(&mut b, &out[0], t);
     assert_eq!(
         b.member(&missing).map(|m| m.meta().to_vec()),
-        Some(members[0].meta.clone())
+        Some(members[0].meta.to_vec())
     );
     assert_eq!(a.view_hash(), b.view_hash(), "in agreement now");
 }
@@ -511,7 +511,7 @@ fn a_node_restored_with_a_snapshots_sums_hashes_its_view_as_one_restored_record_
         id: i.clone(),
         incarnation: 3,
         state,
-        meta: b"m".to_vec(),
+        meta: b"m".as_slice().into(),
     };
     let alive: Vec<_> = all.iter().map(|i| record(i, WireState::Alive)).collect();
     let mut with_dead = alive.clone();
@@ -549,7 +549,7 @@ fn views_that_differ_in_many_buckets_exchange_digests_of_eight_of_them_per_sync(
             id: i.clone(),
             incarnation: 1,
             state: WireState::Alive,
-            meta: b"newer".to_vec(),
+            meta: b"newer".as_slice().into(),
         })
         .collect();
     b.restore(t, newer);

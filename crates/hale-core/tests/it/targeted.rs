@@ -104,7 +104,7 @@ fn a_refutation_stops_the_resends_of_the_accusation() {
         vec![Message::Alive {
             member: victim.clone(),
             incarnation: 1,
-            meta: Vec::new(),
+            meta: Box::default(),
         }],
     );
     x.handle_datagram(secs(1.8), &alive).unwrap();
@@ -314,7 +314,7 @@ fn a_refutation_right_after_a_metadata_change_lets_the_change_still_reach_the_ot
     let mut sent: Vec<(Time, Transmit<NodeId>)> =
         drain(&mut v).into_iter().map(|x| (secs(0.06), x)).collect();
     sent.extend(sends_until(&mut v, secs(3.0)));
-    let change = |m: &Message<NodeId>| matches!(m, Message::Alive { member, incarnation: 1, meta } if *member == all[0] && meta == b"v2");
+    let change = |m: &Message<NodeId>| matches!(m, Message::Alive { member, incarnation: 1, meta } if *member == all[0] && **meta == *b"v2");
     // The refutation's targets: the accuser and the ring neighbours two deep.
     let two_deep = node(
         &all[0],
