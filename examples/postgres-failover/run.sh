@@ -179,6 +179,9 @@ hot_standby = on
 synchronous_commit = on
 shared_buffers = 32MB
 max_connections = 100
+# In the data directory, not /dev/shm: the host this demo kills would
+# leave its segments there until reboot.
+dynamic_shared_memory_type = mmap
 EOF
   cat > "$d/pg_hba.conf" <<EOF
 local all all trust

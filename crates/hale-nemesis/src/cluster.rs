@@ -304,6 +304,7 @@ hook_timeout = "10s"
             let _ = kill(Pid::from_raw(c.id() as i32), Signal::SIGCONT);
             let _ = c.kill();
             let _ = c.wait();
+            crate::lab::forget_faketime(c.id() as i32);
         }
     }
 

@@ -153,12 +153,16 @@ pub fn signal_ns(ns: &str, sig: Signal) {
     for p in ns_pids(ns) {
         let _ = kill(Pid::from_raw(p), sig);
         if sig == Signal::SIGKILL {
-            // libfaketime removes its segment and semaphore at exit, which
-            // SIGKILL skips.
-            let _ = std::fs::remove_file(format!("/dev/shm/faketime_shm_{p}"));
-            let _ = std::fs::remove_file(format!("/dev/shm/sem.faketime_sem_{p}"));
+            forget_faketime(p);
         }
     }
+}
+
+/// Removes what libfaketime kept in /dev/shm for process `pid`, killed: it
+/// removes its segment and semaphore at exit, which SIGKILL skips.
+pub fn forget_faketime(pid: i32) {
+    let _ = std::fs::remove_file(format!("/dev/shm/faketime_shm_{pid}"));
+    let _ = std::fs::remove_file(format!("/dev/shm/sem.faketime_sem_{pid}"));
 }
 
 /// Why the lab cannot run here, if it cannot.

@@ -66,6 +66,9 @@ fn resolve(t: Target, o: &mut dyn Oracle, hosts: usize) -> usize {
 fn signal_all(pids: &[i32], sig: Signal) {
     for &p in pids {
         let _ = kill(Pid::from_raw(p), sig);
+        if sig == Signal::SIGKILL {
+            crate::lab::forget_faketime(p);
+        }
     }
 }
 
