@@ -239,7 +239,11 @@ mod tests {
     #[test]
     fn a_claim_is_named_after_its_agent_and_read_back_by_the_sweep() {
         let path = claim_path(4242, "db/main", 7);
-        let name = path.file_name().expect("a file name").to_string_lossy().into_owned();
+        let name = path
+            .file_name()
+            .expect("a file name")
+            .to_string_lossy()
+            .into_owned();
         assert_eq!(claim_pid(&name), Some(4242));
         assert_eq!(claim_pid("hale-demote-4242"), None);
         assert_eq!(claim_pid("hale-demote-x-ab-db-1"), None);
