@@ -450,6 +450,17 @@ fn two_threads_run_exactly_what_one_runs() {
     assert_same_run(&one, &two, 40);
 }
 
+#[test]
+fn two_threads_with_windows_cut_short_run_exactly_what_one_runs() {
+    let one = eventful_run(cluster(40, 9));
+    let mut cfg = cluster(40, 9);
+    cfg.threads = 2;
+    cfg.window_min = 1;
+    cfg.window_max = 3; // Nearly every window halved, some down to an instant.
+    let two = eventful_run(cfg);
+    assert_same_run(&one, &two, 40);
+}
+
 /// Handing packets over (the default) runs exactly what encoding every
 /// packet and decoding it at its addressee runs, on one thread and on two.
 #[test]
