@@ -224,6 +224,11 @@ mod tests {
         held.lock().expect("locked");
         // Not a regular file: kept, never opened.
         std::fs::create_dir(dir.path().join(name(dead, "dir"))).expect("a directory");
+        // A stranger's link named like a claim, to a file of ours: both kept.
+        let target = dir.path().join("precious");
+        std::fs::write(&target, "keep me").expect("written");
+        let link = dir.path().join(name(dead, "link"));
+        std::os::unix::fs::symlink(&target, &link).expect("a link");
 
         assert_eq!(sweep_stale_claims(dir.path(), own), 2);
         for (f, _, kept) in &files {
@@ -231,6 +236,8 @@ mod tests {
         }
         assert!(fencing.exists(), "a claim under its lock");
         assert!(dir.path().join(name(dead, "dir")).exists());
+        assert!(link.symlink_metadata().is_ok(), "the link is kept");
+        assert_eq!(std::fs::read_to_string(&target).expect("read"), "keep me");
         drop(held);
         assert_eq!(sweep_stale_claims(dir.path(), own), 1, "its fence ended");
         assert!(!fencing.exists());

@@ -12,6 +12,7 @@ use nix::sys::signal::Signal;
 use crate::failover::{first_holder, history};
 use crate::support::{
     demote_claim, descendants, previous_release, spawn_with_config, wait_for, wait_until, Cluster,
+    RoleNode,
 };
 
 /// Pauses `db` from agent 1 and waits until agent 0 (its holder) hears of it.
@@ -186,9 +187,28 @@ fn upgrading_the_holders_agent_from_the_previous_release_moves_nothing_and_runs_
 /// start removes it.
 #[test]
 fn a_claim_left_by_an_agent_killed_with_its_watchdog_mid_fence_is_removed_when_it_starts_again() {
-    let mut c = Cluster::roles_with(
-        "claim-sweep",
-        3,
+    claim_left_mid_fence_is_swept("claim-sweep", None);
+}
+
+/// The same when the agent killed was the previous release's (it names and
+/// locks its claims the same way), and what starts next is this release:
+/// an upgrade done with SIGKILL, as the README's procedure for 0.1.0 has it.
+#[test]
+fn a_claim_the_previous_release_left_mid_fence_is_removed_when_this_release_starts() {
+    let prev = previous_release();
+    claim_left_mid_fence_is_swept("claim-sweep-upgrade", Some(&prev.exe));
+}
+
+/// Runs n0 (with `first`, or this release) as the holder of `db` with a
+/// demote that outlasts the test, kills n0's agent, waits for its watchdog
+/// to fence, kills the watchdog and its fence, and starts n0 again on this
+/// release: the fence's claim must be gone.
+fn claim_left_mid_fence_is_swept(test: &str, first: Option<&std::path::Path>) {
+    let mut nodes = RoleNode::loopback(3);
+    nodes[0].exe = first.map(std::path::Path::to_path_buf);
+    let mut c = Cluster::roles_on(
+        test,
+        nodes,
         |i, log| {
             let line = |what: &str| {
                 let log = log.display();
@@ -223,6 +243,13 @@ fn a_claim_left_by_an_agent_killed_with_its_watchdog_mid_fence_is_removed_when_i
     }
     let left = std::fs::read(&claim).expect("the claim is left behind");
     assert!(left.is_empty(), "the fence never finished: {left:?}");
+    if let Some(old) = first {
+        // This release's agent and watchdog, on the same configuration.
+        let config = c.path("n0.toml");
+        let text = std::fs::read_to_string(&config).unwrap();
+        let new_exe = crate::support::hale_bin().display().to_string();
+        std::fs::write(&config, text.replace(&old.display().to_string(), &new_exe)).unwrap();
+    }
     restart(&mut c, 0);
     wait_until(
         Duration::from_secs(30),

@@ -741,7 +741,10 @@ impl Cluster {
         Cluster::roles_on(test, nodes, |_, _| None, |_| String::new(), |_| {})
     }
 
-    fn roles_on(
+    /// A role cluster of `nodes` (their executables, environments and
+    /// addresses) with hooks and settings of the test's own (see
+    /// [`Cluster::roles_with`]).
+    pub fn roles_on(
         test: &str,
         nodes: Vec<RoleNode>,
         hooks: impl Fn(usize, &Path) -> Option<(String, String)>,
