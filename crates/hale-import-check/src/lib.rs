@@ -5,6 +5,7 @@
 //! each other in a cycle of more than [`MAX_CYCLE`] files; the unit test
 //! below runs the check over the workspace as part of `cargo test`.
 
+use proc_macro2::{Delimiter, TokenStream, TokenTree};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
@@ -82,7 +83,7 @@ impl Graph {
         let mut edges = vec![BTreeSet::new(); files.len()];
         for (path, text) in &files {
             let from = index[path];
-            for target in references(path, &strip(text), &index) {
+            for target in references(path, text, &index) {
                 if let Some(to) = resolve(&target, &index) {
                     if to != from {
                         edges[from].insert(to);
@@ -244,277 +245,115 @@ fn collect(dir: &Path, prefix: &[String], out: &mut BTreeMap<ModPath, String>) {
     }
 }
 
-/// The text without comments, string and char literals (blanked).
-fn strip(text: &str) -> String {
-    let b: Vec<char> = text.chars().collect();
-    let mut out = String::with_capacity(b.len());
+/// Every module-relative path that module `module`'s text names, made
+/// absolute. The text is read as Rust tokens (comments and literals are
+/// never paths); paths inside macro invocations count too. Inline modules
+/// (`mod tests { ... }`) are followed, so that their `super::` means the
+/// file's module.
+fn references(module: &ModPath, text: &str, files: &BTreeMap<ModPath, usize>) -> Vec<ModPath> {
+    let tokens: TokenStream = text.parse().expect("a source file is made of Rust tokens");
+    let mut out = Vec::new();
+    walk(
+        &tokens.into_iter().collect::<Vec<_>>(),
+        module,
+        files,
+        &mut out,
+    );
+    out
+}
+
+fn walk(t: &[TokenTree], here: &ModPath, files: &BTreeMap<ModPath, usize>, out: &mut Vec<ModPath>) {
     let mut i = 0;
-    while i < b.len() {
-        let c = b[i];
-        let next = b.get(i + 1).copied();
-        if c == '/' && next == Some('/') {
-            while i < b.len() && b[i] != '\n' {
-                i += 1;
-            }
-        } else if c == '/' && next == Some('*') {
-            let mut depth = 0;
-            while i < b.len() {
-                if b[i] == '/' && b.get(i + 1) == Some(&'*') {
-                    depth += 1;
-                    i += 2;
-                } else if b[i] == '*' && b.get(i + 1) == Some(&'/') {
-                    depth -= 1;
-                    i += 2;
-                    if depth == 0 {
-                        break;
-                    }
-                } else {
-                    i += 1;
+    while i < t.len() {
+        let word = match &t[i] {
+            TokenTree::Group(group) => {
+                let mut inner = here.clone();
+                if i >= 2 && ident(&t[i - 2]).as_deref() == Some("mod") {
+                    inner.extend(ident(&t[i - 1]));
                 }
-            }
-            out.push(' ');
-        } else if c == 'r' && (next == Some('"') || next == Some('#')) && !ident_before(&b, i) {
-            // A raw string: r"..." or r#"..."#.
-            let mut j = i + 1;
-            let mut hashes = 0;
-            while b.get(j) == Some(&'#') {
-                hashes += 1;
-                j += 1;
-            }
-            if b.get(j) != Some(&'"') {
-                out.push(c);
+                let tokens: Vec<TokenTree> = group.stream().into_iter().collect();
+                walk(&tokens, &inner, files, out);
                 i += 1;
                 continue;
             }
-            j += 1;
-            loop {
-                if j >= b.len() {
-                    break;
-                }
-                if b[j] == '"' && (0..hashes).all(|k| b.get(j + 1 + k) == Some(&'#')) {
-                    j += 1 + hashes;
-                    break;
-                }
-                j += 1;
-            }
-            out.push_str("\"\"");
-            i = j;
-        } else if c == '"' {
-            i += 1;
-            while i < b.len() && b[i] != '"' {
-                if b[i] == '\\' {
-                    i += 1;
-                }
-                i += 1;
-            }
-            i += 1;
-            out.push_str("\"\"");
-        } else if c == '\'' {
-            // A char literal ('x', '\n', '\u{..}') or a lifetime ('a).
-            let end = if next == Some('\\') {
-                b[i + 2..]
-                    .iter()
-                    .position(|&x| x == '\'')
-                    .map(|p| i + 2 + p)
-            } else if b.get(i + 2) == Some(&'\'') {
-                Some(i + 2)
-            } else {
-                None
-            };
-            match end {
-                Some(e) => {
-                    out.push_str("' '");
-                    i = e + 1;
-                }
-                None => {
-                    out.push(c);
-                    i += 1;
-                }
-            }
-        } else {
-            out.push(c);
-            i += 1;
-        }
-    }
-    out
-}
-
-fn ident_before(b: &[char], i: usize) -> bool {
-    i > 0 && (b[i - 1].is_alphanumeric() || b[i - 1] == '_')
-}
-
-fn is_ident(c: char) -> bool {
-    c.is_alphanumeric() || c == '_'
-}
-
-/// Every module-relative path the (stripped) text of module `module` names,
-/// made absolute. Inline modules (`mod tests { ... }`) are followed, so that
-/// their `super::` means the file's module.
-fn references(module: &ModPath, text: &str, files: &BTreeMap<ModPath, usize>) -> Vec<ModPath> {
-    let b: Vec<char> = text.chars().collect();
-    let mut out = Vec::new();
-    // The inline modules open at each brace depth.
-    let mut inline: Vec<(usize, String)> = Vec::new();
-    let mut depth = 0usize;
-    let mut i = 0;
-    let mut pending_mod: Option<String> = None;
-    while i < b.len() {
-        let c = b[i];
-        if c == '{' {
-            depth += 1;
-            if let Some(name) = pending_mod.take() {
-                inline.push((depth, name));
-            }
-            i += 1;
-            continue;
-        }
-        if c == '}' {
-            if inline.last().is_some_and(|(d, _)| *d == depth) {
-                inline.pop();
-            }
-            depth = depth.saturating_sub(1);
-            i += 1;
-            continue;
-        }
-        if c == ';' {
-            pending_mod = None;
-        }
-        if !is_ident(c) || ident_before(&b, i) {
-            i += 1;
-            continue;
-        }
-        let start = i;
-        while i < b.len() && is_ident(b[i]) {
-            i += 1;
-        }
-        let word: String = b[start..i].iter().collect();
-        if start > 0 && b[start - 1] == '$' {
-            continue;
-        }
-        if word == "mod" {
-            let mut j = i;
-            while j < b.len() && b[j].is_whitespace() {
-                j += 1;
-            }
-            let s = j;
-            while j < b.len() && is_ident(b[j]) {
-                j += 1;
-            }
-            pending_mod = Some(b[s..j].iter().collect());
-            i = j;
-            continue;
-        }
-        // Preceded by `::`: the middle of a path already read.
-        let mut k = start;
-        while k > 0 && b[k - 1].is_whitespace() {
-            k -= 1;
-        }
-        if k >= 2 && b[k - 1] == ':' && b[k - 2] == ':' {
-            continue;
-        }
-        let mut here = module.clone();
-        here.extend(inline.iter().map(|(_, n)| n.clone()));
-        let base: Option<ModPath> = match word.as_str() {
-            "crate" => Some(Vec::new()),
-            "self" => Some(here.clone()),
-            "super" => {
-                let mut p = here.clone();
-                p.pop();
-                Some(p)
-            }
+            TokenTree::Ident(word) => word.to_string(),
             _ => {
-                let mut child = here.clone();
-                child.push(word.clone());
-                (files.contains_key(&child) && at_path_sep(&b, i)).then(|| {
-                    i = start;
-                    here.clone()
-                })
+                i += 1;
+                continue;
             }
         };
-        let Some(base) = base else { continue };
-        if word != "crate" && word != "self" && word != "super" {
-            // A child module named bare: read it as the path's first segment.
-            let (paths, end) = tree(&b, i, base);
-            out.extend(paths);
-            i = end;
+        // The middle of a path already read, or a macro's `$crate`.
+        let after = |k: usize, c: char| i >= k && punct(&t[i - k]) == Some(c);
+        if (after(1, ':') && after(2, ':')) || after(1, '$') || !sep_at(t, i + 1) {
+            i += 1;
             continue;
         }
-        if !at_path_sep(&b, i) {
-            continue;
-        }
-        let (paths, end) = tree(&b, skip_sep(&b, i), base);
-        out.extend(paths);
-        i = end;
+        let (base, from) = match word.as_str() {
+            "crate" => (Vec::new(), i + 3),
+            "self" => (here.clone(), i + 3),
+            "super" => (here[..here.len().saturating_sub(1)].to_vec(), i + 3),
+            // A child module named bare: the path's first segment.
+            _ if files.contains_key(&[here.as_slice(), std::slice::from_ref(&word)].concat()) => {
+                (here.clone(), i)
+            }
+            _ => {
+                i += 1;
+                continue;
+            }
+        };
+        i = tree(t, from, base, out);
     }
-    out
 }
 
-fn at_path_sep(b: &[char], i: usize) -> bool {
-    let mut j = i;
-    while j < b.len() && b[j].is_whitespace() {
-        j += 1;
-    }
-    b.get(j) == Some(&':') && b.get(j + 1) == Some(&':')
+/// The identifier a token is, if it is one.
+fn ident(t: &TokenTree) -> Option<String> {
+    matches!(t, TokenTree::Ident(_)).then(|| t.to_string())
 }
 
-fn skip_sep(b: &[char], i: usize) -> usize {
-    let mut j = i;
-    while j < b.len() && b[j].is_whitespace() {
-        j += 1;
+/// The character a token is, if it is punctuation.
+fn punct(t: &TokenTree) -> Option<char> {
+    match t {
+        TokenTree::Punct(p) => Some(p.as_char()),
+        _ => None,
     }
-    j + 2
 }
 
-fn skip_ws(b: &[char], mut j: usize) -> usize {
-    while j < b.len() && b[j].is_whitespace() {
-        j += 1;
-    }
-    j
+/// Whether a path separator `::` starts at `i`.
+fn sep_at(t: &[TokenTree], i: usize) -> bool {
+    t.get(i).and_then(punct) == Some(':') && t.get(i + 1).and_then(punct) == Some(':')
 }
 
-/// Reads a use tree (or plain path) at `i` below `base`: its full paths and
-/// where it ends.
-fn tree(b: &[char], i: usize, base: ModPath) -> (Vec<ModPath>, usize) {
-    let mut path = base;
-    let mut j = skip_ws(b, i);
+/// Reads a use tree (or plain path) at `i` below `base` into `out`: where
+/// it ends.
+fn tree(t: &[TokenTree], mut i: usize, mut path: ModPath, out: &mut Vec<ModPath>) -> usize {
     loop {
-        if b.get(j) == Some(&'{') {
-            let mut out = Vec::new();
-            j += 1;
-            loop {
-                j = skip_ws(b, j);
-                match b.get(j) {
-                    None => return (out, j),
-                    Some('}') => return (out, j + 1),
-                    Some(',') => j += 1,
-                    Some(_) => {
-                        let (paths, end) = tree(b, j, path.clone());
-                        out.extend(paths);
-                        j = if end == j { j + 1 } else { end };
+        match t.get(i) {
+            Some(TokenTree::Group(group)) if group.delimiter() == Delimiter::Brace => {
+                let inner: Vec<TokenTree> = group.stream().into_iter().collect();
+                for item in inner.split(|t| punct(t) == Some(',')) {
+                    if !item.is_empty() {
+                        tree(item, 0, path.clone(), out);
                     }
                 }
+                return i + 1;
+            }
+            Some(TokenTree::Ident(word)) => match word.to_string().as_str() {
+                "self" => {}
+                "super" => {
+                    path.pop();
+                }
+                word => path.push(word.to_string()),
+            },
+            _ => {
+                out.push(path);
+                return i;
             }
         }
-        let s = j;
-        while j < b.len() && is_ident(b[j]) {
-            j += 1;
+        if !sep_at(t, i + 1) {
+            out.push(path);
+            return i + 1;
         }
-        if s == j {
-            return (vec![path], j);
-        }
-        let word: String = b[s..j].iter().collect();
-        match word.as_str() {
-            "self" => {}
-            "super" => {
-                path.pop();
-            }
-            _ => path.push(word),
-        }
-        if at_path_sep(b, j) {
-            j = skip_sep(b, j);
-        } else {
-            return (vec![path], j);
-        }
+        i += 3;
     }
 }
 
