@@ -103,20 +103,14 @@ pub fn render(s: &Snapshot, shared: &Shared) -> String {
         ("hale_stream_errors_total", "counter", help),
         stream_errors,
     );
+    let gauge = |out: &mut String, name, help, v: u64| {
+        family(out, (name, "gauge", help), [(me.clone(), v)]);
+    };
     let help = "Lifeguard local health score (0 is healthy).";
-    family(
-        &mut out,
-        ("hale_local_health", "gauge", help),
-        [(me.clone(), s.local_health)],
-    );
+    gauge(&mut out, "hale_local_health", help, s.local_health.into());
     let help = "This node's incarnation.";
-    family(
-        &mut out,
-        ("hale_incarnation", "gauge", help),
-        [(me.clone(), s.incarnation)],
-    );
-    let by_state = hale_core::MemberState::ALL.map(|state| {
-        let state = crate::view::MemberState::from(state);
+    gauge(&mut out, "hale_incarnation", help, s.incarnation.into());
+    let by_state = crate::view::MemberState::ALL.map(|state| {
         let n = s.members.iter().filter(|m| m.state == state).count();
         (format!("{me},state=\"{state}\""), n)
     });
@@ -140,18 +134,10 @@ pub fn render(s: &Snapshot, shared: &Shared) -> String {
     );
     let help =
         "The wire version this node writes (negotiated: the highest every live member speaks).";
-    family(
-        &mut out,
-        ("hale_wire_version", "gauge", help),
-        [(me.clone(), w.writes)],
-    );
+    gauge(&mut out, "hale_wire_version", help, w.writes.into());
     let help = "News waiting to be gossiped.";
-    let pending = [(me, s.pending_broadcasts)];
-    family(
-        &mut out,
-        ("hale_pending_broadcasts", "gauge", help),
-        pending,
-    );
+    let pending = s.pending_broadcasts as u64;
+    gauge(&mut out, "hale_pending_broadcasts", help, pending);
     out
 }
 
