@@ -108,7 +108,7 @@ pub struct Lagging {
 }
 
 /// A lease in the control plane's table.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct LeaseView {
     /// Who holds it (None: free).
     pub holder: Option<String>,
