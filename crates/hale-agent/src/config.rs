@@ -512,12 +512,10 @@ impl FileConfig {
         }
         self.membership.apply(&mut core);
         core.validate().map_err(|e| {
-            let section = if e.field == "cluster" {
-                "cluster.name".to_owned()
-            } else if e.field == "meta" {
-                "agent.meta".to_owned()
-            } else {
-                format!("membership.{}", e.field)
+            let section = match e.field {
+                "cluster" => "cluster.name".to_owned(),
+                "meta" => "agent.meta".to_owned(),
+                knob => format!("membership.{knob}"),
             };
             invalid(&section, e.problem)
         })?;
