@@ -132,25 +132,18 @@ struct JoinBody {
 }
 
 pub(crate) async fn join(State(st): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
-    let req: JoinBody = serde_json::from_slice(&body).map_err(|e| {
-        ApiError(
-            StatusCode::BAD_REQUEST,
-            format!("expected {{\"addrs\": [\"host:port\", ...]}}: {e}"),
-        )
-    })?;
+    let bad = |e: String| ApiError(StatusCode::BAD_REQUEST, e);
+    let req: JoinBody = serde_json::from_slice(&body)
+        .map_err(|e| bad(format!("expected {{\"addrs\": [\"host:port\", ...]}}: {e}")))?;
     if req.addrs.is_empty() {
-        return Err(ApiError(StatusCode::BAD_REQUEST, "addrs is empty".into()));
+        return Err(bad("addrs is empty".into()));
     }
     let addrs = req
         .addrs
         .iter()
         .map(|a| {
-            a.parse::<SocketAddr>().map_err(|_| {
-                ApiError(
-                    StatusCode::BAD_REQUEST,
-                    format!("{a:?} is not an address like 10.0.0.5:7946"),
-                )
-            })
+            a.parse::<SocketAddr>()
+                .map_err(|_| bad(format!("{a:?} is not an address like 10.0.0.5:7946")))
         })
         .collect::<Result<Vec<_>, _>>()?;
     let joined = crate::runtime::ask(&st.cmds, |tx| Command::Join(addrs, tx)).await;
