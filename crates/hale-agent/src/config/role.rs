@@ -71,16 +71,9 @@ impl ControlSection {
             // Tolerates clocks running 20% apart over one lease.
             drift_margin: lease / 5,
         };
-        timing.check().map_err(|e| {
-            bad(
-                if self.lease.is_some() {
-                    "lease"
-                } else {
-                    "renew_every"
-                },
-                e.to_string(),
-            )
-        })?;
+        // Named after the knob set by hand (the lease, if it was).
+        let knob = self.lease.map_or("renew_every", |_| "lease");
+        timing.check().map_err(|e| bad(knob, e.to_string()))?;
         Ok(timing)
     }
 }

@@ -88,12 +88,7 @@ impl PostgresView {
 
     /// How many bytes a replica replays behind the holder's last mark.
     pub fn lag(&self) -> Option<u64> {
-        match (&self.standing, self.primary_lsn) {
-            (Some(hale_postgres::Standing::Replica { replay_lsn, .. }), Some(p)) => {
-                Some(p.saturating_sub(*replay_lsn))
-            }
-            _ => None,
-        }
+        self.standing.as_ref()?.replay_lag(self.primary_lsn?)
     }
 }
 
