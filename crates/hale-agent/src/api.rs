@@ -169,16 +169,13 @@ pub(crate) async fn metrics(State(st): State<AppState>) -> Result<Response, ApiE
     let s = st.snapshot().await?;
     let mut text = crate::metrics::render(&s, &st.shared);
     let me = st.me();
-    text.push_str(&crate::metrics::render_roles(me, &st.roles, &st.services));
+    crate::metrics::render_roles(&mut text, me, &st.roles, &st.services);
     if let Some(c) = &st.control_server {
-        text.push_str(&crate::metrics::render_control(me, &c.status()));
+        crate::metrics::render_control(&mut text, me, &c.status());
     }
-    text.push_str(&crate::metrics::render_clocks(
-        me,
-        &hale_seal::clock_report(),
-    ));
-    text.push_str(&crate::metrics::render_drill(me, st.shared.drill()));
-    text.push_str(&crate::metrics::render_reloads(me, st.reloader.counts()));
+    crate::metrics::render_clocks(&mut text, me, &hale_seal::clock_report());
+    crate::metrics::render_drill(&mut text, me, st.shared.drill());
+    crate::metrics::render_reloads(&mut text, me, st.reloader.counts());
     if let Some(r) = st.relay() {
         text.push_str(&r.render_metrics());
     }

@@ -303,7 +303,8 @@ mod tests {
     #[test]
     fn metrics_show_every_fault_inactive_at_first() {
         let f = crate::faults::Faults::default();
-        let text = crate::metrics::render_drill("n1", &f);
+        let mut text = String::new();
+        crate::metrics::render_drill(&mut text, "n1", &f);
         assert!(text.contains("hale_drill_fault_active{node=\"n1\",fault=\"freeze\"} 0"));
         assert!(text.contains("hale_drill_traffic_ignored_total{node=\"n1\"} 0"));
         assert!(!f.frozen() && !f.ignore_traffic());
