@@ -453,38 +453,31 @@ impl RoleManager {
         epoch: u64,
         reason: HookReason,
     ) {
-        let (claimed, mut claim);
-        claim = None;
-        let argv = match kind {
-            HookKind::Promote => &self.spec.promote,
-            // Under the holding's claim, shared with its watchdog's fence,
-            // so that the demote runs once (see `watchdog.rs`).
-            HookKind::Demote if self.spec.demote.is_empty() => &self.spec.demote,
-            HookKind::Demote => {
-                let path = self.claim(epoch);
-                claimed = demote_once_argv(self.ctx.watchdogs.exe(), &path, &self.spec.demote);
-                claim = Some(path);
-                &claimed
-            }
+        // A demote runs under the holding's claim, shared with its
+        // watchdog's fence, so that it runs once (see `watchdog.rs`).
+        let demote = kind == HookKind::Demote && !self.spec.demote.is_empty();
+        let claim = demote.then(|| self.claim(epoch));
+        let argv = match (&claim, kind) {
+            (Some(path), _) => demote_once_argv(self.ctx.watchdogs.exe(), path, &self.spec.demote),
+            (None, HookKind::Promote) => self.spec.promote.clone(),
+            (None, HookKind::Demote) => self.spec.demote.clone(),
         };
         let tx = run.tx.clone();
-        let Some(cmd) = crate::watchdog::hook_command(argv, &self.env(epoch), reason.as_str())
+        let Some(cmd) = crate::watchdog::hook_command(&argv, &self.env(epoch), reason.as_str())
         else {
             let _ = tx.send(Input::HookExit(id, HookExit::Succeeded));
             return;
         };
-        let promote = kind == HookKind::Promote;
         run.hooks.insert(
             id,
             HookRun {
                 pgid: None,
-                promote,
+                promote: kind == HookKind::Promote,
                 kill: false,
                 claim,
             },
         );
         let (slots, role) = (self.ctx.hook_slots.clone(), self.spec.name.clone());
-        let argv = argv.clone();
         tokio::spawn(async move {
             // Waits for one of the agent's hook slots (see `HOOKS_AT_ONCE`).
             let _slot = slots.acquire_owned().await;
