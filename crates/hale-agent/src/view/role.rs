@@ -322,16 +322,13 @@ pub struct SwitchoverView {
 }
 
 /// The body of `POST /v1/roles/{role}/switchover`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
 pub struct SwitchoverRequest {
     /// The candidate to hand the role to; absent or null with `cancel`.
-    #[serde(default)]
     pub to: Option<String>,
     /// Not before this Unix time, in milliseconds (absent: at once).
-    #[serde(default)]
     pub at_unix_ms: Option<u64>,
     /// Withdraw the order standing for the current holding.
-    #[serde(default)]
     pub cancel: bool,
 }
