@@ -62,21 +62,18 @@ pub(crate) async fn services(
         .map(|m: MemberView| {
             let st = st.clone();
             async move {
-                let (services, error) = if m.is_self || m.name == st.me() {
-                    (Some(crate::services::views(&st.services)), None)
+                let got = if m.is_self || m.name == st.me() {
+                    Ok(crate::services::views(&st.services))
                 } else if let Some(http) = published(&m).http {
-                    match st.peers.peer_get(&http, routes::SERVICES).await {
-                        Ok(v) => (Some(v), None),
-                        Err(e) => (None, Some(e)),
-                    }
+                    st.peers.peer_get(&http, routes::SERVICES).await
                 } else {
-                    (None, Some("publishes no HTTP address".to_owned()))
+                    Err("publishes no HTTP address".to_owned())
                 };
                 NodeServicesView {
                     node: m.name,
                     state: m.state,
-                    services,
-                    error,
+                    error: got.as_ref().err().cloned(),
+                    services: got.ok(),
                 }
             }
         })

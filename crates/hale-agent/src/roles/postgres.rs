@@ -310,9 +310,9 @@ impl Keeper {
             return true;
         }
         match hale_postgres::start_standby(&self.cfg).await {
-            Ok(_) => true,
-            // Nothing to start yet (a member awaiting its first clone).
-            Err(hale_postgres::StartError::NotACluster(_)) => true,
+            // (NotACluster: nothing to start yet, a member awaiting its
+            // first clone.)
+            Ok(_) | Err(hale_postgres::StartError::NotACluster(_)) => true,
             Err(e) => {
                 tracing::warn!(role = %self.role, error = %e, "postgres: starting as a standby");
                 false

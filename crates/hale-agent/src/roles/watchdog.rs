@@ -189,13 +189,10 @@ impl Watchdogs {
             .arg("watchdog")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .spawn();
-        let mut child = match child {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::error!("cannot start the fencing watchdog: {e}");
-                return;
-            }
+            .spawn()
+            .inspect_err(|e| tracing::error!("cannot start the fencing watchdog: {e}"));
+        let Ok(mut child) = child else {
+            return;
         };
         let (Some(stdin), Some(out)) = (child.stdin.take(), child.stdout.take()) else {
             let _ = child.kill();
