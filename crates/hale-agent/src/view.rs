@@ -629,7 +629,6 @@ pub struct HealthView {
     pub members: MemberCounts,
     /// The wire versions it speaks and the one it writes (absent from
     /// agents before 0.2.0).
-    #[serde(default)]
     pub wire: Option<WireView>,
 }
 

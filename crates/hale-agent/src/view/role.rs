@@ -27,7 +27,6 @@ pub struct RoleView {
     /// Why the last change happened.
     pub last_change: Option<String>,
     /// Unix time (ms) this node became holder (its promote hook succeeded), if holder.
-    #[serde(default)]
     pub held_since_unix_ms: Option<u64>,
     /// Promotions completed so far.
     pub promotions: u64,
@@ -65,11 +64,9 @@ pub struct PostgresView {
     pub error: Option<String>,
     /// The holder's last mark (its WAL position), as the control plane's
     /// table said when this node last read it (every 2 s while it follows).
-    #[serde(default)]
     pub primary_lsn: Option<u64>,
     /// This node's `max_lag_on_failover` (bytes): the most its copy may lag
     /// for it to be promoted.
-    #[serde(default)]
     pub max_lag: Option<u64>,
 }
 
