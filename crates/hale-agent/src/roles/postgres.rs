@@ -184,12 +184,8 @@ impl Keeper {
         let mark = lease.and_then(|r| r.mark.as_ref()).map(|m| m.position);
         self.publish(|v| v.primary_lsn = mark);
         let says = match lease {
-            None => TableSays::NeverGranted,
-            Some(r) if r.epoch == 0 => TableSays::NeverGranted,
-            Some(r) => match &r.holder {
-                Some(h) => TableSays::Held(h.clone()),
-                None => TableSays::Free,
-            },
+            Some(r) if r.epoch > 0 => r.holder.clone().map_or(TableSays::Free, TableSays::Held),
+            _ => TableSays::NeverGranted,
         };
         (says, paused)
     }
