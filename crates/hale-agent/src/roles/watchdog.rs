@@ -294,10 +294,9 @@ impl Hub {
     /// Queues one order; false if there is no process or its pipe has
     /// closed.
     fn send(&mut self, order: &Order) -> bool {
-        match self.process.as_mut() {
-            Some((_, _, lines)) => lines.send(order.line()).is_ok(),
-            None => false,
-        }
+        self.process
+            .as_ref()
+            .is_some_and(|(_, _, lines)| lines.send(order.line()).is_ok())
     }
 }
 
