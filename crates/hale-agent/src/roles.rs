@@ -335,8 +335,7 @@ impl RoleManager {
                     }
                 },
                 Some(data) = next_data(&mut self.data) => sm.handle_data(run.now(), data),
-                r = self.stop.changed(), if !stopping => {
-                    let _ = r;
+                _ = self.stop.changed(), if !stopping => {
                     stopping = true;
                     sm.handle_stop(run.now());
                 }
