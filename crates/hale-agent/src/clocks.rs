@@ -42,8 +42,7 @@ fn news(seen: &mut Reported, report: &ClockReport) -> Vec<(u64, i64, ClockSide)>
     for o in &report.offsets {
         let key = (o.server, o.addr.clone());
         let now = (o.offset_ms, o.learned_unix_ms);
-        if seen.offsets.get(&key) != Some(&now) {
-            seen.offsets.insert(key, now);
+        if seen.offsets.insert(key, now) != Some(now) {
             out.push((o.server, -o.offset_ms, ClockSide::Client));
         }
     }
