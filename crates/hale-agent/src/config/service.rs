@@ -90,9 +90,8 @@ pub struct CheckSpec {
 impl ServiceSection {
     /// Validates the section; `i` is its index, for error messages.
     pub fn validate(&self, i: usize) -> Result<ServiceSpec, ConfigError> {
-        let field = |f: &str| format!("service[{i}].{f}");
         if self.name.is_empty() {
-            return Err(invalid(&field("name"), "is empty"));
+            return Err(invalid(&format!("service[{i}].name"), "is empty"));
         }
         let mut checks = Vec::new();
         for (j, c) in self.checks.iter().enumerate() {
