@@ -132,25 +132,18 @@ struct JoinBody {
 }
 
 pub(crate) async fn join(State(st): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
-    let req: JoinBody = serde_json::from_slice(&body).map_err(|e| {
-        ApiError(
-            StatusCode::BAD_REQUEST,
-            format!("expected {{\"addrs\": [\"host:port\", ...]}}: {e}"),
-        )
-    })?;
+    let bad = |e: String| ApiError(StatusCode::BAD_REQUEST, e);
+    let req: JoinBody = serde_json::from_slice(&body)
+        .map_err(|e| bad(format!("expected {{\"addrs\": [\"host:port\", ...]}}: {e}")))?;
     if req.addrs.is_empty() {
-        return Err(ApiError(StatusCode::BAD_REQUEST, "addrs is empty".into()));
+        return Err(bad("addrs is empty".into()));
     }
     let addrs = req
         .addrs
         .iter()
         .map(|a| {
-            a.parse::<SocketAddr>().map_err(|_| {
-                ApiError(
-                    StatusCode::BAD_REQUEST,
-                    format!("{a:?} is not an address like 10.0.0.5:7946"),
-                )
-            })
+            a.parse::<SocketAddr>()
+                .map_err(|_| bad(format!("{a:?} is not an address like 10.0.0.5:7946")))
         })
         .collect::<Result<Vec<_>, _>>()?;
     let joined = crate::runtime::ask(&st.cmds, |tx| Command::Join(addrs, tx)).await;
@@ -176,16 +169,13 @@ pub(crate) async fn metrics(State(st): State<AppState>) -> Result<Response, ApiE
     let s = st.snapshot().await?;
     let mut text = crate::metrics::render(&s, &st.shared);
     let me = st.me();
-    text.push_str(&crate::metrics::render_roles(me, &st.roles, &st.services));
+    crate::metrics::render_roles(&mut text, me, &st.roles, &st.services);
     if let Some(c) = &st.control_server {
-        text.push_str(&crate::metrics::render_control(me, &c.status()));
+        crate::metrics::render_control(&mut text, me, &c.status());
     }
-    text.push_str(&crate::metrics::render_clocks(
-        me,
-        &hale_seal::clock_report(),
-    ));
-    text.push_str(&crate::metrics::render_drill(me, st.shared.drill()));
-    text.push_str(&crate::metrics::render_reloads(me, st.reloader.counts()));
+    crate::metrics::render_clocks(&mut text, me, &hale_seal::clock_report());
+    crate::metrics::render_drill(&mut text, me, st.shared.drill());
+    crate::metrics::render_reloads(&mut text, me, st.reloader.counts());
     if let Some(r) = st.relay() {
         text.push_str(&r.render_metrics());
     }

@@ -128,18 +128,23 @@ impl Client {
 
     /// `r` if its status is a success, else the agent's error.
     async fn check(&self, path: &str, r: Response) -> Result<Response, ClientError> {
-        let status = r.status();
-        if status.is_success() {
+        if r.status().is_success() {
             return Ok(r);
         }
-        let text = r.text().await.unwrap_or_default();
+        let status = r.status().as_u16();
+        Err(self.status_error(path, status, r.text().await.unwrap_or_default()))
+    }
+
+    /// The agent answered `status` to `path` with the body `text`: its
+    /// `error` message, or the body.
+    fn status_error(&self, path: &str, status: u16, text: String) -> ClientError {
         let message = serde_json::from_str::<ErrorBody>(&text).map_or(text, |b| b.error);
-        Err(ClientError::Status {
+        ClientError::Status {
             addr: self.addr.clone(),
             path: path.to_owned(),
-            status: status.as_u16(),
+            status,
             message,
-        })
+        }
     }
 
     fn decode_error(&self, path: &str, source: reqwest::Error) -> ClientError {
@@ -322,13 +327,7 @@ impl Client {
             if let Ok(refusal) = serde_json::from_str::<ReloadRefusal>(&text) {
                 return Ok(Err(refusal));
             }
-            let message = serde_json::from_str::<ErrorBody>(&text).map_or(text, |b| b.error);
-            return Err(ClientError::Status {
-                addr: self.addr.clone(),
-                path: path.to_owned(),
-                status,
-                message,
-            });
+            return Err(self.status_error(path, status, text));
         }
         self.decode(path, r).await.map(Ok)
     }

@@ -42,19 +42,14 @@ fn news(seen: &mut Reported, report: &ClockReport) -> Vec<(u64, i64, ClockSide)>
     for o in &report.offsets {
         let key = (o.server, o.addr.clone());
         let now = (o.offset_ms, o.learned_unix_ms);
-        if seen.offsets.get(&key) != Some(&now) {
-            seen.offsets.insert(key, now);
+        if seen.offsets.insert(key, now) != Some(now) {
             out.push((o.server, -o.offset_ms, ClockSide::Client));
         }
     }
     for r in &report.refused {
-        let last = seen.refused.get(&r.server).copied();
-        let due = match last {
-            None => true,
-            Some((count, at)) => {
-                r.count > count && r.last_unix_ms >= at.saturating_add(SERVER_EVENT_EVERY_MS)
-            }
-        };
+        let due = seen.refused.get(&r.server).is_none_or(|&(count, at)| {
+            r.count > count && r.last_unix_ms >= at.saturating_add(SERVER_EVENT_EVERY_MS)
+        });
         if due {
             seen.refused.insert(r.server, (r.count, r.last_unix_ms));
             out.push((r.server, r.last_skew_ms, ClockSide::Server));

@@ -62,21 +62,18 @@ pub(crate) async fn services(
         .map(|m: MemberView| {
             let st = st.clone();
             async move {
-                let (services, error) = if m.is_self || m.name == st.me() {
-                    (Some(crate::services::views(&st.services)), None)
+                let got = if m.is_self || m.name == st.me() {
+                    Ok(crate::services::views(&st.services))
                 } else if let Some(http) = published(&m).http {
-                    match st.peers.peer_get(&http, routes::SERVICES).await {
-                        Ok(v) => (Some(v), None),
-                        Err(e) => (None, Some(e)),
-                    }
+                    st.peers.peer_get(&http, routes::SERVICES).await
                 } else {
-                    (None, Some("publishes no HTTP address".to_owned()))
+                    Err("publishes no HTTP address".to_owned())
                 };
                 NodeServicesView {
                     node: m.name,
                     state: m.state,
-                    services,
-                    error,
+                    error: got.as_ref().err().cloned(),
+                    services: got.ok(),
                 }
             }
         })
@@ -90,7 +87,7 @@ pub(crate) async fn roles(State(st): State<AppState>) -> Json<ClusterRolesView> 
     let members = st.snapshot().await.map(|s| s.members).unwrap_or_default();
     // The lease table and leader as `GET /v1/roles` reads them.
     let RolesView { leases, leader, .. } = crate::roles_api::roles(State(st.clone())).await.0;
-    let leases = leases.unwrap_or_default();
+    let mut leases = leases.unwrap_or_default();
     let local = st.roles.lock().expect("role views lock").clone();
     let mut candidates: BTreeMap<String, Vec<CandidateView>> = BTreeMap::new();
     let mut http: HashMap<&str, String> = HashMap::new();
@@ -114,12 +111,10 @@ pub(crate) async fn roles(State(st): State<AppState>) -> Json<ClusterRolesView> 
     names.extend(local.keys().cloned());
     let mut out = Vec::new();
     for role in names {
-        let (holder, epoch, paused, switchover) =
-            leases.get(&role).map_or((None, 0, false, None), |l| {
-                (l.holder.clone(), l.epoch, l.paused, l.switchover.clone())
-            });
+        // Never granted: no holder, epoch 0.
+        let lease = leases.remove(&role).unwrap_or_default();
         // The holder's own view: lease left and since when it holds.
-        let held = match holder.as_deref().map(|h| (h, http.get(h))) {
+        let held = match lease.holder.as_deref().map(|h| (h, http.get(h))) {
             Some((h, _)) if h == st.me() => local.get(&role).cloned(),
             // Typed on the way through (a peer's strings are data only).
             Some((_, Some(addr))) => st
@@ -132,7 +127,7 @@ pub(crate) async fn roles(State(st): State<AppState>) -> Json<ClusterRolesView> 
         };
         let mut candidates = candidates.remove(&role).unwrap_or_default();
         for c in &mut candidates {
-            c.holder = Some(&c.node) == holder.as_ref();
+            c.holder = Some(&c.node) == lease.holder.as_ref();
         }
         // Holder first, then who would be promoted next: live, eligible,
         // highest priority first; then the rest.
@@ -146,14 +141,14 @@ pub(crate) async fn roles(State(st): State<AppState>) -> Json<ClusterRolesView> 
         });
         out.push(ClusterRoleView {
             role,
-            holder,
-            epoch,
+            holder: lease.holder,
+            epoch: lease.epoch,
             holder_state: held.as_ref().map(|v| v.state),
             lease_left_ms: held.as_ref().and_then(|v| v.lease_left_ms),
             held_since_unix_ms: held.as_ref().and_then(|v| v.held_since_unix_ms),
             candidates,
-            paused,
-            switchover,
+            paused: lease.paused,
+            switchover: lease.switchover,
         });
     }
     Json(ClusterRolesView {

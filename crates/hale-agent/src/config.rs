@@ -53,41 +53,36 @@ pub const KEYRING_FILE: &str = "keyring";
 
 /// The agent's configuration file, as written.
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct FileConfig {
     /// `[agent]`.
-    #[serde(default)]
     pub agent: AgentSection,
     /// `[cluster]`.
-    #[serde(default)]
     pub cluster: ClusterSection,
     /// `[membership]`.
-    #[serde(default)]
     pub membership: MembershipSection,
     /// `[control]`: the control plane for roles.
     pub control: Option<role::ControlSection>,
     /// `[[service]]`: this node's services and their checks.
-    #[serde(default, rename = "service")]
+    #[serde(rename = "service")]
     pub services: Vec<service::ServiceSection>,
     /// `[[role]]`: this node's candidacies.
-    #[serde(default, rename = "role")]
+    #[serde(rename = "role")]
     pub roles: Vec<RoleSpec>,
     /// `[relay]`: the Sentry-compatible relay (absent: disabled).
-    #[serde(default)]
     pub relay: Option<RelaySection>,
 }
 
 /// `[relay]`: a Sentry-compatible relay mounted on the HTTP API, forwarding
 /// to a primary upstream Sentry (and a standby while the primary is down).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct RelaySection {
     /// The primary upstream (required when the section is present).
     pub primary: Option<UpstreamSection>,
     /// The standby upstream.
     pub standby: Option<UpstreamSection>,
     /// Keys clients must present (`sentry_key`); empty: any.
-    #[serde(default)]
     pub keys: Vec<String>,
     /// Cap on bytes held in memory (default 8 MiB).
     pub queue_bytes: Option<usize>,
@@ -119,7 +114,7 @@ pub struct UpstreamSection {
 
 /// `[agent]`: this node.
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct AgentSection {
     /// Unique node name (default: `hale-<port>`).
     pub name: Option<String>,
@@ -130,7 +125,6 @@ pub struct AgentSection {
     /// HTTP API address (default `127.0.0.1:7947`).
     pub http: Option<String>,
     /// Addresses of members to join through.
-    #[serde(default)]
     pub seeds: Vec<String>,
     /// Token required by mutating HTTP endpoints.
     pub api_token: Option<String>,
@@ -147,17 +141,15 @@ pub struct AgentSection {
 
 /// `[cluster]`: what all members share.
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct ClusterSection {
     /// Cluster name (default `hale`).
     pub name: Option<String>,
     /// Timing profile: `lan` (default), `wan` or `local`.
     pub profile: Option<String>,
     /// Base64 keys of 32 bytes; the first encrypts, all decrypt.
-    #[serde(default)]
     pub keys: Vec<String>,
     /// Send cluster traffic unencrypted (only for debugging on loopback).
-    #[serde(default)]
     pub insecure_plaintext: bool,
 }
 
@@ -512,12 +504,10 @@ impl FileConfig {
         }
         self.membership.apply(&mut core);
         core.validate().map_err(|e| {
-            let section = if e.field == "cluster" {
-                "cluster.name".to_owned()
-            } else if e.field == "meta" {
-                "agent.meta".to_owned()
-            } else {
-                format!("membership.{}", e.field)
+            let section = match e.field {
+                "cluster" => "cluster.name".to_owned(),
+                "meta" => "agent.meta".to_owned(),
+                knob => format!("membership.{knob}"),
             };
             invalid(&section, e.problem)
         })?;

@@ -206,12 +206,11 @@ pub(crate) async fn set(
         ": blackhole, freeze, quiet, slow-disk or disk-stall",
     )?;
     let req: SetBody = json_body(&body, r#"expected {"duration_ms": 5000}"#)?;
+    let bad = |e: String| ApiError(StatusCode::BAD_REQUEST, e);
     let length = Duration::from_millis(req.duration_ms);
     if length.is_zero() || length > MAX_FAULT {
-        return Err(ApiError(
-            StatusCode::BAD_REQUEST,
-            format!("duration_ms must be 1 to {}", MAX_FAULT.as_millis()),
-        ));
+        let max = MAX_FAULT.as_millis();
+        return Err(bad(format!("duration_ms must be 1 to {max}")));
     }
     let delay = match (f, req.delay_ms) {
         (Fault::SlowDisk, None) => DEFAULT_DISK_DELAY,
@@ -220,13 +219,9 @@ pub(crate) async fn set(
         }
         (Fault::SlowDisk, Some(_)) => {
             let max = MAX_DISK_DELAY.as_millis();
-            let e = format!("delay_ms must be 1 to {max}");
-            return Err(ApiError(StatusCode::BAD_REQUEST, e));
+            return Err(bad(format!("delay_ms must be 1 to {max}")));
         }
-        (_, Some(_)) => {
-            let e = "delay_ms is only for slow-disk".to_owned();
-            return Err(ApiError(StatusCode::BAD_REQUEST, e));
-        }
+        (_, Some(_)) => return Err(bad("delay_ms is only for slow-disk".into())),
         (_, None) => Duration::ZERO,
     };
     Ok(match DrillState::of(&st).set(f, length, delay).await {
@@ -308,7 +303,8 @@ mod tests {
     #[test]
     fn metrics_show_every_fault_inactive_at_first() {
         let f = crate::faults::Faults::default();
-        let text = crate::metrics::render_drill("n1", &f);
+        let mut text = String::new();
+        crate::metrics::render_drill(&mut text, "n1", &f);
         assert!(text.contains("hale_drill_fault_active{node=\"n1\",fault=\"freeze\"} 0"));
         assert!(text.contains("hale_drill_traffic_ignored_total{node=\"n1\"} 0"));
         assert!(!f.frozen() && !f.ignore_traffic());

@@ -88,45 +88,40 @@ pub fn read(path: &Path) -> Result<Option<Saved>, GenerationError> {
             })
         }
     };
-    parse(&text).map(Some).map_err(|e| match e {
-        Parse::Future(found) => GenerationError::Future {
-            path: path.to_owned(),
-            found,
-            supported: FORMAT,
-        },
-        Parse::Malformed(why) => GenerationError::Malformed {
-            path: path.to_owned(),
-            why,
-        },
-    })
+    parse(&text, path).map(Some)
 }
 
-/// Why a file's text is not a generation this build reads.
-enum Parse {
-    Future(u16),
-    Malformed(String),
-}
-
-/// A generation file's text: format 1 (the number alone) or a format line
-/// and the number. Total: every text is a generation or says why not.
-fn parse(text: &str) -> Result<Saved, Parse> {
+/// The text of the generation file at `path`: format 1 (the number alone)
+/// or a format line and the number. Total: every text is a generation or
+/// says why not.
+fn parse(text: &str, path: &Path) -> Result<Saved, GenerationError> {
+    let malformed = |why| GenerationError::Malformed {
+        path: path.to_owned(),
+        why,
+    };
     let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
     let first = lines.next().unwrap_or("");
     let (format, number) = match first.strip_prefix(FORMAT_LINE) {
         None => (1, first),
         Some(f) => match f.trim().parse::<u16>() {
-            Ok(f) if f > FORMAT => return Err(Parse::Future(f)),
+            Ok(found) if found > FORMAT => {
+                return Err(GenerationError::Future {
+                    path: path.to_owned(),
+                    found,
+                    supported: FORMAT,
+                })
+            }
             Ok(f) if f >= 1 => (f, lines.next().unwrap_or("")),
-            _ => return Err(Parse::Malformed(format!("not a format line: {first:?}"))),
+            _ => return Err(malformed(format!("not a format line: {first:?}"))),
         },
     };
     let last = number.parse::<u64>().map_err(|_| {
         let shown: String = number.chars().take(40).collect();
-        Parse::Malformed(format!("not a generation number: {shown:?}"))
+        malformed(format!("not a generation number: {shown:?}"))
     })?;
     if let Some(extra) = lines.next() {
         let shown: String = extra.chars().take(40).collect();
-        return Err(Parse::Malformed(format!("more than a number: {shown:?}")));
+        return Err(malformed(format!("more than a number: {shown:?}")));
     }
     Ok(Saved { last, format })
 }

@@ -46,10 +46,9 @@ fn changes(
                 lease.epoch,
             ));
         }
-        if let Some(h) = &s.holder {
-            s.last_holder = Some(h.clone());
+        if let Some(h) = std::mem::replace(&mut s.holder, lease.holder.clone()) {
+            s.last_holder = Some(h);
         }
-        s.holder = lease.holder.clone();
         s.epoch = lease.epoch;
     }
     out

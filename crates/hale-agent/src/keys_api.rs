@@ -144,14 +144,10 @@ fn parse(op: &str, body: &[u8]) -> Result<(KeyOp, Key), ApiError> {
             format!("no key operation {op:?}: install, use or remove"),
         )
     })?;
-    let req: KeyRequest = serde_json::from_slice(body).map_err(|e| {
-        ApiError(
-            StatusCode::BAD_REQUEST,
-            format!("expected {{\"key\": \"<base64>\"}}: {e}"),
-        )
-    })?;
-    let key = Key::from_base64(&req.key)
-        .map_err(|e| ApiError(StatusCode::BAD_REQUEST, format!("key: {e}")))?;
+    let bad = |e: String| ApiError(StatusCode::BAD_REQUEST, e);
+    let req: KeyRequest = serde_json::from_slice(body)
+        .map_err(|e| bad(format!("expected {{\"key\": \"<base64>\"}}: {e}")))?;
+    let key = Key::from_base64(&req.key).map_err(|e| bad(format!("key: {e}")))?;
     Ok((op, key))
 }
 

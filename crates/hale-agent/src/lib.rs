@@ -140,8 +140,7 @@ impl Agent {
         loaded: LoadedConfig,
         source: ConfigSource,
     ) -> Result<Agent, StartError> {
-        let cfg = loaded.agent.clone();
-        Agent::start_inner(cfg, Some((source, loaded))).await
+        Agent::start_inner(loaded.agent.clone(), Some((source, loaded))).await
     }
 
     async fn start_inner(

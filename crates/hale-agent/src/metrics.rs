@@ -103,20 +103,14 @@ pub fn render(s: &Snapshot, shared: &Shared) -> String {
         ("hale_stream_errors_total", "counter", help),
         stream_errors,
     );
+    let gauge = |out: &mut String, name, help, v: u64| {
+        family(out, (name, "gauge", help), [(me.clone(), v)]);
+    };
     let help = "Lifeguard local health score (0 is healthy).";
-    family(
-        &mut out,
-        ("hale_local_health", "gauge", help),
-        [(me.clone(), s.local_health)],
-    );
+    gauge(&mut out, "hale_local_health", help, s.local_health.into());
     let help = "This node's incarnation.";
-    family(
-        &mut out,
-        ("hale_incarnation", "gauge", help),
-        [(me.clone(), s.incarnation)],
-    );
-    let by_state = hale_core::MemberState::ALL.map(|state| {
-        let state = crate::view::MemberState::from(state);
+    gauge(&mut out, "hale_incarnation", help, s.incarnation.into());
+    let by_state = crate::view::MemberState::ALL.map(|state| {
         let n = s.members.iter().filter(|m| m.state == state).count();
         (format!("{me},state=\"{state}\""), n)
     });
@@ -140,25 +134,16 @@ pub fn render(s: &Snapshot, shared: &Shared) -> String {
     );
     let help =
         "The wire version this node writes (negotiated: the highest every live member speaks).";
-    family(
-        &mut out,
-        ("hale_wire_version", "gauge", help),
-        [(me.clone(), w.writes)],
-    );
+    gauge(&mut out, "hale_wire_version", help, w.writes.into());
     let help = "News waiting to be gossiped.";
-    let pending = [(me, s.pending_broadcasts)];
-    family(
-        &mut out,
-        ("hale_pending_broadcasts", "gauge", help),
-        pending,
-    );
+    let pending = s.pending_broadcasts as u64;
+    gauge(&mut out, "hale_pending_broadcasts", help, pending);
     out
 }
 
-/// Roles (holder, epoch, lease left, promotions, demotions, renewals) and
-/// service checks (runs, failures, health, readiness) of this node.
-pub fn render_roles(node: &str, roles: &RoleViews, services: &Services) -> String {
-    let mut out = String::new();
+/// Appends to `out` the roles (holder, epoch, lease left, promotions,
+/// demotions, renewals) and service checks (runs, failures, health, readiness) of this node.
+pub fn render_roles(out: &mut String, node: &str, roles: &RoleViews, services: &Services) {
     let roles = roles.lock().expect("role views lock");
     if !roles.is_empty() {
         type Get = fn(&crate::view::RoleView) -> String;
@@ -204,7 +189,7 @@ pub fn render_roles(node: &str, roles: &RoleViews, services: &Services) -> Strin
             let samples = roles
                 .values()
                 .map(|r| (format!("node=\"{node}\",role=\"{}\"", r.role), get(r)));
-            family(&mut out, (name, kind, help), samples);
+            family(out, (name, kind, help), samples);
         }
     }
     let services = crate::services::views(services);
@@ -217,7 +202,7 @@ pub fn render_roles(node: &str, roles: &RoleViews, services: &Services) -> Strin
             (l, u8::from(s.healthy))
         });
         let help = "Whether every liveness check passed last time.";
-        family(&mut out, ("hale_service_healthy", "gauge", help), healthy);
+        family(out, ("hale_service_healthy", "gauge", help), healthy);
         let checks = || {
             services.iter().flat_map(|s| {
                 s.checks.iter().map(move |c| {
@@ -232,25 +217,23 @@ pub fn render_roles(node: &str, roles: &RoleViews, services: &Services) -> Strin
         };
         let runs = checks().map(|(l, c)| (l, c.runs));
         family(
-            &mut out,
+            out,
             ("hale_check_runs_total", "counter", "Check runs."),
             runs,
         );
         let failures = checks().map(|(l, c)| (l, c.failures));
         let help = "Failed check runs (timeouts included).";
         family(
-            &mut out,
+            out,
             ("hale_check_failures_total", "counter", help),
             failures,
         );
     }
-    out
 }
 
-/// The control-plane server this agent runs: its Raft state, log indices,
+/// Appends to `out` the control-plane server this agent runs: its Raft state, log indices,
 /// voters and storage health.
-pub fn render_control(node: &str, c: &hale_control::raft::ControlStatus) -> String {
-    let mut out = String::new();
+pub fn render_control(out: &mut String, node: &str, c: &hale_control::raft::ControlStatus) {
     let l = format!("node=\"{node}\",server=\"{}\"", c.id);
     let idx = |i: Option<u64>| i.unwrap_or(0);
     let series: [(&str, &str, u64); 8] = [
@@ -293,18 +276,16 @@ pub fn render_control(node: &str, c: &hale_control::raft::ControlStatus) -> Stri
     ];
     for (name, help, v) in series {
         let name = format!("hale_control_{name}");
-        family(&mut out, (&name, "gauge", help), [(l.clone(), v)]);
+        family(out, (&name, "gauge", help), [(l.clone(), v)]);
     }
-    out
 }
 
-/// Clocks that disagree with this agent's beyond the control plane's
+/// Appends to `out` the clocks that disagree with this agent's beyond the control plane's
 /// window: the offset it stamps requests to each server with, and the
 /// requests its own server refused for their stamps.
-pub fn render_clocks(node: &str, c: &hale_seal::ClockReport) -> String {
-    let mut out = String::new();
+pub fn render_clocks(out: &mut String, node: &str, c: &hale_seal::ClockReport) {
     family(
-        &mut out,
+        out,
         (
             "hale_control_clock_offset_ms",
             "gauge",
@@ -318,7 +299,7 @@ pub fn render_clocks(node: &str, c: &hale_seal::ClockReport) -> String {
         }),
     );
     family(
-        &mut out,
+        out,
         (
             "hale_control_stamps_refused_total",
             "counter",
@@ -331,42 +312,33 @@ pub fn render_clocks(node: &str, c: &hale_seal::ClockReport) -> String {
             )
         }),
     );
-    out
 }
 
-/// Prometheus text: `hale_config_reloads_total{node,result}`, configuration
+/// Appends to `out` `hale_config_reloads_total{node,result}`, configuration
 /// reloads `applied` and `refused` (nothing changed) since the start.
-pub fn render_reloads(node: &str, (applied, refused): (u64, u64)) -> String {
-    let mut out = String::new();
+pub fn render_reloads(out: &mut String, node: &str, (applied, refused): (u64, u64)) {
     let help =
         "Configuration reloads (hale reload, SIGHUP): applied, or refused with nothing changed.";
     let samples = [("applied", applied), ("refused", refused)]
         .map(|(r, n)| (format!("node=\"{node}\",result=\"{r}\""), n));
-    family(
-        &mut out,
-        ("hale_config_reloads_total", "counter", help),
-        samples,
-    );
-    out
+    family(out, ("hale_config_reloads_total", "counter", help), samples);
 }
 
-/// Prometheus text: `hale_drill_fault_active{node,fault}` and
+/// Appends to `out` `hale_drill_fault_active{node,fault}` and
 /// `hale_drill_traffic_ignored_total{node}`.
-pub fn render_drill(node: &str, faults: &Faults) -> String {
-    let mut out = String::new();
+pub fn render_drill(out: &mut String, node: &str, faults: &Faults) {
     let active = Fault::ALL.map(|f| {
         let l = format!("node=\"{node}\",fault=\"{}\"", f.as_str());
         (l, u8::from(faults.is_set(f)))
     });
     let help = "Whether a drill fault is set on this agent.";
-    family(&mut out, ("hale_drill_fault_active", "gauge", help), active);
+    family(out, ("hale_drill_fault_active", "gauge", help), active);
     let ignored = faults.traffic_ignored();
     let help = "Application traffic signals ignored during quiet drills.";
     let name = "hale_drill_traffic_ignored_total";
     family(
-        &mut out,
+        out,
         (name, "counter", help),
         [(format!("node=\"{node}\""), ignored)],
     );
-    out
 }

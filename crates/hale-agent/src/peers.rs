@@ -67,7 +67,7 @@ impl Peers {
             }
         }
         let got = async {
-            let r = self
+            let mut r = self
                 .client
                 .get(&url)
                 .timeout(PEER_TIMEOUT)
@@ -77,7 +77,6 @@ impl Peers {
             if !r.status().is_success() {
                 return Err(format!("answered {}", r.status()));
             }
-            let mut r = r;
             hale_seal::read_capped(&mut r, MAX_PEER_BODY)
                 .await
                 .map(Arc::from)

@@ -283,10 +283,7 @@ impl Reloader {
                     let _ = self.retune(old.agent.core.tuning()).await;
                 }
                 let problem = format!("{held} now: hand it over first, then reload");
-                let key = format!("role[{role}]");
-                return Err(ReloadError::Unreloadable {
-                    keys: vec![RefusedKey { key, problem }],
-                });
+                return Err(unreloadable(format!("role[{role}]"), problem));
             }
             retired.push(role.clone());
         }
@@ -321,12 +318,14 @@ impl Reloader {
         match r {
             None => Err(ReloadError::Stopping),
             Some(Ok(())) => Ok(()),
-            Some(Err(e)) => Err(ReloadError::Unreloadable {
-                keys: vec![RefusedKey {
-                    key: format!("membership.{}", e.field),
-                    problem: e.problem,
-                }],
-            }),
+            Some(Err(e)) => Err(unreloadable(format!("membership.{}", e.field), e.problem)),
         }
+    }
+}
+
+/// A reload refused for one `key`, `problem`.
+fn unreloadable(key: String, problem: String) -> ReloadError {
+    ReloadError::Unreloadable {
+        keys: vec![RefusedKey { key, problem }],
     }
 }

@@ -20,12 +20,11 @@ use tokio::time::Instant;
 use hale_control::raft::api::{Answer, Refusal};
 use hale_control::{
     Action, DataState, Holder, HolderConfig, HolderEvent, HookExit, HookId, HookKind, HookReason,
-    LeaseResponse, LeaseTiming, RequestId, RoleState, ServiceStatus,
+    LeaseResponse, RequestId, RoleState, ServiceStatus,
 };
 use hale_core::Time;
 
 use crate::config::RoleSpec;
-use crate::services::Services;
 use crate::view::{AgentEvent, Lagging, RoleView, SwitchoverStep};
 use crate::watchdog::demote_once_argv;
 pub mod postgres;
@@ -90,25 +89,14 @@ enum Input {
 pub struct RoleManager {
     /// The candidacy.
     pub spec: RoleSpec,
-    /// This node's name.
-    pub node: String,
-    /// The control plane, through the agent's batches.
-    pub requests: LeaseRequests,
-    /// The agent's time origin, shared by its role managers: their holders'
-    /// renewals fall on the same instants and travel in one batch.
-    pub origin: Instant,
-    /// This node's services.
-    pub services: Services,
-    /// Lease timing.
-    pub timing: LeaseTiming,
+    /// What every role manager of the agent shares: this node's name, the
+    /// control plane through the agent's batches, the agent's time origin
+    /// (their holders' renewals fall on the same instants and travel in
+    /// one batch), services, lease timing, fencing watchdog, hook slots
+    /// ([`HOOKS_AT_ONCE`]) and where role changes are reported.
+    pub ctx: Arc<RoleContext>,
     /// Where to publish this role's state.
     pub views: RoleViews,
-    /// The agent's fencing watchdog.
-    pub watchdogs: Watchdogs,
-    /// The agent's hook slots ([`HOOKS_AT_ONCE`]), shared by its roles.
-    pub hook_slots: Arc<tokio::sync::Semaphore>,
-    /// Reports role changes as (kind, detail).
-    pub on_change: OnRoleChange,
     /// Fires when the agent stops: hand the role over at once.
     pub stop: tokio::sync::watch::Receiver<bool>,
     /// Operator handovers: step down and let the next candidate (or the
@@ -168,11 +156,14 @@ struct PauseWatch {
 }
 
 impl PauseWatch {
-    /// The pause before `now`, if the last wake-up was long enough ago.
-    fn gap(&mut self, now: Time) -> Option<Duration> {
+    /// Tells `sm` of the pause before `now`, if the last wake-up was long
+    /// enough ago.
+    fn check(&mut self, sm: &mut Holder, now: Time) {
         let gap = now.saturating_since(self.last);
         self.last = now;
-        (gap > Duration::from_secs(1)).then_some(gap)
+        if gap > Duration::from_secs(1) {
+            sm.handle_pause(gap);
+        }
     }
 }
 
@@ -191,7 +182,7 @@ impl RoleManager {
         vec![
             ("HALE_ROLE".into(), self.spec.name.clone()),
             ("HALE_EPOCH".into(), epoch.to_string()),
-            ("HALE_NODE".into(), self.node.clone()),
+            ("HALE_NODE".into(), self.ctx.node.clone()),
         ]
     }
 
@@ -213,7 +204,7 @@ impl RoleManager {
     }
 
     fn status(&self, now: Time) -> ServiceStatus {
-        let all = self.services.lock().expect("services lock");
+        let all = self.ctx.services.lock().expect("services lock");
         match all.iter().find(|s| s.spec.name == self.spec.service) {
             Some(s) => ServiceStatus {
                 healthy: s.healthy(),
@@ -230,7 +221,7 @@ impl RoleManager {
     pub async fn run(mut self) {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let mut run = Running {
-            origin: self.origin,
+            origin: self.ctx.origin,
             tx,
             hooks: BTreeMap::new(),
             watchdog: None,
@@ -239,9 +230,9 @@ impl RoleManager {
         let mut sm = Holder::new(
             HolderConfig {
                 role: self.spec.name.clone(),
-                node: self.node.clone(),
+                node: self.ctx.node.clone(),
                 priority: self.spec.priority,
-                timing: self.timing,
+                timing: self.ctx.timing,
                 hook_timeout: self.spec.hook_timeout,
                 fail_after: self.spec.fail_after,
                 acquire_timeout: Duration::from_millis(1500),
@@ -274,9 +265,7 @@ impl RoleManager {
             tokio::select! {
                 _ = sleep_until(wake) => {
                     let now = run.now();
-                    if let Some(gap) = paused.gap(now) {
-                        sm.handle_pause(gap);
-                    }
+                    paused.check(&mut sm, now);
                     sm.handle_timeout(now);
                 }
                 Some(input) = rx.recv() => match input {
@@ -304,7 +293,7 @@ impl RoleManager {
                         if let (Some(HookRun { promote: true, pgid: Some(_), .. }), Some(h)) =
                             (&hook, run.watchdog)
                         {
-                            self.watchdogs.promote(h, None);
+                            self.ctx.watchdogs.promote(h, None);
                         }
                         // With no watchdog left to remove it (it could not
                         // be asked), the demote's claim is removed here: no
@@ -331,9 +320,7 @@ impl RoleManager {
                 },
                 _ = checks.tick() => {
                     let now = run.now();
-                    if let Some(gap) = paused.gap(now) {
-                        sm.handle_pause(gap);
-                    }
+                    paused.check(&mut sm, now);
                     sm.handle_checks(now, self.status(now));
                 }
                 Some(to) = self.handover.recv() => sm.handle_handover(run.now(), to),
@@ -348,8 +335,7 @@ impl RoleManager {
                     }
                 },
                 Some(data) = next_data(&mut self.data) => sm.handle_data(run.now(), data),
-                r = self.stop.changed(), if !stopping => {
-                    let _ = r;
+                _ = self.stop.changed(), if !stopping => {
                     stopping = true;
                     sm.handle_stop(run.now());
                 }
@@ -397,7 +383,7 @@ impl RoleManager {
                 deadline,
             } => {
                 let limit = run.left(deadline).max(Duration::from_millis(50));
-                let (requests, tx) = (self.requests.clone(), run.tx.clone());
+                let (requests, tx) = (self.ctx.requests.clone(), run.tx.clone());
                 tokio::spawn(async move {
                     let r = requests.send(request, limit).await;
                     let _ = tx.send(Input::Response(id, r));
@@ -418,10 +404,8 @@ impl RoleManager {
                 }
             }
             Action::StartWatchdog { epoch, deadline } => {
-                if let Some(old) = run.watchdog.take() {
-                    self.watchdogs.forget(old, false);
-                }
-                run.watchdog = Some(self.watchdogs.guard(
+                self.forget_watchdog(run, false);
+                run.watchdog = Some(self.ctx.watchdogs.guard(
                     run.tx.clone(),
                     self.claim(epoch),
                     self.spec.demote.clone(),
@@ -432,33 +416,31 @@ impl RoleManager {
             }
             Action::ArmWatchdog { deadline } => {
                 if let Some(h) = run.watchdog {
-                    self.watchdogs.arm(h, run.left(deadline));
+                    self.ctx.watchdogs.arm(h, run.left(deadline));
                 }
             }
             Action::DisarmWatchdog => {
                 run.disarming = true;
-                let asked = run.watchdog.is_some_and(|h| self.watchdogs.disarm(h));
+                let asked = run.watchdog.is_some_and(|h| self.ctx.watchdogs.disarm(h));
                 if !asked {
                     // None runs, or it is gone (its pipe closed): the agent
                     // demotes itself (the claim keeps a fence the dead one
                     // may have started from running the demote twice).
-                    if let Some(h) = run.watchdog.take() {
-                        self.watchdogs.forget(h, false);
-                    }
+                    self.forget_watchdog(run, false);
                     let _ = run.tx.send(Input::Watchdog(0, Some(false)));
                 }
             }
-            Action::StopWatchdog => {
-                if let Some(h) = run.watchdog.take() {
-                    self.watchdogs.forget(h, false);
-                }
-            }
-            Action::KeepWatchdog => {
-                if let Some(h) = run.watchdog.take() {
-                    self.watchdogs.forget(h, true);
-                }
-            }
+            Action::StopWatchdog => self.forget_watchdog(run, false),
+            Action::KeepWatchdog => self.forget_watchdog(run, true),
             Action::Event(e) => self.event(e),
+        }
+    }
+
+    /// Stops guarding the holding the watchdog guards, if any (`keep`: the
+    /// holding is kept, not released).
+    fn forget_watchdog(&self, run: &mut Running, keep: bool) {
+        if let Some(h) = run.watchdog.take() {
+            self.ctx.watchdogs.forget(h, keep);
         }
     }
 
@@ -470,38 +452,31 @@ impl RoleManager {
         epoch: u64,
         reason: HookReason,
     ) {
-        let (claimed, mut claim);
-        claim = None;
-        let argv = match kind {
-            HookKind::Promote => &self.spec.promote,
-            // Under the holding's claim, shared with its watchdog's fence,
-            // so that the demote runs once (see `watchdog.rs`).
-            HookKind::Demote if self.spec.demote.is_empty() => &self.spec.demote,
-            HookKind::Demote => {
-                let path = self.claim(epoch);
-                claimed = demote_once_argv(self.watchdogs.exe(), &path, &self.spec.demote);
-                claim = Some(path);
-                &claimed
-            }
+        // A demote runs under the holding's claim, shared with its
+        // watchdog's fence, so that it runs once (see `watchdog.rs`).
+        let demote = kind == HookKind::Demote && !self.spec.demote.is_empty();
+        let claim = demote.then(|| self.claim(epoch));
+        let argv = match (&claim, kind) {
+            (Some(path), _) => demote_once_argv(self.ctx.watchdogs.exe(), path, &self.spec.demote),
+            (None, HookKind::Promote) => self.spec.promote.clone(),
+            (None, HookKind::Demote) => self.spec.demote.clone(),
         };
         let tx = run.tx.clone();
-        let Some(cmd) = crate::watchdog::hook_command(argv, &self.env(epoch), reason.as_str())
+        let Some(cmd) = crate::watchdog::hook_command(&argv, &self.env(epoch), reason.as_str())
         else {
             let _ = tx.send(Input::HookExit(id, HookExit::Succeeded));
             return;
         };
-        let promote = kind == HookKind::Promote;
         run.hooks.insert(
             id,
             HookRun {
                 pgid: None,
-                promote,
+                promote: kind == HookKind::Promote,
                 kill: false,
                 claim,
             },
         );
-        let (slots, role) = (self.hook_slots.clone(), self.spec.name.clone());
-        let argv = argv.clone();
+        let (slots, role) = (self.ctx.hook_slots.clone(), self.spec.name.clone());
         tokio::spawn(async move {
             // Waits for one of the agent's hook slots (see `HOOKS_AT_ONCE`).
             let _slot = slots.acquire_owned().await;
@@ -531,7 +506,7 @@ impl RoleManager {
         if hook.kill {
             crate::watchdog::kill_group(pgid);
         } else if let (true, Some(h)) = (hook.promote, run.watchdog) {
-            self.watchdogs.promote(h, Some(pgid));
+            self.ctx.watchdogs.promote(h, Some(pgid));
         }
     }
 
@@ -547,7 +522,7 @@ impl RoleManager {
         paused: bool,
         now: Time,
     ) {
-        if order.to == self.node {
+        if order.to == self.ctx.node {
             return;
         }
         if seen.order.as_ref() != Some(&order) {
@@ -583,7 +558,7 @@ impl RoleManager {
                 (SwitchoverStep::HandingOver, None)
             }
         };
-        (self.on_change)(RoleChange::Event(AgentEvent::Switchover {
+        (self.ctx.on_change)(RoleChange::Event(AgentEvent::Switchover {
             role: self.spec.name.clone(),
             to: order.to,
             step,
@@ -596,13 +571,13 @@ impl RoleManager {
     /// is paused (an earlier run kept it when it stopped), the manager is
     /// told to adopt it.
     fn look_for_kept_role(&self, tx: &mpsc::UnboundedSender<Input>) {
-        let (requests, tx) = (self.requests.clone(), tx.clone());
-        let (role, node) = (self.spec.name.clone(), self.node.clone());
+        let (control, tx) = (self.ctx.control.clone(), tx.clone());
+        let (role, node) = (self.spec.name.clone(), self.ctx.node.clone());
         tokio::spawn(async move {
             let until = Instant::now() + ADOPT_LOOKUP;
             let mut answers = 0;
             while Instant::now() < until && answers < ADOPT_READS {
-                if let Some(table) = requests.table().await {
+                if let Some(table) = control.table().await {
                     if let Some(epoch) = kept_by(&table, &role, &node) {
                         let _ = tx.send(Input::Adopt(epoch));
                         return;
@@ -634,7 +609,7 @@ impl RoleManager {
         });
         if let (true, Some(Lagging { lag, max_lag })) = (began, lagging) {
             let role = self.spec.name.clone();
-            (self.on_change)(RoleChange::Event(AgentEvent::NotEligible {
+            (self.ctx.on_change)(RoleChange::Event(AgentEvent::NotEligible {
                 role,
                 lag,
                 max_lag,
@@ -712,7 +687,7 @@ impl RoleManager {
             }
             HolderEvent::Stopped => return,
         };
-        (self.on_change)(change);
+        (self.ctx.on_change)(change);
     }
 }
 

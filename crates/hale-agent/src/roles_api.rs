@@ -111,20 +111,17 @@ pub(crate) async fn replica(
     State(st): State<AppState>,
     Path(role): Path<String>,
     q: Result<Query<LagQuery>, axum::extract::rejection::QueryRejection>,
-) -> Response {
-    let Query(q) = match q {
-        Ok(q) => q,
-        Err(e) => return error(StatusCode::BAD_REQUEST, e.body_text()),
-    };
+) -> Result<Response, ApiError> {
+    let bad = |e: String| ApiError(StatusCode::BAD_REQUEST, e);
+    let Query(q) = q.map_err(|e| bad(e.body_text()))?;
     let Some(v) = local_view(&st, &role) else {
-        return not_a_candidate(&role);
+        return Ok(not_a_candidate(&role));
     };
     let pg = v.postgres.as_ref();
     if q.lag.is_some() && pg.is_none() {
-        return error(
-            StatusCode::BAD_REQUEST,
-            format!("role {role:?} does not replicate: no lag to compare"),
-        );
+        return Err(bad(format!(
+            "role {role:?} does not replicate: no lag to compare"
+        )));
     }
     let lag = pg.and_then(PostgresView::lag);
     let ok = v.state == RoleState::Standby
@@ -135,7 +132,7 @@ pub(crate) async fn replica(
         state: v.state,
         lag,
     };
-    check(ok, body)
+    Ok(check(ok, body))
 }
 
 /// `GET /v1/roles/{role}/read-only`: 200 where reads may go: the holder,

@@ -373,16 +373,17 @@ impl Driver {
         }
         let now = self.now();
         for addr in addrs {
-            let peer = self
-                .node
-                .members()
-                .find(|m| m.id().addr() == addr)
-                .map(|m| m.id().clone());
-            if let Some(p) = peer {
+            if let Some(p) = self.member(|id| id.addr() == addr) {
                 tracing::info!(member = %p.name(), "port closed");
                 self.node.handle_unreachable(now, &p);
             }
         }
+    }
+
+    /// The identity of the first member `which` picks.
+    fn member(&self, which: impl Fn(&NodeId) -> bool) -> Option<NodeId> {
+        let m = self.node.members().find(|m| which(m.id()))?;
+        Some(m.id().clone())
     }
 
     fn on_command(&mut self, c: Command) {
@@ -393,12 +394,7 @@ impl Driver {
             }
             Command::NoteTraffic(_) if self.shared.drill.ignore_traffic() => {}
             Command::NoteTraffic(name) => {
-                let peer = self
-                    .node
-                    .members()
-                    .find(|m| m.id().name() == name)
-                    .map(|m| m.id().clone());
-                if let Some(p) = peer {
+                if let Some(p) = self.member(|id| id.name() == name) {
                     self.node.note_traffic(now, &p);
                 }
             }
@@ -791,7 +787,18 @@ pub(crate) fn spawn(
     tasks: &mut tokio::task::JoinSet<()>,
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> (mpsc::Sender<Command>, Arc<Shared>) {
-    let shared = new_shared(node.id().clone());
+    let shared = Arc::new(Shared {
+        id: node.id().clone(),
+        counters: RuntimeCounters::default(),
+        events: broadcast::channel(1024).0,
+        history: std::sync::Mutex::new(VecDeque::new()),
+        seq: AtomicU64::new(0),
+        drill: Default::default(),
+        refused: Default::default(),
+        refused_wake: Default::default(),
+        probe_sockets: Arc::new(Semaphore::new(MAX_PROBE_SOCKETS)),
+        meta: tokio::sync::watch::channel(Vec::new()).0,
+    });
     let (cmd_tx, cmd_rx) = mpsc::channel(256);
     let (frame_tx, frame_rx) = mpsc::channel(STREAM_QUEUE);
     let driver = Driver {
@@ -808,19 +815,4 @@ pub(crate) fn spawn(
     tasks.spawn(driver.run(cmd_rx, frame_rx, meta, stop));
     tasks.spawn(accept_streams(tcp, frame_tx, shared.clone(), keyring));
     (cmd_tx, shared)
-}
-
-fn new_shared(id: NodeId) -> Arc<Shared> {
-    Arc::new(Shared {
-        id,
-        counters: RuntimeCounters::default(),
-        events: broadcast::channel(1024).0,
-        history: std::sync::Mutex::new(VecDeque::new()),
-        seq: AtomicU64::new(0),
-        drill: Default::default(),
-        refused: Default::default(),
-        refused_wake: Default::default(),
-        probe_sockets: Arc::new(Semaphore::new(MAX_PROBE_SOCKETS)),
-        meta: tokio::sync::watch::channel(Vec::new()).0,
-    })
 }

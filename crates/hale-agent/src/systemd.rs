@@ -25,11 +25,6 @@ pub fn notify(state: &str) -> bool {
         }
         None => sock.send_to(state.as_bytes(), &path),
     };
-    match sent {
-        Ok(_) => true,
-        Err(e) => {
-            tracing::warn!("cannot notify systemd through NOTIFY_SOCKET: {e}");
-            false
-        }
-    }
+    sent.inspect_err(|e| tracing::warn!("cannot notify systemd through NOTIFY_SOCKET: {e}"))
+        .is_ok()
 }

@@ -49,32 +49,29 @@ pub enum HealthStatus {
     Left,
 }
 
-/// A member's state, as the API shows it: `alive`, `suspect`, `dead`, `left`.
-/// It mirrors `hale_core::MemberState` on purpose: this is the API's
-/// contract, owned by the agent and serialised, while the sans-IO core has
-/// no serde and may change its own type; `From` converts between them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum MemberState {
-    /// Answering probes, or not yet shown otherwise.
-    Alive,
-    /// Failed a probe; may still refute.
-    Suspect,
-    /// Declared dead on corroborated evidence.
-    Dead,
-    /// Left the cluster gracefully.
-    Left,
+hale_core::named_enum! {
+    /// A member's state, as the API shows it: `alive`, `suspect`, `dead`, `left`.
+    /// It mirrors `hale_core::MemberState` on purpose: this is the API's
+    /// contract, owned by the agent and serialised, while the sans-IO core has
+    /// no serde and may change its own type; `From` converts the core's.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+    #[serde(rename_all = "lowercase")]
+    pub enum MemberState {
+        /// Answering probes, or not yet shown otherwise.
+        Alive => "alive",
+        /// Failed a probe; may still refute.
+        Suspect => "suspect",
+        /// Declared dead on corroborated evidence.
+        Dead => "dead",
+        /// Left the cluster gracefully.
+        Left => "left",
+    }
 }
 
 impl MemberState {
     /// Alive or suspect: still probed and gossiped to.
     pub fn is_live(self) -> bool {
         matches!(self, MemberState::Alive | MemberState::Suspect)
-    }
-
-    /// Its name on the wire.
-    pub fn as_str(self) -> &'static str {
-        hale_core::MemberState::from(self).as_str()
     }
 }
 
@@ -86,23 +83,6 @@ impl From<hale_core::MemberState> for MemberState {
             hale_core::MemberState::Dead => MemberState::Dead,
             hale_core::MemberState::Left => MemberState::Left,
         }
-    }
-}
-
-impl From<MemberState> for hale_core::MemberState {
-    fn from(s: MemberState) -> hale_core::MemberState {
-        match s {
-            MemberState::Alive => hale_core::MemberState::Alive,
-            MemberState::Suspect => hale_core::MemberState::Suspect,
-            MemberState::Dead => hale_core::MemberState::Dead,
-            MemberState::Left => hale_core::MemberState::Left,
-        }
-    }
-}
-
-impl std::fmt::Display for MemberState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.pad(self.as_str())
     }
 }
 
@@ -649,7 +629,6 @@ pub struct HealthView {
     pub members: MemberCounts,
     /// The wire versions it speaks and the one it writes (absent from
     /// agents before 0.2.0).
-    #[serde(default)]
     pub wire: Option<WireView>,
 }
 

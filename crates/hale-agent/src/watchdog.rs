@@ -352,28 +352,12 @@ pub fn run() -> WatchdogExit {
             }
             Ok(Input::AgentGone) => {
                 w.gone = true;
-                let idle: Vec<u64> = w
-                    .holdings
-                    .iter()
-                    .filter(|(_, g)| !g.fenced && !g.fencing)
-                    .map(|(h, _)| *h)
-                    .collect();
-                for h in idle {
-                    w.fence(h);
-                }
+                w.fence_where(|g| !g.fenced && !g.fencing);
             }
             Ok(Input::Fenced(h, ok)) => w.fenced(h, ok),
             Err(mpsc::RecvTimeoutError::Timeout) => {
                 let now = Instant::now();
-                let due: Vec<u64> = w
-                    .holdings
-                    .iter()
-                    .filter(|(_, g)| g.deadline.is_some_and(|d| d <= now))
-                    .map(|(h, _)| *h)
-                    .collect();
-                for h in due {
-                    w.fence(h);
-                }
+                w.fence_where(|g| g.deadline.is_some_and(|d| d <= now));
             }
             // Unreachable: the loop holds a sender itself.
             Err(mpsc::RecvTimeoutError::Disconnected) => return WatchdogExit::Released,
@@ -382,6 +366,19 @@ pub fn run() -> WatchdogExit {
 }
 
 impl Watch {
+    /// Fences every holding `which` picks.
+    fn fence_where(&mut self, which: impl Fn(&Guarded) -> bool) {
+        let picked: Vec<u64> = self
+            .holdings
+            .iter()
+            .filter(|(_, g)| which(g))
+            .map(|(h, _)| *h)
+            .collect();
+        for h in picked {
+            self.fence(h);
+        }
+    }
+
     fn order(&mut self, order: Order) {
         let now = Instant::now();
         let ms = Duration::from_millis;

@@ -84,11 +84,6 @@ pub fn diff(old: &LoadedConfig, new: &LoadedConfig, keys_in_use: Option<&Keyring
     d
 }
 
-/// `was X, now Y`.
-fn was(a: impl Debug, b: impl Debug) -> String {
-    format!("was {a:?}, now {b:?}")
-}
-
 /// What a key read only at start says when it changed.
 const AT_START: &str = "read at start only: restart the agent to change it";
 
@@ -110,8 +105,7 @@ impl ConfigDiff {
     /// `key` differs between `a` and `b`: refused, with both values.
     fn at_start<T: PartialEq + Debug>(&mut self, key: &str, a: T, b: T) {
         if a != b {
-            let problem = format!("{}; {AT_START}", was(a, b));
-            self.refuse(key, problem);
+            self.refuse(key, format!("was {a:?}, now {b:?}; {AT_START}"));
         }
     }
 
@@ -177,8 +171,7 @@ impl ConfigDiff {
             }
         }
         if a.profile != b.profile {
-            let problem = format!("{}; {AT_START}", was(a.profile, b.profile));
-            self.refuse("cluster.profile", problem);
+            self.at_start("cluster.profile", a.profile, b.profile);
             return; // Every knob of the profile differs: the profile says it.
         }
         for field in MembershipSection::differing(&a.core, &b.core) {

@@ -14,7 +14,7 @@ use super::{invalid, ConfigError};
 
 /// `[control]` in hale.toml: where the control plane is.
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct ControlSection {
     /// Run a control-plane server with this id (1, 2, ...). Omit on agents
     /// that only use the control plane.
@@ -22,11 +22,9 @@ pub struct ControlSection {
     /// The server's Raft/HTTP listener (default 127.0.0.1:7948).
     pub bind: Option<String>,
     /// Every server, as `id=host:port`.
-    #[serde(default)]
     pub servers: Vec<String>,
     /// Initialise a new control plane from this server (exactly one server,
     /// once; harmless afterwards).
-    #[serde(default)]
     pub bootstrap: bool,
     /// Where the server keeps its log and snapshots (default `hale-data/<name>`).
     pub data_dir: Option<PathBuf>,
@@ -71,16 +69,9 @@ impl ControlSection {
             // Tolerates clocks running 20% apart over one lease.
             drift_margin: lease / 5,
         };
-        timing.check().map_err(|e| {
-            bad(
-                if self.lease.is_some() {
-                    "lease"
-                } else {
-                    "renew_every"
-                },
-                e.to_string(),
-            )
-        })?;
+        // Named after the knob set by hand (the lease, if it was).
+        let knob = self.lease.map_or("renew_every", |_| "lease");
+        timing.check().map_err(|e| bad(knob, e.to_string()))?;
         Ok(timing)
     }
 }

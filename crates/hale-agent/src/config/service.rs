@@ -26,8 +26,8 @@ pub struct ServiceSpec<C = CheckSpec> {
 pub type ServiceSection = ServiceSpec<CheckSection>;
 
 /// `[[service.check]]`: exactly one of `http`, `tcp`, `command`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct CheckSection {
     /// Name shown in reports (default: derived from the target).
     pub name: Option<String>,
@@ -48,7 +48,6 @@ pub struct CheckSection {
     #[serde(default, with = "humantime_serde")]
     pub timeout: Option<Duration>,
     /// A readiness check: gates promotion, does not make the service unhealthy.
-    #[serde(default)]
     pub ready: bool,
 }
 
@@ -91,9 +90,8 @@ pub struct CheckSpec {
 impl ServiceSection {
     /// Validates the section; `i` is its index, for error messages.
     pub fn validate(&self, i: usize) -> Result<ServiceSpec, ConfigError> {
-        let field = |f: &str| format!("service[{i}].{f}");
         if self.name.is_empty() {
-            return Err(invalid(&field("name"), "is empty"));
+            return Err(invalid(&format!("service[{i}].name"), "is empty"));
         }
         let mut checks = Vec::new();
         for (j, c) in self.checks.iter().enumerate() {

@@ -34,16 +34,16 @@
 //! a grant); the fence marker is removed only by a rejoin that reached
 //! streaming; while a rejoin runs the role's candidate offers no copy.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
-use hale_control::raft::ControlClient;
 use hale_control::{DataState, Mark, RoleState};
 use hale_postgres::{PostgresConfig, RejoinStep, Standing, Upstream};
 
-use super::{OnRoleChange, RoleChange, RoleViews};
+use super::{RoleChange, RoleContext, RoleViews};
 use crate::runtime::Command;
 use crate::view::{AgentEvent, MemberState, PostgresView};
 
@@ -64,19 +64,16 @@ pub struct Keeper {
     pub cfg: PostgresConfig,
     /// The role.
     pub role: String,
-    /// This node's name: its replication slot and `application_name`.
-    pub node: String,
+    /// What the agent's role managers share: this node's name (its
+    /// replication slot and `application_name`), the control plane (the
+    /// lease table names the holder), the membership driver (the holder's
+    /// address), where events are reported.
+    pub ctx: Arc<RoleContext>,
     /// The agent's role views (this role's state is read, its PostgreSQL
     /// view written).
     pub views: RoleViews,
     /// To the role's manager: what the server says of its data.
     pub data: watch::Sender<DataState>,
-    /// The control plane (the lease table names the holder).
-    pub control: ControlClient,
-    /// The membership driver (the holder's address).
-    pub cmds: mpsc::Sender<Command>,
-    /// Reports events.
-    pub on_change: OnRoleChange,
     /// Fires when the agent stops.
     pub stop: watch::Receiver<bool>,
 }
@@ -179,7 +176,7 @@ impl Keeper {
 
     /// What the lease table says of the role, and whether it is paused.
     async fn read_table(&self) -> (TableSays, bool) {
-        let Some(table) = self.control.table().await else {
+        let Some(table) = self.ctx.control.table().await else {
             return (TableSays::Unknown, false);
         };
         let lease = table.role(&self.role);
@@ -187,12 +184,8 @@ impl Keeper {
         let mark = lease.and_then(|r| r.mark.as_ref()).map(|m| m.position);
         self.publish(|v| v.primary_lsn = mark);
         let says = match lease {
-            None => TableSays::NeverGranted,
-            Some(r) if r.epoch == 0 => TableSays::NeverGranted,
-            Some(r) => match &r.holder {
-                Some(h) => TableSays::Held(h.clone()),
-                None => TableSays::Free,
-            },
+            Some(r) if r.epoch > 0 => r.holder.clone().map_or(TableSays::Free, TableSays::Held),
+            _ => TableSays::NeverGranted,
         };
         (says, paused)
     }
@@ -205,7 +198,7 @@ impl Keeper {
     fn offers_own_primary(&self, table: &TableSays) -> bool {
         match table {
             TableSays::NeverGranted => true,
-            TableSays::Held(h) => *h == self.node,
+            TableSays::Held(h) => *h == self.ctx.node,
             TableSays::Unknown | TableSays::Free => false,
         }
     }
@@ -221,7 +214,7 @@ impl Keeper {
     ) -> bool {
         match table {
             TableSays::Unknown => true,
-            TableSays::Held(h) if *h != self.node => {
+            TableSays::Held(h) if *h != self.ctx.node => {
                 let Some((upstream, alive)) = self.upstream(h).await else {
                     return true; // not in this node's view yet
                 };
@@ -313,9 +306,9 @@ impl Keeper {
             return true;
         }
         match hale_postgres::start_standby(&self.cfg).await {
-            Ok(_) => true,
-            // Nothing to start yet (a member awaiting its first clone).
-            Err(hale_postgres::StartError::NotACluster(_)) => true,
+            // (NotACluster: nothing to start yet, a member awaiting its
+            // first clone.)
+            Ok(_) | Err(hale_postgres::StartError::NotACluster(_)) => true,
             Err(e) => {
                 tracing::warn!(role = %self.role, error = %e, "postgres: starting as a standby");
                 false
@@ -326,10 +319,10 @@ impl Keeper {
     /// Rejoins the holder `holder` at `upstream`, reporting each step.
     async fn rejoin(&mut self, holder: &str, upstream: &Upstream) -> bool {
         self.data.send_replace(DataState::Unknown);
-        let slot = self.cfg.slot_name(&self.node);
+        let slot = self.cfg.slot_name(&self.ctx.node);
         let (role, on_change, views) = (
             self.role.clone(),
-            self.on_change.clone(),
+            self.ctx.on_change.clone(),
             self.views.clone(),
         );
         let from = holder.to_owned();
@@ -348,7 +341,7 @@ impl Keeper {
             };
             on_change(RoleChange::Event(e));
         };
-        match hale_postgres::rejoin(&self.cfg, upstream, &slot, &self.node, report).await {
+        match hale_postgres::rejoin(&self.cfg, upstream, &slot, &self.ctx.node, report).await {
             Ok(how) => {
                 tracing::info!(role = %self.role, ?how, %holder, "postgres: streaming from the holder");
                 true
@@ -371,7 +364,7 @@ impl Keeper {
     /// membership view, at this role's port (every member's server listens
     /// on the same port), and whether the member is alive.
     async fn upstream(&self, name: &str) -> Option<(Upstream, bool)> {
-        let snap = crate::runtime::ask(&self.cmds, Command::Snapshot).await?;
+        let snap = crate::runtime::ask(&self.ctx.cmds, Command::Snapshot).await?;
         let m = snap.members.iter().find(|m| m.name == name)?;
         let addr: std::net::SocketAddr = m.addr.parse().ok()?;
         let upstream = Upstream {
@@ -400,7 +393,7 @@ impl Keeper {
     }
 
     fn emit(&self, e: AgentEvent) {
-        (self.on_change)(RoleChange::Event(e));
+        (self.ctx.on_change)(RoleChange::Event(e));
     }
 }
 

@@ -33,7 +33,6 @@ struct Pending {
 #[derive(Clone)]
 pub struct LeaseRequests {
     tx: mpsc::UnboundedSender<Pending>,
-    control: ControlClient,
 }
 
 impl LeaseRequests {
@@ -41,13 +40,8 @@ impl LeaseRequests {
     /// of the returned handle is dropped.
     pub fn start(control: ControlClient) -> LeaseRequests {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(control.clone(), rx));
-        LeaseRequests { tx, control }
-    }
-
-    /// The lease table, as a control-plane server has it (None: none answered).
-    pub async fn table(&self) -> Option<hale_control::LeaseTable> {
-        self.control.table().await
+        tokio::spawn(run(control, rx));
+        LeaseRequests { tx }
     }
 
     /// Sends `req` with the next batch and waits for its answer, at most

@@ -120,12 +120,9 @@ impl RoleSet {
             let keeper = postgres::Keeper {
                 cfg: pg.clone(),
                 role: spec.name.clone(),
-                node: ctx.node.clone(),
+                ctx: ctx.clone(),
                 views: self.views.clone(),
                 data,
-                control: ctx.control.clone(),
-                cmds: ctx.cmds.clone(),
-                on_change: ctx.on_change.clone(),
                 stop: stop_rx.clone(),
             };
             tasks.push(tokio::spawn(keeper.run()));
@@ -134,15 +131,8 @@ impl RoleSet {
         let (name, priority) = (spec.name.clone(), spec.priority);
         let mgr = RoleManager {
             spec,
-            node: ctx.node.clone(),
-            requests: ctx.requests.clone(),
-            origin: ctx.origin,
-            services: ctx.services.clone(),
-            timing: ctx.timing,
+            ctx,
             views: self.views.clone(),
-            watchdogs: ctx.watchdogs.clone(),
-            hook_slots: ctx.hook_slots.clone(),
-            on_change: ctx.on_change.clone(),
             stop: stop_rx,
             handover: handover_rx,
             orders: orders_rx,

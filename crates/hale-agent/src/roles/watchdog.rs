@@ -91,12 +91,6 @@ impl Watchdogs {
         &self.exe
     }
 
-    fn lock(&self) -> MutexGuard<'_, Hub> {
-        self.hub
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
     /// Starts guarding a holding whose lease lasts `left` more: its fence
     /// is `fence` (run with `env` under `claim`, within `hook_timeout`).
     /// Answers to its `disarm` go to `tx`. Returns the holding's id.
@@ -109,7 +103,7 @@ impl Watchdogs {
         hook_timeout: Duration,
         left: Duration,
     ) -> u64 {
-        let mut hub = self.lock();
+        let mut hub = lock(&self.hub);
         hub.last += 1;
         let h = hub.last;
         let guard = Order::Guard {
@@ -140,7 +134,7 @@ impl Watchdogs {
 
     /// Holding `h`'s lease now lasts `left` more.
     pub(super) fn arm(&self, h: u64, left: Duration) {
-        let mut hub = self.lock();
+        let mut hub = lock(&self.hub);
         if let Some(g) = hub.holdings.get_mut(&h) {
             g.deadline = Instant::now() + left;
             let ms = left.as_millis() as u64;
@@ -151,7 +145,7 @@ impl Watchdogs {
     /// Holding `h`'s promote hook runs in process group `pgid` (or, with
     /// `None`, has exited).
     pub(super) fn promote(&self, h: u64, pgid: Option<u32>) {
-        let mut hub = self.lock();
+        let mut hub = lock(&self.hub);
         if let Some(g) = hub.holdings.get_mut(&h) {
             g.promote = pgid;
             hub.send(&match pgid {
@@ -164,7 +158,7 @@ impl Watchdogs {
     /// Asks whether holding `h` was fenced; the answer reaches its manager
     /// as `Input::Watchdog`. False if it could not be asked (no process).
     pub(super) fn disarm(&self, h: u64) -> bool {
-        let mut hub = self.lock();
+        let mut hub = lock(&self.hub);
         let sent = hub.send(&Order::Disarm { h });
         if let Some(g) = hub.holdings.get_mut(&h) {
             g.disarming = sent;
@@ -176,7 +170,7 @@ impl Watchdogs {
     /// with `keep`, the agent stops and keeps its paused role for its next
     /// run to adopt.
     pub(super) fn forget(&self, h: u64, keep: bool) {
-        let mut hub = self.lock();
+        let mut hub = lock(&self.hub);
         if hub.holdings.remove(&h).is_some() {
             hub.send(&if keep {
                 Order::Keep { h }
@@ -195,13 +189,10 @@ impl Watchdogs {
             .arg("watchdog")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .spawn();
-        let mut child = match child {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::error!("cannot start the fencing watchdog: {e}");
-                return;
-            }
+            .spawn()
+            .inspect_err(|e| tracing::error!("cannot start the fencing watchdog: {e}"));
+        let Ok(mut child) = child else {
+            return;
         };
         let (Some(stdin), Some(out)) = (child.stdin.take(), child.stdout.take()) else {
             let _ = child.kill();
@@ -225,9 +216,7 @@ impl Watchdogs {
                     continue;
                 };
                 let Some(hub) = weak.upgrade() else { return };
-                let mut hub = hub
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let mut hub = lock(&hub);
                 if let Some(g) = hub.holdings.get_mut(&a.h) {
                     if std::mem::take(&mut g.disarming) {
                         let fenced = a.disarmed == Disarmed::Fenced;
@@ -242,11 +231,15 @@ impl Watchdogs {
 
 /// Process `generation` exited: unless it was replaced already, answers
 /// pending `disarm`s "not fenced" and guards the rest in a new process.
+/// The hub, even if a thread panicked holding it (its state stays usable).
+fn lock(hub: &Mutex<Hub>) -> MutexGuard<'_, Hub> {
+    hub.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn exited(weak: &Weak<Mutex<Hub>>, (exe, named): (PathBuf, PathBuf), generation: u64) {
     let Some(arc) = weak.upgrade() else { return };
-    let mut hub = arc
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut hub = lock(&arc);
     if hub.process.as_ref().map(|p| p.0) != Some(generation) {
         return;
     }
@@ -301,10 +294,9 @@ impl Hub {
     /// Queues one order; false if there is no process or its pipe has
     /// closed.
     fn send(&mut self, order: &Order) -> bool {
-        match self.process.as_mut() {
-            Some((_, _, lines)) => lines.send(order.line()).is_ok(),
-            None => false,
-        }
+        self.process
+            .as_ref()
+            .is_some_and(|(_, _, lines)| lines.send(order.line()).is_ok())
     }
 }
 

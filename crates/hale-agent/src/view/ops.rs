@@ -129,7 +129,6 @@ pub struct RelayView {
     /// Sum of `dropped`.
     pub dropped_total: u64,
     /// Where a drill diverts every request now (a black hole), if anywhere.
-    #[serde(default)]
     pub diverted: Option<String>,
 }
 

@@ -27,7 +27,6 @@ pub struct RoleView {
     /// Why the last change happened.
     pub last_change: Option<String>,
     /// Unix time (ms) this node became holder (its promote hook succeeded), if holder.
-    #[serde(default)]
     pub held_since_unix_ms: Option<u64>,
     /// Promotions completed so far.
     pub promotions: u64,
@@ -65,11 +64,9 @@ pub struct PostgresView {
     pub error: Option<String>,
     /// The holder's last mark (its WAL position), as the control plane's
     /// table said when this node last read it (every 2 s while it follows).
-    #[serde(default)]
     pub primary_lsn: Option<u64>,
     /// This node's `max_lag_on_failover` (bytes): the most its copy may lag
     /// for it to be promoted.
-    #[serde(default)]
     pub max_lag: Option<u64>,
 }
 
@@ -88,12 +85,7 @@ impl PostgresView {
 
     /// How many bytes a replica replays behind the holder's last mark.
     pub fn lag(&self) -> Option<u64> {
-        match (&self.standing, self.primary_lsn) {
-            (Some(hale_postgres::Standing::Replica { replay_lsn, .. }), Some(p)) => {
-                Some(p.saturating_sub(*replay_lsn))
-            }
-            _ => None,
-        }
+        self.standing.as_ref()?.replay_lag(self.primary_lsn?)
     }
 }
 
@@ -108,7 +100,7 @@ pub struct Lagging {
 }
 
 /// A lease in the control plane's table.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct LeaseView {
     /// Who holds it (None: free).
     pub holder: Option<String>,
@@ -327,16 +319,13 @@ pub struct SwitchoverView {
 }
 
 /// The body of `POST /v1/roles/{role}/switchover`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
 pub struct SwitchoverRequest {
     /// The candidate to hand the role to; absent or null with `cancel`.
-    #[serde(default)]
     pub to: Option<String>,
     /// Not before this Unix time, in milliseconds (absent: at once).
-    #[serde(default)]
     pub at_unix_ms: Option<u64>,
     /// Withdraw the order standing for the current holding.
-    #[serde(default)]
     pub cancel: bool,
 }
