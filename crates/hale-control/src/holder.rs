@@ -73,6 +73,16 @@ struct Run {
 }
 
 impl Run {
+    /// A run started `now`.
+    fn new(id: HookId, now: Time) -> Run {
+        Run {
+            id,
+            started: now,
+            killed: false,
+            timed_out: false,
+        }
+    }
+
     fn outcome(&self, exit: HookExit) -> HookOutcome {
         if self.timed_out {
             HookOutcome::TimedOut
@@ -465,11 +475,7 @@ impl Holder {
             Some(LeaseResponse::Renewed {
                 epoch: e, paused, ..
             }) if e == epoch => {
-                if self.paused != paused {
-                    self.paused = paused;
-                    self.actions
-                        .push_back(Action::Event(HolderEvent::Paused(paused)));
-                }
+                self.set_paused(paused);
                 if let Some(lease) = self.lease_mut() {
                     lease.renewed(sent);
                     let deadline = lease.valid_until();
@@ -572,12 +578,7 @@ impl Holder {
         }
         let id = self.hook_id();
         if let Phase::SteppingDown { step, .. } = &mut self.phase {
-            *step = Step::Demoting(Run {
-                id,
-                started: now,
-                killed: false,
-                timed_out: false,
-            });
+            *step = Step::Demoting(Run::new(id, now));
         }
         self.actions.push_back(Action::StartHook {
             id,
@@ -616,6 +617,15 @@ impl Holder {
                 self.step_down(now, StepDownReason::Leaving, None)
             }
             Phase::SteppingDown { .. } => {}
+        }
+    }
+
+    /// Notes whether the role is paused, as a committed renewal said.
+    fn set_paused(&mut self, paused: bool) {
+        if self.paused != paused {
+            self.paused = paused;
+            self.actions
+                .push_back(Action::Event(HolderEvent::Paused(paused)));
         }
     }
 
@@ -701,12 +711,7 @@ impl Holder {
         let id = self.hook_id();
         self.phase = Phase::Promoting {
             lease,
-            run: Run {
-                id,
-                started: now,
-                killed: false,
-                timed_out: false,
-            },
+            run: Run::new(id, now),
             handover: Handover::NotAsked,
         };
         // The grant counts as the first renewal.

@@ -163,11 +163,7 @@ impl Holder {
         self.next_renewal = super::next_tick(now, self.cfg.timing.renew_every);
         self.actions
             .push_back(Action::Event(HolderEvent::Adopted { epoch }));
-        if self.paused != paused {
-            self.paused = paused;
-            self.actions
-                .push_back(Action::Event(HolderEvent::Paused(paused)));
-        }
+        self.set_paused(paused);
     }
 
     /// The table no longer gives this node the role at `epoch`: whatever
