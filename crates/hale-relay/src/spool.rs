@@ -224,11 +224,10 @@ impl Spool {
 
     /// Deletes an envelope (delivered, or dropped for good).
     pub(crate) fn remove(&mut self, name: &str) {
-        if let Some(i) = self.entries.iter().position(|e| e.name == name) {
-            if let Some(e) = self.entries.remove(i) {
-                let _ = std::fs::remove_file(self.dir.join(&e.name));
-                self.bytes -= e.bytes;
-            }
+        let i = self.entries.iter().position(|e| e.name == name);
+        if let Some(e) = i.and_then(|i| self.entries.remove(i)) {
+            let _ = std::fs::remove_file(self.dir.join(&e.name));
+            self.bytes -= e.bytes;
         }
     }
 }

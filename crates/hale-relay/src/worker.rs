@@ -148,14 +148,11 @@ impl<T: Payload> Worker<T> {
             self.dispatch(now);
             self.publish();
             let closing = *lock(&self.shared.closing);
-            if let Some(soft) = closing {
-                let idle = self.pending.is_empty() && self.inflight.is_empty();
-                if idle || now >= soft {
-                    self.shutdown().await;
-                    return;
-                }
-            }
             let idle = self.pending.is_empty() && self.inflight.is_empty();
+            if closing.is_some_and(|soft| idle || now >= soft) {
+                self.shutdown().await;
+                return;
+            }
             let mut wait = if idle && self.spool_ready() == 0 {
                 Duration::from_secs(1)
             } else {
@@ -261,13 +258,7 @@ impl<T: Payload> Worker<T> {
                 + now.saturating_duration_since(self.refilled).as_secs_f64() * rate)
                 .min(burst);
             self.refilled = now;
-            while self.tokens >= 1.0 {
-                let Some(spool) = self.spool.as_mut() else {
-                    break;
-                };
-                if spool.ready() == 0 {
-                    break;
-                }
+            while self.tokens >= 1.0 && self.spool_ready() > 0 {
                 // The category is known without reading the file; any
                 // category will do to learn whether an upstream is free.
                 let Some(up) = self.pick(Category::Error, now) else {
@@ -291,20 +282,18 @@ impl<T: Payload> Worker<T> {
             }
         }
         // Memory, in order.
-        while let Some((env, _)) = self.pending.front() {
-            let cat = env.category;
-            if let Some(up) = self.pick(cat, now) {
-                let Some((env, bytes)) = self.pending.pop_front() else {
-                    break;
-                };
-                self.send(up, env, Kind::Event { bytes }, now);
-            } else if self.all_limited(cat, now) {
-                let Some((env, bytes)) = self.pending.pop_front() else {
-                    break;
-                };
-                self.drop_env(env, bytes, DropReason::RateLimited);
-            } else {
+        while let Some(cat) = self.pending.front().map(|(env, _)| env.category) {
+            // No upstream free: wait, unless every one is rate-limited.
+            let up = self.pick(cat, now);
+            if up.is_none() && !self.all_limited(cat, now) {
                 break;
+            }
+            let Some((env, bytes)) = self.pending.pop_front() else {
+                break;
+            };
+            match up {
+                Some(up) => self.send(up, env, Kind::Event { bytes }, now),
+                None => self.drop_env(env, bytes, DropReason::RateLimited),
             }
         }
     }
@@ -509,7 +498,6 @@ impl<T: Payload> Worker<T> {
         } else {
             self.cfg.max_age
         };
-        let mut kept = VecDeque::with_capacity(self.pending.len());
         let reason = {
             let b = lock(&self.shared.breakers);
             if (0..2).any(|i| self.targets[i].is_some() && b[i].is_closed()) {
@@ -525,14 +513,13 @@ impl<T: Payload> Worker<T> {
         {
             return;
         }
-        while let Some((env, bytes)) = self.pending.pop_front() {
+        for (env, bytes) in std::mem::take(&mut self.pending) {
             if now.saturating_duration_since(env.since) >= limit {
                 self.spool_or_drop(env, bytes, reason);
             } else {
-                kept.push_back((env, bytes));
+                self.pending.push_back((env, bytes));
             }
         }
-        self.pending = kept;
     }
 
     fn publish(&self) {
