@@ -281,51 +281,35 @@ impl Holder {
         if self.life == Lifecycle::Stopped {
             return None;
         }
-        let mut t: Option<Time> = None;
-        let mut at = |x: Time| t = Some(t.map_or(x, |t| t.min(x)));
-        match &self.phase {
-            Phase::Candidate { .. } if self.adopting.is_some() => {
-                if let Some(at_) = self.adopt_due() {
-                    at(at_);
-                }
-            }
+        let (hook, failing) = match &self.phase {
+            Phase::Candidate { .. } if self.adopting.is_some() => return self.adopt_due(),
             Phase::Candidate { acquiring } => {
-                if !self.stopping() && acquiring.is_none() && self.may_ask() {
-                    at(self
-                        .next_poll
-                        .max(self.hold_off_until.unwrap_or(Time::ZERO)));
-                }
+                let asks = !self.stopping() && acquiring.is_none() && self.may_ask();
+                let held_off = self.hold_off_until.unwrap_or(Time::ZERO);
+                return asks.then(|| self.next_poll.max(held_off));
             }
-            Phase::Promoting { lease, run, .. } => {
-                at(self.next_renewal);
-                at(lease.valid_until());
-                if !run.killed {
-                    at(run.started + self.cfg.hook_timeout);
-                }
-                if let Some(since) = self.status.failing_since {
-                    at(since + self.cfg.fail_after);
-                }
-            }
-            Phase::Holding { lease } => {
-                at(self.next_renewal);
-                at(lease.valid_until());
-                if let Some(since) = self.status.failing_since {
-                    at(since + self.cfg.fail_after);
-                }
-            }
-            Phase::SteppingDown { lease, step, .. } => {
-                if let Some(lease) = lease {
-                    at(self.next_renewal);
-                    at(lease.valid_until());
-                }
-                if let Step::Demoting(run) = step {
-                    if !run.killed {
-                        at(run.started + self.cfg.hook_timeout);
-                    }
-                }
-            }
-        }
-        t
+            Phase::Promoting { run, .. } => (Some(run), true),
+            Phase::Holding { .. } => (None, true),
+            // A promote hook being killed is not timed: its exit is awaited.
+            Phase::SteppingDown { step, .. } => match step {
+                Step::Demoting(run) => (Some(run), false),
+                Step::StoppingPromote(_) | Step::DisarmingWatchdog => (None, false),
+            },
+        };
+        // While a lease is held: its next renewal and its end; the hook's
+        // timeout unless it was killed; a failing service's grace period.
+        let lease = self.lease();
+        let hook = hook.filter(|run| !run.killed);
+        let failing = self.status.failing_since.filter(|_| failing);
+        [
+            lease.map(|_| self.next_renewal),
+            lease.map(HeldLease::valid_until),
+            hook.map(|run| run.started + self.cfg.hook_timeout),
+            failing.map(|since| since + self.cfg.fail_after),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Time has passed: renew, poll, and enforce deadlines that are due.
