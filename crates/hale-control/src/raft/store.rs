@@ -211,14 +211,12 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let last_purged: Option<LogId<u64>> = get_meta(&self.db, "purged")?;
         let tx = self.db.begin_read().map_err(read_err)?;
         let last = match tx.open_table(LOGS) {
-            Ok(t) => match t.last().map_err(read_err)? {
-                Some((_, v)) => {
-                    let e: Entry<TypeConfig> =
-                        serde_json::from_slice(v.value()).map_err(read_err)?;
-                    Some(e.log_id)
-                }
-                None => None,
-            },
+            Ok(t) => {
+                let last = t.last().map_err(read_err)?;
+                let entry = last.map(|(_, v)| serde_json::from_slice(v.value()));
+                let entry: Option<Entry<TypeConfig>> = entry.transpose().map_err(read_err)?;
+                entry.map(|e| e.log_id)
+            }
             Err(redb::TableError::TableDoesNotExist(_)) => None,
             Err(e) => return Err(read_err(e)),
         };
