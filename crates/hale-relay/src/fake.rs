@@ -235,11 +235,8 @@ async fn serve(mut sock: TcpStream, st: Arc<State>) {
         st.requests.fetch_add(1, Ordering::Relaxed);
         let reply = match st.mode() {
             Mode::Refusing => return,
-            Mode::HalfDead => {
-                // Hold the connection, answer nothing, ever.
-                std::future::pending::<()>().await;
-                return;
-            }
+            // Hold the connection, answer nothing, ever.
+            Mode::HalfDead => std::future::pending().await,
             Mode::RateLimiting(secs) => format!(
                 "HTTP/1.1 429 Too Many Requests\r\nretry-after: {secs}\r\ncontent-length: 0\r\n\r\n"
             ),

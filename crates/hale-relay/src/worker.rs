@@ -353,36 +353,35 @@ impl<T: Payload> Worker<T> {
         };
         let now = Instant::now();
         let c = &self.shared.counters;
-        let (ok, retry_reason) = {
-            let mut b = lock(&self.shared.breakers);
-            match &outcome {
-                Outcome::Status {
-                    code,
-                    retry_after,
-                    limits,
-                } => {
-                    b[up].on_success(now);
-                    self.limits[up].update(now, *code, retry_after.as_deref(), limits.as_deref());
-                    match code {
-                        200..=299 => (true, None),
-                        429 => (false, Some(DropReason::RateLimited)),
-                        400..=499 => (false, None),
-                        _ => {
-                            b[up].on_failure(now);
-                            (false, Some(DropReason::UpstreamError))
-                        }
-                    }
-                }
-                Outcome::Timeout => {
-                    b[up].on_failure(now);
-                    (false, Some(DropReason::Timeout))
-                }
-                Outcome::Failed => {
-                    b[up].on_failure(now);
-                    (false, Some(DropReason::UpstreamError))
-                }
-            }
+        let (ok, retry_reason) = match &outcome {
+            Outcome::Status { code, .. } => match code {
+                200..=299 => (true, None),
+                429 => (false, Some(DropReason::RateLimited)),
+                400..=499 => (false, None),
+                _ => (false, Some(DropReason::UpstreamError)),
+            },
+            Outcome::Timeout => (false, Some(DropReason::Timeout)),
+            Outcome::Failed => (false, Some(DropReason::UpstreamError)),
         };
+        let mut b = lock(&self.shared.breakers);
+        if let Outcome::Status {
+            code,
+            retry_after,
+            limits,
+        } = &outcome
+        {
+            b[up].on_success(now);
+            self.limits[up].update(now, *code, retry_after.as_deref(), limits.as_deref());
+        }
+        // Timeouts, failures and 5xx count against the breaker (429s and
+        // other 4xx do not: the upstream answered).
+        if matches!(
+            retry_reason,
+            Some(DropReason::Timeout | DropReason::UpstreamError)
+        ) {
+            b[up].on_failure(now);
+        }
+        drop(b);
         if !ok && !matches!(outcome, Outcome::Status { code: 429, .. }) {
             c.request_failures.fetch_add(1, Ordering::Relaxed);
         }
