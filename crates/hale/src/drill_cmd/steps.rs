@@ -27,12 +27,7 @@ impl Drill {
             self.add(step, c);
         }
         if let DrillKind::NodeFreeze { node } = &self.args.kind {
-            let holds: Vec<String> = cluster::leases(&nodes)
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|(_, (h, _))| h.as_deref() == Some(node.as_str()))
-                .map(|(r, _)| r)
-                .collect();
+            let holds = held_by(&nodes, node);
             if !holds.is_empty() {
                 self.check(
                     step,
@@ -40,7 +35,7 @@ impl Drill {
                     self.args.duration >= self.args.promote_target,
                     format!(
                         "{node} holds {}: freezing it {} against a target of {}",
-                        holds.join(", "),
+                        names_or_none(holds.keys()),
                         secs(self.args.duration),
                         secs(self.args.promote_target)
                     ),
@@ -201,13 +196,7 @@ impl Drill {
     }
 
     async fn node_freeze(&mut self, node: &str, nodes: &[NodeState]) {
-        let held: BTreeMap<String, (String, u64)> = cluster::leases(nodes)
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(|(r, (h, e))| {
-                (h.as_deref() == Some(node)).then(|| (r, (node.to_owned(), e)))
-            })
-            .collect();
+        let held = held_by(nodes, node);
         for role in held.keys() {
             self.undo().homes.insert(role.clone(), node.to_owned());
         }
@@ -377,15 +366,11 @@ impl Drill {
             Some(to),
             serde_json::json!({ "role": role, "from": from }),
         );
-        let handed = match self.agents.client(from) {
-            Ok(c) => c
-                .handover(role, Some(to))
-                .await
-                .map(drop)
-                .map_err(Into::into),
-            Err(e) => Err(e),
+        let handed = async {
+            self.agents.client(from)?.handover(role, Some(to)).await?;
+            anyhow::Ok(())
         };
-        if let Err(e) = handed {
+        if let Err(e) = handed.await {
             self.check(
                 step,
                 format!("{from} handed {role} over"),
@@ -514,10 +499,7 @@ impl Drill {
 
     async fn traffic_ignored(&self) -> u64 {
         let mut total = 0;
-        for n in self.agents.addrs.keys() {
-            let Ok(c) = self.agents.client(n) else {
-                continue;
-            };
+        for (_, c) in self.agents.clients_except(None) {
             if let Ok(d) = c.drill().await {
                 total += d.traffic_ignored;
             }
@@ -561,6 +543,13 @@ impl Drill {
         self.restore_and_verify(step).await;
         self.step_end(step);
     }
+}
+
+/// The roles `node` holds in the lease table: role -> (`node`, epoch).
+fn held_by(nodes: &[NodeState], node: &str) -> BTreeMap<String, (String, u64)> {
+    let leases = cluster::leases(nodes).unwrap_or_default().into_iter();
+    let held = leases.filter(|(_, (h, _))| h.as_deref() == Some(node));
+    held.map(|(r, (_, e))| (r, (node.to_owned(), e))).collect()
 }
 
 /// Whether any essential check got slower during the window than before it:
