@@ -347,26 +347,22 @@ impl Holder {
                     });
                 }
             }
-            Phase::Promoting { lease, run, .. } => {
-                if lease.expired(now) {
-                    return self.step_down(now, StepDownReason::LeaseExpired, None);
+            Phase::Promoting { lease, .. } | Phase::Holding { lease } => {
+                let expired = lease.expired(now);
+                let promote_late = matches!(&self.phase, Phase::Promoting { run, .. }
+                    if !run.killed && now >= run.started + self.cfg.hook_timeout);
+                let reason = if expired {
+                    Some(StepDownReason::LeaseExpired)
+                } else if promote_late {
+                    Some(StepDownReason::PromoteTimedOut)
+                } else {
+                    self.failing_long(now)
+                        .then_some(StepDownReason::ServiceFailing)
+                };
+                match reason {
+                    Some(reason) => self.step_down(now, reason, None),
+                    None => self.maybe_renew(now),
                 }
-                if !run.killed && now >= run.started + self.cfg.hook_timeout {
-                    return self.step_down(now, StepDownReason::PromoteTimedOut, None);
-                }
-                if self.failing_long(now) {
-                    return self.step_down(now, StepDownReason::ServiceFailing, None);
-                }
-                self.maybe_renew(now);
-            }
-            Phase::Holding { lease } => {
-                if lease.expired(now) {
-                    return self.step_down(now, StepDownReason::LeaseExpired, None);
-                }
-                if self.failing_long(now) {
-                    return self.step_down(now, StepDownReason::ServiceFailing, None);
-                }
-                self.maybe_renew(now);
             }
             Phase::SteppingDown { lease, step, .. } => {
                 if lease.as_ref().is_some_and(|l| l.expired(now)) {
@@ -417,8 +413,7 @@ impl Holder {
         let eligible = self.is_eligible();
         if self.eligible != Some(eligible) {
             self.eligible = Some(eligible);
-            self.actions
-                .push_back(Action::Event(HolderEvent::Eligible(eligible)));
+            self.event(HolderEvent::Eligible(eligible));
         }
         self.handle_timeout(now);
     }
@@ -502,12 +497,9 @@ impl Holder {
                 if outcome == HookOutcome::Succeeded {
                     let lease = lease.clone();
                     self.phase = Phase::Holding { lease };
-                    self.actions
-                        .push_back(Action::Event(HolderEvent::Promoted { epoch }));
+                    self.event(HolderEvent::Promoted { epoch });
                     match handover {
-                        _ if self.stopping() => {
-                            self.step_down(now, StepDownReason::Leaving, None);
-                        }
+                        _ if self.stopping() => self.step_down(now, StepDownReason::Leaving, None),
                         Handover::NotAsked => self.handle_timeout(now),
                         Handover::ToBest => self.step_down(now, StepDownReason::Handover, None),
                         Handover::To(next) => {
@@ -608,14 +600,18 @@ impl Holder {
     fn set_paused(&mut self, paused: bool) {
         if self.paused != paused {
             self.paused = paused;
-            self.actions
-                .push_back(Action::Event(HolderEvent::Paused(paused)));
+            self.event(HolderEvent::Paused(paused));
         }
+    }
+
+    /// Reports `event`, in order with the other actions.
+    fn event(&mut self, event: HolderEvent) {
+        self.actions.push_back(Action::Event(event));
     }
 
     fn stop_done(&mut self) {
         self.life = Lifecycle::Stopped;
-        self.actions.push_back(Action::Event(HolderEvent::Stopped));
+        self.event(HolderEvent::Stopped);
     }
 
     /// Stopping, or stopped.
@@ -700,8 +696,7 @@ impl Holder {
         };
         // The grant counts as the first renewal.
         self.next_renewal = now + self.cfg.timing.renew_every;
-        self.actions
-            .push_back(Action::Event(HolderEvent::Promoting { epoch }));
+        self.event(HolderEvent::Promoting { epoch });
         self.actions.push_back(Action::StartHook {
             id,
             kind: HookKind::Promote,
@@ -750,8 +745,7 @@ impl Holder {
             Phase::Candidate { .. } | Phase::SteppingDown { .. } => return,
         };
         let lease = (!reason.lease_lost() && !lease.expired(now)).then_some(lease);
-        self.actions
-            .push_back(Action::Event(HolderEvent::SteppingDown { epoch, reason }));
+        self.event(HolderEvent::SteppingDown { epoch, reason });
         let step = match run {
             Some(mut run) => {
                 run.killed = true;
@@ -781,8 +775,7 @@ impl Holder {
         };
         let epoch = lease.epoch;
         let lease = (!lease.expired(now)).then(|| lease.clone());
-        self.actions
-            .push_back(Action::Event(HolderEvent::SteppingDown { epoch, reason }));
+        self.event(HolderEvent::SteppingDown { epoch, reason });
         self.phase = Phase::SteppingDown {
             epoch,
             lease,
@@ -828,12 +821,12 @@ impl Holder {
             self.send_release(now, epoch, next);
         }
         self.renewals.retain(|_, (_, e)| *e != epoch);
-        self.actions.push_back(Action::Event(HolderEvent::Demoted {
+        self.event(HolderEvent::Demoted {
             epoch,
             reason,
             promote,
             demote,
-        }));
+        });
         if matches!(
             reason,
             StepDownReason::Handover

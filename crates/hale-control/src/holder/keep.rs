@@ -161,8 +161,7 @@ impl Holder {
             .push_back(Action::StartWatchdog { epoch, deadline });
         self.phase = Phase::Holding { lease };
         self.next_renewal = super::next_tick(now, self.cfg.timing.renew_every);
-        self.actions
-            .push_back(Action::Event(HolderEvent::Adopted { epoch }));
+        self.event(HolderEvent::Adopted { epoch });
         self.set_paused(paused);
     }
 
@@ -170,8 +169,7 @@ impl Holder {
     /// it still runs as holder is demoted, as after a lost lease.
     fn adoption_refused(&mut self, now: Time, epoch: u64) {
         let reason = StepDownReason::Fenced;
-        self.actions
-            .push_back(Action::Event(HolderEvent::SteppingDown { epoch, reason }));
+        self.event(HolderEvent::SteppingDown { epoch, reason });
         self.phase = Phase::SteppingDown {
             epoch,
             lease: None,
@@ -210,8 +208,7 @@ impl Holder {
         }
         self.phase = Phase::Candidate { acquiring: None };
         self.renewals.clear();
-        self.actions
-            .push_back(Action::Event(HolderEvent::Kept { epoch }));
+        self.event(HolderEvent::Kept { epoch });
         self.stop_done();
     }
 }
