@@ -305,16 +305,14 @@ impl ControlPlane {
             purge_batch_size: 256,
             ..Default::default()
         };
-        let config = Arc::new(
-            config
-                .validate()
-                .map_err(|e| ControlError::Start(e.into()))?,
-        );
+        let config = config
+            .validate()
+            .map_err(|e| ControlError::Start(e.into()))?;
         let log = LogStore::new(db, Some(on_append));
         let stall = log.stall();
         let spoken = Spoken::default();
         let network = Network::new(auth.clone(), speaks, spoken.clone());
-        let raft = Raft::new(id, config, network, log, sm.clone())
+        let raft = Raft::new(id, Arc::new(config), network, log, sm.clone())
             .await
             .map_err(|e| ControlError::Start(e.into()))?;
         let cp = ControlPlane {
@@ -457,16 +455,14 @@ impl ControlPlane {
             Err(openraft::error::Fatal::Stopped) | Ok(()) => None,
             Err(e) => Some(e.to_string()),
         };
-        let state = if m.running_state.is_err() {
-            ControlState::Stopped
-        } else {
-            match m.state {
-                openraft::ServerState::Leader => ControlState::Leader,
-                openraft::ServerState::Follower => ControlState::Follower,
-                openraft::ServerState::Candidate => ControlState::Candidate,
-                openraft::ServerState::Learner => ControlState::Learner,
-                openraft::ServerState::Shutdown => ControlState::Stopped,
-            }
+        use openraft::ServerState;
+        let state = match m.state {
+            _ if m.running_state.is_err() => ControlState::Stopped,
+            ServerState::Leader => ControlState::Leader,
+            ServerState::Follower => ControlState::Follower,
+            ServerState::Candidate => ControlState::Candidate,
+            ServerState::Learner => ControlState::Learner,
+            ServerState::Shutdown => ControlState::Stopped,
         };
         ControlStatus {
             id: self.id,
