@@ -173,17 +173,12 @@ impl Relay {
                 .find(|(k, _)| *k == "sentry_key")
                 .map(|(_, v)| v)
         });
-        match from_header.or(from_query) {
-            Some(k) if access.keys.iter().any(|want| want == k) => Ok(()),
-            Some(_) => Err(Refusal(
-                StatusCode::UNAUTHORIZED,
-                "unknown sentry_key".into(),
-            )),
-            None => Err(Refusal(
-                StatusCode::UNAUTHORIZED,
-                "missing sentry_key (X-Sentry-Auth header or sentry_key query parameter)".into(),
-            )),
-        }
+        let why = match from_header.or(from_query) {
+            Some(k) if access.keys.iter().any(|want| want == k) => return Ok(()),
+            Some(_) => "unknown sentry_key",
+            None => "missing sentry_key (X-Sentry-Auth header or sentry_key query parameter)",
+        };
+        Err(Refusal(StatusCode::UNAUTHORIZED, why.into()))
     }
 
     /// What every ingestion request goes through before its body is parsed:
@@ -209,14 +204,12 @@ impl Relay {
                 format!("the body is over the limit of {limit} bytes"),
             )
         };
-        if let Some(len) = headers
+        let declared = headers
             .get(header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok())
-        {
-            if len > limit as u64 {
-                return Err(too_big());
-            }
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|len| len > limit as u64) {
+            return Err(too_big());
         }
         let raw = axum::body::to_bytes(body, limit)
             .await

@@ -193,8 +193,7 @@ impl<T: Payload> Worker<T> {
 
     fn push_pending(&mut self, item: T, bytes: usize) {
         // Serialisation happens here, on the worker thread.
-        let env = item.into_envelope();
-        self.pending.push_back((env, bytes));
+        self.pending.push_back((item.into_envelope(), bytes));
     }
 
     fn take_queued(&mut self) {
@@ -306,12 +305,10 @@ impl<T: Payload> Worker<T> {
         if up == STANDBY {
             c.failovers.fetch_add(1, Ordering::Relaxed);
         }
-        let probe = {
-            let mut b = lock(&self.shared.breakers);
-            let probe = !b[up].is_closed();
-            b[up].on_send();
-            probe
-        };
+        let mut b = lock(&self.shared.breakers);
+        let probe = !b[up].is_closed();
+        b[up].on_send();
+        drop(b);
         self.seq += 1;
         let seq = self.seq;
         // A drill's diversion (a black hole) replaces the upstream's address.
@@ -523,11 +520,8 @@ impl<T: Payload> Worker<T> {
 
     fn publish(&self) {
         let c = &self.shared.counters;
-        {
-            let b = lock(&self.shared.breakers);
-            for (i, br) in b.iter().enumerate() {
-                c.breaker[i].store(br.gauge() as u8, Ordering::Relaxed);
-            }
+        for (i, br) in lock(&self.shared.breakers).iter().enumerate() {
+            c.breaker[i].store(br.gauge() as u8, Ordering::Relaxed);
         }
         c.in_flight
             .store(self.inflight.len() as u64, Ordering::Relaxed);
