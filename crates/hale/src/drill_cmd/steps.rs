@@ -1,7 +1,6 @@
 //! The steps of each drill.
 
 use hale_agent::view::BreakerState;
-use hale_agent::view::MemberState;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -307,14 +306,11 @@ impl Drill {
                 Ok(c) => c.members().await.unwrap_or_default(),
                 Err(_) => Vec::new(),
             };
-            let eligible = members
-                .iter()
-                .find(|m| m.name == home && m.state == MemberState::Alive)
-                .is_some_and(|m| {
-                    hale_agent::AgentMeta::parse(&m.meta)
-                        .and_then(|p| p.roles.get(role).copied())
-                        .is_some_and(|c| c.eligible)
-                });
+            // Whether `home` is alive and an eligible candidate for `role`.
+            let candidates = cluster::candidates(&members);
+            let eligible = candidates
+                .get(role)
+                .is_some_and(|c| c.iter().any(|c| c.0 == home && c.2));
             match l.get(role) {
                 Some((Some(h), e)) if h == home || eligible => Some((h.clone(), *e)),
                 _ => None,
@@ -470,15 +466,11 @@ impl Drill {
         let mut current = home.clone();
         for s in standbys {
             let step = self.step_start(&format!("hand {role} from {current} to {s}"));
-            let r = self.handover_to(step, role, &current, &s, epoch).await;
+            let handed = self.handover_to(step, role, &current, &s, epoch).await;
             self.step_end(step);
-            match r {
-                Some(e) => {
-                    epoch = e;
-                    current = s;
-                }
-                None => break,
-            }
+            let Some(e) = handed else { break };
+            epoch = e;
+            current = s;
         }
         let step = self.step_start(&format!("hand {role} back to {home}"));
         self.hand_home(step, role, &home).await;
