@@ -73,6 +73,16 @@ struct Run {
 }
 
 impl Run {
+    /// A run started `now`.
+    fn new(id: HookId, now: Time) -> Run {
+        Run {
+            id,
+            started: now,
+            killed: false,
+            timed_out: false,
+        }
+    }
+
     fn outcome(&self, exit: HookExit) -> HookOutcome {
         if self.timed_out {
             HookOutcome::TimedOut
@@ -271,51 +281,35 @@ impl Holder {
         if self.life == Lifecycle::Stopped {
             return None;
         }
-        let mut t: Option<Time> = None;
-        let mut at = |x: Time| t = Some(t.map_or(x, |t| t.min(x)));
-        match &self.phase {
-            Phase::Candidate { .. } if self.adopting.is_some() => {
-                if let Some(at_) = self.adopt_due() {
-                    at(at_);
-                }
-            }
+        let (hook, failing) = match &self.phase {
+            Phase::Candidate { .. } if self.adopting.is_some() => return self.adopt_due(),
             Phase::Candidate { acquiring } => {
-                if !self.stopping() && acquiring.is_none() && self.may_ask() {
-                    at(self
-                        .next_poll
-                        .max(self.hold_off_until.unwrap_or(Time::ZERO)));
-                }
+                let asks = !self.stopping() && acquiring.is_none() && self.may_ask();
+                let held_off = self.hold_off_until.unwrap_or(Time::ZERO);
+                return asks.then(|| self.next_poll.max(held_off));
             }
-            Phase::Promoting { lease, run, .. } => {
-                at(self.next_renewal);
-                at(lease.valid_until());
-                if !run.killed {
-                    at(run.started + self.cfg.hook_timeout);
-                }
-                if let Some(since) = self.status.failing_since {
-                    at(since + self.cfg.fail_after);
-                }
-            }
-            Phase::Holding { lease } => {
-                at(self.next_renewal);
-                at(lease.valid_until());
-                if let Some(since) = self.status.failing_since {
-                    at(since + self.cfg.fail_after);
-                }
-            }
-            Phase::SteppingDown { lease, step, .. } => {
-                if let Some(lease) = lease {
-                    at(self.next_renewal);
-                    at(lease.valid_until());
-                }
-                if let Step::Demoting(run) = step {
-                    if !run.killed {
-                        at(run.started + self.cfg.hook_timeout);
-                    }
-                }
-            }
-        }
-        t
+            Phase::Promoting { run, .. } => (Some(run), true),
+            Phase::Holding { .. } => (None, true),
+            // A promote hook being killed is not timed: its exit is awaited.
+            Phase::SteppingDown { step, .. } => match step {
+                Step::Demoting(run) => (Some(run), false),
+                Step::StoppingPromote(_) | Step::DisarmingWatchdog => (None, false),
+            },
+        };
+        // While a lease is held: its next renewal and its end; the hook's
+        // timeout unless it was killed; a failing service's grace period.
+        let lease = self.lease();
+        let hook = hook.filter(|run| !run.killed);
+        let failing = self.status.failing_since.filter(|_| failing);
+        [
+            lease.map(|_| self.next_renewal),
+            lease.map(HeldLease::valid_until),
+            hook.map(|run| run.started + self.cfg.hook_timeout),
+            failing.map(|since| since + self.cfg.fail_after),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Time has passed: renew, poll, and enforce deadlines that are due.
@@ -353,26 +347,22 @@ impl Holder {
                     });
                 }
             }
-            Phase::Promoting { lease, run, .. } => {
-                if lease.expired(now) {
-                    return self.step_down(now, StepDownReason::LeaseExpired, None);
+            Phase::Promoting { lease, .. } | Phase::Holding { lease } => {
+                let expired = lease.expired(now);
+                let promote_late = matches!(&self.phase, Phase::Promoting { run, .. }
+                    if !run.killed && now >= run.started + self.cfg.hook_timeout);
+                let reason = if expired {
+                    Some(StepDownReason::LeaseExpired)
+                } else if promote_late {
+                    Some(StepDownReason::PromoteTimedOut)
+                } else {
+                    self.failing_long(now)
+                        .then_some(StepDownReason::ServiceFailing)
+                };
+                match reason {
+                    Some(reason) => self.step_down(now, reason, None),
+                    None => self.maybe_renew(now),
                 }
-                if !run.killed && now >= run.started + self.cfg.hook_timeout {
-                    return self.step_down(now, StepDownReason::PromoteTimedOut, None);
-                }
-                if self.failing_long(now) {
-                    return self.step_down(now, StepDownReason::ServiceFailing, None);
-                }
-                self.maybe_renew(now);
-            }
-            Phase::Holding { lease } => {
-                if lease.expired(now) {
-                    return self.step_down(now, StepDownReason::LeaseExpired, None);
-                }
-                if self.failing_long(now) {
-                    return self.step_down(now, StepDownReason::ServiceFailing, None);
-                }
-                self.maybe_renew(now);
             }
             Phase::SteppingDown { lease, step, .. } => {
                 if lease.as_ref().is_some_and(|l| l.expired(now)) {
@@ -423,8 +413,7 @@ impl Holder {
         let eligible = self.is_eligible();
         if self.eligible != Some(eligible) {
             self.eligible = Some(eligible);
-            self.actions
-                .push_back(Action::Event(HolderEvent::Eligible(eligible)));
+            self.event(HolderEvent::Eligible(eligible));
         }
         self.handle_timeout(now);
     }
@@ -465,11 +454,7 @@ impl Holder {
             Some(LeaseResponse::Renewed {
                 epoch: e, paused, ..
             }) if e == epoch => {
-                if self.paused != paused {
-                    self.paused = paused;
-                    self.actions
-                        .push_back(Action::Event(HolderEvent::Paused(paused)));
-                }
+                self.set_paused(paused);
                 if let Some(lease) = self.lease_mut() {
                     lease.renewed(sent);
                     let deadline = lease.valid_until();
@@ -512,12 +497,9 @@ impl Holder {
                 if outcome == HookOutcome::Succeeded {
                     let lease = lease.clone();
                     self.phase = Phase::Holding { lease };
-                    self.actions
-                        .push_back(Action::Event(HolderEvent::Promoted { epoch }));
+                    self.event(HolderEvent::Promoted { epoch });
                     match handover {
-                        _ if self.stopping() => {
-                            self.step_down(now, StepDownReason::Leaving, None);
-                        }
+                        _ if self.stopping() => self.step_down(now, StepDownReason::Leaving, None),
                         Handover::NotAsked => self.handle_timeout(now),
                         Handover::ToBest => self.step_down(now, StepDownReason::Handover, None),
                         Handover::To(next) => {
@@ -572,12 +554,7 @@ impl Holder {
         }
         let id = self.hook_id();
         if let Phase::SteppingDown { step, .. } = &mut self.phase {
-            *step = Step::Demoting(Run {
-                id,
-                started: now,
-                killed: false,
-                timed_out: false,
-            });
+            *step = Step::Demoting(Run::new(id, now));
         }
         self.actions.push_back(Action::StartHook {
             id,
@@ -619,9 +596,22 @@ impl Holder {
         }
     }
 
+    /// Notes whether the role is paused, as a committed renewal said.
+    fn set_paused(&mut self, paused: bool) {
+        if self.paused != paused {
+            self.paused = paused;
+            self.event(HolderEvent::Paused(paused));
+        }
+    }
+
+    /// Reports `event`, in order with the other actions.
+    fn event(&mut self, event: HolderEvent) {
+        self.actions.push_back(Action::Event(event));
+    }
+
     fn stop_done(&mut self) {
         self.life = Lifecycle::Stopped;
-        self.actions.push_back(Action::Event(HolderEvent::Stopped));
+        self.event(HolderEvent::Stopped);
     }
 
     /// Stopping, or stopped.
@@ -701,18 +691,12 @@ impl Holder {
         let id = self.hook_id();
         self.phase = Phase::Promoting {
             lease,
-            run: Run {
-                id,
-                started: now,
-                killed: false,
-                timed_out: false,
-            },
+            run: Run::new(id, now),
             handover: Handover::NotAsked,
         };
         // The grant counts as the first renewal.
         self.next_renewal = now + self.cfg.timing.renew_every;
-        self.actions
-            .push_back(Action::Event(HolderEvent::Promoting { epoch }));
+        self.event(HolderEvent::Promoting { epoch });
         self.actions.push_back(Action::StartHook {
             id,
             kind: HookKind::Promote,
@@ -761,8 +745,7 @@ impl Holder {
             Phase::Candidate { .. } | Phase::SteppingDown { .. } => return,
         };
         let lease = (!reason.lease_lost() && !lease.expired(now)).then_some(lease);
-        self.actions
-            .push_back(Action::Event(HolderEvent::SteppingDown { epoch, reason }));
+        self.event(HolderEvent::SteppingDown { epoch, reason });
         let step = match run {
             Some(mut run) => {
                 run.killed = true;
@@ -792,8 +775,7 @@ impl Holder {
         };
         let epoch = lease.epoch;
         let lease = (!lease.expired(now)).then(|| lease.clone());
-        self.actions
-            .push_back(Action::Event(HolderEvent::SteppingDown { epoch, reason }));
+        self.event(HolderEvent::SteppingDown { epoch, reason });
         self.phase = Phase::SteppingDown {
             epoch,
             lease,
@@ -839,12 +821,12 @@ impl Holder {
             self.send_release(now, epoch, next);
         }
         self.renewals.retain(|_, (_, e)| *e != epoch);
-        self.actions.push_back(Action::Event(HolderEvent::Demoted {
+        self.event(HolderEvent::Demoted {
             epoch,
             reason,
             promote,
             demote,
-        }));
+        });
         if matches!(
             reason,
             StepDownReason::Handover

@@ -126,11 +126,9 @@ pub struct TooNew {
 /// The leader's gate: an entry that needs protocol `needs` may be written
 /// only when every server speaks it (`common`, from [`common`]).
 pub fn admit(needs: u16, common: u16) -> Result<(), TooNew> {
-    if needs <= common {
-        Ok(())
-    } else {
-        Err(TooNew { needs, common })
-    }
+    (needs <= common)
+        .then_some(())
+        .ok_or(TooNew { needs, common })
 }
 
 /// The highest protocol every one of `servers` speaks: `ours` for this
@@ -162,11 +160,7 @@ impl Spoken {
     /// Server `id` answered in `protocol`'s form; logged when that changes
     /// what was known of it (an upgrade or a downgrade under way).
     pub fn note(&self, id: u64, protocol: u16) {
-        let before = self
-            .0
-            .lock()
-            .expect("spoken versions lock")
-            .insert(id, protocol);
+        let before = self.lock().insert(id, protocol);
         match before {
             Some(b) if b != protocol => tracing::info!(
                 server = id,
@@ -180,16 +174,16 @@ impl Spoken {
 
     /// What server `id` was last heard to speak, if it was.
     pub fn of(&self, id: u64) -> Option<u16> {
-        self.0
-            .lock()
-            .expect("spoken versions lock")
-            .get(&id)
-            .copied()
+        self.lock().get(&id).copied()
     }
 
     /// Every server heard from, with what it speaks.
     pub fn all(&self) -> BTreeMap<u64, u16> {
-        self.0.lock().expect("spoken versions lock").clone()
+        self.lock().clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, u16>> {
+        self.0.lock().expect("spoken versions lock")
     }
 }
 

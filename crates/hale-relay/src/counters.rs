@@ -255,13 +255,7 @@ impl Counters {
 
     /// A snapshot of the drop matrix, for client reports: `(reason, category, count)`.
     pub(crate) fn drop_matrix(&self) -> [[u64; CATEGORIES]; REASONS] {
-        let mut m = [[0; CATEGORIES]; REASONS];
-        for (r, reason) in DropReason::ALL.iter().enumerate() {
-            for (c, cat) in Category::ALL.iter().enumerate() {
-                m[r][c] = self.dropped_in(*reason, *cat);
-            }
-        }
-        m
+        DropReason::ALL.map(|r| Category::ALL.map(|c| self.dropped_in(r, c)))
     }
 
     /// Prometheus text for every counter, names prefixed with `prefix`

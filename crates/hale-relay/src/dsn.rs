@@ -45,10 +45,7 @@ impl FromStr for Dsn {
         if key.is_empty() {
             return Err(DsnError::NoKey);
         }
-        let (hostport, path) = match rest.find('/') {
-            Some(i) => (&rest[..i], &rest[i..]),
-            None => (rest, ""),
-        };
+        let (hostport, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
         let (host, port) = match hostport.rsplit_once(':') {
             Some((h, p)) if !h.ends_with(']') || hostport.starts_with('[') => {
                 (h, Some(p.parse::<u16>().map_err(|_| DsnError::Host)?))

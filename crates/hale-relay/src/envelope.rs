@@ -166,11 +166,8 @@ pub(crate) fn build(event_id: &str, ty: &str, payload: &[u8]) -> Vec<u8> {
         serde_json::json!({ "event_id": event_id }).to_string()
     };
     let item = format!("{{\"type\":\"{ty}\",\"length\":{}}}", payload.len());
-    let mut out = Vec::with_capacity(header.len() + item.len() + payload.len() + 3);
-    out.extend_from_slice(header.as_bytes());
-    out.push(b'\n');
-    out.extend_from_slice(item.as_bytes());
-    out.push(b'\n');
+    let mut out = format!("{header}\n{item}\n").into_bytes();
+    out.reserve_exact(payload.len() + 1);
     out.extend_from_slice(payload);
     out.push(b'\n');
     out

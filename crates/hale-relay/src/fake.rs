@@ -151,17 +151,13 @@ impl FakeSentry {
 
     /// Client reports accepted (their JSON payloads).
     pub fn client_reports(&self) -> Vec<serde_json::Value> {
-        let mut out = Vec::new();
-        for r in self.received() {
-            for (ty, payload) in items(&r.body) {
-                if ty == "client_report" {
-                    if let Ok(v) = serde_json::from_slice(payload) {
-                        out.push(v);
-                    }
-                }
-            }
-        }
-        out
+        let received = self.received();
+        received
+            .iter()
+            .flat_map(|r| items(&r.body))
+            .filter(|(ty, _)| ty == "client_report")
+            .filter_map(|(_, payload)| serde_json::from_slice(payload).ok())
+            .collect()
     }
 }
 
@@ -219,10 +215,8 @@ async fn serve(mut sock: TcpStream, st: Arc<State>) {
             if buf.len() > 64 << 10 {
                 return;
             }
-            let mut chunk = [0u8; 8192];
-            match sock.read(&mut chunk).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            if !matches!(sock.read_buf(&mut buf).await, Ok(n) if n > 0) {
+                return;
             }
         };
         let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
@@ -232,10 +226,8 @@ async fn serve(mut sock: TcpStream, st: Arc<State>) {
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or(0);
         while buf.len() < head_end + len {
-            let mut chunk = [0u8; 65536];
-            match sock.read(&mut chunk).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            if !matches!(sock.read_buf(&mut buf).await, Ok(n) if n > 0) {
+                return;
             }
         }
         let body = buf[head_end..head_end + len].to_vec();
@@ -243,11 +235,8 @@ async fn serve(mut sock: TcpStream, st: Arc<State>) {
         st.requests.fetch_add(1, Ordering::Relaxed);
         let reply = match st.mode() {
             Mode::Refusing => return,
-            Mode::HalfDead => {
-                // Hold the connection, answer nothing, ever.
-                std::future::pending::<()>().await;
-                return;
-            }
+            // Hold the connection, answer nothing, ever.
+            Mode::HalfDead => std::future::pending().await,
             Mode::RateLimiting(secs) => format!(
                 "HTTP/1.1 429 Too Many Requests\r\nretry-after: {secs}\r\ncontent-length: 0\r\n\r\n"
             ),

@@ -39,11 +39,10 @@ impl RateLimits {
                 let until = now + secs;
                 any = true;
                 if cats.is_empty() {
-                    self.all = Some(self.all.map_or(until, |t| t.max(until)));
+                    self.all = self.all.max(Some(until));
                 }
                 for c in cats {
-                    let slot = &mut self.per[c.index()];
-                    *slot = Some(slot.map_or(until, |t| t.max(until)));
+                    self.per[c.index()] = self.per[c.index()].max(Some(until));
                 }
             }
             if any {
@@ -51,13 +50,9 @@ impl RateLimits {
             }
         }
         if status == 429 {
-            let secs = retry_after
-                .and_then(|v| v.trim().parse::<f64>().ok())
-                .filter(|s| s.is_finite() && *s >= 0.0)
-                .map(|s| Duration::from_secs_f64(s.min(86_400.0)))
-                .unwrap_or(DEFAULT_RETRY_AFTER);
-            let until = now + secs;
-            self.all = Some(self.all.map_or(until, |t| t.max(until)));
+            let secs = retry_after.and_then(parse_secs);
+            let until = now + secs.unwrap_or(DEFAULT_RETRY_AFTER);
+            self.all = self.all.max(Some(until));
             return true;
         }
         false
@@ -70,12 +65,9 @@ pub(crate) fn parse_sentry_limits(h: &str) -> Vec<(Vec<Category>, Duration)> {
     let mut out = Vec::new();
     for limit in h.split(',') {
         let mut parts = limit.trim().split(':');
-        let Some(secs) = parts.next().and_then(|s| s.trim().parse::<f64>().ok()) else {
+        let Some(secs) = parts.next().and_then(parse_secs) else {
             continue;
         };
-        if !secs.is_finite() || secs < 0.0 {
-            continue;
-        }
         let cats_text = parts.next().unwrap_or("").trim();
         let cats: Vec<Category> = cats_text
             .split(';')
@@ -85,9 +77,16 @@ pub(crate) fn parse_sentry_limits(h: &str) -> Vec<(Vec<Category>, Duration)> {
         if !cats_text.is_empty() && cats.is_empty() {
             continue;
         }
-        out.push((cats, Duration::from_secs_f64(secs.min(86_400.0))));
+        out.push((cats, secs));
     }
     out
+}
+
+/// A delay in seconds as a header gives it (fractions allowed), capped at
+/// a day; `None` unless a finite number of seconds, at least 0.
+fn parse_secs(text: &str) -> Option<Duration> {
+    let s: f64 = text.trim().parse().ok()?;
+    (s.is_finite() && s >= 0.0).then(|| Duration::from_secs_f64(s.min(86_400.0)))
 }
 
 #[cfg(test)]

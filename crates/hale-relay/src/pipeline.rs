@@ -231,6 +231,18 @@ impl<T> Clone for Pipeline<T> {
     }
 }
 
+/// The pipeline of a [`crate::Reporter`] or a [`crate::Relay`], owned by
+/// all its clones: dropping the last one tells the worker to stop now and
+/// returns at once (never joins it).
+#[derive(Debug)]
+pub(crate) struct Owned<T: Payload>(pub(crate) Pipeline<T>);
+
+impl<T: Payload> Drop for Owned<T> {
+    fn drop(&mut self) {
+        let _ = self.0.close(Duration::ZERO);
+    }
+}
+
 impl<T: Payload> Pipeline<T> {
     /// Starts the worker thread. `per_item` is the accounted size of one
     /// queue slot, used to size the slots for the byte cap.
@@ -294,16 +306,12 @@ impl<T: Payload> Pipeline<T> {
             Err((item, why)) => {
                 let cat = item.category();
                 drop(item);
-                match why {
-                    Refused::Full => {
-                        c.drop_event(DropReason::Overflow, cat, 1);
-                        Err(Rejected::Overflow)
-                    }
-                    Refused::Closed => {
-                        c.drop_event(DropReason::Shutdown, cat, 1);
-                        Err(Rejected::Closed)
-                    }
-                }
+                let (reason, rejected) = match why {
+                    Refused::Full => (DropReason::Overflow, Rejected::Overflow),
+                    Refused::Closed => (DropReason::Shutdown, Rejected::Closed),
+                };
+                c.drop_event(reason, cat, 1);
+                Err(rejected)
             }
         }
     }
@@ -366,14 +374,11 @@ impl<T: Payload> Pipeline<T> {
             *c = Some(c.map_or(soft, |t| t.min(soft)));
         }
         self.producer.budget.close();
-        let stopped = self.wait(deadline, || *lock(&self.shared.stopped));
-        if stopped {
-            Ok(())
-        } else {
-            Err(CloseError::TimedOut {
+        self.wait(deadline, || *lock(&self.shared.stopped))
+            .then_some(())
+            .ok_or_else(|| CloseError::TimedOut {
                 pending: self.pending(),
             })
-        }
     }
 
     /// Whether the worker has stopped.
@@ -383,22 +388,20 @@ impl<T: Payload> Pipeline<T> {
 
     fn wait(&self, deadline: std::time::Instant, done: impl Fn() -> bool) -> bool {
         self.shared.waiters.fetch_add(1, Ordering::SeqCst);
-        let mut ok = false;
         let mut g = lock(&self.shared.lock);
-        loop {
+        let ok = loop {
             if done() {
-                ok = true;
-                break;
+                break true;
             }
             let now = std::time::Instant::now();
             if now >= deadline {
-                break;
+                break false;
             }
             g = match self.shared.progress.wait_timeout(g, deadline - now) {
                 Ok((g, _)) => g,
                 Err(e) => e.into_inner().0,
             };
-        }
+        };
         drop(g);
         self.shared.waiters.fetch_sub(1, Ordering::SeqCst);
         ok

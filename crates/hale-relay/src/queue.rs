@@ -50,22 +50,10 @@ pub(crate) struct Budget {
 impl Budget {
     /// Reserves `n` bytes, or fails if that would pass the cap.
     fn reserve(&self, n: usize) -> bool {
-        let mut cur = self.used.load(Ordering::Relaxed);
-        loop {
-            let Some(next) = cur.checked_add(n) else {
-                return false;
-            };
-            if next > self.cap {
-                return false;
-            }
-            match self
-                .used
-                .compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Relaxed)
-            {
-                Ok(_) => return true,
-                Err(now) => cur = now,
-            }
-        }
+        let add = |cur: usize| cur.checked_add(n).filter(|next| *next <= self.cap);
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, add)
+            .is_ok()
     }
 
     /// Gives back `n` bytes reserved earlier.
@@ -150,10 +138,7 @@ impl<T> Producer<T> {
         if self.budget.closed.load(Ordering::Relaxed) {
             return Err((item, Refused::Closed));
         }
-        if self.budget.slots_full.load(Ordering::Relaxed) {
-            return Err((item, Refused::Full));
-        }
-        if !self.budget.reserve(bytes) {
+        if self.budget.slots_full.load(Ordering::Relaxed) || !self.budget.reserve(bytes) {
             return Err((item, Refused::Full));
         }
         match self.tx.try_send((item, bytes)) {

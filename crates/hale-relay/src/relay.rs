@@ -17,7 +17,6 @@
 
 use std::io::Read;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, RawQuery, State};
@@ -27,7 +26,7 @@ use axum::routing::post;
 use axum::{Json, Router};
 
 use crate::envelope::{self, Envelope};
-use crate::pipeline::{Pipeline, PipelineConfig, StartError};
+use crate::pipeline::{Owned, Pipeline, PipelineConfig, StartError};
 
 /// The relay's configuration.
 #[derive(Debug, Clone)]
@@ -57,7 +56,7 @@ impl RelayConfig {
 
 #[derive(Debug)]
 struct Inner {
-    p: Pipeline<Envelope>,
+    p: Owned<Envelope>,
     /// Who may send and how much: taken by each request as it starts,
     /// replaced whole by [`Relay::set_access`].
     access: std::sync::RwLock<Arc<Access>>,
@@ -69,12 +68,6 @@ struct Inner {
 struct Access {
     keys: Vec<String>,
     body_limit: usize,
-}
-
-impl Drop for Inner {
-    fn drop(&mut self) {
-        let _ = self.p.close(Duration::ZERO);
-    }
 }
 
 /// A running relay. Cheap to clone; dropping the last clone stops its
@@ -90,7 +83,7 @@ impl std::ops::Deref for Relay {
     type Target = Pipeline<Envelope>;
 
     fn deref(&self) -> &Pipeline<Envelope> {
-        &self.inner.p
+        &self.inner.p.0
     }
 }
 
@@ -109,7 +102,7 @@ impl Relay {
         let prefix = cfg.prefix.trim_end_matches('/').to_owned();
         Ok(Relay {
             inner: Arc::new(Inner {
-                p: Pipeline::start(cfg.pipeline)?,
+                p: Owned(Pipeline::start(cfg.pipeline)?),
                 access: std::sync::RwLock::new(Arc::new(Access {
                     keys: cfg.keys,
                     body_limit: cfg.body_limit,
@@ -122,24 +115,18 @@ impl Relay {
     /// The routes, to merge into an HTTP app.
     pub fn router(&self) -> Router {
         let p = &self.inner.prefix;
-        Router::new()
-            .route(
-                &format!("{p}/api/{{project_id}}/envelope/"),
-                post(ingest::<false>),
-            )
-            .route(
-                &format!("{p}/api/{{project_id}}/envelope"),
-                post(ingest::<false>),
-            )
-            .route(
-                &format!("{p}/api/{{project_id}}/store/"),
-                post(ingest::<true>),
-            )
-            .route(
-                &format!("{p}/api/{{project_id}}/store"),
-                post(ingest::<true>),
-            )
-            .with_state(self.clone())
+        let mut router = Router::new();
+        // Each endpoint with and without its trailing slash.
+        for (kind, handler) in [
+            ("envelope", post(ingest::<false>)),
+            ("store", post(ingest::<true>)),
+        ] {
+            for slash in ["/", ""] {
+                let path = format!("{p}/api/{{project_id}}/{kind}{slash}");
+                router = router.route(&path, handler.clone());
+            }
+        }
+        router.with_state(self.clone())
     }
 
     /// Replaces the keys clients must present ([`RelayConfig::keys`]) and
@@ -168,7 +155,7 @@ impl Relay {
 
     /// Prometheus text, metric names prefixed `hale_relay_`.
     pub fn render_metrics(&self) -> String {
-        self.inner.p.metrics_text("hale_relay")
+        self.inner.p.0.metrics_text("hale_relay")
     }
 
     fn authorize(&self, headers: &HeaderMap, query: Option<&str>) -> Result<(), Refusal> {
@@ -186,17 +173,12 @@ impl Relay {
                 .find(|(k, _)| *k == "sentry_key")
                 .map(|(_, v)| v)
         });
-        match from_header.or(from_query) {
-            Some(k) if access.keys.iter().any(|want| want == k) => Ok(()),
-            Some(_) => Err(Refusal(
-                StatusCode::UNAUTHORIZED,
-                "unknown sentry_key".into(),
-            )),
-            None => Err(Refusal(
-                StatusCode::UNAUTHORIZED,
-                "missing sentry_key (X-Sentry-Auth header or sentry_key query parameter)".into(),
-            )),
-        }
+        let why = match from_header.or(from_query) {
+            Some(k) if access.keys.iter().any(|want| want == k) => return Ok(()),
+            Some(_) => "unknown sentry_key",
+            None => "missing sentry_key (X-Sentry-Auth header or sentry_key query parameter)",
+        };
+        Err(Refusal(StatusCode::UNAUTHORIZED, why.into()))
     }
 
     /// What every ingestion request goes through before its body is parsed:
@@ -222,14 +204,12 @@ impl Relay {
                 format!("the body is over the limit of {limit} bytes"),
             )
         };
-        if let Some(len) = headers
+        let declared = headers
             .get(header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok())
-        {
-            if len > limit as u64 {
-                return Err(too_big());
-            }
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|len| len > limit as u64) {
+            return Err(too_big());
         }
         let raw = axum::body::to_bytes(body, limit)
             .await
@@ -332,7 +312,7 @@ fn queued(relay: &Relay, env: Envelope, id: Option<String>) -> Response {
     let bytes = env.body.len() + std::mem::size_of::<Envelope>();
     // Dropped or not, the answer is the same: the drop is counted and
     // reported upstream; the client must never wait on the upstream.
-    let _ = relay.inner.p.offer(env, bytes);
+    let _ = relay.inner.p.0.offer(env, bytes);
     Json(match id {
         Some(id) => serde_json::json!({ "id": id }),
         None => serde_json::json!({}),

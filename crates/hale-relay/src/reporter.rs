@@ -8,13 +8,13 @@
 
 use std::borrow::Cow;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 
 use crate::counters::Category;
 use crate::envelope::{self, Envelope};
-use crate::pipeline::{Payload, Pipeline, PipelineConfig, Rejected, StartError};
+use crate::pipeline::{Owned, Payload, Pipeline, PipelineConfig, Rejected, StartError};
 
 /// Severity, as Sentry names it (the serialized name).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -128,32 +128,18 @@ impl Payload for Event {
     }
 }
 
-#[derive(Debug)]
-struct Inner {
-    p: Pipeline<Event>,
-}
-
-impl Drop for Inner {
-    fn drop(&mut self) {
-        // Never join: tell the worker to stop now and return at once.
-        let _ = self.p.close(Duration::ZERO);
-    }
-}
-
 /// The in-process reporter. Cheap to clone; dropping the last clone stops
 /// the worker without waiting for it.
 #[derive(Debug, Clone)]
 pub struct Reporter {
-    inner: Arc<Inner>,
+    inner: Arc<Owned<Event>>,
 }
 
 impl Reporter {
     /// Starts the worker thread.
     pub fn start(cfg: PipelineConfig) -> Result<Reporter, StartError> {
         Ok(Reporter {
-            inner: Arc::new(Inner {
-                p: Pipeline::start(cfg)?,
-            }),
+            inner: Arc::new(Owned(Pipeline::start(cfg)?)),
         })
     }
 
@@ -163,12 +149,12 @@ impl Reporter {
     #[inline]
     pub fn report(&self, event: Event) -> Result<(), Rejected> {
         let bytes = event.accounted_bytes();
-        self.inner.p.offer(event, bytes)
+        self.inner.0.offer(event, bytes)
     }
 
     /// Prometheus text, metric names prefixed `hale_reporter_`.
     pub fn render_metrics(&self) -> String {
-        self.inner.p.metrics_text("hale_reporter")
+        self.inner.0.metrics_text("hale_reporter")
     }
 }
 
@@ -178,6 +164,6 @@ impl std::ops::Deref for Reporter {
     type Target = Pipeline<Event>;
 
     fn deref(&self) -> &Pipeline<Event> {
-        &self.inner.p
+        &self.inner.0
     }
 }

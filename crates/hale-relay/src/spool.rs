@@ -156,8 +156,7 @@ impl Spool {
         let ms = now_ms();
         let name = format!("{ms:016}-{:010}-{}.env", self.seq, category.as_str());
         let tmp = self.dir.join(format!(".tmp-{name}"));
-        let ok = write_durably(&self.dir, &tmp, &self.dir.join(&name), body).is_ok();
-        if !ok {
+        if write_durably(&self.dir, &tmp, &self.dir.join(&name), body).is_err() {
             let _ = std::fs::remove_file(&tmp);
             return out;
         }
@@ -179,18 +178,15 @@ impl Spool {
     pub(crate) fn expire(&mut self) -> Vec<Category> {
         let limit = now_ms().saturating_sub(self.ttl.as_millis() as u64);
         let mut gone = Vec::new();
-        let dir = &self.dir;
-        let mut bytes = self.bytes;
         self.entries.retain(|e| {
             if e.out || e.ms >= limit {
                 return true;
             }
-            let _ = std::fs::remove_file(dir.join(&e.name));
-            bytes -= e.bytes;
+            let _ = std::fs::remove_file(self.dir.join(&e.name));
+            self.bytes -= e.bytes;
             gone.push(e.category);
             false
         });
-        self.bytes = bytes;
         gone
     }
 
@@ -224,11 +220,10 @@ impl Spool {
 
     /// Deletes an envelope (delivered, or dropped for good).
     pub(crate) fn remove(&mut self, name: &str) {
-        if let Some(i) = self.entries.iter().position(|e| e.name == name) {
-            if let Some(e) = self.entries.remove(i) {
-                let _ = std::fs::remove_file(self.dir.join(&e.name));
-                self.bytes -= e.bytes;
-            }
+        let i = self.entries.iter().position(|e| e.name == name);
+        if let Some(e) = i.and_then(|i| self.entries.remove(i)) {
+            let _ = std::fs::remove_file(self.dir.join(&e.name));
+            self.bytes -= e.bytes;
         }
     }
 }

@@ -148,14 +148,11 @@ impl<T: Payload> Worker<T> {
             self.dispatch(now);
             self.publish();
             let closing = *lock(&self.shared.closing);
-            if let Some(soft) = closing {
-                let idle = self.pending.is_empty() && self.inflight.is_empty();
-                if idle || now >= soft {
-                    self.shutdown().await;
-                    return;
-                }
-            }
             let idle = self.pending.is_empty() && self.inflight.is_empty();
+            if closing.is_some_and(|soft| idle || now >= soft) {
+                self.shutdown().await;
+                return;
+            }
             let mut wait = if idle && self.spool_ready() == 0 {
                 Duration::from_secs(1)
             } else {
@@ -196,8 +193,7 @@ impl<T: Payload> Worker<T> {
 
     fn push_pending(&mut self, item: T, bytes: usize) {
         // Serialisation happens here, on the worker thread.
-        let env = item.into_envelope();
-        self.pending.push_back((env, bytes));
+        self.pending.push_back((item.into_envelope(), bytes));
     }
 
     fn take_queued(&mut self) {
@@ -261,13 +257,7 @@ impl<T: Payload> Worker<T> {
                 + now.saturating_duration_since(self.refilled).as_secs_f64() * rate)
                 .min(burst);
             self.refilled = now;
-            while self.tokens >= 1.0 {
-                let Some(spool) = self.spool.as_mut() else {
-                    break;
-                };
-                if spool.ready() == 0 {
-                    break;
-                }
+            while self.tokens >= 1.0 && self.spool_ready() > 0 {
                 // The category is known without reading the file; any
                 // category will do to learn whether an upstream is free.
                 let Some(up) = self.pick(Category::Error, now) else {
@@ -291,20 +281,18 @@ impl<T: Payload> Worker<T> {
             }
         }
         // Memory, in order.
-        while let Some((env, _)) = self.pending.front() {
-            let cat = env.category;
-            if let Some(up) = self.pick(cat, now) {
-                let Some((env, bytes)) = self.pending.pop_front() else {
-                    break;
-                };
-                self.send(up, env, Kind::Event { bytes }, now);
-            } else if self.all_limited(cat, now) {
-                let Some((env, bytes)) = self.pending.pop_front() else {
-                    break;
-                };
-                self.drop_env(env, bytes, DropReason::RateLimited);
-            } else {
+        while let Some(cat) = self.pending.front().map(|(env, _)| env.category) {
+            // No upstream free: wait, unless every one is rate-limited.
+            let up = self.pick(cat, now);
+            if up.is_none() && !self.all_limited(cat, now) {
                 break;
+            }
+            let Some((env, bytes)) = self.pending.pop_front() else {
+                break;
+            };
+            match up {
+                Some(up) => self.send(up, env, Kind::Event { bytes }, now),
+                None => self.drop_env(env, bytes, DropReason::RateLimited),
             }
         }
     }
@@ -317,12 +305,10 @@ impl<T: Payload> Worker<T> {
         if up == STANDBY {
             c.failovers.fetch_add(1, Ordering::Relaxed);
         }
-        let probe = {
-            let mut b = lock(&self.shared.breakers);
-            let probe = !b[up].is_closed();
-            b[up].on_send();
-            probe
-        };
+        let mut b = lock(&self.shared.breakers);
+        let probe = !b[up].is_closed();
+        b[up].on_send();
+        drop(b);
         self.seq += 1;
         let seq = self.seq;
         // A drill's diversion (a black hole) replaces the upstream's address.
@@ -364,36 +350,35 @@ impl<T: Payload> Worker<T> {
         };
         let now = Instant::now();
         let c = &self.shared.counters;
-        let (ok, retry_reason) = {
-            let mut b = lock(&self.shared.breakers);
-            match &outcome {
-                Outcome::Status {
-                    code,
-                    retry_after,
-                    limits,
-                } => {
-                    b[up].on_success(now);
-                    self.limits[up].update(now, *code, retry_after.as_deref(), limits.as_deref());
-                    match code {
-                        200..=299 => (true, None),
-                        429 => (false, Some(DropReason::RateLimited)),
-                        400..=499 => (false, None),
-                        _ => {
-                            b[up].on_failure(now);
-                            (false, Some(DropReason::UpstreamError))
-                        }
-                    }
-                }
-                Outcome::Timeout => {
-                    b[up].on_failure(now);
-                    (false, Some(DropReason::Timeout))
-                }
-                Outcome::Failed => {
-                    b[up].on_failure(now);
-                    (false, Some(DropReason::UpstreamError))
-                }
-            }
+        let (ok, retry_reason) = match &outcome {
+            Outcome::Status { code, .. } => match code {
+                200..=299 => (true, None),
+                429 => (false, Some(DropReason::RateLimited)),
+                400..=499 => (false, None),
+                _ => (false, Some(DropReason::UpstreamError)),
+            },
+            Outcome::Timeout => (false, Some(DropReason::Timeout)),
+            Outcome::Failed => (false, Some(DropReason::UpstreamError)),
         };
+        let mut b = lock(&self.shared.breakers);
+        if let Outcome::Status {
+            code,
+            retry_after,
+            limits,
+        } = &outcome
+        {
+            b[up].on_success(now);
+            self.limits[up].update(now, *code, retry_after.as_deref(), limits.as_deref());
+        }
+        // Timeouts, failures and 5xx count against the breaker (429s and
+        // other 4xx do not: the upstream answered).
+        if matches!(
+            retry_reason,
+            Some(DropReason::Timeout | DropReason::UpstreamError)
+        ) {
+            b[up].on_failure(now);
+        }
+        drop(b);
         if !ok && !matches!(outcome, Outcome::Status { code: 429, .. }) {
             c.request_failures.fetch_add(1, Ordering::Relaxed);
         }
@@ -509,7 +494,6 @@ impl<T: Payload> Worker<T> {
         } else {
             self.cfg.max_age
         };
-        let mut kept = VecDeque::with_capacity(self.pending.len());
         let reason = {
             let b = lock(&self.shared.breakers);
             if (0..2).any(|i| self.targets[i].is_some() && b[i].is_closed()) {
@@ -525,23 +509,19 @@ impl<T: Payload> Worker<T> {
         {
             return;
         }
-        while let Some((env, bytes)) = self.pending.pop_front() {
+        for (env, bytes) in std::mem::take(&mut self.pending) {
             if now.saturating_duration_since(env.since) >= limit {
                 self.spool_or_drop(env, bytes, reason);
             } else {
-                kept.push_back((env, bytes));
+                self.pending.push_back((env, bytes));
             }
         }
-        self.pending = kept;
     }
 
     fn publish(&self) {
         let c = &self.shared.counters;
-        {
-            let b = lock(&self.shared.breakers);
-            for (i, br) in b.iter().enumerate() {
-                c.breaker[i].store(br.gauge() as u8, Ordering::Relaxed);
-            }
+        for (i, br) in lock(&self.shared.breakers).iter().enumerate() {
+            c.breaker[i].store(br.gauge() as u8, Ordering::Relaxed);
         }
         c.in_flight
             .store(self.inflight.len() as u64, Ordering::Relaxed);

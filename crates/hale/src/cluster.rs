@@ -35,11 +35,6 @@ pub struct Agents {
 /// Agents asked at once by [`Agents::survey`].
 const SURVEY_CONCURRENCY: usize = 32;
 
-/// The `http` address a member publishes in its metadata, if any.
-pub fn published_http(meta: &str) -> Option<String> {
-    AgentMeta::parse(meta)?.http
-}
-
 impl Agents {
     /// Finds every member's agent through the local agent; `peers` are
     /// `NAME=HOST:PORT` overrides. Also returns the local member list.
@@ -60,7 +55,8 @@ impl Agents {
                 let a = if m.is_self {
                     Some(api.http.clone())
                 } else {
-                    published_http(&m.meta)
+                    // The `http` address it publishes in its metadata.
+                    AgentMeta::parse(&m.meta).and_then(|p| p.http)
                 };
                 (m.name.clone(), a)
             })

@@ -157,7 +157,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<bool> {
         .collect::<anyhow::Result<_>>()?;
     let key = Key::generate().to_base64();
     let mut cluster = Cluster::default();
-    let mut seed = None;
+    let mut seed: Option<SocketAddr> = None;
     println!(
         "Starting {} hale agents on 127.0.0.1 (logs in {}) ...",
         args.nodes,
@@ -184,11 +184,10 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<bool> {
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);
-        if let Some(s) = seed {
-            cmd.env("HALE_SEEDS", format!("{s}"));
-        } else {
-            cmd.env_remove("HALE_SEEDS");
-        }
+        match seed {
+            Some(s) => cmd.env("HALE_SEEDS", s.to_string()),
+            None => cmd.env_remove("HALE_SEEDS"),
+        };
         cluster
             .children
             .push(cmd.spawn().context("starting an agent")?);

@@ -12,7 +12,7 @@
 use hale_agent::view::BreakerState;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
@@ -173,8 +173,8 @@ struct Seen {
 struct Drill {
     agents: Agents,
     args: DrillArgsView,
-    report: Arc<Mutex<Report>>,
-    undo: Arc<Mutex<Undo>>,
+    report: Mutex<Report>,
+    undo: Mutex<Undo>,
     cursors: BTreeMap<String, u64>,
 }
 
@@ -390,9 +390,23 @@ impl Drill {
         );
     }
 
+    /// Posts `restore` to every agent a fault was set on.
+    async fn restore_faults(&self) {
+        let nodes: BTreeSet<String> = self.undo().faults.iter().map(|(n, _)| n.clone()).collect();
+        for n in nodes {
+            // Retried: a restore lost to a busy agent still ends by its duration.
+            for _ in 0..3 {
+                let Ok(c) = self.agents.client(&n) else { break };
+                if c.restore(None).await.is_ok() {
+                    break;
+                }
+            }
+        }
+    }
+
     /// Restores every fault this drill set and verifies the cluster is whole.
     async fn restore_and_verify(&mut self, step: usize) {
-        restore_faults(&self.agents, &self.undo).await;
+        self.restore_faults().await;
         let start = Instant::now();
         let mut last = Vec::new();
         let agents = &self.agents;
@@ -436,26 +450,6 @@ fn no_deaths(events: &[EventView], spared: Option<&str>) -> Check {
     none_check("no live member was declared dead", &dead, "none", "", ", ")
 }
 
-/// Posts `restore` to every agent a fault was set on.
-async fn restore_faults(agents: &Agents, undo: &Mutex<Undo>) {
-    let nodes: BTreeSet<String> = undo
-        .lock()
-        .expect("undo lock")
-        .faults
-        .iter()
-        .map(|(n, _)| n.clone())
-        .collect();
-    for n in nodes {
-        // Retried: a restore lost to a busy agent still ends by its duration.
-        for _ in 0..3 {
-            let Ok(c) = agents.client(&n) else { break };
-            if c.restore(None).await.is_ok() {
-                break;
-            }
-        }
-    }
-}
-
 mod steps;
 mod verdicts;
 
@@ -468,7 +462,7 @@ pub fn run(args: &DrillArgs) -> anyhow::Result<std::process::ExitCode> {
     }
     block_on(async {
         let (agents, members) = Agents::discover(&args.api, &args.peers).await?;
-        let report = Arc::new(Mutex::new(Report::new(
+        let report = Mutex::new(Report::new(
             args.kind.name(),
             args.kind.target(),
             &agents.local,
@@ -476,8 +470,7 @@ pub fn run(args: &DrillArgs) -> anyhow::Result<std::process::ExitCode> {
                 DrillKind::Handover { .. } => 0,
                 _ => (args.duration * 1000.0) as u64,
             },
-        )));
-        let undo = Arc::new(Mutex::new(Undo::default()));
+        ));
         let mut drill = Drill {
             agents: agents.clone(),
             args: DrillArgsView {
@@ -489,8 +482,8 @@ pub fn run(args: &DrillArgs) -> anyhow::Result<std::process::ExitCode> {
                 sentry_key: args.sentry_key.clone(),
                 relay_prefix: args.relay_prefix.trim_end_matches('/').to_owned(),
             },
-            report: report.clone(),
-            undo: undo.clone(),
+            report,
+            undo: Mutex::default(),
             cursors: BTreeMap::new(),
         };
         eprintln!("hale drill {} through {}", args.kind.name(), agents.local);
@@ -501,9 +494,9 @@ pub fn run(args: &DrillArgs) -> anyhow::Result<std::process::ExitCode> {
         if interrupted {
             eprintln!("interrupted: restoring every fault");
             abort_restore(&mut drill).await;
-            report.lock().expect("report lock").outcome = Outcome::Aborted;
+            drill.report().outcome = Outcome::Aborted;
         }
-        let mut r = report.lock().expect("report lock").clone();
+        let mut r = drill.report().clone();
         if r.outcome == Outcome::Running {
             r.outcome = if r.all_passed() {
                 Outcome::Passed

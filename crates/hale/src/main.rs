@@ -93,10 +93,7 @@ fn long_version() -> String {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::from_arg_matches(&command().get_matches()) {
-        Ok(cli) => cli,
-        Err(e) => e.exit(),
-    };
+    let cli = Cli::from_arg_matches(&command().get_matches()).unwrap_or_else(|e| e.exit());
     let result = match &cli.command {
         Command::Sim(args) => sim_cmd::run(args),
         Command::Agent(a) => agent_cmd::run(a).map(|()| ExitCode::SUCCESS),

@@ -100,26 +100,15 @@ pub fn summarize(observer: &str, members: &[MemberView], nodes: &[NodeState]) ->
             .or_default()
             .push(m.name.clone());
     }
-    let leases = cluster::leases(nodes);
-    let paused: BTreeSet<String> = nodes
-        .iter()
-        .find_map(|n| n.roles.as_ref()?.leases.as_ref())
-        .map(|l| {
-            l.iter()
-                .filter(|(_, v)| v.paused)
-                .map(|(r, _)| r.clone())
-                .collect()
-        })
-        .unwrap_or_default();
+    // The lease table from the first agent whose control plane answered.
+    let table = nodes.iter().find_map(|n| n.roles.as_ref()?.leases.as_ref());
     let cands = cluster::candidates(members);
     let mut roles: Vec<RoleStatus> = Vec::new();
     let mut names: BTreeSet<String> = cands.keys().cloned().collect();
-    names.extend(leases.iter().flat_map(|l| l.keys().cloned()));
+    names.extend(table.iter().flat_map(|t| t.keys().cloned()));
     for role in names {
-        let (holder, epoch) = leases
-            .as_ref()
-            .and_then(|l| l.get(&role).cloned())
-            .unwrap_or((None, 0));
+        let lease = table.and_then(|t| t.get(&role));
+        let (holder, epoch) = lease.map_or((None, 0), |l| (l.holder.clone(), l.epoch));
         let standbys = cands
             .get(&role)
             .into_iter()
@@ -128,7 +117,7 @@ pub fn summarize(observer: &str, members: &[MemberView], nodes: &[NodeState]) ->
             .cloned()
             .collect();
         roles.push(RoleStatus {
-            paused: paused.contains(&role),
+            paused: lease.is_some_and(|l| l.paused),
             role,
             holder,
             epoch,
@@ -157,7 +146,7 @@ pub fn summarize(observer: &str, members: &[MemberView], nodes: &[NodeState]) ->
         observer: observer.to_owned(),
         size: members.len(),
         members: by_state,
-        control_plane: leases.is_some(),
+        control_plane: table.is_some(),
         roles,
         failing_checks,
         relays: nodes

@@ -161,21 +161,15 @@ impl Holder {
             .push_back(Action::StartWatchdog { epoch, deadline });
         self.phase = Phase::Holding { lease };
         self.next_renewal = super::next_tick(now, self.cfg.timing.renew_every);
-        self.actions
-            .push_back(Action::Event(HolderEvent::Adopted { epoch }));
-        if self.paused != paused {
-            self.paused = paused;
-            self.actions
-                .push_back(Action::Event(HolderEvent::Paused(paused)));
-        }
+        self.event(HolderEvent::Adopted { epoch });
+        self.set_paused(paused);
     }
 
     /// The table no longer gives this node the role at `epoch`: whatever
     /// it still runs as holder is demoted, as after a lost lease.
     fn adoption_refused(&mut self, now: Time, epoch: u64) {
         let reason = StepDownReason::Fenced;
-        self.actions
-            .push_back(Action::Event(HolderEvent::SteppingDown { epoch, reason }));
+        self.event(HolderEvent::SteppingDown { epoch, reason });
         self.phase = Phase::SteppingDown {
             epoch,
             lease: None,
@@ -214,8 +208,7 @@ impl Holder {
         }
         self.phase = Phase::Candidate { acquiring: None };
         self.renewals.clear();
-        self.actions
-            .push_back(Action::Event(HolderEvent::Kept { epoch }));
+        self.event(HolderEvent::Kept { epoch });
         self.stop_done();
     }
 }

@@ -39,9 +39,7 @@ impl ControlPlane {
         &self,
         items: Vec<BatchItem>,
     ) -> Result<Vec<Answer<LeaseResponse>>, ControlError> {
-        if let Some(why) = self.stopped_now() {
-            return Err(ControlError::Unavailable(why));
-        }
+        self.running()?;
         if items.len() > api::MAX_BATCH {
             return Err(ControlError::Request(format!(
                 "a batch of {} items (at most {})",
@@ -50,8 +48,7 @@ impl ControlPlane {
             )));
         }
         if self.leader() != Some(self.id) {
-            let needs = items.iter().map(needs).max().unwrap_or(OLDEST_PROTOCOL);
-            return self.forward(api::BATCH, &items, needs).await;
+            return self.forward(api::BATCH, &items, needs(&items)).await;
         }
         let mut answers: Vec<Option<Answer<LeaseResponse>>> = vec![None; items.len()];
         let (mut writes, mut slots) = (Vec::new(), Vec::new());
@@ -133,12 +130,14 @@ impl ControlPlane {
     }
 }
 
-/// The protocol a batch item needs (an acquisition: 1; a write: its kind's).
-fn needs(item: &BatchItem) -> u16 {
-    match item {
+/// The protocol a batch needs: the newest its items need (an acquisition:
+/// 1; a write: its kind's).
+pub(super) fn needs(items: &[BatchItem]) -> u16 {
+    let need = |item: &BatchItem| match item {
         BatchItem::Acquire(_) => OLDEST_PROTOCOL,
         BatchItem::Write(req) => crate::protocol::needs(req),
-    }
+    };
+    items.iter().map(need).max().unwrap_or(OLDEST_PROTOCOL)
 }
 
 /// `POST /control/batch`: as [`super::routes::lease_answer`], item by item.

@@ -19,7 +19,6 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::api::{self, AddServer, Answer, Refusal, ServerChange};
-use super::AcquireRequest;
 use hale_seal::{CallError, Target};
 
 use crate::auth::ControlAuth;
@@ -191,32 +190,8 @@ impl ControlClient {
         items: &[api::BatchItem],
         limit: Duration,
     ) -> Answer<Vec<Answer<LeaseResponse>>> {
-        let needs = items.iter().map(|i| match i {
-            api::BatchItem::Acquire(_) => OLDEST_PROTOCOL,
-            api::BatchItem::Write(req) => protocol::needs(req),
-        });
-        let needs = needs.max().unwrap_or(OLDEST_PROTOCOL);
+        let needs = super::batch::needs(items);
         self.post(api::BATCH, (items, needs), limit).await
-    }
-
-    /// Asks for `role` for `holder` at `priority`, as acquisition `attempt`.
-    pub async fn acquire(
-        &self,
-        role: &str,
-        holder: &str,
-        priority: i64,
-        attempt: u64,
-        limit: Duration,
-    ) -> Answer<LeaseResponse> {
-        let body = AcquireRequest {
-            role: role.to_owned(),
-            holder: holder.to_owned(),
-            priority,
-            attempt,
-            standing: None,
-        };
-        self.post(api::ACQUIRE, (&body, OLDEST_PROTOCOL), limit)
-            .await
     }
 
     /// Writes a lease request through the leader.

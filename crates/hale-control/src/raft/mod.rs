@@ -305,16 +305,14 @@ impl ControlPlane {
             purge_batch_size: 256,
             ..Default::default()
         };
-        let config = Arc::new(
-            config
-                .validate()
-                .map_err(|e| ControlError::Start(e.into()))?,
-        );
+        let config = config
+            .validate()
+            .map_err(|e| ControlError::Start(e.into()))?;
         let log = LogStore::new(db, Some(on_append));
         let stall = log.stall();
         let spoken = Spoken::default();
         let network = Network::new(auth.clone(), speaks, spoken.clone());
-        let raft = Raft::new(id, config, network, log, sm.clone())
+        let raft = Raft::new(id, Arc::new(config), network, log, sm.clone())
             .await
             .map_err(|e| ControlError::Start(e.into()))?;
         let cp = ControlPlane {
@@ -362,8 +360,7 @@ impl ControlPlane {
         tokio::spawn(async move {
             let mut was_leader = false;
             loop {
-                let m = rx.borrow_and_update().clone();
-                let is_leader = m.current_leader == Some(id);
+                let is_leader = rx.borrow_and_update().current_leader == Some(id);
                 if is_leader != was_leader {
                     *grantor.lock().expect("grantor lock") =
                         is_leader.then(|| Grantor::new(timing));
@@ -458,16 +455,14 @@ impl ControlPlane {
             Err(openraft::error::Fatal::Stopped) | Ok(()) => None,
             Err(e) => Some(e.to_string()),
         };
-        let state = if m.running_state.is_err() {
-            ControlState::Stopped
-        } else {
-            match m.state {
-                openraft::ServerState::Leader => ControlState::Leader,
-                openraft::ServerState::Follower => ControlState::Follower,
-                openraft::ServerState::Candidate => ControlState::Candidate,
-                openraft::ServerState::Learner => ControlState::Learner,
-                openraft::ServerState::Shutdown => ControlState::Stopped,
-            }
+        use openraft::ServerState;
+        let state = match m.state {
+            _ if m.running_state.is_err() => ControlState::Stopped,
+            ServerState::Leader => ControlState::Leader,
+            ServerState::Follower => ControlState::Follower,
+            ServerState::Candidate => ControlState::Candidate,
+            ServerState::Learner => ControlState::Learner,
+            ServerState::Shutdown => ControlState::Stopped,
         };
         ControlStatus {
             id: self.id,
@@ -521,15 +516,10 @@ impl ControlPlane {
     /// others elect a new leader.
     pub async fn stopped(&self) -> Option<String> {
         let mut rx = self.raft.metrics();
-        loop {
-            match &rx.borrow_and_update().running_state {
-                Err(openraft::error::Fatal::Stopped) => return None,
-                Err(e) => return Some(e.to_string()),
-                Ok(()) => {}
-            }
-            if rx.changed().await.is_err() {
-                return None;
-            }
+        let m = rx.wait_for(|m| m.running_state.is_err()).await.ok()?;
+        match &m.running_state {
+            Err(openraft::error::Fatal::Stopped) | Ok(()) => None,
+            Err(e) => Some(e.to_string()),
         }
     }
 
@@ -547,12 +537,12 @@ impl ControlPlane {
         m.current_leader.filter(|_| m.running_state.is_ok())
     }
 
-    /// Why this server's Raft has stopped, if it has (shut down included).
-    fn stopped_now(&self) -> Option<String> {
-        match &self.raft.metrics().borrow().running_state {
-            Ok(()) => None,
-            Err(e) => Some(e.to_string()),
-        }
+    /// Whether this server's Raft still runs: if it has stopped (shut down
+    /// included), why, as [`ControlError::Unavailable`].
+    fn running(&self) -> Result<(), ControlError> {
+        let m = self.raft.metrics();
+        let stopped = m.borrow().running_state.clone();
+        stopped.map_err(|e| ControlError::Unavailable(e.to_string()))
     }
 
     /// This server's copy of the lease table (may lag the leader).
@@ -608,9 +598,7 @@ impl ControlPlane {
     /// The leader writes it only if every server speaks the protocol its
     /// kind needs ([`ControlPlane::admits`]).
     pub async fn write(&self, req: LeaseRequest) -> Result<LeaseResponse, ControlError> {
-        if let Some(why) = self.stopped_now() {
-            return Err(ControlError::Unavailable(why));
-        }
+        self.running()?;
         let needs = protocol::needs(&req);
         // Only the leader knows what every server speaks: a follower
         // forwards anything newer than the oldest protocol for it to judge.
@@ -649,9 +637,7 @@ impl ControlPlane {
         priority: i64,
         attempt: u64,
     ) -> Result<LeaseResponse, ControlError> {
-        if let Some(why) = self.stopped_now() {
-            return Err(ControlError::Unavailable(why));
-        }
+        self.running()?;
         let ask = AcquireRequest {
             role: role.to_owned(),
             holder: holder.to_owned(),

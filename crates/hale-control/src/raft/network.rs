@@ -62,10 +62,8 @@ impl Network {
 /// A connection to one peer.
 #[derive(Debug, Clone)]
 pub struct Conn {
-    client: reqwest::Client,
-    auth: ControlAuth,
-    speaks: u16,
-    spoken: Spoken,
+    /// The network it came from: the client, the keys, the protocols.
+    net: Network,
     target: u64,
     addr: String,
 }
@@ -91,10 +89,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
 
     async fn new_client(&mut self, target: u64, node: &BasicNode) -> Conn {
         Conn {
-            client: self.client.clone(),
-            auth: self.auth.clone(),
-            speaks: self.speaks,
-            spoken: self.spoken.clone(),
+            net: self.clone(),
             target,
             addr: node.addr.clone(),
         }
@@ -119,10 +114,11 @@ impl Conn {
             addr: &self.addr,
             path: &path,
         };
-        let heard = protocol::call(&self.client, &self.auth, to, req, ttl, self.speaks).await;
+        let net = &self.net;
+        let heard = protocol::call(&net.client, &net.auth, to, req, ttl, net.speaks).await;
         let res: Result<Resp, RaftError<u64, E>> = match heard {
             Ok(h) => {
-                self.spoken.note(self.target, h.protocol);
+                net.spoken.note(self.target, h.protocol);
                 Ok(h.answer)
             }
             Err(e) => Err(e),
@@ -135,12 +131,12 @@ impl Conn {
                     CallError::Refused { message, .. } => message,
                     e => e.to_string(),
                 };
-                let theirs = self.spoken.of(self.target);
+                let theirs = net.spoken.of(self.target);
                 let e = NotUnderstood {
                     target: self.target,
                     path: path.clone(),
                     theirs: theirs.map_or_else(|| "1 (or unknown)".into(), |v| v.to_string()),
-                    ours: self.speaks,
+                    ours: net.speaks,
                     message,
                 };
                 tracing::warn!("{e}");

@@ -160,9 +160,7 @@ async fn speak(State(ours): State<u16>, mut req: Request, next: Next) -> Respons
 
 /// `{"protocol": ours, "answer": <plain>}`, the answer's JSON kept as it is.
 fn envelope(ours: u16, plain: &[u8]) -> Vec<u8> {
-    let head = format!("{{\"protocol\":{ours},\"answer\":");
-    let mut out = Vec::with_capacity(head.len() + plain.len() + 1);
-    out.extend_from_slice(head.as_bytes());
+    let mut out = format!("{{\"protocol\":{ours},\"answer\":").into_bytes();
     out.extend_from_slice(if plain.is_empty() { b"null" } else { plain });
     out.push(b'}');
     out

@@ -11,7 +11,7 @@
 
 use std::fmt::Debug;
 use std::io::Cursor;
-use std::ops::{Bound, RangeBounds};
+use std::ops::RangeBounds;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -194,20 +194,13 @@ impl RaftLogReader<TypeConfig> for LogStore {
             Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
             Err(e) => return Err(read_err(e)),
         };
-        let start = match range.start_bound() {
-            Bound::Included(&s) => s,
-            Bound::Excluded(&s) => s + 1,
-            Bound::Unbounded => 0,
-        };
-        let mut out = Vec::new();
-        for item in table.range(start..).map_err(read_err)? {
-            let (k, v) = item.map_err(read_err)?;
-            if !range.contains(&k.value()) {
-                break;
-            }
-            out.push(serde_json::from_slice(v.value()).map_err(read_err)?);
-        }
-        Ok(out)
+        let bounds = (range.start_bound().cloned(), range.end_bound().cloned());
+        let rows = table.range(bounds).map_err(read_err)?;
+        rows.map(|row| {
+            let (_, v) = row.map_err(read_err)?;
+            serde_json::from_slice(v.value()).map_err(read_err)
+        })
+        .collect()
     }
 }
 
@@ -218,14 +211,12 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let last_purged: Option<LogId<u64>> = get_meta(&self.db, "purged")?;
         let tx = self.db.begin_read().map_err(read_err)?;
         let last = match tx.open_table(LOGS) {
-            Ok(t) => match t.last().map_err(read_err)? {
-                Some((_, v)) => {
-                    let e: Entry<TypeConfig> =
-                        serde_json::from_slice(v.value()).map_err(read_err)?;
-                    Some(e.log_id)
-                }
-                None => None,
-            },
+            Ok(t) => {
+                let last = t.last().map_err(read_err)?;
+                let entry = last.map(|(_, v)| serde_json::from_slice(v.value()));
+                let entry: Option<Entry<TypeConfig>> = entry.transpose().map_err(read_err)?;
+                entry.map(|e| e.log_id)
+            }
             Err(redb::TableError::TableDoesNotExist(_)) => None,
             Err(e) => return Err(read_err(e)),
         };

@@ -1,7 +1,6 @@
 //! The steps of each drill.
 
 use hale_agent::view::BreakerState;
-use hale_agent::view::MemberState;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -27,12 +26,7 @@ impl Drill {
             self.add(step, c);
         }
         if let DrillKind::NodeFreeze { node } = &self.args.kind {
-            let holds: Vec<String> = cluster::leases(&nodes)
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|(_, (h, _))| h.as_deref() == Some(node.as_str()))
-                .map(|(r, _)| r)
-                .collect();
+            let holds = held_by(&nodes, node);
             if !holds.is_empty() {
                 self.check(
                     step,
@@ -40,7 +34,7 @@ impl Drill {
                     self.args.duration >= self.args.promote_target,
                     format!(
                         "{node} holds {}: freezing it {} against a target of {}",
-                        holds.join(", "),
+                        names_or_none(holds.keys()),
                         secs(self.args.duration),
                         secs(self.args.promote_target)
                     ),
@@ -201,13 +195,7 @@ impl Drill {
     }
 
     async fn node_freeze(&mut self, node: &str, nodes: &[NodeState]) {
-        let held: BTreeMap<String, (String, u64)> = cluster::leases(nodes)
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(|(r, (h, e))| {
-                (h.as_deref() == Some(node)).then(|| (r, (node.to_owned(), e)))
-            })
-            .collect();
+        let held = held_by(nodes, node);
         for role in held.keys() {
             self.undo().homes.insert(role.clone(), node.to_owned());
         }
@@ -318,14 +306,11 @@ impl Drill {
                 Ok(c) => c.members().await.unwrap_or_default(),
                 Err(_) => Vec::new(),
             };
-            let eligible = members
-                .iter()
-                .find(|m| m.name == home && m.state == MemberState::Alive)
-                .is_some_and(|m| {
-                    hale_agent::AgentMeta::parse(&m.meta)
-                        .and_then(|p| p.roles.get(role).copied())
-                        .is_some_and(|c| c.eligible)
-                });
+            // Whether `home` is alive and an eligible candidate for `role`.
+            let candidates = cluster::candidates(&members);
+            let eligible = candidates
+                .get(role)
+                .is_some_and(|c| c.iter().any(|c| c.0 == home && c.2));
             match l.get(role) {
                 Some((Some(h), e)) if h == home || eligible => Some((h.clone(), *e)),
                 _ => None,
@@ -377,15 +362,11 @@ impl Drill {
             Some(to),
             serde_json::json!({ "role": role, "from": from }),
         );
-        let handed = match self.agents.client(from) {
-            Ok(c) => c
-                .handover(role, Some(to))
-                .await
-                .map(drop)
-                .map_err(Into::into),
-            Err(e) => Err(e),
+        let handed = async {
+            self.agents.client(from)?.handover(role, Some(to)).await?;
+            anyhow::Ok(())
         };
-        if let Err(e) = handed {
+        if let Err(e) = handed.await {
             self.check(
                 step,
                 format!("{from} handed {role} over"),
@@ -485,15 +466,11 @@ impl Drill {
         let mut current = home.clone();
         for s in standbys {
             let step = self.step_start(&format!("hand {role} from {current} to {s}"));
-            let r = self.handover_to(step, role, &current, &s, epoch).await;
+            let handed = self.handover_to(step, role, &current, &s, epoch).await;
             self.step_end(step);
-            match r {
-                Some(e) => {
-                    epoch = e;
-                    current = s;
-                }
-                None => break,
-            }
+            let Some(e) = handed else { break };
+            epoch = e;
+            current = s;
         }
         let step = self.step_start(&format!("hand {role} back to {home}"));
         self.hand_home(step, role, &home).await;
@@ -514,10 +491,7 @@ impl Drill {
 
     async fn traffic_ignored(&self) -> u64 {
         let mut total = 0;
-        for n in self.agents.addrs.keys() {
-            let Ok(c) = self.agents.client(n) else {
-                continue;
-            };
+        for (_, c) in self.agents.clients_except(None) {
             if let Ok(d) = c.drill().await {
                 total += d.traffic_ignored;
             }
@@ -561,6 +535,13 @@ impl Drill {
         self.restore_and_verify(step).await;
         self.step_end(step);
     }
+}
+
+/// The roles `node` holds in the lease table: role -> (`node`, epoch).
+fn held_by(nodes: &[NodeState], node: &str) -> BTreeMap<String, (String, u64)> {
+    let leases = cluster::leases(nodes).unwrap_or_default().into_iter();
+    let held = leases.filter(|(_, (h, _))| h.as_deref() == Some(node));
+    held.map(|(r, (_, e))| (r, (node.to_owned(), e))).collect()
 }
 
 /// Whether any essential check got slower during the window than before it:

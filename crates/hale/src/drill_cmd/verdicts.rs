@@ -16,10 +16,8 @@ pub(super) fn whole(nodes: &[NodeState], expected: usize) -> Vec<String> {
             problems.push(format!("{} unreachable ({e})", n.name));
             continue;
         }
-        if let Some(d) = &n.drill {
-            if !d.active.is_empty() {
-                problems.push(format!("{} still has drill faults", n.name));
-            }
+        if n.drill.as_ref().is_some_and(|d| !d.active.is_empty()) {
+            problems.push(format!("{} still has drill faults", n.name));
         }
         let not_alive: Vec<String> = n
             .members
