@@ -6,7 +6,9 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
+use std::path::Path;
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::hook::HookLine;
@@ -131,6 +133,17 @@ pub struct History {
     pub deaths: Vec<Death>,
     /// Changes of the agents' primary answers.
     pub primaries: Vec<PrimarySample>,
+}
+
+/// Reads a log of JSON lines (a register's log, `hooks.log`): lines that
+/// do not parse, such as a line cut short by a full disk, are skipped; a
+/// missing file reads as empty.
+pub fn read_log<T: DeserializeOwned>(path: &Path) -> Vec<T> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
 }
 
 fn secs(t: u64, base: u64) -> String {

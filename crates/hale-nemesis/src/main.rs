@@ -13,7 +13,7 @@ use clap::{Parser, Subcommand};
 use hale_nemesis::hook::HookConfig;
 use hale_nemesis::register::RegisterConfig;
 use hale_nemesis::run::{run_one, RunOptions, INTERRUPTED};
-use hale_nemesis::schedule::Family;
+use hale_nemesis::schedule::{Family, ScheduleParams};
 
 #[derive(Parser)]
 #[command(
@@ -186,14 +186,16 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         hale_bin,
         nemesis_bin: std::env::current_exe().context("own path")?,
         out: args.out.clone(),
-        hosts: 5,
-        length: Duration::from_secs(args.length),
-        families: if args.faults.is_empty() {
-            Family::ALL.to_vec()
-        } else {
-            args.faults.clone()
+        schedule: ScheduleParams {
+            hosts: 5,
+            length: Duration::from_secs(args.length),
+            families: if args.faults.is_empty() {
+                Family::ALL.to_vec()
+            } else {
+                args.faults.clone()
+            },
+            max_overlap: args.max_overlap,
         },
-        max_overlap: args.max_overlap,
         liveness_bound: Duration::from_secs(args.liveness_bound),
         workers: args.workers,
         sticky_workers: args.sticky_workers,

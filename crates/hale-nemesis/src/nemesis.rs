@@ -126,39 +126,33 @@ impl Nemesis {
             Fault::Net(net) => {
                 let mut rules = Vec::new();
                 match net {
-                    Net::Halves { side } => {
-                        let other: Vec<usize> =
-                            all.iter().copied().filter(|h| !side.contains(h)).collect();
-                        cut(c, side, &other, &mut rules);
-                        cut(c, &other, side, &mut rules);
-                        touched = all.clone();
-                    }
-                    Net::Isolate(t) => {
-                        let h = resolve(*t, o, n);
-                        let other = except(h);
-                        cut(c, &[h], &other, &mut rules);
-                        cut(c, &other, &[h], &mut rules);
-                        touched = vec![h];
-                    }
-                    Net::OneWay { target, inbound } => {
-                        let h = resolve(*target, o, n);
-                        let other = except(h);
-                        if *inbound {
-                            cut(c, &[h], &other, &mut rules);
-                        } else {
-                            cut(c, &other, &[h], &mut rules);
-                        }
-                        touched = vec![h];
-                    }
-                    Net::Bridge { bridge, side } => {
+                    Net::Halves { side } | Net::Bridge { side, .. } => {
+                        // The other side: every host but `side` and a bridge.
+                        let bridge = match net {
+                            Net::Bridge { bridge, .. } => Some(*bridge),
+                            _ => None,
+                        };
                         let other: Vec<usize> = all
                             .iter()
                             .copied()
-                            .filter(|h| !side.contains(h) && h != bridge)
+                            .filter(|&h| !side.contains(&h) && Some(h) != bridge)
                             .collect();
                         cut(c, side, &other, &mut rules);
                         cut(c, &other, side, &mut rules);
                         touched = all.clone();
+                    }
+                    Net::Isolate(target) | Net::OneWay { target, .. } => {
+                        // Isolated: both ways; one way: the host's input
+                        // (`inbound`), or the others' input from it.
+                        let h = resolve(*target, o, n);
+                        let other = except(h);
+                        if !matches!(net, Net::OneWay { inbound: false, .. }) {
+                            cut(c, &[h], &other, &mut rules);
+                        }
+                        if !matches!(net, Net::OneWay { inbound: true, .. }) {
+                            cut(c, &other, &[h], &mut rules);
+                        }
+                        touched = vec![h];
                     }
                     Net::Delay { hosts, ms } => {
                         for &h in hosts {

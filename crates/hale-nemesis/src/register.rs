@@ -32,7 +32,7 @@
 
 use std::io::Write;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -44,6 +44,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
 
 use crate::clock::now_ns;
+use crate::history::read_log;
 
 /// What can stop a register from serving.
 #[derive(Debug, thiserror::Error)]
@@ -199,6 +200,26 @@ struct Reg {
 }
 
 impl Inner {
+    /// Takes a promote or a copy at `epoch`: refused if a higher epoch was
+    /// seen (unless the epoch check is skipped), else `record(now)` logged and
+    /// `epoch` learnt.
+    fn take(
+        &mut self,
+        cfg: &RegisterConfig,
+        epoch: u64,
+        record: impl FnOnce(u64) -> RegisterRecord,
+    ) -> Result<(), Answer> {
+        if !cfg.skip_epoch_check && epoch < self.highest {
+            return Err(refuse(StatusCode::CONFLICT, self.highest, "stale epoch"));
+        }
+        if let Err(e) = self.append(&record(now_ns())) {
+            let why = e.to_string();
+            return Err(refuse(StatusCode::INSUFFICIENT_STORAGE, self.highest, &why));
+        }
+        self.highest = self.highest.max(epoch);
+        Ok(())
+    }
+
     fn append(&mut self, rec: &RegisterRecord) -> std::io::Result<()> {
         let mut line = serde_json::to_vec(rec).map_err(std::io::Error::other)?;
         line.push(b'\n');
@@ -219,16 +240,6 @@ impl Inner {
             }
         }
     }
-}
-
-/// Reads a register's log (lines that do not parse, such as a line cut
-/// short by a full disk, are skipped).
-pub fn read_log(path: &Path) -> Vec<RegisterRecord> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
 }
 
 type Answer = (StatusCode, Json<WriteAnswer>);
@@ -253,17 +264,10 @@ fn accept(epoch: u64) -> Answer {
 
 async fn promote(State(r): State<Arc<Reg>>, Json(b): Json<EpochBody>) -> Answer {
     let mut s = r.inner.lock().await;
-    if !r.cfg.skip_epoch_check && b.epoch < s.highest {
-        return refuse(StatusCode::CONFLICT, s.highest, "stale epoch");
+    let rec = |t| RegisterRecord::Promote { t, epoch: b.epoch };
+    if let Err(refused) = s.take(&r.cfg, b.epoch, rec) {
+        return refused;
     }
-    let rec = RegisterRecord::Promote {
-        t: now_ns(),
-        epoch: b.epoch,
-    };
-    if let Err(e) = s.append(&rec) {
-        return refuse(StatusCode::INSUFFICIENT_STORAGE, s.highest, &e.to_string());
-    }
-    s.highest = s.highest.max(b.epoch);
     s.primary = Some(b.epoch);
     r.fenced.store(false, std::sync::atomic::Ordering::SeqCst);
     accept(b.epoch)
@@ -287,19 +291,15 @@ async fn fence(State(r): State<Arc<Reg>>, Json(b): Json<EpochBody>) -> Answer {
 
 async fn replicate(State(r): State<Arc<Reg>>, Json(b): Json<ReplicateBody>) -> Answer {
     let mut s = r.inner.lock().await;
-    if !r.cfg.skip_epoch_check && b.epoch < s.highest {
-        return refuse(StatusCode::CONFLICT, s.highest, "stale epoch");
-    }
-    let rec = RegisterRecord::Replica {
-        t: now_ns(),
+    let rec = |t| RegisterRecord::Replica {
+        t,
         epoch: b.epoch,
         value: b.value,
         from: b.from,
     };
-    if let Err(e) = s.append(&rec) {
-        return refuse(StatusCode::INSUFFICIENT_STORAGE, s.highest, &e.to_string());
+    if let Err(refused) = s.take(&r.cfg, b.epoch, rec) {
+        return refused;
     }
-    s.highest = s.highest.max(b.epoch);
     accept(b.epoch)
 }
 
@@ -407,7 +407,7 @@ pub async fn serve(cfg: RegisterConfig) -> Result<(), RegisterError> {
         path: cfg.log.clone(),
         source,
     };
-    let highest = read_log(&cfg.log)
+    let highest = read_log::<RegisterRecord>(&cfg.log)
         .iter()
         .map(RegisterRecord::epoch)
         .max()
