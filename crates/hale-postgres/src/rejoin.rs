@@ -388,7 +388,7 @@ async fn unfence(cfg: &PostgresConfig) -> Result<(), RejoinError> {
 /// Creates the data directory (0700, owned by the OS user) when it is missing.
 async fn ensure_data_dir(cfg: &PostgresConfig, tools: &Tools<'_>) -> Result<(), RejoinError> {
     let dir = cfg.data_dir.clone();
-    let owner = tools.user().map(|u| (u.uid(), u.gid()));
+    let owner = tools.user().map(|u| (u.uid.as_raw(), u.gid.as_raw()));
     run_blocking(move || {
         use std::os::unix::fs::DirBuilderExt;
         if dir.is_dir() {
@@ -526,10 +526,7 @@ async fn recover(
     tools: &Tools<'_>,
     deadline: Instant,
 ) -> Result<(), ToolError> {
-    let was_primary = matches!(
-        cluster_state(cfg, tools, deadline).await?.as_str(),
-        "in production" | "in crash recovery"
-    );
+    let was_primary = ran_as_primary(cfg, tools, deadline).await?;
     let signal = cfg.data_dir.join("standby.signal");
     let file = |source| ToolError::File {
         path: signal.clone(),
@@ -569,21 +566,19 @@ async fn recover(
 pub async fn crashed_as_primary(cfg: &PostgresConfig) -> Result<bool, ToolError> {
     let tools = Tools::new(cfg)?;
     let deadline = Instant::now() + Duration::from_secs(10);
-    Ok(matches!(
-        cluster_state(cfg, &tools, deadline).await?.as_str(),
-        "in production" | "in crash recovery"
-    ))
+    ran_as_primary(cfg, &tools, deadline).await
 }
 
-/// The cluster's state as its control file says (`pg_controldata`'s
-/// "Database cluster state": `in production`, `shut down`, `shut down in
-/// recovery`, `in archive recovery`, `in crash recovery`, ...). A stopped
-/// server answers no query: the tool is the only way to ask.
-async fn cluster_state(
+/// Whether the cluster's state, as its control file says, is `in
+/// production` or `in crash recovery` (`pg_controldata`'s "Database cluster
+/// state"; others: `shut down`, `shut down in recovery`, `in archive
+/// recovery`, ...). A stopped server answers no query: the tool is the only
+/// way to ask.
+async fn ran_as_primary(
     cfg: &PostgresConfig,
     tools: &Tools<'_>,
     deadline: Instant,
-) -> Result<String, ToolError> {
+) -> Result<bool, ToolError> {
     let out = tools
         .run(
             "pg_controldata",
@@ -591,7 +586,11 @@ async fn cluster_state(
             remaining(deadline).min(Duration::from_secs(10)),
         )
         .await?;
-    Ok(parse_cluster_state(&String::from_utf8_lossy(&out.stdout)))
+    let state = parse_cluster_state(&String::from_utf8_lossy(&out.stdout));
+    Ok(matches!(
+        state.as_str(),
+        "in production" | "in crash recovery"
+    ))
 }
 
 /// The value of `Database cluster state:` in `pg_controldata`'s output
