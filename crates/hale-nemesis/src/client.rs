@@ -62,7 +62,8 @@ pub struct Client {
     names: Arc<Vec<String>>,
 }
 
-fn lock(s: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {
+/// Locks the shared state (a panicked holder's writes are kept).
+pub(crate) fn lock(s: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {
     s.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 

@@ -318,11 +318,10 @@ hook_timeout = "10s"
     pub fn kill_host(&mut self, i: usize) {
         crate::lab::signal_ns(&self.lab.hosts[i], Signal::SIGCONT);
         crate::lab::signal_ns(&self.lab.hosts[i], Signal::SIGKILL);
-        for c in [self.agents[i].take(), self.registers[i].take()]
+        for mut c in [self.agents[i].take(), self.registers[i].take()]
             .into_iter()
             .flatten()
         {
-            let mut c = c;
             let _ = c.kill();
             let _ = c.wait();
         }

@@ -154,17 +154,10 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         let _ = block_on(async {
             let mut term =
                 tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-            let term = async {
-                match term.as_mut() {
-                    Some(t) => {
-                        t.recv().await;
-                    }
-                    None => std::future::pending().await,
-                }
-            };
+            // Without a SIGTERM handler, its branch is disabled: Ctrl-C only.
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => {}
-                () = term => {}
+                Some(()) = async { term.as_mut()?.recv().await } => {}
             }
             INTERRUPTED.store(true, Ordering::Relaxed);
         });

@@ -33,6 +33,7 @@
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -196,7 +197,7 @@ struct Reg {
     /// never waits behind writes in flight (they wait for replicas while
     /// holding `inner`), and a write in flight when it arrived is refused,
     /// as a killed database fails its open transactions.
-    fenced: std::sync::atomic::AtomicBool,
+    fenced: AtomicBool,
 }
 
 impl Inner {
@@ -269,19 +270,19 @@ async fn promote(State(r): State<Arc<Reg>>, Json(b): Json<EpochBody>) -> Answer 
         return refused;
     }
     s.primary = Some(b.epoch);
-    r.fenced.store(false, std::sync::atomic::Ordering::SeqCst);
+    r.fenced.store(false, Ordering::SeqCst);
     accept(b.epoch)
 }
 
 async fn fence(State(r): State<Arc<Reg>>, Json(b): Json<EpochBody>) -> Answer {
     // In force at once; recorded once the writes in flight are done.
-    r.fenced.store(true, std::sync::atomic::Ordering::SeqCst);
+    r.fenced.store(true, Ordering::SeqCst);
     let t = now_ns();
     let reg = r.clone();
     tokio::spawn(async move {
         let mut s = reg.inner.lock().await;
         // Fenced in memory first: a full disk must not keep it primary.
-        if reg.fenced.load(std::sync::atomic::Ordering::SeqCst) {
+        if reg.fenced.load(Ordering::SeqCst) {
             s.primary = None;
         }
         let _ = s.append(&RegisterRecord::Fence { t, epoch: b.epoch });
@@ -306,10 +307,7 @@ async fn replicate(State(r): State<Arc<Reg>>, Json(b): Json<ReplicateBody>) -> A
 async fn write(State(r): State<Arc<Reg>>, Json(b): Json<WriteBody>) -> Answer {
     // Held throughout: a fence or a higher epoch waits for a write in flight.
     let mut s = r.inner.lock().await;
-    let Some(epoch) = s
-        .primary
-        .filter(|_| !r.fenced.load(std::sync::atomic::Ordering::SeqCst))
-    else {
+    let Some(epoch) = s.primary.filter(|_| !r.fenced.load(Ordering::SeqCst)) else {
         return refuse(StatusCode::SERVICE_UNAVAILABLE, s.highest, "not primary");
     };
     if !r.cfg.skip_epoch_check && epoch < s.highest {
@@ -363,7 +361,7 @@ async fn write(State(r): State<Arc<Reg>>, Json(b): Json<WriteBody>) -> Answer {
             "no majority of replicas answered",
         );
     }
-    if r.fenced.load(std::sync::atomic::Ordering::SeqCst) {
+    if r.fenced.load(Ordering::SeqCst) {
         return refuse(
             StatusCode::SERVICE_UNAVAILABLE,
             s.highest,
@@ -430,7 +428,7 @@ pub async fn serve(cfg: RegisterConfig) -> Result<(), RegisterError> {
         .map_err(|e| log_err(std::io::Error::other(e)))?;
     let addr = cfg.listen;
     let reg = Arc::new(Reg {
-        fenced: std::sync::atomic::AtomicBool::new(false),
+        fenced: AtomicBool::new(false),
         cfg,
         inner: Mutex::new(Inner {
             highest,

@@ -331,10 +331,7 @@ pub fn run_one(opts: &RunOptions, seed: u64) -> Result<RunReport, RunError> {
     history.end_ns = now_ns();
     history.faults = nemesis.records;
     {
-        let mut s = client
-            .shared
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut s = crate::client::lock(&client.shared);
         history.ops = std::mem::take(&mut s.ops);
         history.deaths = std::mem::take(&mut s.deaths);
         history.primaries = std::mem::take(&mut s.primaries);
