@@ -30,7 +30,7 @@ enum Cmd {
     /// Run schedules (as root: network namespaces, nftables, tmpfs, libfaketime).
     Run(RunArgs),
     /// Serve a fenced register (started by `run` inside each host).
-    Register(RegisterArgs),
+    Register(RegisterConfig),
     /// Run a role hook (configured by `run` as the agents' hooks).
     Hook(HookConfig),
     /// Summarize the `report.json` files under a directory.
@@ -110,26 +110,6 @@ struct RunArgs {
     /// Stop at the first schedule with a violation.
     #[arg(long)]
     stop_on_violation: bool,
-}
-
-#[derive(clap::Args)]
-struct RegisterArgs {
-    /// This host's node name.
-    #[arg(long)]
-    node: String,
-    /// Where to listen.
-    #[arg(long)]
-    listen: SocketAddr,
-    /// The durable log.
-    #[arg(long)]
-    log: PathBuf,
-    /// Every other register, `name=addr` (a write needs a majority of
-    /// them and this one).
-    #[arg(long)]
-    peer: Vec<String>,
-    /// Planted bug: accept any epoch.
-    #[arg(long)]
-    skip_epoch_check: bool,
 }
 
 fn default_hale_bin() -> PathBuf {
@@ -246,25 +226,7 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 fn main() -> anyhow::Result<ExitCode> {
     match Cli::parse().cmd {
         Cmd::Run(args) => run(args),
-        Cmd::Register(a) => {
-            let peers = a
-                .peer
-                .iter()
-                .map(|p| {
-                    let (n, addr) = p.split_once('=').context("--peer name=addr")?;
-                    Ok((n.to_owned(), addr.parse()?))
-                })
-                .collect::<anyhow::Result<Vec<_>>>()?;
-            let registers = peers.len() + 1;
-            let cfg = RegisterConfig {
-                node: a.node,
-                listen: a.listen,
-                log: a.log,
-                // A majority of all registers, this one included.
-                quorum: registers / 2 + 1,
-                peers,
-                skip_epoch_check: a.skip_epoch_check,
-            };
+        Cmd::Register(cfg) => {
             block_on(hale_nemesis::register::serve(cfg))??;
             Ok(ExitCode::SUCCESS)
         }

@@ -125,22 +125,40 @@ impl RegisterRecord {
     }
 }
 
-/// How a register runs.
-#[derive(Debug, Clone)]
+/// How a register runs (the arguments of `hale-nemesis register`).
+#[derive(Debug, Clone, clap::Args)]
 pub struct RegisterConfig {
     /// This host's node name.
+    #[arg(long)]
     pub node: String,
     /// Where to listen.
+    #[arg(long)]
     pub listen: SocketAddr,
-    /// The log file.
+    /// The durable log.
+    #[arg(long)]
     pub log: PathBuf,
-    /// The other registers.
+    /// Every other register, `name=addr` (a write needs a majority of
+    /// them and this one).
+    #[arg(long = "peer", value_name = "PEER", value_parser = peer)]
     pub peers: Vec<(String, SocketAddr)>,
-    /// How many copies make a write accepted, this register's included
-    /// (a majority of all registers).
-    pub quorum: usize,
     /// Planted bug: accept any epoch.
+    #[arg(long)]
     pub skip_epoch_check: bool,
+}
+
+impl RegisterConfig {
+    /// How many copies make a write accepted, this register's included: a
+    /// majority of all registers.
+    pub fn quorum(&self) -> usize {
+        let registers = self.peers.len() + 1;
+        registers / 2 + 1
+    }
+}
+
+/// A `--peer`: `name=addr`.
+fn peer(text: &str) -> Result<(String, SocketAddr), Box<dyn std::error::Error + Send + Sync>> {
+    let (name, addr) = text.split_once('=').ok_or("--peer name=addr")?;
+    Ok((name.to_owned(), addr.parse()?))
 }
 
 /// A body of `POST /promote` and `/fence`.
@@ -332,7 +350,7 @@ async fn write(State(r): State<Arc<Reg>>, Json(b): Json<WriteBody>) -> Answer {
             Some((name, sent.json::<WriteAnswer>().await.ok()?))
         });
     }
-    let need = r.cfg.quorum.saturating_sub(1);
+    let need = r.cfg.quorum().saturating_sub(1);
     let mut replicas = Vec::new();
     while replicas.len() < need {
         let Some(joined) = asks.join_next().await else {
