@@ -245,7 +245,7 @@ pub async fn rejoin(
     let is_cluster = ["PG_VERSION", "global/pg_control"]
         .iter()
         .all(|f| cfg.data_dir.join(f).is_file());
-    let how = if is_cluster {
+    let mut how = if is_cluster {
         match rewind(cfg, &tools, upstream, fenced.clean(), deadline).await {
             Ok(how) => how,
             Err(err) if cfg.reclone_on_rewind_failure => {
@@ -271,7 +271,6 @@ pub async fn rejoin(
         slot,
         local: &local,
     };
-    let mut how = how;
     if !standby
         .start(cfg, &tools, how, &mut progress, deadline)
         .await?
