@@ -316,8 +316,8 @@ hook_timeout = "10s"
 
     /// SIGKILLs every process of host `i` and reaps our children.
     pub fn kill_host(&mut self, i: usize) {
-        crate::lab::signal_ns(&self.lab.hosts[i], Signal::SIGCONT);
-        crate::lab::signal_ns(&self.lab.hosts[i], Signal::SIGKILL);
+        crate::lab::signal(&ns_pids(&self.lab.hosts[i]), Signal::SIGCONT);
+        crate::lab::signal(&ns_pids(&self.lab.hosts[i]), Signal::SIGKILL);
         for mut c in [self.agents[i].take(), self.registers[i].take()]
             .into_iter()
             .flatten()

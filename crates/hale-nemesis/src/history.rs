@@ -164,14 +164,6 @@ impl History {
         })
     }
 
-    /// The hosts a nemesis touched at any time of the run.
-    pub fn touched(&self) -> std::collections::BTreeSet<&str> {
-        self.faults
-            .iter()
-            .flat_map(|f| f.hosts.iter().map(String::as_str))
-            .collect()
-    }
-
     /// Everything recorded between `from_ns` and `to_ns`, one line each,
     /// in time order (times from the start of the fault phase); of the
     /// writes, only those of `values` and a count of the others.

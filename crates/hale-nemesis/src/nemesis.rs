@@ -4,13 +4,12 @@
 
 use std::io::Write;
 
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 
 use crate::clock::now_ns;
 use crate::cluster::{ClockMode, Cluster, ClusterError, SERVERS};
 use crate::history::FaultRecord;
-use crate::lab::ns_pids;
+use crate::lab::{ns_pids, signal};
 use crate::schedule::{Fault, Net, Target};
 
 /// What the nemesis needs to know about the cluster now.
@@ -60,15 +59,6 @@ fn resolve(t: Target, o: &mut dyn Oracle, hosts: usize) -> usize {
         Target::Host(h) => h.min(hosts - 1),
         Target::Holder => o.holder().unwrap_or_else(|| o.any(hosts)),
         Target::Leader => o.leader().unwrap_or_else(|| o.any(SERVERS.min(hosts))),
-    }
-}
-
-fn signal_all(pids: &[i32], sig: Signal) {
-    for &p in pids {
-        let _ = kill(Pid::from_raw(p), sig);
-        if sig == Signal::SIGKILL {
-            crate::lab::forget_faketime(p);
-        }
     }
 }
 
@@ -233,16 +223,16 @@ impl Nemesis {
             }
             Fault::StopAgent(_) => {
                 act.stopped = c.agent_pid(h).into_iter().collect();
-                signal_all(&act.stopped, Signal::SIGSTOP);
+                signal(&act.stopped, Signal::SIGSTOP);
                 format!("stopped {:?}", act.stopped)
             }
             Fault::KillWatchdog(_) | Fault::StopWatchdog(_) => {
                 let pids = c.host_pids(h, "watchdog");
                 if matches!(fault, Fault::KillWatchdog(_)) {
-                    signal_all(&pids, Signal::SIGKILL);
+                    signal(&pids, Signal::SIGKILL);
                     format!("killed watchdogs {pids:?}")
                 } else {
-                    signal_all(&pids, Signal::SIGSTOP);
+                    signal(&pids, Signal::SIGSTOP);
                     act.stopped = pids.clone();
                     format!("stopped watchdogs {pids:?}")
                 }
@@ -261,7 +251,7 @@ impl Nemesis {
             }
             Fault::StopHost(_) => {
                 act.stopped = ns_pids(&c.lab.hosts[h]);
-                signal_all(&act.stopped, Signal::SIGSTOP);
+                signal(&act.stopped, Signal::SIGSTOP);
                 format!("stopped {:?}", act.stopped)
             }
             Fault::StopHale(_) => {
@@ -272,7 +262,7 @@ impl Nemesis {
                         !matches!(cmd.split(' ').nth(1), Some("register" | "filler"))
                     })
                     .collect();
-                signal_all(&act.stopped, Signal::SIGSTOP);
+                signal(&act.stopped, Signal::SIGSTOP);
                 format!("stopped hale {:?}, not the register", act.stopped)
             }
             Fault::ClockStep { secs, .. } => {
@@ -304,7 +294,7 @@ impl Nemesis {
             if pids.is_empty() {
                 continue;
             }
-            signal_all(&pids, sig);
+            signal(&pids, sig);
             if sig == Signal::SIGSTOP {
                 act.stopped = pids.clone();
             }
@@ -340,7 +330,7 @@ impl Nemesis {
                 c.lab.set_delay(d, still)?;
             }
         }
-        signal_all(&act.stopped, Signal::SIGCONT);
+        signal(&act.stopped, Signal::SIGCONT);
         match act.fault {
             Fault::KillAgent(_) => {
                 c.restart_agent(h, c.clocks[h])?;
