@@ -226,12 +226,9 @@ impl PostgresConfig {
         if self.port == 0 {
             return Err(ConfigError::Zero { key: "port" });
         }
-        let p = &self.slot_prefix;
-        let valid = (1..=32).contains(&p.len())
-            && p.bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
-        if !valid {
-            return Err(ConfigError::SlotPrefix { prefix: p.clone() });
+        if !slot_chars(&self.slot_prefix, 32) {
+            let prefix = self.slot_prefix.clone();
+            return Err(ConfigError::SlotPrefix { prefix });
         }
         for (key, value) in [
             ("connect_timeout", self.connect_timeout),
@@ -281,6 +278,15 @@ impl PostgresConfig {
     pub fn fence_marker(&self) -> PathBuf {
         self.data_dir.join(FENCE_MARKER)
     }
+}
+
+/// Whether `name` is 1 to `max` of `a-z`, `0-9` and `_`: what a replication
+/// slot's name (and so its prefix) may hold.
+pub(crate) fn slot_chars(name: &str, max: usize) -> bool {
+    (1..=max).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
 }
 
 fn absolute(key: &'static str, path: &Path) -> Result<(), ConfigError> {

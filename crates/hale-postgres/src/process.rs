@@ -165,11 +165,10 @@ impl<'a> Tools<'a> {
                 let start = (start..text.len())
                     .find(|&i| text.is_char_boundary(i))
                     .unwrap_or(text.len());
-                let tail = text[start..].to_owned();
                 Err(ToolError::Failed {
                     tool: path,
                     status: output.status,
-                    output: tail,
+                    output: text[start..].to_owned(),
                 })
             }
         }

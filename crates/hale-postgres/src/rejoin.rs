@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use crate::client::{connect, poll_until, ConnectError};
-use crate::config::{ConfigError, PostgresConfig};
+use crate::config::{slot_chars, ConfigError, PostgresConfig};
 use crate::fence::{fence, mark, FenceError};
 use crate::files::{conninfo_value, set_auto_conf, LocalFiles};
 use crate::process::{postmaster, remove_synced, run_blocking, ToolError, Tools};
@@ -192,11 +192,7 @@ pub async fn rejoin(
     mut progress: impl FnMut(RejoinStep),
 ) -> Result<Rejoined, RejoinError> {
     cfg.validate()?;
-    let valid_slot = (1..=63).contains(&slot.len())
-        && slot
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
-    if !valid_slot {
+    if !slot_chars(slot, 63) {
         return Err(RejoinError::BadSlotName {
             slot: slot.to_owned(),
         });
