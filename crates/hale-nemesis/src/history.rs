@@ -164,6 +164,14 @@ impl History {
         })
     }
 
+    /// Every register's records, with the register's node: registers in
+    /// name order, each one's records in its log's order.
+    pub fn records(&self) -> impl Iterator<Item = (&str, &RegisterRecord)> {
+        self.registers
+            .iter()
+            .flat_map(|(node, recs)| recs.iter().map(move |r| (node.as_str(), r)))
+    }
+
     /// Everything recorded between `from_ns` and `to_ns`, one line each,
     /// in time order (times from the start of the fault phase); of the
     /// writes, only those of `values` and a count of the others.
@@ -202,22 +210,21 @@ impl History {
                 ));
             }
         }
-        for (node, recs) in &self.registers {
-            for r in recs {
-                let t = match r {
-                    RegisterRecord::Promote { t, .. }
-                    | RegisterRecord::Fence { t, .. }
-                    | RegisterRecord::Accepted { t, .. }
-                    | RegisterRecord::Replica { t, .. } => *t,
-                };
-                let write = match r {
-                    RegisterRecord::Accepted { value, .. }
-                    | RegisterRecord::Replica { value, .. } => Some(*value),
-                    _ => None,
-                };
-                if within(t) && write.is_none_or(|v| values.contains(&v)) {
-                    lines.push((t, format!("register {node}: {r:?}")));
+        for (node, r) in self.records() {
+            let t = match r {
+                RegisterRecord::Promote { t, .. }
+                | RegisterRecord::Fence { t, .. }
+                | RegisterRecord::Accepted { t, .. }
+                | RegisterRecord::Replica { t, .. } => *t,
+            };
+            let write = match r {
+                RegisterRecord::Accepted { value, .. } | RegisterRecord::Replica { value, .. } => {
+                    Some(*value)
                 }
+                _ => None,
+            };
+            if within(t) && write.is_none_or(|v| values.contains(&v)) {
+                lines.push((t, format!("register {node}: {r:?}")));
             }
         }
         for h in self.hooks.iter().filter(|h| within(h.t)) {
