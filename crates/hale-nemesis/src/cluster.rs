@@ -292,10 +292,7 @@ hook_timeout = "10s"
     /// Host `i`'s agent's process id, if it runs.
     pub fn agent_pid(&mut self, i: usize) -> Option<i32> {
         let c = self.agents[i].as_mut()?;
-        match c.try_wait() {
-            Ok(None) => Some(c.id() as i32),
-            _ => None,
-        }
+        matches!(c.try_wait(), Ok(None)).then(|| c.id() as i32)
     }
 
     /// SIGKILLs host `i`'s agent and reaps it (its watchdog lives on and fences).

@@ -225,8 +225,7 @@ pub(crate) fn postmaster(data_dir: &Path) -> Option<Pid> {
     if pid <= 0 {
         return None;
     }
-    let proc_dir = PathBuf::from(format!("/proc/{pid}"));
-    let cwd = std::fs::read_link(proc_dir.join("cwd")).ok()?;
+    let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).ok()?;
     let ours = std::fs::canonicalize(data_dir).ok()? == cwd;
     (ours && !matches!(process_state(pid), None | Some('Z') | Some('X')))
         .then(|| Pid::from_raw(pid))
