@@ -280,11 +280,10 @@ pub fn main(a: Args) -> anyhow::Result<()> {
         "p99_after_fault_ms": p99_after,
     });
     for (k, v) in facts {
-        let val = v
+        // A number where it is one, else the text.
+        j[k] = v
             .parse::<f64>()
-            .map(serde_json::Value::from)
-            .unwrap_or(serde_json::Value::String(v));
-        j[k] = val;
+            .map_or(serde_json::Value::String(v), serde_json::Value::from);
     }
     println!("RESULT {j}");
     Ok(())
