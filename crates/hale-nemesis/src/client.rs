@@ -106,17 +106,10 @@ impl Client {
     /// Agent `i`'s view of every member (name → state), if it answers.
     pub async fn members(&self, i: usize) -> Option<BTreeMap<String, String>> {
         let (_, v) = self.get(i, "/v1/members").await?;
-        let list = v.as_array()?;
-        Some(
-            list.iter()
-                .filter_map(|m| {
-                    Some((
-                        m.get("name")?.as_str()?.to_owned(),
-                        m.get("state")?.as_str()?.to_owned(),
-                    ))
-                })
-                .collect(),
-        )
+        // Members without a name or a state are left out.
+        let text = |m: &Value, key: &str| Some(m.get(key)?.as_str()?.to_owned());
+        let member = |m: &Value| Some((text(m, "name")?, text(m, "state")?));
+        Some(v.as_array()?.iter().filter_map(member).collect())
     }
 
     /// The control-plane leader's id, as agent `i` knows it.
