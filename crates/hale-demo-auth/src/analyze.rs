@@ -57,11 +57,7 @@ fn attempts(path: &PathBuf) -> anyhow::Result<Vec<Attempt>> {
             good: f[2] == "1",
             ok: f[4] == "1",
             latency_us: f[5].parse()?,
-            id: if f[6].is_empty() {
-                None
-            } else {
-                Some(f[6].parse()?)
-            },
+            id: (!f[6].is_empty()).then(|| f[6].parse()).transpose()?,
         });
     }
     out.sort_by_key(|a| a.sent);
@@ -203,11 +199,9 @@ pub fn main(a: Args) -> anyhow::Result<()> {
                 let mut b = from;
                 while b < to {
                     let e = b + 100_000_000;
-                    let n = all.iter().filter(|x| x.sent >= b && x.sent < e).count();
-                    let bad = all
-                        .iter()
-                        .filter(|x| x.sent >= b && x.sent < e && !x.ok)
-                        .count();
+                    let sent: Vec<&Attempt> =
+                        all.iter().filter(|x| x.sent >= b && x.sent < e).collect();
+                    let (n, bad) = (sent.len(), sent.iter().filter(|x| !x.ok).count());
                     let pct = if n == 0 {
                         0.0
                     } else {
@@ -286,11 +280,10 @@ pub fn main(a: Args) -> anyhow::Result<()> {
         "p99_after_fault_ms": p99_after,
     });
     for (k, v) in facts {
-        let val = v
+        // A number where it is one, else the text.
+        j[k] = v
             .parse::<f64>()
-            .map(serde_json::Value::from)
-            .unwrap_or(serde_json::Value::String(v));
-        j[k] = val;
+            .map_or(serde_json::Value::String(v), serde_json::Value::from);
     }
     println!("RESULT {j}");
     Ok(())

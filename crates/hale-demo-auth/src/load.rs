@@ -50,8 +50,7 @@ struct Attempt {
 fn unix_ns() -> u128 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0)
+        .map_or(0, |d| d.as_nanos())
 }
 
 async fn attempt(http: reqwest::Client, url: String, seq: u64, good: bool, user: u64) -> Attempt {

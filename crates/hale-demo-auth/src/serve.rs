@@ -63,12 +63,9 @@ struct Login {
 impl Auth {
     /// An idle open connection, or a new one.
     async fn client(&self) -> Result<Client, tokio_postgres::Error> {
-        loop {
-            let c = self.idle.lock().expect("pool lock").pop();
-            match c {
-                Some(c) if !c.is_closed() => return Ok(c),
-                Some(_) => continue,
-                None => break,
+        while let Some(c) = self.idle.lock().expect("pool lock").pop() {
+            if !c.is_closed() {
+                return Ok(c);
             }
         }
         let (client, conn) = self.db.connect(NoTls).await?;

@@ -310,12 +310,6 @@ impl SharedKeyring {
     }
 }
 
-impl From<Keyring> for SharedKeyring {
-    fn from(ring: Keyring) -> SharedKeyring {
-        SharedKeyring::new(ring)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

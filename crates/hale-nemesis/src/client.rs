@@ -49,13 +49,6 @@ impl Shared {
             })
             .max_by_key(|&(_, e)| e)
     }
-
-    /// Every agent that last said it is primary.
-    pub fn primaries_now(&self) -> Vec<usize> {
-        (0..self.last.len())
-            .filter(|&i| matches!(self.last[i], Some((true, _))))
-            .collect()
-    }
 }
 
 /// The handle the harness keeps on the tasks.
@@ -69,7 +62,8 @@ pub struct Client {
     names: Arc<Vec<String>>,
 }
 
-fn lock(s: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {
+/// Locks the shared state (a panicked holder's writes are kept).
+pub(crate) fn lock(s: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {
     s.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
@@ -112,17 +106,10 @@ impl Client {
     /// Agent `i`'s view of every member (name → state), if it answers.
     pub async fn members(&self, i: usize) -> Option<BTreeMap<String, String>> {
         let (_, v) = self.get(i, "/v1/members").await?;
-        let list = v.as_array()?;
-        Some(
-            list.iter()
-                .filter_map(|m| {
-                    Some((
-                        m.get("name")?.as_str()?.to_owned(),
-                        m.get("state")?.as_str()?.to_owned(),
-                    ))
-                })
-                .collect(),
-        )
+        // Members without a name or a state are left out.
+        let text = |m: &Value, key: &str| Some(m.get(key)?.as_str()?.to_owned());
+        let member = |m: &Value| Some((text(m, "name")?, text(m, "state")?));
+        Some(v.as_array()?.iter().filter_map(member).collect())
     }
 
     /// The control-plane leader's id, as agent `i` knows it.
@@ -149,15 +136,21 @@ impl Client {
 
     async fn observe(self) {
         while !self.stop.load(Ordering::Relaxed) {
-            let asks = (0..self.ips.len()).map(|i| {
-                let me = self.clone();
-                async move { (i, me.get(i, "/v1/roles/db/primary").await) }
-            });
-            let answers = futures_join(asks).await;
+            // Asked all at once; the answers are taken in the agents' order.
+            let asks: Vec<_> = (0..self.ips.len())
+                .map(|i| {
+                    let me = self.clone();
+                    tokio::spawn(async move { me.get(i, "/v1/roles/db/primary").await })
+                })
+                .collect();
+            let mut answers = Vec::new();
+            for ask in asks {
+                answers.push(ask.await.ok().flatten());
+            }
             let t = now_ns();
             {
                 let mut s = lock(&self.shared);
-                for (i, a) in answers {
+                for (i, a) in answers.into_iter().enumerate() {
                     // An agent that does not answer keeps its last word (a
                     // frozen agent's register may still act on it).
                     let Some((status, v)) = a else { continue };
@@ -265,21 +258,4 @@ impl Client {
             }
         }
     }
-}
-
-/// Runs futures concurrently and collects their outputs in order.
-async fn futures_join<F: std::future::Future + Send + 'static>(
-    fs: impl Iterator<Item = F>,
-) -> Vec<F::Output>
-where
-    F::Output: Send + 'static,
-{
-    let handles: Vec<_> = fs.map(tokio::spawn).collect();
-    let mut out = Vec::new();
-    for h in handles {
-        if let Ok(v) = h.await {
-            out.push(v);
-        }
-    }
-    out
 }

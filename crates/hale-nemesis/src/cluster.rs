@@ -292,10 +292,7 @@ hook_timeout = "10s"
     /// Host `i`'s agent's process id, if it runs.
     pub fn agent_pid(&mut self, i: usize) -> Option<i32> {
         let c = self.agents[i].as_mut()?;
-        match c.try_wait() {
-            Ok(None) => Some(c.id() as i32),
-            _ => None,
-        }
+        matches!(c.try_wait(), Ok(None)).then(|| c.id() as i32)
     }
 
     /// SIGKILLs host `i`'s agent and reaps it (its watchdog lives on and fences).
@@ -316,13 +313,12 @@ hook_timeout = "10s"
 
     /// SIGKILLs every process of host `i` and reaps our children.
     pub fn kill_host(&mut self, i: usize) {
-        crate::lab::signal_ns(&self.lab.hosts[i], Signal::SIGCONT);
-        crate::lab::signal_ns(&self.lab.hosts[i], Signal::SIGKILL);
-        for c in [self.agents[i].take(), self.registers[i].take()]
+        crate::lab::signal(&ns_pids(&self.lab.hosts[i]), Signal::SIGCONT);
+        crate::lab::signal(&ns_pids(&self.lab.hosts[i]), Signal::SIGKILL);
+        for mut c in [self.agents[i].take(), self.registers[i].take()]
             .into_iter()
             .flatten()
         {
-            let mut c = c;
             let _ = c.kill();
             let _ = c.wait();
         }

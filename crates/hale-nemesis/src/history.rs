@@ -6,7 +6,9 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
+use std::path::Path;
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::hook::HookLine;
@@ -133,6 +135,17 @@ pub struct History {
     pub primaries: Vec<PrimarySample>,
 }
 
+/// Reads a log of JSON lines (a register's log, `hooks.log`): lines that
+/// do not parse, such as a line cut short by a full disk, are skipped; a
+/// missing file reads as empty.
+pub fn read_log<T: DeserializeOwned>(path: &Path) -> Vec<T> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
 fn secs(t: u64, base: u64) -> String {
     format!("{:>8.3}s", (t as i128 - base as i128) as f64 / 1e9)
 }
@@ -151,12 +164,12 @@ impl History {
         })
     }
 
-    /// The hosts a nemesis touched at any time of the run.
-    pub fn touched(&self) -> std::collections::BTreeSet<&str> {
-        self.faults
+    /// Every register's records, with the register's node: registers in
+    /// name order, each one's records in its log's order.
+    pub fn records(&self) -> impl Iterator<Item = (&str, &RegisterRecord)> {
+        self.registers
             .iter()
-            .flat_map(|f| f.hosts.iter().map(String::as_str))
-            .collect()
+            .flat_map(|(node, recs)| recs.iter().map(move |r| (node.as_str(), r)))
     }
 
     /// Everything recorded between `from_ns` and `to_ns`, one line each,
@@ -197,22 +210,21 @@ impl History {
                 ));
             }
         }
-        for (node, recs) in &self.registers {
-            for r in recs {
-                let t = match r {
-                    RegisterRecord::Promote { t, .. }
-                    | RegisterRecord::Fence { t, .. }
-                    | RegisterRecord::Accepted { t, .. }
-                    | RegisterRecord::Replica { t, .. } => *t,
-                };
-                let write = match r {
-                    RegisterRecord::Accepted { value, .. }
-                    | RegisterRecord::Replica { value, .. } => Some(*value),
-                    _ => None,
-                };
-                if within(t) && write.is_none_or(|v| values.contains(&v)) {
-                    lines.push((t, format!("register {node}: {r:?}")));
+        for (node, r) in self.records() {
+            let t = match r {
+                RegisterRecord::Promote { t, .. }
+                | RegisterRecord::Fence { t, .. }
+                | RegisterRecord::Accepted { t, .. }
+                | RegisterRecord::Replica { t, .. } => *t,
+            };
+            let write = match r {
+                RegisterRecord::Accepted { value, .. } | RegisterRecord::Replica { value, .. } => {
+                    Some(*value)
                 }
+                _ => None,
+            };
+            if within(t) && write.is_none_or(|v| values.contains(&v)) {
+                lines.push((t, format!("register {node}: {r:?}")));
             }
         }
         for h in self.hooks.iter().filter(|h| within(h.t)) {

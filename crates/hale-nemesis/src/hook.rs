@@ -11,7 +11,7 @@
 
 use std::io::Write;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -88,15 +88,6 @@ pub struct HookConfig {
     /// Base duration, ms.
     #[arg(long, default_value_t = 1000)]
     pub ms: u64,
-}
-
-/// Reads `hooks.log` in `dir`.
-pub fn read_log(dir: &Path) -> Vec<HookLine> {
-    std::fs::read_to_string(dir.join("hooks.log"))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
 }
 
 fn log(cfg: &HookConfig, phase: Phase, epoch: u64) -> Result<(), HookError> {

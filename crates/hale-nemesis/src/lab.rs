@@ -13,7 +13,7 @@
 use std::io::Write;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -91,9 +91,15 @@ pub fn filler(netns: &str, to: std::net::SocketAddr, kbit: u32) -> Result<(), La
 /// Runs a command, failing with its standard error.
 pub fn run(args: &[&str]) -> Result<String, LabError> {
     let out = Command::new(args[0]).args(&args[1..]).output()?;
+    succeeded(out, || args.join(" "))
+}
+
+/// A finished command's standard output, or its standard error as the
+/// failure of command `cmd`.
+fn succeeded(out: Output, cmd: impl FnOnce() -> String) -> Result<String, LabError> {
     if !out.status.success() {
         return Err(LabError::Command {
-            cmd: args.join(" "),
+            cmd: cmd(),
             stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         });
     }
@@ -117,14 +123,10 @@ pub fn nft(ns: &str, script: &str) -> Result<(), LabError> {
     if let Some(mut stdin) = child.stdin.take() {
         stdin.write_all(script.as_bytes())?;
     }
-    let out = child.wait_with_output()?;
-    if !out.status.success() {
-        return Err(LabError::Command {
-            cmd: format!("nft in {ns}: {script}"),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        });
-    }
-    Ok(())
+    succeeded(child.wait_with_output()?, || {
+        format!("nft in {ns}: {script}")
+    })
+    .map(drop)
 }
 
 /// The process ids in network namespace `ns`.
@@ -148,9 +150,10 @@ pub fn cmdline(pid: i32) -> String {
         .unwrap_or_default()
 }
 
-/// Sends `sig` to every process in namespace `ns`.
-pub fn signal_ns(ns: &str, sig: Signal) {
-    for p in ns_pids(ns) {
+/// Sends `sig` to processes `pids` (forgetting libfaketime's files of those
+/// it kills).
+pub fn signal(pids: &[i32], sig: Signal) {
+    for &p in pids {
         let _ = kill(Pid::from_raw(p), sig);
         if sig == Signal::SIGKILL {
             forget_faketime(p);
@@ -319,8 +322,8 @@ impl Lab {
 impl Drop for Lab {
     fn drop(&mut self) {
         for ns in &self.hosts {
-            signal_ns(ns, Signal::SIGCONT);
-            signal_ns(ns, Signal::SIGKILL);
+            signal(&ns_pids(ns), Signal::SIGCONT);
+            signal(&ns_pids(ns), Signal::SIGKILL);
         }
         // Killed processes leave their namespace once reaped; the namespaces
         // go regardless (a netns lives on until its last process is gone).

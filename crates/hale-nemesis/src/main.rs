@@ -13,7 +13,7 @@ use clap::{Parser, Subcommand};
 use hale_nemesis::hook::HookConfig;
 use hale_nemesis::register::RegisterConfig;
 use hale_nemesis::run::{run_one, RunOptions, INTERRUPTED};
-use hale_nemesis::schedule::Family;
+use hale_nemesis::schedule::{Family, ScheduleParams};
 
 #[derive(Parser)]
 #[command(
@@ -30,7 +30,7 @@ enum Cmd {
     /// Run schedules (as root: network namespaces, nftables, tmpfs, libfaketime).
     Run(RunArgs),
     /// Serve a fenced register (started by `run` inside each host).
-    Register(RegisterArgs),
+    Register(RegisterConfig),
     /// Run a role hook (configured by `run` as the agents' hooks).
     Hook(HookConfig),
     /// Summarize the `report.json` files under a directory.
@@ -112,26 +112,6 @@ struct RunArgs {
     stop_on_violation: bool,
 }
 
-#[derive(clap::Args)]
-struct RegisterArgs {
-    /// This host's node name.
-    #[arg(long)]
-    node: String,
-    /// Where to listen.
-    #[arg(long)]
-    listen: SocketAddr,
-    /// The durable log.
-    #[arg(long)]
-    log: PathBuf,
-    /// Every other register, `name=addr` (a write needs a majority of
-    /// them and this one).
-    #[arg(long)]
-    peer: Vec<String>,
-    /// Planted bug: accept any epoch.
-    #[arg(long)]
-    skip_epoch_check: bool,
-}
-
 fn default_hale_bin() -> PathBuf {
     // target/release/hale-nemesis -> target/release/hale
     std::env::current_exe()
@@ -154,17 +134,10 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         let _ = block_on(async {
             let mut term =
                 tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-            let term = async {
-                match term.as_mut() {
-                    Some(t) => {
-                        t.recv().await;
-                    }
-                    None => std::future::pending().await,
-                }
-            };
+            // Without a SIGTERM handler, its branch is disabled: Ctrl-C only.
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => {}
-                () = term => {}
+                Some(()) = async { term.as_mut()?.recv().await } => {}
             }
             INTERRUPTED.store(true, Ordering::Relaxed);
         });
@@ -186,14 +159,16 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         hale_bin,
         nemesis_bin: std::env::current_exe().context("own path")?,
         out: args.out.clone(),
-        hosts: 5,
-        length: Duration::from_secs(args.length),
-        families: if args.faults.is_empty() {
-            Family::ALL.to_vec()
-        } else {
-            args.faults.clone()
+        schedule: ScheduleParams {
+            hosts: 5,
+            length: Duration::from_secs(args.length),
+            families: if args.faults.is_empty() {
+                Family::ALL.to_vec()
+            } else {
+                args.faults.clone()
+            },
+            max_overlap: args.max_overlap,
         },
-        max_overlap: args.max_overlap,
         liveness_bound: Duration::from_secs(args.liveness_bound),
         workers: args.workers,
         sticky_workers: args.sticky_workers,
@@ -251,25 +226,7 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 fn main() -> anyhow::Result<ExitCode> {
     match Cli::parse().cmd {
         Cmd::Run(args) => run(args),
-        Cmd::Register(a) => {
-            let peers = a
-                .peer
-                .iter()
-                .map(|p| {
-                    let (n, addr) = p.split_once('=').context("--peer name=addr")?;
-                    Ok((n.to_owned(), addr.parse()?))
-                })
-                .collect::<anyhow::Result<Vec<_>>>()?;
-            let registers = peers.len() + 1;
-            let cfg = RegisterConfig {
-                node: a.node,
-                listen: a.listen,
-                log: a.log,
-                // A majority of all registers, this one included.
-                quorum: registers / 2 + 1,
-                peers,
-                skip_epoch_check: a.skip_epoch_check,
-            };
+        Cmd::Register(cfg) => {
             block_on(hale_nemesis::register::serve(cfg))??;
             Ok(ExitCode::SUCCESS)
         }

@@ -4,13 +4,12 @@
 
 use std::io::Write;
 
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 
 use crate::clock::now_ns;
 use crate::cluster::{ClockMode, Cluster, ClusterError, SERVERS};
 use crate::history::FaultRecord;
-use crate::lab::ns_pids;
+use crate::lab::{ns_pids, signal};
 use crate::schedule::{Fault, Net, Target};
 
 /// What the nemesis needs to know about the cluster now.
@@ -60,15 +59,6 @@ fn resolve(t: Target, o: &mut dyn Oracle, hosts: usize) -> usize {
         Target::Host(h) => h.min(hosts - 1),
         Target::Holder => o.holder().unwrap_or_else(|| o.any(hosts)),
         Target::Leader => o.leader().unwrap_or_else(|| o.any(SERVERS.min(hosts))),
-    }
-}
-
-fn signal_all(pids: &[i32], sig: Signal) {
-    for &p in pids {
-        let _ = kill(Pid::from_raw(p), sig);
-        if sig == Signal::SIGKILL {
-            crate::lab::forget_faketime(p);
-        }
     }
 }
 
@@ -126,39 +116,33 @@ impl Nemesis {
             Fault::Net(net) => {
                 let mut rules = Vec::new();
                 match net {
-                    Net::Halves { side } => {
-                        let other: Vec<usize> =
-                            all.iter().copied().filter(|h| !side.contains(h)).collect();
-                        cut(c, side, &other, &mut rules);
-                        cut(c, &other, side, &mut rules);
-                        touched = all.clone();
-                    }
-                    Net::Isolate(t) => {
-                        let h = resolve(*t, o, n);
-                        let other = except(h);
-                        cut(c, &[h], &other, &mut rules);
-                        cut(c, &other, &[h], &mut rules);
-                        touched = vec![h];
-                    }
-                    Net::OneWay { target, inbound } => {
-                        let h = resolve(*target, o, n);
-                        let other = except(h);
-                        if *inbound {
-                            cut(c, &[h], &other, &mut rules);
-                        } else {
-                            cut(c, &other, &[h], &mut rules);
-                        }
-                        touched = vec![h];
-                    }
-                    Net::Bridge { bridge, side } => {
+                    Net::Halves { side } | Net::Bridge { side, .. } => {
+                        // The other side: every host but `side` and a bridge.
+                        let bridge = match net {
+                            Net::Bridge { bridge, .. } => Some(*bridge),
+                            _ => None,
+                        };
                         let other: Vec<usize> = all
                             .iter()
                             .copied()
-                            .filter(|h| !side.contains(h) && h != bridge)
+                            .filter(|&h| !side.contains(&h) && Some(h) != bridge)
                             .collect();
                         cut(c, side, &other, &mut rules);
                         cut(c, &other, side, &mut rules);
                         touched = all.clone();
+                    }
+                    Net::Isolate(target) | Net::OneWay { target, .. } => {
+                        // Isolated: both ways; one way: the host's input
+                        // (`inbound`), or the others' input from it.
+                        let h = resolve(*target, o, n);
+                        let other = except(h);
+                        if !matches!(net, Net::OneWay { inbound: false, .. }) {
+                            cut(c, &[h], &other, &mut rules);
+                        }
+                        if !matches!(net, Net::OneWay { inbound: true, .. }) {
+                            cut(c, &other, &[h], &mut rules);
+                        }
+                        touched = vec![h];
                     }
                     Net::Delay { hosts, ms } => {
                         for &h in hosts {
@@ -239,16 +223,16 @@ impl Nemesis {
             }
             Fault::StopAgent(_) => {
                 act.stopped = c.agent_pid(h).into_iter().collect();
-                signal_all(&act.stopped, Signal::SIGSTOP);
+                signal(&act.stopped, Signal::SIGSTOP);
                 format!("stopped {:?}", act.stopped)
             }
             Fault::KillWatchdog(_) | Fault::StopWatchdog(_) => {
                 let pids = c.host_pids(h, "watchdog");
                 if matches!(fault, Fault::KillWatchdog(_)) {
-                    signal_all(&pids, Signal::SIGKILL);
+                    signal(&pids, Signal::SIGKILL);
                     format!("killed watchdogs {pids:?}")
                 } else {
-                    signal_all(&pids, Signal::SIGSTOP);
+                    signal(&pids, Signal::SIGSTOP);
                     act.stopped = pids.clone();
                     format!("stopped watchdogs {pids:?}")
                 }
@@ -267,7 +251,7 @@ impl Nemesis {
             }
             Fault::StopHost(_) => {
                 act.stopped = ns_pids(&c.lab.hosts[h]);
-                signal_all(&act.stopped, Signal::SIGSTOP);
+                signal(&act.stopped, Signal::SIGSTOP);
                 format!("stopped {:?}", act.stopped)
             }
             Fault::StopHale(_) => {
@@ -278,7 +262,7 @@ impl Nemesis {
                         !matches!(cmd.split(' ').nth(1), Some("register" | "filler"))
                     })
                     .collect();
-                signal_all(&act.stopped, Signal::SIGSTOP);
+                signal(&act.stopped, Signal::SIGSTOP);
                 format!("stopped hale {:?}, not the register", act.stopped)
             }
             Fault::ClockStep { secs, .. } => {
@@ -310,7 +294,7 @@ impl Nemesis {
             if pids.is_empty() {
                 continue;
             }
-            signal_all(&pids, sig);
+            signal(&pids, sig);
             if sig == Signal::SIGSTOP {
                 act.stopped = pids.clone();
             }
@@ -346,7 +330,7 @@ impl Nemesis {
                 c.lab.set_delay(d, still)?;
             }
         }
-        signal_all(&act.stopped, Signal::SIGCONT);
+        signal(&act.stopped, Signal::SIGCONT);
         match act.fault {
             Fault::KillAgent(_) => {
                 c.restart_agent(h, c.clocks[h])?;

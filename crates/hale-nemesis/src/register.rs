@@ -32,7 +32,8 @@
 
 use std::io::Write;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -44,6 +45,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
 
 use crate::clock::now_ns;
+use crate::history::read_log;
 
 /// What can stop a register from serving.
 #[derive(Debug, thiserror::Error)]
@@ -123,22 +125,40 @@ impl RegisterRecord {
     }
 }
 
-/// How a register runs.
-#[derive(Debug, Clone)]
+/// How a register runs (the arguments of `hale-nemesis register`).
+#[derive(Debug, Clone, clap::Args)]
 pub struct RegisterConfig {
     /// This host's node name.
+    #[arg(long)]
     pub node: String,
     /// Where to listen.
+    #[arg(long)]
     pub listen: SocketAddr,
-    /// The log file.
+    /// The durable log.
+    #[arg(long)]
     pub log: PathBuf,
-    /// The other registers.
+    /// Every other register, `name=addr` (a write needs a majority of
+    /// them and this one).
+    #[arg(long = "peer", value_name = "PEER", value_parser = peer)]
     pub peers: Vec<(String, SocketAddr)>,
-    /// How many copies make a write accepted, this register's included
-    /// (a majority of all registers).
-    pub quorum: usize,
     /// Planted bug: accept any epoch.
+    #[arg(long)]
     pub skip_epoch_check: bool,
+}
+
+impl RegisterConfig {
+    /// How many copies make a write accepted, this register's included: a
+    /// majority of all registers.
+    pub fn quorum(&self) -> usize {
+        let registers = self.peers.len() + 1;
+        registers / 2 + 1
+    }
+}
+
+/// A `--peer`: `name=addr`.
+fn peer(text: &str) -> Result<(String, SocketAddr), Box<dyn std::error::Error + Send + Sync>> {
+    let (name, addr) = text.split_once('=').ok_or("--peer name=addr")?;
+    Ok((name.to_owned(), addr.parse()?))
 }
 
 /// A body of `POST /promote` and `/fence`.
@@ -195,10 +215,30 @@ struct Reg {
     /// never waits behind writes in flight (they wait for replicas while
     /// holding `inner`), and a write in flight when it arrived is refused,
     /// as a killed database fails its open transactions.
-    fenced: std::sync::atomic::AtomicBool,
+    fenced: AtomicBool,
 }
 
 impl Inner {
+    /// Takes a promote or a copy at `epoch`: refused if a higher epoch was
+    /// seen (unless the epoch check is skipped), else `record(now)` logged and
+    /// `epoch` learnt.
+    fn take(
+        &mut self,
+        cfg: &RegisterConfig,
+        epoch: u64,
+        record: impl FnOnce(u64) -> RegisterRecord,
+    ) -> Result<(), Answer> {
+        if !cfg.skip_epoch_check && epoch < self.highest {
+            return Err(refuse(StatusCode::CONFLICT, self.highest, "stale epoch"));
+        }
+        if let Err(e) = self.append(&record(now_ns())) {
+            let why = e.to_string();
+            return Err(refuse(StatusCode::INSUFFICIENT_STORAGE, self.highest, &why));
+        }
+        self.highest = self.highest.max(epoch);
+        Ok(())
+    }
+
     fn append(&mut self, rec: &RegisterRecord) -> std::io::Result<()> {
         let mut line = serde_json::to_vec(rec).map_err(std::io::Error::other)?;
         line.push(b'\n');
@@ -219,16 +259,6 @@ impl Inner {
             }
         }
     }
-}
-
-/// Reads a register's log (lines that do not parse, such as a line cut
-/// short by a full disk, are skipped).
-pub fn read_log(path: &Path) -> Vec<RegisterRecord> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
 }
 
 type Answer = (StatusCode, Json<WriteAnswer>);
@@ -253,31 +283,24 @@ fn accept(epoch: u64) -> Answer {
 
 async fn promote(State(r): State<Arc<Reg>>, Json(b): Json<EpochBody>) -> Answer {
     let mut s = r.inner.lock().await;
-    if !r.cfg.skip_epoch_check && b.epoch < s.highest {
-        return refuse(StatusCode::CONFLICT, s.highest, "stale epoch");
+    let rec = |t| RegisterRecord::Promote { t, epoch: b.epoch };
+    if let Err(refused) = s.take(&r.cfg, b.epoch, rec) {
+        return refused;
     }
-    let rec = RegisterRecord::Promote {
-        t: now_ns(),
-        epoch: b.epoch,
-    };
-    if let Err(e) = s.append(&rec) {
-        return refuse(StatusCode::INSUFFICIENT_STORAGE, s.highest, &e.to_string());
-    }
-    s.highest = s.highest.max(b.epoch);
     s.primary = Some(b.epoch);
-    r.fenced.store(false, std::sync::atomic::Ordering::SeqCst);
+    r.fenced.store(false, Ordering::SeqCst);
     accept(b.epoch)
 }
 
 async fn fence(State(r): State<Arc<Reg>>, Json(b): Json<EpochBody>) -> Answer {
     // In force at once; recorded once the writes in flight are done.
-    r.fenced.store(true, std::sync::atomic::Ordering::SeqCst);
+    r.fenced.store(true, Ordering::SeqCst);
     let t = now_ns();
     let reg = r.clone();
     tokio::spawn(async move {
         let mut s = reg.inner.lock().await;
         // Fenced in memory first: a full disk must not keep it primary.
-        if reg.fenced.load(std::sync::atomic::Ordering::SeqCst) {
+        if reg.fenced.load(Ordering::SeqCst) {
             s.primary = None;
         }
         let _ = s.append(&RegisterRecord::Fence { t, epoch: b.epoch });
@@ -287,29 +310,22 @@ async fn fence(State(r): State<Arc<Reg>>, Json(b): Json<EpochBody>) -> Answer {
 
 async fn replicate(State(r): State<Arc<Reg>>, Json(b): Json<ReplicateBody>) -> Answer {
     let mut s = r.inner.lock().await;
-    if !r.cfg.skip_epoch_check && b.epoch < s.highest {
-        return refuse(StatusCode::CONFLICT, s.highest, "stale epoch");
-    }
-    let rec = RegisterRecord::Replica {
-        t: now_ns(),
+    let rec = |t| RegisterRecord::Replica {
+        t,
         epoch: b.epoch,
         value: b.value,
         from: b.from,
     };
-    if let Err(e) = s.append(&rec) {
-        return refuse(StatusCode::INSUFFICIENT_STORAGE, s.highest, &e.to_string());
+    if let Err(refused) = s.take(&r.cfg, b.epoch, rec) {
+        return refused;
     }
-    s.highest = s.highest.max(b.epoch);
     accept(b.epoch)
 }
 
 async fn write(State(r): State<Arc<Reg>>, Json(b): Json<WriteBody>) -> Answer {
     // Held throughout: a fence or a higher epoch waits for a write in flight.
     let mut s = r.inner.lock().await;
-    let Some(epoch) = s
-        .primary
-        .filter(|_| !r.fenced.load(std::sync::atomic::Ordering::SeqCst))
-    else {
+    let Some(epoch) = s.primary.filter(|_| !r.fenced.load(Ordering::SeqCst)) else {
         return refuse(StatusCode::SERVICE_UNAVAILABLE, s.highest, "not primary");
     };
     if !r.cfg.skip_epoch_check && epoch < s.highest {
@@ -334,7 +350,7 @@ async fn write(State(r): State<Arc<Reg>>, Json(b): Json<WriteBody>) -> Answer {
             Some((name, sent.json::<WriteAnswer>().await.ok()?))
         });
     }
-    let need = r.cfg.quorum.saturating_sub(1);
+    let need = r.cfg.quorum().saturating_sub(1);
     let mut replicas = Vec::new();
     while replicas.len() < need {
         let Some(joined) = asks.join_next().await else {
@@ -363,7 +379,7 @@ async fn write(State(r): State<Arc<Reg>>, Json(b): Json<WriteBody>) -> Answer {
             "no majority of replicas answered",
         );
     }
-    if r.fenced.load(std::sync::atomic::Ordering::SeqCst) {
+    if r.fenced.load(Ordering::SeqCst) {
         return refuse(
             StatusCode::SERVICE_UNAVAILABLE,
             s.highest,
@@ -407,7 +423,7 @@ pub async fn serve(cfg: RegisterConfig) -> Result<(), RegisterError> {
         path: cfg.log.clone(),
         source,
     };
-    let highest = read_log(&cfg.log)
+    let highest = read_log::<RegisterRecord>(&cfg.log)
         .iter()
         .map(RegisterRecord::epoch)
         .max()
@@ -430,7 +446,7 @@ pub async fn serve(cfg: RegisterConfig) -> Result<(), RegisterError> {
         .map_err(|e| log_err(std::io::Error::other(e)))?;
     let addr = cfg.listen;
     let reg = Arc::new(Reg {
-        fenced: std::sync::atomic::AtomicBool::new(false),
+        fenced: AtomicBool::new(false),
         cfg,
         inner: Mutex::new(Inner {
             highest,

@@ -15,10 +15,10 @@ use crate::check::{check_all, Violation};
 use crate::client::Client;
 use crate::clock::now_ns;
 use crate::cluster::{ClockMode, Cluster, ClusterConfig, ClusterError};
-use crate::history::{History, Outcome};
+use crate::history::{read_log, History, Outcome};
 use crate::lab::{Lab, LabError};
 use crate::nemesis::{Nemesis, Oracle};
-use crate::schedule::{Family, Fault, Net, Schedule, ScheduleParams};
+use crate::schedule::{Fault, Net, Schedule, ScheduleParams};
 
 /// How long a new cluster gets to form with one primary before the faults.
 pub const FORMATION: Duration = Duration::from_secs(90);
@@ -54,14 +54,9 @@ pub struct RunOptions {
     pub nemesis_bin: PathBuf,
     /// Where each run's directory goes (`seed-<N>/`).
     pub out: PathBuf,
-    /// Hosts.
-    pub hosts: usize,
-    /// Length of the fault phase.
-    pub length: Duration,
-    /// Fault families to draw from.
-    pub families: Vec<Family>,
-    /// Most faults at once.
-    pub max_overlap: usize,
+    /// The hosts, the length of the fault phase, the fault families to draw
+    /// from, the most faults at once.
+    pub schedule: ScheduleParams,
     /// After the last heal, the bound for one primary and converged membership.
     pub liveness_bound: Duration,
     /// Client writers that look the primary up again every second.
@@ -219,26 +214,20 @@ pub fn run_one(opts: &RunOptions, seed: u64) -> Result<RunReport, RunError> {
     let dir = opts.out.join(format!("seed-{seed}"));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
-    let params = ScheduleParams {
-        hosts: opts.hosts,
-        length: opts.length,
-        families: opts.families.clone(),
-        max_overlap: opts.max_overlap,
-    };
-    let schedule = Schedule::generate(seed, &params);
+    let schedule = Schedule::generate(seed, &opts.schedule);
     std::fs::write(dir.join("schedule.txt"), schedule.to_string())?;
     let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x6e65_6d65_7369_7321);
-    let lab = Lab::new(&dir, &format!("s{seed}"), opts.hosts, opts.disk_mb)?;
+    let lab = Lab::new(&dir, &format!("s{seed}"), opts.schedule.hosts, opts.disk_mb)?;
     lab.enter_bridge()?;
     let draw =
         |rng: &mut Xoshiro256PlusPlus, (lo, hi): (u64, u64)| rng.random_range(lo..=hi.max(lo));
     let ccfg = ClusterConfig {
         hale_bin: opts.hale_bin.clone(),
         nemesis_bin: opts.nemesis_bin.clone(),
-        promote_ms: (0..opts.hosts)
+        promote_ms: (0..opts.schedule.hosts)
             .map(|_| draw(&mut rng, opts.promote_ms))
             .collect(),
-        demote_ms: (0..opts.hosts)
+        demote_ms: (0..opts.schedule.hosts)
             .map(|_| draw(&mut rng, opts.demote_ms))
             .collect(),
         state_dir: opts.state_dir,
@@ -247,10 +236,10 @@ pub fn run_one(opts: &RunOptions, seed: u64) -> Result<RunReport, RunError> {
     };
     let mut cluster = Cluster::new(lab, ccfg, &format!("nemesis-{seed}"))?;
     let names = cluster.names.clone();
-    for i in 0..opts.hosts {
+    for i in 0..opts.schedule.hosts {
         cluster.start_register(i)?;
     }
-    for i in 0..opts.hosts {
+    for i in 0..opts.schedule.hosts {
         cluster.start_agent(i, ClockMode::True)?;
     }
     // Worker threads start here, inside the bridge namespace.
@@ -287,7 +276,7 @@ pub fn run_one(opts: &RunOptions, seed: u64) -> Result<RunReport, RunError> {
         client: &client,
         rt: &rt,
         rng,
-        hosts: opts.hosts,
+        hosts: opts.schedule.hosts,
     };
     let mut nemesis = Nemesis::default();
     let mut plan: Vec<(u64, bool, usize)> = Vec::new(); // (ms, heal?, step)
@@ -300,9 +289,6 @@ pub fn run_one(opts: &RunOptions, seed: u64) -> Result<RunReport, RunError> {
     history.faults_start_ns = now_ns();
     let t0 = Instant::now();
     let mut next = 0;
-    if !formed {
-        next = plan.len();
-    }
     while formed && (t0.elapsed() < Duration::from_millis(schedule.length_ms) || next < plan.len())
     {
         check_interrupt()?;
@@ -345,20 +331,17 @@ pub fn run_one(opts: &RunOptions, seed: u64) -> Result<RunReport, RunError> {
     history.end_ns = now_ns();
     history.faults = nemesis.records;
     {
-        let mut s = client
-            .shared
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut s = crate::client::lock(&client.shared);
         history.ops = std::mem::take(&mut s.ops);
         history.deaths = std::mem::take(&mut s.deaths);
         history.primaries = std::mem::take(&mut s.primaries);
     }
     for (i, name) in names.iter().enumerate() {
-        let recs = crate::register::read_log(&cluster.lab.disks[i].join("register.log"));
+        let recs = read_log(&cluster.lab.disks[i].join("register.log"));
         history.registers.insert(name.clone(), recs);
         history
             .hooks
-            .extend(crate::hook::read_log(&cluster.lab.dirs[i]));
+            .extend(read_log(&cluster.lab.dirs[i].join("hooks.log")));
         // Keep the register log past the tmpfs.
         let _ = std::fs::copy(
             cluster.lab.disks[i].join("register.log"),

@@ -11,15 +11,7 @@ use crate::check::check_all;
 use crate::history::History;
 use crate::run::RunReport;
 
-/// What can stop a summary.
-#[derive(Debug, thiserror::Error)]
-pub enum SummaryError {
-    /// The directory could not be read.
-    #[error("{0}")]
-    Io(#[from] std::io::Error),
-}
-
-fn reports(dir: &Path, out: &mut Vec<RunReport>) -> Result<(), SummaryError> {
+fn reports(dir: &Path, out: &mut Vec<RunReport>) -> std::io::Result<()> {
     for e in std::fs::read_dir(dir)? {
         let p = e?.path();
         if p.is_dir() {
@@ -45,8 +37,9 @@ fn pct(sorted: &[u64], p: f64) -> u64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
-/// The summary of every `report.json` under `dir`, as text.
-pub fn summarize(dir: &Path) -> Result<String, SummaryError> {
+/// The summary of every `report.json` under `dir`, as text (or why the
+/// directory could not be read).
+pub fn summarize(dir: &Path) -> std::io::Result<String> {
     let mut all = Vec::new();
     reports(dir, &mut all)?;
     all.sort_by_key(|r| r.seed);

@@ -40,15 +40,15 @@ pub struct PostgresConfig {
     /// replication slots, and as `pg_rewind`'s source). Default `postgres`.
     /// No password is sent: `pg_hba.conf` must let this user in by `trust`
     /// (or the tools' `~/.pgpass` of `os_user`, for the tools).
-    #[serde(default = "default_user")]
+    #[serde(default = "default_postgres")]
     pub user: String,
     /// The database hale connects to. Default `postgres`.
-    #[serde(default = "default_database")]
+    #[serde(default = "default_postgres")]
     pub database: String,
     /// The user a replica streams as (`primary_conninfo`) and clones as
     /// (`pg_basebackup`); it needs the `REPLICATION` attribute. Default
     /// `postgres`.
-    #[serde(default = "default_user")]
+    #[serde(default = "default_postgres")]
     pub replication_user: String,
     /// What each node's replication slot on the primary is named by:
     /// `<slot_prefix><node>` ([`PostgresConfig::slot_name`]). 1 to 32 of
@@ -59,7 +59,7 @@ pub struct PostgresConfig {
     /// owns the files hale writes in the data directory (PostgreSQL refuses to
     /// run as root). Used only when hale runs as root; otherwise the tools run
     /// as hale's own user. Default `postgres`.
-    #[serde(default = "default_user")]
+    #[serde(default = "default_postgres")]
     pub os_user: String,
     /// The most a standby's replay may be behind the primary, in bytes of WAL,
     /// for it to be promoted. Default 1 MiB (1048576), as Patroni's
@@ -117,10 +117,8 @@ fn default_host() -> String {
 fn default_port() -> u16 {
     5432
 }
-fn default_user() -> String {
-    "postgres".to_owned()
-}
-fn default_database() -> String {
+/// The default of every name (users, database): `postgres`.
+fn default_postgres() -> String {
     "postgres".to_owned()
 }
 fn default_slot_prefix() -> String {
@@ -189,11 +187,11 @@ impl PostgresConfig {
             bin_dir: default_bin_dir(),
             host: default_host(),
             port: default_port(),
-            user: default_user(),
-            database: default_database(),
-            replication_user: default_user(),
+            user: default_postgres(),
+            database: default_postgres(),
+            replication_user: default_postgres(),
             slot_prefix: default_slot_prefix(),
-            os_user: default_user(),
+            os_user: default_postgres(),
             max_lag_on_failover: default_max_lag(),
             reclone_on_rewind_failure: true,
             synchronous: true,
@@ -228,12 +226,9 @@ impl PostgresConfig {
         if self.port == 0 {
             return Err(ConfigError::Zero { key: "port" });
         }
-        let p = &self.slot_prefix;
-        let valid = (1..=32).contains(&p.len())
-            && p.bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
-        if !valid {
-            return Err(ConfigError::SlotPrefix { prefix: p.clone() });
+        if !slot_chars(&self.slot_prefix, 32) {
+            let prefix = self.slot_prefix.clone();
+            return Err(ConfigError::SlotPrefix { prefix });
         }
         for (key, value) in [
             ("connect_timeout", self.connect_timeout),
@@ -283,6 +278,15 @@ impl PostgresConfig {
     pub fn fence_marker(&self) -> PathBuf {
         self.data_dir.join(FENCE_MARKER)
     }
+}
+
+/// Whether `name` is 1 to `max` of `a-z`, `0-9` and `_`: what a replication
+/// slot's name (and so its prefix) may hold.
+pub(crate) fn slot_chars(name: &str, max: usize) -> bool {
+    (1..=max).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
 }
 
 fn absolute(key: &'static str, path: &Path) -> Result<(), ConfigError> {

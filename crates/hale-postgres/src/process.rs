@@ -65,22 +65,14 @@ pub enum ToolError {
 /// hale does not run as root (then everything is hale's own user's).
 #[derive(Debug, Clone)]
 pub(crate) struct OsUser {
-    uid: Uid,
-    gid: Gid,
+    /// The user's id.
+    pub(crate) uid: Uid,
+    /// The user's primary group.
+    pub(crate) gid: Gid,
     home: PathBuf,
 }
 
 impl OsUser {
-    /// The user's id.
-    pub(crate) fn uid(&self) -> u32 {
-        self.uid.as_raw()
-    }
-
-    /// The user's primary group.
-    pub(crate) fn gid(&self) -> u32 {
-        self.gid.as_raw()
-    }
-
     /// Looks up `cfg.os_user` when running as root.
     pub(crate) fn resolve(cfg: &PostgresConfig) -> Result<Option<OsUser>, ToolError> {
         if !Uid::effective().is_root() {
@@ -173,14 +165,32 @@ impl<'a> Tools<'a> {
                 let start = (start..text.len())
                     .find(|&i| text.is_char_boundary(i))
                     .unwrap_or(text.len());
-                let tail = text[start..].to_owned();
                 Err(ToolError::Failed {
                     tool: path,
                     status: output.status,
-                    output: tail,
+                    output: text[start..].to_owned(),
                 })
             }
         }
+    }
+
+    /// `pg_ctl ACTION -D data_dir`, then `extra`, then `-w -t` with
+    /// `timeout` in whole seconds (the hard limit is a little longer).
+    pub(crate) async fn pg_ctl(
+        &self,
+        action: &str,
+        extra: &[&OsStr],
+        timeout: Duration,
+    ) -> Result<(), ToolError> {
+        // pg_ctl's own -t: whole seconds, at least 1.
+        let secs = timeout.as_secs().max(1).to_string();
+        let mut args: Vec<&OsStr> =
+            vec![action.as_ref(), "-D".as_ref(), self.cfg.data_dir.as_ref()];
+        args.extend(extra);
+        args.extend([OsStr::new("-w"), OsStr::new("-t"), OsStr::new(&secs)]);
+        self.run("pg_ctl", args, timeout + Duration::from_secs(1))
+            .await
+            .map(drop)
     }
 
     /// `pg_ctl start -w`: waits until the server accepts connections (as a
@@ -192,47 +202,18 @@ impl<'a> Tools<'a> {
         options: Option<&str>,
     ) -> Result<(), ToolError> {
         let log = self.cfg.log_file();
-        let mut args: Vec<&OsStr> = vec![
-            OsStr::new("start"),
-            OsStr::new("-D"),
-            self.cfg.data_dir.as_os_str(),
-            OsStr::new("-l"),
-            log.as_os_str(),
-            OsStr::new("-w"),
-        ];
-        let secs = timeout_secs(timeout);
-        args.extend([OsStr::new("-t"), OsStr::new(&secs)]);
+        let mut extra: Vec<&OsStr> = vec!["-l".as_ref(), log.as_ref()];
         if let Some(options) = options {
-            args.extend([OsStr::new("-o"), OsStr::new(options)]);
+            extra.extend([OsStr::new("-o"), OsStr::new(options)]);
         }
-        // pg_ctl's own -t is whole seconds; the hard limit is a little longer.
-        self.run("pg_ctl", args, timeout + Duration::from_secs(1))
-            .await
-            .map(drop)
+        self.pg_ctl("start", &extra, timeout).await
     }
 
     /// `pg_ctl stop -m MODE -w`.
     pub(crate) async fn stop(&self, mode: &str, timeout: Duration) -> Result<(), ToolError> {
-        let secs = timeout_secs(timeout);
-        let args: [&OsStr; 8] = [
-            "stop".as_ref(),
-            "-D".as_ref(),
-            self.cfg.data_dir.as_os_str(),
-            "-m".as_ref(),
-            mode.as_ref(),
-            "-w".as_ref(),
-            "-t".as_ref(),
-            secs.as_ref(),
-        ];
-        self.run("pg_ctl", args, timeout + Duration::from_secs(1))
+        self.pg_ctl("stop", &["-m".as_ref(), mode.as_ref()], timeout)
             .await
-            .map(drop)
     }
-}
-
-/// Whole seconds for a `-t` option, at least 1.
-pub(crate) fn timeout_secs(timeout: Duration) -> String {
-    timeout.as_secs().max(1).to_string()
 }
 
 /// The postmaster of `data_dir`, when one runs: the pid in `postmaster.pid`,
@@ -244,8 +225,7 @@ pub(crate) fn postmaster(data_dir: &Path) -> Option<Pid> {
     if pid <= 0 {
         return None;
     }
-    let proc_dir = PathBuf::from(format!("/proc/{pid}"));
-    let cwd = std::fs::read_link(proc_dir.join("cwd")).ok()?;
+    let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).ok()?;
     let ours = std::fs::canonicalize(data_dir).ok()? == cwd;
     (ours && !matches!(process_state(pid), None | Some('Z') | Some('X')))
         .then(|| Pid::from_raw(pid))

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::client::{connect, ConnectError};
 use crate::config::{ConfigError, PostgresConfig};
-use crate::process::{postmaster, timeout_secs, ToolError, Tools};
+use crate::process::{postmaster, ToolError, Tools};
 
 /// What a promotion did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -96,21 +96,8 @@ pub async fn promote(cfg: &PostgresConfig) -> Result<Promotion, PromoteError> {
     if !in_recovery {
         return Ok(Promotion::AlreadyPrimary { started });
     }
-    let secs = timeout_secs(cfg.promote_timeout);
-    let args = [
-        "promote".as_ref(),
-        "-D".as_ref(),
-        cfg.data_dir.as_os_str(),
-        "-w".as_ref(),
-        "-t".as_ref(),
-        std::ffi::OsStr::new(&secs),
-    ];
     tools
-        .run(
-            "pg_ctl",
-            args,
-            cfg.promote_timeout + std::time::Duration::from_secs(1),
-        )
+        .pg_ctl("promote", &[], cfg.promote_timeout)
         .await
         .map_err(PromoteError::Promote)?;
     Ok(Promotion::Promoted { started })

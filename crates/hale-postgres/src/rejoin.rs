@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use crate::client::{connect, poll_until, ConnectError};
-use crate::config::{ConfigError, PostgresConfig};
+use crate::config::{slot_chars, ConfigError, PostgresConfig};
 use crate::fence::{fence, mark, FenceError};
 use crate::files::{conninfo_value, set_auto_conf, LocalFiles};
 use crate::process::{postmaster, remove_synced, run_blocking, ToolError, Tools};
@@ -192,11 +192,7 @@ pub async fn rejoin(
     mut progress: impl FnMut(RejoinStep),
 ) -> Result<Rejoined, RejoinError> {
     cfg.validate()?;
-    let valid_slot = (1..=63).contains(&slot.len())
-        && slot
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
-    if !valid_slot {
+    if !slot_chars(slot, 63) {
         return Err(RejoinError::BadSlotName {
             slot: slot.to_owned(),
         });
@@ -245,7 +241,7 @@ pub async fn rejoin(
     let is_cluster = ["PG_VERSION", "global/pg_control"]
         .iter()
         .all(|f| cfg.data_dir.join(f).is_file());
-    let how = if is_cluster {
+    let mut how = if is_cluster {
         match rewind(cfg, &tools, upstream, fenced.clean(), deadline).await {
             Ok(how) => how,
             Err(err) if cfg.reclone_on_rewind_failure => {
@@ -271,7 +267,6 @@ pub async fn rejoin(
         slot,
         local: &local,
     };
-    let mut how = how;
     if !standby
         .start(cfg, &tools, how, &mut progress, deadline)
         .await?
@@ -388,7 +383,7 @@ async fn unfence(cfg: &PostgresConfig) -> Result<(), RejoinError> {
 /// Creates the data directory (0700, owned by the OS user) when it is missing.
 async fn ensure_data_dir(cfg: &PostgresConfig, tools: &Tools<'_>) -> Result<(), RejoinError> {
     let dir = cfg.data_dir.clone();
-    let owner = tools.user().map(|u| (u.uid(), u.gid()));
+    let owner = tools.user().map(|u| (u.uid.as_raw(), u.gid.as_raw()));
     run_blocking(move || {
         use std::os::unix::fs::DirBuilderExt;
         if dir.is_dir() {
@@ -526,10 +521,7 @@ async fn recover(
     tools: &Tools<'_>,
     deadline: Instant,
 ) -> Result<(), ToolError> {
-    let was_primary = matches!(
-        cluster_state(cfg, tools, deadline).await?.as_str(),
-        "in production" | "in crash recovery"
-    );
+    let was_primary = ran_as_primary(cfg, tools, deadline).await?;
     let signal = cfg.data_dir.join("standby.signal");
     let file = |source| ToolError::File {
         path: signal.clone(),
@@ -569,21 +561,19 @@ async fn recover(
 pub async fn crashed_as_primary(cfg: &PostgresConfig) -> Result<bool, ToolError> {
     let tools = Tools::new(cfg)?;
     let deadline = Instant::now() + Duration::from_secs(10);
-    Ok(matches!(
-        cluster_state(cfg, &tools, deadline).await?.as_str(),
-        "in production" | "in crash recovery"
-    ))
+    ran_as_primary(cfg, &tools, deadline).await
 }
 
-/// The cluster's state as its control file says (`pg_controldata`'s
-/// "Database cluster state": `in production`, `shut down`, `shut down in
-/// recovery`, `in archive recovery`, `in crash recovery`, ...). A stopped
-/// server answers no query: the tool is the only way to ask.
-async fn cluster_state(
+/// Whether the cluster's state, as its control file says, is `in
+/// production` or `in crash recovery` (`pg_controldata`'s "Database cluster
+/// state"; others: `shut down`, `shut down in recovery`, `in archive
+/// recovery`, ...). A stopped server answers no query: the tool is the only
+/// way to ask.
+async fn ran_as_primary(
     cfg: &PostgresConfig,
     tools: &Tools<'_>,
     deadline: Instant,
-) -> Result<String, ToolError> {
+) -> Result<bool, ToolError> {
     let out = tools
         .run(
             "pg_controldata",
@@ -591,7 +581,11 @@ async fn cluster_state(
             remaining(deadline).min(Duration::from_secs(10)),
         )
         .await?;
-    Ok(parse_cluster_state(&String::from_utf8_lossy(&out.stdout)))
+    let state = parse_cluster_state(&String::from_utf8_lossy(&out.stdout));
+    Ok(matches!(
+        state.as_str(),
+        "in production" | "in crash recovery"
+    ))
 }
 
 /// The value of `Database cluster state:` in `pg_controldata`'s output

@@ -74,13 +74,10 @@ pub async fn set_synchronous(cfg: &PostgresConfig, on: bool) -> Result<bool, Syn
         (row.get::<_, String>(0) == wanted).then_some(())
     })
     .await;
-    match in_effect {
-        Some(()) => Ok(true),
-        None => Err(SyncError::NotInEffect {
-            wanted,
-            after: cfg.promote_timeout,
-        }),
-    }
+    in_effect.map(|()| true).ok_or(SyncError::NotInEffect {
+        wanted,
+        after: cfg.promote_timeout,
+    })
 }
 
 /// Keeps a primary synchronous when it can be (when `cfg.synchronous`): `'*'`

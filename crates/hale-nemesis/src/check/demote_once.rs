@@ -31,12 +31,12 @@ pub fn check(h: &History) -> Result<(), Violation> {
             _ => {}
         }
     }
-    // The latest epoch each node promoted at (what it may still hold).
+    // The latest epoch each node promoted at (what it may still hold): runs
+    // are in (node, epoch) order, so a node's last one is its highest.
     let mut latest: BTreeMap<&str, u64> = BTreeMap::new();
     for (&(node, epoch), r) in &runs {
         if r.0.is_some() {
-            let l = latest.entry(node).or_insert(epoch);
-            *l = (*l).max(epoch);
+            latest.insert(node, epoch);
         }
     }
     let stopping = h.stopping();

@@ -12,13 +12,9 @@ use crate::register::RegisterRecord;
 /// Checks (b).
 pub fn check(h: &History) -> Result<(), Violation> {
     let mut holders: BTreeMap<u64, BTreeSet<&str>> = BTreeMap::new();
-    for (node, recs) in &h.registers {
-        for r in recs {
-            if let RegisterRecord::Accepted { value, .. } | RegisterRecord::Replica { value, .. } =
-                r
-            {
-                holders.entry(*value).or_default().insert(node);
-            }
+    for (node, r) in h.records() {
+        if let RegisterRecord::Accepted { value, .. } | RegisterRecord::Replica { value, .. } = r {
+            holders.entry(*value).or_default().insert(node);
         }
     }
     let registers = h.nodes.len().max(h.registers.len());

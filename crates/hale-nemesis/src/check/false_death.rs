@@ -4,12 +4,18 @@
 //! it), for the whole run. Conservative: a touched host may be declared
 //! dead even by a fault that should not make it look dead.
 
+use std::collections::BTreeSet;
+
 use super::Violation;
 use crate::history::History;
 
 /// Checks (d).
 pub fn check(h: &History) -> Result<(), Violation> {
-    let touched = h.touched();
+    let touched: BTreeSet<&str> = h
+        .faults
+        .iter()
+        .flat_map(|f| f.hosts.iter().map(String::as_str))
+        .collect();
     match h
         .deaths
         .iter()

@@ -38,41 +38,37 @@ fn frozen(h: &History, node: &str, t: u64) -> bool {
 /// Checks (f).
 pub fn check(h: &History) -> Result<(), Violation> {
     let mut promotes: Vec<(u64, u64, &str)> = Vec::new();
-    for (node, recs) in &h.registers {
-        for r in recs {
-            if let RegisterRecord::Promote { t, epoch } = r {
-                promotes.push((*t, *epoch, node));
-            }
+    for (node, r) in h.records() {
+        if let RegisterRecord::Promote { t, epoch } = r {
+            promotes.push((*t, *epoch, node));
         }
     }
     promotes.sort_unstable();
-    for (node, recs) in &h.registers {
-        for r in recs {
-            let RegisterRecord::Accepted {
-                t, epoch, value, ..
-            } = r
-            else {
+    for (node, r) in h.records() {
+        let RegisterRecord::Accepted {
+            t, epoch, value, ..
+        } = r
+        else {
+            continue;
+        };
+        let newer = promotes
+            .iter()
+            .take_while(|p| p.0 < *t)
+            .find(|p| p.1 > *epoch && p.2 != node);
+        if let Some(&(pt, pe, pn)) = newer {
+            if frozen(h, node, *t) {
                 continue;
-            };
-            let newer = promotes
-                .iter()
-                .take_while(|p| p.0 < *t)
-                .find(|p| p.1 > *epoch && p.2 != node);
-            if let Some(&(pt, pe, pn)) = newer {
-                if frozen(h, node, *t) {
-                    continue;
-                }
-                return Err(Violation::new(
-                    "fenced-first",
-                    format!(
-                        "{node} served value {value} at epoch {epoch} {:.3} s after {pn} was promoted at epoch {pe}, its host not frozen",
-                        (t - pt) as f64 / 1e9
-                    ),
-                    pt.saturating_sub(3_000_000_000),
-                    t + 1_000_000_000,
-                )
-                .about(vec![*value]));
             }
+            return Err(Violation::new(
+                "fenced-first",
+                format!(
+                    "{node} served value {value} at epoch {epoch} {:.3} s after {pn} was promoted at epoch {pe}, its host not frozen",
+                    (t - pt) as f64 / 1e9
+                ),
+                pt.saturating_sub(3_000_000_000),
+                t + 1_000_000_000,
+            )
+            .about(vec![*value]));
         }
     }
     Ok(())

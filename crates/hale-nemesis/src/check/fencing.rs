@@ -16,37 +16,33 @@ use crate::register::RegisterRecord;
 /// Checks (a).
 pub fn check(h: &History) -> Result<(), Violation> {
     // (register, primary, epoch, value) -> when the copy was checked and logged.
-    let mut copies: BTreeMap<(&str, &str, u64, u64), u64> = BTreeMap::new();
-    for (node, recs) in &h.registers {
-        for r in recs {
-            if let RegisterRecord::Replica {
+    let copies: BTreeMap<(&str, &str, u64, u64), u64> = h
+        .records()
+        .filter_map(|(node, r)| match r {
+            RegisterRecord::Replica {
                 t,
                 epoch,
                 value,
                 from,
-            } = r
-            {
-                copies.insert((node, from, *epoch, *value), *t);
-            }
-        }
-    }
+            } => Some(((node, from.as_str(), *epoch, *value), *t)),
+            _ => None,
+        })
+        .collect();
     let mut accepted: Vec<(u64, u64, &str, u64)> = Vec::new();
-    for (node, recs) in &h.registers {
-        for r in recs {
-            if let RegisterRecord::Accepted {
-                t,
-                epoch,
-                value,
-                replicas,
-                ..
-            } = r
-            {
-                let last_check = replicas
-                    .iter()
-                    .filter_map(|rep| copies.get(&(rep.as_str(), node, *epoch, *value)))
-                    .fold(*t, |a, &b| a.max(b));
-                accepted.push((last_check, *epoch, node, *value));
-            }
+    for (node, r) in h.records() {
+        if let RegisterRecord::Accepted {
+            t,
+            epoch,
+            value,
+            replicas,
+            ..
+        } = r
+        {
+            let last_check = replicas
+                .iter()
+                .filter_map(|rep| copies.get(&(rep.as_str(), node, *epoch, *value)))
+                .fold(*t, |a, &b| a.max(b));
+            accepted.push((last_check, *epoch, node, *value));
         }
     }
     accepted.sort();
