@@ -40,6 +40,6 @@ pub use lsn::{format_lsn, lag_bytes, parse_lsn, LsnParseError};
 pub use process::ToolError;
 pub use promote::{promote, PromoteError, Promotion};
 pub use rejoin::{crashed_as_primary, rejoin, RejoinError, RejoinStep, Rejoined, Upstream};
-pub use standing::{standing, StandbyState, Standing, StandingError};
+pub use standing::{standing, SenderState, StandbyState, Standing, StandingError};
 pub use start::{start_standby, StartError, StartedStandby};
 pub use synchronous::{maintain_synchronous, set_synchronous, SyncError, ANY_STANDBY};

@@ -22,9 +22,41 @@ pub struct StandbyState {
     pub flush_lsn: Option<u64>,
     /// The WAL position it has replayed, when reported.
     pub replay_lsn: Option<u64>,
-    /// The sender's state: `streaming`, `catchup`, `startup`, `backup` or
-    /// `stopping`.
-    pub state: String,
+    /// Its WAL sender's state.
+    pub state: SenderState,
+}
+
+/// A WAL sender's state (`pg_stat_replication.state`), by PostgreSQL's
+/// names; `unknown` for one hidden from hale's user or newer than PostgreSQL 15.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SenderState {
+    /// Starting up.
+    Startup,
+    /// Catching up with the primary.
+    Catchup,
+    /// Streaming what the primary writes.
+    Streaming,
+    /// Sending a base backup (`pg_basebackup`).
+    Backup,
+    /// Stopping.
+    Stopping,
+    /// Any other (or no) state.
+    #[serde(other)]
+    Unknown,
+}
+
+impl SenderState {
+    fn parse(state: Option<&str>) -> SenderState {
+        match state {
+            Some("startup") => SenderState::Startup,
+            Some("catchup") => SenderState::Catchup,
+            Some("streaming") => SenderState::Streaming,
+            Some("backup") => SenderState::Backup,
+            Some("stopping") => SenderState::Stopping,
+            _ => SenderState::Unknown,
+        }
+    }
 }
 
 /// Where a PostgreSQL server stands in replication.
@@ -165,7 +197,7 @@ async fn primary(client: &Client) -> Result<Standing, StandingError> {
         standbys.push(StandbyState {
             name: row.get::<_, Option<String>>(0).unwrap_or_default(),
             sync: sync_state.as_deref() == Some("sync"),
-            state: row.get::<_, Option<String>>(2).unwrap_or_default(),
+            state: SenderState::parse(row.get(2)),
             flush_lsn: row.get::<_, Option<&str>>(3).map(parse_lsn).transpose()?,
             replay_lsn: row.get::<_, Option<&str>>(4).map(parse_lsn).transpose()?,
         });

@@ -7,7 +7,7 @@ use tokio::time::Instant;
 
 use crate::client::{connect, poll_until, ConnectError};
 use crate::config::{ConfigError, PostgresConfig};
-use crate::standing::Standing;
+use crate::standing::{SenderState, Standing};
 
 /// The value of `synchronous_standby_names` hale sets when synchronous: any
 /// one streaming standby (PostgreSQL takes the first in its list).
@@ -97,7 +97,7 @@ pub async fn maintain_synchronous(
     }
     let on = standbys
         .iter()
-        .any(|s| s.state == "streaming" && s.name != "pg_basebackup");
+        .any(|s| s.state == SenderState::Streaming && s.name != "pg_basebackup");
     set_synchronous(cfg, on).await?;
     Ok(Some(on))
 }

@@ -439,7 +439,7 @@ mod tests {
             sync,
             flush_lsn: None,
             replay_lsn: None,
-            state: "streaming".into(),
+            state: hale_postgres::SenderState::Streaming,
         };
         let primary = Standing::Primary {
             lsn: 99,

@@ -11,7 +11,7 @@
 //! committed transaction when it is promoted.
 
 use hale_control::Switchover;
-use hale_postgres::Standing;
+use hale_postgres::{SenderState, Standing};
 
 use crate::view::PostgresView;
 
@@ -68,7 +68,7 @@ pub fn readiness(
     let to = &order.to;
     let Some(s) = standbys
         .iter()
-        .find(|s| &s.name == to && s.state == "streaming")
+        .find(|s| &s.name == to && s.state == SenderState::Streaming)
     else {
         return Readiness::Waiting(Behind::NotStreaming(to.clone()));
     };
@@ -110,13 +110,13 @@ mod tests {
         }
     }
 
-    fn standby(name: &str, state: &str, flush: Option<u64>) -> StandbyState {
+    fn standby(name: &str, state: SenderState, flush: Option<u64>) -> StandbyState {
         StandbyState {
             name: name.into(),
             sync: false,
             flush_lsn: flush,
             replay_lsn: flush,
-            state: state.into(),
+            state,
         }
     }
 
@@ -129,14 +129,14 @@ mod tests {
 
     #[test]
     fn a_postgres_holder_hands_over_only_to_a_target_streaming_within_its_max_lag() {
-        let v = primary(vec![standby("b", "catchup", Some(10_000))]);
+        let v = primary(vec![standby("b", SenderState::Catchup, Some(10_000))]);
         assert_eq!(
             readiness(&order(0), 1, false, Some((&v, 100))),
             Readiness::Waiting(Behind::NotStreaming("b".into()))
         );
         let v = primary(vec![
-            standby("c", "streaming", Some(10_000)),
-            standby("b", "streaming", Some(9_000)),
+            standby("c", SenderState::Streaming, Some(10_000)),
+            standby("b", SenderState::Streaming, Some(9_000)),
         ]);
         assert_eq!(
             readiness(&order(0), 1, false, Some((&v, 100))),

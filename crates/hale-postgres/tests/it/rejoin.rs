@@ -89,7 +89,7 @@ async fn check_rejoined(a: &Node, b: &Node) {
     assert!(
         standbys
             .iter()
-            .any(|s| s.name == "a" && s.state == "streaming"),
+            .any(|s| s.name == "a" && s.state == hale_postgres::SenderState::Streaming),
         "{standbys:?}"
     );
 }

@@ -28,7 +28,7 @@ async fn a_primary_names_each_standby_with_its_sync_state_and_lsns() {
         };
         let caught_up = standbys.len() == 2
             && standbys.iter().all(|s| {
-                s.state == "streaming"
+                s.state == hale_postgres::SenderState::Streaming
                     && s.flush_lsn.is_some_and(|f| f >= lsn)
                     && s.replay_lsn.is_some_and(|r| r >= lsn)
             })
