@@ -115,18 +115,24 @@ impl Relay {
     /// The routes, to merge into an HTTP app.
     pub fn router(&self) -> Router {
         let p = &self.inner.prefix;
-        let mut router = Router::new();
-        // Each endpoint with and without its trailing slash.
-        for (kind, handler) in [
-            ("envelope", post(ingest::<false>)),
-            ("store", post(ingest::<true>)),
-        ] {
-            for slash in ["/", ""] {
-                let path = format!("{p}/api/{{project_id}}/{kind}{slash}");
-                router = router.route(&path, handler.clone());
-            }
-        }
-        router.with_state(self.clone())
+        Router::new()
+            .route(
+                &format!("{p}/api/{{project_id}}/envelope/"),
+                post(ingest::<false>),
+            )
+            .route(
+                &format!("{p}/api/{{project_id}}/envelope"),
+                post(ingest::<false>),
+            )
+            .route(
+                &format!("{p}/api/{{project_id}}/store/"),
+                post(ingest::<true>),
+            )
+            .route(
+                &format!("{p}/api/{{project_id}}/store"),
+                post(ingest::<true>),
+            )
+            .with_state(self.clone())
     }
 
     /// Replaces the keys clients must present ([`RelayConfig::keys`]) and
