@@ -137,7 +137,6 @@ pub struct Sim {
     /// The network, changeable at any time.
     pub net: Network,
     traffic_rate: f64,
-    tap: Option<Tap>,
     /// Extra processing delay of each node (Slow), indexed by node.
     slow: Vec<Duration>,
     /// Killed processes whose host is up: their port answers "closed".
@@ -150,9 +149,6 @@ pub struct Sim {
     window: window::Window,
     pool: Option<std::sync::Arc<rayon::ThreadPool>>,
 }
-
-/// Sees every packet a node sends: (time, from, to, channel, bytes).
-pub type Tap = Box<dyn FnMut(Time, u32, u32, Channel, &[u8]) + Send + Sync>;
 
 impl Sim {
     /// Builds the cluster at time zero.
@@ -170,7 +166,6 @@ impl Sim {
             observer: Observer::new(cfg.nodes as usize),
             net: cfg.net.clone(),
             traffic_rate: 0.0,
-            tap: None,
             slow: Vec::new(),
             closed_ports: Default::default(),
             io: window::Io::new(cfg.wire_bytes),
@@ -425,14 +420,9 @@ impl Sim {
         // The timer fired: whatever the node asks for next (even this very
         // instant) is a new timer.
         self.slots[node as usize].timer_at = Time::NEVER;
-        if self.slots[node as usize].status != Status::Up {
-            return;
+        if self.slots[node as usize].status == Status::Up {
+            self.with_node(node, Node::handle_timeout);
         }
-        let now = self.now;
-        if let Some(n) = self.slots[node as usize].node.as_mut() {
-            n.handle_timeout(now);
-        }
-        self.after_io(node);
     }
 
     /// Runs for `d` of virtual time.
@@ -450,14 +440,10 @@ impl Sim {
                 payload,
             } => self.deliver(from, to, channel, payload),
             Ev::Refused { node, peer } => {
-                if self.slots[node as usize].status != Status::Up {
-                    return; // A frozen or stalled prober misses it.
+                // A frozen or stalled prober misses it.
+                if self.slots[node as usize].status == Status::Up {
+                    self.with_node(node, |n, now| n.handle_unreachable(now, &SimId(peer)));
                 }
-                let now = self.now;
-                if let Some(n) = self.slots[node as usize].node.as_mut() {
-                    n.handle_unreachable(now, &SimId(peer));
-                }
-                self.after_io(node);
             }
             Ev::Traffic { node, gen } => self.traffic(node, gen),
             Ev::Resume { node } => self.resume(node),
@@ -466,13 +452,7 @@ impl Sim {
                 let view: Vec<Option<&Node<SimId>>> = self
                     .slots
                     .iter()
-                    .map(|s| {
-                        if s.status == Status::Up {
-                            s.node.as_ref()
-                        } else {
-                            None
-                        }
-                    })
+                    .map(|s| s.node.as_ref().filter(|_| s.status == Status::Up))
                     .collect();
                 self.observer.sample(self.now, &view);
                 let every = self.cfg.sample_every;
@@ -554,9 +534,6 @@ impl Sim {
         let n_slots = self.slots.len();
         for t in transmits {
             let to = t.to.0;
-            if let Some(tap) = self.tap.as_mut() {
-                tap(now, i, to, t.channel, &t.payload.bytes());
-            }
             if to as usize >= n_slots {
                 continue;
             }
@@ -663,11 +640,6 @@ impl Sim {
                 }
             }
         }
-    }
-
-    /// Watches every packet sent from now on (for debugging a seed).
-    pub fn set_tap(&mut self, tap: Tap) {
-        self.tap = Some(tap);
     }
 
     /// Runs `f` on node `i` (if it has state) at the current time, then
