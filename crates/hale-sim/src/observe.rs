@@ -22,31 +22,20 @@ pub const PARTITION_GRACE: Duration = Duration::from_secs(30);
 /// go every gossip interval, 200 ms on lan) and refutes only after it.
 pub const VERDICT_RACE: Duration = Duration::from_millis(200);
 
-/// Which fault was injected.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum FaultKind {
-    /// Crash of the host (it answers nothing).
-    Crash,
-    /// The process killed on a live host (its port answers "closed").
-    Kill,
-    /// Freeze (half-dead).
-    Freeze,
-    /// Every path to the node failed.
-    CutOff,
-    /// The node receives nothing (it can still send).
-    IngressBlocked,
-}
-
-impl FaultKind {
-    /// Lower-case name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FaultKind::Crash => "crash",
-            FaultKind::Kill => "kill",
-            FaultKind::Freeze => "freeze",
-            FaultKind::CutOff => "cut-off",
-            FaultKind::IngressBlocked => "ingress-blocked",
-        }
+hale_core::named_enum! {
+    /// Which fault was injected.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum FaultKind {
+        /// Crash of the host (it answers nothing).
+        Crash => "crash",
+        /// The process killed on a live host (its port answers "closed").
+        Kill => "kill",
+        /// Freeze (half-dead).
+        Freeze => "freeze",
+        /// Every path to the node failed.
+        CutOff => "cut-off",
+        /// The node receives nothing (it can still send).
+        IngressBlocked => "ingress-blocked",
     }
 }
 
