@@ -243,18 +243,13 @@ impl<I: Identity> Node<I> {
         if state != MemberState::Suspect {
             self.clear_suspicion(id);
         }
-        if was_suspect != is_suspect && self.alive_witnesses() < self.cfg.corroboration {
+        if was_suspect != is_suspect && self.members.alive() < self.cfg.corroboration {
             // Few witnesses are left: what a verdict needs may have changed.
             let ids: Vec<I> = self.suspicions.map.keys().cloned().collect();
             for s in ids {
                 self.rearm(&s, now);
             }
         }
-    }
-
-    /// Live members that are not suspected (this node excluded).
-    pub(crate) fn alive_witnesses(&self) -> usize {
-        self.members.alive()
     }
 
     fn clear_suspicion(&mut self, id: &I) {

@@ -349,7 +349,7 @@ impl<I: Identity> Node<I> {
             .get(&c)
             .is_some_and(|m| m.state() == MemberState::Dead)
         {
-            let seq = self.fresh_seq();
+            let seq = self.next_seq();
             self.send_ping(c, Channel::Datagram, seq, None);
         }
     }

@@ -18,7 +18,7 @@ impl<I: Identity> Node<I> {
     /// than `target` within `suspicion_max`: it is cut off, or the others
     /// are all gone.
     pub(crate) fn alone(&self, target: &I, now: Time) -> bool {
-        if self.alive_witnesses() == 0 {
+        if self.members.alive() == 0 {
             return true;
         }
         let window = self.cfg.suspicion_max;
@@ -40,7 +40,7 @@ impl<I: Identity> Node<I> {
             .members
             .get(target)
             .is_some_and(|m| m.state() == MemberState::Alive);
-        let witnesses = self.alive_witnesses() - usize::from(target_alive);
+        let witnesses = self.members.alive() - usize::from(target_alive);
         self.cfg.corroboration.min(witnesses + 1).max(1)
     }
 
