@@ -168,7 +168,10 @@ impl Sim {
             traffic_rate: 0.0,
             slow: Vec::new(),
             closed_ports: Default::default(),
-            io: window::Io::new(cfg.wire_bytes),
+            io: window::Io {
+                bytes: cfg.wire_bytes,
+                ..Default::default()
+            },
             warm: warm::Warm::default(),
             window: window::Window::default(),
             pool: (cfg.threads > 1)
@@ -302,19 +305,25 @@ impl Sim {
         self.push(at.max(self.now), Ev::Act(action));
     }
 
+    /// Queues `ev` at `at`: packets and refusals with the nodes' own
+    /// events, anything else with the global ones.
     fn push(&mut self, at: Time, ev: Ev) {
         let queue = match ev {
             Ev::Deliver { .. } | Ev::Refused { .. } => &mut self.queue,
             _ => &mut self.globals,
         };
-        push_event(
-            queue,
-            &mut self.payloads,
-            &mut self.free,
-            &mut self.seq,
-            at,
-            ev,
-        );
+        let idx = match self.free.pop() {
+            Some(i) => {
+                self.payloads[i] = Some(ev);
+                i
+            }
+            None => {
+                self.payloads.push(Some(ev));
+                self.payloads.len() - 1
+            }
+        };
+        self.seq += 1;
+        queue.push(Reverse((at, self.seq, idx)));
     }
 
     /// Runs every event up to and including `until`.
@@ -545,15 +554,7 @@ impl Sim {
                     channel: t.channel,
                     payload: t.payload,
                 };
-                let at = now + delay + extra;
-                push_event(
-                    &mut self.queue,
-                    &mut self.payloads,
-                    &mut self.free,
-                    &mut self.seq,
-                    at,
-                    ev,
-                );
+                self.push(now + delay + extra, ev);
             }
         }
         if !events.is_empty() {
@@ -684,30 +685,6 @@ impl Sim {
     pub fn is_impaired(&self, i: u32) -> bool {
         self.truth().impaired(i)
     }
-}
-
-/// Queues `ev` at `at` (a free function so that it can run while a node is
-/// borrowed from the slots).
-fn push_event(
-    queue: &mut BinaryHeap<Reverse<(Time, u64, usize)>>,
-    payloads: &mut Vec<Option<Ev>>,
-    free: &mut Vec<usize>,
-    seq: &mut u64,
-    at: Time,
-    ev: Ev,
-) {
-    let idx = match free.pop() {
-        Some(i) => {
-            payloads[i] = Some(ev);
-            i
-        }
-        None => {
-            payloads.push(Some(ev));
-            payloads.len() - 1
-        }
-    };
-    *seq += 1;
-    queue.push(Reverse((at, *seq, idx)));
 }
 
 /// The ground truth at one instant, for classifying what nodes report.

@@ -68,16 +68,6 @@ pub(super) struct Io {
     pub(super) bytes: bool,
 }
 
-impl Io {
-    /// Empty buffers; packets encoded if `bytes`.
-    pub(super) fn new(bytes: bool) -> Io {
-        Io {
-            bytes,
-            ..Io::default()
-        }
-    }
-}
-
 /// The node-local half of handling: drains node `slot`'s packets and
 /// events into `io` and says what becomes of its timer (updating the
 /// slot's record of it).
@@ -227,8 +217,7 @@ impl Sim {
                 break;
             }
             self.queue.pop();
-            let ev = self.payloads[idx].take().expect("event payload present");
-            self.free.push(idx);
+            let ev = self.take_payload(idx);
             let node = match ev {
                 Ev::Deliver { to, .. } => to,
                 Ev::Refused { node, .. } => node,
