@@ -538,11 +538,12 @@ impl<I: Identity> Node<I> {
         if !spread {
             return; // Lifeguard: enough confirmations are already travelling.
         }
-        if fresh_suspicion {
-            self.broadcast(now, Class::Suspect, key, msg);
+        let class = if fresh_suspicion {
+            Class::Suspect
         } else {
-            self.broadcast_confirmation(now, key, msg);
-        }
+            Class::Confirmation
+        };
+        self.broadcast(now, class, key, msg);
     }
 
     /// `accuser` found `member`'s port closed at `incarnation`: an
