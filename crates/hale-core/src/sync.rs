@@ -405,19 +405,14 @@ impl<I: Identity> Node<I> {
             WireState::Alive | WireState::Suspect => {
                 self.apply_alive(now, &r.id, r.incarnation, Some(r.meta), about_sender);
             }
+            // Never learn of a member through its death or departure.
+            WireState::Dead | WireState::Left
+                if !self.members.contains(&r.id) && r.id != *self.local.id() => {}
             WireState::Dead => {
-                if !self.members.contains(&r.id) && r.id != *self.local.id() {
-                    return; // Never learn of a member through its death.
-                }
                 let accusers = self.cfg.corroboration as u8;
                 self.apply_dead(now, &r.id, r.incarnation, &declarer, accusers, false);
             }
-            WireState::Left => {
-                if !self.members.contains(&r.id) && r.id != *self.local.id() {
-                    return;
-                }
-                self.apply_left(now, &r.id, r.incarnation, about_sender);
-            }
+            WireState::Left => self.apply_left(now, &r.id, r.incarnation, about_sender),
         }
     }
 }
