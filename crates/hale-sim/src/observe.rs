@@ -286,18 +286,19 @@ impl Observer {
         })
     }
 
+    /// Node `m`'s last injected fault, if any.
+    fn last_fault(&self, m: u32) -> Option<&FaultRecord> {
+        self.faults_of.get(&m)?.last().map(|&k| &self.faults[k])
+    }
+
     /// Whether `m`'s last fault ended less than [`PARTITION_GRACE`] before
     /// `now` after someone had declared it dead.
     fn recently_detected_fault(&self, m: u32, now: Time) -> bool {
-        self.faults_of
-            .get(&m)
-            .and_then(|f| f.last())
-            .map(|&k| &self.faults[k])
-            .is_some_and(|f| {
-                !f.dead_at.is_empty()
-                    && f.ended
-                        .is_some_and(|e| now.saturating_since(e) < PARTITION_GRACE)
-            })
+        self.last_fault(m).is_some_and(|f| {
+            !f.dead_at.is_empty()
+                && f.ended
+                    .is_some_and(|e| now.saturating_since(e) < PARTITION_GRACE)
+        })
     }
 
     /// Whether this death rests on a verdict reached on the evidence of a
@@ -320,11 +321,7 @@ impl Observer {
         {
             return true;
         }
-        let fault_end = self
-            .faults_of
-            .get(&m)
-            .and_then(|f| f.last())
-            .and_then(|&k| self.faults[k].ended);
+        let fault_end = self.last_fault(m).and_then(|f| f.ended);
         let ended = fault_end.max(self.impairment_ended.get(&m).copied());
         let raced = evidence.declared_by.0 == observer
             && ended.is_some_and(|e| {
