@@ -340,16 +340,9 @@ impl Sim {
             let global = self.globals.peek().map(|Reverse((t, seq, _))| (*t, *seq));
             let packet = self.queue.peek().map(|Reverse((t, seq, _))| (*t, *seq));
             let timer = self.timers.peek().map(|(t, seq, _)| (t, seq));
-            let timer_first = match (packet, timer) {
-                (Some(p), Some(t)) => t < p,
-                (None, Some(_)) => true,
-                (_, None) => false,
-            };
+            let timer_first = timer.is_some_and(|t| packet.is_none_or(|p| t < p));
             let local = if timer_first { timer } else { packet };
-            let global_first = match (global, local) {
-                (Some(g), Some(l)) => g < l,
-                (g, _) => g.is_some(),
-            };
+            let global_first = global.is_some_and(|g| local.is_none_or(|l| g < l));
             if global_first {
                 let Some(Reverse((t, _, idx))) = self.globals.peek().copied() else {
                     break;

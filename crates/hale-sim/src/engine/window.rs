@@ -365,13 +365,11 @@ fn phase_a(slots: &mut [Slot], base: u32, lane: &mut Lane, sh: &Shared<'_>) {
         loop {
             let item = (k < job.items.end).then(|| sh.order[k] as usize);
             let due = armed.filter(|&(at, _)| at < sh.end);
-            let timer_first = match (due, item) {
-                (Some((at, old)), Some(i)) => {
+            let timer_first = due.is_some_and(|(at, old)| {
+                item.is_none_or(|i| {
                     (at, old.unwrap_or(u64::MAX)) < (sh.items[i].at, sh.items[i].seq)
-                }
-                (Some(_), None) => true,
-                (None, _) => false,
-            };
+                })
+            });
             let (tx, ev) = (io.transmits.len(), io.events.len());
             let (what, rearm) = if timer_first {
                 let (at, old) = due.expect("a timer is due");
