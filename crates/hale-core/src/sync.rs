@@ -56,10 +56,8 @@ impl<I: Identity> Recovery<I> {
 
     /// A random tombstone, if any.
     pub(crate) fn random_tombstone(&self, rng: &mut impl Rng) -> Option<&I> {
-        if self.tombstones.is_empty() {
-            return None;
-        }
-        Some(&self.tombstones[rng.random_range(0..self.tombstones.len())])
+        let n = self.tombstones.len();
+        (n > 0).then(|| &self.tombstones[rng.random_range(0..n)])
     }
 
     /// Whether `id`, held dead, may be told so at `now` (at most once a
