@@ -201,10 +201,8 @@ impl Sim {
             sim.observer.node_added(i, Time::ZERO);
             sim.after_io(i);
         }
-        let rate = sim.cfg.traffic_rate;
-        sim.set_traffic(rate);
-        let every = sim.cfg.sample_every;
-        sim.push(Time::ZERO + every, Ev::Sample);
+        sim.set_traffic(sim.cfg.traffic_rate);
+        sim.push(Time::ZERO + sim.cfg.sample_every, Ev::Sample);
         sim
     }
 
@@ -457,8 +455,7 @@ impl Sim {
                     .map(|s| s.node.as_ref().filter(|_| s.status == Status::Up))
                     .collect();
                 self.observer.sample(self.now, &view);
-                let every = self.cfg.sample_every;
-                self.push(self.now + every, Ev::Sample);
+                self.push(self.now + self.cfg.sample_every, Ev::Sample);
             }
         }
     }
