@@ -65,26 +65,11 @@ impl<I: Identity> Node<I> {
         }
     }
 
-    /// Queues another accuser's confirmation of a suspicion already known:
-    /// it rides on the next gossip round and on probes, without a round of
-    /// its own (under a storm of stalls, rounds for every confirmation were
-    /// most of the traffic).
-    pub(crate) fn broadcast_confirmation(
-        &mut self,
-        now: Time,
-        key: (I, Option<I>),
-        msg: Message<I>,
-    ) {
-        self.broadcasts.push(Class::Confirmation, key, msg);
-        self.stats.broadcasts_dropped = self.broadcasts.dropped();
-        let at = self
-            .timers
-            .get(Timer::Gossip)
-            .min(now + self.gossip_period());
-        self.timers.set(Timer::Gossip, at);
-    }
-
-    /// Queues news and gossips it right away.
+    /// Queues news and gossips it right away; but another accuser's
+    /// confirmation of a suspicion already known (`Class::Confirmation`)
+    /// rides on the next gossip round and on probes, without a round of its
+    /// own (under a storm of stalls, rounds for every confirmation were most
+    /// of the traffic).
     pub(crate) fn broadcast(
         &mut self,
         now: Time,
@@ -94,7 +79,11 @@ impl<I: Identity> Node<I> {
     ) {
         self.broadcasts.push(class, key, msg);
         self.stats.broadcasts_dropped = self.broadcasts.dropped();
-        let at = self.timers.get(Timer::Gossip).min(now);
+        let due = match class {
+            Class::Confirmation => now + self.gossip_period(),
+            _ => now,
+        };
+        let at = self.timers.get(Timer::Gossip).min(due);
         self.timers.set(Timer::Gossip, at);
     }
 

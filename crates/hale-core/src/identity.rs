@@ -2,7 +2,7 @@
 
 use std::fmt::Debug;
 use std::hash::Hash;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 
 use crate::wire::codec::{DecodeError, Reader};
 
@@ -133,14 +133,8 @@ impl Identity for NodeId {
             .map_err(|_| DecodeError::Invalid("node name is not UTF-8"))?;
         validate_name(name).map_err(|_| DecodeError::Invalid("node name characters"))?;
         let ip = match r.u8()? {
-            4 => {
-                let b: [u8; 4] = r.array()?;
-                IpAddr::V4(Ipv4Addr::from(b))
-            }
-            6 => {
-                let b: [u8; 16] = r.array()?;
-                IpAddr::V6(Ipv6Addr::from(b))
-            }
+            4 => IpAddr::from(r.array::<4>()?),
+            6 => IpAddr::from(r.array::<16>()?),
             _ => return Err(DecodeError::Invalid("address family")),
         };
         let port = u16::from_be_bytes(r.array()?);

@@ -243,10 +243,7 @@ impl<I: Identity> Node<I> {
             || target == self.local.id()
             || !live(from)
             || self.probing.probe_of(target).is_some()
-            || !self
-                .members
-                .get(target)
-                .is_some_and(|m| m.state().is_live())
+            || !live(target)
         {
             return;
         }

@@ -299,11 +299,8 @@ impl<I: Identity> Node<I> {
             .and_then(|m| (m.state() == MemberState::Suspect).then_some(m.incarnation))
     }
 
-    pub(crate) fn fresh_seq(&mut self) -> u32 {
-        self.next_seq()
-    }
-
-    fn next_seq(&mut self) -> u32 {
+    /// A fresh sequence number for a probe or ping (never 0).
+    pub(crate) fn next_seq(&mut self) -> u32 {
         let s = self.probing.next_seq;
         self.probing.next_seq = self.probing.next_seq.wrapping_add(1).max(1);
         s

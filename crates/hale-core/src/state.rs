@@ -243,18 +243,13 @@ impl<I: Identity> Node<I> {
         if state != MemberState::Suspect {
             self.clear_suspicion(id);
         }
-        if was_suspect != is_suspect && self.alive_witnesses() < self.cfg.corroboration {
+        if was_suspect != is_suspect && self.members.alive() < self.cfg.corroboration {
             // Few witnesses are left: what a verdict needs may have changed.
             let ids: Vec<I> = self.suspicions.map.keys().cloned().collect();
             for s in ids {
                 self.rearm(&s, now);
             }
         }
-    }
-
-    /// Live members that are not suspected (this node excluded).
-    pub(crate) fn alive_witnesses(&self) -> usize {
-        self.members.alive()
     }
 
     fn clear_suspicion(&mut self, id: &I) {
@@ -543,11 +538,12 @@ impl<I: Identity> Node<I> {
         if !spread {
             return; // Lifeguard: enough confirmations are already travelling.
         }
-        if fresh_suspicion {
-            self.broadcast(now, Class::Suspect, key, msg);
+        let class = if fresh_suspicion {
+            Class::Suspect
         } else {
-            self.broadcast_confirmation(now, key, msg);
-        }
+            Class::Confirmation
+        };
+        self.broadcast(now, class, key, msg);
     }
 
     /// `accuser` found `member`'s port closed at `incarnation`: an

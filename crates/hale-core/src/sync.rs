@@ -56,10 +56,8 @@ impl<I: Identity> Recovery<I> {
 
     /// A random tombstone, if any.
     pub(crate) fn random_tombstone(&self, rng: &mut impl Rng) -> Option<&I> {
-        if self.tombstones.is_empty() {
-            return None;
-        }
-        Some(&self.tombstones[rng.random_range(0..self.tombstones.len())])
+        let n = self.tombstones.len();
+        (n > 0).then(|| &self.tombstones[rng.random_range(0..n)])
     }
 
     /// Whether `id`, held dead, may be told so at `now` (at most once a
@@ -349,7 +347,7 @@ impl<I: Identity> Node<I> {
             .get(&c)
             .is_some_and(|m| m.state() == MemberState::Dead)
         {
-            let seq = self.fresh_seq();
+            let seq = self.next_seq();
             self.send_ping(c, Channel::Datagram, seq, None);
         }
     }
@@ -405,19 +403,14 @@ impl<I: Identity> Node<I> {
             WireState::Alive | WireState::Suspect => {
                 self.apply_alive(now, &r.id, r.incarnation, Some(r.meta), about_sender);
             }
+            // Never learn of a member through its death or departure.
+            WireState::Dead | WireState::Left
+                if !self.members.contains(&r.id) && r.id != *self.local.id() => {}
             WireState::Dead => {
-                if !self.members.contains(&r.id) && r.id != *self.local.id() {
-                    return; // Never learn of a member through its death.
-                }
                 let accusers = self.cfg.corroboration as u8;
                 self.apply_dead(now, &r.id, r.incarnation, &declarer, accusers, false);
             }
-            WireState::Left => {
-                if !self.members.contains(&r.id) && r.id != *self.local.id() {
-                    return;
-                }
-                self.apply_left(now, &r.id, r.incarnation, about_sender);
-            }
+            WireState::Left => self.apply_left(now, &r.id, r.incarnation, about_sender),
         }
     }
 }

@@ -476,7 +476,7 @@ impl<I: Identity> Table<I> {
         };
         // A packed replay state's time is this member's last-heard time:
         // keep it whole before that moves.
-        if slot < DENSE_LIMIT && self.heard_raw_for(t) != self.heard_raw_at(slot) {
+        if slot < DENSE_LIMIT && self.heard_raw_for(t) != self.rec(slot).map(Rec::heard_raw) {
             self.unpack_to_map(slot);
         }
         self.put_heard(slot, t);
@@ -490,10 +490,6 @@ impl<I: Identity> Table<I> {
         }
         let d = t.as_nanos().checked_sub(self.epoch.as_nanos())?;
         (d <= HEARD_MASK).then_some(d.max(1))
-    }
-
-    fn heard_raw_at(&self, slot: Slot) -> Option<u64> {
-        self.rec(slot).map(Rec::heard_raw)
     }
 
     fn heard_at(&self, slot: Slot) -> Time {

@@ -165,7 +165,7 @@ impl<I: Identity> Node<I> {
     pub(crate) fn targeted_refutation(&self) -> bool {
         let neighbours = self.monitors.monitored().len() + self.monitors.watchers().len();
         self.cfg.targeted_suspicions
-            && neighbours >= self.cfg.corroboration.min(self.alive_witnesses().max(1))
+            && neighbours >= self.cfg.corroboration.min(self.members.alive().max(1))
     }
 
     /// Where this node's refutation goes: `accuser` and its own ring

@@ -18,7 +18,7 @@ impl<I: Identity> Node<I> {
     /// than `target` within `suspicion_max`: it is cut off, or the others
     /// are all gone.
     pub(crate) fn alone(&self, target: &I, now: Time) -> bool {
-        if self.alive_witnesses() == 0 {
+        if self.members.alive() == 0 {
             return true;
         }
         let window = self.cfg.suspicion_max;
@@ -40,7 +40,7 @@ impl<I: Identity> Node<I> {
             .members
             .get(target)
             .is_some_and(|m| m.state() == MemberState::Alive);
-        let witnesses = self.alive_witnesses() - usize::from(target_alive);
+        let witnesses = self.members.alive() - usize::from(target_alive);
         self.cfg.corroboration.min(witnesses + 1).max(1)
     }
 
@@ -63,19 +63,16 @@ impl<I: Identity> Node<I> {
 
     /// When the suspicion of `member` should next be looked at.
     pub(crate) fn rearm(&mut self, member: &I, now: Time) {
-        let allowed = match self.suspicions.get(member) {
-            Some(s) => self.verdict_allowed(member, s, now),
-            None => return,
+        let Some(s) = self.suspicions.get(member) else {
+            return;
         };
+        let allowed = self.verdict_allowed(member, s, now);
         let required = self.required_accusers(member);
         let (min, max, k) = (
             self.cfg.suspicion_min,
             self.cfg.suspicion_max,
             self.cfg.expected_confirmations,
         );
-        let Some(s) = self.suspicions.get(member) else {
-            return;
-        };
         let expiry = s.started + max * 2;
         let closed_ready = s.closed.len() >= required;
         let verdict_at = match s.accused_at {

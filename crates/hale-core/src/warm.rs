@@ -34,25 +34,19 @@ impl<I: Identity> Node<I> {
     /// record, then (for the next deadline) the ring neighbours' records.
     /// Call [`Node::warm_state`] on every node first. A hint.
     pub fn warm_receive(&self, sender: &I) -> u64 {
-        self.members.warm(sender) ^ self.warm_neighbours()
+        self.members.warm(sender) ^ self.members.warm_watched()
     }
 
     /// Reads what [`Node::handle_timeout`] at `at` reads first: the ring
     /// neighbours' records, and when a probe tick is due by then, the walk's
     /// next member's. A hint.
     pub fn warm_timeout(&self, at: Time) -> u64 {
-        let mut acc = self.warm_neighbours();
+        let mut acc = self.members.warm_watched();
         if at >= self.timers.get(Timer::Probe) {
             if let Some(next) = self.probing.warm().1 {
                 acc ^= self.members.warm(&next);
             }
         }
         acc
-    }
-
-    /// Reads the records of the ring neighbours, which every event reads
-    /// (the next deadline is the earliest a neighbour is due).
-    fn warm_neighbours(&self) -> u64 {
-        self.members.warm_watched()
     }
 }

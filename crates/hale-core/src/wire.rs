@@ -107,6 +107,11 @@ pub struct Versions {
 }
 
 impl Versions {
+    /// The range of the one version `v`.
+    pub const fn only(v: u8) -> Versions {
+        Versions { min: v, max: v }
+    }
+
     /// Whether `v` is in the range.
     pub fn contains(self, v: u8) -> bool {
         self.min <= v && v <= self.max
@@ -174,10 +179,7 @@ pub fn negotiate<K>(
     let mut speak: Option<u8> = None;
     let mut strangers = Vec::new();
     for (k, r) in others {
-        let r = r.unwrap_or(Versions {
-            min: OLDEST,
-            max: OLDEST,
-        });
+        let r = r.unwrap_or(Versions::only(OLDEST));
         match own.intersect(r) {
             Some(both) => speak = Some(speak.map_or(both.max, |s| s.min(both.max))),
             None => strangers.push((k, r)),
@@ -238,10 +240,7 @@ impl<I: Identity> Header<I> {
         }
         out.id(&self.sender);
         if self.version >= 3 {
-            let speaks = self.speaks.unwrap_or(Versions {
-                min: self.version,
-                max: self.version,
-            });
+            let speaks = self.speaks.unwrap_or(Versions::only(self.version));
             out.byte(speaks.min);
             out.byte(speaks.max);
         }

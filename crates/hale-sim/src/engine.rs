@@ -137,7 +137,6 @@ pub struct Sim {
     /// The network, changeable at any time.
     pub net: Network,
     traffic_rate: f64,
-    tap: Option<Tap>,
     /// Extra processing delay of each node (Slow), indexed by node.
     slow: Vec<Duration>,
     /// Killed processes whose host is up: their port answers "closed".
@@ -150,9 +149,6 @@ pub struct Sim {
     window: window::Window,
     pool: Option<std::sync::Arc<rayon::ThreadPool>>,
 }
-
-/// Sees every packet a node sends: (time, from, to, channel, bytes).
-pub type Tap = Box<dyn FnMut(Time, u32, u32, Channel, &[u8]) + Send + Sync>;
 
 impl Sim {
     /// Builds the cluster at time zero.
@@ -170,10 +166,12 @@ impl Sim {
             observer: Observer::new(cfg.nodes as usize),
             net: cfg.net.clone(),
             traffic_rate: 0.0,
-            tap: None,
             slow: Vec::new(),
             closed_ports: Default::default(),
-            io: window::Io::new(cfg.wire_bytes),
+            io: window::Io {
+                bytes: cfg.wire_bytes,
+                ..Default::default()
+            },
             warm: warm::Warm::default(),
             window: window::Window::default(),
             pool: (cfg.threads > 1)
@@ -203,10 +201,8 @@ impl Sim {
             sim.observer.node_added(i, Time::ZERO);
             sim.after_io(i);
         }
-        let rate = sim.cfg.traffic_rate;
-        sim.set_traffic(rate);
-        let every = sim.cfg.sample_every;
-        sim.push(Time::ZERO + every, Ev::Sample);
+        sim.set_traffic(sim.cfg.traffic_rate);
+        sim.push(Time::ZERO + sim.cfg.sample_every, Ev::Sample);
         sim
     }
 
@@ -307,19 +303,25 @@ impl Sim {
         self.push(at.max(self.now), Ev::Act(action));
     }
 
+    /// Queues `ev` at `at`: packets and refusals with the nodes' own
+    /// events, anything else with the global ones.
     fn push(&mut self, at: Time, ev: Ev) {
         let queue = match ev {
             Ev::Deliver { .. } | Ev::Refused { .. } => &mut self.queue,
             _ => &mut self.globals,
         };
-        push_event(
-            queue,
-            &mut self.payloads,
-            &mut self.free,
-            &mut self.seq,
-            at,
-            ev,
-        );
+        let idx = match self.free.pop() {
+            Some(i) => {
+                self.payloads[i] = Some(ev);
+                i
+            }
+            None => {
+                self.payloads.push(Some(ev));
+                self.payloads.len() - 1
+            }
+        };
+        self.seq += 1;
+        queue.push(Reverse((at, self.seq, idx)));
     }
 
     /// Runs every event up to and including `until`.
@@ -336,16 +338,9 @@ impl Sim {
             let global = self.globals.peek().map(|Reverse((t, seq, _))| (*t, *seq));
             let packet = self.queue.peek().map(|Reverse((t, seq, _))| (*t, *seq));
             let timer = self.timers.peek().map(|(t, seq, _)| (t, seq));
-            let timer_first = match (packet, timer) {
-                (Some(p), Some(t)) => t < p,
-                (None, Some(_)) => true,
-                (_, None) => false,
-            };
+            let timer_first = timer.is_some_and(|t| packet.is_none_or(|p| t < p));
             let local = if timer_first { timer } else { packet };
-            let global_first = match (global, local) {
-                (Some(g), Some(l)) => g < l,
-                (g, _) => g.is_some(),
-            };
+            let global_first = global.is_some_and(|g| local.is_none_or(|l| g < l));
             if global_first {
                 let Some(Reverse((t, _, idx))) = self.globals.peek().copied() else {
                     break;
@@ -425,14 +420,9 @@ impl Sim {
         // The timer fired: whatever the node asks for next (even this very
         // instant) is a new timer.
         self.slots[node as usize].timer_at = Time::NEVER;
-        if self.slots[node as usize].status != Status::Up {
-            return;
+        if self.slots[node as usize].status == Status::Up {
+            self.with_node(node, Node::handle_timeout);
         }
-        let now = self.now;
-        if let Some(n) = self.slots[node as usize].node.as_mut() {
-            n.handle_timeout(now);
-        }
-        self.after_io(node);
     }
 
     /// Runs for `d` of virtual time.
@@ -450,14 +440,10 @@ impl Sim {
                 payload,
             } => self.deliver(from, to, channel, payload),
             Ev::Refused { node, peer } => {
-                if self.slots[node as usize].status != Status::Up {
-                    return; // A frozen or stalled prober misses it.
+                // A frozen or stalled prober misses it.
+                if self.slots[node as usize].status == Status::Up {
+                    self.with_node(node, |n, now| n.handle_unreachable(now, &SimId(peer)));
                 }
-                let now = self.now;
-                if let Some(n) = self.slots[node as usize].node.as_mut() {
-                    n.handle_unreachable(now, &SimId(peer));
-                }
-                self.after_io(node);
             }
             Ev::Traffic { node, gen } => self.traffic(node, gen),
             Ev::Resume { node } => self.resume(node),
@@ -466,17 +452,10 @@ impl Sim {
                 let view: Vec<Option<&Node<SimId>>> = self
                     .slots
                     .iter()
-                    .map(|s| {
-                        if s.status == Status::Up {
-                            s.node.as_ref()
-                        } else {
-                            None
-                        }
-                    })
+                    .map(|s| s.node.as_ref().filter(|_| s.status == Status::Up))
                     .collect();
                 self.observer.sample(self.now, &view);
-                let every = self.cfg.sample_every;
-                self.push(self.now + every, Ev::Sample);
+                self.push(self.now + self.cfg.sample_every, Ev::Sample);
             }
         }
     }
@@ -554,9 +533,6 @@ impl Sim {
         let n_slots = self.slots.len();
         for t in transmits {
             let to = t.to.0;
-            if let Some(tap) = self.tap.as_mut() {
-                tap(now, i, to, t.channel, &t.payload.bytes());
-            }
             if to as usize >= n_slots {
                 continue;
             }
@@ -568,15 +544,7 @@ impl Sim {
                     channel: t.channel,
                     payload: t.payload,
                 };
-                let at = now + delay + extra;
-                push_event(
-                    &mut self.queue,
-                    &mut self.payloads,
-                    &mut self.free,
-                    &mut self.seq,
-                    at,
-                    ev,
-                );
+                self.push(now + delay + extra, ev);
             }
         }
         if !events.is_empty() {
@@ -665,11 +633,6 @@ impl Sim {
         }
     }
 
-    /// Watches every packet sent from now on (for debugging a seed).
-    pub fn set_tap(&mut self, tap: Tap) {
-        self.tap = Some(tap);
-    }
-
     /// Runs `f` on node `i` (if it has state) at the current time, then
     /// routes what it sent. For driving API calls such as `set_metadata`.
     pub fn with_node<R>(
@@ -712,30 +675,6 @@ impl Sim {
     pub fn is_impaired(&self, i: u32) -> bool {
         self.truth().impaired(i)
     }
-}
-
-/// Queues `ev` at `at` (a free function so that it can run while a node is
-/// borrowed from the slots).
-fn push_event(
-    queue: &mut BinaryHeap<Reverse<(Time, u64, usize)>>,
-    payloads: &mut Vec<Option<Ev>>,
-    free: &mut Vec<usize>,
-    seq: &mut u64,
-    at: Time,
-    ev: Ev,
-) {
-    let idx = match free.pop() {
-        Some(i) => {
-            payloads[i] = Some(ev);
-            i
-        }
-        None => {
-            payloads.push(Some(ev));
-            payloads.len() - 1
-        }
-    };
-    *seq += 1;
-    queue.push(Reverse((at, *seq, idx)));
 }
 
 /// The ground truth at one instant, for classifying what nodes report.

@@ -22,8 +22,6 @@ pub struct Network {
     pub egress_loss: FxHashMap<u32, f64>,
     /// Extra loss of datagrams received by a node.
     pub ingress_loss: FxHashMap<u32, f64>,
-    /// Extra loss on one directed link.
-    pub link_loss: FxHashMap<(u32, u32), f64>,
     /// Partition group of each node (absent: group 0). Nodes in different
     /// groups cannot exchange anything.
     pub group: FxHashMap<u32, u32>,
@@ -31,8 +29,6 @@ pub struct Network {
     pub ingress_blocked: FxHashSet<u32>,
     /// Nodes that send nothing.
     pub egress_blocked: FxHashSet<u32>,
-    /// Directed links that carry nothing.
-    pub link_blocked: FxHashSet<(u32, u32)>,
     /// Streams lose nothing but are retransmitted: each datagram-loss event
     /// on their path costs this much delay, and a stream gives up after 5.
     pub stream_rto: Duration,
@@ -46,11 +42,9 @@ impl Default for Network {
             loss: 0.0,
             egress_loss: FxHashMap::default(),
             ingress_loss: FxHashMap::default(),
-            link_loss: FxHashMap::default(),
             group: FxHashMap::default(),
             ingress_blocked: FxHashSet::default(),
             egress_blocked: FxHashSet::default(),
-            link_blocked: FxHashSet::default(),
             stream_rto: Duration::from_millis(200),
         }
     }
@@ -62,14 +56,12 @@ impl Network {
         self.group.get(&from).copied().unwrap_or(0) == self.group.get(&to).copied().unwrap_or(0)
             && !self.egress_blocked.contains(&from)
             && !self.ingress_blocked.contains(&to)
-            && !self.link_blocked.contains(&(from, to))
     }
 
     fn loss_between(&self, from: u32, to: u32) -> f64 {
         let keep = (1.0 - self.loss)
             * (1.0 - self.egress_loss.get(&from).copied().unwrap_or(0.0))
-            * (1.0 - self.ingress_loss.get(&to).copied().unwrap_or(0.0))
-            * (1.0 - self.link_loss.get(&(from, to)).copied().unwrap_or(0.0));
+            * (1.0 - self.ingress_loss.get(&to).copied().unwrap_or(0.0));
         1.0 - keep
     }
 

@@ -22,31 +22,20 @@ pub const PARTITION_GRACE: Duration = Duration::from_secs(30);
 /// go every gossip interval, 200 ms on lan) and refutes only after it.
 pub const VERDICT_RACE: Duration = Duration::from_millis(200);
 
-/// Which fault was injected.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum FaultKind {
-    /// Crash of the host (it answers nothing).
-    Crash,
-    /// The process killed on a live host (its port answers "closed").
-    Kill,
-    /// Freeze (half-dead).
-    Freeze,
-    /// Every path to the node failed.
-    CutOff,
-    /// The node receives nothing (it can still send).
-    IngressBlocked,
-}
-
-impl FaultKind {
-    /// Lower-case name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FaultKind::Crash => "crash",
-            FaultKind::Kill => "kill",
-            FaultKind::Freeze => "freeze",
-            FaultKind::CutOff => "cut-off",
-            FaultKind::IngressBlocked => "ingress-blocked",
-        }
+hale_core::named_enum! {
+    /// Which fault was injected.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum FaultKind {
+        /// Crash of the host (it answers nothing).
+        Crash => "crash",
+        /// The process killed on a live host (its port answers "closed").
+        Kill => "kill",
+        /// Freeze (half-dead).
+        Freeze => "freeze",
+        /// Every path to the node failed.
+        CutOff => "cut-off",
+        /// The node receives nothing (it can still send).
+        IngressBlocked => "ingress-blocked",
     }
 }
 
@@ -297,18 +286,19 @@ impl Observer {
         })
     }
 
+    /// Node `m`'s last injected fault, if any.
+    fn last_fault(&self, m: u32) -> Option<&FaultRecord> {
+        self.faults_of.get(&m)?.last().map(|&k| &self.faults[k])
+    }
+
     /// Whether `m`'s last fault ended less than [`PARTITION_GRACE`] before
     /// `now` after someone had declared it dead.
     fn recently_detected_fault(&self, m: u32, now: Time) -> bool {
-        self.faults_of
-            .get(&m)
-            .and_then(|f| f.last())
-            .map(|&k| &self.faults[k])
-            .is_some_and(|f| {
-                !f.dead_at.is_empty()
-                    && f.ended
-                        .is_some_and(|e| now.saturating_since(e) < PARTITION_GRACE)
-            })
+        self.last_fault(m).is_some_and(|f| {
+            !f.dead_at.is_empty()
+                && f.ended
+                    .is_some_and(|e| now.saturating_since(e) < PARTITION_GRACE)
+        })
     }
 
     /// Whether this death rests on a verdict reached on the evidence of a
@@ -331,11 +321,7 @@ impl Observer {
         {
             return true;
         }
-        let fault_end = self
-            .faults_of
-            .get(&m)
-            .and_then(|f| f.last())
-            .and_then(|&k| self.faults[k].ended);
+        let fault_end = self.last_fault(m).and_then(|f| f.ended);
         let ended = fault_end.max(self.impairment_ended.get(&m).copied());
         let raced = evidence.declared_by.0 == observer
             && ended.is_some_and(|e| {

@@ -152,6 +152,11 @@ fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
 }
 
+/// The mean of `v`, if it has values.
+fn mean(v: &[f64]) -> Option<f64> {
+    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+}
+
 fn median(sorted: &[f64]) -> Option<f64> {
     (!sorted.is_empty()).then(|| sorted[(sorted.len() - 1) / 2])
 }
@@ -304,7 +309,6 @@ fn bandwidth(sc: &Scenario, f: &Finished) -> (Bandwidth, Bandwidth) {
             .filter(|s| s.at > warm && quiet(s.at))
             .map(get)
             .collect();
-        let mean = |v: &[f64]| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
         Bandwidth {
             steady_mean: mean(&steady).unwrap_or(0.0),
             idle_mean: mean(&idle),
@@ -333,21 +337,16 @@ fn segments(f: &Finished) -> Vec<TrafficSegment> {
             continue;
         }
         let warm = from.max(Time::ZERO + WARMUP);
-        let inside: Vec<&crate::observe::Sample> = o
-            .samples
-            .iter()
-            .filter(|s| s.at > warm && s.at <= to)
-            .collect();
-        let mean = |get: fn(&crate::observe::Sample) -> f64| {
-            (!inside.is_empty())
-                .then(|| inside.iter().map(|s| get(s)).sum::<f64>() / inside.len() as f64)
-        };
+        let inside = o.samples.iter().filter(|s| s.at > warm && s.at <= to);
+        let (bytes, msgs): (Vec<f64>, Vec<f64>) = inside
+            .map(|s| (s.bytes_per_node_sec, s.msgs_per_node_sec))
+            .unzip();
         out.push(TrafficSegment {
             from_secs: from.as_secs_f64(),
             to_secs: to.as_secs_f64(),
             rate,
-            bytes_per_node_sec: mean(|s| s.bytes_per_node_sec),
-            msgs_per_node_sec: mean(|s| s.msgs_per_node_sec),
+            bytes_per_node_sec: mean(&bytes),
+            msgs_per_node_sec: mean(&msgs),
         });
     }
     out
@@ -488,7 +487,7 @@ fn mean_bw(runs: &[RunReport], get: fn(&RunReport) -> Bandwidth) -> Bandwidth {
     let idle: Vec<f64> = runs.iter().filter_map(|r| get(r).idle_mean).collect();
     Bandwidth {
         steady_mean: runs.iter().map(|r| get(r).steady_mean).sum::<f64>() / n,
-        idle_mean: (!idle.is_empty()).then(|| idle.iter().sum::<f64>() / idle.len() as f64),
+        idle_mean: mean(&idle),
         peak: runs.iter().map(|r| get(r).peak).fold(0.0, f64::max),
         startup_peak: runs.iter().map(|r| get(r).startup_peak).fold(0.0, f64::max),
     }

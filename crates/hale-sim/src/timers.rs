@@ -50,23 +50,16 @@ impl Timers {
 
     /// Cancels `node`'s wake-up, if any.
     pub(crate) fn remove(&mut self, node: u32) {
-        let Some(&p) = self.pos.get(node as usize) else {
-            return;
-        };
-        if p != NONE {
+        if let Some(&p) = self.pos.get(node as usize).filter(|&&p| p != NONE) {
             self.take(p as usize);
         }
     }
 
     /// `node`'s wake-up, if any: (time, sequence number).
     pub(crate) fn get(&self, node: u32) -> Option<(Time, u64)> {
-        match self.pos.get(node as usize) {
-            Some(&p) if p != NONE => {
-                let (at, seq, _) = self.heap[p as usize];
-                Some((at, seq))
-            }
-            _ => None,
-        }
+        let p = *self.pos.get(node as usize).filter(|&&p| p != NONE)?;
+        let (at, seq, _) = self.heap[p as usize];
+        Some((at, seq))
     }
 
     /// The earliest wake-up: (time, sequence number, node).
@@ -99,10 +92,7 @@ impl Timers {
 
     /// Removes and returns the earliest wake-up.
     pub(crate) fn pop(&mut self) -> Option<(Time, u64, u32)> {
-        if self.heap.is_empty() {
-            return None;
-        }
-        Some(self.take(0))
+        (!self.heap.is_empty()).then(|| self.take(0))
     }
 
     fn take(&mut self, i: usize) -> (Time, u64, u32) {

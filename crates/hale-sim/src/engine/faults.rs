@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use rand::Rng;
 
-use hale_core::Time;
+use hale_core::{Node, Time};
 
 use super::{Action, Ev, Sim, Slot, Status};
 use crate::id::SimId;
@@ -21,19 +21,12 @@ impl Sim {
         slot.status = Status::Up;
         self.observer.resumed(i, self.now);
         let queued = std::mem::take(&mut self.slots[i as usize].queued);
-        let now = self.now;
         for (channel, payload) in queued {
-            if let Some(n) = self.slots[i as usize].node.as_mut() {
-                super::payload::hand(n, now, channel, payload);
-            }
-            self.after_io(i);
+            self.with_node(i, |n, now| super::payload::hand(n, now, channel, payload));
         }
         // Force a timer check: the node's timers are all overdue.
         self.slots[i as usize].timer_at = Time::NEVER;
-        if let Some(n) = self.slots[i as usize].node.as_mut() {
-            n.handle_timeout(now);
-        }
-        self.after_io(i);
+        self.with_node(i, Node::handle_timeout);
     }
 
     fn live_seeds(&mut self, except: u32, k: usize) -> Vec<SimId> {
@@ -48,6 +41,17 @@ impl Sim {
             }
         }
         out
+    }
+
+    /// Starts node `i` afresh, joining through up to three live members.
+    fn start(&mut self, i: u32) {
+        let seeds = self.live_seeds(i, 3);
+        let mut node = self.make_node(i);
+        node.join(self.now, seeds);
+        let s = &mut self.slots[i as usize];
+        s.node = Some(node);
+        s.status = Status::Up;
+        s.timer_at = Time::NEVER;
     }
 
     pub(super) fn act(&mut self, a: Action) {
@@ -87,40 +91,24 @@ impl Sim {
                     return;
                 }
                 self.closed_ports.remove(&i);
-                let seeds = self.live_seeds(i, 3);
-                let mut node = self.make_node(i);
-                node.join(now, seeds);
-                let s = &mut self.slots[i as usize];
-                s.node = Some(node);
-                s.status = Status::Up;
-                s.timer_at = Time::NEVER;
+                self.start(i);
                 self.after_io(i);
             }
             Action::Leave(i) => {
-                if let Some(n) = self.slots[i as usize].node.as_mut() {
-                    let _ = n.leave(now);
-                }
-                self.after_io(i);
+                let _ = self.with_node(i, Node::leave);
                 // The process exits shortly after announcing its departure.
                 self.slots[i as usize].status = Status::Left;
             }
             Action::Join(i) => {
                 let i = i.max(self.slots.len() as u32);
-                let seeds = self.live_seeds(i, 3);
-                let mut node = self.make_node(i);
-                node.join(now, seeds);
-                while self.slots.len() <= i as usize {
-                    self.slots.push(Slot {
-                        node: None,
-                        status: Status::Crashed,
-                        timer_at: Time::NEVER,
-                        traffic_gen: 0,
-                        queued: Vec::new(),
-                    });
-                }
-                let s = &mut self.slots[i as usize];
-                s.node = Some(node);
-                s.status = Status::Up;
+                self.slots.resize_with(i as usize + 1, || Slot {
+                    node: None,
+                    status: Status::Crashed,
+                    timer_at: Time::NEVER,
+                    traffic_gen: 0,
+                    queued: Vec::new(),
+                });
+                self.start(i);
                 self.observer.node_added(i, now);
                 self.after_io(i);
                 if self.traffic_rate > 0.0 {
@@ -151,11 +139,10 @@ impl Sim {
                 }
             }
             Action::Heal => {
-                let keep_latency = (self.net.latency, self.net.jitter, self.net.loss);
                 self.net = Network {
-                    latency: keep_latency.0,
-                    jitter: keep_latency.1,
-                    loss: keep_latency.2,
+                    latency: self.net.latency,
+                    jitter: self.net.jitter,
+                    loss: self.net.loss,
                     ..Network::default()
                 };
             }

@@ -9,30 +9,18 @@
 //! and statistics of whole runs both ways). Encoding and decoding were a
 //! fifth of the soak's time.
 
-use std::borrow::Cow;
-
 use hale_core::wire::Packet;
 use hale_core::{Channel, Node, Time};
 
 use crate::id::SimId;
 
 /// What travels from one node to another.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(super) enum Payload {
     /// The encoded packet.
     Bytes(Vec<u8>),
     /// The packet, and the bytes its encoding takes.
     Packet(Packet<SimId>, usize),
-}
-
-impl Payload {
-    /// The bytes on the wire (encoded on demand, for a tap).
-    pub(super) fn bytes(&self) -> Cow<'_, [u8]> {
-        match self {
-            Payload::Bytes(b) => Cow::Borrowed(b),
-            Payload::Packet(p, _) => Cow::Owned(p.encode()),
-        }
-    }
 }
 
 /// A packet a node sent, not yet routed.
@@ -71,9 +59,5 @@ pub(super) fn hand(node: &mut Node<SimId>, now: Time, channel: Channel, payload:
 
 /// [`hand`] of a copy (for a payload phase A of a window only borrows).
 pub(super) fn hand_ref(node: &mut Node<SimId>, now: Time, channel: Channel, payload: &Payload) {
-    let _ = match (payload, channel) {
-        (Payload::Bytes(b), Channel::Datagram) => node.handle_datagram(now, b),
-        (Payload::Bytes(b), Channel::Stream) => node.handle_stream(now, b),
-        (Payload::Packet(p, len), _) => node.handle_packet(now, channel, p.clone(), *len),
-    };
+    hand(node, now, channel, payload.clone());
 }

@@ -68,16 +68,6 @@ pub(super) struct Io {
     pub(super) bytes: bool,
 }
 
-impl Io {
-    /// Empty buffers; packets encoded if `bytes`.
-    pub(super) fn new(bytes: bool) -> Io {
-        Io {
-            bytes,
-            ..Io::default()
-        }
-    }
-}
-
 /// The node-local half of handling: drains node `slot`'s packets and
 /// events into `io` and says what becomes of its timer (updating the
 /// slot's record of it).
@@ -227,8 +217,7 @@ impl Sim {
                 break;
             }
             self.queue.pop();
-            let ev = self.payloads[idx].take().expect("event payload present");
-            self.free.push(idx);
+            let ev = self.take_payload(idx);
             let node = match ev {
                 Ev::Deliver { to, .. } => to,
                 Ev::Refused { node, .. } => node,
@@ -376,13 +365,11 @@ fn phase_a(slots: &mut [Slot], base: u32, lane: &mut Lane, sh: &Shared<'_>) {
         loop {
             let item = (k < job.items.end).then(|| sh.order[k] as usize);
             let due = armed.filter(|&(at, _)| at < sh.end);
-            let timer_first = match (due, item) {
-                (Some((at, old)), Some(i)) => {
+            let timer_first = due.is_some_and(|(at, old)| {
+                item.is_none_or(|i| {
                     (at, old.unwrap_or(u64::MAX)) < (sh.items[i].at, sh.items[i].seq)
-                }
-                (Some(_), None) => true,
-                (None, _) => false,
-            };
+                })
+            });
             let (tx, ev) = (io.transmits.len(), io.events.len());
             let (what, rearm) = if timer_first {
                 let (at, old) = due.expect("a timer is due");

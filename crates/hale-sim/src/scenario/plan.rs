@@ -295,32 +295,26 @@ impl Planner {
                         None => self.slowed.push(i),
                     }
                 }
-                StepKind::IngressLoss | StepKind::EgressLoss => {
+                StepKind::IngressLoss
+                | StepKind::EgressLoss
+                | StepKind::BlockIngress
+                | StepKind::BlockEgress
+                | StepKind::CutOff => {
+                    // On at `at`, and off again after the duration, if any.
                     let v = s.value.unwrap_or(0.0);
-                    let ingress = s.action == StepKind::IngressLoss;
-                    let act = |p| {
-                        if ingress {
-                            Action::IngressLoss(i, p)
-                        } else {
-                            Action::EgressLoss(i, p)
-                        }
+                    let loss = |a: fn(u32, f64) -> Action| (a(i, v), a(i, 0.0));
+                    let block = |a: fn(u32, bool) -> Action| (a(i, true), a(i, false));
+                    let (on, off) = match s.action {
+                        StepKind::IngressLoss => loss(Action::IngressLoss),
+                        StepKind::EgressLoss => loss(Action::EgressLoss),
+                        StepKind::BlockIngress => block(Action::BlockIngress),
+                        StepKind::BlockEgress => block(Action::BlockEgress),
+                        _ => block(Action::CutOff),
                     };
                     self.busy(i, until_end(dur));
-                    self.out.push((at, act(v)));
+                    self.out.push((at, on));
                     if let Some(d) = dur {
-                        self.out.push((at + d, act(0.0)));
-                    }
-                }
-                StepKind::BlockIngress | StepKind::BlockEgress | StepKind::CutOff => {
-                    let act = |on| match s.action {
-                        StepKind::BlockIngress => Action::BlockIngress(i, on),
-                        StepKind::BlockEgress => Action::BlockEgress(i, on),
-                        _ => Action::CutOff(i, on),
-                    };
-                    self.busy(i, until_end(dur));
-                    self.out.push((at, act(true)));
-                    if let Some(d) = dur {
-                        self.out.push((at + d, act(false)));
+                        self.out.push((at + d, off));
                     }
                 }
                 StepKind::Join | StepKind::Loss | StepKind::Heal | StepKind::Partition => {

@@ -6,70 +6,50 @@ use serde::{Deserialize, Serialize};
 
 use super::{invalid, Dur, ScenarioError};
 
-/// What a step does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StepKind {
-    /// Crash the target nodes (all at once: one host going down; it answers nothing).
-    Crash,
-    /// Kill the targets' processes on live hosts: their ports answer
-    /// "closed" (ICMP port unreachable, connection refused).
-    Kill,
-    /// Freeze the targets for `duration` (half-dead: alive but processing nothing).
-    Freeze,
-    /// Stop-the-world stall of `duration` (a healthy node that must not be declared dead).
-    Stall,
-    /// Delay every packet the targets process by `delay` (for `duration`, if given).
-    Slow,
-    /// Restart crashed targets with fresh state (random ones: among the crashed).
-    Restart,
-    /// The targets leave gracefully.
-    Leave,
-    /// A wave of `count` new nodes joins.
-    Join,
-    /// Global datagram loss becomes `value` (for `duration`, if given).
-    Loss,
-    /// The targets lose `value` of the datagrams they receive.
-    IngressLoss,
-    /// The targets lose `value` of the datagrams they send.
-    EgressLoss,
-    /// The targets receive nothing (one-way isolation).
-    BlockIngress,
-    /// The targets send nothing.
-    BlockEgress,
-    /// Every path to and from the targets fails at once (correlated path failure).
-    CutOff,
-    /// Split the cluster into `groups` (explicit ids) or `sides` random
-    /// groups, or cut off one random group of `count` (or `share`) nodes
-    /// together: they still reach each other, and nobody else.
-    Partition,
-    /// Remove every partition, block and per-node loss.
-    Heal,
+hale_core::named_enum! {
+    /// What a step does.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+    #[serde(rename_all = "snake_case")]
+    pub enum StepKind {
+        /// Crash the target nodes (all at once: one host going down; it answers nothing).
+        Crash => "crash",
+        /// Kill the targets' processes on live hosts: their ports answer
+        /// "closed" (ICMP port unreachable, connection refused).
+        Kill => "kill",
+        /// Freeze the targets for `duration` (half-dead: alive but processing nothing).
+        Freeze => "freeze",
+        /// Stop-the-world stall of `duration` (a healthy node that must not be declared dead).
+        Stall => "stall",
+        /// Delay every packet the targets process by `delay` (for `duration`, if given).
+        Slow => "slow",
+        /// Restart crashed targets with fresh state (random ones: among the crashed).
+        Restart => "restart",
+        /// The targets leave gracefully.
+        Leave => "leave",
+        /// A wave of `count` new nodes joins.
+        Join => "join",
+        /// Global datagram loss becomes `value` (for `duration`, if given).
+        Loss => "loss",
+        /// The targets lose `value` of the datagrams they receive.
+        IngressLoss => "ingress_loss",
+        /// The targets lose `value` of the datagrams they send.
+        EgressLoss => "egress_loss",
+        /// The targets receive nothing (one-way isolation).
+        BlockIngress => "block_ingress",
+        /// The targets send nothing.
+        BlockEgress => "block_egress",
+        /// Every path to and from the targets fails at once (correlated path failure).
+        CutOff => "cut_off",
+        /// Split the cluster into `groups` (explicit ids) or `sides` random
+        /// groups, or cut off one random group of `count` (or `share`) nodes
+        /// together: they still reach each other, and nobody else.
+        Partition => "partition",
+        /// Remove every partition, block and per-node loss.
+        Heal => "heal",
+    }
 }
 
 impl StepKind {
-    /// The name used in scenario files.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            StepKind::Crash => "crash",
-            StepKind::Kill => "kill",
-            StepKind::Freeze => "freeze",
-            StepKind::Stall => "stall",
-            StepKind::Slow => "slow",
-            StepKind::Restart => "restart",
-            StepKind::Leave => "leave",
-            StepKind::Join => "join",
-            StepKind::Loss => "loss",
-            StepKind::IngressLoss => "ingress_loss",
-            StepKind::EgressLoss => "egress_loss",
-            StepKind::BlockIngress => "block_ingress",
-            StepKind::BlockEgress => "block_egress",
-            StepKind::CutOff => "cut_off",
-            StepKind::Partition => "partition",
-            StepKind::Heal => "heal",
-        }
-    }
-
     fn targets_nodes(self) -> bool {
         !matches!(
             self,
