@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::ControlError;
 use crate::lease::{AcquireRequest, GrantDelay, LeaseRequest};
+use crate::protocol::{self, OLDEST_PROTOCOL};
 
 /// `POST`: acquire a role ([`crate::lease::AcquireRequest`]).
 pub const ACQUIRE: &str = "/control/acquire";
@@ -182,6 +183,16 @@ impl Refusal {
 /// `a` in a form an asker speaking `protocol` decodes.
 pub fn answer_for<T>(a: Answer<T>, protocol: u16) -> Answer<T> {
     a.map_err(|r| r.for_asker(protocol))
+}
+
+/// The protocol a batch needs: the newest its items need (an acquisition:
+/// 1; a write: its kind's).
+pub(crate) fn batch_needs(items: &[BatchItem]) -> u16 {
+    let need = |item: &BatchItem| match item {
+        BatchItem::Acquire(_) => OLDEST_PROTOCOL,
+        BatchItem::Write(req) => protocol::needs(req),
+    };
+    items.iter().map(need).max().unwrap_or(OLDEST_PROTOCOL)
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use axum::Json;
 use super::api::{self, Answer, BatchItem, Refusal};
 use super::{ControlError, ControlPlane};
 use crate::lease::{LeaseRejection, LeaseRequest, LeaseResponse};
-use crate::protocol::{Asker, OLDEST_PROTOCOL};
+use crate::protocol::Asker;
 
 /// Where the answers to one entry of the batch go: one item, or each
 /// renewal of a [`LeaseRequest::Renewals`].
@@ -48,7 +48,9 @@ impl ControlPlane {
             )));
         }
         if self.leader() != Some(self.id) {
-            return self.forward(api::BATCH, &items, needs(&items)).await;
+            return self
+                .forward(api::BATCH, &items, api::batch_needs(&items))
+                .await;
         }
         let mut answers: Vec<Option<Answer<LeaseResponse>>> = vec![None; items.len()];
         let (mut writes, mut slots) = (Vec::new(), Vec::new());
@@ -128,16 +130,6 @@ impl ControlPlane {
             .map(|a| a.unwrap_or(Err(Refusal::NoAnswer)))
             .collect())
     }
-}
-
-/// The protocol a batch needs: the newest its items need (an acquisition:
-/// 1; a write: its kind's).
-pub(super) fn needs(items: &[BatchItem]) -> u16 {
-    let need = |item: &BatchItem| match item {
-        BatchItem::Acquire(_) => OLDEST_PROTOCOL,
-        BatchItem::Write(req) => crate::protocol::needs(req),
-    };
-    items.iter().map(need).max().unwrap_or(OLDEST_PROTOCOL)
 }
 
 /// `POST /control/batch`: as [`super::routes::lease_answer`], item by item.

@@ -190,7 +190,7 @@ impl ControlClient {
         items: &[api::BatchItem],
         limit: Duration,
     ) -> Answer<Vec<Answer<LeaseResponse>>> {
-        let needs = super::batch::needs(items);
+        let needs = api::batch_needs(items);
         self.post(api::BATCH, (items, needs), limit).await
     }
 
