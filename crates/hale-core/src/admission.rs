@@ -71,7 +71,7 @@ impl<I: Identity> Node<I> {
     /// packets now carry (`known`): this run starts again above it, and
     /// syncs with `from` so that it is heard at once.
     pub(crate) fn handle_superseded(&mut self, from: &I, known: u64) {
-        if known < self.local.my_generation() || self.phase.has_left() {
+        if known < self.local.my_generation() || self.isolation.phase().has_left() {
             return;
         }
         let previous = self.local.generation().raise(known);

@@ -78,7 +78,10 @@ impl<I: Identity> Node<I> {
     /// digest, spending a sync token).
     pub(crate) fn handle_summary(&mut self, now: Time, from: &I, hash: u64) {
         self.members.keep_view_sum();
-        if self.phase.has_left() || hash == self.view_hash() || !self.take_sync_token(now) {
+        if self.isolation.phase().has_left()
+            || hash == self.view_hash()
+            || !self.take_sync_token(now)
+        {
             return;
         }
         if self.members.len() + 1 >= BUCKETED_FROM && self.writes_v4_to(from) {
@@ -105,7 +108,7 @@ impl<I: Identity> Node<I> {
     /// still do (spending a sync token).
     pub(crate) fn handle_buckets(&mut self, now: Time, from: &I, sums: &[u64; BUCKETS]) {
         self.members.keep_view_sum();
-        if self.phase.has_left() || !self.settled() {
+        if self.isolation.phase().has_left() || !self.settled() {
             return;
         }
         let mine = self.view_sums();
@@ -275,7 +278,7 @@ impl<I: Identity> Node<I> {
 
     /// This node's own state as a sync carries it.
     pub(crate) fn own_state(&self) -> WireState {
-        if self.phase.has_left() {
+        if self.isolation.phase().has_left() {
             WireState::Left
         } else {
             WireState::Alive

@@ -118,13 +118,18 @@ impl Lifecycle {
     }
 }
 
-/// What tells this node that a fault may be its own: when it last heard
-/// from any member, when it stopped being cut off, the latest time it was
-/// given, and the pause it just came out of (`Node::check_pause`).
+/// Where this node stands towards its cluster: its [`Lifecycle`] phase, and
+/// what tells it that a fault may be its own: when it last heard from any
+/// member, when it stopped being cut off, the latest time it was given, and
+/// the pause it just came out of (`Node::check_pause`).
 ///
-/// Invariant: `last_now` never goes backwards; `heard_any` only forwards.
+/// Invariants: `last_now` never goes backwards; `heard_any` only forwards;
+/// the phase changes only through [`Lifecycle`]'s transitions (and `Left`
+/// is final).
 #[derive(Debug, Clone)]
 pub(crate) struct Isolation {
+    /// Active, fallen back to seeds, cut off, or left.
+    phase: Lifecycle,
     /// When a packet (or traffic) from another member last arrived.
     heard_any: Time,
     /// When it last stopped being cut off: probes started before then
@@ -141,11 +146,22 @@ impl Isolation {
     /// Started at `now`, as if just heard from the cluster.
     pub(crate) fn new(now: Time) -> Isolation {
         Isolation {
+            phase: Lifecycle::Active,
             heard_any: now,
             back_at: Time::ZERO,
             last_now: now,
             pause_credit: (Time::ZERO, Duration::ZERO),
         }
+    }
+
+    /// The lifecycle phase.
+    pub(crate) fn phase(&self) -> Lifecycle {
+        self.phase
+    }
+
+    /// The lifecycle phase, to move it on by one of its transitions.
+    pub(crate) fn phase_mut(&mut self) -> &mut Lifecycle {
+        &mut self.phase
     }
 
     /// The latest time given.
@@ -191,14 +207,14 @@ impl Isolation {
 impl<I: Identity> Node<I> {
     /// Whether this node has concluded that it is cut off from the cluster.
     pub fn is_cut_off(&self) -> bool {
-        self.phase.is_cut_off()
+        self.isolation.phase().is_cut_off()
     }
 
     /// Any packet from another member of the cluster, or traffic from one,
     /// arrived: this node is not cut off.
     pub(crate) fn heard_from_someone(&mut self, now: Time) {
         self.isolation.heard(now);
-        if self.phase.reconnected() {
+        if self.isolation.phase_mut().reconnected() {
             self.isolation.back_at = now;
         }
     }
@@ -219,17 +235,17 @@ impl<I: Identity> Node<I> {
     /// Concludes that this node is cut off if it has heard from no member
     /// for `suspicion_max`; see the module documentation.
     pub(crate) fn check_cut_off(&mut self, now: Time) {
-        if self.phase.is_cut_off()
-            || self.phase.has_left()
+        if self.isolation.phase().is_cut_off()
+            || self.isolation.phase().has_left()
             || !self.large_enough_to_infer_cut_off()
             || now.saturating_since(self.isolation.heard_any) < self.cut_off_after()
         {
             return;
         }
         let seeds = !self.recovery.seeds().is_empty();
-        let report = seeds && !self.phase.in_fallback();
-        self.phase = Lifecycle::CutOff {
-            fallback: self.phase.in_fallback() || seeds,
+        let report = seeds && !self.isolation.phase().in_fallback();
+        *self.isolation.phase_mut() = Lifecycle::CutOff {
+            fallback: self.isolation.phase().in_fallback() || seeds,
         };
         self.stats.cut_offs += 1;
         self.withdraw_all_accusations(now);

@@ -168,7 +168,7 @@ impl<I: Identity> Node<I> {
 
     /// The earliest time a neighbour is due for a ping.
     pub(crate) fn next_monitor_due(&self) -> Time {
-        if self.phase.has_left() {
+        if self.isolation.phase().has_left() {
             return Time::NEVER;
         }
         (0..self.monitors.pinged.len())
@@ -179,7 +179,7 @@ impl<I: Identity> Node<I> {
 
     /// Pings every neighbour whose quiet window ran out.
     pub(crate) fn monitor_tick(&mut self, now: Time) {
-        if self.phase.has_left() {
+        if self.isolation.phase().has_left() {
             return;
         }
         for i in 0..self.monitors.pinged.len() {
@@ -239,7 +239,7 @@ impl<I: Identity> Node<I> {
     /// probes out of this node).
     pub(crate) fn corroborate(&mut self, now: Time, from: &I, target: &I) {
         let live = |id: &I| self.members.get(id).is_some_and(|m| m.state().is_live());
-        if self.phase.has_left()
+        if self.isolation.phase().has_left()
             || target == self.local.id()
             || !live(from)
             || self.probing.probe_of(target).is_some()

@@ -11,7 +11,7 @@ use crate::direct::{Outbox, Outgoing};
 use crate::event::Event;
 use crate::freshness::Verdict;
 use crate::identity::Identity;
-use crate::isolation::{Isolation, Lifecycle};
+use crate::isolation::Isolation;
 use crate::local::Local;
 use crate::member::{Member, MemberState};
 use crate::monitor::Monitors;
@@ -109,8 +109,6 @@ pub struct Node<I: Identity> {
     pub(crate) cfg: Config,
     /// Identity, incarnation, metadata, generation (`local.rs`).
     pub(crate) local: Local<I>,
-    /// Active, fallen back to seeds, cut off, or left (`isolation.rs`).
-    pub(crate) phase: Lifecycle,
     pub(crate) rng: Xoshiro256PlusPlus,
     /// Every other member, with live and suspect counts (`table.rs`).
     pub(crate) members: Table<I>,
@@ -126,7 +124,9 @@ pub struct Node<I: Identity> {
     pub(crate) targeted: Targeted<I>,
     /// Seeds, tombstones, sync budget (`sync.rs`).
     pub(crate) recovery: Recovery<I>,
-    /// Whether faults are this node's own: silence, pauses (`isolation.rs`).
+    /// Where this node stands: its lifecycle (active, fallen back to seeds,
+    /// cut off, or left), and whether faults are its own: silence, pauses
+    /// (`isolation.rs`).
     pub(crate) isolation: Isolation,
     /// The periodic timers (`time.rs`).
     pub(crate) timers: TimerTable,
@@ -160,7 +160,6 @@ impl<I: Identity> Node<I> {
         timers.set(Timer::Reap, now + Duration::from_secs(10));
         Ok(Node {
             local,
-            phase: Lifecycle::Active,
             rng,
             members: Table::new(),
             probing: Probing::new(),
@@ -203,7 +202,7 @@ impl<I: Identity> Node<I> {
 
     /// Whether [`Node::leave`] was called.
     pub fn has_left(&self) -> bool {
-        self.phase.has_left()
+        self.isolation.phase().has_left()
     }
 
     /// The configuration in force.
@@ -283,7 +282,7 @@ impl<I: Identity> Node<I> {
 
     /// Publishes new metadata (raising the incarnation so it wins everywhere).
     pub fn set_metadata(&mut self, now: Time, meta: Vec<u8>) -> Result<(), MetadataError> {
-        if self.phase.has_left() {
+        if self.isolation.phase().has_left() {
             return Err(MetadataError::Left);
         }
         if meta.len() > MAX_META {
@@ -298,10 +297,10 @@ impl<I: Identity> Node<I> {
     /// Leaves gracefully: announces it to the cluster so peers record it as
     /// left, not dead. Keep driving the node for a moment so the news spreads.
     pub fn leave(&mut self, now: Time) -> Result<(), LeaveError> {
-        if self.phase.has_left() {
+        if self.isolation.phase().has_left() {
             return Err(LeaveError::AlreadyLeft);
         }
-        self.phase.leave();
+        self.isolation.phase_mut().leave();
         self.local.raise_incarnation(0);
         self.probing.abandon();
         let msg = Message::Left {
@@ -361,7 +360,7 @@ impl<I: Identity> Node<I> {
             self.stats.drop(DropReason::FromSelf);
             return Err(ReceiveError::FromSelf);
         }
-        if self.phase.has_left() {
+        if self.isolation.phase().has_left() {
             self.stats.drop(DropReason::AfterLeave);
             return Err(ReceiveError::Left);
         }
@@ -576,7 +575,7 @@ impl<I: Identity> Node<I> {
     /// queued, seed retries while alone or cut off with seeds), and of the
     /// deadlines the sub-states derive from their own state.
     fn next_deadline(&self) -> Time {
-        let seeds = (self.members.live() == 0 || self.phase.is_cut_off())
+        let seeds = (self.members.live() == 0 || self.isolation.phase().is_cut_off())
             && !self.recovery.seeds().is_empty();
         let gossip = !self.broadcasts.is_empty();
         self.timers

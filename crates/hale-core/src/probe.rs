@@ -145,7 +145,7 @@ impl<I: Identity> Node<I> {
     pub(crate) fn probe_tick(&mut self, now: Time) {
         let next = now + self.scaled(self.cfg.walk_interval);
         self.timers.set(Timer::Probe, next);
-        if self.phase.has_left() {
+        if self.isolation.phase().has_left() {
             return;
         }
         if let Some(target) = self.next_walk_target() {
@@ -379,7 +379,7 @@ impl<I: Identity> Node<I> {
             n => (n - p.nacks) as i32,
         };
         self.bump_health(delta);
-        if self.phase.is_cut_off() || p.started < self.isolation.back_at() {
+        if self.isolation.phase().is_cut_off() || p.started < self.isolation.back_at() {
             // We hear from nobody, or did when this probe started: the
             // failure is ours, not the target's.
             self.stats.probe_failures_cut_off += 1;
@@ -451,7 +451,10 @@ impl<I: Identity> Node<I> {
     /// member withdraws an observer's finding.
     pub fn handle_unreachable(&mut self, now: Time, peer: &I) {
         self.isolation.advance(now);
-        if self.phase.has_left() || !self.cfg.closed_port_evidence || *peer == *self.local.id() {
+        if self.isolation.phase().has_left()
+            || !self.cfg.closed_port_evidence
+            || *peer == *self.local.id()
+        {
             return;
         }
         let me = self.local.id().clone();

@@ -234,7 +234,7 @@ impl<I: Identity> Node<I> {
             (false, true) => {
                 self.walk_insert(id);
                 self.monitors_changed(id);
-                self.phase.member_back();
+                self.isolation.phase_mut().member_back();
             }
             // Suspected or cleared: the ring neighbours may change.
             (true, true) if was_suspect != is_suspect => self.monitors_changed(id),
@@ -280,7 +280,7 @@ impl<I: Identity> Node<I> {
             // versions a restarted, upgraded agent speaks, say).
             let stale_meta =
                 incarnation == own && meta.as_deref().is_some_and(|m| m != self.local.meta());
-            if (incarnation > own || stale_meta) && !self.phase.has_left() {
+            if (incarnation > own || stale_meta) && !self.isolation.phase().has_left() {
                 self.refute(now, incarnation, None, false);
             }
             return;
@@ -410,7 +410,7 @@ impl<I: Identity> Node<I> {
         dead: bool,
     ) -> Option<(MemberState, u32)> {
         if *member == *self.local.id() {
-            if incarnation >= self.local.incarnation() && !self.phase.has_left() {
+            if incarnation >= self.local.incarnation() && !self.isolation.phase().has_left() {
                 self.refute(now, incarnation, Some(accuser.clone()), dead);
             }
             return None;
@@ -556,7 +556,7 @@ impl<I: Identity> Node<I> {
             return;
         }
         if *member == *self.local.id() {
-            if incarnation >= self.local.incarnation() && !self.phase.has_left() {
+            if incarnation >= self.local.incarnation() && !self.isolation.phase().has_left() {
                 self.refute(now, incarnation, Some(accuser.clone()), false);
             }
             return;
@@ -584,7 +584,7 @@ impl<I: Identity> Node<I> {
         }
         let look_ourselves = !by_me && s.closed_at.is_none();
         self.rearm(member, now);
-        if look_ourselves && !self.phase.is_cut_off() {
+        if look_ourselves && !self.isolation.phase().is_cut_off() {
             // Someone found its port closed: ping it ourselves now, so that
             // corroboration takes a round trip, not a probe period (a probe
             // already in flight may have pinged it before it died: ping
@@ -657,7 +657,7 @@ impl<I: Identity> Node<I> {
     /// `member` left at `incarnation`.
     pub(crate) fn apply_left(&mut self, now: Time, member: &I, incarnation: u32, spread: bool) {
         if *member == *self.local.id() {
-            if incarnation >= self.local.incarnation() && !self.phase.has_left() {
+            if incarnation >= self.local.incarnation() && !self.isolation.phase().has_left() {
                 self.refute(now, incarnation, None, false);
             }
             return;

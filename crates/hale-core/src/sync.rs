@@ -222,7 +222,7 @@ impl<I: Identity> Node<I> {
     fn contact_seeds(&mut self, now: Time) {
         let at = now + self.jitter(self.cfg.seed_retry_interval);
         self.timers.set(Timer::SeedRetry, at);
-        if self.recovery.seeds.is_empty() || self.phase.has_left() {
+        if self.recovery.seeds.is_empty() || self.isolation.phase().has_left() {
             return;
         }
         for seed in self.recovery.seeds.clone() {
@@ -251,8 +251,10 @@ impl<I: Identity> Node<I> {
 
     pub(crate) fn seed_tick(&mut self, now: Time) {
         if self.seeds_due() {
-            if !self.phase.in_fallback() && self.members.recs().any(|m| !m.state().is_live()) {
-                self.phase.fall_back();
+            if !self.isolation.phase().in_fallback()
+                && self.members.recs().any(|m| !m.state().is_live())
+            {
+                self.isolation.phase_mut().fall_back();
                 self.push_event(Event::SeedFallback);
             }
             self.contact_seeds(now);
@@ -265,9 +267,9 @@ impl<I: Identity> Node<I> {
     /// Whether this node contacts its seeds: it has some, has not left,
     /// and is alone or cut off.
     pub(crate) fn seeds_due(&self) -> bool {
-        (self.members.live() == 0 || self.phase.is_cut_off())
+        (self.members.live() == 0 || self.isolation.phase().is_cut_off())
             && !self.recovery.seeds.is_empty()
-            && !self.phase.has_left()
+            && !self.isolation.phase().has_left()
     }
 
     /// Forgets dead and left members after the tombstone time, and old bookkeeping.
@@ -320,7 +322,7 @@ impl<I: Identity> Node<I> {
             .push_pull_interval()
             .mul_f64(self.rng.random_range(0.5..1.5));
         self.timers.set(Timer::PushPull, now + interval);
-        if self.phase.has_left() {
+        if self.isolation.phase().has_left() {
             return;
         }
         if let Some(peer) = self.random_live(1, None).pop() {
@@ -336,7 +338,7 @@ impl<I: Identity> Node<I> {
     pub(crate) fn reconnect_tick(&mut self, now: Time) {
         let at = now + self.jitter(self.cfg.reconnect_interval);
         self.timers.set(Timer::Reconnect, at);
-        if self.phase.has_left() {
+        if self.isolation.phase().has_left() {
             return;
         }
         let Some(c) = self.recovery.random_tombstone(&mut self.rng).cloned() else {

@@ -243,7 +243,7 @@ impl<I: Identity> Node<I> {
         if !self.cfg.targeted_suspicions
             || from != accuser
             || incarnation >= self.local.incarnation()
-            || self.phase.has_left()
+            || self.isolation.phase().has_left()
         {
             return;
         }

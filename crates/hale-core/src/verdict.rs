@@ -52,7 +52,7 @@ impl<I: Identity> Node<I> {
     /// could confirm, and every other member may really have failed. Such a
     /// verdict rests on one accuser, so other members do not accept it.
     pub(crate) fn verdict_allowed(&self, target: &I, s: &Suspicion<I>, now: Time) -> bool {
-        if self.phase.is_cut_off() {
+        if self.isolation.phase().is_cut_off() {
             return false;
         }
         s.accusers.len() >= self.required_accusers(target)

@@ -3,7 +3,9 @@
 //! through `crate::`, `super::`, `self::` or a child module's name is an
 //! edge to the file holding the module named. No crate's files may import
 //! each other in a cycle of more than [`MAX_CYCLE`] files; the unit test
-//! below runs the check over the workspace as part of `cargo test`.
+//! below runs the check over the workspace as part of `cargo test`. A
+//! second test holds `hale-core`'s `Node` to at most 15 fields (its state
+//! lives in sub-states that own their fields).
 
 use proc_macro2::{Delimiter, TokenStream, TokenTree};
 use std::collections::{BTreeMap, BTreeSet};
@@ -381,6 +383,55 @@ mod tests {
             "import cycles of more than {MAX_CYCLE} files:\n{}",
             failures.join("\n")
         );
+    }
+
+    /// The fields of `struct NAME` in `text`: each an identifier followed by
+    /// a lone `:`, after the struct's start, a comma, an attribute or a
+    /// visibility.
+    fn fields_of(text: &str, name: &str) -> Vec<String> {
+        let t: Vec<TokenTree> = text.parse::<TokenStream>().unwrap().into_iter().collect();
+        let at = (1..t.len())
+            .find(|&i| {
+                ident(&t[i - 1]).as_deref() == Some("struct")
+                    && ident(&t[i]).as_deref() == Some(name)
+            })
+            .expect("the struct is defined");
+        let body = t[at..]
+            .iter()
+            .find_map(|t| match t {
+                TokenTree::Group(g) if g.delimiter() == Delimiter::Brace => Some(g.stream()),
+                _ => None,
+            })
+            .expect("the struct has named fields");
+        let b: Vec<TokenTree> = body.into_iter().collect();
+        (0..b.len().saturating_sub(1))
+            .filter(|&i| {
+                let starts = i == 0
+                    || punct(&b[i - 1]) == Some(',')
+                    || ident(&b[i - 1]).as_deref() == Some("pub")
+                    || matches!(&b[i - 1], TokenTree::Group(g) if g.delimiter() != Delimiter::Brace);
+                starts && ident(&b[i]).is_some() && punct(&b[i + 1]) == Some(':') && !sep_at(&b, i + 1)
+            })
+            .map(|i| b[i].to_string())
+            .collect()
+    }
+
+    #[test]
+    fn the_node_composes_at_most_fifteen_fields() {
+        let node = Path::new(env!("CARGO_MANIFEST_DIR")).join("../hale-core/src/node.rs");
+        let fields = fields_of(&std::fs::read_to_string(node).unwrap(), "Node");
+        assert!(fields.len() >= 10, "found the fields: {fields:?}");
+        assert!(
+            fields.len() <= 15,
+            "Node has {} fields (at most 15: compose sub-states): {fields:?}",
+            fields.len()
+        );
+    }
+
+    #[test]
+    fn fields_are_counted_past_attributes_visibility_and_paths_in_types() {
+        let text = "struct Node<I> { #[doc = \"a, b: c\"] pub(crate) a: std::vec::Vec<I>, b: (u8, u8), pub c: u8 } struct Other { d: u8 }";
+        assert_eq!(fields_of(text, "Node"), ["a", "b", "c"]);
     }
 
     #[test]
