@@ -389,7 +389,11 @@ mod tests {
     /// a lone `:`, after the struct's start, a comma, an attribute or a
     /// visibility.
     fn fields_of(text: &str, name: &str) -> Vec<String> {
-        let t: Vec<TokenTree> = text.parse::<TokenStream>().unwrap().into_iter().collect();
+        let t: Vec<TokenTree> = text
+            .parse::<TokenStream>()
+            .expect("Rust tokens")
+            .into_iter()
+            .collect();
         let at = (1..t.len())
             .find(|&i| {
                 ident(&t[i - 1]).as_deref() == Some("struct")
@@ -419,7 +423,10 @@ mod tests {
     #[test]
     fn the_node_composes_at_most_fifteen_fields() {
         let node = Path::new(env!("CARGO_MANIFEST_DIR")).join("../hale-core/src/node.rs");
-        let fields = fields_of(&std::fs::read_to_string(node).unwrap(), "Node");
+        let fields = fields_of(
+            &std::fs::read_to_string(node).expect("node.rs reads"),
+            "Node",
+        );
         assert!(fields.len() >= 10, "found the fields: {fields:?}");
         assert!(
             fields.len() <= 15,
