@@ -278,12 +278,36 @@ impl Proc {
 
 impl Drop for Proc {
     fn drop(&mut self) {
-        let pid = self.0.id() as i32;
-        for p in self.stop() {
-            let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
-            forget_faketime(p);
+        if matches!(self.0.try_wait(), Ok(None)) {
+            kill_tree(self.0.id() as i32);
         }
-        forget_faketime(pid);
+        let _ = self.0.wait();
+    }
+}
+
+/// Kills `pid` and every process it started, all frozen first, so that
+/// none of them reacts to another's death: a watchdog fences when its
+/// agent dies, and its fence (a hook in a process group of its own) wrote
+/// to a test's log directory while the directory was being removed, which
+/// then stayed behind in /dev/shm.
+pub fn kill_tree(pid: i32) {
+    let _ = kill(Pid::from_raw(pid), Signal::SIGSTOP);
+    let mut tree = Vec::new();
+    // Each pass freezes what the last one found; a process started in
+    // between is found by the next.
+    loop {
+        let found = descendants(pid);
+        if found == tree {
+            break;
+        }
+        for &p in &found {
+            let _ = kill(Pid::from_raw(p), Signal::SIGSTOP);
+        }
+        tree = found;
+    }
+    for p in std::iter::once(pid).chain(tree) {
+        let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
+        forget_faketime(p);
     }
 }
 
@@ -325,8 +349,7 @@ impl Drop for AgentProc {
         }
         self.proc.take();
         for p in std::mem::take(&mut self.orphans) {
-            let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
-            forget_faketime(p);
+            kill_tree(p);
         }
     }
 }
