@@ -278,10 +278,13 @@ impl Proc {
 
 impl Drop for Proc {
     fn drop(&mut self) {
+        let pid = self.0.id() as i32;
         if matches!(self.0.try_wait(), Ok(None)) {
-            kill_tree(self.0.id() as i32);
+            kill_tree(pid);
         }
         let _ = self.0.wait();
+        // Also when a test had already killed it.
+        forget_faketime(pid);
     }
 }
 
