@@ -274,7 +274,7 @@ impl SharedKeyring {
     }
 
     /// A handle holding `ring` that saves every change made with
-    /// [`SharedKeyring::update`] to the keyring file `path` (see [`file`]).
+    /// [`SharedKeyring::update`] to the keyring file `path` (see [`mod@file`]).
     pub fn saved_to(ring: Keyring, path: PathBuf) -> SharedKeyring {
         SharedKeyring(Arc::new(RwLock::new(Arc::new(ring))), Some(Arc::new(path)))
     }

@@ -170,7 +170,7 @@ const RESTART_WAIT: Duration = Duration::from_secs(30);
 /// - Already streaming from `upstream`: nothing to do, `[Streaming]`.
 /// - A running replica of another upstream: repointed (`primary_conninfo`,
 ///   `primary_slot_name` by `ALTER SYSTEM`, reloaded), `[Rejoining,
-///   Streaming]`; if it does not stream within [`REPOINT_WAIT`] (its
+///   Streaming]`; if it does not stream within 8 s (`REPOINT_WAIT`; its
 ///   timeline diverged), as below.
 /// - Otherwise: fenced and stopped; after an unclean stop, run once as a
 ///   standby for its crash recovery (not reachable over the network, not

@@ -19,7 +19,8 @@
 //! drop counters per reason, and client reports of the drops once the
 //! upstream is back. `flush` and `close` return by their deadline whatever
 //! the upstream does. A hale membership verdict on the member hosting an
-//! upstream opens its breaker at once ([`Relay::member_dead`]).
+//! upstream opens its breaker at once ([`Pipeline::member_dead`], through
+//! a [`Relay`] or a [`Reporter`]).
 
 #![forbid(unsafe_code)]
 
