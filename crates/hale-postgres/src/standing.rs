@@ -47,15 +47,15 @@ pub enum SenderState {
 }
 
 impl SenderState {
+    /// The state `pg_stat_replication` shows, by the names serde gives the
+    /// variants (one list of names); an unknown or hidden one is `Unknown`.
     fn parse(state: Option<&str>) -> SenderState {
-        match state {
-            Some("startup") => SenderState::Startup,
-            Some("catchup") => SenderState::Catchup,
-            Some("streaming") => SenderState::Streaming,
-            Some("backup") => SenderState::Backup,
-            Some("stopping") => SenderState::Stopping,
-            _ => SenderState::Unknown,
-        }
+        use serde::de::{value::StrDeserializer, IntoDeserializer};
+        let read = |s: &str| {
+            let name: StrDeserializer<'_, serde::de::value::Error> = s.into_deserializer();
+            SenderState::deserialize(name).unwrap_or(SenderState::Unknown)
+        };
+        state.map_or(SenderState::Unknown, read)
     }
 }
 
@@ -246,6 +246,21 @@ async fn replica(client: &Client) -> Result<Standing, StandingError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_senders_state_is_read_by_postgresqls_name_and_any_other_is_unknown() {
+        let read = |s| SenderState::parse(Some(s));
+        assert_eq!(read("startup"), SenderState::Startup);
+        assert_eq!(read("catchup"), SenderState::Catchup);
+        assert_eq!(read("streaming"), SenderState::Streaming);
+        assert_eq!(read("backup"), SenderState::Backup);
+        assert_eq!(read("stopping"), SenderState::Stopping);
+        assert_eq!(read("Streaming"), SenderState::Unknown);
+        assert_eq!(read("archiving"), SenderState::Unknown);
+        assert_eq!(SenderState::parse(None), SenderState::Unknown);
+        let json = serde_json::to_string(&SenderState::Streaming).expect("a state serialises");
+        assert_eq!(json, "\"streaming\"");
+    }
 
     #[test]
     fn a_standing_reads_back_from_its_json() {
