@@ -15,7 +15,7 @@ use hale_core::{Channel, Node, Time};
 use crate::id::SimId;
 
 /// What travels from one node to another.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(super) enum Payload {
     /// The encoded packet.
     Bytes(Vec<u8>),
@@ -50,14 +50,28 @@ pub(super) fn poll(node: &mut Node<SimId>, bytes: bool) -> Option<Sent> {
 
 /// `node` receives `payload` on `channel` at `now`.
 pub(super) fn hand(node: &mut Node<SimId>, now: Time, channel: Channel, payload: Payload) {
-    let _ = match (payload, channel) {
-        (Payload::Bytes(b), Channel::Datagram) => node.handle_datagram(now, &b),
-        (Payload::Bytes(b), Channel::Stream) => node.handle_stream(now, &b),
-        (Payload::Packet(p, len), _) => node.handle_packet(now, channel, p, len),
-    };
+    match payload {
+        Payload::Bytes(b) => hand_bytes(node, now, channel, &b),
+        Payload::Packet(p, len) => {
+            let _ = node.handle_packet(now, channel, p, len);
+        }
+    }
 }
 
-/// [`hand`] of a copy (for a payload phase A of a window only borrows).
+/// [`hand`] of a payload phase A of a window only borrows: encoded bytes
+/// are read in place, a packet is copied (the node takes it whole).
 pub(super) fn hand_ref(node: &mut Node<SimId>, now: Time, channel: Channel, payload: &Payload) {
-    hand(node, now, channel, payload.clone());
+    match payload {
+        Payload::Bytes(b) => hand_bytes(node, now, channel, b),
+        Payload::Packet(p, len) => {
+            let _ = node.handle_packet(now, channel, p.clone(), *len);
+        }
+    }
+}
+
+fn hand_bytes(node: &mut Node<SimId>, now: Time, channel: Channel, bytes: &[u8]) {
+    let _ = match channel {
+        Channel::Datagram => node.handle_datagram(now, bytes),
+        Channel::Stream => node.handle_stream(now, bytes),
+    };
 }
