@@ -27,6 +27,7 @@ use hale_core::Time;
 use crate::config::RoleSpec;
 use crate::view::{AgentEvent, Lagging, RoleView, SwitchoverStep};
 use crate::watchdog::demote_once_argv;
+pub mod identity;
 pub mod postgres;
 mod requests;
 mod set;
@@ -238,6 +239,7 @@ impl RoleManager {
                 acquire_timeout: Duration::from_millis(1500),
                 instance: crate::seed::fresh_seed(),
                 max_lag: self.spec.max_lag(),
+                identity: self.ctx.identity.clone(),
             },
             run.now(),
         );
@@ -282,7 +284,10 @@ impl RoleManager {
                             }
                             _ => {}
                         }
-                        sm.handle_response(run.now(), id, r.ok());
+                        match r {
+                            Err(Refusal::TooNew { .. }) => sm.handle_too_new(run.now(), id),
+                            r => sm.handle_response(run.now(), id, r.ok()),
+                        }
                         if let Some((order, paused)) = ordered {
                             self.switch_over(&mut sm, &mut switching, order, paused, run.now());
                         }
@@ -662,6 +667,27 @@ impl RoleManager {
                     hook_ok: demote.ok(),
                     demote,
                     promote,
+                })
+            }
+            HolderEvent::DemoteFailed {
+                epoch,
+                reason,
+                outcome,
+                failures,
+                retry_in,
+            } => {
+                tracing::warn!(
+                    %role, epoch, %outcome, failures,
+                    "the demote hook failed: the role is not released; trying again in {retry_in:?}"
+                );
+                self.view(|v| v.demote_failures += 1);
+                RoleChange::Event(AgentEvent::DemoteFailed {
+                    role,
+                    epoch,
+                    reason,
+                    outcome,
+                    failures,
+                    retry_in_ms: retry_in.as_millis() as u64,
                 })
             }
             HolderEvent::Kept { epoch } => {
