@@ -38,10 +38,12 @@
 //!   voluntary step-down keeps renewing its lease, so no other node is
 //!   promoted (a node that cannot demote keeps the role unless it dies or
 //!   is cut off, when its lease runs out as a dead host's does). The
-//!   watchdog, disarmed but keeping its deadline, fences at the lease's end
-//!   as last armed (its fence is the same demote, under the same claim):
-//!   the escalation past that bound. A lost lease's failed demote is
-//!   retried the same way; the node does not ask for the role meanwhile.
+//!   watchdog, disarmed but keeping its deadline, is re-armed by renewals
+//!   until the demote has been failing for `hook_timeout`; past that bound
+//!   it fences at the lease's end (its fence is the same demote, under the
+//!   same claim, after killing what the promote hook left): the
+//!   escalation. A lost lease's failed demote is retried the same way; the
+//!   node does not ask for the role meanwhile.
 //! * **A renewal answered after the lease ended changes nothing**: the
 //!   holding is over on this node's clock, whatever the answer says.
 //! * **A promotion that fails or outlives `hook_timeout` is abandoned**: the
@@ -162,8 +164,9 @@ enum Phase {
         next: Option<String>,
         promote: Option<HookOutcome>,
         step: Step,
-        /// How many runs of the demote hook have failed so far.
-        failures: u32,
+        /// How many runs of the demote hook have failed so far, and since
+        /// when (the first failure).
+        failures: Option<(u32, Time)>,
     },
 }
 
@@ -507,10 +510,11 @@ impl Holder {
                     return self.handle_timeout(now);
                 }
                 self.set_paused(paused);
+                let rearm = self.rearms_watchdog(now);
                 if let Some(lease) = self.lease_mut() {
                     lease.renewed(sent);
                     let deadline = lease.valid_until();
-                    if self.watchdog == Watchdog::Armed {
+                    if rearm {
                         self.actions.push_back(Action::ArmWatchdog { deadline });
                     }
                 }
@@ -633,9 +637,10 @@ impl Holder {
 
     /// The demote hook did not succeed: the holding is not released (its
     /// lease, if still held, is renewed on); the demote runs again after a
-    /// backoff. Should it keep failing, the watchdog (disarmed, its
-    /// deadline kept) fences at the lease's end as last armed, through the
-    /// same claim: the next run then finds the demote done.
+    /// backoff. Should it keep failing for longer than `hook_timeout`, the
+    /// watchdog is no longer re-armed ([`Holder::rearms_watchdog`]) and
+    /// fences at the lease's end, through the same claim: the next run then
+    /// finds the demote done.
     fn demote_failed(&mut self, now: Time, outcome: HookOutcome) {
         let Phase::SteppingDown {
             step,
@@ -647,17 +652,36 @@ impl Holder {
         else {
             return;
         };
-        *failures = failures.saturating_add(1);
-        let retry_in = demote_backoff(*failures);
+        let (count, since) = failures.unwrap_or((0, now));
+        let count = count.saturating_add(1);
+        *failures = Some((count, since));
+        let retry_in = demote_backoff(count);
         *step = Step::RetryingDemote { at: now + retry_in };
         let event = HolderEvent::DemoteFailed {
             epoch: *epoch,
             reason: *reason,
             outcome,
-            failures: *failures,
+            failures: count,
             retry_in,
         };
         self.event(event);
+    }
+
+    /// Whether a committed renewal re-arms the watchdog: while it is armed,
+    /// and during a step-down (disarmed, its deadline still the lease's
+    /// end) until the demote has been failing for longer than
+    /// `hook_timeout`. Past that bound the deadline stands and the
+    /// watchdog fences at the lease's end: the escalation of a demote that
+    /// keeps failing (the lease itself is still renewed, so no other node
+    /// is promoted before the fence or a demote succeeded).
+    fn rearms_watchdog(&self, now: Time) -> bool {
+        match (&self.phase, self.watchdog) {
+            (_, Watchdog::Armed) => true,
+            (_, Watchdog::None) => false,
+            (Phase::SteppingDown { failures, .. }, Watchdog::Disarmed) => failures
+                .is_none_or(|(_, since)| now.saturating_since(since) < self.cfg.hook_timeout),
+            (_, Watchdog::Disarmed) => false,
+        }
     }
 
     /// An operator asked for a handover (to `next`, or to the best other candidate).
@@ -858,7 +882,7 @@ impl Holder {
             next,
             promote: None,
             step,
-            failures: 0,
+            failures: None,
         };
         if run.is_none() {
             self.after_promote_stopped(now);
@@ -880,7 +904,7 @@ impl Holder {
             next: None,
             promote: Some(out),
             step: Step::DisarmingWatchdog,
-            failures: 0,
+            failures: None,
         };
         self.after_promote_stopped(now);
     }

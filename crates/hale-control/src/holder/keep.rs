@@ -40,6 +40,11 @@ use super::{
 pub(super) struct Adopting {
     /// The epoch the table says this node holds.
     epoch: u64,
+    /// The table records the holding as kept ([`LeaseRequest::Keep`]):
+    /// every server applied a protocol-3 entry, so a `too-new` refusal of
+    /// the adoption is a leader that has not heard every server yet, and
+    /// the adoption is asked again as it is, never by a plain renewal.
+    kept: bool,
     /// The renewal in flight, and when it was sent.
     request: Option<(RequestId, Time)>,
     /// When to send the next one.
@@ -50,8 +55,9 @@ impl Holder {
     /// The control plane's table says this node holds the role, paused, at
     /// `epoch` (an earlier run of this agent kept it when it stopped):
     /// adopt it by a renewal at that epoch, without a promote hook. Ignored
-    /// unless this node is a candidate, not stopping.
-    pub fn handle_adopt(&mut self, now: Time, epoch: u64) {
+    /// unless this node is a candidate, not stopping. `kept`: the table
+    /// records the holding as kept (an older release's keep does not).
+    pub fn handle_adopt(&mut self, now: Time, epoch: u64, kept: bool) {
         if self.stopping() || self.adopting.is_some() {
             return;
         }
@@ -61,6 +67,7 @@ impl Holder {
         }
         self.adopting = Some(Adopting {
             epoch,
+            kept,
             request: None,
             next: now,
         });
@@ -140,8 +147,8 @@ impl Holder {
     pub fn handle_too_new(&mut self, now: Time, id: RequestId) {
         let adoption = self
             .adopting
-            .is_some_and(|a| a.request.is_some_and(|(rid, _)| rid == id));
-        if adoption || self.keeping.is_some() {
+            .filter(|a| a.request.is_some_and(|(rid, _)| rid == id));
+        if adoption.is_some_and(|a| !a.kept) || self.keeping.is_some() {
             self.keep_by_renewal = true;
         }
         self.handle_response(now, id, None);
@@ -224,7 +231,7 @@ impl Holder {
             next: None,
             promote: None,
             step: Step::DisarmingWatchdog,
-            failures: 0,
+            failures: None,
         };
         self.after_promote_stopped(now);
     }

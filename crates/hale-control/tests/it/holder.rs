@@ -795,7 +795,7 @@ fn a_holder_stopping_while_its_role_is_not_paused_steps_down_at_once() {
 #[test]
 fn an_adopted_role_is_held_at_its_epoch_without_a_promote_hook() {
     let mut h = holder();
-    h.handle_adopt(ms(0), 7);
+    h.handle_adopt(ms(0), 7, true);
     let id = sent(&actions(&mut h), &adopt(7));
     assert!(h.is_adopting());
     // Its checks pass meanwhile: it does not ask for the role.
@@ -832,7 +832,7 @@ fn an_adopted_role_is_held_at_its_epoch_without_a_promote_hook() {
 #[test]
 fn an_adoption_the_control_plane_refuses_runs_the_demote_hook_and_releases_nothing() {
     let mut h = holder();
-    h.handle_adopt(ms(0), 7);
+    h.handle_adopt(ms(0), 7, true);
     let id = sent(&actions(&mut h), &adopt(7));
     h.handle_response(
         ms(20),
@@ -881,7 +881,7 @@ fn an_adoption_the_control_plane_refuses_runs_the_demote_hook_and_releases_nothi
 #[test]
 fn an_unanswered_adoption_is_asked_again_after_a_fifth_of_the_interval() {
     let mut h = holder();
-    h.handle_adopt(ms(0), 7);
+    h.handle_adopt(ms(0), 7, true);
     let id = sent(&actions(&mut h), &adopt(7));
     h.handle_response(ms(1500), id, None);
     assert_eq!(actions(&mut h), vec![]);
@@ -936,9 +936,10 @@ fn a_keep_and_an_adoption_refused_as_too_new_go_by_plain_renewals_as_the_previou
     let id = sent_renewal(&actions(&mut h), 7);
     h.handle_response(ms(710), id, Some(renewed(7, true)));
     assert!(actions(&mut h).contains(&Action::Event(HolderEvent::Kept { epoch: 7 })));
-    // Its next run: Adopt refused as too new, adopted by a renewal.
+    // Its next run (the table records no keep): Adopt refused as too new,
+    // adopted by a renewal.
     let mut h = holder();
-    h.handle_adopt(ms(0), 7);
+    h.handle_adopt(ms(0), 7, false);
     let id = sent(&actions(&mut h), &adopt(7));
     h.handle_too_new(ms(5), id);
     h.handle_timeout(ms(105));
@@ -1094,4 +1095,64 @@ fn a_renewal_answered_after_the_lease_ended_changes_nothing() {
         "{a:?}"
     );
     assert_eq!(h.lease_valid_until(), None);
+}
+
+#[test]
+fn a_demote_failing_for_longer_than_the_hook_timeout_stops_rearming_the_watchdog_so_that_it_fences()
+{
+    let mut h = holding();
+    let first = handing_over(&mut h);
+    h.handle_hook_exit(ms(300), first, HookExit::Failed);
+    let _ = actions(&mut h);
+    // Drive it for 12 s: every renewal answered, every demote run failing.
+    let (mut armed_before, mut armed_after) = (false, false);
+    while let Some(t) = h.poll_timeout().filter(|t| *t < ms(12_000)) {
+        h.handle_timeout(t);
+        for x in actions(&mut h) {
+            match x {
+                Action::Send { id, .. } => {
+                    h.handle_response(t, id, Some(renewed(7, false)));
+                    let rearmed = actions(&mut h)
+                        .iter()
+                        .any(|a| matches!(a, Action::ArmWatchdog { .. }));
+                    // The first failure was at 300 ms; the hook timeout is 10 s.
+                    if t < ms(10_300) {
+                        armed_before |= rearmed;
+                    } else {
+                        armed_after |= rearmed;
+                    }
+                }
+                Action::StartHook { id, .. } => h.handle_hook_exit(t, id, HookExit::Failed),
+                _ => {}
+            }
+        }
+        let _ = actions(&mut h);
+    }
+    assert!(
+        armed_before,
+        "renewals re-arm the watchdog while the demote is retried"
+    );
+    assert!(
+        !armed_after,
+        "past the bound the watchdog's deadline stands"
+    );
+    assert!(
+        h.lease_valid_until().is_some(),
+        "the lease is still renewed"
+    );
+    assert_eq!(h.state(), RoleState::Demoting);
+}
+
+#[test]
+fn an_adoption_of_a_kept_holding_refused_as_too_new_is_asked_again_as_an_adoption() {
+    // The table records the keep: every server applied a protocol-3 entry,
+    // so the refusal is a new leader that has not heard them all yet.
+    let mut h = holder();
+    h.handle_adopt(ms(0), 7, true);
+    let id = sent(&actions(&mut h), &adopt(7));
+    h.handle_too_new(ms(5), id);
+    h.handle_timeout(ms(105));
+    let id = sent(&actions(&mut h), &adopt(7));
+    h.handle_response(ms(110), id, Some(renewed(7, true)));
+    assert_eq!(h.state(), RoleState::Holder);
 }
