@@ -249,6 +249,7 @@ fn main() -> anyhow::Result<ExitCode> {
             for x in &v {
                 println!("{x}\n{}", x.slice(&h));
             }
+            println!("{}", hale_nemesis::check::false_death::exemptions(&h));
             println!("{} violation(s)", v.len());
             Ok(if v.is_empty() {
                 ExitCode::SUCCESS
