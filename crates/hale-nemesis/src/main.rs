@@ -96,8 +96,8 @@ struct RunArgs {
     /// Where results go (a directory per seed).
     #[arg(long, default_value = "nemesis-results")]
     out: PathBuf,
-    /// Planted bug (test builds only): `no-watchdog` and `no-lease-wait`
-    /// need a hale built with `--features planted-bugs`; `skip-demote`
+    /// Planted bug (test builds only): `no-watchdog`, `no-lease-wait` and
+    /// `one-observer-convicts` need a hale built with `--features planted-bugs`; `skip-demote`
     /// (the hooks) and `register-no-epoch-check` (the registers) work with any.
     #[arg(long)]
     planted_bug: Option<String>,
