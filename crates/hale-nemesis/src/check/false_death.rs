@@ -272,7 +272,7 @@ pub fn check(h: &History) -> Result<(), Violation> {
     Err(Violation::new(
         "false-death",
         format!(
-            "{} declared {} dead{verdict} at {:.1} s, which nothing in the {:.1} s before had stopped or cut off from {} and a second host; faults in force then:{}",
+            "{} declared {} dead{verdict} at {:.1} s, which nothing in the {:.1} s before had stopped or cut off from {} and a second host; faults in force in that time:{}",
             d.observer,
             d.member,
             (d.seen_ns as i128 - h.faults_start_ns as i128) as f64 / 1e9,

@@ -1,12 +1,22 @@
 //! (g) Never two holders, from the hook logs: the stretches in which two
 //! hosts may each have served as primary never overlap, by the shared
-//! clock of every hook line (independent of the registers, whose epoch
-//! checks would hide an overlap from [`super::fencing`]).
+//! clock of every hook line (independent of the registers' epoch checks,
+//! which would hide an overlap from [`super::fencing`]).
 //!
-//! A host serves from the start of a promote hook to the end of the next
-//! demote hook on it (the agent's demote or its watchdog's fence) at that
-//! epoch or a later one: a promote may take effect at any moment of its
-//! run, a demote is known done only when it ends. Then:
+//! A host serves from the start of a promote hook until a demote hook on
+//! it (the agent's demote or its watchdog's fence), at that epoch or a
+//! later one, fenced it: a promote may take effect at any moment of its
+//! run. This harness's demote fences the local register first and then
+//! takes its length (`hook.rs`), so the fence is the moment the register
+//! recorded it (its log's `fence`, the hook's own request) within that
+//! demote's run; a demote whose fence is not in the log ends serving at its
+//! end line. A demote that neither fenced nor ended (it failed or was
+//! killed first) ends nothing: a role released after it leaves two
+//! holders. Ending at the hook's end line instead would ask more than hale
+//! promises: a holder, or its watchdog, *starts* its demote before anyone
+//! else can be granted the role (README, "What the epoch guarantees"), and
+//! a watchdog that fences at the lease's deadline is still in its hook's
+//! length when the next holder's promote starts. Then:
 //!
 //! * a promote that never logged its end did not take effect (the
 //!   harness's promote ends right after its one effect, the register made
@@ -14,12 +24,12 @@
 //! * a promote while the host already serves extends what it serves;
 //! * a host whose every process is killed (`kill-host`) stops serving at
 //!   the fault's start: nothing is left to serve. A killed agent ends
-//!   nothing: its watchdog fences, and that fence's end ends the stretch;
+//!   nothing: its watchdog fences;
 //! * while a host's hale cannot act — frozen with everything on it
 //!   (`stop-host`: the service frozen too, harmless), hale frozen beside a
 //!   serving register (`stop-hale`), or its running hook frozen
-//!   (`stop-hook`) — an overlap is excused, and after the thaw until the end
-//!   of the first demote (the watchdog's fence) begun within
+//!   (`stop-hook`) — an overlap is excused, and after the thaw until the
+//!   fence of the first demote (the watchdog's) begun within
 //!   [`AFTER_THAW_NS`] of it; with none begun by then, until then. No
 //!   process on the host can shorten that (the database's own epoch check
 //!   is the answer: README, "What the epoch guarantees"), as in
@@ -32,6 +42,7 @@ use std::collections::BTreeMap;
 use super::Violation;
 use crate::history::History;
 use crate::hook::{HookKind, HookLine, Phase};
+use crate::register::RegisterRecord;
 use crate::schedule::Fault;
 
 /// How long after a freeze heals its host's fence may take to begin.
@@ -51,6 +62,37 @@ fn freezes(f: &Fault) -> bool {
         f,
         Fault::StopHost(_) | Fault::StopHale(_) | Fault::StopHook(_)
     )
+}
+
+/// When the demote run that began with `start` fenced `node`'s register:
+/// the register's first fence from the run's start to its end line, else
+/// its end line; `None` if it neither fenced nor ended.
+fn fence_of(h: &History, start: &HookLine) -> Option<u64> {
+    let end = h
+        .hooks
+        .iter()
+        .filter(|l| {
+            l.node == start.node
+                && l.kind == HookKind::Demote
+                && l.phase == Phase::End
+                && l.epoch == start.epoch
+                && l.t >= start.t
+        })
+        .map(|l| l.t)
+        .min();
+    let fenced = h
+        .registers
+        .get(&start.node)
+        .into_iter()
+        .flatten()
+        .filter_map(|r| match r {
+            RegisterRecord::Fence { t, .. } if *t >= start.t && end.is_none_or(|e| *t <= e) => {
+                Some(*t)
+            }
+            _ => None,
+        })
+        .min();
+    fenced.or(end)
 }
 
 /// Every host's stretches of serving, in time order.
@@ -104,8 +146,10 @@ fn stretches(h: &History) -> BTreeMap<&str, Vec<Stretch>> {
                         }
                     }
                 }
-                (HookKind::Demote, Phase::End) if open.is_some_and(|s| l.epoch >= s.epoch) => {
-                    close(&mut open, l.t);
+                (HookKind::Demote, Phase::Start) if open.is_some_and(|s| l.epoch >= s.epoch) => {
+                    if let Some(t) = fence_of(h, l) {
+                        close(&mut open, t);
+                    }
                 }
                 _ => {}
             }
@@ -122,26 +166,19 @@ fn stretches(h: &History) -> BTreeMap<&str, Vec<Stretch>> {
     out
 }
 
-/// When `node`'s fence after a thaw at `thaw` ended: the end of its first
-/// demote begun within [`AFTER_THAW_NS`] after the thaw (or frozen across
-/// it), else the thaw plus that.
+/// When `node`'s fence after a thaw at `thaw` took effect: that of its
+/// first demote begun within [`AFTER_THAW_NS`] after the thaw (or frozen
+/// across it: begun before, fenced or ended after), else the thaw plus that.
 fn fenced_after(h: &History, node: &str, thaw: u64) -> u64 {
     let limit = thaw + AFTER_THAW_NS;
-    let mine = || {
-        h.hooks
-            .iter()
-            .filter(move |l| l.node == node && l.kind == HookKind::Demote)
-    };
-    mine()
-        .filter(|l| l.phase == Phase::End && l.t >= thaw)
-        .find(|end| {
-            mine()
-                .filter(|s| s.phase == Phase::Start && s.epoch == end.epoch && s.t <= end.t)
-                .map(|s| s.t)
-                .max()
-                .is_some_and(|started| started <= limit)
+    h.hooks
+        .iter()
+        .filter(|l| {
+            l.node == node && l.kind == HookKind::Demote && l.phase == Phase::Start && l.t <= limit
         })
-        .map_or(limit, |end| end.t)
+        .filter_map(|l| fence_of(h, l))
+        .find(|&t| t >= thaw)
+        .unwrap_or(limit)
 }
 
 /// The stretches in which an overlap involving `node` is excused.
@@ -297,6 +334,38 @@ mod tests {
         let v = check(&h).expect_err("caught");
         assert!(v.what.contains("h0 (promoted at epoch 1"), "{v}");
         assert!(v.what.contains("h1 (epoch 2"), "{v}");
+    }
+
+    #[test]
+    fn serving_ends_when_the_register_was_fenced_not_when_the_demote_hook_ended() {
+        // h0's demote runs 10–11 s and fenced its register at 10.2 s; h1's
+        // promote starts at 10.5 s (ms here).
+        let ms = |t: u64| t * 1_000_000;
+        let mut h = history(vec![served("h0", 1, 0, Some(10))], vec![]);
+        let mut h1 = served("h1", 2, 0, None);
+        for l in &mut h1 {
+            l.t += ms(10_500);
+        }
+        h.hooks.extend(h1);
+        h.hooks.sort_by_key(|l| l.t);
+        assert!(
+            check(&h).is_err(),
+            "without the fence in the log: the hook's end"
+        );
+        let fence = RegisterRecord::Fence {
+            t: ms(10_200),
+            epoch: 1,
+        };
+        h.registers.insert("h0".into(), vec![fence]);
+        assert_eq!(check(&h), Ok(()));
+    }
+
+    #[test]
+    fn a_demote_that_failed_before_fencing_ends_nothing() {
+        let mut h0 = served("h0", 1, 0, None);
+        h0.push(line(10, "h0", HookKind::Demote, Phase::Start, 1));
+        let h = history(vec![h0, served("h1", 2, 12, None)], vec![]);
+        assert!(check(&h).is_err());
     }
 
     #[test]
