@@ -6,11 +6,10 @@
 //! A host serves from the start of a promote hook until a demote hook on
 //! it (the agent's demote or its watchdog's fence), at that epoch or a
 //! later one, fenced it: a promote may take effect at any moment of its
-//! run. This harness's demote fences the local register first and then
-//! takes its length (`hook.rs`), so the fence is the moment the register
-//! recorded it (its log's `fence`, the hook's own request) within that
-//! demote's run; a demote whose fence is not in the log ends serving at its
-//! end line. A demote that neither fenced nor ended (it failed or was
+//! run. This harness's demote fences the local register first, logs
+//! `fenced`, and then takes its length (`hook.rs`): serving ends at that
+//! line (in histories recorded before it was logged: the register's own
+//! `fence` record within the demote's run, else the demote's end line). A demote that neither fenced nor ended (it failed or was
 //! killed first) ends nothing: a role released after it leaves two
 //! holders. Ending at the hook's end line instead would ask more than hale
 //! promises: a holder, or its watchdog, *starts* its demote before anyone
@@ -65,34 +64,38 @@ fn freezes(f: &Fault) -> bool {
 }
 
 /// When the demote run that began with `start` fenced `node`'s register:
-/// the register's first fence from the run's start to its end line, else
-/// its end line; `None` if it neither fenced nor ended.
+/// its `fenced` line; else (histories recorded before the hooks logged
+/// it) the register's first fence within the run; else the run's end
+/// line; `None` if it neither fenced nor ended.
 fn fence_of(h: &History, start: &HookLine) -> Option<u64> {
-    let end = h
-        .hooks
-        .iter()
-        .filter(|l| {
-            l.node == start.node
-                && l.kind == HookKind::Demote
-                && l.phase == Phase::End
-                && l.epoch == start.epoch
-                && l.t >= start.t
-        })
-        .map(|l| l.t)
-        .min();
-    let fenced = h
-        .registers
-        .get(&start.node)
-        .into_iter()
-        .flatten()
-        .filter_map(|r| match r {
-            RegisterRecord::Fence { t, .. } if *t >= start.t && end.is_none_or(|e| *t <= e) => {
-                Some(*t)
-            }
-            _ => None,
-        })
-        .min();
-    fenced.or(end)
+    let run = |phase: Phase| {
+        h.hooks
+            .iter()
+            .filter(move |l| {
+                l.node == start.node
+                    && l.kind == HookKind::Demote
+                    && l.phase == phase
+                    && l.epoch == start.epoch
+                    && l.t >= start.t
+            })
+            .map(|l| l.t)
+            .min()
+    };
+    let end = run(Phase::End);
+    let logged = || {
+        h.registers
+            .get(&start.node)
+            .into_iter()
+            .flatten()
+            .filter_map(|r| match r {
+                RegisterRecord::Fence { t, .. } if *t >= start.t && end.is_none_or(|e| *t <= e) => {
+                    Some(*t)
+                }
+                _ => None,
+            })
+            .min()
+    };
+    run(Phase::Fenced).or_else(logged).or(end)
 }
 
 /// Every host's stretches of serving, in time order.
@@ -357,6 +360,19 @@ mod tests {
             epoch: 1,
         };
         h.registers.insert("h0".into(), vec![fence]);
+        assert_eq!(check(&h), Ok(()));
+    }
+
+    #[test]
+    fn serving_ends_at_the_demotes_fenced_line() {
+        let mut h = history(
+            vec![served("h0", 1, 0, Some(10)), served("h1", 2, 10, None)],
+            vec![],
+        );
+        assert!(check(&h).is_err());
+        h.hooks
+            .push(line(10, "h0", HookKind::Demote, Phase::Fenced, 1));
+        h.hooks.sort_by_key(|l| l.t);
         assert_eq!(check(&h), Ok(()));
     }
 
