@@ -8,9 +8,6 @@
 //!   a role without waiting for the current holder's lease to run out.
 //! * `no-watchdog` (`hale/src/roles_cmd.rs`, `hale watchdog`): the watchdog
 //!   never fences.
-//! * `one-observer-convicts` (`hale/src/agent_cmd.rs`, the agent's
-//!   membership config): hale-core's `Fault::ConvictAlone`, a node's own
-//!   failed probe convicts without corroboration.
 
 /// Whether planted bug `name` is selected (`HALE_PLANTED_BUG`).
 pub fn active(name: &str) -> bool {
