@@ -15,6 +15,9 @@
 //!   failed demote releases the role as a successful one does.
 //! * `renew-after-expiry` (`holder.rs`, a renewal's answer): a renewal
 //!   answered after the lease ended extends it.
+//! * `one-observer-convicts` (`hale/src/agent_cmd.rs`): hale-core's
+//!   `Fault::ConvictAlone`, a node's own failed probe convicts without
+//!   corroboration.
 
 /// Whether planted bug `name` is selected (`HALE_PLANTED_BUG`).
 pub fn active(name: &str) -> bool {
