@@ -7,7 +7,7 @@
 //!   commit 67c6e85, `dist/previous-release.toml`): sealed JSON requests
 //!   with no version anywhere, answers as bare JSON (`{"Ok": ...}`, a lease
 //!   table, openraft's answers).
-//! * **Version 2** (0.2.0): every request says the
+//! * **Version 2** (0.2.0 builds up to `b42d83c`): every request says the
 //!   highest version its sender speaks in the [`HEADER`] header. A server
 //!   answers an asker that says nothing (version 1) exactly as version 1
 //!   did; an asker speaking 2 or more gets the answer wrapped with the
@@ -113,7 +113,7 @@ pub fn needs(req: &LeaseRequest) -> u16 {
         | LeaseRequest::Renewals { .. }
         | LeaseRequest::Pause { .. }
         | LeaseRequest::Switchover { .. } => 1,
-        // A kept holding recorded in the table, and its adoption (0.3.0).
+        // A kept holding recorded in the table, and its adoption.
         LeaseRequest::Keep { .. } | LeaseRequest::Adopt { .. } => 3,
         LeaseRequest::Batch(reqs) => reqs.iter().map(needs).max().unwrap_or(1),
     }
