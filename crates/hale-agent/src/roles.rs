@@ -690,6 +690,16 @@ impl RoleManager {
                     retry_in_ms: retry_in.as_millis() as u64,
                 })
             }
+            HolderEvent::NotAdopted { epoch } => {
+                tracing::warn!(
+                    %role, epoch,
+                    "the control plane's table says this node holds the paused role, but it was \
+                     not kept by this agent (its last run demoted it or crashed and was fenced): \
+                     nothing adopted, nothing demoted; if its service still runs here, stop it, \
+                     then `hale roles resume {role} --force`"
+                );
+                return;
+            }
             HolderEvent::Kept { epoch } => {
                 tracing::warn!(
                     %role, epoch,

@@ -235,6 +235,10 @@ pub struct Holder {
     /// [`LeaseRequest::Keep`] or [`LeaseRequest::Adopt`] (protocol 3): this
     /// keep or adoption goes by plain renewals, as 0.2.0's did.
     keep_by_renewal: bool,
+    /// The agent is stopping and this release is its holding's last word:
+    /// it stops once the release is answered (or given up on), so that the
+    /// table does not show a holding its next run would take for kept.
+    releasing: Option<RequestId>,
     actions: VecDeque<Action>,
 }
 
@@ -259,6 +263,7 @@ impl Holder {
             adopting: None,
             keeping: None,
             keep_by_renewal: false,
+            releasing: None,
             actions: VecDeque::new(),
         }
     }
@@ -475,6 +480,10 @@ impl Holder {
         if self.adopt_answered(now, id, &response) {
             return;
         }
+        if self.releasing == Some(id) {
+            self.releasing = None;
+            return self.stop_done();
+        }
         if let Phase::Candidate { acquiring } = &mut self.phase {
             if let Some((aid, sent)) = *acquiring {
                 if aid == id {
@@ -490,7 +499,7 @@ impl Holder {
         if let Some(LeaseResponse::Granted { epoch: e }) = response {
             // Granted after this node moved on (stopping, or a late answer):
             // give it straight back.
-            self.send_release(now, e, None);
+            let _ = self.send_release(now, e, None);
             return;
         }
         let Some((sent, epoch)) = self.renewals.remove(&id) else {
@@ -801,7 +810,7 @@ impl Holder {
         let lease = HeldLease::granted(self.cfg.timing, &self.cfg.role, epoch, sent);
         if lease.expired(now) || self.stopping() || !self.may_ask() {
             // Too late to use, or no longer wanted: give it back.
-            self.send_release(now, epoch, None);
+            let _ = self.send_release(now, epoch, None);
             return;
         }
         let deadline = lease.valid_until();
@@ -842,7 +851,7 @@ impl Holder {
         });
     }
 
-    fn send_release(&mut self, now: Time, epoch: u64, next: Option<String>) {
+    fn send_release(&mut self, now: Time, epoch: u64, next: Option<String>) -> RequestId {
         let id = self.id();
         self.actions.push_back(Action::Send {
             id,
@@ -854,6 +863,7 @@ impl Holder {
             }),
             deadline: now + Duration::from_millis(500),
         });
+        id
     }
 
     /// Ends a promotion or a holding: kill the promote hook if it runs,
@@ -939,9 +949,8 @@ impl Holder {
         }
         // A new candidacy episode: a grant for the last one is not this one's.
         self.attempt = self.attempt.wrapping_add(1).max(1);
-        if reason != StepDownReason::Fenced {
-            self.send_release(now, epoch, next);
-        }
+        let release =
+            (reason != StepDownReason::Fenced).then(|| self.send_release(now, epoch, next));
         self.renewals.retain(|_, (_, e)| *e != epoch);
         self.event(HolderEvent::Demoted {
             epoch,
@@ -960,7 +969,11 @@ impl Holder {
         }
         self.next_poll = now;
         if self.stopping() {
-            self.stop_done();
+            // Stopped once the release is answered (at most its 500 ms).
+            match release {
+                Some(id) => self.releasing = Some(id),
+                None => self.stop_done(),
+            }
         } else {
             self.handle_timeout(now);
         }

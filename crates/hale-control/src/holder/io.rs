@@ -256,6 +256,16 @@ pub enum HolderEvent {
         /// The fencing epoch.
         epoch: u64,
     },
+    /// The table says this node holds the paused role at `epoch`, but the
+    /// holding was not kept by this node's identity: its previous run
+    /// demoted it (and stopped before its release committed) or crashed
+    /// (its watchdog fenced), or another machine kept it under this name.
+    /// Nothing is adopted or demoted; the role is resumed only with
+    /// `--force`.
+    NotAdopted {
+        /// The epoch the table names.
+        epoch: u64,
+    },
     /// A committed renewal said the role is now paused (`true`: failing
     /// checks no longer make this holder step down) or resumed.
     Paused(bool),

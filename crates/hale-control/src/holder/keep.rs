@@ -20,9 +20,13 @@
 //!   kept the holding may, and a holding never kept, whose agent crashed and
 //!   whose watchdog fenced, may not); once that commits it is the holder,
 //!   with a watchdog armed with the lease's end, without running the
-//!   promote hook (the service never stopped). Refused (another node holds
-//!   the role, a newer epoch, another identity), it does what a lost lease
-//!   does: it runs the demote hook (reason `fenced`) and releases nothing.
+//!   promote hook (the service never stopped). Refused because another
+//!   node holds the role or a newer epoch, it does what a lost lease does:
+//!   it runs the demote hook (reason `fenced`) and releases nothing.
+//!   Refused because the holding was never kept by this identity
+//!   (`NotKeeper`: the previous run demoted it, or crashed and its watchdog
+//!   fenced it), it demotes nothing a second time and stays a candidate
+//!   ([`HolderEvent::NotAdopted`]).
 //! * **Older servers.** Until every control-plane server speaks protocol 3,
 //!   `Keep` and `Adopt` are refused as too new ([`Holder::handle_too_new`]):
 //!   the keep and the adoption then go by plain renewals, as in 0.2.0, and
@@ -34,6 +38,7 @@ use super::{
     Action, ControlRequest, DataState, HeldLease, Holder, HolderEvent, LeaseRequest, LeaseResponse,
     Phase, RequestId, Step, StepDownReason, Watchdog,
 };
+use crate::lease::LeaseRejection;
 
 /// An adoption under way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -177,6 +182,15 @@ impl Holder {
         match response {
             Some(LeaseResponse::Renewed { epoch, paused, .. }) if *epoch == a.epoch => {
                 self.adopted(now, a.epoch, sent, *paused);
+            }
+            // Never kept (its previous run handed it over, or crashed and
+            // its watchdog fenced it), or kept by another identity: not
+            // this run's to adopt, and nothing of it runs here to demote
+            // (a second demote of a fenced holding). The role stays paused
+            // under the old holding: resumed only with --force.
+            Some(LeaseResponse::Rejected(LeaseRejection::NotKeeper { epoch })) => {
+                self.adopting = None;
+                self.event(HolderEvent::NotAdopted { epoch: *epoch });
             }
             Some(LeaseResponse::Rejected(_)) => {
                 self.adopting = None;

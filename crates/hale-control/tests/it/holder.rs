@@ -1156,3 +1156,53 @@ fn an_adoption_of_a_kept_holding_refused_as_too_new_is_asked_again_as_an_adoptio
     h.handle_response(ms(110), id, Some(renewed(7, true)));
     assert_eq!(h.state(), RoleState::Holder);
 }
+
+#[test]
+fn a_stopping_holder_stops_only_once_its_release_is_answered() {
+    let mut h = holding();
+    h.handle_stop(ms(600));
+    let _ = actions(&mut h);
+    h.handle_watchdog_released(ms(601), false);
+    let demote = match actions(&mut h).as_slice() {
+        [Action::StartHook { id, .. }] => *id,
+        a => panic!("{a:?}"),
+    };
+    h.handle_hook_exit(ms(700), demote, HookExit::Succeeded);
+    let a = actions(&mut h);
+    let release = a
+        .iter()
+        .find_map(|x| match x {
+            Action::Send {
+                id,
+                request: ControlRequest::Lease(LeaseRequest::Release { .. }),
+                ..
+            } => Some(*id),
+            _ => None,
+        })
+        .expect("a release");
+    assert!(!a.contains(&Action::Event(HolderEvent::Stopped)), "{a:?}");
+    assert!(!h.is_stopped());
+    h.handle_response(ms(720), release, Some(LeaseResponse::Released));
+    assert_eq!(actions(&mut h), vec![Action::Event(HolderEvent::Stopped)]);
+    assert!(h.is_stopped());
+}
+
+#[test]
+fn an_adoption_of_a_holding_this_node_never_kept_adopts_and_demotes_nothing() {
+    let mut h = holder();
+    h.handle_adopt(ms(0), 7, false);
+    let id = sent(&actions(&mut h), &adopt(7));
+    h.handle_response(
+        ms(20),
+        id,
+        Some(LeaseResponse::Rejected(
+            hale_control::LeaseRejection::NotKeeper { epoch: 7 },
+        )),
+    );
+    assert_eq!(
+        actions(&mut h),
+        vec![Action::Event(HolderEvent::NotAdopted { epoch: 7 })]
+    );
+    assert!(!h.is_adopting());
+    assert_eq!(h.epoch(), None);
+}
