@@ -31,6 +31,26 @@ pub struct FaultRecord {
     pub note: String,
 }
 
+/// A `hale` command an operator action ran, as it ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommandRecord {
+    /// The index in [`History::faults`] of the action it belongs to
+    /// (None: the heal phase's).
+    pub record: Option<usize>,
+    /// The host it ran on (inside its namespace, against its agent).
+    pub host: String,
+    /// The arguments after `hale`.
+    pub args: Vec<String>,
+    /// Started at.
+    pub start_ns: u64,
+    /// Ended (or was killed, after 20 s) at.
+    pub end_ns: u64,
+    /// Its exit status (None: killed).
+    pub status: Option<i32>,
+    /// What it printed (standard output, then standard error).
+    pub output: String,
+}
+
 /// How a client's write ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -133,6 +153,9 @@ pub struct History {
     pub deaths: Vec<Death>,
     /// Changes of the agents' primary answers.
     pub primaries: Vec<PrimarySample>,
+    /// The commands operator actions ran, and the heal phase's.
+    #[serde(default)]
+    pub commands: Vec<CommandRecord>,
 }
 
 /// Reads a log of JSON lines (a register's log, `hooks.log`): lines that
@@ -233,6 +256,19 @@ impl History {
                 format!(
                     "hook {} {:?} {:?} epoch {} {:?}",
                     h.node, h.kind, h.phase, h.epoch, h.reason
+                ),
+            ));
+        }
+        for c in self.commands.iter().filter(|c| within(c.end_ns)) {
+            lines.push((
+                c.end_ns,
+                format!(
+                    "on {}: hale {} (sent {}): exit {:?}: {}",
+                    c.host,
+                    c.args.join(" "),
+                    secs(c.start_ns, base),
+                    c.status,
+                    c.output.replace('\n', " / ")
                 ),
             ));
         }

@@ -17,6 +17,7 @@ pub mod history;
 pub mod hook;
 pub mod lab;
 pub mod nemesis;
+pub mod operator;
 pub mod register;
 pub mod run;
 pub mod schedule;

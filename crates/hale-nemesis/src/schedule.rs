@@ -11,6 +11,9 @@ use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use serde::{Deserialize, Serialize};
 
+use crate::hook::{HookFailure, HookSel};
+use crate::operator::Action;
+
 /// Which host a fault hits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -119,6 +122,20 @@ pub enum Fault {
         /// Extra milliseconds.
         ms: u64,
     },
+    /// The host's hooks fail (`hook::HookFault`): exit 1, hang past the
+    /// timeout, crash half-way, or succeed only at the n-th try; heal:
+    /// back to normal.
+    HookFails {
+        /// The host.
+        target: Target,
+        /// Which hooks.
+        hook: HookSel,
+        /// How.
+        how: HookFailure,
+    },
+    /// An operator's action (`operator.rs`); heal: its second half, if it
+    /// has one.
+    Operator(Action),
 }
 
 /// A family of faults, to choose the mix (`--faults`).
@@ -139,13 +156,16 @@ pub enum Family {
     Clock,
     /// Full disks.
     Disk,
-    /// Slow and hanging hooks.
+    /// Slow, hanging and failing hooks.
     Hooks,
+    /// Operator actions: pause, resume, handover, switchover, reload, key
+    /// rotation, control-plane changes, restarts and upgrades of the holder.
+    Operator,
 }
 
 impl Family {
     /// Every family.
-    pub const ALL: [Family; 8] = [
+    pub const ALL: [Family; 9] = [
         Family::Process,
         Family::Host,
         Family::Partition,
@@ -154,6 +174,7 @@ impl Family {
         Family::Disk,
         Family::Hooks,
         Family::Delay,
+        Family::Operator,
     ];
 }
 
@@ -174,7 +195,8 @@ impl Fault {
             Fault::Net(_) => Family::Partition,
             Fault::ClockStep { .. } | Fault::ClockRate { .. } => Family::Clock,
             Fault::DiskFull(_) => Family::Disk,
-            Fault::SlowHooks { .. } => Family::Hooks,
+            Fault::SlowHooks { .. } | Fault::HookFails { .. } => Family::Hooks,
+            Fault::Operator(_) => Family::Operator,
         }
     }
 
@@ -203,7 +225,20 @@ impl Fault {
             Fault::ClockRate { .. } => "clock-rate",
             Fault::DiskFull(_) => "disk-full",
             Fault::SlowHooks { .. } => "slow-hooks",
+            Fault::HookFails { how, .. } => match how {
+                HookFailure::Exit => "hooks-exit-1",
+                HookFailure::Hang => "hooks-hang",
+                HookFailure::Crash => "hooks-crash",
+                HookFailure::NthTry(_) => "hooks-nth-try",
+            },
+            Fault::Operator(a) => a.name(),
         }
+    }
+}
+
+impl From<Action> for Fault {
+    fn from(a: Action) -> Fault {
+        Fault::Operator(a)
     }
 }
 
@@ -320,10 +355,21 @@ fn draw_fault(rng: &mut Xoshiro256PlusPlus, family: Family, hosts: usize) -> Fau
             }
         }
         Family::Disk => Fault::DiskFull(t),
-        Family::Hooks => Fault::SlowHooks {
+        Family::Hooks if rng.random_bool(0.5) => Fault::SlowHooks {
             target: t,
             ms: [2_000, 5_000, 15_000][rng.random_range(0..3)],
         },
+        Family::Hooks => Fault::HookFails {
+            target: t,
+            hook: [HookSel::Promote, HookSel::Demote, HookSel::Both][rng.random_range(0..3)],
+            how: match rng.random_range(0..4) {
+                0 => HookFailure::Exit,
+                1 => HookFailure::Hang,
+                2 => HookFailure::Crash,
+                _ => HookFailure::NthTry(rng.random_range(2..=3)),
+            },
+        },
+        Family::Operator => Action::draw(rng, hosts).into(),
     }
 }
 
