@@ -31,7 +31,10 @@ pub trait Oracle {
     fn answers(&self, host: usize) -> bool;
     /// Whether role `db` is paused, as the first agent that knows says.
     fn paused(&self) -> Option<bool>;
-    /// Whether the host's agent last answered that it is the primary.
+    /// Whether the host's agent says now that role `db` is paused in its
+    /// own view (what its last committed renewal said).
+    fn knows_paused(&self, host: usize) -> bool;
+    /// Whether the host's agent answers now that it is the primary.
     fn says_primary(&self, host: usize) -> bool;
 }
 

@@ -36,6 +36,9 @@ pub enum Restart {
     NeverResume,
     /// SIGTERM and start again without pausing (it hands the role over).
     Unpaused,
+    /// Pause and SIGTERM at once, without waiting for the holder to learn
+    /// of the pause; start again, wait until it holds, resume.
+    Hasty,
 }
 
 /// An operator's action. Hosts are indices; `from`: the member the
@@ -134,6 +137,7 @@ impl Action {
             Action::RestartHolder(Restart::ResumeEarly) => "op-restart-holder-resume-early",
             Action::RestartHolder(Restart::NeverResume) => "op-restart-holder-never-resume",
             Action::RestartHolder(Restart::Unpaused) => "op-restart-holder-unpaused",
+            Action::RestartHolder(Restart::Hasty) => "op-restart-holder-hasty",
             Action::Upgrade => "op-downgrade-upgrade",
         }
     }
@@ -142,7 +146,7 @@ impl Action {
     pub fn draw(rng: &mut Xoshiro256PlusPlus, hosts: usize) -> Action {
         let from = rng.random_range(0..hosts);
         let other = rng.random_range(0..hosts);
-        match rng.random_range(0..17) {
+        match rng.random_range(0..18) {
             0 => Action::Pause { from },
             1 => Action::Resume { from },
             2 => Action::ResumeForce { from },
@@ -173,6 +177,7 @@ impl Action {
             13 => Action::RestartHolder(Restart::ResumeEarly),
             14 => Action::RestartHolder(Restart::NeverResume),
             15 => Action::RestartHolder(Restart::Unpaused),
+            16 => Action::RestartHolder(Restart::Hasty),
             _ => Action::Upgrade,
         }
     }
@@ -196,8 +201,9 @@ pub enum Step {
     },
     /// Run `step` only if the role is paused now.
     IfPaused(Box<Step>),
-    /// Until the role is (`true`) or is not paused, up to 15 s.
-    WaitPaused(bool),
+    /// Until the holder's agent says (`GET /v1/roles`, its own view of
+    /// the role) that the role is paused, up to 15 s.
+    WaitPaused(usize),
     /// Until the host's agent answers primary, up to 30 s.
     WaitHolding(usize),
     /// SIGTERM the host's agent.
@@ -437,22 +443,31 @@ impl Script {
             }
             Action::RestartHolder(way) => {
                 let h = holder;
+                // A member other than the holder, for a resume while the
+                // holder's agent is down.
+                let other = (h + 1) % n;
                 let restart = [Step::Sigterm(h), Step::WaitExit(h)];
+                let paused = [pause(h, true), Step::WaitPaused(h)];
                 let steps: Vec<Step> = match way {
-                    Restart::Documented => [pause(h, true), Step::WaitPaused(true)]
+                    Restart::Documented => paused
                         .into_iter()
                         .chain(restart)
                         .chain([Step::Start(h, false), Step::WaitHolding(h), resume(h, 20)])
                         .collect(),
-                    Restart::ResumeEarly => [pause(h, true), Step::WaitPaused(true)]
+                    Restart::ResumeEarly => paused
                         .into_iter()
                         .chain(restart)
-                        .chain([resume(h, 0), Step::Heal, Step::Start(h, false)])
+                        .chain([resume(other, 0), Step::Heal, Step::Start(h, false)])
                         .collect(),
-                    Restart::NeverResume => [pause(h, true), Step::WaitPaused(true)]
+                    Restart::NeverResume => paused
                         .into_iter()
                         .chain(restart)
                         .chain([Step::Start(h, false), Step::WaitHolding(h)])
+                        .collect(),
+                    Restart::Hasty => [pause(h, true)]
+                        .into_iter()
+                        .chain(restart)
+                        .chain([Step::Start(h, false), Step::WaitHolding(h), resume(h, 20)])
                         .collect(),
                     Restart::Unpaused => {
                         restart.into_iter().chain([Step::Start(h, false)]).collect()
@@ -468,7 +483,7 @@ impl Script {
                 let h = holder;
                 let steps = vec![
                     pause(h, true),
-                    Step::WaitPaused(true),
+                    Step::WaitPaused(h),
                     Step::Sigterm(h),
                     Step::WaitExit(h),
                     Step::Start(h, true),
@@ -476,7 +491,7 @@ impl Script {
                     resume(h, 20),
                     Step::Heal,
                     pause(h, false),
-                    Step::WaitPaused(true),
+                    Step::WaitPaused(h),
                     Step::StopPrevious(h),
                     Step::WaitExit(h),
                     Step::Start(h, false),
@@ -591,12 +606,12 @@ impl Script {
                     (_, None) => self.notes.push("no agent said whether paused".into()),
                 }
             }
-            Step::WaitPaused(want) => {
-                match wait(self, Duration::from_secs(15), &mut || {
-                    o.paused() == Some(*want)
-                }) {
+            Step::WaitPaused(h) => {
+                match wait(self, Duration::from_secs(15), &mut || o.knows_paused(*h)) {
                     None => return Ok(false),
-                    Some(false) => self.notes.push(format!("paused={want} not seen in 15 s")),
+                    Some(false) => self
+                        .notes
+                        .push(format!("{} not seen paused in 15 s", c.names[*h])),
                     Some(true) => {}
                 }
             }

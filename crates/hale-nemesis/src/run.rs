@@ -135,13 +135,24 @@ impl Oracle for RunOracle<'_> {
             v.get("leases")?.get("db")?.get("paused")?.as_bool()
         })
     }
+    fn knows_paused(&self, host: usize) -> bool {
+        self.rt
+            .block_on(self.client.get(host, "/v1/roles"))
+            .and_then(|(_, v)| {
+                let local = v.get("local")?.as_array()?;
+                let db = local
+                    .iter()
+                    .find(|r| r.get("role").and_then(|x| x.as_str()) == Some("db"))?;
+                db.get("paused")?.as_bool()
+            })
+            .unwrap_or(false)
+    }
     fn says_primary(&self, host: usize) -> bool {
-        self.client
-            .shared
-            .lock()
-            .ok()
-            .and_then(|s| s.last.get(host).copied().flatten())
-            .is_some_and(|(primary, _)| primary)
+        matches!(
+            self.rt
+                .block_on(self.client.get(host, "/v1/roles/db/primary")),
+            Some((200, _))
+        )
     }
     fn restarted(&self, host: usize) {
         if let Ok(mut s) = self.client.shared.lock() {
