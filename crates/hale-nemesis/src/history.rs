@@ -292,3 +292,39 @@ impl History {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_history_recorded_before_operator_actions_still_reads() {
+        let mut v = serde_json::to_value(History::default()).expect("serializes");
+        v.as_object_mut().expect("an object").remove("commands");
+        let h: History = serde_json::from_value(v).expect("reads without commands");
+        assert!(h.commands.is_empty());
+    }
+
+    #[test]
+    fn the_slice_shows_an_operator_command_with_its_status_and_output() {
+        let h = History {
+            end_ns: 10,
+            commands: vec![CommandRecord {
+                record: Some(0),
+                host: "h2".into(),
+                args: vec!["roles".into(), "resume".into(), "db".into()],
+                start_ns: 4,
+                end_ns: 5,
+                status: Some(2),
+                output: "error: refused\nsecond line".into(),
+            }],
+            ..History::default()
+        };
+        let text = h.slice(0, 10, &[]);
+        assert!(
+            text.contains("on h2: hale roles resume db") && text.contains("Some(2)"),
+            "{text}"
+        );
+        assert!(text.contains("error: refused / second line"), "{text}");
+    }
+}

@@ -324,3 +324,27 @@ fn die(cfg: &HookConfig, epoch: u64) -> Result<(), HookError> {
     let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
     Err(HookError::Injected("SIGKILL did not kill it".into()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hook_fault_hits_only_the_hooks_it_names() {
+        assert!(HookSel::Promote.hits(HookKind::Promote));
+        assert!(!HookSel::Promote.hits(HookKind::Demote));
+        assert!(HookSel::Demote.hits(HookKind::Demote));
+        assert!(!HookSel::Demote.hits(HookKind::Promote));
+        assert!(HookSel::Both.hits(HookKind::Promote) && HookSel::Both.hits(HookKind::Demote));
+    }
+
+    #[test]
+    fn the_hook_fault_file_reads_back_as_written() {
+        let f = HookFault {
+            hook: HookSel::Demote,
+            how: HookFailure::NthTry(3),
+        };
+        let text = serde_json::to_string(&f).expect("serializes");
+        assert_eq!(serde_json::from_str::<HookFault>(&text).ok(), Some(f));
+    }
+}

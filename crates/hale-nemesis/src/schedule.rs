@@ -493,4 +493,87 @@ mod tests {
         }
         assert_eq!(seen.len(), Family::ALL.len());
     }
+
+    #[test]
+    fn over_many_operator_schedules_every_action_and_hook_failure_is_drawn() {
+        let p = ScheduleParams {
+            families: vec![Family::Operator, Family::Hooks],
+            ..params()
+        };
+        let mut seen = std::collections::BTreeSet::new();
+        for seed in 0..100 {
+            for st in Schedule::generate(seed, &p).steps {
+                seen.insert(st.fault.name());
+            }
+        }
+        for kind in [
+            "op-pause",
+            "op-resume",
+            "op-resume-force",
+            "op-handover",
+            "op-handover-to",
+            "op-switchover",
+            "op-switchover-at",
+            "op-switchover-cancelled",
+            "op-reload",
+            "op-reload-invalid",
+            "op-rotate-keys",
+            "op-remove-server",
+            "op-restart-holder",
+            "op-restart-holder-resume-early",
+            "op-restart-holder-never-resume",
+            "op-restart-holder-unpaused",
+            "op-restart-holder-hasty",
+            "op-downgrade-upgrade",
+            "hooks-exit-1",
+            "hooks-hang",
+            "hooks-crash",
+            "hooks-nth-try",
+            "slow-hooks",
+        ] {
+            assert!(seen.contains(kind), "{kind} never drawn: {seen:?}");
+        }
+    }
+
+    #[test]
+    fn operator_actions_name_hosts_and_servers_that_exist() {
+        let p = ScheduleParams {
+            families: vec![Family::Operator],
+            ..params()
+        };
+        for seed in 0..100 {
+            for st in Schedule::generate(seed, &p).steps {
+                let Fault::Operator(a) = st.fault else {
+                    panic!("seed {seed}: {st:?} is not an operator action");
+                };
+                let hosts: Vec<usize> = match a {
+                    Action::Pause { from }
+                    | Action::Resume { from }
+                    | Action::ResumeForce { from }
+                    | Action::RotateKeys { from } => vec![from],
+                    Action::Handover { to } => to.into_iter().collect(),
+                    Action::Switchover { from, to, .. } => vec![from, to],
+                    Action::Reload { host, .. } => vec![host],
+                    Action::RemoveServer { from, id } => {
+                        assert!((1..=3).contains(&id), "seed {seed}: server {id}");
+                        vec![from]
+                    }
+                    Action::RestartHolder(_) | Action::Upgrade => vec![],
+                };
+                assert!(hosts.iter().all(|&h| h < 5), "seed {seed}: {hosts:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_schedule_round_trips_through_json() {
+        let p = ScheduleParams {
+            families: vec![Family::Operator, Family::Hooks],
+            ..params()
+        };
+        let s = Schedule::generate(3, &p);
+        let text = serde_json::to_string(&s).expect("serializes");
+        let back: Schedule = serde_json::from_str(&text).expect("parses");
+        assert_eq!(back, s);
+    }
 }
