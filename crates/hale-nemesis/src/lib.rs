@@ -21,4 +21,5 @@ pub mod operator;
 pub mod register;
 pub mod run;
 pub mod schedule;
+pub mod script;
 pub mod summary;

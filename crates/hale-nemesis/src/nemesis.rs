@@ -12,8 +12,8 @@ use crate::cluster::{ClockMode, Cluster, ClusterError, SERVERS};
 use crate::history::{CommandRecord, FaultRecord};
 use crate::hook::{HookFault, HookKind};
 use crate::lab::{ns_pids, signal};
-use crate::operator::{Ledger, Script};
 use crate::schedule::{Fault, Net, Target};
+use crate::script::{Ledger, Script};
 
 /// What the nemesis needs to know about the cluster now.
 pub trait Oracle {
@@ -149,7 +149,7 @@ impl Nemesis {
         let note;
         match fault {
             Fault::Operator(action) => {
-                let (script, hosts, why) = Script::plan(action, c, o)?;
+                let (script, hosts, why) = crate::operator::plan(action, c, o)?;
                 touched = hosts;
                 note = why;
                 act.host = touched.first().copied().unwrap_or(0);
@@ -394,7 +394,7 @@ impl Nemesis {
     /// hooks normal, removed servers added back, the role resumed if
     /// paused. [`Nemesis::tick`] carries it out.
     pub fn begin_heal_phase(&mut self, c: &mut Cluster) {
-        self.heal_phase = Some(Script::heal_phase(c, &self.removed));
+        self.heal_phase = Some(crate::operator::heal_phase(c, &self.removed));
     }
 
     fn tick_hooks(&mut self, c: &Cluster) {
