@@ -476,11 +476,29 @@ impl Nemesis {
             }
             Fault::SlowHooks { .. } => {
                 let _ = std::fs::remove_file(c.lab.dirs[h].join("hook-delay-ms"));
+                let still = self.active.iter().find_map(|a| match a.fault {
+                    Fault::SlowHooks { ms, .. } if a.host == h => Some(ms),
+                    _ => None,
+                });
+                if let Some(ms) = still {
+                    std::fs::write(c.lab.dirs[h].join("hook-delay-ms"), ms.to_string())?;
+                }
             }
             Fault::HookFails { .. } => {
                 let _ = std::fs::remove_file(c.lab.dirs[h].join(crate::hook::FAULT_FILE));
                 for kind in [HookKind::Promote, HookKind::Demote] {
                     let _ = std::fs::remove_file(c.lab.dirs[h].join(crate::hook::tries_file(kind)));
+                }
+                // Another hook fault still on this host stays in force.
+                let still = self.active.iter().find_map(|a| match a.fault {
+                    Fault::HookFails { hook, how, .. } if a.host == h => {
+                        Some(HookFault { hook, how })
+                    }
+                    _ => None,
+                });
+                if let Some(f) = still {
+                    let text = serde_json::to_vec(&f).map_err(std::io::Error::other)?;
+                    std::fs::write(c.lab.dirs[h].join(crate::hook::FAULT_FILE), text)?;
                 }
             }
             Fault::Net(_) => self.set_rules(c)?,
