@@ -83,6 +83,8 @@ pub struct ClusterConfig {
     pub planted_bug: Option<String>,
     /// The registers skip their epoch checks (planted bug).
     pub register_skips_epoch_check: bool,
+    /// The previous release's `hale` (upgrade and downgrade), if built.
+    pub previous_bin: Option<PathBuf>,
 }
 
 /// The running processes of every host.
@@ -99,6 +101,23 @@ pub struct Cluster {
     pub clocks: Vec<ClockMode>,
     /// How many times each agent was started (the events' sequence restarts).
     pub generations: Vec<u64>,
+    /// Whether each agent runs the previous release (it restarts so).
+    pub previous: Vec<bool>,
+    /// The cluster's keys as its configuration names them, the primary first.
+    pub keys: Vec<String>,
+    /// Each host's priority for role `db`.
+    pub priority: Vec<u32>,
+    cluster_name: String,
+}
+
+/// A new cluster key (`hale keygen`).
+pub fn keygen(hale: &Path) -> Result<String, ClusterError> {
+    let out = Command::new(hale).arg("keygen").output()?;
+    let key = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    if !out.status.success() || key.is_empty() {
+        return Err(ClusterError::Keygen(hale.to_owned()));
+    }
+    Ok(key)
 }
 
 /// An agent's HTTP API address.
@@ -118,48 +137,85 @@ fn q(p: &Path) -> String {
 impl Cluster {
     /// Writes every host's configuration; starts nothing yet.
     pub fn new(lab: Lab, cfg: ClusterConfig, cluster_name: &str) -> Result<Cluster, ClusterError> {
-        let out = Command::new(&cfg.hale_bin).arg("keygen").output()?;
-        let key = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-        if !out.status.success() || key.is_empty() {
-            return Err(ClusterError::Keygen(cfg.hale_bin.clone()));
-        }
+        let key = keygen(&cfg.hale_bin)?;
         let n = lab.hosts.len();
         let names: Vec<String> = (0..n).map(|i| format!("h{i}")).collect();
+        let c = Cluster {
+            agents: (0..n).map(|_| None).collect(),
+            registers: (0..n).map(|_| None).collect(),
+            clocks: vec![ClockMode::True; n],
+            generations: vec![0; n],
+            previous: vec![false; n],
+            keys: vec![key],
+            priority: vec![10; n],
+            cluster_name: cluster_name.to_owned(),
+            names,
+            lab,
+            cfg,
+        };
+        for i in 0..n {
+            c.write_config(i, false)?;
+        }
+        Ok(c)
+    }
+
+    /// Host `i`'s `agent.toml` (and `agent-previous.toml`, the same with the
+    /// previous release's watchdog, when there is one) as they stand:
+    /// the keys and the role's priority now; `invalid`: with a key no
+    /// release knows (a reload must refuse it).
+    pub fn write_config(&self, i: usize, invalid: bool) -> Result<(), ClusterError> {
+        let dir = &self.lab.dirs[i];
+        std::fs::write(
+            dir.join("agent.toml"),
+            self.config_text(i, &self.cfg.hale_bin, invalid),
+        )?;
+        if let Some(prev) = &self.cfg.previous_bin {
+            std::fs::write(
+                dir.join("agent-previous.toml"),
+                self.config_text(i, prev, invalid),
+            )?;
+        }
+        Ok(())
+    }
+
+    fn config_text(&self, i: usize, hale: &Path, invalid: bool) -> String {
+        let (lab, cfg, name) = (&self.lab, &self.cfg, &self.names[i]);
+        let n = lab.hosts.len();
         let servers: Vec<String> = (0..SERVERS.min(n))
-            .map(|i| format!("\"{}={}:{CONTROL_PORT}\"", i + 1, lab.ips[i]))
+            .map(|s| format!("\"{}={}:{CONTROL_PORT}\"", s + 1, lab.ips[s]))
             .collect();
-        for (i, name) in names.iter().enumerate() {
-            let (ip, dir, disk) = (lab.ips[i], &lab.dirs[i], &lab.disks[i]);
-            let seeds: Vec<String> = (0..2.min(n))
-                .filter(|&s| s != i)
-                .map(|s| format!("\"{}:{GOSSIP_PORT}\"", lab.ips[s]))
-                .collect();
-            let hook = |kind: &str, ms: u64| {
-                format!(
-                    "[\"env\", \"-u\", \"LD_PRELOAD\", {nem}, \"hook\", \"{kind}\", \"--node\", \"{name}\", \"--dir\", {dir}, \"--register\", \"{reg}\", \"--ms\", \"{ms}\"]",
-                    nem = q(&cfg.nemesis_bin),
-                    dir = q(dir),
-                    reg = register_addr(ip),
-                )
-            };
-            let control = if i < SERVERS {
-                format!(
-                    "id = {}\nbind = \"{ip}:{CONTROL_PORT}\"\nservers = [{}]\nbootstrap = {}\ndata_dir = {}",
-                    i + 1,
-                    servers.join(", "),
-                    i == 0,
-                    q(&disk.join("data"))
-                )
-            } else {
-                format!("servers = [{}]", servers.join(", "))
-            };
-            let state_dir = if cfg.state_dir {
-                format!("state_dir = {}", q(&disk.join("state")))
-            } else {
-                String::new()
-            };
-            let toml = format!(
-                r#"[agent]
+        let (ip, dir, disk) = (lab.ips[i], &lab.dirs[i], &lab.disks[i]);
+        let seeds: Vec<String> = (0..2.min(n))
+            .filter(|&s| s != i)
+            .map(|s| format!("\"{}:{GOSSIP_PORT}\"", lab.ips[s]))
+            .collect();
+        let hook = |kind: &str, ms: u64| {
+            format!(
+                "[\"env\", \"-u\", \"LD_PRELOAD\", {nem}, \"hook\", \"{kind}\", \"--node\", \"{name}\", \"--dir\", {dir}, \"--register\", \"{reg}\", \"--ms\", \"{ms}\"]",
+                nem = q(&cfg.nemesis_bin),
+                dir = q(dir),
+                reg = register_addr(ip),
+            )
+        };
+        let control = if i < SERVERS {
+            format!(
+                "id = {}\nbind = \"{ip}:{CONTROL_PORT}\"\nservers = [{}]\nbootstrap = {}\ndata_dir = {}",
+                i + 1,
+                servers.join(", "),
+                i == 0,
+                q(&disk.join("data"))
+            )
+        } else {
+            format!("servers = [{}]", servers.join(", "))
+        };
+        let state_dir = if cfg.state_dir {
+            format!("state_dir = {}", q(&disk.join("state")))
+        } else {
+            String::new()
+        };
+        let keys: Vec<String> = self.keys.iter().map(|k| format!("\"{k}\"")).collect();
+        format!(
+            r#"[agent]
 name = "{name}"
 bind = "{ip}:{GOSSIP_PORT}"
 http = "{ip}:{HTTP_PORT}"
@@ -167,9 +223,10 @@ api_token = "{API_TOKEN}"
 seeds = [{seeds}]
 watchdog = {hale}
 {state_dir}
+{invalid}
 [cluster]
 name = "{cluster_name}"
-keys = ["{key}"]
+keys = [{keys}]
 [control]
 {control}
 [[service]]
@@ -182,27 +239,20 @@ timeout = "1s"
 [[role]]
 name = "db"
 service = "store"
-priority = 10
+priority = {priority}
 promote = {promote}
 demote = {demote}
 hook_timeout = "10s"
 "#,
-                seeds = seeds.join(", "),
-                hale = q(&cfg.hale_bin),
-                promote = hook("promote", cfg.promote_ms[i]),
-                demote = hook("demote", cfg.demote_ms[i]),
-            );
-            std::fs::write(dir.join("agent.toml"), toml)?;
-        }
-        Ok(Cluster {
-            agents: (0..n).map(|_| None).collect(),
-            registers: (0..n).map(|_| None).collect(),
-            clocks: vec![ClockMode::True; n],
-            generations: vec![0; n],
-            names,
-            lab,
-            cfg,
-        })
+            seeds = seeds.join(", "),
+            hale = q(hale),
+            invalid = if invalid { "no_such_key = true" } else { "" },
+            cluster_name = self.cluster_name,
+            keys = keys.join(", "),
+            priority = self.priority[i],
+            promote = hook("promote", cfg.promote_ms[i]),
+            demote = hook("demote", cfg.demote_ms[i]),
+        )
     }
 
     /// Spawns `cmd` with no input, its output appended to host `i`'s `file`.
@@ -252,12 +302,16 @@ hook_timeout = "10s"
     /// Starts host `i`'s agent with `clock`.
     pub fn start_agent(&mut self, i: usize, clock: ClockMode) -> Result<(), ClusterError> {
         self.kill_agent(i);
+        let (bin, config) = match (&self.cfg.previous_bin, self.previous[i]) {
+            (Some(prev), true) => (prev, "agent-previous.toml"),
+            _ => (&self.cfg.hale_bin, "agent.toml"),
+        };
         let mut cmd = Command::new("ip");
         cmd.args(["netns", "exec", &self.lab.hosts[i]])
-            .arg(&self.cfg.hale_bin)
+            .arg(bin)
             .arg("agent")
             .arg("--config")
-            .arg(self.lab.dirs[i].join("agent.toml"))
+            .arg(self.lab.dirs[i].join(config))
             .env_remove("LD_PRELOAD")
             .env_remove("FAKETIME")
             // HALE_NEMESIS_AGENT_LOG: the agents' log filter for a replay
@@ -293,6 +347,52 @@ hook_timeout = "10s"
     pub fn agent_pid(&mut self, i: usize) -> Option<i32> {
         let c = self.agents[i].as_mut()?;
         matches!(c.try_wait(), Ok(None)).then(|| c.id() as i32)
+    }
+
+    /// Sends SIGTERM to host `i`'s agent (it stops as under `systemctl
+    /// stop`): false if it does not run.
+    pub fn sigterm_agent(&mut self, i: usize) -> bool {
+        let Some(pid) = self.agent_pid(i) else {
+            return false;
+        };
+        kill(Pid::from_raw(pid), Signal::SIGTERM).is_ok()
+    }
+
+    /// Whether host `i`'s register runs.
+    pub fn register_runs(&mut self, i: usize) -> bool {
+        self.registers[i]
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// SIGKILLs host `i`'s register (an operator stopping the service).
+    pub fn kill_register(&mut self, i: usize) {
+        if let Some(mut c) = self.registers[i].take() {
+            let _ = kill(Pid::from_raw(c.id() as i32), Signal::SIGCONT);
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// `hale ARGS` run inside host `i`'s namespace against its agent's API
+    /// (with the token), as an operator on that host would: the CLI of the
+    /// release the host runs; output piped.
+    pub fn hale_command(&self, i: usize, args: &[String]) -> Command {
+        let bin = match (&self.cfg.previous_bin, self.previous[i]) {
+            (Some(prev), true) => prev,
+            _ => &self.cfg.hale_bin,
+        };
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.lab.hosts[i]])
+            .arg(bin)
+            .args(args)
+            .env("HALE_HTTP", api_addr(self.lab.ips[i]).to_string())
+            .env("HALE_API_TOKEN", API_TOKEN)
+            .env_remove("LD_PRELOAD")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        cmd
     }
 
     /// SIGKILLs host `i`'s agent and reaps it (its watchdog lives on and fences).

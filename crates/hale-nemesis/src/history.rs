@@ -31,6 +31,26 @@ pub struct FaultRecord {
     pub note: String,
 }
 
+/// A `hale` command an operator action ran, as it ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommandRecord {
+    /// The index in [`History::faults`] of the action it belongs to
+    /// (None: the heal phase's).
+    pub record: Option<usize>,
+    /// The host it ran on (inside its namespace, against its agent).
+    pub host: String,
+    /// The arguments after `hale`.
+    pub args: Vec<String>,
+    /// Started at.
+    pub start_ns: u64,
+    /// Ended (or was killed, after 20 s) at.
+    pub end_ns: u64,
+    /// Its exit status (None: killed).
+    pub status: Option<i32>,
+    /// What it printed (standard output, then standard error).
+    pub output: String,
+}
+
 /// How a client's write ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -138,6 +158,9 @@ pub struct History {
     pub deaths: Vec<Death>,
     /// Changes of the agents' primary answers.
     pub primaries: Vec<PrimarySample>,
+    /// The commands operator actions ran, and the heal phase's.
+    #[serde(default)]
+    pub commands: Vec<CommandRecord>,
 }
 
 /// Reads a log of JSON lines (a register's log, `hooks.log`): lines that
@@ -241,6 +264,19 @@ impl History {
                 ),
             ));
         }
+        for c in self.commands.iter().filter(|c| within(c.end_ns)) {
+            lines.push((
+                c.end_ns,
+                format!(
+                    "on {}: hale {} (sent {}): exit {:?}: {}",
+                    c.host,
+                    c.args.join(" "),
+                    secs(c.start_ns, base),
+                    c.status,
+                    c.output.replace('\n', " / ")
+                ),
+            ));
+        }
         for d in self.deaths.iter().filter(|d| within(d.seen_ns)) {
             lines.push((
                 d.seen_ns,
@@ -259,5 +295,41 @@ impl History {
             let _ = writeln!(out, "{} {l}", secs(t, base));
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_history_recorded_before_operator_actions_still_reads() {
+        let mut v = serde_json::to_value(History::default()).expect("serializes");
+        v.as_object_mut().expect("an object").remove("commands");
+        let h: History = serde_json::from_value(v).expect("reads without commands");
+        assert!(h.commands.is_empty());
+    }
+
+    #[test]
+    fn the_slice_shows_an_operator_command_with_its_status_and_output() {
+        let h = History {
+            end_ns: 10,
+            commands: vec![CommandRecord {
+                record: Some(0),
+                host: "h2".into(),
+                args: vec!["roles".into(), "resume".into(), "db".into()],
+                start_ns: 4,
+                end_ns: 5,
+                status: Some(2),
+                output: "error: refused\nsecond line".into(),
+            }],
+            ..History::default()
+        };
+        let text = h.slice(0, 10, &[]);
+        assert!(
+            text.contains("on h2: hale roles resume db") && text.contains("Some(2)"),
+            "{text}"
+        );
+        assert!(text.contains("error: refused / second line"), "{text}");
     }
 }

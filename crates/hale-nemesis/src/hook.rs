@@ -8,6 +8,13 @@
 //! register primary at `HALE_EPOCH`, end. Demote: start, fence the local
 //! register at once, take `demote_ms` (plus the extra delay), end.
 //! With `HALE_PLANTED_BUG=skip-demote` (planted bug) a demote does nothing.
+//!
+//! A hook fault the nemesis wrote to `<dir>/hook-fault` ([`HookFault`])
+//! makes the chosen hooks fail: exit 1 before their work, hang before it
+//! (past `hook_timeout`), kill themselves half-way through their length
+//! (a promote before promoting, a demote after fencing), or fail like exit
+//! 1 until the n-th try (counted in `<dir>/hook-tries-<kind>`). A hook
+//! that fails so logs a `failed` line first.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -31,6 +38,9 @@ pub enum HookError {
     /// The register refused or never answered.
     #[error("register at {0} refused or did not answer")]
     Register(SocketAddr),
+    /// A nemesis hook fault made it fail.
+    #[error("failed on purpose: {0}")]
+    Injected(String),
 }
 
 /// Which hook.
@@ -54,6 +64,68 @@ pub enum Phase {
     /// A demote's fence took effect (the register answered, or was found
     /// down), before the rest of the demote's length.
     Fenced,
+    /// It gives up or is about to be killed by its own signal (a nemesis
+    /// hook fault): what it did before is in the register's log.
+    Failed,
+}
+
+/// Which hooks a [`HookFault`] hits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HookSel {
+    /// Promote hooks only.
+    Promote,
+    /// Demote hooks (and the watchdog's fence) only.
+    Demote,
+    /// Both.
+    Both,
+}
+
+impl HookSel {
+    /// Whether it hits hooks of `kind`.
+    pub fn hits(self, kind: HookKind) -> bool {
+        match self {
+            HookSel::Both => true,
+            HookSel::Promote => kind == HookKind::Promote,
+            HookSel::Demote => kind == HookKind::Demote,
+        }
+    }
+}
+
+/// How a hook fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HookFailure {
+    /// Exits 1 before doing anything.
+    Exit,
+    /// Hangs before doing anything, past any `hook_timeout`.
+    Hang,
+    /// Kills itself (SIGKILL) half-way through its length: a promote before
+    /// it promotes the register, a demote after it fenced it.
+    Crash,
+    /// Fails as [`HookFailure::Exit`] until its n-th try since the fault
+    /// began, which succeeds (and the count starts over).
+    NthTry(u32),
+}
+
+/// The hook fault in force on a host (`<dir>/hook-fault`, JSON).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HookFault {
+    /// The hooks it hits.
+    pub hook: HookSel,
+    /// How they fail.
+    pub how: HookFailure,
+}
+
+/// The file a host's hook fault is written to.
+pub const FAULT_FILE: &str = "hook-fault";
+
+/// The file counting a host's tries of `kind` under [`HookFailure::NthTry`].
+pub fn tries_file(kind: HookKind) -> &'static str {
+    match kind {
+        HookKind::Promote => "hook-tries-promote",
+        HookKind::Demote => "hook-tries-demote",
+    }
 }
 
 /// One line of `hooks.log`.
@@ -184,9 +256,43 @@ pub async fn run(cfg: &HookConfig) -> Result<(), HookError> {
         .unwrap_or(0);
     let took = Duration::from_millis(cfg.ms + extra);
     log(cfg, Phase::Start, epoch)?;
+    let fault = std::fs::read(cfg.dir.join(FAULT_FILE))
+        .ok()
+        .and_then(|t| serde_json::from_slice::<HookFault>(&t).ok())
+        .filter(|f| f.hook.hits(cfg.kind))
+        .map(|f| f.how);
+    let crash = match fault {
+        None => false,
+        Some(HookFailure::Crash) => true,
+        Some(HookFailure::Exit) => return fail(cfg, epoch, "exit 1"),
+        Some(HookFailure::Hang) => {
+            log(cfg, Phase::Failed, epoch)?;
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            return Err(HookError::Injected("hung for an hour".into()));
+        }
+        Some(HookFailure::NthTry(n)) => {
+            let tries = cfg.dir.join(tries_file(cfg.kind));
+            let try_now = std::fs::read_to_string(&tries)
+                .ok()
+                .and_then(|t| t.trim().parse::<u32>().ok())
+                .unwrap_or(0)
+                + 1;
+            if try_now < n {
+                std::fs::write(&tries, try_now.to_string())?;
+                return fail(cfg, epoch, &format!("try {try_now} of {n}"));
+            }
+            std::fs::write(&tries, "0")?;
+            false
+        }
+    };
+    // A crash comes half-way through the hook's length.
+    let first = if crash { took / 2 } else { took };
     match cfg.kind {
         HookKind::Promote => {
-            tokio::time::sleep(took).await;
+            tokio::time::sleep(first).await;
+            if crash {
+                return die(cfg, epoch);
+            }
             if !promote(cfg.register, epoch).await {
                 return Err(HookError::Register(cfg.register));
             }
@@ -201,8 +307,48 @@ pub async fn run(cfg: &HookConfig) -> Result<(), HookError> {
                 return Err(HookError::Register(cfg.register));
             }
             log(cfg, Phase::Fenced, epoch)?;
-            tokio::time::sleep(took).await;
+            tokio::time::sleep(first).await;
+            if crash {
+                return die(cfg, epoch);
+            }
         }
     }
     log(cfg, Phase::End, epoch)
+}
+
+/// Logs `failed` and fails (a hook fault).
+fn fail(cfg: &HookConfig, epoch: u64, why: &str) -> Result<(), HookError> {
+    log(cfg, Phase::Failed, epoch)?;
+    Err(HookError::Injected(why.to_owned()))
+}
+
+/// Logs `failed` and kills itself.
+fn die(cfg: &HookConfig, epoch: u64) -> Result<(), HookError> {
+    log(cfg, Phase::Failed, epoch)?;
+    let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+    Err(HookError::Injected("SIGKILL did not kill it".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hook_fault_hits_only_the_hooks_it_names() {
+        assert!(HookSel::Promote.hits(HookKind::Promote));
+        assert!(!HookSel::Promote.hits(HookKind::Demote));
+        assert!(HookSel::Demote.hits(HookKind::Demote));
+        assert!(!HookSel::Demote.hits(HookKind::Promote));
+        assert!(HookSel::Both.hits(HookKind::Promote) && HookSel::Both.hits(HookKind::Demote));
+    }
+
+    #[test]
+    fn the_hook_fault_file_reads_back_as_written() {
+        let f = HookFault {
+            hook: HookSel::Demote,
+            how: HookFailure::NthTry(3),
+        };
+        let text = serde_json::to_string(&f).expect("serializes");
+        assert_eq!(serde_json::from_str::<HookFault>(&text).ok(), Some(f));
+    }
 }

@@ -110,6 +110,16 @@ struct RunArgs {
     /// Stop at the first schedule with a violation.
     #[arg(long)]
     stop_on_violation: bool,
+    /// The previous release's `hale` (`dist/build-previous-release.sh`
+    /// prints its path), for the upgrade action; default: the one that
+    /// script builds under the hale binary's target directory, if built.
+    /// Without it, upgrade actions are skipped (noted in the history).
+    #[arg(long, env = "HALE_PREVIOUS_BIN")]
+    previous_hale_bin: Option<PathBuf>,
+    /// Print the schedules and how often each kind of fault was drawn;
+    /// run nothing.
+    #[arg(long)]
+    dry_run: bool,
 }
 
 fn default_hale_bin() -> PathBuf {
@@ -128,7 +138,52 @@ fn block_on<F: std::future::Future>(f: F) -> std::io::Result<F::Output> {
     Ok(rt.block_on(f))
 }
 
+/// The previous release's `hale` that `dist/build-previous-release.sh`
+/// builds beside `hale_bin` (`<target>/previous-release/<commit>/target/debug/hale`).
+fn default_previous_bin(hale_bin: &std::path::Path) -> Option<PathBuf> {
+    let target = hale_bin.parent()?.parent()?;
+    std::fs::read_dir(target.join("previous-release"))
+        .ok()?
+        .filter_map(Result::ok)
+        .map(|d| d.path().join("target/debug/hale"))
+        .find(|p| p.exists())
+}
+
+/// `run --dry-run`: every schedule, then the count of each kind drawn.
+fn dry_run(params: &ScheduleParams, seeds: &[u64]) {
+    let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
+    for &seed in seeds {
+        let s = hale_nemesis::schedule::Schedule::generate(seed, params);
+        print!("{s}");
+        for st in &s.steps {
+            *counts.entry(st.fault.name()).or_default() += 1;
+        }
+    }
+    println!("kinds drawn over {} schedule(s):", seeds.len());
+    for (name, n) in counts {
+        println!("  {n:>5}  {name}");
+    }
+}
+
 fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let seeds: Vec<u64> = match args.seed {
+        Some(s) => vec![s],
+        None => (args.first_seed..args.first_seed + args.schedules).collect(),
+    };
+    let params = ScheduleParams {
+        hosts: 5,
+        length: Duration::from_secs(args.length),
+        families: if args.faults.is_empty() {
+            Family::ALL.to_vec()
+        } else {
+            args.faults.clone()
+        },
+        max_overlap: args.max_overlap,
+    };
+    if args.dry_run {
+        dry_run(&params, &seeds);
+        return Ok(ExitCode::SUCCESS);
+    }
     // Ctrl-C and SIGTERM set INTERRUPTED; the run cleans up and returns.
     std::thread::spawn(|| {
         let _ = block_on(async {
@@ -155,20 +210,16 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         Some("register-no-epoch-check") => (None, true),
         other => (other.map(str::to_owned), false),
     };
+    let previous_bin = args
+        .previous_hale_bin
+        .clone()
+        .filter(|p| p.exists())
+        .or_else(|| default_previous_bin(&hale_bin));
     let opts = RunOptions {
         hale_bin,
         nemesis_bin: std::env::current_exe().context("own path")?,
         out: args.out.clone(),
-        schedule: ScheduleParams {
-            hosts: 5,
-            length: Duration::from_secs(args.length),
-            families: if args.faults.is_empty() {
-                Family::ALL.to_vec()
-            } else {
-                args.faults.clone()
-            },
-            max_overlap: args.max_overlap,
-        },
+        schedule: params,
         liveness_bound: Duration::from_secs(args.liveness_bound),
         workers: args.workers,
         sticky_workers: args.sticky_workers,
@@ -178,10 +229,7 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         disk_mb: 48,
         promote_ms: (args.promote_ms[0], args.promote_ms[1]),
         demote_ms: (args.demote_ms[0], args.demote_ms[1]),
-    };
-    let seeds: Vec<u64> = match args.seed {
-        Some(s) => vec![s],
-        None => (args.first_seed..args.first_seed + args.schedules).collect(),
+        previous_bin,
     };
     let mut bad = 0;
     for seed in seeds {

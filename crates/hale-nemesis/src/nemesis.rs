@@ -2,15 +2,18 @@
 //! compose: every host's input rules are recomputed from all active
 //! network faults whenever one starts or heals.
 
+use std::collections::BTreeSet;
 use std::io::Write;
 
 use nix::sys::signal::Signal;
 
 use crate::clock::now_ns;
 use crate::cluster::{ClockMode, Cluster, ClusterError, SERVERS};
-use crate::history::FaultRecord;
+use crate::history::{CommandRecord, FaultRecord};
+use crate::hook::{HookFault, HookKind};
 use crate::lab::{ns_pids, signal};
 use crate::schedule::{Fault, Net, Target};
+use crate::script::{Ledger, Script};
 
 /// What the nemesis needs to know about the cluster now.
 pub trait Oracle {
@@ -24,6 +27,15 @@ pub trait Oracle {
     fn restarted(&self, host: usize);
     /// Whether the host's agent says `degraded` (its control-plane storage failed).
     fn degraded(&self, host: usize) -> bool;
+    /// Whether the host's agent answers its API now.
+    fn answers(&self, host: usize) -> bool;
+    /// Whether role `db` is paused, as the first agent that knows says.
+    fn paused(&self) -> Option<bool>;
+    /// Whether the host's agent says now that role `db` is paused in its
+    /// own view (what its last committed renewal said).
+    fn knows_paused(&self, host: usize) -> bool;
+    /// Whether the host's agent answers now that it is the primary.
+    fn says_primary(&self, host: usize) -> bool;
 }
 
 /// A fault in progress.
@@ -43,6 +55,8 @@ pub struct Active {
     pub pending_hook: Option<Signal>,
     /// The fillers that keep delayed links full.
     pub fillers: Vec<std::process::Child>,
+    /// An operator action's steps.
+    pub script: Option<Script>,
 }
 
 /// The nemesis: active faults and the record of all of them.
@@ -52,6 +66,26 @@ pub struct Nemesis {
     pub active: Vec<Active>,
     /// Every fault carried out.
     pub records: Vec<FaultRecord>,
+    /// Every command operator actions ran.
+    pub commands: Vec<CommandRecord>,
+    /// Control-plane servers removed and not added back.
+    pub removed: BTreeSet<u8>,
+    /// The heal phase's script, once begun.
+    pub heal_phase: Option<Script>,
+}
+
+/// Puts host `h`'s hooks back to normal: no extra delay, no fault, no
+/// count of tries.
+pub fn restore_hooks(c: &Cluster, h: usize) {
+    let dir = &c.lab.dirs[h];
+    for f in [
+        "hook-delay-ms",
+        crate::hook::FAULT_FILE,
+        crate::hook::tries_file(HookKind::Promote),
+        crate::hook::tries_file(HookKind::Demote),
+    ] {
+        let _ = std::fs::remove_file(dir.join(f));
+    }
 }
 
 fn resolve(t: Target, o: &mut dyn Oracle, hosts: usize) -> usize {
@@ -109,10 +143,18 @@ impl Nemesis {
             stopped: Vec::new(),
             pending_hook: None,
             fillers: Vec::new(),
+            script: None,
         };
         let touched: Vec<usize>;
         let note;
         match fault {
+            Fault::Operator(action) => {
+                let (script, hosts, why) = crate::operator::plan(action, c, o)?;
+                touched = hosts;
+                note = why;
+                act.host = touched.first().copied().unwrap_or(0);
+                act.script = Some(script);
+            }
             Fault::Net(net) => {
                 let mut rules = Vec::new();
                 match net {
@@ -184,8 +226,9 @@ impl Nemesis {
                     | Fault::DiskFull(t)
                     | Fault::ClockStep { target: t, .. }
                     | Fault::ClockRate { target: t, .. }
-                    | Fault::SlowHooks { target: t, .. } => *t,
-                    Fault::Net(_) => Target::Host(0),
+                    | Fault::SlowHooks { target: t, .. }
+                    | Fault::HookFails { target: t, .. } => *t,
+                    Fault::Net(_) | Fault::Operator(_) => Target::Host(0),
                 };
                 let h = resolve(t, o, n);
                 act.host = h;
@@ -280,12 +323,81 @@ impl Nemesis {
                 std::fs::write(c.lab.dirs[h].join("hook-delay-ms"), ms.to_string())?;
                 format!("hooks {ms} ms slower")
             }
-            Fault::Net(_) => String::new(),
+            Fault::HookFails { hook, how, .. } => {
+                let f = HookFault {
+                    hook: *hook,
+                    how: *how,
+                };
+                let text = serde_json::to_vec(&f).map_err(std::io::Error::other)?;
+                for kind in [HookKind::Promote, HookKind::Demote] {
+                    let _ = std::fs::remove_file(c.lab.dirs[h].join(crate::hook::tries_file(kind)));
+                }
+                std::fs::write(c.lab.dirs[h].join(crate::hook::FAULT_FILE), text)?;
+                format!("{hook:?} hooks fail: {how:?}")
+            }
+            Fault::Net(_) | Fault::Operator(_) => String::new(),
         })
     }
 
-    /// Retries hook faults waiting for a hook to run.
-    pub fn tick(&mut self, c: &Cluster) {
+    /// Retries hook faults waiting for a hook to run; carries operator
+    /// actions on, and records those done and due as healed.
+    pub fn tick(&mut self, c: &mut Cluster, o: &mut dyn Oracle) -> Result<(), ClusterError> {
+        self.tick_hooks(c);
+        let mut i = 0;
+        while i < self.active.len() {
+            let record = self.active[i].record;
+            let Some(script) = self.active[i].script.as_mut() else {
+                i += 1;
+                continue;
+            };
+            let mut led = Ledger {
+                record: Some(record),
+                commands: &mut self.commands,
+                removed: &mut self.removed,
+            };
+            let done = script.tick(c, o, &mut led)?;
+            if done && script.heal_due {
+                let notes = std::mem::take(&mut script.notes);
+                self.active.remove(i);
+                let r = &mut self.records[record];
+                if !notes.is_empty() {
+                    if !r.note.is_empty() {
+                        r.note.push_str("; ");
+                    }
+                    r.note.push_str(&notes.join("; "));
+                }
+                r.heal_ns = Some(now_ns());
+            } else {
+                i += 1;
+            }
+        }
+        if let Some(script) = self.heal_phase.as_mut() {
+            let mut led = Ledger {
+                record: None,
+                commands: &mut self.commands,
+                removed: &mut self.removed,
+            };
+            if script.tick(c, o, &mut led)? {
+                self.heal_phase = None;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether operator actions (or the heal phase) are still under way.
+    pub fn busy(&self) -> bool {
+        self.heal_phase.is_some() || self.active.iter().any(|a| a.script.is_some())
+    }
+
+    /// Begins the heal phase (after [`Nemesis::heal_all`] and once no
+    /// action is under way): agents and registers left down started,
+    /// hooks normal, removed servers added back, the role resumed if
+    /// paused. [`Nemesis::tick`] carries it out.
+    pub fn begin_heal_phase(&mut self, c: &mut Cluster) {
+        self.heal_phase = Some(crate::operator::heal_phase(c, &self.removed));
+    }
+
+    fn tick_hooks(&mut self, c: &Cluster) {
         for act in &mut self.active {
             let Some(sig) = act.pending_hook else {
                 continue;
@@ -314,6 +426,11 @@ impl Nemesis {
         let Some(pos) = self.active.iter().position(|a| a.record == record) else {
             return Ok(());
         };
+        if let Some(script) = self.active[pos].script.as_mut() {
+            // Its steps after the heal may run now; tick records the heal.
+            script.heal_due = true;
+            return self.tick(c, o);
+        }
         let mut act = self.active.remove(pos);
         let h = act.host;
         for f in &mut act.fillers {
@@ -359,6 +476,30 @@ impl Nemesis {
             }
             Fault::SlowHooks { .. } => {
                 let _ = std::fs::remove_file(c.lab.dirs[h].join("hook-delay-ms"));
+                let still = self.active.iter().find_map(|a| match a.fault {
+                    Fault::SlowHooks { ms, .. } if a.host == h => Some(ms),
+                    _ => None,
+                });
+                if let Some(ms) = still {
+                    std::fs::write(c.lab.dirs[h].join("hook-delay-ms"), ms.to_string())?;
+                }
+            }
+            Fault::HookFails { .. } => {
+                let _ = std::fs::remove_file(c.lab.dirs[h].join(crate::hook::FAULT_FILE));
+                for kind in [HookKind::Promote, HookKind::Demote] {
+                    let _ = std::fs::remove_file(c.lab.dirs[h].join(crate::hook::tries_file(kind)));
+                }
+                // Another hook fault still on this host stays in force.
+                let still = self.active.iter().find_map(|a| match a.fault {
+                    Fault::HookFails { hook, how, .. } if a.host == h => {
+                        Some(HookFault { hook, how })
+                    }
+                    _ => None,
+                });
+                if let Some(f) = still {
+                    let text = serde_json::to_vec(&f).map_err(std::io::Error::other)?;
+                    std::fs::write(c.lab.dirs[h].join(crate::hook::FAULT_FILE), text)?;
+                }
             }
             Fault::Net(_) => self.set_rules(c)?,
             _ => {}

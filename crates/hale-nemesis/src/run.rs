@@ -75,6 +75,8 @@ pub struct RunOptions {
     pub promote_ms: (u64, u64),
     /// Demote hooks take between these (ms).
     pub demote_ms: (u64, u64),
+    /// The previous release's `hale`, for upgrade actions (None: skipped).
+    pub previous_bin: Option<PathBuf>,
 }
 
 /// What one run found.
@@ -121,6 +123,36 @@ impl Oracle for RunOracle<'_> {
         self.rt
             .block_on(self.client.get(host, "/v1/health"))
             .is_some_and(|(_, v)| v.get("status").and_then(|s| s.as_str()) == Some("degraded"))
+    }
+    fn answers(&self, host: usize) -> bool {
+        self.rt
+            .block_on(self.client.get(host, "/v1/health"))
+            .is_some()
+    }
+    fn paused(&self) -> Option<bool> {
+        (0..self.hosts).find_map(|i| {
+            let (_, v) = self.rt.block_on(self.client.get(i, "/v1/roles"))?;
+            v.get("leases")?.get("db")?.get("paused")?.as_bool()
+        })
+    }
+    fn knows_paused(&self, host: usize) -> bool {
+        self.rt
+            .block_on(self.client.get(host, "/v1/roles"))
+            .and_then(|(_, v)| {
+                let local = v.get("local")?.as_array()?;
+                let db = local
+                    .iter()
+                    .find(|r| r.get("role").and_then(|x| x.as_str()) == Some("db"))?;
+                db.get("paused")?.as_bool()
+            })
+            .unwrap_or(false)
+    }
+    fn says_primary(&self, host: usize) -> bool {
+        matches!(
+            self.rt
+                .block_on(self.client.get(host, "/v1/roles/db/primary")),
+            Some((200, _))
+        )
     }
     fn restarted(&self, host: usize) {
         if let Ok(mut s) = self.client.shared.lock() {
@@ -233,6 +265,7 @@ pub fn run_one(opts: &RunOptions, seed: u64) -> Result<RunReport, RunError> {
         state_dir: opts.state_dir,
         planted_bug: opts.planted_bug.clone(),
         register_skips_epoch_check: opts.register_skips_epoch_check,
+        previous_bin: opts.previous_bin.clone(),
     };
     let mut cluster = Cluster::new(lab, ccfg, &format!("nemesis-{seed}"))?;
     let names = cluster.names.clone();
@@ -305,10 +338,22 @@ pub fn run_one(opts: &RunOptions, seed: u64) -> Result<RunReport, RunError> {
             }
             next += 1;
         }
-        nemesis.tick(&cluster);
+        nemesis.tick(&mut cluster, &mut oracle)?;
         std::thread::sleep(Duration::from_millis(50));
     }
+    // Every fault healed, every operator action carried to its end (each
+    // of their steps has a deadline), then the heal phase's own actions.
     nemesis.heal_all(&mut cluster, &mut oracle)?;
+    let mut phase_begun = false;
+    while formed && (nemesis.busy() || !phase_begun) {
+        check_interrupt()?;
+        if !nemesis.busy() {
+            nemesis.begin_heal_phase(&mut cluster);
+            phase_begun = true;
+        }
+        nemesis.tick(&mut cluster, &mut oracle)?;
+        std::thread::sleep(Duration::from_millis(50));
+    }
     history.heal_ns = now_ns();
     let bound_at = Instant::now() + opts.liveness_bound;
     let mut waiting = formed;
@@ -330,6 +375,7 @@ pub fn run_one(opts: &RunOptions, seed: u64) -> Result<RunReport, RunError> {
     cluster.stop_all();
     history.end_ns = now_ns();
     history.faults = nemesis.records;
+    history.commands = nemesis.commands;
     {
         let mut s = crate::client::lock(&client.shared);
         history.ops = std::mem::take(&mut s.ops);

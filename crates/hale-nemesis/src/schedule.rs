@@ -11,6 +11,9 @@ use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use serde::{Deserialize, Serialize};
 
+use crate::hook::{HookFailure, HookSel};
+use crate::operator::Action;
+
 /// Which host a fault hits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -119,6 +122,20 @@ pub enum Fault {
         /// Extra milliseconds.
         ms: u64,
     },
+    /// The host's hooks fail (`hook::HookFault`): exit 1, hang past the
+    /// timeout, crash half-way, or succeed only at the n-th try; heal:
+    /// back to normal.
+    HookFails {
+        /// The host.
+        target: Target,
+        /// Which hooks.
+        hook: HookSel,
+        /// How.
+        how: HookFailure,
+    },
+    /// An operator's action (`operator.rs`); heal: its second half, if it
+    /// has one.
+    Operator(Action),
 }
 
 /// A family of faults, to choose the mix (`--faults`).
@@ -139,13 +156,16 @@ pub enum Family {
     Clock,
     /// Full disks.
     Disk,
-    /// Slow and hanging hooks.
+    /// Slow, hanging and failing hooks.
     Hooks,
+    /// Operator actions: pause, resume, handover, switchover, reload, key
+    /// rotation, control-plane changes, restarts and upgrades of the holder.
+    Operator,
 }
 
 impl Family {
     /// Every family.
-    pub const ALL: [Family; 8] = [
+    pub const ALL: [Family; 9] = [
         Family::Process,
         Family::Host,
         Family::Partition,
@@ -154,6 +174,7 @@ impl Family {
         Family::Disk,
         Family::Hooks,
         Family::Delay,
+        Family::Operator,
     ];
 }
 
@@ -174,7 +195,8 @@ impl Fault {
             Fault::Net(_) => Family::Partition,
             Fault::ClockStep { .. } | Fault::ClockRate { .. } => Family::Clock,
             Fault::DiskFull(_) => Family::Disk,
-            Fault::SlowHooks { .. } => Family::Hooks,
+            Fault::SlowHooks { .. } | Fault::HookFails { .. } => Family::Hooks,
+            Fault::Operator(_) => Family::Operator,
         }
     }
 
@@ -203,7 +225,20 @@ impl Fault {
             Fault::ClockRate { .. } => "clock-rate",
             Fault::DiskFull(_) => "disk-full",
             Fault::SlowHooks { .. } => "slow-hooks",
+            Fault::HookFails { how, .. } => match how {
+                HookFailure::Exit => "hooks-exit-1",
+                HookFailure::Hang => "hooks-hang",
+                HookFailure::Crash => "hooks-crash",
+                HookFailure::NthTry(_) => "hooks-nth-try",
+            },
+            Fault::Operator(a) => a.name(),
         }
+    }
+}
+
+impl From<Action> for Fault {
+    fn from(a: Action) -> Fault {
+        Fault::Operator(a)
     }
 }
 
@@ -320,10 +355,21 @@ fn draw_fault(rng: &mut Xoshiro256PlusPlus, family: Family, hosts: usize) -> Fau
             }
         }
         Family::Disk => Fault::DiskFull(t),
-        Family::Hooks => Fault::SlowHooks {
+        Family::Hooks if rng.random_bool(0.5) => Fault::SlowHooks {
             target: t,
             ms: [2_000, 5_000, 15_000][rng.random_range(0..3)],
         },
+        Family::Hooks => Fault::HookFails {
+            target: t,
+            hook: [HookSel::Promote, HookSel::Demote, HookSel::Both][rng.random_range(0..3)],
+            how: match rng.random_range(0..4) {
+                0 => HookFailure::Exit,
+                1 => HookFailure::Hang,
+                2 => HookFailure::Crash,
+                _ => HookFailure::NthTry(rng.random_range(2..=3)),
+            },
+        },
+        Family::Operator => Action::draw(rng, hosts).into(),
     }
 }
 
@@ -446,5 +492,88 @@ mod tests {
             }
         }
         assert_eq!(seen.len(), Family::ALL.len());
+    }
+
+    #[test]
+    fn over_many_operator_schedules_every_action_and_hook_failure_is_drawn() {
+        let p = ScheduleParams {
+            families: vec![Family::Operator, Family::Hooks],
+            ..params()
+        };
+        let mut seen = std::collections::BTreeSet::new();
+        for seed in 0..100 {
+            for st in Schedule::generate(seed, &p).steps {
+                seen.insert(st.fault.name());
+            }
+        }
+        for kind in [
+            "op-pause",
+            "op-resume",
+            "op-resume-force",
+            "op-handover",
+            "op-handover-to",
+            "op-switchover",
+            "op-switchover-at",
+            "op-switchover-cancelled",
+            "op-reload",
+            "op-reload-invalid",
+            "op-rotate-keys",
+            "op-remove-server",
+            "op-restart-holder",
+            "op-restart-holder-resume-early",
+            "op-restart-holder-never-resume",
+            "op-restart-holder-unpaused",
+            "op-restart-holder-hasty",
+            "op-downgrade-upgrade",
+            "hooks-exit-1",
+            "hooks-hang",
+            "hooks-crash",
+            "hooks-nth-try",
+            "slow-hooks",
+        ] {
+            assert!(seen.contains(kind), "{kind} never drawn: {seen:?}");
+        }
+    }
+
+    #[test]
+    fn operator_actions_name_hosts_and_servers_that_exist() {
+        let p = ScheduleParams {
+            families: vec![Family::Operator],
+            ..params()
+        };
+        for seed in 0..100 {
+            for st in Schedule::generate(seed, &p).steps {
+                let Fault::Operator(a) = st.fault else {
+                    panic!("seed {seed}: {st:?} is not an operator action");
+                };
+                let hosts: Vec<usize> = match a {
+                    Action::Pause { from }
+                    | Action::Resume { from }
+                    | Action::ResumeForce { from }
+                    | Action::RotateKeys { from } => vec![from],
+                    Action::Handover { to } => to.into_iter().collect(),
+                    Action::Switchover { from, to, .. } => vec![from, to],
+                    Action::Reload { host, .. } => vec![host],
+                    Action::RemoveServer { from, id } => {
+                        assert!((1..=3).contains(&id), "seed {seed}: server {id}");
+                        vec![from]
+                    }
+                    Action::RestartHolder(_) | Action::Upgrade => vec![],
+                };
+                assert!(hosts.iter().all(|&h| h < 5), "seed {seed}: {hosts:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_schedule_round_trips_through_json() {
+        let p = ScheduleParams {
+            families: vec![Family::Operator, Family::Hooks],
+            ..params()
+        };
+        let s = Schedule::generate(3, &p);
+        let text = serde_json::to_string(&s).expect("serializes");
+        let back: Schedule = serde_json::from_str(&text).expect("parses");
+        assert_eq!(back, s);
     }
 }

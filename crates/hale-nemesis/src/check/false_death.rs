@@ -165,6 +165,15 @@ fn reach_at(h: &History, t: u64) -> Reach {
             | Fault::KillHost(_)
             | Fault::StopHost(_)
             | Fault::StopHale(_) => r.down.extend(target(h, f)),
+            // An operator action that stops or restarts a host's agent
+            // (restarts of the holder's agent, a downgrade, a server
+            // removed) names the hosts whose processes it touched: down
+            // while it runs. Pause, resume, reload, switchover, handover
+            // and key rotation touch none and excuse nothing.
+            Fault::Operator(_) => {
+                r.down
+                    .extend(f.hosts.iter().filter_map(|name| index(h, name)));
+            }
             Fault::Net(Net::Halves { side }) | Fault::Net(Net::Bridge { side, .. }) => {
                 let bridge = match &f.fault {
                     Fault::Net(Net::Bridge { bridge, .. }) => Some(*bridge),
@@ -202,7 +211,8 @@ fn reach_at(h: &History, t: u64) -> Reach {
             | Fault::ClockStep { .. }
             | Fault::ClockRate { .. }
             | Fault::DiskFull(_)
-            | Fault::SlowHooks { .. } => {}
+            | Fault::SlowHooks { .. }
+            | Fault::HookFails { .. } => {}
         }
     }
     for a in 0..n {

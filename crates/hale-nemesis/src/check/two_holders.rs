@@ -98,6 +98,17 @@ fn fence_of(h: &History, start: &HookLine) -> Option<u64> {
     run(Phase::Fenced).or_else(logged).or(end)
 }
 
+/// Whether `fault` ends the service on the hosts it names when it starts:
+/// a host killed, or the register stopped by hand before a forced resume
+/// (the operator's step of the documented `resume --force`; its record
+/// names the holder only when it did stop it).
+fn ends_service(fault: &Fault) -> bool {
+    matches!(
+        fault,
+        Fault::KillHost(_) | Fault::Operator(crate::operator::Action::ResumeForce { .. })
+    )
+}
+
 /// Every host's stretches of serving, in time order.
 fn stretches(h: &History) -> BTreeMap<&str, Vec<Stretch>> {
     let stopping = h.stopping();
@@ -116,7 +127,7 @@ fn stretches(h: &History) -> BTreeMap<&str, Vec<Stretch>> {
         let mut kills: Vec<u64> = h
             .faults
             .iter()
-            .filter(|f| matches!(f.fault, Fault::KillHost(_)) && f.hosts.iter().any(|x| x == node))
+            .filter(|f| ends_service(&f.fault) && f.hosts.iter().any(|x| x == node))
             .map(|f| f.start_ns)
             .collect();
         kills.sort_unstable();
