@@ -27,7 +27,7 @@ debootstrap --variant=minbase \
 rm -f "$tmp.log"
 # The cluster Debian's package created is not hale's: PostgreSQL's own units stay
 # off, hale starts its servers itself. Nothing else on the network either.
-systemctl --root="$tmp" mask postgresql.service postgresql@15-main.service >/dev/null
+systemctl --root="$tmp" mask postgresql.service postgresql@15-main.service >/dev/null 2>&1
 systemctl --root="$tmp" mask systemd-networkd.service systemd-resolved.service \
   systemd-timesyncd.service apt-daily.timer apt-daily-upgrade.timer >/dev/null 2>&1 || true
 echo hale-test >"$tmp/etc/hostname"

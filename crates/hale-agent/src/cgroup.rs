@@ -208,6 +208,7 @@ pub async fn settle() {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)] // In tests a panic is the failure report.
     use super::*;
 
     const MOUNTINFO_V2: &str = "\
@@ -253,7 +254,10 @@ mod tests {
         assert_eq!(Layout::around(&unit.join("services")), fresh);
         // Any other sub-cgroup is a root of its own.
         let other = unit.join("elsewhere");
-        assert_eq!(Layout::around(&other).leaf(Leaf::Agent), other.join("agent"));
+        assert_eq!(
+            Layout::around(&other).leaf(Leaf::Agent),
+            other.join("agent")
+        );
     }
 
     #[test]
@@ -262,7 +266,11 @@ mod tests {
         let layout = Layout::around(dir.path());
         assert!(layout.leftover(Leaf::Watchdog).is_empty());
         std::fs::create_dir(layout.leaf(Leaf::Watchdog)).unwrap();
-        std::fs::write(layout.leaf(Leaf::Watchdog).join("cgroup.procs"), "812\n813\n").unwrap();
+        std::fs::write(
+            layout.leaf(Leaf::Watchdog).join("cgroup.procs"),
+            "812\n813\n",
+        )
+        .unwrap();
         assert_eq!(layout.leftover(Leaf::Watchdog), vec![812, 813]);
         assert_eq!(procs(""), Vec::<u32>::new());
     }

@@ -49,12 +49,21 @@ impl Drop for Container {
     fn drop(&mut self) {
         if std::thread::panicking() && self.leader > 0 {
             for unit in ["hale", "hale-b", "hale-c"] {
-                let _ = std::fs::write(self.logs.join(format!("journal-{unit}.txt")), self.journal(unit));
+                let _ = std::fs::write(
+                    self.logs.join(format!("journal-{unit}.txt")),
+                    self.journal(unit),
+                );
             }
-            let _ = std::fs::copy(self.path(&format!("{DIR}/hooks.log")), self.logs.join("hooks.log"));
+            let _ = std::fs::copy(
+                self.path(&format!("{DIR}/hooks.log")),
+                self.logs.join("hooks.log"),
+            );
         }
-        // Killing the namespace's init kills every process in it.
-        let _ = kill(Pid::from_raw(self.leader), Signal::SIGKILL);
+        // Killing the namespace's init kills every process in it (none
+        // was found: nspawn alone is killed below).
+        if self.leader > 0 {
+            let _ = kill(Pid::from_raw(self.leader), Signal::SIGKILL);
+        }
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.nspawn.try_wait() {
@@ -132,7 +141,9 @@ fn boot(root: &Path, unit: &Path, log: &Path) -> Container {
         ))
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(log).unwrap())
-        .stderr(Stdio::from(std::fs::File::create(log.with_extension("err")).unwrap()))
+        .stderr(Stdio::from(
+            std::fs::File::create(log.with_extension("err")).unwrap(),
+        ))
         .spawn()
         .unwrap();
     let nspawn_pid = nspawn.id();
@@ -142,17 +153,20 @@ fn boot(root: &Path, unit: &Path, log: &Path) -> Container {
         logs: log.parent().unwrap().to_owned(),
     };
     c.leader = wait_for(Duration::from_secs(20), "the container's init", || {
-        let kids = std::fs::read_to_string(format!(
-            "/proc/{nspawn_pid}/task/{nspawn_pid}/children"
-        ))
-        .ok()?;
+        let kids =
+            std::fs::read_to_string(format!("/proc/{nspawn_pid}/task/{nspawn_pid}/children"))
+                .ok()?;
         kids.split_whitespace().next()?.parse().ok()
     });
-    wait_for(Duration::from_secs(60), "the container's systemd running", || {
-        let out = c.sh("systemctl is-system-running");
-        let state = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-        (state == "running" || state == "degraded").then_some(())
-    });
+    wait_for(
+        Duration::from_secs(60),
+        "the container's systemd running",
+        || {
+            let out = c.sh("systemctl is-system-running");
+            let state = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+            (state == "running" || state == "degraded").then_some(())
+        },
+    );
     c
 }
 
@@ -354,8 +368,11 @@ fn under_systemd_a_restarted_holder_keeps_postgres_and_a_crashed_one_is_fenced_f
         Some((a_holds(&v, "db")?, a_holds(&v, "pg")?))
     });
     let (pid, cgroup) = postmaster(&c).expect("a's PostgreSQL runs");
-    let agent_cgroup = c.ok("cat /proc/$(systemctl show -p MainPID --value hale)/cgroup | sed -n 's/^0:://p'");
-    println!("a holds db at {db:?}, pg at {pg:?}; postmaster {pid} in {cgroup}, agent in {agent_cgroup}");
+    let agent_cgroup =
+        c.ok("cat /proc/$(systemctl show -p MainPID --value hale)/cgroup | sed -n 's/^0:://p'");
+    println!(
+        "a holds db at {db:?}, pg at {pg:?}; postmaster {pid} in {cgroup}, agent in {agent_cgroup}"
+    );
     let mut problems = Vec::new();
     if cgroup == agent_cgroup {
         problems.push(format!(
@@ -397,7 +414,10 @@ fn under_systemd_a_restarted_holder_keeps_postgres_and_a_crashed_one_is_fenced_f
     }
     let after = hooks();
     if after != before {
-        problems.push(format!("hooks ran over the restart: {:?}", &after[before.len()..]));
+        problems.push(format!(
+            "hooks ran over the restart: {:?}",
+            &after[before.len()..]
+        ));
     }
     println!("restart checked after {:.1?}", started.elapsed());
 
@@ -409,13 +429,17 @@ fn under_systemd_a_restarted_holder_keeps_postgres_and_a_crashed_one_is_fenced_f
     // SIGSEGV sent (not a real fault, which faults again) kills at the
     // second: sent until the process is gone.
     let crashed = main_pid(&c);
-    wait_for(Duration::from_secs(10), "a's main process killed by SIGSEGV", || {
-        if c.sh(&format!("test -d /proc/{crashed}")).status.success() {
-            c.sh("systemctl kill -s SEGV --kill-whom=main hale");
-            return None;
-        }
-        Some(())
-    });
+    wait_for(
+        Duration::from_secs(10),
+        "a's main process killed by SIGSEGV",
+        || {
+            if c.sh(&format!("test -d /proc/{crashed}")).status.success() {
+                c.sh("systemctl kill -s SEGV --kill-whom=main hale");
+                return None;
+            }
+            Some(())
+        },
+    );
     let promoted: HookLine = wait_for(Duration::from_secs(30), "b or c promoted for db", || {
         hooks()
             .into_iter()
@@ -437,7 +461,10 @@ fn under_systemd_a_restarted_holder_keeps_postgres_and_a_crashed_one_is_fenced_f
         )),
     }
     for l in &lines[marks..] {
-        println!("  hook: {} {} {} epoch {} {}", l.at, l.node, l.what, l.epoch, l.reason);
+        println!(
+            "  hook: {} {} {} epoch {} {}",
+            l.at, l.node, l.what, l.epoch, l.reason
+        );
     }
     println!("crash checked after {:.1?}", started.elapsed());
     assert!(problems.is_empty(), "under systemd: {problems:#?}");
