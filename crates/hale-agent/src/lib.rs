@@ -444,12 +444,12 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), StartError> {
     use tokio::signal::unix::{signal, SignalKind};
-    if std::env::var(cgroup::ENV).is_ok_and(|v| v == "delegated") {
-        cgroup::settle().await;
-    }
     // Before the agent says it is ready: a reload right after readiness
     // must not find SIGHUP's default action (terminate) in place.
     let mut hangups = signal(SignalKind::hangup()).map_err(StartError::Signal)?;
+    if std::env::var(cgroup::ENV).is_ok_and(|v| v == "delegated") {
+        cgroup::settle().await;
+    }
     let agent = Agent::start_with_source(loaded, source).await?;
     tracing::info!(
         node = %agent.id(),
