@@ -576,6 +576,7 @@ async fn start_roles(
     sweep_claims();
     let ctx = roles::RoleContext {
         node: cfg.id.name().to_owned(),
+        identity: roles::identity::node_identity(cfg.id.name(), cfg.state_dir.as_deref()),
         requests: roles::LeaseRequests::start(gated.clone()),
         control: gated,
         origin: tokio::time::Instant::now(),

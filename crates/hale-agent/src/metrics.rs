@@ -147,7 +147,7 @@ pub fn render_roles(out: &mut String, node: &str, roles: &RoleViews, services: &
     let roles = roles.lock().expect("role views lock");
     if !roles.is_empty() {
         type Get = fn(&crate::view::RoleView) -> String;
-        let series: [(&str, &str, &str, Get); 6] = [
+        let series: [(&str, &str, &str, Get); 7] = [
             (
                 "hale_role_holder",
                 "gauge",
@@ -177,6 +177,12 @@ pub fn render_roles(out: &mut String, node: &str, roles: &RoleViews, services: &
                 "counter",
                 "Times this node stopped being holder.",
                 |r| r.demotions.to_string(),
+            ),
+            (
+                "hale_role_demote_failures_total",
+                "counter",
+                "Demote hook runs that failed (retried; the role is not released meanwhile).",
+                |r| r.demote_failures.to_string(),
             ),
             (
                 "hale_role_renewals_total",

@@ -27,6 +27,7 @@ use hale_core::Time;
 use crate::config::RoleSpec;
 use crate::view::{AgentEvent, Lagging, RoleView, SwitchoverStep};
 use crate::watchdog::demote_once_argv;
+pub mod identity;
 pub mod postgres;
 mod requests;
 mod set;
@@ -81,8 +82,8 @@ enum Input {
     /// exited before answering; holding 0: it could not be asked).
     Watchdog(u64, Option<bool>),
     /// The control plane's table says this node holds the role, paused, at
-    /// this epoch: adopt it.
-    Adopt(u64),
+    /// this epoch (and whether it records the holding as kept): adopt it.
+    Adopt(u64, bool),
 }
 
 /// Everything a role manager needs.
@@ -238,6 +239,7 @@ impl RoleManager {
                 acquire_timeout: Duration::from_millis(1500),
                 instance: crate::seed::fresh_seed(),
                 max_lag: self.spec.max_lag(),
+                identity: self.ctx.identity.clone(),
             },
             run.now(),
         );
@@ -282,7 +284,10 @@ impl RoleManager {
                             }
                             _ => {}
                         }
-                        sm.handle_response(run.now(), id, r.ok());
+                        match r {
+                            Err(Refusal::TooNew { .. }) => sm.handle_too_new(run.now(), id),
+                            r => sm.handle_response(run.now(), id, r.ok()),
+                        }
                         if let Some((order, paused)) = ordered {
                             self.switch_over(&mut sm, &mut switching, order, paused, run.now());
                         }
@@ -313,9 +318,9 @@ impl RoleManager {
                         }
                     }
                     Input::Watchdog(..) => {}
-                    Input::Adopt(epoch) => {
-                        tracing::info!(role = %self.spec.name, epoch, "adopting the paused role this node holds");
-                        sm.handle_adopt(run.now(), epoch);
+                    Input::Adopt(epoch, kept) => {
+                        tracing::info!(role = %self.spec.name, epoch, kept, "adopting the paused role this node holds");
+                        sm.handle_adopt(run.now(), epoch, kept);
                     }
                 },
                 _ = checks.tick() => {
@@ -578,8 +583,8 @@ impl RoleManager {
             let mut answers = 0;
             while Instant::now() < until && answers < ADOPT_READS {
                 if let Some(table) = control.table().await {
-                    if let Some(epoch) = kept_by(&table, &role, &node) {
-                        let _ = tx.send(Input::Adopt(epoch));
+                    if let Some((epoch, kept)) = kept_by(&table, &role, &node) {
+                        let _ = tx.send(Input::Adopt(epoch, kept));
                         return;
                     }
                     // A server that has just restarted may not have
@@ -664,6 +669,27 @@ impl RoleManager {
                     promote,
                 })
             }
+            HolderEvent::DemoteFailed {
+                epoch,
+                reason,
+                outcome,
+                failures,
+                retry_in,
+            } => {
+                tracing::warn!(
+                    %role, epoch, %outcome, failures,
+                    "the demote hook failed: the role is not released; trying again in {retry_in:?}"
+                );
+                self.view(|v| v.demote_failures += 1);
+                RoleChange::Event(AgentEvent::DemoteFailed {
+                    role,
+                    epoch,
+                    reason,
+                    outcome,
+                    failures,
+                    retry_in_ms: retry_in.as_millis() as u64,
+                })
+            }
             HolderEvent::Kept { epoch } => {
                 tracing::warn!(
                     %role, epoch,
@@ -722,8 +748,9 @@ const ADOPT_LOOKUP: Duration = Duration::from_secs(60);
 /// this node is there (a second apart).
 const ADOPT_READS: u32 = 3;
 
-/// The epoch at which `table` says `node` holds `role` while it is paused.
-fn kept_by(table: &hale_control::LeaseTable, role: &str, node: &str) -> Option<u64> {
+/// The epoch at which `table` says `node` holds `role` while it is
+/// paused, and whether it records that holding as kept.
+fn kept_by(table: &hale_control::LeaseTable, role: &str, node: &str) -> Option<(u64, bool)> {
     let r = table.role(role)?;
-    (r.paused && r.holder.as_deref() == Some(node)).then_some(r.epoch)
+    (r.paused && r.holder.as_deref() == Some(node)).then_some((r.epoch, r.kept.is_some()))
 }

@@ -27,6 +27,7 @@ pub(crate) async fn roles(State(st): State<AppState>) -> Json<RolesView> {
                             epoch: l.epoch,
                             paused: l.paused,
                             switchover: l.switchover.clone(),
+                            kept: l.kept.is_some(),
                         };
                         (r.clone(), lease)
                     })

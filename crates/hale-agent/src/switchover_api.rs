@@ -226,6 +226,7 @@ mod tests {
             held_since_unix_ms: None,
             promotions: 0,
             demotions: 0,
+            demote_failures: 0,
             renewals: 0,
             paused: false,
             lagging,

@@ -279,6 +279,23 @@ pub enum AgentEvent {
         /// Paused, or resumed.
         paused: bool,
     },
+    /// This node's demote hook failed: the role is not released; the
+    /// demote runs again in `retry_in_ms` (the lease is kept meanwhile, and
+    /// the watchdog fences at the lease's end as last armed).
+    DemoteFailed {
+        /// The role.
+        role: String,
+        /// The fencing epoch held.
+        epoch: u64,
+        /// Why the holding is ending.
+        reason: StepDownReason,
+        /// How this run ended.
+        outcome: HookOutcome,
+        /// Failed runs so far.
+        failures: u32,
+        /// Milliseconds until the next run.
+        retry_in_ms: u64,
+    },
     /// The agent stopped keeping a paused role it holds: no demote, no
     /// release, its watchdog exited without fencing; its next run adopts it.
     RoleKept {

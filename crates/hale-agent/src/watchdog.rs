@@ -7,11 +7,11 @@
 //! [`Order`] per line (JSON, `{"order": ..., "h": ...}`); `h` names the
 //! holding (one role at one epoch) the order is about:
 //!
-//! * `guard`: start guarding holding `h`: its lease lasts `ms` more
-//!   milliseconds, its fence is the role's demote command (run with `env`,
-//!   under the holding's `claim`, within `hook_timeout_ms`);
-//! * `arm` `ms`: the lease now lasts `ms` more milliseconds (sent only
-//!   when a renewal has committed);
+//! * `guard`: start guarding holding `h`: its lease lasts until `until_ns`,
+//!   its fence is the role's demote command (run with `env`, under the
+//!   holding's `claim`, within `hook_timeout_ms`);
+//! * `arm` `until_ns`: the lease now lasts until then (sent only when a
+//!   renewal has committed);
 //! * `promote` `pgid`: a promote hook runs in process group `pgid`;
 //!   `promote-done`: it has exited;
 //! * `disarm`: the agent is stepping down itself. The watchdog answers one
@@ -21,6 +21,13 @@
 //!   this answer and the start of its demote is fenced at the deadline all
 //!   the same;
 //! * `stop`: forget the holding without fencing (the step-down is done).
+//!
+//! **Deadlines are absolute**, in nanoseconds of the kernel's
+//! `CLOCK_MONOTONIC` ([`shared_clock_ns`]), one clock for every process of
+//! the host, read past any `LD_PRELOAD` clock shim: the time an order spends
+//! in the agent's queue or in the pipe (a busy host, a watchdog frozen for
+//! a while) never moves the deadline past the lease's end, as a relative
+//! "so many milliseconds from now" did.
 //!
 //! It fences a holding (kills its promote hook's process group, then runs
 //! the demote command) when its deadline passes, and every holding at once
@@ -73,8 +80,8 @@ pub enum Order {
     Guard {
         /// The holding.
         h: u64,
-        /// Its lease lasts this many more milliseconds.
-        ms: u64,
+        /// Its lease's end ([`shared_clock_ns`]).
+        until_ns: u64,
         /// The fence's time limit, in milliseconds.
         hook_timeout_ms: u64,
         /// The claim the fence runs under, shared with the agent's demote.
@@ -84,12 +91,12 @@ pub enum Order {
         /// Environment for the fence (`HALE_ROLE`, `HALE_EPOCH`, ...).
         env: Vec<(String, String)>,
     },
-    /// Holding `h`'s lease now lasts `ms` more milliseconds.
+    /// Holding `h`'s lease now lasts until `until_ns`.
     Arm {
         /// The holding.
         h: u64,
-        /// Milliseconds from now.
-        ms: u64,
+        /// Its lease's end ([`shared_clock_ns`]).
+        until_ns: u64,
     },
     /// A promote hook of holding `h` runs in process group `pgid`.
     Promote {
@@ -177,6 +184,29 @@ pub fn kill_group(pgid: u32) {
 /// How long the watchdog waits before trying a fence that failed again.
 const FENCE_RETRY: Duration = Duration::from_secs(1);
 
+/// Now, in nanoseconds of the kernel's `CLOCK_MONOTONIC`: the clock the
+/// agent and its watchdog share for deadlines. Read through the vDSO
+/// (rustix), not the C library's `clock_gettime`, so that a clock shim
+/// preloaded into these processes (libfaketime, as the clock tests and the
+/// nemesis use, whose rates count from each process's own start) cannot
+/// make them disagree.
+pub fn shared_clock_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    (t.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(t.tv_nsec as u64)
+}
+
+/// The instant `left` from now on the shared clock ([`shared_clock_ns`]).
+pub fn shared_deadline(left: Duration) -> u64 {
+    shared_clock_ns().saturating_add(u64::try_from(left.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// How long until `until_ns` on the shared clock (zero once passed).
+fn shared_left(until_ns: u64) -> Duration {
+    Duration::from_nanos(until_ns.saturating_sub(shared_clock_ns()))
+}
+
 /// `hale demote-once`: the agent's demote command, run under the claim
 /// at `path` in this process's group (the agent kills the group to kill
 /// it). Exit status: the command's, or 0 when the watchdog already ran it.
@@ -233,8 +263,9 @@ pub fn demote_once_argv(exe: &Path, claim: &Path, demote: &[String]) -> Vec<Stri
 
 /// One holding the watchdog guards.
 struct Guarded {
-    /// The lease's end (none once fenced, or while a fence runs).
-    deadline: Option<Instant>,
+    /// The lease's end on the shared clock (none once fenced, or while a
+    /// fence runs).
+    deadline: Option<u64>,
     /// Its running promote hook's process group.
     promote: Option<u32>,
     /// Its fence ran and succeeded.
@@ -242,7 +273,7 @@ struct Guarded {
     /// A fence of it runs now (on a thread of its own).
     fencing: bool,
     /// A renewal that came while the fence ran: the deadline if it fails.
-    rearmed: Option<Instant>,
+    rearmed: Option<u64>,
     /// A `disarm` waits for the running fence's outcome.
     asked: bool,
     fence: Fence,
@@ -341,7 +372,7 @@ pub fn run() -> WatchdogExit {
         }
         let next = w.holdings.values().filter_map(|g| g.deadline).min();
         let input = match next {
-            Some(d) => rx.recv_timeout(d.saturating_duration_since(Instant::now())),
+            Some(d) => rx.recv_timeout(shared_left(d)),
             None => rx.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected),
         };
         match input {
@@ -356,7 +387,7 @@ pub fn run() -> WatchdogExit {
             }
             Ok(Input::Fenced(h, ok)) => w.fenced(h, ok),
             Err(mpsc::RecvTimeoutError::Timeout) => {
-                let now = Instant::now();
+                let now = shared_clock_ns();
                 w.fence_where(|g| g.deadline.is_some_and(|d| d <= now));
             }
             // Unreachable: the loop holds a sender itself.
@@ -380,12 +411,11 @@ impl Watch {
     }
 
     fn order(&mut self, order: Order) {
-        let now = Instant::now();
         let ms = Duration::from_millis;
         match order {
             Order::Guard {
                 h,
-                ms: left,
+                until_ns,
                 hook_timeout_ms,
                 claim,
                 fence,
@@ -398,7 +428,7 @@ impl Watch {
                     timeout: ms(hook_timeout_ms),
                 };
                 let g = Guarded {
-                    deadline: Some(now + ms(left)),
+                    deadline: Some(until_ns),
                     promote: None,
                     fenced: false,
                     fencing: false,
@@ -408,9 +438,9 @@ impl Watch {
                 };
                 self.holdings.insert(h, g);
             }
-            Order::Arm { h, ms: left } => match self.holdings.get_mut(&h) {
-                Some(g) if g.fencing => g.rearmed = Some(now + ms(left)),
-                Some(g) if !g.fenced => g.deadline = Some(now + ms(left)),
+            Order::Arm { h, until_ns } => match self.holdings.get_mut(&h) {
+                Some(g) if g.fencing => g.rearmed = Some(until_ns),
+                Some(g) if !g.fenced => g.deadline = Some(until_ns),
                 _ => {}
             },
             Order::Promote { h, pgid } => {
@@ -480,7 +510,7 @@ impl Watch {
             // Not fenced: tried again soon (or when a renewal that came
             // meanwhile runs out), and a `disarm` meanwhile is told so, so
             // that the agent runs its own demote.
-            g.deadline = Some(rearmed.unwrap_or_else(|| Instant::now() + FENCE_RETRY));
+            g.deadline = Some(rearmed.unwrap_or_else(|| shared_deadline(FENCE_RETRY)));
         }
         if std::mem::take(&mut g.asked) {
             answer(h, g.fenced);

@@ -26,12 +26,26 @@
 //! * **A lost lease runs the demote hook once.** The watchdog is released
 //!   first; if it has already fenced (the agent was frozen past the lease),
 //!   its fence was the demote and no second one runs.
-//! * **A voluntary step-down keeps the lease until its demote hook is
-//!   done**, then releases it: the next holder's promote starts only after
-//!   this node's demote ended, as long as it can renew. Cut off from the
-//!   control plane meanwhile, its lease runs out during the demote and the
-//!   rest of the demote is covered by the fencing epoch, as after a lost
-//!   lease.
+//! * **A voluntary step-down keeps the lease until its demote hook has
+//!   succeeded**, then releases it: the next holder's promote starts only
+//!   after this node's demote succeeded, as long as it can renew. Cut off
+//!   from the control plane meanwhile, its lease runs out during the demote
+//!   and the rest of the demote is covered by the fencing epoch, as after a
+//!   lost lease.
+//! * **A demote that fails is never taken for done.** It runs again after
+//!   a backoff (0.5 s doubling to 5 s, [`HolderEvent::DemoteFailed`] each
+//!   time), for as long as it fails: the holding is not released, and a
+//!   voluntary step-down keeps renewing its lease, so no other node is
+//!   promoted (a node that cannot demote keeps the role unless it dies or
+//!   is cut off, when its lease runs out as a dead host's does). The
+//!   watchdog, disarmed but keeping its deadline, is re-armed by renewals
+//!   until the demote has been failing for `hook_timeout`; past that bound
+//!   it fences at the lease's end (its fence is the same demote, under the
+//!   same claim, after killing what the promote hook left): the
+//!   escalation. A lost lease's failed demote is retried the same way; the
+//!   node does not ask for the role meanwhile.
+//! * **A renewal answered after the lease ended changes nothing**: the
+//!   holding is over on this node's clock, whatever the answer says.
 //! * **A promotion that fails or outlives `hook_timeout` is abandoned**: the
 //!   hook is killed, the node demotes, releases the role and stands aside
 //!   for one lease so that the next candidate takes it.
@@ -107,6 +121,23 @@ enum Step {
     DisarmingWatchdog,
     /// The demote hook runs.
     Demoting(Run),
+    /// The demote hook failed: it runs again at `at`.
+    RetryingDemote {
+        /// When.
+        at: Time,
+    },
+}
+
+/// The first wait before a failed demote runs again; it doubles with each
+/// failure up to [`DEMOTE_RETRY_MAX`].
+pub const DEMOTE_RETRY_FIRST: Duration = Duration::from_millis(500);
+/// The longest wait between two runs of a failing demote.
+pub const DEMOTE_RETRY_MAX: Duration = Duration::from_secs(5);
+
+/// How long to wait after the `failures`-th failed demote.
+fn demote_backoff(failures: u32) -> Duration {
+    let doubled = DEMOTE_RETRY_FIRST.saturating_mul(1 << failures.saturating_sub(1).min(16));
+    doubled.min(DEMOTE_RETRY_MAX)
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -133,6 +164,9 @@ enum Phase {
         next: Option<String>,
         promote: Option<HookOutcome>,
         step: Step,
+        /// How many runs of the demote hook have failed so far, and since
+        /// when (the first failure).
+        failures: Option<(u32, Time)>,
     },
 }
 
@@ -197,6 +231,10 @@ pub struct Holder {
     /// paused, the role is kept ([`HolderEvent::Kept`]); resumed
     /// meanwhile, it steps down as usual.
     keeping: Option<Time>,
+    /// A control-plane server of an older release refused a
+    /// [`LeaseRequest::Keep`] or [`LeaseRequest::Adopt`] (protocol 3): this
+    /// keep or adoption goes by plain renewals, as 0.2.0's did.
+    keep_by_renewal: bool,
     actions: VecDeque<Action>,
 }
 
@@ -220,6 +258,7 @@ impl Holder {
             next_id: 0,
             adopting: None,
             keeping: None,
+            keep_by_renewal: false,
             actions: VecDeque::new(),
         }
     }
@@ -294,6 +333,10 @@ impl Holder {
             Phase::SteppingDown { step, .. } => match step {
                 Step::Demoting(run) => (Some(run), false),
                 Step::StoppingPromote(_) | Step::DisarmingWatchdog => (None, false),
+                Step::RetryingDemote { at } => {
+                    let renew = self.lease().map(|_| self.next_renewal);
+                    return [Some(*at), renew].into_iter().flatten().min();
+                }
             },
         };
         // While a lease is held: its next renewal and its end; the hook's
@@ -368,13 +411,19 @@ impl Holder {
                 if lease.as_ref().is_some_and(|l| l.expired(now)) {
                     *lease = None;
                 }
-                if let Step::Demoting(run) = step {
-                    if !run.killed && now >= run.started + self.cfg.hook_timeout {
-                        run.killed = true;
-                        run.timed_out = true;
-                        let id = run.id;
-                        self.actions.push_back(Action::KillHook { id });
+                match step {
+                    Step::Demoting(run) => {
+                        if !run.killed && now >= run.started + self.cfg.hook_timeout {
+                            run.killed = true;
+                            run.timed_out = true;
+                            let id = run.id;
+                            self.actions.push_back(Action::KillHook { id });
+                        }
                     }
+                    Step::RetryingDemote { at } if now >= *at => self.start_demote(now),
+                    Step::RetryingDemote { .. }
+                    | Step::StoppingPromote(_)
+                    | Step::DisarmingWatchdog => {}
                 }
                 self.maybe_renew(now);
             }
@@ -454,11 +503,18 @@ impl Holder {
             Some(LeaseResponse::Renewed {
                 epoch: e, paused, ..
             }) if e == epoch => {
+                // Answered after the lease ended: it changes nothing (the
+                // holding is over on this node's clock; its timeout steps
+                // down, and the watchdog may have fenced already).
+                if self.lease().is_some_and(|l| l.expired(now)) && !planted("renew-after-expiry") {
+                    return self.handle_timeout(now);
+                }
                 self.set_paused(paused);
+                let rearm = self.rearms_watchdog(now);
                 if let Some(lease) = self.lease_mut() {
                     lease.renewed(sent);
                     let deadline = lease.valid_until();
-                    if self.watchdog == Watchdog::Armed {
+                    if rearm {
                         self.actions.push_back(Action::ArmWatchdog { deadline });
                     }
                 }
@@ -528,7 +584,11 @@ impl Holder {
                 ..
             } if run.id == id => {
                 let outcome = run.outcome(exit);
-                self.finish(now, outcome);
+                if outcome.ok() || planted("release-after-failed-demote") {
+                    self.finish(now, outcome);
+                } else {
+                    self.demote_failed(now, outcome);
+                }
             }
             _ => {}
         }
@@ -540,28 +600,88 @@ impl Holder {
         if self.watchdog == Watchdog::Armed {
             self.watchdog = Watchdog::Disarmed;
         }
-        let (epoch, reason) = match &self.phase {
-            Phase::SteppingDown {
-                step: Step::DisarmingWatchdog,
-                epoch,
-                reason,
-                ..
-            } => (*epoch, *reason),
-            _ => return,
+        let Phase::SteppingDown {
+            step: Step::DisarmingWatchdog,
+            ..
+        } = &self.phase
+        else {
+            return;
         };
         if fenced {
             return self.finish(now, HookOutcome::FencedByWatchdog);
         }
+        self.start_demote(now);
+    }
+
+    /// Starts (or starts again) the demote hook of the step-down under way.
+    fn start_demote(&mut self, now: Time) {
         let id = self.hook_id();
-        if let Phase::SteppingDown { step, .. } = &mut self.phase {
-            *step = Step::Demoting(Run::new(id, now));
-        }
+        let Phase::SteppingDown {
+            step,
+            epoch,
+            reason,
+            ..
+        } = &mut self.phase
+        else {
+            return;
+        };
+        *step = Step::Demoting(Run::new(id, now));
+        let (epoch, reason) = (*epoch, *reason);
         self.actions.push_back(Action::StartHook {
             id,
             kind: HookKind::Demote,
             epoch,
             reason: HookReason::StepDown(reason),
         });
+    }
+
+    /// The demote hook did not succeed: the holding is not released (its
+    /// lease, if still held, is renewed on); the demote runs again after a
+    /// backoff. Should it keep failing for longer than `hook_timeout`, the
+    /// watchdog is no longer re-armed ([`Holder::rearms_watchdog`]) and
+    /// fences at the lease's end, through the same claim: the next run then
+    /// finds the demote done.
+    fn demote_failed(&mut self, now: Time, outcome: HookOutcome) {
+        let Phase::SteppingDown {
+            step,
+            epoch,
+            reason,
+            failures,
+            ..
+        } = &mut self.phase
+        else {
+            return;
+        };
+        let (count, since) = failures.unwrap_or((0, now));
+        let count = count.saturating_add(1);
+        *failures = Some((count, since));
+        let retry_in = demote_backoff(count);
+        *step = Step::RetryingDemote { at: now + retry_in };
+        let event = HolderEvent::DemoteFailed {
+            epoch: *epoch,
+            reason: *reason,
+            outcome,
+            failures: count,
+            retry_in,
+        };
+        self.event(event);
+    }
+
+    /// Whether a committed renewal re-arms the watchdog: while it is armed,
+    /// and during a step-down (disarmed, its deadline still the lease's
+    /// end) until the demote has been failing for longer than
+    /// `hook_timeout`. Past that bound the deadline stands and the
+    /// watchdog fences at the lease's end: the escalation of a demote that
+    /// keeps failing (the lease itself is still renewed, so no other node
+    /// is promoted before the fence or a demote succeeded).
+    fn rearms_watchdog(&self, now: Time) -> bool {
+        match (&self.phase, self.watchdog) {
+            (_, Watchdog::Armed) => true,
+            (_, Watchdog::None) => false,
+            (Phase::SteppingDown { failures, .. }, Watchdog::Disarmed) => failures
+                .is_none_or(|(_, since)| now.saturating_since(since) < self.cfg.hook_timeout),
+            (_, Watchdog::Disarmed) => false,
+        }
     }
 
     /// An operator asked for a handover (to `next`, or to the best other candidate).
@@ -762,6 +882,7 @@ impl Holder {
             next,
             promote: None,
             step,
+            failures: None,
         };
         if run.is_none() {
             self.after_promote_stopped(now);
@@ -783,6 +904,7 @@ impl Holder {
             next: None,
             promote: Some(out),
             step: Step::DisarmingWatchdog,
+            failures: None,
         };
         self.after_promote_stopped(now);
     }
@@ -842,6 +964,20 @@ impl Holder {
         } else {
             self.handle_timeout(now);
         }
+    }
+}
+
+/// Whether planted bug `name` is selected (test builds with the
+/// `planted-bugs` feature only; see `planted.rs`): always false otherwise.
+fn planted(name: &str) -> bool {
+    #[cfg(feature = "planted-bugs")]
+    {
+        crate::planted::active(name)
+    }
+    #[cfg(not(feature = "planted-bugs"))]
+    {
+        let _ = name;
+        false
     }
 }
 

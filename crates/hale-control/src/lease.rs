@@ -125,6 +125,37 @@ pub enum LeaseRequest {
         #[serde(default)]
         at_unix_ms: u64,
     },
+    /// The holder of a paused `role` at `epoch` stops its agent but keeps
+    /// the role for its next run ([`crate::holder`], keep and adopt): the
+    /// table records the holding as kept by `identity` (what the next run
+    /// must show to adopt it), and a resume is refused until it is adopted
+    /// ([`resume_check`]). A renewal as well (appended: the grantor times
+    /// the lease from it). Answered `Renewed { paused }`: a role resumed
+    /// meanwhile is not kept (`paused: false`), and the holder steps down.
+    /// Protocol 3.
+    Keep {
+        /// The role.
+        role: String,
+        /// The holder.
+        holder: String,
+        /// Its epoch.
+        epoch: u64,
+        /// Who keeps it: the holder's node identity.
+        identity: String,
+    },
+    /// The next run of a kept holding's agent takes it back: applied only
+    /// if `holder` holds `role` at `epoch` and the holding was kept by the
+    /// same `identity`; then no longer kept. A renewal as well. Protocol 3.
+    Adopt {
+        /// The role.
+        role: String,
+        /// The holder.
+        holder: String,
+        /// Its epoch.
+        epoch: u64,
+        /// The adopting node's identity: must be the keeper's.
+        identity: String,
+    },
     /// Several requests in one log entry, applied in order (an agent's
     /// renewals of every role it holds, and the grants answering its
     /// acquisitions, in one entry: the log grows with hosts, not roles).
@@ -198,6 +229,14 @@ pub enum LeaseRejection {
     /// A switchover was asked for a paused role: resume it first.
     #[error("the role is paused: resume it before a switchover")]
     Paused,
+    /// An adoption came from another identity than the one that kept the
+    /// holding, or for a holding that was never kept (its agent crashed:
+    /// its watchdog fenced the service).
+    #[error("the holding at epoch {epoch} was not kept by this node's identity")]
+    NotKeeper {
+        /// The epoch asked for.
+        epoch: u64,
+    },
 }
 
 /// One role in the replicated table.
@@ -222,6 +261,12 @@ pub struct RoleLease {
     /// A switchover ordered for the current holding, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub switchover: Option<Switchover>,
+    /// The current holding was kept by its holder's agent when it stopped
+    /// (the role paused): the identity of the node that kept it, until its
+    /// next run adopts it ([`LeaseRequest::Keep`], [`LeaseRequest::Adopt`]).
+    /// Cleared by the next grant or release.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept: Option<String>,
 }
 
 /// A request to the leader to grant a role (sent by candidates).
@@ -296,6 +341,7 @@ impl LeaseTable {
                 r.holder = Some(holder.clone());
                 r.attempt = *attempt;
                 r.switchover = None;
+                r.kept = None;
                 LeaseResponse::Granted { epoch: *epoch }
             }
             LeaseRequest::Renewals {
@@ -362,10 +408,46 @@ impl LeaseTable {
                     r.holder = None;
                     r.attempt = 0;
                     r.switchover = None;
+                    r.kept = None;
                     LeaseResponse::Released
                 }
                 _ => not_holder(holder, *epoch),
             },
+            LeaseRequest::Keep {
+                role,
+                holder,
+                epoch,
+                identity,
+            } => {
+                let answer = self.renew(role, holder, *epoch);
+                if let LeaseResponse::Renewed { paused: true, .. } = answer {
+                    if let Some(r) = self.roles.get_mut(role) {
+                        r.kept = Some(identity.clone());
+                    }
+                }
+                answer
+            }
+            LeaseRequest::Adopt {
+                role,
+                holder,
+                epoch,
+                identity,
+            } => {
+                let answer = self.renew(role, holder, *epoch);
+                let Some(r) = self.roles.get_mut(role) else {
+                    return answer;
+                };
+                match answer {
+                    LeaseResponse::Renewed { .. } if r.kept.as_ref() == Some(identity) => {
+                        r.kept = None;
+                        answer
+                    }
+                    LeaseResponse::Renewed { .. } => {
+                        LeaseResponse::Rejected(LeaseRejection::NotKeeper { epoch: *epoch })
+                    }
+                    other => other,
+                }
+            }
         }
     }
 
@@ -513,7 +595,10 @@ impl AppendClock {
     /// `req` was appended to this server's log at `now`.
     pub fn appended(&mut self, req: &LeaseRequest, now: Time) {
         match req {
-            LeaseRequest::Grant { role, .. } | LeaseRequest::Renew { role, .. } => {
+            LeaseRequest::Grant { role, .. }
+            | LeaseRequest::Renew { role, .. }
+            | LeaseRequest::Keep { role, .. }
+            | LeaseRequest::Adopt { role, .. } => {
                 self.note(role, now);
             }
             LeaseRequest::Renewals { leases, .. } => {
@@ -604,17 +689,47 @@ pub enum ResumeRefused {
         /// For how long (on the leader's clock, at least).
         silent: Duration,
     },
+    /// The paused role's holding was kept by its holder's agent when it
+    /// stopped, and no later run of that agent has adopted it: its service
+    /// still runs, with no watchdog. Resumed, the role would go to another
+    /// node beside it. `force_in`: how much longer until `--force` is
+    /// accepted (a full lease plus the drift margin after the holder's last
+    /// renewal); zero when it is accepted now.
+    #[error(
+        "{holder} kept the role when its agent stopped ({:.1} s ago) and has not adopted it: \
+         its service still runs, unguarded. Start hale on {holder} (it adopts the role), then \
+         resume; or stop the service on {holder} by hand and resume with --force{}",
+        silent.as_secs_f64(),
+        if force_in.is_zero() { String::new() } else {
+            format!(" (accepted in {:.1} s, a lease after its last renewal)", force_in.as_secs_f64())
+        }
+    )]
+    Kept {
+        /// The holder that kept it.
+        holder: String,
+        /// How long since its last renewal (on the leader's clock, at least).
+        silent: Duration,
+        /// How much longer before `--force` is accepted.
+        force_in: Duration,
+    },
 }
 
-/// Whether the leader may resume `role` at `now`: refused while the role
-/// is paused and held by a node that has not renewed it for longer than
-/// `lease` (its agent kept the role when it stopped and never came back).
+/// Whether the leader may resume `role` at `now` (`force`: the operator
+/// says the holder's service is stopped):
+///
+/// * a holding its agent kept when it stopped and that no later run has
+///   adopted ([`RoleLease::kept`]) is resumed only with `force`, and only a
+///   full lease plus the drift margin after the holder's last renewal;
+/// * a holder that has renewed nothing for longer than a lease is resumed
+///   only with `force` (its agent may have kept the role through a release
+///   that records no keep).
 pub fn resume_check(
     table: &LeaseTable,
     appends: &AppendClock,
     role: &str,
     now: Time,
-    lease: Duration,
+    timing: LeaseTiming,
+    force: bool,
 ) -> Result<(), ResumeRefused> {
     let Some(r) = table.role(role) else {
         return Ok(());
@@ -623,7 +738,23 @@ pub fn resume_check(
         return Ok(());
     };
     let silent = now.saturating_since(appends.last(role));
-    if silent > lease {
+    // Test builds only (see `planted.rs`): resume a kept holding at once.
+    #[cfg(feature = "planted-bugs")]
+    if crate::planted::active("resume-while-kept") {
+        return Ok(());
+    }
+    if r.kept.is_some() {
+        let force_in = (timing.lease + timing.drift_margin).saturating_sub(silent);
+        if !force || !force_in.is_zero() {
+            return Err(ResumeRefused::Kept {
+                holder: holder.clone(),
+                silent,
+                force_in,
+            });
+        }
+        return Ok(());
+    }
+    if silent > timing.lease && !force {
         return Err(ResumeRefused::HolderSilent {
             holder: holder.clone(),
             silent,

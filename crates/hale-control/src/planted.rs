@@ -8,6 +8,16 @@
 //!   a role without waiting for the current holder's lease to run out.
 //! * `no-watchdog` (`hale/src/roles_cmd.rs`, `hale watchdog`): the watchdog
 //!   never fences.
+//! * `resume-while-kept` (`lease.rs`, `resume_check`): a paused role is
+//!   resumed while its holding is kept by a stopped agent (or its holder
+//!   is silent), with or without `--force`.
+//! * `release-after-failed-demote` (`holder.rs`, the demote's exit): a
+//!   failed demote releases the role as a successful one does.
+//! * `renew-after-expiry` (`holder.rs`, a renewal's answer): a renewal
+//!   answered after the lease ended extends it.
+//! * `one-observer-convicts` (`hale/src/agent_cmd.rs`): hale-core's
+//!   `Fault::ConvictAlone`, a node's own failed probe convicts without
+//!   corroboration.
 
 /// Whether planted bug `name` is selected (`HALE_PLANTED_BUG`).
 pub fn active(name: &str) -> bool {

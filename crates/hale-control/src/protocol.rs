@@ -7,7 +7,7 @@
 //!   commit 67c6e85, `dist/previous-release.toml`): sealed JSON requests
 //!   with no version anywhere, answers as bare JSON (`{"Ok": ...}`, a lease
 //!   table, openraft's answers).
-//! * **Version 2** (this build, [`PROTOCOL`]): every request says the
+//! * **Version 2** (0.2.0 builds up to `b42d83c`): every request says the
 //!   highest version its sender speaks in the [`HEADER`] header. A server
 //!   answers an asker that says nothing (version 1) exactly as version 1
 //!   did; an asker speaking 2 or more gets the answer wrapped with the
@@ -43,8 +43,15 @@
 //! cannot decode stops its Raft. So the leader writes an entry only when
 //! every server of the membership speaks the version that introduced its
 //! kind ([`needs`], [`common`], [`admit`]), as it last heard each of them
-//! answer (a server not heard from yet counts as version 1). This build
-//! introduces no new entry kind: every [`LeaseRequest`] needs version 1.
+//! answer (a server not heard from yet counts as version 1). Version 2
+//! introduced no new entry kind; version 3 introduced two (below).
+//!
+//! * **Version 3** (this build, [`PROTOCOL`]): the entry kinds
+//!   [`LeaseRequest::Keep`] and [`LeaseRequest::Adopt`] (a kept holding is
+//!   recorded in the table, and only its keeper adopts it), and the refusal
+//!   `holder-kept`. Until every server speaks 3, a stopping holder keeps its
+//!   paused role by a plain renewal and its next run adopts it by one, as
+//!   0.2.0 did ([`crate::holder`]).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -63,7 +70,7 @@ use crate::lease::LeaseRequest;
 
 /// The newest control-plane protocol this build speaks (it speaks every
 /// one from [`OLDEST_PROTOCOL`] up).
-pub const PROTOCOL: u16 = 2;
+pub const PROTOCOL: u16 = 3;
 /// The oldest control-plane protocol this build speaks: the previous
 /// release's (commit 67c6e85), which says no version at all.
 pub const OLDEST_PROTOCOL: u16 = 1;
@@ -106,6 +113,8 @@ pub fn needs(req: &LeaseRequest) -> u16 {
         | LeaseRequest::Renewals { .. }
         | LeaseRequest::Pause { .. }
         | LeaseRequest::Switchover { .. } => 1,
+        // A kept holding recorded in the table, and its adoption.
+        LeaseRequest::Keep { .. } | LeaseRequest::Adopt { .. } => 3,
         LeaseRequest::Batch(reqs) => reqs.iter().map(needs).max().unwrap_or(1),
     }
 }

@@ -39,6 +39,11 @@ pub enum Fault {
     /// of the walk instead of the next one, so one sibling is probed N times
     /// per round and the others never.
     RepeatFirstTarget,
+    /// No corroboration: this node's own failed probe convicts alone, as if
+    /// every confirmation had arrived (after `suspicion_min`), whatever its
+    /// health and even when it is the one cut off (the nemesis's planted bug
+    /// `one-observer-convicts`).
+    ConvictAlone,
 }
 
 /// Configuration of a [`crate::Node`]. Build it from a profile with

@@ -193,7 +193,7 @@ impl<I: Identity> Node<I> {
             #[cfg(feature = "fault-injection")]
             let idx = match self.cfg.fault {
                 Some(crate::config::Fault::RepeatFirstTarget) => 0,
-                None => self.probing.walk_pos,
+                Some(crate::config::Fault::ConvictAlone) | None => self.probing.walk_pos,
             };
             #[cfg(not(feature = "fault-injection"))]
             let idx = self.probing.walk_pos;

@@ -52,6 +52,9 @@ impl<I: Identity> Node<I> {
     /// could confirm, and every other member may really have failed. Such a
     /// verdict rests on one accuser, so other members do not accept it.
     pub(crate) fn verdict_allowed(&self, target: &I, s: &Suspicion<I>, now: Time) -> bool {
+        if self.convicts_alone() {
+            return s.accused_at.is_some();
+        }
         if self.isolation.phase().is_cut_off() {
             return false;
         }
@@ -59,6 +62,16 @@ impl<I: Identity> Node<I> {
             || (s.accused_at.is_some()
                 && !self.large_enough_to_infer_cut_off()
                 && self.alone(target, now))
+    }
+
+    /// Test builds only (`Fault::ConvictAlone`, a planted bug): this node's
+    /// own accusation is a verdict on its own, after `suspicion_min`.
+    fn convicts_alone(&self) -> bool {
+        #[cfg(feature = "fault-injection")]
+        if self.cfg.fault == Some(crate::config::Fault::ConvictAlone) {
+            return true;
+        }
+        false
     }
 
     /// When the suspicion of `member` should next be looked at.
@@ -88,11 +101,14 @@ impl<I: Identity> Node<I> {
             // began (one accuser's probe may have failed on lost packets
             // before a stall began: the others' silence must be as long).
             Some(t0) => {
-                let others = s
-                    .accusers
-                    .iter()
-                    .filter(|a| **a != *self.local.id())
-                    .count();
+                let others = if self.convicts_alone() {
+                    k
+                } else {
+                    s.accusers
+                        .iter()
+                        .filter(|a| **a != *self.local.id())
+                        .count()
+                };
                 let frac = ((others + 1) as f64).ln() / ((k + 1) as f64).ln();
                 let span = max.saturating_sub(min).mul_f64(frac.min(1.0));
                 let mut since: Vec<Time> = s

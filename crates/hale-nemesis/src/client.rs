@@ -196,10 +196,15 @@ impl Client {
                         continue;
                     }
                     if let Some(m) = e.get("member").and_then(Value::as_str) {
+                        let declared_by = e
+                            .pointer("/detail/declared_by")
+                            .and_then(Value::as_str)
+                            .map(str::to_owned);
                         lock(&self.shared).deaths.push(Death {
                             observer: self.names[i].clone(),
                             member: m.to_owned(),
                             seen_ns: t,
+                            declared_by,
                         });
                     }
                 }

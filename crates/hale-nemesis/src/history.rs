@@ -73,6 +73,11 @@ pub struct Death {
     pub member: String,
     /// When the harness first saw it.
     pub seen_ns: u64,
+    /// Who reached the verdict (the event's `detail.declared_by`): the
+    /// observer itself, or the member whose verdict it accepted. Histories
+    /// recorded before it was kept: `None` (the observer is taken).
+    #[serde(default)]
+    pub declared_by: Option<String>,
 }
 
 /// A change in what one agent's `GET /v1/roles/db/primary` answered.

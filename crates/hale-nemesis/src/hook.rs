@@ -3,7 +3,7 @@
 //! through `env -u LD_PRELOAD` so that libfaketime never touches them.
 //!
 //! Each appends `start` and `end` lines to `<dir>/hooks.log` (JSON lines,
-//! shared-clock times). Promote: start, take `promote_ms` (plus any extra
+//! shared-clock times), a demote also `fenced` once its fence took effect. Promote: start, take `promote_ms` (plus any extra
 //! delay the nemesis wrote to `<dir>/hook-delay-ms`), make the local
 //! register primary at `HALE_EPOCH`, end. Demote: start, fence the local
 //! register at once, take `demote_ms` (plus the extra delay), end.
@@ -51,6 +51,9 @@ pub enum Phase {
     Start,
     /// It finished its work.
     End,
+    /// A demote's fence took effect (the register answered, or was found
+    /// down), before the rest of the demote's length.
+    Fenced,
 }
 
 /// One line of `hooks.log`.
@@ -197,6 +200,7 @@ pub async fn run(cfg: &HookConfig) -> Result<(), HookError> {
             if !fence(cfg.register, epoch).await {
                 return Err(HookError::Register(cfg.register));
             }
+            log(cfg, Phase::Fenced, epoch)?;
             tokio::time::sleep(took).await;
         }
     }

@@ -96,8 +96,8 @@ struct RunArgs {
     /// Where results go (a directory per seed).
     #[arg(long, default_value = "nemesis-results")]
     out: PathBuf,
-    /// Planted bug (test builds only): `no-watchdog` and `no-lease-wait`
-    /// need a hale built with `--features planted-bugs`; `skip-demote`
+    /// Planted bug (test builds only): `no-watchdog`, `no-lease-wait` and
+    /// `one-observer-convicts` need a hale built with `--features planted-bugs`; `skip-demote`
     /// (the hooks) and `register-no-epoch-check` (the registers) work with any.
     #[arg(long)]
     planted_bug: Option<String>,
@@ -249,6 +249,7 @@ fn main() -> anyhow::Result<ExitCode> {
             for x in &v {
                 println!("{x}\n{}", x.slice(&h));
             }
+            println!("{}", hale_nemesis::check::false_death::exemptions(&h));
             println!("{} violation(s)", v.len());
             Ok(if v.is_empty() {
                 ExitCode::SUCCESS

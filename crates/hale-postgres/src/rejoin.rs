@@ -218,9 +218,16 @@ pub async fn rejoin(
         return Ok(Rejoined::AlreadyStreaming);
     }
     progress(RejoinStep::Rejoining);
+    // A copy (a replica, running or stopped, that hale never fenced) is
+    // marked fenced only once the upstream has answered: with the upstream
+    // unreachable, every standby that tried to follow it would otherwise
+    // end up fenced, and when the upstream then died no copy could be
+    // promoted. (A server that ran as a primary is fenced first, whatever
+    // the upstream says: it must stop taking writes.)
+    let copy = is_unfenced_copy(cfg, &now);
     if matches!(now, Standing::Replica { .. }) {
-        mark(cfg, &tools).await?;
         let timeline = prepare_upstream(cfg, upstream, slot).await?;
+        mark(cfg, &tools).await?;
         let repoint_deadline = deadline.min(Instant::now() + REPOINT_WAIT);
         match repoint(cfg, &conninfo, slot).await {
             Ok(()) if wait_streaming(cfg, upstream, timeline, repoint_deadline).await => {
@@ -233,6 +240,9 @@ pub async fn rejoin(
         }
     }
     ensure_data_dir(cfg, &tools).await?;
+    if copy {
+        prepare_upstream(cfg, upstream, slot).await?;
+    }
     let fenced = fence(cfg).await?;
     let mut timeline = prepare_upstream(cfg, upstream, slot).await?;
     let local = LocalFiles::read(&cfg.data_dir)
@@ -302,6 +312,18 @@ pub async fn rejoin(
     unfence(cfg).await?;
     progress(RejoinStep::Streaming);
     Ok(how)
+}
+
+/// Whether the local data directory is a copy that hale never fenced: a
+/// running replica, or a stopped one (`standby.signal` without the fence
+/// marker). Such a copy stays promotable until its upstream has answered.
+fn is_unfenced_copy(cfg: &PostgresConfig, now: &Standing) -> bool {
+    let marked = cfg.fence_marker().exists();
+    match now {
+        Standing::Replica { .. } => !marked,
+        Standing::Down => !marked && cfg.data_dir.join("standby.signal").exists(),
+        Standing::Primary { .. } => false,
+    }
 }
 
 /// How a rewound or re-cloned (stopped, fenced) data directory is started as

@@ -49,7 +49,14 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<()> {
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)));
     let source = ConfigSource::new(path).with_env(vars);
     let file = source.read()?;
-    let cfg = file.validate()?;
+    #[cfg_attr(not(feature = "planted-bugs"), allow(unused_mut))] // Set only by a planted bug.
+    let mut cfg = file.validate()?;
+    // Test builds only (see `hale_control::planted`): one observer's failed
+    // probe convicts, without corroboration.
+    #[cfg(feature = "planted-bugs")]
+    if hale_control::planted::active("one-observer-convicts") {
+        cfg.core.fault = Some(hale_core::config::Fault::ConvictAlone);
+    }
     if cfg.ephemeral_key {
         tracing::warn!(
             "no cluster key configured: using a random one, so no other agent can join; \

@@ -35,13 +35,16 @@ pub enum RolesAction {
         role: String,
     },
     /// Resume a paused ROLE: it moves on faults again. Refused while
-    /// ROLE's holder has renewed nothing for longer than a lease (its
-    /// agent stopped keeping the role and has not come back).
+    /// ROLE's holding is kept (its holder's agent stopped keeping the role
+    /// and no later run has adopted it), and while its holder has renewed
+    /// nothing for longer than a lease.
     Resume {
         /// The role.
         role: String,
-        /// Resume even though the holder is silent: stop its service by
-        /// hand first, or another node is promoted while it still runs.
+        /// Resume even though the holding is kept or the holder silent
+        /// (accepted a lease plus the drift margin after its last
+        /// renewal): stop its service by hand first, or another node is
+        /// promoted while it still runs.
         #[arg(long)]
         force: bool,
     },
@@ -156,11 +159,16 @@ pub fn roles(args: &RolesArgs) -> anyhow::Result<()> {
     if let Some(leases) = &v.leases {
         for (role, l) in leases {
             println!(
-                "{:<16}{:<20}{:>7}{}",
+                "{:<16}{:<20}{:>7}{}{}",
                 role,
                 l.holder.as_deref().unwrap_or("-"),
                 l.epoch,
-                if l.paused { "  PAUSED" } else { "" }
+                if l.paused { "  PAUSED" } else { "" },
+                if l.kept {
+                    "  KEPT (agent down: not adopted yet; resume is refused until it is)"
+                } else {
+                    ""
+                }
             );
             if let Some(o) = &l.switchover {
                 let when = if o.at_unix_ms == 0 {

@@ -129,9 +129,12 @@ async fn send(control: ControlClient, chunk: Vec<Pending>) {
             );
             Vec::new()
         }
+        // Every item gets the batch's refusal: a role manager reads a
+        // `too-new` one (a keep or an adoption that a server of an older
+        // release cannot apply) to fall back to plain renewals.
         Ok(Err(refusal)) => {
             tracing::debug!(%refusal, items = chunk.len(), "control plane: batch");
-            Vec::new()
+            vec![Err(refusal); chunk.len()]
         }
         Err(_) => Vec::new(),
     };

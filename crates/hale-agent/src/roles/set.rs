@@ -26,6 +26,9 @@ use crate::services::Services;
 pub struct RoleContext {
     /// This node's name.
     pub node: String,
+    /// This node's identity beyond its name (keep and adopt:
+    /// [`super::identity`]).
+    pub identity: String,
     /// The control plane, through the agent's batches.
     pub requests: LeaseRequests,
     /// The control plane for keepers (the lease table), gated by drills.

@@ -21,12 +21,12 @@ use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::Input;
-use crate::watchdog::{Answer, Disarmed, Order};
+use crate::watchdog::{shared_deadline, Answer, Disarmed, Order};
 
 /// The agent's fencing watchdog, shared by its role managers.
 #[derive(Clone)]
@@ -41,10 +41,11 @@ pub struct Watchdogs {
 /// What the hub knows of one holding: enough to guard it again in a new
 /// process.
 struct Guarded {
-    /// Its `guard` order, sent again (with the lease's remaining time) to
-    /// a new process.
+    /// Its `guard` order, sent again (with the lease's end) to a new
+    /// process.
     guard: Order,
-    deadline: Instant,
+    /// The lease's end on the shared clock (`crate::watchdog::shared_clock_ns`).
+    deadline: u64,
     promote: Option<u32>,
     /// A `disarm` awaits its answer.
     disarming: bool,
@@ -108,7 +109,7 @@ impl Watchdogs {
         let h = hub.last;
         let guard = Order::Guard {
             h,
-            ms: 0,
+            until_ns: 0,
             hook_timeout_ms: hook_timeout.as_millis() as u64,
             claim,
             fence,
@@ -116,7 +117,7 @@ impl Watchdogs {
         };
         let g = Guarded {
             guard,
-            deadline: Instant::now() + left,
+            deadline: shared_deadline(left),
             promote: None,
             disarming: false,
             tx,
@@ -132,13 +133,14 @@ impl Watchdogs {
         h
     }
 
-    /// Holding `h`'s lease now lasts `left` more.
+    /// Holding `h`'s lease now lasts `left` more: sent as the instant on
+    /// the shared clock, so that no queue or pipe delay moves it.
     pub(super) fn arm(&self, h: u64, left: Duration) {
+        let until_ns = shared_deadline(left);
         let mut hub = lock(&self.hub);
         if let Some(g) = hub.holdings.get_mut(&h) {
-            g.deadline = Instant::now() + left;
-            let ms = left.as_millis() as u64;
-            hub.send(&Order::Arm { h, ms });
+            g.deadline = until_ns;
+            hub.send(&Order::Arm { h, until_ns });
         }
     }
 
@@ -275,14 +277,11 @@ fn exited(weak: &Weak<Mutex<Hub>>, (exe, named): (PathBuf, PathBuf), generation:
 }
 
 impl Guarded {
-    /// Its `guard` order with what is left of the lease now.
+    /// Its `guard` order with the lease's end.
     fn guard_now(&self) -> Order {
         let mut o = self.guard.clone();
-        if let Order::Guard { ms, .. } = &mut o {
-            *ms = self
-                .deadline
-                .saturating_duration_since(Instant::now())
-                .as_millis() as u64;
+        if let Order::Guard { until_ns, .. } = &mut o {
+            *until_ns = self.deadline;
         }
         o
     }

@@ -34,6 +34,10 @@ pub struct RoleView {
     pub demotions: u64,
     /// Renewals committed.
     pub renewals: u64,
+    /// Runs of the demote hook that failed (each retried: the holding is
+    /// never released before its demote succeeded).
+    #[serde(default)]
+    pub demote_failures: u64,
     /// The role is paused (maintenance), as this node's last committed
     /// renewal said: it keeps the role whatever its checks say.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -112,6 +116,11 @@ pub struct LeaseView {
     /// A planned switchover ordered for this holding, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub switchover: Option<hale_control::Switchover>,
+    /// The holding is kept: its holder's agent stopped while the role was
+    /// paused and no later run of it has adopted it yet (its service runs
+    /// unguarded; a resume is refused until it is adopted).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub kept: bool,
 }
 
 /// `GET /v1/roles`: this agent's candidacies and the leases it can see.

@@ -38,6 +38,13 @@ pub struct HolderConfig {
     /// [`DataState::Primary`]'s mark with its renewals. `None`: the role
     /// does not replicate; priority alone decides.
     pub max_lag: Option<u64>,
+    /// This node's identity, beyond its name: what it records when it keeps
+    /// a paused role ([`LeaseRequest::Keep`]) and must show again to adopt
+    /// it ([`LeaseRequest::Adopt`]). The agent derives it from the host and
+    /// the agent's own files, so that another machine (or a rebuilt one)
+    /// given the same name does not adopt a holding whose service it does
+    /// not run.
+    pub identity: String,
 }
 
 /// What a replicated role's service says of its data now
@@ -219,6 +226,22 @@ pub enum HolderEvent {
         promote: Option<HookOutcome>,
         /// How the demote hook ended.
         demote: HookOutcome,
+    },
+    /// The demote hook did not succeed: the holding is not released; the
+    /// demote is tried again in `retry_in` (the lease is kept meanwhile,
+    /// when it still is), and the watchdog fences at the lease's end as
+    /// armed before the step-down began, should the demote still fail.
+    DemoteFailed {
+        /// The fencing epoch.
+        epoch: u64,
+        /// Why the holding is ending.
+        reason: StepDownReason,
+        /// How this run ended.
+        outcome: HookOutcome,
+        /// How many runs have failed so far.
+        failures: u32,
+        /// When the next run starts.
+        retry_in: Duration,
     },
     /// The agent is stopping and the role is paused: it is kept, not given
     /// up (no demote, no release; the watchdog exits without fencing), for

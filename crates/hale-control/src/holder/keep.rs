@@ -2,22 +2,31 @@
 //! while paused is kept when the agent stops, and adopted by its next run.
 //!
 //! * **Stop while paused keeps the role.** The stopping holder sends one
-//!   more renewal; when one sent since the stop commits and still says
-//!   paused, it keeps the role: no demote hook, no release, the watchdog is
-//!   told to exit without fencing ([`Action::KeepWatchdog`]). The lease
-//!   stays in the table with this node as holder. Nobody can be granted a
-//!   paused role, and resuming it is refused while its holder is silent
-//!   (see the control plane's write path), so the service runs on alone.
+//!   more renewal, a [`LeaseRequest::Keep`] naming this node's identity;
+//!   when one sent since the stop commits and still says paused, the table
+//!   records the holding as kept and it keeps the role: no demote hook, no
+//!   release, the watchdog is told to exit without fencing
+//!   ([`Action::KeepWatchdog`]). The lease stays in the table with this
+//!   node as holder. Nobody can be granted a paused role, and resuming it
+//!   is refused while the holding is kept (unless forced, a lease and the
+//!   drift margin after its last renewal: `lease::resume_check`), so the
+//!   service runs on alone.
 //!   If the answer says the role was resumed meanwhile, it steps down as
 //!   any stopping holder does.
 //! * **The next run adopts it.** [`Holder::handle_adopt`]: the agent read
 //!   in the control plane's table that the role is paused and held by this
-//!   node at `epoch`. The candidate renews at that epoch; once the renewal
-//!   commits it is the holder, with a watchdog armed with the lease's end,
-//!   without running the promote hook (the service never stopped). Refused
-//!   (another node holds the role, or a newer epoch), it does what a lost
-//!   lease does: it runs the demote hook (reason `fenced`) and releases
-//!   nothing.
+//!   node at `epoch`. The candidate adopts it at that epoch
+//!   ([`LeaseRequest::Adopt`], with its identity: only the identity that
+//!   kept the holding may, and a holding never kept, whose agent crashed and
+//!   whose watchdog fenced, may not); once that commits it is the holder,
+//!   with a watchdog armed with the lease's end, without running the
+//!   promote hook (the service never stopped). Refused (another node holds
+//!   the role, a newer epoch, another identity), it does what a lost lease
+//!   does: it runs the demote hook (reason `fenced`) and releases nothing.
+//! * **Older servers.** Until every control-plane server speaks protocol 3,
+//!   `Keep` and `Adopt` are refused as too new ([`Holder::handle_too_new`]):
+//!   the keep and the adoption then go by plain renewals, as in 0.2.0, and
+//!   a kept holding is protected by the silence rule alone.
 
 use hale_core::Time;
 
@@ -31,6 +40,11 @@ use super::{
 pub(super) struct Adopting {
     /// The epoch the table says this node holds.
     epoch: u64,
+    /// The table records the holding as kept ([`LeaseRequest::Keep`]):
+    /// every server applied a protocol-3 entry, so a `too-new` refusal of
+    /// the adoption is a leader that has not heard every server yet, and
+    /// the adoption is asked again as it is, never by a plain renewal.
+    kept: bool,
     /// The renewal in flight, and when it was sent.
     request: Option<(RequestId, Time)>,
     /// When to send the next one.
@@ -41,8 +55,9 @@ impl Holder {
     /// The control plane's table says this node holds the role, paused, at
     /// `epoch` (an earlier run of this agent kept it when it stopped):
     /// adopt it by a renewal at that epoch, without a promote hook. Ignored
-    /// unless this node is a candidate, not stopping.
-    pub fn handle_adopt(&mut self, now: Time, epoch: u64) {
+    /// unless this node is a candidate, not stopping. `kept`: the table
+    /// records the holding as kept (an older release's keep does not).
+    pub fn handle_adopt(&mut self, now: Time, epoch: u64, kept: bool) {
         if self.stopping() || self.adopting.is_some() {
             return;
         }
@@ -52,6 +67,7 @@ impl Holder {
         }
         self.adopting = Some(Adopting {
             epoch,
+            kept,
             request: None,
             next: now,
         });
@@ -80,7 +96,16 @@ impl Holder {
             request: Some((id, now)),
             ..a
         });
-        let request = self.renewal(a.epoch);
+        let request = if self.keep_by_renewal {
+            self.renew_request(a.epoch)
+        } else {
+            ControlRequest::Lease(LeaseRequest::Adopt {
+                role: self.cfg.role.clone(),
+                holder: self.cfg.node.clone(),
+                epoch: a.epoch,
+                identity: self.cfg.identity.clone(),
+            })
+        };
         self.actions.push_back(Action::Send {
             id,
             request,
@@ -88,8 +113,22 @@ impl Holder {
         });
     }
 
-    /// A renewal of this role at `epoch`.
+    /// A renewal of this role at `epoch`: while the agent stops keeping
+    /// the role, a [`LeaseRequest::Keep`] (which records the keep in the
+    /// table), else a plain renewal.
     pub(super) fn renewal(&self, epoch: u64) -> ControlRequest {
+        if self.keeping.is_some() && !self.keep_by_renewal {
+            return ControlRequest::Lease(LeaseRequest::Keep {
+                role: self.cfg.role.clone(),
+                holder: self.cfg.node.clone(),
+                epoch,
+                identity: self.cfg.identity.clone(),
+            });
+        }
+        self.renew_request(epoch)
+    }
+
+    fn renew_request(&self, epoch: u64) -> ControlRequest {
         ControlRequest::Lease(LeaseRequest::Renew {
             role: self.cfg.role.clone(),
             holder: self.cfg.node.clone(),
@@ -99,6 +138,20 @@ impl Holder {
                 DataState::Unknown | DataState::Copy(_) => None,
             },
         })
+    }
+
+    /// The control plane could not write request `id`'s kind: a server
+    /// speaks an older protocol than the request needs (a rolling upgrade
+    /// under way). A keep or an adoption then goes by plain renewals, as
+    /// the previous release's did; every request counts as unanswered.
+    pub fn handle_too_new(&mut self, now: Time, id: RequestId) {
+        let adoption = self
+            .adopting
+            .filter(|a| a.request.is_some_and(|(rid, _)| rid == id));
+        if adoption.is_some_and(|a| !a.kept) || self.keeping.is_some() {
+            self.keep_by_renewal = true;
+        }
+        self.handle_response(now, id, None);
     }
 
     /// The answer to request `id`, if it is the adoption's renewal: true
@@ -155,6 +208,7 @@ impl Holder {
             return;
         }
         self.adopting = None;
+        self.keep_by_renewal = false;
         let deadline = lease.valid_until();
         self.watchdog = Watchdog::Armed;
         self.actions
@@ -177,6 +231,7 @@ impl Holder {
             next: None,
             promote: None,
             step: Step::DisarmingWatchdog,
+            failures: None,
         };
         self.after_promote_stopped(now);
     }
@@ -198,6 +253,7 @@ impl Holder {
             return;
         }
         self.keeping = None;
+        self.keep_by_renewal = false;
         if !paused {
             return self.step_down(now, StepDownReason::Leaving, None);
         }

@@ -108,6 +108,22 @@ pub enum Refusal {
         /// For how long, in milliseconds.
         silent_ms: u64,
     },
+    /// A resume was refused: the paused role's holding was kept by its
+    /// stopped agent and not adopted since ([`crate::lease::ResumeRefused::Kept`]).
+    /// Protocol 3; an older asker gets it as [`Refusal::NotYet`].
+    #[error("{}", crate::lease::ResumeRefused::Kept {
+        holder: holder.clone(),
+        silent: std::time::Duration::from_millis(*silent_ms),
+        force_in: std::time::Duration::from_millis(*force_in_ms),
+    })]
+    HolderKept {
+        /// The holder that kept it.
+        holder: String,
+        /// Since its last renewal, in milliseconds.
+        silent_ms: u64,
+        /// How much longer before `--force` is accepted, in milliseconds.
+        force_in_ms: u64,
+    },
     /// The leader failed the request, or could not be reached.
     #[error("control-plane request failed: {0}")]
     Failed(String),
@@ -152,6 +168,15 @@ impl From<ControlError> for Refusal {
                     silent_ms: silent.as_millis() as u64,
                 }
             }
+            ControlError::Resume(crate::lease::ResumeRefused::Kept {
+                holder,
+                silent,
+                force_in,
+            }) => Refusal::HolderKept {
+                holder,
+                silent_ms: silent.as_millis() as u64,
+                force_in_ms: force_in.as_millis() as u64,
+            },
             ControlError::Request(m) => Refusal::Failed(m),
             ControlError::TooNew { needs, speaks } => Refusal::TooNew { needs, speaks },
             e @ (ControlError::StoreInUse(_) | ControlError::Store(_) | ControlError::Start(_)) => {
@@ -170,11 +195,13 @@ impl Refusal {
     /// the same words.
     /// Protocol 1 (0.1.0) knows neither `too-new` (read as `unavailable`:
     /// ask another server) nor `holder-silent` (read as `not-yet`: the
-    /// leader's decision, for now).
+    /// leader's decision, for now); protocol 2 (0.2.0) does not know
+    /// `holder-kept` (read as `not-yet`).
     pub fn for_asker(self, protocol: u16) -> Refusal {
         match self {
             r @ Refusal::TooNew { .. } if protocol < 2 => Refusal::Unavailable(r.to_string()),
             r @ Refusal::HolderSilent { .. } if protocol < 2 => Refusal::NotYet(r.to_string()),
+            r @ Refusal::HolderKept { .. } if protocol < 3 => Refusal::NotYet(r.to_string()),
             r => r,
         }
     }

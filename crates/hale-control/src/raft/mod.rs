@@ -610,13 +610,13 @@ impl ControlPlane {
         if let LeaseRequest::Pause {
             role,
             paused: false,
-            force: false,
+            force,
         } = &req
         {
             if self.leader() == Some(self.id) {
                 let table = self.table();
                 let appends = self.appends.lock().expect("appends lock").clone();
-                resume_check(&table, &appends, role, self.now(), self.timing.lease)
+                resume_check(&table, &appends, role, self.now(), self.timing, *force)
                     .map_err(ControlError::Resume)?;
             }
         }
@@ -698,6 +698,15 @@ impl ControlPlane {
                     silent: Duration::from_millis(silent_ms),
                 })
             }
+            Refusal::HolderKept {
+                holder,
+                silent_ms,
+                force_in_ms,
+            } => ControlError::Resume(ResumeRefused::Kept {
+                holder,
+                silent: Duration::from_millis(silent_ms),
+                force_in: Duration::from_millis(force_in_ms),
+            }),
             r => ControlError::Request(r.to_string()),
         })
     }

@@ -31,10 +31,14 @@ fn holder() -> Holder {
             acquire_timeout: Duration::from_millis(1500),
             instance: 7,
             max_lag: None,
+            identity: ID.into(),
         },
         Time::ZERO,
     )
 }
+
+/// The node's identity in these tests.
+const ID: &str = "a@machine:/var/lib/hale";
 
 fn actions(h: &mut Holder) -> Vec<Action> {
     std::iter::from_fn(|| h.poll_action()).collect()
@@ -701,18 +705,44 @@ fn renewed(epoch: u64, paused: bool) -> LeaseResponse {
 
 /// The one renewal among `a`: its id.
 fn sent_renewal(a: &[Action], epoch: u64) -> RequestId {
+    sent(a, &renew(epoch))
+}
+
+/// The one request among `a`, which must be `request`: its id.
+fn sent(a: &[Action], request: &ControlRequest) -> RequestId {
     match a {
-        [Action::Send { id, request, .. }] if *request == renew(epoch) => *id,
-        _ => panic!("expected one renewal at epoch {epoch} in {a:?}"),
+        [Action::Send { id, request: r, .. }] if r == request => *id,
+        _ => panic!("expected one {request:?} in {a:?}"),
     }
+}
+
+/// A keep of `db` at `epoch` by this node's identity.
+fn keep(epoch: u64) -> ControlRequest {
+    ControlRequest::Lease(LeaseRequest::Keep {
+        role: "db".into(),
+        holder: "a".into(),
+        epoch,
+        identity: ID.into(),
+    })
+}
+
+/// An adoption of `db` at `epoch` by this node's identity.
+fn adopt(epoch: u64) -> ControlRequest {
+    ControlRequest::Lease(LeaseRequest::Adopt {
+        role: "db".into(),
+        holder: "a".into(),
+        epoch,
+        identity: ID.into(),
+    })
 }
 
 #[test]
 fn a_holder_stopping_while_its_role_is_paused_keeps_it_once_a_renewal_confirms_the_pause() {
     let mut h = holding_paused();
     h.handle_stop(ms(600));
-    // It renews at once, and does nothing else until that renewal answers.
-    let id = sent_renewal(&actions(&mut h), 7);
+    // It renews at once, a keep that the table records, and does nothing
+    // else until that answers.
+    let id = sent(&actions(&mut h), &keep(7));
     assert!(!h.is_stopped());
     h.handle_response(ms(610), id, Some(renewed(7, true)));
     assert_eq!(
@@ -733,7 +763,7 @@ fn a_holder_stopping_while_its_role_is_paused_keeps_it_once_a_renewal_confirms_t
 fn a_holder_stopping_as_its_role_is_resumed_steps_down_as_usual() {
     let mut h = holding_paused();
     h.handle_stop(ms(600));
-    let id = sent_renewal(&actions(&mut h), 7);
+    let id = sent(&actions(&mut h), &keep(7));
     h.handle_response(ms(610), id, Some(renewed(7, false)));
     let a = actions(&mut h);
     assert!(
@@ -765,8 +795,8 @@ fn a_holder_stopping_while_its_role_is_not_paused_steps_down_at_once() {
 #[test]
 fn an_adopted_role_is_held_at_its_epoch_without_a_promote_hook() {
     let mut h = holder();
-    h.handle_adopt(ms(0), 7);
-    let id = sent_renewal(&actions(&mut h), 7);
+    h.handle_adopt(ms(0), 7, true);
+    let id = sent(&actions(&mut h), &adopt(7));
     assert!(h.is_adopting());
     // Its checks pass meanwhile: it does not ask for the role.
     h.handle_checks(ms(5), OK);
@@ -802,8 +832,8 @@ fn an_adopted_role_is_held_at_its_epoch_without_a_promote_hook() {
 #[test]
 fn an_adoption_the_control_plane_refuses_runs_the_demote_hook_and_releases_nothing() {
     let mut h = holder();
-    h.handle_adopt(ms(0), 7);
-    let id = sent_renewal(&actions(&mut h), 7);
+    h.handle_adopt(ms(0), 7, true);
+    let id = sent(&actions(&mut h), &adopt(7));
     h.handle_response(
         ms(20),
         id,
@@ -851,13 +881,13 @@ fn an_adoption_the_control_plane_refuses_runs_the_demote_hook_and_releases_nothi
 #[test]
 fn an_unanswered_adoption_is_asked_again_after_a_fifth_of_the_interval() {
     let mut h = holder();
-    h.handle_adopt(ms(0), 7);
-    let id = sent_renewal(&actions(&mut h), 7);
+    h.handle_adopt(ms(0), 7, true);
+    let id = sent(&actions(&mut h), &adopt(7));
     h.handle_response(ms(1500), id, None);
     assert_eq!(actions(&mut h), vec![]);
     assert_eq!(h.poll_timeout(), Some(ms(1600)));
     h.handle_timeout(ms(1600));
-    let id = sent_renewal(&actions(&mut h), 7);
+    let id = sent(&actions(&mut h), &adopt(7));
     h.handle_response(ms(1610), id, Some(renewed(7, true)));
     assert_eq!(h.state(), RoleState::Holder);
     assert_eq!(h.lease_valid_until(), Some(ms(3200)));
@@ -892,4 +922,237 @@ fn a_retuned_holder_keeps_its_holding_and_asks_with_the_new_priority_next_time()
         _ => None,
     });
     assert_eq!(asked, Some(9));
+}
+
+#[test]
+fn a_keep_and_an_adoption_refused_as_too_new_go_by_plain_renewals_as_the_previous_release_did() {
+    // A server of the previous release: Keep is refused as too new.
+    let mut h = holding_paused();
+    h.handle_stop(ms(600));
+    let id = sent(&actions(&mut h), &keep(7));
+    h.handle_too_new(ms(605), id);
+    assert_eq!(h.poll_timeout(), Some(ms(705)));
+    h.handle_timeout(ms(705));
+    let id = sent_renewal(&actions(&mut h), 7);
+    h.handle_response(ms(710), id, Some(renewed(7, true)));
+    assert!(actions(&mut h).contains(&Action::Event(HolderEvent::Kept { epoch: 7 })));
+    // Its next run (the table records no keep): Adopt refused as too new,
+    // adopted by a renewal.
+    let mut h = holder();
+    h.handle_adopt(ms(0), 7, false);
+    let id = sent(&actions(&mut h), &adopt(7));
+    h.handle_too_new(ms(5), id);
+    h.handle_timeout(ms(105));
+    let id = sent_renewal(&actions(&mut h), 7);
+    h.handle_response(ms(110), id, Some(renewed(7, true)));
+    assert_eq!(h.state(), RoleState::Holder);
+}
+
+/// A holding handed over at 200 ms: the demote hook's id (the watchdog
+/// released, not fenced).
+fn handing_over(h: &mut Holder) -> HookId {
+    h.handle_handover(ms(200), None);
+    let a = actions(h);
+    assert!(a.contains(&Action::DisarmWatchdog), "{a:?}");
+    h.handle_watchdog_released(ms(201), false);
+    match actions(h).as_slice() {
+        [Action::StartHook {
+            id,
+            kind: HookKind::Demote,
+            ..
+        }] => *id,
+        a => panic!("no demote in {a:?}"),
+    }
+}
+
+fn releases(a: &[Action]) -> bool {
+    a.iter().any(|x| {
+        matches!(
+            x,
+            Action::Send {
+                request: ControlRequest::Lease(LeaseRequest::Release { .. }),
+                ..
+            }
+        )
+    })
+}
+
+#[test]
+fn a_demote_that_fails_is_retried_with_backoff_and_the_role_is_released_only_once_it_succeeds() {
+    let mut h = holding();
+    let mut demote = handing_over(&mut h);
+    // Three failures, each an event, retried after 0.5, 1 and 2 s; the
+    // lease is renewed all along, and nothing is released.
+    let mut now = 300;
+    for (failures, wait) in [(1u32, 500u64), (2, 1000), (3, 2000)] {
+        h.handle_hook_exit(ms(now), demote, HookExit::Failed);
+        let a = actions(&mut h);
+        assert_eq!(
+            a,
+            vec![Action::Event(HolderEvent::DemoteFailed {
+                epoch: 7,
+                reason: StepDownReason::Handover,
+                outcome: HookOutcome::Failed,
+                failures,
+                retry_in: Duration::from_millis(wait),
+            })]
+        );
+        assert_eq!(h.state(), RoleState::Demoting);
+        // Renewals go on until the retry is due.
+        let retry = now + wait;
+        let mut started = None;
+        while started.is_none() {
+            let t = h.poll_timeout().expect("a deadline");
+            assert!(t <= ms(retry), "{t:?} after the retry at {retry}");
+            h.handle_timeout(t);
+            for x in actions(&mut h) {
+                match x {
+                    Action::Send { id, request, .. } => {
+                        assert_eq!(request, renew(7), "only renewals while demoting");
+                        h.handle_response(t, id, Some(renewed(7, false)));
+                        assert!(!releases(&actions(&mut h)));
+                    }
+                    Action::StartHook {
+                        id,
+                        kind: HookKind::Demote,
+                        epoch: 7,
+                        reason: HookReason::StepDown(StepDownReason::Handover),
+                    } => started = Some((t, id)),
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+        }
+        let (t, id) = started.expect("the demote ran again");
+        assert_eq!(t, ms(retry), "retried at its backoff");
+        (now, demote) = (retry + 100, id);
+    }
+    assert!(h.lease_valid_until().is_some(), "the lease is kept");
+    h.handle_hook_exit(ms(now), demote, HookExit::Succeeded);
+    let a = actions(&mut h);
+    assert!(releases(&a), "released once the demote succeeded: {a:?}");
+    assert!(a.contains(&Action::Event(HolderEvent::Demoted {
+        epoch: 7,
+        reason: StepDownReason::Handover,
+        promote: None,
+        demote: HookOutcome::Succeeded,
+    })));
+}
+
+#[test]
+fn the_backoff_of_a_failing_demote_doubles_up_to_five_seconds() {
+    let mut h = holding();
+    let mut demote = handing_over(&mut h);
+    let mut now = 300;
+    let mut waits = Vec::new();
+    for _ in 0..6 {
+        h.handle_hook_exit(ms(now), demote, HookExit::Failed);
+        let Some(Action::Event(HolderEvent::DemoteFailed { retry_in, .. })) = h.poll_action()
+        else {
+            panic!("no demote-failed event")
+        };
+        waits.push(retry_in.as_millis() as u64);
+        now += retry_in.as_millis() as u64;
+        // Only the retry matters here: renewals are answered.
+        loop {
+            h.handle_timeout(ms(now));
+            let a = actions(&mut h);
+            if let Some(id) = a.iter().find_map(|x| match x {
+                Action::StartHook { id, .. } => Some(*id),
+                _ => None,
+            }) {
+                demote = id;
+                break;
+            }
+            for x in a {
+                if let Action::Send { id, .. } = x {
+                    h.handle_response(ms(now), id, Some(renewed(7, false)));
+                }
+            }
+        }
+    }
+    assert_eq!(waits, vec![500, 1000, 2000, 4000, 5000, 5000]);
+}
+
+#[test]
+fn a_renewal_answered_after_the_lease_ended_changes_nothing() {
+    let mut h = holding();
+    // A renewal sent at 510 ms, answered only at 1,700 ms: the lease (from
+    // the grant's request at 0 ms) ended at 1,600 ms.
+    h.handle_timeout(ms(510));
+    let id = sent_renewal(&actions(&mut h), 7);
+    h.handle_response(ms(1_700), id, Some(renewed(7, false)));
+    let a = actions(&mut h);
+    assert!(
+        !a.iter().any(|x| matches!(x, Action::ArmWatchdog { .. })),
+        "the watchdog is not re-armed: {a:?}"
+    );
+    assert_eq!(
+        a.first(),
+        Some(&Action::Event(HolderEvent::SteppingDown {
+            epoch: 7,
+            reason: StepDownReason::LeaseExpired
+        })),
+        "{a:?}"
+    );
+    assert_eq!(h.lease_valid_until(), None);
+}
+
+#[test]
+fn a_demote_failing_for_longer_than_the_hook_timeout_stops_rearming_the_watchdog_so_that_it_fences()
+{
+    let mut h = holding();
+    let first = handing_over(&mut h);
+    h.handle_hook_exit(ms(300), first, HookExit::Failed);
+    let _ = actions(&mut h);
+    // Drive it for 12 s: every renewal answered, every demote run failing.
+    let (mut armed_before, mut armed_after) = (false, false);
+    while let Some(t) = h.poll_timeout().filter(|t| *t < ms(12_000)) {
+        h.handle_timeout(t);
+        for x in actions(&mut h) {
+            match x {
+                Action::Send { id, .. } => {
+                    h.handle_response(t, id, Some(renewed(7, false)));
+                    let rearmed = actions(&mut h)
+                        .iter()
+                        .any(|a| matches!(a, Action::ArmWatchdog { .. }));
+                    // The first failure was at 300 ms; the hook timeout is 10 s.
+                    if t < ms(10_300) {
+                        armed_before |= rearmed;
+                    } else {
+                        armed_after |= rearmed;
+                    }
+                }
+                Action::StartHook { id, .. } => h.handle_hook_exit(t, id, HookExit::Failed),
+                _ => {}
+            }
+        }
+        let _ = actions(&mut h);
+    }
+    assert!(
+        armed_before,
+        "renewals re-arm the watchdog while the demote is retried"
+    );
+    assert!(
+        !armed_after,
+        "past the bound the watchdog's deadline stands"
+    );
+    assert!(
+        h.lease_valid_until().is_some(),
+        "the lease is still renewed"
+    );
+    assert_eq!(h.state(), RoleState::Demoting);
+}
+
+#[test]
+fn an_adoption_of_a_kept_holding_refused_as_too_new_is_asked_again_as_an_adoption() {
+    // The table records the keep: every server applied a protocol-3 entry,
+    // so the refusal is a new leader that has not heard them all yet.
+    let mut h = holder();
+    h.handle_adopt(ms(0), 7, true);
+    let id = sent(&actions(&mut h), &adopt(7));
+    h.handle_too_new(ms(5), id);
+    h.handle_timeout(ms(105));
+    let id = sent(&actions(&mut h), &adopt(7));
+    h.handle_response(ms(110), id, Some(renewed(7, true)));
+    assert_eq!(h.state(), RoleState::Holder);
 }

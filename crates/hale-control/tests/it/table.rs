@@ -402,7 +402,7 @@ fn resuming_a_paused_role_is_refused_once_its_holder_has_been_silent_for_longer_
     use hale_control::{AppendClock, ResumeRefused};
     use hale_core::Time;
     use std::time::Duration;
-    let lease = Duration::from_secs(2);
+    let lease = hale_control::LeaseTiming::default();
     let mut t = LeaseTable::default();
     let mut clock = AppendClock::new(Time::ZERO);
     let g = grant("a", 1);
@@ -410,7 +410,7 @@ fn resuming_a_paused_role_is_refused_once_its_holder_has_been_silent_for_longer_
     clock.appended(&g, Time::from_millis(100));
     // Not paused: nothing to check.
     assert_eq!(
-        resume_check(&t, &clock, "db", Time::from_secs(60), lease),
+        resume_check(&t, &clock, "db", Time::from_secs(60), lease, false),
         Ok(())
     );
     t.apply(&LeaseRequest::Pause {
@@ -420,11 +420,12 @@ fn resuming_a_paused_role_is_refused_once_its_holder_has_been_silent_for_longer_
     });
     // The holder renewed within a lease: resumed at once.
     assert_eq!(
-        resume_check(&t, &clock, "db", Time::from_millis(2100), lease),
+        resume_check(&t, &clock, "db", Time::from_millis(2100), lease, false),
         Ok(())
     );
     // Silent for longer: refused, naming the holder and the silence.
-    let refused = resume_check(&t, &clock, "db", Time::from_millis(5100), lease).unwrap_err();
+    let refused =
+        resume_check(&t, &clock, "db", Time::from_millis(5100), lease, false).unwrap_err();
     assert_eq!(
         refused,
         ResumeRefused::HolderSilent {
@@ -438,6 +439,11 @@ fn resuming_a_paused_role_is_refused_once_its_holder_has_been_silent_for_longer_
         "{said}"
     );
     assert!(said.contains("--force"), "{said}");
+    // Forced: the operator says the service is stopped.
+    assert_eq!(
+        resume_check(&t, &clock, "db", Time::from_millis(5100), lease, true),
+        Ok(())
+    );
     // Released meanwhile (its holder stepped down): nobody to fence.
     t.apply(&LeaseRequest::Release {
         role: "db".into(),
@@ -446,7 +452,147 @@ fn resuming_a_paused_role_is_refused_once_its_holder_has_been_silent_for_longer_
         next: None,
     });
     assert_eq!(
-        resume_check(&t, &clock, "db", Time::from_secs(60), lease),
+        resume_check(&t, &clock, "db", Time::from_secs(60), lease, false),
+        Ok(())
+    );
+}
+
+fn keep_req(identity: &str) -> LeaseRequest {
+    LeaseRequest::Keep {
+        role: "db".into(),
+        holder: "a".into(),
+        epoch: 1,
+        identity: identity.into(),
+    }
+}
+
+fn adopt_req(identity: &str) -> LeaseRequest {
+    LeaseRequest::Adopt {
+        role: "db".into(),
+        holder: "a".into(),
+        epoch: 1,
+        identity: identity.into(),
+    }
+}
+
+fn paused_and_held() -> LeaseTable {
+    let mut t = LeaseTable::default();
+    t.apply(&grant("a", 1));
+    t.apply(&LeaseRequest::Pause {
+        role: "db".into(),
+        paused: true,
+        force: false,
+    });
+    t
+}
+
+#[test]
+fn a_keep_is_recorded_only_while_the_role_is_paused_and_only_its_keeper_adopts_it() {
+    // Not paused: the keep is answered as a renewal that says so, and
+    // nothing is recorded (the holder steps down instead).
+    let mut t = LeaseTable::default();
+    t.apply(&grant("a", 1));
+    assert_eq!(
+        t.apply(&keep_req("a@m1")),
+        LeaseResponse::Renewed {
+            epoch: 1,
+            paused: false,
+            switchover: None
+        }
+    );
+    assert_eq!(t.role("db").unwrap().kept, None);
+    // Paused: recorded.
+    let mut t = paused_and_held();
+    assert!(matches!(
+        t.apply(&keep_req("a@m1")),
+        LeaseResponse::Renewed { paused: true, .. }
+    ));
+    assert_eq!(t.role("db").unwrap().kept.as_deref(), Some("a@m1"));
+    // Another identity under the same name cannot adopt it; nothing changes.
+    let before = t.clone();
+    assert_eq!(
+        t.apply(&adopt_req("a@m2")),
+        LeaseResponse::Rejected(LeaseRejection::NotKeeper { epoch: 1 })
+    );
+    assert_eq!(t, before);
+    // Its keeper does, and the holding is no longer kept.
+    assert!(matches!(
+        t.apply(&adopt_req("a@m1")),
+        LeaseResponse::Renewed { paused: true, .. }
+    ));
+    assert_eq!(t.role("db").unwrap().kept, None);
+}
+
+#[test]
+fn a_holding_never_kept_cannot_be_adopted() {
+    // Its agent crashed while the role was paused: its watchdog fenced the
+    // service, so a later run must not take the holding back as running.
+    let mut t = paused_and_held();
+    assert_eq!(
+        t.apply(&adopt_req("a@m1")),
+        LeaseResponse::Rejected(LeaseRejection::NotKeeper { epoch: 1 })
+    );
+}
+
+#[test]
+fn a_grant_or_a_release_ends_a_kept_holding() {
+    let mut t = paused_and_held();
+    t.apply(&keep_req("a@m1"));
+    t.apply(&LeaseRequest::Release {
+        role: "db".into(),
+        holder: "a".into(),
+        epoch: 1,
+        next: None,
+    });
+    assert_eq!(t.role("db").unwrap().kept, None);
+}
+
+#[test]
+fn a_kept_holding_is_resumed_only_with_force_and_only_a_lease_and_the_drift_margin_after_its_last_renewal(
+) {
+    use hale_control::lease::resume_check;
+    use hale_control::{AppendClock, ResumeRefused};
+    use hale_core::Time;
+    use std::time::Duration;
+    let timing = hale_control::LeaseTiming::default();
+    let mut t = paused_and_held();
+    let mut clock = AppendClock::new(Time::ZERO);
+    let keep = keep_req("a@m1");
+    t.apply(&keep);
+    clock.appended(&keep, Time::from_millis(1000));
+    // 0.5 s after the keep (the agent has just exited): refused, even
+    // though the holder is not yet silent for a lease.
+    let at = |ms| Time::from_millis(ms);
+    let refused = resume_check(&t, &clock, "db", at(1500), timing, false).unwrap_err();
+    assert_eq!(
+        refused,
+        ResumeRefused::Kept {
+            holder: "a".into(),
+            silent: Duration::from_millis(500),
+            force_in: Duration::from_millis(1900),
+        }
+    );
+    let said = refused.to_string();
+    assert!(
+        said.contains("Start hale on a") && said.contains("--force"),
+        "{said}"
+    );
+    // Forced too early: refused, saying when it will be accepted.
+    assert!(resume_check(&t, &clock, "db", at(1500), timing, true).is_err());
+    // Not forced, however long it waits: refused.
+    assert!(resume_check(&t, &clock, "db", at(60_000), timing, false).is_err());
+    // Forced a lease plus the drift margin (2.4 s) after the keep: accepted.
+    assert!(resume_check(&t, &clock, "db", at(3399), timing, true).is_err());
+    assert_eq!(
+        resume_check(&t, &clock, "db", at(3400), timing, true),
+        Ok(())
+    );
+    // Adopted by its keeper: resumed at once, as any renewing holder.
+    let adopt = adopt_req("a@m1");
+    t.apply(&adopt);
+    clock.appended(&adopt, Time::from_millis(4000));
+    assert_eq!(
+        resume_check(&t, &clock, "db", at(4100), timing, false),
         Ok(())
     );
 }

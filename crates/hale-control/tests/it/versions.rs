@@ -133,14 +133,15 @@ async fn a_request_without_a_version_is_answered_in_the_previous_releases_form()
     assert!(!answer.unwrap().vote_granted, "an old term gets no vote");
     // Asked in this build's protocol: the same answers, wrapped with the
     // server's version inside the sealed body, and the header says so.
-    let r = raw(s.addr, "/control/write", &pause(), Some("2")).await;
-    assert_eq!(r.headers.get(HEADER).unwrap(), "2");
+    let ours = PROTOCOL.to_string();
+    let r = raw(s.addr, "/control/write", &pause(), Some(&ours)).await;
+    assert_eq!(r.headers.get(HEADER).unwrap(), ours.as_str());
     assert_eq!(
         body(&r),
-        json!({"protocol": 2, "answer": {"Ok": {"Paused": true}}})
+        json!({"protocol": PROTOCOL, "answer": {"Ok": {"Paused": true}}})
     );
-    let r = raw(s.addr, "/control/leader", &Value::Null, Some("2")).await;
-    assert_eq!(body(&r), json!({"protocol": 2, "answer": 1}));
+    let r = raw(s.addr, "/control/leader", &Value::Null, Some(&ours)).await;
+    assert_eq!(body(&r), json!({"protocol": PROTOCOL, "answer": 1}));
     s.cp.shutdown().await;
 }
 
@@ -150,38 +151,48 @@ async fn a_newer_clients_request_this_server_cannot_decode_is_refused_as_too_new
     let s = lone_leader(dir.path()).await;
     // A request kind of a future protocol, from a client that speaks it.
     let future = json!({"Fence": {"role": "db", "epoch": 4}});
-    let r = raw(s.addr, "/control/write", &future, Some("3")).await;
-    assert_eq!(r.headers.get(HEADER).unwrap(), "2");
+    let (ours, newer) = (PROTOCOL.to_string(), (PROTOCOL + 1).to_string());
+    let r = raw(s.addr, "/control/write", &future, Some(&newer)).await;
+    assert_eq!(r.headers.get(HEADER).unwrap(), ours.as_str());
     let refused: protocol::Envelope<Answer<LeaseResponse>> =
         serde_json::from_slice(&r.body).unwrap();
-    assert_eq!(refused.protocol, 2);
+    assert_eq!(refused.protocol, PROTOCOL);
     let refusal = refused.answer.unwrap_err();
     assert_eq!(
         refusal,
         Refusal::TooNew {
-            needs: 3,
-            speaks: 2
+            needs: PROTOCOL + 1,
+            speaks: PROTOCOL
         }
     );
     let words = refusal.to_string();
     assert!(
-        words.contains("protocol 3") && words.contains("up to 2") && words.contains("retry"),
+        words.contains(&format!("protocol {newer}"))
+            && words.contains(&format!("up to {ours}"))
+            && words.contains("retry"),
         "{words}"
     );
     // The same client's ordinary request is served, in this server's form.
-    let r = raw(s.addr, "/control/write", &pause(), Some("3")).await;
+    let r = raw(s.addr, "/control/write", &pause(), Some(&newer)).await;
     assert_eq!(
         body(&r),
-        json!({"protocol": 2, "answer": {"Ok": {"Paused": true}}})
+        json!({"protocol": PROTOCOL, "answer": {"Ok": {"Paused": true}}})
     );
     // A Raft RPC it cannot decode: 422 naming both versions (openraft's
     // answers have no place for a refusal).
-    let e = raw_refused(s.addr, "/raft/append", &json!({"entries": "?"}), Some("3")).await;
+    let e = raw_refused(
+        s.addr,
+        "/raft/append",
+        &json!({"entries": "?"}),
+        Some(&newer),
+    )
+    .await;
     match e {
         CallError::Refused { status, message } => {
             assert_eq!(status, 422);
             assert!(
-                message.contains("up to 2") && message.contains("speaking 3"),
+                message.contains(&format!("up to {ours}"))
+                    && message.contains(&format!("speaking {newer}")),
                 "{message}"
             );
         }
@@ -335,7 +346,7 @@ async fn a_cluster_mixing_releases_grants_roles_and_its_leader_gates_entries_on_
                 x.cp.id
             );
             let heard = c.spoken()[&x.cp.id];
-            assert_eq!(heard, speaks.min(if x.cp.id == 3 { 1 } else { 2 }));
+            assert_eq!(heard, speaks.min(if x.cp.id == 3 { 1 } else { PROTOCOL }));
         }
     }
     // The leader will not write an entry that needs protocol 2 while
@@ -353,7 +364,10 @@ async fn a_cluster_mixing_releases_grants_roles_and_its_leader_gates_entries_on_
     assert!(leader.cp.admits(1).is_ok());
     let status = leader.cp.status();
     assert_eq!(status.common_protocol, Some(1), "{status:?}");
-    assert_eq!(status.protocol, if leader.cp.id == 3 { 1 } else { 2 });
+    assert_eq!(
+        status.protocol,
+        if leader.cp.id == 3 { 1 } else { PROTOCOL }
+    );
     // Server 3 leaves (upgraded elsewhere, say): once a leader has heard
     // every remaining server answer in protocol 2, it admits such entries.
     let client = ControlClient::new(&members, auth());
@@ -378,8 +392,8 @@ async fn a_cluster_mixing_releases_grants_roles_and_its_leader_gates_entries_on_
     )
     .await;
     let leader = &s[(leader - 1) as usize];
-    assert_eq!(leader.cp.spoken().get(&(3 - leader.cp.id)), Some(&2));
-    assert_eq!(leader.cp.status().common_protocol, Some(2));
+    assert_eq!(leader.cp.spoken().get(&(3 - leader.cp.id)), Some(&PROTOCOL));
+    assert_eq!(leader.cp.status().common_protocol, Some(PROTOCOL));
     for x in &s {
         x.cp.shutdown().await;
     }

@@ -9,11 +9,15 @@
 //!   registers at the end.
 //! * [`liveness`] — (c) after the last heal, exactly one primary and
 //!   membership converged within the bound.
-//! * [`false_death`] — (d) no member that no nemesis touched declared dead.
+//! * [`false_death`] — (d) no death verdict that no fault explains: one
+//!   that stopped the member, or cut it off from the verdict's declarer
+//!   and a second host, within a grace before it was seen.
 //! * [`demote_once`] — (e) every lost lease demoted exactly once.
 //! * [`fenced_first`] — (f) hale fences an old primary before a new one is
 //!   promoted (its register serves nothing after a newer promotion), unless
 //!   everything on its host that could fence it was frozen.
+//! * [`two_holders`] — (g) no two hosts serving at once by the hook logs
+//!   (promote start to demote end per host).
 
 use crate::history::History;
 
@@ -23,13 +27,14 @@ pub mod false_death;
 pub mod fenced_first;
 pub mod fencing;
 pub mod liveness;
+pub mod two_holders;
 
 /// A broken invariant, with the stretch of history that shows it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 #[error("({check}) {what}")]
 pub struct Violation {
     /// Which invariant: `fencing`, `durability`, `liveness`, `false-death`,
-    /// `demote-once`, `fenced-first`.
+    /// `demote-once`, `fenced-first`, `two-holders`.
     pub check: String,
     /// What happened.
     pub what: String,
@@ -75,6 +80,7 @@ pub fn check_all(h: &History) -> Vec<Violation> {
         false_death::check,
         demote_once::check,
         fenced_first::check,
+        two_holders::check,
     ]
     .iter()
     .filter_map(|c| c(h).err())

@@ -247,3 +247,53 @@ async fn a_replica_of_the_former_primary_is_repointed_to_the_new_one_without_rew
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_copy_whose_new_upstream_cannot_be_reached_is_left_unfenced_and_promotable() {
+    // Issue 40: a rejoin wrote its fence marker before it reached the
+    // upstream, so after a few seconds of an unreachable primary every
+    // standby could end up fenced, and when the primary died no copy could
+    // stand for the role.
+    let lab = Lab::new();
+    let a = lab.primary("a", Opts::default()).await;
+    let b = lab.standby("b", &a, Opts::default()).await;
+    let c = lab.standby("c", &a, Opts::default()).await;
+    a.sql("CREATE TABLE t (id int PRIMARY KEY); INSERT INTO t SELECT generate_series(1, 10)")
+        .await;
+    // The new upstream (b's address, its server stopped) cannot be reached.
+    b.stop(&lab, "fast").await;
+    let postmaster = c.postmaster_pid();
+    let err = hale_postgres::rejoin(&c.cfg, &b.upstream(), "c", "c", |_| {})
+        .await
+        .expect_err("an unreachable upstream");
+    assert!(
+        matches!(err, hale_postgres::RejoinError::Upstream { .. }),
+        "{err}"
+    );
+    assert!(
+        !c.fenced(),
+        "the copy was fenced for an upstream it never reached"
+    );
+    assert_eq!(c.postmaster_pid(), postmaster, "left running");
+    // Stopped (a host restarted, say) and asked again: still not fenced.
+    c.stop(&lab, "fast").await;
+    let err = hale_postgres::rejoin(&c.cfg, &b.upstream(), "c", "c", |_| {})
+        .await
+        .expect_err("an unreachable upstream");
+    assert!(
+        matches!(err, hale_postgres::RejoinError::Upstream { .. }),
+        "{err}"
+    );
+    assert!(!c.fenced(), "the stopped copy was fenced");
+    // It can stand for the role: promoted, it takes writes.
+    promote(&c.cfg).await.expect("the copy is promotable");
+    eventually("c takes writes", || async {
+        c.try_client()
+            .await
+            .ok()?
+            .batch_execute("INSERT INTO t VALUES (11)")
+            .await
+            .ok()
+    })
+    .await;
+}

@@ -66,6 +66,24 @@ fn the_incidents_scheduler_bug_is_caught_by_the_coverage_check() {
 }
 
 #[test]
+fn one_observer_convicting_alone_is_caught_by_the_false_death_check() {
+    // 40% loss: probes fail now and then; with corroboration one such
+    // failure is refuted in time, without it one observer's word convicts.
+    let run = |fault| {
+        let mut cfg = cluster(10, 5);
+        cfg.node.fault = fault;
+        let mut sim = Sim::new(cfg);
+        sim.schedule(Time::from_secs(10), Action::Loss(0.4));
+        sim.run_until(Time::from_secs(300));
+        no_false_death(&sim.observer)
+    };
+    run(None).expect("corroborated verdicts under 40% loss");
+    let err = run(Some(hale_core::config::Fault::ConvictAlone))
+        .expect_err("one observer's word must be caught");
+    assert!(err.to_string().contains("declared dead"), "{err}");
+}
+
+#[test]
 fn a_crashed_node_is_declared_dead_by_every_member() {
     let mut sim = Sim::new(cluster(30, 2));
     sim.schedule(Time::from_secs(20), Action::Crash(7));

@@ -212,6 +212,7 @@ mod tests {
                             epoch: 1,
                             paused: false,
                             switchover: None,
+                            kept: false,
                         },
                     )]
                     .into(),

@@ -22,6 +22,7 @@ mod junk_flood;
 mod keys;
 mod loopback;
 mod netns;
+mod operator;
 mod postgres;
 mod reload;
 mod replay;

@@ -348,8 +348,12 @@ fn a_control_plane_of_the_previous_release_upgraded_server_by_server_keeps_servi
     );
     let leader = wait_for(
         Duration::from_secs(30),
-        "the leader to hear every server speak protocol 2",
-        || (0..3).find(|&i| control_of(&c.agents[i]).is_some_and(|s| s.common_protocol == Some(2))),
+        "the leader to hear every server speak this build's protocol",
+        || {
+            (0..3).find(|&i| {
+                control_of(&c.agents[i]).is_some_and(|s| s.common_protocol == Some(PROTOCOL))
+            })
+        },
     );
     let status = c.agents[leader].cli_ok(&["status"]);
     assert!(!status.contains("MIXED RELEASES"), "{status}");

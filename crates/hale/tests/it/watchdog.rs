@@ -3,7 +3,7 @@
 //! per holding whichever of the agent and the watchdog reaches for it, and
 //! one process guards many holdings, each on its own deadline.
 
-use hale_agent::watchdog::{Answer, Disarmed, Order};
+use hale_agent::watchdog::{shared_deadline, Answer, Disarmed, Order};
 use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -55,11 +55,11 @@ fn watchdog_process() -> Reaped {
     )
 }
 
-/// The order to guard holding `h` for `ms` with `fence` under `claim`.
+/// The order to guard holding `h` for `ms` from now with `fence` under `claim`.
 fn guard(h: u64, ms: u64, claim: &Path, fence: &[String]) -> Order {
     Order::Guard {
         h,
-        ms,
+        until_ns: shared_deadline(Duration::from_millis(ms)),
         hook_timeout_ms: 10_000,
         claim: claim.to_owned(),
         fence: fence.to_vec(),
@@ -271,7 +271,13 @@ fn one_watchdog_fences_each_holding_at_its_own_deadline_and_a_slow_fence_delays_
     });
     // Renewed for 2 s, longer than its 1.5 s lease.
     for _ in 0..10 {
-        say(&mut w, Order::Arm { h: 3, ms: 1_500 });
+        say(
+            &mut w,
+            Order::Arm {
+                h: 3,
+                until_ns: shared_deadline(Duration::from_millis(1_500)),
+            },
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
     wait_until(Duration::from_secs(10), "holding 2's fence", || {

@@ -318,6 +318,7 @@ fn config(c: usize, timing: LeaseTiming, hook_timeout: Duration) -> HolderConfig
         // Each node's runs are told apart (a restart is a new life).
         instance: (c as u64 + 1) << 32,
         max_lag: None,
+        identity: format!("c{c}@model"),
     }
 }
 
