@@ -15,6 +15,7 @@
 pub mod api;
 mod api_guard;
 mod app;
+pub mod cgroup;
 pub mod client;
 mod clocks;
 mod cluster_api;
@@ -446,6 +447,9 @@ pub async fn run(
     // Before the agent says it is ready: a reload right after readiness
     // must not find SIGHUP's default action (terminate) in place.
     let mut hangups = signal(SignalKind::hangup()).map_err(StartError::Signal)?;
+    if std::env::var(cgroup::ENV).is_ok_and(|v| v == "delegated") {
+        cgroup::settle().await;
+    }
     let agent = Agent::start_with_source(loaded, source).await?;
     tracing::info!(
         node = %agent.id(),

@@ -206,13 +206,47 @@ impl<'a> Tools<'a> {
         if let Some(options) = options {
             extra.extend([OsStr::new("-o"), OsStr::new(options)]);
         }
-        self.pg_ctl("start", &extra, timeout).await
+        self.pg_ctl("start", &extra, timeout).await?;
+        place_server(&self.cfg.data_dir);
+        Ok(())
     }
 
     /// `pg_ctl stop -m MODE -w`.
     pub(crate) async fn stop(&self, mode: &str, timeout: Duration) -> Result<(), ToolError> {
         self.pg_ctl("stop", &["-m".as_ref(), mode.as_ref()], timeout)
             .await
+    }
+}
+
+/// The cgroup the servers hale starts are moved into ([`place_servers_in`]).
+static SERVERS_CGROUP: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// Every server this process starts from now on (`pg_ctl start`) is moved,
+/// once it accepts connections, into the cgroup `dir` (a directory of the
+/// cgroup v2 hierarchy): the agent's delegated `services` leaf, so that
+/// restarting the agent's unit leaves it running and apart from the
+/// agent's own processes. Set once; later calls change nothing. A server
+/// that cannot be moved is logged and stays where `pg_ctl` left it.
+pub fn place_servers_in(dir: PathBuf) {
+    let _ = SERVERS_CGROUP.set(dir);
+}
+
+/// Moves the postmaster of `data_dir` into the servers' cgroup (if one was
+/// set), then its children: the postmaster first, so that whatever it
+/// forks after its move is born there, then everything it had forked before.
+fn place_server(data_dir: &Path) {
+    let (Some(dir), Some(pid)) = (SERVERS_CGROUP.get(), postmaster(data_dir)) else {
+        return;
+    };
+    let procs = dir.join("cgroup.procs");
+    let pids = std::iter::once(pid.as_raw()).chain(children(pid.as_raw()).into_iter().rev());
+    for (i, p) in pids.enumerate() {
+        if let Err(e) = std::fs::write(&procs, p.to_string()) {
+            // A child that exited meanwhile is no failure.
+            if i == 0 || Path::new(&format!("/proc/{p}")).exists() {
+                tracing::warn!(pid = p, cgroup = %dir.display(), "cannot move the server's process into its cgroup: {e}");
+            }
+        }
     }
 }
 

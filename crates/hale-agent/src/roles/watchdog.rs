@@ -196,6 +196,13 @@ impl Watchdogs {
         let Ok(mut child) = child else {
             return;
         };
+        // In its own leaf of a delegated cgroup (before it is told of any
+        // holding, so its fences start there): see `crate::cgroup`.
+        if let Some(layout) = crate::cgroup::placed() {
+            let _ = layout
+                .join(crate::cgroup::Leaf::Watchdog, child.id())
+                .inspect_err(|e| tracing::warn!("the watchdog stays in the agent's cgroup: {e}"));
+        }
         let (Some(stdin), Some(out)) = (child.stdin.take(), child.stdout.take()) else {
             let _ = child.kill();
             return;

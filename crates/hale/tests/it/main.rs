@@ -29,5 +29,6 @@ mod replay;
 mod restart;
 mod slow_hooks;
 mod support;
+mod systemd;
 mod versions;
 mod watchdog;
