@@ -67,17 +67,27 @@ fn freezes(f: &Fault) -> bool {
 /// its `fenced` line; else (histories recorded before the hooks logged
 /// it) the register's first fence within the run; else the run's end
 /// line; `None` if it neither fenced nor ended.
+/// A run ends where the next run of the same demote begins (a retry, or
+/// the watchdog's fence after the agent's): a later run's fence is not
+/// this one's (a fence that hung and was retried ten seconds later, seed
+/// 10005, must not stretch the earlier run to the retry).
 fn fence_of(h: &History, start: &HookLine) -> Option<u64> {
+    let same = |l: &&HookLine| {
+        l.node == start.node && l.kind == HookKind::Demote && l.epoch == start.epoch
+    };
+    let next = h
+        .hooks
+        .iter()
+        .filter(same)
+        .filter(|l| l.phase == Phase::Start && l.t > start.t)
+        .map(|l| l.t)
+        .min()
+        .unwrap_or(u64::MAX);
     let run = |phase: Phase| {
         h.hooks
             .iter()
-            .filter(move |l| {
-                l.node == start.node
-                    && l.kind == HookKind::Demote
-                    && l.phase == phase
-                    && l.epoch == start.epoch
-                    && l.t >= start.t
-            })
+            .filter(same)
+            .filter(move |l| l.phase == phase && l.t >= start.t && l.t < next)
             .map(|l| l.t)
             .min()
     };
@@ -476,5 +486,33 @@ mod tests {
             vec![],
         );
         assert_eq!(check(&h), Ok(()));
+    }
+
+    #[test]
+    fn a_hung_fence_retried_later_ends_nothing_and_a_later_epochs_demote_on_that_host_ends_its_serving(
+    ) {
+        // Seed 10005: h0's watchdog fence of epoch 2 hung at 20 s (retried
+        // and fenced at 40 s); h0's next run held epoch 3 and handed over
+        // at 30 s (fenced then), and h1 promoted at 32 s.
+        let h0 = vec![
+            line(0, "h0", HookKind::Promote, Phase::Start, 2),
+            line(1, "h0", HookKind::Promote, Phase::End, 2),
+            line(20, "h0", HookKind::Demote, Phase::Start, 2),
+            line(20, "h0", HookKind::Demote, Phase::Failed, 2),
+            line(25, "h0", HookKind::Promote, Phase::Start, 3),
+            line(26, "h0", HookKind::Promote, Phase::End, 3),
+            line(30, "h0", HookKind::Demote, Phase::Start, 3),
+            line(30, "h0", HookKind::Demote, Phase::Fenced, 3),
+            line(31, "h0", HookKind::Demote, Phase::End, 3),
+            line(40, "h0", HookKind::Demote, Phase::Start, 2),
+            line(40, "h0", HookKind::Demote, Phase::Fenced, 2),
+            line(41, "h0", HookKind::Demote, Phase::End, 2),
+        ];
+        let ok = history(vec![h0.clone(), served("h1", 4, 32, None)], vec![]);
+        assert_eq!(check(&ok), Ok(()));
+        // Without the epoch-3 holding, nothing fenced h0 before 40 s: caught.
+        let hung: Vec<HookLine> = h0.into_iter().filter(|l| l.epoch == 2).collect();
+        let bad = history(vec![hung, served("h1", 4, 32, None)], vec![]);
+        assert!(check(&bad).is_err());
     }
 }
