@@ -694,9 +694,9 @@ impl RoleManager {
                 tracing::warn!(
                     %role, epoch,
                     "the control plane's table says this node holds the paused role, but it was \
-                     not kept by this agent (its last run demoted it or crashed and was fenced): \
-                     nothing adopted, nothing demoted; if its service still runs here, stop it, \
-                     then `hale roles resume {role} --force`"
+                     not kept by this agent (its last run crashed and its watchdog fenced it, or its \
+                     host died): nothing adopted, nothing demoted; `hale roles resume {role}` moves \
+                     it as any lease that ran out"
                 );
                 return;
             }

@@ -721,8 +721,12 @@ pub enum ResumeRefused {
 ///   adopted ([`RoleLease::kept`]) is resumed only with `force`, and only a
 ///   full lease plus the drift margin after the holder's last renewal;
 /// * a holder that has renewed nothing for longer than a lease is resumed
-///   only with `force` (its agent may have kept the role through a release
-///   that records no keep).
+///   only with `force` while keeps may go unrecorded (`keeps_recorded`
+///   false: some server speaks a protocol older than 3, so a stopping
+///   holder keeps its role by a plain renewal). Once every server records
+///   keeps, a silent holding that is not kept is a dead one (its agent
+///   crashed and its watchdog fenced, or its host died): resumed as any
+///   lease that runs out.
 pub fn resume_check(
     table: &LeaseTable,
     appends: &AppendClock,
@@ -730,6 +734,7 @@ pub fn resume_check(
     now: Time,
     timing: LeaseTiming,
     force: bool,
+    keeps_recorded: bool,
 ) -> Result<(), ResumeRefused> {
     let Some(r) = table.role(role) else {
         return Ok(());
@@ -754,7 +759,7 @@ pub fn resume_check(
         }
         return Ok(());
     }
-    if silent > timing.lease && !force {
+    if silent > timing.lease && !force && !keeps_recorded {
         return Err(ResumeRefused::HolderSilent {
             holder: holder.clone(),
             silent,

@@ -260,8 +260,8 @@ pub enum HolderEvent {
     /// holding was not kept by this node's identity: its previous run
     /// demoted it (and stopped before its release committed) or crashed
     /// (its watchdog fenced), or another machine kept it under this name.
-    /// Nothing is adopted or demoted; the role is resumed only with
-    /// `--force`.
+    /// Nothing is adopted or demoted; a resume moves the role as any
+    /// lease that ran out.
     NotAdopted {
         /// The epoch the table names.
         epoch: u64,

@@ -187,7 +187,8 @@ impl Holder {
             // its watchdog fenced it), or kept by another identity: not
             // this run's to adopt, and nothing of it runs here to demote
             // (a second demote of a fenced holding). The role stays paused
-            // under the old holding: resumed only with --force.
+            // under the old holding until resumed, which the leader then
+            // accepts as for any holder that died.
             Some(LeaseResponse::Rejected(LeaseRejection::NotKeeper { epoch })) => {
                 self.adopting = None;
                 self.event(HolderEvent::NotAdopted { epoch: *epoch });

@@ -616,8 +616,18 @@ impl ControlPlane {
             if self.leader() == Some(self.id) {
                 let table = self.table();
                 let appends = self.appends.lock().expect("appends lock").clone();
-                resume_check(&table, &appends, role, self.now(), self.timing, *force)
-                    .map_err(ControlError::Resume)?;
+                // Keeps are recorded once every server speaks protocol 3.
+                let recorded = self.common_protocol() >= 3;
+                resume_check(
+                    &table,
+                    &appends,
+                    role,
+                    self.now(),
+                    self.timing,
+                    *force,
+                    recorded,
+                )
+                .map_err(ControlError::Resume)?;
             }
         }
         match self.raft.client_write(req.clone()).await {

@@ -410,7 +410,7 @@ fn resuming_a_paused_role_is_refused_once_its_holder_has_been_silent_for_longer_
     clock.appended(&g, Time::from_millis(100));
     // Not paused: nothing to check.
     assert_eq!(
-        resume_check(&t, &clock, "db", Time::from_secs(60), lease, false),
+        resume_check(&t, &clock, "db", Time::from_secs(60), lease, false, false),
         Ok(())
     );
     t.apply(&LeaseRequest::Pause {
@@ -420,12 +420,28 @@ fn resuming_a_paused_role_is_refused_once_its_holder_has_been_silent_for_longer_
     });
     // The holder renewed within a lease: resumed at once.
     assert_eq!(
-        resume_check(&t, &clock, "db", Time::from_millis(2100), lease, false),
+        resume_check(
+            &t,
+            &clock,
+            "db",
+            Time::from_millis(2100),
+            lease,
+            false,
+            false
+        ),
         Ok(())
     );
     // Silent for longer: refused, naming the holder and the silence.
-    let refused =
-        resume_check(&t, &clock, "db", Time::from_millis(5100), lease, false).unwrap_err();
+    let refused = resume_check(
+        &t,
+        &clock,
+        "db",
+        Time::from_millis(5100),
+        lease,
+        false,
+        false,
+    )
+    .unwrap_err();
     assert_eq!(
         refused,
         ResumeRefused::HolderSilent {
@@ -441,7 +457,29 @@ fn resuming_a_paused_role_is_refused_once_its_holder_has_been_silent_for_longer_
     assert!(said.contains("--force"), "{said}");
     // Forced: the operator says the service is stopped.
     assert_eq!(
-        resume_check(&t, &clock, "db", Time::from_millis(5100), lease, true),
+        resume_check(
+            &t,
+            &clock,
+            "db",
+            Time::from_millis(5100),
+            lease,
+            true,
+            false
+        ),
+        Ok(())
+    );
+    // Once every server records keeps, a silent holding that is not kept
+    // is a dead one (crashed and fenced, or its host died): resumed.
+    assert_eq!(
+        resume_check(
+            &t,
+            &clock,
+            "db",
+            Time::from_millis(5100),
+            lease,
+            false,
+            true
+        ),
         Ok(())
     );
     // Released meanwhile (its holder stepped down): nobody to fence.
@@ -452,7 +490,7 @@ fn resuming_a_paused_role_is_refused_once_its_holder_has_been_silent_for_longer_
         next: None,
     });
     assert_eq!(
-        resume_check(&t, &clock, "db", Time::from_secs(60), lease, false),
+        resume_check(&t, &clock, "db", Time::from_secs(60), lease, false, false),
         Ok(())
     );
 }
@@ -563,7 +601,7 @@ fn a_kept_holding_is_resumed_only_with_force_and_only_a_lease_and_the_drift_marg
     // 0.5 s after the keep (the agent has just exited): refused, even
     // though the holder is not yet silent for a lease.
     let at = |ms| Time::from_millis(ms);
-    let refused = resume_check(&t, &clock, "db", at(1500), timing, false).unwrap_err();
+    let refused = resume_check(&t, &clock, "db", at(1500), timing, false, true).unwrap_err();
     assert_eq!(
         refused,
         ResumeRefused::Kept {
@@ -578,13 +616,13 @@ fn a_kept_holding_is_resumed_only_with_force_and_only_a_lease_and_the_drift_marg
         "{said}"
     );
     // Forced too early: refused, saying when it will be accepted.
-    assert!(resume_check(&t, &clock, "db", at(1500), timing, true).is_err());
+    assert!(resume_check(&t, &clock, "db", at(1500), timing, true, true).is_err());
     // Not forced, however long it waits: refused.
-    assert!(resume_check(&t, &clock, "db", at(60_000), timing, false).is_err());
+    assert!(resume_check(&t, &clock, "db", at(60_000), timing, false, true).is_err());
     // Forced a lease plus the drift margin (2.4 s) after the keep: accepted.
-    assert!(resume_check(&t, &clock, "db", at(3399), timing, true).is_err());
+    assert!(resume_check(&t, &clock, "db", at(3399), timing, true, true).is_err());
     assert_eq!(
-        resume_check(&t, &clock, "db", at(3400), timing, true),
+        resume_check(&t, &clock, "db", at(3400), timing, true, true),
         Ok(())
     );
     // Adopted by its keeper: resumed at once, as any renewing holder.
@@ -592,7 +630,7 @@ fn a_kept_holding_is_resumed_only_with_force_and_only_a_lease_and_the_drift_marg
     t.apply(&adopt);
     clock.appended(&adopt, Time::from_millis(4000));
     assert_eq!(
-        resume_check(&t, &clock, "db", at(4100), timing, false),
+        resume_check(&t, &clock, "db", at(4100), timing, false, true),
         Ok(())
     );
 }
