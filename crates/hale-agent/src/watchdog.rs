@@ -207,6 +207,40 @@ fn shared_left(until_ns: u64) -> Duration {
     Duration::from_nanos(until_ns.saturating_sub(shared_clock_ns()))
 }
 
+/// How often the watchdog looks for input while a deadline is pending.
+const DEADLINE_POLL: Duration = Duration::from_millis(10);
+
+/// The next input, or `Timeout` once `until_ns` has passed on the shared
+/// clock. Not `Receiver::recv_timeout`: the standard library turns a
+/// timeout into an absolute instant of the C library's clock, and under a
+/// clock shim that runs that clock at another rate (libfaketime's
+/// `x1.05`, which scales from boot) the kernel's wait ran seconds, even
+/// minutes, past the deadline: a watchdog under it fenced only when the
+/// agent next wrote (nemesis seed 10026). Short sleeps made by the system
+/// call itself (rustix) and the shared clock keep it within
+/// [`DEADLINE_POLL`] of the deadline.
+fn recv_until<T>(rx: &mpsc::Receiver<T>, until_ns: u64) -> Result<T, mpsc::RecvTimeoutError> {
+    loop {
+        match rx.try_recv() {
+            Ok(x) => return Ok(x),
+            Err(mpsc::TryRecvError::Disconnected) => {
+                return Err(mpsc::RecvTimeoutError::Disconnected)
+            }
+            Err(mpsc::TryRecvError::Empty) => {}
+        }
+        let left = shared_left(until_ns);
+        if left.is_zero() {
+            return Err(mpsc::RecvTimeoutError::Timeout);
+        }
+        let nap = left.min(DEADLINE_POLL);
+        let ts = rustix::time::Timespec {
+            tv_sec: nap.as_secs() as _,
+            tv_nsec: nap.subsec_nanos() as _,
+        };
+        let _ = rustix::thread::nanosleep(&ts);
+    }
+}
+
 /// `hale demote-once`: the agent's demote command, run under the claim
 /// at `path` in this process's group (the agent kills the group to kill
 /// it). Exit status: the command's, or 0 when the watchdog already ran it.
@@ -372,7 +406,7 @@ pub fn run() -> WatchdogExit {
         }
         let next = w.holdings.values().filter_map(|g| g.deadline).min();
         let input = match next {
-            Some(d) => rx.recv_timeout(shared_left(d)),
+            Some(d) => recv_until(&rx, d),
             None => rx.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected),
         };
         match input {

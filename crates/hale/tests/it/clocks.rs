@@ -185,3 +185,52 @@ fn a_control_plane_server_a_minute_ahead_still_votes_and_its_agent_holds_the_rol
         "{leaders:?}"
     );
 }
+
+/// A watchdog whose every clock runs 5% fast (libfaketime's `x1.05`, which
+/// the nemesis's clock-rate faults use) still fences at its deadline, with
+/// no further word from its agent. The standard library's timed waits
+/// turned the deadline into an absolute instant of the shimmed clock, which
+/// the kernel waited for on its own: the watchdog fenced only when the
+/// agent next wrote (nemesis seed 10026).
+#[test]
+fn a_watchdog_whose_clocks_run_fast_fences_at_its_deadline_without_further_orders() {
+    require_faketime!();
+    use std::io::Write;
+    let dir = crate::support::log_dir("watchdog-fast-clock");
+    let fenced = dir.path().join("fenced");
+    let mut child = std::process::Command::new(crate::support::hale_bin())
+        .arg("watchdog")
+        .env("LD_PRELOAD", LIBFAKETIME)
+        .env("FAKETIME", "+0 x1.05")
+        .env("FAKETIME_NO_CACHE", "1")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let guard = hale_agent::watchdog::Order::Guard {
+        h: 1,
+        until_ns: hale_agent::watchdog::shared_deadline(Duration::from_secs(1)),
+        hook_timeout_ms: 5_000,
+        claim: dir.path().join("claim"),
+        fence: vec![
+            "sh".into(),
+            "-c".into(),
+            format!("touch {}", fenced.display()),
+        ],
+        env: vec![],
+    };
+    let stdin = child.stdin.as_mut().unwrap();
+    writeln!(stdin, "{}", guard.line()).unwrap();
+    stdin.flush().unwrap();
+    // Its standard input stays open (the agent alive, saying nothing).
+    let ok = (0..200).any(|_| {
+        std::thread::sleep(Duration::from_millis(50));
+        fenced.exists()
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        ok,
+        "the watchdog did not fence within 10 s of a 1 s deadline"
+    );
+}
