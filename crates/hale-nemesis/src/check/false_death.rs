@@ -95,6 +95,10 @@ const RESTARTED_AT_HEAL: &str = "agent restarted at heal";
 struct Reach {
     /// Hosts whose agent is stopped, killed or restarting.
     down: BTreeSet<usize>,
+    /// Hosts an operator action stops or restarts at some point while it
+    /// runs (it records only the whole action's span): a verdict on them
+    /// is excused, but they still count as accusers of others.
+    touched: BTreeSet<usize>,
     /// Host pairs `(a, b)`, `a < b`, with no round trip between them.
     cut: BTreeSet<(usize, usize)>,
 }
@@ -106,7 +110,7 @@ impl Reach {
 
     /// Whether `declarer` may legitimately convict `member`.
     fn convicts(&self, declarer: usize, member: usize, hosts: usize) -> bool {
-        if self.down.contains(&member) {
+        if self.down.contains(&member) || self.touched.contains(&member) {
             return true;
         }
         let accusers = (0..hosts)
@@ -167,11 +171,13 @@ fn reach_at(h: &History, t: u64) -> Reach {
             | Fault::StopHale(_) => r.down.extend(target(h, f)),
             // An operator action that stops or restarts a host's agent
             // (restarts of the holder's agent, a downgrade, a server
-            // removed) names the hosts whose processes it touched: down
-            // while it runs. Pause, resume, reload, switchover, handover
-            // and key rotation touch none and excuse nothing.
+            // removed) names the hosts whose processes it touched: a
+            // verdict on them is excused while it runs (seed 10061: not
+            // taken as down, or they would stop counting as accusers).
+            // Pause, resume, reload, switchover, handover and key rotation
+            // touch none and excuse nothing.
             Fault::Operator(_) => {
-                r.down
+                r.touched
                     .extend(f.hosts.iter().filter_map(|name| index(h, name)));
             }
             Fault::Net(Net::Halves { side }) | Fault::Net(Net::Bridge { side, .. }) => {
@@ -546,5 +552,26 @@ mod tests {
         // Sides {h0, h1} and {h2, h3, h4}: 2 × 3 pairs each way.
         assert_eq!(excused_pairs(&h, 15 * S), 12);
         assert_eq!(touched_hosts(&h, 15 * S), 5);
+    }
+
+    #[test]
+    fn a_host_an_operator_action_restarts_may_be_convicted_and_still_accuses_others() {
+        use crate::operator::{Action, Restart};
+        let restart = fault(
+            Fault::Operator(Action::RestartHolder(Restart::Hasty)),
+            &["h0"],
+            0,
+            30,
+        );
+        // h0 itself may be convicted while the action runs...
+        assert_eq!(
+            check(&history(vec![restart.clone()], "h2", "h0", 12)),
+            Ok(())
+        );
+        // ...and with h1 it is still a second accuser of h3 across halves
+        // (seed 10061); alone the action excuses nothing else.
+        let both = vec![restart.clone(), halves()];
+        assert_eq!(check(&history(both, "h1", "h3", 15)), Ok(()));
+        assert!(check(&history(vec![restart], "h1", "h3", 15)).is_err());
     }
 }
