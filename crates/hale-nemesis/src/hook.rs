@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::now_ns;
 use crate::register::EpochBody;
+pub use crate::schedule::{HookFailure, HookFault, HookSel};
 
 /// What can make a hook fail.
 #[derive(Debug, thiserror::Error)]
@@ -69,18 +70,6 @@ pub enum Phase {
     Failed,
 }
 
-/// Which hooks a [`HookFault`] hits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum HookSel {
-    /// Promote hooks only.
-    Promote,
-    /// Demote hooks (and the watchdog's fence) only.
-    Demote,
-    /// Both.
-    Both,
-}
-
 impl HookSel {
     /// Whether it hits hooks of `kind`.
     pub fn hits(self, kind: HookKind) -> bool {
@@ -90,31 +79,6 @@ impl HookSel {
             HookSel::Demote => kind == HookKind::Demote,
         }
     }
-}
-
-/// How a hook fails.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum HookFailure {
-    /// Exits 1 before doing anything.
-    Exit,
-    /// Hangs before doing anything, past any `hook_timeout`.
-    Hang,
-    /// Kills itself (SIGKILL) half-way through its length: a promote before
-    /// it promotes the register, a demote after it fenced it.
-    Crash,
-    /// Fails as [`HookFailure::Exit`] until its n-th try since the fault
-    /// began, which succeeds (and the count starts over).
-    NthTry(u32),
-}
-
-/// The hook fault in force on a host (`<dir>/hook-fault`, JSON).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HookFault {
-    /// The hooks it hits.
-    pub hook: HookSel,
-    /// How they fail.
-    pub how: HookFailure,
 }
 
 /// The file a host's hook fault is written to.

@@ -9,6 +9,7 @@
 //! `hale-nemesis`, is a thin command line over this library; it also serves
 //! the register and runs the role's hooks inside each host.
 
+pub mod action;
 pub mod check;
 pub mod client;
 pub mod clock;

@@ -11,8 +11,7 @@ use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use serde::{Deserialize, Serialize};
 
-use crate::hook::{HookFailure, HookSel};
-use crate::operator::Action;
+use crate::action::Action;
 
 /// Which host a fault hits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -422,6 +421,43 @@ impl fmt::Display for Schedule {
         }
         Ok(())
     }
+}
+
+/// Which hooks a [`HookFault`] hits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HookSel {
+    /// Promote hooks only.
+    Promote,
+    /// Demote hooks (and the watchdog's fence) only.
+    Demote,
+    /// Both.
+    Both,
+}
+
+/// How a hook fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HookFailure {
+    /// Exits 1 before doing anything.
+    Exit,
+    /// Hangs before doing anything, past any `hook_timeout`.
+    Hang,
+    /// Kills itself (SIGKILL) half-way through its length: a promote before
+    /// it promotes the register, a demote after it fenced it.
+    Crash,
+    /// Fails as [`HookFailure::Exit`] until its n-th try since the fault
+    /// began, which succeeds (and the count starts over).
+    NthTry(u32),
+}
+
+/// The hook fault in force on a host (`<dir>/hook-fault`, JSON).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HookFault {
+    /// The hooks it hits.
+    pub hook: HookSel,
+    /// How they fail.
+    pub how: HookFailure,
 }
 
 #[cfg(test)]
