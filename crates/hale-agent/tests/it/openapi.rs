@@ -174,7 +174,7 @@ fn samples() -> BTreeMap<String, Vec<Value>> {
         json!({"role": "db", "priority": 100,
         "state": if epoch.is_some() { "holder" } else { "standby" }, "epoch": epoch,
         "lease_left_ms": epoch.map(|_| 900), "last_change": epoch.map(|_| "promoted"),
-        "held_since_unix_ms": epoch.map(|_| 5), "promotions": 1, "demotions": 0, "renewals": 12})
+        "held_since_unix_ms": epoch.map(|_| 5), "promotions": 1, "demotions": 0, "demote_failures": 0, "renewals": 12})
     };
     let replica = json!({"standing": "replica", "receive_lsn": 50_331_648, "replay_lsn": 33_554_432,
         "replay_paused": true, "last_replay": "2026-12-03T03:20:00.500000000Z", "streaming": true,
@@ -236,6 +236,7 @@ fn samples() -> BTreeMap<String, Vec<Value>> {
         "Lagging": Lagging = {"lag": 16_777_216, "max_lag": 1_048_576};
         "Pause": PauseView = {"role": "db", "paused": true};
         "Lease": LeaseView = {"holder": "n0", "epoch": 3, "paused": true};
+        "Lease": LeaseView = {"holder": "n0", "epoch": 3, "paused": true, "kept": true};
         "Lease": LeaseView = {"holder": "n0", "epoch": 3,
             "switchover": {"to": "n1", "at_unix_ms": 0}};
         "SwitchoverOrder": hale_control::Switchover = {"to": "n1",
@@ -340,6 +341,8 @@ fn samples() -> BTreeMap<String, Vec<Value>> {
             "schema": "DrillRestoredDetail"},
         {"kind": "role-paused", "detail": {"role": role, "paused": true},
             "schema": "RolePausedDetail"},
+        {"kind": "demote-failed", "detail": {"role": role, "epoch": epoch, "reason": "handover",
+            "outcome": "failed", "failures": 2, "retry_in_ms": 1000}, "schema": "DemoteFailedDetail"},
         {"kind": "role-kept", "detail": {"role": role, "epoch": epoch},
             "schema": "RoleKeptDetail"},
         {"kind": "role-adopted", "detail": {"role": role, "epoch": epoch},
