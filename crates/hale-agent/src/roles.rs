@@ -572,7 +572,7 @@ impl RoleManager {
     }
 
     /// Reads the control plane's table until a server answers (at most
-    /// for [`ADOPT_LOOKUP`], [`ADOPT_READS`] answers): if one says this node holds the role while it
+    /// for [`ADOPT_LOOKUP`], [`ADOPT_READS`] answers ever further apart): if one says this node holds the role while it
     /// is paused (an earlier run kept it when it stopped), the manager is
     /// told to adopt it.
     fn look_for_kept_role(&self, tx: &mpsc::UnboundedSender<Input>) {
@@ -587,10 +587,13 @@ impl RoleManager {
                         let _ = tx.send(Input::Adopt(epoch, kept));
                         return;
                     }
-                    // A server that has just restarted may not have
-                    // applied the pause yet: read again, a little later.
+                    // A server that has just restarted, or one cut off
+                    // from its leader, may not have applied the keep yet:
+                    // read again, 1, 2, 4, ... s later (three answers a
+                    // second apart were not enough: nemesis seed 20004, a
+                    // slow link, and the role stayed kept for good).
                     answers += 1;
-                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    tokio::time::sleep(Duration::from_secs(1 << answers.min(5))).await;
                 } else {
                     tokio::time::sleep(Duration::from_millis(250)).await;
                 }
@@ -750,13 +753,15 @@ async fn sleep_until(at: Option<Instant>) {
     }
 }
 
-/// How long a starting role manager keeps asking for the control plane's
-/// table to find a paused role it holds.
-const ADOPT_LOOKUP: Duration = Duration::from_secs(60);
+/// How long a starting role manager keeps reading the control plane's
+/// table to find a paused role it holds: a keep may reach the server it
+/// reads late (a restarted server, or one behind a slow link).
+const ADOPT_LOOKUP: Duration = Duration::from_secs(120);
 
 /// How many answers it reads before it concludes that no paused role of
-/// this node is there (a second apart).
-const ADOPT_READS: u32 = 3;
+/// this node is there (2, 4, 8, 16, 32 s apart: a handful of reads per
+/// role whatever their number, over a minute).
+const ADOPT_READS: u32 = 6;
 
 /// The epoch at which `table` says `node` holds `role` while it is
 /// paused, and whether it records that holding as kept.
