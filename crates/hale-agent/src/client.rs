@@ -493,7 +493,21 @@ impl Client {
 
     /// `POST /v1/keys/{op}`: installs, uses or removes `key` on every live agent.
     pub async fn key_op(&self, op: KeyOp, key: &str) -> Result<KeyReport, ClientError> {
-        let body = serde_json::json!({ "key": key });
+        self.key_op_forced(op, key, false).await
+    }
+
+    /// [`Client::key_op`], with `force` (a `remove` while a member that has
+    /// not left is dead: it may be locked out when it comes back).
+    pub async fn key_op_forced(
+        &self,
+        op: KeyOp,
+        key: &str,
+        force: bool,
+    ) -> Result<KeyReport, ClientError> {
+        let body = crate::view::KeyRequest {
+            key: key.to_owned(),
+            force,
+        };
         self.post(&routes::fill(routes::KEY_OP, "op", op.as_str()), &body)
             .await
     }

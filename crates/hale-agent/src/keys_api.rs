@@ -39,7 +39,9 @@ use hale_seal::{CallError, Guard, Sealing};
 use crate::meta::AgentMeta;
 use crate::state::ApiError;
 use crate::state::AppState;
-use crate::view::{routes, KeyOp, KeyOpError, KeyReport, KeyRequest, KeyView, KeysView};
+use crate::view::{
+    routes, KeyOp, KeyOpError, KeyReport, KeyRequest, KeyView, KeysView, MemberState,
+};
 
 /// How long one agent may take to answer a fanned-out key operation.
 pub const PEER_TIMEOUT: Duration = Duration::from_secs(2);
@@ -137,7 +139,7 @@ fn unanswered(e: CallError) -> KeyOpError {
 }
 
 /// Reads an operation and its key; the error is the answer.
-fn parse(op: &str, body: &[u8]) -> Result<(KeyOp, Key), ApiError> {
+fn parse(op: &str, body: &[u8]) -> Result<(KeyOp, Key, bool), ApiError> {
     let op = KeyOp::parse(op).ok_or_else(|| {
         ApiError(
             StatusCode::NOT_FOUND,
@@ -148,7 +150,7 @@ fn parse(op: &str, body: &[u8]) -> Result<(KeyOp, Key), ApiError> {
     let req: KeyRequest = serde_json::from_slice(body)
         .map_err(|e| bad(format!("expected {{\"key\": \"<base64>\"}}: {e}")))?;
     let key = Key::from_base64(&req.key).map_err(|e| bad(format!("key: {e}")))?;
-    Ok((op, key))
+    Ok((op, key, req.force))
 }
 
 async fn peer_op(
@@ -157,7 +159,7 @@ async fn peer_op(
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
     let keys = keyring(&st)?;
-    let (op, key) = parse(&op, &body)?;
+    let (op, key, _) = parse(&op, &body)?;
     let answer: Result<KeysView, KeyOpError> = apply(keys, op, &key).map(|()| {
         tracing::info!(op = op.as_str(), key = %key.fingerprint(), "keyring changed by the cluster");
         view(&st, keys)
@@ -171,12 +173,31 @@ pub(crate) async fn fan_out(
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
     let keys = keyring(&st)?.clone();
-    let (op, key) = parse(&op, &body)?;
+    let (op, key, force) = parse(&op, &body)?;
+    let members = st.snapshot().await.map(|s| s.members).unwrap_or_default();
+    // A member that is dead but has not left may never have installed the
+    // new key (cut off during the rotation): removing the old one would
+    // lock it out for good when it comes back (nemesis seed 10030).
+    let dead: Vec<&str> = members
+        .iter()
+        .filter(|m| !m.is_self && m.state == MemberState::Dead)
+        .map(|m| m.name.as_str())
+        .collect();
+    if op == KeyOp::Remove && !force && !dead.is_empty() {
+        return Err(ApiError(
+            StatusCode::CONFLICT,
+            format!(
+                "not removed: {} dead and not left (it may not have the new key, and would be \
+                 locked out when it comes back): bring it back and repeat `install` and `use`, \
+                 or make it leave; --force removes it anyway",
+                dead.join(", ")
+            ),
+        ));
+    }
     // This agent first: a refused change (use of a key not installed,
     // removal of the primary) goes no further.
     apply(&keys, op, &key).map_err(|e| ApiError(StatusCode::CONFLICT, e.to_string()))?;
     tracing::info!(op = op.as_str(), key = %key.fingerprint(), "keyring changed; telling the cluster");
-    let members = st.snapshot().await.map(|s| s.members).unwrap_or_default();
     let peers: Vec<(String, Option<String>)> = members
         .iter()
         .filter(|m| !m.is_self && m.state.is_live())
@@ -190,6 +211,7 @@ pub(crate) async fn fan_out(
     let sealing = Sealing::Sealed(keys.clone());
     let req = KeyRequest {
         key: key.to_base64(),
+        force: false,
     };
     let path = routes::fill(routes::CLUSTER_KEY_OP, "op", op.as_str());
     let (client, sealing, req, path) = (&st.peers.client, &sealing, &req, &path);

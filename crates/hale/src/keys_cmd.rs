@@ -32,17 +32,23 @@ pub enum KeysAction {
         /// The key, base64.
         key: String,
     },
-    /// Drop KEY (not the primary) from every agent's keyring.
+    /// Drop KEY (not the primary) from every agent's keyring. Refused
+    /// while a member that has not left is dead: it may never have
+    /// installed the new key and would be locked out when it comes back.
     Remove {
         /// The key, base64.
         key: String,
+        /// Remove it even so (the dead member will not come back, or will
+        /// come back with the new key in its hale.toml).
+        #[arg(long)]
+        force: bool,
     },
 }
 
 /// Runs `hale keys`; fails unless every agent applied the operation.
 pub fn run(args: &KeysArgs) -> anyhow::Result<()> {
     let client = args.api.client();
-    let (op, key) = match &args.action {
+    let (op, key, force) = match &args.action {
         KeysAction::List => {
             let v = block_on(client.keys())??;
             println!("keys of {} (the primary seals, every key opens):", v.node);
@@ -55,11 +61,11 @@ pub fn run(args: &KeysArgs) -> anyhow::Result<()> {
             }
             return Ok(());
         }
-        KeysAction::Install { key } => (KeyOp::Install, key),
-        KeysAction::Use { key } => (KeyOp::Use, key),
-        KeysAction::Remove { key } => (KeyOp::Remove, key),
+        KeysAction::Install { key } => (KeyOp::Install, key, false),
+        KeysAction::Use { key } => (KeyOp::Use, key, false),
+        KeysAction::Remove { key, force } => (KeyOp::Remove, key, *force),
     };
-    let r = block_on(client.key_op(op, key))??;
+    let r = block_on(client.key_op_forced(op, key, force))??;
     println!(
         "{} {}: applied by {} of {} agents",
         op.as_str(),

@@ -152,6 +152,11 @@ hale_core::named_enum! {
 pub struct KeyRequest {
     /// The key, base64 (as `hale keygen` prints it).
     pub key: String,
+    /// `remove` only: remove it even though a member that has not left is
+    /// dead (it would be locked out when it comes back: it may never have
+    /// installed the new key). Never sent to peers.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub force: bool,
 }
 
 /// One key of a ring, as listed.

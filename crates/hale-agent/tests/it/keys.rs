@@ -90,6 +90,7 @@ async fn peer_op(
         &format!("/v1/cluster/keys/{op}"),
         &KeyRequest {
             key: key.to_base64(),
+            force: false,
         },
         Duration::from_secs(5),
     )

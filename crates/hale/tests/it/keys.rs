@@ -111,3 +111,34 @@ fn rotating_the_key_of_a_running_five_agent_cluster_suspects_no_one_and_keeps_th
         assert_eq!(v.keys.len(), 1, "{}: {v:?}", a.name);
     }
 }
+
+/// Removing the old key while a member that has not left is dead would lock
+/// it out when it comes back (it may never have installed the new key):
+/// refused, naming it, unless forced (nemesis seed 10030).
+#[test]
+fn removing_the_old_key_while_a_member_is_dead_is_refused_unless_forced() {
+    let mut c = Cluster::roles_with("keys-dead", 4, |_, _| None, |_| String::new(), |_| {});
+    let _ = first_holder(&c);
+    let old = c.key.clone();
+    let new = Key::generate().to_base64();
+    c.agents[3].kill();
+    wait_for(Duration::from_secs(30), "n0 sees n3 dead", || {
+        c.agents[0]
+            .members()?
+            .iter()
+            .any(|m| m.name == "n3" && m.state == hale_agent::view::MemberState::Dead)
+            .then_some(())
+    });
+    for op in ["install", "use"] {
+        let (ok, out) = hale(&c, &["keys", op, &new]);
+        assert!(ok, "{op}: {out}");
+    }
+    let (ok, out) = hale(&c, &["keys", "remove", &old]);
+    assert!(!ok, "the removal went through: {out}");
+    assert!(out.contains("n3 dead and not left"), "{out}");
+    // The old key is still there: n3 can come back with it.
+    let keys = call(c.agents[0].api().keys()).expect("n0 answers");
+    assert_eq!(keys.keys.len(), 2, "{keys:?}");
+    let (ok, out) = hale(&c, &["keys", "remove", &old, "--force"]);
+    assert!(ok, "{out}");
+}
