@@ -270,6 +270,11 @@ pub struct RoleLease {
     /// Cleared by the next grant or release.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kept: Option<String>,
+    /// The identity that adopted the current holding, if one did: an
+    /// adoption asked again by the same identity (its first answer lost) is
+    /// answered again. Cleared by the next grant, release or keep.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adopted: Option<String>,
 }
 
 /// A request to the leader to grant a role (sent by candidates).
@@ -345,6 +350,7 @@ impl LeaseTable {
                 r.attempt = *attempt;
                 r.switchover = None;
                 r.kept = None;
+                r.adopted = None;
                 LeaseResponse::Granted { epoch: *epoch }
             }
             LeaseRequest::Renewals {
@@ -412,6 +418,7 @@ impl LeaseTable {
                     r.attempt = 0;
                     r.switchover = None;
                     r.kept = None;
+                    r.adopted = None;
                     LeaseResponse::Released
                 }
                 _ => not_holder(holder, *epoch),
@@ -426,6 +433,7 @@ impl LeaseTable {
                 if let LeaseResponse::Renewed { paused: true, .. } = answer {
                     if let Some(r) = self.roles.get_mut(role) {
                         r.kept = Some(identity.clone());
+                        r.adopted = None;
                     }
                 }
                 answer
@@ -443,8 +451,13 @@ impl LeaseTable {
                 match answer {
                     LeaseResponse::Renewed { .. } if r.kept.as_ref() == Some(identity) => {
                         r.kept = None;
+                        r.adopted = Some(identity.clone());
                         answer
                     }
+                    // The same adoption again (its answer was lost: nemesis
+                    // seed 20004, where the retry was refused and the holding
+                    // left unguarded).
+                    LeaseResponse::Renewed { .. } if r.adopted.as_ref() == Some(identity) => answer,
                     LeaseResponse::Renewed { .. } => {
                         LeaseResponse::Rejected(LeaseRejection::NotKeeper { epoch: *epoch })
                     }

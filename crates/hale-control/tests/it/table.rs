@@ -559,6 +559,16 @@ fn a_keep_is_recorded_only_while_the_role_is_paused_and_only_its_keeper_adopts_i
         LeaseResponse::Renewed { paused: true, .. }
     ));
     assert_eq!(t.role("db").unwrap().kept, None);
+    // The same adoption asked again (its answer lost) is answered again;
+    // another identity still is not.
+    assert!(matches!(
+        t.apply(&adopt_req("a@m1")),
+        LeaseResponse::Renewed { paused: true, .. }
+    ));
+    assert_eq!(
+        t.apply(&adopt_req("a@m2")),
+        LeaseResponse::Rejected(LeaseRejection::NotKeeper { epoch: 1 })
+    );
 }
 
 #[test]
