@@ -193,6 +193,15 @@ impl Holder {
                 self.adopting = None;
                 self.event(HolderEvent::NotAdopted { epoch: *epoch });
             }
+            // Refused while the table records no keep (and none went by a
+            // plain renewal): the previous run handed the role over (its
+            // release not yet applied where the lookup read) or crashed and
+            // was fenced; its demote ran. Demoting again would be a second
+            // demote of that holding (nemesis seed 30010).
+            Some(LeaseResponse::Rejected(_)) if !a.kept && !self.keep_by_renewal => {
+                self.adopting = None;
+                self.event(HolderEvent::NotAdopted { epoch: a.epoch });
+            }
             Some(LeaseResponse::Rejected(_)) => {
                 self.adopting = None;
                 self.adoption_refused(now, a.epoch);
