@@ -50,11 +50,22 @@ pub(super) struct Adopting {
     /// the adoption is a leader that has not heard every server yet, and
     /// the adoption is asked again as it is, never by a plain renewal.
     kept: bool,
+    /// Since when the adoption has been refused as too new, if it has: a
+    /// plain renewal is used only once that has lasted [`TOO_NEW_FOR`] (a
+    /// leader just elected counts every server it has not heard yet as the
+    /// oldest protocol: nemesis seed 40003, where an adoption by renewal took
+    /// a holding its crashed predecessor's watchdog had fenced).
+    too_new_since: Option<Time>,
     /// The renewal in flight, and when it was sent.
     request: Option<(RequestId, Time)>,
     /// When to send the next one.
     next: Time,
 }
+
+/// How long an adoption must be refused as too new before it goes by a
+/// plain renewal (a server of an older release, not a leader that has not
+/// heard every server yet).
+const TOO_NEW_FOR: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Holder {
     /// The control plane's table says this node holds the role, paused, at
@@ -73,6 +84,7 @@ impl Holder {
         self.adopting = Some(Adopting {
             epoch,
             kept,
+            too_new_since: None,
             request: None,
             next: now,
         });
@@ -150,10 +162,16 @@ impl Holder {
     /// under way). A keep or an adoption then goes by plain renewals, as
     /// the previous release's did; every request counts as unanswered.
     pub fn handle_too_new(&mut self, now: Time, id: RequestId) {
-        let adoption = self
+        if let Some(a) = self
             .adopting
-            .filter(|a| a.request.is_some_and(|(rid, _)| rid == id));
-        if adoption.is_some_and(|a| !a.kept) || self.keeping.is_some() {
+            .as_mut()
+            .filter(|a| a.request.is_some_and(|(rid, _)| rid == id))
+        {
+            let since = *a.too_new_since.get_or_insert(now);
+            if !a.kept && now.saturating_since(since) >= TOO_NEW_FOR {
+                self.keep_by_renewal = true;
+            }
+        } else if self.keeping.is_some() {
             self.keep_by_renewal = true;
         }
         self.handle_response(now, id, None);
