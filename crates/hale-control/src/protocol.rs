@@ -42,9 +42,19 @@
 //! **The log.** An entry is applied by every server; one that a server
 //! cannot decode stops its Raft. So the leader writes an entry only when
 //! every server of the membership speaks the version that introduced its
-//! kind ([`needs`], [`common`], [`admit`]), as it last heard each of them
-//! answer (a server not heard from yet counts as version 1). Version 2
-//! introduced no new entry kind; version 3 introduced two (below).
+//! kind ([`needs`], [`common`], [`admit`], [`admit_servers`]), as it last
+//! heard each of them answer. What a server hears is kept in its data
+//! directory ([`Spoken::persisted`]), so a restarted leader knows what it
+//! knew. A server never heard from is not taken for an old one: an entry
+//! that every server heard speaks is refused as *not yet* (retryable,
+//! [`Unadmitted::Unheard`]), and one that some server heard cannot read
+//! as *too new* ([`Unadmitted::TooNew`], which a holder takes for a mixed
+//! cluster and answers with the previous release's plain renewals: a leader
+//! just elected that counted a server it had not heard yet as the oldest
+//! release sent a holder there, and its adoption by renewal took a holding
+//! its crashed predecessor's watchdog had fenced, nemesis seeds 40003 and
+//! 40013). Version 2 introduced no new entry kind; version 3 introduced two
+//! (below).
 //!
 //! * **Version 3** (this build, [`PROTOCOL`]): the entry kinds
 //!   [`LeaseRequest::Keep`] and [`LeaseRequest::Adopt`] (a kept holding is
@@ -132,6 +142,57 @@ pub struct TooNew {
     pub common: u16,
 }
 
+/// Why the leader may not write an entry yet ([`admit_servers`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unadmitted {
+    /// A server was heard to speak an older protocol than the entry needs.
+    TooNew(TooNew),
+    /// Every server heard speaks it, but these were never heard from (a
+    /// leader just started or elected, a server down since): retry.
+    Unheard {
+        /// The version that introduced the entry's kind.
+        needs: u16,
+        /// The servers not heard from.
+        servers: Vec<u64>,
+    },
+}
+
+/// The leader's gate over the membership `servers`: an entry that needs
+/// protocol `needs` may be written only when every server was heard to
+/// speak it (`ours` for this server, `me`). A server never heard from is
+/// reason to wait ([`Unadmitted::Unheard`]), not taken for an old release.
+pub fn admit_servers(
+    needs: u16,
+    servers: &[u64],
+    me: u64,
+    ours: u16,
+    spoken: &BTreeMap<u64, u16>,
+) -> Result<(), Unadmitted> {
+    let common = common(servers.iter().copied(), me, ours, spoken);
+    if needs <= common {
+        return Ok(());
+    }
+    let heard = servers
+        .iter()
+        .filter_map(|id| match *id == me {
+            true => Some(ours),
+            false => spoken.get(id).copied(),
+        })
+        .fold(ours, u16::min);
+    let unheard: Vec<u64> = servers
+        .iter()
+        .copied()
+        .filter(|id| *id != me && !spoken.contains_key(id))
+        .collect();
+    match heard >= needs && !unheard.is_empty() {
+        true => Err(Unadmitted::Unheard {
+            needs,
+            servers: unheard,
+        }),
+        false => Err(Unadmitted::TooNew(TooNew { needs, common })),
+    }
+}
+
 /// The leader's gate: an entry that needs protocol `needs` may be written
 /// only when every server speaks it (`common`, from [`common`]).
 pub fn admit(needs: u16, common: u16) -> Result<(), TooNew> {
@@ -161,15 +222,45 @@ pub fn common(
 /// What each other control-plane server was last heard to speak, learned
 /// only from the `protocol` inside its sealed answers (an answer in the
 /// version-1 form says 1). Shared by a server's Raft network, its
-/// forwarding calls and its status; cheap to clone.
+/// forwarding calls and its status; cheap to clone. A server's own is
+/// kept in a file of its data directory ([`Spoken::persisted`]).
 #[derive(Debug, Clone, Default)]
-pub struct Spoken(Arc<Mutex<BTreeMap<u64, u16>>>);
+pub struct Spoken {
+    heard: Arc<Mutex<BTreeMap<u64, u16>>>,
+    file: Option<Arc<std::path::PathBuf>>,
+}
+
+/// The file in a server's data directory that keeps what it heard.
+const SPOKEN_FILE: &str = "spoken.json";
 
 impl Spoken {
+    /// What this server heard before it last stopped, read from `dir`
+    /// (nothing when the file is absent or unreadable: every server is
+    /// then unheard until it answers), kept there as it changes.
+    pub fn persisted(dir: &std::path::Path) -> Spoken {
+        let file = dir.join(SPOKEN_FILE);
+        let heard = std::fs::read(&file)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<BTreeMap<u64, u16>>(&b).ok())
+            .unwrap_or_default();
+        Spoken {
+            heard: Arc::new(Mutex::new(heard)),
+            file: Some(Arc::new(file)),
+        }
+    }
+
     /// Server `id` answered in `protocol`'s form; logged when that changes
-    /// what was known of it (an upgrade or a downgrade under way).
+    /// what was known of it (an upgrade or a downgrade under way), and kept
+    /// in the data directory.
     pub fn note(&self, id: u64, protocol: u16) {
-        let before = self.lock().insert(id, protocol);
+        let (before, now) = {
+            let mut heard = self.lock();
+            let before = heard.insert(id, protocol);
+            (before, (before != Some(protocol)).then(|| heard.clone()))
+        };
+        if let (Some(now), Some(file)) = (now, &self.file) {
+            self.keep(file, &now);
+        }
         match before {
             Some(b) if b != protocol => tracing::info!(
                 server = id,
@@ -191,8 +282,22 @@ impl Spoken {
         self.lock().clone()
     }
 
+    /// Writes `heard` to `file` (a new file renamed over the old, so a
+    /// crash leaves one or the other). Best effort: a file not written
+    /// costs only a wait for servers to answer after a restart.
+    fn keep(&self, file: &std::path::Path, heard: &BTreeMap<u64, u16>) {
+        let tmp = file.with_extension("json.tmp");
+        let wrote = serde_json::to_vec(heard)
+            .map_err(std::io::Error::other)
+            .and_then(|b| std::fs::write(&tmp, b))
+            .and_then(|()| std::fs::rename(&tmp, file));
+        if let Err(e) = wrote {
+            tracing::warn!(file = %file.display(), "could not keep what servers speak: {e}");
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, u16>> {
-        self.0.lock().expect("spoken versions lock")
+        self.heard.lock().expect("spoken versions lock")
     }
 }
 
@@ -347,6 +452,46 @@ mod tests {
             e.contains("needs control-plane protocol 3") && e.contains("up to 2"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_server_never_heard_from_is_waited_for_not_taken_for_an_old_release() {
+        let heard = BTreeMap::from([(2, 3)]);
+        // Server 3 was never heard: wait for it, whatever the entry needs
+        // beyond the oldest.
+        assert_eq!(
+            admit_servers(3, &[1, 2, 3], 1, 3, &heard),
+            Err(Unadmitted::Unheard {
+                needs: 3,
+                servers: vec![3]
+            })
+        );
+        assert_eq!(admit_servers(1, &[1, 2, 3], 1, 3, &heard), Ok(()));
+        assert_eq!(admit_servers(3, &[1, 2], 1, 3, &heard), Ok(()));
+        // Server 2 was heard to speak 2: too new, unheard or not.
+        let heard = BTreeMap::from([(2, 2)]);
+        assert_eq!(
+            admit_servers(3, &[1, 2, 3], 1, 3, &heard),
+            Err(Unadmitted::TooNew(TooNew {
+                needs: 3,
+                common: 1
+            }))
+        );
+    }
+
+    #[test]
+    fn what_a_server_heard_is_kept_in_its_data_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Spoken::persisted(dir.path());
+        assert!(s.all().is_empty());
+        s.note(2, 3);
+        s.note(3, 1);
+        s.note(3, 2);
+        let again = Spoken::persisted(dir.path());
+        assert_eq!(again.all(), BTreeMap::from([(2, 3), (3, 2)]));
+        // An unreadable file is as none: every server unheard.
+        std::fs::write(dir.path().join(SPOKEN_FILE), b"{not json").unwrap();
+        assert!(Spoken::persisted(dir.path()).all().is_empty());
     }
 
     #[test]

@@ -175,6 +175,9 @@ impl Client {
         let mut since = vec![0u64; n];
         let mut gens = vec![0u64; n];
         let mut seen: HashSet<(usize, u64, u64)> = HashSet::new();
+        // When each agent was last asked and answered: what a later answer
+        // adds was published after that.
+        let mut answered = vec![now_ns(); n];
         while !self.stop.load(Ordering::Relaxed) {
             for i in 0..n {
                 let g = lock(&self.shared).generations[i];
@@ -182,10 +185,12 @@ impl Client {
                     gens[i] = g;
                     since[i] = 0;
                 }
+                let asked = now_ns();
                 let Some((200, v)) = self.get(i, &format!("/v1/events?since={}", since[i])).await
                 else {
                     continue;
                 };
+                let after = std::mem::replace(&mut answered[i], asked);
                 let t = now_ns();
                 for e in v.as_array().into_iter().flatten() {
                     let seq = e.get("seq").and_then(Value::as_u64).unwrap_or(0);
@@ -205,6 +210,7 @@ impl Client {
                             member: m.to_owned(),
                             seen_ns: t,
                             declared_by,
+                            published_after_ns: Some(after),
                         });
                     }
                 }

@@ -98,6 +98,13 @@ pub struct Death {
     /// recorded before it was kept: `None` (the observer is taken).
     #[serde(default)]
     pub declared_by: Option<String>,
+    /// When the harness last asked that agent for its events before the
+    /// answer that had this one (the verdict was published after it): a
+    /// verdict seen late, its agent frozen or slow to answer just after it,
+    /// is judged from when it was reached. Histories recorded before it
+    /// was kept: `None` (judged from `seen_ns` with the harness's lag).
+    #[serde(default)]
+    pub published_after_ns: Option<u64>,
 }
 
 /// A change in what one agent's `GET /v1/roles/db/primary` answered.

@@ -51,10 +51,11 @@ pub(super) struct Adopting {
     /// the adoption is asked again as it is, never by a plain renewal.
     kept: bool,
     /// Since when the adoption has been refused as too new, if it has: a
-    /// plain renewal is used only once that has lasted [`TOO_NEW_FOR`] (a
-    /// leader just elected counts every server it has not heard yet as the
-    /// oldest protocol: nemesis seed 40003, where an adoption by renewal took
-    /// a holding its crashed predecessor's watchdog had fenced).
+    /// plain renewal is used only once that has lasted [`TOO_NEW_FOR`]. A
+    /// leader refuses as too new only on hearing an older server (one it
+    /// has not heard is waited for: `crate::protocol`); this is a second
+    /// guard (nemesis seed 40003, where an adoption by renewal took a
+    /// holding its crashed predecessor's watchdog had fenced).
     too_new_since: Option<Time>,
     /// The renewal in flight, and when it was sent.
     request: Option<(RequestId, Time)>,

@@ -33,7 +33,7 @@ use crate::lease::{
     resume_check, AppendClock, GrantDelay, Grantor, LeaseRequest, LeaseResponse, LeaseTable,
     LeaseTiming, ResumeRefused,
 };
-use crate::protocol::{self, Spoken, OLDEST_PROTOCOL, PROTOCOL};
+use crate::protocol::{self, Spoken, Unadmitted, OLDEST_PROTOCOL, PROTOCOL};
 use hale_core::Time;
 
 pub use api::{AddServer, Refusal, ServerChange};
@@ -310,7 +310,7 @@ impl ControlPlane {
             .map_err(|e| ControlError::Start(e.into()))?;
         let log = LogStore::new(db, Some(on_append));
         let stall = log.stall();
-        let spoken = Spoken::default();
+        let spoken = Spoken::persisted(data_dir);
         let network = Network::new(auth.clone(), speaks, spoken.clone());
         let raft = Raft::new(id, Arc::new(config), network, log, sm.clone())
             .await
@@ -499,10 +499,25 @@ impl ControlPlane {
         if needs <= OLDEST_PROTOCOL {
             return Ok(());
         }
-        protocol::admit(needs, self.common_protocol()).map_err(|t| ControlError::TooNew {
-            needs: t.needs,
-            speaks: t.common,
-        })
+        let m = self.raft.metrics().borrow().clone();
+        let servers: Vec<u64> = m
+            .membership_config
+            .membership()
+            .nodes()
+            .map(|(id, _)| *id)
+            .collect();
+        protocol::admit_servers(needs, &servers, self.id, self.speaks, &self.spoken.all()).map_err(
+            |u| match u {
+                Unadmitted::TooNew(t) => ControlError::TooNew {
+                    needs: t.needs,
+                    speaks: t.common,
+                },
+                Unadmitted::Unheard { needs, servers } => ControlError::Unavailable(format!(
+                    "the entry needs control-plane protocol {needs}, and servers {servers:?} \
+                     have not answered this leader yet: retry"
+                )),
+            },
+        )
     }
 
     /// What each other server was last heard to speak (from its answers).

@@ -63,10 +63,17 @@
 //! suspicion with no confirmation waits that long from its silence, which
 //! began during the fault; a probe stretched by poor local health, at most
 //! 8 × 1 s, fails within it too), plus 1 s for the verdict to be gossiped
-//! to an observer that accepts it, plus the harness's lag in seeing it (it
+//! to an observer that accepts it ([`CAUSE_NS`]), before the verdict was
+//! published. When it was published is bounded by the harness's polls: after
+//! the last answer of that agent that did not have it
+//! ([`Death::published_after_ns`]), so a verdict seen late (its agent frozen
+//! just after reaching it: seed 40023, a verdict reached during a partition,
+//! seen 17 s later) is judged from when it could have been reached. In
+//! histories without that bound, the harness's lag is added instead (it
 //! asks every agent in turn, each answer awaited up to 0.5 s, then sleeps
-//! 1 s: at most 3.5 s). The detector's time to convict after a fault
-//! starts needs no grace: a verdict before the fault's start is not its.
+//! 1 s: at most 3.5 s; [`GRACE_NS`]). The detector's time to convict after
+//! a fault starts needs no grace: a verdict before the fault's start is not
+//! its.
 
 use std::collections::BTreeSet;
 use std::fmt::Write;
@@ -75,9 +82,22 @@ use super::Violation;
 use crate::history::{Death, FaultRecord, History};
 use crate::schedule::{Fault, Net};
 
-/// How long before the harness saw a verdict its cause may have ended:
-/// `suspicion_max` (10 s) + gossip (1 s) + the harness's polling lag (3.5 s).
+/// How long before a verdict was published its cause may have ended:
+/// `suspicion_max` (10 s) + gossip (1 s).
+pub const CAUSE_NS: u64 = 11_000_000_000;
+
+/// How long before the harness saw a verdict its cause may have ended,
+/// when when it was published is not bounded: [`CAUSE_NS`] + the
+/// harness's polling lag (3.5 s).
 pub const GRACE_NS: u64 = 14_500_000_000;
+
+/// From when the faults in force may have caused verdict `d`.
+fn cause_from(d: &Death) -> u64 {
+    match d.published_after_ns {
+        Some(after) => after.min(d.seen_ns).saturating_sub(CAUSE_NS),
+        None => d.seen_ns.saturating_sub(GRACE_NS),
+    }
+}
 
 /// The probe interval (lan profile): a round trip this long or longer
 /// cannot be acknowledged in time.
@@ -246,12 +266,13 @@ fn instants(h: &History, from: u64, to: u64) -> Vec<u64> {
     out
 }
 
-/// Whether `declarer` could legitimately convict `member` by `seen`.
-fn legitimate(h: &History, declarer: &str, member: &str, seen: u64) -> bool {
+/// Whether `declarer` could legitimately convict `member` at some time
+/// from `from` to `seen`.
+fn legitimate(h: &History, declarer: &str, member: &str, from: u64, seen: u64) -> bool {
     let (Some(d), Some(m)) = (index(h, declarer), index(h, member)) else {
         return false;
     };
-    instants(h, seen.saturating_sub(GRACE_NS), seen)
+    instants(h, from, seen)
         .into_iter()
         .any(|t| reach_at(h, t).convicts(d, m, h.nodes.len()))
 }
@@ -268,11 +289,11 @@ pub fn check(h: &History) -> Result<(), Violation> {
         .deaths
         .iter()
         .filter(|d| d.seen_ns < stopping)
-        .find(|d| !legitimate(h, declarer(d), &d.member, d.seen_ns))
+        .find(|d| !legitimate(h, declarer(d), &d.member, cause_from(d), d.seen_ns))
     else {
         return Ok(());
     };
-    let from = d.seen_ns.saturating_sub(GRACE_NS);
+    let from = cause_from(d);
     let mut faults = String::new();
     for f in h
         .faults
@@ -292,7 +313,7 @@ pub fn check(h: &History) -> Result<(), Violation> {
             d.observer,
             d.member,
             (d.seen_ns as i128 - h.faults_start_ns as i128) as f64 / 1e9,
-            GRACE_NS as f64 / 1e9,
+            (d.seen_ns - from) as f64 / 1e9,
             declarer(d),
             if faults.is_empty() { " none".to_owned() } else { faults },
         ),
@@ -307,7 +328,9 @@ pub fn excused_pairs(h: &History, t: u64) -> usize {
     let n = h.nodes.len();
     (0..n)
         .flat_map(|d| (0..n).map(move |m| (d, m)))
-        .filter(|&(d, m)| d != m && legitimate(h, &h.nodes[d], &h.nodes[m], t))
+        .filter(|&(d, m)| {
+            d != m && legitimate(h, &h.nodes[d], &h.nodes[m], t.saturating_sub(GRACE_NS), t)
+        })
         .count()
 }
 
@@ -380,6 +403,7 @@ mod tests {
                 member: member.into(),
                 seen_ns: at * S,
                 declared_by: None,
+                published_after_ns: None,
             }],
             end_ns: 1000 * S,
             stopping_ns: Some(900 * S),
@@ -429,6 +453,25 @@ mod tests {
     fn a_verdict_may_trail_its_partitions_heal_by_the_grace_and_no_more() {
         assert_eq!(check(&history(vec![halves()], "h0", "h3", 34)), Ok(()));
         assert!(check(&history(vec![halves()], "h0", "h3", 35)).is_err());
+    }
+
+    #[test]
+    fn a_verdict_seen_late_is_judged_from_the_last_answer_without_it_and_no_earlier() {
+        // Reached during the partition, its agent frozen just after: seen
+        // 30 s after the heal, published after the harness's poll at 19 s.
+        let stop = fault(Fault::StopHale(Target::Host(3)), &["h3"], 21, 48);
+        let mut h = history(vec![halves(), stop], "h3", "h1", 50);
+        h.deaths[0].declared_by = Some("h3".into());
+        h.deaths[0].published_after_ns = Some(19 * S);
+        assert_eq!(check(&h), Ok(()));
+        // An agent answered at 40 s without it: published after, a
+        // verdict 20 s after the heal is false.
+        h.deaths[0].published_after_ns = Some(40 * S);
+        let v = check(&h).expect_err("caught");
+        assert!(v.what.contains("in the 21.0 s before"), "{v}");
+        // Without the bound, from when it was seen.
+        h.deaths[0].published_after_ns = None;
+        assert!(check(&h).is_err());
     }
 
     #[test]
