@@ -372,6 +372,27 @@ fn draw_fault(rng: &mut Xoshiro256PlusPlus, family: Family, hosts: usize) -> Fau
     }
 }
 
+/// A move of the role by an operator (handover, switchover) is drawn half
+/// the time with the holder's demote hook failing from just before it: a
+/// release must wait for the demote to succeed, and only this pairing
+/// puts that rule to the test often (the planted bug that breaks it was
+/// caught by 1 schedule in 300 when the two had to meet by chance).
+fn demote_fails_with(rng: &mut Xoshiro256PlusPlus, fault: &Fault) -> Option<Fault> {
+    let moves = matches!(
+        fault,
+        Fault::Operator(Action::Handover { .. } | Action::Switchover { .. })
+    );
+    (moves && rng.random_bool(0.5)).then(|| Fault::HookFails {
+        target: Target::Holder,
+        hook: HookSel::Demote,
+        how: match rng.random_range(0..3) {
+            0 => HookFailure::Exit,
+            1 => HookFailure::Hang,
+            _ => HookFailure::NthTry(rng.random_range(2..=4)),
+        },
+    })
+}
+
 impl Schedule {
     /// Draws the schedule of `seed`: faults arrive 1–8 s apart, last
     /// 2–15 s (the fault phase's end heals them all), at most
@@ -387,6 +408,14 @@ impl Schedule {
                 let family = p.families[rng.random_range(0..p.families.len())];
                 let fault = draw_fault(&mut rng, family, p.hosts);
                 let for_ms = rng.random_range(2_000..15_000).min(length_ms - at);
+                let hooks = p.families.contains(&Family::Hooks);
+                if let Some(fails) = demote_fails_with(&mut rng, &fault).filter(|_| hooks) {
+                    steps.push(Step {
+                        at_ms: at,
+                        for_ms,
+                        fault: fails,
+                    });
+                }
                 steps.push(Step {
                     at_ms: at,
                     for_ms,
@@ -489,6 +518,45 @@ mod tests {
         );
     }
 
+    /// Whether `a` is the failing demote drawn with the move `b`.
+    fn companion(a: &Step, b: &Step) -> bool {
+        matches!(
+            (&a.fault, &b.fault),
+            (
+                Fault::HookFails {
+                    target: Target::Holder,
+                    hook: HookSel::Demote,
+                    ..
+                },
+                Fault::Operator(Action::Handover { .. } | Action::Switchover { .. })
+            )
+        ) && a.at_ms == b.at_ms
+    }
+
+    #[test]
+    fn a_move_of_the_role_is_often_drawn_with_the_holders_demote_failing() {
+        let (mut moves, mut with) = (0, 0);
+        for seed in 0..300 {
+            let s = Schedule::generate(seed, &params());
+            for w in s.steps.windows(2) {
+                if companion(&w[0], &w[1]) {
+                    with += 1;
+                }
+            }
+            moves += s
+                .steps
+                .iter()
+                .filter(|st| {
+                    matches!(
+                        st.fault,
+                        Fault::Operator(Action::Handover { .. } | Action::Switchover { .. })
+                    )
+                })
+                .count();
+        }
+        assert!(moves > 50 && with * 3 > moves && with * 3 < moves * 2, "{with} of {moves}");
+    }
+
     #[test]
     fn every_fault_heals_within_the_fault_phase_and_overlaps_stay_bounded() {
         for seed in 0..200 {
@@ -496,9 +564,13 @@ mod tests {
             assert!(!s.steps.is_empty(), "seed {seed} drew no fault");
             for st in &s.steps {
                 assert!(st.at_ms + st.for_ms <= s.length_ms, "seed {seed}: {st:?}");
+                // A move's failing demote is drawn with it, and counts with it.
                 let active = s
                     .steps
-                    .iter()
+                    .windows(2)
+                    .filter(|w| !companion(&w[0], &w[1]))
+                    .map(|w| &w[1])
+                    .chain(s.steps.first())
                     .filter(|o| o.at_ms <= st.at_ms && o.at_ms + o.for_ms > st.at_ms)
                     .count();
                 assert!(active <= 2, "seed {seed}: {active} faults at {}", st.at_ms);
