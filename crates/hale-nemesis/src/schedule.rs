@@ -554,7 +554,10 @@ mod tests {
                 })
                 .count();
         }
-        assert!(moves > 50 && with * 3 > moves && with * 3 < moves * 2, "{with} of {moves}");
+        assert!(
+            moves > 50 && with * 3 > moves && with * 3 < moves * 2,
+            "{with} of {moves}"
+        );
     }
 
     #[test]
