@@ -26,6 +26,7 @@ use crate::view::{
 use hale_keyring::{SharedKeyring, OVERHEAD};
 
 mod counters;
+mod seeds;
 mod wire;
 pub use counters::{Counter, RuntimeCounters};
 
@@ -245,6 +246,8 @@ struct Driver {
     evidence: HashMap<String, EvidenceView>,
     /// What the cluster speaks (`runtime/wire.rs`).
     wire: wire::Negotiation,
+    /// The seeds, synced with again while missing (`runtime/seeds.rs`).
+    seeds: seeds::Seeds,
 }
 
 impl Driver {
@@ -267,10 +270,14 @@ impl Driver {
         let mut buf = vec![0u8; 65_536];
         let udp = self.udp.clone();
         loop {
-            let deadline = self.node.poll_timeout().map_or_else(
-                || Instant::now() + Duration::from_secs(3600),
-                |t| self.instant(t),
-            );
+            let deadline = self
+                .node
+                .poll_timeout()
+                .map_or_else(
+                    || Instant::now() + Duration::from_secs(3600),
+                    |t| self.instant(t),
+                )
+                .min(self.seeds.deadline());
             tokio::select! {
                 _ = stop.changed() => {
                     self.leave_and_drain(&mut frames, &udp, &mut buf).await;
@@ -300,9 +307,21 @@ impl Driver {
                 _ = tokio::time::sleep_until(deadline) => {
                     let now = self.now();
                     self.node.handle_timeout(now);
+                    self.sync_missing_seeds();
                 }
             }
             self.flush();
+        }
+    }
+
+    /// Syncs with each seed missing from the view, when it is time to.
+    fn sync_missing_seeds(&mut self) {
+        if self.shared.drill.frozen() {
+            return;
+        }
+        for addr in self.seeds.missing(&self.node) {
+            tracing::debug!(%addr, "a seed is not a live member: syncing with it");
+            self.node.sync_with(seed_id(addr));
         }
     }
 
@@ -399,6 +418,7 @@ impl Driver {
                 }
             }
             Command::Join(addrs, done) => {
+                self.seeds.joined(&addrs);
                 self.node.join(now, addrs.into_iter().map(seed_id));
                 let _ = done.send(());
             }
@@ -810,6 +830,7 @@ pub(crate) fn spawn(
         out_streams: Arc::new(Semaphore::new(MAX_OUT_STREAMS)),
         evidence: HashMap::new(),
         wire: wire::Negotiation::default(),
+        seeds: seeds::Seeds::new(),
     };
     let meta = shared.meta.subscribe();
     tasks.spawn(driver.run(cmd_rx, frame_rx, meta, stop));

@@ -114,6 +114,19 @@ impl<I: Identity> Node<I> {
         self.contact_seeds(now);
     }
 
+    /// Exchanges whole states with `peer` once, as a join does, without
+    /// changing the seeds. The agent does this for a seed that is not a
+    /// live member of this node's view: when every seed restarted together,
+    /// they joined each other only and formed an island, and the members
+    /// that saw them leave never probe a left member again. Nothing is sent
+    /// once this node has left.
+    pub fn sync_with(&mut self, peer: I) {
+        if self.isolation.phase().has_left() || peer == *self.local.id() {
+            return;
+        }
+        self.send_full_state(peer, true);
+    }
+
     /// Loads a member list from a trusted snapshot (a saved state, or a
     /// simulator's warm start): every record is merged as if received in a
     /// full-state sync, without gossiping it and without events.

@@ -15,4 +15,5 @@ mod openapi;
 mod relay;
 mod relay_view;
 mod reload;
+mod seeds;
 mod support;
