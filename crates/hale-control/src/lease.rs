@@ -160,6 +160,10 @@ pub enum LeaseRequest {
         epoch: u64,
         /// The adopting node's identity: must be the keeper's.
         identity: String,
+        /// The adopting run of the agent ([`crate::HolderConfig::instance`]):
+        /// only the run that adopted may be answered again as adopted.
+        #[serde(default)]
+        run: u64,
     },
     /// Several requests in one log entry, applied in order (an agent's
     /// renewals of every role it holds, and the grants answering its
@@ -272,11 +276,21 @@ pub struct RoleLease {
     /// Cleared by the next grant or release.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kept: Option<String>,
-    /// The identity that adopted the current holding, if one did: an
-    /// adoption asked again by the same identity (its first answer lost) is
-    /// answered again. Cleared by the next grant, release or keep.
+    /// The run that adopted the current holding, if one did (its identity
+    /// and run, [`adoption`]): the same adoption asked again by that run
+    /// (its first answer lost) is answered again; a later run of the same
+    /// node is not (its predecessor crashed holding it: it was not kept,
+    /// and the watchdog fences it: nemesis seed 60010, where the next run
+    /// adopted it and a third fence followed). Cleared by the next grant,
+    /// release or keep.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adopted: Option<String>,
+}
+
+/// What [`RoleLease::adopted`] records of the adoption by run `run` of
+/// the node `identity`.
+pub fn adoption(identity: &str, run: u64) -> String {
+    format!("{identity} run {run:016x}")
 }
 
 /// A request to the leader to grant a role (sent by candidates).
@@ -445,21 +459,23 @@ impl LeaseTable {
                 holder,
                 epoch,
                 identity,
+                run,
             } => {
                 let answer = self.renew(role, holder, *epoch);
                 let Some(r) = self.roles.get_mut(role) else {
                     return answer;
                 };
+                let this = adoption(identity, *run);
                 match answer {
                     LeaseResponse::Renewed { .. } if r.kept.as_ref() == Some(identity) => {
                         r.kept = None;
-                        r.adopted = Some(identity.clone());
+                        r.adopted = Some(this);
                         answer
                     }
                     // The same adoption again (its answer was lost: nemesis
                     // seed 20004, where the retry was refused and the holding
                     // left unguarded).
-                    LeaseResponse::Renewed { .. } if r.adopted.as_ref() == Some(identity) => answer,
+                    LeaseResponse::Renewed { .. } if r.adopted.as_ref() == Some(&this) => answer,
                     LeaseResponse::Renewed { .. } => {
                         LeaseResponse::Rejected(LeaseRejection::NotKeeper { epoch: *epoch })
                     }

@@ -413,8 +413,25 @@ hook_timeout = "10s"
 
     /// SIGKILLs every process of host `i` and reaps our children.
     pub fn kill_host(&mut self, i: usize) {
-        crate::lab::signal(&ns_pids(&self.lab.hosts[i]), Signal::SIGCONT);
-        crate::lab::signal(&ns_pids(&self.lab.hosts[i]), Signal::SIGKILL);
+        // As a host dies: everything at once, a frozen host without a
+        // moment of life first (SIGKILL reaches stopped processes). It was
+        // resumed, then killed from a second reading of its processes: in
+        // between, its agent and watchdog both started a demote, and the
+        // hooks, started after that reading, outlived their "dead" host, one
+        // unguarded by the claim its killed parent had held (seed 60005).
+        // Read again until nothing is left (a process may fork between a
+        // reading and the kill).
+        for _ in 0..20 {
+            let left: Vec<i32> = ns_pids(&self.lab.hosts[i])
+                .into_iter()
+                .filter(|&p| !crate::lab::is_zombie(p))
+                .collect();
+            if left.is_empty() {
+                break;
+            }
+            crate::lab::signal(&left, Signal::SIGKILL);
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
         for mut c in [self.agents[i].take(), self.registers[i].take()]
             .into_iter()
             .flatten()

@@ -138,6 +138,16 @@ pub fn ns_pids(ns: &str) -> Vec<i32> {
         .collect()
 }
 
+/// Whether process `pid` has exited and waits to be reaped (or is gone).
+pub fn is_zombie(pid: i32) -> bool {
+    // `/proc/PID/stat`: "pid (comm) S ...", comm may hold spaces or ')'.
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
+        s.rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next())
+            .is_some_and(|state| state == 'Z' || state == 'X')
+    })
+}
+
 /// A process's command line, words joined by spaces.
 pub fn cmdline(pid: i32) -> String {
     std::fs::read(format!("/proc/{pid}/cmdline"))

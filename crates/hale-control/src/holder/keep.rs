@@ -122,6 +122,7 @@ impl Holder {
                 holder: self.cfg.node.clone(),
                 epoch: a.epoch,
                 identity: self.cfg.identity.clone(),
+                run: self.cfg.instance,
             })
         };
         self.actions.push_back(Action::Send {

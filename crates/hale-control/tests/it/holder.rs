@@ -733,6 +733,7 @@ fn adopt(epoch: u64) -> ControlRequest {
         holder: "a".into(),
         epoch,
         identity: ID.into(),
+        run: 7,
     })
 }
 

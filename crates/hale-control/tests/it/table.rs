@@ -505,11 +505,17 @@ fn keep_req(identity: &str) -> LeaseRequest {
 }
 
 fn adopt_req(identity: &str) -> LeaseRequest {
+    adopt_by(identity, 1)
+}
+
+/// An adoption by run `run` of the node `identity`.
+fn adopt_by(identity: &str, run: u64) -> LeaseRequest {
     LeaseRequest::Adopt {
         role: "db".into(),
         holder: "a".into(),
         epoch: 1,
         identity: identity.into(),
+        run,
     }
 }
 
@@ -569,6 +575,14 @@ fn a_keep_is_recorded_only_while_the_role_is_paused_and_only_its_keeper_adopts_i
         t.apply(&adopt_req("a@m2")),
         LeaseResponse::Rejected(LeaseRejection::NotKeeper { epoch: 1 })
     );
+    // A later run of the same node is not that adoption: the run that
+    // adopted crashed holding it (not kept), and its watchdog fences it.
+    let before = t.clone();
+    assert_eq!(
+        t.apply(&adopt_by("a@m1", 2)),
+        LeaseResponse::Rejected(LeaseRejection::NotKeeper { epoch: 1 })
+    );
+    assert_eq!(t, before);
 }
 
 #[test]
