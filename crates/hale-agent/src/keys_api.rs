@@ -194,10 +194,6 @@ pub(crate) async fn fan_out(
             ),
         ));
     }
-    // This agent first: a refused change (use of a key not installed,
-    // removal of the primary) goes no further.
-    apply(&keys, op, &key).map_err(|e| ApiError(StatusCode::CONFLICT, e.to_string()))?;
-    tracing::info!(op = op.as_str(), key = %key.fingerprint(), "keyring changed; telling the cluster");
     let peers: Vec<(String, Option<String>)> = members
         .iter()
         .filter(|m| !m.is_self && m.state.is_live())
@@ -208,6 +204,63 @@ pub(crate) async fn fan_out(
             )
         })
         .collect();
+    // A live member that missed the `use` (cut off one way from the agent
+    // that fanned it out, its API too slow) still seals with the key being
+    // removed: once it is gone from the others, that member is locked out.
+    // Every live member is told to use this agent's primary again first,
+    // and the key is removed only when each one did.
+    let primary = keys.current().primary().clone();
+    if op == KeyOp::Remove && !force && primary != key {
+        let unconfirmed: Vec<String> = tell(&st, &keys, &peers, KeyOp::Use, &primary)
+            .await
+            .into_iter()
+            .filter_map(|(name, r)| r.err().map(|e| format!("{name} ({e})")))
+            .collect();
+        if !unconfirmed.is_empty() {
+            return Err(ApiError(
+                StatusCode::CONFLICT,
+                format!(
+                    "not removed: {} did not confirm using the key in use ({}): it would be \
+                     locked out; repeat `install` and `use` once it answers, or make it leave; \
+                     --force removes it anyway",
+                    unconfirmed.join(", "),
+                    primary.fingerprint()
+                ),
+            ));
+        }
+    }
+    // This agent first: a refused change (use of a key not installed,
+    // removal of the primary) goes no further.
+    apply(&keys, op, &key).map_err(|e| ApiError(StatusCode::CONFLICT, e.to_string()))?;
+    tracing::info!(op = op.as_str(), key = %key.fingerprint(), "keyring changed; telling the cluster");
+    let answers = tell(&st, &keys, &peers, op, &key).await;
+    let mut report = KeyReport {
+        op,
+        key: key.fingerprint(),
+        agents: answers.len() + 1,
+        ok: vec![st.me().to_owned()],
+        failed: BTreeMap::new(),
+    };
+    for (name, r) in answers {
+        match r {
+            Ok(()) => report.ok.push(name),
+            Err(e) => drop(report.failed.insert(name, e)),
+        }
+    }
+    report.ok.sort();
+    Ok(Json(report).into_response())
+}
+
+/// Tells each of `peers` (name, HTTP address) to apply `op` with `key`, on
+/// the agents' sealed route (sealed with `keys`), at most
+/// [`CONCURRENCY`] at once: what each answered.
+async fn tell(
+    st: &AppState,
+    keys: &SharedKeyring,
+    peers: &[(String, Option<String>)],
+    op: KeyOp,
+    key: &Key,
+) -> Vec<(String, Result<(), KeyOpError>)> {
     let sealing = Sealing::Sealed(keys.clone());
     let req = KeyRequest {
         key: key.to_base64(),
@@ -215,7 +268,7 @@ pub(crate) async fn fan_out(
     };
     let path = routes::fill(routes::CLUSTER_KEY_OP, "op", op.as_str());
     let (client, sealing, req, path) = (&st.peers.client, &sealing, &req, &path);
-    let answers: Vec<(String, Result<(), KeyOpError>)> = stream::iter(peers)
+    stream::iter(peers.iter().cloned())
         .map(|(name, http)| async move {
             let Some(addr) = http else {
                 return (name, Err(KeyOpError::NoAddress));
@@ -234,20 +287,5 @@ pub(crate) async fn fan_out(
         })
         .buffer_unordered(CONCURRENCY)
         .collect()
-        .await;
-    let mut report = KeyReport {
-        op,
-        key: key.fingerprint(),
-        agents: answers.len() + 1,
-        ok: vec![st.me().to_owned()],
-        failed: BTreeMap::new(),
-    };
-    for (name, r) in answers {
-        match r {
-            Ok(()) => report.ok.push(name),
-            Err(e) => drop(report.failed.insert(name, e)),
-        }
-    }
-    report.ok.sort();
-    Ok(Json(report).into_response())
+        .await
 }

@@ -73,6 +73,52 @@ async fn an_agent_that_refuses_a_key_operation_says_why_and_keeps_its_keys() {
     b.shutdown().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_is_removed_only_once_every_live_member_uses_the_key_in_use() {
+    let old = Key::generate();
+    let a = start("keys-rm", "a", &old.to_base64(), None).await;
+    let b = start("keys-rm", "b", &old.to_base64(), None).await;
+    let c = start("keys-rm", "c", &old.to_base64(), None).await;
+    b.join(vec![a.gossip_addr()]).await.unwrap();
+    c.join(vec![a.gossip_addr()]).await.unwrap();
+    for x in [&a, &b, &c] {
+        wait_until("all alive", Duration::from_secs(10), || async {
+            alive_count(x).await == 3
+        })
+        .await;
+    }
+    // The new key installed everywhere, but used on a and b only: c
+    // missed the `use` (its answer lost) and still seals with the old key.
+    let new = Key::generate();
+    let report = a
+        .client()
+        .key_op(KeyOp::Install, &new.to_base64())
+        .await
+        .unwrap();
+    assert_eq!(report.ok, ["a", "b", "c"]);
+    let both = Sealing::sealed(hale_agent::Keyring::new(old.clone(), vec![new.clone()]));
+    for (name, x) in [("a", &a), ("b", &b)] {
+        peer_op(&both, (name, x.http_addr()), "use", &new)
+            .await
+            .unwrap();
+    }
+    let before = c.client().keys().await.unwrap();
+    assert_eq!(before.keys[0].fingerprint, old.fingerprint());
+    // Removing the old key first makes c use the new one: nobody locked out.
+    let report = a
+        .client()
+        .key_op(KeyOp::Remove, &old.to_base64())
+        .await
+        .unwrap();
+    assert_eq!(report.ok, ["a", "b", "c"], "{report:?}");
+    let after = c.client().keys().await.unwrap();
+    assert_eq!(after.keys.len(), 1, "{after:?}");
+    assert_eq!(after.keys[0].fingerprint, new.fingerprint());
+    for x in [a, b, c] {
+        x.shutdown().await;
+    }
+}
+
 /// `op` with `key`, sent to agent `to` (its name and HTTP address) on the
 /// agents' route as another agent would (sealed with `sealing` for `to`
 /// and that route).
