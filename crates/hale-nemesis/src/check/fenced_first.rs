@@ -2,8 +2,9 @@
 //! be promoted. No register accepts a write (passes its own epoch check)
 //! at epoch `e` after another register was promoted at a higher epoch, by
 //! the shared clock — except while nothing on the old primary's host could
-//! fence it: its hale processes frozen (`stop-hale`, `stop-host`) or its
-//! fence action itself frozen (`stop-hook`), until 2 s after that heals.
+//! fence it ([`super::frozen`]: its hale processes frozen, its fence action
+//! itself frozen, its watchdog frozen while its agent is out), until 2 s
+//! after that heals.
 //!
 //! This is hale's own fencing, checked apart from the register's: the
 //! registers need a majority and check epochs ([`super::fencing`]), so a
@@ -22,17 +23,12 @@ use crate::register::RegisterRecord;
 /// agent and watchdog find the lease gone and fence within it.
 const AFTER_THAW_NS: u64 = 2_000_000_000;
 
-/// Fault names during which a host's own fencing cannot run.
-const FREEZES: [&str; 3] = ["stop-hale", "stop-host", "stop-hook"];
-
-/// Whether `node`'s fencing was frozen at `t`.
+/// Whether `node`'s fencing was frozen at `t` ([`super::frozen`]), or
+/// thawed less than [`AFTER_THAW_NS`] before.
 fn frozen(h: &History, node: &str, t: u64) -> bool {
-    h.faults.iter().any(|f| {
-        FREEZES.contains(&f.fault.name())
-            && f.hosts.iter().any(|x| x == node)
-            && f.start_ns <= t
-            && f.heal_ns.is_none_or(|heal| t <= heal + AFTER_THAW_NS)
-    })
+    super::frozen::freezes(h, node)
+        .iter()
+        .any(|f| f.from <= t && f.thaw.is_none_or(|thaw| t <= thaw + AFTER_THAW_NS))
 }
 
 /// Checks (f).

@@ -26,6 +26,7 @@ pub mod durability;
 pub mod false_death;
 pub mod fenced_first;
 pub mod fencing;
+pub mod frozen;
 pub mod liveness;
 pub mod two_holders;
 

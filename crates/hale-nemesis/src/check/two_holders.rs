@@ -27,7 +27,8 @@
 //! * while a host's hale cannot act — frozen with everything on it
 //!   (`stop-host`: the service frozen too, harmless), hale frozen beside a
 //!   serving register (`stop-hale`), or its running hook frozen
-//!   (`stop-hook`) — an overlap is excused, and after the thaw until the
+//!   (`stop-hook`), its watchdog frozen while its agent is out
+//!   ([`super::frozen`]) — an overlap is excused, and after the thaw until the
 //!   fence of the first demote (the watchdog's) begun within
 //!   [`AFTER_THAW_NS`] of it; with none begun by then, until then. No
 //!   process on the host can shorten that (the database's own epoch check
@@ -53,14 +54,6 @@ struct Stretch {
     from: u64,
     to: u64,
     epoch: u64,
-}
-
-/// Whether `f` froze what could end `node`'s serving.
-fn freezes(f: &Fault) -> bool {
-    matches!(
-        f,
-        Fault::StopHost(_) | Fault::StopHale(_) | Fault::StopHook(_)
-    )
 }
 
 /// When the demote run that began with `start` fenced `node`'s register:
@@ -207,14 +200,11 @@ fn fenced_after(h: &History, node: &str, thaw: u64) -> u64 {
 
 /// The stretches in which an overlap involving `node` is excused.
 fn excused(h: &History, node: &str) -> Vec<(u64, u64)> {
-    h.faults
-        .iter()
-        .filter(|f| freezes(&f.fault) && f.hosts.iter().any(|x| x == node))
+    super::frozen::freezes(h, node)
+        .into_iter()
         .map(|f| {
-            let to = f
-                .heal_ns
-                .map_or(u64::MAX, |thaw| fenced_after(h, node, thaw));
-            (f.start_ns, to)
+            let to = f.thaw.map_or(u64::MAX, |thaw| fenced_after(h, node, thaw));
+            (f.from, to)
         })
         .collect()
 }

@@ -1,0 +1,141 @@
+//! When nothing on a host can fence its service, shared by
+//! [`super::fenced_first`] and [`super::two_holders`]: what hale does not
+//! claim to survive (README, "What the epoch guarantees": the database's
+//! own epoch check is the answer there).
+//!
+//! * Its hale processes frozen with it (`stop-host`), beside a serving
+//!   service (`stop-hale`), or its running hook frozen (`stop-hook`).
+//! * Its watchdog frozen (`stop-watchdog`) while its agent is out: killed,
+//!   frozen, or restarted (a clock fault's restarts, a `disk-full` healed by
+//!   a restart, an operator's restart). Either one alone fences: the agent
+//!   demotes its own expired lease, the watchdog fences for a dead agent;
+//!   both out is a double fault in the fence path. A restarted agent does
+//!   not fence its predecessor's holding: it waits for that run's watchdog,
+//!   which fences once it thaws (seed 70001: the watchdog of the holder,
+//!   also the leader, frozen, then the agent restarted by a clock step; the
+//!   next holder promoted 2.2 s later, the old one fenced at the thaw).
+
+use crate::history::{FaultRecord, History};
+use crate::schedule::Fault;
+
+/// A stretch in which nothing on a host could fence: from `from` until
+/// `thaw` (none: to the end of the run).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Freeze {
+    /// When it began.
+    pub from: u64,
+    /// When what could fence ran again.
+    pub thaw: Option<u64>,
+}
+
+/// What a restart note of a `disk-full` heal says (`nemesis.rs`).
+const RESTARTED_AT_HEAL: &str = "agent restarted at heal";
+
+fn on(f: &FaultRecord, node: &str) -> bool {
+    f.hosts.iter().any(|x| x == node)
+}
+
+/// When `f` put the agent of the hosts it names out of action: a span, or
+/// the instants of its restarts.
+fn agent_out(f: &FaultRecord) -> Vec<(u64, u64)> {
+    let span = (f.start_ns, f.heal_ns.unwrap_or(u64::MAX));
+    match &f.fault {
+        Fault::KillAgent(_) | Fault::StopAgent(_) | Fault::Operator(_) => vec![span],
+        Fault::ClockStep { .. } | Fault::ClockRate { .. } => [Some(f.start_ns), f.heal_ns]
+            .into_iter()
+            .flatten()
+            .map(|t| (t, t))
+            .collect(),
+        Fault::DiskFull(_) if f.note.contains(RESTARTED_AT_HEAL) => {
+            f.heal_ns.into_iter().map(|t| (t, t)).collect()
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// Every stretch in which nothing on `node` could fence its service.
+pub fn freezes(h: &History, node: &str) -> Vec<Freeze> {
+    let mut out = Vec::new();
+    for f in h.faults.iter().filter(|f| on(f, node)) {
+        match f.fault {
+            Fault::StopHost(_) | Fault::StopHale(_) | Fault::StopHook(_) => out.push(Freeze {
+                from: f.start_ns,
+                thaw: f.heal_ns,
+            }),
+            Fault::StopWatchdog(_) => {
+                let until = f.heal_ns.unwrap_or(u64::MAX);
+                for g in h.faults.iter().filter(|g| on(g, node)) {
+                    for (a, b) in agent_out(g) {
+                        if a <= until && b >= f.start_ns {
+                            out.push(Freeze {
+                                from: a.max(f.start_ns),
+                                thaw: f.heal_ns,
+                            });
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schedule::Target;
+
+    const S: u64 = 1_000_000_000;
+
+    fn fault(fault: Fault, start: u64, heal: u64) -> FaultRecord {
+        FaultRecord {
+            fault,
+            hosts: vec!["h1".into()],
+            start_ns: start * S,
+            heal_ns: Some(heal * S),
+            note: String::new(),
+        }
+    }
+
+    fn history(faults: Vec<FaultRecord>) -> History {
+        History {
+            nodes: vec!["h0".into(), "h1".into()],
+            faults,
+            ..History::default()
+        }
+    }
+
+    #[test]
+    fn a_watchdog_frozen_while_its_agent_restarts_leaves_nothing_to_fence_until_it_thaws() {
+        let stop = fault(Fault::StopWatchdog(Target::Host(1)), 33, 48);
+        let step = fault(
+            Fault::ClockStep {
+                target: Target::Host(1),
+                secs: -60,
+            },
+            36,
+            41,
+        );
+        let h = history(vec![stop.clone(), step]);
+        assert_eq!(
+            freezes(&h, "h1"),
+            vec![
+                Freeze {
+                    from: 36 * S,
+                    thaw: Some(48 * S)
+                },
+                Freeze {
+                    from: 41 * S,
+                    thaw: Some(48 * S)
+                }
+            ]
+        );
+        assert!(freezes(&h, "h0").is_empty());
+        // Frozen alone, with its agent running: the agent fences.
+        assert!(freezes(&history(vec![stop.clone()]), "h1").is_empty());
+        // Its agent killed before the freeze and back since: nothing.
+        let earlier = fault(Fault::KillAgent(Target::Host(1)), 10, 20);
+        assert!(freezes(&history(vec![stop, earlier]), "h1").is_empty());
+    }
+}
