@@ -573,6 +573,15 @@ async fn start_roles(
         })
     };
     let gated = client.clone().gated(shared.drill().frozen_flag());
+    // A previous run's watchdog may still fence what that run held: no
+    // role starts here before it is done (`watchdog::presence`).
+    let presence = cfg
+        .state_dir
+        .as_deref()
+        .map(watchdog::presence::presence_path);
+    if let Some(p) = &presence {
+        watchdog::presence::await_predecessors(p).await;
+    }
     sweep_claims();
     let ctx = roles::RoleContext {
         node: cfg.id.name().to_owned(),
@@ -582,7 +591,7 @@ async fn start_roles(
         origin: tokio::time::Instant::now(),
         services: out.checks.services().clone(),
         timing: plan.timing,
-        watchdogs: roles::Watchdogs::new(cfg.watchdog_exe.clone()),
+        watchdogs: roles::Watchdogs::new(cfg.watchdog_exe.clone(), presence),
         hook_slots: Arc::new(tokio::sync::Semaphore::new(roles::HOOKS_AT_ONCE)),
         on_change,
         cmds: cmds.clone(),

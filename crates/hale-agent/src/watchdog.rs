@@ -67,6 +67,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{killpg, Signal};
 
 mod claim;
+pub mod presence;
 
 pub use claim::{claim_dir, claim_path, run_claimed, sweep_stale_claims, Claimed};
 use nix::unistd::Pid;
@@ -377,6 +378,8 @@ struct Watch {
 /// Runs the watchdog on this process's standard input and output until its
 /// agent is gone and every holding it still guarded has been fenced.
 pub fn run() -> WatchdogExit {
+    // Held until this process exits: the agent's next run waits for it.
+    let _presence = presence::announce();
     let (tx, rx) = mpsc::channel::<Input>();
     let lines = tx.clone();
     std::thread::spawn(move || {

@@ -35,6 +35,9 @@ pub struct Watchdogs {
     exe: PathBuf,
     /// The path named, shown as the watchdog's `argv[0]`.
     named: PathBuf,
+    /// The presence file each watchdog holds locked
+    /// (`crate::watchdog::presence`), if the agent has a `state_dir`.
+    presence: Option<PathBuf>,
     hub: Arc<Mutex<Hub>>,
 }
 
@@ -72,7 +75,7 @@ impl Watchdogs {
     /// ([`crate::watchdog::own_exe`]), not from the path: a package upgrade
     /// that replaced the file under a running agent must not give it a
     /// watchdog of another release, whose order protocol may differ.
-    pub fn new(named: PathBuf) -> Self {
+    pub fn new(named: PathBuf, presence: Option<PathBuf>) -> Self {
         let exe = crate::watchdog::same_release(named.clone());
         let hub = Hub {
             process: None,
@@ -83,6 +86,7 @@ impl Watchdogs {
         Watchdogs {
             exe,
             named,
+            presence,
             hub: Arc::new(Mutex::new(hub)),
         }
     }
@@ -186,7 +190,11 @@ impl Watchdogs {
     /// unguarded if it cannot start: each `disarm` then answers "not
     /// asked" and the agent demotes itself).
     fn start(&self, hub: &mut Hub) {
-        let child = Command::new(&self.exe)
+        let mut cmd = Command::new(&self.exe);
+        if let Some(p) = &self.presence {
+            cmd.env(crate::watchdog::presence::ENV, p);
+        }
+        let child = cmd
             .arg0(&self.named)
             .arg("watchdog")
             .stdin(Stdio::piped())
@@ -217,7 +225,7 @@ impl Watchdogs {
             hub.send(o);
         }
         let weak = Arc::downgrade(&self.hub);
-        let exe = (self.exe.clone(), self.named.clone());
+        let exe = (self.exe.clone(), self.named.clone(), self.presence.clone());
         std::thread::spawn(move || {
             for line in std::io::BufReader::new(out).lines() {
                 let Ok(line) = line else { break };
@@ -246,7 +254,11 @@ fn lock(hub: &Mutex<Hub>) -> MutexGuard<'_, Hub> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-fn exited(weak: &Weak<Mutex<Hub>>, (exe, named): (PathBuf, PathBuf), generation: u64) {
+fn exited(
+    weak: &Weak<Mutex<Hub>>,
+    (exe, named, presence): (PathBuf, PathBuf, Option<PathBuf>),
+    generation: u64,
+) {
     let Some(arc) = weak.upgrade() else { return };
     let mut hub = lock(&arc);
     if hub.process.as_ref().map(|p| p.0) != Some(generation) {
@@ -271,6 +283,7 @@ fn exited(weak: &Weak<Mutex<Hub>>, (exe, named): (PathBuf, PathBuf), generation:
     let w = Watchdogs {
         exe,
         named,
+        presence,
         hub: arc.clone(),
     };
     w.start(&mut hub);

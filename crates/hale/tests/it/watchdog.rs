@@ -322,3 +322,51 @@ fn one_watchdog_fences_each_holding_at_its_own_deadline_and_a_slow_fence_delays_
         "claims removed"
     );
 }
+
+/// Whether a watchdog holds the presence file at `path` (an exclusive
+/// lock cannot be taken).
+fn held(path: &Path) -> bool {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .unwrap();
+    f.try_lock().is_err()
+}
+
+#[test]
+fn a_watchdog_holds_its_presence_file_until_its_agent_is_gone_and_its_fence_is_done() {
+    let dir = log_dir("watchdog_presence");
+    let (log, claim) = (dir.path().join("log"), dir.path().join("claim"));
+    let presence = dir.path().join("watchdog.presence");
+    let mut w = Reaped(
+        Command::new(hale_bin())
+            .arg("watchdog")
+            .env(hale_agent::watchdog::presence::ENV, &presence)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    wait_until(Duration::from_secs(10), "the watchdog holds it", || {
+        held(&presence)
+    });
+    say(&mut w, guard(1, 200, &claim, &demote(&log, "fence", 1.5)));
+    // The agent is gone: the watchdog fences at the deadline, and the
+    // agent's next run (waiting on the file) must not start meanwhile.
+    close(&mut w);
+    wait_until(Duration::from_secs(10), "the fence starts", || {
+        lines(&log) == ["fence"]
+    });
+    assert!(held(&presence), "let go while its fence ran");
+    wait_until(Duration::from_secs(10), "the watchdog lets go", || {
+        !held(&presence)
+    });
+    assert_eq!(
+        lines(&log),
+        ["fence", "done"],
+        "let go before its fence ended"
+    );
+}
