@@ -253,14 +253,16 @@ impl Spoken {
     /// what was known of it (an upgrade or a downgrade under way), and kept
     /// in the data directory.
     pub fn note(&self, id: u64, protocol: u16) {
-        let (before, now) = {
+        let before = {
             let mut heard = self.lock();
             let before = heard.insert(id, protocol);
-            (before, (before != Some(protocol)).then(|| heard.clone()))
+            // Written under the lock, so that two changes at once cannot
+            // leave the older one in the file (it changes rarely).
+            if let (true, Some(file)) = (before != Some(protocol), &self.file) {
+                keep(file, &heard);
+            }
+            before
         };
-        if let (Some(now), Some(file)) = (now, &self.file) {
-            self.keep(file, &now);
-        }
         match before {
             Some(b) if b != protocol => tracing::info!(
                 server = id,
@@ -282,22 +284,22 @@ impl Spoken {
         self.lock().clone()
     }
 
-    /// Writes `heard` to `file` (a new file renamed over the old, so a
-    /// crash leaves one or the other). Best effort: a file not written
-    /// costs only a wait for servers to answer after a restart.
-    fn keep(&self, file: &std::path::Path, heard: &BTreeMap<u64, u16>) {
-        let tmp = file.with_extension("json.tmp");
-        let wrote = serde_json::to_vec(heard)
-            .map_err(std::io::Error::other)
-            .and_then(|b| std::fs::write(&tmp, b))
-            .and_then(|()| std::fs::rename(&tmp, file));
-        if let Err(e) = wrote {
-            tracing::warn!(file = %file.display(), "could not keep what servers speak: {e}");
-        }
-    }
-
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, u16>> {
         self.heard.lock().expect("spoken versions lock")
+    }
+}
+
+/// Writes `heard` to `file` (a new file renamed over the old, so a crash
+/// leaves one or the other). Best effort: a file not written costs only a
+/// wait for servers to answer after a restart.
+fn keep(file: &std::path::Path, heard: &BTreeMap<u64, u16>) {
+    let tmp = file.with_extension("json.tmp");
+    let wrote = serde_json::to_vec(heard)
+        .map_err(std::io::Error::other)
+        .and_then(|b| std::fs::write(&tmp, b))
+        .and_then(|()| std::fs::rename(&tmp, file));
+    if let Err(e) = wrote {
+        tracing::warn!(file = %file.display(), "could not keep what servers speak: {e}");
     }
 }
 
