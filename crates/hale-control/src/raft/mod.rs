@@ -493,7 +493,9 @@ impl ControlPlane {
 
     /// Whether this server, leading, may write a log entry that needs
     /// protocol `needs`: only when every server speaks it
-    /// ([`crate::protocol`]'s gate; [`ControlError::TooNew`] otherwise).
+    /// ([`crate::protocol`]'s gate): [`ControlError::TooNew`] when a server
+    /// was heard to speak an older one, [`ControlError::Unavailable`]
+    /// (retryable) while one has not been heard at all.
     pub fn admits(&self, needs: u16) -> Result<(), ControlError> {
         // Every server speaks the oldest: no need to ask (the hot path).
         if needs <= OLDEST_PROTOCOL {
