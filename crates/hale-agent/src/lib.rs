@@ -583,6 +583,7 @@ async fn start_roles(
         watchdog::presence::await_predecessors(p).await;
     }
     sweep_claims();
+    let kept = roles::kept::KeptTables::start(gated.clone());
     let ctx = roles::RoleContext {
         node: cfg.id.name().to_owned(),
         identity: roles::identity::node_identity(cfg.id.name(), cfg.state_dir.as_deref()),
@@ -593,6 +594,7 @@ async fn start_roles(
         timing: plan.timing,
         watchdogs: roles::Watchdogs::new(cfg.watchdog_exe.clone(), presence),
         hook_slots: Arc::new(tokio::sync::Semaphore::new(roles::HOOKS_AT_ONCE)),
+        kept,
         on_change,
         cmds: cmds.clone(),
     };

@@ -28,6 +28,7 @@ use crate::config::RoleSpec;
 use crate::view::{AgentEvent, Lagging, RoleView, SwitchoverStep};
 use crate::watchdog::demote_once_argv;
 pub mod identity;
+pub mod kept;
 pub mod postgres;
 mod requests;
 mod set;
@@ -571,32 +572,16 @@ impl RoleManager {
         }));
     }
 
-    /// Reads the control plane's table until a server answers (at most
-    /// for [`ADOPT_LOOKUP`], [`ADOPT_READS`] answers ever further apart): if one says this node holds the role while it
-    /// is paused (an earlier run kept it when it stopped), the manager is
+    /// Looks, in the agent's readings of the control plane's table
+    /// ([`kept::KeptTables`]), for this node holding the role while it is
+    /// paused (an earlier run kept it when it stopped): the manager is then
     /// told to adopt it.
     fn look_for_kept_role(&self, tx: &mpsc::UnboundedSender<Input>) {
-        let (control, tx) = (self.ctx.control.clone(), tx.clone());
+        let (tables, tx) = (self.ctx.kept.clone(), tx.clone());
         let (role, node) = (self.spec.name.clone(), self.ctx.node.clone());
         tokio::spawn(async move {
-            let until = Instant::now() + ADOPT_LOOKUP;
-            let mut answers = 0;
-            while Instant::now() < until && answers < ADOPT_READS {
-                if let Some(table) = control.table().await {
-                    if let Some((epoch, kept)) = kept_by(&table, &role, &node) {
-                        let _ = tx.send(Input::Adopt(epoch, kept));
-                        return;
-                    }
-                    // A server that has just restarted, or one cut off
-                    // from its leader, may not have applied the keep yet:
-                    // read again, 1, 2, 4, ... s later (three answers a
-                    // second apart were not enough: nemesis seed 20004, a
-                    // slow link, and the role stayed kept for good).
-                    answers += 1;
-                    tokio::time::sleep(Duration::from_secs(1 << answers.min(5))).await;
-                } else {
-                    tokio::time::sleep(Duration::from_millis(250)).await;
-                }
+            if let Some((epoch, kept)) = tables.find(&role, &node).await {
+                let _ = tx.send(Input::Adopt(epoch, kept));
             }
         });
     }
@@ -751,21 +736,4 @@ async fn sleep_until(at: Option<Instant>) {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
-}
-
-/// How long a starting role manager keeps reading the control plane's
-/// table to find a paused role it holds: a keep may reach the server it
-/// reads late (a restarted server, or one behind a slow link).
-const ADOPT_LOOKUP: Duration = Duration::from_secs(120);
-
-/// How many answers it reads before it concludes that no paused role of
-/// this node is there (2, 4, 8, 16, 32 s apart: a handful of reads per
-/// role whatever their number, over a minute).
-const ADOPT_READS: u32 = 6;
-
-/// The epoch at which `table` says `node` holds `role` while it is
-/// paused, and whether it records that holding as kept.
-fn kept_by(table: &hale_control::LeaseTable, role: &str, node: &str) -> Option<(u64, bool)> {
-    let r = table.role(role)?;
-    (r.paused && r.holder.as_deref() == Some(node)).then_some((r.epoch, r.kept.is_some()))
 }

@@ -43,6 +43,8 @@ pub struct RoleContext {
     pub watchdogs: Watchdogs,
     /// The agent's hook slots.
     pub hook_slots: Arc<tokio::sync::Semaphore>,
+    /// The agent's readings of the table, for kept roles to adopt.
+    pub kept: super::kept::KeptTables,
     /// Where role changes are reported.
     pub on_change: OnRoleChange,
     /// The membership driver (keepers read the holder's address).

@@ -256,9 +256,8 @@ fn claim_left_mid_fence_is_swept(test: &str, first: Option<&std::path::Path>) {
         "the restarted agent removes the dead agent's claim",
         || !claim.exists(),
     );
-    let log = std::fs::read_to_string(&c.agents[0].log).unwrap();
-    assert!(
-        log.contains("removed demote claims of agents that are gone"),
-        "{log}"
-    );
+    // Which agent removed it is not asked: every agent sweeps the host's
+    // claims as it starts, and another test's agent starting meanwhile may
+    // be first (this test then failed on n0's log). The claim is gone only
+    // through a sweep: nothing else removes a dead agent's claim.
 }
