@@ -4,8 +4,11 @@
 //! node still holds `e` at the end (the primary seen when the cluster
 //! settled, or promoted after that at the newest epoch) or its whole host was killed while `e`
 //! was the newest epoch promoted anywhere (nothing was left to demote; the
-//! register starts fenced). A host killed after a newer epoch's promote
-//! began excuses nothing: the lease was already lost by then. Promotes that
+//! register starts fenced), or while it was frozen whole (`stop-host`)
+//! since before then (nothing on it ran in between: seed 70070, frozen in
+//! its promote, killed frozen). A host killed after a newer epoch's
+//! promote began, and running meanwhile, excuses nothing: the lease was
+//! already lost by then. Promotes that
 //! begin once the harness is stopping the cluster (its first host killed,
 //! the role moving to the next) are not the run's.
 
@@ -70,11 +73,21 @@ pub fn check(h: &History) -> Result<(), Violation> {
         let holds = latest.get(node) == Some(&epoch)
             && (h.final_primaries.iter().any(|p| p == node)
                 || (after_last_look && superseded == u64::MAX));
-        let host_killed = h.faults.iter().any(|f| {
+        let on = |f: &&crate::history::FaultRecord| f.hosts.iter().any(|x| x == node);
+        // Frozen whole (`stop-host`) from before the lease was lost and
+        // still frozen at `t`: nothing on it ran in between.
+        let frozen_through = |t: u64| {
+            h.faults.iter().filter(on).any(|f| {
+                matches!(f.fault, Fault::StopHost(_))
+                    && f.start_ns < superseded
+                    && f.start_ns <= t
+                    && f.heal_ns.is_none_or(|heal| t <= heal)
+            })
+        };
+        let host_killed = h.faults.iter().filter(on).any(|f| {
             matches!(f.fault, Fault::KillHost(_))
-                && f.hosts.iter().any(|x| x == node)
                 && f.start_ns >= at
-                && f.start_ns < superseded
+                && (f.start_ns < superseded || frozen_through(f.start_ns))
         });
         if !holds && !host_killed {
             return Err(Violation::new(
@@ -197,6 +210,31 @@ mod tests {
         h.final_primaries = vec!["h1".into()];
         let v = check(&h).expect_err("the check catches it");
         assert!(v.what.contains("h0 promoted at epoch 4"), "{v}");
+    }
+
+    #[test]
+    fn a_host_frozen_before_another_node_took_over_and_killed_frozen_needs_no_demote() {
+        let mut h = host_killed_at(promoted_then(0), 50);
+        h.hooks
+            .push(line(20, "h1", HookKind::Promote, Phase::Start, 5));
+        h.final_primaries = vec!["h1".into()];
+        let stop = |start, heal| crate::history::FaultRecord {
+            fault: Fault::StopHost(crate::schedule::Target::Host(0)),
+            hosts: vec!["h0".into()],
+            start_ns: start,
+            heal_ns: Some(heal),
+            note: String::new(),
+        };
+        h.faults.push(stop(10, 60));
+        assert_eq!(check(&h), Ok(()));
+        // Thawed before the kill: it ran meanwhile and had to demote.
+        h.faults.pop();
+        h.faults.push(stop(10, 40));
+        assert!(check(&h).is_err());
+        // Frozen only after the other node took over: the same.
+        h.faults.pop();
+        h.faults.push(stop(30, 60));
+        assert!(check(&h).is_err());
     }
 
     #[test]
