@@ -14,9 +14,25 @@
 //!   which fences once it thaws (seed 70001: the watchdog of the holder,
 //!   also the leader, frozen, then the agent restarted by a clock step; the
 //!   next holder promoted 2.2 s later, the old one fenced at the thaw).
+//! * Its demote hook failing (`hook-fails` on demotes: exit 1, hang) while
+//!   its agent is out. An agent that cannot demote keeps renewing and keeps
+//!   the role; with the agent gone too, nothing renews, and the lease runs
+//!   out as for a dead host (README, "The rules ...": a node that cannot
+//!   demote keeps the role unless it dies or is cut off). The watchdog
+//!   tries its fence again every second once the fault heals, a hung one
+//!   once its `hook_timeout` (10 s) killed it (seed 70084: the agent
+//!   restarted by a clock fault while its fence hung; the next holder
+//!   promoted 3.7 s before the retried fence).
 
 use crate::history::{FaultRecord, History};
-use crate::schedule::Fault;
+use crate::schedule::{Fault, HookFailure, HookSel};
+
+/// The agents' `hook_timeout` in the nemesis's cluster (`cluster.rs`).
+const HOOK_TIMEOUT_NS: u64 = 10_000_000_000;
+
+/// How soon a watchdog whose agent is gone tries a failed fence again
+/// (hale-agent's `FENCE_RETRY`).
+const FENCE_RETRY_NS: u64 = 1_000_000_000;
 
 /// A stretch in which nothing on a host could fence: from `from` until
 /// `thaw` (none: to the end of the run).
@@ -53,6 +69,22 @@ fn agent_out(f: &FaultRecord) -> Vec<(u64, u64)> {
     }
 }
 
+/// The stretches in which `f` (what would fence `node` broken, until
+/// `thaw`) met `node`'s agent out of action.
+fn with_agent_out(h: &History, node: &str, f: &FaultRecord, thaw: Option<u64>) -> Vec<Freeze> {
+    let until = f.heal_ns.unwrap_or(u64::MAX);
+    h.faults
+        .iter()
+        .filter(|g| on(g, node))
+        .flat_map(agent_out)
+        .filter(|&(a, b)| a <= until && b >= f.start_ns)
+        .map(|(a, _)| Freeze {
+            from: a.max(f.start_ns),
+            thaw,
+        })
+        .collect()
+}
+
 /// Every stretch in which nothing on `node` could fence its service.
 pub fn freezes(h: &History, node: &str) -> Vec<Freeze> {
     let mut out = Vec::new();
@@ -62,18 +94,19 @@ pub fn freezes(h: &History, node: &str) -> Vec<Freeze> {
                 from: f.start_ns,
                 thaw: f.heal_ns,
             }),
-            Fault::StopWatchdog(_) => {
-                let until = f.heal_ns.unwrap_or(u64::MAX);
-                for g in h.faults.iter().filter(|g| on(g, node)) {
-                    for (a, b) in agent_out(g) {
-                        if a <= until && b >= f.start_ns {
-                            out.push(Freeze {
-                                from: a.max(f.start_ns),
-                                thaw: f.heal_ns,
-                            });
-                        }
-                    }
-                }
+            Fault::StopWatchdog(_) => out.extend(with_agent_out(h, node, f, f.heal_ns)),
+            Fault::HookFails {
+                hook: HookSel::Demote | HookSel::Both,
+                how,
+                ..
+            } => {
+                let hung = if how == HookFailure::Hang {
+                    HOOK_TIMEOUT_NS
+                } else {
+                    0
+                };
+                let thaw = f.heal_ns.map(|t| t + hung + FENCE_RETRY_NS);
+                out.extend(with_agent_out(h, node, f, thaw));
             }
             _ => {}
         }
@@ -137,5 +170,51 @@ mod tests {
         // Its agent killed before the freeze and back since: nothing.
         let earlier = fault(Fault::KillAgent(Target::Host(1)), 10, 20);
         assert!(freezes(&history(vec![stop, earlier]), "h1").is_empty());
+    }
+
+    #[test]
+    fn a_fence_failing_while_its_agent_is_out_is_waited_for_until_it_can_succeed_again() {
+        let fails = |how| {
+            fault(
+                Fault::HookFails {
+                    target: Target::Host(1),
+                    hook: HookSel::Demote,
+                    how,
+                },
+                39,
+                48,
+            )
+        };
+        let rate = fault(
+            Fault::ClockRate {
+                target: Target::Host(1),
+                permille: 950,
+            },
+            43,
+            55,
+        );
+        let h = history(vec![fails(HookFailure::Hang), rate.clone()]);
+        assert_eq!(
+            freezes(&h, "h1"),
+            vec![Freeze {
+                from: 43 * S,
+                thaw: Some(59 * S)
+            }]
+        );
+        let h = history(vec![fails(HookFailure::Exit), rate.clone()]);
+        assert_eq!(freezes(&h, "h1")[0].thaw, Some(49 * S));
+        // The agent running: it keeps the role while its demote fails.
+        assert!(freezes(&history(vec![fails(HookFailure::Hang)]), "h1").is_empty());
+        // Promote hooks failing break no fence.
+        let promote = fault(
+            Fault::HookFails {
+                target: Target::Host(1),
+                hook: HookSel::Promote,
+                how: HookFailure::Hang,
+            },
+            39,
+            48,
+        );
+        assert!(freezes(&history(vec![promote, rate]), "h1").is_empty());
     }
 }
