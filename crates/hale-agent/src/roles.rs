@@ -82,6 +82,8 @@ enum Input {
     /// The watchdog's answer to a `disarm` of holding `.0` (`None`: it
     /// exited before answering; holding 0: it could not be asked).
     Watchdog(u64, Option<bool>),
+    /// [`DISARM_WAIT`] has passed since the `disarm` of holding `.0`.
+    DisarmLate(u64),
     /// The control plane's table says this node holds the role, paused, at
     /// this epoch (and whether it records the holding as kept): adopt it.
     Adopt(u64, bool),
@@ -110,6 +112,11 @@ pub struct RoleManager {
     /// ([`postgres::Keeper`]).
     pub data: Option<tokio::sync::watch::Receiver<DataState>>,
 }
+
+/// How long a step-down waits for the watchdog's answer to its `disarm`
+/// before it demotes anyway: well inside the lease's drift margin (400 ms
+/// by default), which the demote must start within.
+const DISARM_WAIT: Duration = Duration::from_millis(100);
 
 /// How many hooks an agent runs at once, over all its roles; the others
 /// wait for a slot (the wait counts toward their time limit). Without a
@@ -319,6 +326,19 @@ impl RoleManager {
                         }
                     }
                     Input::Watchdog(..) => {}
+                    // A watchdog that does not answer (frozen, starved)
+                    // must not hold up the demote past the drift margin:
+                    // the demote runs under the holding's claim, so a
+                    // fence the watchdog runs too, or ran, happens once
+                    // (nemesis seed 70114: an isolated holder whose
+                    // watchdog was stopped demoted only when it thawed,
+                    // 0.7 s after the next holder's promote began).
+                    Input::DisarmLate(h) if run.watchdog == Some(h) && run.disarming => {
+                        tracing::warn!(role = %self.spec.name, "the watchdog did not answer in {DISARM_WAIT:?}: demoting without its answer");
+                        run.disarming = false;
+                        sm.handle_watchdog_released(run.now(), false);
+                    }
+                    Input::DisarmLate(_) => {}
                     Input::Adopt(epoch, kept) => {
                         tracing::info!(role = %self.spec.name, epoch, kept, "adopting the paused role this node holds");
                         sm.handle_adopt(run.now(), epoch, kept);
@@ -428,6 +448,13 @@ impl RoleManager {
             Action::DisarmWatchdog => {
                 run.disarming = true;
                 let asked = run.watchdog.is_some_and(|h| self.ctx.watchdogs.disarm(h));
+                if let (true, Some(h)) = (asked, run.watchdog) {
+                    let tx = run.tx.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(DISARM_WAIT).await;
+                        let _ = tx.send(Input::DisarmLate(h));
+                    });
+                }
                 if !asked {
                     // None runs, or it is gone (its pipe closed): the agent
                     // demotes itself (the claim keeps a fence the dead one

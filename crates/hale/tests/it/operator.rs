@@ -155,3 +155,47 @@ fn a_handover_whose_demote_fails_three_times_promotes_nobody_before_that_demote_
     );
     check(&history(&c)).expect("never two holders in the hook logs");
 }
+
+/// A holder's watchdog frozen (SIGSTOP) when it is asked to step down: the
+/// step-down does not wait for the watchdog's answer past a moment (it
+/// demotes under the holding's claim), so the handover goes on, and the
+/// demote runs once when the watchdog thaws and reaches for its fence
+/// (nemesis seed 70114: an isolated holder demoted only at the thaw).
+#[test]
+fn a_handover_goes_on_while_the_holders_watchdog_is_frozen_and_demotes_once() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    let c = Cluster::roles("watchdog-frozen", "");
+    let held = first_holder(&c);
+    assert_eq!(held.0, "n0");
+    let watchdogs: Vec<i32> = crate::support::descendants(c.agents[0].pid().as_raw())
+        .into_iter()
+        .filter(|&p| {
+            std::fs::read(format!("/proc/{p}/cmdline"))
+                .is_ok_and(|b| b.split(|&x| x == 0).nth(1) == Some(b"watchdog".as_slice()))
+        })
+        .collect();
+    assert!(!watchdogs.is_empty(), "n0 runs a watchdog");
+    let signal = |s| {
+        for &p in &watchdogs {
+            let _ = kill(Pid::from_raw(p), s);
+        }
+    };
+    signal(Signal::SIGSTOP);
+    let out = c.agents[0].cli_ok(&["roles", "handover", "db"]);
+    assert!(out.contains("handing db over"), "{out}");
+    let next = wait_for(Duration::from_secs(20), "another node holds db", || {
+        c.holder().filter(|(h, _)| h != "n0")
+    });
+    // Thawed, the watchdog sees its deadline gone: its fence finds the
+    // agent's demote done.
+    signal(Signal::SIGCONT);
+    c.assert_holder_stays(Duration::from_secs(3), &next, "after the thaw");
+    let h = history(&c);
+    let demotes = h
+        .iter()
+        .filter(|e| e.node == "n0" && e.epoch == held.1 && e.kind == HookKind::Demote)
+        .count();
+    assert_eq!(demotes, 1, "{h:?}");
+    check(&h).expect("never two holders in the hook logs");
+}
