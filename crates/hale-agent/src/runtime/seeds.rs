@@ -19,9 +19,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use hale_core::Node;
-
-use crate::NodeId;
+use hale_core::{Node, NodeId};
 
 /// How soon a seed missing from the view is synced with.
 pub const SEED_CHECK: Duration = Duration::from_secs(10);
