@@ -167,6 +167,7 @@ impl Agent {
             core.rng_seed = seed::fresh_seed();
         }
         let (generation, migrated) = generation::next(cfg.state_dir.as_deref())?;
+        let after_older_release = migrated.is_some();
         if let Some(m) = migrated {
             tracing::info!(file = %m.file.display(), from = m.from, to = m.to, "{m}");
         }
@@ -211,7 +212,10 @@ impl Agent {
             keys.as_ref(),
             &shared,
             &cmd_tx,
-            http_addr,
+            RunFacts {
+                http_addr,
+                after_older_release,
+            },
             &mut tasks,
             stop_rx.clone(),
         )
@@ -495,15 +499,27 @@ struct RolesRunning {
 
 /// Starts service checks, the control-plane server (if this agent is one)
 /// and a manager per role this node is a candidate for.
+/// What the roles learn of this run as it starts.
+struct RunFacts {
+    /// The HTTP API's address (the port is known only once bound).
+    http_addr: SocketAddr,
+    /// The state files were written by an older release (migrated).
+    after_older_release: bool,
+}
+
 async fn start_roles(
     cfg: &AgentConfig,
     keys: Option<&keyring::SharedKeyring>,
     shared: &Arc<Shared>,
     cmds: &mpsc::Sender<Command>,
-    http_addr: SocketAddr,
+    facts: RunFacts,
     tasks: &mut JoinSet<()>,
     stop: watch::Receiver<bool>,
 ) -> Result<RolesRunning, StartError> {
+    let RunFacts {
+        http_addr,
+        after_older_release,
+    } = facts;
     use std::collections::BTreeMap;
     use std::sync::Mutex;
 
@@ -587,6 +603,7 @@ async fn start_roles(
     let ctx = roles::RoleContext {
         node: cfg.id.name().to_owned(),
         identity: roles::identity::node_identity(cfg.id.name(), cfg.state_dir.as_deref()),
+        after_older_release,
         requests: roles::LeaseRequests::start(gated.clone()),
         control: gated,
         origin: tokio::time::Instant::now(),

@@ -248,6 +248,7 @@ impl RoleManager {
                 instance: crate::seed::fresh_seed(),
                 max_lag: self.spec.max_lag(),
                 identity: self.ctx.identity.clone(),
+                after_older_release: self.ctx.after_older_release,
             },
             run.now(),
         );
@@ -490,7 +491,9 @@ impl RoleManager {
         let demote = kind == HookKind::Demote && !self.spec.demote.is_empty();
         let claim = demote.then(|| self.claim(epoch));
         let argv = match (&claim, kind) {
-            (Some(path), _) => demote_once_argv(self.ctx.watchdogs.exe(), path, &self.spec.demote),
+            (Some(path), _) => {
+                demote_once_argv(self.ctx.watchdogs.exe(), path, None, &self.spec.demote)
+            }
             (None, HookKind::Promote) => self.spec.promote.clone(),
             (None, HookKind::Demote) => self.spec.demote.clone(),
         };

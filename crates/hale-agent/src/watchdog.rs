@@ -69,7 +69,9 @@ use nix::sys::signal::{killpg, Signal};
 mod claim;
 pub mod presence;
 
-pub use claim::{claim_dir, claim_path, run_claimed, sweep_stale_claims, Claimed};
+pub use claim::{
+    claim_dir, claim_path, run_claimed, run_claimed_with, sweep_stale_claims, Claimed, Taking,
+};
 use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
 
@@ -244,9 +246,20 @@ fn recv_until<T>(rx: &mpsc::Receiver<T>, until_ns: u64) -> Result<T, mpsc::RecvT
 
 /// `hale demote-once`: the agent's demote command, run under the claim
 /// at `path` in this process's group (the agent kills the group to kill
-/// it). Exit status: the command's, or 0 when the watchdog already ran it.
-pub fn demote_once(path: &Path, argv: &[String]) -> std::process::ExitCode {
-    let outcome = run_claimed(path, || {
+/// it), which it announces in the claim; with `preempt_at` (the
+/// watchdog's fence), a demote still holding the claim then is killed
+/// ([`Taking`]). Exit status: the command's, or 0 when the other side
+/// already ran it.
+pub fn demote_once(
+    path: &Path,
+    preempt_at: Option<u64>,
+    argv: &[String],
+) -> std::process::ExitCode {
+    let taking = Taking {
+        announce_group: true,
+        preempt_at,
+    };
+    let outcome = run_claimed_with(path, taking, || {
         let Some((prog, args)) = argv.split_first() else {
             return true;
         };
@@ -288,10 +301,20 @@ pub fn same_release(exe: std::path::PathBuf) -> std::path::PathBuf {
 }
 
 /// The command line of `hale demote-once` (the `hale` executable `exe`)
-/// running `demote` under the claim at `claim`.
-pub fn demote_once_argv(exe: &Path, claim: &Path, demote: &[String]) -> Vec<String> {
+/// running `demote` under the claim at `claim`, killing a demote that
+/// still holds the claim from `preempt_at` on (the watchdog's fence).
+pub fn demote_once_argv(
+    exe: &Path,
+    claim: &Path,
+    preempt_at: Option<u64>,
+    demote: &[String],
+) -> Vec<String> {
     let mut argv = vec![exe.display().to_string(), "demote-once".into()];
-    argv.extend(["--claim".into(), claim.display().to_string(), "--".into()]);
+    argv.extend(["--claim".into(), claim.display().to_string()]);
+    if let Some(at) = preempt_at {
+        argv.extend(["--preempt-at".into(), at.to_string()]);
+    }
+    argv.push("--".into());
     argv.extend_from_slice(demote);
     argv
 }
@@ -325,8 +348,10 @@ struct Fence {
 
 impl Fence {
     /// Kills the promote hook's group, then runs the demote under the
-    /// claim; true when it succeeded or the agent's demote had already run.
-    fn run(&self, promote: Option<u32>, why: &str) -> bool {
+    /// claim, killing the agent's demote if it still holds the claim at
+    /// `preempt_at` (the lease's end); true when it succeeded or the
+    /// agent's demote had already run.
+    fn run(&self, promote: Option<u32>, why: &str, preempt_at: u64) -> bool {
         if let Some(pgid) = promote {
             kill_group(pgid);
         }
@@ -340,16 +365,22 @@ impl Fence {
         // its file (`current_exe` would name the new file, or a deleted one).
         match own_exe() {
             Ok(exe) => {
-                let argv = demote_once_argv(&exe, &self.claim, &self.argv);
-                run_hook(&argv, &self.env, why, self.timeout)
+                let argv = demote_once_argv(&exe, &self.claim, Some(preempt_at), &self.argv);
+                // Its time waiting for the claim is not the hook's: a
+                // preempted demote of the agent may have held it until the
+                // lease's end.
+                let wait = shared_left(preempt_at);
+                run_hook(&argv, &self.env, why, self.timeout + wait)
             }
             Err(_) => matches!(
-                run_claimed(&self.claim, || run_hook(
-                    &self.argv,
-                    &self.env,
-                    why,
-                    self.timeout
-                )),
+                run_claimed_with(
+                    &self.claim,
+                    Taking {
+                        announce_group: false,
+                        preempt_at: Some(preempt_at)
+                    },
+                    || run_hook(&self.argv, &self.env, why, self.timeout)
+                ),
                 Claimed::Ran(true) | Claimed::AlreadyRan
             ),
         }
@@ -511,7 +542,9 @@ impl Watch {
             return;
         };
         g.fencing = true;
-        g.deadline = None;
+        // A fence before the lease's end (the agent gone) waits for the
+        // agent's own demote until then; past it, it kills that demote.
+        let preempt_at = g.deadline.take().unwrap_or_else(shared_clock_ns);
         let (fence, mut promote, tx, gone) = (
             g.fence.clone(),
             g.promote.take(),
@@ -524,7 +557,7 @@ impl Watch {
             "watchdog-expired"
         };
         std::thread::spawn(move || loop {
-            let ok = fence.run(promote.take(), why);
+            let ok = fence.run(promote.take(), why, preempt_at);
             if ok || !gone {
                 let _ = tx.send(Input::Fenced(h, ok));
                 return;

@@ -111,7 +111,7 @@ fn main() -> ExitCode {
         Command::Control(a) => roles_cmd::control(a).map(|()| ExitCode::SUCCESS),
         Command::Services(a) => roles_cmd::services(a).map(|()| ExitCode::SUCCESS),
         Command::Watchdog => Ok(roles_cmd::watchdog()),
-        Command::DemoteOnce(a) => Ok(hale_agent::watchdog::demote_once(&a.claim, &a.demote)),
+        Command::DemoteOnce(a) => Ok(roles_cmd::demote_once(a)),
         Command::Drill(a) => drill_cmd::run(a),
         Command::Status(a) => status_cmd::run(a).map(|()| ExitCode::SUCCESS),
         Command::Postgres(a) => postgres_cmd::run(a),

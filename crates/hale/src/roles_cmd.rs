@@ -315,9 +315,27 @@ pub struct DemoteOnceArgs {
     /// The holding's demote claim, shared with the watchdog's fence.
     #[arg(long)]
     pub claim: std::path::PathBuf,
+    /// From this instant (nanoseconds of CLOCK_MONOTONIC: the lease's end),
+    /// kill a demote still holding the claim instead of waiting for it (the
+    /// watchdog's fence).
+    #[arg(long)]
+    pub preempt_at: Option<u64>,
     /// The demote command and its arguments.
     #[arg(last = true)]
     pub demote: Vec<String>,
+}
+
+/// `hale demote-once`.
+pub fn demote_once(a: &DemoteOnceArgs) -> std::process::ExitCode {
+    #[allow(unused_mut)] // Changed only by a planted bug.
+    let mut preempt_at = a.preempt_at;
+    // Test builds only (see `hale_control::planted`): the fence waits for
+    // the agent's demote however long it runs past the lease's end.
+    #[cfg(feature = "planted-bugs")]
+    if hale_control::planted::active("fence-waits") {
+        preempt_at = None;
+    }
+    hale_agent::watchdog::demote_once(&a.claim, preempt_at, &a.demote)
 }
 
 /// `hale watchdog` (started by the agent, not by people): guards every

@@ -29,6 +29,10 @@ pub struct RoleContext {
     /// This node's identity beyond its name (keep and adopt:
     /// [`super::identity`]).
     pub identity: String,
+    /// This run follows one of an older release on the same `state_dir`
+    /// (the agent migrated its files): adoption by plain renewal allowed
+    /// (`HolderConfig::after_older_release`).
+    pub after_older_release: bool,
     /// The control plane, through the agent's batches.
     pub requests: LeaseRequests,
     /// The control plane for keepers (the lease table), gated by drills.

@@ -45,11 +45,39 @@ pub fn claim_path(agent_pid: u32, role: &str, epoch: u64) -> PathBuf {
     ))
 }
 
-/// Runs `demote` under the claim at `path`: takes the file's exclusive
-/// lock (waiting while the other side holds it), runs `demote` unless the
-/// file says the demote already ran, then records that it did. If the
-/// file cannot be opened or locked, `demote` runs anyway.
+/// How a claimed run takes its claim.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Taking {
+    /// Write this process's group into the claim while the demote runs
+    /// (`running <pgid>`), so that a fence past the lease's end can kill
+    /// it: only a process that leads its own group says so (`hale
+    /// demote-once`, as the agent and the watchdog start it), lest a kill
+    /// of the group reach whoever started it.
+    pub announce_group: bool,
+    /// From this instant on the shared clock ([`super::shared_clock_ns`]),
+    /// a demote still running under the claim is killed (its announced
+    /// process group) rather than waited for: the lease's end, for the
+    /// watchdog's fence. A demote that has not finished when the lease
+    /// ends cannot be waited for, since the next holder may be promoted a
+    /// drift margin later (nemesis seed 80154: the agent's hung demote held
+    /// the claim, and with it the fence, for its whole hook timeout while
+    /// the next holder ran).
+    pub preempt_at: Option<u64>,
+}
+
+/// Runs `demote` under the claim at `path` as the agent's demote does
+/// (waiting for the other side, announcing nothing): see [`run_claimed_with`].
 pub fn run_claimed(path: &Path, demote: impl FnOnce() -> bool) -> Claimed {
+    run_claimed_with(path, Taking::default(), demote)
+}
+
+/// Runs `demote` under the claim at `path`: takes the file's exclusive
+/// lock (waiting while the other side holds it, or, past
+/// [`Taking::preempt_at`], killing the other side's demote), runs
+/// `demote` unless the file says the demote already ran, then records
+/// that it did. If the file cannot be opened or locked, `demote` runs
+/// anyway.
+pub fn run_claimed_with(path: &Path, taking: Taking, demote: impl FnOnce() -> bool) -> Claimed {
     use std::io::{Read, Seek};
     let file = std::fs::OpenOptions::new()
         .read(true)
@@ -58,13 +86,18 @@ pub fn run_claimed(path: &Path, demote: impl FnOnce() -> bool) -> Claimed {
         .truncate(false)
         .open(path);
     let mut file = match file {
-        Ok(f) if f.lock().is_ok() => f,
+        Ok(f) if take_lock(&f, taking.preempt_at).is_ok() => f,
         _ => return Claimed::Ran(demote()),
     };
     let mut seen = String::new();
     let _ = file.read_to_string(&mut seen);
     if seen.starts_with(RAN) {
         return Claimed::AlreadyRan;
+    }
+    let announced = taking.announce_group && leads_own_group();
+    if announced {
+        let pgid = nix::unistd::getpgrp();
+        rewrite(&mut file, &format!("{RUNNING}{pgid}\n"));
     }
     let ok = demote();
     // Only a demote that succeeded is recorded: one that failed (its hook
@@ -74,11 +107,69 @@ pub fn run_claimed(path: &Path, demote: impl FnOnce() -> bool) -> Claimed {
     // Not synced to disk: both sides read it through the same page cache,
     // and a claim outlives neither the boot nor the agent's run.
     if ok {
-        let _ = file.rewind();
-        let _ = file.write_all(RAN.as_bytes());
+        rewrite(&mut file, RAN);
+    } else if announced {
+        rewrite(&mut file, "");
     }
+    let _ = file.rewind();
     Claimed::Ran(ok)
 }
+
+/// Replaces the claim file's content with `text`.
+fn rewrite(file: &mut std::fs::File, text: &str) {
+    use std::io::Seek;
+    let _ = file.set_len(0);
+    let _ = file.rewind();
+    let _ = file.write_all(text.as_bytes());
+}
+
+/// Whether this process leads its process group.
+fn leads_own_group() -> bool {
+    nix::unistd::getpgrp() == nix::unistd::getpid()
+}
+
+/// Takes `file`'s exclusive lock: waits for it, or with `preempt_at`,
+/// waits until then and afterwards kills the process group the holder
+/// announced (`running <pgid>`) until the lock is free. A holder that
+/// announced nothing (the previous release's, or not a group leader) is
+/// waited for.
+fn take_lock(file: &std::fs::File, preempt_at: Option<u64>) -> std::io::Result<()> {
+    let Some(at) = preempt_at else {
+        return file.lock();
+    };
+    let own = nix::unistd::getpgrp().as_raw();
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(()),
+            Err(std::fs::TryLockError::WouldBlock) => {}
+            Err(std::fs::TryLockError::Error(e)) => return Err(e),
+        }
+        if super::shared_clock_ns() >= at {
+            match running_group(file) {
+                Some(pgid) if i32::try_from(pgid).is_ok_and(|p| p != own) => {
+                    super::kill_group(pgid);
+                }
+                _ => {}
+            }
+        }
+        std::thread::sleep(LOCK_POLL);
+    }
+}
+
+/// How often a preempting claim looks at the lock and its holder.
+const LOCK_POLL: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// The process group a claim's holder announced, if any.
+fn running_group(file: &std::fs::File) -> Option<u32> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = [0u8; 32];
+    let n = file.read_at(&mut buf, 0).ok()?;
+    let text = std::str::from_utf8(&buf[..n]).ok()?;
+    text.strip_prefix(RUNNING)?.trim_end().parse().ok()
+}
+
+/// What a claim file holds while an announced demote runs, before its group.
+const RUNNING: &str = "running ";
 
 /// What a claim file holds once its demote ran.
 const RAN: &str = "ran\n";

@@ -45,6 +45,13 @@ pub struct HolderConfig {
     /// given the same name does not adopt a holding whose service it does
     /// not run.
     pub identity: String,
+    /// This run follows a run of an older release on the same state (the
+    /// agent migrated its files): a paused holding that release held was
+    /// never recorded as kept (it cannot record keeps), so an adoption
+    /// refused as `NotKeeper` is asked again by a plain renewal, as that
+    /// release kept it, rather than left unguarded with its service
+    /// running (nemesis seed 80025).
+    pub after_older_release: bool,
 }
 
 /// What a replicated role's service says of its data now

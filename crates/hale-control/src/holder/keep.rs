@@ -209,6 +209,19 @@ impl Holder {
             // (a second demote of a fenced holding). The role stays paused
             // under the old holding until resumed, which the leader then
             // accepts as for any holder that died.
+            // The previous run was of an older release, which kept the
+            // role by plain renewals and could not record it: adopted the
+            // same way (the README's upgrade from 0.1.0).
+            Some(LeaseResponse::Rejected(LeaseRejection::NotKeeper { .. }))
+                if self.cfg.after_older_release && !self.keep_by_renewal =>
+            {
+                self.keep_by_renewal = true;
+                self.adopting = Some(Adopting {
+                    request: None,
+                    next: now,
+                    ..a
+                });
+            }
             Some(LeaseResponse::Rejected(LeaseRejection::NotKeeper { epoch })) => {
                 self.adopting = None;
                 self.event(HolderEvent::NotAdopted { epoch: *epoch });

@@ -15,26 +15,35 @@ fn ms(n: u64) -> Time {
 }
 
 fn holder() -> Holder {
-    Holder::new(
-        HolderConfig {
-            role: "db".into(),
-            node: "a".into(),
-            priority: 5,
-            // Renewals every 500 ms keep the exact times below round.
-            timing: LeaseTiming {
-                lease: Duration::from_secs(2),
-                renew_every: Duration::from_millis(500),
-                drift_margin: Duration::from_millis(400),
-            },
-            hook_timeout: Duration::from_secs(10),
-            fail_after: Duration::from_secs(3),
-            acquire_timeout: Duration::from_millis(1500),
-            instance: 7,
-            max_lag: None,
-            identity: ID.into(),
+    holder_with(|_| {})
+}
+
+/// [`holder`] with its settings changed by `change`.
+fn holder_with(change: impl FnOnce(&mut HolderConfig)) -> Holder {
+    let mut h = holder_config();
+    change(&mut h);
+    Holder::new(h, Time::ZERO)
+}
+
+fn holder_config() -> HolderConfig {
+    HolderConfig {
+        role: "db".into(),
+        node: "a".into(),
+        priority: 5,
+        // Renewals every 500 ms keep the exact times below round.
+        timing: LeaseTiming {
+            lease: Duration::from_secs(2),
+            renew_every: Duration::from_millis(500),
+            drift_margin: Duration::from_millis(400),
         },
-        Time::ZERO,
-    )
+        hook_timeout: Duration::from_secs(10),
+        fail_after: Duration::from_secs(3),
+        acquire_timeout: Duration::from_millis(1500),
+        instance: 7,
+        max_lag: None,
+        identity: ID.into(),
+        after_older_release: false,
+    }
 }
 
 /// The node's identity in these tests.
@@ -1220,4 +1229,36 @@ fn an_adoption_of_a_holding_this_node_never_kept_adopts_and_demotes_nothing() {
     );
     assert!(!h.is_adopting());
     assert_eq!(h.epoch(), None);
+}
+
+#[test]
+fn after_an_older_release_a_holding_never_recorded_as_kept_is_adopted_by_a_plain_renewal() {
+    // The previous run was 0.1.0 (the agent migrated its files): it kept
+    // the paused role by renewals alone and could not record the keep.
+    let mut h = holder_with(|c| c.after_older_release = true);
+    h.handle_adopt(ms(0), 7, false);
+    let id = sent(&actions(&mut h), &adopt(7));
+    h.handle_response(
+        ms(20),
+        id,
+        Some(LeaseResponse::Rejected(
+            hale_control::LeaseRejection::NotKeeper { epoch: 7 },
+        )),
+    );
+    // No event, no hook: asked again at once, the way that release kept it.
+    let id = sent_renewal(&actions(&mut h), 7);
+    assert!(h.is_adopting());
+    h.handle_response(ms(30), id, Some(renewed(7, true)));
+    assert_eq!(
+        actions(&mut h),
+        vec![
+            Action::StartWatchdog {
+                epoch: 7,
+                deadline: ms(1620)
+            },
+            Action::Event(HolderEvent::Adopted { epoch: 7 }),
+            Action::Event(HolderEvent::Paused(true)),
+        ]
+    );
+    assert_eq!(h.epoch(), Some(7));
 }

@@ -143,7 +143,43 @@ fn resuming_a_role_whose_holders_agent_never_came_back_is_refused_unless_forced(
 #[test]
 fn upgrading_the_holders_agent_from_the_previous_release_moves_nothing_and_runs_no_hook() {
     let prev = previous_release();
-    let mut c = Cluster::roles_of("keep-upgrade", 3, &prev.exe);
+    let c = Cluster::roles_of("keep-upgrade", 3, &prev.exe);
+    upgrade_holder_from_previous(c, &prev.exe);
+}
+
+/// The holder's agent upgraded last, when every other control-plane server
+/// already runs this release: they record keeps, but the previous release
+/// could not keep, so the adoption is first refused as never kept. The new
+/// agent, whose files it migrated from the previous release, adopts by a
+/// plain renewal as that release kept (nemesis seed 80025 left the service
+/// running unguarded, then promoted it again after the resume).
+#[test]
+fn upgrading_the_holders_agent_from_the_previous_release_last_of_all_adopts_its_role() {
+    let prev = previous_release();
+    let mut nodes = RoleNode::loopback(3);
+    nodes[0].exe = Some(prev.exe.clone());
+    let c = Cluster::roles_on(
+        "keep-upgrade-last",
+        nodes,
+        |_, _| None,
+        |_| String::new(),
+        |dir| {
+            // A state_dir for n0: its generation file says which release ran.
+            let config = dir.join("n0.toml");
+            let text = std::fs::read_to_string(&config).unwrap();
+            let state = dir.join("state-n0");
+            let line = format!("[agent]\nstate_dir = \"{}\"\n", state.display());
+            std::fs::write(&config, text.replacen("[agent]\n", &line, 1)).unwrap();
+        },
+    );
+    upgrade_holder_from_previous(c, &prev.exe);
+}
+
+/// Agent 0 of `c`, the holder, runs the previous release (`prev`): pauses
+/// `db`, SIGKILLs that agent with its watchdog (the README's procedure from
+/// the previous release), starts this release on the same configuration,
+/// and checks that it adopts the role and that nothing moved.
+fn upgrade_holder_from_previous(mut c: Cluster, prev: &std::path::Path) {
     let held = first_holder(&c);
     assert_eq!(held.0, "n0");
     wait_for(Duration::from_secs(10), "the promote hook ran", || {
@@ -172,11 +208,7 @@ fn upgrading_the_holders_agent_from_the_previous_release_moves_nothing_and_runs_
     let config = c.path("n0.toml");
     let text = std::fs::read_to_string(&config).unwrap();
     let new_exe = crate::support::hale_bin().display().to_string();
-    std::fs::write(
-        &config,
-        text.replace(&prev.exe.display().to_string(), &new_exe),
-    )
-    .unwrap();
+    std::fs::write(&config, text.replace(&prev.display().to_string(), &new_exe)).unwrap();
     restart(&mut c, 0);
     adopted_then_resumed(&c, &held, "after the upgrade and resume");
 }

@@ -145,22 +145,59 @@ fn an_agent_frozen_between_disarming_its_watchdog_and_starting_its_demote_is_sti
 }
 
 #[test]
-fn the_demote_runs_once_when_the_watchdogs_deadline_passes_during_the_agents_demote() {
-    let dir = log_dir("watchdog_claim");
+fn an_agents_demote_still_running_at_the_leases_end_is_killed_and_the_fence_runs_in_its_place() {
+    let dir = log_dir("watchdog_preempt");
     let log = dir.path().join("log");
     let claim = dir.path().join("claim");
-    let mut w = watchdog(300, &claim, &demote(&log, "fence", 0.0));
+    let mut w = watchdog(3_000, &claim, &demote(&log, "fence", 0.0));
     say(&mut w, Order::Disarm { h: 1 });
     assert_eq!(answer(&mut w), Disarmed::Disarmed);
-    // The agent's demote takes a second: the deadline passes meanwhile.
-    let mut d = demote_once(&claim, &demote(&log, "agent", 1.0));
-    assert!(d.0.wait().unwrap().success());
-    // The watchdog waited for it, then found it done.
+    // The agent's demote hangs (the service refuses to stop) past the
+    // lease's end: the next holder may be promoted a drift margin later,
+    // so the watchdog kills it there and fences (nemesis seed 80154,
+    // where the fence waited out the hung demote's 10 s hook timeout).
+    let mut d = demote_once(&claim, &demote(&log, "agent", 30.0));
+    wait_until(Duration::from_secs(10), "the agent's demote starts", || {
+        !lines(&log).is_empty()
+    });
+    wait_until(Duration::from_secs(15), "the fence in its place", || {
+        lines(&log) == ["agent", "fence", "done"]
+    });
+    assert!(
+        !d.0.wait().unwrap().success(),
+        "the agent's demote was killed"
+    );
+    // The agent tries its demote again: it finds it done.
+    let mut again = demote_once(&claim, &demote(&log, "agent", 0.0));
+    assert!(again.0.wait().unwrap().success());
     say(&mut w, Order::Disarm { h: 1 });
-    assert_eq!(answer(&mut w), Disarmed::Fenced, "its fence found it done");
+    assert_eq!(answer(&mut w), Disarmed::Fenced);
     say(&mut w, Order::Stop { h: 1 });
     close(&mut w);
     w.0.wait().unwrap();
+    assert_eq!(lines(&log), ["agent", "fence", "done"]);
+}
+
+#[test]
+fn a_fence_for_a_gone_agent_waits_for_its_demote_while_the_lease_lasts_and_runs_nothing_more() {
+    let dir = log_dir("watchdog_claim");
+    let log = dir.path().join("log");
+    let claim = dir.path().join("claim");
+    let mut w = watchdog(8_000, &claim, &demote(&log, "fence", 0.0));
+    // The agent's demote takes a second, and the agent dies as it starts:
+    // the watchdog fences at once, waiting for that demote, which ends
+    // well before the lease does.
+    let mut d = demote_once(&claim, &demote(&log, "agent", 1.0));
+    wait_until(Duration::from_secs(5), "the agent's demote starts", || {
+        !lines(&log).is_empty()
+    });
+    close(&mut w);
+    assert!(d.0.wait().unwrap().success());
+    assert_eq!(
+        w.0.wait().unwrap().code(),
+        Some(3),
+        "it fenced (found done)"
+    );
     assert_eq!(lines(&log), ["agent", "done"]);
 }
 

@@ -319,6 +319,7 @@ fn config(c: usize, timing: LeaseTiming, hook_timeout: Duration) -> HolderConfig
         instance: (c as u64 + 1) << 32,
         max_lag: None,
         identity: format!("c{c}@model"),
+        after_older_release: false,
     }
 }
 
