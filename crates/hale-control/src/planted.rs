@@ -15,6 +15,9 @@
 //!   failed demote releases the role as a successful one does.
 //! * `renew-after-expiry` (`holder.rs`, a renewal's answer): a renewal
 //!   answered after the lease ended extends it.
+//! * `fence-waits` (`hale/src/roles_cmd.rs`, `hale demote-once`): the
+//!   watchdog's fence waits for the agent's demote however long it runs
+//!   past the lease's end, instead of killing it there.
 //! * `one-observer-convicts` (`hale/src/agent_cmd.rs`): hale-core's
 //!   `Fault::ConvictAlone`, a node's own failed probe convicts without
 //!   corroboration.
