@@ -18,9 +18,10 @@ fn reports(dir: &Path, out: &mut Vec<RunReport>) -> std::io::Result<()> {
             reports(&p, out)?;
         } else if p.file_name().is_some_and(|n| n == "report.json") {
             if let Ok(mut r) = serde_json::from_slice::<RunReport>(&std::fs::read(&p)?) {
-                // The violations of this checker, not of the one that ran.
-                let h = p.with_file_name("history.json");
-                if let Ok(h) = serde_json::from_slice::<History>(&std::fs::read(h)?) {
+                // The violations of this checker, not of the one that ran,
+                // where the history was kept (a committed run keeps none).
+                let h = std::fs::read(p.with_file_name("history.json")).unwrap_or_default();
+                if let Ok(h) = serde_json::from_slice::<History>(&h) {
                     r.violations = check_all(&h);
                 }
                 out.push(r);
