@@ -735,6 +735,13 @@ fn keep(epoch: u64) -> ControlRequest {
     })
 }
 
+/// The refusal of an adoption of a holding at `epoch` never kept by this identity.
+fn not_keeper(epoch: u64) -> Option<LeaseResponse> {
+    Some(LeaseResponse::Rejected(
+        hale_control::LeaseRejection::NotKeeper { epoch },
+    ))
+}
+
 /// An adoption of `db` at `epoch` by this node's identity.
 fn adopt(epoch: u64) -> ControlRequest {
     ControlRequest::Lease(LeaseRequest::Adopt {
@@ -1216,13 +1223,7 @@ fn an_adoption_of_a_holding_this_node_never_kept_adopts_and_demotes_nothing() {
     let mut h = holder();
     h.handle_adopt(ms(0), 7, false);
     let id = sent(&actions(&mut h), &adopt(7));
-    h.handle_response(
-        ms(20),
-        id,
-        Some(LeaseResponse::Rejected(
-            hale_control::LeaseRejection::NotKeeper { epoch: 7 },
-        )),
-    );
+    h.handle_response(ms(20), id, not_keeper(7));
     assert_eq!(
         actions(&mut h),
         vec![Action::Event(HolderEvent::NotAdopted { epoch: 7 })]
@@ -1238,13 +1239,7 @@ fn after_an_older_release_a_holding_never_recorded_as_kept_is_adopted_by_a_plain
     let mut h = holder_with(|c| c.after_older_release = true);
     h.handle_adopt(ms(0), 7, false);
     let id = sent(&actions(&mut h), &adopt(7));
-    h.handle_response(
-        ms(20),
-        id,
-        Some(LeaseResponse::Rejected(
-            hale_control::LeaseRejection::NotKeeper { epoch: 7 },
-        )),
-    );
+    h.handle_response(ms(20), id, not_keeper(7));
     // No event, no hook: asked again at once, the way that release kept it.
     let id = sent_renewal(&actions(&mut h), 7);
     assert!(h.is_adopting());

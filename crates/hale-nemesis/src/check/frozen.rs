@@ -23,6 +23,11 @@
 //!   once its `hook_timeout` (10 s) killed it (seed 70084: the agent
 //!   restarted by a clock fault while its fence hung; the next holder
 //!   promoted 3.7 s before the retried fence).
+//! * Its fence killed (`kill-hook`) while its agent is out: the same
+//!   double fault, one attempt long. The watchdog tries again a second
+//!   later (seed 90056: the agent frozen, the watchdog's fence at the
+//!   lease's end killed; the next holder promoted 0.65 s later, the retry
+//!   fenced 0.36 s after that). Excused from the kill until the retry.
 
 use crate::history::{FaultRecord, History};
 use crate::schedule::{Fault, HookFailure, HookSel};
@@ -49,6 +54,14 @@ const RESTARTED_AT_HEAL: &str = "agent restarted at heal";
 
 fn on(f: &FaultRecord, node: &str) -> bool {
     f.hosts.iter().any(|x| x == node)
+}
+
+/// When a `kill-hook` fault killed its hook (its note: `SIGKILL [pids] at
+/// <ns> ns: ...`), if it met one.
+fn killed_at(f: &FaultRecord) -> Option<u64> {
+    let rest = f.note.strip_prefix("SIGKILL ")?;
+    let (_, after) = rest.split_once(" at ")?;
+    after.split_once(" ns")?.0.parse().ok()
 }
 
 /// When `f` put the agent of the hosts it names out of action: a span, or
@@ -95,6 +108,15 @@ pub fn freezes(h: &History, node: &str) -> Vec<Freeze> {
                 thaw: f.heal_ns,
             }),
             Fault::StopWatchdog(_) => out.extend(with_agent_out(h, node, f, f.heal_ns)),
+            Fault::KillHook(_) => {
+                let Some(k) = killed_at(f) else { continue };
+                let at_kill = FaultRecord {
+                    start_ns: k,
+                    heal_ns: Some(k),
+                    ..f.clone()
+                };
+                out.extend(with_agent_out(h, node, &at_kill, Some(k + FENCE_RETRY_NS)));
+            }
             Fault::HookFails {
                 hook: HookSel::Demote | HookSel::Both,
                 how,
@@ -170,6 +192,26 @@ mod tests {
         // Its agent killed before the freeze and back since: nothing.
         let earlier = fault(Fault::KillAgent(Target::Host(1)), 10, 20);
         assert!(freezes(&history(vec![stop, earlier]), "h1").is_empty());
+    }
+
+    #[test]
+    fn a_fence_killed_while_its_agent_is_frozen_is_waited_for_until_the_watchdog_tries_again() {
+        let mut kill = fault(Fault::KillHook(Target::Holder), 45, 57);
+        kill.note = format!("SIGKILL [11987] at {} ns: [\"hook demote\"]", 52 * S);
+        let frozen = fault(Fault::StopAgent(Target::Host(0)), 50, 57);
+        assert_eq!(
+            freezes(&history(vec![kill.clone(), frozen.clone()]), "h1"),
+            vec![Freeze {
+                from: 52 * S,
+                thaw: Some(53 * S)
+            }]
+        );
+        // The agent running when the hook was killed: it demotes itself.
+        let later = fault(Fault::StopAgent(Target::Host(0)), 53, 57);
+        assert!(freezes(&history(vec![kill.clone(), later]), "h1").is_empty());
+        // No hook met (nothing killed): nothing.
+        kill.note = "waiting for a hook to run".into();
+        assert!(freezes(&history(vec![kill, frozen]), "h1").is_empty());
     }
 
     #[test]
