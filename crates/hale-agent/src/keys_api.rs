@@ -177,19 +177,26 @@ pub(crate) async fn fan_out(
     let members = st.snapshot().await.map(|s| s.members).unwrap_or_default();
     // A member that is dead but has not left may never have installed the
     // new key (cut off during the rotation): removing the old one would
-    // lock it out for good when it comes back (nemesis seed 10030).
+    // lock it out for good when it comes back (nemesis seed 10030), and so
+    // would using the new one, which it could not open (seed 90064: `use`
+    // while a member's host was frozen; it came back unable to read
+    // anyone).
     let dead: Vec<&str> = members
         .iter()
         .filter(|m| !m.is_self && m.state == MemberState::Dead)
         .map(|m| m.name.as_str())
         .collect();
-    if op == KeyOp::Remove && !force && !dead.is_empty() {
+    if op != KeyOp::Install && !force && !dead.is_empty() {
+        let (done, undo) = match op {
+            KeyOp::Use => ("used", "uses it"),
+            _ => ("removed", "removes it"),
+        };
         return Err(ApiError(
             StatusCode::CONFLICT,
             format!(
-                "not removed: {} dead and not left (it may not have the new key, and would be \
+                "not {done}: {} dead and not left (it may not have the new key, and would be \
                  locked out when it comes back): bring it back and repeat `install` and `use`, \
-                 or make it leave; --force removes it anyway",
+                 or make it leave; --force {undo} anyway",
                 dead.join(", ")
             ),
         ));
@@ -225,6 +232,32 @@ pub(crate) async fn fan_out(
                      --force removes it anyway",
                     unconfirmed.join(", "),
                     primary.fingerprint()
+                ),
+            ));
+        }
+    }
+    // A live member that missed the `install` (cut off, its API too slow)
+    // could not open what the others seal once they use the key: each live
+    // member is given the key again first (installing is idempotent), and
+    // the key is used only when each one has it.
+    if op == KeyOp::Use && !force {
+        // Not installed here: refused below, before anyone is told anything.
+        if let Err(e) = keys.current().using(&key) {
+            return Err(ApiError(StatusCode::CONFLICT, refused(e).to_string()));
+        }
+        let unconfirmed: Vec<String> = tell(&st, &keys, &peers, KeyOp::Install, &key)
+            .await
+            .into_iter()
+            .filter_map(|(name, r)| r.err().map(|e| format!("{name} ({e})")))
+            .collect();
+        if !unconfirmed.is_empty() {
+            return Err(ApiError(
+                StatusCode::CONFLICT,
+                format!(
+                    "not used: {} did not confirm having the key ({}): it would be locked \
+                     out; repeat once it answers, or make it leave; --force uses it anyway",
+                    unconfirmed.join(", "),
+                    key.fingerprint()
                 ),
             ));
         }

@@ -112,33 +112,54 @@ fn rotating_the_key_of_a_running_five_agent_cluster_suspects_no_one_and_keeps_th
     }
 }
 
-/// Removing the old key while a member that has not left is dead would lock
-/// it out when it comes back (it may never have installed the new key):
-/// refused, naming it, unless forced (nemesis seed 10030).
+/// Using the new key or removing the old one while a member that has not
+/// left is dead would lock it out when it comes back (it may never have
+/// installed the new key, and could not open what the others seal):
+/// refused, naming it, unless forced (nemesis seeds 10030, 90064); back, it
+/// is given the key by the next `use`, and the rotation completes.
 #[test]
-fn removing_the_old_key_while_a_member_is_dead_is_refused_unless_forced() {
+fn using_or_removing_a_key_while_a_member_is_dead_is_refused_and_it_rejoins_when_back() {
     let mut c = Cluster::roles_with("keys-dead", 4, |_, _| None, |_| String::new(), |_| {});
     let _ = first_holder(&c);
     let old = c.key.clone();
     let new = Key::generate().to_base64();
     c.agents[3].kill();
-    wait_for(Duration::from_secs(30), "n0 sees n3 dead", || {
+    let n3_is = |c: &Cluster, state| {
         c.agents[0]
             .members()?
             .iter()
-            .any(|m| m.name == "n3" && m.state == hale_agent::view::MemberState::Dead)
+            .any(|m| m.name == "n3" && m.state == state)
             .then_some(())
+    };
+    wait_for(Duration::from_secs(30), "n0 sees n3 dead", || {
+        n3_is(&c, hale_agent::view::MemberState::Dead)
     });
-    for op in ["install", "use"] {
-        let (ok, out) = hale(&c, &["keys", op, &new]);
-        assert!(ok, "{op}: {out}");
+    let (ok, out) = hale(&c, &["keys", "install", &new]);
+    assert!(ok, "install: {out}");
+    for op in [["keys", "use", &new], ["keys", "remove", &old]] {
+        let (ok, out) = hale(&c, &op);
+        assert!(!ok, "{op:?} went through: {out}");
+        assert!(out.contains("n3 dead and not left"), "{out}");
     }
-    let (ok, out) = hale(&c, &["keys", "remove", &old]);
-    assert!(!ok, "the removal went through: {out}");
-    assert!(out.contains("n3 dead and not left"), "{out}");
-    // The old key is still there: n3 can come back with it.
+    // Nothing changed but the install: n3 comes back with the old key alone.
     let keys = call(c.agents[0].api().keys()).expect("n0 answers");
-    assert_eq!(keys.keys.len(), 2, "{keys:?}");
-    let (ok, out) = hale(&c, &["keys", "remove", &old, "--force"]);
-    assert!(ok, "{out}");
+    assert_eq!(
+        keys.keys[0].fingerprint,
+        Key::from_base64(&old).unwrap().fingerprint()
+    );
+    crate::restart::restart(&mut c, 3);
+    wait_for(Duration::from_secs(30), "n0 sees n3 alive again", || {
+        n3_is(&c, hale_agent::view::MemberState::Alive)
+    });
+    // The rotation completes: `use` gives n3 the key first.
+    for op in [["keys", "use", &new], ["keys", "remove", &old]] {
+        let (ok, out) = hale(&c, &op);
+        assert!(ok, "{op:?}: {out}");
+    }
+    let keys = call(c.agents[3].api().keys()).expect("n3 answers");
+    assert_eq!(keys.keys.len(), 1, "{keys:?}");
+    assert_eq!(
+        keys.keys[0].fingerprint,
+        Key::from_base64(&new).unwrap().fingerprint()
+    );
 }
