@@ -44,10 +44,14 @@
 //! `hale demote-once`) and the watchdog's fence both take the holding's
 //! [claim](run_claimed) first: an exclusive lock on a file that records
 //! that the demote ran. Whichever comes second waits for the first to end
-//! and then does nothing. A demote killed midway (its process group, the
+//! and then does nothing, but the watchdog's fence waits only until the
+//! lease's end: from then on it kills a demote of the agent still holding
+//! the claim (its process group, written in the claim) and runs in its
+//! place ([`Taking::preempt_at`]). A demote killed midway (its process group, the
 //! lock's holder with it), or one that failed, records nothing, so the
-//! other side runs it; the watchdog itself tries a failed fence again every
-//! second (and answers a `disarm` meanwhile as not fenced). Were
+//! other side runs it; the watchdog itself tries a failed fence again after
+//! 0.1 s, doubling up to every second (and answers a `disarm` meanwhile as
+//! not fenced). Were
 //! the claim's file impossible to create, both run it: a second demote is
 //! better than none.
 //!
@@ -184,8 +188,21 @@ pub fn kill_group(pgid: u32) {
     }
 }
 
-/// How long the watchdog waits before trying a fence that failed again.
+/// The longest the watchdog waits before trying a fence that failed again.
 const FENCE_RETRY: Duration = Duration::from_secs(1);
+/// The first wait before trying a failed fence again, doubled after each
+/// failure up to [`FENCE_RETRY`]: the next holder may be promoted a drift
+/// margin after the lease's end, so a fence that failed there (its hook
+/// killed, say) is tried again at once rather than a second later (nemesis
+/// seed 90056: the retry came 0.36 s after the next promote).
+const FENCE_RETRY_FIRST: Duration = Duration::from_millis(100);
+
+/// The wait before the next try of a fence that has failed `failures`
+/// times in a row (at least once).
+fn fence_retry(failures: u32) -> Duration {
+    let doubled = FENCE_RETRY_FIRST.saturating_mul(1 << failures.saturating_sub(1).min(10));
+    doubled.min(FENCE_RETRY)
+}
 
 /// Now, in nanoseconds of the kernel's `CLOCK_MONOTONIC`: the clock the
 /// agent and its watchdog share for deadlines. Read through the vDSO
@@ -334,6 +351,8 @@ struct Guarded {
     rearmed: Option<u64>,
     /// A `disarm` waits for the running fence's outcome.
     asked: bool,
+    /// Its fence's failures in a row (the wait before the next try).
+    failures: u32,
     fence: Fence,
 }
 
@@ -502,6 +521,7 @@ impl Watch {
                     fencing: false,
                     rearmed: None,
                     asked: false,
+                    failures: 0,
                     fence,
                 };
                 self.holdings.insert(h, g);
@@ -556,13 +576,15 @@ impl Watch {
         } else {
             "watchdog-expired"
         };
+        let mut failures = g.failures;
         std::thread::spawn(move || loop {
             let ok = fence.run(promote.take(), why, preempt_at);
             if ok || !gone {
                 let _ = tx.send(Input::Fenced(h, ok));
                 return;
             }
-            std::thread::sleep(FENCE_RETRY);
+            failures += 1;
+            std::thread::sleep(fence_retry(failures));
         });
     }
 
@@ -574,13 +596,16 @@ impl Watch {
         g.fencing = false;
         let rearmed = g.rearmed.take();
         if ok {
+            g.failures = 0;
             g.fenced = true;
             self.fenced_any = true;
         } else if !gone {
             // Not fenced: tried again soon (or when a renewal that came
             // meanwhile runs out), and a `disarm` meanwhile is told so, so
             // that the agent runs its own demote.
-            g.deadline = Some(rearmed.unwrap_or_else(|| shared_deadline(FENCE_RETRY)));
+            g.failures += 1;
+            let retry = shared_deadline(fence_retry(g.failures));
+            g.deadline = Some(rearmed.unwrap_or(retry));
         }
         if std::mem::take(&mut g.asked) {
             answer(h, g.fenced);
@@ -685,6 +710,13 @@ fn hook_time(ran: Duration, gap: Duration) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failed_fence_is_tried_again_soon_then_every_second() {
+        let waits: Vec<u128> = (1..=6).map(|n| fence_retry(n).as_millis()).collect();
+        assert_eq!(waits, [100, 200, 400, 800, 1000, 1000]);
+        assert_eq!(fence_retry(u32::MAX), FENCE_RETRY);
+    }
 
     #[test]
     fn a_pause_of_the_watchdog_is_not_counted_as_the_hooks_running_time() {

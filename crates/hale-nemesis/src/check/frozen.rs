@@ -24,10 +24,11 @@
 //!   restarted by a clock fault while its fence hung; the next holder
 //!   promoted 3.7 s before the retried fence).
 //! * Its fence killed (`kill-hook`) while its agent is out: the same
-//!   double fault, one attempt long. The watchdog tries again a second
-//!   later (seed 90056: the agent frozen, the watchdog's fence at the
-//!   lease's end killed; the next holder promoted 0.65 s later, the retry
-//!   fenced 0.36 s after that). Excused from the kill until the retry.
+//!   double fault, one attempt long. The watchdog tries again 0.1 s later
+//!   (a second later before seed 90056: the agent frozen, the watchdog's
+//!   fence at the lease's end killed, the next holder promoted 0.65 s
+//!   later and the retry 0.36 s after that). Excused from the kill until
+//!   the retry (with the usual slack after a thaw).
 
 use crate::history::{FaultRecord, History};
 use crate::schedule::{Fault, HookFailure, HookSel};
@@ -35,9 +36,13 @@ use crate::schedule::{Fault, HookFailure, HookSel};
 /// The agents' `hook_timeout` in the nemesis's cluster (`cluster.rs`).
 const HOOK_TIMEOUT_NS: u64 = 10_000_000_000;
 
-/// How soon a watchdog whose agent is gone tries a failed fence again
+/// The longest a watchdog waits before trying a failed fence again
 /// (hale-agent's `FENCE_RETRY`).
 const FENCE_RETRY_NS: u64 = 1_000_000_000;
+
+/// How soon a watchdog tries a fence again after its first failure
+/// (hale-agent's `FENCE_RETRY_FIRST`).
+const FENCE_RETRY_FIRST_NS: u64 = 100_000_000;
 
 /// A stretch in which nothing on a host could fence: from `from` until
 /// `thaw` (none: to the end of the run).
@@ -115,7 +120,12 @@ pub fn freezes(h: &History, node: &str) -> Vec<Freeze> {
                     heal_ns: Some(k),
                     ..f.clone()
                 };
-                out.extend(with_agent_out(h, node, &at_kill, Some(k + FENCE_RETRY_NS)));
+                out.extend(with_agent_out(
+                    h,
+                    node,
+                    &at_kill,
+                    Some(k + FENCE_RETRY_FIRST_NS),
+                ));
             }
             Fault::HookFails {
                 hook: HookSel::Demote | HookSel::Both,
@@ -203,7 +213,7 @@ mod tests {
             freezes(&history(vec![kill.clone(), frozen.clone()]), "h1"),
             vec![Freeze {
                 from: 52 * S,
-                thaw: Some(53 * S)
+                thaw: Some(52 * S + FENCE_RETRY_FIRST_NS)
             }]
         );
         // The agent running when the hook was killed: it demotes itself.

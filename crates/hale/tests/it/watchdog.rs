@@ -229,13 +229,13 @@ fn a_fence_that_fails_is_tried_again_until_it_succeeds_and_the_agent_is_told_it_
     let dir = log_dir("watchdog_fence_fails");
     let log = dir.path().join("log");
     let claim = dir.path().join("claim");
-    // The fence fails (exit 1) on its first three runs (a second apart:
-    // time enough to ask), then succeeds.
+    // The fence fails (exit 1) on its first five runs (0.1 s, then 0.2,
+    // 0.4, 0.8 and 1 s apart: time enough to ask), then succeeds.
     let fence = vec![
         "sh".into(),
         "-c".into(),
         format!(
-            "echo try >> {l}; [ $(grep -c try {l}) -ge 4 ] && echo fenced >> {l}",
+            "echo try >> {l}; [ $(grep -c try {l}) -ge 6 ] && echo fenced >> {l}",
             l = log.display()
         ),
     ];
@@ -247,7 +247,7 @@ fn a_fence_that_fails_is_tried_again_until_it_succeeds_and_the_agent_is_told_it_
     say(&mut w, Order::Disarm { h: 1 });
     assert_eq!(answer(&mut w), Disarmed::Disarmed);
     wait_until(Duration::from_secs(10), "the fence, tried again", || {
-        lines(&log) == ["try", "try", "try", "try", "fenced"]
+        lines(&log) == ["try", "try", "try", "try", "try", "try", "fenced"]
     });
     say(&mut w, Order::Disarm { h: 1 });
     assert_eq!(answer(&mut w), Disarmed::Fenced);
