@@ -27,11 +27,12 @@ async fn an_agent_that_refuses_a_key_operation_says_why_and_keeps_its_keys() {
     let sealing = Sealing::sealed(hale_agent::Keyring::new(key.clone(), vec![]));
     let installed = peer_op(&sealing, ("b", b.http_addr()), "install", &new).await;
     assert_eq!(installed.unwrap().keys.len(), 2);
-    // Using it through b: b applies it, then seals to a with it, which a
-    // cannot open: refused unread, a's keys unchanged.
+    // Using it through b, forced (a plain `use` would install it on a
+    // first): b applies it, then seals to a with it, which a cannot open:
+    // refused unread, a's keys unchanged.
     let report = b
         .client()
-        .key_op(KeyOp::Use, &new.to_base64())
+        .key_op_forced(KeyOp::Use, &new.to_base64(), true)
         .await
         .unwrap();
     assert_eq!(report.ok, ["b"]);
@@ -69,6 +70,38 @@ async fn an_agent_that_refuses_a_key_operation_says_why_and_keeps_its_keys() {
     let kept = b.client().keys().await.unwrap();
     assert_eq!(kept.keys.len(), 2, "{kept:?}");
     assert_eq!(kept.keys[0].fingerprint, new.fingerprint());
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_is_used_only_once_every_live_member_has_it_and_one_that_missed_the_install_gets_it()
+{
+    let key = Key::generate();
+    let a = start("keys-use", "a", &key.to_base64(), None).await;
+    let b = start("keys-use", "b", &key.to_base64(), None).await;
+    b.join(vec![a.gossip_addr()]).await.unwrap();
+    for x in [&a, &b] {
+        wait_until("both alive", Duration::from_secs(10), || async {
+            alive_count(x).await == 2
+        })
+        .await;
+    }
+    // The new key installed on b alone: a missed the `install`.
+    let new = Key::generate();
+    let sealing = Sealing::sealed(hale_agent::Keyring::new(key.clone(), vec![]));
+    peer_op(&sealing, ("b", b.http_addr()), "install", &new)
+        .await
+        .unwrap();
+    let report = b
+        .client()
+        .key_op(KeyOp::Use, &new.to_base64())
+        .await
+        .unwrap();
+    assert_eq!(report.ok, ["a", "b"], "{report:?}");
+    let a_keys = a.client().keys().await.unwrap();
+    assert_eq!(a_keys.keys.len(), 2, "{a_keys:?}");
+    assert_eq!(a_keys.keys[0].fingerprint, new.fingerprint());
     a.shutdown().await;
     b.shutdown().await;
 }
