@@ -353,6 +353,9 @@ struct Guarded {
     asked: bool,
     /// Its fence's failures in a row (the wait before the next try).
     failures: u32,
+    /// The agent said `stop` or `keep` while its fence ran: forgotten (and
+    /// its claim removed) once that fence ends, never fenced again.
+    forgotten: bool,
     fence: Fence,
 }
 
@@ -522,6 +525,7 @@ impl Watch {
                     rearmed: None,
                     asked: false,
                     failures: 0,
+                    forgotten: false,
                     fence,
                 };
                 self.holdings.insert(h, g);
@@ -546,11 +550,24 @@ impl Watch {
                 Some(g) if g.fencing => g.asked = true,
                 g => answer(h, g.is_some_and(|g| g.fenced)),
             },
-            Order::Stop { h } | Order::Keep { h } => {
-                if let Some(g) = self.holdings.remove(&h) {
-                    let _ = std::fs::remove_file(&g.fence.claim);
+            // A fence already running keeps the holding, and its claim,
+            // until it ends: removed now, the claim that says the agent's
+            // demote ran would be gone before the fence opened it, and the
+            // fence would run the demote a second time (nemesis seeds
+            // 100167, 100218: the agent's demote done, its `stop` read just
+            // after the deadline had started the fence).
+            Order::Stop { h } | Order::Keep { h } => match self.holdings.get_mut(&h) {
+                Some(g) if g.fencing => {
+                    g.forgotten = true;
+                    g.rearmed = None;
                 }
-            }
+                Some(_) => {
+                    if let Some(g) = self.holdings.remove(&h) {
+                        let _ = std::fs::remove_file(&g.fence.claim);
+                    }
+                }
+                None => {}
+            },
         }
     }
 
@@ -594,6 +611,16 @@ impl Watch {
             return;
         };
         g.fencing = false;
+        if g.forgotten {
+            if std::mem::take(&mut g.asked) {
+                answer(h, ok);
+            }
+            self.fenced_any |= ok;
+            if let Some(g) = self.holdings.remove(&h) {
+                let _ = std::fs::remove_file(&g.fence.claim);
+            }
+            return;
+        }
         let rearmed = g.rearmed.take();
         if ok {
             g.failures = 0;

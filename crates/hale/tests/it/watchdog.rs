@@ -202,6 +202,38 @@ fn a_fence_for_a_gone_agent_waits_for_its_demote_while_the_lease_lasts_and_runs_
 }
 
 #[test]
+fn a_stop_read_after_the_deadline_started_the_fence_never_makes_the_demote_run_twice() {
+    // The agent's demote ran (under the claim) just before the lease's end,
+    // and its `stop` reaches the watchdog only after the deadline has
+    // started the fence: the watchdog frozen across the deadline, as in
+    // nemesis seed 100218. Whichever the thawed watchdog reads first, the
+    // fence must find the claim saying the demote ran. Five times: the
+    // order is a race inside the watchdog, which this test does not force
+    // (it passed five runs of five with the fix undone: the `stop` was read
+    // first each time); the nemesis seeds are what found the fault.
+    for i in 0..5 {
+        let dir = log_dir(&format!("watchdog_stop_race_{i}"));
+        let log = dir.path().join("log");
+        let claim = dir.path().join("claim");
+        let mut w = watchdog(600, &claim, &demote(&log, "fence", 0.0));
+        let mut d = demote_once(&claim, &demote(&log, "agent", 0.0));
+        assert!(d.0.wait().unwrap().success());
+        let pid = nix::unistd::Pid::from_raw(w.0.id() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+        say(&mut w, Order::Stop { h: 1 });
+        std::thread::sleep(Duration::from_millis(900));
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+        close(&mut w);
+        w.0.wait().unwrap();
+        assert_eq!(lines(&log), ["agent", "done"], "run {i}");
+        assert!(
+            !claim.exists(),
+            "the claim goes once the holding is forgotten"
+        );
+    }
+}
+
+#[test]
 fn a_demote_killed_midway_is_run_by_the_watchdog() {
     let dir = log_dir("watchdog_killed");
     let log = dir.path().join("log");
