@@ -168,14 +168,22 @@ fn a_handover_goes_on_while_the_holders_watchdog_is_frozen_and_demotes_once() {
     let c = Cluster::roles("watchdog-frozen", "");
     let held = first_holder(&c);
     assert_eq!(held.0, "n0");
-    let watchdogs: Vec<i32> = crate::support::descendants(c.agents[0].pid().as_raw())
-        .into_iter()
-        .filter(|&p| {
-            std::fs::read(format!("/proc/{p}/cmdline"))
-                .is_ok_and(|b| b.split(|&x| x == 0).nth(1) == Some(b"watchdog".as_slice()))
-        })
-        .collect();
-    assert!(!watchdogs.is_empty(), "n0 runs a watchdog");
+    // The table names n0 as soon as the grant commits; n0's agent starts
+    // its watchdog once the grant's answer reaches it, a moment later.
+    let watchdogs: Vec<i32> = crate::support::wait_for(
+        std::time::Duration::from_secs(10),
+        "n0 runs a watchdog",
+        || {
+            let w: Vec<i32> = crate::support::descendants(c.agents[0].pid().as_raw())
+                .into_iter()
+                .filter(|&p| {
+                    std::fs::read(format!("/proc/{p}/cmdline"))
+                        .is_ok_and(|b| b.split(|&x| x == 0).nth(1) == Some(b"watchdog".as_slice()))
+                })
+                .collect();
+            (!w.is_empty()).then_some(w)
+        },
+    );
     let signal = |s| {
         for &p in &watchdogs {
             let _ = kill(Pid::from_raw(p), s);
