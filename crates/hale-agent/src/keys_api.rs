@@ -186,11 +186,12 @@ pub(crate) async fn fan_out(
         .filter(|m| !m.is_self && m.state == MemberState::Dead)
         .map(|m| m.name.as_str())
         .collect();
+    let (done, undo) = match op {
+        KeyOp::Install => ("installed", "installs it"),
+        KeyOp::Use => ("used", "uses it"),
+        KeyOp::Remove => ("removed", "removes it"),
+    };
     if op != KeyOp::Install && !force && !dead.is_empty() {
-        let (done, undo) = match op {
-            KeyOp::Use => ("used", "uses it"),
-            _ => ("removed", "removes it"),
-        };
         return Err(ApiError(
             StatusCode::CONFLICT,
             format!(
@@ -211,14 +212,33 @@ pub(crate) async fn fan_out(
             )
         })
         .collect();
-    // A live member that missed the `use` (cut off one way from the agent
-    // that fanned it out, its API too slow) still seals with the key being
-    // removed: once it is gone from the others, that member is locked out.
-    // Every live member is told to use this agent's primary again first,
-    // and the key is removed only when each one did.
-    let primary = keys.current().primary().clone();
-    if op == KeyOp::Remove && !force && primary != key {
-        let unconfirmed: Vec<String> = tell(&st, &keys, &peers, KeyOp::Use, &primary)
+    // What every live member must have done for this change to lock
+    // nobody out, told to each again first (both steps are idempotent),
+    // and the change made only when each one confirmed it:
+    // * a `use`: the key installed. A member that missed the `install` (cut
+    //   off, its API too slow) could not open what the others seal once
+    //   they use the key.
+    // * a `remove`: the key in use used. A member that missed the `use`
+    //   (cut off one way, its answer lost) still seals with the key being
+    //   removed: once it is gone from the others, that member is locked out.
+    let current = keys.current();
+    let before = match op {
+        KeyOp::Use => {
+            // Not installed here: refused before anyone is told anything.
+            current
+                .using(&key)
+                .map_err(|e| ApiError(StatusCode::CONFLICT, refused(e).to_string()))?;
+            Some((KeyOp::Install, key.clone(), "having the key"))
+        }
+        KeyOp::Remove if current.primary() != &key => Some((
+            KeyOp::Use,
+            current.primary().clone(),
+            "using the key in use",
+        )),
+        _ => None,
+    };
+    if let Some((step, with, what)) = before.filter(|_| !force) {
+        let unconfirmed: Vec<String> = tell(&st, &keys, &peers, step, &with)
             .await
             .into_iter()
             .filter_map(|(name, r)| r.err().map(|e| format!("{name} ({e})")))
@@ -227,37 +247,11 @@ pub(crate) async fn fan_out(
             return Err(ApiError(
                 StatusCode::CONFLICT,
                 format!(
-                    "not removed: {} did not confirm using the key in use ({}): it would be \
-                     locked out; repeat `install` and `use` once it answers, or make it leave; \
-                     --force removes it anyway",
+                    "not {done}: {} did not confirm {what} ({}): it would be locked out; \
+                     repeat `install` and `use` once it answers, or make it leave; --force \
+                     {undo} anyway",
                     unconfirmed.join(", "),
-                    primary.fingerprint()
-                ),
-            ));
-        }
-    }
-    // A live member that missed the `install` (cut off, its API too slow)
-    // could not open what the others seal once they use the key: each live
-    // member is given the key again first (installing is idempotent), and
-    // the key is used only when each one has it.
-    if op == KeyOp::Use && !force {
-        // Not installed here: refused below, before anyone is told anything.
-        if let Err(e) = keys.current().using(&key) {
-            return Err(ApiError(StatusCode::CONFLICT, refused(e).to_string()));
-        }
-        let unconfirmed: Vec<String> = tell(&st, &keys, &peers, KeyOp::Install, &key)
-            .await
-            .into_iter()
-            .filter_map(|(name, r)| r.err().map(|e| format!("{name} ({e})")))
-            .collect();
-        if !unconfirmed.is_empty() {
-            return Err(ApiError(
-                StatusCode::CONFLICT,
-                format!(
-                    "not used: {} did not confirm having the key ({}): it would be locked \
-                     out; repeat once it answers, or make it leave; --force uses it anyway",
-                    unconfirmed.join(", "),
-                    key.fingerprint()
+                    with.fingerprint()
                 ),
             ));
         }

@@ -11,16 +11,7 @@ use crate::support::{alive_count, start, wait_until};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_that_refuses_a_key_operation_says_why_and_keeps_its_keys() {
-    let key = Key::generate();
-    let a = start("keys", "a", &key.to_base64(), None).await;
-    let b = start("keys", "b", &key.to_base64(), None).await;
-    b.join(vec![a.gossip_addr()]).await.unwrap();
-    for x in [&a, &b] {
-        wait_until("both alive", Duration::from_secs(10), || async {
-            alive_count(x).await == 2
-        })
-        .await;
-    }
+    let (key, a, b) = two_agents("keys").await;
     // A new key installed on b alone, as another agent would: sealed for
     // b and the agents' route.
     let new = Key::generate();
@@ -77,16 +68,7 @@ async fn an_agent_that_refuses_a_key_operation_says_why_and_keeps_its_keys() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_is_used_only_once_every_live_member_has_it_and_one_that_missed_the_install_gets_it()
 {
-    let key = Key::generate();
-    let a = start("keys-use", "a", &key.to_base64(), None).await;
-    let b = start("keys-use", "b", &key.to_base64(), None).await;
-    b.join(vec![a.gossip_addr()]).await.unwrap();
-    for x in [&a, &b] {
-        wait_until("both alive", Duration::from_secs(10), || async {
-            alive_count(x).await == 2
-        })
-        .await;
-    }
+    let (key, a, b) = two_agents("keys-use").await;
     // The new key installed on b alone: a missed the `install`.
     let new = Key::generate();
     let sealing = Sealing::sealed(hale_agent::Keyring::new(key.clone(), vec![]));
@@ -150,6 +132,22 @@ async fn a_key_is_removed_only_once_every_live_member_uses_the_key_in_use() {
     for x in [a, b, c] {
         x.shutdown().await;
     }
+}
+
+/// Agents `a` and `b` of cluster `test`, sharing a new key, each seeing
+/// both alive.
+async fn two_agents(test: &str) -> (Key, hale_agent::Agent, hale_agent::Agent) {
+    let key = Key::generate();
+    let a = start(test, "a", &key.to_base64(), None).await;
+    let b = start(test, "b", &key.to_base64(), None).await;
+    b.join(vec![a.gossip_addr()]).await.unwrap();
+    for x in [&a, &b] {
+        wait_until("both alive", Duration::from_secs(10), || async {
+            alive_count(x).await == 2
+        })
+        .await;
+    }
+    (key, a, b)
 }
 
 /// `op` with `key`, sent to agent `to` (its name and HTTP address) on the
