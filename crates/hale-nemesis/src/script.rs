@@ -43,7 +43,8 @@ pub enum Step {
     WaitExit(usize),
     /// Stop an agent of the previous release, which hands a paused role
     /// over on SIGTERM: SIGKILL its watchdog then the agent (the README's
-    /// way); SIGTERM if the role is not paused.
+    /// way); SIGTERM if the role is not paused, or if the agent running is
+    /// of this release (an overlapping action started it).
     StopPrevious(usize),
     /// Start the host's agent, of the previous release or not.
     Start(usize, bool),
@@ -232,7 +233,18 @@ impl Script {
                 }
             }
             Step::StopPrevious(h) => {
-                if o.paused() == Some(true) {
+                // Only an agent of the previous release is stopped the
+                // README's way: one of this release (another operator
+                // action restarted it meanwhile) keeps a paused role on
+                // SIGTERM, and killing its watchdog with it would leave a
+                // holding it adopted unguarded (seed 110038: an overlapping
+                // restart had started this release, which adopted; both
+                // were SIGKILLed, and its holding was never fenced).
+                if !c.previous[*h] {
+                    c.sigterm_agent(*h);
+                    self.notes
+                        .push("the agent is not of the previous release: SIGTERM".into());
+                } else if o.paused() == Some(true) {
                     let pids = c.host_pids(*h, "watchdog");
                     crate::lab::signal(&pids, nix::sys::signal::Signal::SIGKILL);
                     c.kill_agent(*h);
