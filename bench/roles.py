@@ -117,6 +117,10 @@ def main():
     ap.add_argument("--promote-sleep", type=float, default=0)
     ap.add_argument("--no-hooks", action="store_true", help="roles with no promote or demote command (no hook processes)")
     ap.add_argument("--hook-nice", type=int, default=None, help="run the hooks under `nice -n N`")
+    ap.add_argument("--hook", choices=["sh", "python3"], default="sh",
+                    help="sh: one `sh -c echo` process per hook; python3: one python3 process (~25 ms of CPU)")
+    ap.add_argument("--priority-boost", type=int, default=None, help="[agent] priority_boost (default: the agent's)")
+    ap.add_argument("--hooks-at-once", type=int, default=None, help="[agent] hooks_at_once (default: the agent's)")
     a = ap.parse_args()
     hale = os.path.abspath(a.hale)
     d = tempfile.mkdtemp(prefix="hale-roles-")
@@ -154,9 +158,12 @@ def main():
             name = n["name"]
             nap = f"sleep {a.promote_sleep}; " if a.promote_sleep else ""
             niced = f'"nice", "-n", "{a.hook_nice}", ' if a.hook_nice is not None else ""
-            hook = lambda kind: (
-                f'[{niced}"sh", "-c", "{nap if kind == "promote" else ""}echo $(date +%s%N) {name} {kind} $HALE_ROLE $HALE_EPOCH >> {log}"]'
-            )
+            if a.hook == "python3":
+                hook = lambda kind, name=name: python_hook(niced, log, name, kind, a.promote_sleep)
+            else:
+                hook = lambda kind: (
+                    f'[{niced}"sh", "-c", "{nap if kind == "promote" else ""}echo $(date +%s%N) {name} {kind} $HALE_ROLE $HALE_EPOCH >> {log}"]'
+                )
             roles = "".join(
                 f"""
 [[role]]
@@ -176,6 +183,8 @@ bind = "127.0.0.1:{n["gossip"]}"
 http = "127.0.0.1:{n["http"]}"
 {seeds}
 watchdog = "{hale}"
+{"" if a.priority_boost is None else f"priority_boost = {a.priority_boost}"}
+{"" if a.hooks_at_once is None else f"hooks_at_once = {a.hooks_at_once}"}
 [cluster]
 name = "roles-bench"
 keys = ["{key}"]
@@ -209,7 +218,9 @@ timeout = "1s"
                 print(f"RESULT settle FAILED: {held} of {a.roles} roles held after {a.settle} s")
                 return 1
             time.sleep(1)
-        print(f"all {a.roles} roles held after {time.time() - t0:.1f} s")
+        settled = time.time() - t0
+        print(f"all {a.roles} roles held after {settled:.1f} s")
+        run_ns = int(t0 * 1e9)
         time.sleep(5 + a.promote_sleep)  # let the grants' promote hooks finish
         if a.leader_trials:
             return leader_trials(a, nodes, agents, http, log, start, d)
@@ -236,6 +247,12 @@ timeout = "1s"
         unheld = sum(1 for h, _ in (l1 or {}).values() if not h)
         per = {n["name"]: sum(1 for h, _ in l1.values() if h == n["name"]) for n in nodes}
         print(f"RESULT steady roles={a.roles} secs={el:.0f} changes_of_holder={changed} promote_hooks={promotes} demote_hooks={demotes} unheld_at_end={unheld} held_per_agent={per}")
+        whole = [x for x in hook_lines(log) if x[0] >= run_ns]
+        print(
+            f"RESULT whole-run roles={a.roles} hook={a.hook} busy={a.busy} settled_s={settled:.1f} "
+            f"promote_hooks={sum(1 for x in whole if x[2] == 'promote')} "
+            f"demote_hooks={sum(1 for x in whole if x[2] == 'demote')} (from the agents' start)"
+        )
         print(
             f"RESULT cost roles={a.roles} log_entries_per_s={(idx1 - idx0) / el:.1f} "
             f"disk_bytes_per_s_per_server={sum(b - a_ for a_, b in zip(io0, io1)) / el / AGENTS:.0f} "
@@ -280,6 +297,18 @@ timeout = "1s"
         return 0
     finally:
         cleanup()
+
+
+def python_hook(niced, log, name, kind, nap):
+    """A hook that starts one python3 process appending its line to `log`,
+    as a TOML array (literal strings: the Python code keeps its quotes)."""
+    sleep = "time.sleep(%s); " % nap if nap and kind == "promote" else ""
+    code = (
+        "import os, time; " + sleep + 'f = open("' + log + '", "a"); '
+        + 'f.write("%d ' + name + " " + kind + ' %s %s\\n" % '
+        + '(time.time_ns(), os.environ["HALE_ROLE"], os.environ["HALE_EPOCH"]))'
+    )
+    return "[" + niced + "'python3', '-c', '" + code + "']"
 
 
 def paused_events(d):

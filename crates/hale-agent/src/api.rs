@@ -63,6 +63,7 @@ pub(crate) async fn health(State(st): State<AppState>) -> Result<Response, ApiEr
             speaks: speaks.to_string(),
             writes: s.wire.writes,
         }),
+        hooks: st.role_set.hook_counts(),
     };
     Ok(Json(body).into_response())
 }
@@ -170,6 +171,9 @@ pub(crate) async fn metrics(State(st): State<AppState>) -> Result<Response, ApiE
     let mut text = crate::metrics::render(&s, &st.shared);
     let me = st.me();
     crate::metrics::render_roles(&mut text, me, &st.roles, &st.services);
+    if let Some(h) = st.role_set.hook_counts() {
+        crate::metrics::render_hooks(&mut text, me, h);
+    }
     if let Some(c) = &st.control_server {
         crate::metrics::render_control(&mut text, me, &c.status());
     }

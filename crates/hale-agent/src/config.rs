@@ -137,6 +137,13 @@ pub struct AgentSection {
     /// exists) and the generation its packets carry (`generation`, for
     /// replay protection). Unset: live key changes are lost on restart.
     pub state_dir: Option<std::path::PathBuf>,
+    /// How many nice levels above the processes it starts (hooks, checks,
+    /// PostgreSQL tools) the agent's own threads run (default 10; 0: the
+    /// same). Needs `CAP_SYS_NICE` (root has it); see `priority.rs`.
+    pub priority_boost: Option<u8>,
+    /// How many hooks the agent runs at once over all its roles (default:
+    /// four per core, from 4 to 32); the others queue, demotes first.
+    pub hooks_at_once: Option<usize>,
 }
 
 /// `[cluster]`: what all members share.
@@ -367,6 +374,10 @@ pub struct AgentConfig {
     pub watchdog_exe: std::path::PathBuf,
     /// The relay, if configured.
     pub relay: Option<hale_relay::RelayConfig>,
+    /// `[agent] priority_boost` (see [`crate::priority`]).
+    pub priority_boost: u8,
+    /// `[agent] hooks_at_once`, resolved.
+    pub hooks_at_once: usize,
 }
 
 impl FileConfig {
@@ -574,6 +585,11 @@ impl FileConfig {
             Some(r) => Some(r.validate()?),
             None => None,
         };
+        let hooks_at_once = match self.agent.hooks_at_once {
+            Some(0) => return Err(invalid("agent.hooks_at_once", "must be at least 1")),
+            Some(n) => n,
+            None => crate::roles::slots::default_limit(),
+        };
         Ok(AgentConfig {
             watchdog_exe,
             services,
@@ -591,6 +607,11 @@ impl FileConfig {
             state_dir: self.agent.state_dir.clone(),
             core,
             profile,
+            priority_boost: self
+                .agent
+                .priority_boost
+                .unwrap_or(crate::priority::DEFAULT_BOOST),
+            hooks_at_once,
         })
     }
 

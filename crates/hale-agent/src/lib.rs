@@ -31,6 +31,7 @@ pub mod keys_api;
 pub mod meta;
 pub mod metrics;
 mod peers;
+pub mod priority;
 mod published;
 pub mod relay_api;
 pub mod reload;
@@ -610,7 +611,7 @@ async fn start_roles(
         services: out.checks.services().clone(),
         timing: plan.timing,
         watchdogs: roles::Watchdogs::new(cfg.watchdog_exe.clone(), presence),
-        hook_slots: Arc::new(tokio::sync::Semaphore::new(roles::HOOKS_AT_ONCE)),
+        hook_slots: roles::slots::HookSlots::new(cfg.hooks_at_once),
         kept,
         on_change,
         cmds: cmds.clone(),

@@ -237,12 +237,36 @@ pub fn render_roles(out: &mut String, node: &str, roles: &RoleViews, services: &
     }
 }
 
+/// Appends to `out` the agent's hook slots: running, queued, the bound.
+pub fn render_hooks(out: &mut String, node: &str, h: crate::roles::slots::SlotCounts) {
+    let me = format!("node=\"{node}\"");
+    for (name, help, v) in [
+        (
+            "hale_hooks_running",
+            "Hooks running now (holding a slot).",
+            h.running,
+        ),
+        (
+            "hale_hooks_queued",
+            "Hooks waiting for a slot (demotes start first).",
+            h.queued,
+        ),
+        (
+            "hale_hooks_limit",
+            "How many hooks run at once ([agent] hooks_at_once).",
+            h.limit,
+        ),
+    ] {
+        family(out, (name, "gauge", help), [(me.clone(), v)]);
+    }
+}
+
 /// Appends to `out` the control-plane server this agent runs: its Raft state, log indices,
 /// voters and storage health.
 pub fn render_control(out: &mut String, node: &str, c: &hale_control::raft::ControlStatus) {
     let l = format!("node=\"{node}\",server=\"{}\"", c.id);
     let idx = |i: Option<u64>| i.unwrap_or(0);
-    let series: [(&str, &str, u64); 8] = [
+    let series: [(&str, &str, u64); 9] = [
         (
             "is_leader",
             "Whether this server is the control-plane leader (1) or not (0).",
@@ -278,6 +302,11 @@ pub fn render_control(out: &mut String, node: &str, c: &hale_control::raft::Cont
             "storage_failed",
             "Whether this server's storage failed and its Raft stopped (1) or not (0).",
             u64::from(c.storage_error.is_some()),
+        ),
+        (
+            "churn_breaker_open",
+            "On the leader: whether the churn breaker is open (1: the control plane was unstable lately, and run-out roles go back to their living holders).",
+            u64::from(c.churn_breaker),
         ),
     ];
     for (name, help, v) in series {

@@ -32,6 +32,7 @@ pub mod kept;
 pub mod postgres;
 mod requests;
 mod set;
+pub mod slots;
 pub mod switchover;
 mod watchdog;
 pub use requests::LeaseRequests;
@@ -84,6 +85,9 @@ enum Input {
     Watchdog(u64, Option<bool>),
     /// [`DISARM_WAIT`] has passed since the `disarm` of holding `.0`.
     DisarmLate(u64),
+    /// The watchdog fenced holding `.0` on its own, unasked: its deadline
+    /// passed before a renewal reached it.
+    Fenced(u64),
     /// The control plane's table says this node holds the role, paused, at
     /// this epoch (and whether it records the holding as kept): adopt it.
     Adopt(u64, bool),
@@ -97,7 +101,7 @@ pub struct RoleManager {
     /// control plane through the agent's batches, the agent's time origin
     /// (their holders' renewals fall on the same instants and travel in
     /// one batch), services, lease timing, fencing watchdog, hook slots
-    /// ([`HOOKS_AT_ONCE`]) and where role changes are reported.
+    /// ([`slots`]) and where role changes are reported.
     pub ctx: Arc<RoleContext>,
     /// Where to publish this role's state.
     pub views: RoleViews,
@@ -117,14 +121,6 @@ pub struct RoleManager {
 /// before it demotes anyway: well inside the lease's drift margin (400 ms
 /// by default), which the demote must start within.
 const DISARM_WAIT: Duration = Duration::from_millis(100);
-
-/// How many hooks an agent runs at once, over all its roles; the others
-/// wait for a slot (the wait counts toward their time limit). Without a
-/// bound, 1,000 roles lapsing at once (a control plane stalled on its
-/// disk) started thousands of processes; the agent, one process among
-/// them, could no longer renew what it still held, and the storm fed
-/// itself for minutes (BENCHMARKS.md, Roles).
-pub const HOOKS_AT_ONCE: usize = 32;
 
 /// A hook run: its process group once it has started, whether it is the
 /// promote hook, whether a kill was asked (before it started, it is
@@ -340,6 +336,11 @@ impl RoleManager {
                         sm.handle_watchdog_released(run.now(), false);
                     }
                     Input::DisarmLate(_) => {}
+                    Input::Fenced(h) if run.watchdog == Some(h) => {
+                        tracing::warn!(role = %self.spec.name, "the watchdog fenced this holding (its deadline passed before a renewal reached it): stepping down");
+                        sm.handle_watchdog_fenced(run.now());
+                    }
+                    Input::Fenced(_) => {}
                     Input::Adopt(epoch, kept) => {
                         tracing::info!(role = %self.spec.name, epoch, kept, "adopting the paused role this node holds");
                         sm.handle_adopt(run.now(), epoch, kept);
@@ -514,10 +515,16 @@ impl RoleManager {
         );
         let (slots, role) = (self.ctx.hook_slots.clone(), self.spec.name.clone());
         tokio::spawn(async move {
-            // Waits for one of the agent's hook slots (see `HOOKS_AT_ONCE`).
-            let _slot = slots.acquire_owned().await;
+            // Waits for one of the agent's hook slots (`slots.rs`).
+            let class = match kind {
+                HookKind::Demote => slots::HookClass::Demote,
+                HookKind::Promote => slots::HookClass::Promote,
+            };
+            let _slot = slots.acquire(class).await;
             let mut cmd = tokio::process::Command::from(cmd);
-            let Ok(mut child) = cmd.kill_on_drop(false).spawn() else {
+            cmd.kill_on_drop(false);
+            // Started below the agent's priority (`priority.rs`).
+            let Ok(mut child) = crate::priority::spawn(cmd).await else {
                 tracing::warn!(%role, ?kind, "cannot start hook {argv:?}");
                 let _ = tx.send(Input::HookExit(id, HookExit::NotStarted));
                 return;

@@ -221,14 +221,17 @@ pub async fn run_check(client: &reqwest::Client, spec: &CheckSpec) -> CheckResul
                 Err(e) => Err(format!("connect failed: {e}")),
             },
             Probe::Command { argv, exit } => {
-                let child = tokio::process::Command::new(&argv[0])
-                    .args(&argv[1..])
+                let mut cmd = tokio::process::Command::new(&argv[0]);
+                cmd.args(&argv[1..])
                     .stdin(std::process::Stdio::null())
                     .stdout(std::process::Stdio::null())
                     .stderr(std::process::Stdio::null())
-                    .kill_on_drop(true)
-                    .status()
-                    .await;
+                    .kill_on_drop(true);
+                // Started below the agent's priority (`priority.rs`).
+                let child = match crate::priority::spawn(cmd).await {
+                    Ok(mut c) => c.wait().await,
+                    Err(e) => Err(e),
+                };
                 match child {
                     Ok(s) if s.code() == Some(*exit) => Ok(format!("exit {exit}")),
                     Ok(s) => Err(format!("exit {:?} (expected {exit})", s.code())),

@@ -647,6 +647,10 @@ pub struct HealthView {
     /// The wire versions it speaks and the one it writes (absent from
     /// agents before 0.2.0).
     pub wire: Option<WireView>,
+    /// Its hooks now: running, queued, and the bound (absent without a
+    /// control plane, and from agents before 0.3.0).
+    #[serde(default)]
+    pub hooks: Option<crate::roles::slots::SlotCounts>,
 }
 
 /// The wire versions of an agent, in `GET /v1/health`.

@@ -16,7 +16,10 @@
 //!   `promote-done`: it has exited;
 //! * `disarm`: the agent is stepping down itself. The watchdog answers one
 //!   [`Answer`] line on standard output, `fenced` if it has already run
-//!   the fence (the agent need not demote) or `disarmed`. **It keeps the
+//!   the fence (the agent need not demote) or `disarmed`. A fence the
+//!   watchdog ran on its own while the agent lives (its deadline passed
+//!   before a renewal reached it) is answered `fenced` unasked: the agent
+//!   steps down without demoting again. **It keeps the
 //!   deadline** (and renewals still re-arm it): an agent frozen between
 //!   this answer and the start of its demote is fenced at the deadline all
 //!   the same;
@@ -636,6 +639,13 @@ impl Watch {
         }
         if std::mem::take(&mut g.asked) {
             answer(h, g.fenced);
+        } else if ok && !gone {
+            // Unasked: the agent lives (its renewals did not reach this
+            // process in time: it, or the agent, was frozen) and must
+            // learn that its service was demoted, or it would hold on to a
+            // fenced holding, and keep it for its next run to adopt and
+            // demote again (nemesis seed 120055).
+            answer(h, true);
         }
         if !ok && gone {
             self.fence(h);

@@ -40,6 +40,7 @@ use hale_core::Time;
 use crate::replication::{Mark, Standing};
 use crate::switchover::Switchover;
 
+pub mod breaker;
 mod grantor;
 mod resume;
 pub use grantor::{AppendClock, GrantDelay, Grantor};

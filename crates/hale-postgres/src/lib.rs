@@ -37,7 +37,7 @@ pub use client::ConnectError;
 pub use config::{ConfigError, PostgresConfig, FENCE_MARKER};
 pub use fence::{fence, FenceError, Fenced};
 pub use lsn::{format_lsn, lag_bytes, parse_lsn, LsnParseError};
-pub use process::{place_servers_in, ToolError};
+pub use process::{place_servers_in, spawn_tools_with, Spawner, ToolError};
 pub use promote::{promote, PromoteError, Promotion};
 pub use rejoin::{crashed_as_primary, rejoin, RejoinError, RejoinStep, Rejoined, Upstream};
 pub use standing::{standing, SenderState, StandbyState, Standing, StandingError};

@@ -141,7 +141,11 @@ impl<'a> Tools<'a> {
                 .env("HOME", &user.home);
         }
         tracing::debug!(tool = %path.display(), "running");
-        let child = cmd.spawn().map_err(|source| ToolError::Spawn {
+        let spawned = match SPAWNER.get() {
+            Some(spawn) => spawn(cmd).await,
+            None => cmd.spawn(),
+        };
+        let child = spawned.map_err(|source| ToolError::Spawn {
             tool: path.clone(),
             source,
         })?;
@@ -216,6 +220,25 @@ impl<'a> Tools<'a> {
         self.pg_ctl("stop", &["-m".as_ref(), mode.as_ref()], timeout)
             .await
     }
+}
+
+/// How a tool's process is started ([`spawn_tools_with`]).
+pub type Spawner = fn(
+    tokio::process::Command,
+) -> std::pin::Pin<
+    Box<dyn std::future::Future<Output = io::Result<tokio::process::Child>> + Send>,
+>;
+
+/// The spawner set by [`spawn_tools_with`].
+static SPAWNER: std::sync::OnceLock<Spawner> = std::sync::OnceLock::new();
+
+/// Every tool this process runs from now on (`pg_ctl`, `pg_rewind`,
+/// `pg_basebackup`..., and so the servers `pg_ctl start` leaves behind) is
+/// started by `spawner` instead of here: the agent's, which starts them at
+/// the priority the agent was started with, below its own (see
+/// `hale_agent::priority`). Set once; later calls change nothing.
+pub fn spawn_tools_with(spawner: Spawner) {
+    let _ = SPAWNER.set(spawner);
 }
 
 /// The cgroup the servers hale starts are moved into ([`place_servers_in`]).

@@ -69,6 +69,22 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<()> {
              accepts requests from ANYONE who can reach it"
         );
     }
+    // Before any other thread: the agent's threads run above the processes
+    // it starts (hale_agent::priority).
+    match hale_agent::priority::install(cfg.priority_boost) {
+        hale_agent::priority::Boost::Raised { agent, children } => tracing::info!(
+            agent,
+            children,
+            "the agent runs at nice {agent}, the hooks, checks and tools it starts at {children}"
+        ),
+        hale_agent::priority::Boost::Off => {}
+        hale_agent::priority::Boost::Refused { nice } => tracing::warn!(
+            nice,
+            "cannot raise the agent above the processes it starts (needs CAP_SYS_NICE or root): \
+             on a host busy with hooks its heartbeats and renewals compete with them; set \
+             [agent] priority_boost = 0 to silence this"
+        ),
+    }
     // Several worker threads, never one: a task that blocks for a moment
     // (a hook's or a watchdog's fork and exec, a redb commit's fsync) must
     // not stop the membership node's timers, the control plane's

@@ -58,6 +58,8 @@ pub struct Status {
     pub wire: BTreeMap<String, Vec<String>>,
     /// The wire version the agent asked writes, and the versions it speaks.
     pub wire_written: Option<hale_agent::view::WireView>,
+    /// The hooks of the agent asked: running, queued, the bound.
+    pub hooks: Option<hale_agent::roles::slots::SlotCounts>,
 }
 
 /// One role.
@@ -175,6 +177,7 @@ pub fn summarize(observer: &str, members: &[MemberView], nodes: &[NodeState]) ->
         control: None,
         wire: wire_ranges(members),
         wire_written: None,
+        hooks: None,
     }
 }
 
@@ -244,6 +247,13 @@ pub fn render(s: &Status) -> String {
                 .join(","),
             c.protocol
         ));
+        if c.churn_breaker {
+            out.push_str(
+                "  CHURN BREAKER OPEN: the control plane was unstable lately (a new leader, or \
+                 several leases ran out at once); a role whose lease runs out goes back to its \
+                 holder if that holder is alive, rather than move\n",
+            );
+        }
         if let Some(common) = c.common_protocol.filter(|p| *p < c.protocol) {
             out.push_str(&format!(
                 "  MIXED RELEASES: a server speaks only control-plane protocol {common} (an upgrade \
@@ -264,6 +274,12 @@ pub fn render(s: &Status) -> String {
             format!("{} writes {}; ", s.observer, w.writes)
         });
         out.push_str(&format!("WIRE     {written}{}\n", by_range.join("; ")));
+    }
+    if let Some(h) = &s.hooks {
+        out.push_str(&format!(
+            "HOOKS    {}: {} running, {} queued (at most {} at once)\n",
+            s.observer, h.running, h.queued, h.limit
+        ));
     }
     out.push_str("ROLES\n");
     if s.roles.is_empty() {
@@ -360,6 +376,7 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<()> {
             s.cluster = Some(h.cluster);
             s.control = h.control;
             s.wire_written = h.wire;
+            s.hooks = h.hooks;
         }
         if args.json {
             println!("{}", serde_json::to_string_pretty(&s)?);

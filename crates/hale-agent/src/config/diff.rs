@@ -122,6 +122,8 @@ impl ConfigDiff {
             meta: _,
             watchdog,
             state_dir: _,
+            priority_boost: _,
+            hooks_at_once: _,
         } = &new.file.agent;
         self.at_start("agent.name", a.id.name(), b.id.name());
         self.at_start("agent.advertise", a.id.addr(), b.id.addr());
@@ -133,6 +135,8 @@ impl ConfigDiff {
         }
         self.at_start("agent.watchdog", &old.file.agent.watchdog, watchdog);
         self.at_start("agent.state_dir", &a.state_dir, &b.state_dir);
+        self.at_start("agent.priority_boost", a.priority_boost, b.priority_boost);
+        self.at_start("agent.hooks_at_once", a.hooks_at_once, b.hooks_at_once);
         if a.core.meta != b.core.meta {
             self.change("agent.meta", ChangeKind::Changed);
             self.meta = Some(String::from_utf8_lossy(&b.core.meta).into_owned());

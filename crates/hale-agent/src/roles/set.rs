@@ -46,7 +46,7 @@ pub struct RoleContext {
     /// The agent's fencing watchdog.
     pub watchdogs: Watchdogs,
     /// The agent's hook slots.
-    pub hook_slots: Arc<tokio::sync::Semaphore>,
+    pub hook_slots: Arc<super::slots::HookSlots>,
     /// The agent's readings of the table, for kept roles to adopt.
     pub kept: super::kept::KeptTables,
     /// Where role changes are reported.
@@ -164,6 +164,12 @@ impl RoleSet {
             .lock()
             .expect("role set lock")
             .insert(name, running);
+    }
+
+    /// The agent's hooks now (`None` without a control plane, or stopped).
+    pub fn hook_counts(&self) -> Option<super::slots::SlotCounts> {
+        let ctx = self.ctx.lock().expect("role set lock");
+        ctx.as_ref().map(|c| c.hook_slots.counts())
     }
 
     /// The roles this node is a candidate for.

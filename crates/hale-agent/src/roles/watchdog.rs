@@ -235,9 +235,12 @@ impl Watchdogs {
                 let Some(hub) = weak.upgrade() else { return };
                 let mut hub = lock(&hub);
                 if let Some(g) = hub.holdings.get_mut(&a.h) {
+                    let fenced = a.disarmed == Disarmed::Fenced;
                     if std::mem::take(&mut g.disarming) {
-                        let fenced = a.disarmed == Disarmed::Fenced;
                         let _ = g.tx.send(Input::Watchdog(a.h, Some(fenced)));
+                    } else if fenced {
+                        // Unasked: it fenced on its own (see `watchdog.rs`).
+                        let _ = g.tx.send(Input::Fenced(a.h));
                     }
                 }
             }

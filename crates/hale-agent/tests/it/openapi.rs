@@ -143,7 +143,8 @@ macro_rules! samples {
 fn samples() -> BTreeMap<String, Vec<Value>> {
     let control = json!({"id": 1, "state": "leader", "leader": 1, "term": 2, "last_log_index": 9,
         "applied_index": 9, "snapshot_index": null, "voters": [1, 2, 3],
-        "storage_error": "No space left on device", "protocol": 2, "common_protocol": 2});
+        "storage_error": "No space left on device", "protocol": 2, "common_protocol": 2,
+        "churn_breaker": true});
     let counts = json!({"alive": 0, "suspect": 0, "dead": 0, "left": 0});
     let clock = json!({"offsets": [{"server": 2, "addr": "10.0.0.2:7948", "offset_ms": -61000,
             "learned_unix_ms": 1_700_000_000_000_u64}],
@@ -151,14 +152,17 @@ fn samples() -> BTreeMap<String, Vec<Value>> {
             "last_unix_ms": 1_700_000_000_000_u64}]});
     let health = |control: Value| {
         // An agent before 0.2.0 says nothing of its wire versions.
-        let wire = if control.is_null() {
-            Value::Null
+        let (wire, hooks) = if control.is_null() {
+            (Value::Null, Value::Null)
         } else {
-            json!({"speaks": "2-3", "writes": 3})
+            (
+                json!({"speaks": "2-3", "writes": 3}),
+                json!({"running": 1, "queued": 2, "limit": 8}),
+            )
         };
         json!({"status": "ok", "control": control, "cluster": "c", "clock": clock,
         "node": "n0", "addr": "127.0.0.1:7946", "incarnation": 0, "local_health": 0,
-        "members": counts, "wire": wire})
+        "members": counts, "wire": wire, "hooks": hooks})
     };
     let evidence = |silent: Option<u64>| {
         json!({"declared_by": "n1", "accusers": ["n1", "n2"],

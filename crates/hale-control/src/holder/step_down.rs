@@ -23,6 +23,19 @@ pub(super) fn demote_backoff(failures: u32) -> Duration {
 }
 
 impl Holder {
+    /// The watchdog fenced this holding on its own, unasked (its deadline
+    /// passed before a renewal reached it: it, or this agent, was frozen):
+    /// the service is demoted. Step down as after a lease that ran out:
+    /// the `disarm` is answered `fenced`, so nothing is demoted again, and
+    /// nothing kept for a next run to adopt (nemesis seed 120055: a
+    /// holding fenced so, then kept at a stop and adopted, was demoted a
+    /// second time by the adopting run's watchdog).
+    pub fn handle_watchdog_fenced(&mut self, now: Time) {
+        if matches!(self.phase, Phase::Holding { .. } | Phase::Promoting { .. }) {
+            self.step_down(now, StepDownReason::LeaseExpired, None);
+        }
+    }
+
     /// Ends a promotion or a holding: kill the promote hook if it runs,
     /// then release the watchdog, then demote.
     pub(super) fn step_down(&mut self, now: Time, reason: StepDownReason, next: Option<String>) {

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use hale_core::Time;
 
+use super::breaker::{Breaker, Hold};
 use super::{AcquireRequest, LeaseRequest, LeaseTable, LeaseTiming};
 use crate::replication::{self, Standing, Verdict};
 
@@ -94,6 +95,16 @@ pub enum GrantDelay {
     /// holder's data synchronously.
     #[error("{0} is a better candidate")]
     BetterCandidate(String),
+    /// The control plane is unstable (the churn breaker is open: see
+    /// [`super::breaker`]) and the role's last holder, whose lease ran out,
+    /// is alive: it is held for it until then.
+    #[error("held for {holder}, its last holder, alive, until {until} (churn breaker open)")]
+    Stabilizing {
+        /// The last holder.
+        holder: String,
+        /// Until when.
+        until: Time,
+    },
     /// The role is paused (maintenance): nobody is granted it until an
     /// operator resumes it.
     #[error("the role is paused: no new holder until it is resumed")]
@@ -120,6 +131,8 @@ pub struct Grantor {
     contenders: BTreeMap<String, Contention>,
     /// Per role: a candidate named by an operator handover, until when.
     preferred: BTreeMap<String, (String, Time)>,
+    /// The churn breaker.
+    breaker: Breaker,
 }
 
 /// One role's contention: since when it is tracked, and each contender's
@@ -135,13 +148,31 @@ struct Contender {
 }
 
 impl Grantor {
-    /// A grantor for a newly elected leader.
+    /// A grantor for a leader elected at time zero.
     pub fn new(timing: LeaseTiming) -> Grantor {
+        Grantor::elected_at(timing, Time::ZERO)
+    }
+
+    /// A grantor for a leader elected at `now`.
+    pub fn elected_at(timing: LeaseTiming, now: Time) -> Grantor {
         Grantor {
             timing,
             contenders: BTreeMap::new(),
             preferred: BTreeMap::new(),
+            breaker: Breaker::new(timing, now),
         }
+    }
+
+    /// Agent `agent` was heard from at `now` (its renewals: see
+    /// [`super::breaker`]; its acquisitions are noted by
+    /// [`Grantor::contend`]).
+    pub fn heard(&mut self, agent: &str, now: Time) {
+        self.breaker.heard(agent, now);
+    }
+
+    /// Whether the churn breaker is open at `now`.
+    pub fn breaker_open(&self, now: Time) -> bool {
+        self.breaker.open(now)
     }
 
     /// A handover named `next` for `role`: prefer it over priority for one
@@ -217,6 +248,7 @@ impl Grantor {
             entry.0 = now;
         }
         let standing = ask.standing;
+        self.breaker.heard(holder, now);
         entry.1.insert(
             holder.to_owned(),
             Contender {
@@ -232,6 +264,24 @@ impl Grantor {
             replication::judge(mark, holder, standing.as_ref())
         {
             return Err(GrantDelay::Lagging { lag, max_lag });
+        }
+        // A lease that ran out (the role still names its holder): while the
+        // breaker is open, back to that holder if it lives.
+        if let Some((last, epoch)) = table
+            .role(role)
+            .and_then(|r| r.holder.clone().map(|h| (h, r.epoch)))
+        {
+            let ended = appends.last(role) + self.timing.lease;
+            match self.breaker.judge(role, (&last, epoch), ended, holder, now) {
+                Hold::Pass => {}
+                Hold::Return => {
+                    self.contenders.remove(role);
+                    return Ok(self.grant(table, role, holder, attempt));
+                }
+                Hold::For { holder, until } => {
+                    return Err(GrantDelay::Stabilizing { holder, until });
+                }
+            }
         }
         let (since, contenders) = &self.contenders[role];
         if let Some((next, until)) = self.preferred.get(role) {

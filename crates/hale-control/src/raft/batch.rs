@@ -84,6 +84,7 @@ impl ControlPlane {
                         epoch,
                         mark,
                     }) => {
+                        g.heard(&holder, now);
                         let r = renewals.entry(holder).or_default();
                         if let Some(mark) = mark {
                             r.marks.push((role.clone(), mark));

@@ -11,6 +11,7 @@ mod batch;
 mod client;
 pub mod format;
 mod network;
+pub mod prevote;
 mod routes;
 mod runtime;
 mod store;
@@ -132,6 +133,10 @@ pub struct ControlPlane {
     speaks: u16,
     /// What the other servers were last heard to speak.
     spoken: Spoken,
+    /// When this server last heard from a leader (see [`prevote`]).
+    contact: prevote::Contact,
+    /// A reader of this server's log (its last log id, for pre-votes).
+    log: LogStore,
 }
 
 impl std::fmt::Debug for ControlPlane {
@@ -175,6 +180,12 @@ pub struct ControlStatus {
     /// elsewhere.
     #[serde(default)]
     pub common_protocol: Option<u16>,
+    /// On the leader: whether its churn breaker is open (the control plane
+    /// was unstable lately: a run-out role goes back to its living holder;
+    /// see [`crate::lease::breaker`]). False elsewhere, and from servers
+    /// before 0.3.0.
+    #[serde(default)]
+    pub churn_breaker: bool,
 }
 
 fn protocol_1() -> u16 {
@@ -274,13 +285,12 @@ impl ControlPlane {
         });
         let sm = StateMachine::new(db.clone(), Some(hook), Some(on_append.clone()))
             .map_err(|e| ControlError::Store(e.into()))?;
-        // Elections cannot split for ever, though openraft 0.9 draws each
-        // server's election timeout once for its life: without the
-        // `single-term-leader` feature it orders votes by term and then by
-        // candidate id, so of two candidates in one term the lower-numbered
-        // grants the higher (tests/elections.rs). Survivors that campaign
-        // together settle it in that round (BENCHMARKS.md, *Control-plane
-        // elections after a host death*). Do not turn that feature on.
+        // Elections cannot split for ever: the pre-vote driver draws a new
+        // campaign timeout after every round, and without the
+        // `single-term-leader` feature openraft orders votes by term and
+        // then by candidate id, so of two candidates in one term the
+        // lower-numbered grants the higher (tests/elections.rs). Do not
+        // turn that feature on.
         let config = openraft::Config {
             cluster_name: "hale".into(),
             heartbeat_interval: HEARTBEAT.as_millis() as u64,
@@ -303,18 +313,31 @@ impl ControlPlane {
             max_payload_entries: 16,
             max_in_snapshot_log_to_keep: 100,
             purge_batch_size: 256,
+            // Elections are hale's: a server campaigns only after a
+            // pre-vote a majority granted (`prevote.rs`).
+            enable_elect: false,
             ..Default::default()
         };
         let config = config
             .validate()
             .map_err(|e| ControlError::Start(e.into()))?;
         let log = LogStore::new(db, Some(on_append));
+        let log_reader = log.clone();
         let stall = log.stall();
         let spoken = Spoken::persisted(data_dir);
         let network = Network::new(auth.clone(), speaks, spoken.clone());
-        let raft = Raft::new(id, Arc::new(config), network, log, sm.clone())
+        let raft = Raft::new(id, Arc::new(config), network.clone(), log, sm.clone())
             .await
             .map_err(|e| ControlError::Start(e.into()))?;
+        let contact = prevote::Contact::new();
+        prevote::Driver {
+            id,
+            raft: raft.clone(),
+            contact: contact.clone(),
+            network,
+            log: log_reader.clone(),
+        }
+        .spawn();
         let cp = ControlPlane {
             id,
             raft,
@@ -328,6 +351,8 @@ impl ControlPlane {
             stall,
             speaks,
             spoken,
+            contact,
+            log: log_reader,
         };
         cp.watch_leadership();
         Ok(cp)
@@ -357,13 +382,14 @@ impl ControlPlane {
     fn watch_leadership(&self) {
         let mut rx = self.raft.metrics();
         let (id, grantor, timing) = (self.id, self.grantor.clone(), self.timing);
+        let origin = self.origin;
         tokio::spawn(async move {
             let mut was_leader = false;
             loop {
                 let is_leader = rx.borrow_and_update().current_leader == Some(id);
                 if is_leader != was_leader {
                     *grantor.lock().expect("grantor lock") =
-                        is_leader.then(|| Grantor::new(timing));
+                        is_leader.then(|| Grantor::elected_at(timing, since(origin)));
                     was_leader = is_leader;
                 }
                 if rx.changed().await.is_err() {
@@ -478,6 +504,12 @@ impl ControlPlane {
             protocol: self.speaks,
             common_protocol: (m.current_leader == Some(self.id) && m.running_state.is_ok())
                 .then(|| self.common_protocol()),
+            churn_breaker: self
+                .grantor
+                .lock()
+                .expect("grantor lock")
+                .as_ref()
+                .is_some_and(|g| g.breaker_open(self.now())),
         }
     }
 

@@ -344,6 +344,42 @@ fn a_holder_whose_watchdog_already_fenced_does_not_demote_again() {
 }
 
 #[test]
+fn a_holding_its_watchdog_fenced_unasked_steps_down_at_once_without_a_second_demote() {
+    let mut h = holding();
+    // Renewing fine, but the watchdog, frozen past its deadline, fenced.
+    h.handle_watchdog_fenced(ms(600));
+    assert_eq!(
+        actions(&mut h),
+        vec![
+            Action::Event(HolderEvent::SteppingDown {
+                epoch: 7,
+                reason: StepDownReason::LeaseExpired
+            }),
+            Action::DisarmWatchdog,
+        ]
+    );
+    h.handle_watchdog_released(ms(601), true);
+    let a = actions(&mut h);
+    assert!(
+        !a.iter().any(|x| matches!(x, Action::StartHook { .. })),
+        "a second demote: {a:?}"
+    );
+    assert!(a.contains(&Action::Event(HolderEvent::Demoted {
+        epoch: 7,
+        reason: StepDownReason::LeaseExpired,
+        promote: None,
+        demote: HookOutcome::FencedByWatchdog,
+    })));
+    // Stopping now (the role paused) keeps nothing: it holds nothing.
+    assert_eq!(h.state(), RoleState::Standby);
+    // A notice for a holding already gone changes nothing.
+    h.handle_watchdog_fenced(ms(700));
+    assert!(actions(&mut h)
+        .iter()
+        .all(|a| !matches!(a, Action::Event(HolderEvent::SteppingDown { .. }))));
+}
+
+#[test]
 fn a_promote_hook_that_outlives_its_timeout_is_killed_and_the_role_released() {
     let mut h = holder();
     let promote = granted(&mut h);

@@ -658,3 +658,63 @@ fn a_kept_holding_is_resumed_only_with_force_and_only_a_lease_and_the_drift_marg
         Ok(())
     );
 }
+
+#[test]
+fn while_the_churn_breaker_is_open_a_run_out_role_goes_back_to_its_living_holder_not_to_a_better_candidate(
+) {
+    use hale_control::{AppendClock, GrantDelay, Grantor, LeaseTiming};
+    use hale_core::Time;
+    let timing = LeaseTiming::default();
+    let ask = |holder: &str, priority: i64| hale_control::raft::AcquireRequest {
+        role: "db".into(),
+        holder: holder.into(),
+        priority,
+        attempt: 1,
+        standing: None,
+    };
+    let granted_at = Time::from_millis(10_000);
+    let setup = |elected: Time| {
+        let mut t = LeaseTable::default();
+        let mut clock = AppendClock::new(Time::ZERO);
+        let first = grant("a", 1);
+        t.apply(&first);
+        clock.appended(&first, granted_at);
+        (Grantor::elected_at(timing, elected), t, clock)
+    };
+    // The lease of `a` ran out at 12 s; a leader elected at 11.5 s (the
+    // stall that elected it cost `a` its renewals) still hears `a`.
+    let (mut g, t, clock) = setup(Time::from_millis(11_500));
+    let now = Time::from_millis(12_100);
+    g.heard("a", now);
+    let held = g.contend(&t, &clock, &ask("b", 100), now);
+    assert!(
+        matches!(&held, Err(GrantDelay::Stabilizing { holder, .. }) if holder == "a"),
+        "{held:?}"
+    );
+    let back = g.contend(&t, &clock, &ask("a", 1), Time::from_millis(12_300));
+    let granted = |holder: &str| LeaseRequest::Grant {
+        role: "db".into(),
+        holder: holder.into(),
+        epoch: 2,
+        attempt: 1,
+    };
+    assert_eq!(
+        back,
+        Ok(granted("a")),
+        "back to its last holder, whatever its priority"
+    );
+    // The same with a leader in office for long, no burst: the better
+    // candidate wins as always.
+    let (mut g, t, clock) = setup(Time::ZERO);
+    g.heard("a", now);
+    let _ = g.contend(&t, &clock, &ask("b", 100), now);
+    let _ = g.contend(&t, &clock, &ask("a", 1), now);
+    let later = now + timing.renew_every * 2;
+    assert!(
+        matches!(g.contend(&t, &clock, &ask("a", 1), later), Err(GrantDelay::BetterCandidate(b)) if b == "b")
+    );
+    assert_eq!(
+        g.contend(&t, &clock, &ask("b", 100), later),
+        Ok(granted("b"))
+    );
+}

@@ -7,6 +7,7 @@
 
 mod bad_input;
 mod browser;
+mod busy_host;
 mod clocks;
 mod control_storage;
 mod daemon;
@@ -24,6 +25,7 @@ mod loopback;
 mod netns;
 mod operator;
 mod postgres;
+mod priority;
 mod reload;
 mod replay;
 mod restart;

@@ -145,6 +145,25 @@ fn an_agent_frozen_between_disarming_its_watchdog_and_starting_its_demote_is_sti
 }
 
 #[test]
+fn a_fence_the_watchdog_ran_on_its_own_while_its_agent_lives_is_told_to_the_agent_unasked() {
+    let dir = log_dir("watchdog_unasked");
+    let log = dir.path().join("log");
+    let claim = dir.path().join("claim");
+    // The agent renews no more (frozen, or its orders stuck): the
+    // deadline passes and the watchdog fences, pipe still open.
+    let mut w = watchdog(300, &claim, &demote(&log, "fence", 0.0));
+    assert_eq!(answer(&mut w), Disarmed::Fenced, "told without a disarm");
+    assert_eq!(lines(&log), ["fence", "done"]);
+    // Its disarm after that is answered the same; nothing runs again.
+    say(&mut w, Order::Disarm { h: 1 });
+    assert_eq!(answer(&mut w), Disarmed::Fenced);
+    say(&mut w, Order::Stop { h: 1 });
+    close(&mut w);
+    assert_eq!(w.0.wait().unwrap().code(), Some(3), "it says it fenced");
+    assert_eq!(lines(&log), ["fence", "done"]);
+}
+
+#[test]
 fn an_agents_demote_still_running_at_the_leases_end_is_killed_and_the_fence_runs_in_its_place() {
     let dir = log_dir("watchdog_preempt");
     let log = dir.path().join("log");

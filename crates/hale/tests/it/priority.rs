@@ -1,0 +1,79 @@
+//! The agent above the processes it starts (`hale_agent::priority`): its
+//! threads, and its fencing watchdog, run ten nice levels above the hooks
+//! it starts, so that hooks that cost CPU cannot starve its heartbeats and
+//! renewals (issue 41).
+
+use std::time::Duration;
+
+use crate::support::{descendants, hook_lines, wait_for, Cluster};
+
+/// The nice value of process (or thread) `pid`: field 19 of its `stat`.
+fn nice_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces: count from its end.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split(' ').nth(16)?.parse().ok()
+}
+
+/// Every thread of process `pid`, with its name and nice value.
+fn threads(pid: i32) -> Vec<(String, i32)> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    dir.filter_map(Result::ok)
+        .filter_map(|e| {
+            let tid: i32 = e.file_name().to_str()?.parse().ok()?;
+            let name = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")).ok()?;
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
+            let rest = &stat[stat.rfind(')')? + 2..];
+            Some((
+                name.trim().to_owned(),
+                rest.split(' ').nth(16)?.parse().ok()?,
+            ))
+        })
+        .collect()
+}
+
+#[test]
+fn the_agent_and_its_watchdog_run_ten_nice_levels_above_the_hooks_it_starts() {
+    let base = nice_of(std::process::id() as i32).unwrap();
+    if base > 0 {
+        // Raising back to 0 and above needs privileges the suite may lack.
+        crate::support::skip("the test runs niced: the agent could not be raised above it");
+        return;
+    }
+    let hook = |i: usize, log: &std::path::Path| {
+        let line = |what: &str| {
+            format!(
+                "echo $(date +%s%N) n{i} {what} $HALE_EPOCH nice=$(cut -d' ' -f19 /proc/$$/stat) >> {}",
+                log.display()
+            )
+        };
+        Some((line("promote"), line("demote")))
+    };
+    let c = Cluster::roles_with("priority", 3, hook, |_| String::new(), |_| {});
+    let log = c.logs.path().join("hooks.log");
+    let promote = wait_for(Duration::from_secs(30), "a promote hook to run", || {
+        hook_lines(&log).into_iter().find(|l| l.what == "promote")
+    });
+    // The hook ran at the priority the agent was started with (the test's).
+    assert_eq!(promote.reason, format!("nice={base}"), "{promote:?}");
+    let holder = c.agents.iter().find(|a| a.name == promote.node).unwrap();
+    let raised = (base - 10).max(-20);
+    let pid = holder.pid().as_raw();
+    // Every thread of the agent but the spawner runs raised.
+    let ts = threads(pid);
+    assert!(ts.len() > 2, "{ts:?}");
+    for (name, nice) in &ts {
+        let want = if name == "hale-spawner" { base } else { raised };
+        assert_eq!(*nice, want, "thread {name} of the agent: {ts:?}");
+    }
+    // Its watchdog (a child that outlives hooks) runs raised too.
+    let watchdog = wait_for(Duration::from_secs(10), "the holder's watchdog", || {
+        descendants(pid).into_iter().find(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/cmdline"))
+                .is_ok_and(|c| c.split('\0').any(|w| w == "watchdog"))
+        })
+    });
+    assert_eq!(nice_of(watchdog), Some(raised), "the watchdog {watchdog}");
+}
