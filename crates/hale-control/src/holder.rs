@@ -157,6 +157,15 @@ enum Phase {
         /// How many runs of the demote hook have failed so far, and since
         /// when (the first failure).
         failures: Option<(u32, Time)>,
+        /// The control plane refused the epoch (another node holds the
+        /// role). Until then, a step-down without a lease (lost, or run
+        /// out) asks to renew its epoch anyway, and takes the lease back if
+        /// that commits: while the table still names this node, nobody else
+        /// is granted the role, so a demote that fails (and is retried)
+        /// never leaves two holders (nemesis seed 120226: a lease lost to a
+        /// slow network, the demote failing, the next holder promoted
+        /// beside the old service for 7 s).
+        refused: bool,
     },
 }
 
@@ -329,7 +338,8 @@ impl Holder {
                 Step::Demoting(run) => (Some(run), false),
                 Step::StoppingPromote(_) | Step::DisarmingWatchdog => (None, false),
                 Step::RetryingDemote { at } => {
-                    let renew = self.lease().map(|_| self.next_renewal);
+                    let renew =
+                        (self.lease().is_some() || self.reclaiming()).then_some(self.next_renewal);
                     return [Some(*at), renew].into_iter().flatten().min();
                 }
             },
@@ -340,7 +350,7 @@ impl Holder {
         let hook = hook.filter(|run| !run.killed);
         let failing = self.status.failing_since.filter(|_| failing);
         [
-            lease.map(|_| self.next_renewal),
+            (lease.is_some() || self.reclaiming()).then_some(self.next_renewal),
             lease.map(HeldLease::valid_until),
             hook.map(|run| run.started + self.cfg.hook_timeout),
             failing.map(|since| since + self.cfg.fail_after),
@@ -509,6 +519,7 @@ impl Holder {
                     return self.handle_timeout(now);
                 }
                 self.set_paused(paused);
+                self.reclaimed(now, sent);
                 let rearm = self.rearms_watchdog(now);
                 if let Some(lease) = self.lease_mut() {
                     lease.renewed(sent);
@@ -523,7 +534,10 @@ impl Holder {
                 Phase::Promoting { .. } | Phase::Holding { .. } => {
                     self.step_down(now, StepDownReason::Fenced, None);
                 }
-                Phase::SteppingDown { lease, .. } => *lease = None,
+                Phase::SteppingDown { lease, refused, .. } => {
+                    *lease = None;
+                    *refused = true;
+                }
                 Phase::Candidate { .. } => {}
             },
             // No server could serve it (an election under way, the leader
@@ -754,6 +768,9 @@ impl Holder {
     }
 
     fn maybe_renew(&mut self, now: Time) {
+        if self.reclaiming() {
+            return self.reclaim(now);
+        }
         let Some(lease) = self.lease() else { return };
         if now < self.next_renewal || lease.expired(now) {
             return;

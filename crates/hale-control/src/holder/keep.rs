@@ -289,6 +289,7 @@ impl Holder {
             promote: None,
             step: Step::DisarmingWatchdog,
             failures: None,
+            refused: true,
         };
         self.after_promote_stopped(now);
     }

@@ -36,6 +36,54 @@ impl Holder {
         }
     }
 
+    /// Whether this step-down, without a lease, asks to renew its epoch
+    /// anyway (see `Phase::SteppingDown::refused`).
+    pub(super) fn reclaiming(&self) -> bool {
+        matches!(
+            self.phase,
+            Phase::SteppingDown {
+                lease: None,
+                refused: false,
+                ..
+            }
+        )
+    }
+
+    /// Sends the step-down's renewal of its epoch, on the renewal grid.
+    pub(super) fn reclaim(&mut self, now: Time) {
+        let Phase::SteppingDown { epoch, .. } = self.phase else {
+            return;
+        };
+        if now < self.next_renewal {
+            return;
+        }
+        self.next_renewal = super::next_tick(now, self.cfg.timing.renew_every);
+        let id = self.id();
+        self.renewals.insert(id, (now, epoch));
+        let request = self.renewal(epoch);
+        self.actions.push_back(Action::Send {
+            id,
+            request,
+            deadline: now + self.cfg.timing.renew_every,
+        });
+    }
+
+    /// A renewal sent at `sent` committed: a step-down without a lease has
+    /// it back (unless it would already have run out), and so the role
+    /// stays with this node until its demote succeeds.
+    pub(super) fn reclaimed(&mut self, now: Time, sent: Time) {
+        if !self.reclaiming() {
+            return;
+        }
+        let (timing, role) = (self.cfg.timing, self.cfg.role.clone());
+        if let Phase::SteppingDown { epoch, lease, .. } = &mut self.phase {
+            let back = crate::lease::HeldLease::granted(timing, &role, *epoch, sent);
+            if !back.expired(now) {
+                *lease = Some(back);
+            }
+        }
+    }
+
     /// Ends a promotion or a holding: kill the promote hook if it runs,
     /// then release the watchdog, then demote.
     pub(super) fn step_down(&mut self, now: Time, reason: StepDownReason, next: Option<String>) {
@@ -63,7 +111,13 @@ impl Holder {
             promote: None,
             step,
             failures: None,
+            refused: reason == StepDownReason::Fenced,
         };
+        // A lost lease is asked back at once (see `reclaiming`).
+        if self.reclaiming() {
+            self.next_renewal = now;
+            self.reclaim(now);
+        }
         if run.is_none() {
             self.after_promote_stopped(now);
         }
@@ -89,6 +143,7 @@ impl Holder {
             promote: Some(out),
             step: Step::DisarmingWatchdog,
             failures: None,
+            refused: false,
         };
         self.after_promote_stopped(now);
     }

@@ -20,8 +20,6 @@ use openraft::{BasicNode, Raft};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::prevote::{self, Contact, RouteState, PREVOTE_PATH};
-use super::store::LogStore;
 use super::TypeConfig;
 use hale_seal::{CallError, Target};
 
@@ -38,9 +36,9 @@ fn ttl(option: &RPCOption) -> Duration {
 /// Opens connections to peers.
 #[derive(Debug, Clone)]
 pub struct Network {
-    pub(super) client: reqwest::Client,
-    pub(super) auth: ControlAuth,
-    pub(super) speaks: u16,
+    client: reqwest::Client,
+    auth: ControlAuth,
+    speaks: u16,
     spoken: Spoken,
 }
 
@@ -184,53 +182,33 @@ impl RaftNetwork<TypeConfig> for Conn {
     }
 }
 
-/// An append from a leader this server follows (any answer but a higher
-/// vote: a conflict is still that leader speaking) is contact.
 async fn append(
-    State(s): State<RouteState>,
+    State(raft): State<Raft<TypeConfig>>,
     Json(req): Json<AppendEntriesRequest<TypeConfig>>,
 ) -> Json<Result<AppendEntriesResponse<u64>, RaftError<u64>>> {
-    let r = s.raft.append_entries(req).await;
-    if matches!(&r, Ok(a) if !matches!(a, AppendEntriesResponse::HigherVote(_))) {
-        s.contact.touch();
-    }
-    Json(r)
+    Json(raft.append_entries(req).await)
 }
 
-/// A vote granted is contact: the server waits a campaign timeout for its
-/// candidate to win.
 async fn vote(
-    State(s): State<RouteState>,
+    State(raft): State<Raft<TypeConfig>>,
     Json(req): Json<VoteRequest<u64>>,
 ) -> Json<Result<VoteResponse<u64>, RaftError<u64>>> {
-    let r = s.raft.vote(req).await;
-    if matches!(&r, Ok(v) if v.vote_granted) {
-        s.contact.touch();
-    }
-    Json(r)
+    Json(raft.vote(req).await)
 }
 
-/// A snapshot comes from a leader: contact.
 async fn snapshot(
-    State(s): State<RouteState>,
+    State(raft): State<Raft<TypeConfig>>,
     Json(req): Json<InstallSnapshotRequest<TypeConfig>>,
 ) -> Json<Result<InstallSnapshotResponse<u64>, RaftError<u64, InstallSnapshotError>>> {
-    let r = s.raft.install_snapshot(req).await;
-    if r.is_ok() {
-        s.contact.touch();
-    }
-    Json(r)
+    Json(raft.install_snapshot(req).await)
 }
 
-/// The routes peers call (`/raft/append`, `/raft/vote`, `/raft/snapshot`,
-/// `/raft/prevote`), unauthenticated: [`super::ControlPlane::routes`] puts
-/// them behind the guard. Each notes this server's `contact` with a leader
-/// (see [`super::prevote`]).
-pub fn raft_routes(raft: Raft<TypeConfig>, contact: Contact, log: LogStore) -> Router {
+/// The routes peers call (`/raft/append`, `/raft/vote`, `/raft/snapshot`),
+/// unauthenticated: [`super::ControlPlane::routes`] puts them behind the guard.
+pub fn raft_routes(raft: Raft<TypeConfig>) -> Router {
     Router::new()
         .route("/raft/append", post(append))
         .route("/raft/vote", post(vote))
         .route("/raft/snapshot", post(snapshot))
-        .route(PREVOTE_PATH, post(prevote::route))
-        .with_state(RouteState { raft, contact, log })
+        .with_state(raft)
 }

@@ -268,6 +268,12 @@ fn a_lease_lost_during_a_promotion_kills_the_promote_hook_before_the_demote_star
                         reason: StepDownReason::LeaseExpired
                     }),
                     Action::KillHook { id: promote },
+                    // The lost lease asked back at once (seed 120226).
+                    Action::Send {
+                        id: RequestId(6),
+                        request: renew(7),
+                        deadline: ms(2_100)
+                    },
                 ]
             );
         }
@@ -326,6 +332,11 @@ fn a_holder_whose_watchdog_already_fenced_does_not_demote_again() {
                 epoch: 7,
                 reason: StepDownReason::LeaseExpired
             }),
+            Action::Send {
+                id: RequestId(3),
+                request: renew(7),
+                deadline: ms(5_500)
+            },
             Action::DisarmWatchdog,
         ]
     );
@@ -355,6 +366,11 @@ fn a_holding_its_watchdog_fenced_unasked_steps_down_at_once_without_a_second_dem
                 epoch: 7,
                 reason: StepDownReason::LeaseExpired
             }),
+            Action::Send {
+                id: RequestId(3),
+                request: renew(7),
+                deadline: ms(1_100)
+            },
             Action::DisarmWatchdog,
         ]
     );
@@ -377,6 +393,85 @@ fn a_holding_its_watchdog_fenced_unasked_steps_down_at_once_without_a_second_dem
     assert!(actions(&mut h)
         .iter()
         .all(|a| !matches!(a, Action::Event(HolderEvent::SteppingDown { .. }))));
+}
+
+/// The `Send` actions among `a`: (id, request).
+fn sends(a: &[Action]) -> Vec<(RequestId, ControlRequest)> {
+    a.iter()
+        .filter_map(|x| match x {
+            Action::Send { id, request, .. } => Some((*id, request.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_lost_lease_whose_demote_fails_renews_its_epoch_and_holds_the_role_until_the_demote_succeeds() {
+    let mut h = holding();
+    // Renewals stop getting through: the lease runs out at 1.6 s.
+    h.handle_timeout(ms(1_600));
+    let a = actions(&mut h);
+    assert!(a.contains(&Action::Event(HolderEvent::SteppingDown {
+        epoch: 7,
+        reason: StepDownReason::LeaseExpired
+    })));
+    // Without a lease it still asks to renew its epoch, at once.
+    let asked = sends(&a);
+    assert_eq!(
+        asked.iter().map(|(_, r)| r.clone()).collect::<Vec<_>>(),
+        vec![renew(7)]
+    );
+    h.handle_watchdog_released(ms(1_601), false);
+    let a = actions(&mut h);
+    let demote = a
+        .iter()
+        .find_map(|x| match x {
+            Action::StartHook {
+                id,
+                kind: HookKind::Demote,
+                ..
+            } => Some(*id),
+            _ => None,
+        })
+        .expect("the demote starts");
+    // The demote fails (the service refused to stop): it is retried.
+    h.handle_hook_exit(ms(1_700), demote, HookExit::Failed);
+    let _ = actions(&mut h);
+    // The renewal commits (the table still names this node): the lease is
+    // back, renewed on from then, so nobody else is granted the role.
+    h.handle_response(
+        ms(1_710),
+        asked[0].0,
+        Some(LeaseResponse::Renewed {
+            epoch: 7,
+            paused: false,
+            switchover: None,
+        }),
+    );
+    let _ = actions(&mut h);
+    h.handle_timeout(ms(2_000));
+    let a = actions(&mut h);
+    assert_eq!(
+        sends(&a).into_iter().map(|(_, r)| r).collect::<Vec<_>>(),
+        vec![renew(7)]
+    );
+    assert_eq!(h.state(), RoleState::Demoting);
+    // Refused (another node holds it now): it stops asking.
+    let (id, _) = sends(&a)[0].clone();
+    h.handle_response(
+        ms(2_010),
+        id,
+        Some(LeaseResponse::Rejected(
+            hale_control::LeaseRejection::NotHolder {
+                holder: "a".into(),
+                epoch: 7,
+            },
+        )),
+    );
+    let _ = actions(&mut h);
+    h.handle_timeout(ms(2_600));
+    let a = actions(&mut h);
+    assert!(sends(&a).is_empty(), "{a:?}");
 }
 
 #[test]

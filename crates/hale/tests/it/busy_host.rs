@@ -97,27 +97,23 @@ fn twenty_roles_whose_hooks_start_python_hold_still_on_a_host_kept_busy() {
     );
     let c = Cluster::roles_with("busy_host", 3, hooks, extra, |_| {});
     let path = log.borrow().clone().unwrap();
-    let settled = wait_for(Duration::from_secs(120), "every role held", || {
-        let h = holders(&c)?;
-        (h.len() == ROLES && h.values().all(|(holder, _)| holder.is_some())).then_some(h)
-    });
-    // Every holder's promote hook has run (it writes its line and exits).
-    wait_for(
-        Duration::from_secs(60),
-        "every holder's promote hook",
+    // Every role held, and its holder's promote hook run (it writes its
+    // line and exits).
+    let settled = wait_for(
+        Duration::from_secs(120),
+        "every role held and promoted",
         || {
+            let h = holders(&c)?;
             let lines = hook_lines(&path);
-            settled
-                .iter()
-                .all(|(role, (holder, epoch))| {
-                    lines.iter().any(|l| {
-                        l.what == "promote"
-                            && Some(&l.node) == holder.as_ref()
-                            && l.epoch == *epoch
-                            && &l.reason == role
-                    })
+            let promoted = |role: &String, (holder, epoch): &(Option<String>, u64)| {
+                lines.iter().any(|l| {
+                    l.what == "promote"
+                        && Some(&l.node) == holder.as_ref()
+                        && l.epoch == *epoch
+                        && &l.reason == role
                 })
-                .then_some(())
+            };
+            (h.len() == ROLES && h.iter().all(|(r, v)| promoted(r, v))).then_some(h)
         },
     );
     let start = hook_lines(&path).len();

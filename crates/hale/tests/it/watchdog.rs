@@ -371,6 +371,14 @@ fn one_watchdog_fences_each_holding_at_its_own_deadline_and_a_slow_fence_delays_
     wait_until(Duration::from_secs(10), "holding 2's fence", || {
         lines(&fast) == ["fence", "done"]
     });
+    // The agent is told of it unasked (it lives: its pipe is open).
+    assert_eq!(
+        next_answer(&mut w),
+        Answer {
+            h: 2,
+            disarmed: Disarmed::Fenced
+        }
+    );
     assert!(lines(&kept).is_empty(), "holding 3 was renewed all along");
     // A disarm of the holding whose fence still runs waits for its end;
     // the others are answered at once, each by its own id.

@@ -428,9 +428,11 @@ fn a_new_leader_that_times_leases_from_commits_it_learned_is_caught() {
         ..SAFE
     };
     // The window is narrow (a renewal committed in the last moments before
-    // the leader died): about one schedule in a hundred opens it.
+    // the leader died): about one schedule in a hundred opened it, fewer
+    // since a holder that lost its lease asks for it back while it demotes
+    // (a role still naming it is granted to nobody else meanwhile).
     assert!(
-        caught(v, 600, 3) > 0,
+        caught(v, 3000, 3) > 0,
         "timing from learned commits was never caught"
     );
 }
