@@ -776,6 +776,12 @@ impl Holder {
             return;
         }
         let (epoch, until) = (lease.epoch, lease.valid_until());
+        self.send_renewal(now, epoch, until.max(now + Duration::from_millis(50)));
+    }
+
+    /// Sends a renewal of `epoch` now (answer awaited until `deadline`) and
+    /// sets the next one on the grid.
+    pub(super) fn send_renewal(&mut self, now: Time, epoch: u64, deadline: Time) {
         self.next_renewal = next_tick(now, self.cfg.timing.renew_every);
         let id = self.id();
         self.renewals.insert(id, (now, epoch));
@@ -783,7 +789,7 @@ impl Holder {
         self.actions.push_back(Action::Send {
             id,
             request,
-            deadline: until.max(now + Duration::from_millis(50)),
+            deadline,
         });
     }
 

@@ -54,18 +54,9 @@ impl Holder {
         let Phase::SteppingDown { epoch, .. } = self.phase else {
             return;
         };
-        if now < self.next_renewal {
-            return;
+        if now >= self.next_renewal {
+            self.send_renewal(now, epoch, now + self.cfg.timing.renew_every);
         }
-        self.next_renewal = super::next_tick(now, self.cfg.timing.renew_every);
-        let id = self.id();
-        self.renewals.insert(id, (now, epoch));
-        let request = self.renewal(epoch);
-        self.actions.push_back(Action::Send {
-            id,
-            request,
-            deadline: now + self.cfg.timing.renew_every,
-        });
     }
 
     /// A renewal sent at `sent` committed: a step-down without a lease has
