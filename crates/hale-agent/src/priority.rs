@@ -105,8 +105,3 @@ pub async fn spawn(mut cmd: Command) -> io::Result<Child> {
         .await
         .unwrap_or_else(|_| Err(io::Error::other("the spawner thread stopped")))
 }
-
-/// The nice value of the calling thread.
-pub fn current() -> i32 {
-    rustix::process::getpriority_process(None).unwrap_or(0)
-}

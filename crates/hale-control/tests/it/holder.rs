@@ -316,6 +316,23 @@ fn a_lease_lost_during_a_promotion_kills_the_promote_hook_before_the_demote_star
     );
 }
 
+/// The watchdog answers the step-down's `disarm` at `at`: it had fenced.
+/// The holding ends as fenced by it, with no demote of the agent's own.
+fn released_fenced_without_a_second_demote(h: &mut Holder, at: Time) {
+    h.handle_watchdog_released(at, true);
+    let a = actions(h);
+    assert!(
+        !a.iter().any(|x| matches!(x, Action::StartHook { .. })),
+        "a second demote: {a:?}"
+    );
+    assert!(a.contains(&Action::Event(HolderEvent::Demoted {
+        epoch: 7,
+        reason: StepDownReason::LeaseExpired,
+        promote: None,
+        demote: HookOutcome::FencedByWatchdog,
+    })));
+}
+
 #[test]
 fn a_holder_whose_watchdog_already_fenced_does_not_demote_again() {
     let mut h = holder();
@@ -340,18 +357,7 @@ fn a_holder_whose_watchdog_already_fenced_does_not_demote_again() {
             Action::DisarmWatchdog,
         ]
     );
-    h.handle_watchdog_released(ms(5_001), true);
-    let a = actions(&mut h);
-    assert!(
-        !a.iter().any(|x| matches!(x, Action::StartHook { .. })),
-        "a second demote: {a:?}"
-    );
-    assert!(a.contains(&Action::Event(HolderEvent::Demoted {
-        epoch: 7,
-        reason: StepDownReason::LeaseExpired,
-        promote: None,
-        demote: HookOutcome::FencedByWatchdog,
-    })));
+    released_fenced_without_a_second_demote(&mut h, ms(5_001));
 }
 
 #[test]
@@ -374,18 +380,7 @@ fn a_holding_its_watchdog_fenced_unasked_steps_down_at_once_without_a_second_dem
             Action::DisarmWatchdog,
         ]
     );
-    h.handle_watchdog_released(ms(601), true);
-    let a = actions(&mut h);
-    assert!(
-        !a.iter().any(|x| matches!(x, Action::StartHook { .. })),
-        "a second demote: {a:?}"
-    );
-    assert!(a.contains(&Action::Event(HolderEvent::Demoted {
-        epoch: 7,
-        reason: StepDownReason::LeaseExpired,
-        promote: None,
-        demote: HookOutcome::FencedByWatchdog,
-    })));
+    released_fenced_without_a_second_demote(&mut h, ms(601));
     // Stopping now (the role paused) keeps nothing: it holds nothing.
     assert_eq!(h.state(), RoleState::Standby);
     // A notice for a holding already gone changes nothing.
