@@ -152,7 +152,24 @@ fn a_fence_the_watchdog_ran_on_its_own_while_its_agent_lives_is_told_to_the_agen
     // The agent renews no more (frozen, or its orders stuck): the
     // deadline passes and the watchdog fences, pipe still open.
     let mut w = watchdog(300, &claim, &demote(&log, "fence", 0.0));
+    // Without the unasked answer the read below would wait for ever: after
+    // 20 s the watchdog is killed, its pipe closes, and the test fails.
+    let (pid, told) = (
+        w.0.id(),
+        std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)),
+    );
+    let t = told.clone();
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(20));
+        if !t.load(std::sync::atomic::Ordering::SeqCst) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    });
     assert_eq!(answer(&mut w), Disarmed::Fenced, "told without a disarm");
+    told.store(true, std::sync::atomic::Ordering::SeqCst);
     assert_eq!(lines(&log), ["fence", "done"]);
     // Its disarm after that is answered the same; nothing runs again.
     say(&mut w, Order::Disarm { h: 1 });
