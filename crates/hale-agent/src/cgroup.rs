@@ -25,6 +25,22 @@ use std::sync::OnceLock;
 /// The environment variable that says the agent's cgroup is delegated to it.
 pub const ENV: &str = "HALE_CGROUP";
 
+/// The environment variable that names, to a process the agent starts,
+/// the leaf (a directory) it moves itself into first thing
+/// ([`enter_named_leaf`]): the fencing watchdog, so that it is in its
+/// leaf before it reads an order and starts a fence.
+pub const LEAF_ENV: &str = "HALE_CGROUP_LEAF";
+
+/// Moves this process into the leaf [`LEAF_ENV`] names, if it names one.
+pub fn enter_named_leaf() -> Result<(), PlaceError> {
+    let Some(leaf) = std::env::var_os(LEAF_ENV) else {
+        return Ok(());
+    };
+    let path = PathBuf::from(leaf).join("cgroup.procs");
+    std::fs::write(&path, std::process::id().to_string())
+        .map_err(|source| PlaceError::Write { path, source })
+}
+
 /// The leaves the agent makes in its delegated cgroup.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Leaf {

@@ -434,6 +434,11 @@ struct Watch {
 /// Runs the watchdog on this process's standard input and output until its
 /// agent is gone and every holding it still guarded has been fenced.
 pub fn run() -> WatchdogExit {
+    // Into its own cgroup leaf before any order is read (its fences start
+    // there); the agent's journal gets why not.
+    if let Err(e) = crate::cgroup::enter_named_leaf() {
+        eprintln!("hale watchdog: it stays in the agent's cgroup: {e}");
+    }
     // Held until this process exits: the agent's next run waits for it.
     let _presence = presence::announce();
     let (tx, rx) = mpsc::channel::<Input>();

@@ -11,17 +11,28 @@
 //! itself; the claim keeps a fence the dead one may have started from
 //! running the demote twice).
 //!
+//! Every order is in the process's pipe when the call that gave it returns,
+//! and a new process's orders are in its pipe before it starts
+//! (`outbox`): an agent frozen right after it guarded or renewed a
+//! holding, or right after it started a new watchdog, is still fenced on
+//! time. Only the instant between a watchdog's death and its successor's
+//! start is unguarded: an agent frozen exactly then (two faults at once)
+//! is not fenced by anyone until it thaws.
+//!
 //! When the last manager lets go of the hub (the agent stops, or its role
 //! tasks are aborted), the process's standard input closes and it fences
 //! whatever it still guards.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, Write};
+use std::io::BufRead;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::{mpsc, Arc, Mutex, MutexGuard, Weak};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
+
+mod outbox;
+use outbox::Outbox;
 
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -57,14 +68,21 @@ struct Guarded {
 }
 
 struct Hub {
-    /// The running process: its generation, the process, and the queue
-    /// of its writer thread (a frozen watchdog fills its pipe: the writer
-    /// blocks then, never a role manager, and never the agent's runtime).
-    process: Option<(u64, Child, mpsc::Sender<String>)>,
+    /// The running process.
+    process: Option<Process>,
     generation: u64,
     /// The last holding id given out (ids start at 1).
     last: u64,
     holdings: BTreeMap<u64, Guarded>,
+}
+
+/// One watchdog process.
+struct Process {
+    generation: u64,
+    child: Child,
+    /// Its order pipe (a frozen watchdog fills it: what it does not take
+    /// waits there, never a role manager, never the agent's runtime).
+    out: Outbox,
 }
 
 impl Watchdogs {
@@ -186,48 +204,78 @@ impl Watchdogs {
         }
     }
 
-    /// Starts a process and guards every holding in it (none is left
-    /// unguarded if it cannot start: each `disarm` then answers "not
-    /// asked" and the agent demotes itself).
+    /// Starts a process and guards every holding in it: their orders are
+    /// in its pipe before it starts (none is left unguarded if it cannot
+    /// start: each `disarm` then answers "not asked" and the agent demotes
+    /// itself).
     fn start(&self, hub: &mut Hub) {
+        let orders: Vec<String> = hub
+            .holdings
+            .values()
+            .flat_map(Guarded::orders)
+            .map(|o| o.line())
+            .collect();
+        let bytes = orders.iter().map(|l| l.len() + 1).sum();
+        let (mut out, stdin, flusher) = match Outbox::new(bytes) {
+            Ok(o) => o,
+            Err(e) => {
+                tracing::error!("cannot start the fencing watchdog: no pipe: {e}");
+                return;
+            }
+        };
+        for line in &orders {
+            out.send(line);
+        }
         let mut cmd = Command::new(&self.exe);
         if let Some(p) = &self.presence {
             cmd.env(crate::watchdog::presence::ENV, p);
         }
+        // In its own leaf of a delegated cgroup, which it enters before it
+        // reads an order (so its fences start there): see `crate::cgroup`.
+        if let Some(layout) = crate::cgroup::placed() {
+            cmd.env(
+                crate::cgroup::LEAF_ENV,
+                layout.leaf(crate::cgroup::Leaf::Watchdog),
+            );
+        }
         let child = cmd
             .arg0(&self.named)
             .arg("watchdog")
-            .stdin(Stdio::piped())
+            .stdin(stdin)
             .stdout(Stdio::piped())
             .spawn()
             .inspect_err(|e| tracing::error!("cannot start the fencing watchdog: {e}"));
         let Ok(mut child) = child else {
             return;
         };
-        // In its own leaf of a delegated cgroup (before it is told of any
-        // holding, so its fences start there): see `crate::cgroup`.
-        if let Some(layout) = crate::cgroup::placed() {
-            let _ = layout
-                .join(crate::cgroup::Leaf::Watchdog, child.id())
-                .inspect_err(|e| tracing::warn!("the watchdog stays in the agent's cgroup: {e}"));
-        }
-        let (Some(stdin), Some(out)) = (child.stdin.take(), child.stdout.take()) else {
+        let Some(answers) = child.stdout.take() else {
             let _ = child.kill();
             return;
         };
         hub.generation += 1;
         let generation = hub.generation;
-        let (lines, queue) = mpsc::channel();
-        std::thread::spawn(move || write_lines(stdin, &queue));
-        hub.process = Some((generation, child, lines));
-        let orders: Vec<Order> = hub.holdings.values().flat_map(Guarded::orders).collect();
-        for o in &orders {
-            hub.send(o);
-        }
+        hub.process = Some(Process {
+            generation,
+            child,
+            out,
+        });
+        let weak = Arc::downgrade(&self.hub);
+        std::thread::spawn(move || {
+            flusher.run(|| {
+                let Some(hub) = weak.upgrade() else {
+                    return true;
+                };
+                let mut hub = lock(&hub);
+                match hub.process.as_mut() {
+                    Some(p) if p.generation == generation => p.out.flush(),
+                    _ => true,
+                }
+            });
+        });
         let weak = Arc::downgrade(&self.hub);
         let exe = (self.exe.clone(), self.named.clone(), self.presence.clone());
         std::thread::spawn(move || {
-            for line in std::io::BufReader::new(out).lines() {
+            for line in std::io::BufReader::new(answers).lines() {
                 let Ok(line) = line else { break };
                 let Ok(a) = serde_json::from_str::<Answer>(line.trim()) else {
                     continue;
@@ -264,7 +312,7 @@ fn exited(
 ) {
     let Some(arc) = weak.upgrade() else { return };
     let mut hub = lock(&arc);
-    if hub.process.as_ref().map(|p| p.0) != Some(generation) {
+    if hub.process.as_ref().map(|p| p.generation) != Some(generation) {
         return;
     }
     if let Some(process) = hub.process.take() {
@@ -313,34 +361,19 @@ impl Guarded {
 }
 
 impl Hub {
-    /// Queues one order; false if there is no process or its pipe has
-    /// closed.
+    /// Writes one order into the process's pipe (or, if full, queues it);
+    /// false if there is no process or its pipe has closed.
     fn send(&mut self, order: &Order) -> bool {
         self.process
-            .as_ref()
-            .is_some_and(|(_, _, lines)| lines.send(order.line()).is_ok())
+            .as_mut()
+            .is_some_and(|p| p.out.send(&order.line()))
     }
 }
 
-/// The writer thread: writes the queued lines to the process's pipe, all
-/// that are waiting in one write, until the pipe or the queue closes.
-fn write_lines(stdin: ChildStdin, queue: &mpsc::Receiver<String>) {
-    let mut out = std::io::BufWriter::new(stdin);
-    while let Ok(first) = queue.recv() {
-        let mut ok = writeln!(out, "{first}").is_ok();
-        while let (true, Ok(more)) = (ok, queue.try_recv()) {
-            ok = writeln!(out, "{more}").is_ok();
-        }
-        if !ok || out.flush().is_err() {
-            return;
-        }
-    }
-}
-
-/// Closes a process's queue (its pipe closes when the writer is done: it
-/// fences what it still guards, and exits) and reaps it off this thread.
-fn reap((_, mut child, lines): (u64, Child, mpsc::Sender<String>)) {
-    drop(lines);
+/// Closes a process's pipe once what waits is written (it fences what it
+/// still guards, and exits) and reaps it off this thread.
+fn reap(Process { mut child, out, .. }: Process) {
+    out.close();
     std::thread::spawn(move || {
         let _ = child.wait();
     });
@@ -351,5 +384,87 @@ impl Drop for Hub {
         if let Some(process) = self.process.take() {
             reap(process);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // In tests a panic is the failure report.
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// A hub whose "watchdog" never reads its orders, so they stay in its
+    /// pipe for the test to count; and that process's pid.
+    fn idle_watchdog(dir: &std::path::Path) -> Watchdogs {
+        let exe = dir.join("idle-watchdog");
+        std::fs::write(&exe, "#!/bin/sh\nexec sleep 60\n").unwrap();
+        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+        Watchdogs::new(exe, None)
+    }
+
+    /// The bytes waiting unread in `w`'s process's order pipe.
+    fn unread(w: &Watchdogs) -> usize {
+        let pid = lock(&w.hub).process.as_ref().unwrap().child.id();
+        let pipe = std::fs::File::open(format!("/proc/{pid}/fd/0")).unwrap();
+        rustix::io::ioctl_fionread(&pipe).unwrap() as usize
+    }
+
+    fn stop(w: &Watchdogs) {
+        if let Some(mut p) = lock(&w.hub).process.take() {
+            let _ = p.child.kill();
+            let _ = p.child.wait();
+        }
+    }
+
+    #[test]
+    fn a_holding_and_each_renewal_are_in_the_watchdogs_pipe_when_the_call_returns() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = idle_watchdog(dir.path());
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let fence = vec!["true".to_string()];
+        let left = Duration::from_secs(5);
+        let h = w.guard(tx, dir.path().join("claim"), fence, vec![], left, left);
+        // No yield, no wait: a freeze right now still leaves it guarded.
+        let guarded = unread(&w);
+        let first = lock(&w.hub).holdings[&h].guard_now().line().len() + 1;
+        assert_eq!(
+            guarded, first,
+            "the guard order was written before guard() returned"
+        );
+        w.arm(h, left);
+        let arm = Order::Arm { h, until_ns: 0 }.line().len() + 1;
+        assert!(
+            unread(&w) >= guarded + arm - 2,
+            "the renewal was written before arm() returned"
+        );
+        stop(&w);
+    }
+
+    #[test]
+    fn a_watchdog_started_again_finds_every_holding_in_its_pipe_from_its_first_instant() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = idle_watchdog(dir.path());
+        let left = Duration::from_secs(5);
+        for n in 0..3 {
+            let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+            let claim = dir.path().join(format!("claim-{n}"));
+            w.guard(tx, claim, vec!["true".into()], vec![], left, left);
+        }
+        let told = unread(&w);
+        // As when the first one is killed: a new process, told again.
+        let mut hub = lock(&w.hub);
+        let old = hub.process.take().unwrap();
+        w.start(&mut hub);
+        drop(hub);
+        assert_eq!(
+            unread(&w),
+            told,
+            "every guard order was in the new pipe at its start"
+        );
+        let (mut child, out) = (old.child, old.out);
+        out.close();
+        let _ = child.kill();
+        let _ = child.wait();
+        stop(&w);
     }
 }
