@@ -4,8 +4,8 @@ candidate for every role, instant hooks), N roles spread over them by
 priority. Measures, over a steady window: changes of holder, demote hooks,
 control-plane log entries per second (the leader's last log index) and disk
 bytes written per second (/proc/PID/io of the agents, which hold the
-control-plane stores), agent CPU; then, with --kill, SIGKILLs the agent
-holding the most roles and reports how long each of its roles took to be
+control-plane stores), agent CPU; then, with --kill, SIGKILLs the host
+holding the most roles (its agent, watchdog and hooks) and reports how long each of its roles took to be
 promoted elsewhere, and whether any other role moved. With
 --leader-trials N, instead: N times, kill (or, with --freeze, SIGSTOP for
 5 s) the agent whose control-plane server leads, bring it back, and count
@@ -265,8 +265,7 @@ timeout = "1s"
         vi = [n["name"] for n in nodes].index(victim_name)
         theirs = {r for r, (h, _) in l1.items() if h == victim_name}
         kill_ns = time.time_ns()
-        agents[vi].send_signal(signal.SIGKILL)
-        agents[vi].wait()
+        kill_host(agents[vi])
         alive = [h for j, h in enumerate(http) if j != vi]
         deadline = time.time() + 30
         while time.time() < deadline:
@@ -322,6 +321,19 @@ def paused_events(d):
         except OSError:
             pass
     return n
+
+
+def kill_host(agent):
+    """A host's death: SIGKILL to the agent and every process below it (its
+    watchdog and hooks die with the host; killing the agent alone is an
+    agent crash, after which its watchdog fences every role it held at once,
+    on the CPU the other "hosts" of this one machine share)."""
+    for p in descendants(agent.pid):
+        try:
+            os.kill(p, signal.SIGKILL)
+        except OSError:
+            pass
+    agent.wait()
 
 
 def descendants(pid):
@@ -414,8 +426,7 @@ def leader_trials(a, nodes, agents, http, log, start, d):
                 except OSError:
                     pass
         else:
-            agents[li].kill()
-            agents[li].wait()
+            kill_host(agents[li])
             time.sleep(2)
             agents[li] = start(os.path.join(d, f"{victim}.toml"), victim)
         # Settle: every role held again, then look.

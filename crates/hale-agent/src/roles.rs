@@ -297,7 +297,10 @@ impl RoleManager {
                             self.switch_over(&mut sm, &mut switching, order, paused, run.now());
                         }
                     }
-                    Input::HookStarted(id, pgid) => self.hook_started(&mut run, id, pgid),
+                    Input::HookStarted(id, pgid) => {
+                        self.hook_started(&mut run, id, pgid);
+                        sm.handle_hook_started(run.now(), id);
+                    }
                     Input::HookExit(id, exit) => {
                         let hook = run.hooks.remove(&id);
                         if let (Some(HookRun { promote: true, pgid: Some(_), .. }), Some(h)) =

@@ -49,6 +49,9 @@
 //! * **A promotion that fails or outlives `hook_timeout` is abandoned**: the
 //!   hook is killed, the node demotes, releases the role and stands aside
 //!   for one lease so that the next candidate takes it.
+//! * **A hook's `hook_timeout` runs from when it started**: time it waited
+//!   for one of the agent's hook slots ([`Holder::handle_hook_started`]),
+//!   or the node was stopped ([`Holder::handle_pause`]), does not count.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
@@ -61,11 +64,14 @@ use crate::replication::Standing;
 
 mod io;
 mod keep;
+mod runs;
 mod step_down;
+
 pub use io::{
     Action, ControlRequest, DataState, HolderConfig, HolderEvent, HookExit, HookId, HookOutcome,
     HookReason, RequestId, RoleState, ServiceStatus, StepDownReason,
 };
+use runs::Run;
 pub use step_down::{DEMOTE_RETRY_FIRST, DEMOTE_RETRY_MAX};
 
 /// The watchdog process, as the holder knows it.
@@ -77,41 +83,6 @@ enum Watchdog {
     Armed,
     /// Asked not to fence at its deadline (the step-down is under way).
     Disarmed,
-}
-
-/// One run of a hook.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Run {
-    id: HookId,
-    started: Time,
-    killed: bool,
-    timed_out: bool,
-}
-
-impl Run {
-    /// A run started `now`.
-    fn new(id: HookId, now: Time) -> Run {
-        Run {
-            id,
-            started: now,
-            killed: false,
-            timed_out: false,
-        }
-    }
-
-    fn outcome(&self, exit: HookExit) -> HookOutcome {
-        if self.timed_out {
-            HookOutcome::TimedOut
-        } else if self.killed {
-            HookOutcome::Killed
-        } else {
-            match exit {
-                HookExit::Succeeded => HookOutcome::Succeeded,
-                HookExit::Failed | HookExit::NotStarted => HookOutcome::Failed,
-                HookExit::Killed => HookOutcome::Killed,
-            }
-        }
-    }
 }
 
 /// The steps of giving a role up, in order.
@@ -432,23 +403,6 @@ impl Holder {
                 }
                 self.maybe_renew(now);
             }
-        }
-    }
-
-    /// This node was stopped for `length` (its host frozen, the agent
-    /// `SIGSTOP`ped): its hooks were stopped as long, so that time does not
-    /// count against their `hook_timeout`. (Killing a hook the moment the
-    /// host thaws, for time it never ran, fails a demote that had done its
-    /// work, and a failed demote runs again.) The lease is not extended: it
-    /// runs on real time.
-    pub fn handle_pause(&mut self, length: Duration) {
-        match &mut self.phase {
-            Phase::Promoting { run, .. }
-            | Phase::SteppingDown {
-                step: Step::Demoting(run),
-                ..
-            } => run.started = run.started + length,
-            _ => {}
         }
     }
 

@@ -522,6 +522,45 @@ fn a_promote_hook_that_outlives_its_timeout_is_killed_and_the_role_released() {
 }
 
 #[test]
+fn a_promote_hook_that_waited_for_a_hook_slot_is_timed_from_when_it_started() {
+    let mut h = holder();
+    let promote = granted(&mut h);
+    // Queued behind other roles' hooks: it starts 4 s after it was asked.
+    h.handle_hook_started(ms(4_000), promote);
+    // A start reported for another run changes nothing.
+    h.handle_hook_started(ms(6_000), HookId(999));
+    let mut t = 0;
+    let mut stepped_down = None;
+    while stepped_down.is_none() && t < 20_000 {
+        t = h.poll_timeout().expect("a deadline").as_nanos() / 1_000_000;
+        h.handle_timeout(ms(t));
+        for a in actions(&mut h) {
+            match a {
+                Action::Send { id, .. } => h.handle_response(
+                    ms(t),
+                    id,
+                    Some(LeaseResponse::Renewed {
+                        epoch: 7,
+                        paused: false,
+                        switchover: None,
+                    }),
+                ),
+                Action::Event(HolderEvent::SteppingDown { reason, .. }) => {
+                    stepped_down = Some((t, reason));
+                }
+                Action::ArmWatchdog { .. } | Action::KillHook { .. } => {}
+                other => panic!("unexpected {other:?} at {t} ms"),
+            }
+        }
+    }
+    // 10 s of running, not 10 s since the StartHook.
+    assert_eq!(
+        stepped_down,
+        Some((14_000, StepDownReason::PromoteTimedOut))
+    );
+}
+
+#[test]
 fn a_handover_asked_during_a_promotion_is_taken_once_it_completes_and_keeps_the_lease_until_demoted(
 ) {
     let mut h = holder();

@@ -379,6 +379,16 @@ fn under_systemd_a_restarted_holder_keeps_postgres_and_a_crashed_one_is_fenced_f
             "PostgreSQL runs in the agent's own cgroup {agent_cgroup}"
         ));
     }
+    // a's watchdog (it guards db and pg) moved itself into its own leaf.
+    let in_leaf = c.ok(
+        "cat /sys/fs/cgroup$(systemctl show -p ControlGroup --value hale)/watchdog/cgroup.procs \
+         | while read p; do tr '\\0' ' ' < /proc/$p/cmdline; echo; done",
+    );
+    if !in_leaf.lines().any(|l| l.contains(" watchdog")) {
+        problems.push(format!(
+            "no watchdog in the unit's watchdog leaf (it holds: {in_leaf:?})"
+        ));
+    }
 
     // The README's procedure ("Restarting or upgrading the holder's agent").
     let before = hooks();
