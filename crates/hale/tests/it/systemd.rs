@@ -379,14 +379,17 @@ fn under_systemd_a_restarted_holder_keeps_postgres_and_a_crashed_one_is_fenced_f
             "PostgreSQL runs in the agent's own cgroup {agent_cgroup}"
         ));
     }
-    // a's watchdog (it guards db and pg) moved itself into its own leaf.
-    let in_leaf = c.ok(
-        "cat /sys/fs/cgroup$(systemctl show -p ControlGroup --value hale)/watchdog/cgroup.procs \
-         | while read p; do tr '\\0' ' ' < /proc/$p/cmdline; echo; done",
-    );
-    if !in_leaf.lines().any(|l| l.contains(" watchdog")) {
+    // a's watchdog (it guards db and pg) moved itself into its own leaf
+    // (the host may be hybrid: the v2 path is /proc's `0::` line).
+    let watchdogs = c.ok("for p in /proc/[0-9]*; do \
+           if tr '\\0' ' ' < $p/cmdline 2>/dev/null | grep -q '^/usr/bin/hale watchdog'; then \
+             sed -n 's/^0:://p' $p/cgroup; fi; done");
+    if !watchdogs
+        .lines()
+        .any(|l| l == "/system.slice/hale.service/watchdog")
+    {
         problems.push(format!(
-            "no watchdog in the unit's watchdog leaf (it holds: {in_leaf:?})"
+            "a's watchdog is not in hale.service's watchdog leaf: {watchdogs:?}"
         ));
     }
 
