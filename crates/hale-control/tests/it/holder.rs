@@ -473,32 +473,24 @@ fn a_lost_lease_whose_demote_fails_renews_its_epoch_and_holds_the_role_until_the
 fn a_promote_hook_that_outlives_its_timeout_is_killed_and_the_role_released() {
     let mut h = holder();
     let promote = granted(&mut h);
-    let mut t = 0;
     // Renewals commit; the hook runs on past 10 s.
-    while t < 10_010 {
-        t = h.poll_timeout().expect("a deadline").as_nanos() / 1_000_000;
-        h.handle_timeout(ms(t));
-        for a in actions(&mut h) {
-            match a {
-                Action::Send { id, .. } => h.handle_response(
-                    ms(t),
-                    id,
-                    Some(LeaseResponse::Renewed {
-                        epoch: 7,
-                        paused: false,
-                        switchover: None,
-                    }),
-                ),
-                Action::ArmWatchdog { .. } => {}
-                Action::Event(HolderEvent::SteppingDown { reason, .. }) => {
-                    assert_eq!(reason, StepDownReason::PromoteTimedOut);
-                    assert_eq!(t, 10_010);
-                }
-                Action::KillHook { id } => assert_eq!(id, promote),
-                other => panic!("unexpected {other:?} at {t} ms"),
-            }
+    let mut reason = None;
+    let killed = run_renewing(&mut h, 10_010, |a| match a {
+        Action::ArmWatchdog { .. } => false,
+        Action::Event(HolderEvent::SteppingDown { reason: r, .. }) => {
+            reason = Some(*r);
+            false
         }
-    }
+        Action::KillHook { id } => {
+            assert_eq!(*id, promote);
+            true
+        }
+        other => panic!("unexpected {other:?}"),
+    });
+    assert_eq!(
+        (killed, reason),
+        (Some(10_010), Some(StepDownReason::PromoteTimedOut))
+    );
     let _ = actions(&mut h);
     h.handle_hook_exit(ms(10_011), promote, HookExit::Killed);
     assert_eq!(actions(&mut h), vec![Action::DisarmWatchdog]);
@@ -529,35 +521,17 @@ fn a_promote_hook_that_waited_for_a_hook_slot_is_timed_from_when_it_started() {
     h.handle_hook_started(ms(4_000), promote);
     // A start reported for another run changes nothing.
     h.handle_hook_started(ms(6_000), HookId(999));
-    let mut t = 0;
-    let mut stepped_down = None;
-    while stepped_down.is_none() && t < 20_000 {
-        t = h.poll_timeout().expect("a deadline").as_nanos() / 1_000_000;
-        h.handle_timeout(ms(t));
-        for a in actions(&mut h) {
-            match a {
-                Action::Send { id, .. } => h.handle_response(
-                    ms(t),
-                    id,
-                    Some(LeaseResponse::Renewed {
-                        epoch: 7,
-                        paused: false,
-                        switchover: None,
-                    }),
-                ),
-                Action::Event(HolderEvent::SteppingDown { reason, .. }) => {
-                    stepped_down = Some((t, reason));
-                }
-                Action::ArmWatchdog { .. } | Action::KillHook { .. } => {}
-                other => panic!("unexpected {other:?} at {t} ms"),
-            }
-        }
-    }
+    let timed_out = run_renewing(&mut h, 20_000, |a| {
+        matches!(
+            a,
+            Action::Event(HolderEvent::SteppingDown {
+                reason: StepDownReason::PromoteTimedOut,
+                ..
+            })
+        )
+    });
     // 10 s of running, not 10 s since the StartHook.
-    assert_eq!(
-        stepped_down,
-        Some((14_000, StepDownReason::PromoteTimedOut))
-    );
+    assert_eq!(timed_out, Some(14_000));
 }
 
 #[test]
