@@ -1,7 +1,9 @@
 //! On a control-plane server: watches the local copy of the lease table and
 //! publishes a `holder` event whenever a role changes hands, so that every
 //! server's event history (and the dashboard opened later, at 3 a.m.) shows
-//! failovers and handovers, not only the agents that took part.
+//! failovers and handovers, not only the agents that took part; and a
+//! `churn-breaker` event when the breaker opens or closes on this server
+//! while it leads.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -64,7 +66,18 @@ pub(crate) async fn watch_holders(
 ) {
     let mut seen = BTreeMap::new();
     changes(&mut seen, &cp.table());
+    let mut breaker = false;
     every(POLL, &mut stop, || {
+        let open = cp.status().churn_breaker;
+        if open != std::mem::replace(&mut breaker, open) {
+            tracing::info!(
+                open,
+                "control plane: churn breaker {}",
+                if open { "open" } else { "closed" }
+            );
+            let server = cp.id;
+            shared.emit(AgentEvent::ChurnBreaker { server, open }, None);
+        }
         for (role, from, to, epoch) in changes(&mut seen, &cp.table()) {
             tracing::info!(role, ?from, ?to, epoch, "role changed hands");
             let member = to.clone();

@@ -407,6 +407,16 @@ pub enum AgentEvent {
         /// Why it stopped.
         error: String,
     },
+    /// The control plane's churn breaker, on this agent's server while it
+    /// leads, opened (after an election, or when many leases ran out
+    /// within a few leases: run-out roles go back to their living holders
+    /// rather than move) or closed.
+    ChurnBreaker {
+        /// The server's id.
+        server: u64,
+        /// Open, or closed.
+        open: bool,
+    },
     /// A relay upstream's circuit breaker changed state.
     Breaker {
         /// The upstream (its DSN without the key).

@@ -335,6 +335,8 @@ fn samples() -> BTreeMap<String, Vec<Value>> {
             "schema": "HolderDetail"},
         {"kind": "control-stopped", "detail": {"server": 1, "error": "No space left on device"},
             "schema": "ControlStoppedDetail"},
+        {"kind": "churn-breaker", "detail": {"server": 3, "open": true},
+            "schema": "ChurnBreakerDetail"},
         {"kind": "clock-skew", "detail": {"server": 2, "skew_ms": -3600000, "side": "client"},
             "schema": "ClockSkewDetail"},
         {"kind": "breaker", "detail": {"upstream": "http://sentry:9000/1", "role": "primary",

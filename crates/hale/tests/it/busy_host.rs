@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::Duration;
 
+use hale_agent::view::AgentEvent;
+
 use crate::support::{during, hook_lines, wait_for, Cluster};
 
 /// Busy loops, killed by process id when dropped.
@@ -130,5 +132,23 @@ fn twenty_roles_whose_hooks_start_python_hold_still_on_a_host_kept_busy() {
     assert!(
         hooks_run.is_empty(),
         "hooks run while steady: {hooks_run:?}"
+    );
+    // The churn breaker of the leader elected at the start opened with its
+    // election and closed two leases later; its agent said both.
+    let said = |i: usize| -> Vec<bool> {
+        c.agents[i]
+            .events()
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|e| match e.event {
+                AgentEvent::ChurnBreaker { open, .. } => Some(open),
+                _ => None,
+            })
+            .collect()
+    };
+    let all: Vec<Vec<bool>> = (0..3).map(said).collect();
+    assert!(
+        all.iter().any(|s| s.starts_with(&[true, false])),
+        "no agent said its churn breaker opened then closed: {all:?}"
     );
 }
