@@ -1,10 +1,7 @@
 //! The agent above the processes it starts: its own threads (membership,
-//! control plane, holders' renewals, the fencing watchdog) run `[agent]
-//! priority_boost` nice levels above the hooks, checks and PostgreSQL tools
-//! it starts, and above the fences its watchdog runs ([`install_for_fences`]:
-//! a watchdog thawed after a freeze fences every holding at once, and 200
-//! `python3` fences at the agent's priority starved the host's own Raft
-//! server, whose elections then unseated a healthy leader), so that a host busy with hooks (a burst
+//! control plane, holders' renewals, the fencing watchdog and its fences)
+//! run `[agent] priority_boost` nice levels above the hooks, checks and
+//! PostgreSQL tools it starts, so that a host busy with hooks (a burst
 //! after a failover, hundreds of roles with scripted hooks) cannot starve
 //! the heartbeats and renewals that decide who holds a role (issue 41).
 //!
@@ -40,23 +37,6 @@ type Job = (
 
 /// The spawner thread's inbox, once [`install`] ran.
 static SPAWNER: OnceLock<mpsc::Sender<Job>> = OnceLock::new();
-
-/// The nice value the agent's children start with, once [`install`]
-/// raised the agent.
-static CHILDREN_NICE: OnceLock<i32> = OnceLock::new();
-
-/// The environment variable that gives the watchdog the nice value of the
-/// agent's children, for its fences ([`install_for_fences`]).
-pub const CHILDREN_NICE_ENV: &str = "HALE_CHILDREN_NICE";
-
-/// A blocking child to start, and where its `spawn` result goes.
-type StdJob = (
-    std::process::Command,
-    mpsc::Sender<io::Result<std::process::Child>>,
-);
-
-/// The watchdog's fence spawner, once [`install_for_fences`] ran.
-static FENCE_SPAWNER: OnceLock<mpsc::Sender<StdJob>> = OnceLock::new();
 
 /// What [`install`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,63 +82,12 @@ pub fn install(by: u8) -> Boost {
     }
     let raised = (base - i32::from(by)).max(-20);
     match rustix::process::setpriority_process(None, raised) {
-        Ok(()) => {
-            let _ = CHILDREN_NICE.set(base);
-            Boost::Raised {
-                agent: raised,
-                children: base,
-            }
-        }
+        Ok(()) => Boost::Raised {
+            agent: raised,
+            children: base,
+        },
         Err(_) => Boost::Refused { nice: base },
     }
-}
-
-/// The nice value the agent's children start with, if [`install`] raised
-/// the agent above them.
-pub fn children_nice() -> Option<i32> {
-    CHILDREN_NICE.get().copied()
-}
-
-/// In the watchdog, first thing: when [`CHILDREN_NICE_ENV`] names the nice
-/// value of the agent's children, starts a thread lowered to it that
-/// starts every fence ([`spawn_fence`]). The watchdog itself keeps the
-/// agent's priority (it must fire on time); what its fences cost runs
-/// below, like every other hook. Lowering needs no privilege.
-pub fn install_for_fences() {
-    let Some(nice) = std::env::var(CHILDREN_NICE_ENV)
-        .ok()
-        .and_then(|v| v.parse::<i32>().ok())
-    else {
-        return;
-    };
-    let (tx, rx) = mpsc::channel::<StdJob>();
-    let started = std::thread::Builder::new()
-        .name("hale-fences".into())
-        .spawn(move || {
-            // This thread only (Linux keeps a nice value per thread).
-            let _ = rustix::process::setpriority_process(None, nice);
-            for (mut cmd, reply) in rx {
-                let _ = reply.send(cmd.spawn());
-            }
-        });
-    if started.is_ok() {
-        let _ = FENCE_SPAWNER.set(tx);
-    }
-}
-
-/// Spawns a fence from the thread [`install_for_fences`] started, or here
-/// when it did not run.
-pub fn spawn_fence(mut cmd: std::process::Command) -> io::Result<std::process::Child> {
-    let Some(tx) = FENCE_SPAWNER.get() else {
-        return cmd.spawn();
-    };
-    let (reply, answer) = mpsc::channel();
-    if let Err(mpsc::SendError((mut cmd, _))) = tx.send((cmd, reply)) {
-        return cmd.spawn();
-    }
-    answer
-        .recv()
-        .unwrap_or_else(|_| Err(io::Error::other("the fence spawner thread stopped")))
 }
 
 /// Spawns `cmd` from the spawner thread (at the priority the agent was

@@ -439,8 +439,6 @@ pub fn run() -> WatchdogExit {
     if let Err(e) = crate::cgroup::enter_named_leaf() {
         eprintln!("hale watchdog: it stays in the agent's cgroup: {e}");
     }
-    // Its fences run at the hooks' priority, below its own.
-    crate::priority::install_for_fences();
     // Held until this process exits: the agent's next run waits for it.
     let _presence = presence::announce();
     let (tx, rx) = mpsc::channel::<Input>();
@@ -710,11 +708,10 @@ pub fn run_hook(
     reason: &str,
     timeout: Duration,
 ) -> bool {
-    let Some(cmd) = hook_command(argv, env, reason) else {
+    let Some(mut cmd) = hook_command(argv, env, reason) else {
         return true;
     };
-    // Below the watchdog's priority, at the hooks' (`priority.rs`).
-    let Ok(mut child) = crate::priority::spawn_fence(cmd) else {
+    let Ok(mut child) = cmd.spawn() else {
         return false;
     };
     let (mut ran, mut last) = (Duration::ZERO, Instant::now());

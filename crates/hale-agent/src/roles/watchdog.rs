@@ -227,9 +227,6 @@ impl Watchdogs {
             out.send(line);
         }
         let mut cmd = Command::new(&self.exe);
-        if let Some(nice) = crate::priority::children_nice() {
-            cmd.env(crate::priority::CHILDREN_NICE_ENV, nice.to_string());
-        }
         if let Some(p) = &self.presence {
             cmd.env(crate::watchdog::presence::ENV, p);
         }

@@ -1,6 +1,6 @@
 //! The agent above the processes it starts (`hale_agent::priority`): its
 //! threads, and its fencing watchdog, run ten nice levels above the hooks
-//! it starts and the fences its watchdog runs, so that hooks that cost CPU cannot starve its heartbeats and
+//! it starts, so that hooks that cost CPU cannot starve its heartbeats and
 //! renewals (issue 41).
 
 use std::time::Duration;
@@ -52,7 +52,7 @@ fn the_agent_and_its_watchdog_run_ten_nice_levels_above_the_hooks_it_starts() {
         };
         Some((line("promote"), line("demote")))
     };
-    let mut c = Cluster::roles_with("priority", 3, hook, |_| String::new(), |_| {});
+    let c = Cluster::roles_with("priority", 3, hook, |_| String::new(), |_| {});
     let log = c.logs.path().join("hooks.log");
     let promote = wait_for(Duration::from_secs(30), "a promote hook to run", || {
         hook_lines(&log).into_iter().find(|l| l.what == "promote")
@@ -77,15 +77,4 @@ fn the_agent_and_its_watchdog_run_ten_nice_levels_above_the_hooks_it_starts() {
         })
     });
     assert_eq!(nice_of(watchdog), Some(raised), "the watchdog {watchdog}");
-    // Its fences do not: the agent dies, the watchdog fences at once, and
-    // the demote hook runs at the hooks' priority.
-    let (node, epoch) = (promote.node.clone(), promote.epoch);
-    let i = c.agents.iter().position(|a| a.name == node).unwrap();
-    c.agents[i].kill();
-    let fence = wait_for(Duration::from_secs(30), "the watchdog's fence", || {
-        hook_lines(&log)
-            .into_iter()
-            .find(|l| l.what == "demote" && l.node == node && l.epoch == epoch)
-    });
-    assert_eq!(fence.reason, format!("nice={base}"), "{fence:?}");
 }
