@@ -5,8 +5,9 @@ priority. Measures, over a steady window: changes of holder, demote hooks,
 control-plane log entries per second (the leader's last log index) and disk
 bytes written per second (/proc/PID/io of the agents, which hold the
 control-plane stores), agent CPU; then, with --kill, SIGKILLs the host
-holding the most roles (its agent, watchdog and hooks) and reports how long each of its roles took to be
-promoted elsewhere, and whether any other role moved. With
+holding the most roles (its agent, watchdog and hooks) and reports how
+long each of its roles took to be promoted elsewhere, and whether any
+other role moved. With
 --leader-trials N, instead: N times, kill (or, with --freeze, SIGSTOP for
 5 s) the agent whose control-plane server leads, bring it back, and count
 the roles *it did not hold* that changed holder or ran a demote hook (none
