@@ -68,7 +68,7 @@ pub(crate) async fn watch_holders(
     changes(&mut seen, &cp.table());
     let mut breaker = false;
     every(POLL, &mut stop, || {
-        let open = cp.status().churn_breaker;
+        let open = cp.churn_breaker_open();
         if open != std::mem::replace(&mut breaker, open) {
             tracing::info!(
                 open,

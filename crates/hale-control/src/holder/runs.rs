@@ -50,13 +50,8 @@ impl Holder {
     /// hooks on a busy host timed out before it ran, and its role moved).
     /// The lease is not extended: it runs on real time.
     pub fn handle_hook_started(&mut self, now: Time, id: HookId) {
-        match &mut self.phase {
-            Phase::Promoting { run, .. }
-            | Phase::SteppingDown {
-                step: Step::Demoting(run),
-                ..
-            } if run.id == id && !run.killed => run.started = run.started.max(now),
-            _ => {}
+        if let Some(run) = self.hook_running().filter(|r| r.id == id && !r.killed) {
+            run.started = run.started.max(now);
         }
     }
 
@@ -67,13 +62,20 @@ impl Holder {
     /// work, and a failed demote runs again.) The lease is not extended: it
     /// runs on real time.
     pub fn handle_pause(&mut self, length: Duration) {
+        if let Some(run) = self.hook_running() {
+            run.started = run.started + length;
+        }
+    }
+
+    /// The promote or demote hook run under way, if any.
+    fn hook_running(&mut self) -> Option<&mut Run> {
         match &mut self.phase {
             Phase::Promoting { run, .. }
             | Phase::SteppingDown {
                 step: Step::Demoting(run),
                 ..
-            } => run.started = run.started + length,
-            _ => {}
+            } => Some(run),
+            _ => None,
         }
     }
 }

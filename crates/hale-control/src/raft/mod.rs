@@ -485,13 +485,18 @@ impl ControlPlane {
             protocol: self.speaks,
             common_protocol: (m.current_leader == Some(self.id) && m.running_state.is_ok())
                 .then(|| self.common_protocol()),
-            churn_breaker: self
-                .grantor
-                .lock()
-                .expect("grantor lock")
-                .as_ref()
-                .is_some_and(|g| g.breaker_open(self.now())),
+            churn_breaker: self.churn_breaker_open(),
         }
+    }
+
+    /// Whether this server leads and its churn breaker is open now
+    /// ([`ControlStatus::churn_breaker`], without the rest of the status).
+    pub fn churn_breaker_open(&self) -> bool {
+        self.grantor
+            .lock()
+            .expect("grantor lock")
+            .as_ref()
+            .is_some_and(|g| g.breaker_open(self.now()))
     }
 
     /// The newest control-plane protocol every server of the membership
