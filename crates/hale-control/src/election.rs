@@ -1,15 +1,17 @@
 //! The control plane's election timing: what its Raft is configured with
-//! (`raft/mod.rs`) and what lease timing is checked against
-//! ([`crate::lease::LeaseTiming::check`]).
+//! (`raft/mod.rs`), when a server campaigns (`raft/prevote.rs`), and what
+//! lease timing is checked against ([`crate::lease::LeaseTiming::check`]).
 //!
-//! openraft 0.9 keeps a follower that has a leader from campaigning until
-//! its *leader lease* (the longest election timeout) **and** its own
-//! election timeout have both passed since the last heartbeat
-//! (`RaftCore::handle_tick_election`: `leader_lease + election_timeout`),
-//! and a voter refuses any vote while its own leader lease lasts. So an
+//! openraft's own election timer is off: a server campaigns only when it
+//! has heard from no leader for its campaign timeout
+//! ([`CAMPAIGN_MIN`]..[`CAMPAIGN_MAX`], drawn again after every round) *and*
+//! a majority of voters granted it a pre-vote, each of them without
+//! contact for [`PREVOTE_QUIET`]. openraft's *leader lease* (the longest
+//! election timeout) still makes a voter refuse any vote while it lasts
+//! after its last contact; [`PREVOTE_QUIET`] outlasts it, so a voter that
+//! granted a pre-vote grants the vote too (the logs permitting). So an
 //! election after the leader's host dies or freezes starts between
-//! `ELECTION_TIMEOUT_MAX + ELECTION_TIMEOUT_MIN` and twice
-//! `ELECTION_TIMEOUT_MAX` after the last heartbeat, not within one timeout.
+//! [`CAMPAIGN_MIN`] and [`CAMPAIGN_MAX`] after the last heartbeat.
 
 use std::time::Duration;
 
@@ -20,15 +22,22 @@ pub const HEARTBEAT: Duration = Duration::from_millis(100);
 /// give an append one heartbeat and a vote request the shortest election
 /// timeout.
 pub const RPC_TIMEOUT_FLOOR: Duration = Duration::from_secs(1);
-/// The shortest election timeout a server draws (once, for its life).
+/// openraft's shortest election timeout (its timer is off; see the module).
 pub const ELECTION_TIMEOUT_MIN: Duration = Duration::from_millis(200);
-/// The longest election timeout a server draws; also every follower's
-/// leader lease, during which it neither campaigns nor votes.
+/// openraft's longest election timeout: every voter's *leader lease*,
+/// during which, after its last contact with a leader, it votes for no one.
 pub const ELECTION_TIMEOUT_MAX: Duration = Duration::from_millis(300);
+/// The shortest a voter waits without contact before it asks for a
+/// pre-vote: four missed heartbeats.
+pub const CAMPAIGN_MIN: Duration = Duration::from_millis(400);
+/// The longest a voter waits without contact before it asks.
+pub const CAMPAIGN_MAX: Duration = Duration::from_millis(600);
+/// How long without contact a voter must itself have been to grant a
+/// pre-vote: longer than its leader lease, so the vote that follows is
+/// not refused by it.
+pub const PREVOTE_QUIET: Duration = Duration::from_millis(350);
 /// The longest a leader's loss goes unanswered on a LAN: the last
-/// heartbeat, the leader lease, the longest election timeout, and a vote
-/// round (0.8 s). A follower campaigns after 0.5–0.6 s without a
-/// heartbeat: five missed heartbeats at least.
-pub const ELECTION_WORST: Duration = Duration::from_millis(
-    HEARTBEAT.as_millis() as u64 + 2 * ELECTION_TIMEOUT_MAX.as_millis() as u64 + 100,
-);
+/// heartbeat, the longest campaign timeout, and a pre-vote and a vote
+/// round (0.8 s).
+pub const ELECTION_WORST: Duration =
+    Duration::from_millis(HEARTBEAT.as_millis() as u64 + CAMPAIGN_MAX.as_millis() as u64 + 100);

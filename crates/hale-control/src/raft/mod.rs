@@ -11,6 +11,7 @@ mod batch;
 mod client;
 pub mod format;
 mod network;
+pub mod prevote;
 mod routes;
 mod runtime;
 mod store;
@@ -132,6 +133,10 @@ pub struct ControlPlane {
     speaks: u16,
     /// What the other servers were last heard to speak.
     spoken: Spoken,
+    /// When this server last heard from a leader (see [`prevote`]).
+    contact: prevote::Contact,
+    /// A reader of this server's log (its last log id, for pre-votes).
+    log: LogStore,
 }
 
 impl std::fmt::Debug for ControlPlane {
@@ -280,13 +285,12 @@ impl ControlPlane {
         });
         let sm = StateMachine::new(db.clone(), Some(hook), Some(on_append.clone()))
             .map_err(|e| ControlError::Store(e.into()))?;
-        // Elections cannot split for ever, though openraft 0.9 draws each
-        // server's election timeout once for its life: without the
-        // `single-term-leader` feature it orders votes by term and then by
-        // candidate id, so of two candidates in one term the lower-numbered
-        // grants the higher (tests/elections.rs). Survivors that campaign
-        // together settle it in that round (BENCHMARKS.md, *Control-plane
-        // elections after a host death*). Do not turn that feature on.
+        // Elections cannot split for ever: the pre-vote driver draws a new
+        // campaign timeout after every round, and without the
+        // `single-term-leader` feature openraft orders votes by term and
+        // then by candidate id, so of two candidates in one term the
+        // lower-numbered grants the higher (tests/elections.rs). Do not
+        // turn that feature on.
         let config = openraft::Config {
             cluster_name: "hale".into(),
             heartbeat_interval: HEARTBEAT.as_millis() as u64,
@@ -309,18 +313,31 @@ impl ControlPlane {
             max_payload_entries: 16,
             max_in_snapshot_log_to_keep: 100,
             purge_batch_size: 256,
+            // Elections are hale's: a server campaigns only after a
+            // pre-vote a majority granted (`prevote.rs`).
+            enable_elect: false,
             ..Default::default()
         };
         let config = config
             .validate()
             .map_err(|e| ControlError::Start(e.into()))?;
         let log = LogStore::new(db, Some(on_append));
+        let log_reader = log.clone();
         let stall = log.stall();
         let spoken = Spoken::persisted(data_dir);
         let network = Network::new(auth.clone(), speaks, spoken.clone());
-        let raft = Raft::new(id, Arc::new(config), network, log, sm.clone())
+        let raft = Raft::new(id, Arc::new(config), network.clone(), log, sm.clone())
             .await
             .map_err(|e| ControlError::Start(e.into()))?;
+        let contact = prevote::Contact::new();
+        prevote::Driver {
+            id,
+            raft: raft.clone(),
+            contact: contact.clone(),
+            network,
+            log: log_reader.clone(),
+        }
+        .spawn();
         let cp = ControlPlane {
             id,
             raft,
@@ -334,6 +351,8 @@ impl ControlPlane {
             stall,
             speaks,
             spoken,
+            contact,
+            log: log_reader,
         };
         cp.watch_leadership();
         Ok(cp)

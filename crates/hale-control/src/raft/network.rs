@@ -20,6 +20,8 @@ use openraft::{BasicNode, Raft};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use super::prevote::{self, Contact, RouteState, PREVOTE_PATH};
+use super::store::LogStore;
 use super::TypeConfig;
 use hale_seal::{CallError, Target};
 
@@ -36,9 +38,9 @@ fn ttl(option: &RPCOption) -> Duration {
 /// Opens connections to peers.
 #[derive(Debug, Clone)]
 pub struct Network {
-    client: reqwest::Client,
-    auth: ControlAuth,
-    speaks: u16,
+    pub(super) client: reqwest::Client,
+    pub(super) auth: ControlAuth,
+    pub(super) speaks: u16,
     spoken: Spoken,
 }
 
@@ -182,33 +184,59 @@ impl RaftNetwork<TypeConfig> for Conn {
     }
 }
 
+/// An append from a leader this server follows (any answer but a higher
+/// vote: a conflict is still that leader speaking) is contact, from the
+/// moment it arrives with a vote at least this server's: the answer waits
+/// for the disk, and a stalled disk is not a leader gone (openraft, too,
+/// counts the leader alive from the request).
 async fn append(
-    State(raft): State<Raft<TypeConfig>>,
+    State(s): State<RouteState>,
     Json(req): Json<AppendEntriesRequest<TypeConfig>>,
 ) -> Json<Result<AppendEntriesResponse<u64>, RaftError<u64>>> {
-    Json(raft.append_entries(req).await)
+    let from_leader = req.vote.is_committed() && req.vote >= s.raft.metrics().borrow().vote;
+    let writing = from_leader.then(|| s.contact.writing());
+    let r = s.raft.append_entries(req).await;
+    drop(writing);
+    if matches!(&r, Ok(a) if !matches!(a, AppendEntriesResponse::HigherVote(_))) {
+        s.contact.touch();
+    }
+    Json(r)
 }
 
+/// A vote granted is contact: the server waits a campaign timeout for its
+/// candidate to win.
 async fn vote(
-    State(raft): State<Raft<TypeConfig>>,
+    State(s): State<RouteState>,
     Json(req): Json<VoteRequest<u64>>,
 ) -> Json<Result<VoteResponse<u64>, RaftError<u64>>> {
-    Json(raft.vote(req).await)
+    let r = s.raft.vote(req).await;
+    if matches!(&r, Ok(v) if v.vote_granted) {
+        s.contact.touch();
+    }
+    Json(r)
 }
 
+/// A snapshot comes from a leader: contact.
 async fn snapshot(
-    State(raft): State<Raft<TypeConfig>>,
+    State(s): State<RouteState>,
     Json(req): Json<InstallSnapshotRequest<TypeConfig>>,
 ) -> Json<Result<InstallSnapshotResponse<u64>, RaftError<u64, InstallSnapshotError>>> {
-    Json(raft.install_snapshot(req).await)
+    let r = s.raft.install_snapshot(req).await;
+    if r.is_ok() {
+        s.contact.touch();
+    }
+    Json(r)
 }
 
-/// The routes peers call (`/raft/append`, `/raft/vote`, `/raft/snapshot`),
-/// unauthenticated: [`super::ControlPlane::routes`] puts them behind the guard.
-pub fn raft_routes(raft: Raft<TypeConfig>) -> Router {
+/// The routes peers call (`/raft/append`, `/raft/vote`, `/raft/snapshot`,
+/// `/raft/prevote`), unauthenticated: [`super::ControlPlane::routes`] puts
+/// them behind the guard. Each notes this server's `contact` with a leader
+/// (see [`super::prevote`]).
+pub fn raft_routes(raft: Raft<TypeConfig>, contact: Contact, log: LogStore) -> Router {
     Router::new()
         .route("/raft/append", post(append))
         .route("/raft/vote", post(vote))
         .route("/raft/snapshot", post(snapshot))
-        .with_state(raft)
+        .route(PREVOTE_PATH, post(prevote::route))
+        .with_state(RouteState { raft, contact, log })
 }

@@ -28,7 +28,7 @@ impl ControlPlane {
     /// any route sees it. Inside it, `speak` answers each asker
     /// in the form of the protocol it speaks.
     pub fn routes(&self) -> Router {
-        let app = raft_routes(self.raft.clone()).merge(
+        let app = raft_routes(self.raft.clone(), self.contact.clone(), self.log.clone()).merge(
             Router::new()
                 .route(api::ACQUIRE, post(acquire_route))
                 .route(api::WRITE, post(write_route))

@@ -76,6 +76,8 @@ fn get_meta<T: for<'a> Deserialize<'a>>(db: &Database, key: &str) -> Result<Opti
 pub struct DiskStall {
     extra_ms: Arc<AtomicU64>,
     held: Arc<AtomicBool>,
+    /// Durable writes under way, and since when one has been.
+    busy: Arc<std::sync::Mutex<(usize, Option<std::time::Instant>)>>,
 }
 
 impl DiskStall {
@@ -88,6 +90,37 @@ impl DiskStall {
     /// Holds every durable log write until `hold(false)`.
     pub fn hold(&self, held: bool) {
         self.held.store(held, Ordering::Relaxed);
+    }
+
+    /// How long this server's durable writes have been under way without
+    /// a pause (zero when none is): a server whose own disk is stuck does
+    /// not hear its leader for that reason, and must not campaign for it.
+    pub fn busy_for(&self) -> Duration {
+        let b = self
+            .busy
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        b.1.map_or(Duration::ZERO, |t| t.elapsed())
+    }
+
+    fn begin(&self) {
+        let mut b = self
+            .busy
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        b.0 += 1;
+        b.1.get_or_insert_with(std::time::Instant::now);
+    }
+
+    fn end(&self) {
+        let mut b = self
+            .busy
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        b.0 = b.0.saturating_sub(1);
+        if b.0 == 0 {
+            b.1 = None;
+        }
     }
 
     fn wait(&self) {
@@ -114,14 +147,24 @@ async fn write(
 ) -> Result<(), SErr> {
     let db = Arc::clone(db);
     let stall = durable.cloned();
+    if let Some(s) = &stall {
+        s.begin();
+    }
     let run = move || {
-        let mut tx = db.begin_write().map_err(write_err)?;
-        match &stall {
-            Some(s) => s.wait(),
-            None => tx.set_durability(redb::Durability::None),
+        let done = || {
+            let mut tx = db.begin_write().map_err(write_err)?;
+            match &stall {
+                Some(s) => s.wait(),
+                None => tx.set_durability(redb::Durability::None),
+            }
+            f(&tx)?;
+            tx.commit().map_err(write_err)
+        };
+        let r = done();
+        if let Some(s) = &stall {
+            s.end();
         }
-        f(&tx)?;
-        tx.commit().map_err(write_err)
+        r
     };
     match tokio::runtime::Handle::try_current() {
         Ok(_) => tokio::task::spawn_blocking(run)

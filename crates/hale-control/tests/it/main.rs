@@ -8,6 +8,7 @@ mod checker;
 mod elections;
 mod holder;
 mod lease_histories;
+mod prevote;
 mod raft;
 mod replication;
 mod table;

@@ -1,0 +1,418 @@
+//! Elections that a slow member cannot force: hale, not openraft, decides
+//! when a server campaigns, and it campaigns only after a *pre-vote* (Raft
+//! thesis §9.6) that a majority of voters granted.
+//!
+//! openraft 0.9 has no PreVote: a follower whose host was too busy to hear
+//! five heartbeats raises its term and campaigns; the voters refuse it
+//! (their leader lease), but its higher term, answered to the leader's next
+//! append, unseats a healthy leader. Every such election costs the
+//! holders' renewals a few hundred milliseconds, and on a host busy with
+//! hooks (issue 41) elections followed each other until leases lapsed.
+//!
+//! So the servers run with openraft's own election timer off
+//! (`Config::enable_elect = false`) and a [`Driver`] per server:
+//!
+//! * [`Contact`] is when this server last heard from a leader it follows
+//!   (an append it accepted, whatever its answer but a higher vote) or
+//!   granted a vote; a leader is in contact with itself.
+//! * When a voter has had no contact for its campaign timeout (drawn again
+//!   after every round from [`CAMPAIGN_MIN`]..[`CAMPAIGN_MAX`]) it asks
+//!   every other voter `/raft/prevote`: *would you vote for me?* A voter
+//!   grants only if it does not lead, has itself had no contact for
+//!   [`PREVOTE_QUIET`], and the candidate's last log id is at least its
+//!   own. Nothing changes on either side: no term, no vote.
+//! * Only with a majority of grants (its own included) does the server
+//!   campaign (`Raft::trigger().elect()`): a server the others still hear
+//!   the leader through never raises its term.
+//!
+//! A server of the previous release has no `/raft/prevote` route (404): it
+//! counts as granting, since it would vote by openraft's own rules (and
+//! campaigns by them). A server that does not answer in
+//! [`PREVOTE_RPC_TIMEOUT`] counts as refusing.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::Json;
+use openraft::{LogId, Raft, ServerState};
+use rand::{Rng, SeedableRng};
+use rand_xoshiro::Xoshiro256PlusPlus;
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+
+use hale_seal::{CallError, Target};
+
+use openraft::storage::RaftLogStorage;
+
+use super::network::Network;
+use super::store::LogStore;
+use super::TypeConfig;
+use crate::election::{CAMPAIGN_MAX, CAMPAIGN_MIN, PREVOTE_QUIET};
+use crate::protocol;
+
+/// How long a pre-vote waits for each voter's answer.
+pub const PREVOTE_RPC_TIMEOUT: Duration = Duration::from_millis(300);
+
+/// How often the driver looks at its contact.
+const TICK: Duration = Duration::from_millis(20);
+
+/// How long this server's Raft core may take to answer before the server
+/// counts as stuck (a write it waits for on a stalled disk): a stuck
+/// server neither asks for nor grants a pre-vote. Its silence is no
+/// evidence that the leader is gone (with every disk stalled, every core
+/// waits, the leader's too), and an election it started would only run
+/// once the stall ends, against a leader that is back.
+const CORE_ANSWER: Duration = Duration::from_millis(100);
+
+/// Whether this server's Raft core answers within [`CORE_ANSWER`].
+async fn core_answers(raft: &Raft<TypeConfig>) -> bool {
+    tokio::time::timeout(CORE_ANSWER, raft.with_raft_state(|_| ()))
+        .await
+        .is_ok_and(|r| r.is_ok())
+}
+
+/// The route a server answers pre-votes on.
+pub const PREVOTE_PATH: &str = "/raft/prevote";
+
+/// When this server last heard from a leader it follows, or granted a vote
+/// (shared by the RPC routes, which note it, and the [`Driver`]).
+#[derive(Debug, Clone)]
+pub struct Contact {
+    at: Arc<Mutex<Instant>>,
+    /// Appends from the leader still being written (the leader spoke; its
+    /// next append waits for this one: a slow or stalled disk here is no
+    /// silence of the leader's).
+    writing: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// An append from the leader being written ([`Contact::writing`]): while it
+/// lives, the server is in contact.
+#[derive(Debug)]
+pub struct Writing(Contact);
+
+impl Drop for Writing {
+    fn drop(&mut self) {
+        self.0.touch();
+        self.0
+            .writing
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Contact {
+    /// Contact now (a server that just started waits a campaign timeout
+    /// before asking anyone, time for a leader's heartbeat to find it).
+    pub fn new() -> Contact {
+        Contact {
+            at: Arc::new(Mutex::new(Instant::now())),
+            writing: Arc::default(),
+        }
+    }
+
+    /// An append from the leader arrived: contact now and until the
+    /// returned guard is dropped (its write done or abandoned).
+    pub fn writing(&self) -> Writing {
+        self.writing
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.touch();
+        Writing(self.clone())
+    }
+
+    /// Notes contact now.
+    pub fn touch(&self) {
+        *self.at.lock().expect("contact lock") = Instant::now();
+    }
+
+    /// How long since the last contact (none while an append from the
+    /// leader is being written).
+    pub fn quiet_for(&self) -> Duration {
+        if self.writing.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+            return Duration::ZERO;
+        }
+        self.at.lock().expect("contact lock").elapsed()
+    }
+}
+
+impl Default for Contact {
+    fn default() -> Self {
+        Contact::new()
+    }
+}
+
+/// *Would you vote for me?* Changes nothing on the server asked.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreVoteRequest {
+    /// The server asking.
+    pub candidate: u64,
+    /// Its last log id: a voter refuses a candidate whose log is behind its
+    /// own (it would refuse the vote too).
+    pub last_log_id: Option<LogId<u64>>,
+}
+
+/// The answer to a [`PreVoteRequest`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreVoteResponse {
+    /// Whether the server asked would vote for the candidate now.
+    pub granted: bool,
+}
+
+/// Why a pre-vote was refused (for the logs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// The server asked leads.
+    Leading,
+    /// The server asked heard from its leader lately.
+    InContact(Duration),
+    /// The candidate's log is behind the server's.
+    LogBehind,
+    /// The server's own Raft core did not answer in time (see
+    /// [`CORE_ANSWER`]).
+    Stuck,
+}
+
+/// The decision of the server asked, from what it knows: whether it leads,
+/// how long it has been without contact, and both last log ids.
+pub fn judge(
+    leading: bool,
+    quiet_for: Duration,
+    candidate_log: Option<LogId<u64>>,
+    own_log: Option<LogId<u64>>,
+) -> Result<(), Refused> {
+    if leading {
+        return Err(Refused::Leading);
+    }
+    if quiet_for < PREVOTE_QUIET {
+        return Err(Refused::InContact(quiet_for));
+    }
+    if candidate_log < own_log {
+        return Err(Refused::LogBehind);
+    }
+    Ok(())
+}
+
+/// The state `/raft/prevote` (and the other Raft routes) answer from.
+#[derive(Clone)]
+pub(super) struct RouteState {
+    pub(super) raft: Raft<TypeConfig>,
+    pub(super) contact: Contact,
+    pub(super) log: LogStore,
+}
+
+/// `POST /raft/prevote`.
+pub(super) async fn route(
+    State(s): State<RouteState>,
+    Json(req): Json<PreVoteRequest>,
+) -> Json<PreVoteResponse> {
+    let leading = s.raft.metrics().borrow().state == ServerState::Leader;
+    let own = last_log_id(&s.log).await;
+    let verdict = if s.log.stall().busy_for() <= CORE_ANSWER && core_answers(&s.raft).await {
+        judge(leading, s.contact.quiet_for(), req.last_log_id, own)
+    } else {
+        Err(Refused::Stuck)
+    };
+    match verdict {
+        Ok(()) => tracing::info!(candidate = req.candidate, "pre-vote granted"),
+        Err(why) => tracing::debug!(candidate = req.candidate, ?why, "pre-vote refused"),
+    }
+    Json(PreVoteResponse {
+        granted: verdict.is_ok(),
+    })
+}
+
+/// One server's election timer (see the module's documentation).
+pub(super) struct Driver {
+    pub(super) id: u64,
+    pub(super) raft: Raft<TypeConfig>,
+    pub(super) contact: Contact,
+    pub(super) network: Network,
+    pub(super) log: LogStore,
+}
+
+impl Driver {
+    /// Runs until this server's Raft stops.
+    pub(super) fn spawn(self) {
+        tokio::spawn(self.run());
+    }
+
+    async fn run(self) {
+        let wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let seed = self.id ^ wall ^ u64::from(std::process::id());
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
+        let mut timeout = draw(&mut rng);
+        let mut metrics = self.raft.metrics();
+        // This server's own disk was stuck: when it answers again, the
+        // silence until then is no evidence against the leader (its
+        // appends waited on the same disks): the quiet clock starts over.
+        let mut stuck = false;
+        loop {
+            tokio::time::sleep(TICK).await;
+            if self.log.stall().busy_for() > CORE_ANSWER {
+                stuck = true;
+                continue;
+            }
+            if std::mem::take(&mut stuck) {
+                self.contact.touch();
+            }
+            let m = metrics.borrow_and_update().clone();
+            if m.running_state.is_err() || m.state == ServerState::Shutdown {
+                return;
+            }
+            if m.state == ServerState::Leader {
+                self.contact.touch();
+                continue;
+            }
+            let membership = m.membership_config.membership();
+            let voter = membership.voter_ids().any(|v| v == self.id);
+            if !voter || self.contact.quiet_for() < timeout {
+                continue;
+            }
+            if !core_answers(&self.raft).await {
+                // Stuck on its own disk: wait for it, then look again.
+                continue;
+            }
+            let voters: Vec<(u64, String)> = membership
+                .voter_ids()
+                .filter(|v| *v != self.id)
+                .filter_map(|v| membership.get_node(&v).map(|n| (v, n.addr.clone())))
+                .collect();
+            let total = voters.len() + 1;
+            let own = last_log_id(&self.log).await;
+            let granted = 1 + self.ask(&voters, own).await;
+            if 2 * granted > total {
+                tracing::info!(
+                    server = self.id,
+                    granted,
+                    voters = total,
+                    quiet_ms = self.contact.quiet_for().as_millis() as u64,
+                    "no leader heard from, and a majority agrees: campaigning"
+                );
+                if self.raft.trigger().elect().await.is_err() {
+                    return;
+                }
+            } else {
+                tracing::debug!(server = self.id, granted, voters = total, "pre-vote lost");
+            }
+            // The next round waits a fresh timeout: the election (or the
+            // leader's heartbeats) has that long to show.
+            self.contact.touch();
+            timeout = draw(&mut rng);
+        }
+    }
+
+    /// How many of `voters` grant a pre-vote.
+    async fn ask(&self, voters: &[(u64, String)], own: Option<LogId<u64>>) -> usize {
+        let req = PreVoteRequest {
+            candidate: self.id,
+            last_log_id: own,
+        };
+        let calls = voters.iter().map(|(id, addr)| {
+            let to = Target {
+                target: *id,
+                addr,
+                path: PREVOTE_PATH,
+            };
+            let net = &self.network;
+            let req = &req;
+            async move {
+                let heard: Result<protocol::Heard<PreVoteResponse>, CallError> = protocol::call(
+                    &net.client,
+                    &net.auth,
+                    to,
+                    req,
+                    PREVOTE_RPC_TIMEOUT,
+                    net.speaks,
+                )
+                .await;
+                match heard {
+                    Ok(h) => h.answer.granted,
+                    // The previous release: no pre-vote, it votes by
+                    // openraft's rules.
+                    Err(CallError::Refused { status: 404, .. }) => true,
+                    Err(_) => false,
+                }
+            }
+        });
+        // Counted as they come: a voter that does not answer (frozen, its
+        // host gone) must not hold the round up once a majority has
+        // answered either way.
+        let total = voters.len() + 1;
+        let mut pending: futures_util::stream::FuturesUnordered<_> = calls.collect();
+        let (mut granted, mut refused) = (0, 0);
+        while let Some(g) = futures_util::StreamExt::next(&mut pending).await {
+            if g {
+                granted += 1;
+            } else {
+                refused += 1;
+            }
+            if 2 * (granted + 1) > total || 2 * refused >= total {
+                break;
+            }
+        }
+        granted
+    }
+}
+
+/// This server's last log id, as its store has it (`None` if it cannot
+/// be read: the server then grants no one whose log it cannot compare, and
+/// asks with none, which no server with a log grants).
+async fn last_log_id(log: &LogStore) -> Option<LogId<u64>> {
+    let mut log = log.clone();
+    log.get_log_state().await.ok()?.last_log_id
+}
+
+/// A campaign timeout in [`CAMPAIGN_MIN`]..[`CAMPAIGN_MAX`].
+fn draw(rng: &mut Xoshiro256PlusPlus) -> Duration {
+    let (lo, hi) = (
+        CAMPAIGN_MIN.as_millis() as u64,
+        CAMPAIGN_MAX.as_millis() as u64,
+    );
+    Duration::from_millis(rng.random_range(lo..hi))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openraft::CommittedLeaderId;
+
+    fn id(term: u64, index: u64) -> Option<LogId<u64>> {
+        Some(LogId::new(CommittedLeaderId::new(term, 1), index))
+    }
+
+    #[test]
+    fn a_voter_grants_only_when_it_does_not_lead_has_heard_no_leader_and_the_log_is_not_behind() {
+        let quiet = PREVOTE_QUIET;
+        assert_eq!(judge(false, quiet, id(2, 10), id(2, 10)), Ok(()));
+        assert_eq!(judge(false, quiet, id(3, 1), id(2, 10)), Ok(()));
+        assert_eq!(
+            judge(true, quiet, id(2, 10), id(2, 10)),
+            Err(Refused::Leading)
+        );
+        let lately = PREVOTE_QUIET - Duration::from_millis(1);
+        assert_eq!(
+            judge(false, lately, id(2, 10), id(2, 10)),
+            Err(Refused::InContact(lately))
+        );
+        assert_eq!(
+            judge(false, quiet, id(2, 9), id(2, 10)),
+            Err(Refused::LogBehind)
+        );
+        assert_eq!(
+            judge(false, quiet, id(1, 20), id(2, 10)),
+            Err(Refused::LogBehind)
+        );
+        assert_eq!(judge(false, quiet, None, id(1, 1)), Err(Refused::LogBehind));
+        assert_eq!(judge(false, quiet, None, None), Ok(()));
+    }
+
+    #[test]
+    fn the_quiet_a_pre_vote_needs_outlasts_openrafts_leader_lease_and_campaigns_wait_longer() {
+        use crate::election::{ELECTION_TIMEOUT_MAX, HEARTBEAT};
+        assert!(PREVOTE_QUIET > ELECTION_TIMEOUT_MAX);
+        assert!(CAMPAIGN_MIN > PREVOTE_QUIET);
+        assert!(CAMPAIGN_MIN >= 4 * HEARTBEAT);
+        assert!(CAMPAIGN_MAX > CAMPAIGN_MIN);
+    }
+}

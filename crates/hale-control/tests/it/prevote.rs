@@ -1,0 +1,125 @@
+//! Elections that a slow member cannot force (`raft/prevote.rs`): a server
+//! that hears no leader asks the others first, and campaigns only if a
+//! majority of them hear no leader either.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::Request;
+use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::IntoResponse;
+use hale_control::raft::ControlPlane;
+use hale_control::{ControlAuth, LeaseTiming};
+use hale_keyring::Keyring;
+use tokio::net::TcpListener;
+
+use crate::raft::{cluster_key, until};
+
+/// Three servers whose routes each answer 503 to everything while their
+/// `deaf` flag is set (a host too busy to take its requests in).
+async fn deafenable_cluster(dir: &std::path::Path) -> Vec<(ControlPlane, Arc<AtomicBool>)> {
+    let mut servers = Vec::new();
+    let mut members = BTreeMap::<u64, SocketAddr>::new();
+    for id in 1..=3 {
+        let auth = ControlAuth::sealed(Keyring::new(cluster_key(), vec![]));
+        let store = dir.join(format!("s{id}"));
+        let cp = ControlPlane::start(id, &store, LeaseTiming::default(), auth)
+            .await
+            .unwrap();
+        let deaf = Arc::new(AtomicBool::new(false));
+        let flag = deaf.clone();
+        let app = cp.routes().layer(axum::middleware::from_fn(
+            move |req: Request, next: Next| {
+                let flag = flag.clone();
+                async move {
+                    if flag.load(Ordering::SeqCst) {
+                        return (StatusCode::SERVICE_UNAVAILABLE, "deaf").into_response();
+                    }
+                    next.run(req).await
+                }
+            },
+        ));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        members.insert(id, listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        servers.push((cp, deaf));
+    }
+    servers[0].0.bootstrap(members).await.unwrap();
+    servers
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_that_heard_no_heartbeats_for_two_seconds_does_not_unseat_a_leader_the_others_hear(
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let servers = deafenable_cluster(dir.path()).await;
+    let leader = until("a leader is elected", Duration::from_secs(10), || {
+        servers[0].0.status().leader
+    })
+    .await;
+    let term = servers[0].0.status().term;
+    let (follower, deaf) = servers
+        .iter()
+        .find(|(cp, _)| cp.id != leader)
+        .map(|(cp, d)| (cp.clone(), d.clone()))
+        .unwrap();
+    // The follower takes nothing in for 2 s: no heartbeat reaches it, and it
+    // asks the others (which hear the leader) for a pre-vote, four times or so.
+    deaf.store(true, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    deaf.store(false, Ordering::SeqCst);
+    until(
+        "the follower hears the leader again",
+        Duration::from_secs(5),
+        || {
+            (follower.status().leader == Some(leader) && follower.status().term == term)
+                .then_some(())
+        },
+    )
+    .await;
+    // Time for a higher term, had the follower raised one, to reach the leader.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for (cp, _) in &servers {
+        let s = cp.status();
+        assert_eq!(
+            (s.leader, s.term),
+            (Some(leader), term),
+            "server {} after the follower was deaf for 2 s",
+            cp.id
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_the_leader_stops_the_others_campaign_and_elect_one_of_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let servers = deafenable_cluster(dir.path()).await;
+    let leader = until("a leader is elected", Duration::from_secs(10), || {
+        servers[0].0.status().leader
+    })
+    .await;
+    let term = servers[0].0.status().term;
+    // openraft's own election timer is off: the pre-vote driver is what
+    // campaigns when the leader is gone.
+    let gone = servers.iter().find(|(cp, _)| cp.id == leader).unwrap();
+    gone.0.shutdown().await;
+    let others: Vec<&ControlPlane> = servers
+        .iter()
+        .map(|(cp, _)| cp)
+        .filter(|cp| cp.id != leader)
+        .collect();
+    let new = until(
+        "the others elect a new leader",
+        Duration::from_secs(5),
+        || {
+            let s = others[0].status();
+            s.leader.filter(|l| *l != leader && s.term > term)
+        },
+    )
+    .await;
+    assert_ne!(new, leader);
+}
