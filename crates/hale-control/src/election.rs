@@ -11,7 +11,11 @@
 //! after its last contact; [`PREVOTE_QUIET`] outlasts it, so a voter that
 //! granted a pre-vote grants the vote too (the logs permitting). So an
 //! election after the leader's host dies or freezes starts between
-//! [`CAMPAIGN_MIN`] and [`CAMPAIGN_MAX`] after the last heartbeat.
+//! [`CAMPAIGN_MIN`] and [`CAMPAIGN_MAX`] after the last heartbeat, on a
+//! server whose own disk answers a durable write within 100 ms; one whose
+//! disk is slower waits one more campaign timeout first (a stall of every
+//! disk silences the leader too, and passes), so [`ELECTION_WORST`] holds
+//! for disks that answer.
 
 use std::time::Duration;
 

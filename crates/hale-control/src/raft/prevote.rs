@@ -21,6 +21,11 @@
 //!   grants only if it does not lead, has itself had no contact for
 //!   [`PREVOTE_QUIET`], and the candidate's last log id is at least its
 //!   own. Nothing changes on either side: no term, no vote.
+//! * Before it asks, it writes to its own disk (`LogStore::probe_disk`):
+//!   a write slower than [`CORE_ANSWER`] defers the round by one campaign
+//!   timeout, once per silence. When every disk stalls at once the
+//!   leader's appends wait too and it falls silent; an election would
+//!   only start when the stall ends, against a leader that is back.
 //! * Only with a majority of grants (its own included) does the server
 //!   campaign (`Raft::trigger().elect()`): a server the others still hear
 //!   the leader through never raises its term.
@@ -247,6 +252,9 @@ impl Driver {
         // silence until then is no evidence against the leader (its
         // appends waited on the same disks): the quiet clock starts over.
         let mut stuck = false;
+        // Whether this silence already bought the leader a campaign
+        // timeout because this server's own disk was slow (see below).
+        let mut deferred = false;
         loop {
             tokio::time::sleep(TICK).await;
             if self.log.stall().busy_for() > CORE_ANSWER {
@@ -267,10 +275,37 @@ impl Driver {
             let membership = m.membership_config.membership();
             let voter = membership.voter_ids().any(|v| v == self.id);
             if !voter || self.contact.quiet_for() < timeout {
+                if deferred && self.contact.quiet_for() < CAMPAIGN_MIN {
+                    // Heard from a leader since: a new silence.
+                    deferred = false;
+                    timeout = draw(&mut rng);
+                }
                 continue;
             }
             if !core_answers(&self.raft).await {
                 // Stuck on its own disk: wait for it, then look again.
+                continue;
+            }
+            // Its own disk answers? With every disk stalled (shared
+            // storage, a hypervisor's I/O freeze) the leader's appends
+            // wait like everyone's and it falls silent; an election then
+            // would only start when the stall ends, against a leader that
+            // is back, and cost every holder its renewals. A disk slower
+            // than [`CORE_ANSWER`] buys the leader one more campaign
+            // timeout per silence, never more: a host whose disk is always
+            // slow still replaces a dead leader.
+            let probe = Instant::now();
+            let answered = self.log.probe_disk().await.is_ok();
+            if !answered
+                || (probe.elapsed() > CORE_ANSWER && !std::mem::replace(&mut deferred, true))
+            {
+                tracing::info!(
+                    server = self.id,
+                    probe_ms = probe.elapsed().as_millis() as u64,
+                    answered,
+                    "no leader heard from, but this server's own disk was slow: waiting another campaign timeout"
+                );
+                timeout = self.contact.quiet_for() + draw(&mut rng);
                 continue;
             }
             let voters: Vec<(u64, String)> = membership

@@ -224,6 +224,14 @@ impl LogStore {
     pub fn stall(&self) -> DiskStall {
         self.stall.clone()
     }
+
+    /// One durable write of nothing that matters (a `disk-probe` key in
+    /// the meta table), as a vote's save would be: how a server that is
+    /// about to campaign learns whether its own disk answers (see
+    /// `prevote.rs`). Goes through the drills like every durable write.
+    pub async fn probe_disk(&self) -> Result<(), SErr> {
+        put_meta(&self.db, "disk-probe", &(), Some(&self.stall)).await
+    }
 }
 
 impl RaftLogReader<TypeConfig> for LogStore {

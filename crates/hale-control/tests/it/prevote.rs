@@ -123,3 +123,57 @@ async fn when_the_leader_stops_the_others_campaign_and_elect_one_of_them() {
     .await;
     assert_ne!(new, leader);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_disk_stalling_for_a_moment_under_renewals_changes_neither_leader_nor_term() {
+    let dir = tempfile::tempdir().unwrap();
+    let servers = deafenable_cluster(dir.path()).await;
+    let leader = until("a leader is elected", Duration::from_secs(10), || {
+        servers[0].0.status().leader
+    })
+    .await;
+    let cps: Vec<ControlPlane> = servers.iter().map(|(cp, _)| cp.clone()).collect();
+    let (epoch, _) = crate::raft::acquire_eventually(&cps[0], "db", "node-a").await;
+    // A holder renews every 250 ms, through the leader: the leader has a
+    // durable append under way when the disks stop, and falls silent.
+    let renewing = Arc::new(AtomicBool::new(true));
+    let renewer = {
+        let (cp, renewing) = (cps[0].clone(), renewing.clone());
+        tokio::spawn(async move {
+            while renewing.load(Ordering::SeqCst) {
+                let renew = hale_control::LeaseRequest::Renew {
+                    role: "db".into(),
+                    holder: "node-a".into(),
+                    epoch,
+                    mark: None,
+                };
+                let _ = cp.write(renew).await;
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let term = cps[0].status().term;
+    for round in 0..5 {
+        for cp in &cps {
+            cp.stall_disk(true);
+        }
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        for cp in &cps {
+            cp.stall_disk(false);
+        }
+        // Time for a campaign, had one started in the stall, to show.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        for cp in &cps {
+            let s = cp.status();
+            assert_eq!(
+                (s.leader, s.term),
+                (Some(leader), term),
+                "server {} after every disk stalled for 0.8 s (round {round})",
+                cp.id
+            );
+        }
+    }
+    renewing.store(false, Ordering::SeqCst);
+    renewer.await.unwrap();
+}
