@@ -141,6 +141,9 @@ pub struct AgentSection {
     /// PostgreSQL tools) the agent's own threads run (default 10; 0: the
     /// same). Needs `CAP_SYS_NICE` (root has it); see `priority.rs`.
     pub priority_boost: Option<u8>,
+    /// Whether the raised threads also run real-time (`SCHED_RR` at its
+    /// lowest priority; default true; see `priority.rs`).
+    pub realtime: Option<bool>,
     /// How many hooks the agent runs at once over all its roles (default:
     /// four per core, from 4 to 32); the others queue, demotes first.
     pub hooks_at_once: Option<usize>,
@@ -376,6 +379,8 @@ pub struct AgentConfig {
     pub relay: Option<hale_relay::RelayConfig>,
     /// `[agent] priority_boost` (see [`crate::priority`]).
     pub priority_boost: u8,
+    /// `[agent] realtime`, resolved.
+    pub realtime: bool,
     /// `[agent] hooks_at_once`, resolved.
     pub hooks_at_once: usize,
 }
@@ -611,6 +616,10 @@ impl FileConfig {
                 .agent
                 .priority_boost
                 .unwrap_or(crate::priority::DEFAULT_BOOST),
+            realtime: self
+                .agent
+                .realtime
+                .unwrap_or(crate::priority::DEFAULT_REALTIME),
             hooks_at_once,
         })
     }

@@ -17,6 +17,29 @@
 //!
 //! Raising needs `CAP_SYS_NICE` (root has it) or an `RLIMIT_NICE` that
 //! allows it; without it the agent says so once and runs unboosted.
+//!
+//! # Real time
+//!
+//! A nice value only weighs a thread against the others: ten levels are a
+//! ninefold weight per thread, and a burst of dozens of processes at the
+//! agent's own level (another agent's watchdog fencing every role it held
+//! after a freeze, on a machine that runs several agents) still starved a
+//! control-plane leader for 2.5 s and moved every role (issue 41). So with
+//! `[agent] realtime` (the default) the raised thread also takes the
+//! round-robin real-time policy at its lowest priority (`SCHED_RR` 1),
+//! which every thread created after it inherits: no process of the normal
+//! policy, however many and at whatever nice, delays the agent's
+//! heartbeats and renewals. corosync, the cluster engine of Pacemaker,
+//! runs the same way for the same reason. The kernel still keeps 5 % of
+//! every second for the normal policy (`sched_rt_runtime_us`), and the
+//! agent's work is heartbeats, renewals and hook bookkeeping, small next
+//! to the hooks it starts. The spawner keeps the normal policy, so no hook,
+//! check or tool runs real-time; the fencing watchdog (started from a
+//! raised thread) leaves real time first thing ([`leave_realtime`]) and
+//! keeps the raised nice value: it and its fences weigh as before against
+//! the host's load, and never delay an agent. Refused (a container without
+//! `CAP_SYS_NICE`, a cgroup with no real-time budget) the agent says so
+//! and runs at the raised nice value alone.
 
 use std::io;
 use std::sync::mpsc;
@@ -27,6 +50,10 @@ use tokio::sync::oneshot;
 
 /// How many nice levels above its children the agent runs by default.
 pub const DEFAULT_BOOST: u8 = 10;
+
+/// Whether the agent's raised threads also run real-time by default (see
+/// the module).
+pub const DEFAULT_REALTIME: bool = true;
 
 /// A child to start, in the runtime whose driver will reap it.
 type Job = (
@@ -39,7 +66,7 @@ type Job = (
 static SPAWNER: OnceLock<mpsc::Sender<Job>> = OnceLock::new();
 
 /// What [`install`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Boost {
     /// The agent's threads run `by` nice levels above its children
     /// (nice `agent`, children `children`).
@@ -48,6 +75,8 @@ pub enum Boost {
         agent: i32,
         /// The nice value its children start with.
         children: i32,
+        /// Whether they run real-time too.
+        realtime: RealTime,
     },
     /// Not asked for (`priority_boost = 0`).
     Off,
@@ -59,10 +88,22 @@ pub enum Boost {
     },
 }
 
+/// Whether the agent's raised threads run real-time ([`Boost::Raised`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RealTime {
+    /// `SCHED_RR` at priority 1.
+    On,
+    /// Not asked for (`[agent] realtime = false`).
+    Off,
+    /// Asked for but refused: why.
+    Refused(String),
+}
+
 /// Starts the spawner thread at the current priority and raises the
-/// calling thread `by` nice levels (see the module). Call once, before any
-/// other thread is started (the async runtime included).
-pub fn install(by: u8) -> Boost {
+/// calling thread `by` nice levels, and to real time when `realtime` (see
+/// the module). Call once, before any other thread is started (the async
+/// runtime included).
+pub fn install(by: u8, realtime: bool) -> Boost {
     let base = rustix::process::getpriority_process(None).unwrap_or(0);
     let (tx, rx) = mpsc::channel::<Job>();
     let started = std::thread::Builder::new()
@@ -85,9 +126,52 @@ pub fn install(by: u8) -> Boost {
         Ok(()) => Boost::Raised {
             agent: raised,
             children: base,
+            realtime: if realtime {
+                enter_realtime()
+            } else {
+                RealTime::Off
+            },
         },
         Err(_) => Boost::Refused { nice: base },
     }
+}
+
+/// Puts the calling thread under `SCHED_RR` at the policy's lowest
+/// priority.
+fn enter_realtime() -> RealTime {
+    use thread_priority::{
+        set_thread_priority_and_policy, thread_native_id, RealtimeThreadSchedulePolicy,
+        ThreadPriority, ThreadSchedulePolicy,
+    };
+    let policy = ThreadSchedulePolicy::Realtime(RealtimeThreadSchedulePolicy::RoundRobin);
+    match set_thread_priority_and_policy(thread_native_id(), ThreadPriority::Min, policy) {
+        Ok(()) => RealTime::On,
+        Err(e) => RealTime::Refused(format!("{e:?}")),
+    }
+}
+
+/// Puts the calling thread back under the normal policy, at the nice value
+/// it has, if it runs real-time (the fencing watchdog, started from a
+/// raised agent thread; see the module). Call before any other thread is
+/// started. True when the thread runs the normal policy after it.
+pub fn leave_realtime() -> bool {
+    use thread_priority::{
+        set_thread_priority_and_policy, thread_native_id, thread_schedule_policy,
+        NormalThreadSchedulePolicy, ThreadPriority, ThreadSchedulePolicy,
+    };
+    match thread_schedule_policy() {
+        Ok(ThreadSchedulePolicy::Realtime(_)) => {}
+        Ok(ThreadSchedulePolicy::Normal(_)) => return true,
+        Err(_) => return false,
+    }
+    let nice = rustix::process::getpriority_process(None).unwrap_or(0);
+    let normal = ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Other);
+    // The crate sets a nice value with the normal policy: the old one
+    // goes back right after (lowering is always allowed, and a thread
+    // that ran real-time may raise).
+    let left = set_thread_priority_and_policy(thread_native_id(), ThreadPriority::Min, normal);
+    let _ = rustix::process::setpriority_process(None, nice);
+    left.is_ok()
 }
 
 /// Spawns `cmd` from the spawner thread (at the priority the agent was

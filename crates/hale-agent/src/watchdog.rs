@@ -434,6 +434,12 @@ struct Watch {
 /// Runs the watchdog on this process's standard input and output until its
 /// agent is gone and every holding it still guarded has been fenced.
 pub fn run() -> WatchdogExit {
+    // Started from a real-time agent thread: back to the normal policy at
+    // the agent's nice value before any thread or fence starts, so that
+    // fences never delay an agent (see `crate::priority`).
+    if !crate::priority::leave_realtime() {
+        eprintln!("hale watchdog: cannot leave the real-time policy");
+    }
     // Into its own cgroup leaf before any order is read (its fences start
     // there); the agent's journal gets why not.
     if let Err(e) = crate::cgroup::enter_named_leaf() {

@@ -71,12 +71,32 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<()> {
     }
     // Before any other thread: the agent's threads run above the processes
     // it starts (hale_agent::priority).
-    match hale_agent::priority::install(cfg.priority_boost) {
-        hale_agent::priority::Boost::Raised { agent, children } => tracing::info!(
+    match hale_agent::priority::install(cfg.priority_boost, cfg.realtime) {
+        hale_agent::priority::Boost::Raised {
             agent,
             children,
-            "the agent runs at nice {agent}, the hooks, checks and tools it starts at {children}"
-        ),
+            realtime,
+        } => {
+            tracing::info!(
+                agent,
+                children,
+                realtime = matches!(realtime, hale_agent::priority::RealTime::On),
+                "the agent runs at nice {agent}{}, the hooks, checks and tools it starts at {children}",
+                if realtime == hale_agent::priority::RealTime::On {
+                    " and real-time (SCHED_RR 1)"
+                } else {
+                    ""
+                }
+            );
+            if let hale_agent::priority::RealTime::Refused(why) = realtime {
+                tracing::warn!(
+                    why,
+                    "cannot run the agent real-time (a cgroup without a real-time budget, or \
+                     no CAP_SYS_NICE): a burst of processes at its nice value can still delay \
+                     its heartbeats and renewals; set [agent] realtime = false to silence this"
+                );
+            }
+        }
         hale_agent::priority::Boost::Off => {}
         hale_agent::priority::Boost::Refused { nice } => tracing::warn!(
             nice,

@@ -123,6 +123,7 @@ impl ConfigDiff {
             watchdog,
             state_dir: _,
             priority_boost: _,
+            realtime: _,
             hooks_at_once: _,
         } = &new.file.agent;
         self.at_start("agent.name", a.id.name(), b.id.name());
@@ -136,6 +137,7 @@ impl ConfigDiff {
         self.at_start("agent.watchdog", &old.file.agent.watchdog, watchdog);
         self.at_start("agent.state_dir", &a.state_dir, &b.state_dir);
         self.at_start("agent.priority_boost", a.priority_boost, b.priority_boost);
+        self.at_start("agent.realtime", a.realtime, b.realtime);
         self.at_start("agent.hooks_at_once", a.hooks_at_once, b.hooks_at_once);
         if a.core.meta != b.core.meta {
             self.change("agent.meta", ChangeKind::Changed);
