@@ -409,6 +409,39 @@ def leader_trials(a, nodes, agents, http, log, start, d):
                 skipped += 1
                 print(f"trial {trial}: the leader's host holds every role and the handover failed; skipped")
                 continue
+        # The leader's host holds fewer than its share (roles gather on the
+        # hosts that were not frozen as trials go): hand it roles until it
+        # does, so that every trial's thaw fences a third of the roles, as
+        # the first trial's does.
+        share = len(l0) // AGENTS
+        held = [r for r, (h, _) in l0.items() if h == victim]
+        if len(held) < share:
+            give = sorted(others)[: share - len(held)]
+            procs = []
+            index = {n["name"]: i for i, n in enumerate(nodes)}
+            for role in give:
+                # Asked of the agent that holds it.
+                at = http[index[l0[role][0]]]
+                procs.append(subprocess.Popen(
+                    [a.hale, "roles", "handover", role, "--to", victim, "--http", at],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                if len(procs) >= 8:
+                    procs.pop(0).wait(timeout=60)
+            for p in procs:
+                p.wait(timeout=60)
+            deadline = time.time() + 60
+            while time.time() < deadline:
+                l0 = leases(http[(li + 1) % AGENTS]) or {}
+                if all(l0.get(r, (None,))[0] == victim for r in give):
+                    break
+                time.sleep(0.5)
+            time.sleep(3 + a.promote_sleep)
+            l0 = leases(http[(li + 1) % AGENTS]) or {}
+            if leader_of(http) != li or not all(h for h, _ in l0.values()):
+                skipped += 1
+                print(f"trial {trial}: handed {len(give)} roles to the leader {victim}, but the leader moved or a role is unheld; skipped")
+                continue
+            others = {r for r, (h, _) in l0.items() if h != victim}
         term0 = metric(http[(li + 1) % AGENTS], "hale_control_term")
         # A random point of the renewal period.
         time.sleep(random.random() * 0.25)
@@ -450,7 +483,7 @@ def leader_trials(a, nodes, agents, http, log, start, d):
         demotes_total += len(demotes)
         done += 1
         print(
-            f"trial {trial}: leader {victim} {'frozen 5 s' if a.freeze else 'killed'}; "
+            f"trial {trial}: leader {victim} {'frozen 5 s' if a.freeze else 'killed'} holding {len(l0) - len(others)}; "
             f"{len(others)} roles held elsewhere, moved {len(moved)}, demote hooks {len(demotes)}; "
             f"term {term0} -> {term1}, leader now {nodes[after]['name'] if after is not None else None}"
             + (f" {moved[:5]}" if moved else "")
