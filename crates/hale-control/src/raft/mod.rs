@@ -15,6 +15,7 @@ pub mod prevote;
 mod routes;
 mod runtime;
 mod store;
+mod types;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -41,18 +42,7 @@ pub use api::{AddServer, Refusal, ServerChange};
 pub use client::ControlClient;
 pub use network::{raft_routes, Network};
 pub use store::{open_db, DiskStall, LogStore, StateData, StateMachine};
-
-openraft::declare_raft_types!(
-    /// hale's Raft type configuration.
-    pub TypeConfig:
-        D = LeaseRequest,
-        R = LeaseResponse,
-        NodeId = u64,
-        Node = BasicNode,
-        Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = std::io::Cursor<Vec<u8>>,
-        AsyncRuntime = runtime::Runtime,
-);
+pub use types::TypeConfig;
 
 /// An error from below (the store, openraft), kept as the source.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

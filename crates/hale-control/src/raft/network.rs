@@ -22,7 +22,7 @@ use serde::Serialize;
 
 use super::prevote::{self, Contact, RouteState, PREVOTE_PATH};
 use super::store::LogStore;
-use super::TypeConfig;
+use super::types::TypeConfig;
 use hale_seal::{CallError, Target};
 
 use crate::auth::ControlAuth;

@@ -52,7 +52,7 @@ use openraft::storage::RaftLogStorage;
 
 use super::network::Network;
 use super::store::LogStore;
-use super::TypeConfig;
+use super::types::TypeConfig;
 use crate::election::{CAMPAIGN_MAX, CAMPAIGN_MIN, PREVOTE_QUIET};
 use crate::protocol;
 

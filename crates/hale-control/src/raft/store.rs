@@ -26,7 +26,7 @@ use redb::{Database, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 
 use super::format::StoreError;
-use super::TypeConfig;
+use super::types::TypeConfig;
 use crate::lease::{LeaseRequest, LeaseResponse, LeaseTable};
 
 const LOGS: TableDefinition<u64, &[u8]> = TableDefinition::new("logs");
