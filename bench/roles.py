@@ -487,6 +487,10 @@ def leader_trials(a, nodes, agents, http, log, start, d):
             f"{len(others)} roles held elsewhere, moved {len(moved)}, demote hooks {len(demotes)}; "
             f"term {term0} -> {term1}, leader now {nodes[after]['name'] if after is not None else None}"
             + (f" {moved[:5]}" if moved else "")
+            # Which node ran each counted demote, of which role and epoch,
+            # and what the table said of that role before and after.
+            + "".join(f" [demote {x[1]} {x[3]} epoch {x[4]} at +{(x[0] - t_ns) / 1e9:.1f}s: "
+                      f"before {l0.get(x[3])}, after {l1.get(x[3])}]" for x in demotes[:5])
         )
     print(
         f"RESULT leader-{'freeze' if a.freeze else 'kill'} roles={a.roles} trials={done} skipped={skipped} "

@@ -532,7 +532,7 @@ impl LeaseTable {
 /// died or froze, a slow commit) shorter than [`LeaseTiming::ride_through`]
 /// = `lease - drift_margin - renew_every` (1.35 s by default). A Raft
 /// election takes at most [`crate::election::ELECTION_WORST`] (a heartbeat,
-/// openraft's leader lease, the longest election timeout and a vote round:
+/// the longest campaign timeout with its pre-vote, and a vote round:
 /// 0.8 s on a LAN), which leaves
 /// 0.55 s for the first commit under the new leader and for scheduling
 /// delays on a loaded host; [`LeaseTiming::check`] refuses timing that

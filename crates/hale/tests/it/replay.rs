@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
-use crate::support::{metric, view, wait_for, Cluster};
+use crate::support::{metric, view, Cluster};
 
 /// A datagram seen on the host: who sent it, to whom, and its payload.
 struct Captured {
@@ -118,18 +118,35 @@ fn a_dead_members_replayed_packets_are_dropped_and_its_death_is_declared_on_time
     // silence path's usual time (under 5 s here) plus the probe timeout a
     // replay can buy; 12 s is the bound, well short of "never".
     let observers = &c.agents[..4];
-    let declared = wait_for(
-        Duration::from_secs(12),
-        "every observer to declare the replayed member dead",
-        || {
-            observers
-                .iter()
-                .all(|a| {
-                    view(a).is_some_and(|v| v.get(&name).is_some_and(|s| *s == MemberState::Dead))
-                })
-                .then(|| killed.elapsed())
-        },
-    );
+    // What each observer holds of the victim, and its own Lifeguard health
+    // (an observer whose health is poor has its accusations discounted, and
+    // the verdict waits), said when the bound is missed.
+    let state_of_observers = || {
+        observers
+            .iter()
+            .map(|a| {
+                let seen = view(a).and_then(|v| v.get(&name).copied());
+                let health = a.metrics().map(|m| metric(&m, "hale_local_health", &[]));
+                format!("{}: {name} {seen:?}, local health {health:?}", a.name)
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    let bound = Duration::from_secs(12);
+    let declared = loop {
+        let all_dead = observers.iter().all(|a| {
+            view(a).is_some_and(|v| v.get(&name).is_some_and(|s| *s == MemberState::Dead))
+        });
+        if all_dead {
+            break killed.elapsed();
+        }
+        assert!(
+            killed.elapsed() < bound,
+            "not every observer declared the replayed member dead within {bound:?}: {}",
+            state_of_observers()
+        );
+        std::thread::sleep(Duration::from_millis(50)); // the poll interval
+    };
     // Replay for at least 3 s in all, so that the count below means something.
     if let Some(rest) = Duration::from_secs(3).checked_sub(killed.elapsed()) {
         std::thread::sleep(rest); // the replay's minimum length, not a wait for a condition
