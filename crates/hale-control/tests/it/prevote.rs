@@ -177,3 +177,32 @@ async fn every_disk_stalling_for_a_moment_under_renewals_changes_neither_leader_
     renewing.store(false, Ordering::SeqCst);
     renewer.await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_every_disk_slow_a_stopped_leader_is_still_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let servers = deafenable_cluster(dir.path()).await;
+    let leader = until("a leader is elected", Duration::from_secs(10), || {
+        servers[0].0.status().leader
+    })
+    .await;
+    let term = servers[0].0.status().term;
+    // Every durable write takes 150 ms longer: each campaign's disk probe
+    // is slow, and the grace it buys the leader must not stop elections.
+    for (cp, _) in &servers {
+        cp.slow_disk(Duration::from_millis(150));
+    }
+    let gone = servers.iter().find(|(cp, _)| cp.id == leader).unwrap();
+    gone.0.shutdown().await;
+    let other = servers.iter().find(|(cp, _)| cp.id != leader).unwrap();
+    let new = until(
+        "the others elect a new leader on slow disks",
+        Duration::from_secs(5),
+        || {
+            let s = other.0.status();
+            s.leader.filter(|l| *l != leader && s.term > term)
+        },
+    )
+    .await;
+    assert_ne!(new, leader);
+}
