@@ -94,8 +94,11 @@ async fn a_follower_that_heard_no_heartbeats_for_two_seconds_does_not_unseat_a_l
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn when_the_leader_stops_the_others_campaign_and_elect_one_of_them() {
+/// Stops the leader of a fresh three-server cluster, every durable write
+/// `slow` longer, and waits (5 s at most) for the other two to elect one
+/// of them. openraft's own election timer is off: the pre-vote driver is
+/// what campaigns when the leader is gone.
+async fn stop_the_leader_and_see_another_elected(slow: Duration) {
     let dir = tempfile::tempdir().unwrap();
     let servers = deafenable_cluster(dir.path()).await;
     let leader = until("a leader is elected", Duration::from_secs(10), || {
@@ -103,25 +106,27 @@ async fn when_the_leader_stops_the_others_campaign_and_elect_one_of_them() {
     })
     .await;
     let term = servers[0].0.status().term;
-    // openraft's own election timer is off: the pre-vote driver is what
-    // campaigns when the leader is gone.
+    for (cp, _) in &servers {
+        cp.slow_disk(slow);
+    }
     let gone = servers.iter().find(|(cp, _)| cp.id == leader).unwrap();
     gone.0.shutdown().await;
-    let others: Vec<&ControlPlane> = servers
-        .iter()
-        .map(|(cp, _)| cp)
-        .filter(|cp| cp.id != leader)
-        .collect();
+    let other = servers.iter().find(|(cp, _)| cp.id != leader).unwrap();
     let new = until(
         "the others elect a new leader",
         Duration::from_secs(5),
         || {
-            let s = others[0].status();
+            let s = other.0.status();
             s.leader.filter(|l| *l != leader && s.term > term)
         },
     )
     .await;
     assert_ne!(new, leader);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_the_leader_stops_the_others_campaign_and_elect_one_of_them() {
+    stop_the_leader_and_see_another_elected(Duration::ZERO).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -180,29 +185,7 @@ async fn every_disk_stalling_for_a_moment_under_renewals_changes_neither_leader_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_every_disk_slow_a_stopped_leader_is_still_replaced() {
-    let dir = tempfile::tempdir().unwrap();
-    let servers = deafenable_cluster(dir.path()).await;
-    let leader = until("a leader is elected", Duration::from_secs(10), || {
-        servers[0].0.status().leader
-    })
-    .await;
-    let term = servers[0].0.status().term;
-    // Every durable write takes 150 ms longer: each campaign's disk probe
-    // is slow, and the grace it buys the leader must not stop elections.
-    for (cp, _) in &servers {
-        cp.slow_disk(Duration::from_millis(150));
-    }
-    let gone = servers.iter().find(|(cp, _)| cp.id == leader).unwrap();
-    gone.0.shutdown().await;
-    let other = servers.iter().find(|(cp, _)| cp.id != leader).unwrap();
-    let new = until(
-        "the others elect a new leader on slow disks",
-        Duration::from_secs(5),
-        || {
-            let s = other.0.status();
-            s.leader.filter(|l| *l != leader && s.term > term)
-        },
-    )
-    .await;
-    assert_ne!(new, leader);
+    // Every campaign's disk probe is slow: the grace it buys the leader
+    // must not stop elections.
+    stop_the_leader_and_see_another_elected(Duration::from_millis(150)).await;
 }
