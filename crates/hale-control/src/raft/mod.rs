@@ -118,7 +118,6 @@ pub struct ControlPlane {
     origin: Instant,
     client: reqwest::Client,
     auth: ControlAuth,
-    stall: DiskStall,
     /// The protocol this server speaks ([`PROTOCOL`] unless pinned lower).
     speaks: u16,
     /// What the other servers were last heard to speak.
@@ -313,7 +312,6 @@ impl ControlPlane {
             .map_err(|e| ControlError::Start(e.into()))?;
         let log = LogStore::new(db, Some(on_append));
         let log_reader = log.clone();
-        let stall = log.stall();
         let spoken = Spoken::persisted(data_dir);
         let network = Network::new(auth.clone(), speaks, spoken.clone());
         let raft = Raft::new(id, Arc::new(config), network.clone(), log, sm.clone())
@@ -338,7 +336,6 @@ impl ControlPlane {
             origin,
             client: reqwest::Client::new(),
             auth,
-            stall,
             speaks,
             spoken,
             contact,
@@ -352,14 +349,14 @@ impl ControlPlane {
     /// `extra` longer, as on a disk stalled by another writer (the agent's
     /// `slow-disk` drill); zero restores it.
     pub fn slow_disk(&self, extra: Duration) {
-        self.stall.set(extra);
+        self.log.stall().set(extra);
     }
 
     /// While `held`, no durable write of this server's Raft log and vote
     /// finishes, as on a disk that stopped answering (the agent's
     /// `disk-stall` drill).
     pub fn stall_disk(&self, held: bool) {
-        self.stall.hold(held);
+        self.log.stall().hold(held);
     }
 
     fn now(&self) -> Time {

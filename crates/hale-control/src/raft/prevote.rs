@@ -255,25 +255,37 @@ impl Driver {
         // Whether this silence already bought the leader a campaign
         // timeout because this server's own disk was slow (see below).
         let mut deferred = false;
+        let stall = self.log.stall();
         loop {
             tokio::time::sleep(TICK).await;
-            if self.log.stall().busy_for() > CORE_ANSWER {
+            if stall.busy_for() > CORE_ANSWER {
                 stuck = true;
                 continue;
             }
             if std::mem::take(&mut stuck) {
                 self.contact.touch();
             }
-            let m = metrics.borrow_and_update().clone();
-            if m.running_state.is_err() || m.state == ServerState::Shutdown {
+            // Read in place every tick; the voters' addresses are copied
+            // only for a round.
+            let (state, voter) = {
+                let m = metrics.borrow_and_update();
+                if m.running_state.is_err() {
+                    return;
+                }
+                let voter = m
+                    .membership_config
+                    .membership()
+                    .voter_ids()
+                    .any(|v| v == self.id);
+                (m.state, voter)
+            };
+            if state == ServerState::Shutdown {
                 return;
             }
-            if m.state == ServerState::Leader {
+            if state == ServerState::Leader {
                 self.contact.touch();
                 continue;
             }
-            let membership = m.membership_config.membership();
-            let voter = membership.voter_ids().any(|v| v == self.id);
             if !voter || self.contact.quiet_for() < timeout {
                 if deferred && self.contact.quiet_for() < CAMPAIGN_MIN {
                     // Heard from a leader since: a new silence.
@@ -308,11 +320,15 @@ impl Driver {
                 timeout = self.contact.quiet_for() + draw(&mut rng);
                 continue;
             }
-            let voters: Vec<(u64, String)> = membership
-                .voter_ids()
-                .filter(|v| *v != self.id)
-                .filter_map(|v| membership.get_node(&v).map(|n| (v, n.addr.clone())))
-                .collect();
+            let voters: Vec<(u64, String)> = {
+                let m = metrics.borrow();
+                let membership = m.membership_config.membership();
+                membership
+                    .voter_ids()
+                    .filter(|v| *v != self.id)
+                    .filter_map(|v| membership.get_node(&v).map(|n| (v, n.addr.clone())))
+                    .collect()
+            };
             let total = voters.len() + 1;
             let own = last_log_id(&self.log).await;
             let granted = 1 + self.ask(&voters, own).await;
