@@ -158,6 +158,14 @@ fn strangers_requests() -> Vec<(&'static str, Value)> {
         ("/raft/append", serde_json::to_value(append).unwrap()),
         ("/raft/snapshot", serde_json::to_value(snapshot).unwrap()),
         (
+            hale_control::raft::prevote::PREVOTE_PATH,
+            serde_json::to_value(hale_control::raft::prevote::PreVoteRequest {
+                candidate: 9,
+                last_log_id: None,
+            })
+            .unwrap(),
+        ),
+        (
             "/control/servers",
             serde_json::to_value(AddServer {
                 id: 9,

@@ -52,16 +52,21 @@ async fn deafenable_cluster(dir: &std::path::Path) -> Vec<(ControlPlane, Arc<Ato
     servers
 }
 
+/// The cluster's leader, once one is elected, and its term.
+async fn elected(servers: &[(ControlPlane, Arc<AtomicBool>)]) -> (u64, u64) {
+    let leader = until("a leader is elected", Duration::from_secs(10), || {
+        servers[0].0.status().leader
+    })
+    .await;
+    (leader, servers[0].0.status().term)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_that_heard_no_heartbeats_for_two_seconds_does_not_unseat_a_leader_the_others_hear(
 ) {
     let dir = tempfile::tempdir().unwrap();
     let servers = deafenable_cluster(dir.path()).await;
-    let leader = until("a leader is elected", Duration::from_secs(10), || {
-        servers[0].0.status().leader
-    })
-    .await;
-    let term = servers[0].0.status().term;
+    let (leader, term) = elected(&servers).await;
     let (follower, deaf) = servers
         .iter()
         .find(|(cp, _)| cp.id != leader)
@@ -101,11 +106,7 @@ async fn a_follower_that_heard_no_heartbeats_for_two_seconds_does_not_unseat_a_l
 async fn stop_the_leader_and_see_another_elected(slow: Duration) {
     let dir = tempfile::tempdir().unwrap();
     let servers = deafenable_cluster(dir.path()).await;
-    let leader = until("a leader is elected", Duration::from_secs(10), || {
-        servers[0].0.status().leader
-    })
-    .await;
-    let term = servers[0].0.status().term;
+    let (leader, term) = elected(&servers).await;
     for (cp, _) in &servers {
         cp.slow_disk(slow);
     }
@@ -133,10 +134,7 @@ async fn when_the_leader_stops_the_others_campaign_and_elect_one_of_them() {
 async fn every_disk_stalling_for_a_moment_under_renewals_changes_neither_leader_nor_term() {
     let dir = tempfile::tempdir().unwrap();
     let servers = deafenable_cluster(dir.path()).await;
-    let leader = until("a leader is elected", Duration::from_secs(10), || {
-        servers[0].0.status().leader
-    })
-    .await;
+    let (leader, _) = elected(&servers).await;
     let cps: Vec<ControlPlane> = servers.iter().map(|(cp, _)| cp.clone()).collect();
     let (epoch, _) = crate::raft::acquire_eventually(&cps[0], "db", "node-a").await;
     // A holder renews every 250 ms, through the leader: the leader has a
