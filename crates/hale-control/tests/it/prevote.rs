@@ -12,6 +12,7 @@ use axum::extract::Request;
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::IntoResponse;
+use hale_control::raft::prevote::PREVOTE_PATH;
 use hale_control::raft::ControlPlane;
 use hale_control::{ControlAuth, LeaseTiming};
 use hale_keyring::Keyring;
@@ -22,6 +23,15 @@ use crate::raft::{cluster_key, until};
 /// Three servers whose routes each answer 503 to everything while their
 /// `deaf` flag is set (a host too busy to take its requests in).
 async fn deafenable_cluster(dir: &std::path::Path) -> Vec<(ControlPlane, Arc<AtomicBool>)> {
+    cluster_with_old(dir, &[]).await
+}
+
+/// [`deafenable_cluster`], the servers in `old` without the pre-vote
+/// route (404), as a server of the previous release.
+async fn cluster_with_old(
+    dir: &std::path::Path,
+    old: &[u64],
+) -> Vec<(ControlPlane, Arc<AtomicBool>)> {
     let mut servers = Vec::new();
     let mut members = BTreeMap::<u64, SocketAddr>::new();
     for id in 1..=3 {
@@ -32,12 +42,16 @@ async fn deafenable_cluster(dir: &std::path::Path) -> Vec<(ControlPlane, Arc<Ato
             .unwrap();
         let deaf = Arc::new(AtomicBool::new(false));
         let flag = deaf.clone();
+        let is_old = old.contains(&id);
         let app = cp.routes().layer(axum::middleware::from_fn(
             move |req: Request, next: Next| {
                 let flag = flag.clone();
                 async move {
                     if flag.load(Ordering::SeqCst) {
                         return (StatusCode::SERVICE_UNAVAILABLE, "deaf").into_response();
+                    }
+                    if is_old && req.uri().path() == PREVOTE_PATH {
+                        return StatusCode::NOT_FOUND.into_response();
                     }
                     next.run(req).await
                 }
@@ -99,13 +113,13 @@ async fn a_follower_that_heard_no_heartbeats_for_two_seconds_does_not_unseat_a_l
     }
 }
 
-/// Stops the leader of a fresh three-server cluster, every durable write
-/// `slow` longer, and waits (5 s at most) for the other two to elect one
+/// Stops the leader of a fresh three-server cluster (the servers in `old`
+/// without the pre-vote route), every durable write `slow` longer, and waits (5 s at most) for the other two to elect one
 /// of them. openraft's own election timer is off: the pre-vote driver is
 /// what campaigns when the leader is gone.
-async fn stop_the_leader_and_see_another_elected(slow: Duration) {
+async fn stop_the_leader_and_see_another_elected(slow: Duration, old: &[u64]) {
     let dir = tempfile::tempdir().unwrap();
-    let servers = deafenable_cluster(dir.path()).await;
+    let servers = cluster_with_old(dir.path(), old).await;
     let (leader, term) = elected(&servers).await;
     for (cp, _) in &servers {
         cp.slow_disk(slow);
@@ -127,7 +141,7 @@ async fn stop_the_leader_and_see_another_elected(slow: Duration) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn when_the_leader_stops_the_others_campaign_and_elect_one_of_them() {
-    stop_the_leader_and_see_another_elected(Duration::ZERO).await;
+    stop_the_leader_and_see_another_elected(Duration::ZERO, &[]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -185,5 +199,13 @@ async fn every_disk_stalling_for_a_moment_under_renewals_changes_neither_leader_
 async fn with_every_disk_slow_a_stopped_leader_is_still_replaced() {
     // Every campaign's disk probe is slow: the grace it buys the leader
     // must not stop elections.
-    stop_the_leader_and_see_another_elected(Duration::from_millis(150)).await;
+    stop_the_leader_and_see_another_elected(Duration::from_millis(150), &[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_of_the_previous_release_without_pre_votes_still_helps_elect_a_leader() {
+    // Servers 2 and 3 are of the previous release: whichever server stops,
+    // each remaining one has an old server as its only peer, whose 404
+    // must count as a granted pre-vote (it votes by openraft's rules).
+    stop_the_leader_and_see_another_elected(Duration::ZERO, &[2, 3]).await;
 }
