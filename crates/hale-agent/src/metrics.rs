@@ -41,6 +41,7 @@ pub fn render(s: &Snapshot, shared: &Shared) -> String {
         probes_skipped_fresh: "Probe visits skipped because the member was heard from recently.",
         acks: "Probes answered.",
         fallback_acks: "Probes answered only over the TCP fallback.",
+        acks_ignored: "Acks that answered nothing: late (a replay) or from a member the probe did not ask.",
         nacks: "Nacks received from indirect probers.",
         probe_failures: "Probes that failed.",
         suspicions: "Suspicions started.",

@@ -137,6 +137,13 @@ pub struct Node<I: Identity> {
     pub(crate) stats: Stats,
 }
 
+/// The first probe sequence number of a node seeded with `seed`: random,
+/// from a generator of its own so that the main one's draws (and every
+/// simulation's course) do not depend on it.
+fn first_seq(seed: u64) -> u32 {
+    Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x05e9_5eed).random()
+}
+
 impl<I: Identity> Node<I> {
     /// A node named `me`, alone in its cluster until it joins.
     pub fn new(me: I, cfg: Config, now: Time) -> Result<Self, ConfigError> {
@@ -162,7 +169,7 @@ impl<I: Identity> Node<I> {
             local,
             rng,
             members: Table::new(),
-            probing: Probing::new(),
+            probing: Probing::new(first_seq(cfg.rng_seed)),
             monitors: Monitors::new(),
             suspicions: Suspicions::new(),
             broadcasts: Broadcasts::new(cfg.max_broadcasts),
@@ -390,7 +397,7 @@ impl<I: Identity> Node<I> {
                 .any(|m| matches!(m, Message::PushPull { .. }));
         let from = pkt.header.sender;
         for msg in pkt.messages {
-            self.dispatch(now, &from, channel, msg);
+            self.dispatch(now, &from, channel, current, msg);
         }
         if stranger {
             self.sync_with_stranger(now, &from);
@@ -398,7 +405,7 @@ impl<I: Identity> Node<I> {
         Ok(())
     }
 
-    fn dispatch(&mut self, now: Time, from: &I, channel: Channel, msg: Message<I>) {
+    fn dispatch(&mut self, now: Time, from: &I, channel: Channel, current: bool, msg: Message<I>) {
         if let Message::Suspect {
             member,
             incarnation,
@@ -435,8 +442,8 @@ impl<I: Identity> Node<I> {
                 }
                 self.send(from.clone(), channel, vec![Message::Ack { seq }]);
             }
-            Message::Ack { seq } => self.handle_ack(now, seq, channel),
-            Message::Nack { seq } => self.handle_nack(seq),
+            Message::Ack { seq } => self.handle_ack(now, from, seq, channel, current),
+            Message::Nack { seq } => self.handle_nack(from, seq),
             Message::Superseded { known } => self.handle_superseded(from, known),
             Message::Summary { hash } => self.handle_summary(now, from, hash),
             // Its header was the proof of life (`note_header`).

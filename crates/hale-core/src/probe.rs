@@ -28,11 +28,22 @@ pub(crate) struct Probe<I> {
     direct_deadline: Time,
     final_deadline: Time,
     indirect: bool,
+    /// The members asked to relay it: with the target, the only senders
+    /// whose ack closes it, and the only ones whose nack counts.
+    relays: Vec<I>,
     expected_nacks: u32,
     nacks: u32,
 }
 
-impl<I> Probe<I> {
+impl<I: PartialEq> Probe<I> {
+    /// Whether an ack for this probe's sequence number from `from` answers
+    /// it: from the target, or from a relay asked. A replayed ack the target
+    /// sent to another member (sequence numbers are per node, and may meet)
+    /// is neither.
+    fn answered_by(&self, from: &I) -> bool {
+        *from == self.target || (self.indirect && self.relays.contains(from))
+    }
+
     fn next_deadline(&self) -> Time {
         if self.indirect {
             self.final_deadline
@@ -69,7 +80,9 @@ impl<I> Relay<I> {
 ///
 /// Invariants: `walk[walk_pos..]` is the part of the round not visited yet;
 /// a member is in `walk` at most once per round, with `IN_WALK` set on its
-/// record; sequence numbers are never 0; `health < awareness_max`; at most
+/// record; sequence numbers are never 0 and start at a random value (a
+/// recorded ack of one node seldom meets another's probe); `health <
+/// awareness_max`; at most
 /// 64 relays.
 #[derive(Debug)]
 pub(crate) struct Probing<I> {
@@ -83,15 +96,15 @@ pub(crate) struct Probing<I> {
 }
 
 impl<I: Identity> Probing<I> {
-    /// No walk and nothing in flight, healthy.
-    pub(crate) fn new() -> Probing<I> {
+    /// No walk and nothing in flight, healthy; sequence numbers from `first_seq`.
+    pub(crate) fn new(first_seq: u32) -> Probing<I> {
         Probing {
             walk: Walk::default(),
             walk_pos: 0,
             walk_round: 0,
             probes: Vec::new(),
             relays: Vec::new(),
-            next_seq: 1,
+            next_seq: first_seq.max(1),
             health: 0,
         }
     }
@@ -268,6 +281,7 @@ impl<I: Identity> Node<I> {
             direct_deadline: now + timeout,
             final_deadline: now + self.scaled(self.cfg.probe_interval),
             indirect: false,
+            relays: Vec::new(),
             expected_nacks: 0,
             nacks: 0,
         });
@@ -355,6 +369,7 @@ impl<I: Identity> Node<I> {
         let relays = self.random_unsuspected(self.cfg.indirect_probes, Some(&target));
         self.probing.probes[i].indirect = true;
         self.probing.probes[i].expected_nacks = relays.len() as u32;
+        self.probing.probes[i].relays.clone_from(&relays);
         for r in relays {
             let req = Message::PingReq {
                 seq,
@@ -403,8 +418,29 @@ impl<I: Identity> Node<I> {
         }
     }
 
-    pub(crate) fn handle_ack(&mut self, now: Time, seq: u32, channel: Channel) {
-        if let Some(i) = self.probing.probes.iter().position(|p| p.seq == seq) {
+    /// An ack for `seq` from `from`. Only a current packet's ack counts: a
+    /// late one (a replay, `freshness.rs`) is no proof that anyone is alive
+    /// now. It closes our probe only if it comes from the probe's target or
+    /// a relay we asked, and answers a relay only if it comes from the
+    /// member the relay pinged.
+    pub(crate) fn handle_ack(
+        &mut self,
+        now: Time,
+        from: &I,
+        seq: u32,
+        channel: Channel,
+        current: bool,
+    ) {
+        if !current {
+            self.stats.acks_ignored += 1;
+            return;
+        }
+        if let Some(i) = self
+            .probing
+            .probes
+            .iter()
+            .position(|p| p.seq == seq && p.answered_by(from))
+        {
             let p = self.probing.probes.swap_remove(i);
             self.stats.acks += 1;
             if channel == Channel::Stream {
@@ -416,13 +452,23 @@ impl<I: Identity> Node<I> {
                 self.members.set_heard(&p.target, heard);
             }
             self.withdraw_accusation(&p.target, now);
-        } else if let Some(i) = self.probing.relays.iter().position(|r| r.seq == seq) {
+        } else if let Some(i) = self
+            .probing
+            .relays
+            .iter()
+            .position(|r| r.seq == seq && r.target == *from)
+        {
             let r = self.probing.relays.swap_remove(i);
             self.send(
                 r.origin,
                 Channel::Datagram,
                 vec![Message::Ack { seq: r.origin_seq }],
             );
+        } else if self.probing.probes.iter().any(|p| p.seq == seq)
+            || self.probing.relays.iter().any(|r| r.seq == seq)
+        {
+            // The right number from the wrong member.
+            self.stats.acks_ignored += 1;
         }
     }
 
@@ -507,12 +553,13 @@ impl<I: Identity> Node<I> {
         }
     }
 
-    pub(crate) fn handle_nack(&mut self, seq: u32) {
+    /// A relay's nack for `seq`: counted only from a relay asked.
+    pub(crate) fn handle_nack(&mut self, from: &I, seq: u32) {
         if let Some(p) = self
             .probing
             .probes
             .iter_mut()
-            .find(|p| p.seq == seq && p.indirect)
+            .find(|p| p.seq == seq && p.indirect && p.relays.contains(from))
         {
             p.nacks += 1;
             self.stats.nacks += 1;

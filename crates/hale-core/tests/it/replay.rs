@@ -307,3 +307,151 @@ fn a_member_whose_clock_stepped_back_while_it_ran_is_told_and_heard_again_in_a_n
     deliver(a, secs(2.5), &packet(&all[1], 10, stepped(2.5))).unwrap();
     assert_eq!(last_heard(a, &all[1]), secs(2.5));
 }
+
+/// A prober with replay protection on: members `all`, probing by round robin.
+fn prober(all: &[NodeId]) -> Node<NodeId> {
+    let cfg = Config {
+        replay_window: Config::default().replay_window,
+        ..config(5)
+    };
+    node(&all[0], all, cfg)
+}
+
+/// Runs `n`'s timers until it starts its first probe: the time, the
+/// member probed and the probe's number.
+fn first_probe(n: &mut Node<NodeId>) -> (Time, NodeId, u32) {
+    loop {
+        let t = n.poll_timeout().unwrap();
+        assert!(t < secs(60.0), "no probe within a minute");
+        n.handle_timeout(t);
+        for (to, _, msgs) in sent(n) {
+            for m in msgs {
+                if let Message::Ping { seq, .. } = m {
+                    return (t, to, seq);
+                }
+            }
+        }
+    }
+}
+
+/// Whether `n` asked relays to probe `target` by `until` (its direct
+/// probe was not answered).
+fn asks_relays(n: &mut Node<NodeId>, target: &NodeId, until: Time) -> bool {
+    run_timers(n, until).iter().any(|t| {
+        crate::support::decode(t)
+            .messages
+            .iter()
+            .any(|m| matches!(m, Message::PingReq { target: tg, .. } if tg == target))
+    })
+}
+
+#[test]
+fn a_late_ack_with_the_probes_number_is_no_answer_even_from_the_target() {
+    // The target's recorded ack, replayed after it froze, carries the number
+    // of the probe in flight (numbers are per node: its ack to another
+    // member may carry it). Late, it proves nothing: the probe goes on.
+    let all = ids(4);
+    let a = &mut prober(&all);
+    let (t, target, seq) = first_probe(a);
+    let target = &target;
+    // Its clock reads 100 s as the ping goes out; heard then, current.
+    deliver(a, t, &packet_with(target, 9, secs(100.0), vec![])).unwrap();
+    // An ack it sent 1.5 s before: late by that much, within the replay
+    // window, so news but no proof of life.
+    let replayed = packet_with(target, 9, secs(100.0 - 1.5), vec![Message::Ack { seq }]);
+    a.handle_datagram(t + Duration::from_millis(10), &replayed)
+        .unwrap();
+    assert_eq!(a.stats().acks, 0);
+    assert_eq!(a.stats().acks_ignored, 1);
+    assert!(asks_relays(a, target, t + Duration::from_millis(600)));
+}
+
+#[test]
+fn an_ack_with_the_probes_number_closes_it_only_from_the_target_or_a_relay_asked() {
+    let all = ids(6);
+    let a = &mut node(&all[0], &all, config(5));
+    let (t, target, seq) = first_probe(a);
+    let target = &target;
+    let ack = |from: &NodeId| packet_with(from, 0, Time::ZERO, vec![Message::Ack { seq }]);
+    let nack = |from: &NodeId| packet_with(from, 0, Time::ZERO, vec![Message::Nack { seq }]);
+    // Another member's ack with this number (a replay of one the target
+    // sent it, resent here): ignored.
+    let other = all.iter().find(|i| *i != target && **i != all[0]).unwrap();
+    a.handle_datagram(t + Duration::from_millis(10), &ack(other))
+        .unwrap();
+    assert_eq!((a.stats().acks, a.stats().acks_ignored), (0, 1));
+    // Unanswered, it asks relays; a nack or an ack from a member not asked
+    // counts for nothing, a relay's ack closes it.
+    let out = run_timers(a, t + Duration::from_millis(600));
+    let relays: Vec<NodeId> = out
+        .iter()
+        .filter(|x| {
+            crate::support::decode(x)
+                .messages
+                .iter()
+                .any(|m| matches!(m, Message::PingReq { .. }))
+        })
+        .map(|x| x.to.clone())
+        .collect();
+    assert_eq!(relays.len(), 3, "{out:?}");
+    let stranger = all
+        .iter()
+        .find(|i| !relays.contains(i) && *i != target && **i != all[0])
+        .unwrap();
+    a.handle_datagram(t + Duration::from_millis(610), &nack(stranger))
+        .unwrap();
+    a.handle_datagram(t + Duration::from_millis(615), &ack(stranger))
+        .unwrap();
+    assert_eq!((a.stats().nacks, a.stats().acks), (0, 0));
+    a.handle_datagram(t + Duration::from_millis(620), &nack(&relays[0]))
+        .unwrap();
+    assert_eq!(a.stats().nacks, 1);
+    a.handle_datagram(t + Duration::from_millis(630), &ack(&relays[1]))
+        .unwrap();
+    assert_eq!(a.stats().acks, 1);
+    assert_eq!(a.stats().probe_failures, 0);
+}
+
+#[test]
+fn a_relay_forwards_only_the_ack_of_the_member_it_pinged() {
+    let all = ids(3);
+    let r = &mut node(
+        &all[1],
+        &all,
+        Config {
+            probe_interval: Duration::from_secs(3600),
+            probe_timeout: Duration::from_secs(1800),
+            ..config(6)
+        },
+    );
+    let req = packet_with(
+        &all[0],
+        0,
+        Time::ZERO,
+        vec![Message::PingReq {
+            seq: 77,
+            target: all[2].clone(),
+            suspected: None,
+        }],
+    );
+    r.handle_datagram(secs(1.0), &req).unwrap();
+    let seq = sent(r)
+        .into_iter()
+        .flat_map(|(to, _, m)| m.into_iter().map(move |m| (to.clone(), m)))
+        .find_map(|(to, m)| match m {
+            Message::Ping { seq, .. } if to == all[2] => Some(seq),
+            _ => None,
+        })
+        .expect("the relay pings the target");
+    let ack = |from: &NodeId| packet_with(from, 0, Time::ZERO, vec![Message::Ack { seq }]);
+    r.handle_datagram(secs(1.01), &ack(&all[0])).unwrap();
+    assert!(
+        sent(r).is_empty(),
+        "an ack from the origin is not forwarded"
+    );
+    r.handle_datagram(secs(1.02), &ack(&all[2])).unwrap();
+    let fwd = sent(r);
+    assert_eq!(fwd.len(), 1);
+    assert_eq!(fwd[0].0, all[0]);
+    assert_eq!(fwd[0].2, vec![Message::Ack { seq: 77 }]);
+}
