@@ -78,10 +78,11 @@ impl<I: Identity> Node<I> {
     /// digest, spending a sync token).
     pub(crate) fn handle_summary(&mut self, now: Time, from: &I, hash: u64) {
         self.members.keep_view_sum();
-        if self.isolation.phase().has_left()
-            || hash == self.view_hash()
-            || !self.take_sync_token(now)
-        {
+        let same = hash == self.view_hash();
+        if same {
+            self.recovery.mark_synced();
+        }
+        if self.isolation.phase().has_left() || same || !self.take_sync_token(now) {
             return;
         }
         if self.members.len() + 1 >= BUCKETED_FROM && self.writes_v4_to(from) {
@@ -108,6 +109,7 @@ impl<I: Identity> Node<I> {
     /// still do (spending a sync token).
     pub(crate) fn handle_buckets(&mut self, now: Time, from: &I, sums: &[u64; BUCKETS]) {
         self.members.keep_view_sum();
+        self.recovery.mark_synced();
         if self.isolation.phase().has_left() || !self.settled() {
             return;
         }
@@ -152,6 +154,7 @@ impl<I: Identity> Node<I> {
         part: Option<u64>,
         members: Vec<MemberRecord<I>>,
     ) {
+        self.recovery.mark_synced();
         let mut buf = Vec::new();
         let mut theirs: FxMap<I, (u32, u8)> = FxMap::default();
         theirs.reserve(members.len());

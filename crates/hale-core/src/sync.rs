@@ -30,6 +30,13 @@ pub(crate) struct Recovery<I> {
     tombstones: Vec<I>,
     /// When each member held dead was last told so.
     dead_notices: FxMap<I, Time>,
+    /// Whether this node's view came from the cluster at least once since
+    /// it started: it started a new cluster (joined through no seed), loaded
+    /// a snapshot, or received a member's view (a state sync, a digest, a
+    /// matching summary). Until then it knows only the members whose
+    /// packets reached it, so it cannot tell how many could confirm a
+    /// suspicion: it gets no small-cluster allowance (`verdict.rs`).
+    synced: bool,
 }
 
 impl<I: Identity> Recovery<I> {
@@ -41,7 +48,18 @@ impl<I: Identity> Recovery<I> {
             tokens_at: now,
             tombstones: Vec::new(),
             dead_notices: FxMap::default(),
+            synced: false,
         }
+    }
+
+    /// Whether this node's view came from the cluster since it started.
+    pub(crate) fn synced(&self) -> bool {
+        self.synced
+    }
+
+    /// This node's view came from the cluster (or it is the cluster).
+    pub(crate) fn mark_synced(&mut self) {
+        self.synced = true;
     }
 
     /// The seeds.
@@ -111,6 +129,10 @@ impl<I: Identity> Node<I> {
             .collect();
         self.recovery.seeds.sort_unstable();
         self.recovery.seeds.dedup();
+        if self.recovery.seeds.is_empty() {
+            // A new cluster: this node's view is the whole of it.
+            self.recovery.mark_synced();
+        }
         self.contact_seeds(now);
     }
 
@@ -136,6 +158,7 @@ impl<I: Identity> Node<I> {
         // loads (no second pass).
         let keep = self.wire_version() >= 4;
         self.load(now, records, keep);
+        self.recovery.mark_synced();
     }
 
     /// [`Node::restore`] from `records` whose view-hash shares `sums`
@@ -146,6 +169,7 @@ impl<I: Identity> Node<I> {
     pub fn restore_summed(&mut self, now: Time, records: &[MemberRecord<I>], sums: &SnapshotSums) {
         let empty = self.members.len() == 0;
         let keep = self.wire_version() >= 4;
+        self.recovery.mark_synced();
         self.load(now, records.iter().cloned(), keep && !(empty && sums.exact));
         if keep && empty && sums.exact {
             // Every record went into the table as given, but this node's own.
@@ -375,6 +399,7 @@ impl<I: Identity> Node<I> {
         digest: bool,
         members: Vec<MemberRecord<I>>,
     ) {
+        self.recovery.mark_synced();
         if !digest {
             for r in members {
                 self.merge_record(now, Some(from), r);

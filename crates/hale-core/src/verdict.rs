@@ -32,7 +32,9 @@ impl<I: Identity> Node<I> {
 
     /// Independent healthy accusers needed for a verdict here: the
     /// configured corroboration, or fewer when the cluster has fewer
-    /// unsuspected members that could confirm.
+    /// unsuspected members that could confirm. (A node with no witness
+    /// left has had its probes fail for lack of anyone to answer: its own
+    /// accusations are discounted by then, and only `alone` decides.)
     pub(crate) fn required_accusers(&self, target: &I) -> usize {
         // The target itself is no witness (it is suspect or dead in a verdict
         // we reach, possibly still alive in one we are told about).
@@ -50,7 +52,11 @@ impl<I: Identity> Node<I> {
     /// conclusion may a node that is alone (nobody heard from lately)
     /// conclude on its own failed probes, whatever its health: nobody else
     /// could confirm, and every other member may really have failed. Such a
-    /// verdict rests on one accuser, so other members do not accept it.
+    /// verdict rests on one accuser, so other members do not accept it; and
+    /// only a node that knows the cluster's size may reach it: one whose
+    /// view never came from the cluster since it started
+    /// (`Recovery::synced`; restarted behind a one-way cut, it knows only
+    /// the members whose packets reached it) may be one of many.
     pub(crate) fn verdict_allowed(&self, target: &I, s: &Suspicion<I>, now: Time) -> bool {
         if self.convicts_alone() {
             return s.accused_at.is_some();
@@ -60,6 +66,7 @@ impl<I: Identity> Node<I> {
         }
         s.accusers.len() >= self.required_accusers(target)
             || (s.accused_at.is_some()
+                && self.recovery.synced()
                 && !self.large_enough_to_infer_cut_off()
                 && self.alone(target, now))
     }

@@ -566,3 +566,96 @@ fn views_that_differ_in_many_buckets_exchange_digests_of_eight_of_them_per_sync(
     );
     assert!(parts[0].2.len() < 300 / 4, "{} records", parts[0].2.len());
 }
+
+/// Runs `n` alone (nothing delivered to it) until `until`: its events.
+fn events_alone(n: &mut Node<NodeId>, until: Time) -> Vec<hale_core::Event<NodeId>> {
+    let mut events = Vec::new();
+    while let Some(t) = n.poll_timeout() {
+        if t > until {
+            break;
+        }
+        n.handle_timeout(t);
+        drain(n);
+        events.extend(drain_events(n));
+    }
+    events
+}
+
+fn declared_dead(events: &[hale_core::Event<NodeId>], who: &NodeId) -> bool {
+    events
+        .iter()
+        .any(|e| matches!(e, hale_core::Event::Dead { member, .. } if member == who))
+}
+
+fn suspected(events: &[hale_core::Event<NodeId>], who: &NodeId) -> bool {
+    events
+        .iter()
+        .any(|e| matches!(e, hale_core::Event::Suspected { member, .. } if member == who))
+}
+
+#[test]
+fn a_restarted_node_that_knows_a_member_only_from_its_packets_never_convicts_it_alone() {
+    // It restarts behind a one-way cut (its packets go nowhere): its joins
+    // reach no seed, and one packet of a member that holds it dead (a ping
+    // of its tombstone, carrying that member's refutation of a suspicion
+    // of its own) is all it hears. That member is the only one in its
+    // table; its own failed probes would make it "alone in a cluster of
+    // two", and it used to convict at the longest suspicion time (nemesis
+    // seed 150092).
+    let all = ids(5);
+    let mut n = Node::new(all[0].clone(), config(3), Time::ZERO).unwrap();
+    n.set_wire_version(VERSION);
+    n.join(Time::ZERO, all[1..].iter().cloned());
+    drain(&mut n);
+    let ping = packet_from(
+        &all[2],
+        0,
+        vec![
+            Message::Ping {
+                seq: 9,
+                target: tag(&all[0]),
+                suspected: None,
+            },
+            Message::Alive {
+                member: all[2].clone(),
+                incarnation: 1,
+                meta: Box::default(),
+            },
+        ],
+    );
+    n.handle_datagram(secs(1.0), &ping).unwrap();
+    assert!(n.member(&all[2]).is_some());
+    let events = events_alone(&mut n, secs(60.0));
+    assert!(suspected(&events, &all[2]), "{events:?}");
+    assert!(!declared_dead(&events, &all[2]), "{events:?}");
+}
+
+#[test]
+fn a_node_synced_into_a_cluster_of_two_convicts_the_other_alone() {
+    // The allowance the test above withholds, where it is due: the other
+    // member's state says the cluster is the two of them.
+    let all = ids(2);
+    let mut n = Node::new(all[0].clone(), config(3), Time::ZERO).unwrap();
+    n.set_wire_version(VERSION);
+    n.join(Time::ZERO, [all[1].clone()]);
+    drain(&mut n);
+    let record = |id: &NodeId| MemberRecord {
+        id: id.clone(),
+        incarnation: 0,
+        state: WireState::Alive,
+        meta: Box::default(),
+    };
+    let state = packet_from(
+        &all[1],
+        0,
+        vec![Message::PushPull {
+            join: false,
+            reply: false,
+            digest: false,
+            members: vec![record(&all[0]), record(&all[1])],
+        }],
+    );
+    n.handle_stream(secs(1.0), &state).unwrap();
+    let events = events_alone(&mut n, secs(60.0));
+    assert!(declared_dead(&events, &all[1]), "{events:?}");
+}
