@@ -610,7 +610,7 @@ async fn start_roles(
         origin: tokio::time::Instant::now(),
         services: out.checks.services().clone(),
         timing: plan.timing,
-        watchdogs: roles::Watchdogs::new(cfg.watchdog_exe.clone(), presence),
+        watchdogs: roles::Watchdogs::new(cfg.watchdog_exe.clone(), presence, cfg.hooks_at_once),
         hook_slots: roles::slots::HookSlots::new(cfg.hooks_at_once),
         kept,
         on_change,

@@ -260,6 +260,11 @@ impl RoleManager {
                 retuned = self.retune(&mut sm, spec);
             }
             while let Some(a) = sm.poll_action() {
+                if let Action::StartHook { id, .. } = a {
+                    // It waits for a hook slot first; its timeout begins
+                    // at `Input::HookStarted`.
+                    sm.handle_hook_queued(id);
+                }
                 self.carry_out(&mut run, a);
             }
             self.publish_view(&sm, &run);

@@ -181,15 +181,25 @@ impl Checks {
                 let r = run_check(&client, &spec).await;
                 let now = Instant::now();
                 let mut all = services.lock().expect("services lock");
-                let mut checks = all.iter_mut().flat_map(|s| s.checks.iter_mut());
-                let Some(st) = checks.find(|c| c.id == id) else {
+                let mut checks = all
+                    .iter_mut()
+                    .flat_map(|s| s.checks.iter_mut().map(|c| (&s.spec.name, c)));
+                let Some((service, st)) = checks.find(|(_, c)| c.id == id) else {
                     return;
                 };
                 st.runs += 1;
+                // A streak's start and end are logged: why a role stepped
+                // down for a failing service is in the log, not only in the
+                // last 20 results `hale status` shows.
                 if r.ok {
-                    st.failing_since = None;
+                    if let Some(since) = st.failing_since.take() {
+                        tracing::info!(%service, failed_for = ?now.duration_since(since), "check passes again");
+                    }
                 } else {
                     st.failures += 1;
+                    if st.failing_since.is_none() {
+                        tracing::warn!(%service, detail = %r.detail, took_ms = r.took_ms, "check failing");
+                    }
                     st.failing_since.get_or_insert(now);
                 }
                 if st.recent.len() >= 20 {

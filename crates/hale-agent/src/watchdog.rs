@@ -75,6 +75,7 @@ use nix::sys::signal::{killpg, Signal};
 
 mod claim;
 pub mod presence;
+pub mod slots;
 
 pub use claim::{
     claim_dir, claim_path, run_claimed, run_claimed_with, sweep_stale_claims, Claimed, Taking,
@@ -425,6 +426,8 @@ enum Input {
 /// The watchdog's state: every holding it guards.
 struct Watch {
     holdings: BTreeMap<u64, Guarded>,
+    /// Fences running at once, at most (`slots.rs`).
+    slots: std::sync::Arc<slots::FenceSlots>,
     tx: mpsc::Sender<Input>,
     /// The agent is gone: every holding is fenced until it succeeds.
     gone: bool,
@@ -459,6 +462,7 @@ pub fn run() -> WatchdogExit {
     });
     let mut w = Watch {
         holdings: BTreeMap::new(),
+        slots: std::sync::Arc::new(slots::FenceSlots::from_env()),
         tx,
         gone: false,
         fenced_any: false,
@@ -608,8 +612,12 @@ impl Watch {
             "watchdog-expired"
         };
         let mut failures = g.failures;
+        let slots = self.slots.clone();
         std::thread::spawn(move || loop {
-            let ok = fence.run(promote.take(), why, preempt_at);
+            let ok = {
+                let _slot = slots.acquire();
+                fence.run(promote.take(), why, preempt_at)
+            };
             if ok || !gone {
                 let _ = tx.send(Input::Fenced(h, ok));
                 return;

@@ -50,7 +50,8 @@
 //!   hook is killed, the node demotes, releases the role and stands aside
 //!   for one lease so that the next candidate takes it.
 //! * **A hook's `hook_timeout` runs from when it started**: time it waited
-//!   for one of the agent's hook slots ([`Holder::handle_hook_started`]),
+//!   for one of the agent's hook slots ([`Holder::handle_hook_queued`],
+//!   [`Holder::handle_hook_started`]), however long,
 //!   or the node was stopped ([`Holder::handle_pause`]), does not count.
 
 use std::collections::{BTreeMap, VecDeque};
@@ -318,12 +319,11 @@ impl Holder {
         // While a lease is held: its next renewal and its end; the hook's
         // timeout unless it was killed; a failing service's grace period.
         let lease = self.lease();
-        let hook = hook.filter(|run| !run.killed);
         let failing = self.status.failing_since.filter(|_| failing);
         [
             (lease.is_some() || self.reclaiming()).then_some(self.next_renewal),
             lease.map(HeldLease::valid_until),
-            hook.map(|run| run.started + self.cfg.hook_timeout),
+            hook.and_then(|run| run.times_out_at(self.cfg.hook_timeout)),
             failing.map(|since| since + self.cfg.fail_after),
         ]
         .into_iter()
@@ -369,7 +369,7 @@ impl Holder {
             Phase::Promoting { lease, .. } | Phase::Holding { lease } => {
                 let expired = lease.expired(now);
                 let promote_late = matches!(&self.phase, Phase::Promoting { run, .. }
-                    if !run.killed && now >= run.started + self.cfg.hook_timeout);
+                    if run.times_out_at(self.cfg.hook_timeout).is_some_and(|t| now >= t));
                 let reason = if expired {
                     Some(StepDownReason::LeaseExpired)
                 } else if promote_late {
@@ -389,7 +389,10 @@ impl Holder {
                 }
                 match step {
                     Step::Demoting(run) => {
-                        if !run.killed && now >= run.started + self.cfg.hook_timeout {
+                        if run
+                            .times_out_at(self.cfg.hook_timeout)
+                            .is_some_and(|t| now >= t)
+                        {
                             run.killed = true;
                             run.timed_out = true;
                             let id = run.id;

@@ -49,6 +49,8 @@ pub struct Watchdogs {
     /// The presence file each watchdog holds locked
     /// (`crate::watchdog::presence`), if the agent has a `state_dir`.
     presence: Option<PathBuf>,
+    /// Fences the watchdog runs at once, at most (`[agent] hooks_at_once`).
+    fences_at_once: usize,
     hub: Arc<Mutex<Hub>>,
 }
 
@@ -93,7 +95,9 @@ impl Watchdogs {
     /// ([`crate::watchdog::own_exe`]), not from the path: a package upgrade
     /// that replaced the file under a running agent must not give it a
     /// watchdog of another release, whose order protocol may differ.
-    pub fn new(named: PathBuf, presence: Option<PathBuf>) -> Self {
+    /// Its fences run at most `fences_at_once` at a time
+    /// ([`crate::watchdog::slots`]).
+    pub fn new(named: PathBuf, presence: Option<PathBuf>, fences_at_once: usize) -> Self {
         let exe = crate::watchdog::same_release(named.clone());
         let hub = Hub {
             process: None,
@@ -105,6 +109,7 @@ impl Watchdogs {
             exe,
             named,
             presence,
+            fences_at_once,
             hub: Arc::new(Mutex::new(hub)),
         }
     }
@@ -227,6 +232,7 @@ impl Watchdogs {
             out.send(line);
         }
         let mut cmd = Command::new(&self.exe);
+        cmd.env(crate::watchdog::slots::ENV, self.fences_at_once.to_string());
         if let Some(p) = &self.presence {
             cmd.env(crate::watchdog::presence::ENV, p);
         }
@@ -273,7 +279,12 @@ impl Watchdogs {
             });
         });
         let weak = Arc::downgrade(&self.hub);
-        let exe = (self.exe.clone(), self.named.clone(), self.presence.clone());
+        let exe = (
+            self.exe.clone(),
+            self.named.clone(),
+            self.presence.clone(),
+            self.fences_at_once,
+        );
         std::thread::spawn(move || {
             for line in std::io::BufReader::new(answers).lines() {
                 let Ok(line) = line else { break };
@@ -307,7 +318,7 @@ fn lock(hub: &Mutex<Hub>) -> MutexGuard<'_, Hub> {
 
 fn exited(
     weak: &Weak<Mutex<Hub>>,
-    (exe, named, presence): (PathBuf, PathBuf, Option<PathBuf>),
+    (exe, named, presence, fences_at_once): (PathBuf, PathBuf, Option<PathBuf>, usize),
     generation: u64,
 ) {
     let Some(arc) = weak.upgrade() else { return };
@@ -335,6 +346,7 @@ fn exited(
         exe,
         named,
         presence,
+        fences_at_once,
         hub: arc.clone(),
     };
     w.start(&mut hub);
@@ -399,7 +411,7 @@ mod tests {
         let exe = dir.join("idle-watchdog");
         std::fs::write(&exe, "#!/bin/sh\nexec sleep 60\n").unwrap();
         std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
-        Watchdogs::new(exe, None)
+        Watchdogs::new(exe, None, 4)
     }
 
     /// The bytes waiting unread in `w`'s process's order pipe.

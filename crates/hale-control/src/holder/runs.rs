@@ -15,6 +15,9 @@ pub(super) struct Run {
     pub(super) started: Time,
     pub(super) killed: bool,
     pub(super) timed_out: bool,
+    /// Waiting for one of the agent's hook slots: its `hook_timeout` has
+    /// not begun ([`Holder::handle_hook_queued`]).
+    pub(super) queued: bool,
 }
 
 impl Run {
@@ -25,7 +28,14 @@ impl Run {
             started: now,
             killed: false,
             timed_out: false,
+            queued: false,
         }
+    }
+
+    /// When its `timeout` is up: never while it waits for a slot or once
+    /// it was killed.
+    pub(super) fn times_out_at(&self, timeout: Duration) -> Option<Time> {
+        (!self.killed && !self.queued).then(|| self.started + timeout)
     }
 
     pub(super) fn outcome(&self, exit: HookExit) -> HookOutcome {
@@ -52,6 +62,19 @@ impl Holder {
     pub fn handle_hook_started(&mut self, now: Time, id: HookId) {
         if let Some(run) = self.hook_running().filter(|r| r.id == id && !r.killed) {
             run.started = run.started.max(now);
+            run.queued = false;
+        }
+    }
+
+    /// Hook run `id` waits for one of the agent's hook slots: its
+    /// `hook_timeout` begins only at [`Holder::handle_hook_started`],
+    /// however long the wait (a backlog of promotions after a host died
+    /// held some for longer than the timeout, and each abandoned one moved
+    /// its role and started two more hooks). A driver that starts hooks at
+    /// once never calls it. The lease is not extended: it runs on real time.
+    pub fn handle_hook_queued(&mut self, id: HookId) {
+        if let Some(run) = self.hook_running().filter(|r| r.id == id && !r.killed) {
+            run.queued = true;
         }
     }
 

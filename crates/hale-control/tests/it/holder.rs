@@ -535,6 +535,32 @@ fn a_promote_hook_that_waited_for_a_hook_slot_is_timed_from_when_it_started() {
 }
 
 #[test]
+fn a_promote_hook_queued_for_a_slot_longer_than_its_timeout_is_not_abandoned_before_it_runs() {
+    // A backlog of promotions after a host died: this one waits 12 s for a
+    // slot, past its 10 s `hook_timeout`. Its lease is renewed meanwhile;
+    // its timeout begins when it starts.
+    let mut h = holder();
+    let promote = granted(&mut h);
+    h.handle_hook_queued(promote);
+    // A queued mark for another run changes nothing.
+    h.handle_hook_queued(HookId(999));
+    let step_down = |a: &Action| matches!(a, Action::Event(HolderEvent::SteppingDown { .. }));
+    assert_eq!(run_renewing(&mut h, 12_000, step_down), None);
+    assert_eq!(h.state(), RoleState::Promoting);
+    h.handle_hook_started(ms(12_000), promote);
+    let timed_out = run_renewing(&mut h, 30_000, |a| {
+        matches!(
+            a,
+            Action::Event(HolderEvent::SteppingDown {
+                reason: StepDownReason::PromoteTimedOut,
+                ..
+            })
+        )
+    });
+    assert_eq!(timed_out, Some(22_000));
+}
+
+#[test]
 fn a_handover_asked_during_a_promotion_is_taken_once_it_completes_and_keeps_the_lease_until_demoted(
 ) {
     let mut h = holder();

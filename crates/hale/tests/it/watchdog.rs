@@ -45,8 +45,14 @@ impl Drop for Reaped {
 
 /// A watchdog process guarding nothing yet.
 fn watchdog_process() -> Reaped {
+    watchdog_process_with(&[])
+}
+
+/// [`watchdog_process`] with `env` set.
+fn watchdog_process_with(env: &[(&str, &str)]) -> Reaped {
     Reaped(
         Command::new(hale_bin())
+            .envs(env.iter().copied())
             .arg("watchdog")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -434,6 +440,40 @@ fn one_watchdog_fences_each_holding_at_its_own_deadline_and_a_slow_fence_delays_
         !claim("2").exists() && !claim("3").exists(),
         "claims removed"
     );
+}
+
+#[test]
+fn a_watchdog_fencing_many_holdings_at_once_runs_at_most_its_bound_of_fences_at_a_time() {
+    // A thawed host's watchdog with six lapsed holdings: all six fences
+    // at once took every core from the host's checks (issue 41); the agent
+    // passes its `hooks_at_once`, here 2.
+    let dir = log_dir("watchdog_bound");
+    let log = dir.path().join("fences");
+    let env = [(hale_agent::watchdog::slots::ENV, "2")];
+    let mut w = watchdog_process_with(&env);
+    let fence = vec![
+        "sh".into(),
+        "-c".into(),
+        format!(
+            "echo start >> {l}; sleep 0.3; echo end >> {l}",
+            l = log.display()
+        ),
+    ];
+    for h in 1..=6 {
+        let claim = dir.path().join(format!("claim-{h}"));
+        say(&mut w, guard(h, 100, &claim, &fence));
+    }
+    wait_until(Duration::from_secs(20), "six fences", || {
+        lines(&log).iter().filter(|l| *l == "end").count() == 6
+    });
+    let (mut running, mut most) = (0i32, 0i32);
+    for l in lines(&log) {
+        running += if l == "start" { 1 } else { -1 };
+        most = most.max(running);
+    }
+    assert_eq!(most, 2, "fences at once: {:?}", lines(&log));
+    close(&mut w);
+    assert_eq!(w.0.wait().unwrap().code(), Some(3), "it says it fenced");
 }
 
 /// Whether a watchdog holds the presence file at `path` (an exclusive
