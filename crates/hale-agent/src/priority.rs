@@ -37,7 +37,8 @@
 //! check or tool runs real-time; the fencing watchdog (started from a
 //! raised thread) leaves real time first thing ([`leave_realtime`]) and
 //! keeps the raised nice value: it and its fences weigh as before against
-//! the host's load, and never delay an agent. Refused (a container without
+//! the host's load, and never delay an agent; it runs at most
+//! `hooks_at_once` fences at a time (`crate::watchdog::slots`). Refused (a container without
 //! `CAP_SYS_NICE`, a cgroup with no real-time budget) the agent says so
 //! and runs at the raised nice value alone.
 
