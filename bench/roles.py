@@ -356,6 +356,28 @@ def descendants(pid):
     return out
 
 
+def hooks_idle(agents, http):
+    """Whether no agent runs or queues a hook and no hook or fence process
+    is left below any agent (a watchdog's fences are not in the metrics;
+    a watchdog runs as `/proc/self/exe`: its name is "exe")."""
+    for h in http:
+        try:
+            busy = (metric(h, "hale_hooks_running") or 0) + (metric(h, "hale_hooks_queued") or 0)
+        except Exception:
+            continue  # a killed agent, restarting
+        if busy:
+            return False
+    for agent in agents:
+        for p in descendants(agent.pid)[1:]:
+            try:
+                with open(f"/proc/{p}/comm") as f:
+                    if f.read().strip() not in ("hale", "exe"):
+                        return False
+            except OSError:
+                pass
+    return True
+
+
 def leader_of(http):
     """The index of the agent whose control-plane server leads, if one does."""
     for i, h in enumerate(http):
@@ -370,6 +392,9 @@ def leader_of(http):
 def leader_trials(a, nodes, agents, http, log, start, d):
     moved_total, demotes_total, done, skipped, no_new_term = 0, 0, 0, 0, 0
     for trial in range(a.leader_trials):
+        deadline = time.time() + 120
+        while time.time() < deadline and not hooks_idle(agents, http):
+            time.sleep(0.5)
         deadline = time.time() + 60
         li, l0 = None, None
         while time.time() < deadline:
@@ -442,6 +467,12 @@ def leader_trials(a, nodes, agents, http, log, start, d):
                 print(f"trial {trial}: handed {len(give)} roles to the leader {victim}, but the leader moved or a role is unheld; skipped")
                 continue
             others = {r for r, (h, _) in l0.items() if h != victim}
+        # The previous trial's hooks done (a thawed host's demotes and
+        # fences, the promotions its roles took elsewhere): a demote still
+        # queued from it would be counted against this one.
+        deadline = time.time() + 120
+        while time.time() < deadline and not hooks_idle(agents, http):
+            time.sleep(0.5)
         term0 = metric(http[(li + 1) % AGENTS], "hale_control_term")
         # A random point of the renewal period.
         time.sleep(random.random() * 0.25)

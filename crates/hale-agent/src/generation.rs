@@ -21,12 +21,17 @@
 
 use std::path::{Path, PathBuf};
 
+use hale_keyring::versioned::{self, Format, FormatError};
+
 /// The generation file's name in `[agent] state_dir`.
 pub const GENERATION_FILE: &str = "generation";
 /// The newest generation file format this build reads, and the one it writes.
 pub const FORMAT: u16 = 2;
-/// The first line of a file of format 2 or later, before the number.
-const FORMAT_LINE: &str = "# hale generation, format ";
+/// The generation file's kind of versioned file.
+const KIND: Format = Format {
+    name: "generation",
+    newest: FORMAT,
+};
 
 /// Why the generation file could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -73,22 +78,17 @@ pub struct Saved {
 }
 
 /// A file brought forward to the current format: one type for every
-/// file hale migrates (the keyring file's crate, below every other, owns it).
-pub use hale_keyring::file::Migrated;
+/// file hale migrates (`hale_keyring::versioned`, below every crate that
+/// keeps a state file).
+pub use hale_keyring::versioned::Migrated;
 
 /// Reads the generation file at `path`: `Ok(None)` if there is none.
 pub fn read(path: &Path) -> Result<Option<Saved>, GenerationError> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => {
-            return Err(GenerationError::Read {
-                path: path.to_owned(),
-                source,
-            })
-        }
-    };
-    parse(&text, path).map(Some)
+    let text = versioned::read(path).map_err(|source| GenerationError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    text.map(|t| parse(&t, path)).transpose()
 }
 
 /// The text of the generation file at `path`: format 1 (the number alone)
@@ -101,19 +101,17 @@ fn parse(text: &str, path: &Path) -> Result<Saved, GenerationError> {
     };
     let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
     let first = lines.next().unwrap_or("");
-    let (format, number) = match first.strip_prefix(FORMAT_LINE) {
-        None => (1, first),
-        Some(f) => match f.trim().parse::<u16>() {
-            Ok(found) if found > FORMAT => {
-                return Err(GenerationError::Future {
-                    path: path.to_owned(),
-                    found,
-                    supported: FORMAT,
-                })
-            }
-            Ok(f) if f >= 1 => (f, lines.next().unwrap_or("")),
-            _ => return Err(malformed(format!("not a format line: {first:?}"))),
-        },
+    let (format, number) = match KIND.named_by(first) {
+        Ok(None) => (1, first),
+        Ok(Some(f)) => (f, lines.next().unwrap_or("")),
+        Err(FormatError::Future { found, supported }) => {
+            return Err(GenerationError::Future {
+                path: path.to_owned(),
+                found,
+                supported,
+            })
+        }
+        Err(e @ FormatError::NotAFormat { .. }) => return Err(malformed(e.to_string())),
     };
     let last = number.parse::<u64>().map_err(|_| {
         let shown: String = number.chars().take(40).collect();
@@ -128,7 +126,7 @@ fn parse(text: &str, path: &Path) -> Result<Saved, GenerationError> {
 
 /// The file's text for generation `g`, in [`FORMAT`].
 fn render(g: u64) -> String {
-    format!("{FORMAT_LINE}{FORMAT}\n{g}\n")
+    format!("{}\n{g}\n", KIND.line())
 }
 
 /// This run's generation: the wall clock in milliseconds, and never at or
@@ -156,14 +154,10 @@ pub fn next(state_dir: Option<&Path>) -> Result<(u64, Option<Migrated>), Generat
         }
     };
     let g = saved.map_or(wall, |s| wall.max(s.last.saturating_add(1)));
-    // Written beside it and renamed over it: a full disk leaves the last
-    // value whole, never an empty file that would start the next run at
+    // Written whole or not at all (`versioned::write`): a full disk leaves
+    // the last value, never an empty file that would start the next run at
     // the wall clock again (peers then tell it, but the file must not lie).
-    let tmp = dir.join(format!("{GENERATION_FILE}.tmp"));
-    let write = std::fs::create_dir_all(dir)
-        .and_then(|()| std::fs::write(&tmp, render(g)))
-        .and_then(|()| std::fs::rename(&tmp, &path));
-    if let Err(e) = write {
+    if let Err(e) = versioned::write(&path, &render(g), 0o644) {
         tracing::warn!(file = %path.display(), error = %e, "cannot save this run's generation");
         return Ok((g, None));
     }

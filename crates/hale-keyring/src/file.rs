@@ -19,15 +19,18 @@
 //! refused ([`LoadError::Future`], naming the file and both formats): a
 //! newer release wrote it.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use crate::versioned::{self, Format, FormatError};
 use crate::{Key, KeyError, Keyring};
 
 /// The newest keyring file format this build reads, and the one it writes.
 pub const FORMAT: u16 = 2;
-/// The first line of a file of format 2 or later, before the number.
-const FORMAT_LINE: &str = "# hale keyring, format ";
+/// The keyring file's kind of versioned file.
+const KIND: Format = Format {
+    name: "keyring",
+    newest: FORMAT,
+};
 
 /// Why the keyring file could not be read. Nothing was changed.
 #[derive(Debug, thiserror::Error)]
@@ -106,30 +109,9 @@ pub enum MigrateError {
     },
 }
 
-/// A file brought forward to the current format (the keyring file, the
-/// control plane's store, the generation file: every state file hale
-/// migrates); its text is the log line (`migrated <file> from format 1 to 2`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Migrated {
-    /// The file.
-    pub file: PathBuf,
-    /// The format it was in.
-    pub from: u16,
-    /// The format it is in now.
-    pub to: u16,
-}
-
-impl std::fmt::Display for Migrated {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "migrated {} from format {} to {}",
-            self.file.display(),
-            self.from,
-            self.to
-        )
-    }
-}
+/// A file brought forward to the current format: one type for every file
+/// hale migrates ([`versioned::Migrated`]).
+pub use crate::versioned::Migrated;
 
 /// Reads the keyring saved at `path`: `Ok(None)` if there is no file.
 pub fn load(path: &Path) -> Result<Option<Keyring>, LoadError> {
@@ -159,35 +141,28 @@ pub fn migrate(path: &Path) -> Result<Option<Migrated>, MigrateError> {
 
 /// The format a file's first line names: 1 when it names none.
 fn format_of(path: &Path, first: &str) -> Result<u16, LoadError> {
-    let Some(number) = first.trim().strip_prefix(FORMAT_LINE) else {
-        return Ok(1);
-    };
-    match number.trim().parse::<u16>() {
-        Ok(f) if f > FORMAT => Err(LoadError::Future {
+    KIND.of(first).map_err(|e| match e {
+        FormatError::Future { found, supported } => LoadError::Future {
             path: path.to_owned(),
-            found: f,
-            supported: FORMAT,
-        }),
-        Ok(f) if f >= 1 => Ok(f),
-        _ => Err(LoadError::BadFormat {
+            found,
+            supported,
+        },
+        FormatError::NotAFormat { line } => LoadError::BadFormat {
             path: path.to_owned(),
-            line: first.chars().take(80).collect(),
-        }),
-    }
+            line,
+        },
+    })
 }
 
 /// Reads the keyring saved at `path`, with its format: `Ok(None)` if
 /// there is no file.
 pub fn read(path: &Path) -> Result<Option<Saved>, LoadError> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => {
-            return Err(LoadError::Read {
-                path: path.to_owned(),
-                source,
-            })
-        }
+    let text = versioned::read(path).map_err(|source| LoadError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    let Some(text) = text else {
+        return Ok(None);
     };
     let format = format_of(path, text.lines().next().unwrap_or(""))?;
     let mut keys = Vec::new();
@@ -214,35 +189,21 @@ pub fn read(path: &Path) -> Result<Option<Saved>, LoadError> {
     }))
 }
 
-/// Writes `ring` to `path` atomically and durably (see the module docs).
+/// Writes `ring` to `path` atomically and durably, mode 0600
+/// ([`versioned::write`]).
 pub fn save(path: &Path, ring: &Keyring) -> std::io::Result<()> {
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
     let mut text = format!(
-        "{FORMAT_LINE}{FORMAT}\n\
+        "{}\n\
          # hale keyring, written by the agent on every live key change (hale keys).\n\
          # The first key seals; every key opens. Delete this file to use the\n\
          # keys of the configuration again.\n",
+        KIND.line()
     );
     for k in ring.keys() {
         text.push_str(&k.to_base64());
         text.push('\n');
     }
-    let tmp = path.with_extension("tmp");
-    {
-        let mut opts = std::fs::OpenOptions::new();
-        opts.write(true).create(true).truncate(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
-        let mut f = opts.open(&tmp)?;
-        f.write_all(text.as_bytes())?;
-        f.sync_all()?;
-    }
-    std::fs::rename(&tmp, path)?;
-    std::fs::File::open(dir)?.sync_all()
+    versioned::write(path, &text, 0o600)
 }
 
 #[cfg(test)]

@@ -23,6 +23,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
 pub mod file;
+pub mod versioned;
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;

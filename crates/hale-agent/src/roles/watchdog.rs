@@ -244,7 +244,12 @@ impl Watchdogs {
                 layout.leaf(crate::cgroup::Leaf::Watchdog),
             );
         }
+        // In a process group of its own: a signal to the agent's group (a
+        // terminal's ctrl-c or hang-up, when the agent runs in one) must not
+        // kill the process that fences for it (a bench's hang-up killed
+        // every watchdog while the agents lived on and reloaded).
         let child = cmd
+            .process_group(0)
             .arg0(&self.named)
             .arg("watchdog")
             .stdin(stdin)

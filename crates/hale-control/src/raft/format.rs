@@ -78,7 +78,7 @@ pub enum StoreError {
 
 /// A file brought forward to the current format: one type for every
 /// file hale migrates (the keyring file's crate, below every other, owns it).
-pub use hale_keyring::file::Migrated;
+pub use hale_keyring::versioned::Migrated;
 
 /// Opens (or creates) the store in `dir`, migrated to [`STORE_FORMAT`]:
 /// the database, and the migration if there was one (the caller logs it).
