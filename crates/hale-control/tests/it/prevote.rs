@@ -32,6 +32,11 @@ async fn cluster_with_old(
     dir: &std::path::Path,
     old: &[u64],
 ) -> Vec<(ControlPlane, Arc<AtomicBool>)> {
+    // The library's own log lines, shown for a failing test (RUST_LOG).
+    let _ = tracing_subscriber::fmt()
+        .with_test_writer()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .try_init();
     let mut servers = Vec::new();
     let mut members = BTreeMap::<u64, SocketAddr>::new();
     for id in 1..=3 {
