@@ -244,12 +244,14 @@ impl Watchdogs {
                 layout.leaf(crate::cgroup::Leaf::Watchdog),
             );
         }
-        // In a process group of its own: a signal to the agent's group (a
-        // terminal's ctrl-c or hang-up, when the agent runs in one) must not
-        // kill the process that fences for it (a bench's hang-up killed
-        // every watchdog while the agents lived on and reloaded).
+        // In the agent's process group. Not in one of its own (tried: a
+        // terminal's ctrl-c or hang-up to the agent's group also kills the
+        // watchdog): once its agent died, that group was orphaned, and a
+        // stopped watchdog in an orphaned group gets SIGHUP from the kernel
+        // and dies unfenced (nemesis seeds 170047, 170078, 170089: a host
+        // stopped, its agent restarted, two holders). It must ignore SIGHUP
+        // before it can leave the agent's group.
         let child = cmd
-            .process_group(0)
             .arg0(&self.named)
             .arg("watchdog")
             .stdin(stdin)

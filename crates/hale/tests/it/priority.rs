@@ -107,24 +107,3 @@ fn the_agent_runs_real_time_and_it_and_its_watchdog_ten_nice_levels_above_the_ho
         "threads of the watchdog {watchdog}: {ws:?}"
     );
 }
-
-#[test]
-fn the_watchdog_runs_in_a_process_group_of_its_own_so_a_terminals_ctrl_c_or_hang_up_never_reaches_it(
-) {
-    // Started from a terminal, the agent is in the terminal's foreground
-    // process group: ctrl-c and a hang-up go to the whole group. The agent
-    // handles them (a graceful stop, a reload); its watchdog, which fences
-    // when the agent is gone, must not die with them.
-    let hook = |_: usize, _: &std::path::Path| Some(("true".to_owned(), "true".to_owned()));
-    let c = Cluster::roles_with("watchdog-pgid", 1, hook, |_| String::new(), |_| {});
-    let pid = c.agents[0].pid().as_raw();
-    let watchdog = wait_for(Duration::from_secs(30), "the holder's watchdog", || {
-        descendants(pid).into_iter().find(|p| {
-            std::fs::read_to_string(format!("/proc/{p}/cmdline"))
-                .is_ok_and(|c| c.split('\0').any(|w| w == "watchdog"))
-        })
-    });
-    let group = |p: i32| nix::unistd::getpgid(Some(nix::unistd::Pid::from_raw(p))).unwrap();
-    assert_eq!(group(watchdog).as_raw(), watchdog, "its own group");
-    assert_ne!(group(watchdog), group(pid));
-}
