@@ -31,7 +31,7 @@ pub(crate) struct Probe<I> {
     /// The members asked to relay it: with the target, the only senders
     /// whose ack closes it, and the only ones whose nack counts.
     relays: Vec<I>,
-    expected_nacks: u32,
+    /// Nacks received from those relays.
     nacks: u32,
 }
 
@@ -42,6 +42,15 @@ impl<I: PartialEq> Probe<I> {
     /// is neither.
     fn answered_by(&self, from: &I) -> bool {
         *from == self.target || (self.indirect && self.relays.contains(from))
+    }
+
+    /// Counts `from`'s answer that it could not reach the target (a nack,
+    /// or closed-port evidence in its stead) if `from` is a relay this
+    /// probe asked: Lifeguard reads the missing ones as our own poor health.
+    fn relay_answered(&mut self, from: &I) -> bool {
+        let asked = self.indirect && self.relays.contains(from);
+        self.nacks += u32::from(asked);
+        asked
     }
 
     fn next_deadline(&self) -> Time {
@@ -282,7 +291,6 @@ impl<I: Identity> Node<I> {
             final_deadline: now + self.scaled(self.cfg.probe_interval),
             indirect: false,
             relays: Vec::new(),
-            expected_nacks: 0,
             nacks: 0,
         });
         self.send_ping(target.clone(), Channel::Datagram, seq, suspected);
@@ -368,7 +376,6 @@ impl<I: Identity> Node<I> {
         // discounts our accusations and stalls the verdict.
         let relays = self.random_unsuspected(self.cfg.indirect_probes, Some(&target));
         self.probing.probes[i].indirect = true;
-        self.probing.probes[i].expected_nacks = relays.len() as u32;
         self.probing.probes[i].relays.clone_from(&relays);
         for r in relays {
             let req = Message::PingReq {
@@ -388,7 +395,7 @@ impl<I: Identity> Node<I> {
         // Lifeguard: missing nacks mean *we* may be the problem; every relay
         // answering proves that we can send and receive (a node whose ring
         // neighbours all failed hears no acks, and must still recover).
-        let delta = match p.expected_nacks {
+        let delta = match p.relays.len() as u32 {
             0 => 1,
             n if p.nacks >= n => -1,
             n => (n - p.nacks) as i32,
@@ -543,26 +550,17 @@ impl<I: Identity> Node<I> {
         if from != accuser {
             return;
         }
-        if let Some(p) = self
-            .probing
-            .probes
-            .iter_mut()
-            .find(|p| p.target == *member && p.indirect)
-        {
-            p.nacks += 1;
+        if let Some(p) = self.probing.probes.iter_mut().find(|p| p.target == *member) {
+            p.relay_answered(from);
         }
     }
 
     /// A relay's nack for `seq`: counted only from a relay asked.
     pub(crate) fn handle_nack(&mut self, from: &I, seq: u32) {
-        if let Some(p) = self
-            .probing
-            .probes
-            .iter_mut()
-            .find(|p| p.seq == seq && p.indirect && p.relays.contains(from))
-        {
-            p.nacks += 1;
-            self.stats.nacks += 1;
+        if let Some(p) = self.probing.probes.iter_mut().find(|p| p.seq == seq) {
+            if p.relay_answered(from) {
+                self.stats.nacks += 1;
+            }
         }
     }
 
