@@ -41,7 +41,7 @@ pub fn render(s: &Snapshot, shared: &Shared) -> String {
         probes_skipped_fresh: "Probe visits skipped because the member was heard from recently.",
         acks: "Probes answered.",
         fallback_acks: "Probes answered only over the TCP fallback.",
-        acks_ignored: "Acks that answered nothing: late (a replay) or from a member the probe did not ask.",
+        acks_ignored: "Acks with the number of a probe in flight from a member it did not ask (a replay).",
         nacks: "Nacks received from indirect probers.",
         probe_failures: "Probes that failed.",
         suspicions: "Suspicions started.",

@@ -397,7 +397,7 @@ impl<I: Identity> Node<I> {
                 .any(|m| matches!(m, Message::PushPull { .. }));
         let from = pkt.header.sender;
         for msg in pkt.messages {
-            self.dispatch(now, &from, channel, current, msg);
+            self.dispatch(now, &from, channel, msg);
         }
         if stranger {
             self.sync_with_stranger(now, &from);
@@ -405,7 +405,7 @@ impl<I: Identity> Node<I> {
         Ok(())
     }
 
-    fn dispatch(&mut self, now: Time, from: &I, channel: Channel, current: bool, msg: Message<I>) {
+    fn dispatch(&mut self, now: Time, from: &I, channel: Channel, msg: Message<I>) {
         if let Message::Suspect {
             member,
             incarnation,
@@ -442,7 +442,7 @@ impl<I: Identity> Node<I> {
                 }
                 self.send(from.clone(), channel, vec![Message::Ack { seq }]);
             }
-            Message::Ack { seq } => self.handle_ack(now, from, seq, channel, current),
+            Message::Ack { seq } => self.handle_ack(now, from, seq, channel),
             Message::Nack { seq } => self.handle_nack(from, seq),
             Message::Superseded { known } => self.handle_superseded(from, known),
             Message::Summary { hash } => self.handle_summary(now, from, hash),

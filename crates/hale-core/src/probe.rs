@@ -425,23 +425,14 @@ impl<I: Identity> Node<I> {
         }
     }
 
-    /// An ack for `seq` from `from`. Only a current packet's ack counts: a
-    /// late one (a replay, `freshness.rs`) is no proof that anyone is alive
-    /// now. It closes our probe only if it comes from the probe's target or
-    /// a relay we asked, and answers a relay only if it comes from the
-    /// member the relay pinged.
-    pub(crate) fn handle_ack(
-        &mut self,
-        now: Time,
-        from: &I,
-        seq: u32,
-        channel: Channel,
-        current: bool,
-    ) {
-        if !current {
-            self.stats.acks_ignored += 1;
-            return;
-        }
+    /// An ack for `seq` from `from`. It closes our probe only if it comes
+    /// from the probe's target or a relay we asked, and answers a relay only
+    /// if it comes from the member the relay pinged. A late packet's ack
+    /// counts (a member whose clock stepped back sends only late packets for
+    /// a while): its number is this probe's, which no older packet to us
+    /// carries; a replay of one sent to another member is the wrong sender
+    /// or, numbers starting at random, the wrong number.
+    pub(crate) fn handle_ack(&mut self, now: Time, from: &I, seq: u32, channel: Channel) {
         if let Some(i) = self
             .probing
             .probes

@@ -74,9 +74,8 @@ pub struct Stats {
     pub acks: u64,
     /// Probes answered only over the stream fallback.
     pub fallback_acks: u64,
-    /// Acks that answered nothing: late (a replay, no proof of life now),
-    /// or carrying the number of a probe in flight from a member that
-    /// probe did not ask.
+    /// Acks carrying the number of a probe in flight (ours, or one we
+    /// relay) from a member that probe did not ask: a replay.
     pub acks_ignored: u64,
     /// Nacks received from indirect probers.
     pub nacks: u64,
