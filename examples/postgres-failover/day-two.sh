@@ -14,6 +14,14 @@
 #               A and B; then one to C while its replay is held back: refused, nothing moves
 #   pause       pause db, kill the primary's host: nobody promoted for HOLD s; resume: the
 #               failover follows
+#   standby-hang  every PostgreSQL process of a standby in the quorum stopped for HANG s
+#               (SIGSTOP: its connections stay open); then thawed: writes must go on
+#   primary-hang  every PostgreSQL process of the primary stopped: its agent's check fails,
+#               it is fenced (killed), a standby promoted; it rejoins the new primary
+#   disk-full   the primary's disk filled to 32 MB free (below min_free_bytes): it hands
+#               over; the ballast removed, it rejoins
+#   disk-stall  the primary's disk frozen (fsfreeze) until a new primary serves, 20 s at
+#               most; thawed, it rejoins
 
 host_ip() { local v=IP_$1; echo "${!v}"; }
 host_ns() { local v=NS_$1; echo "${!v}"; }
@@ -73,9 +81,20 @@ hold_c_back() {
 }
 release_c() { psql_on C -c "SELECT pg_wal_replay_resume()" >/dev/null 2>&1 || true; }
 round() { echo "$1" >> "$DIR/rounds.jsonl"; say "  $1"; }
+# The postmaster of host $1's PostgreSQL and its children.
+pg_pids() {
+  local pid
+  pid=$(head -1 "$(disk_of "$1")/postmaster.pid" 2>/dev/null) || return 0
+  kill -0 "$pid" 2>/dev/null || return 0
+  echo "$pid"; pgrep -P "$pid" || true
+}
+pg_signal() { local p; for p in $(pg_pids "$1"); do kill "-$2" "$p" 2>/dev/null || true; done; }
+in_quorum() { [ "$(psql_on "$1" -Atc "SELECT sync_state FROM pg_stat_replication WHERE application_name = 'host-$2'" 2>/dev/null)" = quorum ]; }
+# Bytes a non-root writer may still use on host $1's disk.
+avail() { df --output=avail -B1 "$(disk_of "$1")" | tail -1 | tr -d ' '; }
 
 : > "$DIR/rounds.jsonl"
-BACK=${BACK:-10}; HOLD=${HOLD:-60}
+BACK=${BACK:-10}; HOLD=${HOLD:-60}; HANG=${HANG:-8}
 case "$SCENARIO" in
   failovers)
     for k in $(seq 1 "$ROUNDS"); do
@@ -151,6 +170,51 @@ case "$SCENARIO" in
     sleep 3
     AFTER=$(holder); release_c
     round "{\"round\": \"ineligible\", \"t0_ns\": $T, \"to\": \"C\", \"status\": $code, \"reason\": $(python3 -c 'import json,sys; print(json.dumps(sys.argv[1]))' "$REASON"), \"holder_before\": \"$P\", \"holder_after\": \"$AFTER\"}" ;;
+  standby-hang)
+    for k in $(seq 1 "$ROUNDS"); do
+      P=$(holder); [ -n "$P" ] || fail "round $k: nobody holds db"
+      S=$(others "$P" | head -1)
+      wait_for 60 "round $k: $S streaming" streams "$S"
+      wait_for 30 "round $k: $S in $P's quorum" in_quorum "$P" "$S"
+      T=$(now_ns); event "round $k: every PostgreSQL process of $S (standby) hangs (SIGSTOP)"
+      pg_signal "$S" STOP
+      sleep "$HANG"
+      pg_signal "$S" CONT; event "round $k: $S's PostgreSQL thawed"
+      wait_for 120 "round $k: $S streaming again" streams "$S"
+      round "{\"round\": $k, \"t0_ns\": $T, \"primary\": \"$P\", \"hung\": \"$S\", \"hung_for_s\": $HANG, \"holder_after\": \"$(holder)\", \"back_to_streaming_s\": $(secs_since "$T")}"
+      sleep 3
+    done ;;
+  primary-hang|disk-full|disk-stall)
+    for k in $(seq 1 "$ROUNDS"); do
+      P=$(holder); [ -n "$P" ] || fail "round $k: nobody holds db"
+      for h in $(others "$P"); do wait_for 120 "round $k: $h streaming" streams "$h"; done
+      T=$(now_ns)
+      case "$SCENARIO" in
+        primary-hang) event "round $k: every PostgreSQL process of $P (primary) hangs (SIGSTOP)"; pg_signal "$P" STOP ;;
+        disk-full)
+          FREE=$(avail "$P")
+          event "round $k: $P's disk filled ($FREE bytes free, 32 MB left)"
+          fallocate -l $(( FREE - (32 << 20) )) "$(disk_of "$P")/ballast" ;;
+        disk-stall) event "round $k: $P's disk frozen (fsfreeze)"; fsfreeze -f "$(disk_of "$P")" ;;
+      esac
+      FROZEN_PROMOTED=n/a
+      if [ "$SCENARIO" = disk-stall ]; then
+        end=$(( T + 20000000000 ))
+        until new_primary "$P" >/dev/null 2>&1 || [ "$(now_ns)" -ge "$end" ]; do sleep 0.1; done
+        new_primary "$P" >/dev/null 2>&1 && FROZEN_PROMOTED=true || FROZEN_PROMOTED=false
+      fi
+      wait_for 60 "round $k: a new primary" new_primary "$P"
+      Q=$(new_primary "$P"); PROMOTED=$(secs_since "$T"); event "round $k: $Q serves as primary"
+      case "$SCENARIO" in
+        primary-hang) ;;   # its agent fences (kills) it: nothing to undo
+        disk-full) rm -f "$(disk_of "$P")/ballast" ;;
+        disk-stall) fsfreeze -u "$(disk_of "$P")" ;;
+      esac
+      B=$(now_ns); event "round $k: $P's fault undone"
+      wait_for 120 "round $k: $P streaming from $Q" streams "$P"
+      round "{\"round\": $k, \"t0_ns\": $T, \"fault\": \"$SCENARIO\", \"old_primary\": \"$P\", \"new_primary\": \"$Q\", \"new_primary_serving_s\": $PROMOTED, \"promoted_while_frozen\": \"$FROZEN_PROMOTED\", \"back_to_streaming_s\": $(secs_since "$B"), \"direct_write_on_old\": \"$(direct_write "$P")\"}"
+      sleep 3
+    done ;;
   pause)
     P=$(holder); [ -n "$P" ] || fail "nobody holds db"
     code=$(api_post C /v1/roles/db/pause '{}'); [ "$code" = 200 ] || fail "pause answered $code"
@@ -170,9 +234,9 @@ esac
 stop_load
 FINAL=$(holder)
 psql_on "$FINAL" -Atc "SELECT id FROM logins" > "$DIR/committed.txt"
-python3 - "$DIR/attempts.csv" "$DIR/committed.txt" "$DIR/rounds.jsonl" "$SCENARIO" "$RATE" > "$DIR/report.txt" <<'EOF'
+python3 - "$DIR/attempts.csv" "$DIR/committed.txt" "$DIR/rounds.jsonl" "$SCENARIO" "$RATE" "$STRICT" > "$DIR/report.txt" <<'EOF'
 import json, sys
-attempts_path, committed_path, rounds_path, scenario, rate = sys.argv[1:]
+attempts_path, committed_path, rounds_path, scenario, rate, strict = sys.argv[1:]
 att = []
 with open(attempts_path) as f:
     next(f)
@@ -202,7 +266,7 @@ def pct(v, p):
         return None
     return v[min(len(v) - 1, max(0, int(-(-len(v) * p // 1)) - 1))]
 down = [r.get("auth_downtime_s") for r in timed if isinstance(r["round"], int)]
-summary = {"scenario": scenario, "rate": int(rate), "rounds": len(rounds), "attempts": len(att),
+summary = {"scenario": scenario, "strict": strict == "true", "rate": int(rate), "rounds": len(rounds), "attempts": len(att),
            "committed_logins": len(ok_ids), "committed_logins_lost": lost,
            "auth_downtime_p50_s": pct(down, 0.5), "auth_downtime_p99_s": pct(down, 0.99),
            "auth_downtime_max_s": max((d for d in down if d is not None), default=None)}

@@ -4,10 +4,10 @@
 #
 #   host A  PostgreSQL 15 primary (role `db`, priority 100); a Sentry (half-dead
 #           by default: accepts connections, never answers) = the relay's primary
-#   host B  PostgreSQL 15 synchronous standby (priority 50): A acknowledges a
-#           commit only once B has flushed it
-#   host C  PostgreSQL 15 asynchronous standby (priority 10); the relay (its
-#           agent's) and the relay's standby Sentry (counts events)
+#   host B  PostgreSQL 15 standby (priority 50)
+#   host C  PostgreSQL 15 standby (priority 10); the relay (its agent's) and the
+#           relay's standby Sentry (counts events). A acknowledges a commit once B
+#           *or* C has flushed it (quorum commit: ANY 1 (B, C))
 #   host L  HAProxy in front of PostgreSQL, following GET /v1/roles/db/primary on
 #           the three agents; the auth service (hale-demo-auth serve: axum +
 #           tokio-postgres, failures to the `sentry` crate whose DSN is C's
@@ -15,9 +15,14 @@
 #
 # PostgreSQL runs under hale ([role.postgres]): hale promotes and fences it (its hooks are
 # `hale postgres promote|fence`), clones B and C from A (their data directories hold only their
-# own settings), keeps synchronous replication on while a standby streams, grants the role only
-# to a standby within max_lag_on_failover (1 MB), the synchronous one first, and after the fault
+# own settings), keeps quorum commit over the streaming standbys (none streaming: A commits
+# alone, unless --strict), checks that each server does its job (a primary commits a write, every
+# 250 ms; fails over after 1 s of failing), grants the role only to a standby within
+# max_lag_on_failover (1 MB), the furthest synchronous copy first, and after the fault
 # brings the old primary back as a streaming replica of the new one (pg_rewind, or a fresh clone).
+# Every TCP connection to PostgreSQL authenticates with a password (SCRAM, pg_hba.conf): hale
+# reads it from its password_file and hands pg_basebackup, pg_rewind and the standbys only the
+# path of a 0600 passfile; the auth service reads it from the same file (--db-password-file).
 #
 # Then a fault, and a timeline with the figures. As root:
 #
@@ -38,6 +43,12 @@
 #   --scenario lagging --rounds 10                 C held 16 MB behind: never promoted
 #   --scenario switchover --rounds 10              hale roles switchover, then one refused
 #   --scenario pause [--hold 60]                   paused: no promotion; resumed: failover
+#   --scenario standby-hang --rounds 5             every PostgreSQL process of a standby stopped
+#   --scenario primary-hang --rounds 5             every PostgreSQL process of the primary stopped
+#   --scenario disk-full --rounds 5                the primary's disk filled to 32 MB free
+#   --scenario disk-stall --rounds 5               the primary's disk frozen (fsfreeze)
+#   --strict                                       strict durability: A never commits alone
+#   (disk-full and disk-stall put each host's data directory on a 1 GB loop-mounted ext4)
 #
 # Needs: root, ip, nft, runuser, curl, PostgreSQL 15 server binaries (postgres,
 # initdb, pg_ctl, pg_basebackup, pg_rewind, pg_isready, psql; Debian: postgresql-15) and
@@ -50,7 +61,7 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 HALE=${HALE:-$ROOT/target/release/hale}
 DEMO=${DEMO:-$ROOT/target/release/hale-demo-auth}
 FAULT=host-death; SENTRY=half-dead; TRANSPORT=concurrent; PRE=8; AFTER=15; RATE=200; QUIET=0; KEEP=0; SAVE=""
-SCENARIO=""; ROUNDS=1; BACK=10; HOLD=60
+SCENARIO=""; ROUNDS=1; BACK=10; HOLD=60; STRICT=false
 while [ $# -gt 0 ]; do
   case "$1" in
     --fault) FAULT=$2; shift 2 ;;
@@ -66,15 +77,18 @@ while [ $# -gt 0 ]; do
     --rounds) ROUNDS=$2; shift 2 ;;
     --back) BACK=$2; shift 2 ;;
     --hold) HOLD=$2; shift 2 ;;
-    -h|--help) sed -n '2,39p' "$0"; exit 0 ;;
+    --strict) STRICT=true; shift ;;
+    -h|--help) sed -n '2,46p' "$0"; exit 0 ;;
     *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 case "$FAULT" in host-death|pg-hang|partition|sentry-half-dead) ;;
   *) echo "--fault is host-death, pg-hang, partition or sentry-half-dead" >&2; exit 2 ;; esac
 case "$SENTRY" in half-dead|healthy) ;; *) echo "--sentry is half-dead or healthy" >&2; exit 2 ;; esac
-case "$SCENARIO" in ""|failovers|lagging|switchover|pause) ;;
-  *) echo "--scenario is failovers, lagging, switchover or pause" >&2; exit 2 ;; esac
+case "$SCENARIO" in ""|failovers|lagging|switchover|pause|standby-hang|primary-hang|disk-full|disk-stall) ;;
+  *) echo "--scenario is failovers, lagging, switchover, pause, standby-hang, primary-hang, disk-full or disk-stall" >&2; exit 2 ;; esac
+DISKS=false
+case "$SCENARIO" in disk-*) DISKS=true ;; esac
 [ "$FAULT" = sentry-half-dead ] && SENTRY=healthy   # healthy until the fault
 
 [ "$(id -u)" = 0 ] || { echo "run as root: the three hosts are network namespaces (ip netns) with nftables" >&2; exit 3; }
@@ -87,6 +101,9 @@ fi
 missing=()
 for t in postgres initdb pg_ctl pg_basebackup pg_rewind pg_isready psql; do [ -x "$PGBIN/$t" ] || missing+=("$t"); done
 for t in haproxy ip nft runuser curl; do command -v "$t" >/dev/null 2>&1 || missing+=("$t"); done
+if [ "$DISKS" = true ]; then
+  for t in losetup mkfs.ext4 fsfreeze fallocate; do command -v "$t" >/dev/null 2>&1 || missing+=("$t"); done
+fi
 if [ ${#missing[@]} -gt 0 ]; then
   echo "missing: ${missing[*]} (looked for PostgreSQL in $PGBIN; Debian: apt-get install postgresql-15 haproxy iproute2 nftables util-linux curl)" >&2
   exit 3
@@ -98,6 +115,13 @@ id postgres >/dev/null 2>&1 || { echo "missing: a 'postgres' user to run Postgre
 
 say() { [ "$QUIET" = 1 ] || echo "$@"; }
 now_ns() { date +%s%N; }
+# Three servers, their WAL (wal_keep_size) and clones: with less room, a run fails somewhere
+# in the middle (hale's check fails a server below min_free_bytes, pg_basebackup runs out).
+free_kb=$(df -Pk /tmp | awk 'NR == 2 { print $4 }')
+if [ "${free_kb:-0}" -lt $((1024 * 1024)) ]; then
+  echo "FAILED: only $((${free_kb:-0} / 1024)) MB free in /tmp; this demo needs 1 GB" >&2
+  exit 1
+fi
 DIR=$(mktemp -d /tmp/hale-pg.XXXXXX)
 chmod 755 "$DIR"
 EV=$DIR/events.log
@@ -122,6 +146,12 @@ cleanup() {
     sleep 0.1
   done
   for ns in "$NS_A" "$NS_B" "$NS_C" "$NS_L" "$BR"; do ip netns del "$ns" 2>/dev/null || true; done
+  for h in a b c; do
+    if mountpoint -q "$DIR/pg/$h" 2>/dev/null; then
+      fsfreeze -u "$DIR/pg/$h" 2>/dev/null || true
+      umount -l "$DIR/pg/$h" 2>/dev/null || true
+    fi
+  done
   if [ "$KEEP" = 1 ]; then echo "kept $DIR" >&2; else rm -rf "$DIR"; fi
 }
 trap cleanup EXIT
@@ -160,8 +190,35 @@ wait_for() {
 # settings, and hale clones them from the primary ([role.postgres]: pg_basebackup) -----------
 install -d -o postgres -g postgres "$DIR/pg" "$DIR/sock-a" "$DIR/sock-b" "$DIR/sock-c"
 PGA=$DIR/pg/a; PGB=$DIR/pg/b; PGC=$DIR/pg/c
-as_pg "$NS_A" "$PGBIN/initdb" -D "$PGA" -U postgres --auth=trust -E UTF8 >"$DIR/initdb.log" 2>&1 || fail "initdb"
+# Every TCP connection (hale's sessions to the holder, pg_basebackup, pg_rewind, streaming, the
+# auth service) authenticates with postgres's password (SCRAM), read from this 0600 file: hale's
+# [role.postgres] password_file. Unix sockets stay trusted (this script's own psql).
+PGPASSWORD_FILE=$DIR/pg/password
+( umask 077; head -c 18 /dev/urandom | base64 | tr -d '/+=' > "$PGPASSWORD_FILE" )
+chown postgres: "$PGPASSWORD_FILE"
+as_pg "$NS_A" "$PGBIN/initdb" -D "$PGA" -U postgres --auth-local=trust --auth-host=scram-sha-256 \
+  --pwfile="$PGPASSWORD_FILE" -E UTF8 >"$DIR/initdb.log" 2>&1 || fail "initdb"
 DEFAULTS=$(cat "$PGA/postgresql.conf")
+# Host $1's disk: with DISKS, its data directory is a 1 GB ext4 of its own (a sparse file,
+# loop-mounted), which disk-full fills and disk-stall freezes.
+disk_of() { echo "$DIR/pg/${1,,}"; }
+mount_disks() {
+  local h
+  for h in a b c; do
+    truncate -s 1G "$DIR/disk-$h.img"
+    mkfs.ext4 -q "$DIR/disk-$h.img"
+    install -d "$DIR/pg/$h"
+    mount -o loop "$DIR/disk-$h.img" "$DIR/pg/$h"
+    rmdir "$DIR/pg/$h/lost+found"
+  done
+}
+if [ "$DISKS" = true ]; then
+  # A's data directory must be empty for initdb: mounted only now, and initdb again.
+  mount_disks
+  chown postgres: "$PGA"; chmod 700 "$PGA"
+  as_pg "$NS_A" "$PGBIN/initdb" -D "$PGA" -U postgres --auth-local=trust --auth-host=scram-sha-256 \
+    --pwfile="$PGPASSWORD_FILE" -E UTF8 >"$DIR/initdb.log" 2>&1 || fail "initdb on A's disk"
+fi
 for h in a b c; do
   d=$DIR/pg/$h; ip=IP_${h^^}
   install -d -m 700 -o postgres -g postgres "$d"
@@ -185,8 +242,8 @@ dynamic_shared_memory_type = mmap
 EOF
   cat > "$d/pg_hba.conf" <<EOF
 local all all trust
-host all all $SUB.0/24 trust
-host replication all $SUB.0/24 trust
+host all all $SUB.0/24 scram-sha-256
+host replication all $SUB.0/24 scram-sha-256
 EOF
   chown postgres: "$d/postgresql.conf" "$d/pg_hba.conf"
 done
@@ -205,9 +262,9 @@ psql_a -c "CREATE TABLE users (name text PRIMARY KEY, secret text NOT NULL);
   CREATE TABLE logins (id bigserial PRIMARY KEY, name text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());" \
   >/dev/null || fail "schema on A"
 # Synchronous replication is hale's ([role.postgres] synchronous, the default): the primary
-# names '*' while a standby streams; the first to connect (B) is the synchronous one.
+# waits for one flush among the streaming standbys the lease table names, ANY 1 (B, C).
 sync_state() { psql_a -Atc "SELECT sync_state FROM pg_stat_replication WHERE application_name = '$1'"; }
-is_sync() { [ "$(sync_state host-B)" = sync ]; }
+is_sync() { [ "$(sync_state host-B)" = quorum ]; }
 
 # --- Sentries: A's (primary upstream of the relay) and C's standby ----------------------------
 setsid ip netns exec "$NS_A" "$DEMO" sink --listen "$IP_A:9000" --control "$IP_A:9100" --mode \
@@ -244,16 +301,17 @@ db_conf() { # host-letter priority
 [[service]]
 name = "postgres"
 essential = true
+# The server does its job: a primary commits a write, a replica answers, both have disk.
 [[service.check]]
-command = ["$PGBIN/pg_isready", "-q", "-h", "$DIR/sock-$1", "-U", "postgres", "-d", "postgres", "-t", "1"]
-interval = "500ms"
-timeout = "1s"
+postgres = "db"
+interval = "250ms"
+timeout = "500ms"
 [[role]]
 name = "db"
 service = "postgres"
 priority = $2
 hook_timeout = "40s"
-fail_after = "2s"
+fail_after = "1s"
 # hale promotes, fences and rejoins this PostgreSQL itself (hale postgres promote|fence).
 [role.postgres]
 data_dir = "$DIR/pg/$1"
@@ -261,6 +319,8 @@ bin_dir = "$PGBIN"
 host = "$DIR/sock-$1"
 port = 5432
 log_file = "$DIR/pg/postgres-$1.log"
+strict = $STRICT
+password_file = "$PGPASSWORD_FILE"
 EOF
 }
 { agent_conf A "$IP_A" 1 "$IP_B" "$IP_C"; db_conf a 100; } > "$DIR/A.toml"
@@ -273,14 +333,14 @@ EOF
 start_agent() { HALE_LOG=warn setsid ip netns exec "$1" "$HALE" agent -c "$DIR/$2.toml" > "$DIR/agent-$2.log" 2>&1 & disown; }
 http_ok() { in_ns "$NS_L" curl -fsS -o /dev/null -m 1 "$1"; }
 # A and B first (two of the three control-plane servers): A's running primary takes db, and
-# hale clones B from it; B, the first standby to stream, is the synchronous one. Then C.
+# hale clones B from it; B, once the lease table names it, is in the quorum. Then C.
 start_agent "$NS_A" A; start_agent "$NS_B" B
 wait_for 60 "host A holding db (GET /v1/roles/db/primary on A)" http_ok "http://$IP_A:7947/v1/roles/db/primary"
 wait_for 90 "host B cloned by hale and streaming (GET /v1/roles/db/replica on B)" http_ok "http://$IP_B:7947/v1/roles/db/replica"
-wait_for 30 "B streaming synchronously from A" is_sync
+wait_for 30 "B in A's synchronous quorum" is_sync
 start_agent "$NS_C" C
 wait_for 90 "host C cloned by hale and streaming (GET /v1/roles/db/replica on C)" http_ok "http://$IP_C:7947/v1/roles/db/replica"
-say "Agents up: A holds db (epoch $(in_ns "$NS_L" curl -fsS "http://$IP_A:7947/v1/roles/db/primary" | sed 's/.*"epoch":\([0-9]*\).*/\1/')); B (synchronous) and C (asynchronous) stream from it."
+say "Agents up: A holds db (epoch $(in_ns "$NS_L" curl -fsS "http://$IP_A:7947/v1/roles/db/primary" | sed 's/.*"epoch":\([0-9]*\).*/\1/')); B and C stream from it (quorum commit: ANY 1 of them)."
 
 # --- HAProxy, the auth service and the load on L ----------------------------------------------
 cat > "$DIR/haproxy.cfg" <<EOF
@@ -317,7 +377,7 @@ setsid ip netns exec "$NS_L" bash -c "haproxy -db -f '$DIR/haproxy.cfg' 2>&1 | w
 b_down() { grep -q "Server postgres/b is DOWN" "$EV"; }
 wait_for 10 "HAProxy's first check of B (503: not the primary)" b_down
 setsid ip netns exec "$NS_L" "$DEMO" serve --listen 127.0.0.1:8080 \
-  --db "host=127.0.0.1 port=5432 user=postgres dbname=postgres" --dsn "http://public@$IP_C:7947/1" --transport "$TRANSPORT" \
+  --db "host=127.0.0.1 port=5432 user=postgres dbname=postgres" --db-password-file "$PGPASSWORD_FILE" --dsn "http://public@$IP_C:7947/1" --transport "$TRANSPORT" \
   > "$DIR/auth.log" 2>&1 & disown
 login_ok() { in_ns "$NS_L" curl -fsS -m 2 -H 'Content-Type: application/json' -d '{"user":"u1","secret":"s1"}' http://127.0.0.1:8080/login; }
 wait_for 30 "a login through HAProxy to A" login_ok

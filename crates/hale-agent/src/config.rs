@@ -28,6 +28,13 @@
 //! `HALE_ADVERTISE`, `HALE_HTTP`, `HALE_SEEDS` (comma-separated),
 //! `HALE_CLUSTER`, `HALE_PROFILE`, `HALE_KEYS` (comma-separated),
 //! `HALE_API_TOKEN`, `HALE_STATE_DIR`.
+//!
+//! Room: configuration and reload. Parsing, validation and the difference
+//! between two loaded files ([`diff`]) are plain data, which every room
+//! may import; [`reload`] is the one part that acts: it applies a
+//! difference to the running agent (roles, checks, relay, membership
+//! settings), all of it or nothing. Only the composition root (`lib.rs`)
+//! and the HTTP surface (`POST /v1/reload`) use [`reload`].
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -41,10 +48,11 @@ use hale_core::{Config as CoreConfig, NodeId, Profile};
 use hale_keyring::{Key, Keyring};
 
 mod diff;
+pub mod reload;
 mod role;
 mod service;
 
-pub use diff::{diff, ConfigDiff, LoadedConfig, RoleDiff};
+pub use diff::{diff, ConfigDiff, LoadedConfig, RoleDiff, HELD_LIVE};
 pub use role::{parse_servers, ControlPlan, ControlSection, RoleSpec};
 pub use service::{CheckSection, CheckSpec, Probe, ServiceSection, ServiceSpec};
 
@@ -377,7 +385,7 @@ pub struct AgentConfig {
     pub watchdog_exe: std::path::PathBuf,
     /// The relay, if configured.
     pub relay: Option<hale_relay::RelayConfig>,
-    /// `[agent] priority_boost` (see [`crate::priority`]).
+    /// `[agent] priority_boost` (see [`crate::host::priority`]).
     pub priority_boost: u8,
     /// `[agent] realtime`, resolved.
     pub realtime: bool,
@@ -555,7 +563,12 @@ impl FileConfig {
             .services
             .iter()
             .enumerate()
-            .map(|(i, s)| s.validate(i))
+            .map(|(i, s)| {
+                s.validate(i, &|role| {
+                    let r = self.roles.iter().find(|r| r.name == role)?;
+                    r.postgres.clone()
+                })
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let names: Vec<String> = services.iter().map(|s| s.name.clone()).collect();
         // Services and roles are known by name (checks, reloads, the API).
@@ -615,11 +628,11 @@ impl FileConfig {
             priority_boost: self
                 .agent
                 .priority_boost
-                .unwrap_or(crate::priority::DEFAULT_BOOST),
+                .unwrap_or(crate::host::priority::DEFAULT_BOOST),
             realtime: self
                 .agent
                 .realtime
-                .unwrap_or(crate::priority::DEFAULT_REALTIME),
+                .unwrap_or(crate::host::priority::DEFAULT_REALTIME),
             hooks_at_once,
         })
     }

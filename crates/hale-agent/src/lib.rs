@@ -12,39 +12,30 @@
 
 #![forbid(unsafe_code)]
 
-pub mod api;
-mod api_guard;
-mod app;
-pub mod cgroup;
-pub mod client;
-mod clocks;
-mod cluster_api;
+// The rooms, by capability: each module's documentation says what it
+// holds and what it offers the others. Imports point one way: the HTTP
+// surface reads roles and membership; roles use membership; membership,
+// configuration, the host helpers and the API's shapes (`view`) use no
+// room above them. This file is the composition root that wires them.
 pub mod config;
-pub mod dashboard;
-pub mod drill;
-mod faults;
-pub mod generation;
-mod holders;
+mod host;
+mod http;
+mod membership;
+pub mod roles;
+pub mod view;
+
 /// The cluster keyring (the `hale-keyring` crate).
 pub use hale_keyring as keyring;
-pub mod keys_api;
-pub mod meta;
-pub mod metrics;
-mod peers;
-pub mod priority;
-mod published;
-pub mod relay_api;
-pub mod reload;
-pub mod roles;
-mod roles_api;
-pub mod runtime;
-mod seed;
-pub mod services;
-mod state;
-mod switchover_api;
-pub mod systemd;
-pub mod view;
-pub mod watchdog;
+
+// The public paths as they were before the rooms (the `hale` binary, the
+// tests and embedders use them).
+pub use config::reload;
+pub use host::{cgroup, priority, systemd};
+pub use http::{api, client, dashboard, drill, keys_api, metrics, relay_api};
+pub use membership::{generation, meta, runtime};
+pub use roles::{services, watchdog};
+
+use membership::{clocks, holders, published, seed};
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -229,7 +220,7 @@ impl Agent {
             reload::Parts {
                 checks: roles.checks.clone(),
                 roles: roles.set.clone(),
-                views: roles.views.clone(),
+                views: roles.set.views(),
                 published: roles.published.clone(),
                 relay: relay.as_ref().map(|(r, _)| r.clone()),
                 cmds: cmd_tx.clone(),
@@ -237,12 +228,12 @@ impl Agent {
                 shared: shared.clone(),
             },
         ));
-        let state = state::AppState {
+        let state = http::state::AppState {
             cmds: cmd_tx.clone(),
             shared: shared.clone(),
             cluster: cfg.core.cluster.clone(),
             relay: relay.clone(),
-            roles: roles.views.clone(),
+            roles: roles.set.views(),
             services: roles.checks.services().clone(),
             role_set: roles.set.clone(),
             reloader: reloader.clone(),
@@ -251,7 +242,7 @@ impl Agent {
             keys,
             peers: Default::default(),
         };
-        let app = app::router(state, cfg.api_token.clone(), http_addr);
+        let app = http::router(state, cfg.api_token.clone(), http_addr);
         if let Some((r, c)) = &relay {
             tasks.spawn(relay_api::watch_breakers(
                 r.clone(),
@@ -490,7 +481,6 @@ pub async fn run(
 
 /// What [`start_roles`] started.
 struct RolesRunning {
-    views: roles::RoleViews,
     checks: Arc<services::Checks>,
     set: Arc<roles::RoleSet>,
     published: Arc<published::Published>,
@@ -521,11 +511,7 @@ async fn start_roles(
         http_addr,
         after_older_release,
     } = facts;
-    use std::collections::BTreeMap;
-    use std::sync::Mutex;
-
     let checks = Arc::new(services::Checks::start(cfg.services.clone()));
-    let views: roles::RoleViews = Arc::new(Mutex::new(BTreeMap::new()));
     // Candidacies are published in this member's metadata (priority and
     // readiness per role), for operators and dashboards; which candidate
     // wins is decided by the control-plane leader from their requests.
@@ -537,8 +523,7 @@ async fn start_roles(
         cfg.core.wire_versions,
     ));
     let mut out = RolesRunning {
-        set: Arc::new(roles::RoleSet::new(None, views.clone(), published.clone())),
-        views,
+        set: Arc::new(roles::RoleSet::new(None, published.clone())),
         checks,
         published,
         client: None,
@@ -581,7 +566,7 @@ async fn start_roles(
         let (shared, published) = (shared.clone(), out.published.clone());
         Arc::new(move |change| match change {
             roles::RoleChange::Eligible { role, eligible } => {
-                published.candidacy(&role, |c| c.eligible = eligible);
+                published.checks(&role, eligible);
             }
             roles::RoleChange::Event(e) => {
                 tracing::info!(event = ?e, "role event");
@@ -616,11 +601,7 @@ async fn start_roles(
         on_change,
         cmds: cmds.clone(),
     };
-    out.set = Arc::new(roles::RoleSet::new(
-        Some(ctx),
-        out.views.clone(),
-        out.published.clone(),
-    ));
+    out.set = Arc::new(roles::RoleSet::new(Some(ctx), out.published.clone()));
     for spec in &cfg.roles {
         out.set.start(spec.clone());
     }

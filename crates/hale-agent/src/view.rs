@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use hale_control::{HookOutcome, StepDownReason};
 use hale_core::{DeathEvidence, Event, Member, NodeId, Time};
 
+mod history;
 mod ops;
 mod reload;
 mod role;
@@ -21,6 +22,7 @@ pub use hale_relay::BreakerGauge as BreakerState;
 pub use hale_relay::UpstreamRole;
 /// Clocks that disagree with this process's (`/v1/health`'s `clock`).
 pub use hale_seal::{ClockReport, ServerOffset, StampsRefused};
+pub use history::{Cause, Change, HistoryView, ReleaseReason};
 pub use ops::{
     DrillView, ErrorBody, Fault, FaultView, KeyOp, KeyOpError, KeyReport, KeyRequest, KeyView,
     KeysView, RelayView, RestoredView, TrafficView, UpstreamView, DEFAULT_DISK_DELAY,
@@ -30,7 +32,7 @@ pub use reload::{ChangeKind, ConfigChange, RefusalReason, RefusedKey, ReloadRefu
 pub use role::{
     CandidateView, CheckResult, CheckView, ClusterRoleView, ClusterRolesView, ClusterServicesView,
     HandoverView, Lagging, LeaseView, NodeServicesView, PauseView, PostgresView, PrimaryView,
-    ReplicaView, RoleView, RolesView, ServiceView, SwitchoverRequest, SwitchoverStep,
+    ReplicaView, RoleTags, RoleView, RolesView, ServiceView, SwitchoverRequest, SwitchoverStep,
     SwitchoverView,
 };
 
@@ -660,7 +662,7 @@ pub struct HealthView {
     /// Its hooks now: running, queued, and the bound (absent without a
     /// control plane, and from agents before 0.3.0).
     #[serde(default)]
-    pub hooks: Option<crate::roles::slots::SlotCounts>,
+    pub hooks: Option<SlotCounts>,
 }
 
 /// The wire versions of an agent, in `GET /v1/health`.
@@ -670,6 +672,17 @@ pub struct WireView {
     pub speaks: String,
     /// The version it writes: the highest every live member speaks.
     pub writes: u8,
+}
+
+/// How many hooks run and wait now (`hooks` of [`HealthView`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotCounts {
+    /// Hooks holding a slot.
+    pub running: usize,
+    /// Hooks waiting for one.
+    pub queued: usize,
+    /// The bound.
+    pub limit: usize,
 }
 
 #[cfg(test)]

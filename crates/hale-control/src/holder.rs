@@ -49,22 +49,27 @@
 //! * **A promotion that fails or outlives `hook_timeout` is abandoned**: the
 //!   hook is killed, the node demotes, releases the role and stands aside
 //!   for one lease so that the next candidate takes it.
+//! * **A node that may not be promoted never asks for the role**
+//!   ([`HolderConfig::promotable`]): it stands by as a standby, gives back
+//!   a grant that answers an earlier ask, and, holding when it is retuned
+//!   so, keeps renewing until the agent hands the role over.
 //! * **A hook's `hook_timeout` runs from when it started**: time it waited
 //!   for one of the agent's hook slots ([`Holder::handle_hook_queued`],
 //!   [`Holder::handle_hook_started`]), however long,
 //!   or the node was stopped ([`Holder::handle_pause`]), does not count.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use hale_core::Time;
 
 use crate::history::HookKind;
-use crate::lease::{AcquireRequest, HeldLease, LeaseRequest, LeaseResponse};
+use crate::lease::{AcquireRequest, HeldLease, LeaseRequest, LeaseResponse, Origin, ReleaseReason};
 use crate::replication::Standing;
 
 mod io;
 mod keep;
+mod phase;
 mod runs;
 mod step_down;
 
@@ -72,144 +77,56 @@ pub use io::{
     Action, ControlRequest, DataState, HolderConfig, HolderEvent, HookExit, HookId, HookOutcome,
     HookReason, RequestId, RoleState, ServiceStatus, StepDownReason,
 };
-use runs::Run;
+use phase::{Candidacy, Claim, Handover, Phase, Run, Step, Tenure, Watchdog};
+
 pub use step_down::{DEMOTE_RETRY_FIRST, DEMOTE_RETRY_MAX};
 
-/// The watchdog process, as the holder knows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Watchdog {
-    /// None runs.
-    None,
-    /// Fences at its deadline; re-armed by renewals.
-    Armed,
-    /// Asked not to fence at its deadline (the step-down is under way).
-    Disarmed,
-}
-
-/// The steps of giving a role up, in order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Step {
-    /// The promote hook is being killed; waiting for its exit.
-    StoppingPromote(Run),
-    /// Waiting for the watchdog to say whether it fenced.
-    DisarmingWatchdog,
-    /// The demote hook runs.
-    Demoting(Run),
-    /// The demote hook failed: it runs again at `at`.
-    RetryingDemote {
-        /// When.
-        at: Time,
-    },
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Phase {
-    /// Not holding. `acquiring`: the acquisition request in flight, and when it was sent.
-    Candidate {
-        acquiring: Option<(RequestId, Time)>,
-    },
-    /// Granted, promote hook running.
-    Promoting {
-        lease: HeldLease,
-        run: Run,
-        /// A handover asked for meanwhile (taken when promoted).
-        handover: Handover,
-    },
-    /// Promoted.
-    Holding { lease: HeldLease },
-    /// Giving the role up.
-    SteppingDown {
-        epoch: u64,
-        /// Still valid (a voluntary step-down keeps renewing it).
-        lease: Option<HeldLease>,
-        reason: StepDownReason,
-        next: Option<String>,
-        promote: Option<HookOutcome>,
-        step: Step,
-        /// How many runs of the demote hook have failed so far, and since
-        /// when (the first failure).
-        failures: Option<(u32, Time)>,
-        /// The control plane refused the epoch (another node holds the
-        /// role). Until then, a step-down without a lease (lost, or run
-        /// out) asks to renew its epoch anyway, and takes the lease back if
-        /// that commits: while the table still names this node, nobody else
-        /// is granted the role, so a demote that fails (and is retried)
-        /// never leaves two holders (nemesis seed 120226: a lease lost to a
-        /// slow network, the demote failing, the next holder promoted
-        /// beside the old service for 7 s).
-        refused: bool,
-    },
-}
-
-/// A handover asked for while the promote hook runs.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-enum Handover {
-    /// None.
-    #[default]
-    NotAsked,
-    /// To the best other candidate.
-    ToBest,
-    /// To this one.
-    To(String),
-}
-
-/// Whether the agent is stopping: `Stopped` comes only after `Stopping`.
+/// Whether the agent is stopping.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Lifecycle {
     /// Serving the role.
     Running,
-    /// Giving the role up before stopping.
+    /// Giving the role up before stopping (then [`Phase::Stopped`]).
     Stopping,
-    /// Stopped: [`HolderEvent::Stopped`] was reported; nothing more happens.
-    Stopped,
 }
 
 /// One role's candidacy on this node: see the module documentation.
+///
+/// What only one phase (or a group of phases) knows lives in `Phase`;
+/// the fields here are those every phase reads.
 #[derive(Debug, Clone)]
 pub struct Holder {
+    /// The settings: every phase reads them, and a reload changes them
+    /// whatever the phase ([`Holder::retune`]).
     cfg: HolderConfig,
+    /// Where the candidacy stands, with what only that phase knows.
     phase: Phase,
+    /// What the service's checks say: a candidate asks by them, a holder
+    /// steps down by them, and they are reported whatever the phase.
     status: ServiceStatus,
-    /// What a replicated service says of its data (see [`DataState`]).
+    /// What a replicated service says of its data (see [`DataState`]): a
+    /// candidate asks with its copy's position, a holder renews with its
+    /// mark; measured by the agent whatever the phase.
     data: DataState,
     /// The role is paused, as the last committed renewal said: no step
-    /// down for failing checks (an operator's maintenance).
+    /// down for failing checks (an operator's maintenance). It outlives a
+    /// holding: [`HolderEvent::Paused`] reports changes, from one committed
+    /// renewal to the next, whichever holding sent it.
     paused: bool,
-    /// Whether the last published eligibility was true.
+    /// Whether the last published eligibility was true: published on every
+    /// change of the checks, whatever the phase.
     eligible: Option<bool>,
-    /// Not asking for the role before this instant (after a handover or a
-    /// failed promotion).
-    hold_off_until: Option<Time>,
-    /// The next standby poll.
-    next_poll: Time,
-    /// The next renewal.
-    next_renewal: Time,
-    /// Renewals in flight: when each was sent, and for which epoch.
-    renewals: BTreeMap<RequestId, (Time, u64)>,
-    /// The watchdog process, if one runs.
-    watchdog: Watchdog,
+    /// Whether the agent is stopping: a stop asked in any phase is carried
+    /// out by the phases that follow, and no new holding begins.
     life: Lifecycle,
+    /// The last request or hook id handed out: ids are unique across
+    /// phases, so that a late answer is never taken for a newer request's.
     next_id: u64,
     /// This candidacy episode's acquisition attempt (see
     /// [`ControlRequest::Acquire`]): the same while it asks again, a new
-    /// one after each holding.
+    /// one after each holding, so it outlives each phase.
     attempt: u64,
-    /// A paused role this node holds in the control plane's table, being
-    /// adopted by a renewal ([`Holder::handle_adopt`]).
-    adopting: Option<keep::Adopting>,
-    /// The agent is stopping while its role is paused: the instant of the
-    /// stop. The first renewal sent since then that commits decides: still
-    /// paused, the role is kept ([`HolderEvent::Kept`]); resumed
-    /// meanwhile, it steps down as usual.
-    keeping: Option<Time>,
-    /// A control-plane server of an older release refused a
-    /// [`LeaseRequest::Keep`] or [`LeaseRequest::Adopt`] (protocol 3): this
-    /// keep or adoption goes by plain renewals, as 0.2.0's did.
-    keep_by_renewal: bool,
-    /// The agent is stopping and this release is its holding's last word:
-    /// it stops once the release is answered (or given up on), so that the
-    /// table does not show a holding its next run would take for kept.
-    releasing: Option<RequestId>,
+    /// The actions not yet taken, in order, whatever phase produced them.
     actions: VecDeque<Action>,
 }
 
@@ -219,22 +136,13 @@ impl Holder {
         Holder {
             attempt: cfg.instance.max(1),
             cfg,
-            phase: Phase::Candidate { acquiring: None },
+            phase: Phase::Candidate(Candidacy::new(now)),
             status: ServiceStatus::default(),
             data: DataState::Unknown,
             paused: false,
             eligible: None,
-            hold_off_until: None,
-            next_poll: now,
-            next_renewal: now,
-            renewals: BTreeMap::new(),
-            watchdog: Watchdog::None,
             life: Lifecycle::Running,
             next_id: 0,
-            adopting: None,
-            keeping: None,
-            keep_by_renewal: false,
-            releasing: None,
             actions: VecDeque::new(),
         }
     }
@@ -245,13 +153,23 @@ impl Holder {
     }
 
     /// New settings for this candidacy (an agent's configuration reload):
-    /// its `priority` is asked with from the next acquisition on; its
+    /// its `priority` is asked with from the next acquisition on; whether
+    /// it is `promotable` decides from the next poll on whether it asks at
+    /// all (a grant answering an earlier ask is given straight back); its
     /// `hook_timeout` and `fail_after` bound the hook runs and failing
     /// streaks from the next deadline on (a run under way is timed from
     /// its start with the new limit). Nothing else changes: no request,
-    /// hook or step-down comes of it by itself.
-    pub fn retune(&mut self, priority: i64, hook_timeout: Duration, fail_after: Duration) {
+    /// hook or step-down comes of it by itself (a holder that may no longer
+    /// be promoted keeps its holding until the agent hands it over).
+    pub fn retune(
+        &mut self,
+        priority: i64,
+        promotable: bool,
+        hook_timeout: Duration,
+        fail_after: Duration,
+    ) {
         self.cfg.priority = priority;
+        self.cfg.promotable = promotable;
         self.cfg.hook_timeout = hook_timeout;
         self.cfg.fail_after = fail_after;
     }
@@ -259,8 +177,10 @@ impl Holder {
     /// Where the candidacy stands.
     pub fn state(&self) -> RoleState {
         match &self.phase {
-            Phase::Candidate { .. } if self.may_ask() => RoleState::Standby,
-            Phase::Candidate { .. } => RoleState::Ineligible,
+            Phase::Candidate(_) | Phase::Releasing { .. } | Phase::Stopped if self.may_follow() => {
+                RoleState::Standby
+            }
+            Phase::Candidate(_) | Phase::Releasing { .. } | Phase::Stopped => RoleState::Ineligible,
             Phase::Promoting { .. } => RoleState::Promoting,
             Phase::Holding { .. } => RoleState::Holder,
             Phase::SteppingDown { .. } => RoleState::Demoting,
@@ -269,11 +189,7 @@ impl Holder {
 
     /// The fencing epoch held (while promoting, holding or stepping down).
     pub fn epoch(&self) -> Option<u64> {
-        match &self.phase {
-            Phase::Candidate { .. } => None,
-            Phase::Promoting { lease, .. } | Phase::Holding { lease } => Some(lease.epoch),
-            Phase::SteppingDown { epoch, .. } => Some(*epoch),
-        }
+        self.phase.epoch()
     }
 
     /// The last instant this node may act as holder, if it holds a lease.
@@ -283,7 +199,7 @@ impl Holder {
 
     /// Whether the agent's stop has been carried out.
     pub fn is_stopped(&self) -> bool {
-        self.life == Lifecycle::Stopped
+        self.phase == Phase::Stopped
     }
 
     /// The next action to carry out, in order.
@@ -293,26 +209,17 @@ impl Holder {
 
     /// The next instant at which [`Holder::handle_timeout`] has work.
     pub fn poll_timeout(&self) -> Option<Time> {
-        if self.life == Lifecycle::Stopped {
-            return None;
-        }
         let (hook, failing) = match &self.phase {
-            Phase::Candidate { .. } if self.adopting.is_some() => return self.adopt_due(),
-            Phase::Candidate { acquiring } => {
-                let asks = !self.stopping() && acquiring.is_none() && self.may_ask();
-                let held_off = self.hold_off_until.unwrap_or(Time::ZERO);
-                return asks.then(|| self.next_poll.max(held_off));
-            }
+            Phase::Stopped | Phase::Releasing { .. } => return None,
+            Phase::Candidate(c) => return self.candidate_due(c),
             Phase::Promoting { run, .. } => (Some(run), true),
             Phase::Holding { .. } => (None, true),
             // A promote hook being killed is not timed: its exit is awaited.
             Phase::SteppingDown { step, .. } => match step {
-                Step::Demoting(run) => (Some(run), false),
+                Step::Demoting { run, .. } => (Some(run), false),
                 Step::StoppingPromote(_) | Step::DisarmingWatchdog => (None, false),
-                Step::RetryingDemote { at } => {
-                    let renew =
-                        (self.lease().is_some() || self.reclaiming()).then_some(self.next_renewal);
-                    return [Some(*at), renew].into_iter().flatten().min();
+                Step::RetryingDemote { at, .. } => {
+                    return [Some(*at), self.renewal_due()].into_iter().flatten().min();
                 }
             },
         };
@@ -321,7 +228,7 @@ impl Holder {
         let lease = self.lease();
         let failing = self.status.failing_since.filter(|_| failing);
         [
-            (lease.is_some() || self.reclaiming()).then_some(self.next_renewal),
+            self.renewal_due(),
             lease.map(HeldLease::valid_until),
             hook.and_then(|run| run.times_out_at(self.cfg.hook_timeout)),
             failing.map(|since| since + self.cfg.fail_after),
@@ -331,42 +238,36 @@ impl Holder {
         .min()
     }
 
+    /// When a candidate has work: its adoption's next renewal, or its next
+    /// poll (not before its hold-off ends) while it asks.
+    fn candidate_due(&self, c: &Candidacy) -> Option<Time> {
+        if let Some(a) = &c.adopting {
+            return a.due();
+        }
+        let asks = !self.stopping() && c.acquiring.is_none() && self.may_ask();
+        let held_off = c.hold_off_until.unwrap_or(Time::ZERO);
+        asks.then(|| c.next_poll.max(held_off))
+    }
+
+    /// The next renewal, while a lease is held or asked back.
+    fn renewal_due(&self) -> Option<Time> {
+        let tenure = self.phase.tenure()?;
+        (self.lease().is_some() || self.reclaiming()).then_some(tenure.next_renewal)
+    }
+
     /// Time has passed: renew, poll, and enforce deadlines that are due.
     pub fn handle_timeout(&mut self, now: Time) {
-        if self.life == Lifecycle::Stopped {
-            return;
+        let lease_length = self.cfg.timing.lease;
+        if let Some(tenure) = self.phase.tenure_mut() {
+            tenure
+                .renewals
+                .retain(|_, sent| now.saturating_since(*sent) <= lease_length);
         }
-        self.renewals
-            .retain(|_, (sent, _)| now.saturating_since(*sent) <= self.cfg.timing.lease);
         match &mut self.phase {
-            Phase::Candidate { .. } if self.adopting.is_some() => self.adopt_renew(now),
-            Phase::Candidate { acquiring } => {
-                let held_off = self.hold_off_until.is_some_and(|t| now < t);
-                if acquiring.is_none()
-                    && !self.stopping()
-                    && self.may_ask()
-                    && !held_off
-                    && now >= self.next_poll
-                {
-                    self.next_poll = next_tick(now, self.cfg.timing.renew_every);
-                    let id = self.id();
-                    self.phase = Phase::Candidate {
-                        acquiring: Some((id, now)),
-                    };
-                    self.actions.push_back(Action::Send {
-                        id,
-                        request: ControlRequest::Acquire(AcquireRequest {
-                            role: self.cfg.role.clone(),
-                            holder: self.cfg.node.clone(),
-                            priority: self.cfg.priority,
-                            attempt: self.attempt,
-                            standing: self.standing().flatten(),
-                        }),
-                        deadline: now + self.cfg.acquire_timeout,
-                    });
-                }
-            }
-            Phase::Promoting { lease, .. } | Phase::Holding { lease } => {
+            Phase::Stopped | Phase::Releasing { .. } => {}
+            Phase::Candidate(c) if c.adopting.is_some() => self.adopt_renew(now),
+            Phase::Candidate(_) => self.maybe_ask(now),
+            Phase::Promoting { lease, .. } | Phase::Holding { lease, .. } => {
                 let expired = lease.expired(now);
                 let promote_late = matches!(&self.phase, Phase::Promoting { run, .. }
                     if run.times_out_at(self.cfg.hook_timeout).is_some_and(|t| now >= t));
@@ -383,12 +284,12 @@ impl Holder {
                     None => self.maybe_renew(now),
                 }
             }
-            Phase::SteppingDown { lease, step, .. } => {
-                if lease.as_ref().is_some_and(|l| l.expired(now)) {
-                    *lease = None;
+            Phase::SteppingDown { claim, step, .. } => {
+                if matches!(claim, Claim::Leased(lease) if lease.expired(now)) {
+                    *claim = Claim::Reclaiming;
                 }
                 match step {
-                    Step::Demoting(run) => {
+                    Step::Demoting { run, .. } => {
                         if run
                             .times_out_at(self.cfg.hook_timeout)
                             .is_some_and(|t| now >= t)
@@ -399,7 +300,7 @@ impl Holder {
                             self.actions.push_back(Action::KillHook { id });
                         }
                     }
-                    Step::RetryingDemote { at } if now >= *at => self.start_demote(now),
+                    Step::RetryingDemote { at, .. } if now >= *at => self.start_demote(now),
                     Step::RetryingDemote { .. }
                     | Step::StoppingPromote(_)
                     | Step::DisarmingWatchdog => {}
@@ -407,6 +308,34 @@ impl Holder {
                 self.maybe_renew(now);
             }
         }
+    }
+
+    /// A candidate asks for the role if it may and its next poll is due.
+    fn maybe_ask(&mut self, now: Time) {
+        let Phase::Candidate(c) = &self.phase else {
+            return;
+        };
+        let held_off = c.hold_off_until.is_some_and(|t| now < t);
+        let due = c.acquiring.is_none() && !held_off && now >= c.next_poll;
+        if !due || self.stopping() || !self.may_ask() {
+            return;
+        }
+        let id = self.id();
+        if let Phase::Candidate(c) = &mut self.phase {
+            c.next_poll = next_tick(now, self.cfg.timing.renew_every);
+            c.acquiring = Some((id, now));
+        }
+        self.actions.push_back(Action::Send {
+            id,
+            request: ControlRequest::Acquire(AcquireRequest {
+                role: self.cfg.role.clone(),
+                holder: self.cfg.node.clone(),
+                priority: self.cfg.priority,
+                attempt: self.attempt,
+                standing: self.standing().flatten(),
+            }),
+            deadline: now + self.cfg.acquire_timeout,
+        });
     }
 
     /// What a replicated service says of its data now (measured by the
@@ -431,20 +360,18 @@ impl Holder {
 
     /// The answer to request `id` (`None`: no server answered in time).
     pub fn handle_response(&mut self, now: Time, id: RequestId, response: Option<LeaseResponse>) {
-        if self.life == Lifecycle::Stopped {
-            return;
+        match self.phase {
+            Phase::Stopped => return,
+            Phase::Releasing { id: release } if release == id => return self.stop_done(),
+            _ => {}
         }
         if self.adopt_answered(now, id, &response) {
             return;
         }
-        if self.releasing == Some(id) {
-            self.releasing = None;
-            return self.stop_done();
-        }
-        if let Phase::Candidate { acquiring } = &mut self.phase {
-            if let Some((aid, sent)) = *acquiring {
+        if let Phase::Candidate(c) = &mut self.phase {
+            if let Some((aid, sent)) = c.acquiring {
                 if aid == id {
-                    *acquiring = None;
+                    c.acquiring = None;
                     if let Some(LeaseResponse::Granted { epoch }) = response {
                         self.granted(now, epoch, sent);
                     }
@@ -456,15 +383,18 @@ impl Holder {
         if let Some(LeaseResponse::Granted { epoch: e }) = response {
             // Granted after this node moved on (stopping, or a late answer):
             // give it straight back.
-            let _ = self.send_release(now, e, None);
+            let _ = self.send_release(now, e, None, ReleaseReason::Unused);
             return;
         }
-        let Some((sent, epoch)) = self.renewals.remove(&id) else {
-            return; // too old to count, or not a renewal
+        // A renewal is this tenure's (all of one epoch), or too old to
+        // count, or not a renewal.
+        let Some(tenure) = self.phase.tenure_mut() else {
+            return;
         };
-        if self.epoch() != Some(epoch) {
+        let Some(sent) = tenure.renewals.remove(&id) else {
             return;
-        }
+        };
+        let Some(epoch) = self.epoch() else { return };
         match response {
             Some(LeaseResponse::Renewed {
                 epoch: e, paused, ..
@@ -478,7 +408,7 @@ impl Holder {
                 self.set_paused(paused);
                 self.reclaimed(now, sent);
                 let rearm = self.rearms_watchdog(now);
-                if let Some(lease) = self.lease_mut() {
+                if let Some(lease) = self.phase.lease_mut() {
                     lease.renewed(sent);
                     let deadline = lease.valid_until();
                     if rearm {
@@ -491,11 +421,8 @@ impl Holder {
                 Phase::Promoting { .. } | Phase::Holding { .. } => {
                     self.step_down(now, StepDownReason::Fenced, None);
                 }
-                Phase::SteppingDown { lease, refused, .. } => {
-                    *lease = None;
-                    *refused = true;
-                }
-                Phase::Candidate { .. } => {}
+                Phase::SteppingDown { claim, .. } => *claim = Claim::Refused,
+                Phase::Candidate(_) | Phase::Releasing { .. } | Phase::Stopped => {}
             },
             // No server could serve it (an election under way, the leader
             // gone): ask again soon rather than a whole interval later, so
@@ -503,7 +430,9 @@ impl Holder {
             // `renew_every` of its election.
             None => {
                 let retry = now + self.cfg.timing.renew_every / 5;
-                self.next_renewal = self.next_renewal.min(retry);
+                if let Some(tenure) = self.phase.tenure_mut() {
+                    tenure.next_renewal = tenure.next_renewal.min(retry);
+                }
             }
             Some(_) => {}
         }
@@ -512,34 +441,9 @@ impl Holder {
     /// Hook run `id` has exited.
     pub fn handle_hook_exit(&mut self, now: Time, id: HookId, exit: HookExit) {
         match &mut self.phase {
-            Phase::Promoting {
-                lease,
-                run,
-                handover,
-            } if run.id == id => {
+            Phase::Promoting { run, .. } if run.id == id => {
                 let outcome = run.outcome(exit);
-                let epoch = lease.epoch;
-                let handover = std::mem::take(handover);
-                if outcome == HookOutcome::Succeeded {
-                    let lease = lease.clone();
-                    self.phase = Phase::Holding { lease };
-                    self.event(HolderEvent::Promoted { epoch });
-                    match handover {
-                        _ if self.stopping() => self.step_down(now, StepDownReason::Leaving, None),
-                        Handover::NotAsked => self.handle_timeout(now),
-                        Handover::ToBest => self.step_down(now, StepDownReason::Handover, None),
-                        Handover::To(next) => {
-                            self.step_down(now, StepDownReason::Handover, Some(next));
-                        }
-                    }
-                } else {
-                    let reason = if outcome == HookOutcome::TimedOut {
-                        StepDownReason::PromoteTimedOut
-                    } else {
-                        StepDownReason::PromoteFailed
-                    };
-                    self.step_down_after_promote(now, reason, outcome);
-                }
+                self.promote_exited(now, outcome);
             }
             Phase::SteppingDown {
                 step: Step::StoppingPromote(run),
@@ -550,7 +454,7 @@ impl Holder {
                 self.after_promote_stopped(now);
             }
             Phase::SteppingDown {
-                step: Step::Demoting(run),
+                step: Step::Demoting { run, .. },
                 ..
             } if run.id == id => {
                 let outcome = run.outcome(exit);
@@ -564,11 +468,50 @@ impl Holder {
         }
     }
 
+    /// The promote hook ended with `outcome`: the node holds the role (and
+    /// takes a handover asked meanwhile), or steps down.
+    fn promote_exited(&mut self, now: Time, outcome: HookOutcome) {
+        if outcome != HookOutcome::Succeeded {
+            let reason = if outcome == HookOutcome::TimedOut {
+                StepDownReason::PromoteTimedOut
+            } else {
+                StepDownReason::PromoteFailed
+            };
+            return self.step_down_after_promote(now, reason, outcome);
+        }
+        let Phase::Promoting {
+            lease,
+            tenure,
+            handover,
+            ..
+        } = &mut self.phase
+        else {
+            return;
+        };
+        let (lease, tenure) = (lease.clone(), std::mem::take(tenure));
+        let handover = std::mem::take(handover);
+        let epoch = lease.epoch;
+        self.phase = Phase::Holding {
+            lease,
+            tenure,
+            keep: None,
+        };
+        self.event(HolderEvent::Promoted { epoch });
+        match handover {
+            _ if self.stopping() => self.step_down(now, StepDownReason::Leaving, None),
+            Handover::NotAsked => self.handle_timeout(now),
+            Handover::ToBest => self.step_down(now, StepDownReason::Handover, None),
+            Handover::To(next) => self.step_down(now, StepDownReason::Handover, Some(next)),
+        }
+    }
+
     /// The watchdog has ended: `fenced` if it had already run the demote
     /// command (the lease ran out while this agent could not renew).
     pub fn handle_watchdog_released(&mut self, now: Time, fenced: bool) {
-        if self.watchdog == Watchdog::Armed {
-            self.watchdog = Watchdog::Disarmed;
+        if let Some(tenure) = self.phase.tenure_mut() {
+            if tenure.watchdog == Watchdog::Armed {
+                tenure.watchdog = Watchdog::Disarmed;
+            }
         }
         let Phase::SteppingDown {
             step: Step::DisarmingWatchdog,
@@ -590,7 +533,10 @@ impl Holder {
                 *handover = next.map_or(Handover::ToBest, Handover::To);
             }
             Phase::Holding { .. } => self.step_down(now, StepDownReason::Handover, next),
-            Phase::Candidate { .. } | Phase::SteppingDown { .. } => {}
+            Phase::Candidate(_)
+            | Phase::SteppingDown { .. }
+            | Phase::Releasing { .. }
+            | Phase::Stopped => {}
         }
     }
 
@@ -606,12 +552,12 @@ impl Holder {
         }
         self.life = Lifecycle::Stopping;
         match &self.phase {
-            Phase::Candidate { .. } => self.stop_done(),
+            Phase::Candidate(_) => self.stop_done(),
             Phase::Holding { .. } if self.paused => self.keep_when_confirmed(now),
             Phase::Promoting { .. } | Phase::Holding { .. } => {
                 self.step_down(now, StepDownReason::Leaving, None)
             }
-            Phase::SteppingDown { .. } => {}
+            Phase::SteppingDown { .. } | Phase::Releasing { .. } | Phase::Stopped => {}
         }
     }
 
@@ -628,14 +574,15 @@ impl Holder {
         self.actions.push_back(Action::Event(event));
     }
 
+    /// The stop is carried out: nothing more happens.
     fn stop_done(&mut self) {
-        self.life = Lifecycle::Stopped;
+        self.phase = Phase::Stopped;
         self.event(HolderEvent::Stopped);
     }
 
     /// Stopping, or stopped.
     fn stopping(&self) -> bool {
-        self.life != Lifecycle::Running
+        self.life == Lifecycle::Stopping
     }
 
     fn is_eligible(&self) -> bool {
@@ -656,10 +603,17 @@ impl Holder {
         }
     }
 
-    /// Whether a candidate asks for the role: its checks pass, and a
+    /// Whether a candidate stands by as a standby: its checks pass, and a
     /// replicated role's candidate has a copy to offer.
-    fn may_ask(&self) -> bool {
+    fn may_follow(&self) -> bool {
         self.is_eligible() && self.standing().is_some()
+    }
+
+    /// Whether a candidate asks for the role: it stands by
+    /// ([`Holder::may_follow`]) and it may be promoted
+    /// ([`HolderConfig::promotable`]).
+    fn may_ask(&self) -> bool {
+        self.may_follow() && self.cfg.promotable
     }
 
     fn failing_long(&self, now: Time) -> bool {
@@ -681,40 +635,33 @@ impl Holder {
     }
 
     fn lease(&self) -> Option<&HeldLease> {
-        match &self.phase {
-            Phase::Promoting { lease, .. } | Phase::Holding { lease } => Some(lease),
-            Phase::SteppingDown { lease, .. } => lease.as_ref(),
-            Phase::Candidate { .. } => None,
-        }
+        self.phase.lease()
     }
 
-    fn lease_mut(&mut self) -> Option<&mut HeldLease> {
-        match &mut self.phase {
-            Phase::Promoting { lease, .. } | Phase::Holding { lease } => Some(lease),
-            Phase::SteppingDown { lease, .. } => lease.as_mut(),
-            Phase::Candidate { .. } => None,
-        }
+    /// Whether this step-down, without a lease, asks to renew its epoch
+    /// anyway (see [`Claim::Reclaiming`]).
+    fn reclaiming(&self) -> bool {
+        self.phase.reclaiming()
     }
 
     fn granted(&mut self, now: Time, epoch: u64, sent: Time) {
         let lease = HeldLease::granted(self.cfg.timing, &self.cfg.role, epoch, sent);
         if lease.expired(now) || self.stopping() || !self.may_ask() {
             // Too late to use, or no longer wanted: give it back.
-            let _ = self.send_release(now, epoch, None);
+            let _ = self.send_release(now, epoch, None, ReleaseReason::Unused);
             return;
         }
         let deadline = lease.valid_until();
-        self.watchdog = Watchdog::Armed;
         self.actions
             .push_back(Action::StartWatchdog { epoch, deadline });
         let id = self.hook_id();
         self.phase = Phase::Promoting {
             lease,
+            // The grant counts as the first renewal.
+            tenure: Tenure::new(now + self.cfg.timing.renew_every, Watchdog::Armed),
             run: Run::new(id, now),
             handover: Handover::NotAsked,
         };
-        // The grant counts as the first renewal.
-        self.next_renewal = now + self.cfg.timing.renew_every;
         self.event(HolderEvent::Promoting { epoch });
         self.actions.push_back(Action::StartHook {
             id,
@@ -728,8 +675,10 @@ impl Holder {
         if self.reclaiming() {
             return self.reclaim(now);
         }
-        let Some(lease) = self.lease() else { return };
-        if now < self.next_renewal || lease.expired(now) {
+        let (Some(lease), Some(tenure)) = (self.lease(), self.phase.tenure()) else {
+            return;
+        };
+        if now < tenure.next_renewal || lease.expired(now) {
             return;
         }
         let (epoch, until) = (lease.epoch, lease.valid_until());
@@ -739,10 +688,14 @@ impl Holder {
     /// Sends a renewal of `epoch` now (answer awaited until `deadline`) and
     /// sets the next one on the grid.
     pub(super) fn send_renewal(&mut self, now: Time, epoch: u64, deadline: Time) {
-        self.next_renewal = next_tick(now, self.cfg.timing.renew_every);
         let id = self.id();
-        self.renewals.insert(id, (now, epoch));
         let request = self.renewal(epoch);
+        let every = self.cfg.timing.renew_every;
+        let Some(tenure) = self.phase.tenure_mut() else {
+            return;
+        };
+        tenure.next_renewal = next_tick(now, every);
+        tenure.renewals.insert(id, now);
         self.actions.push_back(Action::Send {
             id,
             request,
@@ -750,7 +703,13 @@ impl Holder {
         });
     }
 
-    fn send_release(&mut self, now: Time, epoch: u64, next: Option<String>) -> RequestId {
+    fn send_release(
+        &mut self,
+        now: Time,
+        epoch: u64,
+        next: Option<String>,
+        reason: ReleaseReason,
+    ) -> RequestId {
         let id = self.id();
         self.actions.push_back(Action::Send {
             id,
@@ -759,6 +718,8 @@ impl Holder {
                 holder: self.cfg.node.clone(),
                 epoch,
                 next,
+                reason: Some(reason),
+                origin: Origin::default(),
             }),
             deadline: now + Duration::from_millis(500),
         });

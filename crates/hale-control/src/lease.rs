@@ -41,8 +41,10 @@ use crate::replication::{Mark, Standing};
 use crate::switchover::Switchover;
 
 pub mod breaker;
+pub mod changes;
 mod grantor;
 mod resume;
+pub use changes::{Cause, Change, History, Origin, ReleaseReason, HISTORY_LIMIT};
 pub use grantor::{AppendClock, GrantDelay, Grantor};
 pub use resume::{resume_check, ResumeRefused};
 
@@ -63,6 +65,9 @@ pub enum LeaseRequest {
         /// and is granted the same epoch again (see [`LeaseTable::apply`]).
         #[serde(default)]
         attempt: u64,
+        /// When the leader proposed it (the history's only: [`changes`]).
+        #[serde(default, skip_serializing_if = "Origin::is_unknown")]
+        origin: Origin,
     },
     /// The holder keeps `role` at `epoch`.
     Renew {
@@ -89,6 +94,13 @@ pub enum LeaseRequest {
         /// grantor prefers it for one lease period.
         #[serde(default)]
         next: Option<String>,
+        /// Why the holder gives it up, if it says (the history's only:
+        /// [`changes`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<ReleaseReason>,
+        /// When the leader proposed it (the history's only).
+        #[serde(default, skip_serializing_if = "Origin::is_unknown")]
+        origin: Origin,
     },
     /// `holder` keeps each of these roles at its epoch: renewals of many
     /// roles in one compact entry (answered with a [`LeaseResponse::Batch`]
@@ -113,9 +125,14 @@ pub enum LeaseRequest {
         paused: bool,
         /// Resume even though the holder has been silent for longer than
         /// a lease (see [`resume_check`]); read by the leader before it
-        /// proposes the entry, never by [`LeaseTable::apply`].
+        /// proposes the entry, and by [`LeaseTable::apply`] for the
+        /// history only.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         force: bool,
+        /// Who asked and when the leader proposed it (the history's only:
+        /// [`changes`]).
+        #[serde(default, skip_serializing_if = "Origin::is_unknown")]
+        origin: Origin,
     },
     /// Order the holder of `role` at `epoch` to hand it to `to` (none:
     /// cancel the order), not before `at_unix_ms`. Any member may ask; the
@@ -130,6 +147,10 @@ pub enum LeaseRequest {
         /// Not before this Unix time (ms; 0: at once).
         #[serde(default)]
         at_unix_ms: u64,
+        /// Who asked and when the leader proposed it (the history's only:
+        /// [`changes`]).
+        #[serde(default, skip_serializing_if = "Origin::is_unknown")]
+        origin: Origin,
     },
     /// The holder of a paused `role` at `epoch` stops its agent but keeps
     /// the role for its next run ([`crate::holder`], keep and adopt): the
@@ -171,6 +192,26 @@ pub enum LeaseRequest {
     /// acquisitions, in one entry: the log grows with hosts, not roles).
     /// A batch inside a batch is rejected as a whole.
     Batch(Vec<LeaseRequest>),
+}
+
+impl LeaseRequest {
+    /// Sets the time the leader proposes it at (Unix ms on its wall
+    /// clock) on every request the history records (in a batch too):
+    /// grants, releases, pauses and switchovers. What a sender put there
+    /// is replaced.
+    pub fn stamp(&mut self, at_unix_ms: u64) {
+        match self {
+            LeaseRequest::Grant { origin, .. }
+            | LeaseRequest::Release { origin, .. }
+            | LeaseRequest::Pause { origin, .. }
+            | LeaseRequest::Switchover { origin, .. } => origin.at_unix_ms = Some(at_unix_ms),
+            LeaseRequest::Batch(reqs) => reqs.iter_mut().for_each(|r| r.stamp(at_unix_ms)),
+            LeaseRequest::Renew { .. }
+            | LeaseRequest::Renewals { .. }
+            | LeaseRequest::Keep { .. }
+            | LeaseRequest::Adopt { .. } => {}
+        }
+    }
 }
 
 /// What applying a [`LeaseRequest`] did.
@@ -324,6 +365,11 @@ fn not_holder(holder: &str, epoch: u64) -> LeaseResponse {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeaseTable {
     roles: BTreeMap<String, RoleLease>,
+    /// Each role's failover history ([`changes`]): recorded as entries
+    /// apply, never read to decide. Absent from a snapshot of an older
+    /// server (it keeps none), ignored by one.
+    #[serde(default, skip_serializing_if = "History::is_empty")]
+    history: History,
 }
 
 impl LeaseTable {
@@ -345,6 +391,7 @@ impl LeaseTable {
                 holder,
                 epoch,
                 attempt,
+                origin,
             } => {
                 let r = self.roles.entry(role.clone()).or_default();
                 // The same attempt again (its answer was lost): the same
@@ -362,12 +409,15 @@ impl LeaseTable {
                         expected: r.epoch + 1,
                     });
                 }
-                r.epoch = *epoch;
-                r.holder = Some(holder.clone());
+                let before = std::mem::replace(&mut r.epoch, *epoch);
+                let previous = r.holder.replace(holder.clone());
                 r.attempt = *attempt;
                 r.switchover = None;
                 r.kept = None;
                 r.adopted = None;
+                let cause = self.history.grant_cause(role, holder, previous, before);
+                let after = (*epoch, Some(holder.as_str()));
+                self.history.record(role, after, origin.at_unix_ms, cause);
                 LeaseResponse::Granted { epoch: *epoch }
             }
             LeaseRequest::Renewals {
@@ -402,8 +452,23 @@ impl LeaseTable {
                 }
                 answer
             }
-            LeaseRequest::Pause { role, paused, .. } => {
-                self.roles.entry(role.clone()).or_default().paused = *paused;
+            LeaseRequest::Pause {
+                role,
+                paused,
+                force,
+                origin,
+            } => {
+                let r = self.roles.entry(role.clone()).or_default();
+                if r.paused != *paused {
+                    r.paused = *paused;
+                    let by = origin.by.clone();
+                    let cause = match paused {
+                        true => Cause::Paused { by },
+                        false => Cause::Resumed { by, forced: *force },
+                    };
+                    let now = (r.epoch, r.holder.as_deref());
+                    self.history.record(role, now, origin.at_unix_ms, cause);
+                }
                 LeaseResponse::Paused(*paused)
             }
             LeaseRequest::Switchover {
@@ -411,15 +476,35 @@ impl LeaseTable {
                 epoch,
                 to,
                 at_unix_ms,
+                origin,
             } => match self.roles.get_mut(role) {
                 Some(r) if r.epoch == *epoch && r.holder.is_some() => {
                     if r.paused && to.is_some() {
                         return LeaseResponse::Rejected(LeaseRejection::Paused);
                     }
-                    r.switchover = to.as_ref().map(|to| Switchover {
+                    let order = to.as_ref().map(|to| Switchover {
                         to: to.clone(),
                         at_unix_ms: *at_unix_ms,
                     });
+                    let by = origin.by.clone();
+                    let cause = match (&order, &r.switchover) {
+                        (new, old) if new == old => None,
+                        (Some(o), _) => Some(Cause::SwitchoverOrdered {
+                            to: o.to.clone(),
+                            at_unix_ms: o.at_unix_ms,
+                            by,
+                        }),
+                        (None, Some(old)) => Some(Cause::SwitchoverCancelled {
+                            to: old.to.clone(),
+                            by,
+                        }),
+                        (None, None) => None,
+                    };
+                    r.switchover = order;
+                    if let Some(cause) = cause {
+                        let now = (r.epoch, r.holder.as_deref());
+                        self.history.record(role, now, origin.at_unix_ms, cause);
+                    }
                     LeaseResponse::SwitchoverOrdered(r.switchover.clone())
                 }
                 _ => LeaseResponse::Rejected(LeaseRejection::NotHeld { epoch: *epoch }),
@@ -428,14 +513,24 @@ impl LeaseTable {
                 role,
                 holder,
                 epoch,
-                ..
+                next,
+                reason,
+                origin,
             } => match self.roles.get_mut(role) {
                 Some(r) if r.epoch == *epoch && r.holder.as_deref() == Some(holder) => {
                     r.holder = None;
                     r.attempt = 0;
-                    r.switchover = None;
+                    let order = r.switchover.take();
                     r.kept = None;
                     r.adopted = None;
+                    let ordered_to = order.as_ref().map(|o| o.to.as_str());
+                    let cause = Cause::Released {
+                        previous: holder.clone(),
+                        reason: changes::release_reason(*reason, next.as_deref(), ordered_to),
+                        next: next.clone(),
+                    };
+                    self.history
+                        .record(role, (*epoch, None), origin.at_unix_ms, cause);
                     LeaseResponse::Released
                 }
                 _ => not_holder(holder, *epoch),
@@ -520,6 +615,21 @@ impl LeaseTable {
     /// Every role.
     pub fn roles(&self) -> impl Iterator<Item = (&String, &RoleLease)> {
         self.roles.iter()
+    }
+
+    /// `role`'s failover history, oldest first: at most [`HISTORY_LIMIT`]
+    /// changes (empty: none recorded, or no such role).
+    pub fn history(&self, role: &str) -> &[Change] {
+        self.history.of(role)
+    }
+
+    /// This table without its history (what `/control/table` serves: the
+    /// history is read role by role, [`crate::raft::api::HISTORY`]).
+    pub fn without_history(&self) -> LeaseTable {
+        LeaseTable {
+            roles: self.roles.clone(),
+            history: History::default(),
+        }
     }
 }
 

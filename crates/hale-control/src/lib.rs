@@ -4,10 +4,11 @@
 //!
 //! * **The deterministic safety core**, sans IO, time passed in: role
 //!   leases with strictly increasing fencing epochs and the grantor
-//!   ([`lease`]), one candidacy's logic as a state machine ([`holder`]),
-//!   and the history checker that proves from promote/demote timelines
-//!   that no two nodes ever acted as holder of a role at once
-//!   ([`history`]).
+//!   ([`lease`]), each role's failover history kept in the table
+//!   ([`lease::changes`]), one candidacy's logic as a state machine
+//!   ([`holder`]), and the history checker that proves from
+//!   promote/demote timelines that no two nodes ever acted as holder of a
+//!   role at once ([`history`]).
 //! * **The replicated service around it**, with IO: openraft over HTTP
 //!   with a redb store ordering [`lease::LeaseRequest`]s, its axum routes
 //!   and its typed client ([`raft`]: [`raft::ControlPlane`],
@@ -38,8 +39,9 @@ pub use holder::{
     HookOutcome, HookReason, RequestId, RoleState, ServiceStatus, StepDownReason,
 };
 pub use lease::{
-    AppendClock, GrantDelay, Grantor, HeldLease, LeaseRejection, LeaseRequest, LeaseResponse,
-    LeaseTable, LeaseTiming, ResumeRefused, RoleLease, TimingError, MIN_COMMIT_SLACK,
+    AppendClock, Cause, Change, GrantDelay, Grantor, HeldLease, LeaseRejection, LeaseRequest,
+    LeaseResponse, LeaseTable, LeaseTiming, Origin, ReleaseReason, ResumeRefused, RoleLease,
+    TimingError, HISTORY_LIMIT, MIN_COMMIT_SLACK,
 };
 pub use protocol::{OLDEST_PROTOCOL, PROTOCOL};
 pub use replication::{Mark, Standing};

@@ -62,6 +62,15 @@
 //!   `holder-kept`. Until every server speaks 3, a stopping holder keeps its
 //!   paused role by a plain renewal and its next run adopts it by one, as
 //!   0.2.0 did ([`crate::holder`]).
+//!
+//! **The failover history** ([`crate::lease::changes`]) came with no new
+//! version: it changes no request's meaning, so it needs none. Its fields
+//! (`origin` on grants, releases, pauses and switchovers, `reason` on
+//! releases) only inform, and a server that does not know them ignores
+//! them (an older server keeps no history; a new server applying an older
+//! leader's entries records them with the time unknown). Its read,
+//! `/control/history`, is a new route: a server of 0.1.0 answers it 404
+//! and the client asks the next server.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -425,6 +434,7 @@ mod tests {
             role: "db".into(),
             paused: true,
             force: true,
+            origin: crate::lease::Origin::by("n1"),
         };
         assert_eq!(needs(&renew), 1);
         assert_eq!(needs(&LeaseRequest::Batch(vec![renew, pause])), 1);

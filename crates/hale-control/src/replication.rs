@@ -16,6 +16,22 @@
 //!   eligible, one the holder named synchronous goes first; then priority.
 //!   With no eligible candidate nobody is granted the role, and each
 //!   candidate is told why ([`Verdict::Lagging`]).
+//! * Among synchronous candidates the most advanced copy goes first: with
+//!   quorum commit (PostgreSQL's `ANY 1 (...)`) a commit is acknowledged once
+//!   *one* of them has it, and only the furthest copy holds every commit any
+//!   of them acknowledged.
+//! * A **strict** mark ([`Mark::strict`]: the primary never commits without a
+//!   synchronous standby's flush) adds a proof ([`proven`]): a candidate may
+//!   take the role only if it is named synchronous and every other name in
+//!   the mark has been heard from with its copy, none ahead of the
+//!   candidate's, reported after the last holding ended (before, the old
+//!   primary could still commit and the copy grow). A synchronous standby that cannot be heard from (its host
+//!   died with the primary) may hold commits nobody else has: no one is
+//!   granted the role until it is heard from or an operator decides. The
+//!   holder keeps the mark's names a superset of the standbys the primary
+//!   waits for (it names a standby in its mark before the primary may wait
+//!   for it, and drops it only after): every acknowledged commit is on a
+//!   copy the mark names.
 //! * A role without marks (no holder ever published one) and a candidate
 //!   without a standing (a role that does not replicate) are judged as
 //!   before: priority alone.
@@ -32,9 +48,14 @@ use serde::{Deserialize, Serialize};
 pub struct Mark {
     /// The data's position (e.g. a WAL position in bytes).
     pub position: u64,
-    /// The candidates replicating it synchronously (their node names).
+    /// The candidates replicating it synchronously (their node names): a
+    /// superset of the standbys whose flush the primary may wait for.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub synchronous: Vec<String>,
+    /// The primary never commits alone (strict durability): a candidate
+    /// must prove it holds every acknowledged commit ([`proven`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub strict: bool,
 }
 
 /// What a candidate says of its copy when it asks for a role.
@@ -88,6 +109,40 @@ pub fn judge(mark: Option<&Mark>, name: &str, standing: Option<&Standing>) -> Ve
     }
 }
 
+/// Under a strict `mark`, whether candidate `name` (with `standing`) is
+/// proven to hold every acknowledged commit, given what `heard` says of the
+/// other candidates' copies (`None`: not heard from): `Err` names the
+/// synchronous standbys not heard from, or ahead of it (the better copies).
+/// Always `Ok` for a mark that is not strict, or that names no standby (the
+/// primary never waited for one: nothing was acknowledged by a standby).
+pub fn proven<'a>(
+    mark: Option<&Mark>,
+    name: &str,
+    standing: Option<&Standing>,
+    heard: impl Fn(&str) -> Option<&'a Standing>,
+) -> Result<(), Vec<String>> {
+    let Some(mark) = mark.filter(|m| m.strict && !m.synchronous.is_empty()) else {
+        return Ok(());
+    };
+    let Some(own) = standing.filter(|_| mark.synchronous.iter().any(|s| s == name)) else {
+        // Not a synchronous standby (or no copy to speak of): whatever it
+        // holds, a commit one of them acknowledged may be missing.
+        return Err(mark.synchronous.clone());
+    };
+    let unproven: Vec<String> = mark
+        .synchronous
+        .iter()
+        .filter(|s| *s != name)
+        .filter(|s| heard(s).is_none_or(|other| other.position > own.position))
+        .cloned()
+        .collect();
+    if unproven.is_empty() {
+        Ok(())
+    } else {
+        Err(unproven)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -96,7 +151,57 @@ mod tests {
         Mark {
             position,
             synchronous: sync.iter().map(|s| s.to_string()).collect(),
+            strict: false,
         }
+    }
+
+    fn at(position: u64) -> Standing {
+        Standing {
+            position,
+            max_lag: u64::MAX,
+        }
+    }
+
+    #[test]
+    fn under_a_strict_mark_only_a_synchronous_copy_at_least_as_far_as_every_other_is_proven() {
+        let m = Mark {
+            strict: true,
+            ..mark(1000, &["b", "c"])
+        };
+        let (b, c) = (at(900), at(950));
+        let both = |n: &str| match n {
+            "b" => Some(&b),
+            "c" => Some(&c),
+            _ => None,
+        };
+        assert_eq!(proven(Some(&m), "c", Some(&c), both), Ok(()));
+        assert_eq!(
+            proven(Some(&m), "b", Some(&b), both),
+            Err(vec!["c".to_owned()]),
+            "c is further: it may hold commits b lacks"
+        );
+        // c's host died with the primary: b cannot know what c acknowledged.
+        let only_b = |n: &str| (n == "b").then_some(&b);
+        assert_eq!(
+            proven(Some(&m), "b", Some(&b), only_b),
+            Err(vec!["c".to_owned()])
+        );
+        // An asynchronous copy is never proven, however far it is.
+        assert_eq!(
+            proven(Some(&m), "d", Some(&at(5000)), both),
+            Err(vec!["b".to_owned(), "c".to_owned()])
+        );
+        // Not strict, or no standby ever waited for: nothing to prove.
+        assert_eq!(
+            proven(Some(&mark(1000, &["b", "c"])), "b", Some(&b), only_b),
+            Ok(())
+        );
+        let none = Mark {
+            strict: true,
+            ..mark(1000, &[])
+        };
+        assert_eq!(proven(Some(&none), "d", Some(&b), only_b), Ok(()));
+        assert_eq!(proven(None, "d", None, only_b), Ok(()));
     }
 
     #[test]

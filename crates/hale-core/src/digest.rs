@@ -4,7 +4,7 @@
 //! does not resend what the other side knows, and in a cluster in
 //! agreement costs one small datagram:
 //!
-//! 1. A sends B its view's hash ([`Message::Summary`], [`Node::view_hash`];
+//! 1. A sends B its view's hash ([`Message::Summary`], [`crate::Node::view_hash`];
 //!    version 3 on). If B's view hashes the same, nothing more happens.
 //! 2. If not, and the cluster is large (B knows at least
 //!    [`BUCKETED_FROM`] members) and B writes version 4 to A, B answers
@@ -31,8 +31,9 @@
 use rand::seq::SliceRandom;
 
 use crate::identity::Identity;
-use crate::node::Node;
-use crate::table::{bucket_of, record_hash, FxMap, ViewSums};
+use crate::shared::Shared;
+use crate::sync::Recovery;
+use crate::table::{bucket_of, record_hash, ViewSums};
 use crate::time::Time;
 use crate::wire::{Channel, MemberRecord, Message, WireState, BUCKETS};
 
@@ -47,13 +48,15 @@ pub const BUCKETED_FROM: usize = 4 * BUCKETS;
 /// nearly three times the bytes of the scaled whole-digest sync.
 pub const PART_BUCKETS: usize = 8;
 
-impl<I: Identity> Node<I> {
+/// The periodic sync's side of this node's view: its hash, its sums by
+/// bucket, its digests, and opening a sync.
+impl<I: Identity> Shared<I> {
     /// Starts the periodic sync with `peer`: a summary, or to a member
     /// written to in version 2, a whole digest.
     pub(crate) fn open_sync(&mut self, peer: I) {
         if self.writes_v3_to(&peer) {
             // The view's hash first: a peer that agrees answers nothing.
-            self.members.keep_view_sum();
+            self.members_mut().keep_view_sum();
             let hash = self.view_hash();
             self.send(peer, Channel::Datagram, vec![Message::Summary { hash }]);
         } else {
@@ -62,8 +65,8 @@ impl<I: Identity> Node<I> {
     }
 
     /// Sends `peer` this node's whole digest, asking for its own back.
-    fn start_digest_sync(&mut self, peer: I) {
-        self.stats.syncs += 1;
+    pub(crate) fn start_digest_sync(&mut self, peer: I) {
+        self.stats_mut().syncs += 1;
         let msg = Message::PushPull {
             join: false,
             reply: true,
@@ -73,174 +76,27 @@ impl<I: Identity> Node<I> {
         self.send(peer, Channel::Stream, vec![msg]);
     }
 
-    /// A peer's view hashes to `hash`: if this node's does not, the two
-    /// sync (this node answers with its bucket sums, or starts a whole
-    /// digest, spending a sync token).
-    pub(crate) fn handle_summary(&mut self, now: Time, from: &I, hash: u64) {
-        self.members.keep_view_sum();
-        let same = hash == self.view_hash();
-        if same {
-            self.recovery.mark_synced();
-        }
-        if self.isolation.phase().has_left() || same || !self.take_sync_token(now) {
-            return;
-        }
-        if self.members.len() + 1 >= BUCKETED_FROM && self.writes_v4_to(from) {
-            if !self.settled() {
-                // News in flight here: the difference is likely it, and
-                // gossip will settle it. A lasting one is met at a later
-                // sync, once this node is quiet (in a storm of stalls,
-                // answering every summary tripled the bytes sent).
-                return;
-            }
-            let sums = Box::new(*self.view_sums().sums());
-            self.send(
-                from.clone(),
-                Channel::Datagram,
-                vec![Message::Buckets { sums }],
-            );
-        } else {
-            self.start_digest_sync(from.clone());
-        }
-    }
-
-    /// A peer's view sums to `sums` by bucket (its answer to this node's
-    /// summary): sends it a digest of the buckets that differ, if any
-    /// still do (spending a sync token).
-    pub(crate) fn handle_buckets(&mut self, now: Time, from: &I, sums: &[u64; BUCKETS]) {
-        self.members.keep_view_sum();
-        self.recovery.mark_synced();
-        if self.isolation.phase().has_left() || !self.settled() {
-            return;
-        }
-        let mine = self.view_sums();
-        let mut differ: Vec<usize> = (0..BUCKETS)
-            .filter(|&b| mine.sums()[b] != sums[b])
-            .collect();
-        if differ.is_empty() || !self.take_sync_token(now) {
-            return;
-        }
-        // At most PART_BUCKETS of them, at random: a sync costs at most an
-        // eighth of a whole digest, and what differs for long is met by
-        // later syncs.
-        if differ.len() > PART_BUCKETS {
-            let (chosen, _) = differ.partial_shuffle(&mut self.rng, PART_BUCKETS);
-            differ = chosen.to_vec();
-        }
-        let differ = differ.iter().fold(0u64, |m, b| m | 1 << b);
-        if !self.writes_v4_to(from) {
-            // This node does not write version 4 to it yet: all of it.
-            self.start_digest_sync(from.clone());
-            return;
-        }
-        self.stats.syncs += 1;
-        let msg = Message::DigestPart {
-            buckets: differ,
-            reply: true,
-            members: self.digest_records_in(Some(differ)).into(),
-        };
-        self.send(from.clone(), Channel::Stream, vec![msg]);
-    }
-
-    /// A peer's digest (`part`: of those buckets only, `None`: whole):
-    /// merges the deaths and departures in it, answers with the whole
-    /// records this node knows better, and with its own digest of the same
-    /// members if `reply` (see the module documentation).
-    pub(crate) fn answer_digest(
-        &mut self,
-        now: Time,
-        from: &I,
-        reply: bool,
-        part: Option<u64>,
-        members: Vec<MemberRecord<I>>,
-    ) {
-        self.recovery.mark_synced();
-        let mut buf = Vec::new();
-        let mut theirs: FxMap<I, (u32, u8)> = FxMap::default();
-        theirs.reserve(members.len());
-        for r in members {
-            // A record outside the buckets it claims to cover is malformed:
-            // skipped.
-            if part.is_some_and(|p| p & 1 << bucket_of(&r.id, &mut buf) == 0) {
-                continue;
-            }
-            theirs.insert(r.id.clone(), (r.incarnation, rank(r.state)));
-            if matches!(r.state, WireState::Dead | WireState::Left) {
-                self.merge_record(now, Some(from), r);
-            }
-        }
-        let mine = self.digest_records_in(part);
-        // Chosen without metadata; only what is sent gets its metadata copied.
-        let mut better: Vec<MemberRecord<I>> = mine
-            .iter()
-            .filter(|m| match theirs.get(&m.id) {
-                Some(&(inc, r)) => (m.incarnation, rank(m.state)) > (inc, r),
-                // Never teach a member through its death.
-                None => matches!(m.state, WireState::Alive | WireState::Suspect),
-            })
-            .cloned()
-            .collect();
-        for r in &mut better {
-            r.meta = if r.id == *self.local.id() {
-                self.local.meta().into()
-            } else {
-                self.members.meta(&r.id).into()
-            };
-        }
-        if better.is_empty() && !reply {
-            return;
-        }
-        if !self.take_sync_token(now) {
-            return;
-        }
-        let mut msgs = Vec::with_capacity(2);
-        if !better.is_empty() {
-            msgs.push(Message::PushPull {
-                join: false,
-                reply: false,
-                digest: false,
-                members: better,
-            });
-        }
-        if reply {
-            msgs.push(match part {
-                Some(buckets) => Message::DigestPart {
-                    buckets,
-                    reply: false,
-                    members: mine.into(),
-                },
-                None => Message::PushPull {
-                    join: false,
-                    reply: false,
-                    digest: true,
-                    members: mine,
-                },
-            });
-        }
-        self.send(from.clone(), Channel::Stream, msgs);
-    }
-
     /// Whether this node's view is quiet: nobody suspected, and no news but
     /// confirmations waiting to be gossiped. Only a quiet node answers a
     /// summary with bucket sums, or bucket sums with a digest part.
-    fn settled(&self) -> bool {
-        self.members.live() == self.members.alive() && !self.broadcasts.has_urgent()
+    pub(crate) fn settled(&self) -> bool {
+        self.members().live() == self.members().alive() && !self.broadcasts().has_urgent()
     }
 
     /// A digest of the members in `part`'s buckets (`None`: all), this
     /// node's own record first if it is in them.
-    fn digest_records_in(&self, part: Option<u64>) -> Vec<MemberRecord<I>> {
+    pub(crate) fn digest_records_in(&self, part: Option<u64>) -> Vec<MemberRecord<I>> {
         let Some(p) = part else {
             return self.digest_records();
         };
         let mut buf = Vec::new();
         let mut inside = |id: &I| p & 1 << bucket_of(id, &mut buf) != 0;
         let mut out = Vec::new();
-        if inside(self.local.id()) {
+        if inside(self.local().id()) {
             out.push(self.own_record(false));
         }
         let start = out.len();
-        for (id, r) in self.members.iter() {
+        for (id, r) in self.members().iter() {
             if inside(&id) {
                 out.push(MemberRecord {
                     id: id.into_owned(),
@@ -266,32 +122,110 @@ impl<I: Identity> Node<I> {
     /// records change (`Table::keep_view_sum`): a summary
     /// then costs no walk over 10,000 records. Below version 4 a snapshot
     /// still loads without hashing each record.
-    pub fn view_hash(&self) -> u64 {
-        record_hash(self.local.id(), self.local.incarnation(), self.own_state())
-            .wrapping_add(self.members.view_sum())
+    pub(crate) fn view_hash(&self) -> u64 {
+        record_hash(
+            self.local().id(),
+            self.local().incarnation(),
+            self.own_state(),
+        )
+        .wrapping_add(self.members().view_sum())
     }
 
-    /// [`Node::view_hash`]'s terms summed by bucket: the sums a
+    /// [`Shared::view_hash`]'s terms summed by bucket: the sums a
     /// [`Message::Buckets`] carries.
-    fn view_sums(&self) -> ViewSums {
-        let mut v = self.members.view_sums().into_owned();
-        v.add(self.local.id(), self.local.incarnation(), self.own_state());
+    pub(crate) fn view_sums(&self) -> ViewSums {
+        let mut v = self.members().view_sums().into_owned();
+        v.add(
+            self.local().id(),
+            self.local().incarnation(),
+            self.own_state(),
+        );
         v
     }
+}
 
-    /// This node's own state as a sync carries it.
-    pub(crate) fn own_state(&self) -> WireState {
-        if self.isolation.phase().has_left() {
-            WireState::Left
-        } else {
-            WireState::Alive
+/// Answering a peer's summary and bucket sums: whether the views agree,
+/// and what to send when they do not (each answer spends a sync token).
+impl<I: Identity> Recovery<I> {
+    /// A peer's view hashes to `hash`: if this node's does not, the two
+    /// sync (this node answers with its bucket sums, or starts a whole
+    /// digest, spending a sync token).
+    pub(crate) fn handle_summary(&mut self, sh: &mut Shared<I>, now: Time, from: &I, hash: u64) {
+        sh.members_mut().keep_view_sum();
+        let same = hash == sh.view_hash();
+        if same {
+            self.mark_synced();
         }
+        if sh.isolation().phase().has_left() || same || !self.take_sync_token(sh, now) {
+            return;
+        }
+        if sh.members().len() + 1 >= BUCKETED_FROM && sh.writes_v4_to(from) {
+            if !sh.settled() {
+                // News in flight here: the difference is likely it, and
+                // gossip will settle it. A lasting one is met at a later
+                // sync, once this node is quiet (in a storm of stalls,
+                // answering every summary tripled the bytes sent).
+                return;
+            }
+            let sums = Box::new(*sh.view_sums().sums());
+            sh.send(
+                from.clone(),
+                Channel::Datagram,
+                vec![Message::Buckets { sums }],
+            );
+        } else {
+            sh.start_digest_sync(from.clone());
+        }
+    }
+
+    /// A peer's view sums to `sums` by bucket (its answer to this node's
+    /// summary): sends it a digest of the buckets that differ, if any
+    /// still do (spending a sync token).
+    pub(crate) fn handle_buckets(
+        &mut self,
+        sh: &mut Shared<I>,
+        now: Time,
+        from: &I,
+        sums: &[u64; BUCKETS],
+    ) {
+        sh.members_mut().keep_view_sum();
+        self.mark_synced();
+        if sh.isolation().phase().has_left() || !sh.settled() {
+            return;
+        }
+        let mine = sh.view_sums();
+        let mut differ: Vec<usize> = (0..BUCKETS)
+            .filter(|&b| mine.sums()[b] != sums[b])
+            .collect();
+        if differ.is_empty() || !self.take_sync_token(sh, now) {
+            return;
+        }
+        // At most PART_BUCKETS of them, at random: a sync costs at most an
+        // eighth of a whole digest, and what differs for long is met by
+        // later syncs.
+        if differ.len() > PART_BUCKETS {
+            let (chosen, _) = differ.partial_shuffle(&mut sh.rng(), PART_BUCKETS);
+            differ = chosen.to_vec();
+        }
+        let differ = differ.iter().fold(0u64, |m, b| m | 1 << b);
+        if !sh.writes_v4_to(from) {
+            // This node does not write version 4 to it yet: all of it.
+            sh.start_digest_sync(from.clone());
+            return;
+        }
+        sh.stats_mut().syncs += 1;
+        let msg = Message::DigestPart {
+            buckets: differ,
+            reply: true,
+            members: sh.digest_records_in(Some(differ)).into(),
+        };
+        sh.send(from.clone(), Channel::Stream, vec![msg]);
     }
 }
 
 /// Which of two records at the same incarnation is news: a suspicion over
 /// an alive, a death over both, a departure over everything.
-fn rank(s: WireState) -> u8 {
+pub(crate) fn rank(s: WireState) -> u8 {
     match s {
         WireState::Alive => 0,
         WireState::Suspect => 1,

@@ -1,10 +1,10 @@
 //! Packets handed over without their bytes, for a simulator.
 //!
 //! A node keeps what it sends as a [`Packet`] with its encoded length;
-//! [`Node::poll_transmit`] encodes it (what a runtime sends on a socket).
+//! [`crate::Node::poll_transmit`] encodes it (what a runtime sends on a socket).
 //! A simulator, whose nodes all run in one process, can instead take the
-//! packet itself ([`Node::poll_packet`]) and hand it to the addressee
-//! ([`Node::handle_packet`]) with its length: the addressee does exactly what
+//! packet itself ([`crate::Node::poll_packet`]) and hand it to the addressee
+//! ([`crate::Node::handle_packet`]) with its length: the addressee does exactly what
 //! it would do with the bytes (the same statistics, byte counts, drops and
 //! protocol steps), without encoding and decoding every datagram. A packet
 //! that the wire would not give back unchanged goes through the bytes.
@@ -13,10 +13,23 @@ use std::collections::VecDeque;
 
 use crate::event::Event;
 use crate::identity::Identity;
-use crate::node::{Node, ReceiveError, Transmit};
-use crate::stats::DropReason;
-use crate::time::Time;
-use crate::wire::{Channel, DecodeError, Packet};
+use crate::wire::{Channel, Packet};
+
+/// Bytes to send to a member, and on which channel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transmit<I> {
+    /// The destination.
+    pub to: I,
+    /// Datagram (UDP) or stream (TCP).
+    pub channel: Channel,
+    /// The encoded packet.
+    pub bytes: Vec<u8>,
+    /// It carries a probe's ping: a runtime that can should send it so that
+    /// a closed port at `to` is reported ([`crate::Node::handle_unreachable`]), e.g.
+    /// from a UDP socket connected to `to` (ECONNREFUSED after an ICMP port
+    /// unreachable).
+    pub probe: bool,
+}
 
 /// A packet to send, before encoding.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -126,52 +139,6 @@ impl<I> Outbox<I> {
     /// Packets queued.
     pub(crate) fn queued(&self) -> usize {
         self.transmits.len()
-    }
-}
-
-impl<I: Identity> Node<I> {
-    /// The next packet to send, not encoded: for a simulator that hands it
-    /// to [`Node::handle_packet`] of its addressee. A runtime calls
-    /// [`Node::poll_transmit`] instead.
-    pub fn poll_packet(&mut self) -> Option<Outgoing<I>> {
-        self.out.next_packet()
-    }
-
-    /// Processes `packet`, received on `channel`, whose encoding takes `len`
-    /// bytes: the same as [`Node::handle_datagram`] or
-    /// [`Node::handle_stream`] of its encoding, for a packet another node's
-    /// [`Node::poll_packet`] returned (`len` is its [`Outgoing::len`]), given
-    /// that identities decode to what they encode. A packet that would not
-    /// decode to itself ([`Packet::round_trips`]) is encoded and decoded.
-    pub fn handle_packet(
-        &mut self,
-        now: Time,
-        channel: Channel,
-        mut packet: Packet<I>,
-        len: usize,
-    ) -> Result<(), ReceiveError> {
-        match channel {
-            Channel::Datagram => {
-                self.stats.datagrams_in += 1;
-                self.stats.datagram_bytes_in += len as u64;
-            }
-            Channel::Stream => {
-                self.stats.streams_in += 1;
-                self.stats.stream_bytes_in += len as u64;
-            }
-        }
-        if !packet.round_trips(channel, len) {
-            return self.receive(now, &packet.encode(), channel);
-        }
-        if !packet.header.is_of(self.local.cluster()) {
-            let e = DecodeError::ForeignCluster;
-            self.stats.drop(DropReason::of(&e));
-            return Err(e.into());
-        }
-        // As decoding does: the header holds the receiver's cluster id
-        // (from version 3 on, the wire carries only its low half).
-        packet.header.cluster = self.local.cluster();
-        self.receive_decoded(now, packet, channel)
     }
 }
 

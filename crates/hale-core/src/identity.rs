@@ -4,7 +4,7 @@ use std::fmt::Debug;
 use std::hash::Hash;
 use std::net::{IpAddr, SocketAddr};
 
-use crate::wire::codec::{DecodeError, Reader};
+use crate::wire::codec::{DecodeError, Reader, Sink};
 
 /// What names a member: compared for equality, hashed, and carried on the
 /// wire. It must hold everything a runtime needs to reach the member (the
@@ -147,5 +147,17 @@ impl Identity for NodeId {
     fn encoded_len(&self) -> usize {
         let ip = if self.addr.is_ipv4() { 4 } else { 16 };
         1 + self.name.len() + 1 + ip + 2
+    }
+}
+
+/// Writes identities into a [`Sink`]: encoded into a buffer, or counted.
+pub(crate) trait SinkId {
+    /// Writes `id` (or counts its bytes).
+    fn id<I: Identity>(&mut self, id: &I);
+}
+
+impl<S: Sink> SinkId for S {
+    fn id<I: Identity>(&mut self, id: &I) {
+        self.encoded(|| id.encoded_len(), |out| id.encode(out));
     }
 }

@@ -7,8 +7,9 @@
 //! firewall reload on this host, an unplugged cable), and concluding the
 //! first evicts healthy siblings: the second incident's class of bug. So a
 //! node that has heard from no member for `suspicion_max` (and at least two
-//! probe periods) while more than `corroboration` others are live in its
-//! view concludes that **it** is cut off, and then:
+//! probe periods), while more than `corroboration` others were live in its
+//! view when it last heard from one, concludes that **it** is cut off (and
+//! until then convicts nobody on its own word alone), and then:
 //!
 //! * it withdraws every accusation it made (its own failed probes since the
 //!   last time it heard from anyone prove nothing about the others), here and
@@ -28,10 +29,7 @@
 
 use std::time::Duration;
 
-use crate::event::Event;
-use crate::identity::Identity;
-use crate::node::Node;
-use crate::time::{Time, Timer};
+use crate::time::Time;
 
 /// Where a node is in its life: one phase at a time.
 ///
@@ -61,7 +59,7 @@ pub(crate) enum Lifecycle {
 }
 
 impl Lifecycle {
-    /// Whether [`Node::leave`] was called.
+    /// Whether [`crate::Node::leave`] was called.
     pub(crate) fn has_left(self) -> bool {
         matches!(self, Lifecycle::Left { .. })
     }
@@ -132,6 +130,11 @@ pub(crate) struct Isolation {
     phase: Lifecycle,
     /// When a packet (or traffic) from another member last arrived.
     heard_any: Time,
+    /// Live members in the view when a member was last heard from: the
+    /// cluster this node knew before its silence, which verdicts reached
+    /// during the silence do not shrink (see
+    /// [`crate::shared::Shared::large_enough_to_infer_cut_off`]).
+    live_when_heard: usize,
     /// When it last stopped being cut off: probes started before then
     /// accuse nobody.
     back_at: Time,
@@ -148,6 +151,7 @@ impl Isolation {
         Isolation {
             phase: Lifecycle::Active,
             heard_any: now,
+            live_when_heard: 0,
             back_at: Time::ZERO,
             last_now: now,
             pause_credit: (Time::ZERO, Duration::ZERO),
@@ -174,9 +178,16 @@ impl Isolation {
         self.last_now = self.last_now.max(now);
     }
 
-    /// Counts as having heard from the cluster at `now`.
-    pub(crate) fn heard(&mut self, now: Time) {
+    /// Counts as having heard from the cluster at `now`, whose view then
+    /// held `live` live members.
+    pub(crate) fn heard(&mut self, now: Time, live: usize) {
         self.heard_any = self.heard_any.max(now);
+        self.live_when_heard = live;
+    }
+
+    /// Live members in the view when a member was last heard from.
+    pub(crate) fn live_when_heard(&self) -> usize {
+        self.live_when_heard
     }
 
     /// When this node last stopped being cut off.
@@ -198,73 +209,23 @@ impl Isolation {
         self.pause_credit = (until, length);
     }
 
-    /// A hint for [`Node::warm_state`].
+    /// A hint for [`crate::Node::warm_state`].
     pub(crate) fn warm(&self) -> u64 {
         self.last_now.as_nanos() ^ self.pause_credit.0.as_nanos() ^ self.heard_any.as_nanos()
     }
-}
-
-impl<I: Identity> Node<I> {
-    /// Whether this node has concluded that it is cut off from the cluster.
-    pub fn is_cut_off(&self) -> bool {
-        self.isolation.phase().is_cut_off()
-    }
 
     /// Any packet from another member of the cluster, or traffic from one,
-    /// arrived: this node is not cut off.
-    pub(crate) fn heard_from_someone(&mut self, now: Time) {
-        self.isolation.heard(now);
-        if self.isolation.phase_mut().reconnected() {
-            self.isolation.back_at = now;
+    /// arrived: this node is not cut off. Its view holds `live` live
+    /// members.
+    pub(crate) fn heard_from_someone(&mut self, now: Time, live: usize) {
+        self.heard(now, live);
+        if self.phase_mut().reconnected() {
+            self.back_at = now;
         }
     }
 
-    /// Whether a cluster this size lets a node that hears from nobody infer
-    /// that it is the one cut off.
-    pub(crate) fn large_enough_to_infer_cut_off(&self) -> bool {
-        self.members.live() > self.cfg.corroboration
-    }
-
-    /// Silence from every member after which this node concludes that it is
-    /// cut off: the longest suspicion, and at least two of its probe periods
-    /// (a connected node hears acks to its own probes every period).
-    fn cut_off_after(&self) -> Duration {
-        self.cfg.suspicion_max.max(self.cfg.probe_interval * 2)
-    }
-
-    /// Concludes that this node is cut off if it has heard from no member
-    /// for `suspicion_max`; see the module documentation.
-    pub(crate) fn check_cut_off(&mut self, now: Time) {
-        if self.isolation.phase().is_cut_off()
-            || self.isolation.phase().has_left()
-            || !self.large_enough_to_infer_cut_off()
-            || now.saturating_since(self.isolation.heard_any) < self.cut_off_after()
-        {
-            return;
-        }
-        let seeds = !self.recovery.seeds().is_empty();
-        let report = seeds && !self.isolation.phase().in_fallback();
-        *self.isolation.phase_mut() = Lifecycle::CutOff {
-            fallback: self.isolation.phase().in_fallback() || seeds,
-        };
-        self.stats.cut_offs += 1;
-        self.withdraw_all_accusations(now);
-        if seeds {
-            if report {
-                self.push_event(Event::SeedFallback);
-            }
-            self.timers.set(Timer::SeedRetry, now);
-        }
-    }
-
-    /// Takes back every accusation this node made, here and in the news
-    /// still queued for others.
-    fn withdraw_all_accusations(&mut self, now: Time) {
-        let me = self.local.id().clone();
-        for id in self.suspicions.withdraw_all(&me) {
-            self.broadcasts.remove(&(id.clone(), Some(me.clone())));
-            self.stats.accusations_withdrawn += 1;
-            self.rearm(&id, now);
-        }
+    /// When this node last heard from anyone.
+    pub(crate) fn heard_any(&self) -> Time {
+        self.heard_any
     }
 }

@@ -6,6 +6,12 @@ use crate::identity::Identity;
 use crate::ring::{ring_position_from, ring_seed, tag};
 use crate::wire::Message;
 
+thread_local! {
+    /// The buffer identities are encoded into to hash them onto the ring:
+    /// one per thread, so that reading a ring position borrows nothing.
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(Vec::with_capacity(128));
+}
+
 /// This node's own record, as every packet's header carries it.
 ///
 /// Invariants: the identity, cluster and ring position never change; the
@@ -25,16 +31,13 @@ pub(crate) struct Local<I> {
     meta: Box<[u8]>,
     /// This run's generation and the notices about others' (`freshness.rs`).
     generation: Generation,
-    /// Scratch space for encoding (ring positions).
-    scratch: Vec<u8>,
 }
 
 impl<I: Identity> Local<I> {
     /// `me` in `cluster`, at incarnation 0.
     pub(crate) fn new(me: I, cluster: u64, meta: Vec<u8>, generation: u64) -> Local<I> {
-        let mut scratch = Vec::with_capacity(128);
         let seed = ring_seed(cluster);
-        let ring = ring_position_from(seed, &me, &mut scratch);
+        let ring = SCRATCH.with_borrow_mut(|scratch| ring_position_from(seed, &me, scratch));
         Local {
             me,
             cluster,
@@ -44,7 +47,6 @@ impl<I: Identity> Local<I> {
             incarnation: 0,
             meta: meta.into_boxed_slice(),
             generation: Generation::new(generation),
-            scratch,
         }
     }
 
@@ -69,8 +71,8 @@ impl<I: Identity> Local<I> {
     }
 
     /// The ring position of `id`.
-    pub(crate) fn ring_of(&mut self, id: &I) -> u64 {
-        ring_position_from(self.ring_seed, id, &mut self.scratch)
+    pub(crate) fn ring_of(&self, id: &I) -> u64 {
+        SCRATCH.with_borrow_mut(|scratch| ring_position_from(self.ring_seed, id, scratch))
     }
 
     /// This node's incarnation.

@@ -15,7 +15,7 @@
 //! member a period.
 //!
 //! A heartbeat is sent the way a ping is, so that a closed port answers it
-//! ([`Node::handle_unreachable`] then probes at once): a crashed
+//! ([`crate::Node::handle_unreachable`] then probes at once): a crashed
 //! predecessor is found by its successor's next heartbeat. What a
 //! heartbeat cannot find (a frozen predecessor) is found by that member's
 //! own predecessor, whose heartbeats stop.
@@ -34,8 +34,10 @@ use smallvec::SmallVec;
 
 use crate::identity::Identity;
 use crate::member::MemberState;
-use crate::node::Node;
+use crate::probe::Probing;
+use crate::shared::Shared;
 use crate::time::Time;
+use crate::walk::Walk;
 use crate::wire::{Channel, Message};
 
 /// Neighbours kept inline, in the node's own memory: they are read after
@@ -103,16 +105,14 @@ impl<I: Identity> Monitors<I> {
         self.deferred = false;
         self.dirty
     }
-}
 
-impl<I: Identity> Node<I> {
     /// How long a neighbour may stay quiet before this node pings it:
     /// `monitor_interval` for the members it pings by turn, and for the
     /// watchers who are expected to speak to it an eighth more (a
     /// sixteenth with heartbeats); scaled by local health.
-    fn quiet_window(&self, passive: bool) -> Duration {
-        let w = self.scaled(self.cfg.monitor_interval);
-        match (passive, self.cfg.ring_heartbeats) {
+    fn quiet_window(sh: &Shared<I>, passive: bool) -> Duration {
+        let w = sh.scaled(sh.cfg().monitor_interval);
+        match (passive, sh.cfg().ring_heartbeats) {
             // A heartbeat is due on the sender's timer, a ping's ack a
             // round trip later: a sixteenth (47 ms on lan) is the slack.
             (true, true) => w + w / 16,
@@ -123,154 +123,115 @@ impl<I: Identity> Node<I> {
 
     /// When neighbour `i` (an index into `monitored`, then `watchers`) is
     /// due for a ping, if it is live and none is in flight.
-    fn monitor_due(&self, i: usize) -> Option<Time> {
+    fn due(&self, sh: &Shared<I>, probing: &Probing<I>, i: usize) -> Option<Time> {
         let (id, passive) = self.neighbour(i)?;
-        let m = self.members.watched(i, id)?;
-        if !m.state().is_live() || self.probing.probe_of(id).is_some() {
+        let m = sh.members().watched(i, id)?;
+        if !m.state().is_live() || probing.probe_of(id).is_some() {
             return None;
         }
-        if !passive && self.cfg.ring_heartbeats && self.probing.health() > 0 {
+        if !passive && sh.cfg().ring_heartbeats && sh.health() > 0 {
             // Recovering: pinged by turn for the acks (module docs).
-            return Some(self.monitors.pinged[i] + self.cfg.monitor_interval);
+            return Some(self.pinged[i] + sh.cfg().monitor_interval);
         }
         // What it sends counts only while it is unsuspected and in good
         // health (a node that cannot receive still sends).
-        let heard = if self.cfg.skip_fresh
+        let heard = if sh.cfg().skip_fresh
             && m.state() == MemberState::Alive
-            && m.health() < self.cfg.health_discount
+            && m.health() < sh.cfg().health_discount
         {
-            self.members.heard(m)
+            sh.members().heard(m)
         } else {
             Time::ZERO
         };
-        let since = heard.max(self.monitors.pinged[i]);
-        Some(since + self.quiet_window(passive))
+        let since = heard.max(self.pinged[i]);
+        Some(since + Self::quiet_window(sh, passive))
     }
 
     /// Neighbour `i`: an index into `monitored` (pinged by turn), then
     /// `watchers` (passive: `true`).
     fn neighbour(&self, i: usize) -> Option<(&I, bool)> {
-        let id = self.monitors.ids.get(i)?;
-        Some((id, i >= self.monitors.monitored))
+        let id = self.ids.get(i)?;
+        Some((id, i >= self.monitored))
     }
 
     /// Whether `id` is a neighbour this node sent a heartbeat to within
     /// `window` of `now`.
-    pub(crate) fn heartbeat_within(&self, id: &I, now: Time, window: Duration) -> bool {
-        self.cfg.ring_heartbeats
+    pub(crate) fn heartbeat_within(
+        &self,
+        sh: &Shared<I>,
+        id: &I,
+        now: Time,
+        window: Duration,
+    ) -> bool {
+        sh.cfg().ring_heartbeats
             && self
-                .monitors
                 .monitored()
                 .iter()
-                .zip(&self.monitors.pinged)
+                .zip(&self.pinged)
                 .any(|(m, at)| m == id && *at + window >= now)
     }
 
     /// The earliest time a neighbour is due for a ping.
-    pub(crate) fn next_monitor_due(&self) -> Time {
-        if self.isolation.phase().has_left() {
+    pub(crate) fn next_due(&self, sh: &Shared<I>, probing: &Probing<I>) -> Time {
+        if sh.isolation().phase().has_left() {
             return Time::NEVER;
         }
-        (0..self.monitors.pinged.len())
-            .filter_map(|i| self.monitor_due(i))
+        (0..self.pinged.len())
+            .filter_map(|i| self.due(sh, probing, i))
             .min()
             .unwrap_or(Time::NEVER)
     }
 
     /// Pings every neighbour whose quiet window ran out.
-    pub(crate) fn monitor_tick(&mut self, now: Time) {
-        if self.isolation.phase().has_left() {
+    pub(crate) fn tick(&mut self, sh: &mut Shared<I>, probing: &mut Probing<I>, now: Time) {
+        if sh.isolation().phase().has_left() {
             return;
         }
-        for i in 0..self.monitors.pinged.len() {
-            if self.monitor_due(i).is_some_and(|due| due <= now) {
+        for i in 0..self.pinged.len() {
+            if self.due(sh, probing, i).is_some_and(|due| due <= now) {
                 let Some((target, passive)) = self.neighbour(i) else {
                     continue;
                 };
                 let target = target.clone();
-                self.monitors.pinged[i] = now;
+                self.pinged[i] = now;
                 if !passive
-                    && self.cfg.ring_heartbeats
-                    && self.probing.health() == 0
-                    && self.writes_v3_to(&target)
+                    && sh.cfg().ring_heartbeats
+                    && sh.health() == 0
+                    && sh.writes_v3_to(&target)
                 {
-                    self.stats.heartbeats += 1;
-                    self.send(target, Channel::Datagram, vec![Message::Heartbeat]);
+                    sh.stats_mut().heartbeats += 1;
+                    sh.send(target, Channel::Datagram, vec![Message::Heartbeat]);
                 } else {
-                    self.start_probe(now, &target);
-                    if passive && self.cfg.ring_heartbeats {
-                        self.ask_corroboration(&target);
+                    probing.start_probe(sh, now, &target);
+                    if passive && sh.cfg().ring_heartbeats {
+                        sh.ask_corroboration(probing.walk(), &target);
                     }
                 }
             }
         }
     }
 
-    /// A watcher's probe of `target` started: a second observer probes it
-    /// too (the module docs), if written version 3. It is the unsuspected
-    /// ring neighbour closest after `target` (whose heartbeats it gets),
-    /// or a random unsuspected member: a ring neighbour holds `target`'s
-    /// latest incarnation (refutations go to them), where a random member
-    /// may hold an older one and accuse at it, which counts for nothing.
-    fn ask_corroboration(&mut self, target: &I) {
-        let me = self.local.id().clone();
-        let at = self.local.ring_of(target);
-        let neighbour = self
-            .ring_neighbours(target)
-            .into_iter()
-            .filter(|(id, unsuspected)| *unsuspected && *id != me)
-            .min_by_key(|(id, _)| self.local.ring_of(id).wrapping_sub(at))
-            .map(|(id, _)| id);
-        let Some(other) = neighbour.or_else(|| self.random_unsuspected(1, Some(target)).pop())
-        else {
-            return;
-        };
-        if self.writes_v3_to(&other) {
-            let msg = Message::Corroborate {
-                target: target.clone(),
-            };
-            self.send(other, Channel::Datagram, vec![msg]);
-        }
-    }
-
-    /// A watcher asked this node to probe `target` too: it does, unless a
-    /// probe of it is in flight, it is not a live member here, it is this
-    /// node, or the asker is not a live member here (a stranger gets no
-    /// probes out of this node).
-    pub(crate) fn corroborate(&mut self, now: Time, from: &I, target: &I) {
-        let live = |id: &I| self.members.get(id).is_some_and(|m| m.state().is_live());
-        if self.isolation.phase().has_left()
-            || target == self.local.id()
-            || !live(from)
-            || self.probing.probe_of(target).is_some()
-            || !live(target)
-        {
-            return;
-        }
-        self.start_probe(now, target);
-    }
-
     /// Recomputes the neighbours if a change of `id` can affect them.
-    pub(crate) fn monitors_changed(&mut self, id: &I) {
-        let Some(m) = self.members.get(id) else {
+    pub(crate) fn changed(&mut self, sh: &mut Shared<I>, id: &I) {
+        let Some(m) = sh.members().get(id) else {
             return;
         };
-        if self.monitors.deferred {
-            self.monitors.dirty = true;
+        if self.deferred {
+            self.dirty = true;
             return;
         }
         let relevant = if m.state().is_live() {
-            let k = self.cfg.monitors;
-            self.monitors.monitored().len() < k || self.monitors.watchers().len() < k || {
-                let ring = self.local.ring_of(id);
-                self.local.ring().wrapping_sub(ring) <= self.monitors.horizon.0
-                    || ring.wrapping_sub(self.local.ring()) <= self.monitors.horizon.1
+            let k = sh.cfg().monitors;
+            self.monitored().len() < k || self.watchers().len() < k || {
+                let ring = sh.local().ring_of(id);
+                sh.local().ring().wrapping_sub(ring) <= self.horizon.0
+                    || ring.wrapping_sub(sh.local().ring()) <= self.horizon.1
             }
         } else {
-            self.monitors.ids.contains(id)
+            self.ids.contains(id)
         };
         if relevant {
-            self.recompute_monitors();
+            self.recompute(sh);
         }
     }
 
@@ -281,9 +242,9 @@ impl<I: Identity> Node<I> {
     /// so that when two neighbours fail together each still has two
     /// accusers. A member that is on both sides (a small cluster) is only
     /// pinged by turn.
-    pub(crate) fn recompute_monitors(&mut self) {
-        self.monitors.dirty = false;
-        let k = self.cfg.monitors;
+    pub(crate) fn recompute(&mut self, sh: &mut Shared<I>) {
+        self.dirty = false;
+        let k = sh.cfg().monitors;
         let mut before: Vec<(u64, I)> = Vec::with_capacity(k + 1);
         let mut after: Vec<(u64, I)> = Vec::with_capacity(k + 1);
         let mut suspects: Vec<(u64, u64, I)> = Vec::new();
@@ -294,14 +255,14 @@ impl<I: Identity> Node<I> {
                 best.truncate(k);
             }
         };
-        for (id, m) in self.members.iter() {
+        for (id, m) in sh.members().iter() {
             if !m.state().is_live() || k == 0 {
                 continue;
             }
-            let ring = self.local.ring_of(&*id);
+            let ring = sh.local().ring_of(&*id);
             let (db, da) = (
-                self.local.ring().wrapping_sub(ring),
-                ring.wrapping_sub(self.local.ring()),
+                sh.local().ring().wrapping_sub(ring),
+                ring.wrapping_sub(sh.local().ring()),
             );
             if m.state() == MemberState::Suspect {
                 suspects.push((db, da, id.into_owned()));
@@ -317,19 +278,19 @@ impl<I: Identity> Node<I> {
                 best.last().map_or(u64::MAX, |(d, _)| *d)
             }
         };
-        self.monitors.horizon = (horizon(&before), horizon(&after));
+        self.horizon = (horizon(&before), horizon(&after));
         for (db, da, id) in suspects {
-            if db < self.monitors.horizon.0 {
+            if db < self.horizon.0 {
                 before.push((db, id.clone()));
             }
-            if da < self.monitors.horizon.1 {
+            if da < self.horizon.1 {
                 after.push((da, id));
             }
         }
         before.sort_unstable_by_key(|e| e.0);
         after.sort_unstable_by_key(|e| e.0);
-        let old_ids = std::mem::take(&mut self.monitors.ids);
-        let old_pinged = std::mem::take(&mut self.monitors.pinged);
+        let old_ids = std::mem::take(&mut self.ids);
+        let old_pinged = std::mem::take(&mut self.pinged);
         let mut ids: Inline<I> = before.into_iter().map(|(_, id)| id).collect();
         let monitored = ids.len();
         for (_, id) in after {
@@ -338,7 +299,7 @@ impl<I: Identity> Node<I> {
             }
         }
         // A neighbour kept keeps the time of its last ping.
-        self.monitors.pinged = ids
+        self.pinged = ids
             .iter()
             .map(|id| {
                 old_ids
@@ -347,9 +308,39 @@ impl<I: Identity> Node<I> {
                     .map_or(Time::ZERO, |k| old_pinged[k])
             })
             .collect();
-        self.monitors.ids = ids;
-        self.monitors.monitored = monitored;
+        self.ids = ids;
+        self.monitored = monitored;
         // The records read after every input (`next_monitor_due`).
-        self.members.watch(&self.monitors.ids);
+        sh.members_mut().watch(&self.ids);
+    }
+}
+
+impl<I: Identity> Shared<I> {
+    /// A watcher's probe of `target` started: a second observer probes it
+    /// too (the module docs), if written version 3. It is the unsuspected
+    /// ring neighbour closest after `target` (whose heartbeats it gets),
+    /// or a random unsuspected member: a ring neighbour holds `target`'s
+    /// latest incarnation (refutations go to them), where a random member
+    /// may hold an older one and accuse at it, which counts for nothing.
+    fn ask_corroboration(&mut self, walk: &Walk<I>, target: &I) {
+        let me = self.local().id().clone();
+        let at = self.local().ring_of(target);
+        let neighbour = self
+            .ring_neighbours(target)
+            .into_iter()
+            .filter(|(id, unsuspected)| *unsuspected && *id != me)
+            .min_by_key(|(id, _)| self.local().ring_of(id).wrapping_sub(at))
+            .map(|(id, _)| id);
+        let Some(other) =
+            neighbour.or_else(|| self.random_unsuspected(walk, 1, Some(target)).pop())
+        else {
+            return;
+        };
+        if self.writes_v3_to(&other) {
+            let msg = Message::Corroborate {
+                target: target.clone(),
+            };
+            self.send(other, Channel::Datagram, vec![msg]);
+        }
     }
 }

@@ -1,48 +1,38 @@
 //! The [`Node`]: one member's SWIM + Lifeguard state machine.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
-use crate::broadcast::{Broadcasts, Class};
+use crate::broadcast::Class;
 use crate::config::{Config, ConfigError, Tuning};
-use crate::direct::{Outbox, Outgoing};
+use crate::direct::{Outgoing, Transmit};
 use crate::event::Event;
 use crate::freshness::Verdict;
 use crate::identity::Identity;
-use crate::isolation::Isolation;
 use crate::local::Local;
 use crate::member::{Member, MemberState};
 use crate::monitor::Monitors;
 use crate::probe::Probing;
+use crate::shared::Shared;
 use crate::state::Suspicions;
 use crate::stats::{DropReason, Stats};
 use crate::sync::Recovery;
-use crate::table::Table;
 use crate::targeted::Targeted;
 use crate::time::{Time, Timer, TimerTable};
-use crate::versions::Wire;
 use crate::wire::{
-    cluster_id, Channel, DecodeError, Header, Message, Packet, PingTarget, MAX_DATAGRAM,
-    MAX_MESSAGES, MAX_META,
+    cluster_id, Channel, DecodeError, Header, MemberRecord, Message, Packet, PingTarget, Versions,
+    MAX_META,
 };
 
-/// Bytes to send to a member, and on which channel.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Transmit<I> {
-    /// The destination.
-    pub to: I,
-    /// Datagram (UDP) or stream (TCP).
-    pub channel: Channel,
-    /// The encoded packet.
-    pub bytes: Vec<u8>,
-    /// It carries a probe's ping: a runtime that can should send it so that
-    /// a closed port at `to` is reported ([`Node::handle_unreachable`]), e.g.
-    /// from a UDP socket connected to `to` (ECONNREFUSED after an ICMP port
-    /// unreachable).
-    pub probe: bool,
-}
+mod digest;
+mod probe;
+mod rules;
+mod sync;
+mod verdict;
+mod warm;
 
 /// Why a received packet was not processed. The node's state is unchanged
 /// and the drop is counted in [`Stats::dropped`].
@@ -106,35 +96,18 @@ pub enum MetadataError {
 /// modules named below work through their methods.
 #[derive(Debug)]
 pub struct Node<I: Identity> {
-    pub(crate) cfg: Config,
-    /// Identity, incarnation, metadata, generation (`local.rs`).
-    pub(crate) local: Local<I>,
-    pub(crate) rng: Xoshiro256PlusPlus,
-    /// Every other member, with live and suspect counts (`table.rs`).
-    pub(crate) members: Table<I>,
-    /// The walk, probes in flight, local health (`probe.rs`).
-    pub(crate) probing: Probing<I>,
+    /// What every sub-state reads and writes (`shared.rs`).
+    sh: Shared<I>,
+    /// The walk, probes in flight (`probe.rs`).
+    probing: Probing<I>,
     /// Ring neighbours (`monitor.rs`).
-    pub(crate) monitors: Monitors<I>,
+    monitors: Monitors<I>,
     /// Suspicions and their deadlines (`state.rs`, `verdict.rs`).
-    pub(crate) suspicions: Suspicions<I>,
-    /// News queued for gossip (`broadcast.rs`, `gossip.rs`).
-    pub(crate) broadcasts: Broadcasts<I>,
+    suspicions: Suspicions<I>,
     /// Suspicions and refutations sent to a few members (`targeted.rs`).
-    pub(crate) targeted: Targeted<I>,
+    targeted: Targeted<I>,
     /// Seeds, tombstones, sync budget (`sync.rs`).
-    pub(crate) recovery: Recovery<I>,
-    /// Where this node stands: its lifecycle (active, fallen back to seeds,
-    /// cut off, or left), and whether faults are its own: silence, pauses
-    /// (`isolation.rs`).
-    pub(crate) isolation: Isolation,
-    /// The periodic timers (`time.rs`).
-    pub(crate) timers: TimerTable,
-    /// Packets and events for the runtime (`direct.rs`).
-    pub(crate) out: Outbox<I>,
-    /// Wire versions: written, per member, counted (`versions.rs`).
-    pub(crate) wire: Wire,
-    pub(crate) stats: Stats,
+    recovery: Recovery<I>,
 }
 
 /// The first probe sequence number of a node seeded with `seed`: random,
@@ -166,55 +139,46 @@ impl<I: Identity> Node<I> {
         timers.set(Timer::Reconnect, now + Duration::from_nanos(rc_phase));
         timers.set(Timer::Reap, now + Duration::from_secs(10));
         Ok(Node {
-            local,
-            rng,
-            members: Table::new(),
             probing: Probing::new(first_seq(cfg.rng_seed)),
             monitors: Monitors::new(),
             suspicions: Suspicions::new(),
-            broadcasts: Broadcasts::new(cfg.max_broadcasts),
             targeted: Targeted::new(),
             recovery: Recovery::new(cfg.sync_replies_per_sec, now),
-            isolation: Isolation::new(now),
-            timers,
-            out: Outbox::new(),
-            wire: Wire::new(cfg.wire_versions),
-            stats: Stats::default(),
-            cfg,
+            sh: Shared::new(cfg, local, rng, timers, now),
         })
     }
 
     /// This node's identity.
     pub fn id(&self) -> &I {
-        self.local.id()
+        self.sh.local().id()
     }
 
     /// The generation this node's packets carry: `Config::generation`, or
     /// higher once a peer told it that it had heard a newer one from it
     /// (a restart with the wall clock set back; see `freshness.rs`).
     pub fn generation(&self) -> u64 {
-        self.local.my_generation()
+        self.sh.local().my_generation()
     }
 
     /// This node's incarnation.
     pub fn incarnation(&self) -> u32 {
-        self.local.incarnation()
+        self.sh.local().incarnation()
     }
 
     /// This node's Lifeguard local health score: 0 is healthy, up to
     /// `awareness_max - 1`; probe interval and timeout are scaled by score + 1.
     pub fn local_health(&self) -> u8 {
-        self.probing.health()
+        self.sh.health()
     }
 
     /// Whether [`Node::leave`] was called.
     pub fn has_left(&self) -> bool {
-        self.isolation.phase().has_left()
+        self.sh.isolation().phase().has_left()
     }
 
     /// The configuration in force.
     pub fn config(&self) -> &Config {
-        &self.cfg
+        self.sh.cfg()
     }
 
     /// Takes new values of the knobs a running node can change ([`Tuning`]),
@@ -223,31 +187,31 @@ impl<I: Identity> Node<I> {
     /// already set keeps its deadline); no member, suspicion or timer is
     /// touched.
     pub fn retune(&mut self, t: Tuning) -> Result<(), ConfigError> {
-        let cfg = self.cfg.clone().with_tuning(t);
+        let cfg = self.sh.cfg().clone().with_tuning(t);
         cfg.validate()?;
-        self.cfg = cfg;
+        self.sh.set_cfg(cfg);
         Ok(())
     }
 
     /// Counters.
     pub fn stats(&self) -> &Stats {
-        &self.stats
+        self.sh.stats()
     }
 
     /// Every member this node knows of, this node excluded, in no
     /// particular order: copies, made as the iterator advances.
     pub fn members(&self) -> impl Iterator<Item = Member<I>> + '_ {
-        self.members.views()
+        self.sh.members().views()
     }
 
     /// One member, if known: a copy.
     pub fn member(&self, id: &I) -> Option<Member<I>> {
-        self.members.view(id)
+        self.sh.members().view(id)
     }
 
     /// Alive or suspected members, this node excluded.
     pub fn num_live(&self) -> usize {
-        self.members.live()
+        self.sh.members().live()
     }
 
     /// The ring neighbours this node pings when they are quiet for a
@@ -264,24 +228,58 @@ impl<I: Identity> Node<I> {
 
     /// News waiting to be gossiped.
     pub fn pending_broadcasts(&self) -> usize {
-        self.broadcasts.len()
+        self.sh.broadcasts().len()
     }
 
     /// This node's metadata.
     pub fn metadata(&self) -> &[u8] {
-        self.local.meta()
+        self.sh.local().meta()
+    }
+
+    /// Every member known here, this node first, then the others in
+    /// identity order, as sent in a full-state sync. (The order is the
+    /// identities', not the member table's, so that how the table is laid
+    /// out never changes what goes on the wire, or in what order a receiver
+    /// merges it.)
+    pub fn state_records(&self) -> Vec<MemberRecord<I>> {
+        self.sh.state_records()
+    }
+
+    /// The wire versions this node decodes (`Config::wire_versions`).
+    pub fn wire_versions(&self) -> Versions {
+        self.sh.wire().range()
+    }
+
+    /// The wire version this node writes (to members not in a new run of
+    /// an older version; see `versions.rs`).
+    pub fn wire_version(&self) -> u8 {
+        self.sh.wire().speak()
+    }
+
+    /// Writes `version` from now on, the one the runtime negotiated
+    /// ([`crate::wire::negotiate`]); a version outside this node's range is
+    /// brought to its nearest end. The version written now.
+    pub fn set_wire_version(&mut self, version: u8) -> u8 {
+        self.sh.wire_mut().set_speak(version)
+    }
+
+    /// Packets received (dropped ones included) and sent, by wire version:
+    /// copies, with every version counted at least once.
+    pub fn packets_by_version(&self) -> (BTreeMap<u8, u64>, BTreeMap<u8, u64>) {
+        self.sh.wire().packets()
     }
 
     /// Application traffic was received from `peer`: proof of life that
     /// spares a probe. Unknown peers are ignored.
     pub fn note_traffic(&mut self, now: Time, peer: &I) {
-        self.isolation.advance(now);
-        if self.members.contains(peer) {
-            self.heard_from_someone(now);
+        self.sh.isolation_mut().advance(now);
+        if self.sh.members().contains(peer) {
+            let live = self.sh.members().live();
+            self.sh.isolation_mut().heard_from_someone(now, live);
         }
-        if let Some(m) = self.members.get(peer) {
+        if let Some(m) = self.sh.members().get(peer) {
             if m.state().is_live() {
-                self.members.set_heard(peer, now);
+                self.sh.members_mut().set_heard(peer, now);
                 self.withdraw_accusation(peer, now);
             }
         }
@@ -289,67 +287,72 @@ impl<I: Identity> Node<I> {
 
     /// Publishes new metadata (raising the incarnation so it wins everywhere).
     pub fn set_metadata(&mut self, now: Time, meta: Vec<u8>) -> Result<(), MetadataError> {
-        if self.isolation.phase().has_left() {
+        if self.sh.isolation().phase().has_left() {
             return Err(MetadataError::Left);
         }
         if meta.len() > MAX_META {
             return Err(MetadataError::TooLarge(meta.len()));
         }
-        self.local.set_meta(meta);
-        self.local.raise_incarnation(0);
-        self.broadcast_self_alive(now);
+        self.sh.local_mut().set_meta(meta);
+        self.sh.local_mut().raise_incarnation(0);
+        self.sh.broadcast_self_alive(now);
         Ok(())
     }
 
     /// Leaves gracefully: announces it to the cluster so peers record it as
     /// left, not dead. Keep driving the node for a moment so the news spreads.
     pub fn leave(&mut self, now: Time) -> Result<(), LeaveError> {
-        if self.isolation.phase().has_left() {
+        if self.sh.isolation().phase().has_left() {
             return Err(LeaveError::AlreadyLeft);
         }
-        self.isolation.phase_mut().leave();
-        self.local.raise_incarnation(0);
+        self.sh.isolation_mut().phase_mut().leave();
+        self.sh.local_mut().raise_incarnation(0);
         self.probing.abandon();
         let msg = Message::Left {
-            member: self.local.id().clone(),
-            incarnation: self.local.incarnation(),
+            member: self.sh.local().id().clone(),
+            incarnation: self.sh.local().incarnation(),
         };
-        self.broadcasts
-            .push(Class::Left, (self.local.id().clone(), None), msg.clone());
-        let targets = self.random_live(2 * self.cfg.gossip_fanout, None);
+        let me = self.sh.local().id().clone();
+        self.sh
+            .broadcasts_mut()
+            .push(Class::Left, (me, None), msg.clone());
+        let targets =
+            self.sh
+                .random_live(self.probing.walk(), 2 * self.sh.cfg().gossip_fanout, None);
         for t in targets {
-            self.send(t, Channel::Datagram, vec![msg.clone()]);
+            self.sh.send(t, Channel::Datagram, vec![msg.clone()]);
         }
-        self.timers.set(Timer::Gossip, now);
+        self.sh.timers_mut().set(Timer::Gossip, now);
         Ok(())
     }
 
     /// Processes a datagram. Bad input is dropped, counted, and changes nothing.
     pub fn handle_datagram(&mut self, now: Time, bytes: &[u8]) -> Result<(), ReceiveError> {
-        self.stats.datagrams_in += 1;
-        self.stats.datagram_bytes_in += bytes.len() as u64;
+        self.sh.stats_mut().datagrams_in += 1;
+        self.sh.stats_mut().datagram_bytes_in += bytes.len() as u64;
         self.receive(now, bytes, Channel::Datagram)
     }
 
     /// Processes a stream frame (state sync, fallback ping).
     pub fn handle_stream(&mut self, now: Time, bytes: &[u8]) -> Result<(), ReceiveError> {
-        self.stats.streams_in += 1;
-        self.stats.stream_bytes_in += bytes.len() as u64;
+        self.sh.stats_mut().streams_in += 1;
+        self.sh.stats_mut().stream_bytes_in += bytes.len() as u64;
         self.receive(now, bytes, Channel::Stream)
     }
 
+    /// Decodes and processes bytes received on `channel`.
     pub(crate) fn receive(
         &mut self,
         now: Time,
         bytes: &[u8],
         channel: Channel,
     ) -> Result<(), ReceiveError> {
-        match Packet::<I>::decode(bytes, channel, self.local.cluster()) {
+        match Packet::<I>::decode(bytes, channel, self.sh.local().cluster()) {
             Ok(pkt) => self.receive_decoded(now, pkt, channel),
             Err(e) => {
-                self.stats.drop(DropReason::of(&e));
+                self.sh.stats_mut().drop(DropReason::of(&e));
                 if matches!(e, DecodeError::Version(_)) {
-                    self.unsupported_bytes(now, bytes);
+                    self.sh.unsupported_bytes(now, bytes);
                 }
                 Err(e.into())
             }
@@ -363,31 +366,32 @@ impl<I: Identity> Node<I> {
         pkt: Packet<I>,
         channel: Channel,
     ) -> Result<(), ReceiveError> {
-        if pkt.header.sender == *self.local.id() {
-            self.stats.drop(DropReason::FromSelf);
+        if pkt.header.sender == *self.sh.local().id() {
+            self.sh.stats_mut().drop(DropReason::FromSelf);
             return Err(ReceiveError::FromSelf);
         }
-        if self.isolation.phase().has_left() {
-            self.stats.drop(DropReason::AfterLeave);
+        if self.sh.isolation().phase().has_left() {
+            self.sh.stats_mut().drop(DropReason::AfterLeave);
             return Err(ReceiveError::Left);
         }
         self.check_pause(now);
-        if !self.admit_version(now, &pkt.header) {
+        if !self.sh.admit_version(now, &pkt.header) {
             return Err(DecodeError::Version(pkt.header.version).into());
         }
-        let current = match self.freshness(now, &pkt.header) {
+        let current = match self.sh.freshness(now, &pkt.header) {
             Verdict::Current => true,
             Verdict::Late => false,
             Verdict::Drop(reason) => {
-                self.stats.drop(reason);
+                self.sh.stats_mut().drop(reason);
                 if matches!(reason, DropReason::Replayed | DropReason::Stale) {
-                    self.notice_superseded(now, &pkt.header);
+                    self.sh.notice_superseded(now, &pkt.header);
                 }
                 return Err(ReceiveError::Replay(reason));
             }
         };
         if current {
-            self.heard_from_someone(now);
+            let live = self.sh.members().live();
+            self.sh.isolation_mut().heard_from_someone(now, live);
         }
         let known = self.note_header(now, &pkt.header, current);
         let stranger = !known
@@ -400,11 +404,13 @@ impl<I: Identity> Node<I> {
             self.dispatch(now, &from, channel, msg);
         }
         if stranger {
-            self.sync_with_stranger(now, &from);
+            self.sh.sync_with_stranger(now, &from);
         }
         Ok(())
     }
 
+    /// Routes one message of a packet from `from` to the sub-state or
+    /// rule that handles it.
     fn dispatch(&mut self, now: Time, from: &I, channel: Channel, msg: Message<I>) {
         if let Message::Suspect {
             member,
@@ -418,8 +424,8 @@ impl<I: Identity> Node<I> {
             accuser,
         } = &msg
         {
-            if *member == *self.local.id() {
-                self.answer_old_accusation(from, accuser, *incarnation);
+            if *member == *self.sh.local().id() {
+                self.sh.answer_old_accusation(from, accuser, *incarnation);
             }
         }
         match msg {
@@ -429,31 +435,45 @@ impl<I: Identity> Node<I> {
                 suspected,
             } => {
                 let mine = match target {
-                    PingTarget::Id(id) => id == *self.local.id(),
-                    PingTarget::Tag(tag) => tag == self.local.tag(),
+                    PingTarget::Id(id) => id == *self.sh.local().id(),
+                    PingTarget::Tag(tag) => tag == self.sh.local().tag(),
                 };
                 if !mine {
                     return;
                 }
                 if let Some(inc) = suspected {
-                    if inc >= self.local.incarnation() {
+                    if inc >= self.sh.local().incarnation() {
                         self.refute(now, inc, Some(from.clone()), false);
                     }
                 }
-                self.send(from.clone(), channel, vec![Message::Ack { seq }]);
+                self.sh
+                    .send(from.clone(), channel, vec![Message::Ack { seq }]);
             }
-            Message::Ack { seq } => self.handle_ack(now, from, seq, channel),
-            Message::Nack { seq } => self.handle_nack(from, seq),
-            Message::Superseded { known } => self.handle_superseded(from, known),
-            Message::Summary { hash } => self.handle_summary(now, from, hash),
+            Message::Ack { seq } => {
+                let acked = self
+                    .probing
+                    .handle_ack(&mut self.sh, now, from, seq, channel);
+                if let Some(target) = acked {
+                    self.withdraw_accusation(&target, now);
+                }
+            }
+            Message::Nack { seq } => self.probing.handle_nack(&mut self.sh, from, seq),
+            Message::Superseded { known } => self.sh.handle_superseded(from, known),
+            Message::Summary { hash } => {
+                self.recovery.handle_summary(&mut self.sh, now, from, hash)
+            }
             // Its header was the proof of life (`note_header`).
             Message::Heartbeat => {}
-            Message::Corroborate { target } => self.corroborate(now, from, &target),
+            Message::Corroborate { target } => {
+                self.probing.corroborate(&mut self.sh, now, from, &target)
+            }
             Message::PingReq {
                 seq,
                 target,
                 suspected,
-            } => self.handle_ping_req(now, from, seq, target, suspected),
+            } => self
+                .probing
+                .handle_ping_req(&mut self.sh, now, from, seq, target, suspected),
             Message::Alive {
                 member,
                 incarnation,
@@ -480,7 +500,7 @@ impl<I: Identity> Node<I> {
                 incarnation,
                 accuser,
             } => {
-                self.closed_from_relay(from, &member, &accuser);
+                self.probing.closed_from_relay(from, &member, &accuser);
                 self.apply_closed(now, &member, incarnation, &accuser);
             }
             Message::PushPull {
@@ -489,7 +509,9 @@ impl<I: Identity> Node<I> {
                 members,
                 ..
             } => self.handle_push_pull(now, from, reply, digest, members),
-            Message::Buckets { sums } => self.handle_buckets(now, from, &sums),
+            Message::Buckets { sums } => {
+                self.recovery.handle_buckets(&mut self.sh, now, from, &sums)
+            }
             Message::DigestPart {
                 buckets,
                 reply,
@@ -502,7 +524,7 @@ impl<I: Identity> Node<I> {
     /// incarnation, with that local health. False: the sender is not a
     /// member this node knows.
     fn note_header(&mut self, now: Time, h: &Header<I>, current: bool) -> bool {
-        let Some((state, inc)) = self.members.update(&h.sender, |m| {
+        let Some((state, inc)) = self.sh.members_mut().update(&h.sender, |m| {
             if current {
                 m.set_health(h.health);
             }
@@ -511,7 +533,7 @@ impl<I: Identity> Node<I> {
             return false;
         };
         if current {
-            self.members.set_heard(&h.sender, now);
+            self.sh.members_mut().set_heard(&h.sender, now);
         }
         match state {
             _ if h.incarnation > inc => {
@@ -526,15 +548,16 @@ impl<I: Identity> Node<I> {
             }
             MemberState::Dead => {
                 // It does not know it was declared dead: tell it, at most once a period.
-                let period = self.cfg.probe_interval;
+                let period = self.sh.cfg().probe_interval;
                 if self.recovery.may_notify_dead(&h.sender, now, period) {
                     let notice = Message::Dead {
                         member: h.sender.clone(),
                         incarnation: inc,
-                        declarer: self.local.id().clone(),
-                        accusers: self.cfg.corroboration as u8,
+                        declarer: self.sh.local().id().clone(),
+                        accusers: self.sh.cfg().corroboration as u8,
                     };
-                    self.send(h.sender.clone(), Channel::Datagram, vec![notice]);
+                    self.sh
+                        .send(h.sender.clone(), Channel::Datagram, vec![notice]);
                 }
             }
             _ => {}
@@ -546,29 +569,39 @@ impl<I: Identity> Node<I> {
     pub fn handle_timeout(&mut self, now: Time) {
         self.check_pause(now);
         self.check_cut_off(now);
-        if self.timers.due(Timer::Probe, now) {
-            self.probe_tick(now);
+        if self.sh.timers().due(Timer::Probe, now) {
+            self.probing.tick(&mut self.sh, now);
         }
-        self.probe_deadlines(now);
+        let mut i = 0;
+        while let Some(p) = self.probing.next_failed(&mut self.sh, now, &mut i) {
+            self.probe_failed(now, p);
+        }
+        self.probing.relay_deadlines(&mut self.sh, now);
         // After the probes' deadlines: a neighbour whose probe just failed
         // is pinged again now, not on a later call.
-        self.monitor_tick(now);
+        self.monitors.tick(&mut self.sh, &mut self.probing, now);
         self.suspicion_deadlines(now);
-        self.targeted_tick(now);
-        if self.timers.due(Timer::Gossip, now) {
-            self.gossip_tick(now);
+        self.targeted.tick(&mut self.sh, now);
+        if self.sh.timers().due(Timer::Gossip, now) {
+            self.sh
+                .gossip_tick(now, self.probing.walk(), &self.recovery);
         }
-        if self.timers.due(Timer::PushPull, now) {
+        if self.sh.timers().due(Timer::PushPull, now) {
             self.push_pull_tick(now);
         }
-        if self.timers.due(Timer::SeedRetry, now) {
-            self.seed_tick(now);
+        if self.sh.timers().due(Timer::SeedRetry, now) {
+            self.recovery.seed_tick(&mut self.sh, now);
         }
-        if self.timers.due(Timer::Reconnect, now) {
-            self.reconnect_tick(now);
+        if self.sh.timers().due(Timer::Reconnect, now) {
+            self.recovery
+                .reconnect_tick(&mut self.sh, &mut self.probing, now);
         }
-        if self.timers.due(Timer::Reap, now) {
-            self.reap(now);
+        if self.sh.timers().due(Timer::Reap, now) {
+            {
+                self.recovery.reap(&mut self.sh, now);
+                let window = self.sh.cfg().accusation_window;
+                self.suspicions.forget_accusers(now, window);
+            }
         }
     }
 
@@ -582,17 +615,18 @@ impl<I: Identity> Node<I> {
     /// queued, seed retries while alone or cut off with seeds), and of the
     /// deadlines the sub-states derive from their own state.
     fn next_deadline(&self) -> Time {
-        let seeds = (self.members.live() == 0 || self.isolation.phase().is_cut_off())
+        let seeds = (self.sh.members().live() == 0 || self.sh.isolation().phase().is_cut_off())
             && !self.recovery.seeds().is_empty();
-        let gossip = !self.broadcasts.is_empty();
-        self.timers
+        let gossip = !self.sh.broadcasts().is_empty();
+        self.sh
+            .timers()
             .next(|t| match t {
                 Timer::Gossip => gossip,
                 Timer::SeedRetry => seeds,
                 _ => true,
             })
-            .min(self.next_monitor_due())
-            .min(self.next_targeted_due())
+            .min(self.monitors.next_due(&self.sh, &self.probing))
+            .min(self.targeted.next_due())
             .min(self.probing.next_deadline())
             .min(self.suspicions.next_deadline())
     }
@@ -603,105 +637,103 @@ impl<I: Identity> Node<I> {
     fn check_pause(&mut self, now: Time) {
         // The next deadline is never before the last input, so an input soon
         // after the previous one cannot reveal a pause: skip the work.
-        if now <= self.isolation.last_now() + self.cfg.pause_threshold {
-            self.isolation.advance(now);
+        if now <= self.sh.isolation().last_now() + self.sh.cfg().pause_threshold {
+            self.sh.isolation_mut().advance(now);
             return;
         }
-        let expected = self.next_deadline().max(self.isolation.last_now());
-        self.isolation.advance(now);
-        if expected == Time::NEVER || now <= expected + self.cfg.pause_threshold {
+        let expected = self.next_deadline().max(self.sh.isolation().last_now());
+        self.sh.isolation_mut().advance(now);
+        if expected == Time::NEVER || now <= expected + self.sh.cfg().pause_threshold {
             return;
         }
-        self.stats.pauses += 1;
-        self.credit_pause(now, now.saturating_since(expected));
-        self.stats.probes_abandoned += self.probing.abandon() as u64;
-        self.bump_health(1);
+        self.sh.stats_mut().pauses += 1;
+        self.sh.credit_pause(now, now.saturating_since(expected));
+        self.sh.stats_mut().probes_abandoned += self.probing.abandon() as u64;
+        self.sh.bump_health(1);
         // Nobody could reach us while we were paused: give the cluster time
         // to speak before concluding that we are cut off.
-        self.isolation.heard(now);
-        let floor = now + self.cfg.suspicion_min;
-        self.suspicions.postpone(floor, self.local.id());
-        let probe = self.timers.get(Timer::Probe).max(now);
-        self.timers.set(Timer::Probe, probe);
-        self.push_event(Event::Paused {
+        let live = self.sh.members().live();
+        self.sh.isolation_mut().heard(now, live);
+        let floor = now + self.sh.cfg().suspicion_min;
+        self.suspicions.postpone(floor, self.sh.local().id());
+        let probe = self.sh.timers().get(Timer::Probe).max(now);
+        self.sh.timers_mut().set(Timer::Probe, probe);
+        self.sh.push_event(Event::Paused {
             gap_ms: now.saturating_since(expected).as_millis() as u64,
         });
     }
 
     /// The next packet to send.
     pub fn poll_transmit(&mut self) -> Option<Transmit<I>> {
-        self.out.next_packet().map(Outgoing::encode)
+        self.sh.out_mut().next_packet().map(Outgoing::encode)
     }
 
     /// The next event.
     pub fn poll_event(&mut self) -> Option<Event<I>> {
-        self.out.pop_event()
+        self.sh.out_mut().pop_event()
     }
 
-    pub(crate) fn push_event(&mut self, e: Event<I>) {
-        if self.out.push_event(e, self.cfg.max_events) {
-            self.stats.events_dropped += 1;
-        }
+    /// The next packet to send, not encoded: for a simulator that hands it
+    /// to [`Node::handle_packet`] of its addressee. A runtime calls
+    /// [`Node::poll_transmit`] instead.
+    pub fn poll_packet(&mut self) -> Option<Outgoing<I>> {
+        self.sh.out_mut().next_packet()
     }
 
-    /// Sends `primary` to `to`; datagrams are topped up with queued news up
-    /// to [`MAX_DATAGRAM`] bytes.
-    pub(crate) fn send(&mut self, to: I, channel: Channel, mut primary: Vec<Message<I>>) {
-        let header = self.header_for(&to);
-        // The encoding writes at most MAX_MESSAGES messages.
-        primary.truncate(MAX_MESSAGES);
-        let mut len =
-            header.encoded_len() + primary.iter().map(Message::encoded_len).sum::<usize>();
-        if channel == Channel::Datagram {
-            let limit = self.retransmit_limit();
-            let suspect = limit.min(self.cfg.suspicion_retransmits as u32);
-            // A verdict is sent twice the limit: members that got it pass it
-            // on in one burst, so a member that no copy reached (each gets
-            // about `limit` copies, Poisson: e^-limit) has no later chance;
-            // with 300 verdicts at once in 1,000 members, a few such misses
-            // happened every run (`scenarios/isolation-each.toml`). Deaths
-            // are rare: the extra copies cost little.
-            let dead = limit.saturating_mul(2);
-            len += self.broadcasts.take(
-                MAX_DATAGRAM.saturating_sub(len),
-                [limit, limit, dead, suspect, suspect],
-                &mut primary,
-            );
-        }
-        if primary.is_empty() {
-            return;
-        }
-        debug_assert!(
-            primary.iter().all(|m| m.fits(header.version)),
-            "a message its packet's version cannot carry"
-        );
-        self.wire.count_sent(header.version);
-        // A heartbeat goes the way a ping does, so that a closed port is
-        // reported for it (`handle_unreachable`).
-        let probe = primary
-            .iter()
-            .any(|m| matches!(m, Message::Ping { .. } | Message::Heartbeat));
+    /// Processes `packet`, received on `channel`, whose encoding takes `len`
+    /// bytes: the same as [`Node::handle_datagram`] or
+    /// [`Node::handle_stream`] of its encoding, for a packet another node's
+    /// [`Node::poll_packet`] returned (`len` is its [`Outgoing::len`]), given
+    /// that identities decode to what they encode. A packet that would not
+    /// decode to itself ([`Packet::round_trips`]) is encoded and decoded.
+    pub fn handle_packet(
+        &mut self,
+        now: Time,
+        channel: Channel,
+        mut packet: Packet<I>,
+        len: usize,
+    ) -> Result<(), ReceiveError> {
         match channel {
             Channel::Datagram => {
-                debug_assert!(len <= MAX_DATAGRAM);
-                self.stats.datagrams_out += 1;
-                self.stats.datagram_bytes_out += len as u64;
-                self.stats.largest_datagram = self.stats.largest_datagram.max(len as u64);
+                self.sh.stats_mut().datagrams_in += 1;
+                self.sh.stats_mut().datagram_bytes_in += len as u64;
             }
             Channel::Stream => {
-                self.stats.streams_out += 1;
-                self.stats.stream_bytes_out += len as u64;
+                self.sh.stats_mut().streams_in += 1;
+                self.sh.stats_mut().stream_bytes_in += len as u64;
             }
         }
-        self.out.send(Outgoing {
-            to,
-            channel,
-            packet: Packet {
-                header,
-                messages: primary,
-            },
-            len,
-            probe,
-        });
+        if !packet.round_trips(channel, len) {
+            return self.receive(now, &packet.encode(), channel);
+        }
+        if !packet.header.is_of(self.sh.local().cluster()) {
+            let e = DecodeError::ForeignCluster;
+            self.sh.stats_mut().drop(DropReason::of(&e));
+            return Err(e.into());
+        }
+        // As decoding does: the header holds the receiver's cluster id
+        // (from version 3 on, the wire carries only its low half).
+        packet.header.cluster = self.sh.local().cluster();
+        self.receive_decoded(now, packet, channel)
+    }
+
+    /// Whether this node has concluded that it is cut off from the cluster.
+    pub fn is_cut_off(&self) -> bool {
+        self.sh.isolation().phase().is_cut_off()
+    }
+
+    /// A hash of what a digest sync compares (every member's identity,
+    /// incarnation and state, this node's own record included), whatever
+    /// the order: two nodes in agreement compute the same value. A sum of
+    /// one mixed FNV-1a hash per record: a difference in any record changes
+    /// it, except with negligible probability.
+    ///
+    /// Once this node has sent or read a summary, or restored a snapshot
+    /// in version 4, the members' part is kept up to date by the table as
+    /// records change (`Table::keep_view_sum`): a summary
+    /// then costs no walk over 10,000 records. Below version 4 a snapshot
+    /// still loads without hashing each record.
+    pub fn view_hash(&self) -> u64 {
+        self.sh.view_hash()
     }
 }

@@ -9,7 +9,7 @@ use rand::Rng;
 use crate::event::{Event, ProbeVisit};
 use crate::identity::Identity;
 use crate::member::MemberState;
-use crate::node::Node;
+use crate::shared::Shared;
 use crate::table::IN_WALK;
 use crate::time::{Time, Timer};
 use crate::walk::Walk;
@@ -53,12 +53,40 @@ impl<I: PartialEq> Probe<I> {
         asked
     }
 
+    /// When this probe is next looked at.
     fn next_deadline(&self) -> Time {
         if self.indirect {
             self.final_deadline
         } else {
             self.direct_deadline.min(self.retry_at)
         }
+    }
+
+    /// Lifeguard's change to local health on this probe's failure:
+    /// missing nacks mean *we* may be the problem; every relay answering
+    /// proves that we can send and receive (a node whose ring neighbours
+    /// all failed hears no acks, and must still recover).
+    pub(crate) fn health_delta(&self) -> i32 {
+        match self.relays.len() as u32 {
+            0 => 1,
+            n if self.nacks >= n => -1,
+            n => (n - self.nacks) as i32,
+        }
+    }
+
+    /// The member probed.
+    pub(crate) fn target(&self) -> &I {
+        &self.target
+    }
+
+    /// The incarnation probed.
+    pub(crate) fn target_inc(&self) -> u32 {
+        self.target_inc
+    }
+
+    /// When the probe's first ping went out.
+    pub(crate) fn started(&self) -> Time {
+        self.started
     }
 }
 
@@ -75,6 +103,7 @@ pub(crate) struct Relay<I> {
 }
 
 impl<I> Relay<I> {
+    /// When this relay is next looked at.
     fn next_deadline(&self) -> Time {
         if self.nacked {
             self.expires
@@ -90,9 +119,8 @@ impl<I> Relay<I> {
 /// Invariants: `walk[walk_pos..]` is the part of the round not visited yet;
 /// a member is in `walk` at most once per round, with `IN_WALK` set on its
 /// record; sequence numbers are never 0 and start at a random value (a
-/// recorded ack of one node seldom meets another's probe); `health <
-/// awareness_max`; at most
-/// 64 relays.
+/// recorded ack of one node seldom meets another's probe); at most 64
+/// relays.
 #[derive(Debug)]
 pub(crate) struct Probing<I> {
     walk: Walk<I>,
@@ -101,7 +129,6 @@ pub(crate) struct Probing<I> {
     probes: Vec<Probe<I>>,
     relays: Vec<Relay<I>>,
     next_seq: u32,
-    health: u8,
 }
 
 impl<I: Identity> Probing<I> {
@@ -114,13 +141,7 @@ impl<I: Identity> Probing<I> {
             probes: Vec::new(),
             relays: Vec::new(),
             next_seq: first_seq.max(1),
-            health: 0,
         }
-    }
-
-    /// The Lifeguard local health score.
-    pub(crate) fn health(&self) -> u8 {
-        self.health
     }
 
     /// The members of the walk (live members, in random order).
@@ -154,33 +175,31 @@ impl<I: Identity> Probing<I> {
         p.chain(r).min().unwrap_or(Time::NEVER)
     }
 
-    /// A hint for [`Node::warm_state`]; the walk's next member.
+    /// A hint for [`crate::Node::warm_state`]; the walk's next member.
     pub(crate) fn warm(&self) -> (u64, Option<Cow<'_, I>>) {
         let n = self.probes.len() ^ self.walk.len();
         (n as u64, self.walk.get(self.walk_pos))
     }
-}
 
-impl<I: Identity> Node<I> {
     /// One period of the randomized round-robin walk: its next member is
     /// probed unless it was heard from within a probe interval.
-    pub(crate) fn probe_tick(&mut self, now: Time) {
-        let next = now + self.scaled(self.cfg.walk_interval);
-        self.timers.set(Timer::Probe, next);
-        if self.isolation.phase().has_left() {
+    pub(crate) fn tick(&mut self, sh: &mut Shared<I>, now: Time) {
+        let next = now + sh.scaled(sh.cfg().walk_interval);
+        sh.timers_mut().set(Timer::Probe, next);
+        if sh.isolation().phase().has_left() {
             return;
         }
-        if let Some(target) = self.next_walk_target() {
-            let outcome = if self.is_fresh(&target, now, self.cfg.probe_interval) {
-                self.stats.probes_skipped_fresh += 1;
+        if let Some(target) = self.next_walk_target(sh) {
+            let outcome = if Self::is_fresh(sh, &target, now, sh.cfg().probe_interval) {
+                sh.stats_mut().probes_skipped_fresh += 1;
                 ProbeVisit::SkippedFresh
             } else {
-                self.start_probe(now, &target);
+                self.start_probe(sh, now, &target);
                 ProbeVisit::Probed
             };
-            if self.cfg.trace_probes {
-                let round = self.probing.walk_round;
-                self.push_event(Event::ProbeVisit {
+            if sh.cfg().trace_probes {
+                let round = self.walk_round;
+                sh.push_event(Event::ProbeVisit {
                     target,
                     outcome,
                     round,
@@ -192,60 +211,61 @@ impl<I: Identity> Node<I> {
     /// Heard from within `window`, alive, and not itself reporting poor
     /// health (a node that cannot receive still sends): the round-robin walk
     /// skips such a member.
-    fn is_fresh(&self, id: &I, now: Time, window: std::time::Duration) -> bool {
-        self.cfg.skip_fresh
-            && self.members.get(id).is_some_and(|m| {
+    fn is_fresh(sh: &Shared<I>, id: &I, now: Time, window: std::time::Duration) -> bool {
+        sh.cfg().skip_fresh
+            && sh.members().get(id).is_some_and(|m| {
                 m.state() == MemberState::Alive
-                    && m.health() < self.cfg.health_discount
-                    && self.members.heard(m) > Time::ZERO
-                    && now.saturating_since(self.members.heard(m)) < window
+                    && m.health() < sh.cfg().health_discount
+                    && sh.members().heard(m) > Time::ZERO
+                    && now.saturating_since(sh.members().heard(m)) < window
             })
     }
 
     /// The next live member of the walk; the walk is rebuilt and reshuffled
     /// when it wraps, so each live member is visited once per round.
-    fn next_walk_target(&mut self) -> Option<I> {
-        for _ in 0..=self.probing.walk.len() + 1 {
-            if self.probing.walk_pos >= self.probing.walk.len() {
-                self.rebuild_walk();
-                if self.probing.walk.is_empty() {
+    fn next_walk_target(&mut self, sh: &mut Shared<I>) -> Option<I> {
+        for _ in 0..=self.walk.len() + 1 {
+            if self.walk_pos >= self.walk.len() {
+                self.rebuild_walk(sh);
+                if self.walk.is_empty() {
                     return None;
                 }
             }
             #[cfg(feature = "fault-injection")]
-            let idx = match self.cfg.fault {
+            let idx = match sh.cfg().fault {
                 Some(crate::config::Fault::RepeatFirstTarget) => 0,
-                Some(crate::config::Fault::ConvictAlone) | None => self.probing.walk_pos,
+                Some(crate::config::Fault::ConvictAlone) | None => self.walk_pos,
             };
             #[cfg(not(feature = "fault-injection"))]
-            let idx = self.probing.walk_pos;
-            self.probing.walk_pos += 1;
-            let c = self.probing.walk.get(idx)?;
-            if self.members.get(&c).is_some_and(|m| m.state().is_live()) {
+            let idx = self.walk_pos;
+            self.walk_pos += 1;
+            let c = self.walk.get(idx)?;
+            if sh.members().get(&c).is_some_and(|m| m.state().is_live()) {
                 return Some(c.into_owned());
             }
         }
         None
     }
 
-    fn rebuild_walk(&mut self) {
-        self.probing.walk.clear();
-        for (id, m) in self.members.iter() {
+    /// Starts a new round: every live member, sorted then shuffled.
+    fn rebuild_walk(&mut self, sh: &mut Shared<I>) {
+        self.walk.clear();
+        for (id, m) in sh.members().iter() {
             if m.state().is_live() {
-                self.probing.walk.push(&id, false);
+                self.walk.push(&id, false);
             }
         }
-        self.members
+        sh.members_mut()
             .for_each_rec_mut(|m| m.set(IN_WALK, m.state().is_live()));
         // The map's order is deterministic but not meaningful: sort, then shuffle.
-        self.probing.walk.sort_and_shuffle(&mut self.rng);
-        self.probing.walk_pos = 0;
-        self.probing.walk_round += 1;
+        self.walk.sort_and_shuffle(&mut sh.rng());
+        self.walk_pos = 0;
+        self.walk_round += 1;
     }
 
     /// Puts a member that became live into the not-yet-visited part of the walk.
-    pub(crate) fn walk_insert(&mut self, id: &I) {
-        let added = self.members.update(id, |m| {
+    pub(crate) fn walk_insert(&mut self, sh: &mut Shared<I>, id: &I) {
+        let added = sh.members_mut().update(id, |m| {
             let added = !m.has(IN_WALK);
             m.set(IN_WALK, true);
             added
@@ -253,49 +273,272 @@ impl<I: Identity> Node<I> {
         if added != Some(true) {
             return;
         }
-        let pos = self
-            .rng
-            .random_range(self.probing.walk_pos..=self.probing.walk.len());
-        self.probing.walk.push(id, true);
-        let last = self.probing.walk.len() - 1;
-        self.probing.walk.swap(pos, last);
+        let pos = sh.rng().random_range(self.walk_pos..=self.walk.len());
+        self.walk.push(id, true);
+        let last = self.walk.len() - 1;
+        self.walk.swap(pos, last);
     }
 
-    pub(crate) fn bump_health(&mut self, delta: i32) {
-        let max = i32::from(self.cfg.awareness_max) - 1;
-        let h = &mut self.probing.health;
-        *h = (i32::from(*h) + delta).clamp(0, max) as u8;
-    }
-
-    /// `d` scaled by the local health multiplier.
-    pub(crate) fn scaled(&self, d: Duration) -> Duration {
-        d * (u32::from(self.probing.health) + 1)
-    }
-
-    pub(crate) fn start_probe(&mut self, now: Time, target: &I) {
-        let Some(m) = self.members.get(target) else {
+    /// Starts a probe of `target` (a member): its ping goes out now,
+    /// once more at half the timeout, indirect probes at the timeout.
+    pub(crate) fn start_probe(&mut self, sh: &mut Shared<I>, now: Time, target: &I) {
+        let Some(m) = sh.members().get(target) else {
             return;
         };
         let target_inc = m.incarnation;
-        let suspected = self.suspected_inc(target);
+        let suspected = sh.suspected_inc(target);
         let seq = self.next_seq();
-        self.stats.probes += 1;
-        let timeout = self.scaled(self.cfg.probe_timeout);
-        self.probing.probes.push(Probe {
+        sh.stats_mut().probes += 1;
+        let timeout = sh.scaled(sh.cfg().probe_timeout);
+        self.probes.push(Probe {
             seq,
             started: now,
             target: target.clone(),
             target_inc,
             retry_at: now + timeout / 2,
             direct_deadline: now + timeout,
-            final_deadline: now + self.scaled(self.cfg.probe_interval),
+            final_deadline: now + sh.scaled(sh.cfg().probe_interval),
             indirect: false,
             relays: Vec::new(),
             nacks: 0,
         });
-        self.send_ping(target.clone(), Channel::Datagram, seq, suspected);
+        sh.send_ping(target.clone(), Channel::Datagram, seq, suspected);
     }
 
+    /// A fresh sequence number for a probe or ping (never 0).
+    pub(crate) fn next_seq(&mut self) -> u32 {
+        let s = self.next_seq;
+        self.next_seq = self.next_seq.wrapping_add(1).max(1);
+        s
+    }
+
+    /// The direct phase of probe `i` timed out: asks unsuspected relays
+    /// (and pings over the stream channel, if configured).
+    fn start_indirect(&mut self, sh: &mut Shared<I>, i: usize) {
+        let target = self.probes[i].target.clone();
+        let seq = self.probes[i].seq;
+        let suspected = sh.suspected_inc(&target);
+        // Relays are unsuspected members only: a suspect relay (another
+        // failed node, when two fail together) would not nack, and Lifeguard
+        // would wrongly read the missing nack as our own poor health, which
+        // discounts our accusations and stalls the verdict.
+        let relays = sh.random_unsuspected(self.walk(), sh.cfg().indirect_probes, Some(&target));
+        self.probes[i].indirect = true;
+        self.probes[i].relays.clone_from(&relays);
+        for r in relays {
+            let req = Message::PingReq {
+                seq,
+                target: target.clone(),
+                suspected,
+            };
+            sh.send(r, Channel::Datagram, vec![req]);
+        }
+        if sh.cfg().stream_fallback_probe {
+            sh.send_ping(target, Channel::Stream, seq, suspected);
+        }
+    }
+
+    /// An ack for `seq` from `from`. It closes our probe only if it comes
+    /// from the probe's target or a relay we asked, and answers a relay only
+    /// if it comes from the member the relay pinged. A late packet's ack
+    /// counts (a member whose clock stepped back sends only late packets for
+    /// a while): its number is this probe's, which no older packet to us
+    /// carries; a replay of one sent to another member is the wrong sender
+    /// or, numbers starting at random, the wrong number.
+    pub(crate) fn handle_ack(
+        &mut self,
+        sh: &mut Shared<I>,
+        now: Time,
+        from: &I,
+        seq: u32,
+        channel: Channel,
+    ) -> Option<I> {
+        if let Some(i) = self
+            .probes
+            .iter()
+            .position(|p| p.seq == seq && p.answered_by(from))
+        {
+            let p = self.probes.swap_remove(i);
+            sh.stats_mut().acks += 1;
+            if channel == Channel::Stream {
+                sh.stats_mut().fallback_acks += 1;
+            }
+            sh.bump_health(-1);
+            if let Some(m) = sh.members().get(&p.target) {
+                let heard = sh.members().heard(m).max(now);
+                sh.members_mut().set_heard(&p.target, heard);
+            }
+            return Some(p.target);
+        } else if let Some(i) = self
+            .relays
+            .iter()
+            .position(|r| r.seq == seq && r.target == *from)
+        {
+            let r = self.relays.swap_remove(i);
+            sh.send(
+                r.origin,
+                Channel::Datagram,
+                vec![Message::Ack { seq: r.origin_seq }],
+            );
+        } else if self.probes.iter().any(|p| p.seq == seq)
+            || self.relays.iter().any(|r| r.seq == seq)
+        {
+            // The right number from the wrong member.
+            sh.stats_mut().acks_ignored += 1;
+        }
+        None
+    }
+
+    /// An indirect prober answered our probe of `member` with closed-port
+    /// evidence: it stands for its nack (it reached the target's host).
+    pub(crate) fn closed_from_relay(&mut self, from: &I, member: &I, accuser: &I) {
+        if from != accuser {
+            return;
+        }
+        if let Some(p) = self.probes.iter_mut().find(|p| p.target == *member) {
+            p.relay_answered(from);
+        }
+    }
+
+    /// A relay's nack for `seq`: counted only from a relay asked.
+    pub(crate) fn handle_nack(&mut self, sh: &mut Shared<I>, from: &I, seq: u32) {
+        if let Some(p) = self.probes.iter_mut().find(|p| p.seq == seq) {
+            if p.relay_answered(from) {
+                sh.stats_mut().nacks += 1;
+            }
+        }
+    }
+
+    /// Another member asks this node to ping `target` for its probe
+    /// `origin_seq`: it does (at most 64 at once), and nacks if no ack
+    /// comes in time; a request about this node itself is acked.
+    pub(crate) fn handle_ping_req(
+        &mut self,
+        sh: &mut Shared<I>,
+        now: Time,
+        from: &I,
+        origin_seq: u32,
+        target: I,
+        suspected: Option<u32>,
+    ) {
+        if target == *sh.local().id() {
+            sh.send(
+                from.clone(),
+                Channel::Datagram,
+                vec![Message::Ack { seq: origin_seq }],
+            );
+            return;
+        }
+        if self.relays.len() >= 64 {
+            return; // Bounded: an overloaded relay stays silent; the prober counts a missing nack.
+        }
+        sh.stats_mut().relays += 1;
+        let seq = self.next_seq();
+        let timeout = sh.cfg().probe_timeout;
+        self.relays.push(Relay {
+            seq,
+            target: target.clone(),
+            origin: from.clone(),
+            origin_seq,
+            nack_at: now + timeout.mul_f64(0.8),
+            expires: now + sh.cfg().probe_interval + Duration::from_millis(1),
+            nacked: false,
+        });
+        sh.send_ping(target, Channel::Datagram, seq, suspected);
+    }
+
+    /// Moves the probes whose deadlines passed, from index `*i` on (start
+    /// at 0): a ping sent again, indirect probes started; the next probe
+    /// that failed, taken out (the caller acts on it, then calls again with
+    /// the same `i`: what it starts meanwhile is looked at in turn).
+    pub(crate) fn next_failed(
+        &mut self,
+        sh: &mut Shared<I>,
+        now: Time,
+        i: &mut usize,
+    ) -> Option<Probe<I>> {
+        while *i < self.probes.len() {
+            let p = &mut self.probes[*i];
+            if !p.indirect && now >= p.retry_at && now < p.direct_deadline {
+                p.retry_at = Time::NEVER;
+                let (seq, target) = (p.seq, p.target.clone());
+                let suspected = sh.suspected_inc(&target);
+                sh.send_ping(target, Channel::Datagram, seq, suspected);
+            }
+            let p = &self.probes[*i];
+            if !p.indirect && now >= p.direct_deadline {
+                self.start_indirect(sh, *i);
+            }
+            if now >= self.probes[*i].final_deadline {
+                return Some(self.probes.swap_remove(*i));
+            }
+            *i += 1;
+        }
+        None
+    }
+
+    /// Moves the relays whose deadlines passed: a nack to the origin, or
+    /// forgotten.
+    pub(crate) fn relay_deadlines(&mut self, sh: &mut Shared<I>, now: Time) {
+        let mut i = 0;
+        while i < self.relays.len() {
+            let r = &mut self.relays[i];
+            if !r.nacked && now >= r.nack_at {
+                r.nacked = true;
+                let (origin, seq) = (r.origin.clone(), r.origin_seq);
+                sh.send(origin, Channel::Datagram, vec![Message::Nack { seq }]);
+            }
+            if now >= self.relays[i].expires {
+                self.relays.swap_remove(i);
+                continue;
+            }
+            i += 1;
+        }
+    }
+
+    /// A closed port was reported for `peer`: our probe of it, if one is
+    /// in flight, asks its relays at once; the incarnation it probes.
+    pub(crate) fn closed_port(&mut self, sh: &mut Shared<I>, peer: &I) -> Option<u32> {
+        let i = self.probes.iter().position(|p| p.target == *peer)?;
+        let inc = self.probes[i].target_inc;
+        if !self.probes[i].indirect {
+            self.start_indirect(sh, i);
+        }
+        Some(inc)
+    }
+
+    /// The next relay of a ping to `peer`, from index `*i` on (start at 0),
+    /// taken out: its origin.
+    pub(crate) fn take_relay_to(&mut self, peer: &I, i: &mut usize) -> Option<I> {
+        while *i < self.relays.len() {
+            if self.relays[*i].target != *peer {
+                *i += 1;
+                continue;
+            }
+            return Some(self.relays.swap_remove(*i).origin);
+        }
+        None
+    }
+
+    /// A watcher asked this node to probe `target` too: it does, unless a
+    /// probe of it is in flight, it is not a live member here, it is this
+    /// node, or the asker is not a live member here (a stranger gets no
+    /// probes out of this node).
+    pub(crate) fn corroborate(&mut self, sh: &mut Shared<I>, now: Time, from: &I, target: &I) {
+        let live = |id: &I| sh.members().get(id).is_some_and(|m| m.state().is_live());
+        if sh.isolation().phase().has_left()
+            || target == sh.local().id()
+            || !live(from)
+            || self.probe_of(target).is_some()
+            || !live(target)
+        {
+            return;
+        }
+        self.start_probe(sh, now, target);
+    }
+}
+
+impl<I: Identity> Shared<I> {
     /// Pings `target` on `channel` for probe `seq`, carrying the suspicion
     /// of it this node holds, if any, so that it can refute at once.
     pub(crate) fn send_ping(
@@ -315,277 +558,9 @@ impl<I: Identity> Node<I> {
 
     /// The incarnation at which this node suspects `target`, if it does:
     /// what a ping to it carries so that it can refute at once.
-    fn suspected_inc(&self, target: &I) -> Option<u32> {
-        self.members
+    pub(crate) fn suspected_inc(&self, target: &I) -> Option<u32> {
+        self.members()
             .get(target)
             .and_then(|m| (m.state() == MemberState::Suspect).then_some(m.incarnation))
-    }
-
-    /// A fresh sequence number for a probe or ping (never 0).
-    pub(crate) fn next_seq(&mut self) -> u32 {
-        let s = self.probing.next_seq;
-        self.probing.next_seq = self.probing.next_seq.wrapping_add(1).max(1);
-        s
-    }
-
-    /// Moves probes and relays whose deadlines passed.
-    pub(crate) fn probe_deadlines(&mut self, now: Time) {
-        let mut i = 0;
-        while i < self.probing.probes.len() {
-            let p = &mut self.probing.probes[i];
-            if !p.indirect && now >= p.retry_at && now < p.direct_deadline {
-                p.retry_at = Time::NEVER;
-                let (seq, target) = (p.seq, p.target.clone());
-                let suspected = self.suspected_inc(&target);
-                self.send_ping(target, Channel::Datagram, seq, suspected);
-            }
-            let p = &self.probing.probes[i];
-            if !p.indirect && now >= p.direct_deadline {
-                self.start_indirect(i);
-            }
-            if now >= self.probing.probes[i].final_deadline {
-                let p = self.probing.probes.swap_remove(i);
-                self.probe_failed(now, p);
-                continue;
-            }
-            i += 1;
-        }
-        let mut i = 0;
-        while i < self.probing.relays.len() {
-            let r = &mut self.probing.relays[i];
-            if !r.nacked && now >= r.nack_at {
-                r.nacked = true;
-                let (origin, seq) = (r.origin.clone(), r.origin_seq);
-                self.send(origin, Channel::Datagram, vec![Message::Nack { seq }]);
-            }
-            if now >= self.probing.relays[i].expires {
-                self.probing.relays.swap_remove(i);
-                continue;
-            }
-            i += 1;
-        }
-    }
-
-    fn start_indirect(&mut self, i: usize) {
-        let target = self.probing.probes[i].target.clone();
-        let seq = self.probing.probes[i].seq;
-        let suspected = self.suspected_inc(&target);
-        // Relays are unsuspected members only: a suspect relay (another
-        // failed node, when two fail together) would not nack, and Lifeguard
-        // would wrongly read the missing nack as our own poor health, which
-        // discounts our accusations and stalls the verdict.
-        let relays = self.random_unsuspected(self.cfg.indirect_probes, Some(&target));
-        self.probing.probes[i].indirect = true;
-        self.probing.probes[i].relays.clone_from(&relays);
-        for r in relays {
-            let req = Message::PingReq {
-                seq,
-                target: target.clone(),
-                suspected,
-            };
-            self.send(r, Channel::Datagram, vec![req]);
-        }
-        if self.cfg.stream_fallback_probe {
-            self.send_ping(target, Channel::Stream, seq, suspected);
-        }
-    }
-
-    fn probe_failed(&mut self, now: Time, p: Probe<I>) {
-        self.stats.probe_failures += 1;
-        // Lifeguard: missing nacks mean *we* may be the problem; every relay
-        // answering proves that we can send and receive (a node whose ring
-        // neighbours all failed hears no acks, and must still recover).
-        let delta = match p.relays.len() as u32 {
-            0 => 1,
-            n if p.nacks >= n => -1,
-            n => (n - p.nacks) as i32,
-        };
-        self.bump_health(delta);
-        if self.isolation.phase().is_cut_off() || p.started < self.isolation.back_at() {
-            // We hear from nobody, or did when this probe started: the
-            // failure is ours, not the target's.
-            self.stats.probe_failures_cut_off += 1;
-            return;
-        }
-        let Some(m) = self.members.get(&p.target) else {
-            return;
-        };
-        if m.state().is_live() && m.incarnation == p.target_inc {
-            let (target, inc, health) = (p.target.clone(), m.incarnation, self.probing.health);
-            let me = self.local.id().clone();
-            self.apply_suspect(now, &target, inc, &me, health);
-            // The member has been silent since the ping went out: the
-            // suspicion time runs from there, not from the probe's end.
-            if self
-                .suspicions
-                .date_accusation(&target, &me, now, p.started)
-            {
-                self.rearm(&target, now);
-            }
-        }
-    }
-
-    /// An ack for `seq` from `from`. It closes our probe only if it comes
-    /// from the probe's target or a relay we asked, and answers a relay only
-    /// if it comes from the member the relay pinged. A late packet's ack
-    /// counts (a member whose clock stepped back sends only late packets for
-    /// a while): its number is this probe's, which no older packet to us
-    /// carries; a replay of one sent to another member is the wrong sender
-    /// or, numbers starting at random, the wrong number.
-    pub(crate) fn handle_ack(&mut self, now: Time, from: &I, seq: u32, channel: Channel) {
-        if let Some(i) = self
-            .probing
-            .probes
-            .iter()
-            .position(|p| p.seq == seq && p.answered_by(from))
-        {
-            let p = self.probing.probes.swap_remove(i);
-            self.stats.acks += 1;
-            if channel == Channel::Stream {
-                self.stats.fallback_acks += 1;
-            }
-            self.bump_health(-1);
-            if let Some(m) = self.members.get(&p.target) {
-                let heard = self.members.heard(m).max(now);
-                self.members.set_heard(&p.target, heard);
-            }
-            self.withdraw_accusation(&p.target, now);
-        } else if let Some(i) = self
-            .probing
-            .relays
-            .iter()
-            .position(|r| r.seq == seq && r.target == *from)
-        {
-            let r = self.probing.relays.swap_remove(i);
-            self.send(
-                r.origin,
-                Channel::Datagram,
-                vec![Message::Ack { seq: r.origin_seq }],
-            );
-        } else if self.probing.probes.iter().any(|p| p.seq == seq)
-            || self.probing.relays.iter().any(|r| r.seq == seq)
-        {
-            // The right number from the wrong member.
-            self.stats.acks_ignored += 1;
-        }
-    }
-
-    /// The runtime learned that `peer`'s port is closed: an ICMP port
-    /// unreachable, or a connection refused, for a packet it sent there.
-    /// Only a probe in flight to `peer` (ours, or one we relay), or a
-    /// heartbeat just sent to it (which starts our probe), gives it weight: our own probe accuses with closed-port evidence and asks
-    /// indirect probers at once, so that they can find the same; a relayed
-    /// probe answers its origin with that evidence instead of a nack.
-    ///
-    /// Why a stalled or frozen process never produces it: a host answers
-    /// "closed" only for a port no socket is bound to. A stopped process
-    /// keeps its sockets; datagrams to it queue in (or silently overflow)
-    /// its socket buffer, and its listening socket still completes TCP
-    /// handshakes. A dead host answers nothing at all. So silence keeps
-    /// its stall tolerance, and this evidence is for crashed processes on
-    /// live hosts.
-    ///
-    /// What spoofing it would take: hale's packets are sealed, ICMP is
-    /// not. A forged "port unreachable" must quote the probe it answers
-    /// (the agent pings from a fresh ephemeral port each time, which Linux
-    /// checks against the connected socket), so the forger must be on the
-    /// path or guess the port within the probe's second. One forged report
-    /// convicts nobody: a verdict needs `corroboration` observers, each
-    /// finding the port closed with its own probe, and an ack from the
-    /// member withdraws an observer's finding.
-    pub fn handle_unreachable(&mut self, now: Time, peer: &I) {
-        self.isolation.advance(now);
-        if self.isolation.phase().has_left()
-            || !self.cfg.closed_port_evidence
-            || *peer == *self.local.id()
-        {
-            return;
-        }
-        let me = self.local.id().clone();
-        if self.probing.probe_of(peer).is_none()
-            && self.heartbeat_within(peer, now, self.cfg.probe_timeout)
-        {
-            // Our heartbeat found the port closed: probe, as a ping would have.
-            self.start_probe(now, peer);
-        }
-        if let Some(i) = self.probing.probes.iter().position(|p| p.target == *peer) {
-            let inc = self.probing.probes[i].target_inc;
-            if !self.probing.probes[i].indirect {
-                self.start_indirect(i);
-            }
-            self.stats.closed_ports += 1;
-            self.apply_closed(now, peer, inc, &me);
-        }
-        let mut i = 0;
-        while i < self.probing.relays.len() {
-            if self.probing.relays[i].target != *peer {
-                i += 1;
-                continue;
-            }
-            let r = self.probing.relays.swap_remove(i);
-            self.stats.closed_ports += 1;
-            let inc = self.members.get(peer).map_or(0, |m| m.incarnation);
-            let msg = Message::Closed {
-                member: peer.clone(),
-                incarnation: inc,
-                accuser: me.clone(),
-            };
-            self.send(r.origin, Channel::Datagram, vec![msg]);
-            self.apply_closed(now, peer, inc, &me);
-        }
-    }
-
-    /// An indirect prober answered our probe of `member` with closed-port
-    /// evidence: it stands for its nack (it reached the target's host).
-    pub(crate) fn closed_from_relay(&mut self, from: &I, member: &I, accuser: &I) {
-        if from != accuser {
-            return;
-        }
-        if let Some(p) = self.probing.probes.iter_mut().find(|p| p.target == *member) {
-            p.relay_answered(from);
-        }
-    }
-
-    /// A relay's nack for `seq`: counted only from a relay asked.
-    pub(crate) fn handle_nack(&mut self, from: &I, seq: u32) {
-        if let Some(p) = self.probing.probes.iter_mut().find(|p| p.seq == seq) {
-            if p.relay_answered(from) {
-                self.stats.nacks += 1;
-            }
-        }
-    }
-
-    pub(crate) fn handle_ping_req(
-        &mut self,
-        now: Time,
-        from: &I,
-        origin_seq: u32,
-        target: I,
-        suspected: Option<u32>,
-    ) {
-        if target == *self.local.id() {
-            self.send(
-                from.clone(),
-                Channel::Datagram,
-                vec![Message::Ack { seq: origin_seq }],
-            );
-            return;
-        }
-        if self.probing.relays.len() >= 64 {
-            return; // Bounded: an overloaded relay stays silent; the prober counts a missing nack.
-        }
-        self.stats.relays += 1;
-        let seq = self.next_seq();
-        let timeout = self.cfg.probe_timeout;
-        self.probing.relays.push(Relay {
-            seq,
-            target: target.clone(),
-            origin: from.clone(),
-            origin_seq,
-            nack_at: now + timeout.mul_f64(0.8),
-            expires: now + self.cfg.probe_interval + Duration::from_millis(1),
-            nacked: false,
-        });
-        self.send_ping(target, Channel::Datagram, seq, suspected);
     }
 }

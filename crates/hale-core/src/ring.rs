@@ -64,7 +64,7 @@ const PRIME_POWERS: [u64; 33] = {
     t
 };
 
-/// [`crate::wire::fnv1a`] continued from state `h` (from
+/// [`fnv1a`] continued from state `h` (from
 /// [`FNV_OFFSET`]: equal on every input), but a run of `k` zero bytes costs
 /// one multiplication (by the prime to the `k`) instead of `k` dependent
 /// ones: identities padded with zeros (the simulator's) hash several times
@@ -93,10 +93,22 @@ pub(crate) fn fnv1a_zero_runs(mut h: u64, bytes: &[u8]) -> u64 {
     h
 }
 
+/// FNV-1a 64 over `bytes`; stable, used where a hash must agree across nodes
+/// (and, being `const`, for hashes computed at compile time).
+pub const fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut i = 0;
+    while i < bytes.len() {
+        h ^= bytes[i] as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+        i += 1;
+    }
+    h
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::fnv1a;
 
     #[test]
     fn fnv1a_with_zero_runs_equals_fnv1a() {

@@ -19,18 +19,14 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use crate::broadcast::Class;
-use crate::event::Event;
 use crate::identity::Identity;
 use crate::member::MemberState;
-use crate::node::Node;
+use crate::shared::Shared;
 use crate::table::FxMap;
-use crate::table::{Rec, META_PENDING};
 use crate::time::Time;
-use crate::wire::{Channel, Message};
 
 /// Most accusers remembered per suspicion.
-const MAX_ACCUSERS: usize = 16;
+pub(crate) const MAX_ACCUSERS: usize = 16;
 
 /// Members a declarer sends its own verdict to at once, before gossip
 /// (a death is rare; 32 datagrams reach everyone in most clusters).
@@ -97,12 +93,12 @@ impl<I: Identity> Suspicions<I> {
     }
 
     /// The suspicion of `id`, to add evidence (not its deadline).
-    fn get_mut(&mut self, id: &I) -> Option<&mut Suspicion<I>> {
+    pub(crate) fn get_mut(&mut self, id: &I) -> Option<&mut Suspicion<I>> {
         self.map.get_mut(id)
     }
 
     /// Drops the suspicion of `id` and its deadline.
-    fn remove(&mut self, id: &I) -> Option<Suspicion<I>> {
+    pub(crate) fn remove(&mut self, id: &I) -> Option<Suspicion<I>> {
         let s = self.map.remove(id)?;
         self.deadlines.remove(&(s.deadline, id.clone()));
         Some(s)
@@ -215,168 +211,42 @@ impl<I: Identity> Suspicions<I> {
         self.accusers
             .retain(|_, w| now.saturating_since(w.start) <= window);
     }
-}
 
-impl<I: Identity> Node<I> {
-    /// Moves a member to `state`, keeping counts, the walk, the monitors and
-    /// tombstones consistent.
-    pub(crate) fn set_state(&mut self, now: Time, id: &I, state: MemberState) {
-        let Some(was) = self.members.set_state(id, state, now) else {
-            return;
-        };
-        let (was_live, was_suspect) = (was.is_live(), was == MemberState::Suspect);
-        let is_suspect = state == MemberState::Suspect;
-        match (was_live, state.is_live()) {
-            (true, false) => {
-                self.recovery.bury(id);
-                self.monitors_changed(id);
-            }
-            (false, true) => {
-                self.walk_insert(id);
-                self.monitors_changed(id);
-                self.isolation.phase_mut().member_back();
-            }
-            // Suspected or cleared: the ring neighbours may change.
-            (true, true) if was_suspect != is_suspect => self.monitors_changed(id),
-            _ => {}
-        }
-        if state != MemberState::Suspect {
-            self.clear_suspicion(id);
-        }
-        if was_suspect != is_suspect && self.members.alive() < self.cfg.corroboration {
-            // Few witnesses are left: what a verdict needs may have changed.
-            let ids: Vec<I> = self.suspicions.map.keys().cloned().collect();
-            for s in ids {
-                self.rearm(&s, now);
-            }
-        }
+    /// The suspected members, in the map's (deterministic) order.
+    pub(crate) fn ids(&self) -> Vec<I> {
+        self.map.keys().cloned().collect()
     }
 
-    fn clear_suspicion(&mut self, id: &I) {
-        if let Some(s) = self.suspicions.remove(id) {
-            for a in s.accusers.iter().chain(&s.discounted) {
-                self.broadcasts.remove(&(id.clone(), Some(a.clone())));
-            }
-            self.drop_targeted_about(id);
-        }
+    /// A fresh suspicion of `id`, started `now`, with no evidence and no
+    /// deadline yet (replacing any).
+    pub(crate) fn start(&mut self, id: &I, now: Time) {
+        self.map.insert(
+            id.clone(),
+            Suspicion {
+                started: now,
+                accused_at: None,
+                accusers: Vec::new(),
+                silent_since: Vec::new(),
+                discounted: Vec::new(),
+                deadline: Time::NEVER,
+                verifying: false,
+                closed: Vec::new(),
+                closed_at: None,
+            },
+        );
     }
 
-    /// `Alive(member, incarnation)`. `meta` None keeps the known metadata.
-    /// `spread` re-gossips accepted news (off for bulk state merges).
-    pub(crate) fn apply_alive(
+    /// Counts an accusation by `accuser` at `now` (`new`: not a renewal of
+    /// one already counted) in its current window of `window`, which
+    /// restarts when older: the accusations counted in it.
+    pub(crate) fn count_accusation(
         &mut self,
         now: Time,
-        member: &I,
-        incarnation: u32,
-        meta: Option<Box<[u8]>>,
-        spread: bool,
-    ) {
-        if *member == *self.local.id() {
-            let own = self.local.incarnation();
-            // News of a previous life of ours: supersede it. A previous
-            // run (restarted without leaving) may have reached our very
-            // incarnation with other metadata: at a tie, others keep the
-            // metadata they have, so ours would never spread (the wire
-            // versions a restarted, upgraded agent speaks, say).
-            let stale_meta =
-                incarnation == own && meta.as_deref().is_some_and(|m| m != self.local.meta());
-            if (incarnation > own || stale_meta) && !self.isolation.phase().has_left() {
-                self.refute(now, incarnation, None, false);
-            }
-            return;
-        }
-        let known = self.members.get(member).map(|m| (m.state(), m.incarnation));
-        // Whether everyone needs this news: a refutation (a live member's
-        // incarnation raised, same metadata) needs to reach only those that
-        // heard the suspicion, unless suspicions of it are gossiped.
-        let mut for_all = true;
-        match known {
-            None => {
-                let mut rec = Rec::new(incarnation, MemberState::Dead);
-                rec.set(META_PENDING, meta.is_none());
-                let meta = meta.unwrap_or_default();
-                self.members.insert(member, rec, meta, now);
-                self.set_state(now, member, MemberState::Alive);
-                self.push_event(Event::Joined {
-                    member: member.clone(),
-                    incarnation,
-                });
-            }
-            Some((_, inc))
-                if incarnation == inc
-                    && meta.is_some()
-                    && self
-                        .members
-                        .get(member)
-                        .is_some_and(|m| m.has(META_PENDING)) =>
-            {
-                // The header told us of this incarnation; here is its metadata.
-                self.members.update(member, |m| m.set(META_PENDING, false));
-                let new = meta.unwrap_or_default();
-                for_all = *new != *self.members.meta(member);
-                if for_all {
-                    self.members.set_meta(member, new);
-                    self.push_event(Event::MetadataUpdated {
-                        member: member.clone(),
-                        incarnation,
-                    });
-                }
-            }
-            Some((state, inc)) if incarnation > inc => {
-                self.members.update(member, |m| {
-                    m.incarnation = incarnation;
-                    m.set(META_PENDING, meta.is_none());
-                });
-                let meta_changed = meta
-                    .as_ref()
-                    .is_some_and(|new| **new != *self.members.meta(member));
-                if let Some(new) = meta {
-                    self.members.set_meta(member, new);
-                }
-                self.set_state(now, member, MemberState::Alive);
-                match state {
-                    MemberState::Suspect | MemberState::Dead => self.push_event(Event::Recovered {
-                        member: member.clone(),
-                        incarnation,
-                        was_dead: state == MemberState::Dead,
-                    }),
-                    MemberState::Left => self.push_event(Event::Joined {
-                        member: member.clone(),
-                        incarnation,
-                    }),
-                    MemberState::Alive => {}
-                }
-                if meta_changed {
-                    self.push_event(Event::MetadataUpdated {
-                        member: member.clone(),
-                        incarnation,
-                    });
-                }
-                for_all = meta_changed || !state.is_live();
-            }
-            Some(_) => return,
-        }
-        if spread && !for_all && !self.gossips_suspicions_of(member) {
-            return;
-        }
-        if spread {
-            let msg = Message::Alive {
-                member: member.clone(),
-                incarnation,
-                meta: self.members.meta(member).into(),
-            };
-            self.broadcast(now, Class::Alive, (member.clone(), None), msg);
-        }
-    }
-
-    /// Whether `accuser`'s accusations are discounted: it reports poor
-    /// health, or it has accused too large a share of the cluster lately.
-    /// `new` counts this accusation towards that share (a renewed accusation
-    /// of the same member does not count twice).
-    fn discounted(&mut self, now: Time, accuser: &I, health: u8, new: bool) -> bool {
-        let window = self.cfg.accusation_window;
+        accuser: &I,
+        window: Duration,
+        new: bool,
+    ) -> u32 {
         let w = self
-            .suspicions
             .accusers
             .entry(accuser.clone())
             .or_insert(AccuserWindow {
@@ -390,340 +260,146 @@ impl<I: Identity> Node<I> {
             };
         }
         w.count += u32::from(new);
-        let limit = (self.cfg.accusation_burst * (self.members.live() + 1) as f64)
-            .ceil()
-            .max(3.0) as u32;
-        health >= self.cfg.health_discount || w.count > limit
+        w.count
+    }
+}
+
+/// Verdicts: when a suspicion is enough, and when it is next looked at
+/// (Lifeguard's suspicion time, closed-port evidence, expiry).
+impl<I: Identity> Suspicions<I> {
+    /// Whether this node has heard from no live, unsuspected member other
+    /// than `target` within `suspicion_max`: it is cut off, or the others
+    /// are all gone.
+    fn alone(sh: &Shared<I>, target: &I, now: Time) -> bool {
+        if sh.members().alive() == 0 {
+            return true;
+        }
+        let window = sh.cfg().suspicion_max;
+        !sh.members().iter().any(|(id, m)| {
+            m.state() == MemberState::Alive
+                && *id != *target
+                && sh.members().heard(m) > Time::ZERO
+                && now.saturating_since(sh.members().heard(m)) < window
+        })
     }
 
-    /// The gate of every accusation of `member` at `incarnation` (a
-    /// suspicion, or a death verdict when `dead`): one of this node is
-    /// refuted; one of a member unknown here, no longer live, or at an older
-    /// incarnation goes no further (counted as stale news when the member is
-    /// live). The member's state and incarnation when it passes.
-    fn accused(
-        &mut self,
+    /// Whether the suspicion of `target` is enough for a verdict: enough
+    /// independent healthy accusers. A node that concluded it is cut off
+    /// convicts nobody (`isolation.rs`). Only in a cluster too small for that
+    /// conclusion may a node that is alone (nobody heard from lately)
+    /// conclude on its own failed probes, whatever its health: nobody else
+    /// could confirm, and every other member may really have failed. Such a
+    /// verdict rests on one accuser, so other members do not accept it; and
+    /// only a node that knows the cluster's size may reach it: one whose
+    /// view never came from the cluster since it started
+    /// (`Recovery::synced`; restarted behind a one-way cut, it knows only
+    /// the members whose packets reached it) may be one of many.
+    pub(crate) fn verdict_allowed(
+        sh: &Shared<I>,
+        synced: bool,
+        target: &I,
+        s: &Suspicion<I>,
         now: Time,
-        member: &I,
-        incarnation: u32,
-        accuser: &I,
-        dead: bool,
-    ) -> Option<(MemberState, u32)> {
-        if *member == *self.local.id() {
-            if incarnation >= self.local.incarnation() && !self.isolation.phase().has_left() {
-                self.refute(now, incarnation, Some(accuser.clone()), dead);
-            }
-            return None;
+    ) -> bool {
+        if Self::convicts_alone(sh) {
+            return s.accused_at.is_some();
         }
-        let m = self.members.get(member)?;
-        let (state, known) = (m.state(), m.incarnation);
-        if state.is_live() && incarnation < known {
-            self.stats.stale_news += 1;
+        if sh.isolation().phase().is_cut_off() {
+            return false;
         }
-        (state.is_live() && incarnation >= known).then_some((state, known))
+        s.accusers.len() >= sh.required_accusers(target)
+            || (s.accused_at.is_some()
+                && synced
+                && !sh.large_enough_to_infer_cut_off()
+                && Self::alone(sh, target, now))
     }
 
-    /// `accuser` suspects `member` at `incarnation`.
-    pub(crate) fn apply_suspect(
-        &mut self,
-        now: Time,
-        member: &I,
-        incarnation: u32,
-        accuser: &I,
-        accuser_health: u8,
-    ) {
-        let Some((state, known)) = self.accused(now, member, incarnation, accuser, false) else {
+    /// Test builds only (`Fault::ConvictAlone`, a planted bug): this node's
+    /// own accusation is a verdict on its own, after `suspicion_min`.
+    fn convicts_alone(sh: &Shared<I>) -> bool {
+        #[cfg(feature = "fault-injection")]
+        if sh.cfg().fault == Some(crate::config::Fault::ConvictAlone) {
+            return true;
+        }
+        let _ = sh; // Read only by the fault-injection feature.
+        false
+    }
+
+    /// When the suspicion of `member` should next be looked at.
+    pub(crate) fn rearm(&mut self, sh: &Shared<I>, synced: bool, member: &I, now: Time) {
+        let Some(s) = self.get(member) else {
             return;
         };
-        let fresh_suspicion = state == MemberState::Alive || incarnation > known;
-        let mut renewed = false;
-        if !fresh_suspicion {
-            let s = self.suspicions.get(member);
-            if s.is_some_and(|s| s.accusers.contains(accuser)) {
-                return; // Already counted.
+        let allowed = Self::verdict_allowed(sh, synced, member, s, now);
+        let required = sh.required_accusers(member);
+        let (min, max, k) = (
+            sh.cfg().suspicion_min,
+            sh.cfg().suspicion_max,
+            sh.cfg().expected_confirmations,
+        );
+        let expiry = s.started + max * 2;
+        let closed_ready = s.closed.len() >= required;
+        let verdict_at = match s.accused_at {
+            // Corroborated closed-port evidence, our own included: no stall
+            // produces it, so the silence suspicion time does not apply.
+            Some(_) if closed_ready && s.closed_at.is_some() => {
+                s.closed_at.unwrap_or(now) + sh.cfg().closed_port_min
             }
-            if s.is_some_and(|s| s.discounted.contains(accuser)) {
-                // Discounted before (its health was poor then, as when two
-                // members fail together and each one's probes miss the
-                // other's nacks): it counts once it accuses again in good
-                // standing, or the verdict could wait on it forever.
-                if self.discounted(now, accuser, accuser_health, false) {
-                    return;
-                }
-                let s = self.suspicions.get_mut(member).expect("suspicion exists");
-                s.discounted.retain(|a| a != accuser);
-                renewed = true;
-            }
-        }
-        let discounted = !renewed && self.discounted(now, accuser, accuser_health, true);
-        if discounted {
-            self.stats.discounted_accusations += 1;
-        }
-        let by_me = *accuser == *self.local.id();
-        if fresh_suspicion {
-            self.stats.suspicions += 1;
-            self.members.update(member, |m| m.incarnation = incarnation);
-            self.set_state(now, member, MemberState::Suspect);
-            self.clear_suspicion(member);
-            self.suspicions.map.insert(
-                member.clone(),
-                Suspicion {
-                    started: now,
-                    accused_at: None,
-                    accusers: Vec::new(),
-                    silent_since: Vec::new(),
-                    discounted: Vec::new(),
-                    deadline: Time::NEVER,
-                    verifying: false,
-                    closed: Vec::new(),
-                    closed_at: None,
-                },
-            );
-            self.push_event(Event::Suspected {
-                member: member.clone(),
-                incarnation,
-                accuser: accuser.clone(),
-            });
-        }
-        let s = self.suspicions.get_mut(member).expect("suspicion exists");
-        if by_me && s.accused_at.is_none() {
-            s.accused_at = Some(now);
-        }
-        let list = if discounted {
-            &mut s.discounted
-        } else {
-            &mut s.accusers
-        };
-        if list.len() < MAX_ACCUSERS {
-            list.push(accuser.clone());
-            // When this accuser's silence began, counted only once it
-            // counts (a discounted accusation dates nothing: a node in poor
-            // health may have failed its probe on its own): ours, our failed
-            // probe's ping (`probe_failed` dates it); another's, one probe
-            // period before its accusation arrived.
-            if !discounted {
-                let period = self.cfg.probe_interval.as_nanos() as u64;
-                let theirs = Time::from_nanos(now.as_nanos().saturating_sub(period));
-                s.silent_since
-                    .push((accuser.clone(), if by_me { now } else { theirs }));
-            }
-        }
-        let spread = fresh_suspicion || list.len() <= self.cfg.expected_confirmations + 1;
-        let ours_stands = !by_me && s.accused_at.is_some() && s.accusers.contains(self.local.id());
-        self.rearm(member, now);
-        let msg = Message::Suspect {
-            member: member.clone(),
-            incarnation,
-            accuser: accuser.clone(),
-            accuser_health,
-        };
-        let key = (member.clone(), Some(accuser.clone()));
-        if let Some(to) = self.suspicion_targets(member) {
-            if by_me {
-                self.send_targeted(now, key, msg, to, Some(member.clone()));
-            } else if ours_stands && !discounted {
-                // A further accuser: tell it of our accusation once, so
-                // that it counts both too (it may not have known of ours).
-                let mine = Message::Suspect {
-                    member: member.clone(),
-                    incarnation,
-                    accuser: self.local.id().clone(),
-                    accuser_health: self.probing.health(),
+            // Others found it closed: verify it ourselves at once.
+            None if closed_ready => now,
+            // Lifeguard: from max toward min as independent confirmations
+            // arrive, counted from when the `required`-th accuser's silence
+            // began (one accuser's probe may have failed on lost packets
+            // before a stall began: the others' silence must be as long).
+            Some(t0) => {
+                let others = if Self::convicts_alone(sh) {
+                    k
+                } else {
+                    s.accusers
+                        .iter()
+                        .filter(|a| **a != *sh.local().id())
+                        .count()
                 };
-                self.stats.targeted_sent += 1;
-                self.send(accuser.clone(), Channel::Datagram, vec![mine]);
+                let frac = ((others + 1) as f64).ln() / ((k + 1) as f64).ln();
+                let span = max.saturating_sub(min).mul_f64(frac.min(1.0));
+                let mut since: Vec<Time> = s
+                    .silent_since
+                    .iter()
+                    .filter(|(a, _)| s.accusers.contains(a))
+                    .map(|(_, t)| *t)
+                    .collect();
+                since.sort_unstable();
+                // And never before this node has itself seen the silence
+                // last that long: accusations it holds may be stale (their
+                // refutation lost on its way here) and the member silent
+                // now in a later stall, which the suspicion time must cover.
+                let from = since
+                    .get(required.saturating_sub(1))
+                    .copied()
+                    .unwrap_or(t0)
+                    .max(t0);
+                from + max.saturating_sub(span).max(min)
             }
-            return; // Targeted: nobody re-gossips another's accusation.
-        }
-        if !spread {
-            return; // Lifeguard: enough confirmations are already travelling.
-        }
-        let class = if fresh_suspicion {
-            Class::Suspect
+            // No evidence of our own: an accuser's verdict usually arrives
+            // first; if it was lost, conclude a second after an accuser would
+            // have (Lifeguard's time from when we heard, plus one second, so a
+            // refutation has even more time to reach us than it has to reach
+            // the accusers).
+            None => {
+                let frac = ((s.accusers.len().max(1)) as f64).ln() / ((k + 1) as f64).ln();
+                let span = max.saturating_sub(min).mul_f64(frac.min(1.0));
+                s.started + max.saturating_sub(span).max(min) + Duration::from_secs(1)
+            }
+        };
+        let deadline = if s.verifying && s.accused_at.is_none() {
+            // A verification probe is under way or did not fail: its outcome,
+            // news, or expiry decides.
+            expiry
+        } else if allowed {
+            verdict_at.min(expiry)
         } else {
-            Class::Confirmation
+            expiry
         };
-        self.broadcast(now, class, key, msg);
-    }
-
-    /// `accuser` found `member`'s port closed at `incarnation`: an
-    /// accusation, by an observer in good standing as far as its health
-    /// goes (the target's host answered it), that also counts towards a
-    /// closed-port verdict.
-    pub(crate) fn apply_closed(&mut self, now: Time, member: &I, incarnation: u32, accuser: &I) {
-        if !self.cfg.closed_port_evidence {
-            self.apply_suspect(now, member, incarnation, accuser, 0);
-            return;
-        }
-        if *member == *self.local.id() {
-            if incarnation >= self.local.incarnation() && !self.isolation.phase().has_left() {
-                self.refute(now, incarnation, Some(accuser.clone()), false);
-            }
-            return;
-        }
-        if self
-            .suspicions
-            .get(member)
-            .is_some_and(|s| s.closed.contains(accuser))
-        {
-            return;
-        }
-        self.apply_suspect(now, member, incarnation, accuser, 0);
-        let by_me = *accuser == *self.local.id();
-        let Some(s) = self.suspicions.get_mut(member) else {
-            return; // Old news, or not live here.
-        };
-        if self.members.get(member).map(|m| m.incarnation) != Some(incarnation) {
-            return;
-        }
-        if s.closed.len() < MAX_ACCUSERS {
-            s.closed.push(accuser.clone());
-        }
-        if by_me && s.closed_at.is_none() {
-            s.closed_at = Some(now);
-        }
-        let look_ourselves = !by_me && s.closed_at.is_none();
-        self.rearm(member, now);
-        if look_ourselves && !self.isolation.phase().is_cut_off() {
-            // Someone found its port closed: ping it ourselves now, so that
-            // corroboration takes a round trip, not a probe period (a probe
-            // already in flight may have pinged it before it died: ping
-            // again under that probe). A forged report costs one ping,
-            // which the member answers.
-            match self.probing.probe_of(member) {
-                Some(seq) => {
-                    self.send_ping(member.clone(), Channel::Datagram, seq, Some(incarnation));
-                }
-                None => self.start_probe(now, member),
-            }
-        }
-        let msg = Message::Closed {
-            member: member.clone(),
-            incarnation,
-            accuser: accuser.clone(),
-        };
-        let key = (member.clone(), Some(accuser.clone()));
-        match self.suspicion_targets(member) {
-            Some(to) if by_me => self.send_targeted(now, key, msg, to, None),
-            Some(_) => {} // Targeted: the accuser told those who act on it.
-            None => self.broadcast(now, Class::Suspect, key, msg),
-        }
-    }
-
-    /// `declarer` declared `member` dead on `accusers` healthy accusers.
-    pub(crate) fn apply_dead(
-        &mut self,
-        now: Time,
-        member: &I,
-        incarnation: u32,
-        declarer: &I,
-        accusers: u8,
-        spread: bool,
-    ) {
-        if self
-            .accused(now, member, incarnation, declarer, true)
-            .is_none()
-        {
-            return;
-        }
-        // Never let one observer convict: the verdict must rest on enough accusers.
-        if usize::from(accusers) < self.required_accusers(member) {
-            self.stats.discounted_accusations += 1;
-            return;
-        }
-        let mut evidence = self.evidence(now, member, declarer.clone());
-        // The verdict rests on the declarer's accusers, whether or not this
-        // node heard the suspicion (targeted suspicions reach few).
-        evidence.confirmations = evidence.confirmations.max(usize::from(accusers));
-        self.members.update(member, |m| m.incarnation = incarnation);
-        self.stats.deaths_accepted += 1;
-        self.set_state(now, member, MemberState::Dead);
-        self.push_event(Event::Dead {
-            member: member.clone(),
-            incarnation,
-            evidence: Box::new(evidence),
-        });
-        if spread {
-            let msg = Message::Dead {
-                member: member.clone(),
-                incarnation,
-                declarer: declarer.clone(),
-                accusers,
-            };
-            self.broadcast(now, Class::Dead, (member.clone(), None), msg);
-        }
-    }
-
-    /// `member` left at `incarnation`.
-    pub(crate) fn apply_left(&mut self, now: Time, member: &I, incarnation: u32, spread: bool) {
-        if *member == *self.local.id() {
-            if incarnation >= self.local.incarnation() && !self.isolation.phase().has_left() {
-                self.refute(now, incarnation, None, false);
-            }
-            return;
-        }
-        let Some(m) = self.members.get(member) else {
-            return;
-        };
-        if m.state() == MemberState::Left || incarnation < m.incarnation {
-            return;
-        }
-        self.members.update(member, |m| m.incarnation = incarnation);
-        self.set_state(now, member, MemberState::Left);
-        self.push_event(Event::Left {
-            member: member.clone(),
-            incarnation,
-        });
-        if spread {
-            let msg = Message::Left {
-                member: member.clone(),
-                incarnation,
-            };
-            self.broadcast(now, Class::Left, (member.clone(), None), msg);
-        }
-    }
-
-    /// This node was suspected, declared dead or said to have left at
-    /// `observed`: raise the incarnation above it and tell everyone, the
-    /// accuser first.
-    pub(crate) fn refute(&mut self, now: Time, observed: u32, accuser: Option<I>, was_dead: bool) {
-        self.local.raise_incarnation(observed);
-        self.stats.refutations += 1;
-        self.bump_health(1);
-        let msg = self.local.alive();
-        let me = self.local.id().clone();
-        match accuser.filter(|a| *a != *self.local.id()) {
-            // A suspicion went to our ring neighbours and its accusers: so
-            // does the answer (a death verdict went everywhere: so does its).
-            // (A metadata change still queued keeps going to everyone.)
-            Some(a) if !was_dead && self.targeted_refutation() => {
-                let to = self.refutation_targets(&a);
-                self.send_targeted(now, (me, None), msg, to, None);
-            }
-            a => {
-                self.broadcast_self_alive(now);
-                if let Some(a) = a {
-                    self.send(a, Channel::Datagram, vec![msg]);
-                }
-            }
-        }
-        self.push_event(Event::Refuted {
-            incarnation: self.local.incarnation(),
-            was_dead,
-        });
-    }
-
-    /// We have fresh proof that `id` is alive: our own accusation no longer stands.
-    pub(crate) fn withdraw_accusation(&mut self, id: &I, now: Time) {
-        let me = self.local.id().clone();
-        let Some(s) = self.suspicions.get_mut(id) else {
-            return;
-        };
-        s.closed_at = None;
-        s.closed.retain(|a| *a != me);
-        if s.accused_at.take().is_some() {
-            s.accusers.retain(|a| *a != me);
-            self.rearm(id, now);
-        }
+        self.set_deadline(member, deadline);
     }
 }

@@ -207,7 +207,7 @@ pub(crate) struct Table<I> {
     since: FxMap<Slot, Time>,
     meta: FxMap<Slot, Box<[u8]>>,
     /// Copies of the ring neighbours' records (`watch.rs`).
-    watch: Watch<I>,
+    watch: Watch<I, Rec>,
     /// The per-bucket sums of [`record_hash`] over every record
     /// (`view.rs`), once something asked to keep them
     /// ([`Table::keep_view_sum`]): a snapshot of 10,000 loads without
@@ -757,6 +757,7 @@ impl<I: Identity> Table<I> {
 mod tests;
 mod view;
 mod watch;
+mod watched;
 
 pub(crate) use view::{bucket_of, record_hash, ViewSums};
 use watch::Watch;

@@ -3,7 +3,7 @@
 //!
 //! A node decodes every version of its range (`Config::wire_versions`, at
 //! most [`crate::wire::SPOKEN`]) and writes the one its runtime negotiated
-//! ([`Node::set_wire_version`]; [`crate::wire::negotiate`] over the ranges
+//! ([`crate::Node::set_wire_version`]; [`crate::wire::negotiate`] over the ranges
 //! the members advertise), which starts at the lowest of its range: until
 //! it has heard its cluster, it must be understood by the oldest member it
 //! may meet.
@@ -24,9 +24,9 @@
 //!   as its members have learned that they all can.
 //!
 //! A packet of a version outside this node's range is dropped
-//! (`DropReason::Version`) and reported: [`Event::UnsupportedVersion`],
+//! (`DropReason::Version`) and reported: [`Event::UnsupportedVersion`](crate::Event::UnsupportedVersion),
 //! naming its sender and the versions it speaks when the packet's prefix
-//! says so ([`peek`]), at most once per [`REPORT_INTERVAL`] per sender.
+//! says so ([`peek`](crate::wire::peek)), at most once per [`REPORT_INTERVAL`] per sender.
 //!
 //! Invariants: `speak` and every clamp's version are in `range`; a run
 //! (member and generation) is clamped at most once;
@@ -37,12 +37,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::event::Event;
-use crate::identity::Identity;
-use crate::node::Node;
-use crate::stats::DropReason;
 use crate::time::Time;
-use crate::wire::{peek, Header, PingTarget, Versions};
+use crate::wire::Versions;
 
 /// How long a member's new run is written to in its version.
 pub const DOWNGRADE_GRACE: Duration = Duration::from_secs(15);
@@ -102,6 +98,7 @@ struct Counts {
 }
 
 impl Counts {
+    /// No packet counted; inline slots from version `base`.
     fn new(base: u8) -> Counts {
         Counts {
             base,
@@ -118,6 +115,7 @@ impl Counts {
         (i < INLINE).then_some(i)
     }
 
+    /// Counts a packet received in `version`.
     fn count_received(&mut self, version: u8) {
         match self.slot(version) {
             Some(i) => self.received[i] += 1,
@@ -125,6 +123,7 @@ impl Counts {
         }
     }
 
+    /// Counts a packet sent in `version`.
     fn count_sent(&mut self, version: u8) {
         match self.slot(version) {
             Some(i) => self.sent[i] += 1,
@@ -179,7 +178,7 @@ impl Wire {
     /// keyed `key()`; `new_run` if it is that member's first packet or from
     /// a newer generation than any heard from it. The key is computed only
     /// when a clamp is looked up or added.
-    fn heard(
+    pub(crate) fn heard(
         &mut self,
         now: Time,
         key: impl FnOnce() -> u64,
@@ -218,7 +217,7 @@ impl Wire {
     }
 
     /// Whether a report about the sender keyed `key` may go now; records it.
-    fn may_report(&mut self, now: Time, key: u64) -> bool {
+    pub(crate) fn may_report(&mut self, now: Time, key: u64) -> bool {
         self.reported
             .retain(|(_, at)| now.saturating_since(*at) < REPORT_INTERVAL);
         if self.reported.iter().any(|(k, _)| *k == key) || self.reported.len() >= REPORTS_KEPT {
@@ -227,135 +226,36 @@ impl Wire {
         self.reported.push((key, now));
         true
     }
-}
 
-impl<I: Identity> Node<I> {
-    /// The wire versions this node decodes (`Config::wire_versions`).
-    pub fn wire_versions(&self) -> Versions {
-        self.wire.range
+    /// The versions this node decodes.
+    pub(crate) fn range(&self) -> Versions {
+        self.range
     }
 
-    /// The wire version this node writes (to members not in a new run of
-    /// an older version; see `versions.rs`).
-    pub fn wire_version(&self) -> u8 {
-        self.wire.speak
+    /// The version written to members not in a new run of an older one.
+    pub(crate) fn speak(&self) -> u8 {
+        self.speak
     }
 
-    /// Writes `version` from now on, the one the runtime negotiated
-    /// ([`crate::wire::negotiate`]); a version outside this node's range is
-    /// brought to its nearest end. The version written now.
-    pub fn set_wire_version(&mut self, version: u8) -> u8 {
-        self.wire.speak = version.clamp(self.wire.range.min, self.wire.range.max);
-        self.wire.speak
+    /// Writes `version` from now on, brought into the range; the version
+    /// written now.
+    pub(crate) fn set_speak(&mut self, version: u8) -> u8 {
+        self.speak = version.clamp(self.range.min, self.range.max);
+        self.speak
     }
 
-    /// Packets received (dropped ones included) and sent, by wire version:
-    /// copies, with every version counted at least once.
-    pub fn packets_by_version(&self) -> (BTreeMap<u8, u64>, BTreeMap<u8, u64>) {
-        let c = &self.wire.counts;
+    /// Counts a packet received in `version` (dropped ones included).
+    pub(crate) fn count_received(&mut self, version: u8) {
+        self.counts.count_received(version);
+    }
+
+    /// Packets received and sent, by version: copies, every version in the
+    /// range counted at least once.
+    pub(crate) fn packets(&self) -> (BTreeMap<u8, u64>, BTreeMap<u8, u64>) {
+        let c = &self.counts;
         (
             c.map(&c.received, &c.other_received),
             c.map(&c.sent, &c.other_sent),
         )
-    }
-
-    /// The version to write to `to`: the negotiated one, or its run's.
-    pub(crate) fn version_for(&mut self, now: Time, to: &I) -> u8 {
-        let local = &mut self.local;
-        self.wire.version_for(now, || local.ring_of(to))
-    }
-
-    /// How a ping to `to` names it, in the version written to it: by its
-    /// tag from version 3 on, by its identity in version 2.
-    pub(crate) fn ping_target(&mut self, to: &I) -> PingTarget<I> {
-        let now = self.isolation.last_now();
-        let key = self.local.ring_of(to);
-        if self.wire.version_for(now, || key) >= 3 {
-            PingTarget::Tag(crate::ring::tag(key))
-        } else {
-            PingTarget::Id(to.clone())
-        }
-    }
-
-    /// Whether packets to `to` are written in version 3 or later (which
-    /// alone carry [`crate::wire::Message::Summary`]).
-    pub(crate) fn writes_v3_to(&mut self, to: &I) -> bool {
-        let now = self.isolation.last_now();
-        self.version_for(now, to) >= 3
-    }
-
-    /// Whether packets to `to` are written in version 4 or later (which
-    /// alone carry [`crate::wire::Message::Buckets`] and
-    /// [`crate::wire::Message::DigestPart`]).
-    pub(crate) fn writes_v4_to(&mut self, to: &I) -> bool {
-        let now = self.isolation.last_now();
-        self.version_for(now, to) >= 4
-    }
-
-    /// The header a packet to `to` carries, in the version written to it.
-    pub(crate) fn header_for(&mut self, to: &I) -> Header<I> {
-        let now = self.isolation.last_now();
-        let version = self.version_for(now, to);
-        Header {
-            version,
-            speaks: (version >= 3).then_some(self.wire.range),
-            cluster: self.local.cluster(),
-            sender: self.local.id().clone(),
-            incarnation: self.local.incarnation(),
-            health: self.probing.health(),
-            generation: self.local.my_generation(),
-            sent_ms: now.as_nanos() / 1_000_000,
-        }
-    }
-
-    /// Admits a decoded packet's version: `false` (dropped, counted,
-    /// reported) unless this node speaks it. Notes the sender's new run in
-    /// an older version (see the module docs).
-    pub(crate) fn admit_version(&mut self, now: Time, h: &Header<I>) -> bool {
-        if !self.wire.range.contains(h.version) {
-            let key = self.local.ring_of(&h.sender);
-            self.wire.counts.count_received(h.version);
-            self.stats.drop(DropReason::Version);
-            self.report_version(now, key, Some(h.sender.clone()), h.version, h.speaks);
-            return false;
-        }
-        let new_run = h.version != self.wire.speak
-            && self
-                .members
-                .fresh(&h.sender)
-                .is_none_or(|f| !f.known || h.generation > f.generation);
-        let local = &mut self.local;
-        let key = || local.ring_of(&h.sender);
-        self.wire.heard(now, key, h.generation, h.version, new_run);
-        true
-    }
-
-    /// A packet did not decode for its version: reads what its prefix
-    /// says of its sender and reports it.
-    pub(crate) fn unsupported_bytes(&mut self, now: Time, bytes: &[u8]) {
-        let Some(p) = peek::<I>(bytes, self.local.cluster()) else {
-            return;
-        };
-        self.wire.counts.count_received(p.version);
-        let key = p.sender.as_ref().map_or(0, |s| self.local.ring_of(s));
-        self.report_version(now, key, p.sender, p.version, p.speaks);
-    }
-
-    fn report_version(
-        &mut self,
-        now: Time,
-        key: u64,
-        sender: Option<I>,
-        version: u8,
-        speaks: Option<Versions>,
-    ) {
-        if self.wire.may_report(now, key) {
-            self.push_event(Event::UnsupportedVersion {
-                sender,
-                version,
-                speaks,
-                ours: self.wire.range,
-            });
-        }
     }
 }

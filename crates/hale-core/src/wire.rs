@@ -81,7 +81,7 @@ pub use codec::{
 };
 pub use message::{MemberRecord, Message, PingTarget, WireState, BUCKETS};
 
-use crate::identity::Identity;
+use crate::identity::{Identity, SinkId};
 use codec::{Len, Sink};
 
 /// First two bytes of every packet.
@@ -513,15 +513,4 @@ pub fn cluster_id(name: &str) -> u64 {
     fnv1a(name.as_bytes())
 }
 
-/// FNV-1a 64 over `bytes`; stable, used where a hash must agree across nodes
-/// (and, being `const`, for hashes computed at compile time).
-pub const fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut i = 0;
-    while i < bytes.len() {
-        h ^= bytes[i] as u64;
-        h = h.wrapping_mul(0x0100_0000_01b3);
-        i += 1;
-    }
-    h
-}
+pub use crate::ring::fnv1a;

@@ -115,11 +115,16 @@ pub fn main(a: Args) -> anyhow::Result<()> {
     // The outage: from the first failed attempt after the fault to the last
     // one within 60 s; successes around it, by when their answers arrived.
     let horizon = t0 + 60_000_000_000;
+    // A failure counts against the fault once the fault began before it
+    // failed: a login sent a moment before the fault and still waiting on
+    // A when A's processes were killed failed *because of* the fault (seen:
+    // one sent 1 ms before t0 on a loaded host, which counted as "failed
+    // before the fault" when failures were judged by when they were sent).
     let failures: Vec<&Attempt> = all
         .iter()
-        .filter(|x| !x.ok && x.sent >= t0 && x.sent < horizon)
+        .filter(|x| !x.ok && x.done() >= t0 && x.sent < horizon)
         .collect();
-    let before_fault_failures = all.iter().filter(|x| !x.ok && x.sent < t0).count();
+    let before_fault_failures = all.iter().filter(|x| !x.ok && x.done() < t0).count();
     let first_fail = failures.first().map(|x| x.sent);
     let last_fail = failures.last().map(|x| x.sent);
     let last_ok_before = first_fail.and_then(|f| {

@@ -23,6 +23,10 @@ pub struct Args {
     /// libpq-style connection string of the database (through HAProxy).
     #[arg(long)]
     db: String,
+    /// A file holding the database password (one line), kept off the
+    /// command line and out of `--db`.
+    #[arg(long)]
+    db_password_file: Option<std::path::PathBuf>,
     /// Sentry DSN for failure reports (the local agent's relay).
     #[arg(long)]
     dsn: Option<String>,
@@ -178,6 +182,11 @@ pub fn main(a: Args) -> anyhow::Result<()> {
         None => None,
     };
     let mut db: tokio_postgres::Config = a.db.parse().context("--db")?;
+    if let Some(path) = &a.db_password_file {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("--db-password-file {}", path.display()))?;
+        db.password(text.trim_end_matches(['\n', '\r']));
+    }
     db.connect_timeout(Duration::from_secs(1));
     let auth = Arc::new(Auth {
         db,

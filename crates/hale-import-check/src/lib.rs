@@ -1,27 +1,59 @@
-//! A check of the workspace's module graphs (issue 22): for every crate
-//! under `crates/`, each source file is a module, and each path it names
-//! through `crate::`, `super::`, `self::` or a child module's name is an
-//! edge to the file holding the module named. No crate's files may import
-//! each other in a cycle of more than [`MAX_CYCLE`] files; the unit test
-//! below runs the check over the workspace as part of `cargo test`. A
-//! second test holds `hale-core`'s `Node` to at most 15 fields (its state
-//! lives in sub-states that own their fields).
+//! A check of the workspace's module graphs (issues 22 and 42): for every
+//! crate under `crates/`, each source file is a module, and each path it
+//! names through `crate::`, `super::`, `self::` or a child module's name is
+//! an edge to the file holding the module named.
+//!
+//! It fails on:
+//!
+//! * **Files tied together.** Files that import each other, directly or
+//!   around a circle, form one strongly connected component; the check
+//!   counts the files of each component, not only a circle's length (a hub
+//!   importing eight files that each import it back ties nine files, with
+//!   no circle longer than two). In the crates of [`STRICT`] (`hale-core`)
+//!   no two files may be tied: the module graph is a DAG. In the others at
+//!   most [`MAX_CYCLE`] files may be tied together.
+//! * **Fields reached from afar.** A module whose `pub(crate)` fields are
+//!   reached (`x.field`) from more than [`MAX_FIELD_REACH`] other files
+//!   that name the module (import edges to it), in the crates of
+//!   [`FIELD_CRATES`]: such a struct is a bag of state that every file
+//!   edits; give it methods (or make its behaviour its own).
+//!
+//! The unit tests below run the check over the workspace as part of
+//! `cargo test`, feed it small synthetic crates that break each rule (and
+//! must fail), and hold `hale-core`'s `Node` to private fields only.
 
 use proc_macro2::{Delimiter, TokenStream, TokenTree};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// The longest import cycle a crate's modules may form.
+/// The most files one crate may tie together in an import cycle (outside
+/// [`STRICT`]).
 pub const MAX_CYCLE: usize = 3;
 
-/// Crates whose long cycle is known and owned elsewhere, with why: the
-/// check fails when one of them has no long cycle any more (remove it).
+/// Crates whose files may not import each other in any cycle, of any length.
+pub const STRICT: &[&str] = &["hale-core"];
+
+/// The most other files that may reach a module's `pub(crate)` fields (in
+/// [`FIELD_CRATES`]). Three: what `hale-core` reaches after issue 42, whose
+/// widest reach is the member table's record `Rec` (from `node::rules`,
+/// `table::tests` and `table::watched`); `Node` and `Shared` have no
+/// `pub(crate)` field at all. A file counts when it names one of the
+/// module's structs with such fields and reads or writes (`x.name`) a field
+/// of that name: without types, a field of another struct with the same
+/// name counts too, and a file that reaches the fields of a struct it never
+/// names is not seen.
+pub const MAX_FIELD_REACH: usize = 3;
+
+/// Crates held to [`MAX_FIELD_REACH`].
+pub const FIELD_CRATES: &[&str] = &["hale-core"];
+
+/// Crates whose breach of a rule is known and owned elsewhere, with why:
+/// the check fails when one of them passes (remove it).
 pub const KNOWN: &[(&str, &str)] = &[];
 
-/// The import cycles of more than [`MAX_CYCLE`] files in the crates under
-/// `crates` (one per crate at most, as `crate: a -> b -> ... -> a`), but
-/// for the crates in [`KNOWN`].
-pub fn long_cycles(crates: &Path) -> Vec<String> {
+/// Every breach of the rules in the crates under `crates` (one line each,
+/// as `crate: ...`), but for the crates in [`KNOWN`].
+pub fn failures(crates: &Path) -> Vec<String> {
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(crates)
         .expect("crates/ lists")
         .map(|e| e.expect("a directory entry").path().join("src"))
@@ -40,23 +72,49 @@ pub fn long_cycles(crates: &Path) -> Vec<String> {
         if std::env::var_os("HALE_IMPORT_GRAPH").is_some() {
             graph.dump(&src);
         }
-        match (graph.long_cycle(), known) {
-            (Some(cycle), false) => failures.push(format!("{name}: {}", cycle.join(" -> "))),
-            (None, true) => failures.push(format!(
-                "{name}: no long cycle any more, remove it from KNOWN"
-            )),
+        let found = graph.breaches(rules_for(name));
+        match (found.is_empty(), known) {
+            (false, false) => failures.extend(found.into_iter().map(|f| format!("{name}: {f}"))),
+            (true, true) => failures.push(format!("{name}: passes now, remove it from KNOWN")),
             _ => {}
         }
     }
     failures
 }
 
+/// What a crate is held to.
+#[derive(Debug, Clone, Copy)]
+struct Rules {
+    /// No two files tied in an import cycle (else: no circle of more than
+    /// [`MAX_CYCLE`] files).
+    strict: bool,
+    /// Most other files reaching a module's `pub(crate)` fields, if checked.
+    field_reach: Option<usize>,
+}
+
+/// The rules for the crate named `name`.
+fn rules_for(name: &str) -> Rules {
+    Rules {
+        strict: STRICT.contains(&name),
+        field_reach: FIELD_CRATES.contains(&name).then_some(MAX_FIELD_REACH),
+    }
+}
+
 /// A module path, `[]` for the crate root.
 type ModPath = Vec<String>;
 
+/// A crate's files: their import edges, the `pub(crate)` fields each
+/// declares and the fields each reaches.
 struct Graph {
     names: Vec<String>,
     edges: Vec<BTreeSet<usize>>,
+    /// The structs of each file that have `pub(crate)` fields, with the
+    /// names of those fields.
+    fields: Vec<BTreeMap<String, BTreeSet<String>>>,
+    /// The identifiers each file names.
+    idents: Vec<BTreeSet<String>>,
+    /// The names each file reads or writes as fields (`x.name`, not a call).
+    reached: Vec<BTreeSet<String>>,
 }
 
 impl Graph {
@@ -83,6 +141,9 @@ impl Graph {
             })
             .collect();
         let mut edges = vec![BTreeSet::new(); files.len()];
+        let mut fields = Vec::with_capacity(files.len());
+        let mut reached = Vec::with_capacity(files.len());
+        let mut idents = Vec::with_capacity(files.len());
         for (path, text) in &files {
             let from = index[path];
             for target in references(path, text, &index) {
@@ -92,8 +153,26 @@ impl Graph {
                     }
                 }
             }
+            let tokens: Vec<TokenTree> = text
+                .parse::<TokenStream>()
+                .expect("a source file is made of Rust tokens")
+                .into_iter()
+                .collect();
+            let (mut declared, mut used, mut named) =
+                (BTreeMap::new(), BTreeSet::new(), BTreeSet::new());
+            crate_fields(&tokens, &mut declared);
+            field_uses(&tokens, &mut used, &mut named);
+            fields.push(declared);
+            reached.push(used);
+            idents.push(named);
         }
-        Graph { names, edges }
+        Graph {
+            names,
+            edges,
+            fields,
+            idents,
+            reached,
+        }
     }
 
     /// Prints the components of more than one file, and their edges.
@@ -113,39 +192,105 @@ impl Graph {
                 println!("  {} -> {}", self.names[v], to.join(", "));
             }
         }
+        for (m, files) in self.field_reach() {
+            println!(
+                "{}: pub(crate) fields of {m} reached from {files:?}",
+                src.display()
+            );
+        }
     }
 
-    /// A simple cycle of more than `MAX_CYCLE` files, if any.
-    fn long_cycle(&self) -> Option<Vec<String>> {
+    /// What breaks `rules`, one line each.
+    fn breaches(&self, rules: Rules) -> Vec<String> {
+        let mut out = Vec::new();
         for component in self.components() {
-            if component.len() <= MAX_CYCLE {
-                continue;
-            }
-            let set: BTreeSet<usize> = component.iter().copied().collect();
-            for &start in &component {
-                let mut path = vec![start];
-                if self.search(start, &set, &mut path) {
-                    let mut names: Vec<String> =
-                        path.iter().map(|&i| self.names[i].clone()).collect();
-                    names.push(self.names[start].clone());
-                    return Some(names);
+            if rules.strict && component.len() > 1 {
+                let files: Vec<&str> = component.iter().map(|&i| self.names[i].as_str()).collect();
+                out.push(format!(
+                    "{} files tied in import cycles (none may be): {} (a cycle: {})",
+                    component.len(),
+                    files.join(", "),
+                    self.cycle_in(&component, 1).join(" -> ")
+                ));
+            } else if !rules.strict && component.len() > MAX_CYCLE {
+                let cycle = self.cycle_in(&component, MAX_CYCLE + 1);
+                if cycle.len() > MAX_CYCLE + 1 {
+                    out.push(format!(
+                        "an import cycle of more than {MAX_CYCLE} files: {}",
+                        cycle.join(" -> ")
+                    ));
                 }
             }
         }
-        None
+        if let Some(max) = rules.field_reach {
+            for (m, files) in self.field_reach() {
+                if files.len() > max {
+                    out.push(format!(
+                        "pub(crate) fields of {m} reached from {} files (at most {max}): {}",
+                        files.len(),
+                        files.join(", ")
+                    ));
+                }
+            }
+        }
+        out
+    }
+
+    /// For each file declaring structs with `pub(crate)` fields, the other
+    /// files that name one of those structs and reach one of its
+    /// `pub(crate)` fields by name (without types, a name is all there is:
+    /// a field of another struct with the same name counts too).
+    fn field_reach(&self) -> Vec<(String, Vec<String>)> {
+        let mut out = Vec::new();
+        for (m, declared) in self.fields.iter().enumerate() {
+            let files: Vec<String> = (0..self.names.len())
+                .filter(|&f| {
+                    f != m
+                        && declared.iter().any(|(s, fields)| {
+                            self.idents[f].contains(s) && !self.reached[f].is_disjoint(fields)
+                        })
+                })
+                .map(|f| self.names[f].clone())
+                .collect();
+            if !files.is_empty() {
+                out.push((self.names[m].clone(), files));
+            }
+        }
+        out
+    }
+
+    /// A circle of at least `min` files inside the component, by name,
+    /// back to its first file; or just a file, if there is none.
+    fn cycle_in(&self, component: &[usize], min: usize) -> Vec<String> {
+        let set: BTreeSet<usize> = component.iter().copied().collect();
+        for &start in component {
+            let mut path = vec![start];
+            if self.search(start, &set, min, &mut path) {
+                path.push(start);
+                return path.iter().map(|&i| self.names[i].clone()).collect();
+            }
+        }
+        vec![self.names[component[0]].clone()]
     }
 
     /// Depth-first over simple paths from `path[0]` inside `set`, through
-    /// nodes after it (each cycle is found from its lowest node).
-    fn search(&self, start: usize, set: &BTreeSet<usize>, path: &mut Vec<usize>) -> bool {
+    /// nodes after it, back to it with at least `min` nodes (each cycle is
+    /// found from its lowest node).
+    fn search(
+        &self,
+        start: usize,
+        set: &BTreeSet<usize>,
+        min: usize,
+        path: &mut Vec<usize>,
+    ) -> bool {
         let at = *path.last().expect("a path starts somewhere");
         for &next in &self.edges[at] {
-            if next == start && path.len() > MAX_CYCLE {
+            if next == start && path.len() >= min {
                 return true;
             }
             if next > start && set.contains(&next) && !path.contains(&next) {
                 path.push(next);
-                if self.search(start, set, path) {
+                if self.search(start, set, min, path) {
                     return true;
                 }
                 path.pop();
@@ -210,6 +355,76 @@ impl Graph {
             }
         }
         s.out
+    }
+}
+
+/// The structs in `t` (inline modules included) with `pub(crate)` named
+/// fields, with the names of those fields.
+fn crate_fields(t: &[TokenTree], out: &mut BTreeMap<String, BTreeSet<String>>) {
+    for (i, tok) in t.iter().enumerate() {
+        let TokenTree::Group(g) = tok else { continue };
+        let inner: Vec<TokenTree> = g.stream().into_iter().collect();
+        // The braces right after `struct Name` (and its generics).
+        let name = (g.delimiter() == Delimiter::Brace)
+            .then(|| struct_before(t, i))
+            .flatten();
+        if let Some(name) = name {
+            for k in 2..inner.len().saturating_sub(1) {
+                let vis = ident(&inner[k - 2]).as_deref() == Some("pub")
+                    && matches!(&inner[k - 1], TokenTree::Group(v)
+                        if v.delimiter() == Delimiter::Parenthesis && v.stream().to_string() == "crate");
+                if vis
+                    && ident(&inner[k]).is_some()
+                    && punct(&inner[k + 1]) == Some(':')
+                    && !sep_at(&inner, k + 1)
+                {
+                    out.entry(name.clone())
+                        .or_default()
+                        .insert(inner[k].to_string());
+                }
+            }
+        }
+        crate_fields(&inner, out);
+    }
+}
+
+/// The struct whose body `t[i]` is, if it is one: back to `struct Name`,
+/// no item boundary on the way.
+fn struct_before(t: &[TokenTree], i: usize) -> Option<String> {
+    for k in (0..i).rev() {
+        match &t[k] {
+            TokenTree::Group(g) if g.delimiter() == Delimiter::Brace => return None,
+            TokenTree::Punct(p) if p.as_char() == ';' => return None,
+            TokenTree::Ident(w) => match w.to_string().as_str() {
+                "struct" => return t.get(k + 1).and_then(ident),
+                "fn" | "impl" | "enum" | "trait" | "mod" | "union" => return None,
+                _ => {}
+            },
+            _ => {}
+        }
+    }
+    None
+}
+
+/// The names `t` uses as fields (`.name` not followed by a call, a path or
+/// a macro's `!`, nor part of a range `..name`) into `out`, and every
+/// identifier it names into `named`.
+fn field_uses(t: &[TokenTree], out: &mut BTreeSet<String>, named: &mut BTreeSet<String>) {
+    for (i, tok) in t.iter().enumerate() {
+        if let TokenTree::Group(g) = tok {
+            field_uses(&g.stream().into_iter().collect::<Vec<_>>(), out, named);
+            continue;
+        }
+        let Some(name) = ident(tok) else { continue };
+        named.insert(name.clone());
+        let dot = i >= 1 && punct(&t[i - 1]) == Some('.');
+        let range = i >= 2 && punct(&t[i - 2]) == Some('.');
+        let call = matches!(t.get(i + 1), Some(TokenTree::Group(g)) if g.delimiter() == Delimiter::Parenthesis)
+            || sep_at(t, i + 1)
+            || t.get(i + 1).and_then(punct) == Some('!');
+        if dot && !range && !call {
+            out.insert(name);
+        }
     }
 }
 
@@ -371,24 +586,123 @@ mod tests {
     use super::*;
 
     #[test]
-    fn no_crate_has_an_import_cycle_of_more_than_three_files() {
+    fn the_workspace_keeps_the_module_graph_rules() {
         let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         assert!(
             crates.join("hale-agent/src/lib.rs").is_file(),
             "found the crates"
         );
-        let failures = long_cycles(&crates);
+        let failures = failures(&crates);
         assert!(
             failures.is_empty(),
-            "import cycles of more than {MAX_CYCLE} files:\n{}",
+            "the module graphs break the rules:\n{}",
             failures.join("\n")
         );
     }
 
-    /// The fields of `struct NAME` in `text`: each an identifier followed by
-    /// a lone `:`, after the struct's start, a comma, an attribute or a
-    /// visibility.
-    fn fields_of(text: &str, name: &str) -> Vec<String> {
+    /// A synthetic crate: the root declares every module; `files` are
+    /// (module, text).
+    fn synthetic(files: &[(&str, &str)]) -> Graph {
+        let mut all = BTreeMap::from([(
+            vec![],
+            files
+                .iter()
+                .map(|(m, _)| format!("mod {m};"))
+                .collect::<String>(),
+        )]);
+        for (m, text) in files {
+            all.insert(vec![m.to_string()], text.to_string());
+        }
+        Graph::from_files(all)
+    }
+
+    const STRICT_RULES: Rules = Rules {
+        strict: true,
+        field_reach: Some(MAX_FIELD_REACH),
+    };
+
+    const LAX_RULES: Rules = Rules {
+        strict: false,
+        field_reach: None,
+    };
+
+    #[test]
+    fn two_files_importing_each_other_fail_a_strict_crate() {
+        let graph = synthetic(&[
+            ("a", "use crate::b::B; pub(crate) struct A; fn f(_: B) {}"),
+            ("b", "use super::a::A; pub(crate) struct B; fn g(_: A) {}"),
+            ("c", "use crate::a::A;"),
+        ]);
+        let found = graph.breaches(STRICT_RULES);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].contains("2 files tied"), "{found:?}");
+        assert!(found[0].contains("a -> b -> a"), "{found:?}");
+        // Three files may be tied in another crate.
+        assert!(graph.breaches(LAX_RULES).is_empty());
+        // Without the back edge, the strict crate passes.
+        let dag = synthetic(&[
+            ("a", "use crate::b::B; fn f(_: B) {}"),
+            ("b", "pub(crate) struct B;"),
+        ]);
+        assert!(dag.breaches(STRICT_RULES).is_empty());
+    }
+
+    #[test]
+    fn a_hub_with_short_cycles_ties_many_files() {
+        // Every cycle has two files, but five are tied together.
+        let graph = synthetic(&[
+            ("hub", "use crate::{p::P, q::Q, r::R, s::S};"),
+            ("p", "use crate::hub::Hub;"),
+            ("q", "use crate::hub::Hub;"),
+            ("r", "use crate::hub::Hub;"),
+            ("s", "use crate::hub::Hub;"),
+        ]);
+        let found = graph.breaches(STRICT_RULES);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].starts_with("5 files tied"), "{found:?}");
+        // No circle of more than two files: another crate may do this.
+        assert!(graph.breaches(LAX_RULES).is_empty());
+    }
+
+    #[test]
+    fn pub_crate_fields_reached_from_too_many_files_fail() {
+        let user = "use crate::s::S; fn f(s: &mut S) { s.count += 1; }";
+        let mut files = vec![(
+            "s",
+            "pub(crate) struct S { pub(crate) count: u32, other: u8 } impl S { fn n(&self) -> u8 { self.other } }",
+        )];
+        let names = ["u1", "u2", "u3", "u4"];
+        for n in &names[..MAX_FIELD_REACH] {
+            files.push((n, user));
+        }
+        assert!(
+            synthetic(&files).breaches(STRICT_RULES).is_empty(),
+            "at the limit"
+        );
+        files.push((names[MAX_FIELD_REACH], user));
+        let found = synthetic(&files).breaches(STRICT_RULES);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0].contains(&format!(
+                "fields of s reached from {} files",
+                MAX_FIELD_REACH + 1
+            )),
+            "{found:?}"
+        );
+        // Method calls, ranges and private fields are not field reaches.
+        let calm = "use crate::s::S; fn f(s: &S) -> u8 { let _ = 0..count; s.count(); s.other }";
+        let mut files = vec![(
+            "s",
+            "pub(crate) struct S { pub(crate) count: u32, other: u8 }",
+        )];
+        for n in names {
+            files.push((n, calm));
+        }
+        assert!(synthetic(&files).breaches(STRICT_RULES).is_empty());
+    }
+
+    /// The tokens of `struct NAME`'s braced body in `text`.
+    fn struct_body(text: &str, name: &str) -> Vec<TokenTree> {
         let t: Vec<TokenTree> = text
             .parse::<TokenStream>()
             .expect("Rust tokens")
@@ -400,14 +714,22 @@ mod tests {
                     && ident(&t[i]).as_deref() == Some(name)
             })
             .expect("the struct is defined");
-        let body = t[at..]
+        t[at..]
             .iter()
             .find_map(|t| match t {
                 TokenTree::Group(g) if g.delimiter() == Delimiter::Brace => Some(g.stream()),
                 _ => None,
             })
-            .expect("the struct has named fields");
-        let b: Vec<TokenTree> = body.into_iter().collect();
+            .expect("the struct has named fields")
+            .into_iter()
+            .collect()
+    }
+
+    /// The fields of `struct NAME` in `text`: each an identifier followed by
+    /// a lone `:`, after the struct's start, a comma, an attribute or a
+    /// visibility.
+    fn fields_of(text: &str, name: &str) -> Vec<String> {
+        let b = struct_body(text, name);
         (0..b.len().saturating_sub(1))
             .filter(|&i| {
                 let starts = i == 0
@@ -421,18 +743,52 @@ mod tests {
     }
 
     #[test]
-    fn the_node_composes_at_most_fifteen_fields() {
+    fn the_node_has_only_private_fields() {
         let node = Path::new(env!("CARGO_MANIFEST_DIR")).join("../hale-core/src/node.rs");
-        let fields = fields_of(
-            &std::fs::read_to_string(node).expect("node.rs reads"),
-            "Node",
-        );
-        assert!(fields.len() >= 10, "found the fields: {fields:?}");
+        let text = std::fs::read_to_string(node).expect("node.rs reads");
+        let fields = fields_of(&text, "Node");
+        assert!(fields.len() >= 5, "found the fields: {fields:?}");
+        let tokens: Vec<TokenTree> = text
+            .parse::<TokenStream>()
+            .expect("Rust tokens")
+            .into_iter()
+            .collect();
+        let mut shared = BTreeMap::new();
+        crate_fields(&tokens, &mut shared);
+        let public: Vec<&String> = shared.get("Node").into_iter().flatten().collect();
         assert!(
-            fields.len() <= 15,
-            "Node has {} fields (at most 15: compose sub-states): {fields:?}",
-            fields.len()
+            public.is_empty(),
+            "Node's fields are its own (private): {public:?} are pub(crate)"
         );
+        assert!(
+            !text.contains("pub struct Node") || !fields_of_are_public(&text),
+            "Node's fields are private"
+        );
+    }
+
+    /// Whether any field of `Node` in `text` is `pub`.
+    fn fields_of_are_public(text: &str) -> bool {
+        struct_body(text, "Node")
+            .iter()
+            .any(|t| ident(t).as_deref() == Some("pub"))
+    }
+
+    #[test]
+    fn a_struct_with_a_pub_crate_field_is_seen() {
+        let tokens: Vec<TokenTree> =
+            "pub struct Node<I> { pub(crate) a: u8, b: u8 } fn f() { let x = S { a: 1 }; }"
+                .parse::<TokenStream>()
+                .expect("tokens")
+                .into_iter()
+                .collect();
+        let mut shared = BTreeMap::new();
+        crate_fields(&tokens, &mut shared);
+        assert_eq!(
+            shared,
+            BTreeMap::from([("Node".to_string(), BTreeSet::from(["a".to_string()]))])
+        );
+        assert!(fields_of_are_public("struct Node { pub a: u8 }"));
+        assert!(!fields_of_are_public("struct Node { a: u8 }"));
     }
 
     #[test]
@@ -460,7 +816,8 @@ mod tests {
             ),
         ]);
         let graph = Graph::from_files(files);
-        let cycle = graph.long_cycle().expect("a -> b -> c -> d -> a");
-        assert_eq!(cycle.len(), 5, "{cycle:?}");
+        let found = graph.breaches(LAX_RULES);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].contains(": a -> b -> c -> d -> a"), "{found:?}");
     }
 }

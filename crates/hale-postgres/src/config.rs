@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::tls::SslMode;
+
 /// The fence marker's file name in the data directory. While it exists, hale
 /// never promotes the server; only a rejoin that reached streaming removes it.
 pub const FENCE_MARKER: &str = "hale.fenced";
@@ -18,13 +20,40 @@ pub const FENCE_MARKER: &str = "hale.fenced";
 /// data_dir = "/var/lib/postgresql/15/main"
 /// max_lag_on_failover = 1048576
 /// rejoin_timeout = "2m"
+/// password_file = "/etc/hale/pg-password"   # 0600: the password of `user`
+/// sslmode = "verify-full"
+/// sslrootcert = "/etc/hale/pg-ca.pem"
 /// ```
+///
+/// The configuration holds the *paths* of secret files, never a password:
+/// it is printed (`Debug`), compared, sent to hale's own hooks on their
+/// command line (`hale postgres promote --settings JSON`) and shown by
+/// `hale config`; the passwords are read from the files where a connection
+/// needs them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PostgresConfig {
     /// The data directory (`PGDATA`), absolute. Required. hale keeps its fence
-    /// marker (`hale.fenced`) in it.
+    /// marker (`hale.fenced`) and `standby.signal` in it.
     pub data_dir: PathBuf,
+    /// Where the server's configuration is when it is not in the data
+    /// directory, absolute: a directory with the `postgresql.conf` that
+    /// names `data_dir` as its `data_directory`, as Debian's and Ubuntu's
+    /// packaged clusters keep it (`/etc/postgresql/<version>/<name>`, made by
+    /// `pg_createcluster`). hale then starts the server from it (`pg_ctl
+    /// start -D <config_dir>`: the same server, pid file and socket that
+    /// `pg_ctlcluster` and `pg_lsclusters` see), gives `pg_rewind` its
+    /// `postgresql.conf`, and never writes in it: a rewind or a re-clone
+    /// changes the data directory only, and configuration files a clone
+    /// brings from the upstream's data directory are removed. It must not be,
+    /// or lie inside, `data_dir` (a re-clone empties that). A packaged
+    /// cluster must not be started by the distribution at boot: its
+    /// `start.conf` must say `manual` or `disabled` and its
+    /// `postgresql@<version>-<name>` unit must not be enabled, else hale
+    /// refuses to start the server ([`PostgresConfig::check_layout`]).
+    /// Default: none, the configuration is in `data_dir`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_dir: Option<PathBuf>,
     /// Where PostgreSQL's programs (`pg_ctl`, `pg_rewind`, `pg_basebackup`,
     /// `postgres`) are. Default `/usr/lib/postgresql/15/bin`.
     #[serde(default = "default_bin_dir")]
@@ -38,8 +67,9 @@ pub struct PostgresConfig {
     pub port: u16,
     /// The superuser hale connects as, locally and to the upstream (to create
     /// replication slots, and as `pg_rewind`'s source). Default `postgres`.
-    /// No password is sent: `pg_hba.conf` must let this user in by `trust`
-    /// (or the tools' `~/.pgpass` of `os_user`, for the tools).
+    /// Its password is read from `password_file` (or looked up in
+    /// `passfile`); with neither, no password is sent and `pg_hba.conf` must
+    /// let this user in by `trust` or `peer`.
     #[serde(default = "default_postgres")]
     pub user: String,
     /// The database hale connects to. Default `postgres`.
@@ -50,6 +80,48 @@ pub struct PostgresConfig {
     /// `postgres`.
     #[serde(default = "default_postgres")]
     pub replication_user: String,
+    /// A file holding the password of `user` (SCRAM or md5 in
+    /// `pg_hba.conf`), on one line; a final line break is not part of it.
+    /// Absolute. It must be a regular file that only its owner may access
+    /// (mode 0600 or 0400), else every operation is refused (as libpq refuses
+    /// such a `.pgpass`): a secret others can read is none. Read at each
+    /// connection, so a new password takes effect without restarting hale.
+    /// hale's own sessions send it; PostgreSQL's programs and the standby's
+    /// WAL receiver get it from `<data_dir>.pgpass`, a passfile hale writes
+    /// (mode 0600, owned by `os_user`) unless `passfile` is set. Default:
+    /// none.
+    #[serde(default)]
+    pub password_file: Option<PathBuf>,
+    /// A file holding the password of `replication_user`, like
+    /// `password_file`. Default: `password_file` when `replication_user` is
+    /// `user` (one role for both), else none (that user then needs `trust`
+    /// for replication, or a line in `passfile`). Not with `passfile`.
+    #[serde(default)]
+    pub replication_password_file: Option<PathBuf>,
+    /// A libpq password file (`.pgpass` format, `host:port:database:user:password`
+    /// lines) that PostgreSQL's programs and the standby's WAL receiver use
+    /// instead of one hale writes (`passfile=` in their connection strings;
+    /// libpq's `PGPASSFILE`). Absolute; a regular file only its owner may
+    /// access, owned by `os_user` when hale runs as root (libpq reads it as
+    /// that user). Without `password_file`, hale's own sessions look their
+    /// password up in it too (a unix-socket host matches `localhost`).
+    /// Default: none.
+    #[serde(default)]
+    pub passfile: Option<PathBuf>,
+    /// TLS for connections to other hosts, libpq's `sslmode`: `disable`,
+    /// `prefer`, `require`, `verify-ca` or `verify-full` ([`SslMode`]).
+    /// Applies to hale's sessions over TCP, `pg_rewind`, `pg_basebackup` and
+    /// `primary_conninfo`; a unix socket never uses TLS. Default `prefer`,
+    /// libpq's default.
+    #[serde(default)]
+    pub sslmode: SslMode,
+    /// The CA certificates (PEM) a server's certificate must be signed by.
+    /// Absolute; readable by `os_user` too (libpq reads it as that user).
+    /// Required by `verify-ca` and `verify-full`; with `prefer` or `require`
+    /// it is checked too, as libpq does when it has a root certificate.
+    /// Default: none.
+    #[serde(default)]
+    pub sslrootcert: Option<PathBuf>,
     /// What each node's replication slot on the primary is named by:
     /// `<slot_prefix><node>` ([`PostgresConfig::slot_name`]). 1 to 32 of
     /// `a-z`, `0-9`, `_`. Default `hale_`.
@@ -76,12 +148,31 @@ pub struct PostgresConfig {
     /// then stays fenced and out of replication until someone acts.
     #[serde(default = "default_true")]
     pub reclone_on_rewind_failure: bool,
-    /// Synchronous replication when possible: the primary keeps
-    /// `synchronous_standby_names = '*'` while some standby streams and `''`
-    /// when none does (so it keeps accepting commits alone), like Patroni's
-    /// non-strict synchronous mode. Default `true`.
+    /// Synchronous replication by quorum: the primary keeps
+    /// `synchronous_standby_names = 'ANY 1 (...)'` over the streaming
+    /// standbys the role's lease table names (a commit returns once *one*
+    /// of them has flushed it: a hung standby holds no write hostage while
+    /// another streams), and `''` when none streams, so that it keeps
+    /// accepting commits alone (like Patroni's non-strict synchronous mode:
+    /// see [`PostgresConfig::strict`]). Default `true`.
     #[serde(default = "default_true")]
     pub synchronous: bool,
+    /// Strict durability (needs `synchronous`): the primary never commits
+    /// alone. With no standby streaming it keeps waiting for the last ones
+    /// named (or, before any streamed, for one that does not exist:
+    /// `NO_STANDBY`), so writes stop rather than risk loss; and
+    /// a standby takes the role only if it is proven to hold every
+    /// acknowledged commit (every synchronous standby heard from, none
+    /// further). Like Patroni's `synchronous_mode_strict`. Default `false`.
+    #[serde(default)]
+    pub strict: bool,
+    /// The least free space, in bytes, the filesystems of the data
+    /// directory and of its `pg_wal` may have for the server to pass its
+    /// check (`hale_postgres::check`): below it the next WAL segment or
+    /// checkpoint may fail and the server PANIC, so the role moves first.
+    /// Default 64 MiB (four WAL segments); 0 turns the test off.
+    #[serde(default = "default_min_free")]
+    pub min_free_bytes: u64,
     /// How long a connection to a server may take before it counts as not
     /// answering. Default 1 s.
     #[serde(default = "default_connect_timeout", with = "humantime_serde")]
@@ -127,6 +218,9 @@ fn default_slot_prefix() -> String {
 fn default_max_lag() -> u64 {
     1 << 20
 }
+fn default_min_free() -> u64 {
+    64 << 20
+}
 fn default_true() -> bool {
     true
 }
@@ -169,12 +263,45 @@ pub enum ConfigError {
         /// The key.
         key: &'static str,
     },
+    /// Two keys that cannot be used together.
+    #[error("role.postgres.{key} cannot be used with role.postgres.{with}: {why}")]
+    Conflict {
+        /// The key.
+        key: &'static str,
+        /// The key it conflicts with.
+        with: &'static str,
+        /// Why.
+        why: &'static str,
+    },
+    /// `verify-ca` or `verify-full` without a CA to verify with.
+    #[error("role.postgres.sslmode = {sslmode:?} needs role.postgres.sslrootcert (the CA certificates, PEM)")]
+    NoRootCert {
+        /// The mode.
+        sslmode: &'static str,
+    },
     /// A slot prefix PostgreSQL would refuse, or that leaves no room for
     /// the node's name.
     #[error("role.postgres.slot_prefix {prefix:?}: 1 to 32 of a-z, 0-9 and _")]
     SlotPrefix {
         /// Its value.
         prefix: String,
+    },
+    /// `strict` without `synchronous`: a primary that waits for no standby
+    /// cannot refuse to commit alone.
+    #[error("role.postgres.strict needs role.postgres.synchronous")]
+    StrictNeedsSynchronous,
+    /// `config_dir` is `data_dir` or lies inside it: a re-clone, which
+    /// empties the data directory, would delete the configuration.
+    #[error(
+        "role.postgres.config_dir {config_dir:?} is or lies inside role.postgres.data_dir \
+         {data_dir:?}, which a re-clone empties: leave config_dir unset when the \
+         configuration is in the data directory"
+    )]
+    ConfigInsideData {
+        /// `config_dir`.
+        config_dir: PathBuf,
+        /// `data_dir`.
+        data_dir: PathBuf,
     },
 }
 
@@ -184,6 +311,7 @@ impl PostgresConfig {
     pub fn new(data_dir: impl Into<PathBuf>) -> Self {
         Self {
             data_dir: data_dir.into(),
+            config_dir: None,
             bin_dir: default_bin_dir(),
             host: default_host(),
             port: default_port(),
@@ -195,22 +323,59 @@ impl PostgresConfig {
             max_lag_on_failover: default_max_lag(),
             reclone_on_rewind_failure: true,
             synchronous: true,
+            strict: false,
+            min_free_bytes: default_min_free(),
             connect_timeout: default_connect_timeout(),
             promote_timeout: default_promote_timeout(),
             stop_timeout: default_stop_timeout(),
             start_timeout: default_start_timeout(),
             rejoin_timeout: default_rejoin_timeout(),
             log_file: None,
+            password_file: None,
+            replication_password_file: None,
+            passfile: None,
+            sslmode: SslMode::default(),
+            sslrootcert: None,
         }
     }
 
     /// Checks what serde cannot: absolute paths, non-empty names, non-zero
-    /// port and timeouts. The first offending key is named.
+    /// port and timeouts, keys that go together. The first offending key is
+    /// named. Reads no file: see [`PostgresConfig::check_secret_files`].
     pub fn validate(&self) -> Result<(), ConfigError> {
         absolute("data_dir", &self.data_dir)?;
         absolute("bin_dir", &self.bin_dir)?;
-        if let Some(log) = &self.log_file {
-            absolute("log_file", log)?;
+        for (key, path) in [
+            ("config_dir", &self.config_dir),
+            ("log_file", &self.log_file),
+            ("password_file", &self.password_file),
+            ("replication_password_file", &self.replication_password_file),
+            ("passfile", &self.passfile),
+            ("sslrootcert", &self.sslrootcert),
+        ] {
+            if let Some(path) = path {
+                absolute(key, path)?;
+            }
+        }
+        if let Some(config_dir) = &self.config_dir {
+            if config_dir.starts_with(&self.data_dir) {
+                return Err(ConfigError::ConfigInsideData {
+                    config_dir: config_dir.clone(),
+                    data_dir: self.data_dir.clone(),
+                });
+            }
+        }
+        if self.passfile.is_some() && self.replication_password_file.is_some() {
+            return Err(ConfigError::Conflict {
+                key: "replication_password_file",
+                with: "passfile",
+                why: "the replication connections read their password from passfile",
+            });
+        }
+        if self.sslmode.verifies() && self.sslrootcert.is_none() {
+            return Err(ConfigError::NoRootCert {
+                sslmode: self.sslmode.as_str(),
+            });
         }
         for (key, value) in [
             ("host", &self.host),
@@ -225,6 +390,9 @@ impl PostgresConfig {
         }
         if self.port == 0 {
             return Err(ConfigError::Zero { key: "port" });
+        }
+        if self.strict && !self.synchronous {
+            return Err(ConfigError::StrictNeedsSynchronous);
         }
         if !slot_chars(&self.slot_prefix, 32) {
             let prefix = self.slot_prefix.clone();
@@ -273,10 +441,34 @@ impl PostgresConfig {
         }
     }
 
+    /// The server's main configuration file: `<config_dir>/postgresql.conf`,
+    /// else `<data_dir>/postgresql.conf`.
+    pub fn config_file(&self) -> PathBuf {
+        self.start_dir().join("postgresql.conf")
+    }
+
+    /// The directory `pg_ctl start -D` is given: `config_dir`, else
+    /// `data_dir` (PostgreSQL reads `postgresql.conf` there and finds the
+    /// data directory by its `data_directory`).
+    pub(crate) fn start_dir(&self) -> &Path {
+        self.config_dir.as_deref().unwrap_or(&self.data_dir)
+    }
+
     /// The fence marker: while it exists, this data directory is never
     /// promoted.
     pub fn fence_marker(&self) -> PathBuf {
         self.data_dir.join(FENCE_MARKER)
+    }
+
+    /// Checks the secret files this configuration names, as every operation
+    /// does before it acts: each a regular, readable file that only its
+    /// owner may access, a password file holding one line, the `passfile`
+    /// owned by `os_user` when hale runs as root. For a start-up check (the
+    /// agent's), so that a bad file is reported once, at once; the
+    /// passwords are not kept.
+    pub fn check_secret_files(&self) -> Result<(), crate::credentials::CredentialsError> {
+        let user = crate::process::OsUser::resolve(self).ok().flatten();
+        crate::credentials::check_files(self, user.as_ref())
     }
 }
 
@@ -353,6 +545,97 @@ mod tests {
                 key: "promote_timeout"
             })
         );
+    }
+
+    #[test]
+    fn secrets_and_tls_are_paths_and_modes_checked_together() {
+        let cfg: PostgresConfig = toml::from_str(
+            "data_dir = \"/d\"\npassword_file = \"/etc/hale/pw\"\n\
+             sslmode = \"verify-full\"\nsslrootcert = \"/etc/hale/ca.pem\"",
+        )
+        .expect("parses");
+        assert_eq!(cfg.sslmode, SslMode::VerifyFull);
+        assert_eq!(
+            cfg.password_file.as_deref(),
+            Some(Path::new("/etc/hale/pw"))
+        );
+        cfg.validate().expect("valid");
+        assert!(
+            toml::from_str::<PostgresConfig>("data_dir = \"/d\"\nsslmode = \"verify\"").is_err()
+        );
+
+        let mut bad = cfg.clone();
+        bad.sslrootcert = None;
+        assert_eq!(
+            bad.validate(),
+            Err(ConfigError::NoRootCert {
+                sslmode: "verify-full"
+            })
+        );
+        bad.sslmode = SslMode::Require;
+        bad.validate().expect("require needs no CA");
+        bad.password_file = Some("pw".into());
+        assert!(matches!(
+            bad.validate(),
+            Err(ConfigError::RelativePath {
+                key: "password_file",
+                ..
+            })
+        ));
+        let mut both = cfg;
+        both.passfile = Some("/etc/hale/pgpass".into());
+        both.replication_password_file = Some("/etc/hale/rpw".into());
+        assert!(matches!(
+            both.validate(),
+            Err(ConfigError::Conflict {
+                key: "replication_password_file",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn a_configuration_directory_is_absolute_and_never_inside_the_data_directory() {
+        let cfg: PostgresConfig = toml::from_str(
+            "data_dir = \"/var/lib/postgresql/15/main\"\n\
+             config_dir = \"/etc/postgresql/15/main\"",
+        )
+        .expect("parses");
+        cfg.validate().expect("valid");
+        assert_eq!(
+            cfg.config_file(),
+            PathBuf::from("/etc/postgresql/15/main/postgresql.conf")
+        );
+        assert_eq!(
+            PostgresConfig::new("/d").config_file(),
+            PathBuf::from("/d/postgresql.conf")
+        );
+        // Unset, it is not in the settings hale's hooks are given.
+        let json = serde_json::to_string(&PostgresConfig::new("/d")).expect("serializes");
+        assert!(!json.contains("config_dir"), "{json}");
+        for inside in [
+            "/var/lib/postgresql/15/main",
+            "/var/lib/postgresql/15/main/conf",
+        ] {
+            let mut bad = cfg.clone();
+            bad.config_dir = Some(inside.into());
+            assert!(
+                matches!(bad.validate(), Err(ConfigError::ConfigInsideData { .. })),
+                "{inside}"
+            );
+        }
+        let mut beside = cfg.clone();
+        beside.config_dir = Some("/var/lib/postgresql/15/main-conf".into());
+        beside.validate().expect("a sibling is not inside");
+        let mut relative = cfg;
+        relative.config_dir = Some("etc/main".into());
+        assert!(matches!(
+            relative.validate(),
+            Err(ConfigError::RelativePath {
+                key: "config_dir",
+                ..
+            })
+        ));
     }
 
     #[test]

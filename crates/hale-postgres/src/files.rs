@@ -8,16 +8,16 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::process::{run_blocking, write_owned, OsUser};
+use crate::config::PostgresConfig;
+use crate::process::{remove_synced, run_blocking, write_owned, OsUser};
+
+/// `postgresql.auto.conf`: in the data directory whatever the layout (`ALTER
+/// SYSTEM` writes it there).
+const AUTO_CONF: &str = "postgresql.auto.conf";
 
 /// The node's own configuration files, which `pg_rewind` and `pg_basebackup`
 /// overwrite with the upstream's.
-const LOCAL_FILES: [&str; 4] = [
-    "postgresql.conf",
-    "postgresql.auto.conf",
-    "pg_hba.conf",
-    "pg_ident.conf",
-];
+const LOCAL_FILES: [&str; 4] = ["postgresql.conf", AUTO_CONF, "pg_hba.conf", "pg_ident.conf"];
 
 /// The node's own configuration files, read before a rewind or a re-clone and
 /// written back after it (ports, sockets, memory and access rules are the
@@ -25,34 +25,51 @@ const LOCAL_FILES: [&str; 4] = [
 #[derive(Debug, Default)]
 pub(crate) struct LocalFiles {
     files: Vec<(PathBuf, Vec<u8>)>,
+    /// Configuration files the data directory did not hold while the
+    /// configuration is elsewhere (`config_dir`): copies of the upstream's
+    /// that a rewind or a clone brings are removed.
+    strays: Vec<PathBuf>,
 }
 
 impl LocalFiles {
-    /// Reads those of the files that exist.
-    pub(crate) async fn read(data_dir: &Path) -> std::io::Result<Self> {
-        let data_dir = data_dir.to_owned();
+    /// Reads those of the files that exist in the data directory; with
+    /// `config_dir`, notes those of `postgresql.conf`, `pg_hba.conf` and
+    /// `pg_ident.conf` that do not.
+    pub(crate) async fn read(cfg: &PostgresConfig) -> std::io::Result<Self> {
+        let data_dir = cfg.data_dir.clone();
+        let elsewhere = cfg.config_dir.is_some();
         run_blocking(move || {
-            let mut files = Vec::new();
+            let mut local = LocalFiles::default();
             for name in LOCAL_FILES {
                 let path = data_dir.join(name);
                 match std::fs::read(&path) {
-                    Ok(bytes) => files.push((path, bytes)),
-                    Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+                    Ok(bytes) => local.files.push((path, bytes)),
+                    Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                        if elsewhere && name != AUTO_CONF {
+                            local.strays.push(path);
+                        }
+                    }
                     Err(err) => return Err(err),
                 }
             }
-            Ok(LocalFiles { files })
+            Ok(local)
         })
         .await
     }
 
-    /// Writes them back.
+    /// Writes them back, and removes the configuration files that were not
+    /// there (see [`LocalFiles::read`]).
     pub(crate) async fn restore(
         &self,
         user: Option<&OsUser>,
     ) -> Result<(), (PathBuf, std::io::Error)> {
         for (path, bytes) in &self.files {
             write_owned(path, bytes.clone(), user)
+                .await
+                .map_err(|err| (path.clone(), err))?;
+        }
+        for path in &self.strays {
+            remove_synced(path)
                 .await
                 .map_err(|err| (path.clone(), err))?;
         }
@@ -111,12 +128,6 @@ pub(crate) fn conf_string(value: &str) -> String {
     format!("'{}'", value.replace('\\', "\\\\").replace('\'', "''"))
 }
 
-/// A value for a libpq connection string: single-quoted, with quotes and
-/// backslashes escaped.
-pub(crate) fn conninfo_value(value: &str) -> String {
-    format!("'{}'", value.replace('\\', "\\\\").replace('\'', "\\'"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -138,7 +149,6 @@ mod tests {
     #[test]
     fn quotes_and_backslashes_are_escaped_for_each_syntax() {
         assert_eq!(conf_string(r"a'b\c"), r"'a''b\\c'");
-        assert_eq!(conninfo_value(r"a'b\c"), r"'a\'b\\c'");
         assert!(with_settings("", &[("x", "y")]).starts_with("# Do not edit"));
     }
 }

@@ -70,6 +70,9 @@ pub(crate) struct OsUser {
     /// The user's primary group.
     pub(crate) gid: Gid,
     home: PathBuf,
+    /// Its other groups (`/etc/group`): Debian's `postgres` reads the
+    /// package's TLS key through `ssl-cert`.
+    groups: Vec<Gid>,
 }
 
 impl OsUser {
@@ -79,11 +82,21 @@ impl OsUser {
             return Ok(None);
         }
         match User::from_name(&cfg.os_user) {
-            Ok(Some(user)) => Ok(Some(OsUser {
-                uid: user.uid,
-                gid: user.gid,
-                home: user.dir,
-            })),
+            Ok(Some(user)) => {
+                let groups = std::ffi::CString::new(user.name.as_bytes())
+                    .ok()
+                    .and_then(|name| nix::unistd::getgrouplist(&name, user.gid).ok())
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|g| *g != user.gid)
+                    .collect();
+                Ok(Some(OsUser {
+                    uid: user.uid,
+                    gid: user.gid,
+                    home: user.dir,
+                    groups,
+                }))
+            }
             found => Err(ToolError::NoOsUser {
                 user: cfg.os_user.clone(),
                 reason: found.err().map(|err| err.to_string()),
@@ -125,7 +138,7 @@ impl<'a> Tools<'a> {
         S: AsRef<OsStr>,
     {
         let path = self.cfg.bin_dir.join(tool);
-        let mut cmd = tokio::process::Command::new(&path);
+        let mut cmd = self.command(&path);
         cmd.args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -136,9 +149,7 @@ impl<'a> Tools<'a> {
             .env("LC_ALL", "C")
             .kill_on_drop(true);
         if let Some(user) = &self.user {
-            cmd.uid(user.uid.as_raw())
-                .gid(user.gid.as_raw())
-                .env("HOME", &user.home);
+            cmd.env("HOME", &user.home);
         }
         tracing::debug!(tool = %path.display(), "running");
         let spawned = match SPAWNER.get() {
@@ -178,6 +189,36 @@ impl<'a> Tools<'a> {
         }
     }
 
+    /// A command that runs `program` as the OS user, with its groups:
+    /// through `setpriv` when the user has groups besides its primary one
+    /// (a process started with only a uid and a gid has no other group:
+    /// Debian's `postgres` could not read the package's TLS key, and the
+    /// server would not start), else (or without `setpriv`, then with no
+    /// other group) started as that user directly. As hale's own user when
+    /// it does not run as root.
+    fn command(&self, program: &Path) -> tokio::process::Command {
+        let Some(user) = &self.user else {
+            return tokio::process::Command::new(program);
+        };
+        if user.groups.is_empty() || !Path::new(SETPRIV).is_file() {
+            let mut cmd = tokio::process::Command::new(program);
+            cmd.uid(user.uid.as_raw()).gid(user.gid.as_raw());
+            return cmd;
+        }
+        let groups = std::iter::once(user.gid)
+            .chain(user.groups.iter().copied())
+            .map(|g| g.as_raw().to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut cmd = tokio::process::Command::new(SETPRIV);
+        cmd.arg(format!("--reuid={}", user.uid.as_raw()))
+            .arg(format!("--regid={}", user.gid.as_raw()))
+            .arg(format!("--groups={groups}"))
+            .arg("--")
+            .arg(program);
+        cmd
+    }
+
     /// `pg_ctl ACTION -D data_dir`, then `extra`, then `-w -t` with
     /// `timeout` in whole seconds (the hard limit is a little longer).
     pub(crate) async fn pg_ctl(
@@ -186,10 +227,21 @@ impl<'a> Tools<'a> {
         extra: &[&OsStr],
         timeout: Duration,
     ) -> Result<(), ToolError> {
+        self.pg_ctl_in(&self.cfg.data_dir, action, extra, timeout)
+            .await
+    }
+
+    /// `pg_ctl ACTION -D dir ...`, as [`Tools::pg_ctl`].
+    async fn pg_ctl_in(
+        &self,
+        dir: &Path,
+        action: &str,
+        extra: &[&OsStr],
+        timeout: Duration,
+    ) -> Result<(), ToolError> {
         // pg_ctl's own -t: whole seconds, at least 1.
         let secs = timeout.as_secs().max(1).to_string();
-        let mut args: Vec<&OsStr> =
-            vec![action.as_ref(), "-D".as_ref(), self.cfg.data_dir.as_ref()];
+        let mut args: Vec<&OsStr> = vec![action.as_ref(), "-D".as_ref(), dir.as_ref()];
         args.extend(extra);
         args.extend([OsStr::new("-w"), OsStr::new("-t"), OsStr::new(&secs)]);
         self.run("pg_ctl", args, timeout + Duration::from_secs(1))
@@ -199,7 +251,11 @@ impl<'a> Tools<'a> {
 
     /// `pg_ctl start -w`: waits until the server accepts connections (as a
     /// primary, or as a hot standby once consistent). `options` go to
-    /// `postgres` (`-o`).
+    /// `postgres` (`-o`). Started from `config_dir` when set (PostgreSQL
+    /// reads `postgresql.conf` there and finds the data directory by its
+    /// `data_directory`, as for a server `pg_ctlcluster` starts), else from
+    /// `data_dir`; stopped, promoted and found by `data_dir` (its
+    /// `postmaster.pid`) either way.
     pub(crate) async fn start(
         &self,
         timeout: Duration,
@@ -210,7 +266,8 @@ impl<'a> Tools<'a> {
         if let Some(options) = options {
             extra.extend([OsStr::new("-o"), OsStr::new(options)]);
         }
-        self.pg_ctl("start", &extra, timeout).await?;
+        self.pg_ctl_in(self.cfg.start_dir(), "start", &extra, timeout)
+            .await?;
         place_server(&self.cfg.data_dir);
         Ok(())
     }
@@ -221,6 +278,10 @@ impl<'a> Tools<'a> {
             .await
     }
 }
+
+/// util-linux's `setpriv`, which starts a program as another user with
+/// that user's groups (`Command` sets only a uid and a gid).
+const SETPRIV: &str = "/usr/bin/setpriv";
 
 /// How a tool's process is started ([`spawn_tools_with`]).
 pub type Spawner = fn(
@@ -365,14 +426,48 @@ pub(crate) async fn remove_dead_locks(
         .map_err(|err| (pid_file.clone(), err))
 }
 
-/// Polls until process `pid` is gone (or a zombie), at most `timeout`.
-pub(crate) async fn wait_gone(pid: Pid, timeout: Duration) -> bool {
-    let deadline = tokio::time::Instant::now() + timeout;
-    crate::client::poll_until(deadline, Duration::from_millis(20), || async {
-        matches!(process_state(pid.as_raw()), None | Some('Z') | Some('X')).then_some(())
+/// Removes the lock files of a server that is not running: call it only
+/// when [`postmaster`] finds no live server of `data_dir` (a server
+/// killed while its disk stalled leaves them, and PostgreSQL refuses to
+/// start while the pid they name is alive: a zombie, or another process
+/// that took the pid since).
+pub(crate) async fn remove_stale_locks(data_dir: &Path) -> Result<(), (PathBuf, io::Error)> {
+    let pid_file = data_dir.join("postmaster.pid");
+    let Ok(text) = tokio::fs::read_to_string(&pid_file).await else {
+        return Ok(());
+    };
+    let Some(pid) = text
+        .lines()
+        .next()
+        .and_then(|l| l.trim().parse::<i32>().ok())
+    else {
+        return Ok(());
+    };
+    if pid <= 0 || postmaster(data_dir).is_some() {
+        return Ok(());
+    }
+    remove_dead_locks(data_dir, Pid::from_raw(pid)).await
+}
+
+/// Whether process `pid` is gone (or a zombie).
+pub(crate) fn gone(pid: Pid) -> bool {
+    matches!(process_state(pid.as_raw()), None | Some('Z') | Some('X'))
+}
+
+/// Whether process `pid` has SIGKILL pending (waiting in the kernel, it
+/// dies when its call returns, before it runs again), from the pending
+/// masks of `/proc/PID/status`.
+pub(crate) fn kill_pending(pid: Pid) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{}/status", pid.as_raw())) else {
+        return false;
+    };
+    status.lines().any(|line| {
+        let mask = line
+            .strip_prefix("SigPnd:")
+            .or_else(|| line.strip_prefix("ShdPnd:"));
+        mask.and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+            .is_some_and(|m| m & (1 << (Signal::SIGKILL as u64 - 1)) != 0)
     })
-    .await
-    .is_some()
 }
 
 /// Writes `contents` to `path` (through a temporary file and a rename, then

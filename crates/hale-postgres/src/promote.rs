@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::client::{connect, ConnectError};
 use crate::config::{ConfigError, PostgresConfig};
+use crate::layout::LayoutError;
 use crate::process::{postmaster, ToolError, Tools};
 
 /// What a promotion did.
@@ -47,6 +48,11 @@ pub enum PromoteError {
         /// The data directory.
         data_dir: PathBuf,
     },
+    /// The configuration directory (`config_dir`) names another data
+    /// directory, or the distribution would start the cluster at boot.
+    /// Nothing was done.
+    #[error(transparent)]
+    Layout(#[from] LayoutError),
     /// The server was down and did not start.
     #[error("starting the server: {0}")]
     Start(ToolError),
@@ -66,11 +72,13 @@ pub enum PromoteError {
 }
 
 /// Makes the local server the primary: refused when the data directory
-/// carries the fence marker; starts the server if it is down; promotes it if
+/// carries the fence marker, or when the configuration directory fails
+/// [`PostgresConfig::check_layout`]; starts the server if it is down; promotes it if
 /// it is a standby (`pg_ctl promote -w -t promote_timeout`). Idempotent: a
 /// primary is left as it is.
 pub async fn promote(cfg: &PostgresConfig) -> Result<Promotion, PromoteError> {
     cfg.validate()?;
+    cfg.check_layout().await?;
     let marker = cfg.fence_marker();
     if marker.exists() {
         return Err(PromoteError::Fenced { marker });

@@ -10,9 +10,13 @@ use tokio::time::Instant;
 
 use crate::client::{connect, poll_until, ConnectError};
 use crate::config::{slot_chars, ConfigError, PostgresConfig};
+use crate::conninfo::Sources;
+use crate::credentials::{libpq_passfile, CredentialsError};
 use crate::fence::{fence, mark, FenceError};
-use crate::files::{conninfo_value, set_auto_conf, LocalFiles};
+use crate::files::{set_auto_conf, LocalFiles};
+use crate::layout::LayoutError;
 use crate::process::{postmaster, remove_synced, run_blocking, ToolError, Tools};
+use crate::rewind::rewind;
 use crate::standing::{standing, Standing, StandingError};
 
 /// The server a replica streams from.
@@ -69,8 +73,9 @@ pub enum Rejoined {
     Recloned,
 }
 
-/// Why a rejoin did not complete. In every case but `Invalid` and
-/// `BadSlotName` the data directory carries the fence marker (or is empty).
+/// Why a rejoin did not complete. In every case but `Invalid`,
+/// `BadSlotName` and `Layout` the data directory carries the fence marker
+/// (or is empty).
 #[derive(Debug, thiserror::Error)]
 pub enum RejoinError {
     /// The configuration is invalid; nothing was done.
@@ -83,6 +88,11 @@ pub enum RejoinError {
         /// The name.
         slot: String,
     },
+    /// The configuration directory (`config_dir`) names another data
+    /// directory, or the distribution would start the cluster at boot;
+    /// nothing was done.
+    #[error(transparent)]
+    Layout(#[from] LayoutError),
     /// The local server answered but its standing could not be read; nothing
     /// was done.
     #[error("reading the local server's standing: {0}")]
@@ -148,6 +158,10 @@ pub enum RejoinError {
     /// The OS user could not be found; nothing was done.
     #[error(transparent)]
     Tool(#[from] ToolError),
+    /// A password file or the passfile could not be used (or the passfile
+    /// for PostgreSQL's programs written); nothing was done.
+    #[error(transparent)]
+    Credentials(#[from] CredentialsError),
 }
 
 /// How long a repointed replica may take to stream from its new upstream
@@ -178,12 +192,16 @@ const RESTART_WAIT: Duration = Duration::from_secs(30);
 ///   (`Rewound` when it rewound something); if that fails or the directory
 ///   holds no valid cluster, re-cloned with `pg_basebackup` (`Recloned`) when
 ///   `reclone_on_rewind_failure`, else an error; the node's own configuration
-///   files are put back, its replication slots removed, the replication
+///   files are put back (with `config_dir`, those the upstream's data
+///   directory held are removed from this one: `config_dir` is never
+///   written), its replication slots removed, the replication
 ///   settings written to
 ///   `postgresql.auto.conf`, the server started as a standby; once it streams,
 ///   the fence marker is removed (`Streaming`).
 ///
-/// Everything is bounded by `rejoin_timeout`.
+/// Refused, with nothing done, for a configuration directory that fails
+/// [`PostgresConfig::check_layout`]. Everything is bounded by
+/// `rejoin_timeout`.
 pub async fn rejoin(
     cfg: &PostgresConfig,
     upstream: &Upstream,
@@ -197,21 +215,19 @@ pub async fn rejoin(
             slot: slot.to_owned(),
         });
     }
+    cfg.check_layout().await?;
     let started = Instant::now();
     let deadline = started + cfg.rejoin_timeout;
     let tools = Tools::new(cfg)?;
+    // Before anything is changed: a bad secret file stops the rejoin here.
+    let passfile = libpq_passfile(cfg, tools.user()).await?;
     let now = if postmaster(&cfg.data_dir).is_some() {
         standing(cfg).await?
     } else {
         Standing::Down
     };
-    let conninfo = format!(
-        "host={} port={} user={} application_name={}",
-        conninfo_value(&upstream.host),
-        upstream.port,
-        conninfo_value(&cfg.replication_user),
-        conninfo_value(application_name),
-    );
+    let source = Sources::new(cfg, upstream, passfile.as_deref(), application_name);
+    let conninfo = source.stream.as_str();
     if now.streams_from(&upstream.host, upstream.port) {
         unfence(cfg).await?;
         progress(RejoinStep::Streaming);
@@ -229,7 +245,7 @@ pub async fn rejoin(
         let timeline = prepare_upstream(cfg, upstream, slot).await?;
         mark(cfg, &tools).await?;
         let repoint_deadline = deadline.min(Instant::now() + REPOINT_WAIT);
-        match repoint(cfg, &conninfo, slot).await {
+        match repoint(cfg, conninfo, slot).await {
             Ok(()) if wait_streaming(cfg, upstream, timeline, repoint_deadline).await => {
                 unfence(cfg).await?;
                 progress(RejoinStep::Streaming);
@@ -245,26 +261,24 @@ pub async fn rejoin(
     }
     let fenced = fence(cfg).await?;
     let mut timeline = prepare_upstream(cfg, upstream, slot).await?;
-    let local = LocalFiles::read(&cfg.data_dir)
-        .await
-        .map_err(files(&cfg.data_dir))?;
+    let local = LocalFiles::read(cfg).await.map_err(files(&cfg.data_dir))?;
     let is_cluster = ["PG_VERSION", "global/pg_control"]
         .iter()
         .all(|f| cfg.data_dir.join(f).is_file());
     let mut how = if is_cluster {
-        match rewind(cfg, &tools, upstream, fenced.clean(), deadline).await {
+        match rewind(cfg, &tools, &source.rewind, fenced.clean(), deadline).await {
             Ok(how) => how,
             Err(err) if cfg.reclone_on_rewind_failure => {
                 tracing::warn!(%err, "rewind failed; re-cloning");
                 // Not when the upstream has gone meanwhile: the directory
                 // would be emptied for a clone that cannot be made.
                 timeline = prepare_upstream(cfg, upstream, slot).await?;
-                reclone(cfg, &tools, upstream, slot, deadline).await?
+                reclone(cfg, &tools, &source.clone, slot, deadline).await?
             }
             Err(err) => return Err(RejoinError::Rewind(err)),
         }
     } else if cfg.reclone_on_rewind_failure {
-        reclone(cfg, &tools, upstream, slot, deadline).await?
+        reclone(cfg, &tools, &source.clone, slot, deadline).await?
     } else {
         return Err(RejoinError::NotACluster {
             data_dir: cfg.data_dir.clone(),
@@ -273,7 +287,7 @@ pub async fn rejoin(
     let standby = StandbyOf {
         upstream,
         timeline,
-        conninfo: &conninfo,
+        conninfo,
         slot,
         local: &local,
     };
@@ -297,7 +311,7 @@ pub async fn rejoin(
         );
         fence(cfg).await?;
         let timeline = prepare_upstream(cfg, upstream, slot).await?;
-        how = reclone(cfg, &tools, upstream, slot, deadline).await?;
+        how = reclone(cfg, &tools, &source.clone, slot, deadline).await?;
         let standby = StandbyOf {
             timeline,
             ..standby
@@ -383,7 +397,7 @@ impl StandbyOf<'_> {
     }
 }
 
-fn remaining(deadline: Instant) -> Duration {
+pub(crate) fn remaining(deadline: Instant) -> Duration {
     deadline
         .saturating_duration_since(Instant::now())
         .max(Duration::from_secs(1))
@@ -523,146 +537,6 @@ async fn wait_streaming(
     .is_some()
 }
 
-/// Runs the crash recovery of a (stopped, fenced) cluster that did not shut
-/// down cleanly, unreachable and not streaming, and stops it cleanly, so
-/// that `pg_rewind` reads where its WAL really ends:
-///
-/// * It crashed as a primary (`in production`): recovered as a primary,
-///   `standby.signal` set aside meanwhile (the fence marker stays). Its
-///   shutdown checkpoint then follows the last record it wrote. Recovered
-///   as a standby instead, its control file would say where its WAL ends
-///   only by `minRecoveryPoint`, which a last record that touches no page
-///   (a commit) does not move: `pg_rewind` would see nothing to rewind
-///   while its WAL runs past the new primary's fork, and the server would
-///   never follow the new timeline ("forked off ... before current recovery
-///   point").
-/// * It crashed as a standby: recovered as one. All its WAL came from an
-///   upstream; ending its recovery would write a checkpoint of its own.
-async fn recover(
-    cfg: &PostgresConfig,
-    tools: &Tools<'_>,
-    deadline: Instant,
-) -> Result<(), ToolError> {
-    let was_primary = ran_as_primary(cfg, tools, deadline).await?;
-    let signal = cfg.data_dir.join("standby.signal");
-    let file = |source| ToolError::File {
-        path: signal.clone(),
-        source,
-    };
-    let mut options =
-        "-c listen_addresses= -c primary_conninfo= -c primary_slot_name= -c hot_standby=on"
-            .to_owned();
-    if was_primary {
-        // Nobody but its OS user may connect (no TCP; PostgreSQL needs one
-        // socket), and no commit waits for a synchronous standby.
-        options.push_str(" -c unix_socket_permissions=0700 -c synchronous_standby_names=");
-        remove_synced(&signal).await.map_err(file)?;
-    }
-    let ran = async {
-        tools
-            .start(remaining(deadline).min(cfg.start_timeout), Some(&options))
-            .await?;
-        tools
-            .stop("fast", remaining(deadline).min(cfg.stop_timeout))
-            .await
-    }
-    .await;
-    if was_primary {
-        crate::process::write_owned(&signal, Vec::new(), tools.user())
-            .await
-            .map_err(file)?;
-    }
-    ran
-}
-
-/// Whether the stopped server's control file says it went down while it ran
-/// as a primary (`in production`, or `in crash recovery` from that): its
-/// WAL may run past what any standby received. A server that is not the
-/// role's last holder with such a data directory must rejoin, never offer
-/// its copy ([`crate::fence`] it).
-pub async fn crashed_as_primary(cfg: &PostgresConfig) -> Result<bool, ToolError> {
-    let tools = Tools::new(cfg)?;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    ran_as_primary(cfg, &tools, deadline).await
-}
-
-/// Whether the cluster's state, as its control file says, is `in
-/// production` or `in crash recovery` (`pg_controldata`'s "Database cluster
-/// state"; others: `shut down`, `shut down in recovery`, `in archive
-/// recovery`, ...). A stopped server answers no query: the tool is the only
-/// way to ask.
-async fn ran_as_primary(
-    cfg: &PostgresConfig,
-    tools: &Tools<'_>,
-    deadline: Instant,
-) -> Result<bool, ToolError> {
-    let out = tools
-        .run(
-            "pg_controldata",
-            ["-D".as_ref(), cfg.data_dir.as_os_str()],
-            remaining(deadline).min(Duration::from_secs(10)),
-        )
-        .await?;
-    let state = parse_cluster_state(&String::from_utf8_lossy(&out.stdout));
-    Ok(matches!(
-        state.as_str(),
-        "in production" | "in crash recovery"
-    ))
-}
-
-/// The value of `Database cluster state:` in `pg_controldata`'s output
-/// (run with `LC_ALL=C`); empty when it is missing.
-pub(crate) fn parse_cluster_state(text: &str) -> String {
-    text.lines()
-        .find_map(|l| l.strip_prefix("Database cluster state:"))
-        .map(|v| v.trim().to_owned())
-        .unwrap_or_default()
-}
-
-/// Rewinds the (stopped, fenced) cluster onto the upstream's timeline.
-/// `pg_rewind` needs a cleanly shut down target and cannot recover one itself
-/// while `standby.signal` exists (single-user mode refuses standby mode), so
-/// after an unclean stop the server first runs its crash recovery
-/// ([`recover`]) and is stopped cleanly.
-async fn rewind(
-    cfg: &PostgresConfig,
-    tools: &Tools<'_>,
-    upstream: &Upstream,
-    clean: bool,
-    deadline: Instant,
-) -> Result<Rejoined, ToolError> {
-    if !clean {
-        recover(cfg, tools, deadline).await?;
-    }
-    let label = cfg.data_dir.join("backup_label");
-    let had_label = label.exists();
-    let source = format!(
-        "host={} port={} user={} dbname={} connect_timeout={}",
-        conninfo_value(&upstream.host),
-        upstream.port,
-        conninfo_value(&cfg.user),
-        conninfo_value(&cfg.database),
-        cfg.connect_timeout.as_secs().max(2),
-    );
-    let mut target = std::ffi::OsString::from("--target-pgdata=");
-    target.push(&cfg.data_dir);
-    let source = format!("--source-server={source}");
-    tools
-        .run(
-            "pg_rewind",
-            [target.as_os_str(), source.as_ref()],
-            remaining(deadline),
-        )
-        .await?;
-    // pg_rewind writes a backup_label only when it rewound something ("no
-    // rewind required" leaves the directory alone).
-    Ok(if !had_label && label.exists() {
-        Rejoined::Rewound
-    } else {
-        Rejoined::Restarted
-    })
-}
-
 /// Removes the replication slots kept in the (stopped) data directory: a
 /// former primary's slots survive `pg_rewind` (which leaves `pg_replslot`
 /// alone), and on a replica they would hold its WAL forever. The slots a
@@ -690,25 +564,21 @@ async fn drop_local_slots(data_dir: &Path) -> Result<(), RejoinError> {
     .map_err(files(&dir))
 }
 
-/// Empties the data directory and clones it from the upstream.
+/// Empties the data directory and clones it from the upstream (`source`, a
+/// connection string).
 async fn reclone(
     cfg: &PostgresConfig,
     tools: &Tools<'_>,
-    upstream: &Upstream,
+    source: &str,
     slot: &str,
     deadline: Instant,
 ) -> Result<Rejoined, RejoinError> {
     empty(&cfg.data_dir).await?;
-    let port = upstream.port.to_string();
-    let args: [&std::ffi::OsStr; 15] = [
+    let args: [&std::ffi::OsStr; 11] = [
         "-D".as_ref(),
         cfg.data_dir.as_os_str(),
-        "-h".as_ref(),
-        upstream.host.as_ref(),
-        "-p".as_ref(),
-        port.as_ref(),
-        "-U".as_ref(),
-        cfg.replication_user.as_ref(),
+        "-d".as_ref(),
+        source.as_ref(),
         "-X".as_ref(),
         "stream".as_ref(),
         "-c".as_ref(),
@@ -770,19 +640,6 @@ mod tests {
                 step
             );
         }
-    }
-
-    #[test]
-    fn the_cluster_state_is_read_from_pg_controldata_and_missing_is_empty() {
-        let out = "pg_control version number:            1300\n\
-                   Database cluster state:               in production\n\
-                   pg_control last modified:             Thu Dec  3 07:02:18 2026\n";
-        assert_eq!(parse_cluster_state(out), "in production");
-        assert_eq!(
-            parse_cluster_state("Database cluster state:  shut down in recovery"),
-            "shut down in recovery"
-        );
-        assert_eq!(parse_cluster_state("garbage"), "");
     }
 
     #[test]

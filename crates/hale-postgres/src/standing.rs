@@ -8,15 +8,15 @@ use tokio_postgres::Client;
 
 use crate::client::{connect, ConnectError};
 use crate::config::PostgresConfig;
-use crate::lsn::{parse_lsn, LsnParseError};
+use crate::lsn::{lag_bytes, parse_lsn, LsnParseError};
 
 /// A standby as its primary sees it (a row of `pg_stat_replication`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StandbyState {
     /// Its `application_name` (hale sets it to the member's name).
     pub name: String,
-    /// True when it is the synchronous standby (`sync_state = 'sync'`): a
-    /// commit on the primary returns only once this standby has flushed it.
+    /// True when the primary waits for its flush (`sync_state` `sync`, or
+    /// `quorum`: a commit returns once one of the quorum has flushed it).
     pub sync: bool,
     /// The WAL position it has flushed to its disk, when reported.
     pub flush_lsn: Option<u64>,
@@ -71,6 +71,10 @@ pub enum Standing {
         timeline: u32,
         /// The standbys connected to it, by name.
         standbys: Vec<StandbyState>,
+        /// Its `synchronous_standby_names` in effect (see
+        /// [`crate::Waits::parse`]).
+        #[serde(default)]
+        synchronous: String,
     },
     /// It is in recovery: a standby.
     Replica {
@@ -102,12 +106,10 @@ pub enum Standing {
 
 impl Standing {
     /// For a replica, how many bytes of WAL its replay is behind
-    /// `primary_lsn` (see [`lag_bytes`](crate::lag_bytes)); `None` otherwise.
+    /// `primary_lsn` (see [`lag_bytes`]); `None` otherwise.
     pub fn replay_lag(&self, primary_lsn: u64) -> Option<u64> {
         match self {
-            Standing::Replica { replay_lsn, .. } => {
-                Some(crate::lag_bytes(primary_lsn, *replay_lsn))
-            }
+            Standing::Replica { replay_lsn, .. } => Some(lag_bytes(primary_lsn, *replay_lsn)),
             _ => None,
         }
     }
@@ -173,7 +175,8 @@ pub(crate) async fn read(client: &Client) -> Result<Standing, StandingError> {
 async fn primary(client: &Client) -> Result<Standing, StandingError> {
     let row = client
         .query_one(
-            "SELECT pg_current_wal_lsn()::text, pg_walfile_name(pg_current_wal_lsn())",
+            "SELECT pg_current_wal_lsn()::text, pg_walfile_name(pg_current_wal_lsn()), \
+                    current_setting('synchronous_standby_names')",
             &[],
         )
         .await?;
@@ -196,7 +199,7 @@ async fn primary(client: &Client) -> Result<Standing, StandingError> {
         let sync_state: Option<String> = row.get(1);
         standbys.push(StandbyState {
             name: row.get::<_, Option<String>>(0).unwrap_or_default(),
-            sync: sync_state.as_deref() == Some("sync"),
+            sync: matches!(sync_state.as_deref(), Some("sync" | "quorum")),
             state: SenderState::parse(row.get(2)),
             flush_lsn: row.get::<_, Option<&str>>(3).map(parse_lsn).transpose()?,
             replay_lsn: row.get::<_, Option<&str>>(4).map(parse_lsn).transpose()?,
@@ -206,6 +209,7 @@ async fn primary(client: &Client) -> Result<Standing, StandingError> {
         lsn,
         timeline,
         standbys,
+        synchronous: row.get(2),
     })
 }
 

@@ -5,6 +5,8 @@
 use std::path::PathBuf;
 
 use crate::config::{ConfigError, PostgresConfig};
+use crate::credentials::{libpq_passfile, CredentialsError};
+use crate::layout::LayoutError;
 use crate::process::{postmaster, write_owned, ToolError, Tools};
 
 /// What [`start_standby`] did.
@@ -32,6 +34,11 @@ pub enum StartError {
     /// No cluster in the data directory; nothing was done.
     #[error("{0} holds no PostgreSQL cluster (no PG_VERSION)")]
     NotACluster(PathBuf),
+    /// The configuration directory (`config_dir`) names another data
+    /// directory, or the distribution would start the cluster at boot;
+    /// nothing was done.
+    #[error(transparent)]
+    Layout(#[from] LayoutError),
     /// `standby.signal` could not be written; the server was not started.
     #[error("writing {path}: {source}")]
     Signal {
@@ -40,18 +47,26 @@ pub enum StartError {
         /// What failed.
         source: std::io::Error,
     },
+    /// A password file or the passfile could not be used (or the passfile
+    /// its WAL receiver reads written); nothing was done.
+    #[error(transparent)]
+    Credentials(#[from] CredentialsError),
     /// The OS user could not be found, or `pg_ctl start` failed or timed out.
     #[error(transparent)]
     Start(#[from] ToolError),
 }
 
 /// Starts the local server as a standby (`standby.signal`, then `pg_ctl
-/// start -w`), unless it runs already. Refused for a fenced data directory.
+/// start -w`), unless it runs already. Refused for a fenced data directory,
+/// for secret files that cannot be used (see
+/// [`PostgresConfig::check_secret_files`]) and for a configuration
+/// directory that fails [`PostgresConfig::check_layout`].
 pub async fn start_standby(cfg: &PostgresConfig) -> Result<StartedStandby, StartError> {
     cfg.validate()?;
     if postmaster(&cfg.data_dir).is_some() {
         return Ok(StartedStandby::AlreadyRunning);
     }
+    cfg.check_layout().await?;
     let marker = cfg.fence_marker();
     if marker.exists() {
         return Err(StartError::Fenced(marker));
@@ -60,6 +75,9 @@ pub async fn start_standby(cfg: &PostgresConfig) -> Result<StartedStandby, Start
         return Err(StartError::NotACluster(cfg.data_dir.clone()));
     }
     let tools = Tools::new(cfg)?;
+    // The passfile its primary_conninfo names, written afresh (a password
+    // changed meanwhile) before anything is.
+    libpq_passfile(cfg, tools.user()).await?;
     let path = cfg.data_dir.join("standby.signal");
     write_owned(&path, Vec::new(), tools.user())
         .await

@@ -51,6 +51,15 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<()> {
     let file = source.read()?;
     #[cfg_attr(not(feature = "planted-bugs"), allow(unused_mut))] // Set only by a planted bug.
     let mut cfg = file.validate()?;
+    // A [role.postgres] secret file that is missing, or that others may
+    // read, stops the agent here, before it joins anything: every
+    // connection to the server would fail on it.
+    for role in &cfg.roles {
+        if let Some(pg) = &role.postgres {
+            pg.check_secret_files()
+                .map_err(|e| anyhow::anyhow!("role {}: {e}", role.name))?;
+        }
+    }
     // Test builds only (see `hale_control::planted`): one observer's failed
     // probe convicts, without corroboration.
     #[cfg(feature = "planted-bugs")]
@@ -117,6 +126,17 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<()> {
         .build()
         .context("starting the async runtime")?;
     rt.block_on(async move {
+        // A [role.postgres] configuration directory that names another data
+        // directory, or a packaged cluster the distribution starts at boot
+        // (where a primary that went down with its host would come back
+        // writable before hale fenced it), stops the agent here too.
+        for role in &cfg.roles {
+            if let Some(pg) = &role.postgres {
+                pg.check_layout()
+                    .await
+                    .map_err(|e| anyhow::anyhow!("role {}: {e}", role.name))?;
+            }
+        }
         // The handlers are installed before the agent starts (and tells a
         // service manager it is ready): a SIGTERM right after readiness
         // still makes it leave gracefully.

@@ -232,3 +232,18 @@ pub fn candidates(members: &[MemberView]) -> BTreeMap<String, Vec<(String, i64, 
     }
     out
 }
+
+/// The live candidates for `role` whose settings set them apart (node, what
+/// they say: never promoted, no load-balanced reads, never synchronous),
+/// from members' metadata.
+pub fn set_apart(members: &[MemberView], role: &str) -> Vec<(String, String)> {
+    members
+        .iter()
+        .filter(|m| m.state == MemberState::Alive)
+        .filter_map(|m| {
+            let meta = AgentMeta::parse(&m.meta)?;
+            let what = meta.roles.get(role)?.tags.describe()?;
+            Some((m.name.clone(), what))
+        })
+        .collect()
+}

@@ -13,6 +13,7 @@ mod demo_cmd;
 mod docs_cmd;
 mod drill_cmd;
 mod drill_report;
+mod history_cmd;
 mod keys_cmd;
 mod postgres_cmd;
 mod roles_cmd;
@@ -50,6 +51,9 @@ enum Command {
     Demo(demo_cmd::DemoArgs),
     /// Show role holders, epochs and this node's candidacies; hand a role over.
     Roles(roles_cmd::RolesArgs),
+    /// A role's failover history, cluster-wide: each change of its holder,
+    /// when (UTC, the control-plane leader's clock), and why.
+    History(history_cmd::HistoryArgs),
     /// Add or remove control-plane servers.
     Control(roles_cmd::ControlArgs),
     /// Show this node's services and their checks.
@@ -108,6 +112,7 @@ fn main() -> ExitCode {
         }
         Command::Keys(a) => keys_cmd::run(a).map(|()| ExitCode::SUCCESS),
         Command::Roles(a) => roles_cmd::roles(a).map(|()| ExitCode::SUCCESS),
+        Command::History(a) => history_cmd::run(a).map(|()| ExitCode::SUCCESS),
         Command::Control(a) => roles_cmd::control(a).map(|()| ExitCode::SUCCESS),
         Command::Services(a) => roles_cmd::services(a).map(|()| ExitCode::SUCCESS),
         Command::Watchdog => Ok(roles_cmd::watchdog()),

@@ -32,6 +32,16 @@ enum Op {
     Fence(Target),
     /// Where the local server stands in replication, as JSON.
     Status(Target),
+    /// Whether the local server does its job (a primary commits a write, a
+    /// replica answers, disk to spare), as the `postgres` service check
+    /// runs it; exit status 1 when it does not within `--timeout`.
+    Check {
+        #[command(flatten)]
+        target: Target,
+        /// How long the check may take.
+        #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+        timeout: std::time::Duration,
+    },
 }
 
 /// Which server: `--settings JSON`, or a role of a configuration file.
@@ -94,6 +104,23 @@ pub fn run(args: &PostgresArgs) -> anyhow::Result<ExitCode> {
             let pg = t.settings()?;
             let standing = block_on(hale_postgres::standing(&pg))??;
             println!("{}", serde_json::to_string_pretty(&standing)?);
+        }
+        Op::Check { target, timeout } => {
+            let pg = target.settings()?;
+            let checked = block_on(async {
+                tokio::time::timeout(*timeout, hale_postgres::check(&pg)).await
+            })?;
+            match checked {
+                Ok(Ok(working)) => say(format_args!("{working}")),
+                Ok(Err(e)) => {
+                    say(format_args!("failing: {e}"));
+                    return Ok(ExitCode::FAILURE);
+                }
+                Err(_) => {
+                    say(format_args!("failing: no answer within {timeout:?}"));
+                    return Ok(ExitCode::FAILURE);
+                }
+            }
         }
     }
     Ok(ExitCode::SUCCESS)

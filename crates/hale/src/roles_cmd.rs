@@ -49,7 +49,8 @@ pub enum RolesAction {
         force: bool,
     },
     /// Switch ROLE over to candidate NODE (from any member): refused, with
-    /// the reason, unless NODE is a live candidate whose checks pass and,
+    /// the reason, unless NODE is a live candidate that may be promoted
+    /// (not set promotable = false) whose checks pass and,
     /// for a PostgreSQL role, a replica streaming within its
     /// max_lag_on_failover. The holder waits for NODE to catch up, demotes,
     /// and NODE is promoted.
@@ -197,6 +198,12 @@ pub fn roles(args: &RolesArgs) -> anyhow::Result<()> {
             r.lease_left_ms.map_or("-".into(), |ms| format!("{ms}ms")),
             r.last_change.as_deref().unwrap_or("-"),
         );
+        if let Some(what) = r.tags.describe() {
+            println!("{:<16}{what}", "");
+        }
+        if let Some(why) = &r.handover_waits {
+            println!("{:<16}{why}", "");
+        }
     }
     let pg: Vec<_> = v
         .local

@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use clap::Args;
+use hale_agent::view::MemberState;
 use hale_agent::MemberView;
 use serde::Serialize;
 
@@ -75,6 +76,12 @@ pub struct RoleStatus {
     pub standbys: Vec<(String, i64, bool)>,
     /// Paused by an operator: no automatic promotion or demotion.
     pub paused: bool,
+    /// Candidates whose settings set them apart (node, what they say:
+    /// never promoted, no load-balanced reads, never synchronous).
+    pub set_apart: Vec<(String, String)>,
+    /// Nobody holds the role (or its holder is gone) and no live candidate
+    /// may take it: why.
+    pub unheld: Option<String>,
 }
 
 /// One failing service.
@@ -118,12 +125,26 @@ pub fn summarize(observer: &str, members: &[MemberView], nodes: &[NodeState]) ->
             .filter(|c| Some(&c.0) != holder.as_ref())
             .cloned()
             .collect();
+        let apart = cluster::set_apart(members, &role);
+        let paused = lease.is_some_and(|l| l.paused);
+        let standbys: Vec<(String, i64, bool)> = standbys;
+        // Nobody holds it, or the table names a holder that is gone (its
+        // lease ran out; it is named until another is granted the role).
+        let held = holder.as_ref().is_some_and(|h| {
+            let alive = |m: &&MemberView| &m.name == h && m.state == MemberState::Alive;
+            members.iter().any(|m| alive(&m))
+        });
+        let unheld = (!held && !paused && table.is_some())
+            .then(|| unheld(&standbys, &apart))
+            .flatten();
         roles.push(RoleStatus {
-            paused: lease.is_some_and(|l| l.paused),
+            paused,
             role,
             holder,
             epoch,
             standbys,
+            set_apart: apart,
+            unheld,
         });
     }
     let mut failing_checks = Vec::new();
@@ -196,6 +217,30 @@ fn wire_ranges(members: &[MemberView]) -> BTreeMap<String, Vec<String>> {
             .push(m.name.clone());
     }
     out
+}
+
+/// Why nobody can take a role nobody holds: `None` when a live standby
+/// is eligible (its checks pass and it may be promoted).
+fn unheld(standbys: &[(String, i64, bool)], apart: &[(String, String)]) -> Option<String> {
+    if standbys.iter().any(|s| s.2) {
+        return None;
+    }
+    if standbys.is_empty() {
+        return Some("no live candidate".into());
+    }
+    let each: Vec<String> = standbys
+        .iter()
+        .map(|(n, ..)| match apart.iter().find(|(a, _)| a == n) {
+            Some((_, what)) if what.contains("never promoted") => {
+                format!("{n} may not be promoted (promotable = false)")
+            }
+            _ => format!("{n}'s checks fail"),
+        })
+        .collect();
+    Some(format!(
+        "no live candidate may take it: {}",
+        each.join("; ")
+    ))
 }
 
 fn names(v: &[String]) -> String {
@@ -305,6 +350,12 @@ pub fn render(s: &Status) -> String {
                 ""
             }
         ));
+        for (node, what) in &r.set_apart {
+            out.push_str(&format!("  {:<16} {node}: {what}\n", ""));
+        }
+        if let Some(why) = &r.unheld {
+            out.push_str(&format!("  {:<16} NO HOLDER: {why}\n", ""));
+        }
     }
     out.push_str("CHECKS\n");
     if s.failing_checks.is_empty() {

@@ -2,12 +2,13 @@
 //! file's new one, key by key, each key either applicable while the agent
 //! runs (a [`ConfigChange`] and what to apply) or not (a [`RefusedKey`]).
 //! Pure: it reads no file and touches nothing. The agent
-//! (`crate::reload`) adds what only it knows (which roles this node
+//! (`crate::config::reload`) adds what only it knows (which roles this node
 //! holds), then applies all of it or nothing.
 //!
 //! Live: `[[service]]` and their checks; `[[role]]` added, removed,
-//! `priority` (always) and `service`, `promote`, `demote`, `hook_timeout`,
-//! `fail_after` (the agent refuses them for a role this node holds);
+//! [`HELD_LIVE`] (always) and `service`, `promote`, `demote`,
+//! `hook_timeout`, `fail_after` (the agent refuses them for a role this
+//! node holds);
 //! `agent.meta`; `relay.keys` and `relay.body_limit`; the `[membership]`
 //! knobs of [`Tuning`]; `control.bootstrap` (read only by a server's first
 //! start). Everything else that changed is refused, naming its key.
@@ -41,7 +42,8 @@ pub enum RoleDiff {
     /// A candidacy gone (by name).
     Removed(String),
     /// Settings of a candidacy changed: the new ones, and the keys that
-    /// changed (`priority`, `service`, `promote`, `demote`,
+    /// changed (`priority`, `promotable`, `load_balance`,
+    /// `synchronous_standby`, `service`, `promote`, `demote`,
     /// `hook_timeout`, `fail_after`).
     Changed {
         /// The role's settings now.
@@ -83,6 +85,16 @@ pub fn diff(old: &LoadedConfig, new: &LoadedConfig, keys_in_use: Option<&Keyring
     d.roles(&old.agent.roles, &new.agent.roles);
     d
 }
+
+/// The `[[role]]` keys a reload changes even on a role this node holds:
+/// they move nothing by themselves (`promotable = false` on the holder
+/// hands the role over once another node can take it, as a switchover).
+pub const HELD_LIVE: [&str; 4] = [
+    "priority",
+    "promotable",
+    "load_balance",
+    "synchronous_standby",
+];
 
 /// What a key read only at start says when it changed.
 const AT_START: &str = "read at start only: restart the agent to change it";
@@ -348,6 +360,9 @@ impl ConfigDiff {
                 name: _,
                 service,
                 priority,
+                promotable,
+                load_balance,
+                synchronous_standby,
                 promote,
                 demote,
                 hook_timeout,
@@ -357,6 +372,12 @@ impl ConfigDiff {
             let keys: Vec<&'static str> = [
                 ("service", &o.service != service),
                 ("priority", &o.priority != priority),
+                ("promotable", &o.promotable != promotable),
+                ("load_balance", &o.load_balance != load_balance),
+                (
+                    "synchronous_standby",
+                    &o.synchronous_standby != synchronous_standby,
+                ),
                 ("promote", &o.promote != promote),
                 ("demote", &o.demote != demote),
                 ("hook_timeout", &o.hook_timeout != hook_timeout),
@@ -438,6 +459,35 @@ demote = ["true"]
         assert!(matches!(&d.roles[1], RoleDiff::Added(r) if r.name == "cache"));
         let removed = diff(&new, &old, None);
         assert!(removed.roles.contains(&RoleDiff::Removed("cache".into())));
+    }
+
+    #[test]
+    fn a_roles_tags_are_each_a_change_of_their_own() {
+        let base = BASE.replace(
+            "demote = [\"true\"]\n",
+            "[role.postgres]\ndata_dir = \"/srv/pg\"\n",
+        );
+        let old = loaded(&base);
+        let new = loaded(&base.replace(
+            "priority = 10",
+            "priority = 10\npromotable = false\nload_balance = false\nsynchronous_standby = false",
+        ));
+        let d = diff(&old, &new, None);
+        assert!(d.refused.is_empty(), "{:?}", d.refused);
+        let RoleDiff::Changed { keys, spec } = &d.roles[0] else {
+            panic!("{:?}", d.roles);
+        };
+        assert_eq!(keys, &["promotable", "load_balance", "synchronous_standby"]);
+        assert!(!spec.tags().promotable && !spec.tags().may_be_waited_for());
+        let shown: Vec<&str> = d.changes.iter().map(|c| c.key.as_str()).collect();
+        assert_eq!(
+            shown,
+            [
+                "role[db].promotable",
+                "role[db].load_balance",
+                "role[db].synchronous_standby"
+            ]
+        );
     }
 
     #[test]

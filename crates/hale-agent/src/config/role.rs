@@ -11,6 +11,7 @@ use serde::Deserialize;
 use hale_control::LeaseTiming;
 
 use super::{invalid, ConfigError};
+use crate::view::RoleTags;
 
 /// `[control]` in hale.toml: where the control plane is.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -88,6 +89,28 @@ pub struct RoleSpec {
     /// Higher wins among healthy, ready candidates (default 0).
     #[serde(default)]
     pub priority: i64,
+    /// This node may take the role (default true). `false` (Patroni's
+    /// `nofailover`): it runs the role's service and follows the holder as
+    /// any standby (a PostgreSQL server streams, rejoins, is cloned) but
+    /// never asks for the role, so it is never granted it: not on failover,
+    /// not by a switchover or handover naming it (refused), not as the last
+    /// node standing (the role stays unheld). Nor is it ever a synchronous
+    /// standby. Set on the holder by a reload, the holder hands the role
+    /// over once another node can take it, and keeps it until then.
+    #[serde(default = "yes")]
+    pub promotable: bool,
+    /// Load balancers may send this node reads (default true). `false`
+    /// (Patroni's `noloadbalance`): `GET /v1/roles/{role}/replica` and
+    /// `/read-only` answer 503 while it is a standby, saying why; as the
+    /// holder it answers as any holder.
+    #[serde(default = "yes")]
+    pub load_balance: bool,
+    /// A `[role.postgres]` role: the primary may wait for this standby's
+    /// flush (default true). `false` (Patroni's `nosync`): the holder never
+    /// names it in `synchronous_standby_names` (nor in its mark, so the
+    /// control plane never ranks it as a synchronous copy).
+    #[serde(default = "yes")]
+    pub synchronous_standby: bool,
     /// Command run when this node becomes holder (`HALE_ROLE`, `HALE_EPOCH` set).
     #[serde(default)]
     pub promote: Vec<String>,
@@ -110,6 +133,10 @@ pub struct RoleSpec {
     pub postgres: Option<hale_postgres::PostgresConfig>,
 }
 
+fn yes() -> bool {
+    true
+}
+
 fn default_hook_timeout() -> Duration {
     Duration::from_secs(10)
 }
@@ -128,6 +155,11 @@ impl RoleSpec {
         if !services.contains(&self.service) {
             let problem = format!("no [[service]] named {:?} on this node", self.service);
             return Err(invalid(&f("service"), problem));
+        }
+        if !self.synchronous_standby && self.postgres.is_none() {
+            let problem = "only a [role.postgres] role has synchronous standbys: \
+                           remove it or add [role.postgres]";
+            return Err(invalid(&f("synchronous_standby"), problem));
         }
         if let Some(pg) = &self.postgres {
             for (key, set) in [("promote", &self.promote), ("demote", &self.demote)] {
@@ -164,6 +196,16 @@ impl RoleSpec {
         self.promote = hook("promote");
         self.demote = hook("fence");
         Ok(self)
+    }
+
+    /// What sets this node apart among the role's candidates
+    /// (`promotable`, `load_balance`, `synchronous_standby`).
+    pub fn tags(&self) -> RoleTags {
+        RoleTags {
+            promotable: self.promotable,
+            load_balance: self.load_balance,
+            synchronous_standby: self.synchronous_standby,
+        }
     }
 
     /// The most a candidate's copy may lag for it to take the role (a

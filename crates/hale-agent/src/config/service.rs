@@ -25,7 +25,7 @@ pub struct ServiceSpec<C = CheckSpec> {
 /// `[[service]]` as written in hale.toml.
 pub type ServiceSection = ServiceSpec<CheckSection>;
 
-/// `[[service.check]]`: exactly one of `http`, `tcp`, `command`.
+/// `[[service.check]]`: exactly one of `http`, `tcp`, `command`, `postgres`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct CheckSection {
@@ -41,6 +41,10 @@ pub struct CheckSection {
     pub command: Option<Vec<String>>,
     /// Expected exit code (default 0).
     pub expect_exit: Option<i32>,
+    /// The `[role.postgres]` role whose server this check proves does its
+    /// job (`hale_postgres::check`: a primary commits a write, a replica
+    /// answers, both have disk to spare), not only accepts connections.
+    pub postgres: Option<String>,
     /// Time between runs (default 1 s).
     #[serde(default, with = "humantime_serde")]
     pub interval: Option<Duration>,
@@ -70,6 +74,13 @@ pub enum Probe {
         /// The exit code.
         exit: i32,
     },
+    /// Prove that a `[role.postgres]` role's local server does its job.
+    Postgres {
+        /// The role.
+        role: String,
+        /// Its server's settings (the role's `[role.postgres]`).
+        server: Box<hale_postgres::PostgresConfig>,
+    },
 }
 
 /// A validated check.
@@ -88,16 +99,31 @@ pub struct CheckSpec {
 }
 
 impl ServiceSection {
-    /// Validates the section; `i` is its index, for error messages.
-    pub fn validate(&self, i: usize) -> Result<ServiceSpec, ConfigError> {
+    /// Validates the section; `i` is its index, for error messages;
+    /// `postgres` finds a `[role.postgres]` role's settings by its name.
+    pub fn validate(
+        &self,
+        i: usize,
+        postgres: &dyn Fn(&str) -> Option<hale_postgres::PostgresConfig>,
+    ) -> Result<ServiceSpec, ConfigError> {
         if self.name.is_empty() {
             return Err(invalid(&format!("service[{i}].name"), "is empty"));
         }
         let mut checks = Vec::new();
         for (j, c) in self.checks.iter().enumerate() {
             let cf = |f: &str| format!("service[{i}].check[{j}].{f}");
-            let probe = match (&c.http, &c.tcp, &c.command) {
-                (Some(url), None, None) => {
+            let probe = match (&c.http, &c.tcp, &c.command, &c.postgres) {
+                (None, None, None, Some(role)) => match postgres(role) {
+                    Some(server) => Probe::Postgres {
+                        role: role.clone(),
+                        server: Box::new(server),
+                    },
+                    None => {
+                        let problem = format!("no [[role]] named {role:?} with [role.postgres]");
+                        return Err(invalid(&cf("postgres"), problem));
+                    }
+                },
+                (Some(url), None, None, None) => {
                     if !url.starts_with("http://") {
                         let problem = format!("{url:?} must start with http://");
                         return Err(invalid(&cf("http"), problem));
@@ -107,13 +133,14 @@ impl ServiceSection {
                         status: c.expect_status.unwrap_or(200),
                     }
                 }
-                (None, Some(addr), None) => Probe::Tcp(addr.clone()),
-                (None, None, Some(argv)) if !argv.is_empty() => Probe::Command {
+                (None, Some(addr), None, None) => Probe::Tcp(addr.clone()),
+                (None, None, Some(argv), None) if !argv.is_empty() => Probe::Command {
                     argv: argv.clone(),
                     exit: c.expect_exit.unwrap_or(0),
                 },
                 _ => {
-                    let problem = "a check needs exactly one of http, tcp or command (non-empty)";
+                    let problem =
+                        "a check needs exactly one of http, tcp, command (non-empty) or postgres";
                     return Err(invalid(&cf("http"), problem));
                 }
             };
@@ -127,6 +154,7 @@ impl ServiceSection {
                 Probe::Http { url, .. } => format!("http {url}"),
                 Probe::Tcp(a) => format!("tcp {a}"),
                 Probe::Command { argv, .. } => format!("command {}", argv[0]),
+                Probe::Postgres { role, .. } => format!("postgres {role}"),
             });
             checks.push(CheckSpec {
                 name,

@@ -7,8 +7,12 @@
 //!   its copy; a primary's position and synchronous standbys are the mark
 //!   its renewals publish), and the role's view shows it. A server carrying
 //!   the fence marker is never offered as a copy: it must rejoin first.
-//! * **Holder.** Keeps synchronous replication on while a standby streams
-//!   and off when none does ([`hale_postgres::maintain_synchronous`]).
+//! * **Holder.** Keeps quorum commit over the streaming standbys the lease
+//!   table names, and none when none streams unless strict
+//!   ([`hale_postgres::maintain_synchronous`]); its mark names every standby
+//!   the primary may wait for (`Named`). A standby set apart by its tags
+//!   (`synchronous_standby = false`, or `promotable = false`, as its member
+//!   metadata says: `SetApart`) is neither waited for nor named.
 //! * **Not the holder.** Follows what the control plane's lease table
 //!   says (read every 2 s):
 //!   - another node holds the role and is alive in this node's view: a
@@ -34,6 +38,7 @@
 //! a grant); the fence marker is removed only by a rejoin that reached
 //! streaming; while a rejoin runs the role's candidate offers no copy.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,8 +48,11 @@ use tokio::time::Instant;
 use hale_control::{DataState, Mark, RoleState};
 use hale_postgres::{PostgresConfig, RejoinStep, Standing, Upstream};
 
-use super::{RoleChange, RoleContext, RoleViews};
-use crate::runtime::Command;
+use super::changes::RoleChange;
+use super::peers;
+use super::set::RoleContext;
+use super::views::RoleViewWriter;
+use crate::membership::runtime::Command;
 use crate::view::{AgentEvent, MemberState, PostgresView};
 
 /// How often the server is measured.
@@ -57,25 +65,92 @@ const RETRY: Duration = Duration::from_secs(5);
 /// before it is rejoined (and so fenced): a blink of the network or of the
 /// holder's server must not cost a standby its place.
 const REJOIN_AFTER: Duration = Duration::from_secs(5);
+/// How long a standby stays named in the holder's mark after the primary
+/// last waited for it or saw it stream: longer than a renewal can be in
+/// flight (its deadline is its lease's end, 2 s by default), so that no
+/// renewal that dropped a name can be applied after the primary was told
+/// to wait for it again (see [`Named`]).
+const NAMED_FOR: Duration = Duration::from_secs(5);
+
+/// The standbys a holder names synchronous in its mark: those its primary
+/// waits for or that stream to it, each for [`NAMED_FOR`] after it was last
+/// seen so. The primary waits only for names the lease table already holds
+/// (`hale_postgres::wanted_setting`), so the table's names are always a
+/// superset of the standbys a commit may have waited for: what the
+/// grantor's proof under strict durability rests on.
+#[derive(Debug, Default)]
+struct Named {
+    seen: std::collections::BTreeMap<String, Instant>,
+}
+
+impl Named {
+    /// Notes `names` as seen `now`; answers every name seen within
+    /// [`NAMED_FOR`] (sorted).
+    fn note(&mut self, now: Instant, names: impl IntoIterator<Item = String>) -> Vec<String> {
+        for name in names {
+            self.seen.insert(name, now);
+        }
+        self.seen
+            .retain(|_, at| now.saturating_duration_since(*at) < NAMED_FOR);
+        self.seen.keys().cloned().collect()
+    }
+}
+
+/// The standbys a primary may not wait for, by their tags
+/// (`synchronous_standby = false` or `promotable = false`: [`peers`]), read
+/// from this node's membership view at most once per [`APART_EVERY`] while
+/// this node's server is a primary that standbys stream to.
+#[derive(Debug, Default)]
+struct SetApart {
+    names: BTreeSet<String>,
+    read: Option<Instant>,
+}
+
+/// How often a primary reads its standbys' tags (a member's reload reaches
+/// it a gossip round later anyway).
+const APART_EVERY: Duration = Duration::from_secs(1);
+
+impl SetApart {
+    /// The standbys set apart, as last read (read again when due); none
+    /// unless `standing` is a primary that standbys stream to.
+    async fn read(
+        &mut self,
+        ctx: &RoleContext,
+        role: &str,
+        standing: &Standing,
+        now: Instant,
+    ) -> BTreeSet<String> {
+        if hale_postgres::streaming(standing).is_empty() {
+            return BTreeSet::new();
+        }
+        if self.read.is_none_or(|t| now >= t + APART_EVERY) {
+            if let Some(found) = peers::of_role(&ctx.cmds, role).await {
+                self.names = peers::never_waited(&found);
+            }
+            self.read = Some(now);
+        }
+        self.names.clone()
+    }
+}
 
 /// One `[role.postgres]` role's keeper: see the module documentation.
+/// Built with `Keeper::new`, run with [`Keeper::run`].
 pub struct Keeper {
     /// The server's settings.
-    pub cfg: PostgresConfig,
+    cfg: PostgresConfig,
     /// The role.
-    pub role: String,
+    role: String,
     /// What the agent's role managers share: this node's name (its
     /// replication slot and `application_name`), the control plane (the
     /// lease table names the holder), the membership driver (the holder's
     /// address), where events are reported.
-    pub ctx: Arc<RoleContext>,
-    /// The agent's role views (this role's state is read, its PostgreSQL
-    /// view written).
-    pub views: RoleViews,
+    ctx: Arc<RoleContext>,
+    /// This role's view (its state is read, its PostgreSQL view written).
+    view: RoleViewWriter,
     /// To the role's manager: what the server says of its data.
-    pub data: watch::Sender<DataState>,
+    data: watch::Sender<DataState>,
     /// Fires when the agent stops.
-    pub stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 }
 
 /// How this node's server has been following the holder (owned by
@@ -102,6 +177,27 @@ enum TableSays {
 }
 
 impl Keeper {
+    /// The keeper of `role`'s server (`cfg`), sharing the managers' `ctx`,
+    /// writing the role's view through `view`, telling the role's manager
+    /// what it measures of the data on `data`, until `stop` fires.
+    pub(crate) fn new(
+        cfg: PostgresConfig,
+        role: String,
+        ctx: Arc<RoleContext>,
+        view: RoleViewWriter,
+        data: watch::Sender<DataState>,
+        stop: watch::Receiver<bool>,
+    ) -> Keeper {
+        Keeper {
+            cfg,
+            role,
+            ctx,
+            view,
+            data,
+            stop,
+        }
+    }
+
     /// Runs until the agent stops.
     pub async fn run(mut self) {
         let mut tick = tokio::time::interval(EVERY);
@@ -111,6 +207,8 @@ impl Keeper {
         let mut table_read: Option<Instant> = None;
         let mut retry_after: Option<Instant> = None;
         let mut track = Following::default();
+        let mut named = Named::default();
+        let mut apart = SetApart::default();
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
@@ -136,13 +234,22 @@ impl Keeper {
                 (table, paused) = self.read_table().await;
                 table_read = Some(now);
             }
+            // The standbys this primary may not wait for (their tags).
+            let never = apart.read(&self.ctx, &self.role, &standing, now).await;
             let data = match &standing {
                 Standing::Primary { lsn, .. }
                     if following && !fenced && self.offers_own_primary(&table) =>
                 {
                     DataState::Copy(*lsn)
                 }
-                _ => data_state(&standing, fenced),
+                _ => match data_state(&standing, fenced, &never) {
+                    DataState::Primary(mark) => DataState::Primary(Mark {
+                        synchronous: named.note(now, mark.synchronous),
+                        strict: self.cfg.strict,
+                        ..mark
+                    }),
+                    other => other,
+                },
             };
             self.data.send_replace(data);
             self.publish(|v| {
@@ -152,8 +259,31 @@ impl Keeper {
             });
             match state {
                 RoleState::Holder => {
-                    if let Err(e) = hale_postgres::maintain_synchronous(&self.cfg, &standing).await
-                    {
+                    // Only standbys the table names may be waited for: the
+                    // table (committed state) is read only when a streaming
+                    // standby is not waited for yet, the one case that adds a
+                    // name; otherwise the names in effect are admitted
+                    // already (none is added, one that stopped streaming
+                    // leaves). With no server answering, likewise: a primary
+                    // cut off from the control plane must not wait for a
+                    // dead standby.
+                    let in_effect = match &standing {
+                        Standing::Primary { synchronous, .. } => {
+                            hale_postgres::Waits::parse(synchronous).names()
+                        }
+                        _ => Default::default(),
+                    };
+                    let mut may_add = hale_postgres::streaming(&standing);
+                    may_add.retain(|n| !never.contains(n));
+                    let adds = !may_add.is_subset(&in_effect);
+                    let admitted = match adds {
+                        true => self.admitted().await.unwrap_or(in_effect),
+                        false => in_effect,
+                    };
+                    let sync = hale_postgres::maintain_synchronous(
+                        &self.cfg, &standing, &admitted, &never,
+                    );
+                    if let Err(e) = sync.await {
                         tracing::warn!(role = %self.role, error = %e, "postgres: synchronous replication");
                     }
                 }
@@ -181,13 +311,28 @@ impl Keeper {
         };
         let lease = table.role(&self.role);
         let paused = lease.is_some_and(|r| r.paused);
-        let mark = lease.and_then(|r| r.mark.as_ref()).map(|m| m.position);
-        self.publish(|v| v.primary_lsn = mark);
+        let mark = lease.and_then(|r| r.mark.as_ref());
+        let synchronous = mark.is_some_and(|m| m.synchronous.contains(&self.ctx.node));
+        self.publish(|v| {
+            v.primary_lsn = mark.map(|m| m.position);
+            v.synchronous = synchronous;
+        });
         let says = match lease {
             Some(r) if r.epoch > 0 => r.holder.clone().map_or(TableSays::Free, TableSays::Held),
             _ => TableSays::NeverGranted,
         };
         (says, paused)
+    }
+
+    /// The standbys the lease table's last mark of the role names
+    /// synchronous (`None` when no server answered).
+    async fn admitted(&self) -> Option<std::collections::BTreeSet<String>> {
+        let table = self.ctx.control.table().await?;
+        let mark = table.role(&self.role).and_then(|r| r.mark.as_ref());
+        Some(
+            mark.map(|m| m.synchronous.iter().cloned().collect())
+                .unwrap_or_default(),
+        )
     }
 
     /// Whether a primary on this node that does not act as holder may be
@@ -320,18 +465,18 @@ impl Keeper {
     async fn rejoin(&mut self, holder: &str, upstream: &Upstream) -> bool {
         self.data.send_replace(DataState::Unknown);
         let slot = self.cfg.slot_name(&self.ctx.node);
-        let (role, on_change, views) = (
+        let (role, on_change, view) = (
             self.role.clone(),
             self.ctx.on_change.clone(),
-            self.views.clone(),
+            self.view.clone(),
         );
         let from = holder.to_owned();
         let report = move |step: RejoinStep| {
-            if let Some(v) = views.lock().expect("role views lock").get_mut(&role) {
+            view.update_existing(|v| {
                 let pg = v.postgres.get_or_insert_with(PostgresView::default);
                 pg.rejoin = Some(step);
                 pg.error = None;
-            }
+            });
             let (role, upstream) = (role.clone(), from.clone());
             let e = match step {
                 RejoinStep::Rejoining => AgentEvent::Rejoining { role, upstream },
@@ -364,7 +509,7 @@ impl Keeper {
     /// membership view, at this role's port (every member's server listens
     /// on the same port), and whether the member is alive.
     async fn upstream(&self, name: &str) -> Option<(Upstream, bool)> {
-        let snap = crate::runtime::ask(&self.ctx.cmds, Command::Snapshot).await?;
+        let snap = crate::membership::runtime::ask(&self.ctx.cmds, Command::Snapshot).await?;
         let m = snap.members.iter().find(|m| m.name == name)?;
         let addr: std::net::SocketAddr = m.addr.parse().ok()?;
         let upstream = Upstream {
@@ -375,21 +520,13 @@ impl Keeper {
     }
 
     fn state(&self) -> RoleState {
-        let views = self.views.lock().expect("role views lock");
-        views
-            .get(&self.role)
-            .map_or(RoleState::Ineligible, |v| v.state)
+        self.view
+            .read(|v| v.map_or(RoleState::Ineligible, |v| v.state))
     }
 
     fn publish(&self, f: impl FnOnce(&mut PostgresView)) {
-        if let Some(v) = self
-            .views
-            .lock()
-            .expect("role views lock")
-            .get_mut(&self.role)
-        {
-            f(v.postgres.get_or_insert_with(PostgresView::default));
-        }
+        self.view
+            .update_existing(|v| f(v.postgres.get_or_insert_with(PostgresView::default)));
     }
 
     fn emit(&self, e: AgentEvent) {
@@ -398,19 +535,34 @@ impl Keeper {
 }
 
 /// What the server says of its data, for the role's `Holder`: a replica's
-/// replayed position (unless fenced: it must rejoin first), a primary's
-/// position and synchronous standbys.
-pub fn data_state(standing: &Standing, fenced: bool) -> DataState {
+/// copy (unless fenced: it must rejoin first), the furthest of the WAL it
+/// received and flushed and the WAL it replayed (a promotion replays all it
+/// received: a commit it flushed is one it holds); a primary's position and
+/// the standbys it waits for or that stream to it, except those in `never`
+/// that it does not wait for (a standby that may not be waited for is
+/// never named in the mark once the primary has stopped waiting for it, so
+/// that the control plane never ranks it as a synchronous copy; the mark's
+/// names stay a superset of those a commit may have waited for).
+pub fn data_state(standing: &Standing, fenced: bool, never: &BTreeSet<String>) -> DataState {
     match standing {
-        Standing::Replica { replay_lsn, .. } if !fenced => DataState::Copy(*replay_lsn),
-        Standing::Primary { lsn, standbys, .. } => DataState::Primary(Mark {
-            position: *lsn,
-            synchronous: standbys
-                .iter()
-                .filter(|s| s.sync)
-                .map(|s| s.name.clone())
-                .collect(),
-        }),
+        Standing::Replica {
+            receive_lsn,
+            replay_lsn,
+            ..
+        } if !fenced => DataState::Copy((*replay_lsn).max(receive_lsn.unwrap_or(0))),
+        Standing::Primary {
+            lsn, synchronous, ..
+        } => {
+            let mut names = hale_postgres::Waits::parse(synchronous).names();
+            let streaming = hale_postgres::streaming(standing);
+            names.extend(streaming.into_iter().filter(|n| !never.contains(n)));
+            names.remove(hale_postgres::NO_STANDBY);
+            DataState::Primary(Mark {
+                position: *lsn,
+                synchronous: names.into_iter().collect(),
+                strict: false,
+            })
+        }
         Standing::Replica { .. } | Standing::Down => DataState::Unknown,
     }
 }
@@ -421,7 +573,7 @@ mod tests {
     use hale_postgres::StandbyState;
 
     #[test]
-    fn a_fenced_replica_offers_no_copy_and_a_primary_names_its_synchronous_standbys() {
+    fn a_fenced_replica_offers_no_copy_and_a_primary_names_every_standby_it_may_wait_for() {
         let replica = Standing::Replica {
             receive_lsn: Some(10),
             replay_lsn: 8,
@@ -432,8 +584,9 @@ mod tests {
             upstream_port: Some(5432),
             timeline: 2,
         };
-        assert_eq!(data_state(&replica, false), DataState::Copy(8));
-        assert_eq!(data_state(&replica, true), DataState::Unknown);
+        let none = BTreeSet::new();
+        assert_eq!(data_state(&replica, false, &none), DataState::Copy(10));
+        assert_eq!(data_state(&replica, true, &none), DataState::Unknown);
         let standby = |name: &str, sync| StandbyState {
             name: name.into(),
             sync,
@@ -441,18 +594,37 @@ mod tests {
             replay_lsn: None,
             state: hale_postgres::SenderState::Streaming,
         };
+        // b is waited for, c streams (not yet admitted), d waited for
+        // but gone: all named.
         let primary = Standing::Primary {
             lsn: 99,
             timeline: 2,
             standbys: vec![standby("b", true), standby("c", false)],
+            synchronous: r#"ANY 1 ("b", "d")"#.into(),
         };
         assert_eq!(
-            data_state(&primary, false),
+            data_state(&primary, false, &none),
             DataState::Primary(Mark {
                 position: 99,
-                synchronous: vec!["b".into()]
+                synchronous: vec!["b".into(), "c".into(), "d".into()],
+                strict: false,
             })
         );
-        assert_eq!(data_state(&Standing::Down, false), DataState::Unknown);
+        assert_eq!(
+            data_state(&Standing::Down, false, &none),
+            DataState::Unknown
+        );
+        // b and c may not be waited for (their tags): c, streaming and not
+        // waited for, is left out; b, still waited for, stays named until
+        // the primary no longer waits for it.
+        let never = BTreeSet::from(["b".to_owned(), "c".to_owned()]);
+        assert_eq!(
+            data_state(&primary, false, &never),
+            DataState::Primary(Mark {
+                position: 99,
+                synchronous: vec!["b".into(), "d".into()],
+                strict: false,
+            })
+        );
     }
 }

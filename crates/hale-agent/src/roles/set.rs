@@ -16,11 +16,18 @@ use tokio::time::Instant;
 use hale_control::raft::ControlClient;
 use hale_control::LeaseTiming;
 
-use super::{postgres, LeaseRequests, OnRoleChange, RoleManager, RoleOrder, RoleViews, Watchdogs};
+use super::changes::OnRoleChange;
+use super::manager::ManagerHandle;
+use super::manager::RoleManager;
+use super::postgres;
+use super::requests::LeaseRequests;
+use super::views::RoleViewTable;
+use super::views::RoleViews;
+use super::watchdogs::Watchdogs;
 use crate::config::RoleSpec;
-use crate::published::Published;
-use crate::runtime::Command;
-use crate::services::Services;
+use crate::membership::published::Published;
+use crate::membership::runtime::Command;
+use crate::roles::services::Services;
 
 /// What every role manager of the agent shares.
 pub struct RoleContext {
@@ -58,8 +65,7 @@ pub struct RoleContext {
 /// One running candidacy.
 struct Running {
     stop: watch::Sender<bool>,
-    handover: mpsc::Sender<Option<String>>,
-    orders: mpsc::UnboundedSender<RoleOrder>,
+    manager: ManagerHandle,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -74,7 +80,8 @@ pub struct RoleSet {
     /// What managers share; `None` without a control plane (no role can
     /// run) and once the agent stops.
     ctx: Mutex<Option<Arc<RoleContext>>>,
-    views: RoleViews,
+    /// The role views' owner ([`super::views`]).
+    views: RoleViewTable,
     published: Arc<Published>,
     running: Mutex<BTreeMap<String, Running>>,
 }
@@ -90,18 +97,19 @@ impl std::fmt::Debug for RoleSet {
 impl RoleSet {
     /// No candidacies yet, with `ctx` to run them (None: this agent has no
     /// control plane), publishing candidacies in `published` and role
-    /// states in `views`.
-    pub(crate) fn new(
-        ctx: Option<RoleContext>,
-        views: RoleViews,
-        published: Arc<Published>,
-    ) -> RoleSet {
+    /// states in its role views ([`RoleSet::views`]).
+    pub(crate) fn new(ctx: Option<RoleContext>, published: Arc<Published>) -> RoleSet {
         RoleSet {
             ctx: Mutex::new(ctx.map(Arc::new)),
-            views,
+            views: RoleViewTable::new(),
             published,
             running: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// A reader of this node's role views.
+    pub fn views(&self) -> RoleViews {
+        self.views.readers()
     }
 
     /// Whether roles can run here (the agent has a control plane and is
@@ -121,43 +129,32 @@ impl RoleSet {
             return;
         }
         let (stop, stop_rx) = watch::channel(false);
-        let (handover, handover_rx) = mpsc::channel(1);
-        let (orders, orders_rx) = mpsc::unbounded_channel();
         let mut tasks = Vec::new();
         let data = spec.postgres.as_ref().map(|pg| {
             let (data, rx) = watch::channel(hale_control::DataState::Unknown);
-            let keeper = postgres::Keeper {
-                cfg: pg.clone(),
-                role: spec.name.clone(),
-                ctx: ctx.clone(),
-                views: self.views.clone(),
+            let keeper = postgres::Keeper::new(
+                pg.clone(),
+                spec.name.clone(),
+                ctx.clone(),
+                self.views.writer(&spec.name, spec.priority, spec.tags()),
                 data,
-                stop: stop_rx.clone(),
-            };
+                stop_rx.clone(),
+            );
             tasks.push(tokio::spawn(keeper.run()));
             rx
         });
-        let (name, priority) = (spec.name.clone(), spec.priority);
-        let mgr = RoleManager {
-            spec,
-            ctx,
-            views: self.views.clone(),
-            stop: stop_rx,
-            handover: handover_rx,
-            orders: orders_rx,
-            data,
-        };
+        let (name, priority, tags) = (spec.name.clone(), spec.priority, spec.tags());
+        let view = self.views.writer(&spec.name, spec.priority, tags);
+        let (mgr, manager) = RoleManager::new(spec, ctx, view, stop_rx);
+        let mgr = mgr.with_data(data);
         // Published before the manager runs: its first `Eligible` would
         // otherwise find no candidacy to change, and the role would stay
         // published as not eligible while its checks pass.
-        self.published.update(|m| {
-            m.roles.insert(name.clone(), (priority, false).into());
-        });
+        self.published.start(&name, priority, tags);
         tasks.push(tokio::spawn(mgr.run()));
         let running = Running {
             stop,
-            handover,
-            orders,
+            manager,
             tasks,
         };
         self.running
@@ -189,17 +186,18 @@ impl RoleSet {
     /// Where handovers of `role` go, if this node is a candidate for it.
     pub fn handover(&self, role: &str) -> Option<mpsc::Sender<Option<String>>> {
         let running = self.running.lock().expect("role set lock");
-        running.get(role).map(|r| r.handover.clone())
+        running.get(role).map(|r| r.manager.handover())
     }
 
     /// Gives the candidacy its new settings `spec` (see
-    /// [`RoleOrder::Retune`]); its new priority is published at once.
+    /// `RoleOrder::Retune`); its new priority and tags are published at
+    /// once.
     pub fn retune(&self, spec: RoleSpec) {
-        let (name, priority) = (spec.name.clone(), spec.priority);
+        let (name, priority, tags) = (spec.name.clone(), spec.priority, spec.tags());
         if let Some(r) = self.running.lock().expect("role set lock").get(&name) {
-            let _ = r.orders.send(RoleOrder::Retune(Box::new(spec)));
+            r.manager.retune(spec);
         }
-        self.published.candidacy(&name, |c| c.priority = priority);
+        self.published.retune(&name, priority, tags);
     }
 
     /// Ends the candidacy for `role` unless this node holds a lease of it
@@ -210,9 +208,7 @@ impl RoleSet {
         let (tx, rx) = oneshot::channel();
         let sent = {
             let running = self.running.lock().expect("role set lock");
-            running
-                .get(role)
-                .is_some_and(|r| r.orders.send(RoleOrder::Retire(tx)).is_ok())
+            running.get(role).is_some_and(|r| r.manager.retire(tx))
         };
         // A manager that is gone (or never ran) holds nothing.
         if sent && rx.await == Ok(false) {
@@ -225,10 +221,8 @@ impl RoleSet {
                 let _ = tokio::time::timeout(Duration::from_secs(15), t).await;
             }
         }
-        self.views.lock().expect("role views lock").remove(role);
-        self.published.update(|m| {
-            m.roles.remove(role);
-        });
+        self.views.remove(role);
+        self.published.remove(role);
         Ok(())
     }
 

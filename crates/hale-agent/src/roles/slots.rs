@@ -49,16 +49,8 @@ impl Drop for HookPermit {
     }
 }
 
-/// How many hooks run and wait now.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct SlotCounts {
-    /// Hooks holding a slot.
-    pub running: usize,
-    /// Hooks waiting for one.
-    pub queued: usize,
-    /// The bound.
-    pub limit: usize,
-}
+/// How many hooks run and wait now (a shape of the API: [`crate::view`]).
+pub use crate::view::SlotCounts;
 
 impl HookSlots {
     /// `limit` slots (at least one).

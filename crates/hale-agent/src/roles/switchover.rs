@@ -74,8 +74,8 @@ pub fn readiness(
     };
     // Replayed, not only flushed: a promotion replays what it received
     // before it takes writes, so a target whose replay is held back would
-    // keep the service down that much longer (and the grantor judges the
-    // replayed position too).
+    // keep the service down that much longer (the grantor judges the
+    // furthest of what the target received and replayed).
     let lag = hale_postgres::lag_bytes(*lsn, s.replay_lsn.or(s.flush_lsn).unwrap_or(0));
     if lag > max_lag {
         return Readiness::Waiting(Behind::Lagging {
@@ -105,6 +105,7 @@ mod tests {
                 lsn: 10_000,
                 timeline: 1,
                 standbys,
+                synchronous: String::new(),
             }),
             ..PostgresView::default()
         }

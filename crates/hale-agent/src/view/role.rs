@@ -10,6 +10,69 @@ use hale_control::RoleState;
 
 use super::MemberState;
 
+/// What sets a node apart among a role's candidates, as its `[[role]]`
+/// says (Patroni's tags, the other way up): whether it may be promoted,
+/// whether load balancers may send it reads, whether a primary may wait
+/// for its flush. Each is `true` unless set `false`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RoleTags {
+    /// It may take the role (`promotable`; `false` is Patroni's
+    /// `nofailover`): never granted it otherwise, by failover, switchover
+    /// or handover, even as the last node standing.
+    pub promotable: bool,
+    /// Load balancers may send it reads (`load_balance`; `false` is
+    /// Patroni's `noloadbalance`): otherwise `/replica` and `/read-only`
+    /// answer 503 while it is a standby.
+    pub load_balance: bool,
+    /// A `[role.postgres]` role's primary may wait for its flush
+    /// (`synchronous_standby`; `false` is Patroni's `nosync`): otherwise
+    /// it is never named in `synchronous_standby_names` nor in the
+    /// holder's mark.
+    pub synchronous_standby: bool,
+}
+
+impl Default for RoleTags {
+    fn default() -> RoleTags {
+        RoleTags {
+            promotable: true,
+            load_balance: true,
+            synchronous_standby: true,
+        }
+    }
+}
+
+impl RoleTags {
+    /// Whether every setting is `true`, the default (written as nothing).
+    pub fn is_default(&self) -> bool {
+        *self == RoleTags::default()
+    }
+
+    /// Whether a primary may wait for this node's flush: it is a
+    /// synchronous standby and it may be promoted. A copy that is never
+    /// promoted is never waited for either: a commit only it acknowledged
+    /// would be missing from the next primary (and, under strict
+    /// durability, the next primary could never be proven to hold it).
+    pub fn may_be_waited_for(&self) -> bool {
+        self.synchronous_standby && self.promotable
+    }
+
+    /// What these settings say in a sentence (`None`: all default).
+    pub fn describe(&self) -> Option<String> {
+        let mut out = Vec::new();
+        if !self.promotable {
+            out.push("never promoted (promotable = false)");
+        }
+        if !self.load_balance {
+            out.push("takes no load-balanced reads (load_balance = false)");
+        }
+        if !self.synchronous_standby {
+            out.push("never a synchronous standby (synchronous_standby = false)");
+        }
+        (!out.is_empty()).then(|| out.join(", "))
+    }
+}
+
 /// This node's view of one of its roles, for the API.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct RoleView {
@@ -49,6 +112,15 @@ pub struct RoleView {
     /// A PostgreSQL role (`[role.postgres]`): this node's server as last measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub postgres: Option<PostgresView>,
+    /// This node's settings that set it apart for the role (omitted when
+    /// every one is `true`, the default).
+    #[serde(default, skip_serializing_if = "RoleTags::is_default")]
+    pub tags: RoleTags,
+    /// A holder that may not be promoted (`promotable = false`, set by a
+    /// reload while it held the role) hands it over once another node can
+    /// take it: until then, why none can yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handover_waits: Option<String>,
     /// Until when this node may act as holder, on this agent's clock.
     #[serde(skip)]
     pub valid_until: Option<Instant>,
@@ -72,6 +144,11 @@ pub struct PostgresView {
     /// This node's `max_lag_on_failover` (bytes): the most its copy may lag
     /// for it to be promoted.
     pub max_lag: Option<u64>,
+    /// The holder's last mark names this node synchronous (the primary may
+    /// wait for its flush: quorum commit), as the control plane's table said
+    /// when this node last read it.
+    #[serde(default)]
+    pub synchronous: bool,
 }
 
 impl PostgresView {
@@ -160,6 +237,10 @@ pub struct ReplicaView {
     /// the holder's last mark (`None`: not known, or no replication).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lag: Option<u64>,
+    /// Why the answer is 503 when this node's settings make it so (a
+    /// standby set `load_balance = false`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// One candidate for a role, as `GET /v1/cluster/roles` lists it.
@@ -169,12 +250,18 @@ pub struct CandidateView {
     pub node: String,
     /// Its priority for the role.
     pub priority: i64,
-    /// Whether it says it may hold the role (healthy and ready).
+    /// Whether it says it may take the role now: healthy and ready, and
+    /// promotable (`false` for a node set `promotable = false`, whatever
+    /// its checks say).
     pub eligible: bool,
     /// Its membership state, as this agent sees it.
     pub member_state: MemberState,
     /// Whether it holds the role.
     pub holder: bool,
+    /// Its settings that set it apart, as it publishes them (omitted when
+    /// every one is `true`; an agent before 0.2.0 publishes none).
+    #[serde(default, skip_serializing_if = "RoleTags::is_default")]
+    pub tags: RoleTags,
 }
 
 /// One role across the cluster.
@@ -200,6 +287,12 @@ pub struct ClusterRoleView {
     /// A planned switchover ordered for the current holding, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub switchover: Option<hale_control::Switchover>,
+    /// Nobody holds the role, or its holder is not alive (the table names
+    /// a lapsed holder until another is granted the role), it is not
+    /// paused, and no live candidate may take it: why, candidate by
+    /// candidate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unheld: Option<String>,
 }
 
 /// `GET /v1/cluster/roles`: every role's holder and candidates.

@@ -36,6 +36,12 @@ pub const PRIMARY: &str = "/v1/roles/{role}/primary";
 pub const REPLICA: &str = "/v1/roles/{role}/replica";
 /// `GET`: 200 if reads may go to this node (holder or ready replica).
 pub const READ_ONLY: &str = "/v1/roles/{role}/read-only";
+/// `GET`: 200 on a streaming standby the primary may wait for (quorum).
+pub const SYNC: &str = "/v1/roles/{role}/sync";
+/// `GET`: 200 on a streaming standby the primary does not wait for.
+pub const ASYNC: &str = "/v1/roles/{role}/async";
+/// `GET`: a role's failover history, from the control plane (`?limit=N`).
+pub const HISTORY: &str = "/v1/roles/{role}/history";
 /// `POST`: add a control-plane server.
 pub const CONTROL_SERVERS: &str = "/v1/control/servers";
 /// `POST`: remove a control-plane server.

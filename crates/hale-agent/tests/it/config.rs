@@ -294,3 +294,48 @@ fn keys_saved_by_a_live_rotation_win_over_the_configured_keys_until_the_file_is_
     assert_eq!(c.keyring.unwrap().primary(), &old);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_postgres_check_takes_its_servers_settings_from_the_role_it_names_and_an_unknown_role_is_an_error(
+) {
+    let file = |role: &str| {
+        format!(
+            r#"
+            [[service]]
+            name = "postgres"
+            essential = true
+            [[service.check]]
+            postgres = "{role}"
+            interval = "250ms"
+            timeout = "500ms"
+            [[role]]
+            name = "db"
+            service = "postgres"
+            [role.postgres]
+            data_dir = "/srv/pg/main"
+            port = 5433
+            strict = true
+            "#
+        )
+    };
+    let c = FileConfig::parse(&file("db"), "t")
+        .unwrap()
+        .validate()
+        .unwrap();
+    let check = &c.services[0].checks[0];
+    assert_eq!(check.name, "postgres db");
+    let hale_agent::config::Probe::Postgres { role, server } = &check.probe else {
+        panic!("{:?}", check.probe);
+    };
+    assert_eq!(role, "db");
+    assert_eq!((server.port, server.strict), (5433, true));
+    assert_eq!(
+        server.data_dir,
+        std::path::PathBuf::from("/srv/pg/main"),
+        "the role's own settings"
+    );
+    assert_eq!(bad_field(&file("cache")), "service[0].check[0].postgres");
+    // strict needs synchronous.
+    let lax = file("db").replace("strict = true", "strict = true\nsynchronous = false");
+    assert_eq!(bad_field(&lax), "role[0].postgres");
+}

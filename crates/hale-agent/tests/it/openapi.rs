@@ -13,17 +13,18 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use hale_agent::view::ClockReport;
-use hale_agent::view::RoleView;
 use hale_agent::view::{
     CandidateView, ClusterRoleView, ClusterRolesView, ClusterServicesView, HealthView, LeaseView,
     NodeServicesView, PrimaryView, ReplicaView, RolesView,
 };
+use hale_agent::view::{Cause, Change, HistoryView};
 use hale_agent::view::{CheckResult, CheckView, ServiceView};
 use hale_agent::view::{ConfigChange, RefusedKey, ReloadRefusal, ReloadView};
 use hale_agent::view::{DrillView, FaultView, RestoredView, TrafficView};
 use hale_agent::view::{ErrorBody, HandoverView};
 use hale_agent::view::{KeyOpError, KeyReport, KeyView, KeysView};
 use hale_agent::view::{Lagging, PauseView, PostgresView, SwitchoverRequest, SwitchoverView};
+use hale_agent::view::{RoleTags, RoleView};
 use hale_agent::{EventView, EvidenceView, MemberView, RelayView, UpstreamView};
 use hale_control::raft::ControlStatus;
 use hale_postgres::{StandbyState, Standing};
@@ -186,18 +187,31 @@ fn samples() -> BTreeMap<String, Vec<Value>> {
     let primary = json!({"standing": "primary", "lsn": 50_331_648, "timeline": 2,
         "standbys": [{"name": "b", "sync": true, "flush_lsn": 50_331_648,
         "replay_lsn": 50_331_000, "state": "streaming"}, {"name": "c", "sync": false,
-        "flush_lsn": null, "replay_lsn": null, "state": "catchup"}]});
+        "flush_lsn": null, "replay_lsn": null, "state": "catchup"}],
+        "synchronous": "ANY 1 (\"b\")"});
     let pg_role = |standing: Value, lagging: Option<Value>| {
         let mut r = role(None);
         r["postgres"] = json!({"standing": standing, "fenced": lagging.is_none(),
-            "rejoin": "rewound", "error": null, "primary_lsn": 50_331_648, "max_lag": 1_048_576});
+            "rejoin": "rewound", "error": null, "primary_lsn": 50_331_648, "max_lag": 1_048_576,
+            "synchronous": lagging.is_none()});
         match lagging {
             Some(l) => r["lagging"] = l,
             None => r["paused"] = json!(true),
         }
         r
     };
+    let tags = json!({"promotable": false, "load_balance": false, "synchronous_standby": false});
+    let mut tagged_role = role(Some(3));
+    tagged_role["tags"] = tags.clone();
+    tagged_role["handover_waits"] = json!(
+        "keeps the role until another node can take it: \
+        no other live candidate may take the role (its checks pass and it may be promoted)"
+    );
     let lease = json!({"holder": "n0", "epoch": 3});
+    let first_grant = json!({"seq": 1, "epoch": 1, "holder": "n0",
+        "at_unix_ms": 1_764_727_200_000_u64, "cause": {"kind": "first-grant"}});
+    let expired = json!({"seq": 2, "epoch": 2, "holder": "n1", "at_unix_ms": 1_764_727_260_000_u64,
+        "cause": {"kind": "lease-expired", "previous": "n0"}});
     let candidate = json!({"node": "n0", "priority": 100, "eligible": true,
         "member_state": "alive", "holder": true});
     let cluster_role = json!({"role": "db", "holder": "n0", "epoch": 3,
@@ -237,8 +251,30 @@ fn samples() -> BTreeMap<String, Vec<Value>> {
         "Role": RoleView = (pg_role(replica.clone(), Some(json!({"lag": 16_777_216, "max_lag": 1_048_576}))));
         "Role": RoleView = (pg_role(primary.clone(), None));
         "Role": RoleView = (pg_role(json!({"standing": "down"}), None));
+        "Role": RoleView = (tagged_role.clone());
+        "RoleTags": RoleTags = (tags.clone());
+        "RoleTags": RoleTags = {"promotable": true, "load_balance": true, "synchronous_standby": true};
         "Lagging": Lagging = {"lag": 16_777_216, "max_lag": 1_048_576};
         "Pause": PauseView = {"role": "db", "paused": true};
+        "History": HistoryView = {"role": "db", "changes": [first_grant, expired]};
+        "Change": Change = (first_grant.clone());
+        "Change": Change = (expired.clone());
+        "Change": Change = {"seq": 3, "epoch": 2, "holder": null, "at_unix_ms": null,
+            "cause": {"kind": "released", "previous": "n1", "reason": "service-failing",
+            "next": null}};
+        "Cause": Cause = {"kind": "first-grant"};
+        "Cause": Cause = {"kind": "lease-expired", "previous": "n0"};
+        "Cause": Cause = {"kind": "after-release", "previous": "n0", "named": "n2"};
+        "Cause": Cause = {"kind": "after-release", "previous": null, "named": null};
+        "Cause": Cause = {"kind": "switchover-done", "previous": "n0"};
+        "Cause": Cause = {"kind": "released", "previous": "n1", "reason": null, "next": "n2"};
+        "Cause": Cause = {"kind": "released", "previous": "n1", "reason": "switchover",
+            "next": "n2"};
+        "Cause": Cause = {"kind": "switchover-ordered", "to": "n1", "at_unix_ms": 0, "by": "n2"};
+        "Cause": Cause = {"kind": "switchover-cancelled", "to": "n1", "by": null};
+        "Cause": Cause = {"kind": "paused", "by": "n2"};
+        "Cause": Cause = {"kind": "resumed", "by": "n2", "forced": true};
+        "Cause": Cause = {"kind": "unknown"};
         "Lease": LeaseView = {"holder": "n0", "epoch": 3, "paused": true};
         "Lease": LeaseView = {"holder": "n0", "epoch": 3, "paused": true, "kept": true};
         "Lease": LeaseView = {"holder": "n0", "epoch": 3,
@@ -258,18 +294,26 @@ fn samples() -> BTreeMap<String, Vec<Value>> {
         "Standby": StandbyState = (primary["standbys"][0].clone());
         "Standby": StandbyState = (primary["standbys"][1].clone());
         "PostgresView": PostgresView = {"standing": null, "fenced": true, "rejoin": null,
-            "error": "connection refused", "primary_lsn": null, "max_lag": null};
+            "error": "connection refused", "primary_lsn": null, "max_lag": null,
+            "synchronous": false};
         "Roles": RolesView = {"control_plane": true, "leader": 1, "leases": {"db": lease},
             "local": [role(Some(3))]};
         "Primary": PrimaryView = {"role": "db", "state": "holder", "epoch": 3,
             "lease_left_ms": 900};
         "Replica": ReplicaView = {"role": "db", "state": "standby"};
         "Replica": ReplicaView = {"role": "db", "state": "standby", "lag": 4096};
+        "Replica": ReplicaView = {"role": "db", "state": "standby",
+            "reason": "this node takes no load-balanced reads (load_balance = false in its [[role]])"};
         "Handover": HandoverView = {"handover": "db"};
         "Candidate": CandidateView = candidate;
+        "Candidate": CandidateView = {"node": "n2", "priority": 5, "eligible": false,
+            "member_state": "alive", "holder": false, "tags": tags};
         "ClusterRole": ClusterRoleView = cluster_role;
         "ClusterRole": ClusterRoleView = {"role": "db", "holder": null, "epoch": 0, "holder_state": null,
             "lease_left_ms": null, "held_since_unix_ms": null, "candidates": [], "paused": true};
+        "ClusterRole": ClusterRoleView = {"role": "db", "holder": null, "epoch": 4, "holder_state": null,
+            "lease_left_ms": null, "held_since_unix_ms": null, "candidates": [],
+            "unheld": "no live candidate may take the role: n2 may not be promoted (promotable = false)"};
         "ClusterRole": ClusterRoleView = {"role": "db", "holder": "n0", "epoch": 3, "holder_state": "holder",
             "lease_left_ms": 900, "held_since_unix_ms": 5, "candidates": [],
             "switchover": {"to": "n1", "at_unix_ms": 0}};

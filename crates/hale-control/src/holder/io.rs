@@ -8,7 +8,7 @@ use hale_core::Time;
 use serde::{Deserialize, Serialize};
 
 use crate::history::HookKind;
-use crate::lease::{AcquireRequest, LeaseRequest, LeaseTiming};
+use crate::lease::{AcquireRequest, LeaseRequest, LeaseTiming, ReleaseReason};
 use crate::replication::Mark;
 
 /// A role candidacy's fixed settings.
@@ -20,6 +20,15 @@ pub struct HolderConfig {
     pub node: String,
     /// Higher wins among healthy, ready candidates.
     pub priority: i64,
+    /// Whether this node may take the role (`promotable` in its
+    /// `[[role]]`). A node that may not never asks for it, so that the
+    /// control plane never grants it, whatever else asks or does not: it
+    /// follows the holder as a standby (its state says
+    /// [`RoleState::Standby`] while its checks pass) and gives a grant
+    /// that reaches it anyway straight back. A holder retuned to `false`
+    /// keeps its holding: the agent hands it over once another node can
+    /// take it ([`Holder::handle_handover`](super::Holder::handle_handover)).
+    pub promotable: bool,
     /// Lease timing (must match the control plane's).
     pub timing: LeaseTiming,
     /// Hard limit on each hook's run time.
@@ -151,6 +160,23 @@ hale_core::named_enum! {
     }
 }
 
+/// The reason a release names in the lease table's history: the holder
+/// speaks the table's words (the table knows nothing of holders).
+impl From<StepDownReason> for ReleaseReason {
+    fn from(r: StepDownReason) -> ReleaseReason {
+        match r {
+            StepDownReason::ServiceFailing => ReleaseReason::ServiceFailing,
+            StepDownReason::Handover => ReleaseReason::Handover,
+            StepDownReason::Leaving => ReleaseReason::Leaving,
+            StepDownReason::PromoteFailed => ReleaseReason::PromoteHookFailed,
+            StepDownReason::PromoteTimedOut => ReleaseReason::PromoteHookTimedOut,
+            StepDownReason::LeaseExpired => ReleaseReason::LeaseExpired,
+            // A fenced holder sends no release.
+            StepDownReason::Fenced => ReleaseReason::Other,
+        }
+    }
+}
+
 impl StepDownReason {
     /// Whether the lease may already belong to someone else (the node
     /// stops at once; it cannot wait for its demote before the next
@@ -170,7 +196,9 @@ hale_core::named_enum! {
         /// The service is not healthy and ready: not asking for the role.
         #[default]
         Ineligible => "ineligible",
-        /// Healthy and ready, asking for the role when it is free.
+        /// Healthy and ready, asking for the role when it is free (a node
+        /// that may not be promoted, [`HolderConfig::promotable`], follows
+        /// the holder as a standby without ever asking).
         Standby => "standby",
         /// Granted; the promote hook is running.
         Promoting => "promoting",

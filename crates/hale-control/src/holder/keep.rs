@@ -12,7 +12,11 @@
 //!   drift margin after its last renewal: `lease::resume_check`), so the
 //!   service runs on alone.
 //!   If the answer says the role was resumed meanwhile, it steps down as
-//!   any stopping holder does.
+//!   any stopping holder does. So does a holding that ends before the keep
+//!   is confirmed (its lease ran out, a handover, its watchdog fenced):
+//!   the keep belongs to the holding, and the step-down's renewals are
+//!   plain ones, so a holding whose service is being demoted is never
+//!   recorded as kept for the next run to adopt as promoted.
 //! * **The next run adopts it.** [`Holder::handle_adopt`]: the agent read
 //!   in the control plane's table that the role is paused and held by this
 //!   node at `epoch`. The candidate adopts it at that epoch
@@ -34,34 +38,12 @@
 
 use hale_core::Time;
 
+use super::phase::{Adopting, Candidacy, Claim, Keep, Tenure};
 use super::{
     Action, ControlRequest, DataState, HeldLease, Holder, HolderEvent, LeaseRequest, LeaseResponse,
     Phase, RequestId, Step, StepDownReason, Watchdog,
 };
 use crate::lease::LeaseRejection;
-
-/// An adoption under way.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Adopting {
-    /// The epoch the table says this node holds.
-    epoch: u64,
-    /// The table records the holding as kept ([`LeaseRequest::Keep`]):
-    /// every server applied a protocol-3 entry, so a `too-new` refusal of
-    /// the adoption is a leader that has not heard every server yet, and
-    /// the adoption is asked again as it is, never by a plain renewal.
-    kept: bool,
-    /// Since when the adoption has been refused as too new, if it has: a
-    /// plain renewal is used only once that has lasted [`TOO_NEW_FOR`]. A
-    /// leader refuses as too new only on hearing an older server (one it
-    /// has not heard is waited for: `crate::protocol`); this is a second
-    /// guard (nemesis seed 40003, where an adoption by renewal took a
-    /// holding its crashed predecessor's watchdog had fenced).
-    too_new_since: Option<Time>,
-    /// The renewal in flight, and when it was sent.
-    request: Option<(RequestId, Time)>,
-    /// When to send the next one.
-    next: Time,
-}
 
 /// How long an adoption must be refused as too new before it goes by a
 /// plain renewal (a server of an older release, not a leader that has not
@@ -75,17 +57,22 @@ impl Holder {
     /// unless this node is a candidate, not stopping. `kept`: the table
     /// records the holding as kept (an older release's keep does not).
     pub fn handle_adopt(&mut self, now: Time, epoch: u64, kept: bool) {
-        if self.stopping() || self.adopting.is_some() {
+        if self.stopping() {
             return;
         }
         // (An acquisition in flight is refused: the role is paused.)
-        if !matches!(self.phase, Phase::Candidate { .. }) {
+        let Phase::Candidate(Candidacy {
+            adopting: adopting @ None,
+            ..
+        }) = &mut self.phase
+        else {
             return;
-        }
-        self.adopting = Some(Adopting {
+        };
+        *adopting = Some(Adopting {
             epoch,
             kept,
             too_new_since: None,
+            by_renewal: false,
             request: None,
             next: now,
         });
@@ -94,27 +81,36 @@ impl Holder {
 
     /// Whether an adoption is under way.
     pub fn is_adopting(&self) -> bool {
-        self.adopting.is_some()
+        self.adopting().is_some()
     }
 
-    /// When the adoption's next renewal is due (none while one is in flight).
-    pub(super) fn adopt_due(&self) -> Option<Time> {
-        let a = self.adopting.as_ref()?;
-        a.request.is_none().then_some(a.next)
+    /// The adoption under way (a candidate's).
+    fn adopting(&self) -> Option<&Adopting> {
+        match &self.phase {
+            Phase::Candidate(c) => c.adopting.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// Sets the adoption under way (a candidate's).
+    fn set_adopting(&mut self, adopting: Option<Adopting>) {
+        if let Phase::Candidate(c) = &mut self.phase {
+            c.adopting = adopting;
+        }
     }
 
     /// Sends the adoption's renewal if it is due.
     pub(super) fn adopt_renew(&mut self, now: Time) {
-        let Some(a) = self.adopting else { return };
+        let Some(&a) = self.adopting() else { return };
         if a.request.is_some() || now < a.next || self.stopping() {
             return;
         }
         let id = self.id();
-        self.adopting = Some(Adopting {
+        self.set_adopting(Some(Adopting {
             request: Some((id, now)),
             ..a
-        });
-        let request = if self.keep_by_renewal {
+        }));
+        let request = if a.by_renewal {
             self.renew_request(a.epoch)
         } else {
             ControlRequest::Lease(LeaseRequest::Adopt {
@@ -136,7 +132,13 @@ impl Holder {
     /// the role, a [`LeaseRequest::Keep`] (which records the keep in the
     /// table), else a plain renewal.
     pub(super) fn renewal(&self, epoch: u64) -> ControlRequest {
-        if self.keeping.is_some() && !self.keep_by_renewal {
+        if let Phase::Holding {
+            keep: Some(Keep {
+                by_renewal: false, ..
+            }),
+            ..
+        } = &self.phase
+        {
             return ControlRequest::Lease(LeaseRequest::Keep {
                 role: self.cfg.role.clone(),
                 holder: self.cfg.node.clone(),
@@ -164,17 +166,17 @@ impl Holder {
     /// under way). A keep or an adoption then goes by plain renewals, as
     /// the previous release's did; every request counts as unanswered.
     pub fn handle_too_new(&mut self, now: Time, id: RequestId) {
-        if let Some(a) = self
-            .adopting
-            .as_mut()
-            .filter(|a| a.request.is_some_and(|(rid, _)| rid == id))
-        {
-            let since = *a.too_new_since.get_or_insert(now);
-            if !a.kept && now.saturating_since(since) >= TOO_NEW_FOR {
-                self.keep_by_renewal = true;
+        match &mut self.phase {
+            Phase::Candidate(Candidacy {
+                adopting: Some(a), ..
+            }) if a.request.is_some_and(|(rid, _)| rid == id) => {
+                let since = *a.too_new_since.get_or_insert(now);
+                if !a.kept && now.saturating_since(since) >= TOO_NEW_FOR {
+                    a.by_renewal = true;
+                }
             }
-        } else if self.keeping.is_some() {
-            self.keep_by_renewal = true;
+            Phase::Holding { keep: Some(k), .. } => k.by_renewal = true,
+            _ => {}
         }
         self.handle_response(now, id, None);
     }
@@ -187,17 +189,14 @@ impl Holder {
         id: RequestId,
         response: &Option<LeaseResponse>,
     ) -> bool {
-        let Some(a) = self.adopting else { return false };
+        let Some(&a) = self.adopting() else {
+            return false;
+        };
         let Some((rid, sent)) = a.request else {
             return false;
         };
         if rid != id {
             return false;
-        }
-        if !matches!(self.phase, Phase::Candidate { .. }) {
-            // Granted meanwhile: that holding stands; this answer is stale.
-            self.adopting = None;
-            return true;
         }
         match response {
             Some(LeaseResponse::Renewed { epoch, paused, .. }) if *epoch == a.epoch => {
@@ -213,17 +212,17 @@ impl Holder {
             // role by plain renewals and could not record it: adopted the
             // same way (the README's upgrade from 0.1.0).
             Some(LeaseResponse::Rejected(LeaseRejection::NotKeeper { .. }))
-                if self.cfg.after_older_release && !self.keep_by_renewal =>
+                if self.cfg.after_older_release && !a.by_renewal =>
             {
-                self.keep_by_renewal = true;
-                self.adopting = Some(Adopting {
+                self.set_adopting(Some(Adopting {
+                    by_renewal: true,
                     request: None,
                     next: now,
                     ..a
-                });
+                }));
             }
             Some(LeaseResponse::Rejected(LeaseRejection::NotKeeper { epoch })) => {
-                self.adopting = None;
+                self.set_adopting(None);
                 self.event(HolderEvent::NotAdopted { epoch: *epoch });
             }
             // Refused while the table records no keep (and none went by a
@@ -231,21 +230,18 @@ impl Holder {
             // release not yet applied where the lookup read) or crashed and
             // was fenced; its demote ran. Demoting again would be a second
             // demote of that holding (nemesis seed 30010).
-            Some(LeaseResponse::Rejected(_)) if !a.kept && !self.keep_by_renewal => {
-                self.adopting = None;
+            Some(LeaseResponse::Rejected(_)) if !a.kept && !a.by_renewal => {
+                self.set_adopting(None);
                 self.event(HolderEvent::NotAdopted { epoch: a.epoch });
             }
-            Some(LeaseResponse::Rejected(_)) => {
-                self.adopting = None;
-                self.adoption_refused(now, a.epoch);
-            }
+            Some(LeaseResponse::Rejected(_)) => self.adoption_refused(now, a.epoch),
             // No answer (or a strange one): ask again soon.
             _ => {
-                self.adopting = Some(Adopting {
+                self.set_adopting(Some(Adopting {
                     request: None,
                     next: now + self.cfg.timing.renew_every / 5,
                     ..a
-                });
+                }));
             }
         }
         self.handle_timeout(now);
@@ -258,20 +254,24 @@ impl Holder {
         let lease = HeldLease::granted(self.cfg.timing, &self.cfg.role, epoch, sent);
         if lease.expired(now) {
             // Committed too late to count on: renew again at once.
-            if let Some(a) = &mut self.adopting {
-                a.request = None;
-                a.next = now;
+            if let Some(&a) = self.adopting() {
+                self.set_adopting(Some(Adopting {
+                    request: None,
+                    next: now,
+                    ..a
+                }));
             }
             return;
         }
-        self.adopting = None;
-        self.keep_by_renewal = false;
         let deadline = lease.valid_until();
-        self.watchdog = Watchdog::Armed;
         self.actions
             .push_back(Action::StartWatchdog { epoch, deadline });
-        self.phase = Phase::Holding { lease };
-        self.next_renewal = super::next_tick(now, self.cfg.timing.renew_every);
+        let next_renewal = super::next_tick(now, self.cfg.timing.renew_every);
+        self.phase = Phase::Holding {
+            lease,
+            tenure: Tenure::new(next_renewal, Watchdog::Armed),
+            keep: None,
+        };
         self.event(HolderEvent::Adopted { epoch });
         self.set_paused(paused);
     }
@@ -283,13 +283,13 @@ impl Holder {
         self.event(HolderEvent::SteppingDown { epoch, reason });
         self.phase = Phase::SteppingDown {
             epoch,
-            lease: None,
+            // No watchdog runs: the previous run's exited with it.
+            tenure: Tenure::new(now, Watchdog::None),
+            claim: Claim::Refused,
             reason,
             next: None,
             promote: None,
             step: Step::DisarmingWatchdog,
-            failures: None,
-            refused: true,
         };
         self.after_promote_stopped(now);
     }
@@ -297,8 +297,14 @@ impl Holder {
     /// Stopping while holding a paused role: renew at once; the answer to
     /// a renewal sent from now on decides ([`Holder::keep_or_leave`]).
     pub(super) fn keep_when_confirmed(&mut self, now: Time) {
-        self.keeping = Some(now);
-        self.next_renewal = now;
+        let Phase::Holding { tenure, keep, .. } = &mut self.phase else {
+            return;
+        };
+        *keep = Some(Keep {
+            since: now,
+            by_renewal: false,
+        });
+        tenure.next_renewal = now;
         self.handle_timeout(now);
     }
 
@@ -306,22 +312,25 @@ impl Holder {
     /// paused: if the agent is stopping and it was sent since the stop,
     /// keep the role (still paused) or step down (resumed meanwhile).
     pub(super) fn keep_or_leave(&mut self, now: Time, sent: Time, paused: bool) {
-        let Some(since) = self.keeping else { return };
-        if sent < since || !matches!(self.phase, Phase::Holding { .. }) {
+        let Phase::Holding {
+            lease,
+            tenure,
+            keep: keep @ Some(_),
+        } = &mut self.phase
+        else {
+            return;
+        };
+        if keep.is_some_and(|k| sent < k.since) {
             return;
         }
-        self.keeping = None;
-        self.keep_by_renewal = false;
+        *keep = None;
         if !paused {
             return self.step_down(now, StepDownReason::Leaving, None);
         }
-        let Some(epoch) = self.epoch() else { return };
-        if self.watchdog != Watchdog::None {
-            self.watchdog = Watchdog::None;
+        let (epoch, watchdog) = (lease.epoch, tenure.watchdog);
+        if watchdog != Watchdog::None {
             self.actions.push_back(Action::KeepWatchdog);
         }
-        self.phase = Phase::Candidate { acquiring: None };
-        self.renewals.clear();
         self.event(HolderEvent::Kept { epoch });
         self.stop_done();
     }

@@ -1,57 +1,12 @@
-//! Hook runs: one run's bookkeeping ([`Run`]), and what moves its
-//! `hook_timeout` clock (the run waited for a hook slot, or the node was
-//! stopped).
+//! Hook runs: what moves a [`Run`]'s `hook_timeout` clock (the run
+//! waited for a hook slot, or the node was stopped).
 
 use std::time::Duration;
 
 use hale_core::Time;
 
-use super::{Holder, HookExit, HookId, HookOutcome, Phase, Step};
-
-/// One run of a hook.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Run {
-    pub(super) id: HookId,
-    pub(super) started: Time,
-    pub(super) killed: bool,
-    pub(super) timed_out: bool,
-    /// Waiting for one of the agent's hook slots: its `hook_timeout` has
-    /// not begun ([`Holder::handle_hook_queued`]).
-    pub(super) queued: bool,
-}
-
-impl Run {
-    /// A run started `now`.
-    pub(super) fn new(id: HookId, now: Time) -> Run {
-        Run {
-            id,
-            started: now,
-            killed: false,
-            timed_out: false,
-            queued: false,
-        }
-    }
-
-    /// When its `timeout` is up: never while it waits for a slot or once
-    /// it was killed.
-    pub(super) fn times_out_at(&self, timeout: Duration) -> Option<Time> {
-        (!self.killed && !self.queued).then(|| self.started + timeout)
-    }
-
-    pub(super) fn outcome(&self, exit: HookExit) -> HookOutcome {
-        if self.timed_out {
-            HookOutcome::TimedOut
-        } else if self.killed {
-            HookOutcome::Killed
-        } else {
-            match exit {
-                HookExit::Succeeded => HookOutcome::Succeeded,
-                HookExit::Failed | HookExit::NotStarted => HookOutcome::Failed,
-                HookExit::Killed => HookOutcome::Killed,
-            }
-        }
-    }
-}
+use super::phase::Run;
+use super::{Holder, HookId, Phase, Step};
 
 impl Holder {
     /// Hook run `id` started `now`: it had waited for one of the agent's
@@ -95,7 +50,7 @@ impl Holder {
         match &mut self.phase {
             Phase::Promoting { run, .. }
             | Phase::SteppingDown {
-                step: Step::Demoting(run),
+                step: Step::Demoting { run, .. },
                 ..
             } => Some(run),
             _ => None,

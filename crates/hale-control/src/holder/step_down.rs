@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use hale_core::Time;
 
+use super::phase::{Candidacy, Claim, Failures};
 use super::{
-    Action, Holder, HolderEvent, HookKind, HookOutcome, HookReason, Phase, Run, Step,
+    Action, HeldLease, Holder, HolderEvent, HookKind, HookOutcome, HookReason, Phase, Run, Step,
     StepDownReason, Watchdog,
 };
 
@@ -36,25 +37,13 @@ impl Holder {
         }
     }
 
-    /// Whether this step-down, without a lease, asks to renew its epoch
-    /// anyway (see `Phase::SteppingDown::refused`).
-    pub(super) fn reclaiming(&self) -> bool {
-        matches!(
-            self.phase,
-            Phase::SteppingDown {
-                lease: None,
-                refused: false,
-                ..
-            }
-        )
-    }
-
     /// Sends the step-down's renewal of its epoch, on the renewal grid.
     pub(super) fn reclaim(&mut self, now: Time) {
-        let Phase::SteppingDown { epoch, .. } = self.phase else {
+        let Phase::SteppingDown { epoch, tenure, .. } = &self.phase else {
             return;
         };
-        if now >= self.next_renewal {
+        if now >= tenure.next_renewal {
+            let epoch = *epoch;
             self.send_renewal(now, epoch, now + self.cfg.timing.renew_every);
         }
     }
@@ -63,14 +52,16 @@ impl Holder {
     /// it back (unless it would already have run out), and so the role
     /// stays with this node until its demote succeeds.
     pub(super) fn reclaimed(&mut self, now: Time, sent: Time) {
-        if !self.reclaiming() {
-            return;
-        }
-        let (timing, role) = (self.cfg.timing, self.cfg.role.clone());
-        if let Phase::SteppingDown { epoch, lease, .. } = &mut self.phase {
-            let back = crate::lease::HeldLease::granted(timing, &role, *epoch, sent);
+        let (timing, role) = (self.cfg.timing, &self.cfg.role);
+        if let Phase::SteppingDown {
+            epoch,
+            claim: claim @ Claim::Reclaiming,
+            ..
+        } = &mut self.phase
+        {
+            let back = HeldLease::granted(timing, role, *epoch, sent);
             if !back.expired(now) {
-                *lease = Some(back);
+                *claim = Claim::Leased(back);
             }
         }
     }
@@ -78,12 +69,21 @@ impl Holder {
     /// Ends a promotion or a holding: kill the promote hook if it runs,
     /// then release the watchdog, then demote.
     pub(super) fn step_down(&mut self, now: Time, reason: StepDownReason, next: Option<String>) {
-        let (epoch, lease, run) = match &self.phase {
-            Phase::Promoting { lease, run, .. } => (lease.epoch, lease.clone(), Some(*run)),
-            Phase::Holding { lease } => (lease.epoch, lease.clone(), None),
-            Phase::Candidate { .. } | Phase::SteppingDown { .. } => return,
+        let (lease, tenure, run) = match &mut self.phase {
+            Phase::Promoting {
+                lease, tenure, run, ..
+            } => (lease.clone(), std::mem::take(tenure), Some(*run)),
+            Phase::Holding { lease, tenure, .. } => (lease.clone(), std::mem::take(tenure), None),
+            _ => return,
         };
-        let lease = (!reason.lease_lost() && !lease.expired(now)).then_some(lease);
+        let epoch = lease.epoch;
+        let claim = if reason == StepDownReason::Fenced {
+            Claim::Refused
+        } else if reason.lease_lost() || lease.expired(now) {
+            Claim::Reclaiming
+        } else {
+            Claim::Leased(lease)
+        };
         self.event(HolderEvent::SteppingDown { epoch, reason });
         let step = match run {
             Some(mut run) => {
@@ -96,23 +96,25 @@ impl Holder {
         };
         self.phase = Phase::SteppingDown {
             epoch,
-            lease,
+            tenure,
+            claim,
             reason,
             next,
             promote: None,
             step,
-            failures: None,
-            refused: reason == StepDownReason::Fenced,
         };
-        // A lost lease is asked back at once (see `reclaiming`).
+        // A lost lease is asked back at once (see `Claim::Reclaiming`).
         if self.reclaiming() {
-            self.next_renewal = now;
+            if let Some(tenure) = self.phase.tenure_mut() {
+                tenure.next_renewal = now;
+            }
             self.reclaim(now);
         }
         if run.is_none() {
             self.after_promote_stopped(now);
         }
     }
+
     /// The promote hook ended on its own, unsuccessfully.
     pub(super) fn step_down_after_promote(
         &mut self,
@@ -120,62 +122,79 @@ impl Holder {
         reason: StepDownReason,
         out: HookOutcome,
     ) {
-        let Phase::Promoting { lease, .. } = &self.phase else {
+        let Phase::Promoting { lease, tenure, .. } = &mut self.phase else {
             return;
         };
         let epoch = lease.epoch;
-        let lease = (!lease.expired(now)).then(|| lease.clone());
+        let claim = if lease.expired(now) {
+            Claim::Reclaiming
+        } else {
+            Claim::Leased(lease.clone())
+        };
+        let tenure = std::mem::take(tenure);
         self.event(HolderEvent::SteppingDown { epoch, reason });
         self.phase = Phase::SteppingDown {
             epoch,
-            lease,
+            tenure,
+            claim,
             reason,
             next: None,
             promote: Some(out),
             step: Step::DisarmingWatchdog,
-            failures: None,
-            refused: false,
         };
         self.after_promote_stopped(now);
     }
+
+    /// The promote hook is not running (any more): release the watchdog.
     pub(super) fn after_promote_stopped(&mut self, now: Time) {
         if let Phase::SteppingDown { step, .. } = &mut self.phase {
             *step = Step::DisarmingWatchdog;
         }
-        if self.watchdog == Watchdog::Armed {
+        if self.phase.tenure().map(|t| t.watchdog) == Some(Watchdog::Armed) {
             self.actions.push_back(Action::DisarmWatchdog);
         } else {
             self.handle_watchdog_released(now, false);
         }
     }
+
     /// The demote (or the watchdog's fence) is done: release the role and
-    /// become a candidate again.
+    /// become a candidate again (or, stopping, say the last word).
     pub(super) fn finish(&mut self, now: Time, demote: HookOutcome) {
         let Phase::SteppingDown {
             epoch,
             reason,
             next,
             promote,
+            tenure,
             ..
-        } = std::mem::replace(&mut self.phase, Phase::Candidate { acquiring: None })
+        } = &mut self.phase
         else {
             return;
         };
-        if self.watchdog != Watchdog::None {
-            self.watchdog = Watchdog::None;
+        let (epoch, reason, next, promote) = (*epoch, *reason, next.take(), *promote);
+        if tenure.watchdog != Watchdog::None {
+            tenure.watchdog = Watchdog::None;
             self.actions.push_back(Action::StopWatchdog);
         }
         // A new candidacy episode: a grant for the last one is not this one's.
         self.attempt = self.attempt.wrapping_add(1).max(1);
+        let said = reason.into();
         let release =
-            (reason != StepDownReason::Fenced).then(|| self.send_release(now, epoch, next));
-        self.renewals.retain(|_, (_, e)| *e != epoch);
+            (reason != StepDownReason::Fenced).then(|| self.send_release(now, epoch, next, said));
         self.event(HolderEvent::Demoted {
             epoch,
             reason,
             promote,
             demote,
         });
+        if self.stopping() {
+            // Stopped once the release is answered (at most its 500 ms).
+            return match release {
+                Some(id) => self.phase = Phase::Releasing { id },
+                None => self.stop_done(),
+            };
+        }
+        let mut candidacy = Candidacy::new(now);
         if matches!(
             reason,
             StepDownReason::Handover
@@ -183,19 +202,12 @@ impl Holder {
                 | StepDownReason::PromoteTimedOut
         ) {
             // Stand aside so that the next candidate takes the role.
-            self.hold_off_until = Some(now + self.cfg.timing.lease);
+            candidacy.hold_off_until = Some(now + self.cfg.timing.lease);
         }
-        self.next_poll = now;
-        if self.stopping() {
-            // Stopped once the release is answered (at most its 500 ms).
-            match release {
-                Some(id) => self.releasing = Some(id),
-                None => self.stop_done(),
-            }
-        } else {
-            self.handle_timeout(now);
-        }
+        self.phase = Phase::Candidate(candidacy);
+        self.handle_timeout(now);
     }
+
     /// Starts (or starts again) the demote hook of the step-down under way.
     pub(super) fn start_demote(&mut self, now: Time) {
         let id = self.hook_id();
@@ -208,7 +220,10 @@ impl Holder {
         else {
             return;
         };
-        *step = Step::Demoting(Run::new(id, now));
+        *step = Step::Demoting {
+            run: Run::new(id, now),
+            failing: step.failing(),
+        };
         let (epoch, reason) = (*epoch, *reason);
         self.actions.push_back(Action::StartHook {
             id,
@@ -217,6 +232,7 @@ impl Holder {
             reason: HookReason::StepDown(reason),
         });
     }
+
     /// The demote hook did not succeed: the holding is not released (its
     /// lease, if still held, is renewed on); the demote runs again after a
     /// backoff. Should it keep failing for longer than `hook_timeout`, the
@@ -228,17 +244,21 @@ impl Holder {
             step,
             epoch,
             reason,
-            failures,
             ..
         } = &mut self.phase
         else {
             return;
         };
-        let (count, since) = failures.unwrap_or((0, now));
+        let Failures { count, since } = step.failing().unwrap_or(Failures {
+            count: 0,
+            since: now,
+        });
         let count = count.saturating_add(1);
-        *failures = Some((count, since));
         let retry_in = demote_backoff(count);
-        *step = Step::RetryingDemote { at: now + retry_in };
+        *step = Step::RetryingDemote {
+            at: now + retry_in,
+            failing: Failures { count, since },
+        };
         let event = HolderEvent::DemoteFailed {
             epoch: *epoch,
             reason: *reason,
@@ -248,6 +268,7 @@ impl Holder {
         };
         self.event(event);
     }
+
     /// Whether a committed renewal re-arms the watchdog: while it is armed,
     /// and during a step-down (disarmed, its deadline still the lease's
     /// end) until the demote has been failing for longer than
@@ -256,11 +277,15 @@ impl Holder {
     /// keeps failing (the lease itself is still renewed, so no other node
     /// is promoted before the fence or a demote succeeded).
     pub(super) fn rearms_watchdog(&self, now: Time) -> bool {
-        match (&self.phase, self.watchdog) {
+        let Some(tenure) = self.phase.tenure() else {
+            return false;
+        };
+        match (&self.phase, tenure.watchdog) {
             (_, Watchdog::Armed) => true,
             (_, Watchdog::None) => false,
-            (Phase::SteppingDown { failures, .. }, Watchdog::Disarmed) => failures
-                .is_none_or(|(_, since)| now.saturating_since(since) < self.cfg.hook_timeout),
+            (Phase::SteppingDown { step, .. }, Watchdog::Disarmed) => step
+                .failing()
+                .is_none_or(|f| now.saturating_since(f.since) < self.cfg.hook_timeout),
             (_, Watchdog::Disarmed) => false,
         }
     }

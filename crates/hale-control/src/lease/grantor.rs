@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use hale_core::Time;
 
 use super::breaker::{Breaker, Hold};
-use super::{AcquireRequest, LeaseRequest, LeaseTable, LeaseTiming};
+use super::{AcquireRequest, LeaseRequest, LeaseTable, LeaseTiming, Origin};
 use crate::replication::{self, Standing, Verdict};
 
 /// When this control-plane server last appended a grant or renewal of each
@@ -109,6 +109,11 @@ pub enum GrantDelay {
     /// operator resumes it.
     #[error("the role is paused: no new holder until it is resumed")]
     Paused,
+    /// Strict durability: the role's last mark names synchronous standbys
+    /// not heard from with a copy, or further than the asker's: one of
+    /// them may hold a commit the asker lacks ([`replication::proven`]).
+    #[error("strict durability: not proven to hold every acknowledged commit (synchronous standbys not heard from or further: {})", .0.join(", "))]
+    Unproven(Vec<String>),
     /// The asking candidate's copy lags the holder's last mark by more
     /// than its `max_lag_on_failover` ([`crate::replication`]).
     #[error("its copy lags the last primary position by {lag} bytes, more than max_lag_on_failover ({max_lag})")]
@@ -232,6 +237,7 @@ impl Grantor {
                     holder: holder.to_owned(),
                     epoch: r.epoch,
                     attempt,
+                    origin: Origin::default(),
                 });
             }
         }
@@ -298,21 +304,49 @@ impl Grantor {
         if now < settled {
             return Err(GrantDelay::Arbitrating(settled));
         }
-        // Among the eligible (the asker is one): synchronous first, then
-        // priority, then the smaller name.
+        // Among the eligible (the asker is one): synchronous first, the
+        // furthest synchronous copy first among them (quorum commit: only
+        // it holds every commit one of them acknowledged), then priority,
+        // then the smaller name.
         let best = contenders
             .iter()
             .filter_map(
                 |(n, c)| match replication::judge(mark, n, c.standing.as_ref()) {
-                    Verdict::Eligible { synchronous } => Some((n, synchronous, c.priority)),
+                    Verdict::Eligible { synchronous } => {
+                        let copy = c.standing.filter(|_| synchronous).map_or(0, |s| s.position);
+                        Some((n, (synchronous, copy, c.priority)))
+                    }
                     Verdict::Lagging { .. } => None,
                 },
             )
-            .max_by(|a, b| (a.1, a.2).cmp(&(b.1, b.2)).then_with(|| b.0.cmp(a.0)))
+            .max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(a.0)))
             .map(|(n, ..)| n.clone())
             .unwrap_or_default();
         if best != holder {
             return Err(GrantDelay::BetterCandidate(best));
+        }
+        // Only copies reported after the last holding ended count: by then
+        // the old primary has stopped and a copy's position is final; one
+        // reported before may have grown since. A holding ends with its
+        // release (sent once its demote has run) or, lapsed, a lease after
+        // its last append (the holder stops before, its watchdog fences at
+        // that deadline).
+        let released = table.role(role).is_some_and(|r| r.holder.is_none());
+        let ended = if released {
+            appends.last(role)
+        } else {
+            appends.last(role) + self.timing.lease
+        };
+        let heard = |n: &str| {
+            contenders
+                .get(n)
+                .filter(|c| c.heard >= ended)
+                .and_then(|c| c.standing.as_ref())
+        };
+        if let Err(unproven) =
+            replication::proven(mark, holder, contenders[holder].standing.as_ref(), heard)
+        {
+            return Err(GrantDelay::Unproven(unproven));
         }
         self.contenders.remove(role);
         Ok(self.grant(table, role, holder, attempt))
@@ -332,6 +366,7 @@ impl Grantor {
             holder: holder.to_owned(),
             epoch: table.role(role).map_or(0, |r| r.epoch) + 1,
             attempt,
+            origin: Origin::default(),
         }
     }
 }

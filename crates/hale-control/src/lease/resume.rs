@@ -57,7 +57,7 @@ pub enum ResumeRefused {
 /// says the holder's service is stopped):
 ///
 /// * a holding its agent kept when it stopped and that no later run has
-///   adopted ([`RoleLease::kept`]) is resumed only with `force`, and only a
+///   adopted ([`RoleLease::kept`](super::RoleLease::kept)) is resumed only with `force`, and only a
 ///   full lease plus the drift margin after the holder's last renewal;
 /// * a holder that has renewed nothing for longer than a lease is resumed
 ///   only with `force` while keeps may go unrecorded (`keeps_recorded`

@@ -18,8 +18,14 @@ pub const WRITE: &str = "/control/write";
 /// `POST`: several acquisitions and lease writes at once (`Vec<`[`BatchItem`]`>`),
 /// answered item by item (`Answer<Vec<Answer<LeaseResponse>>>`).
 pub const BATCH: &str = "/control/batch";
-/// `GET`/`POST`: the lease table.
+/// `GET`/`POST`: the lease table, without its failover history (read
+/// role by role: [`HISTORY`]).
 pub const TABLE: &str = "/control/table";
+/// `POST`: a role's failover history ([`HistoryQuery`]), as the server
+/// asked has applied it, answered `Option<Vec<`[`crate::lease::Change`]`>>`
+/// (`null`: no such role). Servers of 0.1.0 do not serve it (a 404: the
+/// client asks the next).
+pub const HISTORY: &str = "/control/history";
 /// `GET`/`POST`: the leader's id.
 pub const LEADER: &str = "/control/leader";
 /// `POST`: add a server ([`AddServer`]).
@@ -37,6 +43,17 @@ pub enum BatchItem {
     Acquire(AcquireRequest),
     /// Write a lease request through the leader (as [`WRITE`]; not a batch).
     Write(LeaseRequest),
+}
+
+/// What [`HISTORY`] is asked.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryQuery {
+    /// The role.
+    pub role: String,
+    /// At most this many of its last changes (default: every one kept,
+    /// [`crate::lease::HISTORY_LIMIT`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
 }
 
 /// A request to add a control-plane server.

@@ -22,7 +22,7 @@ use super::api::{self, AddServer, Answer, Refusal, ServerChange};
 use hale_seal::{CallError, Target};
 
 use crate::auth::ControlAuth;
-use crate::lease::{LeaseRequest, LeaseResponse, LeaseTable};
+use crate::lease::{Change, LeaseRequest, LeaseResponse, LeaseTable};
 use crate::protocol::{self, Spoken, OLDEST_PROTOCOL, PROTOCOL};
 
 /// Talks to whichever control-plane server answers (they forward to the
@@ -231,5 +231,23 @@ impl ControlClient {
         self.first_answer(Duration::from_millis(500), api::TABLE, asked)
             .await
             .ok()
+    }
+
+    /// Reads the last `limit` changes (default: all kept) of `role`'s
+    /// failover history, oldest first, from the first server that answers
+    /// (`None`: the table has no such role). A server of 0.1.0 does not
+    /// answer it.
+    pub async fn history(
+        &self,
+        role: &str,
+        limit: Option<usize>,
+    ) -> Result<Option<Vec<Change>>, Refusal> {
+        let q = api::HistoryQuery {
+            role: role.to_owned(),
+            limit,
+        };
+        let asked = (&q, OLDEST_PROTOCOL);
+        self.first_answer(Duration::from_secs(1), api::HISTORY, asked)
+            .await
     }
 }

@@ -652,6 +652,7 @@ impl ControlPlane {
             role,
             paused: false,
             force,
+            ..
         } = &req
         {
             if self.leader() == Some(self.id) {
@@ -671,6 +672,10 @@ impl ControlPlane {
                 .map_err(ControlError::Resume)?;
             }
         }
+        // The leader's wall clock, for the history (a forwarded request is
+        // stamped again by the leader it reaches).
+        let mut req = req;
+        req.stamp(hale_seal::unix_ms());
         match self.raft.client_write(req.clone()).await {
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => {
                 self.forward(api::WRITE, &req, needs).await
@@ -717,8 +722,9 @@ impl ControlPlane {
     /// from the renewals *its* log holds; forwarded to a newer leader, it
     /// could land after renewals this one never saw, and take the role from
     /// a holder that is still counting on them.
-    async fn write_here(&self, req: LeaseRequest) -> Result<LeaseResponse, ControlError> {
+    async fn write_here(&self, mut req: LeaseRequest) -> Result<LeaseResponse, ControlError> {
         self.admits(protocol::needs(&req))?;
+        req.stamp(hale_seal::unix_ms());
         match self.raft.client_write(req).await {
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => Err(
                 ControlError::Unavailable("this server is no longer the leader".into()),

@@ -10,7 +10,7 @@
 //! hooks (issue 41) elections followed each other until leases lapsed.
 //!
 //! So the servers run with openraft's own election timer off
-//! (`Config::enable_elect = false`) and a [`Driver`] per server:
+//! (`Config::enable_elect = false`) and a `Driver` per server:
 //!
 //! * [`Contact`] is when this server last heard from a leader it follows
 //!   (an append it accepted, whatever its answer but a higher vote) or
@@ -22,10 +22,14 @@
 //!   [`PREVOTE_QUIET`], and the candidate's last log id is at least its
 //!   own. Nothing changes on either side: no term, no vote.
 //! * Before it asks, it writes to its own disk (`LogStore::probe_disk`):
-//!   a write slower than [`CORE_ANSWER`] defers the round by one campaign
-//!   timeout, once per silence. When every disk stalls at once the
-//!   leader's appends wait too and it falls silent; an election would
-//!   only start when the stall ends, against a leader that is back.
+//!   a write slower than `CORE_ANSWER` defers the round by one campaign
+//!   timeout, once per silence, and *excuses* the silence so far
+//!   ([`Contact::excuse`]): its quiet clock starts over, so it also
+//!   refuses the others' pre-votes for [`PREVOTE_QUIET`]. When every disk
+//!   stalls at once the leader's appends wait too and it falls silent; an
+//!   election would only start when the stall ends, against a leader that
+//!   is back. A server whose own disk had a write stuck longer than
+//!   `CORE_ANSWER` excuses the silence the same way once it answers.
 //! * Only with a majority of grants (its own included) does the server
 //!   campaign (`Raft::trigger().elect()`): a server the others still hear
 //!   the leader through never raises its term.
@@ -70,7 +74,7 @@ const TICK: Duration = Duration::from_millis(20);
 /// once the stall ends, against a leader that is back.
 const CORE_ANSWER: Duration = Duration::from_millis(100);
 
-/// Whether this server's Raft core answers within [`CORE_ANSWER`].
+/// Whether this server's Raft core answers within `CORE_ANSWER`.
 async fn core_answers(raft: &Raft<TypeConfig>) -> bool {
     tokio::time::timeout(CORE_ANSWER, raft.with_raft_state(|_| ()))
         .await
@@ -81,14 +85,25 @@ async fn core_answers(raft: &Raft<TypeConfig>) -> bool {
 pub const PREVOTE_PATH: &str = "/raft/prevote";
 
 /// When this server last heard from a leader it follows, or granted a vote
-/// (shared by the RPC routes, which note it, and the [`Driver`]).
+/// (shared by the RPC routes, which note it, and the `Driver`).
 #[derive(Debug, Clone)]
 pub struct Contact {
-    at: Arc<Mutex<Instant>>,
+    /// When a leader was last heard from (or a vote granted), and when
+    /// this server's own silence was last excused ([`Contact::excuse`]).
+    at: Arc<Mutex<Heard>>,
     /// Appends from the leader still being written (the leader spoke; its
     /// next append waits for this one: a slow or stalled disk here is no
     /// silence of the leader's).
     writing: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// The instants [`Contact`] keeps.
+#[derive(Debug, Clone, Copy)]
+struct Heard {
+    /// A leader heard from, a vote granted.
+    leader: Instant,
+    /// The last silence this server's own disk explains.
+    excused: Instant,
 }
 
 /// An append from the leader being written ([`Contact::writing`]): while it
@@ -109,8 +124,12 @@ impl Contact {
     /// Contact now (a server that just started waits a campaign timeout
     /// before asking anyone, time for a leader's heartbeat to find it).
     pub fn new() -> Contact {
+        let now = Instant::now();
         Contact {
-            at: Arc::new(Mutex::new(Instant::now())),
+            at: Arc::new(Mutex::new(Heard {
+                leader: now,
+                excused: now,
+            })),
             writing: Arc::default(),
         }
     }
@@ -126,16 +145,36 @@ impl Contact {
 
     /// Notes contact now.
     pub fn touch(&self) {
-        *self.at.lock().expect("contact lock") = Instant::now();
+        self.at.lock().expect("contact lock").leader = Instant::now();
     }
 
-    /// How long since the last contact (none while an append from the
-    /// leader is being written).
+    /// This server's own disk was slow until now: the silence so far is
+    /// no evidence against the leader (its appends waited on the same
+    /// disks), so the quiet clock starts over, for this server's campaign
+    /// and for the pre-votes it grants. Not contact: [`Contact::heard_for`]
+    /// goes on.
+    pub fn excuse(&self) {
+        self.at.lock().expect("contact lock").excused = Instant::now();
+    }
+
+    /// How long this server has been without contact, its excused silence
+    /// left out (none while an append from the leader is being written).
     pub fn quiet_for(&self) -> Duration {
         if self.writing.load(std::sync::atomic::Ordering::SeqCst) > 0 {
             return Duration::ZERO;
         }
-        self.at.lock().expect("contact lock").elapsed()
+        let at = *self.at.lock().expect("contact lock");
+        at.leader.max(at.excused).elapsed()
+    }
+
+    /// How long since a leader was last heard from (or a vote granted),
+    /// excuses aside (none while an append from the leader is being
+    /// written).
+    pub fn heard_for(&self) -> Duration {
+        if self.writing.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+            return Duration::ZERO;
+        }
+        self.at.lock().expect("contact lock").leader.elapsed()
     }
 }
 
@@ -167,25 +206,37 @@ pub struct PreVoteResponse {
 pub enum Refused {
     /// The server asked leads.
     Leading,
+    /// The server asked campaigns, since this long.
+    Campaigning(Duration),
     /// The server asked heard from its leader lately.
     InContact(Duration),
     /// The candidate's log is behind the server's.
     LogBehind,
     /// The server's own Raft core did not answer in time (see
-    /// [`CORE_ANSWER`]).
+    /// `CORE_ANSWER`).
     Stuck,
 }
 
-/// The decision of the server asked, from what it knows: whether it leads,
-/// how long it has been without contact, and both last log ids.
+/// The decision of the server asked, from what it knows: whether it leads
+/// or campaigns (`state`), how long it has been without contact, and both
+/// last log ids. A candidate refuses for [`CAMPAIGN_MAX`] after its own
+/// round (its quiet clock starts over when it campaigns): a pre-vote it
+/// granted would let another server raise the term over its election
+/// while that election waits on the disks (each vote is written before it
+/// is given: on disks that take 150 ms a write, an election takes about
+/// half a second, and two candidates that kept granting each other's
+/// pre-votes could take turns unseating each other's elections).
 pub fn judge(
-    leading: bool,
+    state: ServerState,
     quiet_for: Duration,
     candidate_log: Option<LogId<u64>>,
     own_log: Option<LogId<u64>>,
 ) -> Result<(), Refused> {
-    if leading {
+    if state == ServerState::Leader {
         return Err(Refused::Leading);
+    }
+    if state == ServerState::Candidate && quiet_for < CAMPAIGN_MAX {
+        return Err(Refused::Campaigning(quiet_for));
     }
     if quiet_for < PREVOTE_QUIET {
         return Err(Refused::InContact(quiet_for));
@@ -209,10 +260,10 @@ pub(super) async fn route(
     State(s): State<RouteState>,
     Json(req): Json<PreVoteRequest>,
 ) -> Json<PreVoteResponse> {
-    let leading = s.raft.metrics().borrow().state == ServerState::Leader;
+    let state = s.raft.metrics().borrow().state;
     let own = last_log_id(&s.log).await;
     let verdict = if s.log.stall().busy_for() <= CORE_ANSWER && core_answers(&s.raft).await {
-        judge(leading, s.contact.quiet_for(), req.last_log_id, own)
+        judge(state, s.contact.quiet_for(), req.last_log_id, own)
     } else {
         Err(Refused::Stuck)
     };
@@ -255,6 +306,11 @@ impl Driver {
         // Whether this silence already bought the leader a campaign
         // timeout because this server's own disk was slow (see below).
         let mut deferred = false;
+        // This server's core did not answer when it was about to ask for
+        // pre-votes (see below).
+        let mut core_stuck = false;
+        // Not before this instant: a lost round waits a campaign timeout.
+        let mut next_round = Instant::now();
         let stall = self.log.stall();
         loop {
             tokio::time::sleep(TICK).await;
@@ -262,8 +318,17 @@ impl Driver {
                 stuck = true;
                 continue;
             }
+            if core_stuck {
+                // Its core did not answer at the last look: the silence
+                // is excused once it answers again (below).
+                if !core_answers(&self.raft).await {
+                    continue;
+                }
+                core_stuck = false;
+                stuck = true;
+            }
             if std::mem::take(&mut stuck) {
-                self.contact.touch();
+                self.contact.excuse();
             }
             // Read in place every tick; the voters' addresses are copied
             // only for a round.
@@ -286,8 +351,8 @@ impl Driver {
                 self.contact.touch();
                 continue;
             }
-            if !voter || self.contact.quiet_for() < timeout {
-                if deferred && self.contact.quiet_for() < CAMPAIGN_MIN {
+            if !voter || self.contact.quiet_for() < timeout || Instant::now() < next_round {
+                if deferred && self.contact.heard_for() < CAMPAIGN_MIN {
                     // Heard from a leader since: a new silence.
                     deferred = false;
                     timeout = draw(&mut rng);
@@ -295,7 +360,21 @@ impl Driver {
                 continue;
             }
             if !core_answers(&self.raft).await {
-                // Stuck on its own disk: wait for it, then look again.
+                // Its core waits, on its own disk most often (a write queued
+                // behind a stalled one holds redb's write lock without
+                // counting as busy): once per silence, like a slow disk
+                // probe below, the silence until the core answers again is
+                // excused. Looking again at once instead let both followers
+                // campaign the moment a stall of every disk ended, before
+                // the leader had a heartbeat's time to speak (1 run in 8 of
+                // `every_disk_stalling_...` under the suite's load).
+                if !std::mem::replace(&mut deferred, true) {
+                    tracing::info!(
+                        server = self.id,
+                        "no leader heard from, but this server's Raft core does not answer: waiting for it, then another campaign timeout"
+                    );
+                    core_stuck = true;
+                }
                 continue;
             }
             // Its own disk answers? With every disk stalled (shared
@@ -303,7 +382,7 @@ impl Driver {
             // wait like everyone's and it falls silent; an election then
             // would only start when the stall ends, against a leader that
             // is back, and cost every holder its renewals. A disk slower
-            // than [`CORE_ANSWER`] buys the leader one more campaign
+            // than `CORE_ANSWER` buys the leader one more campaign
             // timeout per silence, never more: a host whose disk is always
             // slow still replaces a dead leader.
             let probe = Instant::now();
@@ -317,7 +396,14 @@ impl Driver {
                     answered,
                     "no leader heard from, but this server's own disk was slow: waiting another campaign timeout"
                 );
-                timeout = self.contact.quiet_for() + draw(&mut rng);
+                // Excused, not only deferred: this server also refuses
+                // the others' pre-votes for a while. A voter that granted
+                // right after its own disk stalled (every disk did) would
+                // let a peer that looked only after the stall ended, and
+                // found its disk fast, campaign against a leader that has
+                // not had a heartbeat's time to speak.
+                self.contact.excuse();
+                timeout = draw(&mut rng);
                 continue;
             }
             let voters: Vec<(u64, String)> = {
@@ -343,13 +429,20 @@ impl Driver {
                 if self.raft.trigger().elect().await.is_err() {
                     return;
                 }
+                // The election has a fresh timeout to show, and this
+                // server, a candidate now, refuses others' pre-votes
+                // meanwhile (see [`judge`]).
+                self.contact.excuse();
+                timeout = draw(&mut rng);
             } else {
                 tracing::debug!(server = self.id, granted, voters = total, "pre-vote lost");
+                // Its next round waits a fresh timeout; the pre-votes it
+                // grants do not: a lost round is no contact, and a voter
+                // that refused others for a while after each of its own
+                // lost rounds made elections on slow disks take turns
+                // failing (`with_every_disk_slow_...`, 5 s passed).
+                next_round = Instant::now() + draw(&mut rng);
             }
-            // The next round waits a fresh timeout: the election (or the
-            // leader's heartbeats) has that long to show.
-            self.contact.touch();
-            timeout = draw(&mut rng);
         }
     }
 
@@ -433,29 +526,53 @@ mod tests {
     }
 
     #[test]
-    fn a_voter_grants_only_when_it_does_not_lead_has_heard_no_leader_and_the_log_is_not_behind() {
+    fn a_voter_grants_only_when_it_neither_leads_nor_campaigns_has_heard_no_leader_and_the_log_is_not_behind(
+    ) {
         let quiet = PREVOTE_QUIET;
-        assert_eq!(judge(false, quiet, id(2, 10), id(2, 10)), Ok(()));
-        assert_eq!(judge(false, quiet, id(3, 1), id(2, 10)), Ok(()));
         assert_eq!(
-            judge(true, quiet, id(2, 10), id(2, 10)),
+            judge(ServerState::Follower, quiet, id(2, 10), id(2, 10)),
+            Ok(())
+        );
+        assert_eq!(
+            judge(ServerState::Follower, quiet, id(3, 1), id(2, 10)),
+            Ok(())
+        );
+        assert_eq!(
+            judge(ServerState::Leader, quiet, id(2, 10), id(2, 10)),
             Err(Refused::Leading)
         );
         let lately = PREVOTE_QUIET - Duration::from_millis(1);
         assert_eq!(
-            judge(false, lately, id(2, 10), id(2, 10)),
+            judge(ServerState::Follower, lately, id(2, 10), id(2, 10)),
             Err(Refused::InContact(lately))
         );
         assert_eq!(
-            judge(false, quiet, id(2, 9), id(2, 10)),
+            judge(ServerState::Follower, quiet, id(2, 9), id(2, 10)),
             Err(Refused::LogBehind)
         );
         assert_eq!(
-            judge(false, quiet, id(1, 20), id(2, 10)),
+            judge(ServerState::Follower, quiet, id(1, 20), id(2, 10)),
             Err(Refused::LogBehind)
         );
-        assert_eq!(judge(false, quiet, None, id(1, 1)), Err(Refused::LogBehind));
-        assert_eq!(judge(false, quiet, None, None), Ok(()));
+        assert_eq!(
+            judge(ServerState::Follower, quiet, None, id(1, 1)),
+            Err(Refused::LogBehind)
+        );
+        assert_eq!(judge(ServerState::Follower, quiet, None, None), Ok(()));
+        // A candidate refuses for a campaign timeout after its own round.
+        let campaigning = CAMPAIGN_MAX - Duration::from_millis(1);
+        assert_eq!(
+            judge(ServerState::Candidate, campaigning, id(2, 10), id(2, 10)),
+            Err(Refused::Campaigning(campaigning))
+        );
+        assert_eq!(
+            judge(ServerState::Candidate, CAMPAIGN_MAX, id(2, 10), id(2, 10)),
+            Ok(())
+        );
+        assert_eq!(
+            judge(ServerState::Follower, campaigning, id(2, 10), id(2, 10)),
+            Ok(())
+        );
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The routes a control-plane server serves (Raft RPCs, lease requests,
-//! server changes), in front of them the guard and the protocol layer, and
-//! their handlers.
+//! server changes, reads of the table and of a role's history), in front
+//! of them the guard and the protocol layer, and their handlers.
 
 use std::sync::Arc;
 
@@ -17,12 +17,13 @@ use super::api::{self, answer_for, Answer};
 use super::{batch, raft_routes, AcquireRequest, AddServer, ControlError, ControlPlane};
 use super::{Refusal, ServerChange};
 use crate::auth::{self, ControlAuth};
-use crate::lease::{LeaseRequest, LeaseTable};
+use crate::lease::{Change, LeaseRequest, LeaseTable, HISTORY_LIMIT};
 use crate::protocol::{spoken, Asker, Envelope, HEADER};
 
 impl ControlPlane {
-    /// Routes to serve: Raft RPCs, and `/control/acquire` and `/control/write`
-    /// for requests forwarded to the leader. With sealed auth every route
+    /// Routes to serve: Raft RPCs, `/control/acquire` and `/control/write`
+    /// for requests forwarded to the leader, and the reads (the table, a
+    /// role's history, the leader). With sealed auth every route
     /// is behind [`hale_seal::authenticate`]: a request that is not sealed for
     /// this server by a cluster key, fresh and first seen, gets 401 before
     /// any route sees it. Inside it, `speak` answers each asker
@@ -34,6 +35,7 @@ impl ControlPlane {
                 .route(api::WRITE, post(write_route))
                 .route(api::BATCH, post(batch::route))
                 .route(api::TABLE, get(table_route).post(table_route))
+                .route(api::HISTORY, post(history_route))
                 .route(api::LEADER, get(leader_route).post(leader_route))
                 .route(api::SERVERS, post(add_server_route))
                 .route(api::SERVER_REMOVE, post(remove_server_route))
@@ -50,6 +52,18 @@ impl ControlPlane {
                 ))
             }
         }
+    }
+}
+
+impl ControlPlane {
+    /// The last `limit` changes of `role`'s failover history, oldest first,
+    /// as this server applied them (may lag the leader by moments): `None`
+    /// when the table has no such role ([`crate::lease::changes`]).
+    pub fn history(&self, role: &str, limit: usize) -> Option<Vec<Change>> {
+        let sm = self.sm.lock();
+        sm.table.role(role)?;
+        let all = sm.table.history(role);
+        Some(all[all.len().saturating_sub(limit)..].to_vec())
     }
 }
 
@@ -85,7 +99,15 @@ async fn write_route(
 }
 
 async fn table_route(State(cp): State<ControlPlane>) -> Json<LeaseTable> {
-    Json(cp.table())
+    Json(cp.sm.lock().table.without_history())
+}
+
+async fn history_route(
+    State(cp): State<ControlPlane>,
+    Json(q): Json<api::HistoryQuery>,
+) -> Json<Option<Vec<Change>>> {
+    let limit = q.limit.unwrap_or(HISTORY_LIMIT);
+    Json(cp.history(&q.role, limit))
 }
 
 async fn leader_route(State(cp): State<ControlPlane>) -> Json<Option<u64>> {

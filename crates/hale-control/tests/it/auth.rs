@@ -9,7 +9,7 @@ use std::time::Duration;
 use hale_control::auth::{self, ControlAuth};
 use hale_control::raft::api::BatchItem;
 use hale_control::raft::{AcquireRequest, AddServer, StateData, TypeConfig};
-use hale_control::{LeaseRequest, LeaseResponse, LeaseTable};
+use hale_control::{LeaseRequest, LeaseResponse, LeaseTable, Origin};
 use hale_keyring::{Key, Keyring, SharedKeyring};
 use hale_seal::{open_response, seal_request, unix_ms, CallError};
 use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
@@ -79,6 +79,7 @@ fn strangers_requests() -> Vec<(&'static str, Value)> {
         holder: "mallory".into(),
         epoch: 1,
         attempt: 0,
+        origin: Origin::default(),
     });
     let nodes = BTreeMap::from([(
         9,
@@ -115,6 +116,7 @@ fn strangers_requests() -> Vec<(&'static str, Value)> {
         holder: "mallory".into(),
         epoch: 2,
         attempt: 0,
+        origin: Origin::default(),
     };
     let renew = LeaseRequest::Renew {
         role: "db".into(),
@@ -127,6 +129,8 @@ fn strangers_requests() -> Vec<(&'static str, Value)> {
         holder: "node-a".into(),
         epoch: 1,
         next: Some("mallory".into()),
+        reason: None,
+        origin: Origin::default(),
     };
     let batch = vec![
         BatchItem::Write(grant.clone()),

@@ -10,7 +10,7 @@ use hale_control::{
 };
 use hale_core::Time;
 
-fn ms(n: u64) -> Time {
+pub(crate) fn ms(n: u64) -> Time {
     Time::from_millis(n)
 }
 
@@ -19,7 +19,7 @@ fn holder() -> Holder {
 }
 
 /// [`holder`] with its settings changed by `change`.
-fn holder_with(change: impl FnOnce(&mut HolderConfig)) -> Holder {
+pub(crate) fn holder_with(change: impl FnOnce(&mut HolderConfig)) -> Holder {
     let mut h = holder_config();
     change(&mut h);
     Holder::new(h, Time::ZERO)
@@ -30,6 +30,7 @@ fn holder_config() -> HolderConfig {
         role: "db".into(),
         node: "a".into(),
         priority: 5,
+        promotable: true,
         // Renewals every 500 ms keep the exact times below round.
         timing: LeaseTiming {
             lease: Duration::from_secs(2),
@@ -49,18 +50,18 @@ fn holder_config() -> HolderConfig {
 /// The node's identity in these tests.
 const ID: &str = "a@machine:/var/lib/hale";
 
-fn actions(h: &mut Holder) -> Vec<Action> {
+pub(crate) fn actions(h: &mut Holder) -> Vec<Action> {
     std::iter::from_fn(|| h.poll_action()).collect()
 }
 
-const OK: ServiceStatus = ServiceStatus {
+pub(crate) const OK: ServiceStatus = ServiceStatus {
     healthy: true,
     ready: true,
     failing_since: None,
 };
 
 /// A holder whose promote hook succeeded 100 ms in (its actions taken).
-fn holding() -> Holder {
+pub(crate) fn holding() -> Holder {
     let mut h = holder();
     let promote = granted(&mut h);
     h.handle_hook_exit(ms(100), promote, HookExit::Succeeded);
@@ -104,7 +105,7 @@ fn granted(h: &mut Holder) -> HookId {
     hook
 }
 
-fn renew(epoch: u64) -> ControlRequest {
+pub(crate) fn renew(epoch: u64) -> ControlRequest {
     ControlRequest::Lease(LeaseRequest::Renew {
         role: "db".into(),
         holder: "a".into(),
@@ -301,7 +302,11 @@ fn a_lease_lost_during_a_promotion_kills_the_promote_hook_before_the_demote_star
     assert!(matches!(
         &a[1],
         Action::Send {
-            request: ControlRequest::Lease(LeaseRequest::Release { epoch: 7, .. }),
+            request: ControlRequest::Lease(LeaseRequest::Release {
+                epoch: 7,
+                reason: Some(hale_control::ReleaseReason::LeaseExpired),
+                ..
+            }),
             ..
         }
     ));
@@ -391,7 +396,7 @@ fn a_holding_its_watchdog_fenced_unasked_steps_down_at_once_without_a_second_dem
 }
 
 /// The `Send` actions among `a`: (id, request).
-fn sends(a: &[Action]) -> Vec<(RequestId, ControlRequest)> {
+pub(crate) fn sends(a: &[Action]) -> Vec<(RequestId, ControlRequest)> {
     a.iter()
         .filter_map(|x| match x {
             Action::Send { id, request, .. } => Some((*id, request.clone())),
@@ -595,10 +600,15 @@ fn a_handover_asked_during_a_promotion_is_taken_once_it_completes_and_keeps_the_
     let a = actions(&mut h);
     assert!(
         a.iter().any(|x| matches!(x, Action::Send {
-            request: ControlRequest::Lease(LeaseRequest::Release { epoch: 7, next: Some(n), .. }),
+            request: ControlRequest::Lease(LeaseRequest::Release {
+                epoch: 7,
+                next: Some(n),
+                reason: Some(hale_control::ReleaseReason::Handover),
+                ..
+            }),
             ..
         } if n == "b")),
-        "no release naming b: {a:?}"
+        "no handover's release naming b: {a:?}"
     );
 }
 
@@ -771,6 +781,7 @@ fn a_replicated_roles_holder_publishes_its_mark_with_each_renewal() {
     let m = Mark {
         position: 1 << 30,
         synchronous: vec!["b".into()],
+        strict: false,
     };
     h.handle_data(ms(100), DataState::Primary(m.clone()));
     let _ = actions(&mut h);
@@ -960,6 +971,31 @@ fn a_holder_stopping_as_its_role_is_resumed_steps_down_as_usual() {
 }
 
 #[test]
+fn a_holding_that_ends_before_its_keep_is_confirmed_is_demoted_and_never_recorded_as_kept() {
+    let mut h = holding_paused();
+    h.handle_stop(ms(600));
+    let _ = sent(&actions(&mut h), &keep(7));
+    // The control plane does not answer: the lease runs out at 2.11 s (its
+    // last committed renewal was sent at 510 ms).
+    h.handle_timeout(ms(2_110));
+    let a = actions(&mut h);
+    assert!(
+        a.contains(&Action::Event(HolderEvent::SteppingDown {
+            epoch: 7,
+            reason: StepDownReason::LeaseExpired
+        })),
+        "{a:?}"
+    );
+    // The step-down asks its epoch back by a plain renewal: a keep would
+    // record in the table a holding whose service is being demoted, for
+    // the next run to adopt as promoted.
+    assert_eq!(
+        sends(&a).into_iter().map(|(_, r)| r).collect::<Vec<_>>(),
+        vec![renew(7)]
+    );
+}
+
+#[test]
 fn a_holder_stopping_while_its_role_is_not_paused_steps_down_at_once() {
     let mut h = holding();
     h.handle_stop(ms(600));
@@ -1078,7 +1114,7 @@ fn an_unanswered_adoption_is_asked_again_after_a_fifth_of_the_interval() {
 #[test]
 fn a_retuned_holder_keeps_its_holding_and_asks_with_the_new_priority_next_time() {
     let mut h = holding();
-    h.retune(9, Duration::from_secs(4), Duration::from_secs(1));
+    h.retune(9, true, Duration::from_secs(4), Duration::from_secs(1));
     assert_eq!(actions(&mut h), vec![], "a retune does nothing by itself");
     assert_eq!((h.state(), h.epoch()), (RoleState::Holder, Some(7)));
     assert_eq!(h.config().priority, 9);

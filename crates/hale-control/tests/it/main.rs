@@ -6,9 +6,12 @@
 mod auth;
 mod checker;
 mod elections;
+mod history_raft;
+mod history_table;
 mod holder;
 mod lease_histories;
 mod prevote;
+mod promotable;
 mod raft;
 mod replication;
 mod table;

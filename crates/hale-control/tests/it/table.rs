@@ -1,6 +1,6 @@
 //! The replicated lease table's rules.
 
-use hale_control::{LeaseRejection, LeaseRequest, LeaseResponse, LeaseTable};
+use hale_control::{LeaseRejection, LeaseRequest, LeaseResponse, LeaseTable, Origin};
 
 fn grant(holder: &str, epoch: u64) -> LeaseRequest {
     LeaseRequest::Grant {
@@ -8,6 +8,7 @@ fn grant(holder: &str, epoch: u64) -> LeaseRequest {
         holder: holder.into(),
         epoch,
         attempt: 0,
+        origin: Origin::default(),
     }
 }
 
@@ -58,6 +59,8 @@ fn only_the_holder_at_its_epoch_renews_or_releases() {
         holder: "b".into(),
         epoch: 2,
         next: None,
+        reason: None,
+        origin: Origin::default(),
     };
     assert_eq!(t.apply(&release), LeaseResponse::Released);
     assert_eq!(t.role("db").unwrap().holder, None);
@@ -76,6 +79,7 @@ fn the_same_acquisition_attempt_is_granted_the_same_epoch_again_and_no_other_is(
         holder: holder.into(),
         epoch,
         attempt,
+        origin: Origin::default(),
     };
     assert_eq!(
         t.apply(&attempt("a", 1, 7)),
@@ -101,6 +105,8 @@ fn the_same_acquisition_attempt_is_granted_the_same_epoch_again_and_no_other_is(
         holder: "a".into(),
         epoch: 1,
         next: None,
+        reason: None,
+        origin: Origin::default(),
     });
     assert!(matches!(
         t.apply(&attempt("a", 1, 7)),
@@ -121,6 +127,7 @@ fn the_grantor_answers_a_holders_own_attempt_at_once_and_makes_any_other_wait_a_
         holder: "a".into(),
         epoch: 1,
         attempt: 7,
+        origin: Origin::default(),
     };
     t.apply(&first);
     let at = Time::from_millis(10_000);
@@ -231,6 +238,8 @@ fn renewing_or_releasing_a_role_never_granted_is_refused_and_leaves_the_table_as
         holder: "a".into(),
         epoch: 0,
         next: None,
+        reason: None,
+        origin: Origin::default(),
     };
     assert_eq!(t.apply(&release), not_holder);
     assert_eq!(t, LeaseTable::default());
@@ -247,6 +256,7 @@ fn a_paused_role_is_granted_to_nobody_its_renewals_say_so_and_resuming_lifts_it(
         force: false,
         role: "db".into(),
         paused,
+        origin: Origin::default(),
     };
     assert_eq!(t.apply(&pause(true)), LeaseResponse::Paused(true));
     let renew = LeaseRequest::Renew {
@@ -294,6 +304,7 @@ fn order(epoch: u64, to: Option<&str>, at: u64) -> LeaseRequest {
         epoch,
         to: to.map(str::to_owned),
         at_unix_ms: at,
+        origin: Origin::default(),
     }
 }
 
@@ -350,6 +361,8 @@ fn a_switchover_order_dies_with_its_holding_and_never_moves_the_next_holder() {
         holder: "a".into(),
         epoch: 1,
         next: Some("b".into()),
+        reason: None,
+        origin: Origin::default(),
     });
     assert_eq!(t.role("db").unwrap().switchover, None);
     t.apply(&grant("b", 2));
@@ -387,6 +400,7 @@ fn a_paused_role_takes_no_switchover_order_and_a_role_never_held_takes_none() {
         role: "db".into(),
         paused: true,
         force: false,
+        origin: Origin::default(),
     });
     let before = t.clone();
     assert_eq!(
@@ -417,6 +431,7 @@ fn resuming_a_paused_role_is_refused_once_its_holder_has_been_silent_for_longer_
         role: "db".into(),
         paused: true,
         force: false,
+        origin: Origin::default(),
     });
     // The holder renewed within a lease: resumed at once.
     assert_eq!(
@@ -488,6 +503,8 @@ fn resuming_a_paused_role_is_refused_once_its_holder_has_been_silent_for_longer_
         holder: "a".into(),
         epoch: 1,
         next: None,
+        reason: None,
+        origin: Origin::default(),
     });
     assert_eq!(
         resume_check(&t, &clock, "db", Time::from_secs(60), lease, false, false),
@@ -526,6 +543,7 @@ fn paused_and_held() -> LeaseTable {
         role: "db".into(),
         paused: true,
         force: false,
+        origin: Origin::default(),
     });
     t
 }
@@ -605,6 +623,8 @@ fn a_grant_or_a_release_ends_a_kept_holding() {
         holder: "a".into(),
         epoch: 1,
         next: None,
+        reason: None,
+        origin: Origin::default(),
     });
     assert_eq!(t.role("db").unwrap().kept, None);
 }
@@ -697,6 +717,7 @@ fn while_the_churn_breaker_is_open_a_run_out_role_goes_back_to_its_living_holder
         holder: holder.into(),
         epoch: 2,
         attempt: 1,
+        origin: Origin::default(),
     };
     assert_eq!(
         back,

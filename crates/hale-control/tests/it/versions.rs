@@ -16,7 +16,7 @@ use axum::{Json, Router};
 use hale_control::protocol::{self, HEADER, PROTOCOL};
 use hale_control::raft::api::{Answer, Refusal};
 use hale_control::raft::{ControlClient, ControlError, ControlPlane, ControlStatus, ServerChange};
-use hale_control::{ControlAuth, LeaseRequest, LeaseResponse, LeaseTiming};
+use hale_control::{ControlAuth, LeaseRequest, LeaseResponse, LeaseTiming, Origin};
 use hale_keyring::{Keyring, SharedKeyring};
 use hale_seal::{exchange, CallError, Guard, Reply, Target};
 use openraft::error::RaftError;
@@ -105,6 +105,7 @@ fn pause() -> Value {
         role: "db".into(),
         paused: true,
         force: false,
+        origin: Origin::default(),
     })
     .unwrap()
 }
@@ -244,6 +245,7 @@ async fn a_client_reads_an_older_servers_decode_failure_as_the_typed_too_new_ref
         epoch: 1,
         to: Some("b".into()),
         at_unix_ms: 0,
+        origin: Origin::default(),
     })
     .unwrap();
     // What the previous release really answers: 422, axum's words, sealed.
@@ -264,6 +266,7 @@ async fn a_client_reads_an_older_servers_decode_failure_as_the_typed_too_new_ref
         role: "db".into(),
         paused: true,
         force: false,
+        origin: Origin::default(),
     };
     assert_eq!(
         client.write(&paused, t).await,

@@ -2,8 +2,6 @@
 //! bounds-checked reader, LEB128 varints, and the writer ([`Sink`]) that
 //! both encodes and counts.
 
-use crate::identity::Identity;
-
 /// Largest datagram hale ever sends (fits a 1280-byte IPv6 minimum MTU with
 /// headers to spare).
 pub const MAX_DATAGRAM: usize = 1200;
@@ -122,13 +120,15 @@ pub fn varint_len(v: u64) -> usize {
 /// Where a packet is written: a buffer (`encode`), or [`Len`], which only
 /// counts the bytes (`encoded_len`), so that the length always agrees with
 /// the encoding.
-pub(super) trait Sink {
+pub(crate) trait Sink {
     fn bytes(&mut self, b: &[u8]);
     fn byte(&mut self, b: u8) {
         self.bytes(&[b]);
     }
     fn varint(&mut self, v: u64);
-    fn id<I: Identity>(&mut self, id: &I);
+    /// Something whose encoding takes `len()` bytes and is written by
+    /// `encode` (an identity: see `crate::identity::SinkId`).
+    fn encoded(&mut self, len: impl FnOnce() -> usize, encode: impl FnOnce(&mut Vec<u8>));
 }
 
 impl Sink for Vec<u8> {
@@ -138,13 +138,13 @@ impl Sink for Vec<u8> {
     fn varint(&mut self, v: u64) {
         put_varint(self, v);
     }
-    fn id<I: Identity>(&mut self, id: &I) {
-        id.encode(self);
+    fn encoded(&mut self, _len: impl FnOnce() -> usize, encode: impl FnOnce(&mut Vec<u8>)) {
+        encode(self);
     }
 }
 
 /// A [`Sink`] that counts.
-pub(super) struct Len(pub(super) usize);
+pub(crate) struct Len(pub(crate) usize);
 
 impl Sink for Len {
     fn bytes(&mut self, b: &[u8]) {
@@ -153,7 +153,7 @@ impl Sink for Len {
     fn varint(&mut self, v: u64) {
         self.0 += varint_len(v);
     }
-    fn id<I: Identity>(&mut self, id: &I) {
-        self.0 += id.encoded_len();
+    fn encoded(&mut self, len: impl FnOnce() -> usize, _encode: impl FnOnce(&mut Vec<u8>)) {
+        self.0 += len();
     }
 }

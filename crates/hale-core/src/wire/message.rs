@@ -3,7 +3,7 @@
 //! read totally, per the packet's version.
 
 use super::codec::{DecodeError, Len, Reader, Sink, MAX_META};
-use crate::identity::Identity;
+use crate::identity::{Identity, SinkId};
 
 /// Buckets a view is summed in (`Message::Buckets`), one bit each in a
 /// [`Message::DigestPart`]'s mask: a member's bucket is the top six bits of

@@ -5,6 +5,7 @@
 
 mod config;
 mod direct;
+mod isolation;
 mod monitor;
 mod node;
 mod replay;

@@ -133,3 +133,31 @@ pub fn packet_from(sender: &NodeId, incarnation: u32, messages: Vec<Message<Node
     }
     .encode()
 }
+
+/// Runs `n` alone (nothing delivered to it) until `until`: its events.
+pub fn events_alone(n: &mut Node<NodeId>, until: Time) -> Vec<Event<NodeId>> {
+    let mut events = Vec::new();
+    while let Some(t) = n.poll_timeout() {
+        if t > until {
+            break;
+        }
+        n.handle_timeout(t);
+        drain(n);
+        events.extend(drain_events(n));
+    }
+    events
+}
+
+/// Whether `events` declare `who` dead.
+pub fn declared_dead(events: &[Event<NodeId>], who: &NodeId) -> bool {
+    events
+        .iter()
+        .any(|e| matches!(e, Event::Dead { member, .. } if member == who))
+}
+
+/// Whether `events` report `who` suspected.
+pub fn suspected(events: &[Event<NodeId>], who: &NodeId) -> bool {
+    events
+        .iter()
+        .any(|e| matches!(e, Event::Suspected { member, .. } if member == who))
+}

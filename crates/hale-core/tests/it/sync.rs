@@ -567,32 +567,6 @@ fn views_that_differ_in_many_buckets_exchange_digests_of_eight_of_them_per_sync(
     assert!(parts[0].2.len() < 300 / 4, "{} records", parts[0].2.len());
 }
 
-/// Runs `n` alone (nothing delivered to it) until `until`: its events.
-fn events_alone(n: &mut Node<NodeId>, until: Time) -> Vec<hale_core::Event<NodeId>> {
-    let mut events = Vec::new();
-    while let Some(t) = n.poll_timeout() {
-        if t > until {
-            break;
-        }
-        n.handle_timeout(t);
-        drain(n);
-        events.extend(drain_events(n));
-    }
-    events
-}
-
-fn declared_dead(events: &[hale_core::Event<NodeId>], who: &NodeId) -> bool {
-    events
-        .iter()
-        .any(|e| matches!(e, hale_core::Event::Dead { member, .. } if member == who))
-}
-
-fn suspected(events: &[hale_core::Event<NodeId>], who: &NodeId) -> bool {
-    events
-        .iter()
-        .any(|e| matches!(e, hale_core::Event::Suspected { member, .. } if member == who))
-}
-
 #[test]
 fn a_restarted_node_that_knows_a_member_only_from_its_packets_never_convicts_it_alone() {
     // It restarts behind a one-way cut (its packets go nowhere): its joins

@@ -3,6 +3,11 @@
 //! their unix sockets in the directory. Every cluster is stopped when the
 //! [`Lab`] is dropped, whatever happened (`pg_ctl stop -m immediate`, then
 //! SIGKILL of the pid in `postmaster.pid`).
+//!
+//! A lab may require passwords ([`Lab::with_scram`]: SCRAM for every TCP
+//! connection, replication included; unix sockets trusted for the
+//! fixture's own setup) and TLS ([`Lab::with_tls`]: a CA and a server
+//! certificate made here, TCP without TLS rejected).
 
 use std::future::Future;
 use std::os::unix::process::CommandExt as _;
@@ -23,6 +28,10 @@ pub const BIN: &str = "/usr/lib/postgresql/15/bin";
 pub struct Lab {
     started: Mutex<Vec<PathBuf>>,
     pg: User,
+    /// The password of `postgres` when TCP connections need one.
+    password: Option<String>,
+    /// TLS is on (its files in the lab's directory).
+    tls: bool,
     // Dropped last (fields drop in order): after the clusters are stopped.
     dir: tempfile::TempDir,
 }
@@ -87,12 +96,79 @@ impl Lab {
         Lab {
             started: Mutex::new(Vec::new()),
             pg,
+            password: None,
+            tls: false,
             dir,
         }
     }
 
-    fn path(&self) -> &Path {
+    /// This lab's clusters require `password` (SCRAM) of `postgres` for
+    /// every TCP connection, replication included (unix sockets stay
+    /// trusted, for the fixture's own setup). hale's configuration of each
+    /// node names it in `password_file` (`<lab>/pg-password`, 0600, owned
+    /// by `postgres`); the fixture's own standbys read it from
+    /// `<lab>/fixture.pgpass`.
+    pub fn with_scram(mut self, password: &str) -> Lab {
+        self.write_private("pg-password", &format!("{password}\n"));
+        self.write_private("fixture.pgpass", &format!("*:*:*:postgres:{password}\n"));
+        self.password = Some(password.to_owned());
+        self
+    }
+
+    /// This lab's clusters serve TLS with a certificate for `names` (host
+    /// names or IP addresses) signed by a CA made here (`<lab>/ca.pem`), and
+    /// reject TCP connections without TLS. hale's configuration of each node
+    /// says `sslmode = verify-full` with that CA.
+    pub fn with_tls(mut self, names: &[&str]) -> Lab {
+        let (ca, cert, key) = certificates(names);
+        std::fs::write(self.path().join("ca.pem"), ca).expect("write ca.pem");
+        std::fs::write(self.path().join("server.crt"), cert).expect("write server.crt");
+        self.write_private("server.key", &key);
+        self.tls = true;
+        self
+    }
+
+    /// Writes `name` in the lab's directory, mode 0600, owned by `postgres`.
+    fn write_private(&self, name: &str, text: &str) {
+        use std::os::unix::fs::PermissionsExt as _;
+        let path = self.path().join(name);
+        std::fs::write(&path, text).expect("write a private file");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        std::os::unix::fs::chown(
+            &path,
+            Some(self.pg.uid.as_raw()),
+            Some(self.pg.gid.as_raw()),
+        )
+        .expect("chown");
+    }
+
+    /// The lab's directory (data directories, logs, secret files).
+    pub fn path(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// A node whose data directory does not exist yet (hale clones it).
+    pub fn empty(&self, name: &str) -> Node {
+        self.node(name)
+    }
+
+    /// How the fixture's own libpq clients reach 127.0.0.1:`port` as
+    /// `postgres`: with the lab's passfile and TLS settings.
+    fn conninfo(&self, port: u16) -> String {
+        let mut text = format!("host=127.0.0.1 port={port} user=postgres");
+        if self.password.is_some() {
+            text.push_str(&format!(
+                " passfile={}",
+                self.path().join("fixture.pgpass").display()
+            ));
+        }
+        if self.tls {
+            text.push_str(&format!(
+                " sslmode=verify-full sslrootcert={}",
+                self.path().join("ca.pem").display()
+            ));
+        }
+        text
     }
 
     fn node(&self, name: &str) -> Node {
@@ -105,6 +181,13 @@ impl Lab {
         cfg.rejoin_timeout = Duration::from_secs(60);
         cfg.start_timeout = Duration::from_secs(30);
         cfg.log_file = Some(self.path().join(format!("{name}.log")));
+        if self.password.is_some() {
+            cfg.password_file = Some(self.path().join("pg-password"));
+        }
+        if self.tls {
+            cfg.sslmode = hale_postgres::SslMode::VerifyFull;
+            cfg.sslrootcert = Some(self.path().join("ca.pem"));
+        }
         self.started
             .lock()
             .expect("lock")
@@ -130,6 +213,9 @@ impl Lab {
             .args(args)
             .uid(self.pg.uid.as_raw())
             .gid(self.pg.gid.as_raw())
+            // libpq looks for client certificates in ~/.postgresql: root's
+            // home is closed to postgres.
+            .env("HOME", &self.pg.dir)
             .current_dir("/")
             .stdin(std::process::Stdio::null())
             .output()
@@ -160,21 +246,53 @@ impl Lab {
             self.path().display(),
             if opts.wal_log_hints { "on" } else { "off" },
         );
+        let mut conf = conf;
+        if self.password.is_some() {
+            conf.push_str("password_encryption = 'scram-sha-256'\nlog_connections = on\n");
+        }
+        if self.tls {
+            conf.push_str(&format!(
+                "ssl = on\nssl_cert_file = '{}'\nssl_key_file = '{}'\n",
+                self.path().join("server.crt").display(),
+                self.path().join("server.key").display()
+            ));
+        }
         let path = node.cfg.data_dir.join("postgresql.conf");
         let mut text = std::fs::read_to_string(&path).expect("read postgresql.conf");
         text.push_str(&conf);
         std::fs::write(&path, text).expect("write postgresql.conf");
+        if self.password.is_some() || self.tls {
+            let method = if self.password.is_some() {
+                "scram-sha-256"
+            } else {
+                "trust"
+            };
+            let (host, reject) = if self.tls {
+                (
+                    "hostssl",
+                    "hostnossl all all 0.0.0.0/0 reject\nhostnossl replication all 0.0.0.0/0 reject\n",
+                )
+            } else {
+                ("host", "")
+            };
+            let hba = format!(
+                "# hale-postgres tests\nlocal all all trust\nlocal replication all trust\n{reject}\
+                 {host} all all 127.0.0.1/32 {method}\n{host} replication all 127.0.0.1/32 {method}\n"
+            );
+            std::fs::write(node.cfg.data_dir.join("pg_hba.conf"), hba).expect("write pg_hba.conf");
+        }
     }
 
     /// A primary, started.
     pub async fn primary(&self, name: &str, opts: Opts) -> Node {
         let node = self.node(name);
         let data = node.cfg.data_dir.display().to_string();
-        self.run(
-            "initdb",
-            &["-N", "-D", &data, "-U", "postgres", "--auth=trust"],
-        )
-        .await;
+        let pwfile = self.path().join("pg-password").display().to_string();
+        let mut args = vec!["-N", "-D", &data, "-U", "postgres", "--auth=trust"];
+        if self.password.is_some() {
+            args.extend(["--pwfile", &pwfile]);
+        }
+        self.run("initdb", &args).await;
         self.configure(&node, opts);
         node.start(self).await;
         node
@@ -190,30 +308,19 @@ impl Lab {
             ))
             .await;
         let data = node.cfg.data_dir.display().to_string();
-        let port = primary.port.to_string();
+        let conninfo = self.conninfo(primary.port);
         self.run(
             "pg_basebackup",
-            &[
-                "-D",
-                &data,
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &port,
-                "-U",
-                "postgres",
-                "-X",
-                "stream",
-            ],
+            &["-D", &data, "-d", &conninfo, "-X", "stream"],
         )
         .await;
         self.configure(&node, opts);
         let auto = node.cfg.data_dir.join("postgresql.auto.conf");
         let mut text = std::fs::read_to_string(&auto).unwrap_or_default();
         text.push_str(&format!(
-            "primary_conninfo = 'host=127.0.0.1 port={} user=postgres application_name={name}'\n\
+            "primary_conninfo = '{} application_name={name}'\n\
              primary_slot_name = '{name}'\n",
-            primary.port
+            self.conninfo(primary.port)
         ));
         std::fs::write(&auto, text).expect("write postgresql.auto.conf");
         let signal = node.cfg.data_dir.join("standby.signal");
@@ -338,6 +445,27 @@ impl Node {
             .get(0)
     }
 
+    /// Waits (30 s at most) until table `t` on this node has `rows` rows:
+    /// a standby has replayed what its primary wrote.
+    pub async fn has_rows(&self, rows: i64) {
+        eventually(&format!("{} has {rows} rows", self.name), || async {
+            let client = self.try_client().await.ok()?;
+            let row = client.query_one("SELECT count(*) FROM t", &[]).await.ok()?;
+            (row.get::<_, i64>(0) == rows).then_some(())
+        })
+        .await;
+    }
+
+    /// Asserts that a write to this node is refused as read-only (a replica).
+    pub async fn refuses_writes(&self) {
+        let write = self
+            .client()
+            .await
+            .batch_execute("INSERT INTO t VALUES (5000)")
+            .await;
+        assert!(write.as_ref().is_err_and(is_read_only), "{write:?}");
+    }
+
     /// This node as an upstream.
     pub fn upstream(&self) -> Upstream {
         Upstream {
@@ -387,8 +515,32 @@ where
     }
 }
 
+/// A CA (PEM), and a server certificate for `names` signed by it with its
+/// key (PEM).
+fn certificates(names: &[&str]) -> (String, String, String) {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
+    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("CA parameters");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(DnType::CommonName, "hale-postgres test CA");
+    let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().expect("CA key")).expect("CA");
+    let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+    let mut server = CertificateParams::new(names).expect("server parameters");
+    server
+        .distinguished_name
+        .push(DnType::CommonName, "hale-postgres test server");
+    let key = KeyPair::generate().expect("server key");
+    let cert = server.signed_by(&key, &ca).expect("server certificate");
+    (ca.pem(), cert.pem(), key.serialize_pem())
+}
+
+/// A CA unrelated to any lab's (PEM): nothing it signed is served.
+pub fn other_ca() -> String {
+    certificates(&["localhost"]).0
+}
+
 /// A TCP port on 127.0.0.1 that was free a moment ago.
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
     listener.local_addr().expect("local address").port()
 }

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use hale_postgres::{promote, rejoin, RejoinError, RejoinStep, Rejoined, Standing};
 
-use crate::fixture::{eventually, is_read_only, Lab, Node, Opts};
+use crate::fixture::{eventually, Lab, Node, Opts};
 
 /// A primary `a` with a standby `b` and rows 1..=100; `b` is promoted, `a`
 /// takes rows it alone will have (1001..=1100, a split brain) and is killed
@@ -22,12 +22,7 @@ async fn failover_with(lab: &Lab, a_opts: Opts, kill_a: bool, split: &str) -> (N
     let b = lab.standby("b", &a, Opts::default()).await;
     a.sql("CREATE TABLE t (id int PRIMARY KEY); INSERT INTO t SELECT generate_series(1, 100)")
         .await;
-    eventually("b has a's rows", || async {
-        let client = b.try_client().await.ok()?;
-        let row = client.query_one("SELECT count(*) FROM t", &[]).await.ok()?;
-        (row.get::<_, i64>(0) == 100).then_some(())
-    })
-    .await;
+    b.has_rows(100).await;
     promote(&b.cfg).await.expect("promote b");
     a.sql(split).await;
     if kill_a {
@@ -77,12 +72,7 @@ async fn check_rejoined(a: &Node, b: &Node) {
     );
     assert_eq!(a.number("SELECT count(*) FROM t").await, 210);
     assert!(!a.fenced(), "the fence marker is removed once streaming");
-    let write = a
-        .client()
-        .await
-        .batch_execute("INSERT INTO t VALUES (5000)")
-        .await;
-    assert!(write.as_ref().is_err_and(is_read_only), "{write:?}");
+    a.refuses_writes().await;
     let Standing::Primary { standbys, .. } = b.standing().await else {
         panic!("b is not primary")
     };
@@ -139,7 +129,7 @@ async fn a_former_primary_still_running_as_a_primary_is_fenced_and_rewound() {
 
 /// Rejoins `node` to `upstream` (its slot and application name are its
 /// name): it must rejoin `how`, reporting exactly `steps`.
-async fn rejoined_by(node: &Node, upstream: &Node, how: Rejoined, steps: &[RejoinStep]) {
+pub(crate) async fn rejoined_by(node: &Node, upstream: &Node, how: Rejoined, steps: &[RejoinStep]) {
     let mut seen = Vec::new();
     let got = rejoin(
         &node.cfg,

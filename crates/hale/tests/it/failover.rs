@@ -340,3 +340,33 @@ fn a_paused_role_stays_with_its_failing_holder_and_moves_once_resumed() {
     assert!(!typo.status.success());
     assert!(String::from_utf8_lossy(&typo.stderr).contains("no role \"dbb\""));
 }
+
+#[test]
+fn an_agent_that_dies_as_it_starts_a_promote_hook_leaves_no_promotion_behind_its_fence() {
+    // n0 (the best candidate) aborts right after starting its promote hook,
+    // before its watchdog hears of the hook: the watchdog fences the
+    // holding, and the hook, held until the watchdog knows its group, never
+    // runs (it ran after the fence when it was told only once started).
+    let mut c = Cluster::roles_with_env("fo-die-at-promote", 3, |i| {
+        if i == 0 {
+            vec![("HALE_FAULT_DIE_AT_PROMOTE".to_owned(), "1".to_owned())]
+        } else {
+            Vec::new()
+        }
+    });
+    let (next, epoch) = wait_for(Duration::from_secs(30), "another node takes db", || {
+        c.holder().filter(|(h, _)| h != "n0")
+    });
+    promoted(&c, &next, epoch);
+    // Absence, not a condition to wait for: a hook left behind and let go
+    // would have written its line within this second.
+    std::thread::sleep(Duration::from_secs(1));
+    let h = history(&c);
+    assert!(
+        h.iter()
+            .all(|e| !(e.node == "n0" && e.kind == HookKind::Promote)),
+        "n0's promote hook ran: {h:?}"
+    );
+    check(&h).unwrap();
+    assert!(c.agents[0].exited(), "n0's agent aborted");
+}

@@ -123,7 +123,6 @@ fn using_or_removing_a_key_while_a_member_is_dead_is_refused_and_it_rejoins_when
     let _ = first_holder(&c);
     let old = c.key.clone();
     let new = Key::generate().to_base64();
-    c.agents[3].kill();
     let n3_is = |c: &Cluster, state| {
         c.agents[0]
             .members()?
@@ -131,6 +130,12 @@ fn using_or_removing_a_key_while_a_member_is_dead_is_refused_and_it_rejoins_when
             .any(|m| m.name == "n3" && m.state == state)
             .then_some(())
     };
+    // n0 must know n3 to see it die (the cluster is formed by now:
+    // `Cluster::roles_on`; said again here, where it matters).
+    wait_for(Duration::from_secs(30), "n0 sees n3 alive", || {
+        n3_is(&c, hale_agent::view::MemberState::Alive)
+    });
+    c.agents[3].kill();
     wait_for(Duration::from_secs(30), "n0 sees n3 dead", || {
         n3_is(&c, hale_agent::view::MemberState::Dead)
     });

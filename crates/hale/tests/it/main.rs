@@ -18,6 +18,7 @@ mod drill;
 #[allow(dead_code)] // The report's types; the test reads what `hale drill` wrote.
 mod drill_report;
 mod failover;
+mod failover_history;
 mod flood;
 mod junk_flood;
 mod keys;
@@ -32,5 +33,6 @@ mod restart;
 mod slow_hooks;
 mod support;
 mod systemd;
+mod tags;
 mod versions;
 mod watchdog;

@@ -23,6 +23,11 @@ use nix::unistd::Pid;
 use crate::support::{descendants, free_port, hale_bin, log_dir, spawn_with_config, wait_for};
 use crate::support::{wait_until, AgentProc};
 
+/// Strict durability under three agents.
+mod strict;
+/// A role's tags under three agents.
+mod tags;
+
 const BIN: &str = "/usr/lib/postgresql/15/bin";
 
 /// One host: its address, its agent's ports and its PostgreSQL.
@@ -139,8 +144,15 @@ fn server_conf(port: u16, ip: Ipv4Addr, sock: &Path) -> String {
     )
 }
 
-const HBA: &str = "local all all trust\nhost all all 127.0.0.0/8 trust\n\
-                   host replication all 127.0.0.0/8 trust\n";
+/// Unix sockets trusted (the test's own psql); every TCP connection, hale's
+/// sessions to the holder, pg_rewind, pg_basebackup and streaming, with a
+/// SCRAM password (`PASSWORD`, in each agent's `password_file`).
+const HBA: &str = "local all all trust\nlocal replication all trust\n\
+                   host all all 127.0.0.0/8 scram-sha-256\n\
+                   host replication all 127.0.0.0/8 scram-sha-256\n";
+
+/// The password of `postgres`.
+const PASSWORD: &str = "hale-it-S3cret";
 
 /// Host `a` with a primary from `initdb`; hosts `b` and `c` with a data
 /// directory holding only their own configuration (hale clones them).
@@ -224,9 +236,28 @@ fn lab(test: &str) -> Lab {
     };
     let a = &lab.hosts[0];
     let data = a.data.display().to_string();
+    // 0600, owned by postgres: initdb reads it, and hale's password_file.
+    let password = pgdir.join("password");
+    std::fs::write(&password, format!("{PASSWORD}\n")).unwrap();
+    std::fs::set_permissions(
+        &password,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    chown(&password);
+    let pwfile = format!("--pwfile={}", password.display());
     pg(
         "initdb",
-        &["-N", "-D", &data, "-U", "postgres", "--auth=trust"],
+        &[
+            "-N",
+            "-D",
+            &data,
+            "-U",
+            "postgres",
+            "--auth-local=trust",
+            "--auth-host=scram-sha-256",
+            &pwfile,
+        ],
     );
     let defaults = std::fs::read_to_string(a.data.join("postgresql.conf")).unwrap();
     for h in &lab.hosts {
@@ -262,6 +293,16 @@ fn lab(test: &str) -> Lab {
 /// Writes host `i`'s agent configuration: a control-plane server (a
 /// bootstraps), a candidate for role `db` backed by its PostgreSQL.
 fn write_config(lab: &Lab, i: usize, key: &str) {
+    write_config_with(lab, i, key, "");
+}
+
+/// [`write_config`], `extra` lines appended to `[role.postgres]`.
+fn write_config_with(lab: &Lab, i: usize, key: &str, extra: &str) {
+    write_config_tagged(lab, i, key, "", extra);
+}
+
+/// [`write_config_with`], `role` lines added to `[[role]]` (its tags, say).
+fn write_config_tagged(lab: &Lab, i: usize, key: &str, role: &str, extra: &str) {
     let h = &lab.hosts[i];
     let servers: Vec<String> = lab
         .hosts
@@ -305,6 +346,7 @@ service = "postgres"
 priority = {priority}
 hook_timeout = "40s"
 fail_after = "2s"
+{role}
 [role.postgres]
 data_dir = "{data}"
 bin_dir = "{bin}"
@@ -314,6 +356,8 @@ max_lag_on_failover = 1048576
 rejoin_timeout = "60s"
 start_timeout = "30s"
 log_file = "{dir}/pg/{name}.log"
+password_file = "{dir}/pg/password"
+{extra}
 "#,
         name = h.name,
         gossip = h.gossip,
@@ -404,6 +448,27 @@ fn streams_from(lab: &Lab, i: usize, from: usize) -> bool {
         })
 }
 
+/// Starts the three agents of a new cluster and waits until it is formed:
+/// a (initdb'd, running as primary) takes the role; b and c, empty but for
+/// their own settings, are cloned from it and stream; once a's renewals
+/// have named them in the lease table, a waits for one flush of either
+/// (quorum commit).
+fn formed(lab: &mut Lab) {
+    for i in 0..3 {
+        start_agent(lab, i);
+    }
+    let minute = Duration::from_secs(60);
+    wait_until(minute, "a holding db", || {
+        db(lab, 0).is_some_and(|r| r.state == RoleState::Holder)
+    });
+    wait_until(Duration::from_secs(90), "b and c streaming from a", || {
+        streams_from(lab, 1, 0) && streams_from(lab, 2, 0)
+    });
+    wait_until(minute, "a's quorum of b and c", || {
+        psql(lab, 0, "SHOW synchronous_standby_names").is_ok_and(|v| v == r#"ANY 1 ("b", "c")"#)
+    });
+}
+
 fn kinds(lab: &Lab, i: usize) -> Vec<String> {
     agent(lab, i)
         .events()
@@ -432,18 +497,22 @@ fn a_failed_primary_comes_back_as_a_replica_and_a_lagging_standby_is_never_promo
     for i in 0..3 {
         write_config(&lab, i, &key);
     }
-    for i in 0..3 {
-        start_agent(&mut lab, i);
-    }
-    // A new cluster: a (initdb'd, running as primary) takes the role;
-    // b and c, empty but for their own settings, are cloned from it.
+    formed(&mut lab);
     let minute = Duration::from_secs(60);
-    wait_until(minute, "a holding db", || {
-        db(&lab, 0).is_some_and(|r| r.state == RoleState::Holder)
+    // Load balancers' /sync and /async: b and c are synchronous standbys, a
+    // (the primary) neither.
+    let sync = |i: usize, synchronous: bool| {
+        crate::support::call(agent(&lab, i).api().synchronous("db", synchronous))
+            .unwrap()
+            .0
+    };
+    wait_until(minute, "b and c answering /sync", || {
+        sync(1, true) == 200 && sync(2, true) == 200
     });
-    wait_until(Duration::from_secs(90), "b and c streaming from a", || {
-        streams_from(&lab, 1, 0) && streams_from(&lab, 2, 0)
-    });
+    assert_eq!(
+        (sync(1, false), sync(0, true), sync(0, false)),
+        (503, 503, 503)
+    );
     for i in [1, 2] {
         let k = kinds(&lab, i);
         assert!(
@@ -458,10 +527,16 @@ fn a_failed_primary_comes_back_as_a_replica_and_a_lagging_standby_is_never_promo
     )
     .unwrap();
 
-    // c falls behind: its replay paused while a writes some 8 MB of WAL. (A replay
-    // delay, `recovery_min_apply_delay`, holds back only commit records:
-    // the copy is there, and a promotion would apply them at once.)
-    psql(&lab, 2, "SELECT pg_wal_replay_pause()").unwrap();
+    // c falls behind: its WAL receiver stopped (SIGSTOP: it still shows as
+    // streaming) while a writes some 8 MB of WAL. (A paused replay, or a
+    // replay delay, holds back only the replay: the copy is there, received
+    // and flushed, and a promotion would apply it at once: a copy is the
+    // furthest of what a standby received and replayed.)
+    let receiver: i32 = psql(&lab, 2, "SELECT pid FROM pg_stat_wal_receiver")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let _ = kill(Pid::from_raw(receiver), Signal::SIGSTOP);
     psql(
         &lab,
         0,
@@ -586,7 +661,7 @@ fn a_failed_primary_comes_back_as_a_replica_and_a_lagging_standby_is_never_promo
     assert_eq!(holder(&lab, 0).as_deref(), Some("b"));
 
     // A switchover asked of a member that does not hold the role: to c,
-    // whose replay is still paused far behind, it is refused with the
+    // whose receiver was stopped far behind, it is refused with the
     // reason and nothing changes.
     let refused = crate::support::call(agent(&lab, 0).api().switchover("db", Some("c"), None));
     let message = match &refused {
@@ -597,8 +672,9 @@ fn a_failed_primary_comes_back_as_a_replica_and_a_lagging_standby_is_never_promo
         }) => message.clone(),
         other => panic!("a switchover to a lagging copy is refused: {other:?}"),
     };
-    // (c, its replay paused, lags b; whether its receiver has found b yet,
-    // or its rejoin is still under way, it is not a copy to switch over to.)
+    // (c, its receiver stopped, lags b; whether its receiver has found b
+    // yet, or its rejoin is still under way, it is not a copy to switch
+    // over to.)
     assert!(
         message.contains("c's copy lags")
             || message.contains("c's PostgreSQL does not stream")
@@ -656,4 +732,25 @@ fn a_failed_primary_comes_back_as_a_replica_and_a_lagging_standby_is_never_promo
         !kinds(&lab, 2).contains(&"promoting".to_owned()),
         "c, lagging, was never granted the role"
     );
+    // Every connection above used the password; none of the agents' logs,
+    // settings or the servers' logs and configuration holds it.
+    let mut dirs = vec![lab.dir.clone()];
+    let mut looked = 0;
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            let name = path.to_string_lossy().into_owned();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if [".log", ".conf", ".toml", ".json"]
+                .iter()
+                .any(|ext| name.ends_with(ext))
+            {
+                let text = String::from_utf8_lossy(&std::fs::read(&path).unwrap()).into_owned();
+                assert!(!text.contains(PASSWORD), "the password in {name}");
+                looked += 1;
+            }
+        }
+    }
+    assert!(looked > 6, "{looked} files looked at");
 }

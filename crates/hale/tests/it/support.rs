@@ -137,6 +137,21 @@ pub fn wait_for_every<T>(
     }
 }
 
+/// Polls `f` until it gives a value or `deadline` passes: `None` then (for a
+/// caller that says more than [`wait_for`] can when it times out).
+pub fn poll_for<T>(deadline: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if start.elapsed() >= deadline {
+            return None;
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
 /// Calls `f` every `every` for `length`: for checks that must hold throughout a period.
 pub fn during(length: Duration, every: Duration, mut f: impl FnMut()) {
     let start = Instant::now();
@@ -792,7 +807,12 @@ impl Cluster {
             extra,
             prepare,
         );
-        Cluster { agents, ..c }
+        let c = Cluster { agents, ..c };
+        // Formed before the test acts: a member's first join can find its
+        // seed not yet listening and retry seconds later, and a test that
+        // killed it meanwhile waited for a death nobody could see.
+        c.wait_formed(Duration::from_secs(30));
+        c
     }
 
     /// Asserts every 250 ms for `length` that `db` stays with `held`

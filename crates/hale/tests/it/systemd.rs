@@ -28,7 +28,7 @@ use hale_control::RoleState;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use crate::support::{hale_bin, hook_lines, log_dir, skip, wait_for, HookLine};
+use crate::support::{hale_bin, hook_lines, log_dir, poll_for, skip, wait_for, HookLine};
 
 /// The workspace's root (this crate is `crates/hale`).
 fn workspace() -> PathBuf {
@@ -153,21 +153,42 @@ fn boot(root: &Path, unit: &Path, log: &Path) -> Container {
         logs: log.parent().unwrap().to_owned(),
     };
     c.leader = wait_for(Duration::from_secs(20), "the container's init", || {
-        let kids =
-            std::fs::read_to_string(format!("/proc/{nspawn_pid}/task/{nspawn_pid}/children"))
-                .ok()?;
-        kids.split_whitespace().next()?.parse().ok()
+        container_init(nspawn_pid)
     });
-    wait_for(
-        Duration::from_secs(60),
-        "the container's systemd running",
-        || {
-            let out = c.sh("systemctl is-system-running");
-            let state = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-            (state == "running" || state == "degraded").then_some(())
-        },
-    );
+    let mut last = String::new();
+    let running = poll_for(Duration::from_secs(60), || {
+        let out = c.sh("systemctl is-system-running");
+        last = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout).trim(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        (last == "running" || last == "degraded").then_some(())
+    });
+    if running.is_none() {
+        let jobs = c.sh("systemctl list-jobs --no-pager");
+        panic!(
+            "the container's systemd (pid {}) not running after 60 s: last said {last:?}; jobs:\n{}",
+            c.leader,
+            String::from_utf8_lossy(&jobs.stdout)
+        );
+    }
     c
+}
+
+/// The container's init among `nspawn`'s children: the one that is pid 1 in
+/// its own pid namespace. nspawn's first child is a short-lived helper that
+/// only creates the init (as nspawn's child) and exits: taking the first
+/// child found was a race (CI: every `nsenter` into the dead helper failed
+/// for a minute), and killing it on drop could hit a reused pid.
+fn container_init(nspawn: u32) -> Option<i32> {
+    let kids = std::fs::read_to_string(format!("/proc/{nspawn}/task/{nspawn}/children")).ok()?;
+    kids.split_whitespace().find_map(|kid| {
+        let status = std::fs::read_to_string(format!("/proc/{kid}/status")).ok()?;
+        let nspid = status.lines().find(|l| l.starts_with("NSpid:"))?;
+        let ids: Vec<&str> = nspid.split_whitespace().skip(1).collect();
+        (ids.len() == 2 && ids[1] == "1").then(|| ids[0].parse().ok())?
+    })
 }
 
 const BIN: &str = "/usr/lib/postgresql/15/bin";

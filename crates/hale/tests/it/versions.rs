@@ -358,4 +358,35 @@ fn a_control_plane_of_the_previous_release_upgraded_server_by_server_keeps_servi
     let status = c.agents[leader].cli_ok(&["status"]);
     assert!(!status.contains("MIXED RELEASES"), "{status}");
     c.assert_holder_stays(Duration::from_secs(2), &next, "after the last upgrade");
+    // Each server rebuilt db's failover history from its log: the same
+    // changes everywhere, with what their entries said (a time and an
+    // asker only where a leader of this build proposed the entry and the
+    // server stored it as it was).
+    use hale_control::Cause;
+    let mut seen = Vec::new();
+    for a in &c.agents {
+        let h = wait_for(Duration::from_secs(10), "the history is read", || {
+            call(a.api().history("db", None)).ok()
+        })
+        .changes;
+        let changes: Vec<_> = h.iter().map(|c| (c.epoch, c.holder.clone())).collect();
+        assert_eq!(h[0].cause, Cause::FirstGrant, "{h:?}");
+        let granted = (held.1, Some(held.0.clone()));
+        let at = changes.iter().position(|c| *c == granted).unwrap();
+        assert!(matches!(h[at + 1].cause, Cause::Paused { .. }), "{h:?}");
+        assert!(matches!(h[at + 2].cause, Cause::Resumed { .. }), "{h:?}");
+        let last = h.last().unwrap();
+        assert_eq!(
+            (last.epoch, last.holder.clone()),
+            (next.1, Some(next.0.clone()))
+        );
+        let from_n0 = match &last.cause {
+            Cause::AfterRelease { previous, .. } => previous.as_deref() == Some("n0"),
+            Cause::LeaseExpired { previous } => previous == "n0",
+            _ => false,
+        };
+        assert!(from_n0, "{h:?}");
+        seen.push(changes);
+    }
+    assert!(seen.windows(2).all(|w| w[0] == w[1]), "{seen:?}");
 }

@@ -489,23 +489,30 @@ fn held(path: &Path) -> bool {
     f.try_lock().is_err()
 }
 
-#[test]
-fn a_watchdog_holds_its_presence_file_until_its_agent_is_gone_and_its_fence_is_done() {
-    let dir = log_dir("watchdog_presence");
-    let (log, claim) = (dir.path().join("log"), dir.path().join("claim"));
-    let presence = dir.path().join("watchdog.presence");
-    let mut w = Reaped(
+/// A watchdog announcing itself in the presence file `presence`, once it
+/// holds it.
+fn watchdog_announced(presence: &Path) -> Reaped {
+    let w = Reaped(
         Command::new(hale_bin())
             .arg("watchdog")
-            .env(hale_agent::watchdog::presence::ENV, &presence)
+            .env(hale_agent::watchdog::presence::ENV, presence)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
             .unwrap(),
     );
     wait_until(Duration::from_secs(10), "the watchdog holds it", || {
-        held(&presence)
+        held(presence)
     });
+    w
+}
+
+#[test]
+fn a_watchdog_holds_its_presence_file_until_its_agent_is_gone_and_its_fence_is_done() {
+    let dir = log_dir("watchdog_presence");
+    let (log, claim) = (dir.path().join("log"), dir.path().join("claim"));
+    let presence = dir.path().join("watchdog.presence");
+    let mut w = watchdog_announced(&presence);
     say(&mut w, guard(1, 200, &claim, &demote(&log, "fence", 1.5)));
     // The agent is gone: the watchdog fences at the deadline, and the
     // agent's next run (waiting on the file) must not start meanwhile.
@@ -522,4 +529,31 @@ fn a_watchdog_holds_its_presence_file_until_its_agent_is_gone_and_its_fence_is_d
         ["fence", "done"],
         "let go before its fence ended"
     );
+}
+
+#[test]
+fn a_watchdog_given_a_hang_up_and_an_interrupt_still_fences_when_its_agent_goes() {
+    // An agent run in a terminal shares its process group with its
+    // watchdog: the terminal's hang-up and ctrl-c reach both. The kernel
+    // sends a hang-up too, to a stopped process group orphaned by its
+    // agent's death (a frozen host whose agent was killed). Neither may
+    // end the watchdog before it fences.
+    let dir = log_dir("watchdog_signals");
+    let (log, claim) = (dir.path().join("log"), dir.path().join("claim"));
+    let presence = dir.path().join("watchdog.presence");
+    // It holds its presence file once its handlers are in place.
+    let mut w = watchdog_announced(&presence);
+    say(
+        &mut w,
+        guard(1, 60_000, &claim, &demote(&log, "fence", 0.0)),
+    );
+    let pid = nix::unistd::Pid::from_raw(w.0.id() as i32);
+    for signal in [nix::sys::signal::SIGHUP, nix::sys::signal::SIGINT] {
+        nix::sys::signal::kill(pid, signal).unwrap();
+    }
+    close(&mut w);
+    wait_until(Duration::from_secs(10), "the fence", || {
+        lines(&log) == ["fence", "done"]
+    });
+    assert_eq!(w.0.wait().unwrap().code(), Some(3), "it says it fenced");
 }

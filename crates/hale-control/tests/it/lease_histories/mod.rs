@@ -311,6 +311,7 @@ fn config(c: usize, timing: LeaseTiming, hook_timeout: Duration) -> HolderConfig
         role: ROLE.into(),
         node: format!("c{c}"),
         priority: 0,
+        promotable: true,
         timing,
         hook_timeout,
         fail_after: Duration::from_secs(1),

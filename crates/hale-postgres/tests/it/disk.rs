@@ -1,0 +1,114 @@
+//! A disk of a test's own: a loop-mounted ext4 that holds a server's WAL
+//! or data directory, to freeze or fill.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::fixture::{Lab, Node};
+
+/// How long a frozen disk stays frozen at most.
+const THAW_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// A small ext4 filesystem in a file, loop-mounted, holding `node`'s
+/// `pg_wal` or its whole data directory (moved there with the server
+/// stopped, linked back): a disk of its own that a test can freeze
+/// (`fsfreeze`) or fill. Thawed and lazily unmounted on drop, whatever
+/// happened (drop it before the lab, which stops the server: declare it
+/// after).
+pub struct Disk {
+    mount: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Disk {
+    /// `what` of `node`'s (`"pg_wal"`, or `""` for the whole data
+    /// directory) on a disk of `megabytes`.
+    pub async fn holding(lab: &Lab, node: &Node, megabytes: u32, what: &str) -> Disk {
+        let dir = tempfile::Builder::new()
+            .prefix("hale-wal-disk-")
+            .tempdir()
+            .expect("temp dir");
+        let image = dir.path().join("disk.img");
+        let mount = dir.path().join("mnt");
+        std::fs::create_dir(&mount).expect("mount point");
+        run("truncate", &["-s", &format!("{megabytes}M"), path(&image)]);
+        run("mkfs.ext4", &["-q", path(&image)]);
+        run("mount", &["-o", "loop", path(&image), path(&mount)]);
+        let disk = Disk { mount, _dir: dir };
+        node.stop(lab, "fast").await;
+        let here = if what.is_empty() {
+            node.cfg.data_dir.clone()
+        } else {
+            node.cfg.data_dir.join(what)
+        };
+        let moved = disk.mount.join("moved");
+        run("cp", &["-a", path(&here), path(&moved)]);
+        std::fs::remove_dir_all(&here).expect("remove what moved");
+        std::os::unix::fs::symlink(&moved, &here).expect("link it back");
+        run("chown", &["-h", "postgres:postgres", path(&here)]);
+        run("chown", &["postgres:postgres", path(&disk.mount)]);
+        node.start(lab).await;
+        disk
+    }
+
+    /// Freezes the filesystem: every write waits until [`Disk::thaw`].
+    pub fn freeze(&self) {
+        run("fsfreeze", &["-f", path(&self.mount)]);
+        // A test that hangs (not one that panics) never drops its disk:
+        // the disk thaws itself after THAW_AFTER whatever the test does,
+        // so that nothing waits on it for ever.
+        let mount = self.mount.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(THAW_AFTER);
+            let _ = Command::new("fsfreeze")
+                .arg("-u")
+                .arg(&mount)
+                .stderr(std::process::Stdio::null())
+                .status();
+        });
+    }
+
+    /// Thaws it.
+    pub fn thaw(&self) {
+        // "Invalid argument" when not frozen: nothing to say.
+        let _ = Command::new("fsfreeze")
+            .args(["-u", path(&self.mount)])
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+
+    /// Fills the filesystem until `left` bytes or fewer are free.
+    pub fn fill(&self, left: u64) {
+        let fs = nix::sys::statvfs::statvfs(&self.mount).expect("statvfs");
+        #[allow(clippy::unnecessary_cast)] // the field types differ by platform
+        let free = fs.blocks_available() as u64 * fs.fragment_size() as u64;
+        let size = free.saturating_sub(left);
+        run(
+            "fallocate",
+            &["-l", &size.to_string(), path(&self.mount.join("ballast"))],
+        );
+    }
+}
+
+impl Drop for Disk {
+    fn drop(&mut self) {
+        self.thaw();
+        let _ = Command::new("umount").arg("-l").arg(&self.mount).status();
+    }
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().expect("a UTF-8 path")
+}
+
+fn run(program: &str, args: &[&str]) {
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{program}: {e}"));
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
