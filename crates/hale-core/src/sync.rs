@@ -38,7 +38,19 @@ pub(crate) struct Recovery<I> {
     /// packets reached it, so it cannot tell how many could confirm a
     /// suspicion: it gets no small-cluster allowance (`verdict.rs`).
     synced: bool,
+    /// The wait before the next contact of the seeds while joining (not
+    /// yet `synced`): zero before the first retry, then doubling up to
+    /// `seed_retry_interval`.
+    join_wait: Duration,
 }
+
+/// While joining, the first retry of the seeds waits
+/// `seed_retry_interval / 2^JOIN_BACKOFF_STEPS`, and each next one twice
+/// as long until `seed_retry_interval`: agents started together (a boot, a
+/// rolling restart of every seed) find each other within a few hundred
+/// milliseconds of the last one listening, whatever their order, and a
+/// seed that is down is still asked only every `seed_retry_interval`.
+const JOIN_BACKOFF_STEPS: u32 = 4;
 
 impl<I: Identity> Recovery<I> {
     /// No seeds, a full bucket of `rate` sync replies.
@@ -50,6 +62,7 @@ impl<I: Identity> Recovery<I> {
             tombstones: Vec::new(),
             dead_notices: FxMap::default(),
             synced: false,
+            join_wait: Duration::ZERO,
         }
     }
 
@@ -91,9 +104,11 @@ impl<I: Identity> Recovery<I> {
     }
 
     /// Sends every seed this node's whole state, unless it has left; the
-    /// next try is a jittered `seed_retry_interval` away.
+    /// next try is a jittered `seed_retry_interval` away, or sooner while
+    /// joining ([`JOIN_BACKOFF_STEPS`]).
     pub(crate) fn contact_seeds(&mut self, sh: &mut Shared<I>, now: Time) {
-        let at = now + sh.jitter(sh.cfg().seed_retry_interval);
+        let wait = self.next_wait(sh.cfg().seed_retry_interval);
+        let at = now + sh.jitter(wait);
         sh.timers_mut().set(Timer::SeedRetry, at);
         if self.seeds.is_empty() || sh.isolation().phase().has_left() {
             return;
@@ -101,6 +116,20 @@ impl<I: Identity> Recovery<I> {
         for seed in self.seeds.clone() {
             sh.send_full_state(seed, true);
         }
+    }
+
+    /// The wait before the seeds are contacted again: `full` once this
+    /// node's view came from the cluster, else the join's backoff.
+    fn next_wait(&mut self, full: Duration) -> Duration {
+        if self.synced {
+            return full;
+        }
+        self.join_wait = if self.join_wait.is_zero() {
+            full / 2u32.pow(JOIN_BACKOFF_STEPS)
+        } else {
+            (self.join_wait * 2).min(full)
+        };
+        self.join_wait
     }
 
     /// The seed timer: falls back to the seeds when alone or cut off
@@ -202,6 +231,7 @@ impl<I: Identity> Recovery<I> {
         self.seeds = seeds.into_iter().filter(|s| s != me).collect();
         self.seeds.sort_unstable();
         self.seeds.dedup();
+        self.join_wait = Duration::ZERO;
         if self.seeds.is_empty() {
             // A new cluster: this node's view is the whole of it.
             self.mark_synced();

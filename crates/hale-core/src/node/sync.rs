@@ -15,8 +15,11 @@ use super::Node;
 
 impl<I: Identity> Node<I> {
     /// Joins the cluster through `seeds` (their identities). Contacts every
-    /// seed at once and again every `seed_retry_interval` while no member is
-    /// live. Passing no seeds starts a new cluster.
+    /// seed at once and again while no member is live: every
+    /// `seed_retry_interval`, and sooner until a member's view first
+    /// arrives (a sixteenth of it, then doubling), so that agents started
+    /// together in any order form at once. Passing no seeds starts a new
+    /// cluster.
     pub fn join(&mut self, now: Time, seeds: impl IntoIterator<Item = I>) {
         self.recovery.set_seeds(self.sh.local().id(), seeds);
         self.recovery.contact_seeds(&mut self.sh, now);

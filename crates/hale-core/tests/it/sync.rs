@@ -633,3 +633,82 @@ fn a_node_synced_into_a_cluster_of_two_convicts_the_other_alone() {
     let events = events_alone(&mut n, secs(60.0));
     assert!(declared_dead(&events, &all[1]), "{events:?}");
 }
+
+/// The times at which `n` sends `seed` a join, up to `until`.
+fn joins_sent(n: &mut Node<NodeId>, seed: &NodeId, until: Time) -> Vec<f64> {
+    let mut at = Vec::new();
+    while let Some(t) = n.poll_timeout() {
+        if t > until {
+            break;
+        }
+        n.handle_timeout(t);
+        for x in drain(n) {
+            let join = decode(&x)
+                .messages
+                .iter()
+                .any(|m| matches!(m, Message::PushPull { join: true, .. }));
+            if join && x.to == *seed {
+                at.push(t.saturating_since(Time::ZERO).as_secs_f64());
+            }
+        }
+    }
+    at
+}
+
+#[test]
+fn a_joining_node_asks_a_silent_seed_again_soon_then_backs_off_to_the_retry_interval() {
+    // Agents started together: the seed may not listen yet when the join
+    // goes out. The next tries come after ~0.31 s, 0.63, 1.25, 2.5 and then
+    // every 5 s (the default seed_retry_interval), each within 10%.
+    let all = ids(2);
+    let mut n = Node::new(all[0].clone(), config(3), Time::ZERO).unwrap();
+    n.set_wire_version(VERSION);
+    n.join(Time::ZERO, [all[1].clone()]);
+    assert_eq!(drain(&mut n).len(), 1, "the first join goes out at once");
+    let at = joins_sent(&mut n, &all[1], secs(20.0));
+    let gaps: Vec<f64> = std::iter::once(at[0])
+        .chain(at.windows(2).map(|w| w[1] - w[0]))
+        .collect();
+    let want = [0.3125, 0.625, 1.25, 2.5, 5.0, 5.0];
+    assert!(gaps.len() >= want.len(), "{gaps:?}");
+    for (got, want) in gaps.iter().zip(want) {
+        assert!((got - want).abs() <= want * 0.1 + 1e-6, "{gaps:?}");
+    }
+}
+
+#[test]
+fn a_node_that_joined_and_then_lost_every_member_asks_its_seeds_every_retry_interval() {
+    // The quick retries are a join's only: once a member's view came, a
+    // node left alone (every member gone) asks its seeds every 5 s.
+    let all = ids(2);
+    let mut n = Node::new(all[0].clone(), config(3), Time::ZERO).unwrap();
+    n.set_wire_version(VERSION);
+    n.join(Time::ZERO, [all[1].clone()]);
+    drain(&mut n);
+    let record = |id: &NodeId| MemberRecord {
+        id: id.clone(),
+        incarnation: 0,
+        state: WireState::Alive,
+        meta: Box::default(),
+    };
+    let state = packet_from(
+        &all[1],
+        0,
+        vec![Message::PushPull {
+            join: false,
+            reply: false,
+            digest: false,
+            members: vec![record(&all[0]), record(&all[1])],
+        }],
+    );
+    n.handle_stream(secs(0.1), &state).unwrap();
+    let at = joins_sent(&mut n, &all[1], secs(120.0));
+    assert!(
+        at.len() >= 3,
+        "it falls back to its seed once alone: {at:?}"
+    );
+    for w in at.windows(2) {
+        let gap = w[1] - w[0];
+        assert!((4.5..=5.5).contains(&gap), "{at:?}");
+    }
+}
