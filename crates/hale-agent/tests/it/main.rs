@@ -9,6 +9,7 @@ mod config;
 mod dashboard;
 mod drill;
 mod formats;
+mod junk_queries;
 mod keyring;
 mod keys;
 mod openapi;
