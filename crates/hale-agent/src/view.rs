@@ -30,10 +30,10 @@ pub use ops::{
 };
 pub use reload::{ChangeKind, ConfigChange, RefusalReason, RefusedKey, ReloadRefusal, ReloadView};
 pub use role::{
-    CandidateView, CheckResult, CheckView, ClusterRoleView, ClusterRolesView, ClusterServicesView,
-    HandoverView, Lagging, LeaseView, NodeServicesView, PauseView, PostgresView, PrimaryView,
-    ReplicaView, RoleTags, RoleView, RolesView, ServiceView, SwitchoverRequest, SwitchoverStep,
-    SwitchoverView,
+    CandidateView, CheckFailure, CheckResult, CheckView, ClusterRoleView, ClusterRolesView,
+    ClusterServicesView, HandoverView, Lagging, LeaseView, NodeServicesView, PauseView,
+    PostgresView, PrimaryView, ReplicaView, RoleTags, RoleView, RolesView, ServiceView,
+    SwitchoverRequest, SwitchoverStep, SwitchoverView,
 };
 
 /// Wall-clock milliseconds since the Unix epoch.

@@ -26,7 +26,7 @@ use tokio::time::Instant;
 
 use hale_control::raft::api::{Answer, Refusal};
 use hale_control::{
-    Action, DataState, Holder, HolderConfig, HookExit, HookId, LeaseResponse, RequestId,
+    Action, DataState, Holder, HolderConfig, HookExit, HookId, LeaseResponse, RequestId, RoleState,
     ServiceStatus,
 };
 use hale_core::Time;
@@ -339,7 +339,8 @@ impl RoleManager {
     fn on_checks(&self, live: &mut Live) {
         let now = live.run.now();
         live.paused.check(&mut live.sm, now);
-        live.sm.handle_checks(now, self.status(now));
+        let holding = live.sm.state() == RoleState::Holder;
+        live.sm.handle_checks(now, self.status(now, holding));
     }
 
     /// An order of the agent's (see [`RoleOrder`]).
@@ -382,9 +383,18 @@ impl RoleManager {
 
     /// The role's service as its checks see it now (a service with no
     /// checks: the default status).
-    fn status(&self, now: Time) -> ServiceStatus {
+    /// The role's service as the holder machine reads it. A holder whose
+    /// only failing checks are short of disk is given them as passing: it
+    /// does not drop the role with nobody to take it, and hands it to a
+    /// node with room instead (`leaving.rs`).
+    fn status(&self, now: Time, holding: bool) -> ServiceStatus {
         let all = self.ctx.services.lock().expect("services lock");
         match all.iter().find(|s| s.spec.name == self.spec.service) {
+            Some(s) if holding && s.short_of_disk_only() => ServiceStatus {
+                healthy: true,
+                ready: s.ready(),
+                failing_since: None,
+            },
             Some(s) => ServiceStatus {
                 healthy: s.healthy(),
                 ready: s.ready(),
@@ -392,6 +402,15 @@ impl RoleManager {
             },
             None => ServiceStatus::default(),
         }
+    }
+
+    /// Whether the role's service fails only for want of disk (see
+    /// [`crate::roles::services::ServiceState::short_of_disk_only`]).
+    fn short_of_disk(&self) -> bool {
+        let all = self.ctx.services.lock().expect("services lock");
+        all.iter()
+            .find(|s| s.spec.name == self.spec.service)
+            .is_some_and(|s| s.short_of_disk_only())
     }
 
     /// Looks, in the agent's readings of the control plane's table

@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::config::{CheckSpec, Probe, ServiceSpec};
-use crate::view::{CheckResult, CheckView, ServiceView};
+use crate::view::{CheckFailure, CheckResult, CheckView, ServiceView};
 
 /// Live state of one check.
 #[derive(Debug, Clone)]
@@ -73,6 +73,19 @@ impl ServiceState {
     fn passing(&self, ready: bool) -> bool {
         let mut checks = self.checks.iter().filter(|c| c.spec.ready == ready);
         checks.all(|c| c.recent.back().is_some_and(|r| r.ok))
+    }
+
+    /// Whether some liveness check failed last time, and each that did was
+    /// short of disk ([`CheckFailure::ShortOfDisk`]): the service works.
+    pub fn short_of_disk_only(&self) -> bool {
+        let mut failed = self
+            .checks
+            .iter()
+            .filter(|c| !c.spec.ready)
+            .filter_map(|c| c.recent.back())
+            .filter(|r| !r.ok)
+            .peekable();
+        failed.peek().is_some() && failed.all(|r| r.failure == Some(CheckFailure::ShortOfDisk))
     }
 
     /// How long some liveness check has been failing (the longest streak).
@@ -214,6 +227,7 @@ impl Checks {
 /// Runs one check under its hard timeout.
 pub async fn run_check(client: &reqwest::Client, spec: &CheckSpec) -> CheckResult {
     let start = Instant::now();
+    let mut failure = None;
     let outcome = tokio::time::timeout(spec.timeout, async {
         match &spec.probe {
             Probe::Http { url, status } => match client.get(url).send().await {
@@ -248,23 +262,29 @@ pub async fn run_check(client: &reqwest::Client, spec: &CheckSpec) -> CheckResul
                     Err(e) => Err(format!("cannot run {}: {e}", argv[0])),
                 }
             }
-            Probe::Postgres { server, .. } => hale_postgres::check(server)
-                .await
-                .map(|working| working.to_string())
-                .map_err(|e| e.to_string()),
+            Probe::Postgres { server, .. } => match hale_postgres::check(server).await {
+                Ok(working) => Ok(working.to_string()),
+                Err(e) => {
+                    if matches!(e, hale_postgres::CheckError::DiskFull { .. }) {
+                        failure = Some(CheckFailure::ShortOfDisk);
+                    }
+                    Err(e.to_string())
+                }
+            },
         }
     })
     .await;
     let took_ms = start.elapsed().as_millis() as u64;
-    let (ok, detail) = match outcome {
-        Ok(Ok(detail)) => (true, detail),
-        Ok(Err(detail)) => (false, detail),
-        Err(_) => (false, format!("timed out after {:?}", spec.timeout)),
+    let (ok, detail, failure) = match outcome {
+        Ok(Ok(detail)) => (true, detail, None),
+        Ok(Err(detail)) => (false, detail, failure),
+        Err(_) => (false, format!("timed out after {:?}", spec.timeout), None),
     };
     CheckResult {
         ok,
         detail,
         took_ms,
+        failure,
     }
 }
 

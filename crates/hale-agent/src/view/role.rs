@@ -116,9 +116,9 @@ pub struct RoleView {
     /// every one is `true`, the default).
     #[serde(default, skip_serializing_if = "RoleTags::is_default")]
     pub tags: RoleTags,
-    /// A holder that may not be promoted (`promotable = false`, set by a
-    /// reload while it held the role) hands it over once another node can
-    /// take it: until then, why none can yet.
+    /// A holder that may not keep the role (`promotable = false`, set by a
+    /// reload while it held the role, or its disk short of room) hands it
+    /// over once another node can take it: until then, why none can yet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handover_waits: Option<String>,
     /// Until when this node may act as holder, on this agent's clock.
@@ -339,6 +339,23 @@ pub struct CheckResult {
     pub detail: String,
     /// How long it took, in milliseconds.
     pub took_ms: u64,
+    /// What kind of failure it was, where the check knows one that hale
+    /// acts on (absent when it passed, and for most failures).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<CheckFailure>,
+}
+
+hale_core::named_enum! {
+    /// A check's failure of a kind that hale treats apart from others.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+    #[serde(rename_all = "kebab-case")]
+    pub enum CheckFailure {
+        /// The server works but its disk has less room than the check asks
+        /// (`min_free_bytes` of a `postgres` check). A holder short of disk
+        /// alone hands the role over to a node with room, and keeps it
+        /// while no node can take it: a role nobody may hold helps nobody.
+        ShortOfDisk => "short-of-disk",
+    }
 }
 
 /// A service as the API shows it.

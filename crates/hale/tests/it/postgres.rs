@@ -23,6 +23,8 @@ use nix::unistd::Pid;
 use crate::support::{descendants, free_port, hale_bin, log_dir, spawn_with_config, wait_for};
 use crate::support::{wait_until, AgentProc};
 
+/// Disks short of room under three agents.
+mod disk;
 /// Strict durability under three agents.
 mod strict;
 /// A role's tags under three agents.
@@ -51,6 +53,9 @@ struct Lab {
     dir: PathBuf,
     /// Agents started so far (each one's log is `<host>-<n>.log`).
     started: usize,
+    /// The hosts' own small disks ([`lab_on_disks`]), unmounted once
+    /// their servers are killed.
+    mounts: Vec<PathBuf>,
     // Dropped after the servers are killed: kept when the test fails.
     _logs: crate::support::LogDir,
 }
@@ -62,6 +67,9 @@ impl Drop for Lab {
             if let Some(pid) = postmaster(&h.data) {
                 kill_tree(pid);
             }
+        }
+        for m in &self.mounts {
+            let _ = Command::new("umount").arg("-l").arg(m).status();
         }
     }
 }
@@ -157,6 +165,17 @@ const PASSWORD: &str = "hale-it-S3cret";
 /// Host `a` with a primary from `initdb`; hosts `b` and `c` with a data
 /// directory holding only their own configuration (hale clones them).
 fn lab(test: &str) -> Lab {
+    lab_with(test, None)
+}
+
+/// [`lab`] with each host's data directory on a disk of its own: a tmpfs
+/// of `mb` megabytes (`<dir>/pg/disk-<host>`), so that a test can fill one
+/// host's disk and not the others'.
+fn lab_on_disks(test: &str, mb: u64) -> Lab {
+    lab_with(test, Some(mb))
+}
+
+fn lab_with(test: &str, disk_mb: Option<u64>) -> Lab {
     for tool in [
         "initdb",
         "pg_ctl",
@@ -205,6 +224,30 @@ fn lab(test: &str) -> Lab {
     chown(&pgdir);
     let port = free_port();
     let names = ["a", "b", "c"];
+    let mut mounts = Vec::new();
+    let mut data_dir = |name: &str| match disk_mb {
+        None => pgdir.join(name),
+        Some(mb) => {
+            let disk = pgdir.join(format!("disk-{name}"));
+            std::fs::create_dir_all(&disk).unwrap();
+            let ok = Command::new("mount")
+                .args([
+                    "-t",
+                    "tmpfs",
+                    "-o",
+                    &format!("size={mb}m,mode=0755"),
+                    "tmpfs",
+                ])
+                .arg(&disk)
+                .status()
+                .unwrap();
+            assert!(ok.success(), "mount a tmpfs on {}", disk.display());
+            mounts.push(disk.clone());
+            chown(&disk);
+            disk.join("data")
+        }
+    };
+    let data: Vec<PathBuf> = names.iter().map(|n| data_dir(n)).collect();
     let hosts: Vec<Host> = names
         .iter()
         .enumerate()
@@ -220,7 +263,7 @@ fn lab(test: &str) -> Lab {
                 gossip: at(free_port()),
                 http: at(free_port()),
                 control: at(free_port()),
-                data: pgdir.join(name),
+                data: data[i].clone(),
                 sock,
                 config: dir.join(format!("{name}.toml")),
                 agent: None,
@@ -232,6 +275,7 @@ fn lab(test: &str) -> Lab {
         port,
         dir,
         started: 0,
+        mounts,
         _logs: logs,
     };
     let a = &lab.hosts[0];

@@ -1,5 +1,7 @@
-//! A holder that may not be promoted (`promotable = false`, set by a reload
-//! while it held the role, or a paused role it adopted): it hands the role
+//! A holder that may not keep the role: it may not be promoted
+//! (`promotable = false`, set by a reload while it held the role, or a
+//! paused role it adopted), or its service fails only for want of disk
+//! ([`crate::view::CheckFailure::ShortOfDisk`]). It hands the role
 //! over as a switchover would, to the best node that may take it
 //! ([`peers::successors`]) once that node has caught up
 //! ([`switchover::readiness`]); until one can, it keeps the role (never
@@ -49,7 +51,7 @@ impl RoleManager {
         tx: &mpsc::UnboundedSender<Input>,
         now: Time,
     ) {
-        if !self.must_leave(sm, leaving) {
+        if self.must_leave(sm, leaving).is_none() {
             if leaving.said.take().is_some() {
                 self.view(|v| v.handover_waits = None);
             }
@@ -71,14 +73,22 @@ impl RoleManager {
         });
     }
 
-    /// Whether this node holds the role, may not be promoted, has not
-    /// handed this holding over yet, and the role is not paused.
-    fn must_leave(&self, sm: &Holder, leaving: &Leaving) -> bool {
+    /// Why this node must hand the role over, if it must: it holds the
+    /// role, may not keep it, has not handed this holding over yet, and the
+    /// role is not paused.
+    fn must_leave(&self, sm: &Holder, leaving: &Leaving) -> Option<&'static str> {
+        let why = if !self.spec.promotable {
+            "this node may not be promoted (promotable = false)"
+        } else if self.short_of_disk() {
+            "this node's disk is short of room (its postgres check's min_free_bytes)"
+        } else {
+            return None;
+        };
         let paused = self.views.read(|v| v.is_some_and(|v| v.paused));
-        !self.spec.promotable
-            && sm.state() == RoleState::Holder
+        let must = sm.state() == RoleState::Holder
             && leaving.handed.is_none_or(|e| Some(e) != sm.epoch())
-            && !paused
+            && !paused;
+        must.then_some(why)
     }
 
     /// The nodes that may take the role, best first: the first that has
@@ -91,9 +101,9 @@ impl RoleManager {
         now: Time,
     ) {
         leaving.looking = false;
-        if !self.must_leave(sm, leaving) {
+        let Some(reason) = self.must_leave(sm, leaving) else {
             return;
-        }
+        };
         // A PostgreSQL role not measured yet waits (`NotMeasured`).
         let pg = self.views.read(|v| v.and_then(|v| v.postgres.clone()));
         let pg = pg.unwrap_or_default();
@@ -109,16 +119,13 @@ impl RoleManager {
                     leaving.handed = sm.epoch();
                     leaving.said = None;
                     self.view(|v| v.handover_waits = None);
-                    tracing::info!(
-                        role = %self.spec.name, %to,
-                        "this node may not be promoted (promotable = false): handing the role over"
-                    );
+                    tracing::info!(role = %self.spec.name, %to, "{reason}: handing the role over");
                     sm.handle_handover(now, Some(to.clone()));
                     (self.ctx.on_change)(RoleChange::Event(AgentEvent::Switchover {
                         role: self.spec.name.clone(),
                         to,
                         step: SwitchoverStep::HandingOver,
-                        reason: Some("this node may not be promoted (promotable = false)".into()),
+                        reason: Some(reason.into()),
                     }));
                     return;
                 }
@@ -135,9 +142,9 @@ impl RoleManager {
         if leaving.said.as_ref() != Some(&why) {
             tracing::warn!(
                 role = %self.spec.name, %why,
-                "this node may not be promoted (promotable = false) but keeps the role until another node can take it"
+                "{reason}, but it keeps the role until another node can take it"
             );
-            let shown = format!("keeps the role until another node can take it: {why}");
+            let shown = format!("{reason}: keeps the role until another node can take it: {why}");
             self.view(|v| v.handover_waits = Some(shown));
             leaving.said = Some(why);
         }
