@@ -320,6 +320,8 @@ fn samples() -> BTreeMap<String, Vec<Value>> {
         "ClusterRoles": ClusterRolesView = {"control_plane": true, "leader": null,
             "fetched_unix_ms": 5, "roles": [cluster_role]};
         "CheckResult": CheckResult = result;
+        "CheckResult": CheckResult = {"ok": false, "detail": "/data: 33554432 bytes free, less than min_free_bytes (67108864)",
+            "took_ms": 0, "failure": "short-of-disk"};
         "Check": CheckView = check;
         "Service": ServiceView = service;
         "NodeServices": NodeServicesView = node;
