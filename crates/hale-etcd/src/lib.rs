@@ -212,16 +212,9 @@ impl EtcdLeases {
     /// `role`'s holding, if held.
     pub async fn holding(&self, role: &str) -> Result<Option<Holding>, ReadError> {
         let key = self.key("lease", role);
-        let resp = self
-            .bounded(|| {
-                let (mut c, k) = (self.client.clone(), key.clone());
-                async move { c.get(k, None).await }
-            })
-            .await;
-        let resp = resp.map_err(|e| ReadError::Store(e.to_string()))?;
-        match resp.kvs().first() {
+        match self.get(&key).await? {
             None => Ok(None),
-            Some(kv) => decode(&key, kv.value()).map(Some),
+            Some((value, _)) => decode(&key, &value).map(Some),
         }
     }
 
@@ -233,17 +226,25 @@ impl EtcdLeases {
     /// The epoch key's value and revision (0, 0 when absent).
     async fn read_epoch(&self, role: &str) -> Result<(u64, i64), ReadError> {
         let key = self.key("epoch", role);
+        match self.get(&key).await? {
+            None => Ok((0, 0)),
+            Some((value, rev)) => Ok((decode(&key, &value)?, rev)),
+        }
+    }
+
+    /// `key`'s value and revision, if it exists.
+    async fn get(&self, key: &str) -> Result<Option<(Vec<u8>, i64)>, ReadError> {
         let resp = self
             .bounded(|| {
-                let (mut c, k) = (self.client.clone(), key.clone());
+                let (mut c, k) = (self.client.clone(), key.to_owned());
                 async move { c.get(k, None).await }
             })
-            .await;
-        let resp = resp.map_err(|e| ReadError::Store(e.to_string()))?;
-        match resp.kvs().first() {
-            None => Ok((0, 0)),
-            Some(kv) => Ok((decode(&key, kv.value())?, kv.mod_revision())),
-        }
+            .await
+            .map_err(|e| ReadError::Store(e.to_string()))?;
+        Ok(resp
+            .kvs()
+            .first()
+            .map(|kv| (kv.value().to_vec(), kv.mod_revision())))
     }
 
     /// Grants `role` to `holder` (this store's agent) at the next epoch, if
