@@ -8,7 +8,7 @@ Prints each round and the median; loopback only; the agents are killed by pid.
 
 Usage: bench/formation.py [--hale target/release/hale] [--rounds 10] [--delay 0.3]
 """
-import argparse, json, os, socket, statistics, subprocess, tempfile, time, urllib.request
+import argparse, json, os, shutil, socket, statistics, subprocess, tempfile, time, urllib.request
 
 def free_port():
     s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
@@ -61,6 +61,7 @@ def main():
         finally:
             for p in procs:
                 p.kill(); p.wait()
+            shutil.rmtree(d, ignore_errors=True)
     print(f"RESULT rounds={len(took)} median={statistics.median(took):.2f}s "
           f"min={min(took):.2f}s max={max(took):.2f}s")
 
