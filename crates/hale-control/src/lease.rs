@@ -623,6 +623,27 @@ impl LeaseTable {
         self.history.of(role)
     }
 
+    /// `role`'s part of this table, its lease and history: what a store that
+    /// keeps each role under a key of its own (hale-etcd) writes there, and
+    /// applies requests for that role to.
+    pub fn part(&self, role: &str) -> LeaseTable {
+        LeaseTable {
+            roles: self
+                .roles
+                .get(role)
+                .map(|r| BTreeMap::from([(role.to_owned(), r.clone())]))
+                .unwrap_or_default(),
+            history: self.history.part(role),
+        }
+    }
+
+    /// Takes `part`'s roles (their leases and histories) in place of this
+    /// table's: the whole table from a store's parts.
+    pub fn absorb(&mut self, part: LeaseTable) {
+        self.roles.extend(part.roles);
+        self.history.absorb(part.history);
+    }
+
     /// This table without its history (what `/control/table` serves: the
     /// history is read role by role, [`crate::raft::api::HISTORY`]).
     pub fn without_history(&self) -> LeaseTable {

@@ -9,13 +9,18 @@
 //! Keys, under the configured prefix:
 //! * `lease/<role>`: the holding, `{"holder", "epoch"}`, attached to the
 //!   holder's etcd lease: etcd deletes it when that lease runs out.
-//! * `epoch/<role>`: the last epoch granted, never deleted.
+//! * `role/<role>`: the role's record, never deleted: its part of hale's
+//!   [`LeaseTable`] (the last epoch, the holder last named, the mark, pause,
+//!   switchover order and failover history), changed only by
+//!   [`LeaseTable::apply`], as on the embedded control plane.
 //!
 //! **A grant** is one transaction: if `lease/<role>` does not exist
-//! (`create_revision == 0`) and `epoch/<role>` is still at the revision read,
-//! write both (epoch + 1). Two askers racing see one succeed, the other told
-//! [`GrantError::Raced`]; epochs increase by one per grant and never go
-//! back (the epoch key is only written by a grant that read it).
+//! (`create_revision == 0`) and `role/<role>` is still at the revision read,
+//! write both (the record with the grant applied: epoch + 1). Two askers
+//! racing see one succeed, the other told [`GrantError::Raced`]; epochs
+//! increase by one per grant and never go back (the record is only written
+//! by a transaction that read it). Every other change of a record is the
+//! same read, apply, compare-and-swap ([`EtcdLeases::update`]).
 //!
 //! **Why a holder never overlaps the next one.** etcd revokes a lease only
 //! a TTL after the last keep-alive reached its leader, on that leader's
@@ -26,12 +31,17 @@
 //! before `lease/<role>` can vanish, and only then can a grant create it
 //! again. A lost answer costs the holder its lease, never the other way.
 
+mod update;
+
 use std::time::{Duration, Instant};
+
+pub use update::UpdateError;
 
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, LeaseKeepAliveStream, LeaseKeeper, PutOptions, Txn,
     TxnOp, TxnOpResponse,
 };
+use hale_control::{LeaseRequest, LeaseResponse, LeaseTable, Origin, ReleaseReason};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
 
@@ -89,6 +99,9 @@ pub enum GrantError {
     /// The role is held: nothing was written.
     #[error("held by {} at epoch {}", .0.holder, .0.epoch)]
     Held(Holding),
+    /// The role is paused (maintenance): nothing was written.
+    #[error("the role is paused; nothing written")]
+    Paused,
     /// The role changed between the read and the write (another asker won,
     /// or a holding just ended): nothing was written; ask again.
     #[error("the role changed while it was being granted; nothing written")]
@@ -220,16 +233,38 @@ impl EtcdLeases {
 
     /// The last epoch granted for `role` (0: never).
     pub async fn epoch(&self, role: &str) -> Result<u64, ReadError> {
-        Ok(self.read_epoch(role).await?.0)
+        let (table, _) = self.record(role).await?;
+        Ok(table.role(role).map_or(0, |r| r.epoch))
     }
 
-    /// The epoch key's value and revision (0, 0 when absent).
-    async fn read_epoch(&self, role: &str) -> Result<(u64, i64), ReadError> {
-        let key = self.key("epoch", role);
+    /// `role`'s record and its revision (empty, 0 when absent).
+    pub async fn record(&self, role: &str) -> Result<(LeaseTable, i64), ReadError> {
+        let key = self.key("role", role);
         match self.get(&key).await? {
-            None => Ok((0, 0)),
+            None => Ok((LeaseTable::default(), 0)),
             Some((value, rev)) => Ok((decode(&key, &value)?, rev)),
         }
+    }
+
+    /// Every role's record, as one table.
+    pub async fn table(&self) -> Result<LeaseTable, ReadError> {
+        let prefix = self.key("role", "");
+        let resp = self
+            .bounded(|| {
+                let (mut c, p) = (self.client.clone(), prefix.clone());
+                async move {
+                    c.get(p, Some(etcd_client::GetOptions::new().with_prefix()))
+                        .await
+                }
+            })
+            .await
+            .map_err(|e| ReadError::Store(e.to_string()))?;
+        let mut table = LeaseTable::default();
+        for kv in resp.kvs() {
+            let key = String::from_utf8_lossy(kv.key()).into_owned();
+            table.absorb(decode(&key, kv.value())?);
+        }
+        Ok(table)
     }
 
     /// `key`'s value and revision, if it exists.
@@ -248,23 +283,38 @@ impl EtcdLeases {
     }
 
     /// Grants `role` to `holder` (this store's agent) at the next epoch, if
-    /// nobody holds it.
-    pub async fn grant(&self, role: &str, holder: &str) -> Result<u64, GrantError> {
-        let (last, rev) = self.read_epoch(role).await.map_err(|e| match e {
-            ReadError::Store(s) => GrantError::Store(s),
-            e @ ReadError::Corrupt { .. } => GrantError::Store(e.to_string()),
-        })?;
-        let epoch = last + 1;
-        let (lease_key, epoch_key) = (self.key("lease", role), self.key("epoch", role));
+    /// nobody holds it and it is not paused, answering its acquisition
+    /// `attempt`.
+    pub async fn grant(&self, role: &str, holder: &str, attempt: u64) -> Result<u64, GrantError> {
+        let store = |e: ReadError| GrantError::Store(e.to_string());
+        let (mut table, rev) = self.record(role).await.map_err(store)?;
+        if table.role(role).is_some_and(|r| r.paused) {
+            return Err(GrantError::Paused);
+        }
+        let epoch = table.role(role).map_or(0, |r| r.epoch) + 1;
+        let grant = LeaseRequest::Grant {
+            role: role.to_owned(),
+            holder: holder.to_owned(),
+            epoch,
+            attempt,
+            origin: Origin::default(),
+        };
+        if let LeaseResponse::Rejected(why) = table.apply(&grant) {
+            return Err(GrantError::Store(format!(
+                "the record refused the grant: {why}"
+            )));
+        }
+        let (lease_key, record_key) = (self.key("lease", role), self.key("role", role));
         let value = encode(&Holding {
             holder: holder.to_owned(),
             epoch,
         });
+        let record = encode(&table.part(role));
         let txn = |id: i64| {
             Txn::new()
                 .when([
                     Compare::create_revision(lease_key.as_str(), CompareOp::Equal, 0),
-                    Compare::mod_revision(epoch_key.as_str(), CompareOp::Equal, rev),
+                    Compare::mod_revision(record_key.as_str(), CompareOp::Equal, rev),
                 ])
                 .and_then([
                     TxnOp::put(
@@ -272,7 +322,7 @@ impl EtcdLeases {
                         value.clone(),
                         Some(PutOptions::new().with_lease(id)),
                     ),
-                    TxnOp::put(epoch_key.as_str(), encode(&epoch), None),
+                    TxnOp::put(record_key.as_str(), record.clone(), None),
                 ])
                 .or_else([TxnOp::get(lease_key.as_str(), None)])
         };
@@ -350,31 +400,36 @@ impl EtcdLeases {
         })
     }
 
-    /// Gives `role` up, if `holder` holds it at `epoch`.
-    pub async fn release(&self, role: &str, holder: &str, epoch: u64) -> Result<(), ReleaseError> {
-        let key = self.key("lease", role);
-        let value = encode(&Holding {
+    /// Gives `role` up, if `holder` holds it at `epoch`, naming the
+    /// candidate it hands over to and why, for the record's history.
+    pub async fn release(
+        &self,
+        role: &str,
+        holder: &str,
+        epoch: u64,
+        next: Option<&str>,
+        reason: Option<ReleaseReason>,
+    ) -> Result<(), ReleaseError> {
+        let held = Holding {
             holder: holder.to_owned(),
             epoch,
-        });
-        let txn = Txn::new()
-            .when([Compare::value(key.as_str(), CompareOp::Equal, value)])
-            .and_then([TxnOp::delete(key.as_str(), None)]);
-        let resp = self
-            .bounded(|| {
-                let (mut c, t) = (self.client.clone(), txn.clone());
-                async move { c.txn(t).await }
-            })
-            .await;
-        match resp
-            .map_err(|e| ReleaseError::Store(e.to_string()))?
-            .succeeded()
-        {
-            true => Ok(()),
-            false => Err(ReleaseError::NotHolder {
-                holder: holder.to_owned(),
-                epoch,
-            }),
+        };
+        let req = LeaseRequest::Release {
+            role: role.to_owned(),
+            holder: holder.to_owned(),
+            epoch,
+            next: next.map(str::to_owned),
+            reason,
+            origin: Origin::default(),
+        };
+        let not_holder = || ReleaseError::NotHolder {
+            holder: holder.to_owned(),
+            epoch,
+        };
+        match self.update(role, &req, Some(&held), true).await {
+            Ok(LeaseResponse::Rejected(_)) | Err(UpdateError::NotHeld) => Err(not_holder()),
+            Ok(_) => Ok(()),
+            Err(e) => Err(ReleaseError::Store(e.to_string())),
         }
     }
 

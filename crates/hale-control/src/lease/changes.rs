@@ -198,6 +198,23 @@ pub struct Change {
 pub struct History(Arc<BTreeMap<String, Arc<Vec<Change>>>>);
 
 impl History {
+    /// `role`'s changes alone.
+    pub(crate) fn part(&self, role: &str) -> History {
+        let mut only = BTreeMap::new();
+        if let Some(v) = self.0.get(role) {
+            only.insert(role.to_owned(), Arc::clone(v));
+        }
+        History(Arc::new(only))
+    }
+
+    /// Takes `other`'s roles' changes in place of any this history has.
+    pub(crate) fn absorb(&mut self, other: History) {
+        let mine = Arc::make_mut(&mut self.0);
+        for (role, v) in other.0.iter() {
+            mine.insert(role.clone(), Arc::clone(v));
+        }
+    }
+
     /// Whether no role has a change recorded.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()

@@ -19,7 +19,7 @@ async fn two_agents_racing_for_a_free_role_never_both_get_it_and_each_grant_is_t
     let a = etcd.store("/hale/race", LEASE).await;
     let b = etcd.store("/hale/race", LEASE).await;
     for round in 1..=30u64 {
-        let (ra, rb) = tokio::join!(a.grant("db", "a"), b.grant("db", "b"));
+        let (ra, rb) = tokio::join!(a.grant("db", "a", 0), b.grant("db", "b", 0));
         let (winner, store, lost) = match (&ra, &rb) {
             (Ok(e), Err(l)) => (("a", *e), &a, l.clone()),
             (Err(l), Ok(e)) => (("b", *e), &b, l.clone()),
@@ -37,7 +37,10 @@ async fn two_agents_racing_for_a_free_role_never_both_get_it_and_each_grant_is_t
         );
         let held = a.holding("db").await.unwrap().unwrap();
         assert_eq!((held.holder.as_str(), held.epoch), winner);
-        store.release("db", winner.0, round).await.unwrap();
+        store
+            .release("db", winner.0, round, None, None)
+            .await
+            .unwrap();
     }
     assert_eq!(a.epoch("db").await.unwrap(), 30);
 }
@@ -50,7 +53,7 @@ async fn a_holding_nobody_renews_ends_no_sooner_than_its_ttl_after_the_last_keep
     let etcd = Etcd::start(1).await;
     let a = etcd.store("/hale/expiry", LEASE).await;
     let b = etcd.store("/hale/expiry", LEASE).await;
-    assert_eq!(a.grant("db", "a").await, Ok(1));
+    assert_eq!(a.grant("db", "a", 0).await, Ok(1));
     let renewed = a.renew().await.unwrap();
     assert_eq!(renewed.ttl, LEASE);
     // The holder's own reckoning: held until `sent + ttl` at the latest.
@@ -68,7 +71,7 @@ async fn a_holding_nobody_renews_ends_no_sooner_than_its_ttl_after_the_last_keep
                 own_end - now
             );
         }
-        match b.grant("db", "b").await {
+        match b.grant("db", "b", 0).await {
             Ok(epoch) => {
                 let now = Instant::now();
                 assert!(
@@ -96,9 +99,9 @@ async fn renewals_keep_a_role_held_for_many_leases_and_a_release_frees_it_at_onc
     let etcd = Etcd::start(1).await;
     let a = etcd.store("/hale/renew", LEASE).await;
     let b = etcd.store("/hale/renew", LEASE).await;
-    assert_eq!(a.grant("db", "a").await, Ok(1));
+    assert_eq!(a.grant("db", "a", 0).await, Ok(1));
     assert_eq!(
-        a.grant("web", "a").await,
+        a.grant("web", "a", 0).await,
         Ok(1),
         "one etcd lease, two roles"
     );
@@ -107,7 +110,7 @@ async fn renewals_keep_a_role_held_for_many_leases_and_a_release_frees_it_at_onc
         a.renew().await.unwrap();
         for role in ["db", "web"] {
             assert!(
-                matches!(b.grant(role, "b").await, Err(GrantError::Held(_))),
+                matches!(b.grant(role, "b", 0).await, Err(GrantError::Held(_))),
                 "{role} held by a"
             );
         }
@@ -115,17 +118,20 @@ async fn renewals_keep_a_role_held_for_many_leases_and_a_release_frees_it_at_onc
     }
     // Only the holder at its epoch releases.
     assert_eq!(
-        b.release("db", "b", 1).await,
+        b.release("db", "b", 1, None, None).await,
         Err(ReleaseError::NotHolder {
             holder: "b".into(),
             epoch: 1
         })
     );
-    assert!(a.release("db", "a", 2).await.is_err(), "a wrong epoch");
-    a.release("db", "a", 1).await.unwrap();
-    assert_eq!(b.grant("db", "b").await, Ok(2));
+    assert!(
+        a.release("db", "a", 2, None, None).await.is_err(),
+        "a wrong epoch"
+    );
+    a.release("db", "a", 1, None, None).await.unwrap();
+    assert_eq!(b.grant("db", "b", 0).await, Ok(2));
     assert!(matches!(
-        b.grant("web", "b").await,
+        b.grant("web", "b", 0).await,
         Err(GrantError::Held(_))
     ));
 }
@@ -137,7 +143,7 @@ async fn an_agent_whose_lease_ran_out_is_told_so_and_holds_nothing_until_granted
     }
     let etcd = Etcd::start(1).await;
     let a = etcd.store("/hale/lapse", LEASE).await;
-    assert_eq!(a.grant("db", "a").await, Ok(1));
+    assert_eq!(a.grant("db", "a", 0).await, Ok(1));
     // Silent past its lease (a frozen agent): etcd drops the holding.
     let deadline = Instant::now() + Duration::from_secs(15);
     while a.holding("db").await.unwrap().is_some() {
@@ -146,7 +152,7 @@ async fn an_agent_whose_lease_ran_out_is_told_so_and_holds_nothing_until_granted
     }
     assert_eq!(a.renew().await, Err(RenewError::Expired));
     // A new etcd lease is in place: granted again at the next epoch, renewed.
-    assert_eq!(a.grant("db", "a").await, Ok(2));
+    assert_eq!(a.grant("db", "a", 0).await, Ok(2));
     a.renew().await.unwrap();
     assert_eq!(
         a.holding("db").await.unwrap(),
@@ -165,7 +171,7 @@ async fn a_holding_renewed_through_the_loss_of_the_etcd_leader_never_ends() {
     let mut etcd = Etcd::start(3).await;
     let a = etcd.store("/hale/leader", LEASE).await;
     let b = etcd.store("/hale/leader", LEASE).await;
-    assert_eq!(a.grant("db", "a").await, Ok(1));
+    assert_eq!(a.grant("db", "a", 0).await, Ok(1));
     a.renew().await.unwrap();
     let leader = etcd.leader().await.expect("a leader");
     etcd.kill(leader);
@@ -178,7 +184,7 @@ async fn a_holding_renewed_through_the_loss_of_the_etcd_leader_never_ends() {
         if a.renew().await.is_ok() {
             renewed += 1;
         }
-        match b.grant("db", "b").await {
+        match b.grant("db", "b", 0).await {
             Ok(e) => panic!("granted to b at epoch {e} while a renews"),
             Err(GrantError::Held(h)) => assert_eq!(h.holder, "a"),
             Err(_) => {}
@@ -208,9 +214,9 @@ async fn agents_granting_and_releasing_in_a_tight_loop_never_get_the_same_epoch_
             while Instant::now() < until {
                 // Its etcd lease kept alive, as an agent's always is.
                 let _ = store.renew().await;
-                if let Ok(epoch) = store.grant("db", name).await {
+                if let Ok(epoch) = store.grant("db", name, 0).await {
                     got.push(epoch);
-                    store.release("db", name, epoch).await.unwrap();
+                    store.release("db", name, epoch, None, None).await.unwrap();
                 }
             }
             got

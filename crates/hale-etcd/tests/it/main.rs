@@ -6,3 +6,4 @@
 
 mod cluster;
 mod leases;
+mod record;
