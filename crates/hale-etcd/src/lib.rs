@@ -31,10 +31,12 @@
 //! before `lease/<role>` can vanish, and only then can a grant create it
 //! again. A lost answer costs the holder its lease, never the other way.
 
+mod answer;
 mod update;
 
 use std::time::{Duration, Instant};
 
+pub use answer::Candidacy;
 pub use update::UpdateError;
 
 use etcd_client::{

@@ -4,6 +4,7 @@
 // In tests a panic is the failure report: unwrapping is how a test fails.
 #![allow(clippy::unwrap_used)]
 
+mod answer;
 mod cluster;
 mod leases;
 mod record;
