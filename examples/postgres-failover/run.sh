@@ -249,7 +249,6 @@ EOF
 done
 as_pg "$NS_A" "$PGBIN/pg_ctl" -D "$PGA" -l "$DIR/pg/postgres-a.log" -w start >/dev/null || fail "starting PostgreSQL on A"
 psql_a() { as_pg "$NS_A" "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$DIR/sock-a" -d postgres "$@"; }
-psql_b() { as_pg "$NS_B" "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$DIR/sock-b" -d postgres "$@"; }
 psql_on() { local h=${1,,}; shift; as_pg "$TAG-$h" "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$DIR/sock-$h" -d postgres "$@"; }
 # A write straight to host $1's PostgreSQL, past HAProxy: accepted, or refused(<reason>).
 direct_write() {
@@ -436,19 +435,32 @@ EOF
     event "fault: A's Sentry goes half-dead (accepts connections, never answers)"
     in_ns "$NS_C" curl -fsS -m 2 -X POST "http://$IP_A:9100/mode/half-dead" ;;
 esac
+# The new primary is B or C: the grantor takes the furthest synchronous copy first (quorum
+# commit: only it surely holds every acknowledged login), then priority (B's is higher).
+PROMOTED=A
+promoted() {
+  local h ip
+  for h in B C; do
+    ip=IP_$h
+    if http_ok "http://${!ip}:7947/v1/roles/db/primary"; then echo "$h" > "$DIR/promoted"; return 0; fi
+  done
+  return 1
+}
 if [ "$NEW" = B ]; then
-  wait_for 60 "B promoted and serving as primary" http_ok "http://$IP_B:7947/v1/roles/db/primary"
-  event "hale: B's agent answers 200 on /v1/roles/db/primary"
+  wait_for 60 "B or C promoted and serving as primary" promoted
+  PROMOTED=$(cat "$DIR/promoted")
+  event "hale: $PROMOTED's agent answers 200 on /v1/roles/db/primary"
 fi
 sleep "$AFTER"
 stop_load
 
 # --- what was lost, what the old primary does, what Sentry got ---------------------------------
-if [ "$NEW" = B ]; then psql_b -Atc "SELECT id FROM logins" > "$DIR/committed.txt"; else psql_a -Atc "SELECT id FROM logins" > "$DIR/committed.txt"; fi
-OLD_WRITE=n/a; OLD_ROWS=n/a; B_KEPT=n/a; REJOIN_S=n/a
+psql_on "$PROMOTED" -Atc "SELECT id FROM logins" > "$DIR/committed.txt"
+OLD_WRITE=n/a; OLD_ROWS=n/a; KEPT=n/a; REJOIN_S=n/a
+PROMOTED_IP=IP_$PROMOTED
 if [ "$NEW" = B ]; then
   # Host A comes back: its network, then (after a host death) its agent, which finds its
-  # PostgreSQL down or fenced and rejoins B by itself (pg_rewind, or a fresh clone).
+  # PostgreSQL down or fenced and rejoins the new primary by itself (pg_rewind, or a fresh clone).
   case "$FAULT" in
     host-death) link_up "$NS_A" pa "$IP_A" ;;
     partition) in_ns "$NS_A" nft delete table inet hpg_partition ;;
@@ -456,24 +468,24 @@ if [ "$NEW" = B ]; then
   esac
   BACK_NS=$(now_ns)
   if [ "$FAULT" = host-death ]; then start_agent "$NS_A" A; event "host A back: its agent started again"; else event "host A back"; fi
-  wait_for 90 "A's PostgreSQL streaming from B again (GET /v1/roles/db/replica on A)" http_ok "http://$IP_A:7947/v1/roles/db/replica"
+  wait_for 90 "A's PostgreSQL streaming from $PROMOTED again (GET /v1/roles/db/replica on A)" http_ok "http://$IP_A:7947/v1/roles/db/replica"
   REJOIN_S=$(awk -v a="$BACK_NS" -v b="$(now_ns)" 'BEGIN { printf "%.3f", (b - a) / 1e9 }')
-  event "hale: A streams from B again, ${REJOIN_S} s after its return"
+  event "hale: A streams from $PROMOTED again, ${REJOIN_S} s after its return"
   # Rows on the returned old primary that the new one does not have: writes it took
-  # after the promotion (must be none). A replays B, so wait until it has caught up.
+  # after the promotion (must be none). A replays the new primary: wait until it has caught up.
   psql_a_ids() { as_pg "$NS_A" "$PGBIN/psql" -X -q -Atc "SELECT id FROM logins ORDER BY id" -h "$DIR/sock-a" -d postgres; }
   end=$(( $(date +%s) + 30 ))
   until [ "$(psql_a_ids | wc -l)" -ge "$(wc -l < "$DIR/committed.txt")" ] || [ "$(date +%s)" -ge "$end" ]; do sleep 0.2; done
   OLD_ROWS=$(comm -23 <(psql_a_ids | sort) <(sort "$DIR/committed.txt") | wc -l)
   OLD_WRITE=$(direct_write A)
   event "old primary A, direct INSERT: $OLD_WRITE"
-  B_KEPT=yes
+  KEPT=yes
   end=$(( $(date +%s%N) + 5000000000 ))
   while [ "$(date +%s%N)" -lt "$end" ]; do
-    http_ok "http://$IP_B:7947/v1/roles/db/primary" || B_KEPT=no
+    http_ok "http://${!PROMOTED_IP}:7947/v1/roles/db/primary" || KEPT=no
     sleep 0.25
   done
-  event "5 s after A returned: B kept db throughout: $B_KEPT"
+  event "5 s after A returned: $PROMOTED kept db throughout: $KEPT"
 fi
 # The agents' role events, in the event log's form (`<ns> host-X promote|promoted|demote|demoted
 # db <epoch>`, and the rejoin steps), for the timeline.
@@ -510,7 +522,7 @@ SYNC=$([ "$FAULT" = sentry-half-dead ] && sync_state || echo "sync-before-fault"
 
 "$DEMO" analyze --attempts "$DIR/attempts.csv" --t0 "$T0" --events "$EV" --committed "$DIR/committed.txt" \
   --fact "fault=$FAULT" --fact "sentry_a=$SENTRY" --fact "sentry_transport=$TRANSPORT" --fact "synchronous_replication=$SYNC" \
-  --fact "old_primary_direct_write=$OLD_WRITE" --fact "old_primary_rows_after_promotion=$OLD_ROWS" --fact "b_kept_db_after_a_returned=$B_KEPT" --fact "old_primary_streaming_after_return_s=$REJOIN_S" \
+  --fact "old_primary_direct_write=$OLD_WRITE" --fact "old_primary_rows_after_promotion=$OLD_ROWS" --fact "new_primary=$PROMOTED" --fact "new_primary_kept_db_after_a_returned=$KEPT" --fact "old_primary_streaming_after_return_s=$REJOIN_S" \
   --fact "reports_raised=$RAISED" --fact "reports_received=$RECEIVED" --fact "reports_received_by_standby=$RECEIVED_STANDBY" \
   --fact "relay_accepted=$(awk '$1 == "hale_relay_accepted_total" { print $2 }' "$DIR/relay-metrics.txt")" \
   > "$DIR/report.txt"

@@ -166,9 +166,9 @@ fn host_death_with_real_postgres_haproxy_and_sentry() {
         "the old primary accepted a write\n{ctx}"
     );
     assert_eq!(
-        r["b_kept_db_after_a_returned"].as_str(),
+        r["new_primary_kept_db_after_a_returned"].as_str(),
         Some("yes"),
-        "B lost db when host A's agent came back\n{ctx}"
+        "the new primary lost db when host A's agent came back\n{ctx}"
     );
     assert_eq!(
         num("reports_received"),
