@@ -149,21 +149,10 @@ impl EtcdLeases {
         role: &str,
     ) -> Result<Vec<(String, Candidacy)>, crate::ReadError> {
         let prefix = self.key("candidates", &format!("{role}/"));
-        let resp = self
-            .bounded(|| {
-                let (mut c, p) = (self.client.clone(), prefix.clone());
-                async move {
-                    c.get(p, Some(etcd_client::GetOptions::new().with_prefix()))
-                        .await
-                }
-            })
-            .await
-            .map_err(|e| crate::ReadError::Store(e.to_string()))?;
         let mut out = Vec::new();
-        for kv in resp.kvs() {
-            let key = String::from_utf8_lossy(kv.key()).into_owned();
+        for (key, value) in self.get_prefix(&prefix).await? {
             let name = key.strip_prefix(&prefix).unwrap_or(&key).to_owned();
-            out.push((name, decode(&key, kv.value())?));
+            out.push((name, decode(&key, &value)?));
         }
         Ok(out)
     }

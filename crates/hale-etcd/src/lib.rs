@@ -250,10 +250,18 @@ impl EtcdLeases {
 
     /// Every role's record, as one table.
     pub async fn table(&self) -> Result<LeaseTable, ReadError> {
-        let prefix = self.key("role", "");
+        let mut table = LeaseTable::default();
+        for (key, value) in self.get_prefix(&self.key("role", "")).await? {
+            table.absorb(decode(&key, &value)?);
+        }
+        Ok(table)
+    }
+
+    /// Every key under `prefix`, with its value.
+    async fn get_prefix(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, ReadError> {
         let resp = self
             .bounded(|| {
-                let (mut c, p) = (self.client.clone(), prefix.clone());
+                let (mut c, p) = (self.client.clone(), prefix.to_owned());
                 async move {
                     c.get(p, Some(etcd_client::GetOptions::new().with_prefix()))
                         .await
@@ -261,12 +269,14 @@ impl EtcdLeases {
             })
             .await
             .map_err(|e| ReadError::Store(e.to_string()))?;
-        let mut table = LeaseTable::default();
-        for kv in resp.kvs() {
-            let key = String::from_utf8_lossy(kv.key()).into_owned();
-            table.absorb(decode(&key, kv.value())?);
-        }
-        Ok(table)
+        Ok(resp
+            .kvs()
+            .iter()
+            .map(|kv| {
+                let key = String::from_utf8_lossy(kv.key()).into_owned();
+                (key, kv.value().to_vec())
+            })
+            .collect())
     }
 
     /// `key`'s value and revision, if it exists.

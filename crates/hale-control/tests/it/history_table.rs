@@ -711,3 +711,30 @@ fn a_server_of_the_previous_release_reads_this_ones_entries_and_snapshot_ignorin
     let db = &snapshot.roles["db"];
     assert_eq!((db.holder.as_deref(), db.epoch), (Some("a"), 4));
 }
+
+#[test]
+fn a_table_split_into_its_roles_parts_and_absorbed_again_is_the_same_table() {
+    // What a store that keeps each role under a key of its own (hale-etcd)
+    // writes and reads back: each role's lease and history, nothing else's.
+    let mut whole = LeaseTable::default();
+    for role in ["db", "web"] {
+        let mut g = grant("a", 1, 1, 10);
+        if let LeaseRequest::Grant { role: r, .. } = &mut g {
+            *r = role.to_owned();
+        }
+        whole.apply(&g);
+    }
+    whole.apply(&release("a", 1, None, None));
+    let db = whole.part("db");
+    assert_eq!(db.roles().count(), 1);
+    assert_eq!(db.history("db"), whole.history("db"));
+    assert!(
+        db.history("web").is_empty(),
+        "web's history is not db's part"
+    );
+    let mut back = LeaseTable::default();
+    back.absorb(whole.part("web"));
+    back.absorb(db);
+    assert_eq!(back, whole);
+    assert!(whole.part("nope").roles().next().is_none());
+}

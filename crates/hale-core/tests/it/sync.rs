@@ -608,28 +608,7 @@ fn a_restarted_node_that_knows_a_member_only_from_its_packets_never_convicts_it_
 fn a_node_synced_into_a_cluster_of_two_convicts_the_other_alone() {
     // The allowance the test above withholds, where it is due: the other
     // member's state says the cluster is the two of them.
-    let all = ids(2);
-    let mut n = Node::new(all[0].clone(), config(3), Time::ZERO).unwrap();
-    n.set_wire_version(VERSION);
-    n.join(Time::ZERO, [all[1].clone()]);
-    drain(&mut n);
-    let record = |id: &NodeId| MemberRecord {
-        id: id.clone(),
-        incarnation: 0,
-        state: WireState::Alive,
-        meta: Box::default(),
-    };
-    let state = packet_from(
-        &all[1],
-        0,
-        vec![Message::PushPull {
-            join: false,
-            reply: false,
-            digest: false,
-            members: vec![record(&all[0]), record(&all[1])],
-        }],
-    );
-    n.handle_stream(secs(1.0), &state).unwrap();
+    let (mut n, all) = synced_pair(secs(1.0));
     let events = events_alone(&mut n, secs(60.0));
     assert!(declared_dead(&events, &all[1]), "{events:?}");
 }
@@ -680,6 +659,21 @@ fn a_joining_node_asks_a_silent_seed_again_soon_then_backs_off_to_the_retry_inte
 fn a_node_that_joined_and_then_lost_every_member_asks_its_seeds_every_retry_interval() {
     // The quick retries are a join's only: once a member's view came, a
     // node left alone (every member gone) asks its seeds every 5 s.
+    let (mut n, all) = synced_pair(secs(0.1));
+    let at = joins_sent(&mut n, &all[1], secs(120.0));
+    assert!(
+        at.len() >= 3,
+        "it falls back to its seed once alone: {at:?}"
+    );
+    for w in at.windows(2) {
+        let gap = w[1] - w[0];
+        assert!((4.5..=5.5).contains(&gap), "{at:?}");
+    }
+}
+
+/// A node that joined through its one seed, and at `at` received the
+/// seed's state: the two of them, alive. With the two identities.
+fn synced_pair(at: Time) -> (Node<NodeId>, Vec<NodeId>) {
     let all = ids(2);
     let mut n = Node::new(all[0].clone(), config(3), Time::ZERO).unwrap();
     n.set_wire_version(VERSION);
@@ -701,14 +695,6 @@ fn a_node_that_joined_and_then_lost_every_member_asks_its_seeds_every_retry_inte
             members: vec![record(&all[0]), record(&all[1])],
         }],
     );
-    n.handle_stream(secs(0.1), &state).unwrap();
-    let at = joins_sent(&mut n, &all[1], secs(120.0));
-    assert!(
-        at.len() >= 3,
-        "it falls back to its seed once alone: {at:?}"
-    );
-    for w in at.windows(2) {
-        let gap = w[1] - w[0];
-        assert!((4.5..=5.5).contains(&gap), "{at:?}");
-    }
+    n.handle_stream(at, &state).unwrap();
+    (n, all)
 }
