@@ -93,8 +93,38 @@ impl Disk {
 impl Drop for Disk {
     fn drop(&mut self) {
         self.thaw();
+        // A server still running on this disk (a test that started it again
+        // after a fence) would outlive the unmount, and the lab's own sweep
+        // could no longer read its pid file: killed here, by process id.
+        let mut left = on_this_disk(&self.mount);
+        for pid in &left {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(*pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !left.is_empty() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            left = on_this_disk(&self.mount);
+        }
         let _ = Command::new("umount").arg("-l").arg(&self.mount).status();
     }
+}
+
+/// The PostgreSQL processes whose working directory is on `mount` (a
+/// server's is its data directory); zombies left out.
+fn on_this_disk(mount: &Path) -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            let cwd = std::fs::read_link(format!("/proc/{pid}/cwd"));
+            comm.trim() == "postgres" && cwd.is_ok_and(|c| c.starts_with(mount))
+        })
+        .collect()
 }
 
 fn path(p: &Path) -> &str {
