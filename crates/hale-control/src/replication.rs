@@ -109,6 +109,29 @@ pub fn judge(mark: Option<&Mark>, name: &str, standing: Option<&Standing>) -> Ve
     }
 }
 
+/// The best of `candidates` (name, priority, copy) to take the role after
+/// the holder that left `mark`: a copy too far behind never; among the
+/// others, named synchronous first, the furthest synchronous copy first
+/// among them (quorum commit: only it holds every commit one of them
+/// acknowledged), then the higher priority, then the smaller name. The one
+/// order every grantor uses (the control plane's, hale-etcd's).
+pub fn best<'a>(
+    mark: Option<&Mark>,
+    candidates: impl IntoIterator<Item = (&'a str, i64, Option<&'a Standing>)>,
+) -> Option<&'a str> {
+    candidates
+        .into_iter()
+        .filter_map(|(n, priority, standing)| match judge(mark, n, standing) {
+            Verdict::Eligible { synchronous } => {
+                let copy = standing.filter(|_| synchronous).map_or(0, |s| s.position);
+                Some((n, (synchronous, copy, priority)))
+            }
+            Verdict::Lagging { .. } => None,
+        })
+        .max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(a.0)))
+        .map(|(n, _)| n)
+}
+
 /// Under a strict `mark`, whether candidate `name` (with `standing`) is
 /// proven to hold every acknowledged commit, given what `heard` says of the
 /// other candidates' copies (`None`: not heard from): `Err` names the

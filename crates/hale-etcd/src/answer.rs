@@ -20,7 +20,7 @@
 use etcd_client::PutOptions;
 use hale_control::lease::AcquireRequest;
 use hale_control::raft::api::{Answer, BatchItem, Refusal};
-use hale_control::replication::{judge, Verdict};
+use hale_control::replication::{self, judge, Verdict};
 use hale_control::{LeaseRejection, LeaseRequest, LeaseResponse, Standing};
 use serde::{Deserialize, Serialize};
 
@@ -41,15 +41,30 @@ impl EtcdLeases {
     pub async fn answer(&self, item: &BatchItem) -> Answer<LeaseResponse> {
         match item {
             BatchItem::Acquire(a) => self.acquire(a).await,
-            BatchItem::Write(req) => self.write(req).await,
+            BatchItem::Write(req) => self.write(req, None).await,
         }
     }
 
-    /// Every request of a batch, in order.
+    /// Every request of a batch, in order: one keep-alive for all its
+    /// renewals (it renews every role this agent holds), sent before them.
     pub async fn answer_all(&self, items: &[BatchItem]) -> Vec<Answer<LeaseResponse>> {
+        let renews = items.iter().any(|i| {
+            matches!(
+                i,
+                BatchItem::Write(LeaseRequest::Renew { .. } | LeaseRequest::Renewals { .. })
+            )
+        });
+        let alive = if renews {
+            Some(self.keep_alive().await)
+        } else {
+            None
+        };
         let mut out = Vec::with_capacity(items.len());
         for item in items {
-            out.push(self.answer(item).await);
+            out.push(match item {
+                BatchItem::Acquire(a) => self.acquire(a).await,
+                BatchItem::Write(req) => self.write(req, alive.as_ref()).await,
+            });
         }
         out
     }
@@ -57,15 +72,17 @@ impl EtcdLeases {
     async fn acquire(&self, a: &AcquireRequest) -> Answer<LeaseResponse> {
         let unavailable = |e: String| Refusal::Unavailable(format!("etcd: {e}"));
         self.publish(a).await.map_err(unavailable)?;
+        // One read of the record serves the whole decision; the grant is
+        // written only if it is still at this revision.
+        let (table, rev) = self
+            .record(&a.role)
+            .await
+            .map_err(|e| unavailable(e.to_string()))?;
         if let Some(h) = self
             .holding(&a.role)
             .await
             .map_err(|e| unavailable(e.to_string()))?
         {
-            let (table, _) = self
-                .record(&a.role)
-                .await
-                .map_err(|e| unavailable(e.to_string()))?;
             let same = table
                 .role(&a.role)
                 .is_some_and(|r| a.attempt != 0 && r.attempt == a.attempt);
@@ -78,10 +95,6 @@ impl EtcdLeases {
                 h.holder, h.epoch
             )));
         }
-        let (table, _) = self
-            .record(&a.role)
-            .await
-            .map_err(|e| unavailable(e.to_string()))?;
         let mark = table.role(&a.role).and_then(|r| r.mark.as_ref());
         if let Verdict::Lagging { lag, max_lag } = judge(mark, &a.holder, a.standing.as_ref()) {
             return Err(Refusal::Lagging { lag, max_lag });
@@ -90,17 +103,12 @@ impl EtcdLeases {
             .candidacies(&a.role)
             .await
             .map_err(|e| unavailable(e.to_string()))?;
-        let best = candidacies
-            .iter()
-            .filter_map(|(n, c)| match judge(mark, n, c.standing.as_ref()) {
-                Verdict::Eligible { synchronous } => {
-                    let copy = c.standing.filter(|_| synchronous).map_or(0, |s| s.position);
-                    Some((n, (synchronous, copy, c.priority)))
-                }
-                Verdict::Lagging { .. } => None,
-            })
-            .max_by(|x, y| x.1.cmp(&y.1).then_with(|| y.0.cmp(x.0)))
-            .map(|(n, _)| n.clone());
+        let best = replication::best(
+            mark,
+            candidacies
+                .iter()
+                .map(|(n, c)| (n.as_str(), c.priority, c.standing.as_ref())),
+        );
         if let Some(best) = best.filter(|b| *b != a.holder) {
             return Err(Refusal::NotYet(format!("{best} is a better candidate")));
         }
@@ -111,7 +119,10 @@ impl EtcdLeases {
         if let Err(RenewError::Store(e)) = self.renew().await {
             return Err(unavailable(e));
         }
-        match self.grant(&a.role, &a.holder, a.attempt).await {
+        match self
+            .grant_on(&a.role, &a.holder, a.attempt, table, rev)
+            .await
+        {
             Ok(epoch) => Ok(LeaseResponse::Granted { epoch }),
             Err(GrantError::Store(e)) => Err(unavailable(e)),
             Err(e) => Err(Refusal::NotYet(e.to_string())),
@@ -157,7 +168,9 @@ impl EtcdLeases {
         Ok(out)
     }
 
-    async fn write(&self, req: &LeaseRequest) -> Answer<LeaseResponse> {
+    /// `req` answered; a renewal after `alive`, the batch's keep-alive, or
+    /// one of its own.
+    async fn write(&self, req: &LeaseRequest, alive: Option<&Answer<()>>) -> Answer<LeaseResponse> {
         let unavailable = |e: String| Refusal::Unavailable(format!("etcd: {e}"));
         match req {
             LeaseRequest::Renew {
@@ -166,7 +179,7 @@ impl EtcdLeases {
                 epoch,
                 ..
             } => {
-                self.keep_alive_for(role, holder, *epoch).await?;
+                self.alive(alive, role, holder, *epoch).await?;
                 self.renewal(role, holder, *epoch, req).await
             }
             LeaseRequest::Renewals {
@@ -175,7 +188,7 @@ impl EtcdLeases {
                 marks,
             } => {
                 if let Some((role, epoch)) = leases.first() {
-                    self.keep_alive_for(role, holder, *epoch).await?;
+                    self.alive(alive, role, holder, *epoch).await?;
                 }
                 let mut answers = Vec::new();
                 for (role, epoch) in leases {
@@ -234,16 +247,38 @@ impl EtcdLeases {
         }
     }
 
-    /// One keep-alive before a renewal is answered: an etcd lease that ran
-    /// out answers the renewal as the table answers a stale one.
-    async fn keep_alive_for(&self, role: &str, holder: &str, epoch: u64) -> Answer<()> {
+    /// One keep-alive of this agent's etcd lease: refused `NotYet` when it
+    /// had run out.
+    async fn keep_alive(&self) -> Answer<()> {
         match self.renew().await {
             Ok(_) => Ok(()),
-            Err(RenewError::Expired) => Err(Refusal::NotYet(format!(
-                "{holder}'s etcd lease ran out: {role} is not held at epoch {epoch}"
-            ))),
+            Err(RenewError::Expired) => Err(Refusal::NotYet(
+                "this agent's etcd lease ran out: it holds nothing".into(),
+            )),
             Err(RenewError::Store(e)) => Err(Refusal::Unavailable(format!("etcd: {e}"))),
         }
+    }
+
+    /// The keep-alive a renewal of `role` by `holder` at `epoch` waits
+    /// for: the batch's (`alive`), else one of its own. An etcd lease that
+    /// ran out answers the renewal as the table answers a stale one.
+    async fn alive(
+        &self,
+        alive: Option<&Answer<()>>,
+        role: &str,
+        holder: &str,
+        epoch: u64,
+    ) -> Answer<()> {
+        let answer = match alive {
+            Some(a) => a.clone(),
+            None => self.keep_alive().await,
+        };
+        answer.map_err(|r| match r {
+            Refusal::NotYet(_) => Refusal::NotYet(format!(
+                "{holder}'s etcd lease ran out: {role} is not held at epoch {epoch}"
+            )),
+            other => other,
+        })
     }
 
     /// `req`, a renewal of `role` by `holder` at `epoch`, applied to the

@@ -299,7 +299,20 @@ impl EtcdLeases {
     /// `attempt`.
     pub async fn grant(&self, role: &str, holder: &str, attempt: u64) -> Result<u64, GrantError> {
         let store = |e: ReadError| GrantError::Store(e.to_string());
-        let (mut table, rev) = self.record(role).await.map_err(store)?;
+        let (table, rev) = self.record(role).await.map_err(store)?;
+        self.grant_on(role, holder, attempt, table, rev).await
+    }
+
+    /// [`EtcdLeases::grant`] on the record `table` as read at revision
+    /// `rev` (written only if it is still at `rev`).
+    async fn grant_on(
+        &self,
+        role: &str,
+        holder: &str,
+        attempt: u64,
+        mut table: LeaseTable,
+        rev: i64,
+    ) -> Result<u64, GrantError> {
         if table.role(role).is_some_and(|r| r.paused) {
             return Err(GrantError::Paused);
         }

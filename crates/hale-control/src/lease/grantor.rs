@@ -304,24 +304,16 @@ impl Grantor {
         if now < settled {
             return Err(GrantDelay::Arbitrating(settled));
         }
-        // Among the eligible (the asker is one): synchronous first, the
-        // furthest synchronous copy first among them (quorum commit: only
-        // it holds every commit one of them acknowledged), then priority,
-        // then the smaller name.
-        let best = contenders
-            .iter()
-            .filter_map(
-                |(n, c)| match replication::judge(mark, n, c.standing.as_ref()) {
-                    Verdict::Eligible { synchronous } => {
-                        let copy = c.standing.filter(|_| synchronous).map_or(0, |s| s.position);
-                        Some((n, (synchronous, copy, c.priority)))
-                    }
-                    Verdict::Lagging { .. } => None,
-                },
-            )
-            .max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(a.0)))
-            .map(|(n, ..)| n.clone())
-            .unwrap_or_default();
+        // Among the eligible (the asker is one), by the one order
+        // ([`replication::best`]).
+        let best = replication::best(
+            mark,
+            contenders
+                .iter()
+                .map(|(n, c)| (n.as_str(), c.priority, c.standing.as_ref())),
+        )
+        .unwrap_or_default()
+        .to_owned();
         if best != holder {
             return Err(GrantDelay::BetterCandidate(best));
         }

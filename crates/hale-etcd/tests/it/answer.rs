@@ -181,3 +181,55 @@ async fn a_better_candidate_that_stops_asking_is_passed_over_a_lease_later() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_renews_every_holding_with_one_keep_alive_and_after_a_lapse_renews_none() {
+    if skip_reason().is_some() {
+        return;
+    }
+    let etcd = Etcd::start(1).await;
+    let a = etcd.store("/hale/batch", LEASE).await;
+    for role in ["db", "web"] {
+        let got = a
+            .answer(&BatchItem::Acquire(AcquireRequest {
+                role: role.into(),
+                holder: "a".into(),
+                priority: 1,
+                attempt: 1,
+                standing: None,
+            }))
+            .await;
+        assert_eq!(got, Ok(LeaseResponse::Granted { epoch: 1 }));
+    }
+    let renew = |role: &str| {
+        BatchItem::Write(LeaseRequest::Renew {
+            role: role.into(),
+            holder: "a".into(),
+            epoch: 1,
+            mark: None,
+        })
+    };
+    let batch = [renew("db"), renew("web")];
+    for got in a.answer_all(&batch).await {
+        assert!(
+            matches!(got, Ok(LeaseResponse::Renewed { epoch: 1, .. })),
+            "{got:?}"
+        );
+    }
+    // Silent past its lease: the holdings are gone, and the batch's
+    // renewals are refused, every one.
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while a.holding("db").await.unwrap().is_some() {
+        assert!(std::time::Instant::now() < deadline, "never lapsed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for got in a.answer_all(&batch).await {
+        assert!(
+            matches!(
+                got,
+                Err(Refusal::NotYet(_)) | Ok(LeaseResponse::Rejected(_))
+            ),
+            "{got:?}"
+        );
+    }
+}

@@ -77,6 +77,12 @@ impl RoleManager {
     /// role, may not keep it, has not handed this holding over yet, and the
     /// role is not paused.
     fn must_leave(&self, sm: &Holder, leaving: &Leaving) -> Option<&'static str> {
+        // Asked on every wake-up of the manager: the cheap tests first, the
+        // services' lock only for a holder that has not handed over yet.
+        if sm.state() != RoleState::Holder || leaving.handed.is_some_and(|e| Some(e) == sm.epoch())
+        {
+            return None;
+        }
         let why = if !self.spec.promotable {
             "this node may not be promoted (promotable = false)"
         } else if self.short_of_disk() {
@@ -85,10 +91,7 @@ impl RoleManager {
             return None;
         };
         let paused = self.views.read(|v| v.is_some_and(|v| v.paused));
-        let must = sm.state() == RoleState::Holder
-            && leaving.handed.is_none_or(|e| Some(e) != sm.epoch())
-            && !paused;
-        must.then_some(why)
+        (!paused).then_some(why)
     }
 
     /// The nodes that may take the role, best first: the first that has
