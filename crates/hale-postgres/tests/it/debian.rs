@@ -189,13 +189,10 @@ async fn listed(node: &Node) -> String {
 /// The pid in the cluster's `external_pid_file`, the one the distribution's
 /// tools and unit read (`/var/run/postgresql/15-NAME.pid`).
 fn external_pid(node: &Node) -> Option<i32> {
-    std::fs::read_to_string(format!("/var/run/postgresql/{VERSION}-{}.pid", node.name))
-        .ok()?
-        .lines()
-        .next()?
-        .trim()
-        .parse()
-        .ok()
+    crate::fixture::pid_in(Path::new(&format!(
+        "/var/run/postgresql/{VERSION}-{}.pid",
+        node.name
+    )))
 }
 
 /// The distribution's tools see the server hale runs: `pg_lsclusters` says

@@ -346,10 +346,9 @@ impl Drop for Lab {
     fn drop(&mut self) {
         let dirs = std::mem::take(&mut *self.started.lock().unwrap_or_else(|e| e.into_inner()));
         for data in dirs {
-            let pid = std::fs::read_to_string(data.join("postmaster.pid"))
-                .ok()
-                .and_then(|text| text.lines().next()?.trim().parse::<i32>().ok());
-            let Some(pid) = pid else { continue };
+            let Some(pid) = pid_in(&data.join("postmaster.pid")) else {
+                continue;
+            };
             let pid = Pid::from_raw(pid);
             // A SIGSTOPped postmaster cannot stop by itself.
             let _ = kill(pid, Signal::SIGCONT);
@@ -483,13 +482,7 @@ impl Node {
 
     /// The postmaster's pid, from `postmaster.pid`.
     pub fn postmaster_pid(&self) -> Option<i32> {
-        std::fs::read_to_string(self.cfg.data_dir.join("postmaster.pid"))
-            .ok()?
-            .lines()
-            .next()?
-            .trim()
-            .parse()
-            .ok()
+        pid_in(&self.cfg.data_dir.join("postmaster.pid"))
     }
 
     /// True when its fence marker exists.
@@ -548,4 +541,16 @@ pub fn free_port() -> u16 {
 /// True when the error is PostgreSQL refusing a write on a read-only server.
 pub fn is_read_only(err: &tokio_postgres::Error) -> bool {
     err.code() == Some(&tokio_postgres::error::SqlState::READ_ONLY_SQL_TRANSACTION)
+}
+
+/// The pid on the first line of a pid file (PostgreSQL's `postmaster.pid`,
+/// a cluster's `external_pid_file`), if it has one.
+pub fn pid_in(file: &Path) -> Option<i32> {
+    std::fs::read_to_string(file)
+        .ok()?
+        .lines()
+        .next()?
+        .trim()
+        .parse()
+        .ok()
 }
